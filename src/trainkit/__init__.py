@@ -1,0 +1,1 @@
+"""trainkit: the pieces that train.py calls. Each module holds one concern."""

@@ -1,0 +1,14 @@
+"""The one error type for bad user input: it names the config key and says how to fix it."""
+
+
+class ConfigError(ValueError):
+    """A bad config value or a missing input file, reported to the user as one line.
+
+    `key` is the dotted config key at fault (e.g. "optimizer.lr"); the message says what
+    is wrong and how to fix it. train.py prints `error: <key>: <message>` and exits 1.
+    """
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}")
