@@ -1,0 +1,96 @@
+"""The data stage of a run: the dataset named by `data.name`, split, sharded across ranks, loaded.
+
+    data = build_data(cfg.data, device, seed=cfg.seed, rank=rank, world_size=world_size)
+    data.train.set_epoch(epoch)            # before every epoch, as with DistributedSampler
+    for images, labels in data.train: ...  # uint8 0..255 or float32 in [0, 1], [B, C, H, W]
+
+In-memory datasets (digits, synthetic, mnist, cifar10) live on the device and batch by
+indexing; image folders stream through DataLoader workers and arrive on the CPU.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from trainkit.data.datasets import load_cifar10, load_digits, load_mnist, make_synthetic
+from trainkit.data.imagefolder import load_image_folder
+from trainkit.data.loaders import FileLoader, TensorLoader
+from trainkit.errors import ConfigError
+
+__all__ = ["DataBundle", "FileLoader", "TensorLoader", "build_data"]
+
+IN_MEMORY = {"digits": load_digits, "mnist": load_mnist, "cifar10": load_cifar10, "synthetic": make_synthetic}
+DATASETS = (*IN_MEMORY, "imagefolder")
+
+
+@dataclass
+class DataBundle:
+    train: TensorLoader | FileLoader
+    val: TensorLoader | FileLoader
+    test: TensorLoader | FileLoader
+    channels: int
+    image_size: int
+    num_classes: int
+    mean: tuple[float, ...]  # one value per channel, for normalizing images scaled to [0, 1]
+    std: tuple[float, ...]
+
+
+def build_data(cfg, device: torch.device, seed: int, rank: int = 0, world_size: int = 1) -> DataBundle:
+    """Loaders for train/val/test of this rank. `seed` must be the same on every rank (the run
+    seed, not seed + rank): it fixes the train shuffle that all ranks share."""
+    name = cfg["name"]
+    if name not in DATASETS:
+        raise ConfigError("data.name", f"unknown dataset '{name}'; choose one of {', '.join(DATASETS)}")
+    for key in ("batch_size", "eval_batch_size"):
+        if cfg[key] < 1:
+            raise ConfigError(f"data.{key}", f"is {cfg[key]}; use a positive number of samples per process")
+    shards = dict(seed=seed, rank=rank, world_size=world_size)
+    train_args = dict(batch_size=cfg["batch_size"], shuffle=True, drop_last=cfg["drop_last"], **shards)
+    eval_args = dict(batch_size=cfg["eval_batch_size"], shuffle=False, **shards)
+
+    if name == "imagefolder":
+        datasets, classes = load_image_folder(cfg)
+        channels, image_size, num_classes = cfg["channels"], cfg["image_size"], len(classes)
+        files = dict(num_workers=cfg["num_workers"], pin_memory=device.type == "cuda")
+        train = FileLoader(datasets["train"], **train_args, **files)
+        val, test = (FileLoader(datasets[split], **eval_args, **files) for split in ("val", "test"))
+    else:
+        splits = IN_MEMORY[name](cfg)
+        channels, image_size = splits.train[0].shape[1], splits.train[0].shape[-1]
+        num_classes = splits.num_classes
+        _check_matches(cfg, "channels", channels, name)
+        _check_matches(cfg, "image_size", image_size, name)
+        train = TensorLoader(*splits.train, device=device, **train_args)
+        val = TensorLoader(*splits.val, device=device, **eval_args)
+        test = TensorLoader(*splits.test, device=device, **eval_args)
+    _check_matches(cfg, "num_classes", num_classes, name)
+
+    if len(train) == 0:
+        raise ConfigError(
+            "data.batch_size",
+            f"{cfg['batch_size']} per process x {world_size} processes with data.drop_last=true leaves no "
+            f"training batch from {train.sampler.size} samples; lower data.batch_size",
+        )
+    return DataBundle(
+        train, val, test, channels, image_size, num_classes,
+        mean=_per_channel(cfg, "mean", channels), std=_per_channel(cfg, "std", channels),
+    )
+
+
+def _check_matches(cfg, key: str, actual: int, name: str) -> None:
+    # The data decides these numbers; a config that disagrees would build a mismatched model.
+    configured = cfg.get(key)
+    if configured is not None and configured != actual:
+        raise ConfigError(f"data.{key}", f"is {configured} but {name} has {actual}; set data.{key}={actual}")
+
+
+def _per_channel(cfg, key: str, channels: int) -> tuple[float, ...]:
+    values = [float(value) for value in cfg[key]]
+    if len(values) == 1:
+        return tuple(values * channels)
+    if len(values) != channels:
+        raise ConfigError(
+            f"data.{key}",
+            f"has {len(values)} values for {channels}-channel images; give one value per channel, or one for all",
+        )
+    return tuple(values)

@@ -1,0 +1,127 @@
+"""Datasets that fit in memory, returned as tensors, and the seeded carving of splits.
+
+Each loader returns a `Splits` of `(images, labels)` pairs: images `[N, C, H, W]`, uint8
+(0..255) or float32 in [0, 1]; labels int64. Every split is a pure function of the config,
+so every rank builds the same one without talking to the others.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trainkit.errors import ConfigError
+
+Split = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class Splits:
+    train: Split
+    val: Split
+    test: Split
+    num_classes: int
+
+
+def carve(num_samples: int, fractions: dict[str, float], seed: int) -> dict[str, torch.Tensor]:
+    """Sorted, disjoint indices for each named split in `fractions`, and "train" for the rest.
+
+    One permutation drawn from `seed` is cut in the order of `fractions`, so the same
+    config gives the same split on every machine and every rank.
+    """
+    order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed))
+    parts, start = {}, 0
+    for name, fraction in fractions.items():
+        if not 0 < fraction < 1:
+            raise ConfigError(f"data.{name}_fraction", f"is {fraction}; use a fraction between 0 and 1")
+        count = round(num_samples * fraction)
+        if count == 0:
+            raise ConfigError(
+                f"data.{name}_fraction",
+                f"{fraction} of {num_samples} samples leaves the {name} split empty; raise it",
+            )
+        parts[name] = order[start : start + count].sort().values
+        start += count
+    if start >= num_samples:
+        keys = " + ".join(f"data.{name}_fraction" for name in fractions)
+        raise ConfigError(f"data.{next(iter(fractions))}_fraction", f"{keys} leave no training samples; lower them")
+    parts["train"] = order[start:].sort().values
+    return parts
+
+
+def load_digits(cfg) -> Splits:
+    """scikit-learn's 1,797 8x8 digits, float32 in [0, 1], carved into train/val/test."""
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    digits = sklearn_digits()
+    images = torch.from_numpy(digits.images).float().div_(16).unsqueeze(1)  # pixels are 0..16
+    labels = torch.from_numpy(digits.target).long()
+    parts = carve(len(labels), {"test": cfg["test_fraction"], "val": cfg["val_fraction"]}, cfg["split_seed"])
+    return Splits(*((images[parts[s]], labels[parts[s]]) for s in ("train", "val", "test")), num_classes=10)
+
+
+def load_mnist(cfg) -> Splits:
+    """torchvision's MNIST as uint8 `[N, 1, 28, 28]`; val is carved from the official train set."""
+    from torchvision.datasets import MNIST
+
+    def read(train: bool) -> Split:
+        dataset = _open_torchvision(MNIST, "MNIST", "MNIST/raw/", cfg, train)
+        return dataset.data.unsqueeze(1), dataset.targets.long()
+
+    return _carve_val(read(train=True), read(train=False), cfg)
+
+
+def load_cifar10(cfg) -> Splits:
+    """torchvision's CIFAR-10 as uint8 `[N, 3, 32, 32]`; val is carved from the official train set."""
+    from torchvision.datasets import CIFAR10
+
+    def read(train: bool) -> Split:
+        dataset = _open_torchvision(CIFAR10, "CIFAR-10", "cifar-10-batches-py/", cfg, train)
+        images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()  # stored NHWC
+        return images, torch.tensor(dataset.targets, dtype=torch.int64)
+
+    return _carve_val(read(train=True), read(train=False), cfg)
+
+
+def make_synthetic(cfg) -> Splits:
+    """Class prototypes plus Gaussian noise, squashed to [0, 1]: learnable, any shape, no files.
+
+    One generator seeded by `split_seed` draws the prototypes, then train, val and test in
+    that order, so the data is identical on every rank and in every run with the same config.
+    """
+    generator = torch.Generator().manual_seed(cfg["split_seed"])
+    num_classes, size = cfg["num_classes"], cfg["image_size"]
+    prototypes = torch.randn(num_classes, cfg["channels"], size, size, generator=generator)
+
+    def sample(count: int) -> Split:
+        labels = torch.randint(num_classes, (count,), generator=generator)
+        noise = torch.randn(prototypes[labels].shape, generator=generator)
+        return torch.sigmoid(prototypes[labels] + cfg["noise"] * noise), labels
+
+    train, val, test = (sample(cfg[key]) for key in ("num_samples", "val_samples", "test_samples"))
+    return Splits(train, val, test, num_classes=num_classes)
+
+
+def _open_torchvision(dataset_class, title: str, folder: str, cfg, train: bool):
+    root = Path(cfg["root"]).expanduser()
+    try:
+        return dataset_class(root=str(root), train=train, download=cfg["download"])
+    except RuntimeError as error:  # torchvision's way of saying "files missing or corrupted"
+        if cfg["download"]:
+            raise ConfigError("data.download", f"could not fetch {title} into '{root}': {error}") from error
+        raise ConfigError(
+            "data.root",
+            f"no {title} files under '{root}'; set data.download=true to fetch them, "
+            f"or point data.root at a folder holding {folder}",
+        ) from error
+
+
+def _carve_val(train: Split, test: Split, cfg) -> Splits:
+    parts = carve(len(train[1]), {"val": cfg["val_fraction"]}, cfg["split_seed"])
+    images, labels = train
+    return Splits(
+        (images[parts["train"]], labels[parts["train"]]),
+        (images[parts["val"]], labels[parts["val"]]),
+        test,
+        num_classes=10,
+    )

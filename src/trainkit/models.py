@@ -1,0 +1,210 @@
+"""Models: a small CNN, any timm model, any torchvision classifier, and the size they take.
+
+train.py calls one function:
+
+    model, input_size = build_model(cfg.model, image_size=cfg.data.image_size)
+
+`cfg.model` (conf/model/*.yaml) names a factory in `_target_`; its other keys are the
+factory's arguments, except `input_size`: the side length every batch is resized to (null:
+the data's size, raised to what the model needs, e.g. 224 for a ViT).
+
+timm and torchvision are imported inside the functions that use them (each takes seconds), so
+the default small CNN, `--help` and config errors stay fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+
+import torch
+from torch import nn
+
+from trainkit.errors import ConfigError
+
+# torchvision models that, built without weights, take exactly 224x224 inputs (their own
+# metadata only gives a minimum, and vit_h_14's first weights even say 518).
+TORCHVISION_FIXED_SIZE_PREFIXES = ("vit_", "maxvit_")
+
+
+def build_model(model_config: Mapping, image_size: int) -> tuple[nn.Module, int]:
+    """Instantiate the configured model; return it and the side length to resize batches to."""
+    import hydra.utils
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(model_config, DictConfig):
+        config = OmegaConf.to_container(model_config, resolve=True)
+    else:
+        config = dict(model_config)
+    input_size = config.pop("input_size", None)
+    # _convert_="all": the factories get plain lists and dicts, not ListConfig.
+    model = hydra.utils.instantiate(config, _convert_="all")
+    return model, resolve_input_size(config, image_size, input_size, model)
+
+
+def resolve_input_size(model_config: Mapping, image_size: int, input_size: int | None = None, model: nn.Module | None = None) -> int:
+    """The explicit `input_size` if set, else `image_size` raised to the model's minimum (or
+    its one fixed size). Checks an explicit size against what the model accepts."""
+    minimum, fixed = input_size_limits(model_config, model)
+    name = model_config.get("name", model_config.get("_target_", "this model"))
+    if input_size is None:
+        return fixed or max(image_size, minimum)
+    if isinstance(input_size, bool) or not isinstance(input_size, int) or input_size < 1:
+        raise ConfigError("model.input_size", f"must be a positive integer or null (auto), got {input_size!r}")
+    if fixed and input_size != fixed:
+        raise ConfigError("model.input_size", f"{name} takes only {fixed}x{fixed} inputs; set model.input_size=null or {fixed}")
+    if input_size < minimum:
+        raise ConfigError("model.input_size", f"{name} needs inputs of at least {minimum}x{minimum}; set model.input_size=null or >= {minimum}")
+    return input_size
+
+
+def input_size_limits(model_config: Mapping, model: nn.Module | None = None) -> tuple[int, int | None]:
+    """(smallest side length the model accepts, its one fixed size or None), from the model's
+    library metadata, without building the model (pass `model` when you have it: its own
+    metadata wins). Models of other factories accept any size: (1, None)."""
+    target = str(model_config.get("_target_", ""))
+    name = model_config.get("name")
+    if target.endswith("create_timm_model") or hasattr(model, "pretrained_cfg"):
+        pretrained_cfg = getattr(model, "pretrained_cfg", None)
+        if pretrained_cfg is None:
+            from timm.models import get_pretrained_cfg
+
+            found = get_pretrained_cfg(name)
+            pretrained_cfg = found.to_dict() if found is not None else {}
+        if pretrained_cfg.get("fixed_input_size"):
+            size = pretrained_cfg["input_size"][-1]
+            return size, size
+        return (pretrained_cfg.get("min_input_size") or (1, 1, 1))[-1], None
+    if target.endswith("create_torchvision_model"):
+        import torchvision
+
+        if name.startswith(TORCHVISION_FIXED_SIZE_PREFIXES):
+            return 224, 224
+        weights = list(torchvision.models.get_model_weights(name))
+        return (weights[0].meta.get("min_size", (1, 1))[-1] if weights else 1), None
+    return 1, None
+
+
+class SmallCNN(nn.Module):
+    """Conv3x3-BN-ReLU blocks (one per width), a 2x2 max-pool after the second, global average
+    pooling, dropout, linear. Any input of at least 1x1 works: 8x8 digits, 28x28, 32x32."""
+
+    def __init__(self, in_channels: int, num_classes: int, widths: Iterable[int] = (32, 64, 128), dropout: float = 0.0):
+        super().__init__()
+        layers, channels = [], in_channels
+        for index, width in enumerate(widths):
+            layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+            if index == 1:
+                # ceil_mode keeps a 1x1 map at 1x1 (and 7x7 -> 4x4), so no size check per step.
+                layers.append(nn.MaxPool2d(2, ceil_mode=True))
+            channels = width
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(channels, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+def create_timm_model(
+    name: str,
+    pretrained: bool = False,
+    in_chans: int = 3,
+    num_classes: int = 1000,
+    drop_rate: float = 0.0,
+    drop_path_rate: float = 0.0,
+) -> nn.Module:
+    """`timm.create_model` with config errors instead of stack traces for the usual mistakes."""
+    import timm
+
+    if not timm.is_model(name):
+        raise ConfigError("model.name", f"timm has no model {name!r}{_did_you_mean(name, timm.list_models())}")
+    options = {}
+    # Passed only when asked for: not every model takes these arguments.
+    if drop_rate > 0:
+        options["drop_rate"] = drop_rate
+    if drop_path_rate > 0:
+        options["drop_path_rate"] = drop_path_rate
+    try:
+        return timm.create_model(name, pretrained=pretrained, in_chans=in_chans, num_classes=num_classes, **options)
+    except TypeError as error:
+        for key in ("drop_path_rate", "drop_rate"):
+            if key in str(error):
+                fix = "model.drop_path_rate=0" if key == "drop_path_rate" else "regularization.dropout=0"
+                raise ConfigError(f"model.{key}", f"timm's {name} does not take {key}; set {fix}") from error
+        raise
+    except (OSError, RuntimeError) as error:
+        if not pretrained:
+            raise
+        # Offline (HF_HUB_OFFLINE=1 or no network) and not in the cache, or no weights exist.
+        raise ConfigError(
+            "model.pretrained",
+            f"could not load pretrained weights for {name} ({type(error).__name__}: {str(error)[:200]}); "
+            "download them once with network access (they are cached under ~/.cache/huggingface), "
+            "or set model.pretrained=false",
+        ) from error
+
+
+def create_torchvision_model(name: str, in_channels: int = 3, num_classes: int = 1000, dropout: float = 0.0) -> nn.Module:
+    """A torchvision classifier by name, randomly initialized, adapted to the data: the first
+    convolution rebuilt for `in_channels`, dropout inserted before the last linear layer."""
+    import torchvision
+
+    known = torchvision.models.list_models(module=torchvision.models)  # classification models only
+    if name not in known:
+        raise ConfigError("model.name", f"torchvision has no classification model {name!r}{_did_you_mean(name, known)}")
+    options = {}
+    if name in ("googlenet", "inception_v3"):
+        # No auxiliary heads (their training-mode output is a tuple the loop cannot use), and
+        # the initialization torchvision asks to choose explicitly.
+        options = {"aux_logits": False, "init_weights": True}
+    model = torchvision.models.get_model(name, weights=None, num_classes=num_classes, **options)
+    if in_channels != 3:
+        conv_name, conv = find_modules(model, nn.Conv2d)[0]
+        replace_module(model, conv_name, _conv_like(conv, in_channels=in_channels))
+    if dropout > 0:
+        linears = find_modules(model, nn.Linear)
+        if not linears:
+            raise ConfigError("model.dropout", f"{name} has no linear layer to put dropout before; set regularization.dropout=0")
+        linear_name, linear = linears[-1]
+        replace_module(model, linear_name, nn.Sequential(nn.Dropout(dropout), linear))
+    return model
+
+
+def find_modules(model: nn.Module, kind: type[nn.Module]) -> list[tuple[str, nn.Module]]:
+    """(qualified name, module) of every submodule of `kind`, in registration order."""
+    return [(name, module) for name, module in model.named_modules() if isinstance(module, kind)]
+
+
+def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
+    """Swap the submodule at the dotted `name` (e.g. "features.0.0") for `new`."""
+    parent_name, _, child_name = name.rpartition(".")
+    setattr(model.get_submodule(parent_name), child_name, new)
+
+
+def _conv_like(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:
+    """A fresh Conv2d like `conv` but with `in_channels` inputs (default initialization)."""
+    return nn.Conv2d(
+        in_channels,
+        conv.out_channels,
+        conv.kernel_size,
+        stride=conv.stride,
+        padding=conv.padding,
+        dilation=conv.dilation,
+        bias=conv.bias is not None,
+        padding_mode=conv.padding_mode,
+    )
+
+
+def _did_you_mean(name: str, choices: Iterable[str]) -> str:
+    matches = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
+    return f"; did you mean {', '.join(matches)}?" if matches else ""
+
+
+def param_groups_for_weight_decay(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two optimizer groups: matrices and kernels (ndim >= 2) decay; biases, normalization
+    weights and other vectors (ndim <= 1) do not. Frozen parameters are left out."""
+    decay, no_decay = [], []
+    for parameter in model.parameters():
+        if parameter.requires_grad:
+            (decay if parameter.ndim >= 2 else no_decay).append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

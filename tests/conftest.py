@@ -1,0 +1,47 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Tests never touch the network: no model hub, no W&B server.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+
+class TrainRun:
+    """The outcome of one `python train.py ...` subprocess and its run directory."""
+
+    def __init__(self, process: subprocess.CompletedProcess, run_dir: Path):
+        self.process, self.run_dir = process, run_dir
+        self.returncode, self.stdout, self.stderr = process.returncode, process.stdout, process.stderr
+
+    @property
+    def summary(self) -> dict:
+        return json.loads((self.run_dir / "summary.json").read_text())
+
+    @property
+    def metrics(self) -> list[dict]:
+        return [json.loads(line) for line in (self.run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    def epoch_metrics(self) -> list[dict]:
+        return [m for m in self.metrics if "val/loss" in m]
+
+
+@pytest.fixture
+def run_train(tmp_path):
+    """Run train.py with overrides in a fresh run directory; fail with its stderr if it fails."""
+    counter = iter(range(1000))
+
+    def run(*overrides: str, check: bool = True, timeout: int = 300) -> TrainRun:
+        run_dir = tmp_path / f"run{next(counter)}"
+        command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides]
+        process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        if check:
+            assert process.returncode == 0, f"train.py {' '.join(overrides)} failed:\n{process.stderr[-4000:]}"
+        return TrainRun(process, run_dir)
+
+    return run

@@ -1,0 +1,154 @@
+"""Checkpoints: atomic writes, weights_only-loadable contents, unprefixed state dicts, exact RNG resume."""
+import io
+import random
+import socket
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from trainkit.checkpoint import load_checkpoint, restore_rng_states, rng_states, save_checkpoint, unwrap_model
+
+
+def small_model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- atomic save ------------------------------------------------------------------------------
+
+def test_save_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / "checkpoints" / "last.pt"  # the folder is created on demand
+    save_checkpoint(path, {"epoch": 1})
+    assert [p.name for p in path.parent.iterdir()] == ["last.pt"]
+
+
+def test_save_replaces_an_existing_checkpoint(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"epoch": 1})
+    save_checkpoint(path, {"epoch": 2})
+    assert load_checkpoint(path, torch.device("cpu"))["epoch"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"epoch": 1})
+    with pytest.raises(Exception):
+        save_checkpoint(path, {"epoch": 2, "unpicklable": lambda: None})
+    assert load_checkpoint(path, torch.device("cpu"))["epoch"] == 1
+
+
+def test_checkpoint_of_plain_containers_loads_with_weights_only(tmp_path):
+    model = small_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.ones(2, 3)).sum().backward()
+    optimizer.step()
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "epoch": 3,
+        "history": [0.1, 0.2, None],
+        "best_metric": None,
+        "tensor": torch.arange(5),
+        "nested": {"early_stopping": {"best": 0.9, "best_epoch": 2}},
+    }
+    save_checkpoint(tmp_path / "best.pt", state)
+    loaded = torch.load(tmp_path / "best.pt", weights_only=True)
+    assert loaded["epoch"] == 3 and loaded["history"] == [0.1, 0.2, None] and loaded["best_metric"] is None
+    assert torch.equal(loaded["tensor"], torch.arange(5))
+    assert loaded["nested"] == state["nested"]
+    fresh = small_model()
+    fresh.load_state_dict(loaded["model"])
+    for a, b in zip(fresh.parameters(), model.parameters()):
+        assert torch.equal(a, b)
+    torch.optim.AdamW(fresh.parameters(), lr=1e-3).load_state_dict(loaded["optimizer"])
+
+
+def test_load_checkpoint_maps_tensors_to_the_given_device(tmp_path):
+    save_checkpoint(tmp_path / "last.pt", {"weight": torch.ones(2)})
+    assert load_checkpoint(tmp_path / "last.pt", torch.device("cpu"))["weight"].device.type == "cpu"
+
+
+# ---- unwrap_model -----------------------------------------------------------------------------
+
+def test_unwrap_model_returns_a_plain_model_unchanged():
+    model = small_model()
+    assert unwrap_model(model) is model
+
+
+def test_unwrap_model_strips_torch_compile():
+    model = small_model()
+    compiled = torch.compile(model)  # never called, so nothing is compiled
+    assert all(k.startswith("_orig_mod.") for k in compiled.state_dict())
+    assert unwrap_model(compiled) is model
+    assert list(unwrap_model(compiled).state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def test_unwrap_model_strips_ddp_and_compile_under_ddp():
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        model = small_model()
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        assert all(k.startswith("module.") for k in ddp.state_dict())
+        assert unwrap_model(ddp) is model
+
+        # The order the design prescribes: compile, then wrap in DDP.
+        inner = small_model()
+        ddp_of_compiled = torch.nn.parallel.DistributedDataParallel(torch.compile(inner))
+        assert all(k.startswith("module._orig_mod.") for k in ddp_of_compiled.state_dict())
+        assert unwrap_model(ddp_of_compiled) is inner
+        assert not any(k.startswith(("module.", "_orig_mod.")) for k in unwrap_model(ddp_of_compiled).state_dict())
+    finally:
+        dist.destroy_process_group()
+
+
+# ---- RNG states -------------------------------------------------------------------------------
+
+def draw() -> tuple:
+    return (
+        random.random(),
+        random.gauss(0, 1),
+        np.random.rand(3).tolist(),
+        float(np.random.standard_normal()),
+        torch.rand(3).tolist(),
+        torch.randn(2).tolist(),
+    )
+
+
+def put_generators_mid_stream():
+    random.seed(123)
+    np.random.seed(123)
+    torch.manual_seed(123)
+    # An odd number of normals leaves a cached Gaussian in Python and NumPy: that must come back too.
+    random.gauss(0, 1)
+    np.random.standard_normal()
+    torch.rand(7)
+
+
+def test_restore_rng_states_reproduces_python_numpy_and_torch_draws():
+    put_generators_mid_stream()
+    state = rng_states()
+    expected = draw()
+    draw()  # move every stream on
+    restore_rng_states(state)
+    assert draw() == expected
+
+
+def test_rng_states_survive_torch_save_and_weights_only_load():
+    put_generators_mid_stream()
+    buffer = io.BytesIO()
+    torch.save({"rng": rng_states()}, buffer)
+    expected = draw()
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    buffer.seek(0)
+    restore_rng_states(torch.load(buffer, weights_only=True)["rng"])
+    assert draw() == expected

@@ -1,0 +1,93 @@
+"""Device choice, seeding and mixed precision."""
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from trainkit.errors import ConfigError
+from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
+
+CPU = torch.device("cpu")
+no_accelerator = pytest.mark.skipif(
+    torch.cuda.is_available() or torch.backends.mps.is_available(), reason="checks the CPU-only fallback"
+)
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error when CUDA is missing")
+
+
+@no_accelerator
+def test_auto_picks_the_cpu_without_an_accelerator():
+    assert pick_device("auto") == CPU
+    assert pick_device("auto", local_rank=3) == CPU
+
+
+def test_cpu_is_always_available():
+    assert pick_device("cpu") == CPU
+
+
+@no_cuda
+@pytest.mark.parametrize("name", ["cuda", "cuda:1"])
+def test_cuda_without_a_gpu_raises_config_error_naming_device(name):
+    with pytest.raises(ConfigError) as error:
+        pick_device(name)
+    assert error.value.key == "device"
+    assert name in str(error.value) and "device=cpu" in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda:x", ""])
+def test_a_name_that_is_not_a_device_raises_config_error(name):
+    with pytest.raises(ConfigError) as error:
+        pick_device(name)
+    assert error.value.key == "device"
+
+
+def draws() -> tuple:
+    return random.random(), np.random.rand(), torch.rand(2).tolist(), torch.nn.Linear(2, 2).weight.tolist()
+
+
+def test_seed_everything_makes_draws_repeat():
+    seed_everything(7)
+    first = draws()
+    seed_everything(7)
+    assert draws() == first
+    seed_everything(8)
+    assert draws() != first
+
+
+def test_seed_everything_accepts_seeds_beyond_numpy_range():
+    seed_everything(2**32 + 5)  # numpy only takes 32-bit seeds
+    first = draws()
+    seed_everything(2**32 + 5)
+    assert draws() == first
+
+
+def matmul_dtype(precision: str) -> torch.dtype:
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with autocast(precision, CPU):
+        return (a @ b).dtype
+
+
+def test_fp32_autocast_is_a_no_op():
+    with autocast("fp32", CPU):
+        assert not torch.is_autocast_enabled("cpu")
+    assert matmul_dtype("fp32") == torch.float32
+
+
+def test_bf16_autocast_on_cpu_runs_matmuls_in_bf16():
+    assert matmul_dtype("bf16") == torch.bfloat16
+    assert not torch.is_autocast_enabled("cpu")  # switched off again on exit
+
+
+def test_fp16_autocast_uses_float16():
+    with autocast("fp16", CPU):
+        assert torch.get_autocast_dtype("cpu") == torch.float16
+
+
+@pytest.mark.parametrize("precision, enabled", [("fp32", False), ("bf16", False), ("fp16", True)])
+def test_grad_scaler_is_enabled_for_fp16_only(precision, enabled):
+    assert grad_scaler(precision, CPU).is_enabled() is enabled
+
+
+def test_disabled_grad_scaler_passes_the_loss_through():
+    loss = torch.tensor(2.5)
+    assert grad_scaler("bf16", CPU).scale(loss) is loss

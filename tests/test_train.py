@@ -1,0 +1,138 @@
+"""End to end: train.py in a subprocess, judged by its run directory."""
+import math
+
+import pytest
+import torch
+
+QUICK = ("trainer.max_epochs=3", "trainer.progress_bar=false")
+
+
+def test_default_run_learns_and_writes_the_run_directory(run_train):
+    run = run_train(*QUICK)
+    summary, epochs = run.summary, run.epoch_metrics()
+    assert summary["test"]["test/acc"] > 0.8  # chance is 0.1
+    assert epochs[-1]["train/loss"] < epochs[0]["train/loss"]
+    assert [m["epoch"] for m in epochs] == [0, 1, 2]
+    for key in ("train/loss", "train/acc", "val/loss", "val/acc", "lr", "train/samples_per_sec", "step"):
+        assert all(isinstance(m[key], (int, float)) for m in epochs), key
+    assert summary["world_size"] == 1 and summary["epochs"] == 3 and summary["stop_reason"] == "max_epochs"
+    assert summary["optimized_metric"] == "val/acc"
+    assert summary["optimized_value"] == summary["best"]["val/acc"]
+    assert summary["run_dir"] == str(run.run_dir.resolve()) and summary["wall_seconds"] > 0
+    assert (run.run_dir / ".hydra" / "config.yaml").exists()
+    for name in ("last.pt", "best.pt"):
+        checkpoint = torch.load(run.run_dir / "checkpoints" / name, weights_only=True)
+        assert not any(k.startswith(("module.", "_orig_mod.")) for k in checkpoint["model"])
+        assert {"optimizer", "scheduler", "scaler", "early_stopping", "epoch", "step", "rng", "config"} <= set(checkpoint)
+    assert not list((run.run_dir / "checkpoints").glob("*.tmp"))
+    assert "done in" in run.stderr + run.stdout
+
+
+def test_test_metrics_use_the_best_checkpoint(run_train):
+    # Early stopping on val/loss with a huge min_delta: epoch 0 is the best and stays so.
+    run = run_train("trainer.max_epochs=6", "regularization.early_stopping.min_delta=100",
+                    "regularization.early_stopping.patience=2", "trainer.progress_bar=false")
+    summary = run.summary
+    assert summary["stop_reason"] == "early_stopping"
+    assert summary["epochs"] == 3  # epoch 0 best, epochs 1 and 2 without improvement -> stop
+    assert summary["best"]["epoch"] == 0
+    assert torch.load(run.run_dir / "checkpoints" / "best.pt", weights_only=True)["epoch"] == 0
+
+
+def test_lr_schedule_warms_up_then_decays_per_update(run_train):
+    run = run_train("trainer.max_epochs=3", "trainer.log_every_n_steps=1", "scheduler.warmup_epochs=1",
+                    "trainer.progress_bar=false")
+    lrs = [m["lr"] for m in run.metrics if "train/step_loss" in m]
+    updates_per_epoch = len(lrs) // 3
+    warmup, decay = lrs[:updates_per_epoch], lrs[updates_per_epoch:]
+    assert warmup == sorted(warmup) and warmup[-1] == pytest.approx(0.1, rel=0.01)
+    assert decay == sorted(decay, reverse=True) and decay[-1] < 1e-3
+
+
+def test_label_smoothing_sets_the_floor_of_the_training_loss(run_train):
+    # With smoothing eps over K classes the best possible cross-entropy is the entropy of the
+    # smoothed target; without smoothing the loss can go far below it.
+    eps, k = 0.3, 10
+    p_true, p_other = 1 - eps + eps / k, eps / k
+    floor = -(p_true * math.log(p_true) + (k - 1) * p_other * math.log(p_other))
+    smoothed = run_train("trainer.max_epochs=6", "regularization.label_smoothing=0.3", "trainer.progress_bar=false")
+    plain = run_train("trainer.max_epochs=6", "regularization.label_smoothing=0.0", "trainer.progress_bar=false")
+    smoothed_loss = smoothed.epoch_metrics()[-1]["train/loss"]
+    assert floor <= smoothed_loss < floor + 0.3
+    assert plain.epoch_metrics()[-1]["train/loss"] < floor / 3
+
+
+def test_resume_continues_exactly_where_the_run_stopped(run_train):
+    straight = run_train("trainer.max_epochs=4", "augmentation=shift", "trainer.progress_bar=false",
+                         "regularization.early_stopping.enabled=false")
+    first = run_train("trainer.max_epochs=4", "augmentation=shift", "trainer.progress_bar=false", "trainer.max_steps=40",
+                      "regularization.early_stopping.enabled=false")
+    assert first.summary["stop_reason"] == "max_steps" and first.summary["epochs"] == 2
+    resumed = run_train("trainer.max_epochs=4", "augmentation=shift", "trainer.progress_bar=false",
+                        "regularization.early_stopping.enabled=false",
+                        f"resume={first.run_dir / 'checkpoints' / 'last.pt'}")
+    assert [m["epoch"] for m in resumed.epoch_metrics()] == [2, 3]
+    for key in ("train/loss", "val/loss", "val/acc", "lr", "step"):
+        assert resumed.epoch_metrics()[-1][key] == pytest.approx(straight.epoch_metrics()[-1][key], rel=1e-5), key
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_trains_on_cpu(run_train, precision):
+    run = run_train(f"precision={precision}", "trainer.max_epochs=2", "trainer.progress_bar=false")
+    assert run.summary["test"]["test/acc"] > 0.5
+
+
+def test_gradient_clipping_accumulation_and_max_steps_run_together(run_train):
+    run = run_train("trainer.max_epochs=3", "trainer.grad_clip=0.5", "trainer.accumulate_grad_batches=3",
+                    "trainer.max_steps=10", "trainer.progress_bar=false")
+    assert run.summary["steps"] == 10 and run.summary["stop_reason"] == "max_steps"
+
+
+def test_debug_fast_limits_batches(run_train):
+    run = run_train("debug=fast")
+    epochs = run.epoch_metrics()
+    assert len(epochs) == 2 and epochs[-1]["step"] == 6
+
+
+def test_synthetic_data_with_csv_logger_and_adamw(run_train):
+    run = run_train("data=synthetic", "data.image_size=16", "data.num_samples=512", "logger=csv", "optimizer=adamw",
+                    "scheduler=cosine_restarts", "augmentation=strong", "trainer.max_epochs=2", "trainer.progress_bar=false")
+    assert run.summary["test"]["test/acc"] > 0.2
+    header = (run.run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"epoch", "train/loss", "val/acc"} <= set(header)
+
+
+def test_imagefolder_infers_its_classes(run_train, tmp_path):
+    from PIL import Image
+
+    rng = torch.Generator().manual_seed(0)
+    for split, count in (("train", 12), ("val", 4), ("test", 4)):
+        for label, colour in enumerate(("red", "blue", "green")):
+            folder = tmp_path / "images" / split / colour
+            folder.mkdir(parents=True)
+            for i in range(count):
+                noise = torch.randint(0, 40, (20, 24, 3), generator=rng).to(torch.uint8)
+                pixels = noise + torch.tensor([200 if c == label else 0 for c in range(3)], dtype=torch.uint8)
+                Image.fromarray(pixels.numpy()).save(folder / f"{i}.png")
+    run = run_train("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=16", "data.num_workers=0",
+                    "data.batch_size=8", "trainer.max_epochs=4", "trainer.progress_bar=false", "optimizer.lr=0.05")
+    assert run.summary["test"]["test/acc"] > 0.6
+    config = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]
+    assert config["data"]["num_classes"] == 3 and config["model"]["num_classes"] == 3
+
+
+@pytest.mark.parametrize("model", ["timm", "torchvision"])
+def test_library_models_run_on_the_8x8_digits(run_train, model):
+    run = run_train(f"model={model}", "model.name=resnet18", "trainer.max_epochs=1", "trainer.limit_train_batches=3",
+                    "trainer.limit_val_batches=1", "trainer.progress_bar=false")
+    assert 0 <= run.summary["test"]["test/acc"] <= 1
+
+
+def test_help_lists_the_groups_and_cfg_prints_the_config(run_train):
+    help_text = run_train("--help").stdout
+    for group in ("data", "model", "optimizer", "scheduler", "precision", "distributed", "regularization",
+                  "augmentation", "logger", "experiment", "debug"):
+        assert f"{group}:" in help_text, group
+    assert "digits" in help_text and "cifar10" in help_text
+    config = run_train("--cfg", "job").stdout
+    assert "max_epochs: 20" in config and "label_smoothing" in config

@@ -1,0 +1,221 @@
+"""Train an image classifier: the whole story of one run, top to bottom.
+
+    python train.py                       # digits + small CNN: seconds on a laptop CPU
+    python train.py --help                # config groups and every option
+    python train.py model=timm optimizer=adamw optimizer.lr=1e-3
+
+Hydra composes the config from conf/; the pieces this file calls live in src/trainkit/.
+"""
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import torch
+import torch.nn.functional as F
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from trainkit import cli
+from trainkit.augment import BatchTransform
+from trainkit.checkpoint import load_checkpoint, restore_rng_states, rng_states, save_checkpoint, unwrap_model
+from trainkit.config import validate
+from trainkit.data import build_data
+from trainkit.distributed import all_reduce_sum, any_rank, barrier, process_info
+from trainkit.early_stopping import EarlyStopping
+from trainkit.loggers import build_loggers
+from trainkit.models import build_model
+from trainkit.optim import build_optimizer, build_scheduler
+from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
+
+log = logging.getLogger("train")
+
+
+def evaluate(model, loader, transform, precision, device, limit=None) -> dict:
+    """Plain cross-entropy and accuracy over each sample exactly once: sums and counts are
+    all-reduced across ranks before dividing, never per-rank means."""
+    model.eval()
+    totals = torch.zeros(3, device=device)  # loss sum, correct, count
+    with torch.no_grad():
+        for i, (images, labels) in enumerate(loader):
+            if limit is not None and i >= limit:
+                break
+            images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            with autocast(precision, device):
+                logits = model(transform(images))
+            totals[0] += F.cross_entropy(logits.float(), labels, reduction="sum")
+            totals[1] += (logits.argmax(dim=1) == labels).sum()
+            totals[2] += labels.numel()
+    loss_sum, correct, count = all_reduce_sum(totals).tolist()
+    return {"loss": loss_sum / max(count, 1), "acc": correct / max(count, 1)}
+
+
+def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, scaler, cfg, device, epoch, step, loggers, show_progress):
+    """One pass over the training data; returns (metrics, global update count)."""
+    model.train()
+    trainer = cfg.trainer
+    accumulate = trainer.accumulate_grad_batches
+    num_batches = min(len(loader), trainer.limit_train_batches or len(loader))
+    totals = torch.zeros(3, device=device)  # loss sum, correct, count: stay on the device until logged
+    interval_loss, interval_batches = torch.zeros((), device=device), 0
+    progress = tqdm(total=num_batches, desc=f"epoch {epoch}", leave=False, dynamic_ncols=True, disable=not show_progress)
+    started = time.perf_counter()
+    for i, (images, labels) in enumerate(loader):
+        if i >= num_batches or (trainer.max_steps and step >= trainer.max_steps):
+            break
+        # Micro-batches of one update form a group; the last group of the epoch may be short,
+        # so the loss is divided by the real group size, not by accumulate_grad_batches.
+        group_start = i - i % accumulate
+        group_size = min(accumulate, num_batches - group_start)
+        is_update = i - group_start == group_size - 1
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        with autocast(cfg.precision.name, device):
+            logits = model(transform(images))
+            loss = loss_fn(logits.float(), labels)
+        scaler.scale(loss / group_size).backward()
+        if is_update:
+            if trainer.grad_clip:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                torch.nn.utils.clip_grad_norm_(model.parameters(), trainer.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+            step += 1
+        batch_loss = loss.detach()
+        totals[0] += batch_loss * labels.numel()
+        totals[1] += (logits.detach().argmax(dim=1) == labels).sum()
+        totals[2] += labels.numel()
+        interval_loss += batch_loss
+        interval_batches += 1
+        if loggers and is_update and step % trainer.log_every_n_steps == 0:
+            loggers.log({"epoch": epoch, "step": step, "train/step_loss": interval_loss.item() / interval_batches,
+                         "lr": optimizer.param_groups[0]["lr"]})
+            interval_loss.zero_()
+            interval_batches = 0
+        progress.update()
+        if show_progress and (i % 10 == 0 or i == num_batches - 1):
+            progress.set_postfix(loss=f"{batch_loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
+    progress.close()
+    loss_sum, correct, count = all_reduce_sum(totals).tolist()
+    seconds = time.perf_counter() - started
+    return {"train/loss": loss_sum / max(count, 1), "train/acc": correct / max(count, 1),
+            "train/samples_per_sec": count / seconds, "lr": optimizer.param_groups[0]["lr"]}, step
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    started = time.perf_counter()
+    validate(cfg)
+    proc = process_info()
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    device = pick_device(cfg.device, proc.local_rank)
+    # Each rank draws its own augmentation and dropout; DDP makes the initial weights agree.
+    seed_everything(cfg.seed + proc.rank)
+
+    data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
+    if cfg.data.num_classes is None:  # an image folder counts its classes; the model reads this key
+        cfg.data.num_classes = data.num_classes
+    model, input_size = build_model(cfg.model, image_size=data.image_size)
+    memory_format = torch.channels_last if cfg.trainer.channels_last else torch.contiguous_format
+    model = model.to(device, memory_format=memory_format)
+    train_transform = BatchTransform(data.mean, data.std, input_size, cfg.augmentation, train=True).to(device)
+    eval_transform = BatchTransform(data.mean, data.std, input_size, None, train=False).to(device)
+    train_input = lambda images: train_transform(images).contiguous(memory_format=memory_format)  # noqa: E731
+    eval_input = lambda images: eval_transform(images).contiguous(memory_format=memory_format)  # noqa: E731
+
+    trainer = cfg.trainer
+    optimizer = build_optimizer(model, cfg.optimizer)
+    batches_per_epoch = min(len(data.train), trainer.limit_train_batches or len(data.train))
+    updates_per_epoch = math.ceil(batches_per_epoch / trainer.accumulate_grad_batches)
+    total_updates = min(updates_per_epoch * trainer.max_epochs, trainer.max_steps or math.inf)
+    scheduler = build_scheduler(optimizer, cfg.scheduler, updates_per_epoch, total_updates)
+    scaler = grad_scaler(cfg.precision.name, device)
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=cfg.regularization.label_smoothing)
+    early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
+
+    start_epoch, step, best_metrics = 0, 0, {}
+    if cfg.resume:
+        checkpoint = load_checkpoint(cfg.resume, device)
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        scaler.load_state_dict(checkpoint["scaler"])
+        early_stopping.load_state_dict(checkpoint["early_stopping"])
+        start_epoch, step, best_metrics = checkpoint["epoch"] + 1, checkpoint["step"], checkpoint["best_metrics"]
+        restore_rng_states(checkpoint["rng"])
+        log.info(f"resumed from {cfg.resume} at epoch {start_epoch}, step {step}")
+    trained_model = torch.compile(model) if trainer.compile else model
+
+    def checkpoint_state(epoch: int) -> dict:
+        return {"model": unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
+                "early_stopping": early_stopping.state_dict(), "best_metrics": best_metrics, "epoch": epoch, "step": step,
+                "rng": rng_states(), "config": OmegaConf.to_container(cfg, resolve=True)}
+
+    loggers = build_loggers(cfg.logger, run_dir) if proc.is_main else None
+    show_progress = proc.is_main and trainer.progress_bar and sys.stderr.isatty()
+    checkpoints = run_dir / "checkpoints"
+    last_metrics, stop_reason = {}, "max_epochs"
+    log.info(f"training {sum(p.numel() for p in model.parameters()):,} parameters on {device} "
+             f"for {trainer.max_epochs} epochs ({updates_per_epoch} updates each) -> {run_dir}")
+    for epoch in range(start_epoch, trainer.max_epochs):
+        data.train.set_epoch(epoch)
+        train_metrics, step = train_one_epoch(trained_model, data.train, train_input, loss_fn,
+                                              optimizer, scheduler, scaler, cfg, device, epoch, step, loggers, show_progress)
+        val = evaluate(trained_model, data.val, eval_input, cfg.precision.name, device,
+                       trainer.limit_val_batches)
+        last_metrics = {"epoch": epoch, "step": step, **train_metrics, "val/loss": val["loss"], "val/acc": val["acc"]}
+        improved = early_stopping.update(last_metrics[early_stopping.monitor], epoch)
+        if improved:
+            best_metrics = {"epoch": epoch, "step": step, "val/loss": val["loss"], "val/acc": val["acc"]}
+        if proc.is_main:
+            loggers.log(last_metrics)
+            log.info(f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}  val/loss {val['loss']:.4f}  "
+                     f"val/acc {val['acc']:.4f}  lr {train_metrics['lr']:.2e}  "
+                     f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{'  *' if improved else ''}")
+            save_checkpoint(checkpoints / "last.pt", checkpoint_state(epoch))
+            if improved:
+                save_checkpoint(checkpoints / "best.pt", checkpoint_state(epoch))
+        # Every stop is decided by all ranks together, so no rank waits alone in a collective.
+        if any_rank(not math.isfinite(train_metrics["train/loss"]), device):
+            stop_reason = "non-finite loss"
+            log.error(f"train/loss is not finite at epoch {epoch}: lower optimizer.lr or set trainer.grad_clip")
+            break
+        if any_rank(early_stopping.should_stop, device):
+            stop_reason = "early_stopping"
+            log.info(f"early stopping: {early_stopping.monitor} has not improved for {early_stopping.patience} epochs")
+            break
+        if trainer.max_steps and step >= trainer.max_steps:
+            stop_reason = "max_steps"
+            break
+
+    barrier()  # best.pt is written by rank 0; every rank tests with it
+    if (checkpoints / "best.pt").exists():
+        unwrap_model(model).load_state_dict(load_checkpoint(checkpoints / "best.pt", device)["model"])
+    test = evaluate(trained_model, data.test, eval_input, cfg.precision.name, device)
+    test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
+    summary = {
+        "best": best_metrics, "final": last_metrics, "test": test_metrics,
+        "optimized_metric": cfg.optimized_metric,
+        "optimized_value": (test_metrics if cfg.optimized_metric.startswith("test/") else best_metrics).get(cfg.optimized_metric),
+        "stop_reason": stop_reason, "epochs": last_metrics.get("epoch", start_epoch - 1) + 1, "steps": step,
+        "wall_seconds": time.perf_counter() - started, "world_size": proc.world_size,
+        "device": str(device), "run_dir": str(run_dir.resolve()),
+    }
+    if proc.is_main:
+        loggers.log({"epoch": summary["epochs"] - 1, "step": step, **test_metrics})
+        loggers.finish()
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        log.info(f"done in {summary['wall_seconds']:.1f}s: test/acc {test['acc']:.4f} "
+                 f"(best val/acc {best_metrics.get('val/acc', float('nan')):.4f} at epoch {best_metrics.get('epoch')}) "
+                 f"-> {run_dir}")
+    return summary["optimized_value"]
+
+
+if __name__ == "__main__":
+    cli.run(main)
