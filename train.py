@@ -121,12 +121,12 @@ def main(cfg: DictConfig) -> float:
     if cfg.data.num_classes is None:  # an image folder counts its classes; the model reads this key
         cfg.data.num_classes = data.num_classes
     model, input_size = build_model(cfg.model, image_size=data.image_size)
-    memory_format = torch.channels_last if cfg.trainer.channels_last else torch.contiguous_format
-    model = model.to(device, memory_format=memory_format)
-    train_transform = BatchTransform(data.mean, data.std, input_size, cfg.augmentation, train=True).to(device)
-    eval_transform = BatchTransform(data.mean, data.std, input_size, None, train=False).to(device)
-    train_input = lambda images: train_transform(images).contiguous(memory_format=memory_format)  # noqa: E731
-    eval_input = lambda images: eval_transform(images).contiguous(memory_format=memory_format)  # noqa: E731
+    channels_last = cfg.trainer.channels_last
+    model = model.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    # Scaling, resizing, augmentation and normalization run batched on the device.
+    train_transform = BatchTransform(data.mean, data.std, input_size, cfg.augmentation,
+                                     train=True, channels_last=channels_last).to(device)
+    eval_transform = BatchTransform(data.mean, data.std, input_size, None, train=False, channels_last=channels_last).to(device)
 
     trainer = cfg.trainer
     optimizer = build_optimizer(model, cfg.optimizer)
@@ -165,9 +165,9 @@ def main(cfg: DictConfig) -> float:
              f"for {trainer.max_epochs} epochs ({updates_per_epoch} updates each) -> {run_dir}")
     for epoch in range(start_epoch, trainer.max_epochs):
         data.train.set_epoch(epoch)
-        train_metrics, step = train_one_epoch(trained_model, data.train, train_input, loss_fn,
+        train_metrics, step = train_one_epoch(trained_model, data.train, train_transform, loss_fn,
                                               optimizer, scheduler, scaler, cfg, device, epoch, step, loggers, show_progress)
-        val = evaluate(trained_model, data.val, eval_input, cfg.precision.name, device,
+        val = evaluate(trained_model, data.val, eval_transform, cfg.precision.name, device,
                        trainer.limit_val_batches)
         last_metrics = {"epoch": epoch, "step": step, **train_metrics, "val/loss": val["loss"], "val/acc": val["acc"]}
         improved = early_stopping.update(last_metrics[early_stopping.monitor], epoch)
@@ -197,7 +197,7 @@ def main(cfg: DictConfig) -> float:
     barrier()  # best.pt is written by rank 0; every rank tests with it
     if (checkpoints / "best.pt").exists():
         unwrap_model(model).load_state_dict(load_checkpoint(checkpoints / "best.pt", device)["model"])
-    test = evaluate(trained_model, data.test, eval_input, cfg.precision.name, device)
+    test = evaluate(trained_model, data.test, eval_transform, cfg.precision.name, device)
     test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
     summary = {
         "best": best_metrics, "final": last_metrics, "test": test_metrics,

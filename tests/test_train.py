@@ -1,8 +1,13 @@
 """End to end: train.py in a subprocess, judged by its run directory."""
 import math
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
+
+from conftest import ROOT
 
 QUICK = ("trainer.max_epochs=3", "trainer.progress_bar=false")
 
@@ -62,18 +67,27 @@ def test_label_smoothing_sets_the_floor_of_the_training_loss(run_train):
     assert plain.epoch_metrics()[-1]["train/loss"] < floor / 3
 
 
-def test_resume_continues_exactly_where_the_run_stopped(run_train):
-    straight = run_train("trainer.max_epochs=4", "augmentation=shift", "trainer.progress_bar=false",
-                         "regularization.early_stopping.enabled=false")
-    first = run_train("trainer.max_epochs=4", "augmentation=shift", "trainer.progress_bar=false", "trainer.max_steps=40",
-                      "regularization.early_stopping.enabled=false")
-    assert first.summary["stop_reason"] == "max_steps" and first.summary["epochs"] == 2
-    resumed = run_train("trainer.max_epochs=4", "augmentation=shift", "trainer.progress_bar=false",
-                        "regularization.early_stopping.enabled=false",
-                        f"resume={first.run_dir / 'checkpoints' / 'last.pt'}")
-    assert [m["epoch"] for m in resumed.epoch_metrics()] == [2, 3]
+def test_resume_after_a_kill_continues_exactly(run_train, tmp_path):
+    overrides = ["trainer.max_epochs=6", "augmentation=shift", "trainer.progress_bar=false",
+                 "regularization.early_stopping.enabled=false"]
+    straight = run_train(*overrides)
+    # Kill a second, identical run as soon as its first checkpoint lands, as a preemption would.
+    killed_dir = tmp_path / "killed"
+    victim = subprocess.Popen([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={killed_dir}", *overrides],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = killed_dir / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 120
+    while not last.exists() and victim.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    victim.kill()
+    victim.wait()
+    interrupted_at = torch.load(last, weights_only=True)["epoch"]
+    assert interrupted_at < 5, "the run finished before it could be killed"
+    resumed = run_train(*overrides, f"resume={last}")
+    assert [m["epoch"] for m in resumed.epoch_metrics()] == list(range(interrupted_at + 1, 6))
     for key in ("train/loss", "val/loss", "val/acc", "lr", "step"):
-        assert resumed.epoch_metrics()[-1][key] == pytest.approx(straight.epoch_metrics()[-1][key], rel=1e-5), key
+        assert resumed.epoch_metrics()[-1][key] == pytest.approx(straight.epoch_metrics()[-1][key], rel=1e-6), key
+    assert resumed.summary["test"] == pytest.approx(straight.summary["test"], rel=1e-6)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

@@ -43,7 +43,8 @@ class BatchTransform(nn.Module):
 
     `augmentation` is the augmentation config (a DictConfig or dict; None: no augmentation).
     It only runs in training mode: `train=False` builds the module in eval mode, and
-    `.train()` / `.eval()` switch it like any module.
+    `.train()` / `.eval()` switch it like any module. `channels_last=True` returns NHWC batches
+    for a model converted to channels_last.
     """
 
     def __init__(
@@ -53,6 +54,7 @@ class BatchTransform(nn.Module):
         size: int,
         augmentation: Mapping | None = None,
         train: bool = False,
+        channels_last: bool = False,
     ):
         super().__init__()
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
@@ -73,6 +75,7 @@ class BatchTransform(nn.Module):
         self.color_jitter = options["color_jitter"]  # {} when off
         self.affine = options["affine"]  # {} when off
         self.random_order = options["random_order"]
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.train(train)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -84,7 +87,8 @@ class BatchTransform(nn.Module):
             x = self.augment(x)
         if self.mean.shape[1] not in (1, x.shape[1]):
             raise ConfigError("data.mean", f"has {self.mean.shape[1]} values for {x.shape[1]}-channel images; give 1 or {x.shape[1]}")
-        return (x - self.mean.to(x.device)) / self.std.to(x.device)
+        x = (x - self.mean.to(x.device)) / self.std.to(x.device)
+        return x.contiguous(memory_format=self.memory_format)  # NHWC when the model is channels_last
 
     def augment(self, x: Tensor) -> Tensor:
         """The random part, on [0, 1] images. Every op is out of place: `x` may be the caller's tensor."""

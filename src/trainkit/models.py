@@ -136,9 +136,10 @@ def create_timm_model(
         if not pretrained:
             raise
         # Offline (HF_HUB_OFFLINE=1 or no network) and not in the cache, or no weights exist.
+        reason = str(error).split(". ")[0]
         raise ConfigError(
             "model.pretrained",
-            f"could not load pretrained weights for {name} ({type(error).__name__}: {str(error)[:200]}); "
+            f"could not load pretrained weights for {name} ({type(error).__name__}: {reason}); "
             "download them once with network access (they are cached under ~/.cache/huggingface), "
             "or set model.pretrained=false",
         ) from error
@@ -199,12 +200,3 @@ def _did_you_mean(name: str, choices: Iterable[str]) -> str:
     matches = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
     return f"; did you mean {', '.join(matches)}?" if matches else ""
 
-
-def param_groups_for_weight_decay(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two optimizer groups: matrices and kernels (ndim >= 2) decay; biases, normalization
-    weights and other vectors (ndim <= 1) do not. Frozen parameters are left out."""
-    decay, no_decay = [], []
-    for parameter in model.parameters():
-        if parameter.requires_grad:
-            (decay if parameter.ndim >= 2 else no_decay).append(parameter)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

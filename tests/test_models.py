@@ -1,0 +1,114 @@
+"""Models: the small CNN, timm and torchvision factories, input sizes, weight-decay groups.
+
+timm and torchvision take seconds to import; Python imports them once for the whole file.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from trainkit.errors import ConfigError
+from trainkit.models import (
+    SmallCNN,
+    build_model,
+    create_timm_model,
+    create_torchvision_model,
+    resolve_input_size,
+)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # conftest sets it too; never reach for the hub
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def model_config(group: str, channels: int = 1, image_size: int = 8, dropout: float = 0.0, **overrides):
+    """conf/model/<group>.yaml inside a root config that its interpolations resolve against."""
+    root = OmegaConf.create(
+        {
+            "data": {"channels": channels, "num_classes": 10, "image_size": image_size},
+            "regularization": {"dropout": dropout},
+            "model": OmegaConf.load(CONF / "model" / f"{group}.yaml"),
+        }
+    )
+    for key, value in overrides.items():
+        root.model[key] = value
+    return root.model
+
+
+@pytest.mark.parametrize(("channels", "size"), [(1, 8), (1, 28), (3, 32), (3, 1)])
+def test_small_cnn_takes_digits_mnist_and_cifar_sizes(channels, size):
+    model = SmallCNN(in_channels=channels, num_classes=10, widths=(8, 16, 32), dropout=0.25)
+    assert model(torch.randn(4, channels, size, size)).shape == (4, 10)
+    assert [m.p for m in model.modules() if isinstance(m, nn.Dropout)] == [0.25]
+
+
+def test_build_model_from_the_cnn_config_uses_the_data_size():
+    model, input_size = build_model(model_config("cnn", dropout=0.1), image_size=8)
+    assert isinstance(model, SmallCNN) and input_size == 8
+    assert [m.p for m in model.modules() if isinstance(m, nn.Dropout)] == [0.1]
+    model, input_size = build_model(model_config("cnn", input_size=16), image_size=8)
+    assert input_size == 16
+
+
+def test_timm_resnet18_on_one_channel_8x8_images():
+    model, input_size = build_model(model_config("timm", dropout=0.1, drop_path_rate=0.05), image_size=8)
+    assert input_size == 8  # resnets take any size
+    assert model(torch.randn(2, 1, 8, 8)).shape == (2, 10)
+
+
+def test_timm_unknown_name_suggests_close_names():
+    with pytest.raises(ConfigError) as error:
+        create_timm_model("resnet_18", in_chans=1, num_classes=10)
+    assert error.value.key == "model.name" and "did you mean" in error.value.message and "resnet18" in error.value.message
+
+
+def test_timm_model_without_stochastic_depth_rejects_drop_path_rate():
+    with pytest.raises(ConfigError) as error:  # VGG's constructor fails before building anything
+        create_timm_model("vgg11", num_classes=10, drop_path_rate=0.1)
+    assert error.value.key == "model.drop_path_rate"
+
+
+def test_timm_pretrained_weights_offline_are_a_config_error():
+    with pytest.raises(ConfigError) as error:
+        create_timm_model("resnet18", pretrained=True, in_chans=1, num_classes=10)
+    assert error.value.key == "model.pretrained" and "model.pretrained=false" in error.value.message
+
+
+def test_torchvision_resnet18_for_one_channel_with_dropout():
+    model, input_size = build_model(model_config("torchvision", dropout=0.2), image_size=8)
+    assert input_size == 8
+    assert model.conv1.in_channels == 1 and model.conv1.kernel_size == (7, 7) and model.conv1.stride == (2, 2)
+    assert isinstance(model.fc, nn.Sequential) and model.fc[0].p == 0.2 and model.fc[1].out_features == 10
+    assert model(torch.randn(2, 1, 8, 8)).shape == (2, 10)
+
+
+def test_torchvision_googlenet_is_raised_to_its_minimum_and_returns_plain_logits():
+    model, input_size = build_model(model_config("torchvision", name="googlenet"), image_size=8)
+    assert input_size == 15  # torchvision's metadata: googlenet needs at least 15x15
+    assert model.train()(torch.randn(2, 1, 15, 15)).shape == (2, 10)  # no auxiliary-logits tuple
+
+
+def test_torchvision_unknown_name_suggests_close_names():
+    with pytest.raises(ConfigError) as error:
+        create_torchvision_model("resnet_18", in_channels=1, num_classes=10)
+    assert error.value.key == "model.name" and "resnet18" in error.value.message
+
+
+def test_input_size_follows_the_model_without_building_it():
+    vit = OmegaConf.to_container(model_config("timm", name="vit_tiny_patch16_224"), resolve=True)
+    assert resolve_input_size(vit, image_size=8) == 224  # fixed-size ViT: 224 whatever the data
+    assert resolve_input_size(vit, image_size=8, input_size=224) == 224
+    with pytest.raises(ConfigError, match="model.input_size"):
+        resolve_input_size(vit, image_size=8, input_size=32)
+    resnet = OmegaConf.to_container(model_config("timm"), resolve=True)
+    assert resolve_input_size(resnet, image_size=8) == 8
+    assert resolve_input_size(resnet, image_size=8, input_size=64) == 64  # explicit override
+    torchvision_vit = OmegaConf.to_container(model_config("torchvision", name="vit_b_16"), resolve=True)
+    assert resolve_input_size(torchvision_vit, image_size=32) == 224
+    inception = OmegaConf.to_container(model_config("torchvision", name="inception_v3"), resolve=True)
+    assert resolve_input_size(inception, image_size=299) == 299  # only raised, never lowered
+    with pytest.raises(ConfigError, match="at least 75"):
+        resolve_input_size(inception, image_size=8, input_size=32)
