@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from trainkit import cli
@@ -25,8 +26,11 @@ from trainkit.augment import BatchTransform
 from trainkit.checkpoint import load_checkpoint, restore_rng_states, rng_states, save_checkpoint, unwrap_model
 from trainkit.config import validate
 from trainkit.data import build_data
-from trainkit.distributed import all_reduce_sum, any_rank, barrier, process_info
+from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics, broadcast_weights,
+                                  destroy_process_group, gather_objects, gradient_sync, init_process_group,
+                                  launched_externally, process_info)
 from trainkit.early_stopping import EarlyStopping
+from trainkit.launch import configure_worker_logging, launch_local_workers, limit_cpu_threads, processes_per_node
 from trainkit.loggers import build_loggers
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
@@ -51,7 +55,7 @@ def evaluate(model, loader, transform, precision, device, limit=None) -> dict:
             totals[1] += (logits.argmax(dim=1) == labels).sum()
             totals[2] += labels.numel()
     loss_sum, correct, count = all_reduce_sum(totals).tolist()
-    return {"loss": loss_sum / max(count, 1), "acc": correct / max(count, 1)}
+    return {"loss": loss_sum / max(count, 1), "acc": correct / max(count, 1), "samples": int(count)}
 
 
 def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, scaler, cfg, device, epoch, step, loggers, show_progress):
@@ -73,10 +77,10 @@ def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, sca
         group_size = min(accumulate, num_batches - group_start)
         is_update = i - group_start == group_size - 1
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-        with autocast(cfg.precision.name, device):
+        with gradient_sync(model, enabled=is_update), autocast(cfg.precision.name, device):
             logits = model(transform(images))
             loss = loss_fn(logits.float(), labels)
-        scaler.scale(loss / group_size).backward()
+            scaler.scale(loss / group_size).backward()
         if is_update:
             if trainer.grad_clip:
                 scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
@@ -92,9 +96,11 @@ def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, sca
         totals[2] += labels.numel()
         interval_loss += batch_loss
         interval_batches += 1
-        if loggers and is_update and step % trainer.log_every_n_steps == 0:
-            loggers.log({"epoch": epoch, "step": step, "train/step_loss": interval_loss.item() / interval_batches,
-                         "lr": optimizer.param_groups[0]["lr"]})
+        if is_update and step % trainer.log_every_n_steps == 0:
+            step_loss = all_reduce_sum(torch.stack([interval_loss, torch.tensor(float(interval_batches), device=device)]))
+            if loggers:
+                loggers.log({"epoch": epoch, "step": step, "train/step_loss": (step_loss[0] / step_loss[1]).item(),
+                             "lr": optimizer.param_groups[0]["lr"]})
             interval_loss.zero_()
             interval_batches = 0
         progress.update()
@@ -107,13 +113,9 @@ def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, sca
             "train/samples_per_sec": count / seconds, "lr": optimizer.param_groups[0]["lr"]}, step
 
 
-@hydra.main(version_base=None, config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> float:
+def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
+    """One process's part of the run: the only process, or one rank of many. Returns the summary."""
     started = time.perf_counter()
-    validate(cfg)
-    proc = process_info()
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    device = pick_device(cfg.device, proc.local_rank)
     # Each rank draws its own augmentation and dropout; DDP makes the initial weights agree.
     seed_everything(cfg.seed + proc.rank)
 
@@ -121,6 +123,8 @@ def main(cfg: DictConfig) -> float:
     if cfg.data.num_classes is None:  # an image folder counts its classes; the model reads this key
         cfg.data.num_classes = data.num_classes
     model, input_size = build_model(cfg.model, image_size=data.image_size)
+    if cfg.distributed.sync_batchnorm and proc.world_size > 1:
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     channels_last = cfg.trainer.channels_last
     model = model.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
     # Scaling, resizing, augmentation and normalization run batched on the device.
@@ -147,15 +151,23 @@ def main(cfg: DictConfig) -> float:
         scaler.load_state_dict(checkpoint["scaler"])
         early_stopping.load_state_dict(checkpoint["early_stopping"])
         start_epoch, step, best_metrics = checkpoint["epoch"] + 1, checkpoint["step"], checkpoint["best_metrics"]
-        restore_rng_states(checkpoint["rng"])
+        rng = checkpoint["rng"]
+        if len(rng) == proc.world_size:
+            restore_rng_states(rng[proc.rank])
+        else:  # another world size: fresh, still distinct, streams per rank
+            seed_everything(cfg.seed + proc.rank + 1000 * start_epoch)
         log.info(f"resumed from {cfg.resume} at epoch {start_epoch}, step {step}")
+    # Order matters: compile the model on its device, then wrap it for DDP (which broadcasts
+    # rank 0's initial weights to every rank).
     trained_model = torch.compile(model) if trainer.compile else model
+    if proc.world_size > 1:
+        trained_model = DistributedDataParallel(trained_model, device_ids=[device.index] if device.type == "cuda" else None)
 
-    def checkpoint_state(epoch: int) -> dict:
+    def checkpoint_state(epoch: int, rng: list) -> dict:
         return {"model": unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                 "early_stopping": early_stopping.state_dict(), "best_metrics": best_metrics, "epoch": epoch, "step": step,
-                "rng": rng_states(), "config": OmegaConf.to_container(cfg, resolve=True)}
+                "rng": rng, "config": OmegaConf.to_container(cfg, resolve=True)}
 
     loggers = build_loggers(cfg.logger, run_dir) if proc.is_main else None
     show_progress = proc.is_main and trainer.progress_bar and sys.stderr.isatty()
@@ -167,20 +179,22 @@ def main(cfg: DictConfig) -> float:
         data.train.set_epoch(epoch)
         train_metrics, step = train_one_epoch(trained_model, data.train, train_transform, loss_fn,
                                               optimizer, scheduler, scaler, cfg, device, epoch, step, loggers, show_progress)
+        average_batchnorm_statistics(model)  # BatchNorm statistics from every rank's shard, before eval and save
         val = evaluate(trained_model, data.val, eval_transform, cfg.precision.name, device,
                        trainer.limit_val_batches)
         last_metrics = {"epoch": epoch, "step": step, **train_metrics, "val/loss": val["loss"], "val/acc": val["acc"]}
         improved = early_stopping.update(last_metrics[early_stopping.monitor], epoch)
         if improved:
             best_metrics = {"epoch": epoch, "step": step, "val/loss": val["loss"], "val/acc": val["acc"]}
+        rng = gather_objects(rng_states())  # every rank's streams, so a resume restores each one
         if proc.is_main:
             loggers.log(last_metrics)
             log.info(f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}  val/loss {val['loss']:.4f}  "
                      f"val/acc {val['acc']:.4f}  lr {train_metrics['lr']:.2e}  "
                      f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{'  *' if improved else ''}")
-            save_checkpoint(checkpoints / "last.pt", checkpoint_state(epoch))
+            save_checkpoint(checkpoints / "last.pt", checkpoint_state(epoch, rng))
             if improved:
-                save_checkpoint(checkpoints / "best.pt", checkpoint_state(epoch))
+                save_checkpoint(checkpoints / "best.pt", checkpoint_state(epoch, rng))
         # Every stop is decided by all ranks together, so no rank waits alone in a collective.
         if any_rank(not math.isfinite(train_metrics["train/loss"]), device):
             stop_reason = "non-finite loss"
@@ -194,9 +208,11 @@ def main(cfg: DictConfig) -> float:
             stop_reason = "max_steps"
             break
 
-    barrier()  # best.pt is written by rank 0; every rank tests with it
-    if (checkpoints / "best.pt").exists():
+    # Test with the best weights: rank 0 reads best.pt and sends the weights to every rank, so
+    # nodes need not share a file system.
+    if proc.is_main and (checkpoints / "best.pt").exists():
         unwrap_model(model).load_state_dict(load_checkpoint(checkpoints / "best.pt", device)["model"])
+    broadcast_weights(unwrap_model(model))
     test = evaluate(trained_model, data.test, eval_transform, cfg.precision.name, device)
     test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
     summary = {
@@ -214,7 +230,38 @@ def main(cfg: DictConfig) -> float:
         log.info(f"done in {summary['wall_seconds']:.1f}s: test/acc {test['acc']:.4f} "
                  f"(best val/acc {best_metrics.get('val/acc', float('nan')):.4f} at epoch {best_metrics.get('epoch')}) "
                  f"-> {run_dir}")
-    return summary["optimized_value"]
+    return summary
+
+
+def run(cfg: DictConfig, run_dir: Path) -> float:
+    """Runs in every process: join the process group (if there is one), train, always leave it."""
+    proc = process_info()
+    device = pick_device(cfg.device, proc.local_rank)
+    init_process_group(proc, device, cfg.distributed.backend, cfg.distributed.timeout_seconds)
+    try:
+        return train(cfg, run_dir, proc, device)["optimized_value"]
+    finally:
+        destroy_process_group()
+
+
+def ddp_worker(config: dict, run_dir: str) -> float:
+    """Entry point of each process train.py starts itself. Hydra ran once, in the parent, which
+    hands over the composed config and its run directory."""
+    configure_worker_logging(Path(run_dir), process_info())
+    limit_cpu_threads(process_info().local_world_size)
+    return run(OmegaConf.create(config), Path(run_dir))
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    validate(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if cfg.distributed.name == "ddp" and not launched_externally():
+        nproc = processes_per_node(cfg.distributed)
+        log.info(f"launching {nproc} DDP processes -> {run_dir}")
+        results = launch_local_workers(nproc, __file__, "ddp_worker", OmegaConf.to_container(cfg, resolve=True), str(run_dir))
+        return results[0]
+    return run(cfg, run_dir)
 
 
 if __name__ == "__main__":

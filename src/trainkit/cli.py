@@ -1,6 +1,8 @@
-"""Run the Hydra entry point and report bad input as one line instead of a stack trace.
+"""Run a Hydra entry point the way every trainkit script needs it run.
 
-Set HYDRA_FULL_ERROR=1 to see the full trace. Unexpected errors (bugs) always keep theirs.
+Before Hydra composes: register the config's resolvers and, under torchrun, let all ranks agree
+on one run directory. After: report bad input as one line instead of a stack trace (set
+HYDRA_FULL_ERROR=1 to see the trace; unexpected errors, i.e. bugs, always keep theirs).
 """
 import difflib
 import os
@@ -9,8 +11,10 @@ import sys
 from typing import Callable
 
 from hydra.errors import HydraException, MissingConfigException
+from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from trainkit.distributed import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError
 
 
@@ -52,6 +56,9 @@ def _causes(error: BaseException):
 
 def run(hydra_main: Callable[[], object]) -> None:
     """Call a @hydra.main function; bad input exits 1 with `error: <key>: <what to fix>`."""
+    OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True, replace=True)
+    agree_on_launch_time()
+    sys.argv += hydra_overrides_for_this_rank()
     wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
     try:

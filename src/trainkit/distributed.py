@@ -1,12 +1,24 @@
-"""Which process am I, and the collectives that keep every rank's view of the run identical.
+"""Which process am I, the process group, and the collectives that keep every rank's view identical.
 
+Three ways to get several processes, one code path once they run:
+- train.py launches them itself (`distributed=ddp distributed.nproc_per_node=N`) with torch's
+  elastic launch API: see trainkit/launch.py;
+- torchrun starts them (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT in the environment);
+- SLURM starts them, one task per GPU (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, the node list).
 Every helper here also works in a plain single process (world size 1, no process group).
 """
+import contextlib
+import datetime
 import os
+import re
+import subprocess
+import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+LAUNCH_TIME_VARIABLE = "TRAINKIT_LAUNCH_TIME"
 
 
 @dataclass(frozen=True)
@@ -14,6 +26,7 @@ class ProcessInfo:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    local_world_size: int = 1
 
     @property
     def is_main(self) -> bool:
@@ -22,12 +35,64 @@ class ProcessInfo:
 
 
 def process_info() -> ProcessInfo:
-    """Read the rank from torchrun's environment variables; a plain run is rank 0 of 1."""
-    return ProcessInfo(
-        rank=int(os.environ.get("RANK", 0)),
-        local_rank=int(os.environ.get("LOCAL_RANK", 0)),
-        world_size=int(os.environ.get("WORLD_SIZE", 1)),
-    )
+    """This process's place in the job: torchrun's variables first, then SLURM's, else rank 0 of 1."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world_size = int(env["WORLD_SIZE"])
+        return ProcessInfo(int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), world_size,
+                           int(env.get("LOCAL_WORLD_SIZE", world_size)))
+    if int(env.get("SLURM_NTASKS", 1)) > 1:
+        world_size = int(env["SLURM_NTASKS"])
+        tasks_here = env.get("SLURM_NTASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", str(world_size)))
+        return ProcessInfo(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), world_size,
+                           int(re.match(r"\d+", tasks_here).group()))
+    return ProcessInfo()
+
+
+def launched_externally() -> bool:
+    """True under torchrun or a multi-task SLURM step: the processes exist already."""
+    return process_info().world_size > 1
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """The first host of a SLURM node list such as `gpu[03-05,09],cpu1` -> `gpu03`."""
+    try:
+        hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+        return hosts.stdout.split()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
+        prefix, ranges = match.group(1), match.group(2)
+        return prefix + ranges.split(",")[0].split("-")[0] if ranges else prefix
+
+
+def export_slurm_rendezvous() -> None:
+    """Under SLURM without torchrun, derive MASTER_ADDR/PORT the same way on every task: the first
+    node of the job, and a port from the job id (so two jobs on one node do not collide)."""
+    env = os.environ
+    if "MASTER_ADDR" not in env:
+        env["MASTER_ADDR"] = first_slurm_host(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "127.0.0.1")))
+    if "MASTER_PORT" not in env:
+        env["MASTER_PORT"] = str(15000 + int(env.get("SLURM_JOB_ID", 0)) % 20000)
+
+
+def init_process_group(proc: ProcessInfo, device: torch.device, backend: str, timeout_seconds: float) -> None:
+    """Join the job's process group (device already chosen from LOCAL_RANK). No-op for one process."""
+    if proc.world_size == 1:
+        return
+    if "SLURM_PROCID" in os.environ and "RANK" not in os.environ:
+        export_slurm_rendezvous()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before the group, so NCCL binds this rank to its own GPU
+    if backend == "auto":
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method="env://", rank=proc.rank, world_size=proc.world_size,
+                            timeout=datetime.timedelta(seconds=timeout_seconds),
+                            device_id=device if device.type == "cuda" else None)
+
+
+def destroy_process_group() -> None:
+    if is_distributed():
+        dist.destroy_process_group()
 
 
 def is_distributed() -> bool:
@@ -53,3 +118,69 @@ def any_rank(flag: bool, device: torch.device) -> bool:
 def barrier() -> None:
     if is_distributed():
         dist.barrier()
+
+
+def broadcast_weights(model: torch.nn.Module) -> None:
+    """Copy rank 0's parameters and buffers to every rank (no shared file system needed)."""
+    if is_distributed():
+        for tensor in model.state_dict().values():
+            dist.broadcast(tensor, src=0)
+
+
+def average_batchnorm_statistics(model: torch.nn.Module) -> None:
+    """Make BatchNorm running statistics the mean over ranks, so evaluation and checkpoints do
+    not depend on rank 0's shard alone (SyncBatchNorm does this per step, on GPUs only)."""
+    if not is_distributed():
+        return
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.track_running_stats:
+            for buffer in (module.running_mean, module.running_var):
+                dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
+                buffer /= dist.get_world_size()
+
+
+def gradient_sync(model: torch.nn.Module, enabled: bool):
+    """DDP's `no_sync()` for micro-steps that do not update: gradients accumulate locally and are
+    all-reduced once, on the last micro-step of the group."""
+    if enabled or not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return contextlib.nullcontext()
+    return model.no_sync()
+
+
+def agree_on_launch_time() -> None:
+    """Under torchrun every rank runs Hydra, which names the run directory after the clock. Rank 0
+    publishes its clock through torchrun's own store, so every rank names the same directory."""
+    env = os.environ
+    if LAUNCH_TIME_VARIABLE in env or "TORCHELASTIC_RUN_ID" not in env or int(env.get("WORLD_SIZE", 1)) == 1:
+        return
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return  # no store we may join before the process group exists: each rank keeps its own clock
+    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
+                          timeout=datetime.timedelta(seconds=120))
+    key = f"trainkit/launch_time/{env.get('TORCHELASTIC_RESTART_COUNT', 0)}"
+    if env["RANK"] == "0":
+        store.set(key, str(time.time()))
+    env[LAUNCH_TIME_VARIABLE] = store.get(key).decode()
+
+
+def launch_time(pattern: str) -> str:
+    """`${launch_time:%Y-%m-%d}` in the config: the agreed launch time under torchrun, else now."""
+    stamp = float(os.environ.get(LAUNCH_TIME_VARIABLE, time.time()))
+    return datetime.datetime.fromtimestamp(stamp).strftime(pattern)
+
+
+def hydra_overrides_for_this_rank() -> list[str]:
+    """Under torchrun, ranks other than 0 still compose the config but write nothing of Hydra's:
+    no .hydra/ folder and no log file in the shared run directory."""
+    if int(os.environ.get("RANK", 0)) == 0:
+        return []
+    return ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
+
+
+def gather_objects(obj) -> list:
+    """Every rank's `obj`, in rank order, on every rank ([obj] in a single process)."""
+    if not is_distributed():
+        return [obj]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered

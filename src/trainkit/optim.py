@@ -1,34 +1,113 @@
-"""Optimizer with weight-decay groups, and learning-rate schedules counted in optimizer updates."""
+"""Optimizer with weight-decay (and backbone/head) groups, and LR schedules counted in optimizer updates.
+
+Keys of conf/optimizer/*.yaml that are not the optimizer's own arguments, handled here:
+
+    head_lr_scale: 1.0           # the classifier head trains at lr * head_lr_scale (fine-tuning: 10)
+    scale_lr_with_batch: false   # linear scaling rule: lr * global batch / reference_batch_size
+    reference_batch_size: 256    # the global batch size at which optimizer.lr is meant
+"""
+import logging
 import math
+from collections.abc import Mapping
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 SCHEDULES = ("cosine", "cosine_restarts", "step", "constant")
 
 
-def param_groups_for_weight_decay(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Decay the weights of convolutions and linear layers only.
+def param_groups(model: torch.nn.Module, weight_decay: float, head_lr_scale: float = 1.0, lr: float | None = None) -> list[dict]:
+    """Parameter groups: decayed / not decayed, and with `head_lr_scale != 1` backbone / head.
 
-    Biases and normalization scales/shifts (every parameter with ndim <= 1) are left undecayed:
+    Weight decay applies to the weights of convolutions and linear layers only: biases and
+    normalization scales/shifts (every parameter with ndim <= 1) are left undecayed, since
     shrinking them toward zero only hurts. Frozen parameters are left out entirely.
+
+    Each group carries `lr_scale` (1 for the backbone, head_lr_scale for the classifier head,
+    see trainkit.models.head_parameters) and, when `lr` is given, `lr = lr * lr_scale`. The
+    schedule multiplies each group's own initial lr, so the ratio holds all run long. Groups
+    come in a fixed order, backbone first, and are kept even when empty (a frozen backbone), so
+    `param_groups[0]["lr"]` is always the base LR and a checkpoint always has the same groups.
     """
-    decay, no_decay = [], []
-    for param in model.parameters():
-        if param.requires_grad:
-            (decay if param.ndim >= 2 else no_decay).append(param)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+    from trainkit.models import head_parameters
+
+    head = set()
+    if head_lr_scale != 1.0:
+        head = {id(p) for p in head_parameters(model)}
+        if not head:
+            raise ConfigError("optimizer.head_lr_scale", f"found no classifier head in {type(model).__name__}; "
+                                                         "set optimizer.head_lr_scale=1")
+    parts = [("backbone", 1.0)] + ([("head", head_lr_scale)] if head_lr_scale != 1.0 else [])
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    groups = []
+    for part, scale in parts:
+        for decayed in (True, False):
+            params = [p for p in trainable if (id(p) in head) == (part == "head") and (p.ndim >= 2) == decayed]
+            group = {"params": params, "weight_decay": weight_decay if decayed else 0.0, "lr_scale": scale}
+            if lr is not None:
+                group["lr"] = lr * scale
+            groups.append(group)
+    return groups
 
 
-def build_optimizer(model: torch.nn.Module, cfg: DictConfig) -> torch.optim.Optimizer:
-    groups = param_groups_for_weight_decay(model, cfg.weight_decay)
-    return instantiate(cfg, params=groups, _convert_="all")
+def param_groups_for_weight_decay(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """The two weight-decay groups [decay, no_decay] (see param_groups)."""
+    return param_groups(model, weight_decay)
+
+
+def scaled_lr(base_lr: float, batch_size: int, world_size: int = 1, accumulate: int = 1, reference: int = 256) -> float:
+    """The linear scaling rule (Goyal et al., 2017): lr = base_lr * global batch / reference, where
+    the global batch is batch_size (per process) x world_size x accumulate.
+
+    Caveats: it holds for SGD up to global batches of a few thousand and breaks down beyond;
+    pair it with a warmup (scheduler.warmup_epochs, warmup_start_factor), since the scaled LR is
+    too high for the first updates. For adaptive optimizers (Adam, AdamW) square-root scaling,
+    base_lr * sqrt(global / reference), is often closer; with this flag off, set optimizer.lr
+    yourself.
+    """
+    for name, value in (("batch_size", batch_size), ("world_size", world_size), ("accumulate", accumulate), ("reference", reference)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"scaled_lr: {name} must be a positive integer, got {value!r}")
+    return base_lr * batch_size * world_size * accumulate / reference
+
+
+def build_optimizer(model: torch.nn.Module, cfg: Mapping, *, batch_size: int | None = None, world_size: int = 1,
+                    accumulate: int = 1) -> torch.optim.Optimizer:
+    """The `_target_` optimizer over `param_groups`, from conf/optimizer/*.yaml.
+
+    `batch_size` (per process), `world_size` and `accumulate` are needed only with
+    `scale_lr_with_batch: true`, which sets the base LR by `scaled_lr`.
+    """
+    options = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    head_lr_scale = options.pop("head_lr_scale", 1.0)
+    scale_with_batch = options.pop("scale_lr_with_batch", False)
+    reference = options.pop("reference_batch_size", 256)
+    if isinstance(head_lr_scale, bool) or not isinstance(head_lr_scale, (int, float)) or head_lr_scale < 0:
+        raise ConfigError("optimizer.head_lr_scale", f"must be a number >= 0, got {head_lr_scale!r}")
+    if not isinstance(scale_with_batch, bool):
+        raise ConfigError("optimizer.scale_lr_with_batch", f"must be true or false, got {scale_with_batch!r}")
+    if scale_with_batch:
+        if isinstance(reference, bool) or not isinstance(reference, int) or reference < 1:
+            raise ConfigError("optimizer.reference_batch_size", f"must be a positive whole number, got {reference!r}")
+        if batch_size is None:
+            raise ValueError("build_optimizer: optimizer.scale_lr_with_batch=true needs batch_size (and world_size, accumulate)")
+        lr = scaled_lr(options["lr"], batch_size, world_size, accumulate, reference)
+        log.info(f"optimizer.lr {options['lr']:g} scaled to {lr:g} for a global batch of "
+                 f"{batch_size * world_size * accumulate} (reference {reference})")
+        options["lr"] = lr
+    groups = param_groups(_unwrap(model), options.get("weight_decay", 0.0), float(head_lr_scale), lr=options["lr"])
+    return instantiate(options, params=groups, _convert_="all")
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    from trainkit.checkpoint import unwrap_model
+
+    return unwrap_model(model)
 
 
 class LRSchedule:
@@ -42,6 +121,11 @@ class LRSchedule:
             raise ConfigError("scheduler.name", f"unknown schedule '{cfg.name}'; choose one of {', '.join(SCHEDULES)}")
         self.name = cfg.name
         self.warmup = round(cfg.get("warmup_epochs", 0) * updates_per_epoch)
+        # null: warm up as (update + 1) / warmup; a number f: linearly from f (update 0) to 1 (update = warmup).
+        self.warmup_start_factor = cfg.get("warmup_start_factor", None)
+        f = self.warmup_start_factor
+        if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1):
+            raise ConfigError("scheduler.warmup_start_factor", f"must be a number in [0, 1] or null, got {f!r}")
         self.total = max(total_updates, self.warmup + 1)
         self.min_ratio = cfg.get("min_lr_ratio", 0.0)
         self.cycle = max(1, round(cfg.get("cycle_epochs", 1) * updates_per_epoch))
@@ -55,7 +139,9 @@ class LRSchedule:
 
     def __call__(self, update: int) -> float:
         if update < self.warmup:
-            return (update + 1) / self.warmup
+            if self.warmup_start_factor is None:
+                return (update + 1) / self.warmup
+            return self.warmup_start_factor + (1 - self.warmup_start_factor) * update / self.warmup
         since_warmup = update - self.warmup
         if self.name == "cosine":
             return self._cosine(since_warmup, self.total - self.warmup)

@@ -1,0 +1,77 @@
+"""Show the composed config as a tree at the start of a run, and keep a plain-text copy of it.
+
+The config groups (data, model, optimizer, ...) come first, each labelled with the option that
+was picked, then the plain keys. `rich` is imported only when printing.
+"""
+from pathlib import Path
+from typing import Optional, Union
+
+from omegaconf import DictConfig, OmegaConf
+
+# The contract's groups, in the order a run flows; used when Hydra's choices are not at hand.
+GROUPS = ("data", "model", "optimizer", "scheduler", "precision", "distributed", "regularization",
+          "augmentation", "logger")
+FILENAME = "config_tree.txt"
+
+
+def _group_choices(cfg: DictConfig) -> dict:
+    """{top-level key: picked option} for each config group that fills a top-level key, in the
+    defaults-list order; falls back to GROUPS without option names outside a Hydra app."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        choices = HydraConfig.get().runtime.choices
+        picked = {g: o for g, o in choices.items() if not g.startswith("hydra/") and g in cfg}
+        if picked:
+            return picked
+    return {group: None for group in GROUPS if group in cfg}
+
+
+def _yaml(node, resolve: bool) -> str:
+    try:
+        return OmegaConf.to_yaml(node, resolve=resolve).rstrip()
+    except Exception:  # an interpolation that cannot resolve yet: show it as written
+        return OmegaConf.to_yaml(node, resolve=False).rstrip()
+
+
+def build_tree(cfg: DictConfig, resolve: bool = True):
+    """A rich Tree: one branch a config group (label `group: option`), then the other sections,
+    then the top-level scalar keys in one last branch."""
+    from rich.syntax import Syntax
+    from rich.tree import Tree
+
+    tree = Tree("config", guide_style="dim")
+    choices = _group_choices(cfg)
+    sections = [key for key in cfg if OmegaConf.is_config(cfg._get_node(key)) and key not in choices]
+    scalars = [key for key in cfg if key not in choices and key not in sections]
+    for key in [*choices, *sections]:
+        option = choices.get(key)
+        label = f"[bold]{key}[/bold]" + (f": [cyan]{option}[/cyan]" if option else "")
+        branch = tree.add(label)
+        text = _yaml(cfg[key], resolve)
+        if text and text != "{}":
+            branch.add(Syntax(text, "yaml", theme="ansi_dark", background_color="default"))
+    if scalars:
+        rest = OmegaConf.masked_copy(cfg, scalars)
+        tree.add("[bold]top level[/bold]").add(
+            Syntax(_yaml(rest, resolve), "yaml", theme="ansi_dark", background_color="default"))
+    return tree
+
+
+def print_config(cfg: DictConfig, path: Optional[Union[str, Path]] = None, resolve: bool = True) -> None:
+    """Print the config tree (rank 0 only) and, with `path`, save it as plain text: `path` is a run
+    directory (the file is `config_tree.txt` in it) or a file name ending in `.txt`."""
+    from trainkit.distributed import process_info  # torch: already imported by train.py
+
+    if not process_info().is_main:
+        return
+    from rich.console import Console
+
+    tree = build_tree(cfg, resolve=resolve)
+    Console().print(tree)
+    if path is not None:
+        path = Path(path)
+        target = path if path.suffix == ".txt" else path / FILENAME
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "w", encoding="utf-8") as file:
+            Console(file=file, color_system=None, width=120, soft_wrap=True).print(tree)

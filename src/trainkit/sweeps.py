@@ -1,0 +1,226 @@
+"""Sweeps: keep a multirun going when one trial fails, and keep known plugin noise quiet.
+
+    python train.py -m optimizer.lr=0.1,0.03 seed=1,2,3      # grid, one run directory per job
+    python train.py hparams_search=digits_optuna             # Optuna TPE (conf/hparams_search/)
+    python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 seed=1,2    # jobs in parallel
+    python train.py -m hydra/launcher=slurm seed=1,2,3       # one SLURM job per trial
+
+A trial that crashes (a diverging learning rate, an out-of-memory batch size) should cost one
+trial, not the sweep: `run_trial` logs the error, writes the traceback to the trial's log file
+and returns `failed_trial_value(cfg)` to the sweeper. A single run (no -m) raises as usual.
+"""
+import gc
+import logging
+import math
+import re
+import sys
+import warnings
+from typing import Any, Callable, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.errors import ConfigError
+
+log = logging.getLogger("sweep")
+
+HIGHER_IS_BETTER = ("acc",)  # metric names containing these are maximized; everything else (losses) minimized
+
+
+def maximize(metric: str) -> bool:
+    """True when a larger value of `metric` is better (accuracies), False for losses."""
+    name = metric.rsplit("/", 1)[-1]
+    return any(word in name for word in HIGHER_IS_BETTER)
+
+
+def failed_trial_value(cfg: DictConfig) -> float:
+    """What a failed trial reports to the sweeper: `sweep.failed_trial_value`, or when that is null
+    the worst value `optimized_metric` can take (-inf for an accuracy, +inf for a loss).
+
+    Optuna records an infinite value as a completed, worst-possible trial, so TPE learns to avoid
+    that region. NaN is not an option: hydra-optuna-sweeper (optuna 2.10) then crashes the whole
+    sweep ("Values were told ... TrialState.FAIL"), so a NaN result is replaced by this value too.
+    """
+    value = OmegaConf.select(cfg, "sweep.failed_trial_value", default=None)
+    if value is None:
+        return -math.inf if maximize(cfg.optimized_metric) else math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ConfigError("sweep.failed_trial_value", f"must be a number or null (auto), got {value!r}")
+    return float(value)
+
+
+def sweeper_direction() -> Optional[str]:
+    """The single direction ('maximize'/'minimize') of the running Hydra sweeper, if it has one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    direction = OmegaConf.select(HydraConfig.get(), "sweeper.direction", default=None)
+    if direction is None or OmegaConf.is_list(direction) or isinstance(direction, (list, tuple)):
+        return None  # not Optuna, or a multi-objective study
+    return getattr(direction, "name", str(direction))
+
+
+def check_direction(cfg: DictConfig, direction: Optional[str]) -> None:
+    """A sweep that maximizes a loss (or minimizes an accuracy) wastes every trial: stop at once."""
+    if direction not in ("maximize", "minimize"):
+        return
+    wanted = "maximize" if maximize(cfg.optimized_metric) else "minimize"
+    if direction != wanted:
+        raise ConfigError("hydra.sweeper.direction", f"is {direction} but optimized_metric={cfg.optimized_metric} "
+                                                     f"should be {wanted}d; set hydra.sweeper.direction={wanted}")
+
+
+def in_multirun() -> bool:
+    """True inside a job launched by `-m` / `hydra.mode=MULTIRUN` (any sweeper, any launcher)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: Optional[bool] = None) -> Any:
+    """Call `fn(cfg)` and return its result; in a multirun with `sweep.catch_failures` (the default),
+    an exception or a NaN/None result becomes `failed_trial_value(cfg)` instead of ending the sweep.
+
+    KeyboardInterrupt is never caught: Ctrl-C stops the sweep. `multirun` is detected from
+    Hydra when None (tests pass it explicitly).
+    """
+    if multirun is None:
+        multirun = in_multirun()
+    if not multirun:
+        return fn(cfg)
+    check_direction(cfg, sweeper_direction())
+    catch = OmegaConf.select(cfg, "sweep.catch_failures", default=True)
+    if not isinstance(catch, bool):
+        raise ConfigError("sweep.catch_failures", f"must be true or false, got {catch!r}")
+    fallback = failed_trial_value(cfg)  # checked before training, so a bad setting fails fast
+    try:
+        result = fn(cfg)
+    except Exception as error:
+        if not catch:
+            raise
+        message = " ".join(str(error).split())[:300]
+        log.error(f"trial failed: {type(error).__name__}: {message} -> {fallback} goes to the sweeper "
+                  f"(sweep.catch_failures=true){_where_traceback_goes()}")
+        _traceback_to_log_files(error)
+        del error
+        _release_memory()
+        return fallback
+    if result is None or _is_nan(result):
+        log.warning(f"trial returned {result} for {cfg.optimized_metric} -> {fallback} goes to the sweeper")
+        return fallback
+    return result
+
+
+def _is_nan(value: Any) -> bool:
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _file_handlers() -> list:
+    return [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+
+
+def _where_traceback_goes() -> str:
+    files = [h.baseFilename for h in _file_handlers()]
+    return f"; traceback in {files[0]}" if files else ""
+
+
+def _traceback_to_log_files(error: BaseException) -> None:
+    """The full traceback goes to the job's log file only; the console keeps its one line."""
+    handlers = _file_handlers()
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "traceback of the failed trial:",
+                            None, (type(error), error, error.__traceback__))
+    if not handlers:
+        log.handle(record)
+        return
+    for handler in handlers:
+        if record.levelno >= handler.level:
+            handler.handle(record)
+
+
+def _release_memory() -> None:
+    """The next trial may run in this same process: free what the failed one held on the GPU."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------
+# Quiet, but only what is known to be harmless.
+
+# (category name, message regex) of warnings that say nothing actionable to a user.
+KNOWN_WARNINGS = (
+    # optuna 2.10 (pinned by hydra-optuna-sweeper) under SQLAlchemy 2.x, from optuna's storage
+    # models and its alembic migration scripts (which load under their own module names).
+    ("MovedIn20Warning", r"The ``declarative_base\(\)`` function is now available as sqlalchemy\.orm"),
+)
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, pattern: str):
+        super().__init__()
+        self.pattern = re.compile(pattern)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.pattern.match(record.getMessage())
+
+
+# logger name -> messages (regex, matched at the start) dropped from it.
+KNOWN_LOG_NOISE = {
+    # alembic (imported by optuna) announces its plugins at INFO, which Hydra's root logger shows.
+    "alembic.runtime.plugins": r"setup plugin ",
+    # hydra-joblib-launcher prints every joblib.Parallel argument before each batch.
+    "hydra_plugins.hydra_joblib_launcher._core": r"Joblib\.Parallel\(",
+}
+
+
+def quiet_known_warnings() -> None:
+    """Silence the known, harmless warnings and plugin log lines; call once at import of train.py.
+
+    Each filter matches one exact message, so other warnings and every error still show.
+    Imports nothing heavy: no optuna, no SQLAlchemy.
+    """
+    for _category_name, message in KNOWN_WARNINGS:
+        # The category lives in SQLAlchemy; matching any Warning by its exact message avoids
+        # importing SQLAlchemy (~0.3 s) just to name the class.
+        warnings.filterwarnings("ignore", message=message, category=Warning)
+    for logger_name, pattern in KNOWN_LOG_NOISE.items():
+        logger = logging.getLogger(logger_name)
+        if not any(isinstance(f, _DropMessages) and f.pattern.pattern == pattern for f in logger.filters):
+            logger.addFilter(_DropMessages(pattern))
+
+
+# ---------------------------------------------------------------------------------------------
+# Optuna storage that works with the SQLAlchemy 2.x pip installs next to optuna 2.10.
+
+def optuna_storage(url: str):
+    """An Optuna RDB storage for `url` (e.g. sqlite:///outputs/optuna.db), for the sweeper config:
+
+        hydra.sweeper.storage: {_target_: trainkit.sweeps.optuna_storage, url: sqlite:///outputs/optuna.db}
+
+    hydra-optuna-sweeper pins optuna<3, whose storage writes its schema stamp on a connection it
+    never commits; SQLAlchemy 2 has no autocommit, so a plain URL fails with AssertionError in
+    get_current_version. This commits the stamp, only where that combination is installed.
+    """
+    import optuna
+    import sqlalchemy
+
+    if int(optuna.__version__.split(".")[0]) < 3 and int(sqlalchemy.__version__.split(".")[0]) >= 2:
+        _patch_optuna2_alembic_stamp()
+    return optuna.storages.get_storage(url)
+
+
+def _patch_optuna2_alembic_stamp() -> None:
+    import alembic.migration
+    from optuna.storages._rdb import storage as rdb
+
+    def set_alembic_revision(self, revision: str) -> None:
+        with self.engine.begin() as connection:  # begin() commits on exit
+            context = alembic.migration.MigrationContext.configure(connection)
+            context.stamp(self._create_alembic_script(), revision)
+
+    rdb._VersionManager._set_alembic_revision = set_alembic_revision
