@@ -30,8 +30,10 @@ from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average
                                   destroy_process_group, gather_objects, gradient_sync, init_process_group,
                                   launched_externally, process_info)
 from trainkit.early_stopping import EarlyStopping
+from trainkit.errors import ConfigError
 from trainkit.launch import configure_worker_logging, launch_local_workers, limit_cpu_threads, processes_per_node
-from trainkit.loggers import build_loggers
+from trainkit.images import augmented_samples, save_png
+from trainkit.loggers import build_loggers, wandb_names
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
@@ -142,7 +144,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=cfg.regularization.label_smoothing)
     early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
 
-    start_epoch, step, best_metrics = 0, 0, {}
+    start_epoch, step, best_metrics, wandb_run_id = 0, 0, {}, None
     if cfg.resume:
         checkpoint = load_checkpoint(cfg.resume, device)
         model.load_state_dict(checkpoint["model"])
@@ -151,6 +153,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         scaler.load_state_dict(checkpoint["scaler"])
         early_stopping.load_state_dict(checkpoint["early_stopping"])
         start_epoch, step, best_metrics = checkpoint["epoch"] + 1, checkpoint["step"], checkpoint["best_metrics"]
+        wandb_run_id = checkpoint.get("wandb_run_id")  # the resumed run continues the same W&B run
         rng = checkpoint["rng"]
         if len(rng) == proc.world_size:
             restore_rng_states(rng[proc.rank])
@@ -167,69 +170,84 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         return {"model": unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                 "early_stopping": early_stopping.state_dict(), "best_metrics": best_metrics, "epoch": epoch, "step": step,
-                "rng": rng, "config": OmegaConf.to_container(cfg, resolve=True)}
+                "rng": rng, "config": OmegaConf.to_container(cfg, resolve=True),
+                "wandb_run_id": loggers.run_id if loggers else None}
 
-    loggers = build_loggers(cfg.logger, run_dir) if proc.is_main else None
+    loggers = None  # rank 0 alone logs
+    if proc.is_main:
+        run_name, group = wandb_names(run_dir=run_dir)
+        loggers = build_loggers(cfg.logger, run_dir, config=OmegaConf.to_container(cfg, resolve=True),
+                                run_name=run_name, group=group, resume_id=wandb_run_id)
+        if cfg.logger.get("log_images", False):
+            samples = augmented_samples(data.train, train_transform, data.mean, data.std, device)
+            loggers.log_image("train/samples", save_png(samples, run_dir / "train_samples.png"), step)
     show_progress = proc.is_main and trainer.progress_bar and sys.stderr.isatty()
     checkpoints = run_dir / "checkpoints"
     last_metrics, stop_reason = {}, "max_epochs"
     log.info(f"training {sum(p.numel() for p in model.parameters()):,} parameters on {device} "
              f"for {trainer.max_epochs} epochs ({updates_per_epoch} updates each) -> {run_dir}")
-    for epoch in range(start_epoch, trainer.max_epochs):
-        data.train.set_epoch(epoch)
-        train_metrics, step = train_one_epoch(trained_model, data.train, train_transform, loss_fn,
-                                              optimizer, scheduler, scaler, cfg, device, epoch, step, loggers, show_progress)
-        average_batchnorm_statistics(model)  # BatchNorm statistics from every rank's shard, before eval and save
-        val = evaluate(trained_model, data.val, eval_transform, cfg.precision.name, device,
-                       trainer.limit_val_batches)
-        last_metrics = {"epoch": epoch, "step": step, **train_metrics, "val/loss": val["loss"], "val/acc": val["acc"]}
-        improved = early_stopping.update(last_metrics[early_stopping.monitor], epoch)
-        if improved:
-            best_metrics = {"epoch": epoch, "step": step, "val/loss": val["loss"], "val/acc": val["acc"]}
-        rng = gather_objects(rng_states())  # every rank's streams, so a resume restores each one
-        if proc.is_main:
-            loggers.log(last_metrics)
-            log.info(f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}  val/loss {val['loss']:.4f}  "
-                     f"val/acc {val['acc']:.4f}  lr {train_metrics['lr']:.2e}  "
-                     f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{'  *' if improved else ''}")
-            save_checkpoint(checkpoints / "last.pt", checkpoint_state(epoch, rng))
+    failed = True  # until the run ends normally: the tracker then marks it finished, else failed
+    try:
+        for epoch in range(start_epoch, trainer.max_epochs):
+            data.train.set_epoch(epoch)
+            train_metrics, step = train_one_epoch(trained_model, data.train, train_transform, loss_fn,
+                                                  optimizer, scheduler, scaler, cfg, device, epoch, step, loggers, show_progress)
+            average_batchnorm_statistics(model)  # BatchNorm statistics from every rank's shard, before eval and save
+            val = evaluate(trained_model, data.val, eval_transform, cfg.precision.name, device,
+                           trainer.limit_val_batches)
+            last_metrics = {"epoch": epoch, "step": step, **train_metrics, "val/loss": val["loss"], "val/acc": val["acc"]}
+            improved = early_stopping.update(last_metrics[early_stopping.monitor], epoch)
             if improved:
-                save_checkpoint(checkpoints / "best.pt", checkpoint_state(epoch, rng))
-        # Every stop is decided by all ranks together, so no rank waits alone in a collective.
-        if any_rank(not math.isfinite(train_metrics["train/loss"]), device):
-            stop_reason = "non-finite loss"
-            log.error(f"train/loss is not finite at epoch {epoch}: lower optimizer.lr or set trainer.grad_clip")
-            break
-        if any_rank(early_stopping.should_stop, device):
-            stop_reason = "early_stopping"
-            log.info(f"early stopping: {early_stopping.monitor} has not improved for {early_stopping.patience} epochs")
-            break
-        if trainer.max_steps and step >= trainer.max_steps:
-            stop_reason = "max_steps"
-            break
+                best_metrics = {"epoch": epoch, "step": step, "val/loss": val["loss"], "val/acc": val["acc"]}
+            rng = gather_objects(rng_states())  # every rank's streams, so a resume restores each one
+            if proc.is_main:
+                loggers.log(last_metrics)
+                log.info(f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}  val/loss {val['loss']:.4f}  "
+                         f"val/acc {val['acc']:.4f}  lr {train_metrics['lr']:.2e}  "
+                         f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{'  *' if improved else ''}")
+                save_checkpoint(checkpoints / "last.pt", checkpoint_state(epoch, rng))
+                if improved:
+                    save_checkpoint(checkpoints / "best.pt", checkpoint_state(epoch, rng))
+            # Every stop is decided by all ranks together, so no rank waits alone in a collective.
+            if any_rank(not math.isfinite(train_metrics["train/loss"]), device):
+                stop_reason = "non-finite loss"
+                log.error(f"train/loss is not finite at epoch {epoch}: lower optimizer.lr or set trainer.grad_clip")
+                break
+            if any_rank(early_stopping.should_stop, device):
+                stop_reason = "early_stopping"
+                log.info(f"early stopping: {early_stopping.monitor} has not improved for {early_stopping.patience} epochs")
+                break
+            if trainer.max_steps and step >= trainer.max_steps:
+                stop_reason = "max_steps"
+                break
 
-    # Test with the best weights: rank 0 reads best.pt and sends the weights to every rank, so
-    # nodes need not share a file system.
-    if proc.is_main and (checkpoints / "best.pt").exists():
-        unwrap_model(model).load_state_dict(load_checkpoint(checkpoints / "best.pt", device)["model"])
-    broadcast_weights(unwrap_model(model))
-    test = evaluate(trained_model, data.test, eval_transform, cfg.precision.name, device)
-    test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
-    summary = {
-        "best": best_metrics, "final": last_metrics, "test": test_metrics,
-        "optimized_metric": cfg.optimized_metric,
-        "optimized_value": (test_metrics if cfg.optimized_metric.startswith("test/") else best_metrics).get(cfg.optimized_metric),
-        "stop_reason": stop_reason, "epochs": last_metrics.get("epoch", start_epoch - 1) + 1, "steps": step,
-        "wall_seconds": time.perf_counter() - started, "world_size": proc.world_size,
-        "device": str(device), "run_dir": str(run_dir.resolve()),
-    }
-    if proc.is_main:
-        loggers.log({"epoch": summary["epochs"] - 1, "step": step, **test_metrics})
-        loggers.finish()
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        log.info(f"done in {summary['wall_seconds']:.1f}s: test/acc {test['acc']:.4f} "
-                 f"(best val/acc {best_metrics.get('val/acc', float('nan')):.4f} at epoch {best_metrics.get('epoch')}) "
-                 f"-> {run_dir}")
+        # Test with the best weights: rank 0 reads best.pt and sends the weights to every rank, so
+        # nodes need not share a file system.
+        if proc.is_main and (checkpoints / "best.pt").exists():
+            unwrap_model(model).load_state_dict(load_checkpoint(checkpoints / "best.pt", device)["model"])
+        broadcast_weights(unwrap_model(model))
+        test = evaluate(trained_model, data.test, eval_transform, cfg.precision.name, device)
+        test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
+        summary = {
+            "best": best_metrics, "final": last_metrics, "test": test_metrics,
+            "optimized_metric": cfg.optimized_metric,
+            "optimized_value": {**best_metrics, **test_metrics}.get(cfg.optimized_metric),
+            "stop_reason": stop_reason, "epochs": last_metrics.get("epoch", start_epoch - 1) + 1, "steps": step,
+            "wall_seconds": time.perf_counter() - started, "world_size": proc.world_size,
+            "device": str(device), "run_dir": str(run_dir.resolve()),
+        }
+        if proc.is_main:
+            loggers.log({"epoch": summary["epochs"] - 1, "step": step, **test_metrics})
+            best = {f"best/{key}": value for key, value in best_metrics.items()}
+            loggers.summary({**best, **test_metrics, "stop_reason": stop_reason})
+            (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            log.info(f"done in {summary['wall_seconds']:.1f}s: test/acc {test['acc']:.4f} "
+                     f"(best val/acc {best_metrics.get('val/acc', float('nan')):.4f} at epoch {best_metrics.get('epoch')}) "
+                     f"-> {run_dir}")
+        failed = stop_reason == "non-finite loss"
+    finally:
+        if loggers:
+            loggers.finish(failed=failed)
     return summary
 
 
@@ -247,9 +265,15 @@ def run(cfg: DictConfig, run_dir: Path) -> float:
 def ddp_worker(config: dict, run_dir: str) -> float:
     """Entry point of each process train.py starts itself. Hydra ran once, in the parent, which
     hands over the composed config and its run directory."""
-    configure_worker_logging(Path(run_dir), process_info())
-    limit_cpu_threads(process_info().local_world_size)
-    return run(OmegaConf.create(config), Path(run_dir))
+    proc = process_info()
+    configure_worker_logging(Path(run_dir), proc)
+    limit_cpu_threads(proc.local_world_size)
+    try:
+        return run(OmegaConf.create(config), Path(run_dir))
+    except ConfigError as error:  # bad input found late (e.g. a data file): one line, from rank 0
+        if proc.is_main:
+            print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
 
 
 @hydra.main(version_base=None, config_path="conf", config_name="config")

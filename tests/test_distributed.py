@@ -116,6 +116,32 @@ def test_initial_weights_agree_while_augmentation_differs_per_rank():
     assert not torch.equal(augmented0, augmented1)
 
 
+def _average_batchnorm(rank: int, world_size: int, port: int, results) -> None:
+    from trainkit.distributed import average_batchnorm_statistics
+
+    _init(rank, world_size, port)
+    try:
+        model = SmallCNN(1, 10)
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.fill_(float(rank))  # each rank saw different data
+                module.running_var.fill_(1.0 + 2 * rank)
+        average_batchnorm_statistics(model)
+        bn = model.features[1]
+        results[rank] = (bn.running_mean.clone(), bn.running_var.clone())
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_batchnorm_statistics_are_averaged_across_ranks():
+    results = mp.Manager().dict()
+    mp.spawn(_average_batchnorm, args=(2, free_port(), results), nprocs=2)
+    for rank in (0, 1):
+        mean, var = results[rank]
+        assert torch.allclose(mean, torch.full_like(mean, 0.5)) and torch.allclose(var, torch.full_like(var, 2.0))
+
+
 def test_first_slurm_host_reads_compressed_node_lists():
     assert first_slurm_host("gpu[03-05,09],cpu1").startswith("gpu")  # scontrol when present, else our parser
     assert first_slurm_host("node7") == "node7"
@@ -235,3 +261,20 @@ def test_a_crashing_rank_ends_the_whole_job_quickly(tmp_path, launcher):
     assert result.returncode != 0
     assert time.monotonic() - started < 60
     assert "simulated crash on rank 1" in result.stderr
+
+
+@pytest.mark.slow
+def test_all_ranks_stop_together_on_a_non_finite_loss(tmp_path):
+    result = run(train_command(f"hydra.run.dir={tmp_path}", "distributed=ddp", "distributed.nproc_per_node=2",
+                               *QUICK, *NO_NORM_MODEL, "optimizer.lr=1e12", "trainer.max_epochs=5"), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary, _ = read_run(tmp_path)
+    assert summary["stop_reason"] == "non-finite loss" and summary["epochs"] == 1
+
+
+@pytest.mark.slow
+def test_sync_batchnorm_on_cpu_is_refused_with_a_clear_error(tmp_path):
+    result = run(train_command(f"hydra.run.dir={tmp_path}", "distributed=ddp", "distributed.nproc_per_node=2",
+                               "distributed.sync_batchnorm=true", *QUICK), timeout=120)
+    assert result.returncode != 0
+    assert "distributed.sync_batchnorm" in result.stderr and "CUDA" in result.stderr

@@ -92,3 +92,22 @@ def test_unknown_logger_name_raises_config_error_naming_the_key(tmp_path):
     assert error.value.key == "logger.name"
     assert "tensorboardz" in str(error.value) and "csv" in str(error.value)
     assert not (tmp_path / "metrics.jsonl").exists()  # nothing opened before the check
+
+
+def test_local_loggers_ignore_images_and_summaries_and_have_no_run_id(tmp_path):
+    # train.py makes every call on every logger; a logger with no use for one ignores it.
+    loggers = build_loggers(OmegaConf.create({"name": "csv"}), tmp_path)
+    assert loggers.run_id is None
+    loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
+    loggers.log_image("train/samples", tmp_path / "missing.png", step=0)
+    loggers.summary({"best/val/acc": 0.5})
+    loggers.finish(failed=True)
+    loggers.finish(failed=True)  # again, from a `finally`: harmless
+    assert read_jsonl(tmp_path / "metrics.jsonl") == [{"epoch": 0, "step": 1, "val/acc": 0.5}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.csv", "metrics.jsonl"]
+
+
+def test_unknown_logger_error_lists_wandb(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        build_loggers(OmegaConf.create({"name": "wandbb"}), tmp_path)
+    assert "wandb" in str(error.value)

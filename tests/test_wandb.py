@@ -344,3 +344,14 @@ def test_save_png_round_trips(tmp_path):
     grid = image_grid(torch.rand(3, 1, 8, 8))
     path = save_png(grid, tmp_path / "images" / "grid.png")
     assert np.array_equal(np.asarray(Image.open(path).convert("RGB")), grid)
+
+
+def test_wandb_names_from_the_saved_hydra_config_in_a_worker_process(tmp_path):
+    # A DDP worker that train.py spawned has no HydraConfig; Hydra's .hydra/hydra.yaml is there.
+    job_dir = tmp_path / "multiruns" / "2026-01-02_03-04-05" / "1"
+    (job_dir / ".hydra").mkdir(parents=True)
+    (job_dir / ".hydra" / "hydra.yaml").write_text(
+        "hydra:\n  sweep:\n    dir: multiruns/${now:%Y-%m-%d_%H-%M-%S}\n  mode: MULTIRUN\n"
+        f"  job:\n    override_dirname: seed=1\n  runtime:\n    output_dir: {job_dir}\n")
+    assert wandb_names(run_dir=job_dir) == ("seed=1", "2026-01-02_03-04-05")
+    assert wandb_names(run_dir=tmp_path) == (None, None)  # no saved config

@@ -12,6 +12,7 @@ from typing import Callable
 
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import OmegaConf
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from trainkit.distributed import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
@@ -67,4 +68,11 @@ def run(hydra_main: Callable[[], object]) -> None:
         if wants_trace:
             raise
         print(f"error: {one_line(error)}", file=sys.stderr)
+        sys.exit(1)
+    except ChildFailedError as error:  # a self-launched DDP worker failed; it printed its own error
+        if wants_trace:
+            raise
+        rank, failure = error.get_first_failure()
+        print(f"error: DDP worker rank {rank} failed with exit code {failure.exitcode}; its error is printed above",
+              file=sys.stderr)
         sys.exit(1)

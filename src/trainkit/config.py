@@ -5,6 +5,7 @@ Each rule names its key; a failure raises ConfigError with a one-line fix-it mes
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import ConfigError
+from trainkit.runtime import pick_device
 
 METRICS = ("val/acc", "val/loss")
 OPTIMIZED_METRICS = ("val/acc", "val/loss", "test/acc", "test/loss")
@@ -91,3 +92,11 @@ def validate(cfg: DictConfig) -> None:
     _number(cfg, "regularization.early_stopping.patience", integer=True, minimum=1)
     _number(cfg, "regularization.early_stopping.min_delta", minimum=0)
     _choice(cfg, "optimized_metric", OPTIMIZED_METRICS)
+
+    _choice(cfg, "distributed.name", ("none", "ddp"))
+    _choice(cfg, "distributed.backend", ("auto", "nccl", "gloo"))
+    _bool(cfg, "distributed.sync_batchnorm")
+    _number(cfg, "distributed.timeout_seconds", minimum=0, strict_min=True)
+    if cfg.distributed.sync_batchnorm and pick_device(cfg.device).type != "cuda":
+        raise ConfigError("distributed.sync_batchnorm", "SyncBatchNorm runs on CUDA GPUs only; on CPU leave it false "
+                          "(BatchNorm statistics are then averaged across ranks before eval and save)")

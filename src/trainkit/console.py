@@ -14,17 +14,19 @@ GROUPS = ("data", "model", "optimizer", "scheduler", "precision", "distributed",
 FILENAME = "config_tree.txt"
 
 
-def _group_choices(cfg: DictConfig) -> dict:
-    """{top-level key: picked option} for each config group that fills a top-level key, in the
-    defaults-list order; falls back to GROUPS without option names outside a Hydra app."""
+def _choices(cfg: DictConfig) -> tuple:
+    """({top-level key: picked option} for the groups that fill a top-level key, in the config's
+    order; {group: option} for the picked groups that only override others: experiment, debug,
+    hparams_search). Outside a Hydra job: GROUPS without option names."""
     from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():
-        choices = HydraConfig.get().runtime.choices
-        picked = {g: o for g, o in choices.items() if not g.startswith("hydra/") and g in cfg}
-        if picked:
-            return picked
-    return {group: None for group in GROUPS if group in cfg}
+        choices = {g: o for g, o in HydraConfig.get().runtime.choices.items() if not g.startswith("hydra/")}
+        groups = {key: choices[key] for key in cfg if key in choices}
+        if groups:
+            overlays = {g: o for g, o in reversed(list(choices.items())) if o is not None and g not in cfg}
+            return groups, overlays
+    return {group: None for group in GROUPS if group in cfg}, {}
 
 
 def _yaml(node, resolve: bool) -> str:
@@ -40,8 +42,9 @@ def build_tree(cfg: DictConfig, resolve: bool = True):
     from rich.syntax import Syntax
     from rich.tree import Tree
 
-    tree = Tree("config", guide_style="dim")
-    choices = _group_choices(cfg)
+    choices, overlays = _choices(cfg)
+    title = "config" + "".join(f"  [bold]{g}[/bold]=[cyan]{o}[/cyan]" for g, o in overlays.items())
+    tree = Tree(title, guide_style="dim")
     sections = [key for key in cfg if OmegaConf.is_config(cfg._get_node(key)) and key not in choices]
     scalars = [key for key in cfg if key not in choices and key not in sections]
     for key in [*choices, *sections]:

@@ -54,3 +54,13 @@ def save_png(array: np.ndarray, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8)).save(path)
     return path
+
+
+def augmented_samples(loader, transform, mean, std, device: torch.device, count: int = 32) -> np.ndarray:
+    """A grid of the first training batch exactly as the model sees it after augmentation.
+
+    The random draws happen in a forked RNG, so showing the samples does not change training.
+    """
+    images = next(iter(loader))[0][:count].to(device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        return image_grid(transform(images), mean, std)

@@ -195,26 +195,36 @@ def build_loggers(cfg: DictConfig, run_dir: Path, config: dict | None = None, ru
     return Loggers(loggers)
 
 
-def wandb_names(hydra_cfg=None) -> tuple[str | None, str | None]:
-    """(run name, group) for W&B from Hydra's config (`HydraConfig.get()`; None: the current one, if any).
+def wandb_names(hydra_cfg=None, run_dir: Path | None = None) -> tuple[str | None, str | None]:
+    """(run name, group) for W&B from Hydra's config: `HydraConfig.get()`, or None for the current
+    one, or else the `.hydra/hydra.yaml` Hydra wrote into `run_dir` (a DDP worker process that
+    train.py spawned has no HydraConfig of its own).
 
     The run name is what the command line changed (`optimizer.lr=0.1,seed=1`), else the run
     directory's name; the group is the sweep directory's name in a multirun, so a sweep's jobs
-    sit together, else None. Outside a Hydra app (tests, notebooks) both are None.
+    sit together, else None. With no Hydra config at all (tests, notebooks) both are None.
     """
+    from_file = False
     if hydra_cfg is None:
         from hydra.core.hydra_config import HydraConfig
 
-        if not HydraConfig.initialized():
+        if HydraConfig.initialized():
+            hydra_cfg = HydraConfig.get()
+        elif run_dir is not None and (Path(run_dir) / ".hydra" / "hydra.yaml").is_file():
+            hydra_cfg, from_file = OmegaConf.load(Path(run_dir) / ".hydra" / "hydra.yaml").hydra, True
+        else:
             return None, None
-        hydra_cfg = HydraConfig.get()
     if not isinstance(hydra_cfg, DictConfig):
         hydra_cfg = OmegaConf.create(hydra_cfg)
     output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None)
     run_name = OmegaConf.select(hydra_cfg, "job.override_dirname", default=None) or (
         Path(str(output_dir)).name if output_dir else None)
+    group = None
     mode = OmegaConf.select(hydra_cfg, "mode", default=None)
-    sweep_dir = OmegaConf.select(hydra_cfg, "sweep.dir", default=None)
-    multirun = getattr(mode, "name", mode) == "MULTIRUN"
-    group = Path(str(sweep_dir)).name if multirun and sweep_dir else None
+    if getattr(mode, "name", mode) == "MULTIRUN":
+        # The saved file keeps sweep.dir unresolved (`${now:...}` would give a new time): use the
+        # job directory's parent, which is the sweep directory for the default `subdir`.
+        sweep_dir = Path(str(output_dir)).parent if from_file and output_dir else (
+            OmegaConf.select(hydra_cfg, "sweep.dir", default=None))
+        group = Path(str(sweep_dir)).name if sweep_dir else None
     return run_name or None, group

@@ -82,7 +82,8 @@ def suggest_lr(lrs: list[float], losses: list[float], skip_start: float = SKIP_S
        h = max(1, round(window * n)): a central difference over +-5% of the sweep, which
        averages out batch noise that a neighbour-to-neighbour gradient would chase.
     6. Return lrs[i] for the most negative slope among f <= i <= m; None when there are fewer
-       than 3 points or no negative slope (the loss never fell: lower min_lr or raise num_steps).
+       than 3 points, m < s + 2, or no negative slope (the loss never fell after the skipped
+       start: lower min_lr, or raise num_steps).
 
     On a noiseless curve this is the inflection point of the drop; the EMA's lag moves it a little
     toward higher LRs, and the one-step lag of the loss (measured before the update) a little
@@ -97,6 +98,8 @@ def suggest_lr(lrs: list[float], losses: list[float], skip_start: float = SKIP_S
     x = np.log(np.asarray(lrs[:n], dtype=np.float64))
     start = int(skip_start * n)
     minimum = start + int(np.argmin(values[start:]))
+    if minimum - start < 2:
+        return None
     threshold = values[start] - min_fall * (values[start] - values[minimum])
     first = start + int(np.argmax(values[start : minimum + 1] <= threshold))
     h = max(1, round(window * n))
@@ -286,10 +289,10 @@ def plot_lr_finder(result: LRFinderResult, path: str | Path) -> Path:
     axes.plot(result.lrs, result.raw_losses, color="tab:blue", alpha=0.25, linewidth=1, label="loss")
     axes.plot(result.lrs, result.losses, color="tab:blue", linewidth=2, label="smoothed loss")
     finite = [v for v in result.losses if math.isfinite(v)]
-    if finite:  # keep the diverging tail from squashing the interesting part
-        low, start = min(finite), finite[0]
+    if finite:  # from the lowest loss to a little above the start: the diverging tail would squash the rest
+        low, start = min(finite + [v for v in result.raw_losses if math.isfinite(v)]), finite[0]
         span = max(start - low, 0.1 * abs(start), 1e-8)
-        axes.set_ylim(low - 0.05 * span, start + 0.5 * span)
+        axes.set_ylim(low - 0.05 * span, start + 0.3 * span)
     if result.suggestion:
         index = result.lrs.index(result.suggestion)
         axes.axvline(result.suggestion, color="tab:red", linestyle="--", linewidth=1)

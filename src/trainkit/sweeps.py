@@ -12,6 +12,7 @@ and returns `failed_trial_value(cfg)` to the sweeper. A single run (no -m) raise
 import gc
 import logging
 import math
+import os
 import re
 import sys
 import warnings
@@ -82,8 +83,9 @@ def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: Option
     """Call `fn(cfg)` and return its result; in a multirun with `sweep.catch_failures` (the default),
     an exception or a NaN/None result becomes `failed_trial_value(cfg)` instead of ending the sweep.
 
-    KeyboardInterrupt is never caught: Ctrl-C stops the sweep. `multirun` is detected from
-    Hydra when None (tests pass it explicitly).
+    Never caught: ConfigError (bad input is the same for every trial: fix it, the sweep stops with
+    the one-line error) and KeyboardInterrupt (Ctrl-C stops the sweep). `multirun` is detected
+    from Hydra when None (tests pass it explicitly).
     """
     if multirun is None:
         multirun = in_multirun()
@@ -94,16 +96,18 @@ def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: Option
     if not isinstance(catch, bool):
         raise ConfigError("sweep.catch_failures", f"must be true or false, got {catch!r}")
     fallback = failed_trial_value(cfg)  # checked before training, so a bad setting fails fast
+    failed = False
     try:
         result = fn(cfg)
     except Exception as error:
-        if not catch:
+        if not catch or isinstance(error, ConfigError):
             raise
         message = " ".join(str(error).split())[:300]
         log.error(f"trial failed: {type(error).__name__}: {message} -> {fallback} goes to the sweeper "
                   f"(sweep.catch_failures=true){_where_traceback_goes()}")
         _traceback_to_log_files(error)
-        del error
+        failed = True
+    if failed:  # out of the except block: the traceback, and the tensors its frames held, are gone
         _release_memory()
         return fallback
     if result is None or _is_nan(result):
@@ -120,7 +124,9 @@ def _is_nan(value: Any) -> bool:
 
 
 def _file_handlers() -> list:
-    return [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    """The root logger's log files (Hydra's job log: <run dir>/<job name>.log)."""
+    return [h for h in logging.getLogger().handlers
+            if isinstance(h, logging.FileHandler) and h.baseFilename != os.devnull]
 
 
 def _where_traceback_goes() -> str:
@@ -152,11 +158,12 @@ def _release_memory() -> None:
 # ---------------------------------------------------------------------------------------------
 # Quiet, but only what is known to be harmless.
 
-# (category name, message regex) of warnings that say nothing actionable to a user.
+# Message regexes (matched at the start) of warnings that say nothing actionable to a user.
 KNOWN_WARNINGS = (
-    # optuna 2.10 (pinned by hydra-optuna-sweeper) under SQLAlchemy 2.x, from optuna's storage
-    # models and its alembic migration scripts (which load under their own module names).
-    ("MovedIn20Warning", r"The ``declarative_base\(\)`` function is now available as sqlalchemy\.orm"),
+    # SQLAlchemy's MovedIn20Warning, from optuna 2.10 (pinned by hydra-optuna-sweeper) under
+    # SQLAlchemy 2.x: optuna's storage models and its alembic migration scripts (which load under
+    # their own module names, so the filter matches the message, not the module).
+    r"The ``declarative_base\(\)`` function is now available as sqlalchemy\.orm",
 )
 
 
@@ -184,9 +191,9 @@ def quiet_known_warnings() -> None:
     Each filter matches one exact message, so other warnings and every error still show.
     Imports nothing heavy: no optuna, no SQLAlchemy.
     """
-    for _category_name, message in KNOWN_WARNINGS:
+    for message in KNOWN_WARNINGS:
         # The category lives in SQLAlchemy; matching any Warning by its exact message avoids
-        # importing SQLAlchemy (~0.3 s) just to name the class.
+        # importing SQLAlchemy just to name the class.
         warnings.filterwarnings("ignore", message=message, category=Warning)
     for logger_name, pattern in KNOWN_LOG_NOISE.items():
         logger = logging.getLogger(logger_name)

@@ -1,0 +1,91 @@
+"""LR range test with the same config as train.py: which optimizer.lr should this run use?
+
+    python scripts/lr_find.py                                   # digits + small CNN + SGD
+    python scripts/lr_find.py model=timm optimizer=adamw lr_finder.max_lr=1
+    python scripts/lr_find.py experiment=cifar10_resnet lr_finder.num_steps=200
+
+Every override of train.py works here. The data, model (with its freezing and pretrained weights),
+augmentation, optimizer groups (head_lr_scale) and precision are built as train.py builds them;
+then the LR sweeps from lr_finder.min_lr to lr_finder.max_lr, one batch per update, and the
+script logs the suggested optimizer.lr and writes lr_finder.png and lr_finder.json to the run
+directory. Nothing is trained for real: the sweep's weights are thrown away.
+
+One batch of data.batch_size per update: with trainer.accumulate_grad_batches=k, train.py's updates
+average k batches, and a k times larger LR (the linear rule) is a fair starting point. One process:
+under DDP, train.py's lr_finder.enabled=true runs the same test on every rank.
+"""
+import json
+import logging
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit import cli
+from trainkit.augment import BatchTransform
+from trainkit.config import validate
+from trainkit.data import build_data
+from trainkit.errors import ConfigError
+from trainkit.lr_finder import lr_range_test, plot_lr_finder
+from trainkit.models import apply_frozen_bn_eval, build_model
+from trainkit.optim import build_optimizer, scaled_lr
+from trainkit.runtime import grad_scaler, pick_device, seed_everything
+
+log = logging.getLogger("lr_find")
+
+# Used where conf/config.yaml has no lr_finder section (or lacks a key).
+DEFAULTS = {"min_lr": 1e-7, "max_lr": 10.0, "num_steps": 100, "smoothing": 0.98, "divergence_factor": 4.0}
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> float | None:
+    validate(cfg)
+    settings = dict(DEFAULTS)
+    if "lr_finder" in cfg:
+        settings.update({k: v for k, v in OmegaConf.to_container(cfg.lr_finder, resolve=True).items() if k in DEFAULTS})
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    device = pick_device(cfg.device)
+    seed_everything(cfg.seed)
+
+    # The same construction as train.py (one process).
+    data = build_data(cfg.data, device=device, seed=cfg.seed)
+    if cfg.data.num_classes is None:
+        cfg.data.num_classes = data.num_classes
+    model, input_size = build_model(cfg.model, image_size=data.image_size)
+    channels_last = cfg.trainer.channels_last
+    model = model.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    transform = BatchTransform(data.mean, data.std, input_size, cfg.augmentation, train=True,
+                               channels_last=channels_last).to(device)
+    accumulate = cfg.trainer.accumulate_grad_batches
+    optimizer = build_optimizer(model, cfg.optimizer, batch_size=cfg.data.batch_size, accumulate=accumulate)
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=cfg.regularization.label_smoothing)
+    if settings["num_steps"] > len(data.train):
+        log.info(f"{settings['num_steps']} steps > {len(data.train)} batches per epoch: the data repeats")
+
+    result = lr_range_test(
+        model, optimizer, data.train, loss_fn, transform=transform,
+        grad_scaler=grad_scaler(cfg.precision.name, device), grad_clip=cfg.trainer.grad_clip,
+        precision=cfg.precision.name, after_train=apply_frozen_bn_eval, device=device, **settings,
+    )
+    plot = plot_lr_finder(result, run_dir / "lr_finder.png")
+    suggestion = result.suggestion
+    (run_dir / "lr_finder.json").write_text(json.dumps({**result.to_dict(), "settings": settings}, indent=2))
+    if suggestion is None:
+        raise ConfigError("lr_finder.min_lr", f"the loss never fell in the sweep (see {plot}); "
+                                              "lower lr_finder.min_lr or raise lr_finder.num_steps")
+    # The sweep sets the effective base LR; with scale_lr_with_batch, optimizer.lr is before scaling.
+    factor = 1.0
+    if cfg.optimizer.get("scale_lr_with_batch", False):
+        factor = scaled_lr(1.0, cfg.data.batch_size, 1, accumulate, cfg.optimizer.reference_batch_size)
+    head_scale = cfg.optimizer.get("head_lr_scale", 1.0)
+    head = f" (the head at {suggestion * head_scale:.2e}, x{head_scale:g})" if head_scale != 1.0 else ""
+    log.info(f"suggested optimizer.lr={suggestion / factor:.2e}{head}"
+             f"{f' (effective {suggestion:.2e} after batch scaling)' if factor != 1.0 else ''}; "
+             f"curve: {plot}{'; the loss diverged at ' + format(result.lrs[-1], '.2e') if result.stopped_early else ''}")
+    return suggestion / factor
+
+
+if __name__ == "__main__":
+    cli.run(main)

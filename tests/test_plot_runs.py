@@ -1,0 +1,93 @@
+"""scripts/plot_runs.py on hand-made run directories: ranking, overrides, failed runs, the PNG."""
+import importlib.util
+import json
+
+import pytest
+
+from conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("plot_runs", ROOT / "scripts" / "plot_runs.py")
+plot_runs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(plot_runs)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def make_run(path, overrides, val_acc, val_loss, test_acc=None, summary=True, metric="val/acc"):
+    """A run directory as train.py leaves it: per-epoch and per-step rows, then test metrics."""
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    rows = []
+    for epoch, (acc, loss) in enumerate(zip(val_acc, val_loss)):
+        rows.append({"epoch": epoch, "step": 10 * epoch + 5, "train/step_loss": 9.9, "lr": 0.1})
+        rows.append({"epoch": epoch, "step": 10 * epoch + 10, "train/loss": loss + 0.1, "train/acc": acc,
+                     "val/loss": loss, "val/acc": acc, "lr": 0.1})
+    if summary:
+        rows.append({"epoch": len(val_acc) - 1, "step": 10 * len(val_acc), "test/loss": 0.5, "test/acc": test_acc})
+    lines = [json.dumps(r) for r in rows] + (['{"epoch": 9, "val/lo'] if not summary else [])  # killed mid-line
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    if summary:
+        best = max(range(len(val_acc)), key=lambda i: val_acc[i])
+        best_metrics = {"epoch": best, "val/acc": val_acc[best], "val/loss": val_loss[best]}
+        (path / "summary.json").write_text(json.dumps({
+            "best": best_metrics, "final": {"val/acc": val_acc[-1]}, "test": {"test/acc": test_acc, "test/loss": 0.5},
+            "optimized_metric": metric, "optimized_value": best_metrics[metric], "epochs": len(val_acc),
+            "wall_seconds": 12.34, "stop_reason": "max_epochs"}))
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    root = tmp_path / "sweep"
+    make_run(root / "0", ["optimizer.lr=0.1", "debug=fast"], [0.5, 0.6], [1.0, 0.9], test_acc=0.55)
+    make_run(root / "1", ["optimizer.lr=0.03000000001234", "debug=fast"], [0.7, 0.9], [0.8, 0.3], test_acc=0.88)
+    make_run(root / "2", ["optimizer.lr=10.0", "debug=fast"], [0.1], [float("nan")], summary=False)
+    make_run(root / "10", ["optimizer.lr=0.01", "debug=fast"], [0.4, 0.8, 0.85], [1.2, 0.5, 0.4], test_acc=0.8)
+    return root
+
+
+def table_rows(text):
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("|") and not line.startswith("|---") and "rank" not in line]
+
+
+def test_ranks_runs_by_the_optimized_metric_and_writes_a_png(sweep, capsys):
+    assert plot_runs.main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    rows = table_rows(out)
+    assert [r[1] for r in rows] == ["1", "10", "0", "2 (no summary.json: failed or running)"]
+    assert [r[0] for r in rows] == ["1", "2", "3", "-"]
+    assert rows[0][2:6] == ["0.9000", "0.8800", "2", "12.3"]  # val/acc, test/acc, epochs, wall s
+    assert rows[0][6] == "`optimizer.lr=0.03`"  # only what differs, Optuna's long floats shortened
+    assert "All runs: `debug=fast`" in out
+    assert (sweep / "runs.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_loss_metric_ranks_lowest_first(sweep, tmp_path, capsys):
+    out_png = tmp_path / "plots" / "loss.png"
+    assert plot_runs.main([str(sweep), "--metric", "val/loss", "--out", str(out_png)]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert [r[1] for r in rows][:3] == ["1", "10", "0"] and rows[0][2] == "0.3000"
+    assert out_png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_test_metric_comes_from_the_test_section(sweep, capsys):
+    plot_runs.main([str(sweep), "--metric", "test/acc"])
+    out = capsys.readouterr().out
+    assert "| rank | run | test/acc | epochs |" in out  # no second test/acc column
+    assert [r[1] for r in table_rows(out)][:3] == ["1", "10", "0"]
+
+
+def test_epoch_curves_skip_step_rows_and_broken_lines(sweep):
+    curves = plot_runs.read_metrics(sweep / "0" / "metrics.jsonl")
+    assert curves["val/acc"] == {0: 0.5, 1: 0.6} and curves["train/loss"] == {0: 1.1, 1: 1.0}
+    assert "train/step_loss" not in curves
+    assert plot_runs.read_metrics(sweep / "2" / "metrics.jsonl")["val/acc"] == {0: 0.1}
+
+
+def test_a_single_run_directory_and_a_path_without_runs(sweep, tmp_path, capsys):
+    assert plot_runs.main([str(sweep / "10")]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert len(rows) == 1 and rows[0][6] == "`optimizer.lr=0.01 debug=fast`"
+    (tmp_path / "empty").mkdir()
+    assert plot_runs.main([str(tmp_path / "empty")]) == 1
+    assert "no run directory" in capsys.readouterr().err
