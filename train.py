@@ -25,6 +25,7 @@ from trainkit import cli
 from trainkit.augment import BatchTransform
 from trainkit.checkpoint import load_checkpoint, restore_rng_states, rng_states, save_checkpoint, unwrap_model
 from trainkit.config import validate
+from trainkit.console import print_config
 from trainkit.data import build_data
 from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics, broadcast_weights,
                                   destroy_process_group, gather_objects, gradient_sync, init_process_group,
@@ -37,8 +38,10 @@ from trainkit.loggers import build_loggers, wandb_names
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
+from trainkit.sweeps import quiet_known_warnings, run_trial
 
 log = logging.getLogger("train")
+quiet_known_warnings()  # known, harmless optuna/SQLAlchemy/plugin chatter; real warnings still show
 
 
 def evaluate(model, loader, transform, precision, device, limit=None) -> dict:
@@ -276,16 +279,24 @@ def ddp_worker(config: dict, run_dir: str) -> float:
         sys.exit(1)
 
 
-@hydra.main(version_base=None, config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> float:
+def launch(cfg: DictConfig) -> float:
+    """Check the config, then train here or in the DDP processes started for this run."""
     validate(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if cfg.print_config and process_info().is_main:
+        print_config(cfg, run_dir)
     if cfg.distributed.name == "ddp" and not launched_externally():
         nproc = processes_per_node(cfg.distributed)
         log.info(f"launching {nproc} DDP processes -> {run_dir}")
         results = launch_local_workers(nproc, __file__, "ddp_worker", OmegaConf.to_container(cfg, resolve=True), str(run_dir))
         return results[0]
     return run(cfg, run_dir)
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    # In a multirun, a crashing trial reports sweep.failed_trial_value and the sweep goes on.
+    return run_trial(launch, cfg)
 
 
 if __name__ == "__main__":

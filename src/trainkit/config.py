@@ -92,6 +92,7 @@ def validate(cfg: DictConfig) -> None:
     _number(cfg, "regularization.early_stopping.patience", integer=True, minimum=1)
     _number(cfg, "regularization.early_stopping.min_delta", minimum=0)
     _choice(cfg, "optimized_metric", OPTIMIZED_METRICS)
+    _bool(cfg, "print_config")
 
     _choice(cfg, "distributed.name", ("none", "ddp"))
     _choice(cfg, "distributed.backend", ("auto", "nccl", "gloo"))
