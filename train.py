@@ -35,7 +35,9 @@ from trainkit.errors import ConfigError
 from trainkit.launch import configure_worker_logging, launch_local_workers, limit_cpu_threads, processes_per_node
 from trainkit.images import augmented_samples, save_png
 from trainkit.loggers import build_loggers, wandb_names
-from trainkit.models import build_model
+from trainkit.batch_size_finder import find_batch_size_for_run
+from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
+from trainkit.models import apply_frozen_bn_eval, build_model
 from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
 from trainkit.sweeps import quiet_known_warnings, run_trial
@@ -66,6 +68,7 @@ def evaluate(model, loader, transform, precision, device, limit=None) -> dict:
 def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, scaler, cfg, device, epoch, step, loggers, show_progress):
     """One pass over the training data; returns (metrics, global update count)."""
     model.train()
+    apply_frozen_bn_eval(model)  # BatchNorm inside frozen layers keeps its statistics
     trainer = cfg.trainer
     accumulate = trainer.accumulate_grad_batches
     num_batches = min(len(loader), trainer.limit_train_batches or len(loader))
@@ -138,13 +141,19 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     eval_transform = BatchTransform(data.mean, data.std, input_size, None, train=False, channels_last=channels_last).to(device)
 
     trainer = cfg.trainer
-    optimizer = build_optimizer(model, cfg.optimizer)
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=cfg.regularization.label_smoothing)
+    if cfg.batch_size_finder.enabled and not cfg.resume:
+        cfg.data.batch_size = find_batch_size_for_run(cfg.batch_size_finder, model, loss_fn, data.train, train_transform,
+                                                      cfg.precision.name, device)
+        log.info(f"batch size finder: data.batch_size={cfg.data.batch_size} per process")
+        data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
+    optimizer = build_optimizer(model, cfg.optimizer, batch_size=cfg.data.batch_size, world_size=proc.world_size,
+                                accumulate=trainer.accumulate_grad_batches)
     batches_per_epoch = min(len(data.train), trainer.limit_train_batches or len(data.train))
     updates_per_epoch = math.ceil(batches_per_epoch / trainer.accumulate_grad_batches)
     total_updates = min(updates_per_epoch * trainer.max_epochs, trainer.max_steps or math.inf)
     scheduler = build_scheduler(optimizer, cfg.scheduler, updates_per_epoch, total_updates)
     scaler = grad_scaler(cfg.precision.name, device)
-    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=cfg.regularization.label_smoothing)
     early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
 
     start_epoch, step, best_metrics, wandb_run_id = 0, 0, {}, None
@@ -184,10 +193,19 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         if cfg.logger.get("log_images", False):
             samples = augmented_samples(data.train, train_transform, data.mean, data.std, device)
             loggers.log_image("train/samples", save_png(samples, run_dir / "train_samples.png"), step)
+    if cfg.lr_finder.enabled and not cfg.resume:  # every rank takes part; model and optimizer are restored after
+        plot = run_dir / "lr_finder.png" if proc.is_main else None
+        result = lr_range_test_for_run(cfg.lr_finder, trained_model, optimizer, scheduler, scaler, data.train, loss_fn,
+                                       train_transform, trainer.grad_clip, cfg.precision.name, device, plot)
+        if loggers:
+            loggers.log_image("lr_finder", plot, step)
+        if cfg.lr_finder.apply and result.suggestion:
+            set_base_lr(optimizer, result.suggestion)  # each parameter group keeps its lr_scale
+            scheduler = build_scheduler(optimizer, cfg.scheduler, updates_per_epoch, total_updates)
     show_progress = proc.is_main and trainer.progress_bar and sys.stderr.isatty()
     checkpoints = run_dir / "checkpoints"
     last_metrics, stop_reason = {}, "max_epochs"
-    log.info(f"training {sum(p.numel() for p in model.parameters()):,} parameters on {device} "
+    log.info(f"training {sum(p.numel() for p in model.parameters() if p.requires_grad):,} parameters on {device} "
              f"for {trainer.max_epochs} epochs ({updates_per_epoch} updates each) -> {run_dir}")
     failed = True  # until the run ends normally: the tracker then marks it finished, else failed
     try:

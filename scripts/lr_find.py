@@ -28,7 +28,7 @@ from trainkit.augment import BatchTransform
 from trainkit.config import validate
 from trainkit.data import build_data
 from trainkit.errors import ConfigError
-from trainkit.lr_finder import lr_range_test, plot_lr_finder
+from trainkit.lr_finder import check_settings, lr_range_test, plot_lr_finder
 from trainkit.models import apply_frozen_bn_eval, build_model
 from trainkit.optim import build_optimizer, scaled_lr
 from trainkit.runtime import grad_scaler, pick_device, seed_everything
@@ -45,6 +45,7 @@ def main(cfg: DictConfig) -> float | None:
     settings = dict(DEFAULTS)
     if "lr_finder" in cfg:
         settings.update({k: v for k, v in OmegaConf.to_container(cfg.lr_finder, resolve=True).items() if k in DEFAULTS})
+    check_settings(**settings)  # a bad setting fails now, not after building data and model
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     device = pick_device(cfg.device)
     seed_everything(cfg.seed)

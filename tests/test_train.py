@@ -150,3 +150,14 @@ def test_help_lists_the_groups_and_cfg_prints_the_config(run_train):
     assert "digits" in help_text and "cifar10" in help_text
     config = run_train("--cfg", "job").stdout
     assert "max_epochs: 20" in config and "label_smoothing" in config
+
+
+def test_lr_finder_and_batch_size_finder_run_before_training(run_train):
+    run = run_train("debug=fast", "lr_finder.enabled=true", "lr_finder.apply=true", "lr_finder.num_steps=20",
+                    "batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=128", "scheduler=constant")
+    assert (run.run_dir / "lr_finder.png").exists()
+    config = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]
+    assert config["data"]["batch_size"] == 115  # floor(128 x 0.9): on CPU without a cap every size fits
+    first_epoch = run.epoch_metrics()[0]
+    assert first_epoch["lr"] != 0.1  # the suggestion replaced optimizer.lr
+    assert "suggested lr" in run.stderr + run.stdout

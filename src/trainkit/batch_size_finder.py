@@ -223,3 +223,18 @@ def training_step_probe(
 
 def _gib(size: int | None) -> str:
     return "n/a" if size is None else f"{size / 2**30:.2f} GiB"
+
+
+def find_batch_size_for_run(cfg, model: nn.Module, loss_fn, loader, transform, precision: str,
+                            device: torch.device) -> int:
+    """`batch_size_finder.*` (cfg) applied to train.py's model and data: the per-process batch
+    size to use, the same on every rank (the smallest any rank found)."""
+    from trainkit.models import apply_frozen_bn_eval
+
+    images, labels = next(iter(loader))
+    probe = training_step_probe(model, loss_fn, images.to(device), labels.to(device), transform, precision,
+                                after_train=apply_frozen_bn_eval)
+    cap = None if cfg.memory_cap_gb is None else int(cfg.memory_cap_gb * 2**30)
+    found = find_batch_size(probe, start=cfg.start, max_batch_size=cfg.max_batch_size, safety_margin=cfg.safety_margin,
+                            memory_cap_bytes=cap, device=device)
+    return min_across_ranks(found, device)

@@ -158,6 +158,20 @@ def preserved_training_state(model: nn.Module, optimizer=None, scheduler=None, g
             torch.cuda.set_rng_state_all(rng[3])
 
 
+def check_settings(min_lr: float, max_lr: float, num_steps: int, smoothing: float, divergence_factor: float) -> None:
+    """ConfigError naming the lr_finder.* key of the first bad setting (call early: before any work)."""
+    if not (isinstance(min_lr, (int, float)) and min_lr > 0):
+        raise ConfigError("lr_finder.min_lr", f"must be a number > 0, got {min_lr!r}")
+    if not (isinstance(max_lr, (int, float)) and max_lr > min_lr):
+        raise ConfigError("lr_finder.max_lr", f"must be a number > lr_finder.min_lr={min_lr}, got {max_lr!r}")
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 2:
+        raise ConfigError("lr_finder.num_steps", f"must be a whole number >= 2, got {num_steps!r}")
+    if not (isinstance(smoothing, (int, float)) and 0 <= smoothing < 1):
+        raise ConfigError("lr_finder.smoothing", f"must be a number in [0, 1), got {smoothing!r}")
+    if not (isinstance(divergence_factor, (int, float)) and divergence_factor > 1):
+        raise ConfigError("lr_finder.divergence_factor", f"must be a number > 1, got {divergence_factor!r}")
+
+
 def _endless(batches: Iterable | Callable[[], Iterator]) -> Iterator:
     """Batches forever: a loader is iterated again (a callable called again) when it runs out."""
     while True:
@@ -166,7 +180,8 @@ def _endless(batches: Iterable | Callable[[], Iterator]) -> Iterator:
             empty = False
             yield batch
         if empty:
-            raise ValueError("lr_range_test: the batches are empty")
+            raise ValueError("lr_range_test: no batches (an iterator runs out after one pass: pass a loader, "
+                             "a list, or a function returning a fresh iterator)")
 
 
 def lr_range_test(
@@ -208,16 +223,7 @@ def lr_range_test(
     Model (parameters, buffers, gradients, modes), optimizer, scheduler, GradScaler and every
     RNG are restored bit for bit afterwards. Every rank must call it with the same settings.
     """
-    if not (isinstance(min_lr, (int, float)) and min_lr > 0):
-        raise ConfigError("lr_finder.min_lr", f"must be a number > 0, got {min_lr!r}")
-    if not (isinstance(max_lr, (int, float)) and max_lr > min_lr):
-        raise ConfigError("lr_finder.max_lr", f"must be a number > lr_finder.min_lr={min_lr}, got {max_lr!r}")
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 2:
-        raise ConfigError("lr_finder.num_steps", f"must be a whole number >= 2, got {num_steps!r}")
-    if not (isinstance(smoothing, (int, float)) and 0 <= smoothing < 1):
-        raise ConfigError("lr_finder.smoothing", f"must be a number in [0, 1), got {smoothing!r}")
-    if not (isinstance(divergence_factor, (int, float)) and divergence_factor > 1):
-        raise ConfigError("lr_finder.divergence_factor", f"must be a number > 1, got {divergence_factor!r}")
+    check_settings(min_lr, max_lr, num_steps, smoothing, divergence_factor)
     if compute_loss is None and loss_fn is None:
         raise ValueError("lr_range_test: pass loss_fn (with an optional transform) or compute_loss")
     if device is None:
@@ -307,3 +313,20 @@ def plot_lr_finder(result: LRFinderResult, path: str | Path) -> Path:
     figure.tight_layout()
     figure.savefig(path, format="png")
     return path
+
+
+def lr_range_test_for_run(cfg, model: nn.Module, optimizer, scheduler, grad_scaler, loader, loss_fn, transform,
+                          grad_clip: float | None, precision: str, device: torch.device,
+                          plot_path: Path | None) -> LRFinderResult:
+    """`lr_finder.*` (cfg) run on train.py's model, optimizer and data; logs the suggestion and, on
+    the rank that passes `plot_path`, saves the plot."""
+    from trainkit.models import apply_frozen_bn_eval
+
+    result = lr_range_test(model, optimizer, loader, loss_fn, transform=transform, scheduler=scheduler,
+                           grad_scaler=grad_scaler, grad_clip=grad_clip, precision=precision,
+                           after_train=apply_frozen_bn_eval, min_lr=cfg.min_lr, max_lr=cfg.max_lr,
+                           num_steps=cfg.num_steps, smoothing=cfg.smoothing, divergence_factor=cfg.divergence_factor,
+                           device=device)
+    if plot_path is not None:
+        plot_lr_finder(result, plot_path)
+    return result
