@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from trainkit import cli
 from trainkit.augment import BatchTransform
+from trainkit.batch_size_finder import find_batch_size_for_run
 from trainkit.checkpoint import load_checkpoint, restore_rng_states, rng_states, save_checkpoint, unwrap_model
 from trainkit.config import validate
 from trainkit.console import print_config
@@ -32,10 +33,9 @@ from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average
                                   launched_externally, process_info)
 from trainkit.early_stopping import EarlyStopping
 from trainkit.errors import ConfigError
-from trainkit.launch import configure_worker_logging, launch_local_workers, limit_cpu_threads, processes_per_node
 from trainkit.images import augmented_samples, save_png
+from trainkit.launch import configure_worker_logging, launch_local_workers, limit_cpu_threads, processes_per_node
 from trainkit.loggers import build_loggers, wandb_names
-from trainkit.batch_size_finder import find_batch_size_for_run
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
 from trainkit.models import apply_frozen_bn_eval, build_model
 from trainkit.optim import build_optimizer, build_scheduler

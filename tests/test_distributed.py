@@ -1,4 +1,5 @@
 """DDP on CPU with gloo: every way to launch, and the checklist in DESIGN.md, each by a test."""
+import gc
 import json
 import os
 import socket
@@ -103,6 +104,8 @@ def _initial_weights_and_augmentation(rank: int, world_size: int, port: int, res
         weights = torch.cat([p.detach().flatten() for p in model.parameters()])
         gathered = gather_objects((weights, augmented))
         results[rank] = [(w.clone(), a.clone()) for w, a in gathered]
+        del model  # free DDP's reducer before its process group goes (else gloo may abort)
+        gc.collect()
     finally:
         dist.destroy_process_group()
 

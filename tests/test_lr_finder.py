@@ -1,5 +1,6 @@
 """LR range test: a sane suggestion on a problem whose good LRs are known, early stop on divergence,
 every piece of state put back bit for bit, group scales respected, the plot, the script, DDP."""
+import gc
 import json
 import math
 import random
@@ -307,6 +308,8 @@ def _ddp_worker(rank: int, world_size: int, port: int, results: str):
         batches = regression_batches(seed=rank)  # each rank its own shard: different losses
         result = lr_range_test(model, optimizer, batches, mse, min_lr=1e-4, max_lr=100.0, num_steps=100)
         torch.save(result.to_dict(), f"{results}.{rank}")
+        del model, optimizer  # free DDP's reducer before its process group goes (else gloo may abort)
+        gc.collect()
     finally:
         dist.destroy_process_group()
 
