@@ -24,7 +24,7 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import BatchTransform
 from trainkit.batch_size_finder import find_batch_size_for_run
-from trainkit.checkpoint import load_checkpoint, restore_rng_states, rng_states, save_checkpoint, unwrap_model
+from trainkit.checkpoint import copy_checkpoint, load_checkpoint, restore_rng_states, rng_states, save_checkpoint, unwrap_model
 from trainkit.config import validate
 from trainkit.console import print_config
 from trainkit.data import build_data
@@ -178,17 +178,19 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     if proc.world_size > 1:
         trained_model = DistributedDataParallel(trained_model, device_ids=[device.index] if device.type == "cuda" else None)
 
+    resolved_config = OmegaConf.to_container(cfg, resolve=True)  # plain containers: loadable with weights_only=True
+
     def checkpoint_state(epoch: int, rng: list) -> dict:
         return {"model": unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                 "early_stopping": early_stopping.state_dict(), "best_metrics": best_metrics, "epoch": epoch, "step": step,
-                "rng": rng, "config": OmegaConf.to_container(cfg, resolve=True),
+                "rng": rng, "config": resolved_config,
                 "wandb_run_id": loggers.run_id if loggers else None}
 
     loggers = None  # rank 0 alone logs
     if proc.is_main:
         run_name, group = wandb_names(run_dir=run_dir)
-        loggers = build_loggers(cfg.logger, run_dir, config=OmegaConf.to_container(cfg, resolve=True),
+        loggers = build_loggers(cfg.logger, run_dir, config=resolved_config,
                                 run_name=run_name, group=group, resume_id=wandb_run_id)
         if cfg.logger.get("log_images", False):
             samples = augmented_samples(data.train, train_transform, data.mean, data.std, device)
@@ -228,7 +230,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                          f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{'  *' if improved else ''}")
                 save_checkpoint(checkpoints / "last.pt", checkpoint_state(epoch, rng))
                 if improved:
-                    save_checkpoint(checkpoints / "best.pt", checkpoint_state(epoch, rng))
+                    copy_checkpoint(checkpoints / "last.pt", checkpoints / "best.pt")
             # Every stop is decided by all ranks together, so no rank waits alone in a collective.
             if any_rank(not math.isfinite(train_metrics["train/loss"]), device):
                 stop_reason = "non-finite loss"

@@ -152,3 +152,14 @@ def test_rng_states_survive_torch_save_and_weights_only_load():
     buffer.seek(0)
     restore_rng_states(torch.load(buffer, weights_only=True)["rng"])
     assert draw() == expected
+
+
+def test_copy_checkpoint_is_a_complete_atomic_copy(tmp_path):
+    from trainkit.checkpoint import copy_checkpoint
+
+    save_checkpoint(tmp_path / "last.pt", {"epoch": 3, "weights": torch.arange(5.0)})
+    (tmp_path / "best.pt").write_bytes(b"old")
+    copy_checkpoint(tmp_path / "last.pt", tmp_path / "best.pt")
+    copied = torch.load(tmp_path / "best.pt", weights_only=True)
+    assert copied["epoch"] == 3 and torch.equal(copied["weights"], torch.arange(5.0))
+    assert not list(tmp_path.glob("*.tmp"))

@@ -1,6 +1,7 @@
 """Atomic, self-contained checkpoints that load with torch.load(weights_only=True)."""
 import os
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,13 @@ def save_checkpoint(path: Path, state: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
+
+
+def copy_checkpoint(source: Path, destination: Path) -> None:
+    """Copy a saved checkpoint (e.g. last.pt to best.pt), atomically, without serializing it again."""
+    tmp = destination.with_name(destination.name + ".tmp")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, destination)
 
 
 def load_checkpoint(path: str | Path, device: torch.device) -> dict:
