@@ -314,6 +314,7 @@ def launch(cfg: DictConfig) -> float:
 
 
 @hydra.main(version_base=None, config_path="conf", config_name="config")
+@cli.report_config_errors
 def main(cfg: DictConfig) -> float:
     # In a multirun, a crashing trial reports sweep.failed_trial_value and the sweep goes on.
     return run_trial(launch, cfg)

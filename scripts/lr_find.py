@@ -40,6 +40,7 @@ DEFAULTS = {"min_lr": 1e-7, "max_lr": 10.0, "num_steps": 100, "smoothing": 0.98,
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
+@cli.report_config_errors
 def main(cfg: DictConfig) -> float | None:
     validate(cfg)
     settings = dict(DEFAULTS)

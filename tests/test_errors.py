@@ -11,6 +11,7 @@ import pytest
         (["optimizer.lr=0"], ["optimizer.lr", "> 0"]),
         (["data.batch_size=-4"], ["data.batch_size", ">= 1"]),
         (["data=imagefolder", "data.root=/no/such/folder"], ["data.root", "/no/such/folder"]),
+        (["data=mnist", "data.root=/no/such/folder"], ["data.root", "data.download=true"]),
         (["model=timm", "model.name=resnet1000"], ["model.name", "resnet1000", "did you mean"]),
         (["model=torchvision", "model.name=resnet1000"], ["model.name", "resnet1000"]),
     ],
@@ -21,6 +22,7 @@ def test_bad_input_gives_one_clear_line(run_train, overrides, expected):
     assert "Traceback" not in run.stderr
     lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, run.stderr
+    assert "Error executing job" not in run.stderr  # Hydra's own extra line is not added
     for fragment in expected:
         assert fragment in lines[0], (fragment, lines[0])
 

@@ -5,6 +5,7 @@ on one run directory. After: report bad input as one line instead of a stack tra
 HYDRA_FULL_ERROR=1 to see the trace; unexpected errors, i.e. bugs, always keep theirs).
 """
 import difflib
+import functools
 import os
 import re
 import sys
@@ -55,12 +56,34 @@ def _causes(error: BaseException):
         error = error.__cause__ or error.__context__
 
 
+_user_wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def report_config_errors(task: Callable) -> Callable:
+    """Wrap a Hydra task function so bad input found while it runs exits with one line, before
+    Hydra adds its own 'Error executing job' line. In a sweep this ends the sweep: bad config
+    values are the same for every job."""
+
+    @functools.wraps(task)
+    def wrapper(cfg):
+        try:
+            return task(cfg)
+        except ConfigError as error:
+            if _user_wants_trace:
+                raise
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(1)
+
+    return wrapper
+
+
 def run(hydra_main: Callable[[], object]) -> None:
     """Call a @hydra.main function; bad input exits 1 with `error: <key>: <what to fix>`."""
     OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True, replace=True)
     agree_on_launch_time()
     sys.argv += hydra_overrides_for_this_rank()
-    wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    global _user_wants_trace
+    _user_wants_trace = wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
     try:
         hydra_main()
