@@ -131,3 +131,18 @@ def test_any_other_multiline_error_is_flattened_to_one_line():
         line = one_line(error)
     assert "\n" not in line
     assert line == "outer problem first line second line"
+
+
+def test_a_config_error_is_recognized_through_the_wrappers_around_it():
+    from hydra.errors import InstantiationException
+
+    from trainkit.errors import caused_by_config_error
+
+    try:
+        try:
+            raise ConfigError("model.name", "no such model")
+        except ConfigError as inner:
+            raise InstantiationException("Error in call to target") from inner
+    except InstantiationException as wrapped:
+        assert caused_by_config_error(wrapped)
+    assert not caused_by_config_error(RuntimeError("a bug"))

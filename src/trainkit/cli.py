@@ -17,7 +17,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from trainkit.distributed import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
-from trainkit.errors import ConfigError
+from trainkit.errors import ConfigError, caused_by_config_error
 
 
 def _flatten(text: str) -> str:
@@ -68,10 +68,10 @@ def report_config_errors(task: Callable) -> Callable:
     def wrapper(cfg):
         try:
             return task(cfg)
-        except ConfigError as error:
-            if _user_wants_trace:
+        except Exception as error:  # a ConfigError, or one wrapped by hydra.utils.instantiate
+            if _user_wants_trace or not caused_by_config_error(error):
                 raise
-            print(f"error: {error}", file=sys.stderr)
+            print(f"error: {one_line(error)}", file=sys.stderr)
             sys.exit(1)
 
     return wrapper

@@ -12,3 +12,13 @@ class ConfigError(ValueError):
         self.key = key
         self.message = message
         super().__init__(f"{key}: {message}")
+
+
+def caused_by_config_error(error: BaseException) -> bool:
+    """True when `error` is a ConfigError or wraps one (hydra.utils.instantiate wraps what the
+    factories raise)."""
+    while error is not None:
+        if isinstance(error, ConfigError):
+            return True
+        error = error.__cause__ or error.__context__
+    return False

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.errors import ConfigError
+from trainkit.errors import ConfigError, caused_by_config_error
 
 log = logging.getLogger("sweep")
 
@@ -100,7 +100,7 @@ def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: Option
     try:
         result = fn(cfg)
     except Exception as error:
-        if not catch or isinstance(error, ConfigError):
+        if not catch or caused_by_config_error(error):
             raise
         message = " ".join(str(error).split())[:300]
         log.error(f"trial failed: {type(error).__name__}: {message} -> {fallback} goes to the sweeper "
