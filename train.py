@@ -37,7 +37,8 @@ from trainkit.images import augmented_samples, save_png
 from trainkit.launch import configure_worker_logging, launch_local_workers, limit_cpu_threads, processes_per_node
 from trainkit.loggers import build_loggers, wandb_names
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
-from trainkit.models import apply_frozen_bn_eval, build_model
+from trainkit.finetune import apply_frozen_bn_eval
+from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
 from trainkit.sweeps import quiet_known_warnings, run_trial

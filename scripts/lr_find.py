@@ -29,7 +29,8 @@ from trainkit.config import validate
 from trainkit.data import build_data
 from trainkit.errors import ConfigError
 from trainkit.lr_finder import check_settings, lr_range_test, plot_lr_finder
-from trainkit.models import apply_frozen_bn_eval, build_model
+from trainkit.finetune import apply_frozen_bn_eval
+from trainkit.models import build_model
 from trainkit.optim import build_optimizer, scaled_lr
 from trainkit.runtime import grad_scaler, pick_device, seed_everything
 

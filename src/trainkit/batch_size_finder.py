@@ -229,7 +229,7 @@ def find_batch_size_for_run(cfg, model: nn.Module, loss_fn, loader, transform, p
                             device: torch.device) -> int:
     """`batch_size_finder.*` (cfg) applied to train.py's model and data: the per-process batch
     size to use, the same on every rank (the smallest any rank found)."""
-    from trainkit.models import apply_frozen_bn_eval
+    from trainkit.finetune import apply_frozen_bn_eval
 
     images, labels = next(iter(loader))
     probe = training_step_probe(model, loss_fn, images.to(device), labels.to(device), transform, precision,

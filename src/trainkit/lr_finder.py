@@ -213,7 +213,7 @@ def lr_range_test(
     any iterable, iterated again when it runs out) or a function returning a fresh iterator.
     The step is backward (through `grad_scaler` if given), clipping at `grad_clip`, optimizer
     step: the loop of train.py, without accumulation. `after_train(model)` runs after
-    `model.train()` (pass trainkit.models.apply_frozen_bn_eval for a frozen model).
+    `model.train()` (pass trainkit.finetune.apply_frozen_bn_eval for a frozen model).
 
     Smoothing: avg = smoothing * avg + (1 - smoothing) * loss, reported as avg / (1 - smoothing^t)
     (bias-corrected, as Adam's moments). The sweep stops early once the smoothed loss is
@@ -320,7 +320,7 @@ def lr_range_test_for_run(cfg, model: nn.Module, optimizer, scheduler, grad_scal
                           plot_path: Path | None) -> LRFinderResult:
     """`lr_finder.*` (cfg) run on train.py's model, optimizer and data; logs the suggestion and, on
     the rank that passes `plot_path`, saves the plot."""
-    from trainkit.models import apply_frozen_bn_eval
+    from trainkit.finetune import apply_frozen_bn_eval
 
     result = lr_range_test(model, optimizer, loader, loss_fn, transform=transform, scheduler=scheduler,
                            grad_scaler=grad_scaler, grad_clip=grad_clip, precision=precision,

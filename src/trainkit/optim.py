@@ -29,12 +29,12 @@ def param_groups(model: torch.nn.Module, weight_decay: float, head_lr_scale: flo
     shrinking them toward zero only hurts. Frozen parameters are left out entirely.
 
     Each group carries `lr_scale` (1 for the backbone, head_lr_scale for the classifier head,
-    see trainkit.models.head_parameters) and, when `lr` is given, `lr = lr * lr_scale`. The
+    see trainkit.finetune.head_parameters) and, when `lr` is given, `lr = lr * lr_scale`. The
     schedule multiplies each group's own initial lr, so the ratio holds all run long. Groups
     come in a fixed order, backbone first, and are kept even when empty (a frozen backbone), so
     `param_groups[0]["lr"]` is always the base LR and a checkpoint always has the same groups.
     """
-    from trainkit.models import head_parameters
+    from trainkit.finetune import head_parameters
 
     head = set()
     if head_lr_scale != 1.0:
