@@ -355,3 +355,18 @@ def test_wandb_names_from_the_saved_hydra_config_in_a_worker_process(tmp_path):
         f"  job:\n    override_dirname: seed=1\n  runtime:\n    output_dir: {job_dir}\n")
     assert wandb_names(run_dir=job_dir) == ("seed=1", "2026-01-02_03-04-05")
     assert wandb_names(run_dir=tmp_path) == (None, None)  # no saved config
+
+
+def test_augmented_samples_enlarge_tiny_images_and_leave_training_randomness_alone():
+    from trainkit.augment import BatchTransform
+    from trainkit.data import TensorLoader
+    from trainkit.images import augmented_samples
+
+    loader = TensorLoader(torch.rand(40, 1, 8, 8), torch.zeros(40, dtype=torch.long), 16, shuffle=False)
+    transform = BatchTransform((0.5,), (0.5,), 8, {"name": "shift", "crop_padding": 0.25}, train=True)
+    torch.manual_seed(0)
+    expected_next_draw = torch.rand(1)
+    torch.manual_seed(0)
+    grid = augmented_samples(loader, transform, (0.5,), (0.5,), torch.device("cpu"))
+    assert torch.equal(torch.rand(1), expected_next_draw)  # the forked RNG left the stream untouched
+    assert grid.shape == (2 * (32 + 1) + 1, 8 * (32 + 1) + 1, 3)  # 16 tiles of 8x8 shown at 32x32

@@ -56,11 +56,17 @@ def save_png(array: np.ndarray, path: str | Path) -> Path:
     return path
 
 
-def augmented_samples(loader, transform, mean, std, device: torch.device, count: int = 32) -> np.ndarray:
+def augmented_samples(loader, transform, mean, std, device: torch.device, count: int = 32,
+                      min_side: int = 32) -> np.ndarray:
     """A grid of the first training batch exactly as the model sees it after augmentation.
 
     The random draws happen in a forked RNG, so showing the samples does not change training.
+    Tiles smaller than `min_side` pixels (8x8 digits) are enlarged by whole pixels, so they can be seen.
     """
     images = next(iter(loader))[0][:count].to(device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        return image_grid(transform(images), mean, std)
+        augmented = transform(images).float()
+    scale = math.ceil(min_side / min(augmented.shape[-2:]))
+    if scale > 1:
+        augmented = torch.nn.functional.interpolate(augmented, scale_factor=scale, mode="nearest")
+    return image_grid(augmented, mean, std)
