@@ -21,7 +21,7 @@ from pathlib import Path
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from trainkit import cli
 from trainkit.augment import BatchTransform
@@ -37,16 +37,14 @@ from trainkit.runtime import grad_scaler, pick_device, seed_everything
 log = logging.getLogger("lr_find")
 
 # Used where conf/config.yaml has no lr_finder section (or lacks a key).
-DEFAULTS = {"min_lr": 1e-7, "max_lr": 10.0, "num_steps": 100, "smoothing": 0.98, "divergence_factor": 4.0}
+SETTINGS = ("min_lr", "max_lr", "num_steps", "smoothing", "divergence_factor")  # of lr_finder.* in conf/config.yaml
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 @cli.report_config_errors
 def main(cfg: DictConfig) -> float | None:
     validate(cfg)
-    settings = dict(DEFAULTS)
-    if "lr_finder" in cfg:
-        settings.update({k: v for k, v in OmegaConf.to_container(cfg.lr_finder, resolve=True).items() if k in DEFAULTS})
+    settings = {key: cfg.lr_finder[key] for key in SETTINGS}
     check_settings(**settings)  # a bad setting fails now, not after building data and model
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     device = pick_device(cfg.device)
