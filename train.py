@@ -66,8 +66,10 @@ def evaluate(model, loader, transform, precision, device, limit=None) -> dict:
     return {"loss": loss_sum / max(count, 1), "acc": correct / max(count, 1), "samples": int(count)}
 
 
-def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, scaler, cfg, device, epoch, step, loggers, show_progress):
-    """One pass over the training data; returns (metrics, global update count)."""
+def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, scaler, cfg, device, epoch, step, loggers,
+                    show_progress, start_batch=0, save_progress=None):
+    """One pass over the training data, from `start_batch` when a run resumes mid-epoch.
+    Returns (metrics, global update count, batches of the epoch done)."""
     model.train()
     apply_frozen_bn_eval(model)  # BatchNorm inside frozen layers keeps its statistics
     trainer = cfg.trainer
@@ -75,9 +77,10 @@ def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, sca
     num_batches = min(len(loader), trainer.limit_train_batches or len(loader))
     totals = torch.zeros(3, device=device)  # loss sum, correct, count: stay on the device until logged
     interval_loss, interval_batches = torch.zeros((), device=device), 0
-    progress = tqdm(total=num_batches, desc=f"epoch {epoch}", leave=False, dynamic_ncols=True, disable=not show_progress)
-    started = time.perf_counter()
-    for i, (images, labels) in enumerate(loader):
+    progress = tqdm(total=num_batches, initial=start_batch, desc=f"epoch {epoch}", leave=False, dynamic_ncols=True,
+                    disable=not show_progress)
+    started, batches_done = time.perf_counter(), start_batch
+    for i, (images, labels) in enumerate(loader, start=start_batch):
         if i >= num_batches or (trainer.max_steps and step >= trainer.max_steps):
             break
         # Micro-batches of one update form a group; the last group of the epoch may be short,
@@ -105,6 +108,7 @@ def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, sca
         totals[2] += labels.numel()
         interval_loss += batch_loss
         interval_batches += 1
+        batches_done = i + 1
         if is_update and step % trainer.log_every_n_steps == 0:
             step_loss = all_reduce_sum(torch.stack([interval_loss, torch.tensor(float(interval_batches), device=device)]))
             if loggers:
@@ -112,6 +116,9 @@ def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, sca
                              "lr": optimizer.param_groups[0]["lr"]})
             interval_loss.zero_()
             interval_batches = 0
+        every = trainer.checkpoint_every_n_steps
+        if save_progress and is_update and every and step % every == 0 and batches_done < num_batches:
+            save_progress(epoch, step, batches_done)  # mid-epoch: a long epoch survives preemption
         progress.update()
         if show_progress and (i % 10 == 0 or i == num_batches - 1):
             progress.set_postfix(loss=f"{batch_loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
@@ -119,7 +126,7 @@ def train_one_epoch(model, loader, transform, loss_fn, optimizer, scheduler, sca
     loss_sum, correct, count = all_reduce_sum(totals).tolist()
     seconds = time.perf_counter() - started
     return {"train/loss": loss_sum / max(count, 1), "train/acc": correct / max(count, 1),
-            "train/samples_per_sec": count / seconds, "lr": optimizer.param_groups[0]["lr"]}, step
+            "train/samples_per_sec": count / seconds, "lr": optimizer.param_groups[0]["lr"]}, step, batches_done
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
@@ -157,7 +164,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     scaler = grad_scaler(cfg.precision.name, device)
     early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
 
-    start_epoch, step, best_metrics, wandb_run_id = 0, 0, {}, None
+    start_epoch, start_batch, step, best_metrics, wandb_run_id = 0, 0, 0, {}, None
     if cfg.resume:
         checkpoint = load_checkpoint(cfg.resume, device)
         model.load_state_dict(checkpoint["model"])
@@ -165,14 +172,15 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         scheduler.load_state_dict(checkpoint["scheduler"])
         scaler.load_state_dict(checkpoint["scaler"])
         early_stopping.load_state_dict(checkpoint["early_stopping"])
-        start_epoch, step, best_metrics = checkpoint["epoch"] + 1, checkpoint["step"], checkpoint["best_metrics"]
+        step, best_metrics, start_batch = checkpoint["step"], checkpoint["best_metrics"], checkpoint["batches_done"]
+        start_epoch = checkpoint["epoch"] + (0 if start_batch else 1)  # mid-epoch: finish that epoch first
         wandb_run_id = checkpoint.get("wandb_run_id")  # the resumed run continues the same W&B run
         rng = checkpoint["rng"]
         if len(rng) == proc.world_size:
             restore_rng_states(rng[proc.rank])
         else:  # another world size: fresh, still distinct, streams per rank
             seed_everything(cfg.seed + proc.rank + 1000 * start_epoch)
-        log.info(f"resumed from {cfg.resume} at epoch {start_epoch}, step {step}")
+        log.info(f"resumed from {cfg.resume} at epoch {start_epoch}, batch {start_batch}, step {step}")
     # Order matters: compile the model on its device, then wrap it for DDP (which broadcasts
     # rank 0's initial weights to every rank).
     trained_model = torch.compile(model) if trainer.compile else model
@@ -180,13 +188,20 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         trained_model = DistributedDataParallel(trained_model, device_ids=[device.index] if device.type == "cuda" else None)
 
     resolved_config = OmegaConf.to_container(cfg, resolve=True)  # plain containers: loadable with weights_only=True
+    checkpoints = run_dir / "checkpoints"
 
-    def checkpoint_state(epoch: int, rng: list) -> dict:
+    def checkpoint_state(epoch: int, step: int, batches_done: int, rng: list) -> dict:
+        """Everything a resume needs; batches_done > 0 marks a checkpoint from inside `epoch`."""
         return {"model": unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                 "early_stopping": early_stopping.state_dict(), "best_metrics": best_metrics, "epoch": epoch, "step": step,
-                "rng": rng, "config": resolved_config,
+                "batches_done": batches_done, "rng": rng, "config": resolved_config,
                 "wandb_run_id": loggers.run_id if loggers else None}
+
+    def save_progress(epoch: int, step: int, batches_done: int) -> None:  # runs on every rank
+        rng = gather_objects(rng_states())
+        if proc.is_main:
+            save_checkpoint(checkpoints / "last.pt", checkpoint_state(epoch, step, batches_done, rng))
 
     loggers = None  # rank 0 alone logs
     if proc.is_main:
@@ -206,16 +221,18 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             set_base_lr(optimizer, result.suggestion)  # each parameter group keeps its lr_scale
             scheduler = build_scheduler(optimizer, cfg.scheduler, updates_per_epoch, total_updates)
     show_progress = proc.is_main and trainer.progress_bar and sys.stderr.isatty()
-    checkpoints = run_dir / "checkpoints"
     last_metrics, stop_reason = {}, "max_epochs"
     log.info(f"training {sum(p.numel() for p in model.parameters() if p.requires_grad):,} parameters on {device} "
              f"for {trainer.max_epochs} epochs ({updates_per_epoch} updates each) -> {run_dir}")
     failed = True  # until the run ends normally: the tracker then marks it finished, else failed
     try:
         for epoch in range(start_epoch, trainer.max_epochs):
-            data.train.set_epoch(epoch)
-            train_metrics, step = train_one_epoch(trained_model, data.train, train_transform, loss_fn,
-                                                  optimizer, scheduler, scaler, cfg, device, epoch, step, loggers, show_progress)
+            data.train.set_epoch(epoch, start_batch=start_batch)
+            train_metrics, step, batches_done = train_one_epoch(
+                trained_model, data.train, train_transform, loss_fn, optimizer, scheduler, scaler, cfg, device, epoch, step,
+                loggers, show_progress, start_batch, save_progress)
+            start_batch = 0
+            unfinished = batches_done if batches_done < batches_per_epoch else 0  # a max_steps stop mid-epoch
             average_batchnorm_statistics(model)  # BatchNorm statistics from every rank's shard, before eval and save
             val = evaluate(trained_model, data.val, eval_transform, cfg.precision.name, device,
                            trainer.limit_val_batches)
@@ -229,7 +246,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                 log.info(f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}  val/loss {val['loss']:.4f}  "
                          f"val/acc {val['acc']:.4f}  lr {train_metrics['lr']:.2e}  "
                          f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{'  *' if improved else ''}")
-                save_checkpoint(checkpoints / "last.pt", checkpoint_state(epoch, rng))
+                save_checkpoint(checkpoints / "last.pt", checkpoint_state(epoch, step, unfinished, rng))
                 if improved:
                     copy_checkpoint(checkpoints / "last.pt", checkpoints / "best.pt")
             # Every stop is decided by all ranks together, so no rank waits alone in a collective.

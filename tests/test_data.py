@@ -15,7 +15,7 @@ from torch.utils.data import DistributedSampler
 from trainkit.data import DataBundle, build_data
 from trainkit.data.datasets import carve
 from trainkit.data.imagefolder import decode
-from trainkit.data.loaders import ShardSampler, TensorLoader
+from trainkit.data.loaders import FileLoader, ShardSampler, TensorLoader
 from trainkit.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "data"
@@ -380,3 +380,24 @@ def test_config_errors_name_the_key(overrides, key):
     with pytest.raises(ConfigError) as error:
         build_data(data_cfg("digits", **overrides), CPU, seed=0)
     assert error.value.key == key
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_set_epoch_with_start_batch_yields_the_rest_of_that_epoch(drop_last):
+    images, labels = torch.arange(100.0).view(100, 1, 1, 1), torch.arange(100)
+    loader = TensorLoader(images, labels, 8, shuffle=True, drop_last=drop_last, seed=3)
+    loader.set_epoch(4)
+    whole = [batch_labels.tolist() for _, batch_labels in loader]
+    loader.set_epoch(4, start_batch=5)
+    assert [batch_labels.tolist() for _, batch_labels in loader] == whole[5:]
+    loader.set_epoch(5)  # the next epoch starts from its first batch again
+    assert len(list(loader)) == len(loader)
+
+
+def test_file_loader_skips_the_batches_already_trained(tmp_path):
+    dataset = torch.utils.data.TensorDataset(torch.arange(30.0).view(30, 1), torch.arange(30))
+    loader = FileLoader(dataset, 4, shuffle=True, seed=1)
+    loader.set_epoch(2)
+    whole = [batch_labels.tolist() for _, batch_labels in loader]
+    loader.set_epoch(2, start_batch=3)
+    assert [batch_labels.tolist() for _, batch_labels in loader] == whole[3:]

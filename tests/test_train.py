@@ -67,9 +67,23 @@ def test_label_smoothing_sets_the_floor_of_the_training_loss(run_train):
     assert plain.epoch_metrics()[-1]["train/loss"] < floor / 3
 
 
+def final_weights(run) -> dict:
+    return torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
+
+
+def assert_same_training(resumed, straight):
+    for key in ("val/loss", "val/acc", "lr", "step"):
+        assert resumed.epoch_metrics()[-1][key] == pytest.approx(straight.epoch_metrics()[-1][key], rel=1e-6), key
+    assert resumed.summary["test"] == pytest.approx(straight.summary["test"], rel=1e-6)
+    straight_weights, resumed_weights = final_weights(straight), final_weights(resumed)
+    for name, tensor in straight_weights.items():
+        torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
+
+
 def test_resume_after_a_kill_continues_exactly(run_train, tmp_path):
-    overrides = ["trainer.max_epochs=6", "augmentation=shift", "trainer.progress_bar=false",
-                 "regularization.early_stopping.enabled=false"]
+    # Checkpoints every 3 updates, so the kill usually lands inside an epoch.
+    overrides = ["trainer.max_epochs=6", "augmentation=shift", "trainer.progress_bar=false", "print_config=false",
+                 "regularization.early_stopping.enabled=false", "trainer.checkpoint_every_n_steps=3"]
     straight = run_train(*overrides)
     # Kill a second, identical run as soon as its first checkpoint lands, as a preemption would.
     killed_dir = tmp_path / "killed"
@@ -81,13 +95,26 @@ def test_resume_after_a_kill_continues_exactly(run_train, tmp_path):
         time.sleep(0.005)
     victim.kill()
     victim.wait()
-    interrupted_at = torch.load(last, weights_only=True)["epoch"]
-    assert interrupted_at < 5, "the run finished before it could be killed"
+    interrupted = torch.load(last, weights_only=True)
+    assert interrupted["epoch"] < 5, "the run finished before it could be killed"
     resumed = run_train(*overrides, f"resume={last}")
-    assert [m["epoch"] for m in resumed.epoch_metrics()] == list(range(interrupted_at + 1, 6))
-    for key in ("train/loss", "val/loss", "val/acc", "lr", "step"):
-        assert resumed.epoch_metrics()[-1][key] == pytest.approx(straight.epoch_metrics()[-1][key], rel=1e-6), key
-    assert resumed.summary["test"] == pytest.approx(straight.summary["test"], rel=1e-6)
+    first_epoch = interrupted["epoch"] + (0 if interrupted["batches_done"] else 1)
+    assert [m["epoch"] for m in resumed.epoch_metrics()] == list(range(first_epoch, 6))
+    assert_same_training(resumed, straight)
+
+
+def test_a_run_stopped_inside_an_epoch_resumes_at_the_next_batch(run_train):
+    # A constant LR, so stopping early with max_steps does not change the schedule.
+    overrides = ["trainer.max_epochs=3", "augmentation=shift", "scheduler=constant", "trainer.progress_bar=false",
+                 "print_config=false", "regularization.early_stopping.enabled=false"]
+    straight = run_train(*overrides)
+    stopped = run_train(*overrides, "trainer.max_steps=27")  # 20 updates per epoch: 7 batches into epoch 1
+    checkpoint = torch.load(stopped.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert (checkpoint["epoch"], checkpoint["batches_done"], checkpoint["step"]) == (1, 7, 27)
+    resumed = run_train(*overrides, f"resume={stopped.run_dir / 'checkpoints' / 'last.pt'}")
+    assert [m["epoch"] for m in resumed.epoch_metrics()] == [1, 2]
+    assert resumed.epoch_metrics()[0]["step"] == 40
+    assert_same_training(resumed, straight)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

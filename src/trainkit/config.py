@@ -48,6 +48,7 @@ def validate(cfg: DictConfig) -> None:
     _number(cfg, "trainer.accumulate_grad_batches", integer=True, minimum=1)
     _number(cfg, "trainer.grad_clip", minimum=0, strict_min=True, optional=True)
     _number(cfg, "trainer.log_every_n_steps", integer=True, minimum=1)
+    _number(cfg, "trainer.checkpoint_every_n_steps", integer=True, minimum=1, optional=True)
     _number(cfg, "trainer.limit_train_batches", integer=True, minimum=1, optional=True)
     _number(cfg, "trainer.limit_val_batches", integer=True, minimum=1, optional=True)
     for flag in ("channels_last", "compile", "progress_bar"):

@@ -29,9 +29,10 @@ class ShardSampler(Sampler[int]):
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
+        self.skip = 0  # indices of this epoch already consumed (a run resumed mid-epoch)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        self.epoch, self.skip = epoch, skip
 
     def indices(self) -> torch.Tensor:
         if not self.shuffle:
@@ -41,7 +42,7 @@ class ShardSampler(Sampler[int]):
         return order[: self.size - self.size % self.world_size][self.rank :: self.world_size]
 
     def __iter__(self):
-        return iter(self.indices().tolist())
+        return iter(self.indices()[self.skip:].tolist())
 
     def __len__(self) -> int:
         if self.shuffle:
@@ -56,9 +57,13 @@ class ShardedLoader:
         self.sampler = sampler
         self.batch_size = batch_size
         self.drop_last = drop_last
+        self.start_batch = 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        """Reshuffle for `epoch`; `start_batch` > 0 skips the batches a resumed run already trained
+        (the rest of the epoch is exactly what the interrupted run would have seen)."""
+        self.start_batch = start_batch
+        self.sampler.set_epoch(epoch, skip=start_batch * self.batch_size)
 
     def __len__(self) -> int:
         if self.drop_last:
@@ -99,8 +104,8 @@ class TensorLoader(ShardedLoader):
 
     def __iter__(self):
         # One host-to-device copy of the epoch's indices, then every batch is a slice of it.
-        indices = self.sampler.indices().to(self.images.device)
-        for batch in indices.split(self.batch_size)[: len(self)]:
+        indices = self.sampler.indices()[self.sampler.skip:].to(self.images.device)
+        for batch in indices.split(self.batch_size)[: len(self) - self.start_batch]:
             yield self.images[batch], self.labels[batch]
 
 
