@@ -23,10 +23,10 @@ def run_one_epoch(num_samples: int, batch_size: int, accumulate: int) -> tuple[t
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     cfg = OmegaConf.create({
         "trainer": {"accumulate_grad_batches": accumulate, "limit_train_batches": None, "max_steps": None,
-                    "grad_clip": None, "log_every_n_steps": 1000},
+                    "grad_clip": None, "log_every_n_steps": 1000, "checkpoint_every_n_steps": None},
         "precision": {"name": "fp32"},
     })
-    _, steps = train.train_one_epoch(
+    _, steps, _ = train.train_one_epoch(
         model, loader, lambda x: x, torch.nn.CrossEntropyLoss(), optimizer, scheduler,
         torch.amp.GradScaler("cpu", enabled=False), cfg, torch.device("cpu"), epoch=0, step=0,
         loggers=Loggers([]), show_progress=False,
