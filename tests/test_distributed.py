@@ -281,3 +281,28 @@ def test_sync_batchnorm_on_cpu_is_refused_with_a_clear_error(tmp_path):
                                "distributed.sync_batchnorm=true", *QUICK), timeout=120)
     assert result.returncode != 0
     assert "distributed.sync_batchnorm" in result.stderr and "CUDA" in result.stderr
+
+
+@pytest.mark.slow
+def test_ddp_run_stopped_inside_an_epoch_resumes_exactly(tmp_path):
+    # Constant LR, so stopping with max_steps leaves the schedule alone; every rank's RNG (its own
+    # augmentation stream) is restored. BN-free: the stop averages BatchNorm statistics across ranks
+    # one extra time, which a straight run does not do at that point.
+    overrides = [*QUICK, *NO_NORM_MODEL, "augmentation=shift", "scheduler=constant", "regularization.early_stopping.enabled=false",
+                 "distributed=ddp", "distributed.nproc_per_node=2", "trainer.checkpoint_every_n_steps=4"]
+    straight = run(train_command(f"hydra.run.dir={tmp_path / 'straight'}", *overrides))
+    stopped = run(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", "trainer.max_steps=13", *overrides))
+    assert straight.returncode == 0 and stopped.returncode == 0, stopped.stderr[-3000:]
+    checkpoint = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)
+    assert (checkpoint["epoch"], checkpoint["batches_done"], len(checkpoint["rng"])) == (1, 3, 2)
+    resumed = run(train_command(f"hydra.run.dir={tmp_path / 'resumed'}", f"resume={tmp_path / 'stopped/checkpoints/last.pt'}",
+                                *overrides))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    (straight_summary, straight_metrics), (resumed_summary, resumed_metrics) = (
+        read_run(tmp_path / "straight"), read_run(tmp_path / "resumed"))
+    assert resumed_summary["test"] == pytest.approx(straight_summary["test"], rel=1e-6)
+    assert resumed_metrics[-2]["val/loss"] == pytest.approx(straight_metrics[-2]["val/loss"], rel=1e-6)
+    straight_weights = torch.load(tmp_path / "straight/checkpoints/last.pt", weights_only=True)["model"]
+    resumed_weights = torch.load(tmp_path / "resumed/checkpoints/last.pt", weights_only=True)["model"]
+    for name, tensor in straight_weights.items():
+        torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
