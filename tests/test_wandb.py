@@ -7,6 +7,8 @@ protobuf `Record`), which `read_records` below decodes, as `wandb sync` would.
 import json
 import logging
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from conftest import ROOT
 from trainkit.errors import ConfigError
 from trainkit.images import image_grid, save_png
 from trainkit.loggers import build_loggers, wandb_names
@@ -370,3 +373,18 @@ def test_augmented_samples_enlarge_tiny_images_and_leave_training_randomness_alo
     grid = augmented_samples(loader, transform, (0.5,), (0.5,), torch.device("cpu"))
     assert torch.equal(torch.rand(1), expected_next_draw)  # the forked RNG left the stream untouched
     assert grid.shape == (2 * (32 + 1) + 1, 8 * (32 + 1) + 1, 3)  # 16 tiles of 8x8 shown at 32x32
+
+
+def test_multirun_jobs_are_wandb_runs_of_one_group_named_after_their_overrides(tmp_path):
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, str(ROOT / "train.py"), "-m", f"hydra.sweep.dir={sweep}", "logger=wandb",
+               "logger.mode=offline", "debug=fast", "print_config=false", "seed=1,2"]
+    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr[-3000:]
+    runs = [offline_run(sweep / job) for job in ("0", "1")]
+    assert runs[0].group == runs[1].group == sweep.name
+    names = sorted(run.display_name for run in runs)  # Hydra's override_dirname: sorted key=value pairs
+    assert [name.rsplit(",", 1)[-1] for name in names] == ["seed=1", "seed=2"]
+    assert all("debug=fast" in name and "logger=wandb" in name for name in names)
+    assert all(run.exit_code == 0 and run.summary["test/acc"] >= 0 for run in runs)
+    assert all(run.config["seed"] in (1, 2) and run.rows_with("val/acc") for run in runs)
