@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from trainkit.errors import ConfigError
 from trainkit.models import SmallCNN
-from trainkit.optim import LRSchedule, build_optimizer, build_scheduler, param_groups_for_weight_decay
+from trainkit.optim import LRSchedule, build_optimizer, build_scheduler, param_groups
 
 CONF = Path(__file__).parents[1] / "conf"
 
@@ -40,7 +40,7 @@ def ids(params) -> set[int]:
 
 def test_biases_and_norm_params_go_to_the_no_decay_group():
     model = SmallNet()
-    decay, no_decay = param_groups_for_weight_decay(model, weight_decay=0.1)
+    decay, no_decay = param_groups(model, weight_decay=0.1)
     assert decay["weight_decay"] == 0.1
     assert no_decay["weight_decay"] == 0.0
     assert ids(decay["params"]) == ids([model.conv.weight, model.head.weight])
@@ -49,7 +49,7 @@ def test_biases_and_norm_params_go_to_the_no_decay_group():
 
 def test_frozen_params_are_left_out_of_both_groups():
     model = SmallNet()
-    groups = param_groups_for_weight_decay(model, weight_decay=0.1)
+    groups = param_groups(model, weight_decay=0.1)
     grouped = ids(p for g in groups for p in g["params"])
     assert id(model.frozen.weight) not in grouped and id(model.frozen.bias) not in grouped
     assert grouped == ids(p for p in model.parameters() if p.requires_grad)
@@ -206,13 +206,13 @@ def test_scheduler_state_dict_round_trip_resumes_exactly():
 def test_weight_decay_groups_leave_out_biases_norms_and_frozen_parameters():
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LayerNorm(4), nn.Linear(4, 2))
     model[0].bias.requires_grad_(False)
-    decay, no_decay = param_groups_for_weight_decay(model, weight_decay=0.05)
+    decay, no_decay = param_groups(model, weight_decay=0.05)
     assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
     ids = lambda params: {id(p) for p in params}  # noqa: E731
     assert ids(decay["params"]) == ids([model[0].weight, model[4].weight])
     norm_and_bias = [model[1].weight, model[1].bias, model[3].weight, model[3].bias, model[4].bias]
     assert ids(no_decay["params"]) == ids(norm_and_bias)
     cnn = SmallCNN(3, 10)
-    decay, no_decay = param_groups_for_weight_decay(cnn, weight_decay=0.05)
+    decay, no_decay = param_groups(cnn, weight_decay=0.05)
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(cnn.parameters()))
     assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim <= 1 for p in no_decay["params"])

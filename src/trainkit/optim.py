@@ -55,11 +55,6 @@ def param_groups(model: torch.nn.Module, weight_decay: float, head_lr_scale: flo
     return groups
 
 
-def param_groups_for_weight_decay(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """The two weight-decay groups [decay, no_decay] (see param_groups)."""
-    return param_groups(model, weight_decay)
-
-
 def scaled_lr(base_lr: float, batch_size: int, world_size: int = 1, accumulate: int = 1, reference: int = 256) -> float:
     """The linear scaling rule (Goyal et al., 2017): lr = base_lr * global batch / reference, where
     the global batch is batch_size (per process) x world_size x accumulate.
