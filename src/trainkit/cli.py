@@ -17,7 +17,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from trainkit.distributed import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
-from trainkit.errors import ConfigError, caused_by_config_error
+from trainkit.errors import ConfigError, caused_by_config_error, causes
 
 
 def _flatten(text: str) -> str:
@@ -36,24 +36,18 @@ def _unknown_key(error: OmegaConfBaseException) -> str:
 
 def one_line(error: BaseException) -> str:
     """A readable single line for a config error raised by us, Hydra or OmegaConf."""
-    for cause in _causes(error):
+    for cause in causes(error):
         if isinstance(cause, ConfigError):
             return str(cause)
     if isinstance(error, MissingConfigException) and error.missing_cfg_file and error.options:
         group, _, option = error.missing_cfg_file.rpartition("/")
         return f"{group}={option}: no such option; choose one of {', '.join(sorted(error.options))}"
-    for cause in _causes(error):
+    for cause in causes(error):
         # A misspelt override (optimizer.lrr=0.1) surfaces as ConfigAttributeError; cfg["lrr"] as ConfigKeyError.
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and "not in struct" in str(cause):
             return _unknown_key(cause)
-    messages = [_flatten(cause) for cause in _causes(error)]
+    messages = [_flatten(cause) for cause in causes(error)]
     return " ".join(dict.fromkeys(m for m in messages if m))
-
-
-def _causes(error: BaseException):
-    while error is not None:
-        yield error
-        error = error.__cause__ or error.__context__
 
 
 _user_wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"

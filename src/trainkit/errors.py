@@ -14,11 +14,14 @@ class ConfigError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
+def causes(error: BaseException):
+    """`error`, then what it was raised from, and so on down the chain."""
+    while error is not None:
+        yield error
+        error = error.__cause__ or error.__context__
+
+
 def caused_by_config_error(error: BaseException) -> bool:
     """True when `error` is a ConfigError or wraps one (hydra.utils.instantiate wraps what the
     factories raise)."""
-    while error is not None:
-        if isinstance(error, ConfigError):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
+    return any(isinstance(cause, ConfigError) for cause in causes(error))
