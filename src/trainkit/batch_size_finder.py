@@ -32,6 +32,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from trainkit.distributed import min_across_ranks
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -163,17 +164,6 @@ def find_batch_size(
     return result
 
 
-def min_across_ranks(value: int, device: torch.device) -> int:
-    """The smallest value over all ranks (each rank searched on its own device)."""
-    from trainkit.distributed import is_distributed
-
-    if not is_distributed():
-        return value
-    tensor = torch.tensor([value], device=device)
-    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MIN)
-    return int(tensor.item())
-
-
 def training_step_probe(
     model: nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -237,4 +227,4 @@ def find_batch_size_for_run(cfg, model: nn.Module, loss_fn, loader, transform, p
     cap = None if cfg.memory_cap_gb is None else int(cfg.memory_cap_gb * 2**30)
     found = find_batch_size(probe, start=cfg.start, max_batch_size=cfg.max_batch_size, safety_margin=cfg.safety_margin,
                             memory_cap_bytes=cap, device=device)
-    return min_across_ranks(found, device)
+    return min_across_ranks(found, device)  # each rank searched on its own device
