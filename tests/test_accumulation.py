@@ -1,13 +1,14 @@
 """Gradient accumulation in train.py's loop: k micro-batches make the same update as one big batch."""
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT
-from trainkit.data import TensorLoader
-from trainkit.loggers import Loggers
+from trainkit.data import DataBundle, TensorLoader
+from trainkit.distributed import ProcessInfo
 
 sys.path.insert(0, str(ROOT))
 import train  # noqa: E402
@@ -17,21 +18,22 @@ def run_one_epoch(num_samples: int, batch_size: int, accumulate: int) -> tuple[t
     torch.manual_seed(0)
     images = torch.rand(num_samples, 1, 4, 4, generator=torch.Generator().manual_seed(1))
     labels = torch.randint(0, 3, (num_samples,), generator=torch.Generator().manual_seed(2))
-    loader = TensorLoader(images, labels, batch_size, shuffle=True, seed=0)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))  # no BatchNorm: batch-size independent
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     cfg = OmegaConf.create({
         "trainer": {"accumulate_grad_batches": accumulate, "limit_train_batches": None, "max_steps": None,
                     "grad_clip": None, "log_every_n_steps": 1000, "checkpoint_every_n_steps": None},
         "precision": {"name": "fp32"},
     })
-    _, steps, _ = train.train_one_epoch(
-        model, loader, lambda x: x, torch.nn.CrossEntropyLoss(), optimizer, scheduler,
-        torch.amp.GradScaler("cpu", enabled=False), cfg, torch.device("cpu"), epoch=0, step=0,
-        loggers=Loggers([]), show_progress=False,
-    )
-    return torch.cat([p.detach().flatten() for p in model.parameters()]), steps
+    run = train.Run(cfg, Path("unused"), ProcessInfo(), torch.device("cpu"))
+    loader = TensorLoader(images, labels, batch_size, shuffle=True, seed=0)
+    run.data = DataBundle(loader, loader, loader, channels=1, image_size=4, num_classes=3, mean=(0.0,), std=(1.0,))
+    run.model = run.trained_model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))  # no BatchNorm
+    run.train_transform = lambda x: x
+    run.loss_fn = torch.nn.CrossEntropyLoss()
+    run.optimizer = torch.optim.SGD(run.model.parameters(), lr=0.5)
+    run.scheduler = torch.optim.lr_scheduler.LambdaLR(run.optimizer, lambda step: 1.0)
+    run.scaler = torch.amp.GradScaler("cpu", enabled=False)
+    train.train_one_epoch(run, show_progress=False)
+    return torch.cat([p.detach().flatten() for p in run.model.parameters()]), run.step
 
 
 def test_four_micro_batches_of_16_equal_one_batch_of_64():

@@ -76,3 +76,35 @@ def test_other_ranks_print_and_write_nothing(cfg, tmp_path, capsys, monkeypatch)
     monkeypatch.setenv("WORLD_SIZE", "2")
     print_config(cfg, tmp_path)
     assert capsys.readouterr().out == "" and not (tmp_path / FILENAME).exists()
+
+
+@pytest.fixture(params=[3])
+def in_multirun_job(request):
+    """A job of a multirun: its number (default 3), its overrides, HydraConfig set as Hydra sets it."""
+    GlobalHydra.instance().clear()
+    overrides = ["optimizer.lr=0.03", "seed=2"]
+    with initialize_config_dir(config_dir=str((ROOT / "conf").resolve()), version_base=None):
+        full = compose("config", overrides=overrides, return_hydra_config=True)
+    with open_dict(full):
+        full.hydra.mode = "MULTIRUN"
+        full.hydra.job.num = request.param
+        full.hydra.overrides.task = overrides
+    HydraConfig.instance().set_config(full)
+    with open_dict(full):
+        del full["hydra"]
+    yield full
+    HydraConfig.instance().cfg = None
+    GlobalHydra.instance().clear()
+
+
+def test_later_jobs_of_a_multirun_print_one_line_and_still_save_the_tree(in_multirun_job, tmp_path, capsys):
+    print_config(in_multirun_job, tmp_path)
+    printed = capsys.readouterr().out
+    assert printed.strip() == f"job 3: optimizer.lr=0.03 seed=2 (whole config: {tmp_path / FILENAME})"
+    assert "lr: 0.03" in (tmp_path / FILENAME).read_text()
+
+
+@pytest.mark.parametrize("in_multirun_job", [0], indirect=True)
+def test_the_first_job_of_a_multirun_prints_the_whole_tree(in_multirun_job, tmp_path, capsys):
+    print_config(in_multirun_job, tmp_path)
+    assert "lr: 0.03" in capsys.readouterr().out

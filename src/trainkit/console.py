@@ -61,9 +61,22 @@ def build_tree(cfg: DictConfig, resolve: bool = True):
     return tree
 
 
+def _multirun_job() -> tuple[int, list[str]] | None:
+    """(job number, its overrides) inside a multirun job, else None."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return HydraConfig.get().job.num, list(HydraConfig.get().overrides.task)
+
+
 def print_config(cfg: DictConfig, path: Optional[Union[str, Path]] = None, resolve: bool = True) -> None:
     """Print the config tree (rank 0 only) and, with `path`, save it as plain text: `path` is a run
-    directory (the file is `config_tree.txt` in it) or a file name ending in `.txt`."""
+    directory (the file is `config_tree.txt` in it) or a file name ending in `.txt`.
+
+    In a multirun the first job prints the whole tree and every other job one line with its own
+    overrides (a sweep of 100 jobs would otherwise print 100 trees); each job saves its whole tree."""
     from trainkit.distributed import process_info  # torch: already imported by train.py
 
     if not process_info().is_main:
@@ -71,10 +84,17 @@ def print_config(cfg: DictConfig, path: Optional[Union[str, Path]] = None, resol
     from rich.console import Console
 
     tree = build_tree(cfg, resolve=resolve)
-    Console().print(tree)
+    target = None
     if path is not None:
         path = Path(path)
         target = path if path.suffix == ".txt" else path / FILENAME
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "w", encoding="utf-8") as file:
             Console(file=file, color_system=None, width=120, soft_wrap=True).print(tree)
+    job = _multirun_job()
+    if job is None or job[0] == 0:
+        Console().print(tree)
+    else:
+        number, overrides = job
+        saved = f" (whole config: {target})" if target else ""
+        print(f"job {number}: {' '.join(overrides) or 'no overrides'}{saved}", flush=True)

@@ -1,8 +1,9 @@
-"""Start N worker processes on this machine from inside a running script (and its Hydra job).
+"""Run a script's training function in this process, or in N DDP worker processes started here.
 
 `python train.py distributed=ddp distributed.nproc_per_node=N` uses torch's elastic launch API,
 the engine behind torchrun, so a Hydra multirun can start one process group per sweep job. The
 workers receive the already composed config and run directory: Hydra runs once, in the parent.
+Under torchrun or SLURM the processes exist already, and each one trains in place.
 """
 import importlib.util
 import logging
@@ -10,45 +11,72 @@ import os
 import sys
 import uuid
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from trainkit.distributed import ProcessInfo
+from trainkit.distributed import ProcessInfo, launched_externally, process_info
 from trainkit.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 # The format of conf/config.yaml's hydra.job_logging, for the workers Hydra does not configure.
 LOG_FORMAT, LOG_DATE_FORMAT = "[%(asctime)s] %(message)s", "%H:%M:%S"
 
 
-def _call_script_function(script: str, function: str, *args):
-    """Worker entry point: import the script by path and call one of its functions.
+def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[DictConfig, Path], Any]) -> Any:
+    """`train_process(cfg, run_dir)`, called here; or, with distributed=ddp and no processes yet, in
+    `distributed.nproc_per_node` worker processes started now, returning rank 0's result. The
+    workers import `train_process` by its script's path and name (it must be a module-level function)."""
+    if cfg.distributed.name != "ddp" or launched_externally():
+        return train_process(cfg, run_dir)
+    nproc = processes_per_node(cfg.distributed)
+    log.info(f"launching {nproc} DDP processes -> {run_dir}")
+    script, function = train_process.__code__.co_filename, train_process.__name__
+    return launch_local_workers(nproc, script, function, OmegaConf.to_container(cfg, resolve=True), str(run_dir))[0]
 
-    It lives in this module, not in the script, so it pickles by reference whatever launched the
-    parent (plain python, a Hydra launcher, joblib's workers).
-    """
-    spec = importlib.util.spec_from_file_location(f"trainkit_worker_{Path(script).stem}", script)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(Path(script).parent))
-    spec.loader.exec_module(module)
-    return getattr(module, function)(*args)
 
-
-def launch_local_workers(nproc: int, script: str, function: str, *args) -> dict[int, object]:
-    """Run `function(*args)` from `script` in `nproc` processes forming one process group.
+def launch_local_workers(nproc: int, script: str, function: str, config: dict, run_dir: str) -> dict[int, object]:
+    """Run `function(config, run_dir)` from `script` in `nproc` processes forming one process group.
 
     Returns {rank: return value}. If any worker fails, the agent stops the others and this raises
     (torch's ChildFailedError names the rank and its error), so a crash never leaves a rank waiting.
     """
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    config = LaunchConfig(
+    launch_config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nproc,
         run_id=f"trainkit-{uuid.uuid4().hex[:8]}",
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0",  # port 0: a free port, as torchrun --standalone
         max_restarts=0, monitor_interval=0.1, start_method="spawn",
     )
-    return elastic_launch(config, _call_script_function)(script, function, *args)
+    return elastic_launch(launch_config, _worker)(script, function, config, run_dir)
+
+
+def _worker(script: str, function: str, config: dict, run_dir: str):
+    """Entry point of each worker process: log like the Hydra parent, share the CPU cores, call
+    the script's function. It lives here, not in the script, so it pickles by reference whatever
+    launched the parent (plain python, a Hydra launcher, joblib's workers)."""
+    proc = process_info()
+    configure_worker_logging(Path(run_dir), proc)
+    limit_cpu_threads(proc.local_world_size)
+    try:
+        return _load(script, function)(OmegaConf.create(config), Path(run_dir))
+    except ConfigError as error:  # bad input found late (e.g. a data file): one line, from rank 0
+        if proc.is_main:
+            print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _load(script: str, function: str) -> Callable:
+    """`function` of the script at path `script`, imported under a name of its own (the parent's
+    script ran as `__main__`, which a spawned process cannot import)."""
+    spec = importlib.util.spec_from_file_location(f"trainkit_worker_{Path(script).stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(Path(script).parent))
+    spec.loader.exec_module(module)
+    return getattr(module, function)
 
 
 def threads_per_worker(local_world_size: int) -> int:

@@ -1,0 +1,35 @@
+"""Config groups do what they say, whatever else is picked: precedence between the groups."""
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from conftest import ROOT
+
+
+def composed(*overrides: str):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str((ROOT / "conf").resolve()), version_base=None):
+        cfg = compose("config", overrides=list(overrides))
+    GlobalHydra.instance().clear()
+    return cfg
+
+
+@pytest.mark.parametrize("switch", ["regularization=none", "debug=overfit"])
+def test_regularization_none_beats_the_experiments_weight_decay(switch):
+    assert composed("experiment=cifar10_resnet").optimizer.weight_decay == 5e-4  # the experiment's own value
+    cfg = composed("experiment=cifar10_resnet", switch)
+    assert cfg.optimizer.weight_decay == 0.0
+    assert cfg.trainer.grad_clip is None
+    assert cfg.regularization.label_smoothing == 0.0
+    assert cfg.regularization.early_stopping.enabled is False
+
+
+def test_regularization_strong_sets_clipping_over_an_experiment():
+    cfg = composed("experiment=finetune_imagefolder", "regularization=strong", "model.pretrained_path=w.pt")
+    assert cfg.trainer.grad_clip == 1.0 and cfg.regularization.dropout == 0.3
+    assert cfg.optimizer.weight_decay == 0.05  # strong leaves weight decay to the optimizer/experiment
+
+
+def test_a_command_line_key_beats_every_group():
+    cfg = composed("experiment=cifar10_resnet", "regularization=none", "optimizer.weight_decay=0.1")
+    assert cfg.optimizer.weight_decay == 0.1
