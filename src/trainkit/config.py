@@ -4,7 +4,7 @@ RULES says what each key may hold (type, range, choices); RELATIONS catch keys t
 each other; `???` keys still missing are required. Every problem the config alone reveals is
 found in the same pass, so a typo costs a second, not a run, and one try shows them all:
 
-    error: optimizer.lr: must be a number > 0, got -1; also data.batch_size: must be ...
+    error: data.batch_size: must be a whole number >= 1, got 0; also optimizer.lr: must be ...
 
 What only files or the built model can reveal (a missing data folder, a timm name that does not
 exist, weights of another shape) is checked where it arises, in the same one-line form.
@@ -44,7 +44,7 @@ AFFINE_KEYS = ("degrees", "translate", "scale", "shear")
 def device_name(value) -> str | None:
     if isinstance(value, str) and re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
         return None
-    return f"{show(value)} is not a device; use auto, cpu, cuda, cuda:N or mps"
+    return f"{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
 
 
 def freeze_spec(value) -> str | None:
@@ -194,7 +194,8 @@ def _statistics_per_channel(cfg: DictConfig) -> Iterator[tuple[str, str]]:
                                   f"give one per channel, or one for all")
 
 
-def _data_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """What the chosen dataset needs from the other data keys."""
     data = cfg.data
     if data.name not in NEEDS_NO_FILES and data.get("root") is None:
         where = "a folder holding train/<class>/<images>" if data.name == "imagefolder" else "the data folder"
@@ -257,7 +258,7 @@ RELATIONS = (
     Relation(("required",), _required),
     Relation(("data.channels", "data.mean", "data.std"), _statistics_per_channel),
     Relation(("data.name", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
-             _data_files),
+             _dataset_needs),
     Relation(("model.pretrained_path", "model.pretrained"), _pretrained_once),
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("regularization.early_stopping",), _early_stopping_direction),

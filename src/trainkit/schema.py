@@ -27,6 +27,7 @@ class Relation:
 
 
 def show(value: object) -> str:
+    """A value as a message shows it: a string quoted, with its type, since 'abc' and 1 differ."""
     if isinstance(value, str):
         return f"{value!r} (str)"
     if OmegaConf.is_config(value):
@@ -43,14 +44,15 @@ def _is_number(value: object, whole: bool = False) -> bool:
 
 
 def _bounds(minimum, maximum, above, below) -> str:
-    low = (f"[{minimum}", minimum) if minimum is not None else (f"({above}", above) if above is not None else None
-    high = (f"{maximum}]", maximum) if maximum is not None else (f"{below})", below) if below is not None else None
+    """' in [0, 1)', ' > 0', ' <= 5', or '' without bounds."""
+    low = f"[{minimum}" if minimum is not None else f"({above}" if above is not None else None
+    high = f"{maximum}]" if maximum is not None else f"{below})" if below is not None else None
     if low and high:
-        return f" in {low[0]}, {high[0]}"
+        return f" in {low}, {high}"
     if low:
-        return f" {'>=' if minimum is not None else '>'} {low[1]}"
+        return f" >= {minimum}" if minimum is not None else f" > {above}"
     if high:
-        return f" {'<=' if maximum is not None else '<'} {high[1]}"
+        return f" <= {maximum}" if maximum is not None else f" < {below}"
     return ""
 
 
