@@ -28,7 +28,7 @@ from trainkit.augment import BatchTransform
 from trainkit.config import validate
 from trainkit.data import build_data
 from trainkit.errors import ConfigError
-from trainkit.lr_finder import check_settings, lr_range_test, plot_lr_finder
+from trainkit.lr_finder import lr_range_test, plot_lr_finder
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, scaled_lr
@@ -43,9 +43,8 @@ SETTINGS = ("min_lr", "max_lr", "num_steps", "smoothing", "divergence_factor")  
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 @cli.report_config_errors
 def main(cfg: DictConfig) -> float | None:
-    validate(cfg)
+    validate(cfg)  # lr_finder.* included: a bad setting fails now, not after building data and model
     settings = {key: cfg.lr_finder[key] for key in SETTINGS}
-    check_settings(**settings)  # a bad setting fails now, not after building data and model
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     device = pick_device(cfg.device)
     seed_everything(cfg.seed)

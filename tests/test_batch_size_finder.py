@@ -78,14 +78,7 @@ def test_result_is_at_least_one():
     try_step, _ = simulated_limit(1)
     assert find_batch_size(try_step, start=1, safety_margin=0.5) == 1
 
-
-def test_bad_settings_are_config_errors():
-    try_step, _ = simulated_limit(100)
-    for kwargs, key in [({"start": 0}, "start"), ({"start": 8, "max_batch_size": 4}, "max_batch_size"),
-                        ({"safety_margin": 0}, "safety_margin"), ({"safety_margin": 1.5}, "safety_margin")]:
-        with pytest.raises(ConfigError) as error:
-            find_batch_size(try_step, **kwargs)
-        assert error.value.key == f"batch_size_finder.{key}"
+# Bad settings (start, max_batch_size, safety_margin) are the schema's to report: tests/test_config.py.
 
 
 # ---- a real step on the CPU, with a memory cap ------------------------------------------------

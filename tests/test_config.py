@@ -1,4 +1,8 @@
-"""The composed config validates, bad values name their key, and cli.one_line makes any config error one line."""
+"""The schema: every config-only mistake is found in one pass before anything is built, named by
+its key on one line; ignored settings are warned about; cli.one_line makes any config error one line."""
+import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -7,10 +11,17 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException, MissingConfigException
 
 from trainkit.cli import one_line
-from trainkit.config import validate
+from trainkit.config import RELATIONS, RULES, ignored_keys, problems, validate
 from trainkit.errors import ConfigError
+from trainkit.schema import find_problems
 
-CONF = Path(__file__).parents[1] / "conf"
+ROOT = Path(__file__).parents[1]
+CONF = ROOT / "conf"
+# Options whose `???` keys (or `required` list) a real run fills on the command line.
+REQUIRED_BY_OPTION = {
+    "data=imagefolder": ["data.root=/data/images"],
+    "experiment=finetune_imagefolder": ["data.root=/data/images", "model.pretrained_path=/weights/resnet18.pt"],
+}
 
 
 @pytest.fixture
@@ -39,26 +50,167 @@ def group_options() -> list[str]:
 
 @pytest.mark.parametrize("override", group_options())
 def test_every_group_option_composes_and_validates(compose_config, override):
-    validate(compose_config([override]))
+    validate(compose_config([override, *REQUIRED_BY_OPTION.get(override, [])]))
 
 
-@pytest.mark.parametrize(
-    "override, key",
-    [
-        ("optimizer.lr=0", "optimizer.lr"),
-        ("optimizer.lr=-1", "optimizer.lr"),
-        ("optimizer.lr=abc", "optimizer.lr"),
-        ("data.batch_size=0", "data.batch_size"),
-        ("trainer.max_epochs=abc", "trainer.max_epochs"),
-        ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches"),
-        ("regularization.label_smoothing=1.5", "regularization.label_smoothing"),
-        ("precision.name=fp8", "precision.name"),
-        ("optimized_metric=foo", "optimized_metric"),
-        ("data.mean=[0.1,0.2]", "data.mean"),
-    ],
-)
-def test_bad_value_raises_config_error_naming_the_key(compose_config, override, key):
-    cfg = compose_config([override])
+# ---- one case per rule: (overrides, the key the error names) --------------------------------
+
+RULE_CASES = [
+    (["seed=-1"], "seed"),
+    (["seed=1.5"], "seed"),
+    (["device=gpu"], "device"),
+    (["device=cuda:x"], "device"),
+    (["device=''"], "device"),
+    (["resume=3"], "resume"),
+    (["print_config=yes"], "print_config"),
+    (["optimized_metric=foo"], "optimized_metric"),
+    (["required=[3]"], "required"),
+    (["sweep.catch_failures=maybe"], "sweep.catch_failures"),
+    (["sweep.failed_trial_value=nan"], "sweep.failed_trial_value"),
+    (["sweep.failed_trial_value=worst"], "sweep.failed_trial_value"),
+    (["trainer.max_epochs=abc"], "trainer.max_epochs"),
+    (["trainer.max_epochs=0"], "trainer.max_epochs"),
+    (["trainer.max_steps=0"], "trainer.max_steps"),
+    (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches"),
+    (["trainer.grad_clip=0"], "trainer.grad_clip"),
+    (["trainer.log_every_n_steps=0"], "trainer.log_every_n_steps"),
+    (["trainer.checkpoint_every_n_steps=0"], "trainer.checkpoint_every_n_steps"),
+    (["trainer.limit_train_batches=0"], "trainer.limit_train_batches"),
+    (["trainer.limit_val_batches=1.5"], "trainer.limit_val_batches"),
+    (["trainer.channels_last=1"], "trainer.channels_last"),
+    (["trainer.compile=yes"], "trainer.compile"),
+    (["trainer.progress_bar=2"], "trainer.progress_bar"),
+    (["data.name=imagenet"], "data.name"),
+    (["data=mnist", "data.root=3"], "data.root"),
+    (["data.download=yes"], "data.download"),
+    (["data.channels=0"], "data.channels"),
+    (["data.image_size=0"], "data.image_size"),
+    (["data.num_classes=1"], "data.num_classes"),
+    (["data.mean=0.5"], "data.mean"),
+    (["data.mean=[a]"], "data.mean"),
+    (["data.std=[0]"], "data.std"),
+    (["data.val_fraction=0"], "data.val_fraction"),
+    (["data.test_fraction=1.5"], "data.test_fraction"),
+    (["data.split_seed=-1"], "data.split_seed"),
+    (["data=synthetic", "data.num_samples=0"], "data.num_samples"),
+    (["data=synthetic", "data.val_samples=0"], "data.val_samples"),
+    (["data=synthetic", "data.test_samples=-5"], "data.test_samples"),
+    (["data=synthetic", "data.noise=-1"], "data.noise"),
+    (["data.batch_size=0"], "data.batch_size"),
+    (["data.batch_size=1.5"], "data.batch_size"),
+    (["data.eval_batch_size=0"], "data.eval_batch_size"),
+    (["data.num_workers=-1"], "data.num_workers"),
+    (["data.drop_last=maybe"], "data.drop_last"),
+    (["model=timm", "model.name=3"], "model.name"),
+    (["model=timm", "model.pretrained=yes"], "model.pretrained"),
+    (["model.pretrained_path=3"], "model.pretrained_path"),
+    (["model.input_size=0"], "model.input_size"),
+    (["model.input_size=abc"], "model.input_size"),
+    (["model.freeze=head"], "model.freeze"),
+    (["model.freeze=-1"], "model.freeze"),
+    (["model.freeze_bn=1"], "model.freeze_bn"),
+    (["model.widths=[0,8]"], "model.widths"),
+    (["model=timm", "model.drop_path_rate=1"], "model.drop_path_rate"),
+    (["optimizer.lr=0"], "optimizer.lr"),
+    (["optimizer.lr=-1"], "optimizer.lr"),
+    (["optimizer.lr=abc"], "optimizer.lr"),
+    (["optimizer.weight_decay=-1"], "optimizer.weight_decay"),
+    (["optimizer.momentum=1.5"], "optimizer.momentum"),
+    (["optimizer.nesterov=maybe"], "optimizer.nesterov"),
+    (["optimizer=adamw", "optimizer.betas=[0.9]"], "optimizer.betas"),
+    (["optimizer=adamw", "optimizer.betas=[0.9,1.0]"], "optimizer.betas"),
+    (["optimizer=adamw", "optimizer.eps=0"], "optimizer.eps"),
+    (["optimizer.head_lr_scale=-1"], "optimizer.head_lr_scale"),
+    (["optimizer.scale_lr_with_batch=yes"], "optimizer.scale_lr_with_batch"),
+    (["optimizer.reference_batch_size=0"], "optimizer.reference_batch_size"),
+    (["scheduler.name=linear"], "scheduler.name"),
+    (["scheduler.warmup_epochs=-1"], "scheduler.warmup_epochs"),
+    (["scheduler.warmup_start_factor=1.5"], "scheduler.warmup_start_factor"),
+    (["scheduler.min_lr_ratio=2"], "scheduler.min_lr_ratio"),
+    (["scheduler=cosine_restarts", "scheduler.cycle_epochs=0"], "scheduler.cycle_epochs"),
+    (["scheduler=cosine_restarts", "scheduler.cycle_mult=1.5"], "scheduler.cycle_mult"),
+    (["scheduler=step", "scheduler.step_epochs=0"], "scheduler.step_epochs"),
+    (["scheduler=step", "scheduler.gamma=2"], "scheduler.gamma"),
+    (["precision.name=fp8"], "precision.name"),
+    (["regularization.label_smoothing=1.5"], "regularization.label_smoothing"),
+    (["regularization.dropout=1"], "regularization.dropout"),
+    (["regularization.early_stopping.enabled=maybe"], "regularization.early_stopping.enabled"),
+    (["regularization.early_stopping.monitor=train/loss"], "regularization.early_stopping.monitor"),
+    (["regularization.early_stopping.mode=up"], "regularization.early_stopping.mode"),
+    (["regularization.early_stopping.patience=0"], "regularization.early_stopping.patience"),
+    (["regularization.early_stopping.min_delta=-1"], "regularization.early_stopping.min_delta"),
+    (["augmentation.name=fancy"], "augmentation.name"),
+    (["augmentation=basic", "augmentation.crop_padding='a bit'"], "augmentation.crop_padding"),
+    (["augmentation=basic", "augmentation.crop_padding=2.0"], "augmentation.crop_padding"),
+    (["augmentation=basic", "augmentation.horizontal_flip=yes"], "augmentation.horizontal_flip"),
+    (["augmentation=strong", "augmentation.color_jitter=15"], "augmentation.color_jitter"),
+    (["augmentation=strong", "augmentation.color_jitter.brightness=-1"], "augmentation.color_jitter.brightness"),
+    (["augmentation=strong", "augmentation.color_jitter.contrast=abc"], "augmentation.color_jitter.contrast"),
+    (["augmentation=strong", "augmentation.color_jitter.saturation=-0.1"], "augmentation.color_jitter.saturation"),
+    (["augmentation=strong", "augmentation.affine=15"], "augmentation.affine"),
+    (["augmentation=strong", "augmentation.affine.degrees=90"], "augmentation.affine.degrees"),
+    (["augmentation=strong", "augmentation.affine.translate=2"], "augmentation.affine.translate"),
+    (["augmentation=strong", "augmentation.affine.scale=1.1"], "augmentation.affine.scale"),
+    (["augmentation=strong", "augmentation.affine.scale=[1.1,0.9]"], "augmentation.affine.scale"),
+    (["augmentation=strong", "augmentation.affine.shear=-1"], "augmentation.affine.shear"),
+    (["augmentation=strong", "augmentation.random_order=yes"], "augmentation.random_order"),
+    (["lr_finder.enabled=yes"], "lr_finder.enabled"),
+    (["lr_finder.apply=1"], "lr_finder.apply"),
+    (["lr_finder.min_lr=0"], "lr_finder.min_lr"),
+    (["lr_finder.max_lr=-1"], "lr_finder.max_lr"),
+    (["lr_finder.num_steps=1"], "lr_finder.num_steps"),
+    (["lr_finder.smoothing=1"], "lr_finder.smoothing"),
+    (["lr_finder.divergence_factor=1"], "lr_finder.divergence_factor"),
+    (["batch_size_finder.enabled=yes"], "batch_size_finder.enabled"),
+    (["batch_size_finder.start=0"], "batch_size_finder.start"),
+    (["batch_size_finder.max_batch_size=0"], "batch_size_finder.max_batch_size"),
+    (["batch_size_finder.safety_margin=0"], "batch_size_finder.safety_margin"),
+    (["batch_size_finder.safety_margin=1.5"], "batch_size_finder.safety_margin"),
+    (["batch_size_finder.memory_cap_gb=0"], "batch_size_finder.memory_cap_gb"),
+    (["distributed.name=fsdp"], "distributed.name"),
+    (["distributed.nproc_per_node=0"], "distributed.nproc_per_node"),
+    (["distributed=ddp", "distributed.nproc_per_node=true"], "distributed.nproc_per_node"),
+    (["distributed.backend=mpi"], "distributed.backend"),
+    (["distributed.sync_batchnorm=yes"], "distributed.sync_batchnorm"),
+    (["distributed.timeout_seconds=0"], "distributed.timeout_seconds"),
+    (["logger.name=tensorboardz"], "logger.name"),
+    (["logger=wandb", "logger.mode=ofline"], "logger.mode"),
+    (["logger=csv", "logger.filename=3"], "logger.filename"),
+    (["logger=wandb", "logger.project=3"], "logger.project"),
+    (["logger=wandb", "logger.log_images=yes"], "logger.log_images"),
+    (["logger=wandb", "logger.init_timeout=0"], "logger.init_timeout"),
+]
+
+# Keys that contradict each other, or settings the chosen options need.
+RELATION_CASES = [
+    (["required=[trainer.max_steps]"], "trainer.max_steps"),
+    (["required=[trainer.max_stepz]"], "required"),
+    (["experiment=finetune_imagefolder", "data.root=/data/images"], "model.pretrained_path"),
+    (["data.mean=[0.1,0.2]"], "data.mean"),
+    (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
+    (["data=mnist", "data.root=null"], "data.root"),
+    (["data=imagefolder", "data.root=null"], "data.root"),
+    (["data=imagefolder", "data.root=/data/images", "data.channels=2", "data.mean=[0.5]", "data.std=[0.25]"], "data.channels"),
+    (["data=synthetic", "data.num_classes=null"], "data.num_classes"),
+    (["data.val_fraction=0.5", "data.test_fraction=0.5"], "data.val_fraction"),
+    (["model=timm", "model.pretrained=true", "model.pretrained_path=/weights/resnet18.pt"], "model.pretrained_path"),
+    (["optimizer.momentum=0"], "optimizer.nesterov"),
+    (["regularization.early_stopping.mode=max"], "regularization.early_stopping.mode"),
+    (["lr_finder.max_lr=1e-8"], "lr_finder.max_lr"),
+    (["batch_size_finder.start=64", "batch_size_finder.max_batch_size=32"], "batch_size_finder.max_batch_size"),
+    (["device=cpu", "distributed.sync_batchnorm=true"], "distributed.sync_batchnorm"),
+    (["device=cpu", "distributed.backend=nccl"], "distributed.backend"),
+    (["augmentation=basic", "+augmentation.flip=true"], "augmentation.flip"),
+    (["augmentation=strong", "+augmentation.color_jitter.hue=0.1"], "augmentation.color_jitter.hue"),
+    (["augmentation=strong", "+augmentation.affine.rotate=10"], "augmentation.affine.rotate"),
+    (["+augmentation.horizontal_flip=true"], "augmentation.name"),
+]
+
+
+@pytest.mark.parametrize("overrides, key", RULE_CASES + RELATION_CASES, ids=[" ".join(o) for o, _ in RULE_CASES + RELATION_CASES])
+def test_every_mistake_is_one_config_error_naming_its_key(compose_config, overrides, key):
+    cfg = compose_config(overrides)
+    assert list(problems(cfg)) == [key]  # exactly this one: nothing reported twice or as a knock-on
     with pytest.raises(ConfigError) as error:
         validate(cfg)
     assert error.value.key == key
@@ -66,15 +218,151 @@ def test_bad_value_raises_config_error_naming_the_key(compose_config, override, 
     assert "\n" not in str(error.value)
 
 
-def test_one_mean_per_channel_or_one_for_all_is_accepted(compose_config):
+@pytest.mark.parametrize("overrides, key", RULE_CASES, ids=[" ".join(o) for o, _ in RULE_CASES])
+def test_each_rule_case_is_found_by_its_rule(compose_config, overrides, key):
+    assert key in find_problems(compose_config(overrides), {key: RULES[key]}, [])
+
+
+def test_every_rule_has_a_case():
+    assert set(RULES) <= {key for _, key in RULE_CASES}
+
+
+def test_every_relation_has_a_case_that_only_it_finds(compose_config):
+    configs = [(compose_config(overrides), key) for overrides, key in RELATION_CASES]
+    for cfg, key in configs:
+        assert key not in find_problems(cfg, RULES, [])  # no single-key rule finds these
+    for relation in RELATIONS:
+        assert any(key in find_problems(cfg, {}, [relation]) for cfg, key in configs), relation
+
+
+def test_every_rule_key_exists_in_some_option():
+    """A rule on a key no config has would never run: a misspelt rule."""
+    from omegaconf import OmegaConf
+
+    GlobalHydra.instance().clear()
+    keys = set()
+    with initialize_config_dir(config_dir=str(CONF.resolve()), version_base=None):
+        for override in group_options():
+            cfg = compose("config", overrides=[override])
+            keys |= {key for key in RULES if OmegaConf.select(cfg, key, default=KeyError) is not KeyError}
+    GlobalHydra.instance().clear()
+    assert keys == set(RULES)
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (["scheduler.name=linear"], ["'linear'", "cosine, cosine_restarts, step, constant"]),
+        (["logger.name=tensorboardz"], ["'tensorboardz'", "none, csv, wandb"]),
+        (["logger=wandb", "logger.mode=ofline"], ["'ofline'", "offline"]),
+        (["device=gpu"], ["'gpu'", "cuda:N"]),
+        (["trainer.max_epochs=abc"], ["a whole number >= 1", "'abc' (str)"]),
+        (["data.std=[0]"], ["numbers > 0", "[0]"]),
+        (["augmentation=basic", "+augmentation.flip=true"], ["unknown key", "horizontal_flip"]),
+        (["data=mnist", "data.root=null"], ["is required for mnist", "data.root="]),
+        (["experiment=finetune_imagefolder", "data.root=/data/images"], ["(or model.pretrained=true)"]),
+    ],
+)
+def test_messages_show_the_bad_value_and_the_way_out(compose_config, overrides, fragments):
+    message = next(iter(problems(compose_config(overrides)).values()))
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_all_problems_are_found_in_one_pass_and_reported_on_one_line(compose_config):
+    cfg = compose_config(["optimizer.lr=-1", "data.batch_size=0", "augmentation.name=fancy", "data.mean=[0.1,0.2]"])
+    assert list(problems(cfg)) == ["data.batch_size", "optimizer.lr", "augmentation.name", "data.mean"]
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    line = str(error.value)
+    assert error.value.key == "data.batch_size" and "\n" not in line
+    assert "; also optimizer.lr: must be a number > 0, got -1" in line and "; also augmentation.name:" in line
+
+
+def test_a_contradiction_between_bad_values_is_not_reported():
+    """data.channels=0 is wrong on its own; comparing the statistics with it would add noise."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF.resolve()), version_base=None):
+        cfg = compose("config", overrides=["data.channels=0", "data.mean=[0.1,0.2]"])
+    GlobalHydra.instance().clear()
+    assert list(problems(cfg)) == ["data.channels"]
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["data=imagefolder"], "data.root"),
+        (["experiment=finetune_imagefolder", "data.root=/data/images"], "model.pretrained_path"),
+    ],
+)
+def test_required_keys_say_how_to_pass_them(compose_config, overrides, key):
+    with pytest.raises(ConfigError) as error:
+        validate(compose_config(overrides))
+    assert str(error.value).startswith(f"{key}: is required; pass {key}=...")
+
+
+def test_the_finetune_experiment_also_runs_on_timms_own_weights(compose_config):
+    validate(compose_config(["experiment=finetune_imagefolder", "data.root=/data/images", "model.pretrained=true"]))
+
+
+def test_one_value_for_all_channels_is_accepted(compose_config):
     validate(compose_config(["data.mean=[0.5]"]))
     validate(compose_config(["data=cifar10", "data.mean=[0.5]", "data.std=[0.25]"]))
 
 
-def test_integer_keys_reject_floats(compose_config):
-    with pytest.raises(ConfigError) as error:
-        validate(compose_config(["data.batch_size=1.5"]))
-    assert error.value.key == "data.batch_size"
+def test_a_missing_augmentation_key_or_null_means_off(compose_config):
+    validate(compose_config(["augmentation=strong", "augmentation.affine=null", "augmentation.color_jitter.contrast=null"]))
+
+
+# ---- before anything is built ------------------------------------------------------------------
+
+
+def test_a_bad_config_fails_before_any_data_model_or_run_directory(tmp_path):
+    run_dir = tmp_path / "run"
+    command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", "data=imagefolder",
+               f"data.root={tmp_path / 'nonexistent'}", "optimizer.lr=-1"]
+    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 1
+    errors = [line for line in process.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: optimizer.lr: must be a number > 0, got -1"], process.stderr  # not the data folder's
+    assert not (run_dir / "checkpoints").exists() and not (run_dir / "metrics.jsonl").exists()
+
+
+def test_importing_the_schema_stays_light():
+    code = ("import sys, trainkit.config; heavy = ('torchvision', 'timm', 'wandb', 'matplotlib'); "
+            "print([m for m in sys.modules if m.split('.')[0] in heavy])")
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert output.strip() == "[]"
+
+
+# ---- settings the chosen options ignore: one warning each, never an error ------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (["data.num_workers=4"], "data.num_workers=4 is ignored"),
+        (["data=synthetic", "data.num_workers=2"], "data.num_workers=2 is ignored"),
+        (["data.root=/data"], "data.root=/data is ignored"),
+        (["data=synthetic", "data.download=true"], "data.download=true is ignored"),
+        (["data=imagefolder", "data.root=/data/images", "data.download=true"], "data.download=true is ignored"),
+        (["scheduler=constant", "scheduler.warmup_start_factor=0.1"], "scheduler.warmup_start_factor is ignored"),
+        (["lr_finder.apply=true"], "lr_finder.apply=true is ignored"),
+        (["augmentation=basic", "+augmentation.random_order=true"], "augmentation.random_order=true is ignored"),
+    ],
+)
+def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fragment):
+    cfg = compose_config(overrides)
+    with caplog.at_level(logging.WARNING, logger="trainkit.config"):
+        validate(cfg)
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(fragment), warnings
+
+
+@pytest.mark.parametrize("overrides", [[], ["data=mnist"], ["data=imagefolder", "data.root=/data/images"],
+                                       ["data=mnist", "data.download=true"], ["augmentation=strong"]])
+def test_defaults_and_used_settings_warn_about_nothing(compose_config, overrides):
+    assert ignored_keys(compose_config(overrides)) == []
 
 
 # ---- cli.one_line -----------------------------------------------------------------------------
@@ -134,8 +422,6 @@ def test_any_other_multiline_error_is_flattened_to_one_line():
 
 
 def test_a_config_error_is_recognized_through_the_wrappers_around_it():
-    from hydra.errors import InstantiationException
-
     from trainkit.errors import caused_by_config_error
 
     try:

@@ -130,11 +130,12 @@ def test_carve_is_disjoint_complete_and_reproducible():
     assert all(torch.equal(parts[name], again[name]) for name in parts)
 
 
-@pytest.mark.parametrize("fraction", [0.0, 1e-4, 1.5])
-def test_carve_rejects_fractions_that_empty_a_split(fraction):
+def test_carve_rejects_a_fraction_that_rounds_a_split_to_nothing():
+    # Fractions outside (0, 1) are the schema's to report (tests/test_config.py); whether a valid
+    # one leaves any sample depends on the dataset's size, known only here.
     with pytest.raises(ConfigError) as error:
-        build_data(data_cfg("digits", val_fraction=fraction), CPU, seed=0)
-    assert error.value.key == "data.val_fraction"
+        build_data(data_cfg("digits", val_fraction=1e-4), CPU, seed=0)
+    assert error.value.key == "data.val_fraction" and "empty" in error.value.message
 
 
 # --- synthetic ------------------------------------------------------------------------------
@@ -349,8 +350,7 @@ def test_imagefolder_missing_root_names_data_root(tmp_path):
         with pytest.raises(ConfigError) as error:
             build_data(folder_cfg(root), CPU, seed=0)
         assert error.value.key == "data.root" and str(root) in error.value.message
-    with pytest.raises(ConfigError, match="data.root"):
-        build_data(data_cfg("imagefolder"), CPU, seed=0)  # root: ??? never set
+    # A root never set (`???` or null) is the schema's to report: tests/test_config.py.
 
 
 def test_imagefolder_empty_class_folder(tmp_path):
@@ -362,21 +362,18 @@ def test_imagefolder_empty_class_folder(tmp_path):
         build_data(folder_cfg(tmp_path), CPU, seed=0)
 
 
-# --- config errors --------------------------------------------------------------------------
+# --- what only the data can tell (the config alone is checked in tests/test_config.py) -------
 
 
 @pytest.mark.parametrize(
     ("overrides", "key"),
     [
-        ({"name": "imagenet"}, "data.name"),
         ({"channels": 3}, "data.channels"),
         ({"num_classes": 5}, "data.num_classes"),
-        ({"mean": [0.1, 0.2]}, "data.mean"),
-        ({"batch_size": 0}, "data.batch_size"),
         ({"batch_size": 2000, "drop_last": True}, "data.batch_size"),
     ],
 )
-def test_config_errors_name_the_key(overrides, key):
+def test_settings_the_data_contradicts_name_the_key(overrides, key):
     with pytest.raises(ConfigError) as error:
         build_data(data_cfg("digits", **overrides), CPU, seed=0)
     assert error.value.key == key

@@ -282,16 +282,6 @@ def test_scaled_lr_is_the_linear_rule_over_the_global_batch():
     assert build_optimizer(model, optimizer_config(lr=0.1), batch_size=128, world_size=2).param_groups[0]["lr"] == 0.1
 
 
-def test_bad_optimizer_keys_are_config_errors():
-    model = SmallCNN(1, 10, widths=(4, 8, 8))
-    for overrides, key in [({"head_lr_scale": -1}, "optimizer.head_lr_scale"),
-                           ({"scale_lr_with_batch": "yes"}, "optimizer.scale_lr_with_batch"),
-                           ({"scale_lr_with_batch": True, "reference_batch_size": 0}, "optimizer.reference_batch_size")]:
-        with pytest.raises(ConfigError) as error:
-            build_optimizer(model, optimizer_config(**overrides), batch_size=8)
-        assert error.value.key == key
-
-
 def test_warmup_start_factor_warms_up_linearly_from_the_fraction():
     cfg = OmegaConf.load(CONF / "scheduler" / "cosine.yaml")
     cfg.warmup_epochs = 2
@@ -301,6 +291,4 @@ def test_warmup_start_factor_warms_up_linearly_from_the_fraction():
     schedule = LRSchedule(cfg, updates_per_epoch=5, total_updates=100)
     assert [schedule(u) for u in range(11)] == pytest.approx([0.1 + 0.9 * u / 10 for u in range(10)] + [1.0])
     assert schedule(10) == pytest.approx(1.0) and schedule(11) < 1.0  # then the cosine, as before
-    cfg.warmup_start_factor = 1.5
-    with pytest.raises(ConfigError, match="scheduler.warmup_start_factor"):
-        LRSchedule(cfg, updates_per_epoch=5, total_updates=100)
+    # Bad optimizer keys and a warmup_start_factor outside [0, 1] are the schema's: tests/test_config.py.

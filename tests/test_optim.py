@@ -8,7 +8,6 @@ import torch
 from torch import nn
 from omegaconf import OmegaConf
 
-from trainkit.errors import ConfigError
 from trainkit.models import SmallCNN
 from trainkit.optim import LRSchedule, build_optimizer, build_scheduler, param_groups
 
@@ -149,13 +148,6 @@ def test_step_multiplies_by_gamma_every_step_epochs():
 def test_constant_is_flat():
     schedule = LRSchedule(load_conf("scheduler", "constant"), updates_per_epoch=7, total_updates=70)
     assert {schedule(u) for u in range(0, 200)} == {1.0}
-
-
-def test_unknown_schedule_name_raises_config_error_naming_the_key():
-    with pytest.raises(ConfigError) as error:
-        LRSchedule(OmegaConf.create({"name": "linear"}), updates_per_epoch=1, total_updates=10)
-    assert error.value.key == "scheduler.name"
-    assert "linear" in str(error.value) and "cosine" in str(error.value)
 
 
 # ---- the LambdaLR wrapper ---------------------------------------------------------------------

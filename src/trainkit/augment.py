@@ -6,8 +6,8 @@ normalized float32 batch the model eats: scale to [0, 1] -> resize -> augment (t
 device (train.py seeds it with seed + rank), with no Python loop over samples, so augmenting
 a batch costs a few tensor ops instead of a DataLoader worker per image.
 
-The augmentation config (conf/augmentation/*.yaml) is read once, here; a missing key means
-"off":
+The augmentation config (conf/augmentation/*.yaml) is checked by trainkit.config before anything
+is built, and read here by `active_ops`; a missing or null key means "off":
 
     name: strong                # none | shift | basic | strong (a label; `none` means no ops)
     crop_padding: 0.125         # pad by this fraction of the size, crop back at a random offset
@@ -26,14 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainkit.errors import ConfigError
-
-# Accepted values of augmentation.name. The name is a label (the keys decide what runs), but a
-# closed list catches typos; add yours here when you add a conf/augmentation/<name>.yaml.
-NAMES = ("none", "shift", "basic", "strong")
-KEYS = ("name", "crop_padding", "horizontal_flip", "color_jitter", "affine", "random_order")
-COLOR_JITTER_KEYS = ("brightness", "contrast", "saturation")
-AFFINE_KEYS = ("degrees", "translate", "scale", "shear")
 # ITU-R 601 luma weights, as torchvision's rgb_to_grayscale.
 LUMA = (0.299, 0.587, 0.114)
 
@@ -41,7 +33,9 @@ LUMA = (0.299, 0.587, 0.114)
 class BatchTransform(nn.Module):
     """uint8 or [0, 1] float images [B, C, H, W] -> normalized float32 [B, C, size, size].
 
-    `augmentation` is the augmentation config (a DictConfig or dict; None: no augmentation).
+    `augmentation` is the augmentation config (a DictConfig or dict, checked beforehand by
+    trainkit.config.validate; None: no augmentation); `mean` and `std` hold one value per channel,
+    or one for all.
     It only runs in training mode: `train=False` builds the module in eval mode, and
     `.train()` / `.eval()` switch it like any module. `channels_last=True` returns NHWC batches
     for a model converted to channels_last.
@@ -59,22 +53,17 @@ class BatchTransform(nn.Module):
         super().__init__()
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"size must be a positive integer, got {size!r}")
-        mean, std = _floats("data.mean", mean), _floats("data.std", std)
-        if len(mean) != len(std):
-            raise ConfigError("data.std", f"has {len(std)} values but data.mean has {len(mean)}; give one per channel")
-        if min(std) <= 0:
-            raise ConfigError("data.std", f"must be positive, got {std}")
         self.size = size
         # Non-persistent: they follow .to(device) but stay out of checkpoints.
-        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("mean", torch.tensor([float(m) for m in mean]).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor([float(s) for s in std]).view(1, -1, 1, 1), persistent=False)
 
-        options = _parse(augmentation)
-        self.padding = max(1, round(options["crop_padding"] * size)) if options["crop_padding"] > 0 else 0
-        self.horizontal_flip = options["horizontal_flip"]
-        self.color_jitter = options["color_jitter"]  # {} when off
-        self.affine = options["affine"]  # {} when off
-        self.random_order = options["random_order"]
+        ops = active_ops(augmentation)
+        self.padding = max(1, round(ops["crop_padding"] * size)) if "crop_padding" in ops else 0
+        self.horizontal_flip = ops.get("horizontal_flip", False)
+        self.color_jitter = ops.get("color_jitter", {})
+        self.affine = ops.get("affine", {})
+        self.random_order = bool((augmentation or {}).get("random_order"))
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.train(train)
 
@@ -85,8 +74,6 @@ class BatchTransform(nn.Module):
             x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False, antialias=downscaling)
         if self.training:
             x = self.augment(x)
-        if self.mean.shape[1] not in (1, x.shape[1]):
-            raise ConfigError("data.mean", f"has {self.mean.shape[1]} values for {x.shape[1]}-channel images; give 1 or {x.shape[1]}")
         x = (x - self.mean.to(x.device)) / self.std.to(x.device)
         return x.contiguous(memory_format=self.memory_format)  # NHWC when the model is channels_last
 
@@ -207,104 +194,29 @@ def apply_affine(x: Tensor, theta: Tensor | None) -> Tensor:
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
 
-# ---- config checking: all errors name the key and say how to fix it -------------------------
+# ---- reading the (already checked) augmentation config ---------------------------------------
 
 
-def _parse(augmentation: Mapping | None) -> dict:
-    """The augmentation config as plain, checked values, every op present (off = falsy)."""
-    if augmentation is None:
-        augmentation = {"name": "none"}
-    if not isinstance(augmentation, Mapping):  # a DictConfig is a Mapping
-        raise ConfigError("augmentation", f"must be a mapping of options, got {type(augmentation).__name__}")
-    augmentation = dict(augmentation)
-    for key in augmentation:
-        if key not in KEYS:
-            raise ConfigError(f"augmentation.{key}", f"unknown key; the known keys are {', '.join(KEYS)}")
-    name = augmentation.get("name")
-    if name not in NAMES:
-        raise ConfigError(
-            "augmentation.name",
-            f"unknown name {name!r}; use one of {', '.join(NAMES)} (or add yours to NAMES in trainkit/augment.py)",
-        )
-    crop_padding = _number(augmentation, "crop_padding", 0.0)
-    if not 0 <= crop_padding <= 0.5:
-        raise ConfigError("augmentation.crop_padding", f"must be a fraction of the image size in [0, 0.5], got {crop_padding}")
-    options = {
-        "crop_padding": crop_padding,
-        "horizontal_flip": _bool(augmentation, "horizontal_flip"),
-        "color_jitter": _color_jitter(augmentation.get("color_jitter")),
-        "affine": _affine(augmentation.get("affine")),
-        "random_order": _bool(augmentation, "random_order"),
-    }
-    active = [key for key, value in options.items() if value and key != "random_order"]
-    if name == "none" and active:
-        raise ConfigError("augmentation.name", f"is 'none' but {', '.join(active)} is on; pick a name that augments or turn it off")
-    return options
+def active_ops(augmentation: Mapping | None) -> dict:
+    """The ops an augmentation config switches on, as plain values: {op: its options}.
 
-
-def _color_jitter(section) -> dict:
-    section = _section("color_jitter", section, COLOR_JITTER_KEYS)
-    options = {key: _number(section, key, 0.0, prefix="augmentation.color_jitter") for key in COLOR_JITTER_KEYS}
-    for key, value in options.items():
-        if value < 0:
-            raise ConfigError(f"augmentation.color_jitter.{key}", f"must be >= 0 (factors come from [1 - s, 1 + s]), got {value}")
-    return options if any(options.values()) else {}
-
-
-def _affine(section) -> dict:
-    section = _section("affine", section, AFFINE_KEYS)
-    prefix = "augmentation.affine"
-    options = {key: _number(section, key, 0.0, prefix=prefix) for key in ("degrees", "translate", "shear")}
-    for key in ("degrees", "shear"):
-        if not 0 <= options[key] < 90:
-            raise ConfigError(f"{prefix}.{key}", f"must be in [0, 90) degrees, got {options[key]}")
-    if not 0 <= options["translate"] <= 1:
-        raise ConfigError(f"{prefix}.translate", f"must be a fraction of the image size in [0, 1], got {options['translate']}")
-    scale = section.get("scale") or [1.0, 1.0]
-    if not isinstance(scale, Sequence) or isinstance(scale, str) or len(scale) != 2:
-        raise ConfigError(f"{prefix}.scale", f"must be a range [low, high], e.g. [0.9, 1.1]; got {scale!r}")
-    scale = _floats(f"{prefix}.scale", scale)
-    if not 0 < scale[0] <= scale[1]:
-        raise ConfigError(f"{prefix}.scale", f"needs 0 < low <= high, got {scale}")
-    options["scale"] = tuple(scale)
-    off = not any(options[key] for key in ("degrees", "translate", "shear")) and scale == [1.0, 1.0]
-    return {} if off else options
-
-
-def _section(key: str, section, known: Sequence[str]) -> dict:
-    if section is None:
-        return {}
-    if not isinstance(section, Mapping):
-        raise ConfigError(f"augmentation.{key}", f"must be a mapping with keys {', '.join(known)}, or null for off")
-    for subkey in section:
-        if subkey not in known:
-            raise ConfigError(f"augmentation.{key}.{subkey}", f"unknown key; the known keys are {', '.join(known)}")
-    return dict(section)
-
-
-def _number(section: Mapping, key: str, default: float, prefix: str = "augmentation") -> float:
-    value = section.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{prefix}.{key}", f"must be a number, got {value!r}")
-    return float(value)
-
-
-def _bool(section: Mapping, key: str) -> bool:
-    value = section.get(key, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise ConfigError(f"augmentation.{key}", f"must be true or false, got {value!r}")
-    return value
-
-
-def _floats(key: str, values) -> list[float]:
-    if isinstance(values, (int, float)):
-        values = [values]
-    if isinstance(values, str) or not isinstance(values, Sequence) or not values:
-        values = [None]
-    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
-        raise ConfigError(key, f"must be a number or a list of numbers, e.g. [0.5] or [0.49, 0.48, 0.45]; got {values!r}")
-    return [float(v) for v in values]
+    A key that is missing, null, false or zero is off, and so is an affine whose only setting is
+    a [1, 1] scale. The values are not checked here: trainkit.config checks them before anything
+    is built.
+    """
+    options = dict(augmentation or {})
+    ops = {}
+    if options.get("crop_padding"):
+        ops["crop_padding"] = float(options["crop_padding"])
+    if options.get("horizontal_flip"):
+        ops["horizontal_flip"] = True
+    jitter = {key: float(value) for key, value in dict(options.get("color_jitter") or {}).items() if value}
+    if jitter:
+        ops["color_jitter"] = jitter
+    affine = {key: tuple(float(v) for v in value) if key == "scale" else float(value)
+              for key, value in dict(options.get("affine") or {}).items() if value}
+    if affine.get("scale") == (1.0, 1.0):
+        del affine["scale"]
+    if affine:
+        ops["affine"] = affine
+    return ops

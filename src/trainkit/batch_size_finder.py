@@ -111,13 +111,8 @@ def find_batch_size(
     not fit or max_batch_size is reached (max_batch_size itself is tried last); then a binary
     search between the last size that fit and the first that did not, to the exact boundary.
     Memory is freed after each try that did not fit (see free_memory). A start that already does not fit is a ConfigError.
+    The settings themselves (1 <= start <= max_batch_size, 0 < safety_margin <= 1) are checked by trainkit.config.
     """
-    if isinstance(start, bool) or not isinstance(start, int) or start < 1:
-        raise ConfigError("batch_size_finder.start", f"must be a whole number >= 1, got {start!r}")
-    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < start:
-        raise ConfigError("batch_size_finder.max_batch_size", f"must be a whole number >= batch_size_finder.start={start}, got {max_batch_size!r}")
-    if not (isinstance(safety_margin, (int, float)) and 0 < safety_margin <= 1):
-        raise ConfigError("batch_size_finder.safety_margin", f"must be a number in (0, 1], got {safety_margin!r}")
 
     def fits(batch_size: int) -> bool:
         reason = None

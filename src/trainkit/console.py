@@ -45,7 +45,7 @@ def build_tree(cfg: DictConfig, resolve: bool = True):
     choices, overlays = _choices(cfg)
     title = "config" + "".join(f"  [bold]{g}[/bold]=[cyan]{o}[/cyan]" for g, o in overlays.items())
     tree = Tree(title, guide_style="dim")
-    sections = [key for key in cfg if OmegaConf.is_config(cfg._get_node(key)) and key not in choices]
+    sections = [key for key in cfg if OmegaConf.is_dict(cfg._get_node(key)) and key not in choices]  # a list is a value
     scalars = [key for key in cfg if key not in choices and key not in sections]
     for key in [*choices, *sections]:
         option = choices.get(key)

@@ -11,17 +11,15 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    """`auto` prefers CUDA (this process's local GPU), then Apple's MPS, then the CPU."""
+    """`auto` prefers CUDA (this process's local GPU), then Apple's MPS, then the CPU. The name's
+    form is checked by trainkit.config; whether that device exists here is checked now."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank % torch.cuda.device_count())
         if torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError("device", f"'{name}' is not a device; use auto, cpu, cuda, cuda:N or mps") from None
+    device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", f"'{name}' asked for, but no CUDA GPU is visible; use device=auto or device=cpu")
     if device.type == "mps" and not torch.backends.mps.is_available():

@@ -37,13 +37,9 @@ class DataBundle:
 
 def build_data(cfg, device: torch.device, seed: int, rank: int = 0, world_size: int = 1) -> DataBundle:
     """Loaders for train/val/test of this rank. `seed` must be the same on every rank (the run
-    seed, not seed + rank): it fixes the train shuffle that all ranks share."""
+    seed, not seed + rank): it fixes the train shuffle that all ranks share. `cfg` was checked by
+    trainkit.config; what only the data can tell (files, sizes, class counts) is checked here."""
     name = cfg["name"]
-    if name not in DATASETS:
-        raise ConfigError("data.name", f"unknown dataset '{name}'; choose one of {', '.join(DATASETS)}")
-    for key in ("batch_size", "eval_batch_size"):
-        if cfg[key] < 1:
-            raise ConfigError(f"data.{key}", f"is {cfg[key]}; use a positive number of samples per process")
     shards = dict(seed=seed, rank=rank, world_size=world_size)
     train_args = dict(batch_size=cfg["batch_size"], shuffle=True, drop_last=cfg["drop_last"], **shards)
     eval_args = dict(batch_size=cfg["eval_batch_size"], shuffle=False, **shards)
@@ -85,12 +81,7 @@ def _check_matches(cfg, key: str, actual: int, name: str) -> None:
 
 
 def _per_channel(cfg, key: str, channels: int) -> tuple[float, ...]:
+    # One value for all, or one per channel: trainkit.config held the length to data.channels,
+    # and _check_matches held data.channels to the data.
     values = [float(value) for value in cfg[key]]
-    if len(values) == 1:
-        return tuple(values * channels)
-    if len(values) != channels:
-        raise ConfigError(
-            f"data.{key}",
-            f"has {len(values)} values for {channels}-channel images; give one value per channel, or one for all",
-        )
-    return tuple(values)
+    return tuple(values * channels) if len(values) == 1 else tuple(values)

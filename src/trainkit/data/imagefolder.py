@@ -79,10 +79,8 @@ def load_image_folder(cfg) -> tuple[dict[str, ImageFolderDataset], list[str]]:
     return {split: ImageFolderDataset(samples[split], channels, image_size) for split in samples}, classes
 
 
-def _check_root(root) -> Path:
-    if root is None:
-        raise ConfigError("data.root", "is not set; set data.root=/path/to/folder holding train/<class>/<images>")
-    root = Path(root).expanduser()
+def _check_root(root: str) -> Path:
+    root = Path(root).expanduser()  # never null: trainkit.config requires data.root for image folders
     if not root.is_dir():
         raise ConfigError("data.root", f"folder '{root}' does not exist; set data.root to a folder holding train/<class>/")
     if not (root / "train").is_dir():
