@@ -34,6 +34,7 @@ from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average
 from trainkit.early_stopping import EarlyStopping
 from trainkit.errors import ConfigError
 from trainkit.images import augmented_samples, save_png
+from trainkit.known_noise import quiet_known_warnings
 from trainkit.launch import configure_worker_logging, launch_local_workers, limit_cpu_threads, processes_per_node
 from trainkit.loggers import build_loggers, wandb_names
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
@@ -41,7 +42,7 @@ from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
-from trainkit.sweeps import quiet_known_warnings, run_trial
+from trainkit.sweeps import run_trial
 
 log = logging.getLogger("train")
 quiet_known_warnings()  # known, harmless optuna/SQLAlchemy/plugin chatter; real warnings still show
