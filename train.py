@@ -24,7 +24,7 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import BatchTransform
 from trainkit.batch_size_finder import find_batch_size_for_run
-from trainkit.checkpoint import copy_checkpoint, load_checkpoint, restore_rng_states, rng_states, save_checkpoint, unwrap_model
+from trainkit.checkpoint import copy_checkpoint, load_checkpoint, save_checkpoint, unwrap_model
 from trainkit.config import validate
 from trainkit.console import print_config
 from trainkit.data import build_data
@@ -41,6 +41,7 @@ from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
+from trainkit.rng import restore_rng_states, rng_states
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
 from trainkit.sweeps import run_trial
 

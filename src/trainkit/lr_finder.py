@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from torch import nn
 
 from trainkit.distributed import all_reduce_sum, is_distributed
 from trainkit.errors import ConfigError
+from trainkit.rng import restore_rng_states, rng_states
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +135,7 @@ def preserved_training_state(model: nn.Module, optimizer=None, scheduler=None, g
     optimizer_state = _copy_to_cpu(optimizer.state_dict()) if optimizer is not None else None
     scheduler_state = _copy_to_cpu(scheduler.state_dict()) if scheduler is not None else None
     scaler_state = _copy_to_cpu(grad_scaler.state_dict()) if grad_scaler is not None else None
-    rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
-           torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+    rng = rng_states()
     try:
         yield
     finally:
@@ -151,11 +150,7 @@ def preserved_training_state(model: nn.Module, optimizer=None, scheduler=None, g
             scheduler.load_state_dict(scheduler_state)
         if grad_scaler is not None:
             grad_scaler.load_state_dict(scaler_state)
-        random.setstate(rng[0])
-        np.random.set_state(rng[1])
-        torch.set_rng_state(rng[2])
-        if rng[3] is not None:
-            torch.cuda.set_rng_state_all(rng[3])
+        restore_rng_states(rng)
 
 
 def check_settings(min_lr: float, max_lr: float, num_steps: int, smoothing: float, divergence_factor: float) -> None:
