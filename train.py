@@ -25,13 +25,14 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import BatchTransform
 from trainkit.batch_size_finder import find_batch_size_for_run
-from trainkit.checkpoint import copy_checkpoint, load_checkpoint, restore_rng_states, rng_states, save_checkpoint, unwrap_model
+from trainkit.checkpoint import copy_checkpoint, load_checkpoint, save_checkpoint, unwrap_model
 from trainkit.config import validate
 from trainkit.console import print_config
 from trainkit.data import DataBundle, build_data
 from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics, broadcast_weights,
                                   destroy_process_group, gather_objects, gradient_sync, init_process_group, process_info)
 from trainkit.early_stopping import EarlyStopping
+from trainkit.known_noise import quiet_known_warnings
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.images import augmented_samples, save_png
 from trainkit.launch import start_processes
@@ -39,8 +40,9 @@ from trainkit.loggers import Loggers, build_loggers, wandb_names
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
+from trainkit.rng import restore_rng_states, rng_states
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
-from trainkit.sweeps import quiet_known_warnings, run_trial
+from trainkit.sweeps import run_trial
 
 log = logging.getLogger("train")
 quiet_known_warnings()  # known, harmless optuna/SQLAlchemy/plugin chatter; real warnings still show

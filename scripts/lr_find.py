@@ -28,7 +28,8 @@ from trainkit.augment import BatchTransform
 from trainkit.config import validate
 from trainkit.data import build_data
 from trainkit.errors import ConfigError
-from trainkit.lr_finder import lr_range_test, plot_lr_finder
+from trainkit.lr_finder import lr_range_test
+from trainkit.lr_finder_plot import plot_lr_finder
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, scaled_lr

@@ -1,14 +1,11 @@
-"""Checkpoints: atomic writes, weights_only-loadable contents, unprefixed state dicts, exact RNG resume."""
-import io
-import random
+"""Checkpoints: atomic writes, weights_only-loadable contents, unprefixed state dicts."""
 import socket
 
-import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 
-from trainkit.checkpoint import load_checkpoint, restore_rng_states, rng_states, save_checkpoint, unwrap_model
+from trainkit.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
 
 
 def small_model() -> torch.nn.Module:
@@ -107,51 +104,6 @@ def test_unwrap_model_strips_ddp_and_compile_under_ddp():
         assert not any(k.startswith(("module.", "_orig_mod.")) for k in unwrap_model(ddp_of_compiled).state_dict())
     finally:
         dist.destroy_process_group()
-
-
-# ---- RNG states -------------------------------------------------------------------------------
-
-def draw() -> tuple:
-    return (
-        random.random(),
-        random.gauss(0, 1),
-        np.random.rand(3).tolist(),
-        float(np.random.standard_normal()),
-        torch.rand(3).tolist(),
-        torch.randn(2).tolist(),
-    )
-
-
-def put_generators_mid_stream():
-    random.seed(123)
-    np.random.seed(123)
-    torch.manual_seed(123)
-    # An odd number of normals leaves a cached Gaussian in Python and NumPy: that must come back too.
-    random.gauss(0, 1)
-    np.random.standard_normal()
-    torch.rand(7)
-
-
-def test_restore_rng_states_reproduces_python_numpy_and_torch_draws():
-    put_generators_mid_stream()
-    state = rng_states()
-    expected = draw()
-    draw()  # move every stream on
-    restore_rng_states(state)
-    assert draw() == expected
-
-
-def test_rng_states_survive_torch_save_and_weights_only_load():
-    put_generators_mid_stream()
-    buffer = io.BytesIO()
-    torch.save({"rng": rng_states()}, buffer)
-    expected = draw()
-    random.seed(0)
-    np.random.seed(0)
-    torch.manual_seed(0)
-    buffer.seek(0)
-    restore_rng_states(torch.load(buffer, weights_only=True)["rng"])
-    assert draw() == expected
 
 
 def test_copy_checkpoint_is_a_complete_atomic_copy(tmp_path):

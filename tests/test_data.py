@@ -15,7 +15,7 @@ from torch.utils.data import DistributedSampler
 from trainkit.data import DataBundle, build_data
 from trainkit.data.datasets import carve
 from trainkit.data.imagefolder import decode
-from trainkit.data.loaders import FileLoader, ShardSampler, TensorLoader
+from trainkit.data.loaders import EvaluationSampler, FileLoader, ResumableDistributedSampler, TensorLoader
 from trainkit.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "data"
@@ -86,13 +86,38 @@ def test_train_shards_are_disjoint_with_equal_batch_counts():
 
 
 @pytest.mark.parametrize("epoch", [0, 5])
-def test_train_sampler_matches_distributed_sampler_without_padding(epoch):
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_train_sampler_is_torchs_distributed_sampler_that_can_skip_ahead(epoch, shuffle):
     for rank in range(3):
-        ours = ShardSampler(100, shuffle=True, seed=7, rank=rank, world_size=3)
-        torchs = DistributedSampler(range(100), num_replicas=3, rank=rank, shuffle=True, seed=7, drop_last=True)
+        ours = ResumableDistributedSampler(100, shuffle=shuffle, seed=7, rank=rank, world_size=3)
+        torchs = DistributedSampler(range(100), num_replicas=3, rank=rank, shuffle=shuffle, seed=7, drop_last=True)
+        assert isinstance(ours, DistributedSampler)
         ours.set_epoch(epoch)
         torchs.set_epoch(epoch)
-        assert list(ours) == list(torchs) and len(ours) == len(torchs)
+        assert list(ours) == list(torchs) and len(ours) == len(torchs) == 33
+        assert ours.epoch_indices().tolist() == list(torchs)
+        ours.set_epoch(epoch, skip=10)
+        assert list(ours) == list(torchs)[10:] and ours.epoch_indices().tolist() == list(torchs)[10:]
+        assert len(ours) == 33  # len() is the whole epoch's share: the loaders count batches from it
+
+
+def test_unshuffled_training_keeps_one_order_and_equal_shards():
+    ranks = [numbered(101, 8, shuffle=False, train=True, rank=rank, world_size=2) for rank in range(2)]
+    orders = [drain(loader)[1].tolist() for loader in ranks]
+    assert orders == [list(range(0, 100, 2)), list(range(1, 100, 2))]  # trimmed to 100: 50 samples each
+    assert [len(loader) for loader in ranks] == [7, 7] and [loader.num_samples for loader in ranks] == [50, 50]
+    for loader in ranks:
+        loader.set_epoch(3)
+    assert [drain(loader)[1].tolist() for loader in ranks] == orders  # the same order every epoch
+    ranks[1].set_epoch(4, start_batch=2)
+    assert drain(ranks[1])[1].tolist() == orders[1][16:]
+
+
+def test_an_evaluation_loader_does_not_shuffle():
+    assert isinstance(numbered(10, 4, shuffle=False).sampler, EvaluationSampler)
+    assert isinstance(numbered(10, 4, shuffle=True).sampler, ResumableDistributedSampler)
+    with pytest.raises(ValueError, match="shuffle=False"):
+        numbered(10, 4, shuffle=True, train=False)
 
 
 def test_eval_shards_count_every_sample_once():
@@ -389,6 +414,17 @@ def test_set_epoch_with_start_batch_yields_the_rest_of_that_epoch(drop_last):
     assert [batch_labels.tolist() for _, batch_labels in loader] == whole[5:]
     loader.set_epoch(5)  # the next epoch starts from its first batch again
     assert len(list(loader)) == len(loader)
+
+
+def test_each_rank_resumes_at_its_own_next_batch():
+    images, labels = torch.arange(100.0).view(100, 1, 1, 1), torch.arange(100)
+    for rank in range(3):
+        loader = TensorLoader(images, labels, 4, shuffle=True, seed=5, rank=rank, world_size=3)
+        loader.set_epoch(2)
+        whole = [batch_labels.tolist() for _, batch_labels in loader]
+        assert len(whole) == len(loader) == 9  # 33 samples a rank
+        loader.set_epoch(2, start_batch=4)
+        assert [batch_labels.tolist() for _, batch_labels in loader] == whole[4:]
 
 
 def test_file_loader_skips_the_batches_already_trained(tmp_path):

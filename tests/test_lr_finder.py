@@ -1,5 +1,5 @@
 """LR range test: a sane suggestion on a problem whose good LRs are known, early stop on divergence,
-every piece of state put back bit for bit, group scales respected, the plot, the script, DDP."""
+every piece of state put back bit for bit, group scales respected, the script, DDP."""
 import gc
 import json
 import math
@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from trainkit.errors import ConfigError
-from trainkit.lr_finder import group_scales, lr_range_test, plot_lr_finder, set_base_lr, suggest_lr
+from trainkit.lr_finder import group_scales, lr_range_test, set_base_lr, suggest_lr
 from trainkit.models import SmallCNN
 from trainkit.optim import LRSchedule, build_optimizer, build_scheduler
 
@@ -251,19 +251,6 @@ def test_set_base_lr_then_rebuilding_the_scheduler_starts_the_schedule_from_the_
         assert lrs == pytest.approx([0.02 * schedule(update)] * 2 + [0.2 * schedule(update)] * 2)
         optimizer.step()
         scheduler.step()
-
-
-# ---- the plot ----------------------------------------------------------------------------------
-
-def test_plot_is_written_as_a_png(tmp_path):
-    batches = regression_batches(0)
-    model = nn.Linear(10, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    result = lr_range_test(model, optimizer, batches, mse, min_lr=1e-4, max_lr=10.0, num_steps=60)
-    path = plot_lr_finder(result, tmp_path / "plots" / "lr_finder.png")
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
-    result.suggestion = None  # no suggestion: still plots
-    assert plot_lr_finder(result, tmp_path / "none.png").exists()
 
 
 # ---- the script --------------------------------------------------------------------------------

@@ -54,6 +54,39 @@ def test_frozen_params_are_left_out_of_both_groups():
     assert grouped == ids(p for p in model.parameters() if p.requires_grad)
 
 
+
+class TokenNet(torch.nn.Module):
+    """Parameters a ViT has: tokens and position embeddings of ndim 3, named in no_weight_decay()."""
+
+    def __init__(self):
+        super().__init__()
+        self.cls_token = torch.nn.Parameter(torch.zeros(1, 1, 4))
+        self.pos_embed = torch.nn.Parameter(torch.zeros(1, 5, 4))
+        self.blocks = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+        self.blocks[0].scale = torch.nn.Parameter(torch.ones(2, 4))  # named by a pattern
+        self.head = torch.nn.Linear(4, 2)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"cls_token", "pos_embed", "blocks.*.scale"}
+
+
+def test_parameters_the_model_names_in_no_weight_decay_are_not_decayed():
+    model = TokenNet()
+    decay, no_decay = param_groups(model, weight_decay=0.1)
+    assert ids(decay["params"]) == ids([model.blocks[0].weight, model.blocks[1].weight, model.head.weight])
+    assert ids(no_decay["params"]) == ids([model.cls_token, model.pos_embed, model.blocks[0].scale,
+                                           model.blocks[0].bias, model.blocks[1].bias, model.head.bias])
+    compiled = param_groups(torch.compile(model), weight_decay=0.1)  # never run: just wrapped
+    assert [ids(g["params"]) for g in compiled] == [ids(decay["params"]), ids(no_decay["params"])]
+
+
+def test_a_timm_vit_keeps_its_tokens_and_position_embedding_undecayed():
+    timm = pytest.importorskip("timm")
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10, img_size=32, patch_size=8)
+    decay, no_decay = param_groups(model, weight_decay=0.05)
+    assert ids([model.cls_token, model.pos_embed]) <= ids(no_decay["params"])
+    assert all(p.ndim >= 2 for p in decay["params"]) and id(model.patch_embed.proj.weight) in ids(decay["params"])
+
 # ---- optimizers from conf/optimizer -----------------------------------------------------------
 
 def test_sgd_config_reaches_the_optimizer():

@@ -1,12 +1,11 @@
 """Sweeps: one run directory per job, Optuna search (and its SQLite continuation), parallel and SLURM
-launchers, failed trials that do not end the sweep, and quiet known plugin noise."""
+launchers, failed trials that do not end the sweep, sweep directions that match the metric."""
 import json
 import logging
 import math
 import subprocess
 import sys
 import textwrap
-import warnings
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,8 @@ from omegaconf import OmegaConf
 from conftest import ROOT
 from trainkit import sweeps
 from trainkit.errors import ConfigError
+from trainkit.known_noise import quiet_known_warnings
+from trainkit.optuna_storage import rdb_storage
 
 FAST = ("debug=fast", "trainer.max_epochs=1")
 
@@ -96,7 +97,7 @@ def test_optuna_search_config_composes_with_a_direction_that_matches_the_metric(
 
 @pytest.mark.slow  # two sweeps: ~12 s on 2 idle cores
 def test_optuna_search_runs_trials_and_continues_a_sqlite_study(tmp_path):
-    storage = f"hydra.sweeper.storage={{_target_:trainkit.sweeps.optuna_storage,url:'sqlite:///{tmp_path}/optuna.db'}}"
+    storage = f"hydra.sweeper.storage={{_target_:trainkit.optuna_storage.rdb_storage,url:'sqlite:///{tmp_path}/optuna.db'}}"
     search = [group_override("hparams_search", "digits_optuna"), *FAST, storage]
     first, second = tmp_path / "first", tmp_path / "second"
     train(*search, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={first}")
@@ -121,16 +122,8 @@ def test_optuna_search_runs_trials_and_continues_a_sqlite_study(tmp_path):
 def _load_study(path: Path, name: str):
     import optuna
 
-    sweeps.quiet_known_warnings()
-    return optuna.load_study(study_name=name, storage=sweeps.optuna_storage(f"sqlite:///{path}"))
-
-
-def test_sqlite_storage_is_quiet_about_known_sqlalchemy_warnings(tmp_path):
-    code = (f"from trainkit import sweeps; sweeps.quiet_known_warnings(); "
-            f"sweeps.optuna_storage('sqlite:///{tmp_path}/x.db'); print('ok')")
-    process = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, timeout=120)
-    assert process.returncode == 0 and "ok" in process.stdout, process.stderr[-3000:]
-    assert "declarative_base" not in process.stderr and "Warning" not in process.stderr, process.stderr[-3000:]
+    quiet_known_warnings()
+    return optuna.load_study(study_name=name, storage=rdb_storage(f"sqlite:///{path}"))
 
 
 # --- failed trials ------------------------------------------------------------------------------
@@ -278,49 +271,6 @@ def test_slurm_launcher_config_prints_from_the_command_line():
     process = train("hydra/launcher=slurm", "--cfg", "hydra", "--package", "hydra.launcher")
     printed = yaml.safe_load(process.stdout)
     assert printed["_target_"].endswith("SlurmLauncher") and printed["tasks_per_node"] == "${distributed.nproc_per_node}"
-
-
-# --- known noise ----------------------------------------------------------------------------------
-
-@pytest.fixture
-def clean_log_filters():
-    yield
-    for name in sweeps.KNOWN_LOG_NOISE:
-        logger = logging.getLogger(name)
-        for f in [f for f in logger.filters if isinstance(f, sweeps._DropMessages)]:
-            logger.removeFilter(f)
-
-
-def test_quiet_known_warnings_hides_exactly_the_known_ones(clean_log_filters):
-    from sqlalchemy.exc import MovedIn20Warning
-
-    known = ("The ``declarative_base()`` function is now available as sqlalchemy.orm.declarative_base(). "
-             "(deprecated since: 2.0) (Background on SQLAlchemy 2.0 at: https://sqlalche.me/e/b8d9)")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        sweeps.quiet_known_warnings()
-        sweeps.quiet_known_warnings()  # idempotent
-        warnings.warn(known, MovedIn20Warning)
-        warnings.warn("The ``Query.get()`` method is considered legacy", MovedIn20Warning)
-        warnings.warn("something else is deprecated", DeprecationWarning)
-        warnings.warn("a real problem", UserWarning)
-    assert [str(w.message).split(" (Background")[0] for w in caught] == [
-        "The ``Query.get()`` method is considered legacy", "something else is deprecated", "a real problem"]
-
-
-def test_quiet_known_warnings_drops_plugin_chatter_but_not_errors(clean_log_filters, caplog):
-    sweeps.quiet_known_warnings()
-    sweeps.quiet_known_warnings()
-    alembic = logging.getLogger("alembic.runtime.plugins")
-    joblib = logging.getLogger("hydra_plugins.hydra_joblib_launcher._core")
-    assert sum(isinstance(f, sweeps._DropMessages) for f in joblib.filters) == 1
-    with caplog.at_level(logging.INFO):
-        alembic.info("setup plugin alembic.autogenerate.schemas")
-        joblib.info("Joblib.Parallel(n_jobs=2,backend=loky,prefer=processes) is launching 2 jobs")
-        joblib.info("Launching jobs, sweep output dir : /tmp/x")
-        alembic.error("Can't locate revision identified by 'abc'")
-    assert [r.getMessage() for r in caplog.records] == ["Launching jobs, sweep output dir : /tmp/x",
-                                                        "Can't locate revision identified by 'abc'"]
 
 
 # --- W&B Sweeps ---------------------------------------------------------------------------------

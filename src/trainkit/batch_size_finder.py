@@ -171,26 +171,27 @@ def training_step_probe(
     """A try_step for find_batch_size: forward and backward of one training batch of the asked
     size, built by repeating the sample batch (`images`, `labels`, already on the model's
     device), so shapes and dtypes are the real ones. No optimizer step: the weights do not
-    change, and after each try the buffers (BatchNorm statistics), gradients, train/eval modes
-    and RNGs are put back as they were when the probe was made."""
+    change, and after each try the buffers (BatchNorm statistics), gradients and train/eval modes
+    are put back as they were when the probe was made, and torch's RNGs (CPU and the device's;
+    dropout and augmentation draw from them) as they were before the try."""
     from trainkit.runtime import autocast
 
     device = images.device
     buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
     grads = [(param, None if param.grad is None else param.grad.detach().clone()) for param in model.parameters()]
     modes = [(module, module.training) for module in model.modules()]
-    rng = torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
 
     def try_step(batch_size: int) -> None:
         index = torch.arange(batch_size, device=device) % images.shape[0]
         try:
-            model.train()
-            if after_train is not None:
-                after_train(model)
-            with autocast(precision, device):
-                logits = model(transform(images[index]) if transform is not None else images[index])
-                loss = loss_fn(logits.float(), labels[index])
-            loss.backward()
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                model.train()
+                if after_train is not None:
+                    after_train(model)
+                with autocast(precision, device):
+                    logits = model(transform(images[index]) if transform is not None else images[index])
+                    loss = loss_fn(logits.float(), labels[index])
+                loss.backward()
         finally:
             with torch.no_grad():
                 for buffer, saved in buffers:
@@ -199,9 +200,6 @@ def training_step_probe(
                 param.grad = None if grad is None else grad.clone()
             for module, training in modes:
                 module.training = training
-            torch.set_rng_state(rng[0])
-            if rng[1] is not None:
-                torch.cuda.set_rng_state_all(rng[1])
 
     return try_step
 

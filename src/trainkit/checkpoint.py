@@ -1,10 +1,9 @@
-"""Atomic, self-contained checkpoints that load with torch.load(weights_only=True)."""
+"""Atomic, self-contained checkpoints that load with torch.load(weights_only=True), and the bare
+model inside DDP / torch.compile whose state dict they hold. RNG snapshots: trainkit.rng."""
 import os
-import random
 import shutil
 from pathlib import Path
 
-import numpy as np
 import torch
 
 
@@ -18,27 +17,6 @@ def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
             model = model.module
         else:
             return model
-
-
-def rng_states() -> dict:
-    """Every random stream a resumed run needs to continue exactly, as plain containers."""
-    return {
-        "python": list(random.getstate()[1]) + [random.getstate()[2]],
-        "python_version": random.getstate()[0],
-        "numpy": np.random.get_state()[1].tolist() + list(np.random.get_state()[2:]),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def restore_rng_states(state: dict) -> None:
-    python = state["python"]
-    random.setstate((state["python_version"], tuple(python[:-1]), python[-1]))
-    numpy = state["numpy"]
-    np.random.set_state(("MT19937", np.array(numpy[:624], dtype=np.uint32), *numpy[624:]))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def save_checkpoint(path: Path, state: dict) -> None:

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from trainkit.distributed import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
+from trainkit.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError, caused_by_config_error, causes
 
 

@@ -12,14 +12,10 @@ import datetime
 import os
 import re
 import subprocess
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-
-LAUNCH_TIME_VARIABLE = "TRAINKIT_LAUNCH_TIME"
-
 
 @dataclass(frozen=True)
 class ProcessInfo:
@@ -154,36 +150,6 @@ def gradient_sync(model: torch.nn.Module, enabled: bool):
     if enabled or not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return contextlib.nullcontext()
     return model.no_sync()
-
-
-def agree_on_launch_time() -> None:
-    """Under torchrun every rank runs Hydra, which names the run directory after the clock. Rank 0
-    publishes its clock through torchrun's own store, so every rank names the same directory."""
-    env = os.environ
-    if LAUNCH_TIME_VARIABLE in env or "TORCHELASTIC_RUN_ID" not in env or int(env.get("WORLD_SIZE", 1)) == 1:
-        return
-    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return  # no store we may join before the process group exists: each rank keeps its own clock
-    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
-                          timeout=datetime.timedelta(seconds=120))
-    key = f"trainkit/launch_time/{env.get('TORCHELASTIC_RESTART_COUNT', 0)}"
-    if env["RANK"] == "0":
-        store.set(key, str(time.time()))
-    env[LAUNCH_TIME_VARIABLE] = store.get(key).decode()
-
-
-def launch_time(pattern: str) -> str:
-    """`${launch_time:%Y-%m-%d}` in the config: the agreed launch time under torchrun, else now."""
-    stamp = float(os.environ.get(LAUNCH_TIME_VARIABLE, time.time()))
-    return datetime.datetime.fromtimestamp(stamp).strftime(pattern)
-
-
-def hydra_overrides_for_this_rank() -> list[str]:
-    """Under torchrun, ranks other than 0 still compose the config but write nothing of Hydra's:
-    no .hydra/ folder and no log file in the shared run directory."""
-    if int(os.environ.get("RANK", 0)) == 0:
-        return []
-    return ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
 
 
 def gather_objects(obj) -> list:

@@ -16,7 +16,7 @@ from torch import nn
 
 from trainkit.checkpoint import unwrap_model
 from trainkit.errors import ConfigError
-from trainkit.models import find_modules
+from trainkit.submodules import find_modules
 
 log = logging.getLogger(__name__)
 

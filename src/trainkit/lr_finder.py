@@ -4,7 +4,7 @@ exponentially, watch the loss, suggest the LR where it falls fastest. Everything
     result = lr_range_test(model, optimizer, data.train, loss_fn, transform=train_transform,
                            min_lr=1e-7, max_lr=10, num_steps=100)
     log.info(f"suggested lr {result.suggestion:.2e}")
-    plot_lr_finder(result, run_dir / "lr_finder.png")     # rank 0
+    plot_lr_finder(result, run_dir / "lr_finder.png")     # rank 0 (trainkit.lr_finder_plot)
     set_base_lr(optimizer, result.suggestion)              # then rebuild the scheduler
 
 The sweep sets the *base* LR (what `optimizer.lr` means); each parameter group keeps its
@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +26,8 @@ from torch import nn
 
 from trainkit.distributed import all_reduce_sum, is_distributed
 from trainkit.errors import ConfigError
+from trainkit.lr_finder_plot import plot_lr_finder
+from trainkit.training_state import preserved_training_state
 
 log = logging.getLogger(__name__)
 
@@ -110,52 +110,6 @@ def suggest_lr(lrs: list[float], losses: list[float], skip_start: float = SKIP_S
         if slope < best_slope:
             best, best_slope = i, slope
     return float(lrs[best]) if best is not None else None
-
-
-def _copy_to_cpu(value):
-    """A deep copy with every tensor cloned to the CPU (keeps device memory free)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {key: _copy_to_cpu(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_copy_to_cpu(item) for item in value)
-    return value
-
-
-@contextmanager
-def preserved_training_state(model: nn.Module, optimizer=None, scheduler=None, grad_scaler=None):
-    """Everything a few trial steps change, put back bit for bit on exit (even after an error):
-    the model's state dict, gradients and train/eval modes, the optimizer's state and param
-    groups, the scheduler's and GradScaler's state, and the Python, NumPy, torch and CUDA RNGs.
-    (Non-persistent buffers are not in a state dict: they are assumed to be constants.)"""
-    model_state = _copy_to_cpu(model.state_dict())
-    grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in model.parameters()]
-    modes = [(module, module.training) for module in model.modules()]
-    optimizer_state = _copy_to_cpu(optimizer.state_dict()) if optimizer is not None else None
-    scheduler_state = _copy_to_cpu(scheduler.state_dict()) if scheduler is not None else None
-    scaler_state = _copy_to_cpu(grad_scaler.state_dict()) if grad_scaler is not None else None
-    rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
-           torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
-    try:
-        yield
-    finally:
-        model.load_state_dict(model_state)
-        for param, grad in grads:
-            param.grad = grad
-        for module, training in modes:
-            module.training = training
-        if optimizer is not None:
-            optimizer.load_state_dict(optimizer_state)
-        if scheduler is not None:
-            scheduler.load_state_dict(scheduler_state)
-        if grad_scaler is not None:
-            grad_scaler.load_state_dict(scaler_state)
-        random.setstate(rng[0])
-        np.random.set_state(rng[1])
-        torch.set_rng_state(rng[2])
-        if rng[3] is not None:
-            torch.cuda.set_rng_state_all(rng[3])
 
 
 def check_settings(min_lr: float, max_lr: float, num_steps: int, smoothing: float, divergence_factor: float) -> None:
@@ -280,39 +234,6 @@ def lr_range_test(
     found = f"suggested lr {result.suggestion:.2e}" if result.suggestion else "no suggestion (the loss never fell)"
     log.info(f"lr range test: {len(result.lrs)} steps from {min_lr:.1e}, {stop}; {found}")
     return result
-
-
-def plot_lr_finder(result: LRFinderResult, path: str | Path) -> Path:
-    """Save loss against LR (log x axis) as a PNG: raw losses faint, smoothed loss solid, the
-    suggestion marked. matplotlib is imported here (it is slow to import), without pyplot, so
-    no display or global backend is involved."""
-    from matplotlib.figure import Figure
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure = Figure(figsize=(7, 4.5), dpi=100)
-    axes = figure.subplots()
-    axes.plot(result.lrs, result.raw_losses, color="tab:blue", alpha=0.25, linewidth=1, label="loss")
-    axes.plot(result.lrs, result.losses, color="tab:blue", linewidth=2, label="smoothed loss")
-    finite = [v for v in result.losses if math.isfinite(v)]
-    if finite:  # from the lowest loss to a little above the start: the diverging tail would squash the rest
-        low, start = min(finite + [v for v in result.raw_losses if math.isfinite(v)]), finite[0]
-        span = max(start - low, 0.1 * abs(start), 1e-8)
-        axes.set_ylim(low - 0.05 * span, start + 0.3 * span)
-    if result.suggestion:
-        index = result.lrs.index(result.suggestion)
-        axes.axvline(result.suggestion, color="tab:red", linestyle="--", linewidth=1)
-        axes.plot([result.suggestion], [result.losses[index]], "o", color="tab:red",
-                  label=f"suggestion {result.suggestion:.2e}")
-    axes.set_xscale("log")
-    axes.set_xlabel("learning rate (base)")
-    axes.set_ylabel("training loss")
-    axes.set_title("LR range test" + (" (stopped: loss diverged)" if result.stopped_early else ""))
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, format="png")
-    return path
 
 
 def lr_range_test_for_run(cfg, model: nn.Module, optimizer, scheduler, grad_scaler, loader, loss_fn, transform,

@@ -29,6 +29,8 @@ import torch
 from torch import nn
 
 from trainkit.errors import ConfigError
+from trainkit.finetune import freeze, load_pretrained
+from trainkit.submodules import find_modules, replace_module
 
 # torchvision models that, built without weights, take exactly 224x224 inputs (their own
 # metadata only gives a minimum, and vit_h_14's first weights even say 518).
@@ -39,8 +41,6 @@ def build_model(model_config: Mapping, image_size: int) -> tuple[nn.Module, int]
     """Instantiate the configured model; return it and the side length to resize batches to."""
     import hydra.utils
     from omegaconf import DictConfig, OmegaConf
-
-    from trainkit.finetune import freeze, load_pretrained
 
     if isinstance(model_config, DictConfig):
         config = OmegaConf.to_container(model_config, resolve=True)
@@ -190,17 +190,6 @@ def create_torchvision_model(name: str, in_channels: int = 3, num_classes: int =
         linear_name, linear = linears[-1]
         replace_module(model, linear_name, nn.Sequential(nn.Dropout(dropout), linear))
     return model
-
-
-def find_modules(model: nn.Module, kind: type[nn.Module]) -> list[tuple[str, nn.Module]]:
-    """(qualified name, module) of every submodule of `kind`, in registration order."""
-    return [(name, module) for name, module in model.named_modules() if isinstance(module, kind)]
-
-
-def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
-    """Swap the submodule at the dotted `name` (e.g. "features.0.0") for `new`."""
-    parent_name, _, child_name = name.rpartition(".")
-    setattr(model.get_submodule(parent_name), child_name, new)
 
 
 def _conv_like(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:

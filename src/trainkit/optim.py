@@ -6,6 +6,7 @@ Keys of conf/optimizer/*.yaml that are not the optimizer's own arguments, handle
     scale_lr_with_batch: false   # linear scaling rule: lr * global batch / reference_batch_size
     reference_batch_size: 256    # the global batch size at which optimizer.lr is meant
 """
+import fnmatch
 import logging
 import math
 from collections.abc import Mapping
@@ -26,7 +27,9 @@ def param_groups(model: torch.nn.Module, weight_decay: float, head_lr_scale: flo
 
     Weight decay applies to the weights of convolutions and linear layers only: biases and
     normalization scales/shifts (every parameter with ndim <= 1) are left undecayed, since
-    shrinking them toward zero only hurts. Frozen parameters are left out entirely.
+    shrinking them toward zero only hurts; so is every parameter the model names in its own
+    `no_weight_decay()` (timm's convention: names or fnmatch patterns such as a ViT's
+    `cls_token` and `pos_embed`, which are not 1-d). Frozen parameters are left out entirely.
 
     Each group carries `lr_scale` (1 for the backbone, head_lr_scale for the classifier head,
     see trainkit.finetune.head_parameters) and, when `lr` is given, `lr = lr * lr_scale`. The
@@ -36,18 +39,23 @@ def param_groups(model: torch.nn.Module, weight_decay: float, head_lr_scale: flo
     """
     from trainkit.finetune import head_parameters
 
+    model = _unwrap(model)  # names as the model itself gives them in no_weight_decay()
     head = set()
     if head_lr_scale != 1.0:
         head = {id(p) for p in head_parameters(model)}
         if not head:
             raise ConfigError("optimizer.head_lr_scale", f"found no classifier head in {type(model).__name__}; "
                                                          "set optimizer.head_lr_scale=1")
+    named = getattr(model, "no_weight_decay", None)
+    patterns = set(named()) if callable(named) else set()
+    undecayed = {id(p) for name, p in model.named_parameters()
+                 if p.ndim <= 1 or any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)}
     parts = [("backbone", 1.0)] + ([("head", head_lr_scale)] if head_lr_scale != 1.0 else [])
     trainable = [p for p in model.parameters() if p.requires_grad]
     groups = []
     for part, scale in parts:
         for decayed in (True, False):
-            params = [p for p in trainable if (id(p) in head) == (part == "head") and (p.ndim >= 2) == decayed]
+            params = [p for p in trainable if (id(p) in head) == (part == "head") and (id(p) not in undecayed) == decayed]
             group = {"params": params, "weight_decay": weight_decay if decayed else 0.0, "lr_scale": scale}
             if lr is not None:
                 group["lr"] = lr * scale

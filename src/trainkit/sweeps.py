@@ -1,4 +1,4 @@
-"""Sweeps: keep a multirun going when one trial fails, and keep known plugin noise quiet.
+"""Sweeps: keep a multirun going when one trial fails, and stop one whose direction fights the metric.
 
     python train.py -m optimizer.lr=0.1,0.03 seed=1,2,3      # grid, one run directory per job
     python train.py hparams_search=digits_optuna             # Optuna TPE (conf/hparams_search/)
@@ -13,9 +13,7 @@ import gc
 import logging
 import math
 import os
-import re
 import sys
-import warnings
 from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
@@ -153,81 +151,3 @@ def _release_memory() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
-
-
-# ---------------------------------------------------------------------------------------------
-# Quiet, but only what is known to be harmless.
-
-# Message regexes (matched at the start) of warnings that say nothing actionable to a user.
-KNOWN_WARNINGS = (
-    # SQLAlchemy's MovedIn20Warning, from optuna 2.10 (pinned by hydra-optuna-sweeper) under
-    # SQLAlchemy 2.x: optuna's storage models and its alembic migration scripts (which load under
-    # their own module names, so the filter matches the message, not the module).
-    r"The ``declarative_base\(\)`` function is now available as sqlalchemy\.orm",
-)
-
-
-class _DropMessages(logging.Filter):
-    def __init__(self, pattern: str):
-        super().__init__()
-        self.pattern = re.compile(pattern)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not self.pattern.match(record.getMessage())
-
-
-# logger name -> messages (regex, matched at the start) dropped from it.
-KNOWN_LOG_NOISE = {
-    # alembic (imported by optuna) announces its plugins at INFO, which Hydra's root logger shows.
-    "alembic.runtime.plugins": r"setup plugin ",
-    # hydra-joblib-launcher prints every joblib.Parallel argument before each batch.
-    "hydra_plugins.hydra_joblib_launcher._core": r"Joblib\.Parallel\(",
-}
-
-
-def quiet_known_warnings() -> None:
-    """Silence the known, harmless warnings and plugin log lines; call once at import of train.py.
-
-    Each filter matches one exact message, so other warnings and every error still show.
-    Imports nothing heavy: no optuna, no SQLAlchemy.
-    """
-    for message in KNOWN_WARNINGS:
-        # The category lives in SQLAlchemy; matching any Warning by its exact message avoids
-        # importing SQLAlchemy just to name the class.
-        warnings.filterwarnings("ignore", message=message, category=Warning)
-    for logger_name, pattern in KNOWN_LOG_NOISE.items():
-        logger = logging.getLogger(logger_name)
-        if not any(isinstance(f, _DropMessages) and f.pattern.pattern == pattern for f in logger.filters):
-            logger.addFilter(_DropMessages(pattern))
-
-
-# ---------------------------------------------------------------------------------------------
-# Optuna storage that works with the SQLAlchemy 2.x pip installs next to optuna 2.10.
-
-def optuna_storage(url: str):
-    """An Optuna RDB storage for `url` (e.g. sqlite:///outputs/optuna.db), for the sweeper config:
-
-        hydra.sweeper.storage: {_target_: trainkit.sweeps.optuna_storage, url: sqlite:///outputs/optuna.db}
-
-    hydra-optuna-sweeper pins optuna<3, whose storage writes its schema stamp on a connection it
-    never commits; SQLAlchemy 2 has no autocommit, so a plain URL fails with AssertionError in
-    get_current_version. This commits the stamp, only where that combination is installed.
-    """
-    import optuna
-    import sqlalchemy
-
-    if int(optuna.__version__.split(".")[0]) < 3 and int(sqlalchemy.__version__.split(".")[0]) >= 2:
-        _patch_optuna2_alembic_stamp()
-    return optuna.storages.get_storage(url)
-
-
-def _patch_optuna2_alembic_stamp() -> None:
-    import alembic.migration
-    from optuna.storages._rdb import storage as rdb
-
-    def set_alembic_revision(self, revision: str) -> None:
-        with self.engine.begin() as connection:  # begin() commits on exit
-            context = alembic.migration.MigrationContext.configure(connection)
-            context.stamp(self._create_alembic_script(), revision)
-
-    rdb._VersionManager._set_alembic_revision = set_alembic_revision

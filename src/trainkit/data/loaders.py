@@ -1,59 +1,102 @@
-"""Loaders that shard a split across ranks: one sampler rule, two ways of fetching a batch.
+"""Loaders that shard a split across ranks: two sampler rules, two ways of fetching a batch.
 
 Both loaders share the contract train.py relies on: iterate for `(images, labels)`,
-`len()` is this rank's batch count, `num_samples` this rank's samples per epoch, and
-`set_epoch(epoch)` reshuffles deterministically before each epoch.
+`len()` is this rank's batch count of a whole epoch, `num_samples` this rank's samples per
+epoch, and `set_epoch(epoch, start_batch)` reshuffles deterministically before each epoch and
+skips the batches a resumed run already trained.
+
+Which rule shards a split: training loaders (`train=True`) use torch's DistributedSampler, the
+same number of samples on every rank; evaluation loaders (`train=False`) the exact split, each
+sample on exactly one rank. `train` defaults to `shuffle`: a shuffled loader trains, an ordered
+one evaluates, which is how build_data asks for them. `train=True, shuffle=False` trains on a
+fixed order every epoch (overfitting a few batches while debugging).
 """
 
+import itertools
 import math
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 
-class ShardSampler(Sampler[int]):
-    """This rank's indices into a split of `size` samples, like DistributedSampler.
+class ResumableDistributedSampler(DistributedSampler):
+    """torch's DistributedSampler with `drop_last=True`, plus one thing: `set_epoch(epoch, skip)`
+    drops the first `skip` indices of this rank's share of that epoch (a run resumed mid-epoch
+    continues exactly where the interrupted one stopped).
 
-    Shuffled: every rank draws the same permutation from `seed + epoch` (so `seed` must be
-    the run seed, identical on every rank), trims it to a multiple of `world_size` and
-    takes its strided share, so all ranks see the same number of samples and batches and
-    their collectives stay in step. Not shuffled (evaluation): rank r takes
-    `range(size)[r::world_size]` untrimmed, so across ranks each sample counts exactly
-    once and shares differ by at most one sample.
+    Shuffled, every rank draws the same permutation from `seed + epoch` (so `seed` must be the
+    run seed, identical on every rank); unshuffled, the order is range(size) every epoch. Either
+    way the order is trimmed to a multiple of `world_size` and rank r takes every world_size-th
+    index from r on: the same number of samples, batches and collectives on every rank.
     """
 
-    def __init__(self, size: int, *, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1):
-        self.size = size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.epoch = 0
-        self.skip = 0  # indices of this epoch already consumed (a run resumed mid-epoch)
+    def __init__(self, size: int, *, shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1):
+        # Only len() of the dataset is used: a range keeps the sampler from holding the data.
+        super().__init__(range(size), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
+        self.skip = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.dataset)
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
-        self.epoch, self.skip = epoch, skip
-
-    def indices(self) -> torch.Tensor:
-        if not self.shuffle:
-            return torch.arange(self.rank, self.size, self.world_size)
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        order = torch.randperm(self.size, generator=generator)
-        return order[: self.size - self.size % self.world_size][self.rank :: self.world_size]
+        super().set_epoch(epoch)
+        self.skip = skip
 
     def __iter__(self):
-        return iter(self.indices()[self.skip:].tolist())
+        return itertools.islice(super().__iter__(), self.skip, None)
+
+    def epoch_indices(self) -> torch.Tensor:
+        """The indices `iter()` yields this epoch, as one int64 tensor."""
+        return torch.tensor(list(self), dtype=torch.int64)
+
+
+class EvaluationSampler(Sampler[int]):
+    """Rank r takes `range(size)[r::world_size]`, untrimmed and unpadded: across ranks each
+    sample counts exactly once, and shares differ by at most one sample.
+
+    Why not DistributedSampler here: it gives every rank the same count, padding the last round
+    with repeated samples (or dropping the tail with drop_last). Training needs equal counts,
+    since every step is a collective (DDP's gradient all-reduce) and a rank with one more batch
+    would wait forever. Evaluation reduces once, sums and counts at the end, so unequal shares
+    are fine, while a padded duplicate would be counted twice and shift the accuracy.
+    """
+
+    def __init__(self, size: int, *, rank: int = 0, world_size: int = 1):
+        self.size = size
+        self.rank = rank
+        self.world_size = world_size
+        self.skip = 0
+
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        self.skip = skip  # the same order every epoch
+
+    def __iter__(self):
+        return iter(range(self.rank, self.size, self.world_size)[self.skip:])
 
     def __len__(self) -> int:
-        if self.shuffle:
-            return self.size // self.world_size
         return len(range(self.rank, self.size, self.world_size))
+
+    def epoch_indices(self) -> torch.Tensor:
+        return torch.arange(self.rank, self.size, self.world_size)[self.skip:]
+
+
+def shard_sampler(size: int, *, train: bool | None, shuffle: bool, seed: int, rank: int,
+                  world_size: int) -> ResumableDistributedSampler | EvaluationSampler:
+    """This rank's sampler over a split of `size` samples; `train=None` means train = shuffle."""
+    if train is None:
+        train = shuffle
+    if train:
+        return ResumableDistributedSampler(size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
+    if shuffle:
+        raise ValueError("an evaluation loader (train=False) keeps its order: pass shuffle=False")
+    return EvaluationSampler(size, rank=rank, world_size=world_size)
 
 
 class ShardedLoader:
     """What both loaders share: batch arithmetic and the epoch passed to the sampler."""
 
-    def __init__(self, sampler: ShardSampler, batch_size: int, drop_last: bool):
+    def __init__(self, sampler: ResumableDistributedSampler | EvaluationSampler, batch_size: int, drop_last: bool):
         self.sampler = sampler
         self.batch_size = batch_size
         self.drop_last = drop_last
@@ -96,21 +139,23 @@ class TensorLoader(ShardedLoader):
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
+        train: bool | None = None,
     ):
-        sampler = ShardSampler(len(images), shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
+        sampler = shard_sampler(len(images), train=train, shuffle=shuffle, seed=seed, rank=rank,
+                                world_size=world_size)
         super().__init__(sampler, batch_size, drop_last)
         self.images = images.to(device)
         self.labels = labels.to(device=device, dtype=torch.int64)
 
     def __iter__(self):
         # One host-to-device copy of the epoch's indices, then every batch is a slice of it.
-        indices = self.sampler.indices()[self.sampler.skip:].to(self.images.device)
+        indices = self.sampler.epoch_indices().to(self.images.device)
         for batch in indices.split(self.batch_size)[: len(self) - self.start_batch]:
             yield self.images[batch], self.labels[batch]
 
 
 class FileLoader(ShardedLoader):
-    """A torch DataLoader over files decoded in worker processes, sharded by a ShardSampler.
+    """A torch DataLoader over files decoded in worker processes, sharded by this module's samplers.
 
     Batches stay on the CPU (pinned when training on CUDA) for train.py to move with
     `non_blocking=True`, overlapping the copy with compute.
@@ -128,8 +173,10 @@ class FileLoader(ShardedLoader):
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
+        train: bool | None = None,
     ):
-        sampler = ShardSampler(len(dataset), shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
+        sampler = shard_sampler(len(dataset), train=train, shuffle=shuffle, seed=seed, rank=rank,
+                                world_size=world_size)
         super().__init__(sampler, batch_size, drop_last)
         self.loader = DataLoader(
             dataset,

@@ -1,0 +1,44 @@
+"""Every random stream a run draws from (Python, NumPy, torch on the CPU, each CUDA device): one
+snapshot as plain containers, and its restore.
+
+    state = rng_states()          # into a checkpoint: loads with torch.load(weights_only=True)
+    restore_rng_states(state)     # the next draws are the ones the snapshot would have made
+
+Checkpoints hold every rank's snapshot, and the LR range test puts the streams back after its
+trial steps with it. Code that draws from torch's generators alone uses torch.random.fork_rng
+instead (the batch-size finder's probe, images.augmented_samples): that covers torch and CUDA,
+not Python's `random` or NumPy.
+"""
+import random
+
+import numpy as np
+import torch
+
+
+def rng_states() -> dict:
+    """Every random stream a resumed run needs to continue exactly, as plain containers.
+
+    The layout is part of the checkpoint format (old checkpoints must keep loading):
+    python: MT state words + [gauss cache], python_version, numpy: key words + [pos, has_gauss,
+    cached_gaussian], torch: ByteTensor, cuda: [ByteTensor per device] (empty without CUDA).
+    """
+    python_version, python_state, gauss = random.getstate()
+    numpy_state = np.random.get_state()
+    return {
+        "python": list(python_state) + [gauss],
+        "python_version": python_version,
+        "numpy": numpy_state[1].tolist() + list(numpy_state[2:]),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def restore_rng_states(state: dict) -> None:
+    """Put back what rng_states() took (from this process, or loaded from a checkpoint)."""
+    python = state["python"]
+    random.setstate((state["python_version"], tuple(python[:-1]), python[-1]))
+    numpy = state["numpy"]
+    np.random.set_state(("MT19937", np.array(numpy[:624], dtype=np.uint32), *numpy[624:]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
