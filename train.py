@@ -271,9 +271,7 @@ def find_lr(run: Run) -> None:
     """LR range test on the real model and data (every rank takes part; rank 0 plots). Model,
     optimizer and RNG are restored after; with lr_finder.apply the suggestion becomes the base LR."""
     plot = run.run_dir / "lr_finder.png" if run.proc.is_main else None
-    result = lr_range_test_for_run(run.cfg.lr_finder, run.trained_model, run.optimizer, run.scheduler, run.scaler,
-                                   run.data.train, run.loss_fn, run.train_transform, run.cfg.trainer.grad_clip,
-                                   run.cfg.precision.name, run.device, plot)
+    result = lr_range_test_for_run(run, plot)
     if plot:
         run.loggers.log_image("lr_finder", plot, run.step)
     if run.cfg.lr_finder.apply and result.suggestion:

@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
-from trainkit.errors import ConfigError
 from trainkit.lr_finder import group_scales, lr_range_test, set_base_lr, suggest_lr
 from trainkit.models import SmallCNN
 from trainkit.optim import LRSchedule, build_optimizer, build_scheduler
@@ -106,16 +105,7 @@ def test_suggest_lr_rule_on_hand_made_curves():
     assert suggest_lr(lrs, with_nan) is not None  # kept up to the first non-finite value
 
 
-def test_bad_settings_are_config_errors_naming_the_key():
-    model = nn.Linear(2, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    batches = [(torch.zeros(4, 2), torch.zeros(4))]
-    for kwargs, key in [({"min_lr": 0}, "lr_finder.min_lr"), ({"max_lr": 1e-9}, "lr_finder.max_lr"),
-                        ({"num_steps": 1}, "lr_finder.num_steps"), ({"smoothing": 1.0}, "lr_finder.smoothing"),
-                        ({"divergence_factor": 1.0}, "lr_finder.divergence_factor")]:
-        with pytest.raises(ConfigError) as error:
-            lr_range_test(model, optimizer, batches, mse, **kwargs)
-        assert error.value.key == key
+# Bad lr_finder.* settings are config errors found before anything is built: tests/test_config.py.
 
 
 # ---- state restored bit for bit ---------------------------------------------------------------

@@ -99,6 +99,7 @@ RULES: dict[str, Check] = {
     "data.eval_batch_size": integer(1),
     "data.num_workers": integer(0),
     "data.drop_last": flag(),
+    "data.shuffle": flag(),
     "model.name": text(),
     "model.pretrained": flag(),
     "model.pretrained_path": text(null=True),

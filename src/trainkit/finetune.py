@@ -210,7 +210,7 @@ def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> 
         for _, child in found[:spec]:
             frozen += list(child.parameters())
     else:
-        raise ConfigError("model.freeze", f"must be null, backbone or a number of stages >= 0, got {spec!r}")
+        raise ValueError(f"freeze: spec must be null, 'backbone' or a number of stages >= 0, got {spec!r}")
     for param in frozen:
         param.requires_grad_(False)
     names = _frozen_module_names(model)

@@ -25,7 +25,6 @@ import torch
 from torch import nn
 
 from trainkit.distributed import all_reduce_sum, is_distributed
-from trainkit.errors import ConfigError
 from trainkit.lr_finder_plot import plot_lr_finder
 from trainkit.training_state import preserved_training_state
 
@@ -112,20 +111,6 @@ def suggest_lr(lrs: list[float], losses: list[float], skip_start: float = SKIP_S
     return float(lrs[best]) if best is not None else None
 
 
-def check_settings(min_lr: float, max_lr: float, num_steps: int, smoothing: float, divergence_factor: float) -> None:
-    """ConfigError naming the lr_finder.* key of the first bad setting (call early: before any work)."""
-    if not (isinstance(min_lr, (int, float)) and min_lr > 0):
-        raise ConfigError("lr_finder.min_lr", f"must be a number > 0, got {min_lr!r}")
-    if not (isinstance(max_lr, (int, float)) and max_lr > min_lr):
-        raise ConfigError("lr_finder.max_lr", f"must be a number > lr_finder.min_lr={min_lr}, got {max_lr!r}")
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 2:
-        raise ConfigError("lr_finder.num_steps", f"must be a whole number >= 2, got {num_steps!r}")
-    if not (isinstance(smoothing, (int, float)) and 0 <= smoothing < 1):
-        raise ConfigError("lr_finder.smoothing", f"must be a number in [0, 1), got {smoothing!r}")
-    if not (isinstance(divergence_factor, (int, float)) and divergence_factor > 1):
-        raise ConfigError("lr_finder.divergence_factor", f"must be a number > 1, got {divergence_factor!r}")
-
-
 def _endless(batches: Iterable | Callable[[], Iterator]) -> Iterator:
     """Batches forever: a loader is iterated again (a callable called again) when it runs out."""
     while True:
@@ -177,7 +162,6 @@ def lr_range_test(
     Model (parameters, buffers, gradients, modes), optimizer, scheduler, GradScaler and every
     RNG are restored bit for bit afterwards. Every rank must call it with the same settings.
     """
-    check_settings(min_lr, max_lr, num_steps, smoothing, divergence_factor)
     if compute_loss is None and loss_fn is None:
         raise ValueError("lr_range_test: pass loss_fn (with an optional transform) or compute_loss")
     if device is None:
@@ -236,18 +220,18 @@ def lr_range_test(
     return result
 
 
-def lr_range_test_for_run(cfg, model: nn.Module, optimizer, scheduler, grad_scaler, loader, loss_fn, transform,
-                          grad_clip: float | None, precision: str, device: torch.device,
-                          plot_path: Path | None) -> LRFinderResult:
-    """`lr_finder.*` (cfg) run on train.py's model, optimizer and data; logs the suggestion and, on
-    the rank that passes `plot_path`, saves the plot."""
+def lr_range_test_for_run(run, plot_path: Path | None) -> LRFinderResult:
+    """`lr_finder.*` run on train.py's `Run` (its trained_model, optimizer, scheduler, scaler,
+    data.train, loss_fn, train_transform, device and cfg); on the rank that passes `plot_path`,
+    the plot is saved there."""
     from trainkit.finetune import apply_frozen_bn_eval
 
-    result = lr_range_test(model, optimizer, loader, loss_fn, transform=transform, scheduler=scheduler,
-                           grad_scaler=grad_scaler, grad_clip=grad_clip, precision=precision,
-                           after_train=apply_frozen_bn_eval, min_lr=cfg.min_lr, max_lr=cfg.max_lr,
-                           num_steps=cfg.num_steps, smoothing=cfg.smoothing, divergence_factor=cfg.divergence_factor,
-                           device=device)
+    cfg = run.cfg
+    settings = {key: cfg.lr_finder[key] for key in ("min_lr", "max_lr", "num_steps", "smoothing", "divergence_factor")}
+    result = lr_range_test(run.trained_model, run.optimizer, run.data.train, run.loss_fn,
+                           transform=run.train_transform, scheduler=run.scheduler, grad_scaler=run.scaler,
+                           grad_clip=cfg.trainer.grad_clip, precision=cfg.precision.name,
+                           after_train=apply_frozen_bn_eval, device=run.device, **settings)
     if plot_path is not None:
         plot_lr_finder(result, plot_path)
     return result

@@ -50,9 +50,6 @@ def build_model(model_config: Mapping, image_size: int) -> tuple[nn.Module, int]
     pretrained_path = config.pop("pretrained_path", None)
     freeze_spec = config.pop("freeze", None)
     freeze_bn = config.pop("freeze_bn", True)
-    if pretrained_path and config.get("pretrained"):
-        raise ConfigError("model.pretrained_path", "is set together with model.pretrained=true; "
-                          "load weights one way: set model.pretrained=false to use the file")
     # _convert_="all": the factories get plain lists and dicts, not ListConfig.
     model = hydra.utils.instantiate(config, _convert_="all")
     if pretrained_path:
@@ -68,8 +65,6 @@ def resolve_input_size(model_config: Mapping, image_size: int, input_size: int |
     name = model_config.get("name", model_config.get("_target_", "this model"))
     if input_size is None:
         return fixed or max(image_size, minimum)
-    if isinstance(input_size, bool) or not isinstance(input_size, int) or input_size < 1:
-        raise ConfigError("model.input_size", f"must be a positive integer or null (auto), got {input_size!r}")
     if fixed and input_size != fixed:
         raise ConfigError("model.input_size", f"{name} takes only {fixed}x{fixed} inputs; set model.input_size=null or {fixed}")
     if input_size < minimum:

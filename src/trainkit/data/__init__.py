@@ -41,7 +41,8 @@ def build_data(cfg, device: torch.device, seed: int, rank: int = 0, world_size: 
     trainkit.config; what only the data can tell (files, sizes, class counts) is checked here."""
     name = cfg["name"]
     shards = dict(seed=seed, rank=rank, world_size=world_size)
-    train_args = dict(batch_size=cfg["batch_size"], shuffle=True, drop_last=cfg["drop_last"], **shards)
+    train_args = dict(batch_size=cfg["batch_size"], train=True, shuffle=cfg.get("shuffle", True),
+                      drop_last=cfg["drop_last"], **shards)
     eval_args = dict(batch_size=cfg["eval_batch_size"], shuffle=False, **shards)
 
     if name == "imagefolder":
