@@ -32,7 +32,7 @@ from trainkit.data import DataBundle, build_data
 from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics, broadcast_weights,
                                   destroy_process_group, gather_objects, gradient_sync, init_process_group, process_info)
 from trainkit.early_stopping import EarlyStopping
-from trainkit.known_noise import quiet_known_warnings
+from trainkit.known_noise import quiet_known_noise
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.images import augmented_samples, save_png
 from trainkit.launch import start_processes
@@ -45,7 +45,7 @@ from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
 from trainkit.sweeps import run_trial
 
 log = logging.getLogger("train")
-quiet_known_warnings()  # known, harmless optuna/SQLAlchemy/plugin chatter; real warnings still show
+quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
 
 
 @dataclass

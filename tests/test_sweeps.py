@@ -17,8 +17,6 @@ from omegaconf import OmegaConf
 from conftest import ROOT
 from trainkit import sweeps
 from trainkit.errors import ConfigError
-from trainkit.known_noise import quiet_known_warnings
-from trainkit.optuna_storage import rdb_storage
 
 FAST = ("debug=fast", "trainer.max_epochs=1")
 
@@ -97,7 +95,7 @@ def test_optuna_search_config_composes_with_a_direction_that_matches_the_metric(
 
 @pytest.mark.slow  # two sweeps: ~12 s on 2 idle cores
 def test_optuna_search_runs_trials_and_continues_a_sqlite_study(tmp_path):
-    storage = f"hydra.sweeper.storage={{_target_:trainkit.optuna_storage.rdb_storage,url:'sqlite:///{tmp_path}/optuna.db'}}"
+    storage = f"hydra.sweeper.storage='sqlite:///{tmp_path}/optuna.db'"  # a plain URL: see the sqlalchemy pin
     search = [group_override("hparams_search", "digits_optuna"), *FAST, storage]
     first, second = tmp_path / "first", tmp_path / "second"
     train(*search, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={first}")
@@ -122,8 +120,7 @@ def test_optuna_search_runs_trials_and_continues_a_sqlite_study(tmp_path):
 def _load_study(path: Path, name: str):
     import optuna
 
-    quiet_known_warnings()
-    return optuna.load_study(study_name=name, storage=rdb_storage(f"sqlite:///{path}"))
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{path}")
 
 
 # --- failed trials ------------------------------------------------------------------------------
