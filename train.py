@@ -25,7 +25,8 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import BatchTransform
 from trainkit.batch_size_finder import find_batch_size_for_run
-from trainkit.checkpoint import copy_checkpoint, load_checkpoint, save_checkpoint, unwrap_model
+from trainkit.checkpoint import (copy_checkpoint, load_checkpoint, restore_training_state, save_checkpoint,
+                                 training_state, unwrap_model)
 from trainkit.config import validate
 from trainkit.console import print_config
 from trainkit.data import DataBundle, build_data
@@ -40,7 +41,7 @@ from trainkit.loggers import Loggers, build_loggers, wandb_names
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
-from trainkit.rng import restore_rng_states, rng_states
+from trainkit.rng import rng_states
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
 from trainkit.sweeps import run_trial
 
@@ -161,24 +162,15 @@ def train_one_epoch(run: Run, show_progress: bool) -> dict:
 
 
 def save_checkpoints(run: Run, improved: bool = False) -> None:
-    """checkpoints/last.pt (and best.pt when `improved`): everything a resume needs. Every rank
-    calls this, since every rank's RNG streams go in; rank 0 alone writes."""
+    """checkpoints/last.pt (and best.pt when `improved`), atomically. Every rank calls this, since
+    every rank's RNG streams go in; rank 0 alone writes."""
     rng = gather_objects(rng_states())
-    if not run.proc.is_main:
-        return
-    # batches_done > 0 marks a checkpoint from inside `epoch`: a resume finishes that epoch first.
-    unfinished = run.batches_done if run.batches_done < batches_per_epoch(run.cfg, run.data.train) else 0
-    state = {"model": unwrap_model(run.model).state_dict(), "optimizer": run.optimizer.state_dict(),
-             "scheduler": run.scheduler.state_dict(), "scaler": run.scaler.state_dict(),
-             "early_stopping": run.early_stopping.state_dict(), "best_metrics": run.best_metrics,
-             "epoch": run.epoch, "step": run.step, "batches_done": unfinished, "rng": rng,
-             # plain containers: the checkpoint loads with torch.load(weights_only=True)
-             "config": OmegaConf.to_container(run.cfg, resolve=True),
-             "wandb_run_id": run.loggers.run_id}
-    checkpoints = run.run_dir / "checkpoints"
-    save_checkpoint(checkpoints / "last.pt", state)
-    if improved:
-        copy_checkpoint(checkpoints / "last.pt", checkpoints / "best.pt")
+    if run.proc.is_main:
+        unfinished = run.batches_done if run.batches_done < batches_per_epoch(run.cfg, run.data.train) else 0
+        last = run.run_dir / "checkpoints" / "last.pt"
+        save_checkpoint(last, training_state(run, unfinished, rng))
+        if improved:
+            copy_checkpoint(last, last.with_name("best.pt"))
 
 
 def stop_reason(run: Run, train_loss: float) -> str | None:
@@ -238,25 +230,6 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
     return build_scheduler(run.optimizer, run.cfg.scheduler, updates_per_epoch, total_updates)
 
 
-def resume(run: Run) -> None:
-    """Continue exactly where the checkpoint `resume` left off: weights, optimizer, schedule,
-    early stopping, position in the run and every RNG stream."""
-    checkpoint = load_checkpoint(run.cfg.resume, run.device)
-    run.model.load_state_dict(checkpoint["model"])
-    run.optimizer.load_state_dict(checkpoint["optimizer"])
-    run.scheduler.load_state_dict(checkpoint["scheduler"])
-    run.scaler.load_state_dict(checkpoint["scaler"])
-    run.early_stopping.load_state_dict(checkpoint["early_stopping"])
-    run.step, run.best_metrics, run.batches_done = checkpoint["step"], checkpoint["best_metrics"], checkpoint["batches_done"]
-    run.epoch = checkpoint["epoch"] + (0 if run.batches_done else 1)  # mid-epoch: finish that epoch first
-    run.wandb_run_id = checkpoint.get("wandb_run_id")  # the resumed run continues the same W&B run
-    if len(checkpoint["rng"]) == run.proc.world_size:
-        restore_rng_states(checkpoint["rng"][run.proc.rank])
-    else:  # another world size: fresh, still distinct, streams per rank
-        seed_everything(run.cfg.seed + run.proc.rank + 1000 * run.epoch)
-    log.info(f"resumed from {run.cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
-
-
 def start_logging(run: Run) -> None:
     """Rank 0: metrics.jsonl plus the chosen tracker, and a grid of augmented samples for it."""
     run_name, group = wandb_names(run_dir=run.run_dir)
@@ -311,8 +284,9 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     started = time.perf_counter()
     seed_everything(cfg.seed + proc.rank)  # each rank draws its own augmentation and dropout
     run = build_run(cfg, run_dir, proc, device)
-    if cfg.resume:
-        resume(run)
+    if cfg.resume:  # continue exactly: weights, optimizer, schedule, position, every RNG stream
+        restore_training_state(run, load_checkpoint(cfg.resume, device))
+        log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
     # Order matters: compile the model on its device, then wrap it for DDP (which broadcasts
     # rank 0's initial weights to every rank).
     run.trained_model = torch.compile(run.model) if cfg.trainer.compile else run.model

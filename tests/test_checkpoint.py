@@ -115,3 +115,61 @@ def test_copy_checkpoint_is_a_complete_atomic_copy(tmp_path):
     copied = torch.load(tmp_path / "best.pt", weights_only=True)
     assert copied["epoch"] == 3 and torch.equal(copied["weights"], torch.arange(5.0))
     assert not list(tmp_path.glob("*.tmp"))
+
+
+# ---- what a checkpoint holds: training_state <-> restore_training_state ----------------------
+
+def _run_like(seed: int):
+    """The attributes of train.py's Run that a checkpoint saves and restores."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from trainkit.distributed import ProcessInfo
+    from trainkit.early_stopping import EarlyStopping
+    from trainkit.loggers import Loggers
+
+    torch.manual_seed(seed)
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return SimpleNamespace(
+        cfg=OmegaConf.create({"seed": seed}), proc=ProcessInfo(), model=model, optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1)),
+        scaler=torch.amp.GradScaler("cpu", enabled=False), early_stopping=EarlyStopping("val/loss", "min"),
+        loggers=Loggers([]), epoch=0, step=0, batches_done=0, best_metrics={}, wandb_run_id=None)
+
+
+def test_a_saved_training_state_restores_every_piece_and_the_position(tmp_path):
+    from trainkit.checkpoint import restore_training_state, training_state
+    from trainkit.rng import rng_states
+
+    trained = _run_like(seed=1)
+    trained.model(torch.randn(5, 3)).sum().backward()
+    trained.optimizer.step()
+    trained.scheduler.step()
+    trained.early_stopping.update(0.5, epoch=3)
+    trained.epoch, trained.step, trained.best_metrics = 3, 7, {"epoch": 3, "val/loss": 0.5}
+    save_checkpoint(tmp_path / "last.pt", training_state(trained, batches_done=4, rng=[rng_states()]))
+    expected_draw = torch.rand(3)  # what the restored RNG must draw next
+
+    fresh = _run_like(seed=2)
+    restore_training_state(fresh, load_checkpoint(tmp_path / "last.pt", torch.device("cpu")))
+    for a, b in zip(fresh.model.state_dict().values(), trained.model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert fresh.optimizer.state_dict()["state"][0]["momentum_buffer"].equal(
+        trained.optimizer.state_dict()["state"][0]["momentum_buffer"])
+    assert fresh.scheduler.last_epoch == 1 and fresh.early_stopping.best == 0.5
+    assert (fresh.epoch, fresh.step, fresh.batches_done) == (3, 7, 4)  # unfinished epoch 3: resume inside it
+    assert fresh.best_metrics == {"epoch": 3, "val/loss": 0.5}
+    assert torch.equal(torch.rand(3), expected_draw)
+
+
+def test_a_checkpoint_of_a_finished_epoch_resumes_with_the_next_one(tmp_path):
+    from trainkit.checkpoint import restore_training_state, training_state
+    from trainkit.rng import rng_states
+
+    trained = _run_like(seed=1)
+    trained.epoch = 5
+    fresh = _run_like(seed=2)
+    restore_training_state(fresh, training_state(trained, batches_done=0, rng=[rng_states()]))
+    assert (fresh.epoch, fresh.batches_done) == (6, 0)

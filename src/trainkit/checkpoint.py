@@ -36,3 +36,39 @@ def copy_checkpoint(source: Path, destination: Path) -> None:
 
 def load_checkpoint(path: str | Path, device: torch.device) -> dict:
     return torch.load(path, map_location=device, weights_only=True)
+
+
+def training_state(run, batches_done: int, rng: list) -> dict:
+    """Everything a resume needs from train.py's `Run`, as plain containers. `batches_done` > 0
+    marks a checkpoint from inside `run.epoch` (a resume finishes that epoch first); `rng` holds
+    every rank's RNG streams, in rank order."""
+    from omegaconf import OmegaConf
+
+    return {
+        "model": unwrap_model(run.model).state_dict(), "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(), "scaler": run.scaler.state_dict(),
+        "early_stopping": run.early_stopping.state_dict(), "best_metrics": run.best_metrics,
+        "epoch": run.epoch, "step": run.step, "batches_done": batches_done, "rng": rng,
+        "config": OmegaConf.to_container(run.cfg, resolve=True), "wandb_run_id": run.loggers.run_id,
+    }
+
+
+def restore_training_state(run, state: dict) -> None:
+    """Put a `training_state` back into train.py's `Run`: weights, optimizer, schedule, scaler,
+    early stopping, the position (the next epoch, or the rest of an unfinished one), the W&B run
+    id, and this rank's RNG streams (fresh, still distinct ones when the number of ranks changed)."""
+    from trainkit.rng import restore_rng_states
+    from trainkit.runtime import seed_everything
+
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.scaler.load_state_dict(state["scaler"])
+    run.early_stopping.load_state_dict(state["early_stopping"])
+    run.step, run.best_metrics, run.batches_done = state["step"], state["best_metrics"], state["batches_done"]
+    run.epoch = state["epoch"] + (0 if run.batches_done else 1)
+    run.wandb_run_id = state.get("wandb_run_id")
+    if len(state["rng"]) == run.proc.world_size:
+        restore_rng_states(state["rng"][run.proc.rank])
+    else:
+        seed_everything(run.cfg.seed + run.proc.rank + 1000 * run.epoch)
