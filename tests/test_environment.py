@@ -1,9 +1,13 @@
 """environment.yml (conda) and pyproject.toml (pip) must describe the same environment."""
 import re
-import tomllib
 from pathlib import Path
 
 import yaml
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the dev extra installs tomli
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
