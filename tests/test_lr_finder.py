@@ -103,7 +103,7 @@ def test_suggest_lr_rule_on_hand_made_curves():
     assert suggest_lr(lrs, rising) is None  # the loss never fell
     assert suggest_lr(lrs[:2], falling[:2]) is None
     with_nan = falling[:30] + [math.nan] * 31
-    assert suggest_lr(lrs, with_nan) is not None  # kept up to the first non-finite value
+    assert suggest_lr(lrs, with_nan) == suggest_lr(lrs[:30], falling[:30])  # the curve up to the first non-finite value
 
 
 def test_bad_settings_are_config_errors_naming_the_key():
@@ -263,7 +263,7 @@ def test_plot_is_written_as_a_png(tmp_path):
     path = plot_lr_finder(result, tmp_path / "plots" / "lr_finder.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
     result.suggestion = None  # no suggestion: still plots
-    assert plot_lr_finder(result, tmp_path / "none.png").exists()
+    assert plot_lr_finder(result, tmp_path / "none.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # ---- the script --------------------------------------------------------------------------------
