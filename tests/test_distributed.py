@@ -48,6 +48,22 @@ def train_command(*overrides: str) -> list[str]:
     return [sys.executable, str(ROOT / "train.py"), *overrides]
 
 
+def communicate_all(processes: list[subprocess.Popen], timeout: float) -> list[tuple[str, str]]:
+    """Each process's (stdout, stderr); on a timeout kill them all, so a stuck rendezvous leaves no
+    process behind."""
+    try:
+        return [process.communicate(timeout=timeout) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()  # torchrun's agent passes SIGTERM on to its workers
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
 def read_run(run_dir: Path) -> tuple[dict, list[dict]]:
     summary = json.loads((run_dir / "summary.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -310,7 +326,7 @@ def test_two_torchrun_agents_form_one_two_node_job(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for node in (0, 1)
     ]
-    outputs = [agent.communicate(timeout=240) for agent in agents]
+    outputs = communicate_all(agents, timeout=240)
     assert all(agent.returncode == 0 for agent in agents), outputs[0][1][-2000:] + outputs[1][1][-2000:]
     run_dirs = list((tmp_path / "outputs" / "runs").iterdir())
     assert len(run_dirs) == 1, run_dirs
@@ -329,7 +345,7 @@ def test_simulated_slurm_tasks_join_one_process_group(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for rank in (0, 1)
     ]
-    outputs = [task.communicate(timeout=240) for task in tasks]
+    outputs = communicate_all(tasks, timeout=240)
     assert all(task.returncode == 0 for task in tasks), outputs[0][1][-2000:] + outputs[1][1][-2000:]
     summary, _ = read_run(tmp_path)
     assert summary["world_size"] == 2
