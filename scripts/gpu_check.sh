@@ -1,7 +1,21 @@
 #!/usr/bin/env bash
 # The CUDA paths that CPU-only CI cannot run, as one short script for a machine with a GPU:
-#   bash scripts/gpu_check.sh            (prints one PASS/FAIL line per check, then the benchmarks)
-# Each check is a real train.py run on the bundled digits (or synthetic data) with a few epochs.
+#   bash scripts/gpu_check.sh            (prints one PASS/FAIL/SKIP line per check, then the benchmarks)
+# Each train.py check is a real run on the bundled digits (or synthetic data) with a few epochs.
+#
+# What one GPU can and cannot check:
+# - fp32/bf16/fp16 (GradScaler + clipping), channels_last + torch.compile, a timm model, the LR and
+#   batch-size finders: fully, on one GPU.
+# - DDP with one process (`ddp_self_launch_1`): train.py's own launcher starting a worker that picks
+#   its GPU from LOCAL_RANK. With a world size of 1 train.py creates no process group at all, so this
+#   says nothing about NCCL or gradient all-reduce.
+# - `nccl_1rank`: a one-rank NCCL process group on this GPU, an all_reduce and a barrier. It shows that
+#   NCCL loads and forms a communicator here; it does not test any reduction across ranks, P2P or
+#   NVLink/InfiniBand paths. SyncBatchNorm is converted and run forward/backward in that group, but
+#   with one rank SyncBatchNorm computes plain BatchNorm: the cross-rank statistics are not tested.
+# - Real cross-rank NCCL and SyncBatchNorm need 2+ GPUs: `ddp_nccl_2` and `ddp_syncbn_2` run only
+#   when at least two are visible, and print SKIP otherwise. (The CPU tests cover the DDP loop
+#   itself with gloo: tests/test_distributed.py.)
 set -u
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 WANDB_MODE=disabled
@@ -16,14 +30,50 @@ check() {  # check NAME OVERRIDES...
   fi
 }
 python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
+gpus=$(python -c "import torch; print(torch.cuda.device_count())")
 check fp32 trainer.max_epochs=5
 check bf16 precision=bf16 trainer.max_epochs=5
 check fp16_scaler precision=fp16 trainer.max_epochs=5 trainer.grad_clip=1.0
 check channels_last_compile trainer.channels_last=true trainer.compile=true trainer.max_epochs=3
-check ddp_nccl_1 distributed=ddp distributed.nproc_per_node=1 trainer.max_epochs=3
-check ddp_syncbn_1 distributed=ddp distributed.nproc_per_node=1 distributed.sync_batchnorm=true trainer.max_epochs=3
+check ddp_self_launch_1 distributed=ddp distributed.nproc_per_node=1 trainer.max_epochs=3
+
+# One-rank NCCL smoke test (see the header for what it does not cover).
+if python - >"$out/nccl_1rank.log" 2>&1 <<'EOF'
+import socket
+
+import torch
+import torch.distributed as dist
+
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+device = torch.device("cuda", 0)
+torch.cuda.set_device(device)
+dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1, device_id=device)
+try:
+    value = torch.ones(4, device=device)
+    dist.all_reduce(value)
+    dist.barrier()
+    assert value.tolist() == [1.0] * 4, value
+    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8))).to(device)
+    assert isinstance(model[1], torch.nn.SyncBatchNorm)
+    model(torch.randn(4, 3, 8, 8, device=device)).sum().backward()
+    print("nccl", torch.cuda.nccl.version(), "one rank: init, all_reduce, barrier, SyncBatchNorm forward/backward")
+finally:
+    dist.destroy_process_group()
+EOF
+then echo "PASS nccl_1rank: $(tail -1 "$out/nccl_1rank.log") (no cross-rank reduction tested)"
+else echo "FAIL nccl_1rank (log: $out/nccl_1rank.log)"; tail -5 "$out/nccl_1rank.log"; status=1
+fi
+
+if [ "$gpus" -ge 2 ]; then
+  check ddp_nccl_2 distributed=ddp distributed.nproc_per_node=2 trainer.max_epochs=3
+  check ddp_syncbn_2 distributed=ddp distributed.nproc_per_node=2 distributed.sync_batchnorm=true trainer.max_epochs=3
+else
+  echo "SKIP ddp_nccl_2, ddp_syncbn_2: $gpus GPU visible; cross-rank NCCL all-reduce and SyncBatchNorm need 2 or more"
+fi
 check timm_resnet18_synthetic data=synthetic data.image_size=64 model=timm model.name=resnet18 precision=bf16 trainer.channels_last=true trainer.max_epochs=2
 check lr_and_batch_finders lr_finder.enabled=true batch_size_finder.enabled=true batch_size_finder.max_batch_size=1024 trainer.max_epochs=2
 python scripts/benchmark_overhead.py --repeats 3 trainer.progress_bar=false
-python scripts/benchmark_ddp.py --nproc 1
+if [ "$gpus" -ge 2 ]; then python scripts/benchmark_ddp.py --nproc 2; else echo "SKIP benchmark_ddp: one GPU gives no scaling to measure"; fi
 exit $status

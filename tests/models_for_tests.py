@@ -1,4 +1,8 @@
 """Models that only tests need, importable by `_target_` (the tests put this folder on PYTHONPATH)."""
+import json
+import time
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -31,3 +35,88 @@ class CrashOnRankOne(NoNormCNN):
         if process_info().rank == 1 and self.calls > self.crash_after:
             raise RuntimeError("simulated crash on rank 1")
         return super().forward(x)
+
+
+class NanOnRankOne(NoNormCNN):
+    """Returns NaN logits on rank 1 only, at its `nan_at`-th training forward pass: a problem
+    that one rank alone sees first (a bad batch, a flaky GPU)."""
+
+    def __init__(self, *args, nan_at: int = 4, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.train_calls, self.nan_at = 0, nan_at
+
+    def forward(self, x):
+        logits = super().forward(x)
+        if self.training:
+            self.train_calls += 1
+            if process_info().rank == 1 and self.train_calls == self.nan_at:
+                return logits * float("nan")
+        return logits
+
+
+class HangOnRankOne(NoNormCNN):
+    """Stops answering on rank 1 (sleeps `hang_seconds`) at its `hang_at`-th training forward
+    pass, as a deadlocked data loader or a stuck GPU would, after writing the time it started
+    to `<record_dir>/hang_started`; the other rank then waits in the gradient all-reduce. The
+    sleep is finite, so a test that fails leaves no process behind for long."""
+
+    def __init__(self, *args, record_dir: str, hang_at: int = 3, hang_seconds: float = 90.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.train_calls, self.hang_at, self.hang_seconds = 0, hang_at, hang_seconds
+        self.record_dir = Path(record_dir)
+
+    def forward(self, x):
+        if self.training:
+            self.train_calls += 1
+            if process_info().rank == 1 and self.train_calls == self.hang_at:
+                (self.record_dir / "hang_started").write_text(str(time.time()))
+                time.sleep(self.hang_seconds)
+        return super().forward(x)
+
+
+class RecordingCNN(nn.Module):
+    """A small CNN (optionally with one BatchNorm) that writes what its rank sees to
+    `<record_dir>/rank<r>.json` after every forward pass, so end-to-end DDP tests can check the
+    loop from inside a real `train.py` run:
+
+    - init: a fingerprint of the weights as built (before DDP's broadcast) and one draw from this
+      rank's torch RNG stream (taken from a fork, so training draws are unchanged);
+    - train (one entry a training forward pass): the weights and the first layer's gradient as
+      they are when the pass starts (None after the optimizer zeroed them), the inputs, and the
+      BatchNorm running statistics after the pass;
+    - eval (one entry an evaluation forward pass): the BatchNorm running statistics in use.
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, record_dir: str, widths=(16, 32), batchnorm: bool = False,
+                 dropout: float = 0.0):
+        super().__init__()
+        first = [nn.Conv2d(in_channels, widths[0], 3, padding=1)] + ([nn.BatchNorm2d(widths[0])] if batchnorm else [])
+        self.body = nn.Sequential(*first, nn.ReLU(), nn.Conv2d(widths[0], widths[1], 3, padding=1), nn.ReLU(),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(widths[1], num_classes))
+        self.bn = self.body[1] if batchnorm else None
+        self.path = Path(record_dir) / f"rank{process_info().rank}.json"
+        with torch.random.fork_rng(devices=[]):
+            draw = torch.rand(1).item()
+        self.record = {"init": {"weights": self._weights(), "draw": draw}, "train": [], "eval": []}
+
+    def _weights(self) -> float:
+        return sum(p.detach().double().sum().item() for p in self.parameters())
+
+    def _bn_stats(self):
+        if self.bn is None:
+            return None
+        return {"mean": self.bn.running_mean.tolist(), "var": self.bn.running_var.tolist()}
+
+    def forward(self, x):
+        if self.training and torch.is_grad_enabled():
+            grad = self.body[0].weight.grad
+            entry = {"weights": self._weights(), "grad": None if grad is None else grad.double().sum().item(),
+                     "inputs": x.detach().double().sum().item()}
+            logits = self.body(x)
+            self.record["train"].append({**entry, "bn": self._bn_stats()})
+        else:
+            logits = self.body(x)
+            if not self.training:
+                self.record["eval"].append({"bn": self._bn_stats()})
+        self.path.write_text(json.dumps(self.record))
+        return logits

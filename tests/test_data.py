@@ -194,7 +194,7 @@ def test_synthetic_is_learnable():
             optimizer.step()
     images, labels = drain(data.val)
     accuracy = (model(images.flatten(1)).argmax(1) == labels).float().mean()
-    assert accuracy > 0.5  # chance is 0.1
+    assert accuracy >= 0.9  # a linear model reaches 1.0 in 2 epochs; chance is 0.1
 
 
 # --- MNIST and CIFAR-10 through torchvision, on tiny files in the real formats ---------------

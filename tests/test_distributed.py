@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from omegaconf import OmegaConf
 
 from conftest import ROOT
 from trainkit.augment import BatchTransform
@@ -45,6 +46,22 @@ def run(command: list[str], cwd: Path = ROOT, timeout: int = 240, **extra_env) -
 
 def train_command(*overrides: str) -> list[str]:
     return [sys.executable, str(ROOT / "train.py"), *overrides]
+
+
+def communicate_all(processes: list[subprocess.Popen], timeout: float) -> list[tuple[str, str]]:
+    """Each process's (stdout, stderr); on a timeout kill them all, so a stuck rendezvous leaves no
+    process behind."""
+    try:
+        return [process.communicate(timeout=timeout) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()  # torchrun's agent passes SIGTERM on to its workers
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
 
 
 def read_run(run_dir: Path) -> tuple[dict, list[dict]]:
@@ -146,11 +163,85 @@ def test_batchnorm_statistics_are_averaged_across_ranks():
 
 
 def test_first_slurm_host_reads_compressed_node_lists():
-    assert first_slurm_host("gpu[03-05,09],cpu1").startswith("gpu")  # scontrol when present, else our parser
+    # scontrol when present, else our parser: both give the first host of the expanded list.
+    assert first_slurm_host("gpu[03-05,09],cpu1") == "gpu03"
+    assert first_slurm_host("node[7-8]") == "node7"
+    assert first_slurm_host("node7,node2") == "node7"
     assert first_slurm_host("node7") == "node7"
 
 
 # ---- train.py end to end, every launcher ----------------------------------------------------------
+
+def records(directory: Path) -> list[dict]:
+    return [json.loads((directory / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def recorded_ddp_run(tmp_path_factory):
+    """One 2-rank train.py run of models_for_tests.RecordingCNN (with BatchNorm): 2 epochs of 4
+    micro-batches per rank, 2 micro-batches per update. Returns (run dir, [rank 0's record, rank 1's])."""
+    root = tmp_path_factory.mktemp("recorded")
+    (root / "records").mkdir()
+    result = run(train_command(f"hydra.run.dir={root / 'run'}", *QUICK, "distributed=ddp", "distributed.nproc_per_node=2",
+                               "model._target_=models_for_tests.RecordingCNN", "model.widths=[16,32]",
+                               f"+model.record_dir={root / 'records'}", "+model.batchnorm=true",
+                               "trainer.limit_train_batches=4", "trainer.accumulate_grad_batches=2",
+                               "regularization.early_stopping.enabled=false"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "run", records(root / "records")
+
+
+@pytest.mark.slow
+def test_ranks_draw_their_own_random_streams_and_start_from_rank_zeros_weights(recorded_ddp_run):
+    _, (rank0, rank1) = recorded_ddp_run
+    # seed + rank: each rank's stream (augmentation, dropout) differs; so do the weights as built...
+    assert rank0["init"]["draw"] != rank1["init"]["draw"]
+    assert rank0["init"]["weights"] != rank1["init"]["weights"]
+    # ...until DDP broadcasts rank 0's: training starts from them on every rank.
+    assert rank0["train"][0]["weights"] == rank1["train"][0]["weights"] == rank0["init"]["weights"]
+
+
+@pytest.mark.slow
+def test_ranks_train_on_their_own_shard_and_every_epoch_reshuffles(recorded_ddp_run):
+    _, (rank0, rank1) = recorded_ddp_run
+    assert len(rank0["train"]) == len(rank1["train"]) == 8  # 2 epochs x 4 micro-batches on every rank
+    assert all(a["inputs"] != b["inputs"] for a, b in zip(rank0["train"], rank1["train"]))  # sharded, not copied
+    for rank in (rank0, rank1):  # set_epoch: epoch 1's first batch is not epoch 0's (augmentation is off)
+        assert rank["train"][4]["inputs"] != rank["train"][0]["inputs"]
+
+
+@pytest.mark.slow
+def test_accumulation_skips_the_all_reduce_on_micro_steps_that_do_not_update(recorded_ddp_run):
+    # Each training forward pass records the gradient left by the micro-step before it. After a
+    # micro-step that does not update, each rank holds its own shard's gradient (no_sync): they
+    # differ. Had that backward all-reduced, they would be identical. After an update, none.
+    _, (rank0, rank1) = recorded_ddp_run
+    for index, (a, b) in enumerate(zip(rank0["train"], rank1["train"])):
+        if index % 2 == 0:  # first micro-step of a group: the optimizer zeroed the gradients
+            assert a["grad"] is None and b["grad"] is None, index
+        else:
+            assert a["grad"] is not None and b["grad"] is not None and a["grad"] != b["grad"], index
+        assert a["weights"] == b["weights"], index  # updates themselves are all-reduced: weights agree
+
+
+@pytest.mark.slow
+def test_batchnorm_statistics_are_averaged_across_ranks_before_evaluation_and_checkpoints(recorded_ddp_run):
+    run_dir, (rank0, rank1) = recorded_ddp_run
+    # Each rank's running statistics after its last training pass of the epoch, then what the
+    # validation pass of that epoch uses: their mean, on both ranks (not rank 0's alone).
+    evaluations = [(3, 0), (7, 1)]  # (last training pass, validation pass) for epochs 0 and 1
+    for last_train, validation in evaluations:
+        for stat in ("mean", "var"):
+            per_rank = torch.tensor([rank0["train"][last_train]["bn"][stat], rank1["train"][last_train]["bn"][stat]])
+            assert not torch.allclose(per_rank[0], per_rank[1])  # the shards really gave different statistics
+            used = [torch.tensor(rank["eval"][validation]["bn"][stat]) for rank in (rank0, rank1)]
+            torch.testing.assert_close(used[0], per_rank.mean(dim=0), rtol=1e-6, atol=1e-7)
+            assert torch.equal(used[0], used[1])
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
+    torch.testing.assert_close(checkpoint["body.1.running_mean"], torch.tensor(rank0["eval"][1]["bn"]["mean"]))
+    torch.testing.assert_close(checkpoint["body.1.running_var"], torch.tensor(rank0["eval"][1]["bn"]["var"]))
+
+
 
 @pytest.mark.slow
 def test_two_processes_with_half_batches_match_one_process(tmp_path):
@@ -168,6 +259,9 @@ def test_two_processes_with_half_batches_match_one_process(tmp_path):
     assert ddp_steps == pytest.approx(single_steps, abs=1e-4)
     for key in ("train/loss", "val/loss", "val/acc"):
         assert [m[key] for m in ddp_metrics if key in m] == pytest.approx([m[key] for m in single_metrics if key in m], abs=1e-4)
+    # The test split (359 samples) splits unevenly across 2 ranks: a padded or per-rank-mean
+    # evaluation would be off by about 1/359 in accuracy.
+    assert ddp_summary["test"] == pytest.approx(single_summary["test"], abs=1e-4)
     single_weights = torch.load(tmp_path / "single/checkpoints/last.pt", weights_only=True)["model"]
     ddp_weights = torch.load(tmp_path / "ddp/checkpoints/last.pt", weights_only=True)["model"]
     assert single_weights.keys() == ddp_weights.keys()  # no `module.` prefix
@@ -196,22 +290,29 @@ def test_self_launched_ddp_inside_a_hydra_multirun(tmp_path):
     result = run(train_command("-m", f"hydra.sweep.dir={tmp_path}", "distributed=ddp", "distributed.nproc_per_node=2",
                                "seed=1,2", *QUICK, "trainer.limit_train_batches=3"))
     assert result.returncode == 0, result.stderr[-3000:]
-    for job in ("0", "1"):
-        summary, _ = read_run(tmp_path / job)
-        assert summary["world_size"] == 2
+    for job, seed in (("0", 1), ("1", 2)):
+        summary, metrics = read_run(tmp_path / job)
+        assert summary["world_size"] == 2 and summary["steps"] == 6  # 2 epochs x 3 batches
+        assert OmegaConf.load(tmp_path / job / ".hydra" / "config.yaml").seed == seed
+        assert torch.load(tmp_path / job / "checkpoints" / "last.pt", weights_only=True)["config"]["seed"] == seed
 
 
 @pytest.mark.slow
 def test_torchrun_single_node_shares_one_run_directory(tmp_path):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    result = run([*torchrun, str(ROOT / "train.py"), *QUICK], cwd=tmp_path)
+    result = run([*torchrun, str(ROOT / "train.py"), *QUICK, "logger=wandb", "logger.mode=offline"], cwd=tmp_path,
+                 WANDB_SILENT="true", WANDB_CONFIG_DIR=str(tmp_path / "wandb-home"), WANDB_CACHE_DIR=str(tmp_path / "wandb-home"),
+                 WANDB_DATA_DIR=str(tmp_path / "wandb-home"))
     assert result.returncode == 0, result.stderr[-3000:]
     run_dirs = list((tmp_path / "outputs" / "runs").iterdir())
     assert len(run_dirs) == 1, run_dirs  # no directory per rank
-    summary, _ = read_run(run_dirs[0])
+    summary, metrics = read_run(run_dirs[0])
     assert summary["world_size"] == 2
-    assert (run_dirs[0] / ".hydra" / "config.yaml").exists()
-    assert len((run_dirs[0] / "metrics.jsonl").read_text().splitlines()) == 3  # rank 0 alone logs: 2 epochs + test
+    assert OmegaConf.load(run_dirs[0] / ".hydra" / "config.yaml").logger.name == "wandb"
+    # Rank 0 alone writes: 2 epochs + the test line, one "done" line in train.log, one W&B run.
+    assert [m["epoch"] for m in metrics] == [0, 1, 1] and "test/acc" in metrics[-1]
+    assert (run_dirs[0] / "train.log").read_text().count("done in") == 1
+    assert len(list((run_dirs[0] / "wandb").glob("offline-run-*"))) == 1
 
 
 @pytest.mark.slow
@@ -225,12 +326,12 @@ def test_two_torchrun_agents_form_one_two_node_job(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for node in (0, 1)
     ]
-    outputs = [agent.communicate(timeout=240) for agent in agents]
+    outputs = communicate_all(agents, timeout=240)
     assert all(agent.returncode == 0 for agent in agents), outputs[0][1][-2000:] + outputs[1][1][-2000:]
     run_dirs = list((tmp_path / "outputs" / "runs").iterdir())
     assert len(run_dirs) == 1, run_dirs
     summary, _ = read_run(run_dirs[0])
-    assert summary["world_size"] == 2 and summary["test"]["test/acc"] > 0.5
+    assert summary["world_size"] == 2 and summary["test"]["test/acc"] >= 0.7  # about 0.8 after 2 epochs of 10 updates (global batch 128)
 
 
 @pytest.mark.slow
@@ -244,7 +345,7 @@ def test_simulated_slurm_tasks_join_one_process_group(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for rank in (0, 1)
     ]
-    outputs = [task.communicate(timeout=240) for task in tasks]
+    outputs = communicate_all(tasks, timeout=240)
     assert all(task.returncode == 0 for task in tasks), outputs[0][1][-2000:] + outputs[1][1][-2000:]
     summary, _ = read_run(tmp_path)
     assert summary["world_size"] == 2
@@ -267,12 +368,64 @@ def test_a_crashing_rank_ends_the_whole_job_quickly(tmp_path, launcher):
 
 
 @pytest.mark.slow
-def test_all_ranks_stop_together_on_a_non_finite_loss(tmp_path):
-    result = run(train_command(f"hydra.run.dir={tmp_path}", "distributed=ddp", "distributed.nproc_per_node=2",
-                               *QUICK, *NO_NORM_MODEL, "optimizer.lr=1e12", "trainer.max_epochs=5"), timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary, _ = read_run(tmp_path)
-    assert summary["stop_reason"] == "non-finite loss" and summary["epochs"] == 1
+def test_a_non_finite_loss_on_one_rank_stops_every_rank_at_the_same_epoch(tmp_path):
+    # Rank 1 alone produces NaN, on the last batch of epoch 0; rank 0's own batches were all
+    # finite. Both must stop after epoch 0; a rank that went on would wait in a collective alone,
+    # which the short timeout turns into a failure instead of a hang.
+    started = time.monotonic()
+    result = run(train_command(f"hydra.run.dir={tmp_path}", "distributed=ddp", "distributed.nproc_per_node=2", *QUICK,
+                               "model._target_=models_for_tests.NanOnRankOne", "model.widths=[16,32]", "+model.nan_at=4",
+                               "trainer.limit_train_batches=4", "trainer.max_epochs=5", "distributed.timeout_seconds=20"),
+                 timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]  # a non-finite loss is a stop, not a crash
+    summary, metrics = read_run(tmp_path)
+    assert summary["stop_reason"] == "non-finite loss" and summary["epochs"] == 1 and summary["steps"] == 4
+    assert [m["epoch"] for m in metrics if "val/loss" in m] == [0] and metrics[0]["train/loss"] is None  # NaN -> null
+    assert "train/loss is not finite at epoch 0" in result.stderr + result.stdout
+    assert time.monotonic() - started < 120
+
+
+@pytest.mark.slow
+def test_early_stopping_stops_every_rank_and_the_test_uses_the_best_weights_on_every_rank(tmp_path):
+    # Early stopping with a huge min_delta: epoch 0 is the best, the run stops after epoch 2. The
+    # test split must be evaluated with epoch 0's weights on both ranks (rank 0 reads best.pt and
+    # broadcasts it): exactly what a 1-epoch run, whose last weights are epoch 0's, reports.
+    # A constant LR makes epoch 0 of both runs identical.
+    overrides = [*QUICK, *NO_NORM_MODEL, "distributed=ddp", "distributed.nproc_per_node=2", "scheduler=constant",
+                 "trainer.limit_train_batches=5", "optimizer.lr=0.3"]
+    stopped = run(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", *overrides, "trainer.max_epochs=6",
+                                "regularization.early_stopping.min_delta=100", "regularization.early_stopping.patience=2",
+                                "distributed.timeout_seconds=30"), timeout=180)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    one_epoch = run(train_command(f"hydra.run.dir={tmp_path / 'one_epoch'}", *overrides, "trainer.max_epochs=1"))
+    assert one_epoch.returncode == 0, one_epoch.stderr[-3000:]
+    (summary, metrics), (one_epoch_summary, _) = read_run(tmp_path / "stopped"), read_run(tmp_path / "one_epoch")
+    assert summary["stop_reason"] == "early_stopping" and summary["epochs"] == 3 and summary["best"]["epoch"] == 0
+    assert [m["epoch"] for m in metrics if "val/loss" in m] == [0, 1, 2]
+    best = torch.load(tmp_path / "stopped/checkpoints/best.pt", weights_only=True)["model"]
+    last = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)["model"]
+    epoch_zero = torch.load(tmp_path / "one_epoch/checkpoints/last.pt", weights_only=True)["model"]
+    assert any(not torch.allclose(best[name], last[name]) for name in best)  # the last epoch's weights differ
+    for name in best:
+        torch.testing.assert_close(best[name], epoch_zero[name], rtol=1e-6, atol=1e-7)
+    assert summary["test"] == pytest.approx(one_epoch_summary["test"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_a_hanging_rank_ends_the_job_after_the_collective_timeout(tmp_path):
+    # Rank 1 stops answering (no crash, so no agent notices); rank 0 waits in the gradient
+    # all-reduce until distributed.timeout_seconds, fails, and the job ends with an error. Without
+    # the timeout it would wait for 30 minutes (gloo's default), here until rank 1 woke up.
+    timeout = 10
+    result = run(train_command(f"hydra.run.dir={tmp_path / 'run'}", "distributed=ddp", "distributed.nproc_per_node=2", *QUICK,
+                               "model._target_=models_for_tests.HangOnRankOne", "model.widths=[16,32]",
+                               f"+model.record_dir={tmp_path}", "+model.hang_seconds=90",
+                               f"distributed.timeout_seconds={timeout}"), timeout=240)
+    ended = time.time()
+    assert result.returncode == 1, result.stderr[-3000:]
+    waited = ended - float((tmp_path / "hang_started").read_text())
+    assert timeout <= waited < timeout + 40, waited
+    assert "Timed out" in result.stderr and "error: DDP worker rank 0 failed" in result.stderr
 
 
 @pytest.mark.slow

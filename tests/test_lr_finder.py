@@ -102,7 +102,7 @@ def test_suggest_lr_rule_on_hand_made_curves():
     assert suggest_lr(lrs, rising) is None  # the loss never fell
     assert suggest_lr(lrs[:2], falling[:2]) is None
     with_nan = falling[:30] + [math.nan] * 31
-    assert suggest_lr(lrs, with_nan) is not None  # kept up to the first non-finite value
+    assert suggest_lr(lrs, with_nan) == suggest_lr(lrs[:30], falling[:30])  # the curve up to the first non-finite value
 
 
 # Bad lr_finder.* settings are config errors found before anything is built: tests/test_config.py.

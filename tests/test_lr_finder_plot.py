@@ -18,4 +18,4 @@ def test_plot_is_written_as_a_png(tmp_path):
     path = plot_lr_finder(result, tmp_path / "plots" / "lr_finder.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
     result.suggestion = None  # no suggestion: still plots
-    assert plot_lr_finder(result, tmp_path / "none.png").exists()
+    assert plot_lr_finder(result, tmp_path / "none.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,11 +1,13 @@
 """End to end: train.py in a subprocess, judged by its run directory."""
 import math
+import re
 import subprocess
 import sys
 import time
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from conftest import ROOT
 
@@ -15,33 +17,76 @@ QUICK = ("trainer.max_epochs=3", "trainer.progress_bar=false")
 def test_default_run_learns_and_writes_the_run_directory(run_train):
     run = run_train(*QUICK)
     summary, epochs = run.summary, run.epoch_metrics()
-    assert summary["test"]["test/acc"] > 0.8  # chance is 0.1
+    # 3 epochs on digits reach about 0.98 val/test accuracy (chance is 0.1); 0.95 leaves margin.
+    assert summary["test"]["test/acc"] >= 0.95 and epochs[-1]["val/acc"] >= 0.95
     assert epochs[-1]["train/loss"] < epochs[0]["train/loss"]
-    assert [m["epoch"] for m in epochs] == [0, 1, 2]
-    for key in ("train/loss", "train/acc", "val/loss", "val/acc", "lr", "train/samples_per_sec", "step"):
-        assert all(isinstance(m[key], (int, float)) for m in epochs), key
-    assert summary["world_size"] == 1 and summary["epochs"] == 3 and summary["stop_reason"] == "max_epochs"
+
+    # metrics.jsonl: one line per epoch (20 updates each), a step line every 50 updates, the test line last.
+    assert [m["epoch"] for m in epochs] == [0, 1, 2] and [m["step"] for m in epochs] == [20, 40, 60]
+    epoch_keys = {"epoch", "step", "train/loss", "train/acc", "train/samples_per_sec", "lr", "val/loss", "val/acc"}
+    for m in epochs:
+        assert set(m) == epoch_keys and all(isinstance(m[key], (int, float)) for key in epoch_keys)
+        assert 0 <= m["train/acc"] <= 1 and 0 <= m["val/acc"] <= 1 and m["train/samples_per_sec"] > 0
+    step_lines = [m for m in run.metrics if "train/step_loss" in m]
+    assert [(m["epoch"], m["step"]) for m in step_lines] == [(2, 50)]
+    assert set(step_lines[0]) == {"epoch", "step", "train/step_loss", "lr"}
+    test_line = run.metrics[-1]
+    assert test_line == {"epoch": 2, "step": 60, **summary["test"]}
+
+    # summary.json agrees with metrics.jsonl: final = the last epoch, best = the lowest val/loss (the monitor).
+    assert summary["world_size"] == 1 and summary["epochs"] == 3 and summary["steps"] == 60
+    assert summary["stop_reason"] == "max_epochs"
+    assert summary["final"] == epochs[-1]
+    best_epoch = min(epochs, key=lambda m: m["val/loss"])
+    assert summary["best"] == {key: best_epoch[key] for key in ("epoch", "step", "val/loss", "val/acc")}
     assert summary["optimized_metric"] == "val/acc"
     assert summary["optimized_value"] == summary["best"]["val/acc"]
     assert summary["run_dir"] == str(run.run_dir.resolve()) and summary["wall_seconds"] > 0
-    assert (run.run_dir / ".hydra" / "config.yaml").exists()
-    for name in ("last.pt", "best.pt"):
-        checkpoint = torch.load(run.run_dir / "checkpoints" / name, weights_only=True)
+    assert summary["device"] == "cpu" or summary["device"].startswith("cuda")
+
+    hydra_config = OmegaConf.load(run.run_dir / ".hydra" / "config.yaml")
+    assert hydra_config.trainer.max_epochs == 3 and hydra_config.data.name == "digits"  # the composed config, overrides applied
+
+    # Checkpoints: plain containers, unprefixed model keys, the epoch they say.
+    checkpoints = {name: torch.load(run.run_dir / "checkpoints" / f"{name}.pt", weights_only=True) for name in ("last", "best")}
+    for checkpoint in checkpoints.values():
         assert not any(k.startswith(("module.", "_orig_mod.")) for k in checkpoint["model"])
-        assert {"optimizer", "scheduler", "scaler", "early_stopping", "epoch", "step", "rng", "config"} <= set(checkpoint)
+        assert {"model", "optimizer", "scheduler", "scaler", "early_stopping", "best_metrics", "epoch", "step",
+                "batches_done", "rng", "config"} <= set(checkpoint)
+        assert len(checkpoint["rng"]) == 1  # one stream set per rank
+        assert checkpoint["config"]["trainer"]["max_epochs"] == 3
+    last, best = checkpoints["last"], checkpoints["best"]
+    assert (last["epoch"], last["step"], last["batches_done"]) == (2, 60, 0)
+    assert last["best_metrics"] == summary["best"]
+    assert (best["epoch"], best["step"]) == (summary["best"]["epoch"], summary["best"]["step"])
+    assert best["early_stopping"]["best"] == summary["best"]["val/loss"]
+    if summary["best"]["epoch"] == 2:  # the last epoch was the best: best.pt holds the same weights
+        assert all(torch.equal(best["model"][k], v) for k, v in last["model"].items())
     assert not list((run.run_dir / "checkpoints").glob("*.tmp"))
     assert "done in" in run.stderr + run.stdout
 
 
 def test_test_metrics_use_the_best_checkpoint(run_train):
-    # Early stopping on val/loss with a huge min_delta: epoch 0 is the best and stays so.
+    # Early stopping on val/loss with a huge min_delta: epoch 0 is the best and stays so. A constant
+    # LR makes epoch 0 of this run identical to a 1-epoch run, whose test metrics are then those of
+    # epoch 0's weights: the early-stopped run must report exactly them, not those of its last epoch.
+    overrides = ("scheduler=constant", "trainer.progress_bar=false", "print_config=false")
     run = run_train("trainer.max_epochs=6", "regularization.early_stopping.min_delta=100",
-                    "regularization.early_stopping.patience=2", "trainer.progress_bar=false")
+                    "regularization.early_stopping.patience=2", *overrides)
     summary = run.summary
     assert summary["stop_reason"] == "early_stopping"
     assert summary["epochs"] == 3  # epoch 0 best, epochs 1 and 2 without improvement -> stop
-    assert summary["best"]["epoch"] == 0
-    assert torch.load(run.run_dir / "checkpoints" / "best.pt", weights_only=True)["epoch"] == 0
+    assert summary["best"]["epoch"] == 0 and [m["epoch"] for m in run.epoch_metrics()] == [0, 1, 2]
+    best = torch.load(run.run_dir / "checkpoints" / "best.pt", weights_only=True)
+    last = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert (best["epoch"], last["epoch"]) == (0, 2)
+    assert any(not torch.equal(best["model"][k], v) for k, v in last["model"].items())
+
+    epoch_zero = run_train("trainer.max_epochs=1", *overrides)
+    zero_weights = torch.load(epoch_zero.run_dir / "checkpoints" / "best.pt", weights_only=True)["model"]
+    for name, tensor in zero_weights.items():  # same weights: the comparison below is meaningful
+        torch.testing.assert_close(best["model"][name], tensor, rtol=1e-6, atol=1e-7)
+    assert summary["test"] == pytest.approx(epoch_zero.summary["test"], rel=1e-6)
 
 
 def test_lr_schedule_warms_up_then_decays_per_update(run_train):
@@ -120,13 +165,18 @@ def test_a_run_stopped_inside_an_epoch_resumes_at_the_next_batch(run_train):
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains_on_cpu(run_train, precision):
     run = run_train(f"precision={precision}", "trainer.max_epochs=2", "trainer.progress_bar=false")
-    assert run.summary["test"]["test/acc"] > 0.5
+    # 2 epochs reach about 0.97 test accuracy in bf16 and in fp16 on a CPU, as in fp32.
+    assert run.summary["test"]["test/acc"] >= 0.9
 
 
 def test_gradient_clipping_accumulation_and_max_steps_run_together(run_train):
     run = run_train("trainer.max_epochs=3", "trainer.grad_clip=0.5", "trainer.accumulate_grad_batches=3",
                     "trainer.max_steps=10", "trainer.progress_bar=false")
     assert run.summary["steps"] == 10 and run.summary["stop_reason"] == "max_steps"
+    # 20 batches an epoch in groups of 3: 7 updates (the last group of 2), then 3 more updates = 9 batches.
+    assert [(m["epoch"], m["step"]) for m in run.epoch_metrics()] == [(0, 7), (1, 10)]
+    checkpoint = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert (checkpoint["epoch"], checkpoint["step"], checkpoint["batches_done"]) == (1, 10, 9)
 
 
 def test_debug_fast_limits_batches(run_train):
@@ -138,9 +188,13 @@ def test_debug_fast_limits_batches(run_train):
 def test_synthetic_data_with_csv_logger_and_adamw(run_train):
     run = run_train("data=synthetic", "data.image_size=16", "data.num_samples=512", "logger=csv", "optimizer=adamw",
                     "scheduler=cosine_restarts", "augmentation=strong", "trainer.max_epochs=2", "trainer.progress_bar=false")
-    assert run.summary["test"]["test/acc"] > 0.2
-    header = (run.run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert {"epoch", "train/loss", "val/acc"} <= set(header)
+    assert run.summary["test"]["test/acc"] >= 0.4  # about 0.6 after 2 epochs; chance is 0.1
+    rows = (run.run_dir / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert {"epoch", "train/loss", "val/acc", "test/acc"} <= set(header)
+    assert len(rows) == 1 + len(run.metrics)  # the CSV has a row for every line of metrics.jsonl
+    last_row = dict(zip(header, rows[-1].split(",")))
+    assert float(last_row["test/acc"]) == pytest.approx(run.summary["test"]["test/acc"])
 
 
 def test_imagefolder_infers_its_classes(run_train, tmp_path):
@@ -157,7 +211,7 @@ def test_imagefolder_infers_its_classes(run_train, tmp_path):
                 Image.fromarray(pixels.numpy()).save(folder / f"{i}.png")
     run = run_train("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=16", "data.num_workers=0",
                     "data.batch_size=8", "trainer.max_epochs=4", "trainer.progress_bar=false", "optimizer.lr=0.05")
-    assert run.summary["test"]["test/acc"] > 0.6
+    assert run.summary["test"]["test/acc"] >= 0.9  # each class is one colour: 4 epochs reach 1.0
     config = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]
     assert config["data"]["num_classes"] == 3 and config["model"]["num_classes"] == 3
 
@@ -166,7 +220,15 @@ def test_imagefolder_infers_its_classes(run_train, tmp_path):
 def test_library_models_run_on_the_8x8_digits(run_train, model):
     run = run_train(f"model={model}", "model.name=resnet18", "trainer.max_epochs=1", "trainer.limit_train_batches=3",
                     "trainer.limit_val_batches=1", "trainer.progress_bar=false")
-    assert 0 <= run.summary["test"]["test/acc"] <= 1
+    # 3 updates do not teach a ResNet the digits (accuracy stays anywhere near chance): check that the
+    # run trained the library's resnet18, adapted to 1 channel and 10 classes, and measured finite losses.
+    summary = run.summary
+    assert summary["steps"] == 3 and summary["stop_reason"] == "max_epochs"
+    assert all(math.isfinite(v) for v in (summary["final"]["train/loss"], summary["final"]["val/loss"],
+                                          summary["test"]["test/loss"]))
+    weights = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
+    assert weights["conv1.weight"].shape == (64, 1, 7, 7) and weights["fc.weight"].shape == (10, 512)
+    assert "layer4.1.bn2.running_var" in weights  # resnet18's last block
 
 
 def test_help_lists_the_groups_and_cfg_prints_the_config(run_train):
@@ -180,11 +242,20 @@ def test_help_lists_the_groups_and_cfg_prints_the_config(run_train):
 
 
 def test_lr_finder_and_batch_size_finder_run_before_training(run_train):
+    from PIL import Image
+
     run = run_train("debug=fast", "lr_finder.enabled=true", "lr_finder.apply=true", "lr_finder.num_steps=20",
                     "batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=128", "scheduler=constant")
-    assert (run.run_dir / "lr_finder.png").exists()
-    config = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]
-    assert config["data"]["batch_size"] == 115  # floor(128 x 0.9): on CPU without a cap every size fits
-    first_epoch = run.epoch_metrics()[0]
-    assert first_epoch["lr"] != 0.1  # the suggestion replaced optimizer.lr
-    assert "suggested lr" in run.stderr + run.stdout
+    with Image.open(run.run_dir / "lr_finder.png") as plot:
+        assert plot.format == "PNG" and min(plot.size) > 100
+    checkpoint = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["config"]["data"]["batch_size"] == 115  # floor(128 x 0.9): on CPU without a cap every size fits
+    # The suggestion is logged with 3 significant digits; the schedule (constant, no warmup) must
+    # train at exactly one LR, the suggestion, in every epoch and as the scheduler's base LR.
+    suggested = re.findall(r"suggested lr ([0-9.]+e[+-][0-9]+)", run.stderr + run.stdout)
+    assert len(suggested) == 1, "no suggestion logged"
+    lrs = {m["lr"] for m in run.epoch_metrics()}
+    assert len(lrs) == 1
+    lr = lrs.pop()
+    assert f"{lr:.2e}" == suggested[0]
+    assert checkpoint["scheduler"]["base_lrs"] == [lr] * len(checkpoint["optimizer"]["param_groups"])

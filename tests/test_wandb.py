@@ -150,6 +150,18 @@ def test_offline_run_lands_in_the_run_directory_with_config_history_and_summary(
     assert len(lines) == 4 and json.loads(lines[-1])["test/acc"] == 0.75
 
 
+def test_an_offline_run_says_where_it_is_and_how_to_upload_it(run_dir, caplog):
+    loggers = build_loggers(wandb_cfg(), run_dir)
+    loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
+    with caplog.at_level(logging.INFO, logger="trainkit.loggers"):
+        loggers.finish()
+    run = offline_run(run_dir)
+    lines = [r.getMessage() for r in caplog.records if "wandb sync" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+    assert lines[0].endswith(f"wandb sync {run.directory}") and f"offline run in {run.directory};" in lines[0]
+    assert run.directory.parent == run_dir / "wandb" and run.directory.name.startswith("offline-run-")
+
+
 def test_a_failed_run_finishes_with_a_nonzero_exit_code_once(run_dir):
     loggers = build_loggers(wandb_cfg(), run_dir)
     loggers.log({"epoch": 0, "step": 1, "train/step_loss": float("nan")})
@@ -250,13 +262,15 @@ def test_a_logging_failure_warns_finishes_the_run_and_stops_wandb(run_dir, monke
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
 
 
-def test_disabled_mode_writes_no_wandb_files(run_dir):
+def test_disabled_mode_writes_no_wandb_files(run_dir, caplog):
     loggers = build_loggers(wandb_cfg(mode="disabled"), run_dir, config={"seed": 0})
     loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
     loggers.log_image("train/samples", np.zeros((4, 4, 3), np.uint8), step=0)
     loggers.summary({"best/val/acc": 0.5})
     assert loggers.run_id is None
-    loggers.finish()
+    with caplog.at_level(logging.INFO, logger="trainkit.loggers"):
+        loggers.finish()
+    assert not any("wandb sync" in r.getMessage() for r in caplog.records)  # nothing to upload
     assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.jsonl"]
 
 
@@ -378,5 +392,14 @@ def test_multirun_jobs_are_wandb_runs_of_one_group_named_after_their_overrides(t
     names = sorted(run.display_name for run in runs)  # Hydra's override_dirname: sorted key=value pairs
     assert [name.rsplit(",", 1)[-1] for name in names] == ["seed=1", "seed=2"]
     assert all("debug=fast" in name and "logger=wandb" in name for name in names)
-    assert all(run.exit_code == 0 and run.summary["test/acc"] >= 0 for run in runs)
-    assert all(run.config["seed"] in (1, 2) and run.rows_with("val/acc") for run in runs)
+    for job, run in zip(("0", "1"), runs):
+        summary = json.loads((sweep / job / "summary.json").read_text())
+        assert run.exit_code == 0
+        assert run.summary["test/acc"] == summary["test"]["test/acc"]  # the same number, not a copy of something else
+        assert run.summary["best/val/acc"] == summary["best"]["val/acc"]
+        assert run.summary["stop_reason"] == summary["stop_reason"]
+        assert run.config["seed"] == int(run.display_name.rsplit("seed=", 1)[-1])
+        epochs = [json.loads(line) for line in (sweep / job / "metrics.jsonl").read_text().splitlines()]
+        assert [row["val/acc"] for row in run.rows_with("val/acc")] == [m["val/acc"] for m in epochs if "val/acc" in m]
+        # The console names each job's offline run and the command that uploads it.
+        assert f"wandb sync {run.directory}" in process.stdout + process.stderr

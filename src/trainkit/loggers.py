@@ -8,6 +8,7 @@ import csv
 import json
 import logging
 import math
+import shlex
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -68,9 +69,10 @@ class CsvLogger(Logger):
 
 
 class WandbLogger(Logger):
-    """Weights & Biases, offline by default: the run lands in `<run_dir>/wandb/offline-run-*`
-    (upload it later with `wandb sync`). W&B is a guest: if it cannot start or later fails, one
-    warning says so and training goes on with metrics.jsonl alone.
+    """Weights & Biases, offline by default: the run lands in `<run_dir>/wandb/offline-run-*`, and
+    when it finishes one log line names that folder and the `wandb sync <folder>` command that
+    uploads it. W&B is a guest: if it cannot start or later fails, one warning says so and
+    training goes on with metrics.jsonl alone.
 
     Every metrics dict becomes its own W&B history row, plotted against our `step` metric
     (`define_metric("*", step_metric="step")`) rather than W&B's internal counter: W&B drops a
@@ -82,6 +84,7 @@ class WandbLogger(Logger):
     def __init__(self, cfg: DictConfig, run_dir: Path, config: dict | None = None,
                  run_name: str | None = None, group: str | None = None, resume_id: str | None = None):
         self.run = None
+        self.offline_dir: Path | None = None  # <run_dir>/wandb/offline-run-<time>-<id>, for `wandb sync`
         self.log_images = cfg.get("log_images", True)
         try:
             import wandb  # here, not at the top: importing wandb costs about half a second
@@ -110,6 +113,9 @@ class WandbLogger(Logger):
             return
         if cfg.mode != "disabled":
             self.run_id = self.run.id
+        if cfg.mode == "offline":
+            sync_dir = getattr(getattr(self.run, "settings", None), "sync_dir", None)
+            self.offline_dir = Path(sync_dir) if sync_dir else None
 
     def _fail(self, what: str, error: Exception) -> None:
         first_line = (str(error).strip().splitlines() or [""])[0]
@@ -147,6 +153,9 @@ class WandbLogger(Logger):
                 run.finish(exit_code=1 if failed else 0)
             except Exception as error:
                 log.warning(f"W&B could not finish the run ({type(error).__name__}: {error})")
+                return
+            if self.offline_dir is not None:
+                log.info(f"W&B offline run in {self.offline_dir}; upload it with: wandb sync {shlex.quote(str(self.offline_dir))}")
 
 
 class Loggers:
