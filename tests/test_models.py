@@ -62,7 +62,9 @@ def test_timm_resnet18_on_one_channel_8x8_images():
 def test_timm_unknown_name_suggests_close_names():
     with pytest.raises(ConfigError) as error:
         create_timm_model("resnet_18", in_chans=1, num_classes=10)
-    assert error.value.key == "model.name" and "did you mean" in error.value.message and "resnet18" in error.value.message
+    assert (
+        error.value.key == "model.name" and "did you mean" in error.value.message and "resnet18" in error.value.message
+    )
 
 
 def test_timm_model_without_stochastic_depth_rejects_drop_path_rate():

@@ -71,7 +71,9 @@ class BatchTransform(nn.Module):
         x = images.float() / 255 if images.dtype == torch.uint8 else images.float()
         if x.shape[-2:] != (self.size, self.size):
             downscaling = x.shape[-2] > self.size or x.shape[-1] > self.size
-            x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False, antialias=downscaling)
+            x = F.interpolate(
+                x, size=(self.size, self.size), mode="bilinear", align_corners=False, antialias=downscaling
+            )
         if self.training:
             x = self.augment(x)
         x = (x - self.mean.to(x.device)) / self.std.to(x.device)
@@ -213,8 +215,11 @@ def active_ops(augmentation: Mapping | None) -> dict:
     jitter = {key: float(value) for key, value in dict(options.get("color_jitter") or {}).items() if value}
     if jitter:
         ops["color_jitter"] = jitter
-    affine = {key: tuple(float(v) for v in value) if key == "scale" else float(value)
-              for key, value in dict(options.get("affine") or {}).items() if value}
+    affine = {
+        key: tuple(float(v) for v in value) if key == "scale" else float(value)
+        for key, value in dict(options.get("affine") or {}).items()
+        if value
+    }
     if affine.get("scale") == (1.0, 1.0):
         del affine["scale"]
     if affine:

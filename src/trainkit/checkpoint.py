@@ -1,5 +1,6 @@
 """Atomic, self-contained checkpoints that load with torch.load(weights_only=True), and the bare
 model inside DDP / torch.compile whose state dict they hold. RNG snapshots: trainkit.rng."""
+
 import os
 import shutil
 from pathlib import Path
@@ -45,11 +46,18 @@ def training_state(run, batches_done: int, rng: list) -> dict:
     from omegaconf import OmegaConf
 
     return {
-        "model": unwrap_model(run.model).state_dict(), "optimizer": run.optimizer.state_dict(),
-        "scheduler": run.scheduler.state_dict(), "scaler": run.scaler.state_dict(),
-        "early_stopping": run.early_stopping.state_dict(), "best_metrics": run.best_metrics,
-        "epoch": run.epoch, "step": run.step, "batches_done": batches_done, "rng": rng,
-        "config": OmegaConf.to_container(run.cfg, resolve=True), "wandb_run_id": run.loggers.run_id,
+        "model": unwrap_model(run.model).state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "scaler": run.scaler.state_dict(),
+        "early_stopping": run.early_stopping.state_dict(),
+        "best_metrics": run.best_metrics,
+        "epoch": run.epoch,
+        "step": run.step,
+        "batches_done": batches_done,
+        "rng": rng,
+        "config": OmegaConf.to_container(run.cfg, resolve=True),
+        "wandb_run_id": run.loggers.run_id,
     }
 
 

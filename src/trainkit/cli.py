@@ -4,20 +4,21 @@ Before Hydra composes: register the config's resolvers and, under torchrun, let 
 on one run directory. After: report bad input as one line instead of a stack trace (set
 HYDRA_FULL_ERROR=1 to see the trace; unexpected errors, i.e. bugs, always keep theirs).
 """
+
 import difflib
 import functools
 import os
 import re
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import OmegaConf
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from trainkit.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError, caused_by_config_error, causes
+from trainkit.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 
 
 def _flatten(text: str) -> str:
@@ -90,6 +91,8 @@ def run(hydra_main: Callable[[], object]) -> None:
         if wants_trace:
             raise
         rank, failure = error.get_first_failure()
-        print(f"error: DDP worker rank {rank} failed with exit code {failure.exitcode}; its error is printed above",
-              file=sys.stderr)
+        print(
+            f"error: DDP worker rank {rank} failed with exit code {failure.exitcode}; its error is printed above",
+            file=sys.stderr,
+        )
         sys.exit(1)

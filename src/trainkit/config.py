@@ -10,6 +10,7 @@ What only files or the built model can reveal (a missing data folder, a timm nam
 exist, weights of another shape) is checked where it arises, in the same one-line form.
 `ignored_keys` lists settings the chosen options do not use: warnings, not errors.
 """
+
 import logging
 import re
 from collections.abc import Iterator
@@ -24,8 +25,21 @@ from trainkit.errors import ConfigError
 from trainkit.loggers import LOGGERS, WANDB_MODES
 from trainkit.optim import SCHEDULES
 from trainkit.runtime import PRECISIONS
-from trainkit.schema import (Check, Relation, find_problems, flag, integer, interval, number, numbers, one_of, section,
-                             show, text, unknown_keys)
+from trainkit.schema import (
+    Check,
+    Relation,
+    find_problems,
+    flag,
+    integer,
+    interval,
+    number,
+    numbers,
+    one_of,
+    section,
+    show,
+    text,
+    unknown_keys,
+)
 
 log = logging.getLogger(__name__)
 
@@ -184,15 +198,22 @@ def _required(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         if KeyError in values:
             yield "required", f"names {keys[values.index(KeyError)]}, which is not a key of this config"
         elif all(value in (None, False) for value in values):
-            others = "".join(f" (or {key}={'true' if value is False else '...'})" for key, value in zip(keys[1:], values[1:]))
+            others = "".join(
+                f" (or {key}={'true' if value is False else '...'})" for key, value in zip(keys[1:], values[1:])
+            )
             yield keys[0], f"is required; pass {keys[0]}=...{others}"
 
 
 def _statistics_per_channel(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     for key in ("mean", "std"):
         if len(cfg.data[key]) not in (1, cfg.data.channels):
-            yield f"data.{key}", (f"has {len(cfg.data[key])} values for data.channels={cfg.data.channels}; "
-                                  f"give one per channel, or one for all")
+            yield (
+                f"data.{key}",
+                (
+                    f"has {len(cfg.data[key])} values for data.channels={cfg.data.channels}; "
+                    f"give one per channel, or one for all"
+                ),
+            )
 
 
 def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -202,19 +223,30 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         where = "a folder holding train/<class>/<images>" if data.name == "imagefolder" else "the data folder"
         yield "data.root", f"is required for {data.name}; pass data.root=... ({where})"
     if data.name == "imagefolder" and data.channels not in (1, 3):
-        yield "data.channels", f"is {data.channels}, but images decode as greyscale (1) or RGB (3); set data.channels=1 or 3"
+        yield (
+            "data.channels",
+            f"is {data.channels}, but images decode as greyscale (1) or RGB (3); set data.channels=1 or 3",
+        )
     if data.name == "synthetic" and data.get("num_classes") is None:
         yield "data.num_classes", "is null, but synthetic data generates its classes; set data.num_classes=N"
     fractions = [key for key in ("val_fraction", "test_fraction") if data.get(key) is not None]
     if sum(data[key] for key in fractions) >= 1:
         keys = " + ".join(f"data.{key}" for key in fractions)
-        yield f"data.{fractions[0]}", f"{keys} = {sum(data[key] for key in fractions):g} leaves no training samples; lower them"
+        yield (
+            f"data.{fractions[0]}",
+            f"{keys} = {sum(data[key] for key in fractions):g} leaves no training samples; lower them",
+        )
 
 
 def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if cfg.model.get("pretrained_path") and cfg.model.get("pretrained"):
-        yield "model.pretrained_path", ("is set together with model.pretrained=true; load weights one way: "
-                                        "set model.pretrained=false to use the file")
+        yield (
+            "model.pretrained_path",
+            (
+                "is set together with model.pretrained=true; load weights one way: "
+                "set model.pretrained=false to use the file"
+            ),
+        )
 
 
 def _nesterov_needs_momentum(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -227,8 +259,13 @@ def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     wanted = "max" if stopping.monitor.endswith("/acc") else "min"  # higher accuracy, lower loss is better
     if stopping.mode != wanted:
         direction = "rises" if wanted == "max" else "falls"
-        yield "regularization.early_stopping.mode", (f"is {stopping.mode}, but {stopping.monitor} improves as it {direction}; "
-                                                     f"set regularization.early_stopping.mode={wanted}")
+        yield (
+            "regularization.early_stopping.mode",
+            (
+                f"is {stopping.mode}, but {stopping.monitor} improves as it {direction}; "
+                f"set regularization.early_stopping.mode={wanted}"
+            ),
+        )
 
 
 def _finder_ranges(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -236,17 +273,28 @@ def _finder_ranges(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "lr_finder.max_lr", f"must be > lr_finder.min_lr={cfg.lr_finder.min_lr}, got {cfg.lr_finder.max_lr}"
     finder = cfg.batch_size_finder
     if finder.max_batch_size < finder.start:
-        yield "batch_size_finder.max_batch_size", f"must be >= batch_size_finder.start={finder.start}, got {finder.max_batch_size}"
+        yield (
+            "batch_size_finder.max_batch_size",
+            f"must be >= batch_size_finder.start={finder.start}, got {finder.max_batch_size}",
+        )
 
 
 def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     # device=auto picks CUDA when a GPU is visible here (see runtime.pick_device).
     cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())
     if cfg.distributed.sync_batchnorm and not cuda:
-        yield "distributed.sync_batchnorm", ("SyncBatchNorm runs on CUDA GPUs only; on CPU leave it false "
-                                             "(BatchNorm statistics are then averaged across ranks before eval and save)")
+        yield (
+            "distributed.sync_batchnorm",
+            (
+                "SyncBatchNorm runs on CUDA GPUs only; on CPU leave it false "
+                "(BatchNorm statistics are then averaged across ranks before eval and save)"
+            ),
+        )
     if cfg.distributed.backend == "nccl" and not cuda:
-        yield "distributed.backend", f"nccl runs on CUDA GPUs only, and device={cfg.device} is not one; use auto or gloo"
+        yield (
+            "distributed.backend",
+            f"nccl runs on CUDA GPUs only, and device={cfg.device} is not one; use auto or gloo",
+        )
 
 
 def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -258,8 +306,10 @@ def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 RELATIONS = (
     Relation(("required",), _required),
     Relation(("data.channels", "data.mean", "data.std"), _statistics_per_channel),
-    Relation(("data.name", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
-             _dataset_needs),
+    Relation(
+        ("data.name", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
+        _dataset_needs,
+    ),
     Relation(("model.pretrained_path", "model.pretrained"), _pretrained_once),
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("regularization.early_stopping",), _early_stopping_direction),
@@ -285,22 +335,26 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
     would otherwise be ignored in silence. Call it on a config without problems."""
     data, ignored = cfg.data, []
     if data.name in IN_MEMORY and data.num_workers > 0:
-        ignored.append(f"data.num_workers={data.num_workers} is ignored: {data.name} is held in memory on the device "
-                       f"and sliced into batches without worker processes; leave it at 0")
+        ignored.append(
+            f"data.num_workers={data.num_workers} is ignored: {data.name} is held in memory on the device "
+            f"and sliced into batches without worker processes; leave it at 0"
+        )
     if data.name in NEEDS_NO_FILES and data.get("root") is not None:
         ignored.append(f"data.root={data.root} is ignored: {data.name} reads no files; leave it null")
     if data.name not in DOWNLOADABLE and data.get("download"):
         ignored.append(f"data.download=true is ignored: {data.name} has nothing to download; leave it false")
     scheduler = cfg.scheduler
     if scheduler.get("warmup_start_factor") is not None and not scheduler.get("warmup_epochs"):
-        ignored.append("scheduler.warmup_start_factor is ignored with scheduler.warmup_epochs=0; "
-                       "set a warmup or leave it null")
+        ignored.append(
+            "scheduler.warmup_start_factor is ignored with scheduler.warmup_epochs=0; set a warmup or leave it null"
+        )
     if cfg.lr_finder.apply and not cfg.lr_finder.enabled:
         ignored.append("lr_finder.apply=true is ignored while lr_finder.enabled=false; enable the test to apply it")
     ops = active_ops(cfg.augmentation)
     if cfg.augmentation.get("random_order") and not ("color_jitter" in ops and "affine" in ops):
-        ignored.append("augmentation.random_order=true is ignored: it orders color_jitter and affine, "
-                       "and they are not both on")
+        ignored.append(
+            "augmentation.random_order=true is ignored: it orders color_jitter and affine, and they are not both on"
+        )
     return ignored
 
 

@@ -3,14 +3,23 @@
 The config groups (data, model, optimizer, ...) come first, each labelled with the option that
 was picked, then the plain keys. `rich` is imported only when printing.
 """
+
 from pathlib import Path
-from typing import Optional, Union
 
 from omegaconf import DictConfig, OmegaConf
 
 # The contract's groups, in the order a run flows; used when Hydra's choices are not at hand.
-GROUPS = ("data", "model", "optimizer", "scheduler", "precision", "distributed", "regularization",
-          "augmentation", "logger")
+GROUPS = (
+    "data",
+    "model",
+    "optimizer",
+    "scheduler",
+    "precision",
+    "distributed",
+    "regularization",
+    "augmentation",
+    "logger",
+)
 FILENAME = "config_tree.txt"
 
 
@@ -57,7 +66,8 @@ def build_tree(cfg: DictConfig, resolve: bool = True):
     if scalars:
         rest = OmegaConf.masked_copy(cfg, scalars)
         tree.add("[bold]top level[/bold]").add(
-            Syntax(_yaml(rest, resolve), "yaml", theme="ansi_dark", background_color="default"))
+            Syntax(_yaml(rest, resolve), "yaml", theme="ansi_dark", background_color="default")
+        )
     return tree
 
 
@@ -71,7 +81,7 @@ def _multirun_job() -> tuple[int, list[str]] | None:
     return HydraConfig.get().job.num, list(HydraConfig.get().overrides.task)
 
 
-def print_config(cfg: DictConfig, path: Optional[Union[str, Path]] = None, resolve: bool = True) -> None:
+def print_config(cfg: DictConfig, path: str | Path | None = None, resolve: bool = True) -> None:
     """Print the config tree (rank 0 only) and, with `path`, save it as plain text: `path` is a run
     directory (the file is `config_tree.txt` in it) or a file name ending in `.txt`.
 

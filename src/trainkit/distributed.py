@@ -7,6 +7,7 @@ Three ways to get several processes, one code path once they run:
 - SLURM starts them, one task per GPU (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, the node list).
 Every helper here also works in a plain single process (world size 1, no process group).
 """
+
 import contextlib
 import datetime
 import os
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
 
 @dataclass(frozen=True)
 class ProcessInfo:
@@ -35,13 +37,18 @@ def process_info() -> ProcessInfo:
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
         world_size = int(env["WORLD_SIZE"])
-        return ProcessInfo(int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), world_size,
-                           int(env.get("LOCAL_WORLD_SIZE", world_size)))
+        return ProcessInfo(
+            int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), world_size, int(env.get("LOCAL_WORLD_SIZE", world_size))
+        )
     if int(env.get("SLURM_NTASKS", 1)) > 1:
         world_size = int(env["SLURM_NTASKS"])
         tasks_here = env.get("SLURM_NTASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", str(world_size)))
-        return ProcessInfo(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), world_size,
-                           int(re.match(r"\d+", tasks_here).group()))
+        return ProcessInfo(
+            int(env["SLURM_PROCID"]),
+            int(env.get("SLURM_LOCALID", 0)),
+            world_size,
+            int(re.match(r"\d+", tasks_here).group()),
+        )
     return ProcessInfo()
 
 
@@ -81,9 +88,14 @@ def init_process_group(proc: ProcessInfo, device: torch.device, backend: str, ti
         torch.cuda.set_device(device)  # before the group, so NCCL binds this rank to its own GPU
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method="env://", rank=proc.rank, world_size=proc.world_size,
-                            timeout=datetime.timedelta(seconds=timeout_seconds),
-                            device_id=device if device.type == "cuda" else None)
+    dist.init_process_group(
+        backend,
+        init_method="env://",
+        rank=proc.rank,
+        world_size=proc.world_size,
+        timeout=datetime.timedelta(seconds=timeout_seconds),
+        device_id=device if device.type == "cuda" else None,
+    )
 
 
 def destroy_process_group() -> None:

@@ -5,13 +5,15 @@ the engine behind torchrun, so a Hydra multirun can start one process group per 
 workers receive the already composed config and run directory: Hydra runs once, in the parent.
 Under torchrun or SLURM the processes exist already, and each one trains in place.
 """
+
 import importlib.util
 import logging
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -46,10 +48,15 @@ def launch_local_workers(nproc: int, script: str, function: str, config: dict, r
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     launch_config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nproc,
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
         run_id=f"trainkit-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0",  # port 0: a free port, as torchrun --standalone
-        max_restarts=0, monitor_interval=0.1, start_method="spawn",
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",  # port 0: a free port, as torchrun --standalone
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
     )
     return elastic_launch(launch_config, _worker)(script, function, config, run_dir)
 
@@ -96,8 +103,11 @@ def processes_per_node(cfg: DictConfig) -> int:
         return cfg.nproc_per_node
     if torch.cuda.is_available():
         return torch.cuda.device_count()
-    raise ConfigError("distributed.nproc_per_node", "is null (one process per GPU) but no GPU is visible; "
-                      "set distributed.nproc_per_node=N to run N CPU processes with gloo")
+    raise ConfigError(
+        "distributed.nproc_per_node",
+        "is null (one process per GPU) but no GPU is visible; "
+        "set distributed.nproc_per_node=N to run N CPU processes with gloo",
+    )
 
 
 def configure_worker_logging(run_dir: Path, proc: ProcessInfo) -> None:
@@ -106,5 +116,10 @@ def configure_worker_logging(run_dir: Path, proc: ProcessInfo) -> None:
     handlers = [logging.StreamHandler()]
     if proc.is_main:
         handlers.append(logging.FileHandler(run_dir / "train.log"))
-    logging.basicConfig(level=logging.INFO if proc.is_main else logging.WARNING, format=LOG_FORMAT,
-                        datefmt=LOG_DATE_FORMAT, handlers=handlers, force=True)
+    logging.basicConfig(
+        level=logging.INFO if proc.is_main else logging.WARNING,
+        format=LOG_FORMAT,
+        datefmt=LOG_DATE_FORMAT,
+        handlers=handlers,
+        force=True,
+    )

@@ -1,7 +1,8 @@
 """The LR range test's picture: loss against learning rate, the suggestion marked.
 
-    plot_lr_finder(result, run_dir / "lr_finder.png")   # result: what trainkit.lr_finder.lr_range_test returns
+plot_lr_finder(result, run_dir / "lr_finder.png")   # result: what trainkit.lr_finder.lr_range_test returns
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,13 @@ def plot_lr_finder(result, path: str | Path) -> Path:
     if result.suggestion:
         index = result.lrs.index(result.suggestion)
         axes.axvline(result.suggestion, color="tab:red", linestyle="--", linewidth=1)
-        axes.plot([result.suggestion], [result.losses[index]], "o", color="tab:red",
-                  label=f"suggestion {result.suggestion:.2e}")
+        axes.plot(
+            [result.suggestion],
+            [result.losses[index]],
+            "o",
+            color="tab:red",
+            label=f"suggestion {result.suggestion:.2e}",
+        )
     axes.set_xscale("log")
     axes.set_xlabel("learning rate (base)")
     axes.set_ylabel("training loss")

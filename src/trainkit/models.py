@@ -58,7 +58,9 @@ def build_model(model_config: Mapping, image_size: int) -> tuple[nn.Module, int]
     return model, resolve_input_size(config, image_size, input_size, model)
 
 
-def resolve_input_size(model_config: Mapping, image_size: int, input_size: int | None = None, model: nn.Module | None = None) -> int:
+def resolve_input_size(
+    model_config: Mapping, image_size: int, input_size: int | None = None, model: nn.Module | None = None
+) -> int:
     """The explicit `input_size` if set, else `image_size` raised to the model's minimum (or
     its one fixed size). Checks an explicit size against what the model accepts."""
     minimum, fixed = input_size_limits(model_config, model)
@@ -66,9 +68,14 @@ def resolve_input_size(model_config: Mapping, image_size: int, input_size: int |
     if input_size is None:
         return fixed or max(image_size, minimum)
     if fixed and input_size != fixed:
-        raise ConfigError("model.input_size", f"{name} takes only {fixed}x{fixed} inputs; set model.input_size=null or {fixed}")
+        raise ConfigError(
+            "model.input_size", f"{name} takes only {fixed}x{fixed} inputs; set model.input_size=null or {fixed}"
+        )
     if input_size < minimum:
-        raise ConfigError("model.input_size", f"{name} needs inputs of at least {minimum}x{minimum}; set model.input_size=null or >= {minimum}")
+        raise ConfigError(
+            "model.input_size",
+            f"{name} needs inputs of at least {minimum}x{minimum}; set model.input_size=null or >= {minimum}",
+        )
     return input_size
 
 
@@ -107,13 +114,19 @@ class SmallCNN(nn.Module):
         super().__init__()
         layers, channels = [], in_channels
         for index, width in enumerate(widths):
-            layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+            layers += [
+                nn.Conv2d(channels, width, 3, padding=1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(inplace=True),
+            ]
             if index == 1:
                 # ceil_mode keeps a 1x1 map at 1x1 (and 7x7 -> 4x4), so no size check per step.
                 layers.append(nn.MaxPool2d(2, ceil_mode=True))
             channels = width
         self.features = nn.Sequential(*layers)
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(channels, num_classes))
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(channels, num_classes)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
@@ -161,7 +174,9 @@ def create_timm_model(
         ) from error
 
 
-def create_torchvision_model(name: str, in_channels: int = 3, num_classes: int = 1000, dropout: float = 0.0) -> nn.Module:
+def create_torchvision_model(
+    name: str, in_channels: int = 3, num_classes: int = 1000, dropout: float = 0.0
+) -> nn.Module:
     """A torchvision classifier by name, randomly initialized, adapted to the data: the first
     convolution rebuilt for `in_channels`, dropout inserted before the last linear layer."""
     import torchvision
@@ -181,7 +196,9 @@ def create_torchvision_model(name: str, in_channels: int = 3, num_classes: int =
     if dropout > 0:
         linears = find_modules(model, nn.Linear)
         if not linears:
-            raise ConfigError("model.dropout", f"{name} has no linear layer to put dropout before; set regularization.dropout=0")
+            raise ConfigError(
+                "model.dropout", f"{name} has no linear layer to put dropout before; set regularization.dropout=0"
+            )
         linear_name, linear = linears[-1]
         replace_module(model, linear_name, nn.Sequential(nn.Dropout(dropout), linear))
     return model

@@ -9,6 +9,7 @@ trial steps with it. Code that draws from torch's generators alone uses torch.ra
 instead (the batch-size finder's probe, images.augmented_samples): that covers torch and CUDA,
 not Python's `random` or NumPy.
 """
+
 import random
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Where and how the math runs: device choice, seeding, mixed precision."""
+
 import contextlib
 import random
 

@@ -5,6 +5,7 @@ None. A relation reads several keys and yields (key, message) for each contradic
 pure, so one pass can collect every problem of a config instead of stopping at the first; the
 schema itself, the table of keys and relations, lives in trainkit.config.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,8 +58,12 @@ def _bounds(minimum, maximum, above, below) -> str:
 
 
 def _in_bounds(value, minimum, maximum, above, below) -> bool:
-    return ((minimum is None or value >= minimum) and (maximum is None or value <= maximum)
-            and (above is None or value > above) and (below is None or value < below))
+    return (
+        (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+        and (above is None or value > above)
+        and (below is None or value < below)
+    )
 
 
 def number(minimum=None, maximum=None, *, above=None, below=None, whole=False, null=False) -> Check:
@@ -85,9 +90,13 @@ def numbers(minimum=None, *, above=None, below=None, whole=False, length=None) -
     kind = f"a list of {length} {each}" if length else f"a list of {each}"
 
     def check(value):
-        if (isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 0
-                and (length is None or len(value) == length)
-                and all(_is_number(v, whole) and _in_bounds(v, minimum, None, above, below) for v in value)):
+        if (
+            isinstance(value, Sequence)
+            and not isinstance(value, str)
+            and len(value) > 0
+            and (length is None or len(value) == length)
+            and all(_is_number(v, whole) and _in_bounds(v, minimum, None, above, below) for v in value)
+        ):
             return None
         return f"must be {kind}, e.g. [{', '.join(['0.5'] * (length or 1))}]; got {show(value)}"
 

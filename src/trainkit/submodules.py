@@ -4,6 +4,7 @@ model takes (a new stem convolution, dropout before the classifier, locating the
 Shared by trainkit.models (building) and trainkit.finetune (heads, pretrained weights), so that
 neither imports the other for them.
 """
+
 from torch import nn
 
 

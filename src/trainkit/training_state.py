@@ -4,6 +4,7 @@ model, optimizer, scheduler, GradScaler and every RNG exactly as it found them.
     with preserved_training_state(model, optimizer, scheduler, grad_scaler):
         ...   # any number of forward/backward/optimizer steps
 """
+
 from contextlib import contextmanager
 
 import torch

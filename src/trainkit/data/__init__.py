@@ -41,8 +41,9 @@ def build_data(cfg, device: torch.device, seed: int, rank: int = 0, world_size: 
     trainkit.config; what only the data can tell (files, sizes, class counts) is checked here."""
     name = cfg["name"]
     shards = dict(seed=seed, rank=rank, world_size=world_size)
-    train_args = dict(batch_size=cfg["batch_size"], train=True, shuffle=cfg.get("shuffle", True),
-                      drop_last=cfg["drop_last"], **shards)
+    train_args = dict(
+        batch_size=cfg["batch_size"], train=True, shuffle=cfg.get("shuffle", True), drop_last=cfg["drop_last"], **shards
+    )
     eval_args = dict(batch_size=cfg["eval_batch_size"], shuffle=False, **shards)
 
     if name == "imagefolder":
@@ -69,8 +70,14 @@ def build_data(cfg, device: torch.device, seed: int, rank: int = 0, world_size: 
             f"training batch from {train.sampler.size} samples; lower data.batch_size",
         )
     return DataBundle(
-        train, val, test, channels, image_size, num_classes,
-        mean=_per_channel(cfg, "mean", channels), std=_per_channel(cfg, "std", channels),
+        train,
+        val,
+        test,
+        channels,
+        image_size,
+        num_classes,
+        mean=_per_channel(cfg, "mean", channels),
+        std=_per_channel(cfg, "std", channels),
     )
 
 

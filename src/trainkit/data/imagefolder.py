@@ -72,7 +72,10 @@ def load_image_folder(cfg) -> tuple[dict[str, ImageFolderDataset], list[str]]:
             samples[split] = [train[i] for i in indices.tolist()]
         log.info(
             "no %s under '%s': carved from the %d train/ images by data.split_seed=%s (%s)",
-            " or ".join(f"{split}/" for split in missing), root, len(train), cfg["split_seed"],
+            " or ".join(f"{split}/" for split in missing),
+            root,
+            len(train),
+            cfg["split_seed"],
             ", ".join(f"{split}: {len(samples[split])}" for split in ("train", *missing)),
         )
     channels, image_size = cfg["channels"], cfg["image_size"]
@@ -82,7 +85,9 @@ def load_image_folder(cfg) -> tuple[dict[str, ImageFolderDataset], list[str]]:
 def _check_root(root: str) -> Path:
     root = Path(root).expanduser()  # never null: trainkit.config requires data.root for image folders
     if not root.is_dir():
-        raise ConfigError("data.root", f"folder '{root}' does not exist; set data.root to a folder holding train/<class>/")
+        raise ConfigError(
+            "data.root", f"folder '{root}' does not exist; set data.root to a folder holding train/<class>/"
+        )
     if not (root / "train").is_dir():
         raise ConfigError("data.root", f"folder '{root}' has no train/ folder; expected {root}/train/<class>/<images>")
     return root
@@ -108,11 +113,14 @@ def _list_images(folder: Path, classes: list[str], allow_empty_classes: bool) ->
     samples = []
     for label, name in enumerate(classes):
         files = sorted(
-            path for path in (folder / name).iterdir()
+            path
+            for path in (folder / name).iterdir()
             if path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS and not path.name.startswith(".")
         )
         if not files and not allow_empty_classes:
-            raise ConfigError("data.root", f"class folder '{folder / name}' holds no images ({', '.join(IMAGE_EXTENSIONS)})")
+            raise ConfigError(
+                "data.root", f"class folder '{folder / name}' holds no images ({', '.join(IMAGE_EXTENSIONS)})"
+            )
         samples += [(str(path), label) for path in files]
     if not samples:
         raise ConfigError("data.root", f"'{folder}' holds no images ({', '.join(IMAGE_EXTENSIONS)})")

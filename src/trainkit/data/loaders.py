@@ -72,17 +72,18 @@ class EvaluationSampler(Sampler[int]):
         self.skip = skip  # the same order every epoch
 
     def __iter__(self):
-        return iter(range(self.rank, self.size, self.world_size)[self.skip:])
+        return iter(range(self.rank, self.size, self.world_size)[self.skip :])
 
     def __len__(self) -> int:
         return len(range(self.rank, self.size, self.world_size))
 
     def epoch_indices(self) -> torch.Tensor:
-        return torch.arange(self.rank, self.size, self.world_size)[self.skip:]
+        return torch.arange(self.rank, self.size, self.world_size)[self.skip :]
 
 
-def shard_sampler(size: int, *, train: bool | None, shuffle: bool, seed: int, rank: int,
-                  world_size: int) -> ResumableDistributedSampler | EvaluationSampler:
+def shard_sampler(
+    size: int, *, train: bool | None, shuffle: bool, seed: int, rank: int, world_size: int
+) -> ResumableDistributedSampler | EvaluationSampler:
     """This rank's sampler over a split of `size` samples; `train=None` means train = shuffle."""
     if train is None:
         train = shuffle
@@ -141,8 +142,7 @@ class TensorLoader(ShardedLoader):
         world_size: int = 1,
         train: bool | None = None,
     ):
-        sampler = shard_sampler(len(images), train=train, shuffle=shuffle, seed=seed, rank=rank,
-                                world_size=world_size)
+        sampler = shard_sampler(len(images), train=train, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
         super().__init__(sampler, batch_size, drop_last)
         self.images = images.to(device)
         self.labels = labels.to(device=device, dtype=torch.int64)
@@ -175,8 +175,7 @@ class FileLoader(ShardedLoader):
         world_size: int = 1,
         train: bool | None = None,
     ):
-        sampler = shard_sampler(len(dataset), train=train, shuffle=shuffle, seed=seed, rank=rank,
-                                world_size=world_size)
+        sampler = shard_sampler(len(dataset), train=train, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
         super().__init__(sampler, batch_size, drop_last)
         self.loader = DataLoader(
             dataset,
