@@ -30,12 +30,13 @@ from trainkit.checkpoint import (copy_checkpoint, load_checkpoint, restore_train
 from trainkit.config import validate
 from trainkit.console import print_config
 from trainkit.data import DataBundle, build_data
-from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics, broadcast_weights,
-                                  destroy_process_group, gather_objects, gradient_sync, init_process_group, process_info)
+from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics,
+                                  broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
+                                  init_process_group, process_info)
 from trainkit.early_stopping import EarlyStopping
-from trainkit.known_noise import quiet_known_noise
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.images import augmented_samples, save_png
+from trainkit.known_noise import quiet_known_noise
 from trainkit.launch import start_processes
 from trainkit.loggers import Loggers, build_loggers, wandb_names
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
@@ -144,7 +145,8 @@ def train_one_epoch(run: Run, show_progress: bool) -> dict:
         interval_loss += batch_loss
         interval_batches += 1
         if is_update and run.step % trainer.log_every_n_steps == 0:
-            step_loss = all_reduce_sum(torch.stack([interval_loss, torch.tensor(float(interval_batches), device=device)]))
+            step_loss = all_reduce_sum(torch.stack([interval_loss,
+                                                    torch.tensor(float(interval_batches), device=device)]))
             run.loggers.log({"epoch": run.epoch, "step": run.step, "lr": optimizer.param_groups[0]["lr"],
                              "train/step_loss": (step_loss[0] / step_loss[1]).item()})
             interval_loss.zero_()

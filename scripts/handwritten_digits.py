@@ -58,7 +58,7 @@ def evaluate(idx):
     return (logits.argmax(1) == labels[idx]).float().mean().item()
 
 
-for epoch in range(epochs):
+for _epoch in range(epochs):
     model.train()
     perm = train_idx[torch.randperm(len(train_idx))]
     for i in range(0, len(perm), batch):

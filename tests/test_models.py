@@ -103,7 +103,7 @@ def test_input_size_follows_the_model_without_building_it():
     vit = OmegaConf.to_container(model_config("timm", name="vit_tiny_patch16_224"), resolve=True)
     assert resolve_input_size(vit, image_size=8) == 224  # fixed-size ViT: 224 whatever the data
     assert resolve_input_size(vit, image_size=8, input_size=224) == 224
-    with pytest.raises(ConfigError, match="model.input_size"):
+    with pytest.raises(ConfigError, match=r"model\.input_size"):
         resolve_input_size(vit, image_size=8, input_size=32)
     resnet = OmegaConf.to_container(model_config("timm"), resolve=True)
     assert resolve_input_size(resnet, image_size=8) == 8

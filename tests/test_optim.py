@@ -1,6 +1,7 @@
 """Weight-decay parameter groups, optimizers built from conf/optimizer, and LR schedules counted in updates."""
 
 import io
+import itertools
 import math
 from pathlib import Path
 
@@ -163,7 +164,7 @@ def test_cosine_decays_to_min_lr_ratio_at_total_updates(min_lr_ratio):
     cfg = load_conf("scheduler", "cosine", warmup_epochs=1, min_lr_ratio=min_lr_ratio)
     schedule = LRSchedule(cfg, updates_per_epoch=10, total_updates=110)
     values = [schedule(u) for u in range(10, 111)]
-    assert all(a >= b for a, b in zip(values, values[1:]))  # monotone after warmup
+    assert all(a >= b for a, b in itertools.pairwise(values))  # monotone after warmup
     assert schedule(60) == pytest.approx(min_lr_ratio + (1 - min_lr_ratio) * 0.5)  # half-way
     assert schedule(110) == pytest.approx(min_lr_ratio)
     assert schedule(500) == pytest.approx(min_lr_ratio)  # clamps past the end
@@ -174,7 +175,7 @@ def test_cosine_restarts_jump_back_to_one_with_growing_cycles():
     assert (cfg.cycle_epochs, cfg.cycle_mult, cfg.warmup_epochs) == (5, 2, 0)
     schedule = LRSchedule(cfg, updates_per_epoch=10, total_updates=1000)
     boundaries = [0, 50, 150, 350]  # cycles of 50, 100, 200 updates
-    for start, end in zip(boundaries, boundaries[1:]):
+    for start, end in itertools.pairwise(boundaries):
         length = end - start
         assert schedule(start) == pytest.approx(1.0)
         assert schedule(start + length // 2) == pytest.approx(0.5)

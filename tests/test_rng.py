@@ -60,7 +60,7 @@ def test_the_checkpoint_layout_stays_the_one_old_checkpoints_have():
     version, words, gauss = random.getstate()
     numpy_state = np.random.get_state()
     old = {
-        "python": list(words) + [gauss],
+        "python": [*words, gauss],
         "python_version": version,
         "numpy": numpy_state[1].tolist() + list(numpy_state[2:]),
         "torch": torch.get_rng_state(),

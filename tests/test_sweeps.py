@@ -263,7 +263,7 @@ def test_a_sweep_direction_against_the_metric_stops_at_once():
     sweeps.check_direction(cfg_for("val/acc"), "maximize")
     sweeps.check_direction(cfg_for("val/loss"), "minimize")
     sweeps.check_direction(cfg_for("val/loss"), None)  # the basic sweeper has no direction
-    with pytest.raises(ConfigError, match="hydra.sweeper.direction=minimize"):
+    with pytest.raises(ConfigError, match=r"hydra\.sweeper\.direction=minimize"):
         sweeps.check_direction(cfg_for("val/loss"), "maximize")
 
 

@@ -111,8 +111,9 @@ def find_batch_size(
     leave the model as it found it. Search: start, 2 x start, 4 x start, ... until a step does
     not fit or max_batch_size is reached (max_batch_size itself is tried last); then a binary
     search between the last size that fit and the first that did not, to the exact boundary.
-    Memory is freed after each try that did not fit (see free_memory). A start that already does not fit is a ConfigError.
-    The settings themselves (1 <= start <= max_batch_size, 0 < safety_margin <= 1) are checked by trainkit.config.
+    Memory is freed after each try that did not fit (see free_memory). A start that already does
+    not fit is a ConfigError. The settings themselves (1 <= start <= max_batch_size,
+    0 < safety_margin <= 1) are checked by trainkit.config.
     """
 
     def fits(batch_size: int) -> bool:
@@ -122,7 +123,7 @@ def find_batch_size(
                 try_step(batch_size)
             if memory_cap_bytes is not None and measurement.peak_bytes > memory_cap_bytes:
                 reason = f"{_gib(measurement.peak_bytes)} measured, above the cap of {_gib(memory_cap_bytes)}"
-        except Exception as error:
+        except Exception as error:  # only out-of-memory errors are expected here; the rest re-raise
             if not is_out_of_memory(error):
                 raise
             reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__

@@ -28,7 +28,8 @@ def _flatten(text: str) -> str:
 
 def _unknown_key(error: OmegaConfBaseException) -> str:
     full_key, key = error.full_key, str(error.key)
-    known = [str(k) for k in error.parent_node.keys()] if error.parent_node is not None else []
+    # parent_node is an OmegaConf node, not a dict: keys() says what is listed.
+    known = [str(k) for k in error.parent_node.keys()] if error.parent_node is not None else []  # noqa: SIM118
     close = difflib.get_close_matches(key, known, n=1)
     prefix = full_key[: -len(key)] if full_key.endswith(key) else ""
     hint = f" (did you mean {prefix}{close[0]}?)" if close else ""

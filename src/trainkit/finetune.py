@@ -152,7 +152,8 @@ def load_pretrained(model: nn.Module, path: str | Path) -> None:
         )
     if dropped:
         log.info(
-            f"pretrained: dropped the classifier head (another number of classes), it starts fresh: {', '.join(dropped)}"
+            "pretrained: dropped the classifier head (another number of classes), "
+            f"it starts fresh: {', '.join(dropped)}"
         )
     result = model.load_state_dict(state, strict=False)
 

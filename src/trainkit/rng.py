@@ -26,7 +26,7 @@ def rng_states() -> dict:
     python_version, python_state, gauss = random.getstate()
     numpy_state = np.random.get_state()
     return {
-        "python": list(python_state) + [gauss],
+        "python": [*python_state, gauss],
         "python_version": python_version,
         "numpy": numpy_state[1].tolist() + list(numpy_state[2:]),
         "torch": torch.get_rng_state(),

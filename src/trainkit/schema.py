@@ -68,7 +68,8 @@ def _in_bounds(value, minimum, maximum, above, below) -> bool:
 
 def number(minimum=None, maximum=None, *, above=None, below=None, whole=False, null=False) -> Check:
     """A number (not NaN, not a bool) within the bounds: minimum/maximum inclusive, above/below not."""
-    kind = f"{'a whole number' if whole else 'a number'}{_bounds(minimum, maximum, above, below)}{' or null' if null else ''}"
+    bounds = _bounds(minimum, maximum, above, below)
+    kind = f"{'a whole number' if whole else 'a number'}{bounds}{' or null' if null else ''}"
 
     def check(value):
         if value is None and null:
