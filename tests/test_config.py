@@ -12,7 +12,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException, MissingConfigException
 
 from trainkit.cli import one_line
-from trainkit.config import RELATIONS, RULES, ignored_keys, problems, validate
+from trainkit.config import RELATIONS, ignored_keys, problems, validate
+from trainkit.config_rules import RULES
 from trainkit.errors import ConfigError
 from trainkit.schema import find_problems
 

@@ -3,7 +3,7 @@
 A check takes one value and returns what is wrong with it (a message that ends in the fix), or
 None. A relation reads several keys and yields (key, message) for each contradiction. Checks stay
 pure, so one pass can collect every problem of a config instead of stopping at the first; the
-schema itself, the table of keys and relations, lives in trainkit.config.
+schema itself lives in trainkit.config_rules (the table of keys) and trainkit.config (the relations).
 """
 
 from __future__ import annotations
