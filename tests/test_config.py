@@ -103,6 +103,7 @@ RULE_CASES = [
     (["data.eval_batch_size=0"], "data.eval_batch_size"),
     (["data.num_workers=-1"], "data.num_workers"),
     (["data.drop_last=maybe"], "data.drop_last"),
+    (["data.shuffle=maybe"], "data.shuffle"),
     (["model=timm", "model.name=3"], "model.name"),
     (["model=timm", "model.pretrained=yes"], "model.pretrained"),
     (["model.pretrained_path=3"], "model.pretrained_path"),
