@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,9 @@ class BatchTransform(nn.Module):
     `.train()` / `.eval()` switch it like any module. `channels_last=True` returns NHWC batches
     for a model converted to channels_last.
     """
+
+    mean: Tensor  # buffers, registered in __init__
+    std: Tensor
 
     def __init__(
         self,
@@ -199,7 +203,7 @@ def apply_affine(x: Tensor, theta: Tensor | None) -> Tensor:
 # ---- reading the (already checked) augmentation config ---------------------------------------
 
 
-def active_ops(augmentation: Mapping | None) -> dict:
+def active_ops(augmentation: Mapping | None) -> dict[str, Any]:
     """The ops an augmentation config switches on, as plain values: {op: its options}.
 
     A key that is missing, null, false or zero is off, and so is an affine whose only setting is
@@ -207,7 +211,7 @@ def active_ops(augmentation: Mapping | None) -> dict:
     is built.
     """
     options = dict(augmentation or {})
-    ops = {}
+    ops: dict[str, Any] = {}
     if options.get("crop_padding"):
         ops["crop_padding"] = float(options["crop_padding"])
     if options.get("horizontal_flip"):

@@ -27,10 +27,11 @@ from __future__ import annotations
 import gc
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
+from omegaconf import DictConfig
 from torch import nn
 
 from trainkit.distributed import min_across_ranks
@@ -66,7 +67,7 @@ class _Measurement:
 
 
 @contextmanager
-def measure_step_memory(device: torch.device | str | None):
+def measure_step_memory(device: torch.device | str | None) -> Iterator[_Measurement]:
     """Measure the memory of the code inside (see the module docstring): `.peak_bytes` afterwards."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     measurement = _Measurement()
@@ -121,6 +122,7 @@ def find_batch_size(
         try:
             with measure_step_memory(device) as measurement:
                 try_step(batch_size)
+            assert measurement.peak_bytes is not None  # set as the with block ends
             if memory_cap_bytes is not None and measurement.peak_bytes > memory_cap_bytes:
                 reason = f"{_gib(measurement.peak_bytes)} measured, above the cap of {_gib(memory_cap_bytes)}"
         except Exception as error:  # only out-of-memory errors are expected here; the rest re-raise
@@ -216,7 +218,13 @@ def _gib(size: int | None) -> str:
 
 
 def find_batch_size_for_run(
-    cfg, model: nn.Module, loss_fn, loader, transform, precision: str, device: torch.device
+    cfg: DictConfig,
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    transform: Callable[[torch.Tensor], torch.Tensor] | None,
+    precision: str,
+    device: torch.device,
 ) -> int:
     """`batch_size_finder.*` (cfg) applied to train.py's model and data: the per-process batch
     size to use, the same on every rank (the smallest any rank found)."""

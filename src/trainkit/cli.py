@@ -11,9 +11,10 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
@@ -21,13 +22,13 @@ from trainkit.errors import ConfigError, caused_by_config_error, causes
 from trainkit.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 
 
-def _flatten(text: str) -> str:
+def _flatten(text: object) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     return re.sub(r"\s+", " ", " ".join(lines))
 
 
 def _unknown_key(error: OmegaConfBaseException) -> str:
-    full_key, key = error.full_key, str(error.key)
+    full_key, key = str(error.full_key), str(error.key)
     # parent_node is an OmegaConf node, not a dict: keys() says what is listed.
     known = [str(k) for k in error.parent_node.keys()] if error.parent_node is not None else []  # noqa: SIM118
     close = difflib.get_close_matches(key, known, n=1)
@@ -61,7 +62,7 @@ def report_config_errors(task: Callable) -> Callable:
     values are the same for every job."""
 
     @functools.wraps(task)
-    def wrapper(cfg):
+    def wrapper(cfg: DictConfig) -> Any:
         try:
             return task(cfg)
         except Exception as error:  # a ConfigError, or one wrapped by hydra.utils.instantiate

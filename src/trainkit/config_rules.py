@@ -7,7 +7,7 @@ trainkit.config's RELATIONS.
 
 import re
 
-from omegaconf import OmegaConf
+from omegaconf import ListConfig, OmegaConf
 
 from trainkit.data import DATASETS
 from trainkit.loggers import LOGGERS, WANDB_MODES
@@ -25,21 +25,21 @@ COLOR_JITTER_KEYS = ("brightness", "contrast", "saturation")
 AFFINE_KEYS = ("degrees", "translate", "scale", "shear")
 
 
-def device_name(value) -> str | None:
+def device_name(value: object) -> str | None:
     if isinstance(value, str) and re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
         return None
     return f"{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
 
 
-def freeze_spec(value) -> str | None:
+def freeze_spec(value: object) -> str | None:
     if value is None or value == "backbone" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return None
     return f"must be null, backbone or a number of stages >= 0, got {show(value)}"
 
 
-def required_keys(value) -> str | None:
+def required_keys(value: object) -> str | None:
     """Entries of `required`: a key, or a list of keys of which one must be given."""
-    if OmegaConf.is_list(value) and all(isinstance(entry, str) or OmegaConf.is_list(entry) for entry in value):
+    if isinstance(value, ListConfig) and all(isinstance(entry, str) or OmegaConf.is_list(entry) for entry in value):
         return None
     return f"must be a list of keys (an entry may be a list of alternatives), got {show(value)}"
 

@@ -5,6 +5,7 @@ was picked, then the plain keys. `rich` is imported only when printing.
 """
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -22,6 +23,9 @@ GROUPS = (
 )
 FILENAME = "config_tree.txt"
 
+if TYPE_CHECKING:
+    from rich.tree import Tree
+
 
 def _choices(cfg: DictConfig) -> tuple:
     """({top-level key: picked option} for the groups that fill a top-level key, in the config's
@@ -38,14 +42,14 @@ def _choices(cfg: DictConfig) -> tuple:
     return {group: None for group in GROUPS if group in cfg}, {}
 
 
-def _yaml(node, resolve: bool) -> str:
+def _yaml(node: Any, resolve: bool) -> str:
     try:
         return OmegaConf.to_yaml(node, resolve=resolve).rstrip()
     except Exception:  # an interpolation that cannot resolve yet: show it as written
         return OmegaConf.to_yaml(node, resolve=False).rstrip()
 
 
-def build_tree(cfg: DictConfig, resolve: bool = True):
+def build_tree(cfg: DictConfig, resolve: bool = True) -> "Tree":
     """A rich Tree: one branch a config group (label `group: option`), then the other sections,
     then the top-level scalar keys in one last branch."""
     from rich.syntax import Syntax
@@ -55,7 +59,7 @@ def build_tree(cfg: DictConfig, resolve: bool = True):
     title = "config" + "".join(f"  [bold]{g}[/bold]=[cyan]{o}[/cyan]" for g, o in overlays.items())
     tree = Tree(title, guide_style="dim")
     sections = [key for key in cfg if OmegaConf.is_dict(cfg._get_node(key)) and key not in choices]  # a list is a value
-    scalars = [key for key in cfg if key not in choices and key not in sections]
+    scalars = [str(key) for key in cfg if key not in choices and key not in sections]
     for key in [*choices, *sections]:
         option = choices.get(key)
         label = f"[bold]{key}[/bold]" + (f": [cyan]{option}[/cyan]" if option else "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,7 +31,8 @@ def head_parameters(model: nn.Module) -> set[nn.Parameter]:
     """
     model = unwrap_model(model)
     if hasattr(model, "get_classifier"):
-        head = model.get_classifier()
+        # nn.Module's stubs type any other attribute as Tensor | Module (its __getattr__); this is timm's method.
+        head = model.get_classifier()  # type: ignore[operator]
     elif isinstance(getattr(model, "head", None), nn.Module):
         head = model.head
     else:
@@ -84,6 +86,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
             "torch.save(timm.create_model(name, pretrained=True).state_dict(), path)) and point "
             "model.pretrained_path at it",
         )
+    state: Any  # what the file holds: checked below
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -236,7 +239,8 @@ def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> 
     names = _frozen_module_names(model)
     if freeze_bn:
         inside = lambda name: any(r == "" or name == r or name.startswith(r + ".") for r in names)  # noqa: E731
-        model.frozen_batchnorm_names = [
+        # nn.Module's __setattr__ stub takes Tensor | Module only; any value works (apply_frozen_bn_eval reads it).
+        model.frozen_batchnorm_names = [  # type: ignore[assignment]
             name
             for name, module in model.named_modules()
             if isinstance(module, nn.modules.batchnorm._BatchNorm) and inside(name)

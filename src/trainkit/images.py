@@ -10,8 +10,9 @@ without them never pays it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,7 +60,13 @@ def save_png(array: np.ndarray, path: str | Path) -> Path:
 
 
 def augmented_samples(
-    loader, transform, mean, std, device: torch.device, count: int = 32, min_side: int = 32
+    loader: Iterable[Any],
+    transform: Callable[[Tensor], Tensor],
+    mean: Sequence[float],
+    std: Sequence[float],
+    device: torch.device,
+    count: int = 32,
+    min_side: int = 32,
 ) -> np.ndarray:
     """A grid of the first training batch exactly as the model sees it after augmentation.
 

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainkit.distributed import ProcessInfo, launched_externally, process_info
 from trainkit.errors import ConfigError
+from trainkit.schema import to_dict
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[Dic
     nproc = processes_per_node(cfg.distributed)
     log.info(f"launching {nproc} DDP processes -> {run_dir}")
     script, function = train_process.__code__.co_filename, train_process.__name__
-    return launch_local_workers(nproc, script, function, OmegaConf.to_container(cfg, resolve=True), str(run_dir))[0]
+    return launch_local_workers(nproc, script, function, to_dict(cfg), str(run_dir))[0]
 
 
 def launch_local_workers(nproc: int, script: str, function: str, config: dict, run_dir: str) -> dict[int, object]:
@@ -61,7 +62,7 @@ def launch_local_workers(nproc: int, script: str, function: str, config: dict, r
     return elastic_launch(launch_config, _worker)(script, function, config, run_dir)
 
 
-def _worker(script: str, function: str, config: dict, run_dir: str):
+def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
     """Entry point of each worker process: log like the Hydra parent, share the CPU cores, call
     the script's function. It lives here, not in the script, so it pickles by reference whatever
     launched the parent (plain python, a Hydra launcher, joblib's workers)."""
@@ -80,6 +81,7 @@ def _load(script: str, function: str) -> Callable:
     """`function` of the script at path `script`, imported under a name of its own (the parent's
     script ran as `__main__`, which a spawned process cannot import)."""
     spec = importlib.util.spec_from_file_location(f"trainkit_worker_{Path(script).stem}", script)
+    assert spec is not None and spec.loader is not None  # a .py path always has a source loader
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(Path(script).parent))
     spec.loader.exec_module(module)
@@ -113,7 +115,7 @@ def processes_per_node(cfg: DictConfig) -> int:
 def configure_worker_logging(run_dir: Path, proc: ProcessInfo) -> None:
     """Rank 0 logs to the console and the run's train.log, as the Hydra parent does; other ranks
     report warnings and errors only."""
-    handlers = [logging.StreamHandler()]
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
     if proc.is_main:
         handlers.append(logging.FileHandler(run_dir / "train.log"))
     logging.basicConfig(

@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -145,7 +146,7 @@ def lr_range_test(
     *,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     compute_loss: Callable[[nn.Module, object], torch.Tensor] | None = None,
-    scheduler=None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     grad_scaler: torch.amp.GradScaler | None = None,
     grad_clip: float | None = None,
     precision: str = "fp32",
@@ -184,7 +185,9 @@ def lr_range_test(
     if compute_loss is None:
         from trainkit.runtime import autocast
 
-        def compute_loss(model, batch):
+        assert loss_fn is not None  # one of the two was given (checked above)
+
+        def compute_loss(model: nn.Module, batch: Any) -> torch.Tensor:
             images, labels = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
             with autocast(precision, device):
                 logits = model(transform(images) if transform is not None else images)
@@ -234,7 +237,7 @@ def lr_range_test(
     return result
 
 
-def lr_range_test_for_run(run, plot_path: Path | None) -> LRFinderResult:
+def lr_range_test_for_run(run: Any, plot_path: Path | None) -> LRFinderResult:
     """`lr_finder.*` run on train.py's `Run` (its trained_model, optimizer, scheduler, scaler,
     data.train, loss_fn, train_transform, device and cfg); on the rank that passes `plot_path`,
     the plot is saved there."""

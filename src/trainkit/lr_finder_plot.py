@@ -7,9 +7,20 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Protocol
 
 
-def plot_lr_finder(result, path: str | Path) -> Path:
+class Curve(Protocol):
+    """What the plot reads of trainkit.lr_finder's LRFinderResult (that module imports this one)."""
+
+    lrs: list[float]
+    losses: list[float]
+    raw_losses: list[float]
+    suggestion: float | None
+    stopped_early: bool
+
+
+def plot_lr_finder(result: Curve, path: str | Path) -> Path:
     """Save loss against LR (log x axis) as a PNG from an LRFinderResult (lrs, losses, raw_losses,
     suggestion, stopped_early): raw losses faint, smoothed loss solid, the suggestion marked.
     matplotlib is imported here (it is slow to import), without pyplot, so no display or global

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,12 +41,11 @@ TORCHVISION_FIXED_SIZE_PREFIXES = ("vit_", "maxvit_")
 def build_model(model_config: Mapping, image_size: int) -> tuple[nn.Module, int]:
     """Instantiate the configured model; return it and the side length to resize batches to."""
     import hydra.utils
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig
 
-    if isinstance(model_config, DictConfig):
-        config = OmegaConf.to_container(model_config, resolve=True)
-    else:
-        config = dict(model_config)
+    from trainkit.schema import to_dict
+
+    config = to_dict(model_config) if isinstance(model_config, DictConfig) else dict(model_config)
     input_size = config.pop("input_size", None)
     pretrained_path = config.pop("pretrained_path", None)
     freeze_spec = config.pop("freeze", None)
@@ -90,6 +90,7 @@ def input_size_limits(model_config: Mapping, model: nn.Module | None = None) -> 
         if pretrained_cfg is None:
             from timm.models import get_pretrained_cfg
 
+            assert name is not None, "a timm model config names its model (model.name)"
             found = get_pretrained_cfg(name)
             pretrained_cfg = found.to_dict() if found is not None else {}
         if pretrained_cfg.get("fixed_input_size"):
@@ -99,6 +100,7 @@ def input_size_limits(model_config: Mapping, model: nn.Module | None = None) -> 
     if target.endswith("create_torchvision_model"):
         import torchvision
 
+        assert name is not None, "a torchvision model config names its model (model.name)"
         if name.startswith(TORCHVISION_FIXED_SIZE_PREFIXES):
             return 224, 224
         weights = list(torchvision.models.get_model_weights(name))
@@ -145,7 +147,7 @@ def create_timm_model(
 
     if not timm.is_model(name):
         raise ConfigError("model.name", f"timm has no model {name!r}{_did_you_mean(name, timm.list_models())}")
-    options = {}
+    options: dict[str, Any] = {}
     # Passed only when asked for: not every model takes these arguments.
     if drop_rate > 0:
         options["drop_rate"] = drop_rate
@@ -184,7 +186,7 @@ def create_torchvision_model(
     known = torchvision.models.list_models(module=torchvision.models)  # classification models only
     if name not in known:
         raise ConfigError("model.name", f"torchvision has no classification model {name!r}{_did_you_mean(name, known)}")
-    options = {}
+    options: dict[str, Any] = {}
     if name in ("googlenet", "inception_v3"):
         # No auxiliary heads (their training-mode output is a tuple the loop cannot use), and
         # the initialization torchvision asks to choose explicitly.
@@ -206,13 +208,14 @@ def create_torchvision_model(
 
 def _conv_like(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:
     """A fresh Conv2d like `conv` but with `in_channels` inputs (default initialization)."""
+    # A Conv2d holds 2-tuples; torch annotates them as tuple[int, ...], shared with Conv1d and Conv3d.
     return nn.Conv2d(
         in_channels,
         conv.out_channels,
-        conv.kernel_size,
-        stride=conv.stride,
-        padding=conv.padding,
-        dilation=conv.dilation,
+        conv.kernel_size,  # type: ignore[arg-type]
+        stride=conv.stride,  # type: ignore[arg-type]
+        padding=conv.padding,  # type: ignore[arg-type]
+        dilation=conv.dilation,  # type: ignore[arg-type]
         bias=conv.bias is not None,
         padding_mode=conv.padding_mode,
     )

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from trainkit.errors import ConfigError
+from trainkit.schema import to_dict
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ def build_optimizer(
     `batch_size` (per process), `world_size` and `accumulate` are needed only with
     `scale_lr_with_batch: true`, which sets the base LR by `scaled_lr`.
     """
-    options = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    options = to_dict(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
     head_lr_scale = options.pop("head_lr_scale", 1.0)
     scale_with_batch = options.pop("scale_lr_with_batch", False)
     reference = options.pop("reference_batch_size", 256)
@@ -169,7 +170,9 @@ class LRSchedule:
         return 1.0
 
 
-def build_scheduler(optimizer, cfg: DictConfig, updates_per_epoch: int, total_updates: int):
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: DictConfig, updates_per_epoch: int, total_updates: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR to be stepped once per optimizer update (not per micro-batch, not per epoch).
 
     The multiplier goes in as a plain function, which LambdaLR leaves out of its state dict: a

@@ -25,6 +25,7 @@ def rng_states() -> dict:
     """
     python_version, python_state, gauss = random.getstate()
     numpy_state = np.random.get_state()
+    assert isinstance(numpy_state, tuple)  # legacy=True (the default): the global MT19937's state tuple
     return {
         "python": [*python_state, gauss],
         "python_version": python_version,

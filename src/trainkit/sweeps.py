@@ -53,7 +53,8 @@ def sweeper_direction() -> str | None:
 
     if not HydraConfig.initialized():
         return None
-    direction = OmegaConf.select(HydraConfig.get(), "sweeper.direction", default=None)
+    # HydraConfig.get() is a DictConfig; hydra annotates it as the HydraConf dataclass behind it.
+    direction = OmegaConf.select(HydraConfig.get(), "sweeper.direction", default=None)  # type: ignore[arg-type]
     if direction is None or OmegaConf.is_list(direction) or isinstance(direction, (list, tuple)):
         return None  # not Optuna, or a multi-objective study
     return getattr(direction, "name", str(direction))
@@ -145,7 +146,7 @@ def _traceback_to_log_files(error: BaseException) -> None:
         __file__,
         0,
         "traceback of the failed trial:",
-        None,
+        (),
         (type(error), error, error.__traceback__),
     )
     if not handlers:

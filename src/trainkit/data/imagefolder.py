@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 from PIL import Image
 from torch.utils.data import Dataset
 
@@ -51,7 +52,7 @@ def decode(path: str, mode: str, size: int) -> torch.Tensor:
     return torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
 
 
-def load_image_folder(cfg) -> tuple[dict[str, ImageFolderDataset], list[str]]:
+def load_image_folder(cfg: DictConfig) -> tuple[dict[str, ImageFolderDataset], list[str]]:
     """The train/val/test datasets and the class names (sorted folder names under train/)."""
     root = _check_root(cfg.get("root"))
     classes = _class_folders(root / "train")
@@ -82,7 +83,7 @@ def load_image_folder(cfg) -> tuple[dict[str, ImageFolderDataset], list[str]]:
     return {split: ImageFolderDataset(samples[split], channels, image_size) for split in samples}, classes
 
 
-def _check_root(root: str) -> Path:
+def _check_root(root: str | Path) -> Path:
     root = Path(root).expanduser()  # never null: trainkit.config requires data.root for image folders
     if not root.is_dir():
         raise ConfigError(
