@@ -18,7 +18,7 @@ import hydra
 import torch
 import torch.nn.functional as F
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
@@ -30,12 +30,13 @@ from trainkit.checkpoint import (copy_checkpoint, load_checkpoint, restore_train
 from trainkit.config import validate
 from trainkit.console import print_config
 from trainkit.data import DataBundle, build_data
-from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics, broadcast_weights,
-                                  destroy_process_group, gather_objects, gradient_sync, init_process_group, process_info)
+from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics,
+                                  broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
+                                  init_process_group, process_info)
 from trainkit.early_stopping import EarlyStopping
-from trainkit.known_noise import quiet_known_noise
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.images import augmented_samples, save_png
+from trainkit.known_noise import quiet_known_noise
 from trainkit.launch import start_processes
 from trainkit.loggers import Loggers, build_loggers, wandb_names
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
@@ -43,6 +44,7 @@ from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.rng import rng_states
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
+from trainkit.schema import to_dict
 from trainkit.sweeps import run_trial
 
 log = logging.getLogger("train")
@@ -144,7 +146,8 @@ def train_one_epoch(run: Run, show_progress: bool) -> dict:
         interval_loss += batch_loss
         interval_batches += 1
         if is_update and run.step % trainer.log_every_n_steps == 0:
-            step_loss = all_reduce_sum(torch.stack([interval_loss, torch.tensor(float(interval_batches), device=device)]))
+            step_loss = all_reduce_sum(torch.stack([interval_loss,
+                                                    torch.tensor(float(interval_batches), device=device)]))
             run.loggers.log({"epoch": run.epoch, "step": run.step, "lr": optimizer.param_groups[0]["lr"],
                              "train/step_loss": (step_loss[0] / step_loss[1]).item()})
             interval_loss.zero_()
@@ -201,8 +204,9 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     if cfg.distributed.sync_batchnorm and proc.world_size > 1:
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     channels_last = cfg.trainer.channels_last
-    run.model = run.trained_model = model.to(device, memory_format=torch.channels_last if channels_last
-                                             else torch.contiguous_format)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
+    run.model = run.trained_model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
     mean, std = run.data.mean, run.data.std
     run.train_transform = BatchTransform(mean, std, input_size, cfg.augmentation, train=True,
                                          channels_last=channels_last).to(device)
@@ -233,7 +237,7 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
 def start_logging(run: Run) -> None:
     """Rank 0: metrics.jsonl plus the chosen tracker, and a grid of augmented samples for it."""
     run_name, group = wandb_names(run_dir=run.run_dir)
-    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=OmegaConf.to_container(run.cfg, resolve=True),
+    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=to_dict(run.cfg),
                                 run_name=run_name, group=group, resume_id=run.wandb_run_id)
     if run.cfg.logger.get("log_images", False):
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
@@ -288,8 +292,9 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         restore_training_state(run, load_checkpoint(cfg.resume, device))
         log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
     # Order matters: compile the model on its device, then wrap it for DDP (which broadcasts
-    # rank 0's initial weights to every rank).
-    run.trained_model = torch.compile(run.model) if cfg.trainer.compile else run.model
+    # rank 0's initial weights to every rank). torch.compile of a module is a module (OptimizedModule),
+    # though torch types its result as a plain callable.
+    run.trained_model = torch.compile(run.model) if cfg.trainer.compile else run.model  # type: ignore[assignment]
     if proc.world_size > 1:
         device_ids = [device.index] if device.type == "cuda" else None
         run.trained_model = DistributedDataParallel(run.trained_model, device_ids=device_ids)
@@ -327,7 +332,8 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                          f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{'  *' if improved else ''}")
             save_checkpoints(run, improved)
             run.batches_done = 0
-            if reason := stop_reason(run, train_metrics["train/loss"]):
+            if stopping := stop_reason(run, train_metrics["train/loss"]):
+                reason = stopping
                 break
 
         summary = test_and_summarize(run, last_metrics, reason, started)

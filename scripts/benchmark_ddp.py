@@ -9,6 +9,7 @@ multi-GPU machine it is the number to quote.
     python scripts/benchmark_ddp.py --nproc 2
     python scripts/benchmark_ddp.py --nproc 8 model=timm model.name=resnet50 data.image_size=224   # on GPUs
 """
+
 import argparse
 import json
 import subprocess
@@ -17,14 +18,26 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORK = ["data=synthetic", "data.num_samples=4096", "data.image_size=16", "data.batch_size=128", "trainer.max_epochs=2",
-        "regularization.early_stopping.enabled=false", "trainer.progress_bar=false"]
+WORK = [
+    "data=synthetic",
+    "data.num_samples=4096",
+    "data.image_size=16",
+    "data.batch_size=128",
+    "trainer.max_epochs=2",
+    "regularization.early_stopping.enabled=false",
+    "trainer.progress_bar=false",
+]
 
 
 def samples_per_sec(run_dir: Path, nproc: int, overrides: list[str]) -> float:
     launch = ["distributed=ddp", f"distributed.nproc_per_node={nproc}"] if nproc > 1 else []
-    subprocess.run([sys.executable, "train.py", f"hydra.run.dir={run_dir}", *WORK, *launch, *overrides],
-                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *WORK, *launch, *overrides],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [m for m in epochs if "train/samples_per_sec" in m][-1]["train/samples_per_sec"]
 

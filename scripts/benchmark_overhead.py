@@ -7,6 +7,7 @@ Early stopping is switched off for train.py, so both do all 20 epochs: the same 
 
     python scripts/benchmark_overhead.py --repeats 5
 """
+
 import argparse
 import statistics
 import subprocess
@@ -36,8 +37,11 @@ def main() -> None:
             run_dir = f"hydra.run.dir={tmp}/run{i}"
             same_work = "regularization.early_stopping.enabled=false"
             times["train.py"].append(wall_time([sys.executable, "train.py", run_dir, same_work, *args.overrides]))
-            print(f"repeat {i + 1}/{args.repeats}: handwritten {times['handwritten'][-1]:.2f}s  "
-                  f"train.py {times['train.py'][-1]:.2f}s", flush=True)
+            print(
+                f"repeat {i + 1}/{args.repeats}: handwritten {times['handwritten'][-1]:.2f}s  "
+                f"train.py {times['train.py'][-1]:.2f}s",
+                flush=True,
+            )
     baseline, ours = statistics.median(times["handwritten"]), statistics.median(times["train.py"])
     print(f"median handwritten loop: {baseline:.2f}s")
     print(f"median train.py:         {ours:.2f}s")

@@ -3,6 +3,7 @@
 SGD + Nesterov, 1-epoch warmup then cosine, label smoothing 0.1, 20 epochs, validation every epoch,
 test at the end). No framework, no logging, no checkpoints: the floor we compare against.
 """
+
 import math
 import time
 
@@ -18,7 +19,7 @@ images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16
 labels = torch.tensor(digits.target)
 order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
 n_test, n_val = round(0.2 * len(labels)), round(0.1 * len(labels))
-test_idx, val_idx, train_idx = order[:n_test], order[n_test:n_test + n_val], order[n_test + n_val:]
+test_idx, val_idx, train_idx = order[:n_test], order[n_test : n_test + n_val], order[n_test + n_val :]
 images = (images - 0.305) / 0.376
 
 
@@ -26,12 +27,23 @@ def block(c_in, c_out):
     return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
 
 
-model = nn.Sequential(*block(1, 32), *block(32, 64), nn.MaxPool2d(2), *block(64, 128),
-                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+model = nn.Sequential(
+    *block(1, 32),
+    *block(32, 64),
+    nn.MaxPool2d(2),
+    *block(64, 128),
+    nn.AdaptiveAvgPool2d(1),
+    nn.Flatten(),
+    nn.Linear(128, 10),
+)
 decay = [p for p in model.parameters() if p.ndim >= 2]
 no_decay = [p for p in model.parameters() if p.ndim < 2]
-optimizer = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0}],
-                            lr=0.1, momentum=0.9, nesterov=True)
+optimizer = torch.optim.SGD(
+    [{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0}],
+    lr=0.1,
+    momentum=0.9,
+    nesterov=True,
+)
 epochs, batch = 20, 64
 steps_per_epoch = math.ceil(len(train_idx) / batch)
 total, warmup = epochs * steps_per_epoch, steps_per_epoch
@@ -42,15 +54,15 @@ scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 def evaluate(idx):
     model.eval()
     with torch.no_grad():
-        logits = torch.cat([model(images[idx[i:i + 512]]) for i in range(0, len(idx), 512)])
+        logits = torch.cat([model(images[idx[i : i + 512]]) for i in range(0, len(idx), 512)])
     return (logits.argmax(1) == labels[idx]).float().mean().item()
 
 
-for epoch in range(epochs):
+for _epoch in range(epochs):
     model.train()
     perm = train_idx[torch.randperm(len(train_idx))]
     for i in range(0, len(perm), batch):
-        idx = perm[i:i + batch]
+        idx = perm[i : i + batch]
         loss = F.cross_entropy(model(images[idx]), labels[idx], label_smoothing=0.1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -14,6 +14,7 @@ One batch of data.batch_size per update: with trainer.accumulate_grad_batches=k,
 average k batches, and a k times larger LR (the linear rule) is a fair starting point. One process:
 under DDP, train.py's lr_finder.enabled=true runs the same test on every rank.
 """
+
 import json
 import logging
 from pathlib import Path
@@ -28,9 +29,9 @@ from trainkit.augment import BatchTransform
 from trainkit.config import validate
 from trainkit.data import build_data
 from trainkit.errors import ConfigError
+from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.lr_finder import lr_range_test
 from trainkit.lr_finder_plot import plot_lr_finder
-from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, scaled_lr
 from trainkit.runtime import grad_scaler, pick_device, seed_everything
@@ -57,8 +58,9 @@ def main(cfg: DictConfig) -> float | None:
     model, input_size = build_model(cfg.model, image_size=data.image_size)
     channels_last = cfg.trainer.channels_last
     model = model.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
-    transform = BatchTransform(data.mean, data.std, input_size, cfg.augmentation, train=True,
-                               channels_last=channels_last).to(device)
+    transform = BatchTransform(
+        data.mean, data.std, input_size, cfg.augmentation, train=True, channels_last=channels_last
+    ).to(device)
     accumulate = cfg.trainer.accumulate_grad_batches
     optimizer = build_optimizer(model, cfg.optimizer, batch_size=cfg.data.batch_size, accumulate=accumulate)
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=cfg.regularization.label_smoothing)
@@ -66,25 +68,37 @@ def main(cfg: DictConfig) -> float | None:
         log.info(f"{settings['num_steps']} steps > {len(data.train)} batches per epoch: the data repeats")
 
     result = lr_range_test(
-        model, optimizer, data.train, loss_fn, transform=transform,
-        grad_scaler=grad_scaler(cfg.precision.name, device), grad_clip=cfg.trainer.grad_clip,
-        precision=cfg.precision.name, after_train=apply_frozen_bn_eval, device=device, **settings,
+        model,
+        optimizer,
+        data.train,
+        loss_fn,
+        transform=transform,
+        grad_scaler=grad_scaler(cfg.precision.name, device),
+        grad_clip=cfg.trainer.grad_clip,
+        precision=cfg.precision.name,
+        after_train=apply_frozen_bn_eval,
+        device=device,
+        **settings,
     )
     plot = plot_lr_finder(result, run_dir / "lr_finder.png")
     suggestion = result.suggestion
     (run_dir / "lr_finder.json").write_text(json.dumps({**result.to_dict(), "settings": settings}, indent=2))
     if suggestion is None:
-        raise ConfigError("lr_finder.min_lr", f"the loss never fell in the sweep (see {plot}); "
-                                              "lower lr_finder.min_lr or raise lr_finder.num_steps")
+        raise ConfigError(
+            "lr_finder.min_lr",
+            f"the loss never fell in the sweep (see {plot}); lower lr_finder.min_lr or raise lr_finder.num_steps",
+        )
     # The sweep sets the effective base LR; with scale_lr_with_batch, optimizer.lr is before scaling.
     factor = 1.0
     if cfg.optimizer.get("scale_lr_with_batch", False):
         factor = scaled_lr(1.0, cfg.data.batch_size, 1, accumulate, cfg.optimizer.reference_batch_size)
     head_scale = cfg.optimizer.get("head_lr_scale", 1.0)
     head = f" (the head at {suggestion * head_scale:.2e}, x{head_scale:g})" if head_scale != 1.0 else ""
-    log.info(f"suggested optimizer.lr={suggestion / factor:.2e}{head}"
-             f"{f' (effective {suggestion:.2e} after batch scaling)' if factor != 1.0 else ''}; "
-             f"curve: {plot}{'; the loss diverged at ' + format(result.lrs[-1], '.2e') if result.stopped_early else ''}")
+    log.info(
+        f"suggested optimizer.lr={suggestion / factor:.2e}{head}"
+        f"{f' (effective {suggestion:.2e} after batch scaling)' if factor != 1.0 else ''}; "
+        f"curve: {plot}{'; the loss diverged at ' + format(result.lrs[-1], '.2e') if result.stopped_early else ''}"
+    )
     return suggestion / factor
 
 

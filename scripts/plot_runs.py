@@ -10,13 +10,13 @@ metrics.jsonl). The table is sorted by summary.json's `optimized_value` (or by `
 higher first for accuracies, lower first for losses; runs without a summary.json (failed or
 still running) come last.
 """
+
 import argparse
 import json
 import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 CURVES = ("train/loss", "val/loss", "val/acc")
 MAX_LEGEND = 12  # a legend with more lines hides the curves
@@ -25,9 +25,9 @@ MAX_LEGEND = 12  # a legend with more lines hides the curves
 @dataclass
 class Run:
     path: Path
-    name: str                              # relative to PATH
-    epochs: dict = field(default_factory=dict)   # metric -> {epoch: value}
-    summary: Optional[dict] = None
+    name: str  # relative to PATH
+    epochs: dict = field(default_factory=dict)  # metric -> {epoch: value}
+    summary: dict | None = None
     overrides: list = field(default_factory=list)
 
 
@@ -75,7 +75,7 @@ def load_run(path: Path, root: Path) -> Run:
     return run
 
 
-def metric_value(run: Run, metric: Optional[str]) -> Optional[float]:
+def metric_value(run: Run, metric: str | None) -> float | None:
     """The value a run is ranked by: `optimized_value` when `metric` is None or is the run's
     optimized metric, else the metric from the summary (test/* from `test`, else `best`)."""
     summary = run.summary
@@ -89,7 +89,7 @@ def metric_value(run: Run, metric: Optional[str]) -> Optional[float]:
     return value if isinstance(value, (int, float)) and not math.isnan(value) else None
 
 
-def rank(runs: list, metric: Optional[str]) -> list:
+def rank(runs: list, metric: str | None) -> list:
     """Best first; runs without a value last, in their original order."""
     name = metric or next((r.summary["optimized_metric"] for r in runs if r.summary), "val/acc")
     sign = -1 if higher_is_better(name) else 1
@@ -105,7 +105,7 @@ def short_override(override: str) -> str:
         number = float(value)
     except ValueError:
         return override
-    if not sep or "." not in value and "e" not in value.lower() or math.isnan(number):
+    if not sep or ("." not in value and "e" not in value.lower()) or math.isnan(number):
         return override  # integers and non-numbers as written
     return f"{key}={number:.4g}"
 
@@ -128,24 +128,28 @@ def _number(value, digits: int = 4) -> str:
     return str(value)
 
 
-def markdown_table(runs: list, metric: Optional[str]) -> str:
+def markdown_table(runs: list, metric: str | None) -> str:
     name = metric or next((r.summary["optimized_metric"] for r in runs if r.summary), "optimized")
     shared, own = split_overrides(runs)
     lines = []
     if shared:
         lines += [f"All runs: `{' '.join(shared)}`", ""]
     with_test = name != "test/acc"
-    lines += [f"| rank | run | {name} |{' test/acc |' if with_test else ''} epochs | wall s | overrides |",
-              f"|---:|---|---:|{'---:|' if with_test else ''}---:|---:|---|"]
+    lines += [
+        f"| rank | run | {name} |{' test/acc |' if with_test else ''} epochs | wall s | overrides |",
+        f"|---:|---|---:|{'---:|' if with_test else ''}---:|---:|---|",
+    ]
     for i, run in enumerate(runs, 1):
         summary = run.summary or {}
         value = metric_value(run, metric)
         status = "" if run.summary else " (no summary.json: failed or running)"
         overrides = f"`{' '.join(own[run.name])}`" if own[run.name] else "-"
         test = f" {_number(summary.get('test', {}).get('test/acc'))} |" if with_test else ""
-        lines.append(f"| {i if value is not None else '-'} | {run.name}{status} | {_number(value)} |{test} "
-                     f"{summary.get('epochs', '-')} | {_number(summary.get('wall_seconds'), 1) if summary else '-'} | "
-                     f"{overrides} |")
+        lines.append(
+            f"| {i if value is not None else '-'} | {run.name}{status} | {_number(value)} |{test} "
+            f"{summary.get('epochs', '-')} | {_number(summary.get('wall_seconds'), 1) if summary else '-'} | "
+            f"{overrides} |"
+        )
     return "\n".join(lines)
 
 
@@ -155,7 +159,7 @@ def _label(run: Run, own: dict) -> str:
     return text if len(text) <= 90 else text[:87] + "..."
 
 
-def plot(runs: list, out: Path, metric: Optional[str]) -> None:
+def plot(runs: list, out: Path, metric: str | None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed
@@ -171,8 +175,14 @@ def plot(runs: list, out: Path, metric: Optional[str]) -> None:
         for color, run in enumerate(runs):
             points = sorted(run.epochs.get(curve, {}).items())
             if points:  # the same color for a run in every panel
-                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
-                        color=f"C{color % 10}", label=_label(run, own))
+                ax.plot(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    marker="o",
+                    markersize=3,
+                    color=f"C{color % 10}",
+                    label=_label(run, own),
+                )
         ax.set_title(curve)
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -182,20 +192,30 @@ def plot(runs: list, out: Path, metric: Optional[str]) -> None:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
     if handles and len(runs) <= MAX_LEGEND:
-        figure.legend(handles.values(), handles.keys(), loc="outside lower center",
-                      ncol=min(2, len(handles)), fontsize="small", frameon=False)
+        figure.legend(
+            handles.values(),
+            handles.keys(),
+            loc="outside lower center",
+            ncol=min(2, len(handles)),
+            fontsize="small",
+            frameon=False,
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=120)
     plt.close(figure)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("path", type=Path, help="a run directory or a directory above runs (a sweep)")
     parser.add_argument("--out", type=Path, default=None, help="PNG to write (default: PATH/runs.png)")
-    parser.add_argument("--metric", default=None,
-                        help="rank by this metric (val/acc, val/loss, test/acc, ...); default: each run's optimized_metric")
+    parser.add_argument(
+        "--metric",
+        default=None,
+        help="rank by this metric (val/acc, val/loss, test/acc, ...); default: each run's optimized_metric",
+    )
     args = parser.parse_args(argv)
     if not args.path.is_dir():
         parser.error(f"{args.path}: no such directory")

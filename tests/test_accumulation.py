@@ -1,8 +1,8 @@
 """Gradient accumulation in train.py's loop: k micro-batches make the same update as one big batch."""
+
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 from omegaconf import OmegaConf
 
@@ -11,18 +11,26 @@ from trainkit.data import DataBundle, TensorLoader
 from trainkit.distributed import ProcessInfo
 
 sys.path.insert(0, str(ROOT))
-import train  # noqa: E402
+import train
 
 
 def run_one_epoch(num_samples: int, batch_size: int, accumulate: int) -> tuple[torch.Tensor, int]:
     torch.manual_seed(0)
     images = torch.rand(num_samples, 1, 4, 4, generator=torch.Generator().manual_seed(1))
     labels = torch.randint(0, 3, (num_samples,), generator=torch.Generator().manual_seed(2))
-    cfg = OmegaConf.create({
-        "trainer": {"accumulate_grad_batches": accumulate, "limit_train_batches": None, "max_steps": None,
-                    "grad_clip": None, "log_every_n_steps": 1000, "checkpoint_every_n_steps": None},
-        "precision": {"name": "fp32"},
-    })
+    cfg = OmegaConf.create(
+        {
+            "trainer": {
+                "accumulate_grad_batches": accumulate,
+                "limit_train_batches": None,
+                "max_steps": None,
+                "grad_clip": None,
+                "log_every_n_steps": 1000,
+                "checkpoint_every_n_steps": None,
+            },
+            "precision": {"name": "fp32"},
+        }
+    )
     run = train.Run(cfg, Path("unused"), ProcessInfo(), torch.device("cpu"))
     loader = TensorLoader(images, labels, batch_size, shuffle=True, seed=0)
     run.data = DataBundle(loader, loader, loader, channels=1, image_size=4, num_classes=3, mean=(0.0,), std=(1.0,))

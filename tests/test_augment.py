@@ -17,7 +17,9 @@ def preset(name: str):
 
 def identity_transform(size: int, augmentation=None, channels: int = 1) -> BatchTransform:
     """mean 0, std 1: the output is the [0, 1] image itself, easy to compare."""
-    return BatchTransform(mean=(0.0,) * channels, std=(1.0,) * channels, size=size, augmentation=augmentation, train=True)
+    return BatchTransform(
+        mean=(0.0,) * channels, std=(1.0,) * channels, size=size, augmentation=augmentation, train=True
+    )
 
 
 def asymmetric_images(batch: int, size: int = 8, channels: int = 1) -> torch.Tensor:
@@ -30,7 +32,9 @@ def shifted(image: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
     """`image` [C, H, W] moved down by dy and right by dx, zeros entering."""
     out = torch.zeros_like(image)
     h, w = image.shape[-2:]
-    out[:, max(dy, 0) : h + min(dy, 0), max(dx, 0) : w + min(dx, 0)] = image[:, max(-dy, 0) : h - max(dy, 0), max(-dx, 0) : w - max(dx, 0)]
+    out[:, max(dy, 0) : h + min(dy, 0), max(dx, 0) : w + min(dx, 0)] = image[
+        :, max(-dy, 0) : h - max(dy, 0), max(-dx, 0) : w - max(dx, 0)
+    ]
     return out
 
 
@@ -152,7 +156,9 @@ def test_resize_from_8_to_32():
 
 @pytest.mark.parametrize("name", ["none", "shift", "basic", "strong"])
 def test_every_preset_runs_on_a_cifar_sized_batch(name):
-    transform = BatchTransform(mean=(0.49, 0.48, 0.45), std=(0.25, 0.24, 0.26), size=32, augmentation=preset(name), train=True)
+    transform = BatchTransform(
+        mean=(0.49, 0.48, 0.45), std=(0.25, 0.24, 0.26), size=32, augmentation=preset(name), train=True
+    )
     out = transform(torch.randint(0, 256, (256, 3, 32, 32), dtype=torch.uint8))
     assert out.shape == (256, 3, 32, 32) and out.dtype == torch.float32 and torch.isfinite(out).all()
 
@@ -160,13 +166,21 @@ def test_every_preset_runs_on_a_cifar_sized_batch(name):
 def test_active_ops_reads_missing_null_false_and_zero_as_off():
     # Bad values are the schema's to report (tests/test_config.py); here only what is on.
     assert active_ops(None) == {} and active_ops(preset("none")) == {}
-    off = {"name": "strong", "crop_padding": 0, "horizontal_flip": None, "color_jitter": {"brightness": 0.0, "contrast": None},
-           "affine": {"degrees": 0, "scale": [1, 1]}, "random_order": True}
+    off = {
+        "name": "strong",
+        "crop_padding": 0,
+        "horizontal_flip": None,
+        "color_jitter": {"brightness": 0.0, "contrast": None},
+        "affine": {"degrees": 0, "scale": [1, 1]},
+        "random_order": True,
+    }
     assert active_ops(OmegaConf.create(off)) == {}
     assert active_ops(preset("shift")) == {"crop_padding": 0.125}
     strong = active_ops(preset("strong"))
     assert strong["affine"] == {"degrees": 15.0, "translate": 0.1, "scale": (0.9, 1.1), "shear": 10.0}
-    assert strong["color_jitter"] == {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4} and strong["horizontal_flip"]
+    assert (
+        strong["color_jitter"] == {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4} and strong["horizontal_flip"]
+    )
 
 
 def test_an_all_off_config_leaves_training_batches_unchanged():

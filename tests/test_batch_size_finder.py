@@ -1,4 +1,5 @@
 """Batch-size finder: converges on a simulated memory limit, honours a memory cap, fails clearly."""
+
 import logging
 
 import pytest
@@ -41,10 +42,15 @@ def test_converges_on_the_exact_limit_then_keeps_the_safety_margin(caplog):
     assert "batch size 512: does not fit" in caplog.text and "using 270" in caplog.text
 
 
-@pytest.mark.parametrize("error", [torch.cuda.OutOfMemoryError("CUDA out of memory."),
-                                   RuntimeError("MPS backend out of memory"),
-                                   RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1GB"),
-                                   MemoryCapExceeded("over the cap")])
+@pytest.mark.parametrize(
+    "error",
+    [
+        torch.cuda.OutOfMemoryError("CUDA out of memory."),
+        RuntimeError("MPS backend out of memory"),
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1GB"),
+        MemoryCapExceeded("over the cap"),
+    ],
+)
 def test_every_kind_of_out_of_memory_error_counts_as_not_fitting(error):
     assert is_out_of_memory(error)
     try_step, _ = simulated_limit(100, error)
@@ -78,10 +84,12 @@ def test_result_is_at_least_one():
     try_step, _ = simulated_limit(1)
     assert find_batch_size(try_step, start=1, safety_margin=0.5) == 1
 
+
 # Bad settings (start, max_batch_size, safety_margin) are the schema's to report: tests/test_config.py.
 
 
 # ---- a real step on the CPU, with a memory cap ------------------------------------------------
+
 
 def mlp_probe():
     torch.manual_seed(0)
@@ -108,10 +116,14 @@ def test_cpu_measurement_counts_the_activations_and_grows_with_the_batch():
 def test_stays_under_a_memory_cap():
     _, probe = mlp_probe()
     cap = 1_000_000  # bytes of activations: 3120 per sample -> 320 samples fit
-    result = find_batch_size(probe, start=2, max_batch_size=10_000, safety_margin=1.0, memory_cap_bytes=cap, device="cpu")
+    result = find_batch_size(
+        probe, start=2, max_batch_size=10_000, safety_margin=1.0, memory_cap_bytes=cap, device="cpu"
+    )
     assert result == 320
     assert measured(probe, result) <= cap < measured(probe, result + 1)  # the exact boundary
-    with_margin = find_batch_size(probe, start=2, max_batch_size=10_000, safety_margin=0.9, memory_cap_bytes=cap, device="cpu")
+    with_margin = find_batch_size(
+        probe, start=2, max_batch_size=10_000, safety_margin=0.9, memory_cap_bytes=cap, device="cpu"
+    )
     assert with_margin == int(result * 0.9)
 
 

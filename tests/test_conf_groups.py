@@ -1,4 +1,5 @@
 """Config groups do what they say, whatever else is picked: precedence between the groups."""
+
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra

@@ -1,5 +1,6 @@
 """The schema: every config-only mistake is found in one pass before anything is built, named by
 its key on one line; ignored settings are warned about; cli.one_line makes any config error one line."""
+
 import logging
 import subprocess
 import sys
@@ -11,7 +12,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException, MissingConfigException
 
 from trainkit.cli import one_line
-from trainkit.config import RELATIONS, RULES, ignored_keys, problems, validate
+from trainkit.config import RELATIONS, ignored_keys, problems, validate
+from trainkit.config_rules import RULES
 from trainkit.errors import ConfigError
 from trainkit.schema import find_problems
 
@@ -101,6 +103,7 @@ RULE_CASES = [
     (["data.eval_batch_size=0"], "data.eval_batch_size"),
     (["data.num_workers=-1"], "data.num_workers"),
     (["data.drop_last=maybe"], "data.drop_last"),
+    (["data.shuffle=maybe"], "data.shuffle"),
     (["model=timm", "model.name=3"], "model.name"),
     (["model=timm", "model.pretrained=yes"], "model.pretrained"),
     (["model.pretrained_path=3"], "model.pretrained_path"),
@@ -190,7 +193,10 @@ RELATION_CASES = [
     (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
     (["data=mnist", "data.root=null"], "data.root"),
     (["data=imagefolder", "data.root=null"], "data.root"),
-    (["data=imagefolder", "data.root=/data/images", "data.channels=2", "data.mean=[0.5]", "data.std=[0.25]"], "data.channels"),
+    (
+        ["data=imagefolder", "data.root=/data/images", "data.channels=2", "data.mean=[0.5]", "data.std=[0.25]"],
+        "data.channels",
+    ),
     (["data=synthetic", "data.num_classes=null"], "data.num_classes"),
     (["data.val_fraction=0.5", "data.test_fraction=0.5"], "data.val_fraction"),
     (["model=timm", "model.pretrained=true", "model.pretrained_path=/weights/resnet18.pt"], "model.pretrained_path"),
@@ -207,7 +213,9 @@ RELATION_CASES = [
 ]
 
 
-@pytest.mark.parametrize("overrides, key", RULE_CASES + RELATION_CASES, ids=[" ".join(o) for o, _ in RULE_CASES + RELATION_CASES])
+@pytest.mark.parametrize(
+    "overrides, key", RULE_CASES + RELATION_CASES, ids=[" ".join(o) for o, _ in RULE_CASES + RELATION_CASES]
+)
 def test_every_mistake_is_one_config_error_naming_its_key(compose_config, overrides, key):
     cfg = compose_config(overrides)
     assert list(problems(cfg)) == [key]  # exactly this one: nothing reported twice or as a knock-on
@@ -311,7 +319,9 @@ def test_one_value_for_all_channels_is_accepted(compose_config):
 
 
 def test_a_missing_augmentation_key_or_null_means_off(compose_config):
-    validate(compose_config(["augmentation=strong", "augmentation.affine=null", "augmentation.color_jitter.contrast=null"]))
+    validate(
+        compose_config(["augmentation=strong", "augmentation.affine=null", "augmentation.color_jitter.contrast=null"])
+    )
 
 
 # ---- before anything is built ------------------------------------------------------------------
@@ -319,8 +329,14 @@ def test_a_missing_augmentation_key_or_null_means_off(compose_config):
 
 def test_a_bad_config_fails_before_any_data_model_or_run_directory(tmp_path):
     run_dir = tmp_path / "run"
-    command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", "data=imagefolder",
-               f"data.root={tmp_path / 'nonexistent'}", "optimizer.lr=-1"]
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"hydra.run.dir={run_dir}",
+        "data=imagefolder",
+        f"data.root={tmp_path / 'nonexistent'}",
+        "optimizer.lr=-1",
+    ]
     process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert process.returncode == 1
     errors = [line for line in process.stderr.splitlines() if line.startswith("error:")]
@@ -329,8 +345,10 @@ def test_a_bad_config_fails_before_any_data_model_or_run_directory(tmp_path):
 
 
 def test_importing_the_schema_stays_light():
-    code = ("import sys, trainkit.config; heavy = ('torchvision', 'timm', 'wandb', 'matplotlib'); "
-            "print([m for m in sys.modules if m.split('.')[0] in heavy])")
+    code = (
+        "import sys, trainkit.config; heavy = ('torchvision', 'timm', 'wandb', 'matplotlib'); "
+        "print([m for m in sys.modules if m.split('.')[0] in heavy])"
+    )
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "[]"
 
@@ -359,13 +377,22 @@ def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fr
     assert len(warnings) == 1 and warnings[0].startswith(fragment), warnings
 
 
-@pytest.mark.parametrize("overrides", [[], ["data=mnist"], ["data=imagefolder", "data.root=/data/images"],
-                                       ["data=mnist", "data.download=true"], ["augmentation=strong"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["data=mnist"],
+        ["data=imagefolder", "data.root=/data/images"],
+        ["data=mnist", "data.download=true"],
+        ["augmentation=strong"],
+    ],
+)
 def test_defaults_and_used_settings_warn_about_nothing(compose_config, overrides):
     assert ignored_keys(compose_config(overrides)) == []
 
 
 # ---- cli.one_line -----------------------------------------------------------------------------
+
 
 def test_unknown_group_option_is_one_line_listing_the_options(compose_config):
     with pytest.raises(MissingConfigException) as error:

@@ -1,4 +1,5 @@
 """The config tree: groups first (with the option picked), every key shown, a plain-text copy saved."""
+
 import re
 
 import pytest
@@ -46,7 +47,7 @@ def test_prints_every_group_first_then_the_rest_and_saves_the_same_text(cfg, tmp
     labels = branches(saved)
     assert labels[: len(GROUPS)] == list(GROUPS)  # groups first, in the run's order
     sections = [key for key in cfg if OmegaConf.is_dict(cfg[key]) and key not in GROUPS]
-    assert labels[len(GROUPS):] == [*sections, "top level"]  # then the other sections, plain keys last
+    assert labels[len(GROUPS) :] == [*sections, "top level"]  # then the other sections, plain keys last
     assert "\x1b[" not in saved  # plain text, no colour codes
     for label in labels:
         assert label in printed

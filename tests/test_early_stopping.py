@@ -1,4 +1,5 @@
 """EarlyStopping: which epoch is best, and exactly when training stops improving."""
+
 import math
 
 import pytest
@@ -40,8 +41,8 @@ def test_update_returns_true_only_for_a_new_best():
 def test_min_mode_requires_a_drop_larger_than_min_delta():
     stopper = EarlyStopping("val/loss", mode="min", patience=2, min_delta=0.1)
     assert stopper.update(1.0, 0) is True
-    assert stopper.update(0.95, 1) is False   # better, but by less than min_delta
-    assert stopper.update(0.9, 2) is False    # exactly min_delta is not enough
+    assert stopper.update(0.95, 1) is False  # better, but by less than min_delta
+    assert stopper.update(0.9, 2) is False  # exactly min_delta is not enough
     assert stopper.should_stop
     assert (stopper.best, stopper.best_epoch) == (1.0, 0)
 
@@ -50,14 +51,14 @@ def test_min_mode_counts_a_large_enough_drop_as_improvement():
     stopper = EarlyStopping("val/loss", mode="min", patience=2, min_delta=0.1)
     stopper.update(1.0, 0)
     assert stopper.update(0.85, 1) is True
-    assert stopper.update(2.0, 2) is False   # a rise is never an improvement in min mode
+    assert stopper.update(2.0, 2) is False  # a rise is never an improvement in min mode
     assert (stopper.best, stopper.best_epoch, stopper.epochs_without_improvement) == (0.85, 1, 1)
 
 
 @pytest.mark.parametrize("mode", ["min", "max"])
 def test_nan_never_improves(mode):
     stopper = EarlyStopping("val/loss", mode=mode, patience=2)
-    assert stopper.update(math.nan, 0) is False   # not even as the first value
+    assert stopper.update(math.nan, 0) is False  # not even as the first value
     assert stopper.best is None
     assert stopper.update(1.0, 1) is True
     assert stopper.update(math.nan, 2) is False
@@ -84,7 +85,9 @@ def test_state_dict_round_trip_continues_the_count():
         original.update(value, epoch)
     resumed = EarlyStopping("val/acc", mode="max", patience=3)
     resumed.load_state_dict(original.state_dict())
-    assert resumed.state_dict() == original.state_dict() == {"best": 0.7, "best_epoch": 1, "epochs_without_improvement": 1}
+    assert (
+        resumed.state_dict() == original.state_dict() == {"best": 0.7, "best_epoch": 1, "epochs_without_improvement": 1}
+    )
     for epoch, value in enumerate([0.65, 0.68], start=3):
         resumed.update(value, epoch)
     assert resumed.should_stop  # 1 (before the save) + 2 after it == patience

@@ -1,4 +1,5 @@
 """environment.yml (conda) and pyproject.toml (pip) must describe the same environment."""
+
 import re
 from pathlib import Path
 

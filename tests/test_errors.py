@@ -1,4 +1,5 @@
 """Bad input: one line on stderr naming the key, exit code 1, no stack trace."""
+
 import pytest
 
 

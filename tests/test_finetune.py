@@ -1,5 +1,6 @@
 """Fine-tuning tools: freezing (and frozen BatchNorm), local pretrained weights, a separate head LR,
 the linear LR-scaling rule and warmup from a fraction of the LR."""
+
 import copy
 import logging
 import os
@@ -22,9 +23,13 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 
 def model_config(group: str, channels: int = 1, num_classes: int = 10, **overrides):
     """conf/model/<group>.yaml inside a root config that its interpolations resolve against."""
-    root = OmegaConf.create({"data": {"channels": channels, "num_classes": num_classes},
-                             "regularization": {"dropout": 0.0},
-                             "model": OmegaConf.load(CONF / "model" / f"{group}.yaml")})
+    root = OmegaConf.create(
+        {
+            "data": {"channels": channels, "num_classes": num_classes},
+            "regularization": {"dropout": 0.0},
+            "model": OmegaConf.load(CONF / "model" / f"{group}.yaml"),
+        }
+    )
     for key, value in overrides.items():
         root.model[key] = value
     return root.model
@@ -58,11 +63,16 @@ def train_a_few_steps(model, optimizer, channels=1, steps=3):
 
 # ---- freezing ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("group", ["timm", "cnn"])
 def test_frozen_backbone_is_bit_identical_after_training_and_only_the_head_learns(group):
     torch.manual_seed(0)
-    model, _ = build_model(model_config(group, freeze="backbone", widths=[4, 8, 8]) if group == "cnn"
-                           else model_config(group, freeze="backbone"), image_size=8)
+    model, _ = build_model(
+        model_config(group, freeze="backbone", widths=[4, 8, 8])
+        if group == "cnn"
+        else model_config(group, freeze="backbone"),
+        image_size=8,
+    )
     head = head_parameters(model)
     frozen = {name: p.detach().clone() for name, p in model.named_parameters() if p not in head}
     head_before = {name: p.detach().clone() for name, p in model.named_parameters() if p in head}
@@ -99,7 +109,9 @@ def test_freezing_n_stages_of_a_timm_resnet():
     assert [name for name, _ in stages(model)] == ["conv1", "bn1", "layer1", "layer2", "layer3", "layer4"]
     assert freeze(model, 3) == ["conv1", "bn1", "layer1"]
     assert not any(p.requires_grad for p in model.layer1.parameters())
-    assert all(p.requires_grad for name in ("layer2", "layer3", "layer4", "fc") for p in getattr(model, name).parameters())
+    assert all(
+        p.requires_grad for name in ("layer2", "layer3", "layer4", "fc") for p in getattr(model, name).parameters()
+    )
     assert model.frozen_batchnorm_names == ["bn1", "layer1.0.bn1", "layer1.0.bn2", "layer1.1.bn1", "layer1.1.bn2"]
     model.train()
     apply_frozen_bn_eval(model)
@@ -120,7 +132,9 @@ def test_freeze_specs_null_zero_and_bad_values():
 
 
 def test_vit_parameters_held_by_the_model_itself_freeze_with_the_backbone():
-    model, _ = build_model(model_config("timm", name="vit_tiny_patch16_224", channels=3, freeze="backbone"), image_size=8)
+    model, _ = build_model(
+        model_config("timm", name="vit_tiny_patch16_224", channels=3, freeze="backbone"), image_size=8
+    )
     assert not model.cls_token.requires_grad and not model.pos_embed.requires_grad
     assert {id(p) for p in model.parameters() if p.requires_grad} == {id(p) for p in model.head.parameters()}
     assert [name for name, _ in stages(model)][:2] == ["patch_embed", "blocks"]
@@ -147,6 +161,7 @@ def test_frozen_batchnorm_survives_syncbn_conversion_deepcopy_and_wrapping():
 
 
 # ---- local pretrained weights -----------------------------------------------------------------
+
 
 def saved(model, path, transform=lambda state: state):
     torch.save(transform(model.state_dict()), path)
@@ -241,6 +256,7 @@ def test_weights_of_another_architecture_or_garbage_are_config_errors(tmp_path):
 
 
 # ---- head LR, LR scaling, warmup from a fraction ----------------------------------------------
+
 
 def test_head_lr_scale_makes_four_groups_with_the_right_lrs():
     model = SmallCNN(1, 10, widths=(4, 8, 8))

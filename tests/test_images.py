@@ -1,5 +1,6 @@
 """Image grids: torchvision's make_grid does the tiling, imported only when a grid is made.
 (More grid tests, with W&B logging, are in test_wandb.py.)"""
+
 import subprocess
 import sys
 

@@ -1,4 +1,5 @@
 """metrics.jsonl (always) and the tracker chosen by `logger`."""
+
 import csv
 import json
 import math
@@ -95,5 +96,6 @@ def test_local_loggers_ignore_images_and_summaries_and_have_no_run_id(tmp_path):
     loggers.finish(failed=True)  # again, from a `finally`: harmless
     assert read_jsonl(tmp_path / "metrics.jsonl") == [{"epoch": 0, "step": 1, "val/acc": 0.5}]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.csv", "metrics.jsonl"]
+
 
 # An unknown logger.name or logger.mode is the schema's to report: tests/test_config.py.

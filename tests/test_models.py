@@ -62,7 +62,9 @@ def test_timm_resnet18_on_one_channel_8x8_images():
 def test_timm_unknown_name_suggests_close_names():
     with pytest.raises(ConfigError) as error:
         create_timm_model("resnet_18", in_chans=1, num_classes=10)
-    assert error.value.key == "model.name" and "did you mean" in error.value.message and "resnet18" in error.value.message
+    assert (
+        error.value.key == "model.name" and "did you mean" in error.value.message and "resnet18" in error.value.message
+    )
 
 
 def test_timm_model_without_stochastic_depth_rejects_drop_path_rate():
@@ -101,7 +103,7 @@ def test_input_size_follows_the_model_without_building_it():
     vit = OmegaConf.to_container(model_config("timm", name="vit_tiny_patch16_224"), resolve=True)
     assert resolve_input_size(vit, image_size=8) == 224  # fixed-size ViT: 224 whatever the data
     assert resolve_input_size(vit, image_size=8, input_size=224) == 224
-    with pytest.raises(ConfigError, match="model.input_size"):
+    with pytest.raises(ConfigError, match=r"model\.input_size"):
         resolve_input_size(vit, image_size=8, input_size=32)
     resnet = OmegaConf.to_container(model_config("timm"), resolve=True)
     assert resolve_input_size(resnet, image_size=8) == 8

@@ -1,12 +1,14 @@
 """Weight-decay parameter groups, optimizers built from conf/optimizer, and LR schedules counted in updates."""
+
 import io
+import itertools
 import math
 from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 from omegaconf import OmegaConf
+from torch import nn
 
 from trainkit.models import SmallCNN
 from trainkit.optim import LRSchedule, build_optimizer, build_scheduler, param_groups
@@ -24,10 +26,10 @@ def load_conf(group: str, name: str, **overrides):
 class SmallNet(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = torch.nn.Conv2d(1, 4, 3)                 # weight decayed, bias not
-        self.norm = torch.nn.BatchNorm2d(4)                  # scale and shift not decayed
-        self.frozen = torch.nn.Linear(4, 4)                  # excluded entirely
-        self.head = torch.nn.Linear(4, 2)                    # weight decayed, bias not
+        self.conv = torch.nn.Conv2d(1, 4, 3)  # weight decayed, bias not
+        self.norm = torch.nn.BatchNorm2d(4)  # scale and shift not decayed
+        self.frozen = torch.nn.Linear(4, 4)  # excluded entirely
+        self.head = torch.nn.Linear(4, 2)  # weight decayed, bias not
         self.frozen.requires_grad_(False)
 
 
@@ -36,6 +38,7 @@ def ids(params) -> set[int]:
 
 
 # ---- parameter groups -------------------------------------------------------------------------
+
 
 def test_biases_and_norm_params_go_to_the_no_decay_group():
     model = SmallNet()
@@ -52,7 +55,6 @@ def test_frozen_params_are_left_out_of_both_groups():
     grouped = ids(p for g in groups for p in g["params"])
     assert id(model.frozen.weight) not in grouped and id(model.frozen.bias) not in grouped
     assert grouped == ids(p for p in model.parameters() if p.requires_grad)
-
 
 
 class TokenNet(torch.nn.Module):
@@ -74,8 +76,16 @@ def test_parameters_the_model_names_in_no_weight_decay_are_not_decayed():
     model = TokenNet()
     decay, no_decay = param_groups(model, weight_decay=0.1)
     assert ids(decay["params"]) == ids([model.blocks[0].weight, model.blocks[1].weight, model.head.weight])
-    assert ids(no_decay["params"]) == ids([model.cls_token, model.pos_embed, model.blocks[0].scale,
-                                           model.blocks[0].bias, model.blocks[1].bias, model.head.bias])
+    assert ids(no_decay["params"]) == ids(
+        [
+            model.cls_token,
+            model.pos_embed,
+            model.blocks[0].scale,
+            model.blocks[0].bias,
+            model.blocks[1].bias,
+            model.head.bias,
+        ]
+    )
     compiled = param_groups(torch.compile(model), weight_decay=0.1)  # never run: just wrapped
     assert [ids(g["params"]) for g in compiled] == [ids(decay["params"]), ids(no_decay["params"])]
 
@@ -87,7 +97,9 @@ def test_a_timm_vit_keeps_its_tokens_and_position_embedding_undecayed():
     assert ids([model.cls_token, model.pos_embed]) <= ids(no_decay["params"])
     assert all(p.ndim >= 2 for p in decay["params"]) and id(model.patch_embed.proj.weight) in ids(decay["params"])
 
+
 # ---- optimizers from conf/optimizer -----------------------------------------------------------
+
 
 def test_sgd_config_reaches_the_optimizer():
     model = SmallNet()
@@ -120,7 +132,9 @@ def test_built_optimizer_updates_the_model_own_parameters():
     # The groups pass through hydra.utils.instantiate: the optimizer must hold the model's tensors, not copies.
     model = SmallNet()
     optimizer = build_optimizer(model, load_conf("optimizer", "sgd"))
-    assert ids(p for g in optimizer.param_groups for p in g["params"]) == ids(p for p in model.parameters() if p.requires_grad)
+    assert ids(p for g in optimizer.param_groups for p in g["params"]) == ids(
+        p for p in model.parameters() if p.requires_grad
+    )
     before = model.head.weight.detach().clone()
     model.head(torch.ones(3, 4)).sum().backward()
     optimizer.step()
@@ -128,6 +142,7 @@ def test_built_optimizer_updates_the_model_own_parameters():
 
 
 # ---- LR schedules -----------------------------------------------------------------------------
+
 
 def test_warmup_is_linear_and_reaches_one_at_the_end_of_warmup():
     schedule = LRSchedule(load_conf("scheduler", "cosine", warmup_epochs=2), updates_per_epoch=5, total_updates=100)
@@ -149,7 +164,7 @@ def test_cosine_decays_to_min_lr_ratio_at_total_updates(min_lr_ratio):
     cfg = load_conf("scheduler", "cosine", warmup_epochs=1, min_lr_ratio=min_lr_ratio)
     schedule = LRSchedule(cfg, updates_per_epoch=10, total_updates=110)
     values = [schedule(u) for u in range(10, 111)]
-    assert all(a >= b for a, b in zip(values, values[1:]))  # monotone after warmup
+    assert all(a >= b for a, b in itertools.pairwise(values))  # monotone after warmup
     assert schedule(60) == pytest.approx(min_lr_ratio + (1 - min_lr_ratio) * 0.5)  # half-way
     assert schedule(110) == pytest.approx(min_lr_ratio)
     assert schedule(500) == pytest.approx(min_lr_ratio)  # clamps past the end
@@ -160,7 +175,7 @@ def test_cosine_restarts_jump_back_to_one_with_growing_cycles():
     assert (cfg.cycle_epochs, cfg.cycle_mult, cfg.warmup_epochs) == (5, 2, 0)
     schedule = LRSchedule(cfg, updates_per_epoch=10, total_updates=1000)
     boundaries = [0, 50, 150, 350]  # cycles of 50, 100, 200 updates
-    for start, end in zip(boundaries, boundaries[1:]):
+    for start, end in itertools.pairwise(boundaries):
         length = end - start
         assert schedule(start) == pytest.approx(1.0)
         assert schedule(start + length // 2) == pytest.approx(0.5)
@@ -180,15 +195,18 @@ def test_step_multiplies_by_gamma_every_step_epochs():
 
 def test_constant_is_flat():
     schedule = LRSchedule(load_conf("scheduler", "constant"), updates_per_epoch=7, total_updates=70)
-    assert {schedule(u) for u in range(0, 200)} == {1.0}
+    assert {schedule(u) for u in range(200)} == {1.0}
 
 
 # ---- the LambdaLR wrapper ---------------------------------------------------------------------
 
+
 def make_optimizer_and_scheduler(scheduler_name="cosine", base_lr=0.5):
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=base_lr)
-    scheduler = build_scheduler(optimizer, load_conf("scheduler", scheduler_name), updates_per_epoch=4, total_updates=40)
+    scheduler = build_scheduler(
+        optimizer, load_conf("scheduler", scheduler_name), updates_per_epoch=4, total_updates=40
+    )
     return model, optimizer, scheduler
 
 

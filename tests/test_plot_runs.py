@@ -1,4 +1,5 @@
 """scripts/plot_runs.py on hand-made run directories: ranking, overrides, failed runs, the PNG."""
+
 import importlib.util
 import json
 
@@ -20,8 +21,17 @@ def make_run(path, overrides, val_acc, val_loss, test_acc=None, summary=True, me
     rows = []
     for epoch, (acc, loss) in enumerate(zip(val_acc, val_loss)):
         rows.append({"epoch": epoch, "step": 10 * epoch + 5, "train/step_loss": 9.9, "lr": 0.1})
-        rows.append({"epoch": epoch, "step": 10 * epoch + 10, "train/loss": loss + 0.1, "train/acc": acc,
-                     "val/loss": loss, "val/acc": acc, "lr": 0.1})
+        rows.append(
+            {
+                "epoch": epoch,
+                "step": 10 * epoch + 10,
+                "train/loss": loss + 0.1,
+                "train/acc": acc,
+                "val/loss": loss,
+                "val/acc": acc,
+                "lr": 0.1,
+            }
+        )
     if summary:
         rows.append({"epoch": len(val_acc) - 1, "step": 10 * len(val_acc), "test/loss": 0.5, "test/acc": test_acc})
     lines = [json.dumps(r) for r in rows] + (['{"epoch": 9, "val/lo'] if not summary else [])  # killed mid-line
@@ -29,10 +39,20 @@ def make_run(path, overrides, val_acc, val_loss, test_acc=None, summary=True, me
     if summary:
         best = max(range(len(val_acc)), key=lambda i: val_acc[i])
         best_metrics = {"epoch": best, "val/acc": val_acc[best], "val/loss": val_loss[best]}
-        (path / "summary.json").write_text(json.dumps({
-            "best": best_metrics, "final": {"val/acc": val_acc[-1]}, "test": {"test/acc": test_acc, "test/loss": 0.5},
-            "optimized_metric": metric, "optimized_value": best_metrics[metric], "epochs": len(val_acc),
-            "wall_seconds": 12.34, "stop_reason": "max_epochs"}))
+        (path / "summary.json").write_text(
+            json.dumps(
+                {
+                    "best": best_metrics,
+                    "final": {"val/acc": val_acc[-1]},
+                    "test": {"test/acc": test_acc, "test/loss": 0.5},
+                    "optimized_metric": metric,
+                    "optimized_value": best_metrics[metric],
+                    "epochs": len(val_acc),
+                    "wall_seconds": 12.34,
+                    "stop_reason": "max_epochs",
+                }
+            )
+        )
 
 
 @pytest.fixture
@@ -46,8 +66,11 @@ def sweep(tmp_path):
 
 
 def table_rows(text):
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines()
-            if line.startswith("|") and not line.startswith("|---") and "rank" not in line]
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("|") and not line.startswith("|---") and "rank" not in line
+    ]
 
 
 def test_ranks_runs_by_the_optimized_metric_and_writes_a_png(sweep, capsys):

@@ -1,5 +1,6 @@
 """RNG snapshots: every stream (Python, NumPy, torch) continues exactly after a restore, through a
 weights_only checkpoint too, and checkpoints written before trainkit.rng existed still load."""
+
 import io
 import random
 
@@ -7,6 +8,7 @@ import numpy as np
 import torch
 
 from trainkit.rng import restore_rng_states, rng_states
+
 
 def draw() -> tuple:
     return (
@@ -57,9 +59,13 @@ def test_the_checkpoint_layout_stays_the_one_old_checkpoints_have():
     put_generators_mid_stream()
     version, words, gauss = random.getstate()
     numpy_state = np.random.get_state()
-    old = {"python": list(words) + [gauss], "python_version": version,
-           "numpy": numpy_state[1].tolist() + list(numpy_state[2:]), "torch": torch.get_rng_state(),
-           "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+    old = {
+        "python": [*words, gauss],
+        "python_version": version,
+        "numpy": numpy_state[1].tolist() + list(numpy_state[2:]),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
     new = rng_states()
     assert new.keys() == old.keys() and torch.equal(new["torch"], old["torch"])
     assert all(new[key] == old[key] for key in ("python", "python_version", "numpy"))

@@ -1,4 +1,5 @@
 """Device choice, seeding and mixed precision."""
+
 import random
 
 import numpy as np
@@ -32,6 +33,7 @@ def test_cuda_without_a_gpu_raises_config_error_naming_device(name):
         pick_device(name)
     assert error.value.key == "device"
     assert name in str(error.value) and "device=cpu" in str(error.value)
+
 
 # A name that is not a device (gpu, cuda:x) is the schema's to report: tests/test_config.py.
 

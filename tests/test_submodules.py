@@ -1,4 +1,5 @@
 """find_modules and replace_module: locate submodules by type, swap one by its dotted name."""
+
 from torch import nn
 
 from trainkit.submodules import find_modules, replace_module

@@ -1,6 +1,7 @@
 """Hydra under torchrun: the ranks agree on one launch time (so one run directory) through
 torchrun's store, and ranks > 0 write none of Hydra's files. End to end: test_distributed.py's
 torchrun tests."""
+
 import datetime
 import os
 import socket
@@ -8,10 +9,23 @@ import socket
 import pytest
 import torch.distributed as dist
 
-from trainkit.torchrun_hydra import LAUNCH_TIME_VARIABLE, agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
+from trainkit.torchrun_hydra import (
+    LAUNCH_TIME_VARIABLE,
+    agree_on_launch_time,
+    hydra_overrides_for_this_rank,
+    launch_time,
+)
 
-TORCHRUN_VARIABLES = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE",
-                      "RANK", "MASTER_ADDR", "MASTER_PORT", LAUNCH_TIME_VARIABLE)
+TORCHRUN_VARIABLES = (
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RESTART_COUNT",
+    "WORLD_SIZE",
+    "RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    LAUNCH_TIME_VARIABLE,
+)
 
 
 @pytest.fixture
@@ -40,8 +54,11 @@ def test_only_rank_0_writes_hydra_files(env):
     env.setenv("RANK", "0")
     assert hydra_overrides_for_this_rank() == []
     env.setenv("RANK", "3")
-    assert hydra_overrides_for_this_rank() == ["hydra.output_subdir=null", "hydra/job_logging=none",
-                                               "hydra/hydra_logging=none"]
+    assert hydra_overrides_for_this_rank() == [
+        "hydra.output_subdir=null",
+        "hydra/job_logging=none",
+        "hydra/hydra_logging=none",
+    ]
 
 
 def test_outside_torchrun_each_process_keeps_its_own_clock(env):
@@ -54,10 +71,16 @@ def test_outside_torchrun_each_process_keeps_its_own_clock(env):
 
 def test_ranks_read_rank_0s_clock_from_the_agent_store(env):
     port = free_port()
-    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=10))  # what torchrun's agent holds
-    for name, value in (("TORCHELASTIC_RUN_ID", "x"), ("TORCHELASTIC_USE_AGENT_STORE", "True"), ("WORLD_SIZE", "2"),
-                        ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port))):
+    store = dist.TCPStore(
+        "127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=10)
+    )  # what torchrun's agent holds
+    for name, value in (
+        ("TORCHELASTIC_RUN_ID", "x"),
+        ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", str(port)),
+    ):
         env.setenv(name, value)
     env.setenv("RANK", "0")
     agree_on_launch_time()

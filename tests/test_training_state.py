@@ -1,5 +1,6 @@
 """preserved_training_state: after any number of real steps, and after an error inside, the model,
 its gradients and modes, the optimizer, scheduler and GradScaler, and every RNG are as before."""
+
 import random
 
 import numpy as np
@@ -29,17 +30,16 @@ def test_everything_is_put_back_even_after_an_error():
     expected = (random.random(), np.random.rand(), torch.rand(1))
     random.seed(1), np.random.seed(1), torch.manual_seed(1)
 
-    with pytest.raises(RuntimeError, match="boom"):
-        with preserved_training_state(model, optimizer, scheduler, scaler):
-            model.train()
-            for _ in range(3):
-                optimizer.zero_grad()
-                model(torch.randn(16, 4)).sum().backward()
-                optimizer.step()
-                scheduler.step()
-            scaler.update(1.0)
-            random.random(), np.random.rand()
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), preserved_training_state(model, optimizer, scheduler, scaler):
+        model.train()
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(16, 4)).sum().backward()
+            optimizer.step()
+            scheduler.step()
+        scaler.update(1.0)
+        random.random(), np.random.rand()
+        raise RuntimeError("boom")
 
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())  # BatchNorm statistics too
     assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))

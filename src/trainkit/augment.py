@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,9 @@ class BatchTransform(nn.Module):
     `.train()` / `.eval()` switch it like any module. `channels_last=True` returns NHWC batches
     for a model converted to channels_last.
     """
+
+    mean: Tensor  # buffers, registered in __init__
+    std: Tensor
 
     def __init__(
         self,
@@ -71,7 +75,9 @@ class BatchTransform(nn.Module):
         x = images.float() / 255 if images.dtype == torch.uint8 else images.float()
         if x.shape[-2:] != (self.size, self.size):
             downscaling = x.shape[-2] > self.size or x.shape[-1] > self.size
-            x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False, antialias=downscaling)
+            x = F.interpolate(
+                x, size=(self.size, self.size), mode="bilinear", align_corners=False, antialias=downscaling
+            )
         if self.training:
             x = self.augment(x)
         x = (x - self.mean.to(x.device)) / self.std.to(x.device)
@@ -197,7 +203,7 @@ def apply_affine(x: Tensor, theta: Tensor | None) -> Tensor:
 # ---- reading the (already checked) augmentation config ---------------------------------------
 
 
-def active_ops(augmentation: Mapping | None) -> dict:
+def active_ops(augmentation: Mapping | None) -> dict[str, Any]:
     """The ops an augmentation config switches on, as plain values: {op: its options}.
 
     A key that is missing, null, false or zero is off, and so is an affine whose only setting is
@@ -205,7 +211,7 @@ def active_ops(augmentation: Mapping | None) -> dict:
     is built.
     """
     options = dict(augmentation or {})
-    ops = {}
+    ops: dict[str, Any] = {}
     if options.get("crop_padding"):
         ops["crop_padding"] = float(options["crop_padding"])
     if options.get("horizontal_flip"):
@@ -213,8 +219,11 @@ def active_ops(augmentation: Mapping | None) -> dict:
     jitter = {key: float(value) for key, value in dict(options.get("color_jitter") or {}).items() if value}
     if jitter:
         ops["color_jitter"] = jitter
-    affine = {key: tuple(float(v) for v in value) if key == "scale" else float(value)
-              for key, value in dict(options.get("affine") or {}).items() if value}
+    affine = {
+        key: tuple(float(v) for v in value) if key == "scale" else float(value)
+        for key, value in dict(options.get("affine") or {}).items()
+        if value
+    }
     if affine.get("scale") == (1.0, 1.0):
         del affine["scale"]
     if affine:

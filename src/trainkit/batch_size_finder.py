@@ -21,15 +21,17 @@ Not in the probe's peak: optimizer state (built later, e.g. 2 x parameters for A
 gradient buckets (about 1 x parameters); the safety margin is there for them and for memory
 fragmentation over a long run.
 """
+
 from __future__ import annotations
 
 import gc
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
+from omegaconf import DictConfig
 from torch import nn
 
 from trainkit.distributed import min_across_ranks
@@ -65,7 +67,7 @@ class _Measurement:
 
 
 @contextmanager
-def measure_step_memory(device: torch.device | str | None):
+def measure_step_memory(device: torch.device | str | None) -> Iterator[_Measurement]:
     """Measure the memory of the code inside (see the module docstring): `.peak_bytes` afterwards."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     measurement = _Measurement()
@@ -110,8 +112,9 @@ def find_batch_size(
     leave the model as it found it. Search: start, 2 x start, 4 x start, ... until a step does
     not fit or max_batch_size is reached (max_batch_size itself is tried last); then a binary
     search between the last size that fit and the first that did not, to the exact boundary.
-    Memory is freed after each try that did not fit (see free_memory). A start that already does not fit is a ConfigError.
-    The settings themselves (1 <= start <= max_batch_size, 0 < safety_margin <= 1) are checked by trainkit.config.
+    Memory is freed after each try that did not fit (see free_memory). A start that already does
+    not fit is a ConfigError. The settings themselves (1 <= start <= max_batch_size,
+    0 < safety_margin <= 1) are checked by trainkit.config.
     """
 
     def fits(batch_size: int) -> bool:
@@ -119,9 +122,10 @@ def find_batch_size(
         try:
             with measure_step_memory(device) as measurement:
                 try_step(batch_size)
+            assert measurement.peak_bytes is not None  # set as the with block ends
             if memory_cap_bytes is not None and measurement.peak_bytes > memory_cap_bytes:
                 reason = f"{_gib(measurement.peak_bytes)} measured, above the cap of {_gib(memory_cap_bytes)}"
-        except Exception as error:  # noqa: BLE001 - only out-of-memory errors are expected here
+        except Exception as error:  # only out-of-memory errors are expected here; the rest re-raise
             if not is_out_of_memory(error):
                 raise
             reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
@@ -136,9 +140,12 @@ def find_batch_size(
         return reason is None
 
     if not fits(start):
-        raise ConfigError("batch_size_finder.start", f"batch size {start} already does not fit in memory; lower "
-                                                     "batch_size_finder.start (1 is the least), raise the memory cap, or "
-                                                     "make the step smaller (model.input_size, precision=bf16, a smaller model)")
+        raise ConfigError(
+            "batch_size_finder.start",
+            f"batch size {start} already does not fit in memory; lower "
+            "batch_size_finder.start (1 is the least), raise the memory cap, or "
+            "make the step smaller (model.input_size, precision=bf16, a smaller model)",
+        )
     good, bad = start, None
     while good < max_batch_size:
         candidate = min(good * 2, max_batch_size)
@@ -154,8 +161,10 @@ def find_batch_size(
         else:
             bad = middle
     result = max(1, math.floor(good * safety_margin))
-    log.info(f"largest batch size that fits: {good}{' (the maximum searched)' if bad is None else ''}; "
-             f"using {result} (x{safety_margin} safety margin)")
+    log.info(
+        f"largest batch size that fits: {good}{' (the maximum searched)' if bad is None else ''}; "
+        f"using {result} (x{safety_margin} safety margin)"
+    )
     return result
 
 
@@ -208,16 +217,30 @@ def _gib(size: int | None) -> str:
     return "n/a" if size is None else f"{size / 2**30:.2f} GiB"
 
 
-def find_batch_size_for_run(cfg, model: nn.Module, loss_fn, loader, transform, precision: str,
-                            device: torch.device) -> int:
+def find_batch_size_for_run(
+    cfg: DictConfig,
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    transform: Callable[[torch.Tensor], torch.Tensor] | None,
+    precision: str,
+    device: torch.device,
+) -> int:
     """`batch_size_finder.*` (cfg) applied to train.py's model and data: the per-process batch
     size to use, the same on every rank (the smallest any rank found)."""
     from trainkit.finetune import apply_frozen_bn_eval
 
     images, labels = next(iter(loader))
-    probe = training_step_probe(model, loss_fn, images.to(device), labels.to(device), transform, precision,
-                                after_train=apply_frozen_bn_eval)
+    probe = training_step_probe(
+        model, loss_fn, images.to(device), labels.to(device), transform, precision, after_train=apply_frozen_bn_eval
+    )
     cap = None if cfg.memory_cap_gb is None else int(cfg.memory_cap_gb * 2**30)
-    found = find_batch_size(probe, start=cfg.start, max_batch_size=cfg.max_batch_size, safety_margin=cfg.safety_margin,
-                            memory_cap_bytes=cap, device=device)
+    found = find_batch_size(
+        probe,
+        start=cfg.start,
+        max_batch_size=cfg.max_batch_size,
+        safety_margin=cfg.safety_margin,
+        memory_cap_bytes=cap,
+        device=device,
+    )
     return min_across_ranks(found, device)  # each rank searched on its own device

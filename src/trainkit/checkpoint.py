@@ -1,8 +1,10 @@
 """Atomic, self-contained checkpoints that load with torch.load(weights_only=True), and the bare
 model inside DDP / torch.compile whose state dict they hold. RNG snapshots: trainkit.rng."""
+
 import os
 import shutil
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 
@@ -12,7 +14,7 @@ def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
     carry no `module.` or `_orig_mod.` prefixes and load into a plain model."""
     while True:
         if hasattr(model, "_orig_mod"):
-            model = model._orig_mod
+            model = cast(torch.nn.Module, model._orig_mod)
         elif isinstance(model, torch.nn.parallel.DistributedDataParallel):
             model = model.module
         else:
@@ -38,22 +40,29 @@ def load_checkpoint(path: str | Path, device: torch.device) -> dict:
     return torch.load(path, map_location=device, weights_only=True)
 
 
-def training_state(run, batches_done: int, rng: list) -> dict:
+def training_state(run: Any, batches_done: int, rng: list) -> dict[str, Any]:
     """Everything a resume needs from train.py's `Run`, as plain containers. `batches_done` > 0
     marks a checkpoint from inside `run.epoch` (a resume finishes that epoch first); `rng` holds
     every rank's RNG streams, in rank order."""
-    from omegaconf import OmegaConf
+    from trainkit.schema import to_dict
 
     return {
-        "model": unwrap_model(run.model).state_dict(), "optimizer": run.optimizer.state_dict(),
-        "scheduler": run.scheduler.state_dict(), "scaler": run.scaler.state_dict(),
-        "early_stopping": run.early_stopping.state_dict(), "best_metrics": run.best_metrics,
-        "epoch": run.epoch, "step": run.step, "batches_done": batches_done, "rng": rng,
-        "config": OmegaConf.to_container(run.cfg, resolve=True), "wandb_run_id": run.loggers.run_id,
+        "model": unwrap_model(run.model).state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "scaler": run.scaler.state_dict(),
+        "early_stopping": run.early_stopping.state_dict(),
+        "best_metrics": run.best_metrics,
+        "epoch": run.epoch,
+        "step": run.step,
+        "batches_done": batches_done,
+        "rng": rng,
+        "config": to_dict(run.cfg),
+        "wandb_run_id": run.loggers.run_id,
     }
 
 
-def restore_training_state(run, state: dict) -> None:
+def restore_training_state(run: Any, state: dict) -> None:
     """Put a `training_state` back into train.py's `Run`: weights, optimizer, schedule, scaler,
     early stopping, the position (the next epoch, or the rest of an unfinished one), the W&B run
     id, and this rank's RNG streams (fresh, still distinct ones when the number of ranks changed)."""

@@ -4,30 +4,33 @@ Before Hydra composes: register the config's resolvers and, under torchrun, let 
 on one run directory. After: report bad input as one line instead of a stack trace (set
 HYDRA_FULL_ERROR=1 to see the trace; unexpected errors, i.e. bugs, always keep theirs).
 """
+
 import difflib
 import functools
 import os
 import re
 import sys
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import OmegaConf
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from trainkit.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError, caused_by_config_error, causes
+from trainkit.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 
 
-def _flatten(text: str) -> str:
+def _flatten(text: object) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     return re.sub(r"\s+", " ", " ".join(lines))
 
 
 def _unknown_key(error: OmegaConfBaseException) -> str:
-    full_key, key = error.full_key, str(error.key)
-    known = [str(k) for k in error.parent_node.keys()] if error.parent_node is not None else []
+    full_key, key = str(error.full_key), str(error.key)
+    # parent_node is an OmegaConf node, not a dict: keys() says what is listed.
+    known = [str(k) for k in error.parent_node.keys()] if error.parent_node is not None else []  # noqa: SIM118
     close = difflib.get_close_matches(key, known, n=1)
     prefix = full_key[: -len(key)] if full_key.endswith(key) else ""
     hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
@@ -59,7 +62,7 @@ def report_config_errors(task: Callable) -> Callable:
     values are the same for every job."""
 
     @functools.wraps(task)
-    def wrapper(cfg):
+    def wrapper(cfg: DictConfig) -> Any:
         try:
             return task(cfg)
         except Exception as error:  # a ConfigError, or one wrapped by hydra.utils.instantiate
@@ -90,6 +93,8 @@ def run(hydra_main: Callable[[], object]) -> None:
         if wants_trace:
             raise
         rank, failure = error.get_first_failure()
-        print(f"error: DDP worker rank {rank} failed with exit code {failure.exitcode}; its error is printed above",
-              file=sys.stderr)
+        print(
+            f"error: DDP worker rank {rank} failed with exit code {failure.exitcode}; its error is printed above",
+            file=sys.stderr,
+        )
         sys.exit(1)

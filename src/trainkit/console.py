@@ -3,15 +3,28 @@
 The config groups (data, model, optimizer, ...) come first, each labelled with the option that
 was picked, then the plain keys. `rich` is imported only when printing.
 """
+
 from pathlib import Path
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 # The contract's groups, in the order a run flows; used when Hydra's choices are not at hand.
-GROUPS = ("data", "model", "optimizer", "scheduler", "precision", "distributed", "regularization",
-          "augmentation", "logger")
+GROUPS = (
+    "data",
+    "model",
+    "optimizer",
+    "scheduler",
+    "precision",
+    "distributed",
+    "regularization",
+    "augmentation",
+    "logger",
+)
 FILENAME = "config_tree.txt"
+
+if TYPE_CHECKING:
+    from rich.tree import Tree
 
 
 def _choices(cfg: DictConfig) -> tuple:
@@ -29,14 +42,14 @@ def _choices(cfg: DictConfig) -> tuple:
     return {group: None for group in GROUPS if group in cfg}, {}
 
 
-def _yaml(node, resolve: bool) -> str:
+def _yaml(node: Any, resolve: bool) -> str:
     try:
         return OmegaConf.to_yaml(node, resolve=resolve).rstrip()
     except Exception:  # an interpolation that cannot resolve yet: show it as written
         return OmegaConf.to_yaml(node, resolve=False).rstrip()
 
 
-def build_tree(cfg: DictConfig, resolve: bool = True):
+def build_tree(cfg: DictConfig, resolve: bool = True) -> "Tree":
     """A rich Tree: one branch a config group (label `group: option`), then the other sections,
     then the top-level scalar keys in one last branch."""
     from rich.syntax import Syntax
@@ -46,7 +59,7 @@ def build_tree(cfg: DictConfig, resolve: bool = True):
     title = "config" + "".join(f"  [bold]{g}[/bold]=[cyan]{o}[/cyan]" for g, o in overlays.items())
     tree = Tree(title, guide_style="dim")
     sections = [key for key in cfg if OmegaConf.is_dict(cfg._get_node(key)) and key not in choices]  # a list is a value
-    scalars = [key for key in cfg if key not in choices and key not in sections]
+    scalars = [str(key) for key in cfg if key not in choices and key not in sections]
     for key in [*choices, *sections]:
         option = choices.get(key)
         label = f"[bold]{key}[/bold]" + (f": [cyan]{option}[/cyan]" if option else "")
@@ -57,7 +70,8 @@ def build_tree(cfg: DictConfig, resolve: bool = True):
     if scalars:
         rest = OmegaConf.masked_copy(cfg, scalars)
         tree.add("[bold]top level[/bold]").add(
-            Syntax(_yaml(rest, resolve), "yaml", theme="ansi_dark", background_color="default"))
+            Syntax(_yaml(rest, resolve), "yaml", theme="ansi_dark", background_color="default")
+        )
     return tree
 
 
@@ -71,7 +85,7 @@ def _multirun_job() -> tuple[int, list[str]] | None:
     return HydraConfig.get().job.num, list(HydraConfig.get().overrides.task)
 
 
-def print_config(cfg: DictConfig, path: Optional[Union[str, Path]] = None, resolve: bool = True) -> None:
+def print_config(cfg: DictConfig, path: str | Path | None = None, resolve: bool = True) -> None:
     """Print the config tree (rank 0 only) and, with `path`, save it as plain text: `path` is a run
     directory (the file is `config_tree.txt` in it) or a file name ending in `.txt`.
 

@@ -7,15 +7,18 @@ Three ways to get several processes, one code path once they run:
 - SLURM starts them, one task per GPU (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, the node list).
 Every helper here also works in a plain single process (world size 1, no process group).
 """
+
 import contextlib
 import datetime
 import os
 import re
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
 
 @dataclass(frozen=True)
 class ProcessInfo:
@@ -35,13 +38,15 @@ def process_info() -> ProcessInfo:
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
         world_size = int(env["WORLD_SIZE"])
-        return ProcessInfo(int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), world_size,
-                           int(env.get("LOCAL_WORLD_SIZE", world_size)))
+        return ProcessInfo(
+            int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), world_size, int(env.get("LOCAL_WORLD_SIZE", world_size))
+        )
     if int(env.get("SLURM_NTASKS", 1)) > 1:
         world_size = int(env["SLURM_NTASKS"])
         tasks_here = env.get("SLURM_NTASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", str(world_size)))
-        return ProcessInfo(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), world_size,
-                           int(re.match(r"\d+", tasks_here).group()))
+        count = re.match(r"\d+", tasks_here)  # SLURM writes e.g. 4, or 2(x3): 2 tasks on each of 3 nodes
+        assert count is not None, f"unexpected SLURM tasks per node: {tasks_here!r}"
+        return ProcessInfo(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), world_size, int(count.group()))
     return ProcessInfo()
 
 
@@ -57,6 +62,7 @@ def first_slurm_host(nodelist: str) -> str:
         return hosts.stdout.split()[0]
     except (OSError, subprocess.CalledProcessError, IndexError):
         match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
+        assert match is not None, f"unexpected SLURM node list: {nodelist!r}"  # it starts with a host name
         prefix, ranges = match.group(1), match.group(2)
         return prefix + ranges.split(",")[0].split("-")[0] if ranges else prefix
 
@@ -81,9 +87,14 @@ def init_process_group(proc: ProcessInfo, device: torch.device, backend: str, ti
         torch.cuda.set_device(device)  # before the group, so NCCL binds this rank to its own GPU
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method="env://", rank=proc.rank, world_size=proc.world_size,
-                            timeout=datetime.timedelta(seconds=timeout_seconds),
-                            device_id=device if device.type == "cuda" else None)
+    dist.init_process_group(
+        backend,
+        init_method="env://",
+        rank=proc.rank,
+        world_size=proc.world_size,
+        timeout=datetime.timedelta(seconds=timeout_seconds),
+        device_id=device if device.type == "cuda" else None,
+    )
 
 
 def destroy_process_group() -> None:
@@ -140,11 +151,12 @@ def average_batchnorm_statistics(model: torch.nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.track_running_stats:
             for buffer in (module.running_mean, module.running_var):
+                assert buffer is not None  # track_running_stats: the buffers exist
                 dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
                 buffer /= dist.get_world_size()
 
 
-def gradient_sync(model: torch.nn.Module, enabled: bool):
+def gradient_sync(model: torch.nn.Module, enabled: bool) -> contextlib.AbstractContextManager[Any]:
     """DDP's `no_sync()` for micro-steps that do not update: gradients accumulate locally and are
     all-reduced once, on the last micro-step of the group."""
     if enabled or not isinstance(model, torch.nn.parallel.DistributedDataParallel):
@@ -152,7 +164,7 @@ def gradient_sync(model: torch.nn.Module, enabled: bool):
     return model.no_sync()
 
 
-def gather_objects(obj) -> list:
+def gather_objects(obj: Any) -> list[Any]:
     """Every rank's `obj`, in rank order, on every rank ([obj] in a single process)."""
     if not is_distributed():
         return [obj]

@@ -8,10 +8,18 @@ class EarlyStopping:
     `enabled` is false; then it just never asks to stop.
     """
 
-    def __init__(self, monitor: str, mode: str = "max", patience: int = 10, min_delta: float = 0.0, enabled: bool = True):
+    def __init__(
+        self, monitor: str, mode: str = "max", patience: int = 10, min_delta: float = 0.0, enabled: bool = True
+    ):
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
-        self.monitor, self.mode, self.patience, self.min_delta, self.enabled = monitor, mode, patience, min_delta, enabled
+        self.monitor, self.mode, self.patience, self.min_delta, self.enabled = (
+            monitor,
+            mode,
+            patience,
+            min_delta,
+            enabled,
+        )
         self.best: float | None = None
         self.best_epoch: int | None = None
         self.epochs_without_improvement = 0
@@ -37,7 +45,11 @@ class EarlyStopping:
         return self.enabled and self.epochs_without_improvement >= self.patience
 
     def state_dict(self) -> dict:
-        return {"best": self.best, "best_epoch": self.best_epoch, "epochs_without_improvement": self.epochs_without_improvement}
+        return {
+            "best": self.best,
+            "best_epoch": self.best_epoch,
+            "epochs_without_improvement": self.epochs_without_improvement,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.best, self.best_epoch = state["best"], state["best_epoch"]

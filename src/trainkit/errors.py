@@ -1,5 +1,7 @@
 """The one error type for bad user input: it names the config key and says how to fix it."""
 
+from collections.abc import Iterator
+
 
 class ConfigError(ValueError):
     """A bad config value or a missing input file, reported to the user as one line.
@@ -14,7 +16,7 @@ class ConfigError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
-def causes(error: BaseException):
+def causes(error: BaseException | None) -> Iterator[BaseException]:
     """`error`, then what it was raised from, and so on down the chain."""
     while error is not None:
         yield error

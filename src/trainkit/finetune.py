@@ -5,11 +5,13 @@ build_model (trainkit.models) applies `model.pretrained_path` and `model.freeze`
 (`optimizer.head_lr_scale`); call `apply_frozen_bn_eval(model)` after every `model.train()` so
 BatchNorm inside frozen layers keeps its statistics.
 """
+
 from __future__ import annotations
 
 import logging
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -29,7 +31,8 @@ def head_parameters(model: nn.Module) -> set[nn.Parameter]:
     """
     model = unwrap_model(model)
     if hasattr(model, "get_classifier"):
-        head = model.get_classifier()
+        # nn.Module's stubs type any other attribute as Tensor | Module (its __getattr__); this is timm's method.
+        head = model.get_classifier()  # type: ignore[operator]
     elif isinstance(getattr(model, "head", None), nn.Module):
         head = model.head
     else:
@@ -83,6 +86,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
             "torch.save(timm.create_model(name, pretrained=True).state_dict(), path)) and point "
             "model.pretrained_path at it",
         )
+    state: Any  # what the file holds: checked below
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -102,7 +106,9 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
             state = state[key]
             break
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ConfigError("model.pretrained_path", f"'{path}' does not hold a state dict (a mapping of names to tensors)")
+        raise ConfigError(
+            "model.pretrained_path", f"'{path}' does not hold a state dict (a mapping of names to tensors)"
+        )
     return {_strip_prefixes(key): value for key, value in state.items()}
 
 
@@ -135,21 +141,32 @@ def load_pretrained(model: nn.Module, path: str | Path) -> None:
         else:
             mismatched.append(f"{key}: file {tuple(value.shape)} vs model {tuple(target)}")
     if mismatched:
-        raise ConfigError("model.pretrained_path", f"{len(mismatched)} tensors in '{path}' have other shapes than the model's "
-                                                   f"(e.g. {mismatched[0]}); the file holds weights for another architecture")
+        raise ConfigError(
+            "model.pretrained_path",
+            f"{len(mismatched)} tensors in '{path}' have other shapes than the model's "
+            f"(e.g. {mismatched[0]}); the file holds weights for another architecture",
+        )
     if not set(state) & set(own):
-        raise ConfigError("model.pretrained_path", f"no tensor name in '{path}' matches the model "
-                                                   f"(file: {next(iter(state), 'empty')}, model: {next(iter(own))}); "
-                                                   "the file holds weights for another model")
+        raise ConfigError(
+            "model.pretrained_path",
+            f"no tensor name in '{path}' matches the model "
+            f"(file: {next(iter(state), 'empty')}, model: {next(iter(own))}); "
+            "the file holds weights for another model",
+        )
     if dropped:
-        log.info(f"pretrained: dropped the classifier head (another number of classes), it starts fresh: {', '.join(dropped)}")
+        log.info(
+            "pretrained: dropped the classifier head (another number of classes), "
+            f"it starts fresh: {', '.join(dropped)}"
+        )
     result = model.load_state_dict(state, strict=False)
 
     def listed(keys: list[str]) -> str:
         return f"{len(keys)}" + (f" ({', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''})" if keys else "")
 
-    log.info(f"pretrained: loaded {len(set(state) & set(own))} tensors from {path}; "
-             f"missing {listed(result.missing_keys)}, unexpected {listed(result.unexpected_keys)}")
+    log.info(
+        f"pretrained: loaded {len(set(state) & set(own))} tensors from {path}; "
+        f"missing {listed(result.missing_keys)}, unexpected {listed(result.unexpected_keys)}"
+    )
 
 
 def stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -197,15 +214,21 @@ def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> 
     head = {id(p) for p in head_parameters(model)}
     if spec == "backbone":
         if not head:
-            raise ConfigError("model.freeze", f"found no classifier head in {type(model).__name__} to keep training; "
-                                              "use model.freeze=N (stages) or null")
+            raise ConfigError(
+                "model.freeze",
+                f"found no classifier head in {type(model).__name__} to keep training; "
+                "use model.freeze=N (stages) or null",
+            )
         frozen = [p for p in model.parameters() if id(p) not in head]
     elif isinstance(spec, int) and not isinstance(spec, bool) and spec > 0:
         found = stages(model)
         if spec > len(found):
-            raise ConfigError("model.freeze", f"{type(model).__name__} has {len(found)} stages before its head "
-                                              f"({', '.join(n for n, _ in found) or 'none'}); use at most {len(found)}, "
-                                              "'backbone' or null")
+            raise ConfigError(
+                "model.freeze",
+                f"{type(model).__name__} has {len(found)} stages before its head "
+                f"({', '.join(n for n, _ in found) or 'none'}); use at most {len(found)}, "
+                "'backbone' or null",
+            )
         frozen = list(model.parameters(recurse=False))
         for _, child in found[:spec]:
             frozen += list(child.parameters())
@@ -216,12 +239,18 @@ def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> 
     names = _frozen_module_names(model)
     if freeze_bn:
         inside = lambda name: any(r == "" or name == r or name.startswith(r + ".") for r in names)  # noqa: E731
-        model.frozen_batchnorm_names = [name for name, module in model.named_modules()
-                                        if isinstance(module, nn.modules.batchnorm._BatchNorm) and inside(name)]
+        # nn.Module's __setattr__ stub takes Tensor | Module only; any value works (apply_frozen_bn_eval reads it).
+        model.frozen_batchnorm_names = [  # type: ignore[assignment]
+            name
+            for name, module in model.named_modules()
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and inside(name)
+        ]
     total = sum(p.numel() for p in model.parameters())
     count = sum(p.numel() for p in model.parameters() if not p.requires_grad)
-    log.info(f"froze {count:,} of {total:,} parameters ({spec}): {', '.join(n or '(whole model)' for n in names)}"
-             f"{'; their BatchNorm statistics too' if freeze_bn else ''}")
+    log.info(
+        f"froze {count:,} of {total:,} parameters ({spec}): {', '.join(n or '(whole model)' for n in names)}"
+        f"{'; their BatchNorm statistics too' if freeze_bn else ''}"
+    )
     return names
 
 

@@ -6,19 +6,27 @@ torchvision's `make_grid`, imported inside `image_grid`: importing torchvision c
 top of torch, and grids are made only when a tracker logs images (`logger.log_images`), so a run
 without them never pays it.
 """
+
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 
-def image_grid(images: Tensor, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-               columns: int = 8, border: int = 1, border_value: int = 128) -> np.ndarray:
+def image_grid(
+    images: Tensor,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    columns: int = 8,
+    border: int = 1,
+    border_value: int = 128,
+) -> np.ndarray:
     """Normalized float images [B, C, H, W] (C = 1 or 3, any device) -> uint8 RGB grid [H', W', 3].
 
     Each image is un-normalized (`x * std + mean`, one value per channel or one for all),
@@ -51,8 +59,15 @@ def save_png(array: np.ndarray, path: str | Path) -> Path:
     return path
 
 
-def augmented_samples(loader, transform, mean, std, device: torch.device, count: int = 32,
-                      min_side: int = 32) -> np.ndarray:
+def augmented_samples(
+    loader: Iterable[Any],
+    transform: Callable[[Tensor], Tensor],
+    mean: Sequence[float],
+    std: Sequence[float],
+    device: torch.device,
+    count: int = 32,
+    min_side: int = 32,
+) -> np.ndarray:
     """A grid of the first training batch exactly as the model sees it after augmentation.
 
     The random draws happen in a forked RNG, so showing the samples does not change training.

@@ -4,8 +4,10 @@ train.py calls `quiet_known_noise()` once at import. Each filter matches one mes
 nothing a user can act on (a plugin announcing its arguments), so every other line, every
 warning and every error still shows. Add an entry only with a comment saying where it comes from.
 """
+
 import logging
 import re
+
 
 class _DropMessages(logging.Filter):
     def __init__(self, pattern: str):

@@ -5,19 +5,22 @@ the engine behind torchrun, so a Hydra multirun can start one process group per 
 workers receive the already composed config and run directory: Hydra runs once, in the parent.
 Under torchrun or SLURM the processes exist already, and each one trains in place.
 """
+
 import importlib.util
 import logging
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.distributed import ProcessInfo, launched_externally, process_info
 from trainkit.errors import ConfigError
+from trainkit.schema import to_dict
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[Dic
     nproc = processes_per_node(cfg.distributed)
     log.info(f"launching {nproc} DDP processes -> {run_dir}")
     script, function = train_process.__code__.co_filename, train_process.__name__
-    return launch_local_workers(nproc, script, function, OmegaConf.to_container(cfg, resolve=True), str(run_dir))[0]
+    return launch_local_workers(nproc, script, function, to_dict(cfg), str(run_dir))[0]
 
 
 def launch_local_workers(nproc: int, script: str, function: str, config: dict, run_dir: str) -> dict[int, object]:
@@ -46,15 +49,20 @@ def launch_local_workers(nproc: int, script: str, function: str, config: dict, r
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     launch_config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nproc,
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
         run_id=f"trainkit-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0",  # port 0: a free port, as torchrun --standalone
-        max_restarts=0, monitor_interval=0.1, start_method="spawn",
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",  # port 0: a free port, as torchrun --standalone
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
     )
     return elastic_launch(launch_config, _worker)(script, function, config, run_dir)
 
 
-def _worker(script: str, function: str, config: dict, run_dir: str):
+def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
     """Entry point of each worker process: log like the Hydra parent, share the CPU cores, call
     the script's function. It lives here, not in the script, so it pickles by reference whatever
     launched the parent (plain python, a Hydra launcher, joblib's workers)."""
@@ -73,6 +81,7 @@ def _load(script: str, function: str) -> Callable:
     """`function` of the script at path `script`, imported under a name of its own (the parent's
     script ran as `__main__`, which a spawned process cannot import)."""
     spec = importlib.util.spec_from_file_location(f"trainkit_worker_{Path(script).stem}", script)
+    assert spec is not None and spec.loader is not None  # a .py path always has a source loader
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(Path(script).parent))
     spec.loader.exec_module(module)
@@ -96,15 +105,23 @@ def processes_per_node(cfg: DictConfig) -> int:
         return cfg.nproc_per_node
     if torch.cuda.is_available():
         return torch.cuda.device_count()
-    raise ConfigError("distributed.nproc_per_node", "is null (one process per GPU) but no GPU is visible; "
-                      "set distributed.nproc_per_node=N to run N CPU processes with gloo")
+    raise ConfigError(
+        "distributed.nproc_per_node",
+        "is null (one process per GPU) but no GPU is visible; "
+        "set distributed.nproc_per_node=N to run N CPU processes with gloo",
+    )
 
 
 def configure_worker_logging(run_dir: Path, proc: ProcessInfo) -> None:
     """Rank 0 logs to the console and the run's train.log, as the Hydra parent does; other ranks
     report warnings and errors only."""
-    handlers = [logging.StreamHandler()]
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
     if proc.is_main:
         handlers.append(logging.FileHandler(run_dir / "train.log"))
-    logging.basicConfig(level=logging.INFO if proc.is_main else logging.WARNING, format=LOG_FORMAT,
-                        datefmt=LOG_DATE_FORMAT, handlers=handlers, force=True)
+    logging.basicConfig(
+        level=logging.INFO if proc.is_main else logging.WARNING,
+        format=LOG_FORMAT,
+        datefmt=LOG_DATE_FORMAT,
+        handlers=handlers,
+        force=True,
+    )

@@ -27,7 +27,7 @@ class Logger:
     def log(self, metrics: dict) -> None:
         pass
 
-    def log_image(self, key: str, image, step: int) -> None:
+    def log_image(self, key: str, image: object, step: int) -> None:
         pass
 
     def summary(self, values: dict) -> None:
@@ -131,7 +131,7 @@ class WandbLogger(Logger):
             except Exception as error:
                 self._fail("logging failed", error)
 
-    def log_image(self, key: str, image, step: int) -> None:
+    def log_image(self, key: str, image: object, step: int) -> None:
         """`image`: a path to an image file or a uint8 array [H, W, 3] (see trainkit.images)."""
         if self.run is not None and self.log_images:
             try:
@@ -173,7 +173,7 @@ class Loggers:
         for logger in self.loggers:
             logger.log(metrics)
 
-    def log_image(self, key: str, image, step: int) -> None:
+    def log_image(self, key: str, image: object, step: int) -> None:
         for logger in self.loggers:
             logger.log_image(key, image, step)
 

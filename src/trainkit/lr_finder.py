@@ -12,6 +12,7 @@ relative scale (`lr_scale`, e.g. the classifier head's `optimizer.head_lr_scale`
 `group_scales`. Under DDP every rank runs the same steps on its own shard, the loss is averaged
 over ranks before smoothing, so all ranks see the same curve and stop at the same step.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,6 +20,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,20 +41,26 @@ SLOPE_WINDOW = 0.05
 
 @dataclass
 class LRFinderResult:
-    lrs: list[float] = field(default_factory=list)          # the base LR of each step
-    losses: list[float] = field(default_factory=list)       # smoothed (EMA, bias-corrected), all ranks' mean
-    raw_losses: list[float] = field(default_factory=list)   # each step's loss, all ranks' mean
-    suggestion: float | None = None                         # see suggest_lr; None when the loss never fell
-    stopped_early: bool = False                             # the loss diverged before num_steps
+    lrs: list[float] = field(default_factory=list)  # the base LR of each step
+    losses: list[float] = field(default_factory=list)  # smoothed (EMA, bias-corrected), all ranks' mean
+    raw_losses: list[float] = field(default_factory=list)  # each step's loss, all ranks' mean
+    suggestion: float | None = None  # see suggest_lr; None when the loss never fell
+    stopped_early: bool = False  # the loss diverged before num_steps
 
     def to_dict(self) -> dict:
-        return {"lrs": self.lrs, "losses": self.losses, "raw_losses": self.raw_losses,
-                "suggestion": self.suggestion, "stopped_early": self.stopped_early}
+        return {
+            "lrs": self.lrs,
+            "losses": self.losses,
+            "raw_losses": self.raw_losses,
+            "suggestion": self.suggestion,
+            "stopped_early": self.stopped_early,
+        }
 
 
 def group_scales(optimizer: torch.optim.Optimizer) -> list[float]:
     """Each parameter group's LR relative to the base LR: its `lr_scale` key (set by
     trainkit.optim.param_groups), else its initial LR relative to the first group's."""
+
     def base(group: dict) -> float:
         return group.get("initial_lr", group["lr"])
 
@@ -67,8 +75,13 @@ def set_base_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = group["initial_lr"] = lr * scale
 
 
-def suggest_lr(lrs: list[float], losses: list[float], skip_start: float = SKIP_START,
-               window: float = SLOPE_WINDOW, min_fall: float = MIN_FALL) -> float | None:
+def suggest_lr(
+    lrs: list[float],
+    losses: list[float],
+    skip_start: float = SKIP_START,
+    window: float = SLOPE_WINDOW,
+    min_fall: float = MIN_FALL,
+) -> float | None:
     """The LR at the steepest descent of the smoothed loss against log(lr). The rule, exactly:
 
     1. Keep the points up to the first non-finite loss: n points, x = log(lr), L = smoothed loss.
@@ -115,12 +128,14 @@ def _endless(batches: Iterable | Callable[[], Iterator]) -> Iterator:
     """Batches forever: a loader is iterated again (a callable called again) when it runs out."""
     while True:
         empty = True
-        for batch in (batches() if callable(batches) else batches):
+        for batch in batches() if callable(batches) else batches:
             empty = False
             yield batch
         if empty:
-            raise ValueError("lr_range_test: no batches (an iterator runs out after one pass: pass a loader, "
-                             "a list, or a function returning a fresh iterator)")
+            raise ValueError(
+                "lr_range_test: no batches (an iterator runs out after one pass: pass a loader, "
+                "a list, or a function returning a fresh iterator)"
+            )
 
 
 def lr_range_test(
@@ -131,7 +146,7 @@ def lr_range_test(
     *,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     compute_loss: Callable[[nn.Module, object], torch.Tensor] | None = None,
-    scheduler=None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     grad_scaler: torch.amp.GradScaler | None = None,
     grad_clip: float | None = None,
     precision: str = "fp32",
@@ -170,7 +185,9 @@ def lr_range_test(
     if compute_loss is None:
         from trainkit.runtime import autocast
 
-        def compute_loss(model, batch):
+        assert loss_fn is not None  # one of the two was given (checked above)
+
+        def compute_loss(model: nn.Module, batch: Any) -> torch.Tensor:
             images, labels = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
             with autocast(precision, device):
                 logits = model(transform(images) if transform is not None else images)
@@ -220,7 +237,7 @@ def lr_range_test(
     return result
 
 
-def lr_range_test_for_run(run, plot_path: Path | None) -> LRFinderResult:
+def lr_range_test_for_run(run: Any, plot_path: Path | None) -> LRFinderResult:
     """`lr_finder.*` run on train.py's `Run` (its trained_model, optimizer, scheduler, scaler,
     data.train, loss_fn, train_transform, device and cfg); on the rank that passes `plot_path`,
     the plot is saved there."""
@@ -228,10 +245,20 @@ def lr_range_test_for_run(run, plot_path: Path | None) -> LRFinderResult:
 
     cfg = run.cfg
     settings = {key: cfg.lr_finder[key] for key in ("min_lr", "max_lr", "num_steps", "smoothing", "divergence_factor")}
-    result = lr_range_test(run.trained_model, run.optimizer, run.data.train, run.loss_fn,
-                           transform=run.train_transform, scheduler=run.scheduler, grad_scaler=run.scaler,
-                           grad_clip=cfg.trainer.grad_clip, precision=cfg.precision.name,
-                           after_train=apply_frozen_bn_eval, device=run.device, **settings)
+    result = lr_range_test(
+        run.trained_model,
+        run.optimizer,
+        run.data.train,
+        run.loss_fn,
+        transform=run.train_transform,
+        scheduler=run.scheduler,
+        grad_scaler=run.scaler,
+        grad_clip=cfg.trainer.grad_clip,
+        precision=cfg.precision.name,
+        after_train=apply_frozen_bn_eval,
+        device=run.device,
+        **settings,
+    )
     if plot_path is not None:
         plot_lr_finder(result, plot_path)
     return result

@@ -1,14 +1,26 @@
 """The LR range test's picture: loss against learning rate, the suggestion marked.
 
-    plot_lr_finder(result, run_dir / "lr_finder.png")   # result: what trainkit.lr_finder.lr_range_test returns
+plot_lr_finder(result, run_dir / "lr_finder.png")   # result: what trainkit.lr_finder.lr_range_test returns
 """
+
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Protocol
 
 
-def plot_lr_finder(result, path: str | Path) -> Path:
+class Curve(Protocol):
+    """What the plot reads of trainkit.lr_finder's LRFinderResult (that module imports this one)."""
+
+    lrs: list[float]
+    losses: list[float]
+    raw_losses: list[float]
+    suggestion: float | None
+    stopped_early: bool
+
+
+def plot_lr_finder(result: Curve, path: str | Path) -> Path:
     """Save loss against LR (log x axis) as a PNG from an LRFinderResult (lrs, losses, raw_losses,
     suggestion, stopped_early): raw losses faint, smoothed loss solid, the suggestion marked.
     matplotlib is imported here (it is slow to import), without pyplot, so no display or global
@@ -29,8 +41,13 @@ def plot_lr_finder(result, path: str | Path) -> Path:
     if result.suggestion:
         index = result.lrs.index(result.suggestion)
         axes.axvline(result.suggestion, color="tab:red", linestyle="--", linewidth=1)
-        axes.plot([result.suggestion], [result.losses[index]], "o", color="tab:red",
-                  label=f"suggestion {result.suggestion:.2e}")
+        axes.plot(
+            [result.suggestion],
+            [result.losses[index]],
+            "o",
+            color="tab:red",
+            label=f"suggestion {result.suggestion:.2e}",
+        )
     axes.set_xscale("log")
     axes.set_xlabel("learning rate (base)")
     axes.set_ylabel("training loss")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,12 +41,11 @@ TORCHVISION_FIXED_SIZE_PREFIXES = ("vit_", "maxvit_")
 def build_model(model_config: Mapping, image_size: int) -> tuple[nn.Module, int]:
     """Instantiate the configured model; return it and the side length to resize batches to."""
     import hydra.utils
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig
 
-    if isinstance(model_config, DictConfig):
-        config = OmegaConf.to_container(model_config, resolve=True)
-    else:
-        config = dict(model_config)
+    from trainkit.schema import to_dict
+
+    config = to_dict(model_config) if isinstance(model_config, DictConfig) else dict(model_config)
     input_size = config.pop("input_size", None)
     pretrained_path = config.pop("pretrained_path", None)
     freeze_spec = config.pop("freeze", None)
@@ -58,7 +58,9 @@ def build_model(model_config: Mapping, image_size: int) -> tuple[nn.Module, int]
     return model, resolve_input_size(config, image_size, input_size, model)
 
 
-def resolve_input_size(model_config: Mapping, image_size: int, input_size: int | None = None, model: nn.Module | None = None) -> int:
+def resolve_input_size(
+    model_config: Mapping, image_size: int, input_size: int | None = None, model: nn.Module | None = None
+) -> int:
     """The explicit `input_size` if set, else `image_size` raised to the model's minimum (or
     its one fixed size). Checks an explicit size against what the model accepts."""
     minimum, fixed = input_size_limits(model_config, model)
@@ -66,9 +68,14 @@ def resolve_input_size(model_config: Mapping, image_size: int, input_size: int |
     if input_size is None:
         return fixed or max(image_size, minimum)
     if fixed and input_size != fixed:
-        raise ConfigError("model.input_size", f"{name} takes only {fixed}x{fixed} inputs; set model.input_size=null or {fixed}")
+        raise ConfigError(
+            "model.input_size", f"{name} takes only {fixed}x{fixed} inputs; set model.input_size=null or {fixed}"
+        )
     if input_size < minimum:
-        raise ConfigError("model.input_size", f"{name} needs inputs of at least {minimum}x{minimum}; set model.input_size=null or >= {minimum}")
+        raise ConfigError(
+            "model.input_size",
+            f"{name} needs inputs of at least {minimum}x{minimum}; set model.input_size=null or >= {minimum}",
+        )
     return input_size
 
 
@@ -83,6 +90,7 @@ def input_size_limits(model_config: Mapping, model: nn.Module | None = None) -> 
         if pretrained_cfg is None:
             from timm.models import get_pretrained_cfg
 
+            assert name is not None, "a timm model config names its model (model.name)"
             found = get_pretrained_cfg(name)
             pretrained_cfg = found.to_dict() if found is not None else {}
         if pretrained_cfg.get("fixed_input_size"):
@@ -92,6 +100,7 @@ def input_size_limits(model_config: Mapping, model: nn.Module | None = None) -> 
     if target.endswith("create_torchvision_model"):
         import torchvision
 
+        assert name is not None, "a torchvision model config names its model (model.name)"
         if name.startswith(TORCHVISION_FIXED_SIZE_PREFIXES):
             return 224, 224
         weights = list(torchvision.models.get_model_weights(name))
@@ -107,13 +116,19 @@ class SmallCNN(nn.Module):
         super().__init__()
         layers, channels = [], in_channels
         for index, width in enumerate(widths):
-            layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+            layers += [
+                nn.Conv2d(channels, width, 3, padding=1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(inplace=True),
+            ]
             if index == 1:
                 # ceil_mode keeps a 1x1 map at 1x1 (and 7x7 -> 4x4), so no size check per step.
                 layers.append(nn.MaxPool2d(2, ceil_mode=True))
             channels = width
         self.features = nn.Sequential(*layers)
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(channels, num_classes))
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(channels, num_classes)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
@@ -132,7 +147,7 @@ def create_timm_model(
 
     if not timm.is_model(name):
         raise ConfigError("model.name", f"timm has no model {name!r}{_did_you_mean(name, timm.list_models())}")
-    options = {}
+    options: dict[str, Any] = {}
     # Passed only when asked for: not every model takes these arguments.
     if drop_rate > 0:
         options["drop_rate"] = drop_rate
@@ -161,7 +176,9 @@ def create_timm_model(
         ) from error
 
 
-def create_torchvision_model(name: str, in_channels: int = 3, num_classes: int = 1000, dropout: float = 0.0) -> nn.Module:
+def create_torchvision_model(
+    name: str, in_channels: int = 3, num_classes: int = 1000, dropout: float = 0.0
+) -> nn.Module:
     """A torchvision classifier by name, randomly initialized, adapted to the data: the first
     convolution rebuilt for `in_channels`, dropout inserted before the last linear layer."""
     import torchvision
@@ -169,7 +186,7 @@ def create_torchvision_model(name: str, in_channels: int = 3, num_classes: int =
     known = torchvision.models.list_models(module=torchvision.models)  # classification models only
     if name not in known:
         raise ConfigError("model.name", f"torchvision has no classification model {name!r}{_did_you_mean(name, known)}")
-    options = {}
+    options: dict[str, Any] = {}
     if name in ("googlenet", "inception_v3"):
         # No auxiliary heads (their training-mode output is a tuple the loop cannot use), and
         # the initialization torchvision asks to choose explicitly.
@@ -181,7 +198,9 @@ def create_torchvision_model(name: str, in_channels: int = 3, num_classes: int =
     if dropout > 0:
         linears = find_modules(model, nn.Linear)
         if not linears:
-            raise ConfigError("model.dropout", f"{name} has no linear layer to put dropout before; set regularization.dropout=0")
+            raise ConfigError(
+                "model.dropout", f"{name} has no linear layer to put dropout before; set regularization.dropout=0"
+            )
         linear_name, linear = linears[-1]
         replace_module(model, linear_name, nn.Sequential(nn.Dropout(dropout), linear))
     return model
@@ -189,13 +208,14 @@ def create_torchvision_model(name: str, in_channels: int = 3, num_classes: int =
 
 def _conv_like(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:
     """A fresh Conv2d like `conv` but with `in_channels` inputs (default initialization)."""
+    # A Conv2d holds 2-tuples; torch annotates them as tuple[int, ...], shared with Conv1d and Conv3d.
     return nn.Conv2d(
         in_channels,
         conv.out_channels,
-        conv.kernel_size,
-        stride=conv.stride,
-        padding=conv.padding,
-        dilation=conv.dilation,
+        conv.kernel_size,  # type: ignore[arg-type]
+        stride=conv.stride,  # type: ignore[arg-type]
+        padding=conv.padding,  # type: ignore[arg-type]
+        dilation=conv.dilation,  # type: ignore[arg-type]
         bias=conv.bias is not None,
         padding_mode=conv.padding_mode,
     )

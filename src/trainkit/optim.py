@@ -6,6 +6,7 @@ Keys of conf/optimizer/*.yaml that are not the optimizer's own arguments, handle
     scale_lr_with_batch: false   # linear scaling rule: lr * global batch / reference_batch_size
     reference_batch_size: 256    # the global batch size at which optimizer.lr is meant
 """
+
 import fnmatch
 import logging
 import math
@@ -13,16 +14,19 @@ from collections.abc import Mapping
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from trainkit.errors import ConfigError
+from trainkit.schema import to_dict
 
 log = logging.getLogger(__name__)
 
 SCHEDULES = ("cosine", "cosine_restarts", "step", "constant")
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float, head_lr_scale: float = 1.0, lr: float | None = None) -> list[dict]:
+def param_groups(
+    model: torch.nn.Module, weight_decay: float, head_lr_scale: float = 1.0, lr: float | None = None
+) -> list[dict]:
     """Parameter groups: decayed / not decayed, and with `head_lr_scale != 1` backbone / head.
 
     Weight decay applies to the weights of convolutions and linear layers only: biases and
@@ -44,18 +48,25 @@ def param_groups(model: torch.nn.Module, weight_decay: float, head_lr_scale: flo
     if head_lr_scale != 1.0:
         head = {id(p) for p in head_parameters(model)}
         if not head:
-            raise ConfigError("optimizer.head_lr_scale", f"found no classifier head in {type(model).__name__}; "
-                                                         "set optimizer.head_lr_scale=1")
+            raise ConfigError(
+                "optimizer.head_lr_scale",
+                f"found no classifier head in {type(model).__name__}; set optimizer.head_lr_scale=1",
+            )
     named = getattr(model, "no_weight_decay", None)
     patterns = set(named()) if callable(named) else set()
-    undecayed = {id(p) for name, p in model.named_parameters()
-                 if p.ndim <= 1 or any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)}
+    undecayed = {
+        id(p)
+        for name, p in model.named_parameters()
+        if p.ndim <= 1 or any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+    }
     parts = [("backbone", 1.0)] + ([("head", head_lr_scale)] if head_lr_scale != 1.0 else [])
     trainable = [p for p in model.parameters() if p.requires_grad]
     groups = []
     for part, scale in parts:
         for decayed in (True, False):
-            params = [p for p in trainable if (id(p) in head) == (part == "head") and (id(p) not in undecayed) == decayed]
+            params = [
+                p for p in trainable if (id(p) in head) == (part == "head") and (id(p) not in undecayed) == decayed
+            ]
             group = {"params": params, "weight_decay": weight_decay if decayed else 0.0, "lr_scale": scale}
             if lr is not None:
                 group["lr"] = lr * scale
@@ -73,29 +84,39 @@ def scaled_lr(base_lr: float, batch_size: int, world_size: int = 1, accumulate: 
     base_lr * sqrt(global / reference), is often closer; with this flag off, set optimizer.lr
     yourself.
     """
-    for name, value in (("batch_size", batch_size), ("world_size", world_size), ("accumulate", accumulate), ("reference", reference)):
+    for name, value in (
+        ("batch_size", batch_size),
+        ("world_size", world_size),
+        ("accumulate", accumulate),
+        ("reference", reference),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"scaled_lr: {name} must be a positive integer, got {value!r}")
     return base_lr * batch_size * world_size * accumulate / reference
 
 
-def build_optimizer(model: torch.nn.Module, cfg: Mapping, *, batch_size: int | None = None, world_size: int = 1,
-                    accumulate: int = 1) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: torch.nn.Module, cfg: Mapping, *, batch_size: int | None = None, world_size: int = 1, accumulate: int = 1
+) -> torch.optim.Optimizer:
     """The `_target_` optimizer over `param_groups`, from conf/optimizer/*.yaml.
 
     `batch_size` (per process), `world_size` and `accumulate` are needed only with
     `scale_lr_with_batch: true`, which sets the base LR by `scaled_lr`.
     """
-    options = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    options = to_dict(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
     head_lr_scale = options.pop("head_lr_scale", 1.0)
     scale_with_batch = options.pop("scale_lr_with_batch", False)
     reference = options.pop("reference_batch_size", 256)
     if scale_with_batch:
         if batch_size is None:
-            raise ValueError("build_optimizer: optimizer.scale_lr_with_batch=true needs batch_size (and world_size, accumulate)")
+            raise ValueError(
+                "build_optimizer: optimizer.scale_lr_with_batch=true needs batch_size (and world_size, accumulate)"
+            )
         lr = scaled_lr(options["lr"], batch_size, world_size, accumulate, reference)
-        log.info(f"optimizer.lr {options['lr']:g} scaled to {lr:g} for a global batch of "
-                 f"{batch_size * world_size * accumulate} (reference {reference})")
+        log.info(
+            f"optimizer.lr {options['lr']:g} scaled to {lr:g} for a global batch of "
+            f"{batch_size * world_size * accumulate} (reference {reference})"
+        )
         options["lr"] = lr
     groups = param_groups(_unwrap(model), options.get("weight_decay", 0.0), float(head_lr_scale), lr=options["lr"])
     return instantiate(options, params=groups, _convert_="all")
@@ -149,7 +170,9 @@ class LRSchedule:
         return 1.0
 
 
-def build_scheduler(optimizer, cfg: DictConfig, updates_per_epoch: int, total_updates: int):
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: DictConfig, updates_per_epoch: int, total_updates: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR to be stepped once per optimizer update (not per micro-batch, not per epoch).
 
     The multiplier goes in as a plain function, which LambdaLR leaves out of its state dict: a

@@ -9,6 +9,7 @@ trial steps with it. Code that draws from torch's generators alone uses torch.ra
 instead (the batch-size finder's probe, images.augmented_samples): that covers torch and CUDA,
 not Python's `random` or NumPy.
 """
+
 import random
 
 import numpy as np
@@ -24,8 +25,9 @@ def rng_states() -> dict:
     """
     python_version, python_state, gauss = random.getstate()
     numpy_state = np.random.get_state()
+    assert isinstance(numpy_state, tuple)  # legacy=True (the default): the global MT19937's state tuple
     return {
-        "python": list(python_state) + [gauss],
+        "python": [*python_state, gauss],
         "python_version": python_version,
         "numpy": numpy_state[1].tolist() + list(numpy_state[2:]),
         "torch": torch.get_rng_state(),

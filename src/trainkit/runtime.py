@@ -1,6 +1,8 @@
 """Where and how the math runs: device choice, seeding, mixed precision."""
+
 import contextlib
 import random
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +36,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def autocast(precision: str, device: torch.device):
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """Autocast for bf16/fp16; a no-op context for fp32."""
     if precision == "fp32":
         return contextlib.nullcontext()

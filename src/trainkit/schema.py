@@ -3,17 +3,21 @@
 A check takes one value and returns what is wrong with it (a message that ends in the fix), or
 None. A relation reads several keys and yields (key, message) for each contradiction. Checks stay
 pure, so one pass can collect every problem of a config instead of stopping at the first; the
-schema itself, the table of keys and relations, lives in trainkit.config.
+schema itself lives in trainkit.config_rules (the table of keys) and trainkit.config (the relations).
+`to_dict` gives a resolved config as the plain dict the rest of the package passes around.
 """
+
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeGuard, cast
 
 from omegaconf import DictConfig, OmegaConf
 
 Check = Callable[[object], "str | None"]
+Bound = float | None  # a limit of a range, or None: no limit
 _ABSENT = object()
 
 
@@ -35,7 +39,13 @@ def show(value: object) -> str:
     return str(value)
 
 
-def _is_number(value: object, whole: bool = False) -> bool:
+def to_dict(cfg: DictConfig) -> dict[str, Any]:
+    """`cfg` resolved into plain Python containers. A DictConfig always gives a dict with string
+    keys; OmegaConf.to_container's own return type also allows lists, strings and None."""
+    return cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=True))
+
+
+def _is_number(value: object, whole: bool = False) -> TypeGuard[float]:
     if isinstance(value, bool):  # YAML's true is an int to Python, never a number here
         return False
     if whole:
@@ -43,7 +53,7 @@ def _is_number(value: object, whole: bool = False) -> bool:
     return isinstance(value, (int, float)) and not math.isnan(value)
 
 
-def _bounds(minimum, maximum, above, below) -> str:
+def _bounds(minimum: Bound, maximum: Bound, above: Bound, below: Bound) -> str:
     """' in [0, 1)', ' > 0', ' <= 5', or '' without bounds."""
     low = f"[{minimum}" if minimum is not None else f"({above}" if above is not None else None
     high = f"{maximum}]" if maximum is not None else f"{below})" if below is not None else None
@@ -56,16 +66,29 @@ def _bounds(minimum, maximum, above, below) -> str:
     return ""
 
 
-def _in_bounds(value, minimum, maximum, above, below) -> bool:
-    return ((minimum is None or value >= minimum) and (maximum is None or value <= maximum)
-            and (above is None or value > above) and (below is None or value < below))
+def _in_bounds(value: float, minimum: Bound, maximum: Bound, above: Bound, below: Bound) -> bool:
+    return (
+        (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+        and (above is None or value > above)
+        and (below is None or value < below)
+    )
 
 
-def number(minimum=None, maximum=None, *, above=None, below=None, whole=False, null=False) -> Check:
+def number(
+    minimum: Bound = None,
+    maximum: Bound = None,
+    *,
+    above: Bound = None,
+    below: Bound = None,
+    whole: bool = False,
+    null: bool = False,
+) -> Check:
     """A number (not NaN, not a bool) within the bounds: minimum/maximum inclusive, above/below not."""
-    kind = f"{'a whole number' if whole else 'a number'}{_bounds(minimum, maximum, above, below)}{' or null' if null else ''}"
+    bounds = _bounds(minimum, maximum, above, below)
+    kind = f"{'a whole number' if whole else 'a number'}{bounds}{' or null' if null else ''}"
 
-    def check(value):
+    def check(value: object) -> str | None:
         if value is None and null:
             return None
         if _is_number(value, whole) and _in_bounds(value, minimum, maximum, above, below):
@@ -75,42 +98,49 @@ def number(minimum=None, maximum=None, *, above=None, below=None, whole=False, n
     return check
 
 
-def integer(minimum=None, maximum=None, *, null=False) -> Check:
+def integer(minimum: int | None = None, maximum: int | None = None, *, null: bool = False) -> Check:
     return number(minimum, maximum, whole=True, null=null)
 
 
-def numbers(minimum=None, *, above=None, below=None, whole=False, length=None) -> Check:
+def numbers(
+    minimum: Bound = None, *, above: Bound = None, below: Bound = None, whole: bool = False, length: int | None = None
+) -> Check:
     """A list of numbers, each within the bounds; `length` fixes how many."""
     each = f"{'whole numbers' if whole else 'numbers'}{_bounds(minimum, None, above, below)}"
     kind = f"a list of {length} {each}" if length else f"a list of {each}"
 
-    def check(value):
-        if (isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 0
-                and (length is None or len(value) == length)
-                and all(_is_number(v, whole) and _in_bounds(v, minimum, None, above, below) for v in value)):
+    def check(value: object) -> str | None:
+        if (
+            isinstance(value, Sequence)
+            and not isinstance(value, str)
+            and len(value) > 0
+            and (length is None or len(value) == length)
+            and all(_is_number(v, whole) and _in_bounds(v, minimum, None, above, below) for v in value)
+        ):
             return None
         return f"must be {kind}, e.g. [{', '.join(['0.5'] * (length or 1))}]; got {show(value)}"
 
     return check
 
 
-def interval(minimum=None, *, above=None, null=False) -> Check:
+def interval(minimum: Bound = None, *, above: Bound = None, null: bool = False) -> Check:
     """[low, high] with both within the bound and low <= high."""
     pair = numbers(minimum, above=above, length=2)
 
-    def check(value):
+    def check(value: object) -> str | None:
         if value is None and null:
             return None
         problem = pair(value)
-        if problem is None and value[0] > value[1]:
+        # pair() accepted it, so it is a sequence of two numbers.
+        if problem is None and isinstance(value, Sequence) and value[0] > value[1]:
             problem = f"needs low <= high, got {show(value)}"
         return problem
 
     return check
 
 
-def flag(*, null=False) -> Check:
-    def check(value):
+def flag(*, null: bool = False) -> Check:
+    def check(value: object) -> str | None:
         if isinstance(value, bool) or (value is None and null):
             return None
         return f"must be true or false{' (or null: off)' if null else ''}, got {show(value)}"
@@ -119,7 +149,7 @@ def flag(*, null=False) -> Check:
 
 
 def one_of(*choices: str) -> Check:
-    def check(value):
+    def check(value: object) -> str | None:
         if isinstance(value, str) and value in choices:
             return None
         return f"must be one of {', '.join(choices)}; got {show(value)}"
@@ -127,8 +157,8 @@ def one_of(*choices: str) -> Check:
     return check
 
 
-def text(*, null=False) -> Check:
-    def check(value):
+def text(*, null: bool = False) -> Check:
+    def check(value: object) -> str | None:
         if isinstance(value, str) or (value is None and null):
             return None
         return f"must be a string{' or null' if null else ''}, got {show(value)}"
@@ -139,7 +169,7 @@ def text(*, null=False) -> Check:
 def section(known: Sequence[str]) -> Check:
     """A group of options (a mapping), or null for off; its keys are checked by `unknown_keys`."""
 
-    def check(value):
+    def check(value: object) -> str | None:
         if value is None or isinstance(value, Mapping):
             return None
         return f"must be a mapping with keys {', '.join(known)}, or null for off; got {show(value)}"

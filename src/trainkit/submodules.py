@@ -4,10 +4,15 @@ model takes (a new stem convolution, dropout before the classifier, locating the
 Shared by trainkit.models (building) and trainkit.finetune (heads, pretrained weights), so that
 neither imports the other for them.
 """
+
+from typing import TypeVar
+
 from torch import nn
 
+M = TypeVar("M", bound=nn.Module)
 
-def find_modules(model: nn.Module, kind: type[nn.Module]) -> list[tuple[str, nn.Module]]:
+
+def find_modules(model: nn.Module, kind: type[M]) -> list[tuple[str, M]]:
     """(qualified name, module) of every submodule of `kind`, in registration order."""
     return [(name, module) for name, module in model.named_modules() if isinstance(module, kind)]
 

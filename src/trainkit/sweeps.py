@@ -9,12 +9,14 @@ A trial that crashes (a diverging learning rate, an out-of-memory batch size) sh
 trial, not the sweep: `run_trial` logs the error, writes the traceback to the trial's log file
 and returns `failed_trial_value(cfg)` to the sweeper. A single run (no -m) raises as usual.
 """
+
 import gc
 import logging
 import math
 import os
 import sys
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -45,26 +47,30 @@ def failed_trial_value(cfg: DictConfig) -> float:
     return float(value)  # a number, not NaN: trainkit.config checked it before the sweep started
 
 
-def sweeper_direction() -> Optional[str]:
+def sweeper_direction() -> str | None:
     """The single direction ('maximize'/'minimize') of the running Hydra sweeper, if it has one."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
         return None
-    direction = OmegaConf.select(HydraConfig.get(), "sweeper.direction", default=None)
+    # HydraConfig.get() is a DictConfig; hydra annotates it as the HydraConf dataclass behind it.
+    direction = OmegaConf.select(HydraConfig.get(), "sweeper.direction", default=None)  # type: ignore[arg-type]
     if direction is None or OmegaConf.is_list(direction) or isinstance(direction, (list, tuple)):
         return None  # not Optuna, or a multi-objective study
     return getattr(direction, "name", str(direction))
 
 
-def check_direction(cfg: DictConfig, direction: Optional[str]) -> None:
+def check_direction(cfg: DictConfig, direction: str | None) -> None:
     """A sweep that maximizes a loss (or minimizes an accuracy) wastes every trial: stop at once."""
     if direction not in ("maximize", "minimize"):
         return
     wanted = "maximize" if maximize(cfg.optimized_metric) else "minimize"
     if direction != wanted:
-        raise ConfigError("hydra.sweeper.direction", f"is {direction} but optimized_metric={cfg.optimized_metric} "
-                                                     f"should be {wanted}d; set hydra.sweeper.direction={wanted}")
+        raise ConfigError(
+            "hydra.sweeper.direction",
+            f"is {direction} but optimized_metric={cfg.optimized_metric} "
+            f"should be {wanted}d; set hydra.sweeper.direction={wanted}",
+        )
 
 
 def in_multirun() -> bool:
@@ -75,7 +81,7 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: Optional[bool] = None) -> Any:
+def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: bool | None = None) -> Any:
     """Call `fn(cfg)` and return its result; in a multirun with `sweep.catch_failures` (the default),
     an exception or a NaN/None result becomes `failed_trial_value(cfg)` instead of ending the sweep.
 
@@ -97,8 +103,10 @@ def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: Option
         if not catch or caused_by_config_error(error):
             raise
         message = " ".join(str(error).split())[:300]
-        log.error(f"trial failed: {type(error).__name__}: {message} -> {fallback} goes to the sweeper "
-                  f"(sweep.catch_failures=true){_where_traceback_goes()}")
+        log.error(
+            f"trial failed: {type(error).__name__}: {message} -> {fallback} goes to the sweeper "
+            f"(sweep.catch_failures=true){_where_traceback_goes()}"
+        )
         _traceback_to_log_files(error)
         failed = True
     if failed:  # out of the except block: the traceback, and the tensors its frames held, are gone
@@ -119,8 +127,9 @@ def _is_nan(value: Any) -> bool:
 
 def _file_handlers() -> list:
     """The root logger's log files (Hydra's job log: <run dir>/<job name>.log)."""
-    return [h for h in logging.getLogger().handlers
-            if isinstance(h, logging.FileHandler) and h.baseFilename != os.devnull]
+    return [
+        h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler) and h.baseFilename != os.devnull
+    ]
 
 
 def _where_traceback_goes() -> str:
@@ -131,8 +140,15 @@ def _where_traceback_goes() -> str:
 def _traceback_to_log_files(error: BaseException) -> None:
     """The full traceback goes to the job's log file only; the console keeps its one line."""
     handlers = _file_handlers()
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "traceback of the failed trial:",
-                            None, (type(error), error, error.__traceback__))
+    record = log.makeRecord(
+        log.name,
+        logging.ERROR,
+        __file__,
+        0,
+        "traceback of the failed trial:",
+        (),
+        (type(error), error, error.__traceback__),
+    )
     if not handlers:
         log.handle(record)
         return

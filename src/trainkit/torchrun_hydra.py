@@ -10,6 +10,7 @@ trainkit.cli.run calls these before Hydra starts:
 When train.py launches the processes itself, Hydra runs once (in the parent) and none of this
 matters; it is the price of letting torchrun start several copies of a Hydra app.
 """
+
 import datetime
 import os
 import time
@@ -27,8 +28,9 @@ def agree_on_launch_time() -> None:
         return
     if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return  # no store we may join before the process group exists: each rank keeps its own clock
-    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
-                          timeout=datetime.timedelta(seconds=120))
+    store = dist.TCPStore(
+        env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False, timeout=datetime.timedelta(seconds=120)
+    )
     key = f"trainkit/launch_time/{env.get('TORCHELASTIC_RESTART_COUNT', 0)}"
     if env["RANK"] == "0":
         store.set(key, str(time.time()))

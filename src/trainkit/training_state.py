@@ -4,7 +4,10 @@ model, optimizer, scheduler, GradScaler and every RNG exactly as it found them.
     with preserved_training_state(model, optimizer, scheduler, grad_scaler):
         ...   # any number of forward/backward/optimizer steps
 """
+
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
@@ -12,7 +15,7 @@ from torch import nn
 from trainkit.rng import restore_rng_states, rng_states
 
 
-def _copy_to_cpu(value):
+def _copy_to_cpu(value: Any) -> Any:
     """A deep copy with every tensor cloned to the CPU (keeps device memory free)."""
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu", copy=True)
@@ -24,7 +27,12 @@ def _copy_to_cpu(value):
 
 
 @contextmanager
-def preserved_training_state(model: nn.Module, optimizer=None, scheduler=None, grad_scaler=None):
+def preserved_training_state(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    grad_scaler: torch.amp.GradScaler | None = None,
+) -> Iterator[None]:
     """Everything a few trial steps change, put back bit for bit on exit (even after an error):
     the model's state dict, gradients and train/eval modes, the optimizer's state and param
     groups, the scheduler's and GradScaler's state, and the Python, NumPy, torch and CUDA RNGs.
@@ -32,9 +40,9 @@ def preserved_training_state(model: nn.Module, optimizer=None, scheduler=None, g
     model_state = _copy_to_cpu(model.state_dict())
     grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in model.parameters()]
     modes = [(module, module.training) for module in model.modules()]
-    optimizer_state = _copy_to_cpu(optimizer.state_dict()) if optimizer is not None else None
-    scheduler_state = _copy_to_cpu(scheduler.state_dict()) if scheduler is not None else None
-    scaler_state = _copy_to_cpu(grad_scaler.state_dict()) if grad_scaler is not None else None
+    states = [
+        (part, _copy_to_cpu(part.state_dict())) for part in (optimizer, scheduler, grad_scaler) if part is not None
+    ]
     rng = rng_states()
     try:
         yield
@@ -44,10 +52,6 @@ def preserved_training_state(model: nn.Module, optimizer=None, scheduler=None, g
             param.grad = grad
         for module, training in modes:
             module.training = training
-        if optimizer is not None:
-            optimizer.load_state_dict(optimizer_state)
-        if scheduler is not None:
-            scheduler.load_state_dict(scheduler_state)
-        if grad_scaler is not None:
-            grad_scaler.load_state_dict(scaler_state)
+        for part, state in states:  # optimizer, scheduler, GradScaler: those given
+            part.load_state_dict(state)
         restore_rng_states(rng)

@@ -11,6 +11,7 @@ indexing; image folders stream through DataLoader workers and arrive on the CPU.
 from dataclasses import dataclass
 
 import torch
+from omegaconf import DictConfig
 
 from trainkit.data.datasets import load_cifar10, load_digits, load_mnist, make_synthetic
 from trainkit.data.imagefolder import load_image_folder
@@ -35,15 +36,19 @@ class DataBundle:
     std: tuple[float, ...]
 
 
-def build_data(cfg, device: torch.device, seed: int, rank: int = 0, world_size: int = 1) -> DataBundle:
+def build_data(cfg: DictConfig, device: torch.device, seed: int, rank: int = 0, world_size: int = 1) -> DataBundle:
     """Loaders for train/val/test of this rank. `seed` must be the same on every rank (the run
     seed, not seed + rank): it fixes the train shuffle that all ranks share. `cfg` was checked by
     trainkit.config; what only the data can tell (files, sizes, class counts) is checked here."""
     name = cfg["name"]
     shards = dict(seed=seed, rank=rank, world_size=world_size)
-    train_args = dict(batch_size=cfg["batch_size"], train=True, shuffle=cfg.get("shuffle", True),
-                      drop_last=cfg["drop_last"], **shards)
+    train_args = dict(
+        batch_size=cfg["batch_size"], train=True, shuffle=cfg.get("shuffle", True), drop_last=cfg["drop_last"], **shards
+    )
     eval_args = dict(batch_size=cfg["eval_batch_size"], shuffle=False, **shards)
+    train: TensorLoader | FileLoader
+    val: TensorLoader | FileLoader
+    test: TensorLoader | FileLoader
 
     if name == "imagefolder":
         datasets, classes = load_image_folder(cfg)
@@ -69,19 +74,25 @@ def build_data(cfg, device: torch.device, seed: int, rank: int = 0, world_size: 
             f"training batch from {train.sampler.size} samples; lower data.batch_size",
         )
     return DataBundle(
-        train, val, test, channels, image_size, num_classes,
-        mean=_per_channel(cfg, "mean", channels), std=_per_channel(cfg, "std", channels),
+        train,
+        val,
+        test,
+        channels,
+        image_size,
+        num_classes,
+        mean=_per_channel(cfg, "mean", channels),
+        std=_per_channel(cfg, "std", channels),
     )
 
 
-def _check_matches(cfg, key: str, actual: int, name: str) -> None:
+def _check_matches(cfg: DictConfig, key: str, actual: int, name: str) -> None:
     # The data decides these numbers; a config that disagrees would build a mismatched model.
     configured = cfg.get(key)
     if configured is not None and configured != actual:
         raise ConfigError(f"data.{key}", f"is {configured} but {name} has {actual}; set data.{key}={actual}")
 
 
-def _per_channel(cfg, key: str, channels: int) -> tuple[float, ...]:
+def _per_channel(cfg: DictConfig, key: str, channels: int) -> tuple[float, ...]:
     # One value for all, or one per channel: trainkit.config held the length to data.channels,
     # and _check_matches held data.channels to the data.
     values = [float(value) for value in cfg[key]]

@@ -7,8 +7,10 @@ so every rank builds the same one without talking to the others.
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from omegaconf import DictConfig
 
 from trainkit.errors import ConfigError
 
@@ -48,7 +50,7 @@ def carve(num_samples: int, fractions: dict[str, float], seed: int) -> dict[str,
     return parts
 
 
-def load_digits(cfg) -> Splits:
+def load_digits(cfg: DictConfig) -> Splits:
     """scikit-learn's 1,797 8x8 digits, float32 in [0, 1], carved into train/val/test."""
     from sklearn.datasets import load_digits as sklearn_digits
 
@@ -56,10 +58,11 @@ def load_digits(cfg) -> Splits:
     images = torch.from_numpy(digits.images).float().div_(16).unsqueeze(1)  # pixels are 0..16
     labels = torch.from_numpy(digits.target).long()
     parts = carve(len(labels), {"test": cfg["test_fraction"], "val": cfg["val_fraction"]}, cfg["split_seed"])
-    return Splits(*((images[parts[s]], labels[parts[s]]) for s in ("train", "val", "test")), num_classes=10)
+    train, val, test = ((images[parts[s]], labels[parts[s]]) for s in ("train", "val", "test"))
+    return Splits(train, val, test, num_classes=10)
 
 
-def load_mnist(cfg) -> Splits:
+def load_mnist(cfg: DictConfig) -> Splits:
     """torchvision's MNIST as uint8 `[N, 1, 28, 28]`; val is carved from the official train set."""
     from torchvision.datasets import MNIST
 
@@ -70,7 +73,7 @@ def load_mnist(cfg) -> Splits:
     return _carve_val(read(train=True), read(train=False), cfg)
 
 
-def load_cifar10(cfg) -> Splits:
+def load_cifar10(cfg: DictConfig) -> Splits:
     """torchvision's CIFAR-10 as uint8 `[N, 3, 32, 32]`; val is carved from the official train set."""
     from torchvision.datasets import CIFAR10
 
@@ -82,7 +85,7 @@ def load_cifar10(cfg) -> Splits:
     return _carve_val(read(train=True), read(train=False), cfg)
 
 
-def make_synthetic(cfg) -> Splits:
+def make_synthetic(cfg: DictConfig) -> Splits:
     """Class prototypes plus Gaussian noise, squashed to [0, 1]: learnable, any shape, no files.
 
     Prototypes are drawn at a quarter of the size and upsampled, so they are smooth blobs
@@ -106,7 +109,7 @@ def make_synthetic(cfg) -> Splits:
     return Splits(train, val, test, num_classes=num_classes)
 
 
-def _open_torchvision(dataset_class, title: str, folder: str, cfg, train: bool):
+def _open_torchvision(dataset_class: type, title: str, folder: str, cfg: DictConfig, train: bool) -> Any:
     root = Path(cfg["root"]).expanduser()
     try:
         return dataset_class(root=str(root), train=train, download=cfg["download"])
@@ -120,7 +123,7 @@ def _open_torchvision(dataset_class, title: str, folder: str, cfg, train: bool):
         ) from error
 
 
-def _carve_val(train: Split, test: Split, cfg) -> Splits:
+def _carve_val(train: Split, test: Split, cfg: DictConfig) -> Splits:
     parts = carve(len(train[1]), {"val": cfg["val_fraction"]}, cfg["split_seed"])
     images, labels = train
     return Splits(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 from PIL import Image
 from torch.utils.data import Dataset
 
@@ -51,7 +52,7 @@ def decode(path: str, mode: str, size: int) -> torch.Tensor:
     return torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
 
 
-def load_image_folder(cfg) -> tuple[dict[str, ImageFolderDataset], list[str]]:
+def load_image_folder(cfg: DictConfig) -> tuple[dict[str, ImageFolderDataset], list[str]]:
     """The train/val/test datasets and the class names (sorted folder names under train/)."""
     root = _check_root(cfg.get("root"))
     classes = _class_folders(root / "train")
@@ -72,17 +73,22 @@ def load_image_folder(cfg) -> tuple[dict[str, ImageFolderDataset], list[str]]:
             samples[split] = [train[i] for i in indices.tolist()]
         log.info(
             "no %s under '%s': carved from the %d train/ images by data.split_seed=%s (%s)",
-            " or ".join(f"{split}/" for split in missing), root, len(train), cfg["split_seed"],
+            " or ".join(f"{split}/" for split in missing),
+            root,
+            len(train),
+            cfg["split_seed"],
             ", ".join(f"{split}: {len(samples[split])}" for split in ("train", *missing)),
         )
     channels, image_size = cfg["channels"], cfg["image_size"]
     return {split: ImageFolderDataset(samples[split], channels, image_size) for split in samples}, classes
 
 
-def _check_root(root: str) -> Path:
+def _check_root(root: str | Path) -> Path:
     root = Path(root).expanduser()  # never null: trainkit.config requires data.root for image folders
     if not root.is_dir():
-        raise ConfigError("data.root", f"folder '{root}' does not exist; set data.root to a folder holding train/<class>/")
+        raise ConfigError(
+            "data.root", f"folder '{root}' does not exist; set data.root to a folder holding train/<class>/"
+        )
     if not (root / "train").is_dir():
         raise ConfigError("data.root", f"folder '{root}' has no train/ folder; expected {root}/train/<class>/<images>")
     return root
@@ -108,11 +114,14 @@ def _list_images(folder: Path, classes: list[str], allow_empty_classes: bool) ->
     samples = []
     for label, name in enumerate(classes):
         files = sorted(
-            path for path in (folder / name).iterdir()
+            path
+            for path in (folder / name).iterdir()
             if path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS and not path.name.startswith(".")
         )
         if not files and not allow_empty_classes:
-            raise ConfigError("data.root", f"class folder '{folder / name}' holds no images ({', '.join(IMAGE_EXTENSIONS)})")
+            raise ConfigError(
+                "data.root", f"class folder '{folder / name}' holds no images ({', '.join(IMAGE_EXTENSIONS)})"
+            )
         samples += [(str(path), label) for path in files]
     if not samples:
         raise ConfigError("data.root", f"'{folder}' holds no images ({', '.join(IMAGE_EXTENSIONS)})")

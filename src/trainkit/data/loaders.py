@@ -14,6 +14,8 @@ fixed order every epoch (overfitting a few batches while debugging).
 
 import itertools
 import math
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
@@ -32,18 +34,26 @@ class ResumableDistributedSampler(DistributedSampler):
 
     def __init__(self, size: int, *, shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1):
         # Only len() of the dataset is used: a range keeps the sampler from holding the data.
-        super().__init__(range(size), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
+        # torch's stubs ask for a Dataset, which declares no __len__; a range has what is used.
+        super().__init__(
+            range(size),  # type: ignore[arg-type]
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=True,
+        )
         self.skip = 0
 
     @property
     def size(self) -> int:
-        return len(self.dataset)
+        return len(self.dataset)  # type: ignore[arg-type]  # the range above (the stubs say Dataset, unsized)
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         super().set_epoch(epoch)
         self.skip = skip
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         return itertools.islice(super().__iter__(), self.skip, None)
 
     def epoch_indices(self) -> torch.Tensor:
@@ -71,18 +81,19 @@ class EvaluationSampler(Sampler[int]):
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         self.skip = skip  # the same order every epoch
 
-    def __iter__(self):
-        return iter(range(self.rank, self.size, self.world_size)[self.skip:])
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.rank, self.size, self.world_size)[self.skip :])
 
     def __len__(self) -> int:
         return len(range(self.rank, self.size, self.world_size))
 
     def epoch_indices(self) -> torch.Tensor:
-        return torch.arange(self.rank, self.size, self.world_size)[self.skip:]
+        return torch.arange(self.rank, self.size, self.world_size)[self.skip :]
 
 
-def shard_sampler(size: int, *, train: bool | None, shuffle: bool, seed: int, rank: int,
-                  world_size: int) -> ResumableDistributedSampler | EvaluationSampler:
+def shard_sampler(
+    size: int, *, train: bool | None, shuffle: bool, seed: int, rank: int, world_size: int
+) -> ResumableDistributedSampler | EvaluationSampler:
     """This rank's sampler over a split of `size` samples; `train=None` means train = shuffle."""
     if train is None:
         train = shuffle
@@ -141,13 +152,12 @@ class TensorLoader(ShardedLoader):
         world_size: int = 1,
         train: bool | None = None,
     ):
-        sampler = shard_sampler(len(images), train=train, shuffle=shuffle, seed=seed, rank=rank,
-                                world_size=world_size)
+        sampler = shard_sampler(len(images), train=train, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
         super().__init__(sampler, batch_size, drop_last)
         self.images = images.to(device)
         self.labels = labels.to(device=device, dtype=torch.int64)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # One host-to-device copy of the epoch's indices, then every batch is a slice of it.
         indices = self.sampler.epoch_indices().to(self.images.device)
         for batch in indices.split(self.batch_size)[: len(self) - self.start_batch]:
@@ -175,8 +185,8 @@ class FileLoader(ShardedLoader):
         world_size: int = 1,
         train: bool | None = None,
     ):
-        sampler = shard_sampler(len(dataset), train=train, shuffle=shuffle, seed=seed, rank=rank,
-                                world_size=world_size)
+        size = len(dataset)  # type: ignore[arg-type]  # a map-style dataset has a length; torch's Dataset stub has none
+        sampler = shard_sampler(size, train=train, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
         super().__init__(sampler, batch_size, drop_last)
         self.loader = DataLoader(
             dataset,
@@ -191,5 +201,5 @@ class FileLoader(ShardedLoader):
             generator=torch.Generator().manual_seed(seed + rank),
         )
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:  # what the DataLoader collates: [images, labels]
         return iter(self.loader)
