@@ -1,4 +1,5 @@
 """Models that only tests need, importable by `_target_` (the tests put this folder on PYTHONPATH)."""
+
 import json
 import time
 from pathlib import Path
@@ -15,9 +16,15 @@ class NoNormCNN(nn.Module):
 
     def __init__(self, in_channels: int, num_classes: int, widths=(16, 32), dropout: float = 0.0):
         super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(in_channels, widths[0], 3, padding=1), nn.ReLU(),
-                                  nn.Conv2d(widths[0], widths[1], 3, padding=1), nn.ReLU(),
-                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(widths[1], num_classes))
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, widths[0], 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(widths[0], widths[1], 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(widths[1], num_classes),
+        )
 
     def forward(self, x):
         return self.body(x)
@@ -87,12 +94,27 @@ class RecordingCNN(nn.Module):
     - eval (one entry an evaluation forward pass): the BatchNorm running statistics in use.
     """
 
-    def __init__(self, in_channels: int, num_classes: int, record_dir: str, widths=(16, 32), batchnorm: bool = False,
-                 dropout: float = 0.0):
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        record_dir: str,
+        widths=(16, 32),
+        batchnorm: bool = False,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         first = [nn.Conv2d(in_channels, widths[0], 3, padding=1)] + ([nn.BatchNorm2d(widths[0])] if batchnorm else [])
-        self.body = nn.Sequential(*first, nn.ReLU(), nn.Conv2d(widths[0], widths[1], 3, padding=1), nn.ReLU(),
-                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(widths[1], num_classes))
+        self.body = nn.Sequential(
+            *first,
+            nn.ReLU(),
+            nn.Conv2d(widths[0], widths[1], 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Dropout(dropout),
+            nn.Linear(widths[1], num_classes),
+        )
         self.bn = self.body[1] if batchnorm else None
         self.path = Path(record_dir) / f"rank{process_info().rank}.json"
         with torch.random.fork_rng(devices=[]):
@@ -110,8 +132,11 @@ class RecordingCNN(nn.Module):
     def forward(self, x):
         if self.training and torch.is_grad_enabled():
             grad = self.body[0].weight.grad
-            entry = {"weights": self._weights(), "grad": None if grad is None else grad.double().sum().item(),
-                     "inputs": x.detach().double().sum().item()}
+            entry = {
+                "weights": self._weights(),
+                "grad": None if grad is None else grad.double().sum().item(),
+                "inputs": x.detach().double().sum().item(),
+            }
             logits = self.body(x)
             self.record["train"].append({**entry, "bn": self._bn_stats()})
         else:

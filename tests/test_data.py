@@ -174,7 +174,7 @@ def test_synthetic_shapes_dtypes_and_determinism():
     assert data.mean == (0.5, 0.5)
     images, labels = drain(data.test)
     assert images.shape == (16, 2, 6, 6) and images.dtype == torch.float32 and labels.dtype == torch.int64
-    assert 0 <= images.min() and images.max() <= 1
+    assert images.min() >= 0 and images.max() <= 1
     assert torch.equal(drain(build_data(cfg, CPU, seed=0).test)[0], images)
     cfg.split_seed = 1
     assert not torch.equal(drain(build_data(cfg, CPU, seed=0).test)[0], images)
@@ -297,7 +297,9 @@ def write_folder(root: Path, counts: dict[str, int]) -> None:
 
 
 def folder_cfg(root: Path, **overrides):
-    return data_cfg("imagefolder", **{"root": str(root), "image_size": 8, "num_workers": 0, "batch_size": 4, **overrides})
+    return data_cfg(
+        "imagefolder", **{"root": str(root), "image_size": 8, "num_workers": 0, "batch_size": 4, **overrides}
+    )
 
 
 def test_decode_resizes_the_shorter_side_and_centre_crops(tmp_path):

@@ -1,4 +1,5 @@
 """DDP on CPU with gloo: every way to launch, and the checklist in DESIGN.md, each by a test."""
+
 import gc
 import json
 import os
@@ -40,8 +41,9 @@ def env_with_tests_on_path(**extra) -> dict:
 
 
 def run(command: list[str], cwd: Path = ROOT, timeout: int = 240, **extra_env) -> subprocess.CompletedProcess:
-    return subprocess.run(command, cwd=cwd, env=env_with_tests_on_path(**extra_env), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        command, cwd=cwd, env=env_with_tests_on_path(**extra_env), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def train_command(*overrides: str) -> list[str]:
@@ -71,6 +73,7 @@ def read_run(run_dir: Path) -> tuple[dict, list[dict]]:
 
 
 # ---- in-process checks with torch.multiprocessing (fast) ----------------------------------------
+
 
 def _init(rank: int, world_size: int, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
@@ -102,7 +105,9 @@ def test_evaluation_over_an_uneven_split_counts_every_sample_once():
     model = SmallCNN(1, 10).eval()
     images = torch.rand(101, 1, 8, 8, generator=torch.Generator().manual_seed(1))
     labels = torch.randint(0, 10, (101,), generator=torch.Generator().manual_seed(2))
-    single = train.evaluate(model, TensorLoader(images, labels, 16, shuffle=False), lambda x: x, "fp32", torch.device("cpu"))
+    single = train.evaluate(
+        model, TensorLoader(images, labels, 16, shuffle=False), lambda x: x, "fp32", torch.device("cpu")
+    )
     results = mp.Manager().dict()
     mp.spawn(_evaluate_uneven_split, args=(2, free_port(), results), nprocs=2)
     for rank in (0, 1):
@@ -172,6 +177,7 @@ def test_first_slurm_host_reads_compressed_node_lists():
 
 # ---- train.py end to end, every launcher ----------------------------------------------------------
 
+
 def records(directory: Path) -> list[dict]:
     return [json.loads((directory / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
@@ -182,11 +188,21 @@ def recorded_ddp_run(tmp_path_factory):
     micro-batches per rank, 2 micro-batches per update. Returns (run dir, [rank 0's record, rank 1's])."""
     root = tmp_path_factory.mktemp("recorded")
     (root / "records").mkdir()
-    result = run(train_command(f"hydra.run.dir={root / 'run'}", *QUICK, "distributed=ddp", "distributed.nproc_per_node=2",
-                               "model._target_=models_for_tests.RecordingCNN", "model.widths=[16,32]",
-                               f"+model.record_dir={root / 'records'}", "+model.batchnorm=true",
-                               "trainer.limit_train_batches=4", "trainer.accumulate_grad_batches=2",
-                               "regularization.early_stopping.enabled=false"))
+    result = run(
+        train_command(
+            f"hydra.run.dir={root / 'run'}",
+            *QUICK,
+            "distributed=ddp",
+            "distributed.nproc_per_node=2",
+            "model._target_=models_for_tests.RecordingCNN",
+            "model.widths=[16,32]",
+            f"+model.record_dir={root / 'records'}",
+            "+model.batchnorm=true",
+            "trainer.limit_train_batches=4",
+            "trainer.accumulate_grad_batches=2",
+            "regularization.early_stopping.enabled=false",
+        )
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "run", records(root / "records")
 
@@ -242,23 +258,34 @@ def test_batchnorm_statistics_are_averaged_across_ranks_before_evaluation_and_ch
     torch.testing.assert_close(checkpoint["body.1.running_var"], torch.tensor(rank0["eval"][1]["bn"]["var"]))
 
 
-
 @pytest.mark.slow
 def test_two_processes_with_half_batches_match_one_process(tmp_path):
     overrides = [*QUICK, *NO_NORM_MODEL, "trainer.log_every_n_steps=1", "regularization.early_stopping.enabled=false"]
     single = run(train_command(f"hydra.run.dir={tmp_path / 'single'}", "data.batch_size=64", *overrides))
     assert single.returncode == 0, single.stderr[-3000:]
-    double = run(train_command(f"hydra.run.dir={tmp_path / 'ddp'}", "data.batch_size=32", "distributed=ddp",
-                               "distributed.nproc_per_node=2", *overrides))
+    double = run(
+        train_command(
+            f"hydra.run.dir={tmp_path / 'ddp'}",
+            "data.batch_size=32",
+            "distributed=ddp",
+            "distributed.nproc_per_node=2",
+            *overrides,
+        )
+    )
     assert double.returncode == 0, double.stderr[-3000:]
-    (single_summary, single_metrics), (ddp_summary, ddp_metrics) = read_run(tmp_path / "single"), read_run(tmp_path / "ddp")
+    (single_summary, single_metrics), (ddp_summary, ddp_metrics) = (
+        read_run(tmp_path / "single"),
+        read_run(tmp_path / "ddp"),
+    )
     assert ddp_summary["world_size"] == 2 and single_summary["world_size"] == 1
     single_steps = [m["train/step_loss"] for m in single_metrics if "train/step_loss" in m]
     ddp_steps = [m["train/step_loss"] for m in ddp_metrics if "train/step_loss" in m]
     assert len(single_steps) == len(ddp_steps) > 20
     assert ddp_steps == pytest.approx(single_steps, abs=1e-4)
     for key in ("train/loss", "val/loss", "val/acc"):
-        assert [m[key] for m in ddp_metrics if key in m] == pytest.approx([m[key] for m in single_metrics if key in m], abs=1e-4)
+        assert [m[key] for m in ddp_metrics if key in m] == pytest.approx(
+            [m[key] for m in single_metrics if key in m], abs=1e-4
+        )
     # The test split (359 samples) splits unevenly across 2 ranks: a padded or per-rank-mean
     # evaluation would be off by about 1/359 in accuracy.
     assert ddp_summary["test"] == pytest.approx(single_summary["test"], abs=1e-4)
@@ -274,10 +301,22 @@ def test_accumulation_under_ddp_matches_the_big_batch(tmp_path):
     # 2 ranks x 2 micro-steps of 16 (no_sync on the first) == 1 process x 64, over 19 full updates
     # (the epoch's short tail is left out: there micro-batches of unequal size weigh differently).
     overrides = [*QUICK, *NO_NORM_MODEL, "regularization.early_stopping.enabled=false", "trainer.max_epochs=1"]
-    single = run(train_command(f"hydra.run.dir={tmp_path / 'single'}", "data.batch_size=64",
-                               "trainer.limit_train_batches=19", *overrides))
-    double = run(train_command(f"hydra.run.dir={tmp_path / 'ddp'}", "data.batch_size=16", "trainer.accumulate_grad_batches=2",
-                               "trainer.limit_train_batches=38", "distributed=ddp", "distributed.nproc_per_node=2", *overrides))
+    single = run(
+        train_command(
+            f"hydra.run.dir={tmp_path / 'single'}", "data.batch_size=64", "trainer.limit_train_batches=19", *overrides
+        )
+    )
+    double = run(
+        train_command(
+            f"hydra.run.dir={tmp_path / 'ddp'}",
+            "data.batch_size=16",
+            "trainer.accumulate_grad_batches=2",
+            "trainer.limit_train_batches=38",
+            "distributed=ddp",
+            "distributed.nproc_per_node=2",
+            *overrides,
+        )
+    )
     assert single.returncode == 0 and double.returncode == 0, double.stderr[-3000:]
     single_weights = torch.load(tmp_path / "single/checkpoints/last.pt", weights_only=True)["model"]
     ddp_weights = torch.load(tmp_path / "ddp/checkpoints/last.pt", weights_only=True)["model"]
@@ -287,11 +326,20 @@ def test_accumulation_under_ddp_matches_the_big_batch(tmp_path):
 
 @pytest.mark.slow
 def test_self_launched_ddp_inside_a_hydra_multirun(tmp_path):
-    result = run(train_command("-m", f"hydra.sweep.dir={tmp_path}", "distributed=ddp", "distributed.nproc_per_node=2",
-                               "seed=1,2", *QUICK, "trainer.limit_train_batches=3"))
+    result = run(
+        train_command(
+            "-m",
+            f"hydra.sweep.dir={tmp_path}",
+            "distributed=ddp",
+            "distributed.nproc_per_node=2",
+            "seed=1,2",
+            *QUICK,
+            "trainer.limit_train_batches=3",
+        )
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     for job, seed in (("0", 1), ("1", 2)):
-        summary, metrics = read_run(tmp_path / job)
+        summary, _ = read_run(tmp_path / job)
         assert summary["world_size"] == 2 and summary["steps"] == 6  # 2 epochs x 3 batches
         assert OmegaConf.load(tmp_path / job / ".hydra" / "config.yaml").seed == seed
         assert torch.load(tmp_path / job / "checkpoints" / "last.pt", weights_only=True)["config"]["seed"] == seed
@@ -300,9 +348,14 @@ def test_self_launched_ddp_inside_a_hydra_multirun(tmp_path):
 @pytest.mark.slow
 def test_torchrun_single_node_shares_one_run_directory(tmp_path):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    result = run([*torchrun, str(ROOT / "train.py"), *QUICK, "logger=wandb", "logger.mode=offline"], cwd=tmp_path,
-                 WANDB_SILENT="true", WANDB_CONFIG_DIR=str(tmp_path / "wandb-home"), WANDB_CACHE_DIR=str(tmp_path / "wandb-home"),
-                 WANDB_DATA_DIR=str(tmp_path / "wandb-home"))
+    result = run(
+        [*torchrun, str(ROOT / "train.py"), *QUICK, "logger=wandb", "logger.mode=offline"],
+        cwd=tmp_path,
+        WANDB_SILENT="true",
+        WANDB_CONFIG_DIR=str(tmp_path / "wandb-home"),
+        WANDB_CACHE_DIR=str(tmp_path / "wandb-home"),
+        WANDB_DATA_DIR=str(tmp_path / "wandb-home"),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     run_dirs = list((tmp_path / "outputs" / "runs").iterdir())
     assert len(run_dirs) == 1, run_dirs  # no directory per rank
@@ -319,11 +372,25 @@ def test_torchrun_single_node_shares_one_run_directory(tmp_path):
 def test_two_torchrun_agents_form_one_two_node_job(tmp_path):
     port = free_port()
     agents = [
-        subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}",
-                          "--nproc_per_node=1", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_backend=static",
-                          str(ROOT / "train.py"), *QUICK],
-                         cwd=tmp_path, env=env_with_tests_on_path(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                f"--node_rank={node}",
+                "--nproc_per_node=1",
+                f"--rdzv_endpoint=127.0.0.1:{port}",
+                "--rdzv_backend=static",
+                str(ROOT / "train.py"),
+                *QUICK,
+            ],
+            cwd=tmp_path,
+            env=env_with_tests_on_path(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for node in (0, 1)
     ]
     outputs = communicate_all(agents, timeout=240)
@@ -331,18 +398,30 @@ def test_two_torchrun_agents_form_one_two_node_job(tmp_path):
     run_dirs = list((tmp_path / "outputs" / "runs").iterdir())
     assert len(run_dirs) == 1, run_dirs
     summary, _ = read_run(run_dirs[0])
-    assert summary["world_size"] == 2 and summary["test"]["test/acc"] >= 0.7  # about 0.8 after 2 epochs of 10 updates (global batch 128)
+    assert (
+        summary["world_size"] == 2 and summary["test"]["test/acc"] >= 0.7
+    )  # about 0.8 after 2 epochs of 10 updates (global batch 128)
 
 
 @pytest.mark.slow
 def test_simulated_slurm_tasks_join_one_process_group(tmp_path):
     job_id = str(40000 + free_port() % 10000)
     tasks = [
-        subprocess.Popen(train_command(f"hydra.run.dir={tmp_path}", *QUICK), cwd=ROOT,
-                         env=env_with_tests_on_path(SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank), SLURM_NTASKS="2",
-                                                    SLURM_NTASKS_PER_NODE="2", SLURM_JOB_ID=job_id,
-                                                    SLURM_JOB_NODELIST="127.0.0.1"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            train_command(f"hydra.run.dir={tmp_path}", *QUICK),
+            cwd=ROOT,
+            env=env_with_tests_on_path(
+                SLURM_PROCID=str(rank),
+                SLURM_LOCALID=str(rank),
+                SLURM_NTASKS="2",
+                SLURM_NTASKS_PER_NODE="2",
+                SLURM_JOB_ID=job_id,
+                SLURM_JOB_NODELIST="127.0.0.1",
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for rank in (0, 1)
     ]
     outputs = communicate_all(tasks, timeout=240)
@@ -354,12 +433,27 @@ def test_simulated_slurm_tasks_join_one_process_group(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["self", "torchrun"])
 def test_a_crashing_rank_ends_the_whole_job_quickly(tmp_path, launcher):
-    overrides = [*QUICK, "model._target_=models_for_tests.CrashOnRankOne", "model.widths=[16,32]", "trainer.max_epochs=50"]
+    overrides = [
+        *QUICK,
+        "model._target_=models_for_tests.CrashOnRankOne",
+        "model.widths=[16,32]",
+        "trainer.max_epochs=50",
+    ]
     if launcher == "self":
-        command = train_command(f"hydra.run.dir={tmp_path}", "distributed=ddp", "distributed.nproc_per_node=2", *overrides)
+        command = train_command(
+            f"hydra.run.dir={tmp_path}", "distributed=ddp", "distributed.nproc_per_node=2", *overrides
+        )
     else:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                   str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}", *overrides]
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(ROOT / "train.py"),
+            f"hydra.run.dir={tmp_path}",
+            *overrides,
+        ]
     started = time.monotonic()
     result = run(command, timeout=120)
     assert result.returncode != 0
@@ -373,10 +467,21 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_at_the_same_epoch(tmp_pa
     # finite. Both must stop after epoch 0; a rank that went on would wait in a collective alone,
     # which the short timeout turns into a failure instead of a hang.
     started = time.monotonic()
-    result = run(train_command(f"hydra.run.dir={tmp_path}", "distributed=ddp", "distributed.nproc_per_node=2", *QUICK,
-                               "model._target_=models_for_tests.NanOnRankOne", "model.widths=[16,32]", "+model.nan_at=4",
-                               "trainer.limit_train_batches=4", "trainer.max_epochs=5", "distributed.timeout_seconds=20"),
-                 timeout=180)
+    result = run(
+        train_command(
+            f"hydra.run.dir={tmp_path}",
+            "distributed=ddp",
+            "distributed.nproc_per_node=2",
+            *QUICK,
+            "model._target_=models_for_tests.NanOnRankOne",
+            "model.widths=[16,32]",
+            "+model.nan_at=4",
+            "trainer.limit_train_batches=4",
+            "trainer.max_epochs=5",
+            "distributed.timeout_seconds=20",
+        ),
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr[-3000:]  # a non-finite loss is a stop, not a crash
     summary, metrics = read_run(tmp_path)
     assert summary["stop_reason"] == "non-finite loss" and summary["epochs"] == 1 and summary["steps"] == 4
@@ -391,11 +496,26 @@ def test_early_stopping_stops_every_rank_and_the_test_uses_the_best_weights_on_e
     # test split must be evaluated with epoch 0's weights on both ranks (rank 0 reads best.pt and
     # broadcasts it): exactly what a 1-epoch run, whose last weights are epoch 0's, reports.
     # A constant LR makes epoch 0 of both runs identical.
-    overrides = [*QUICK, *NO_NORM_MODEL, "distributed=ddp", "distributed.nproc_per_node=2", "scheduler=constant",
-                 "trainer.limit_train_batches=5", "optimizer.lr=0.3"]
-    stopped = run(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", *overrides, "trainer.max_epochs=6",
-                                "regularization.early_stopping.min_delta=100", "regularization.early_stopping.patience=2",
-                                "distributed.timeout_seconds=30"), timeout=180)
+    overrides = [
+        *QUICK,
+        *NO_NORM_MODEL,
+        "distributed=ddp",
+        "distributed.nproc_per_node=2",
+        "scheduler=constant",
+        "trainer.limit_train_batches=5",
+        "optimizer.lr=0.3",
+    ]
+    stopped = run(
+        train_command(
+            f"hydra.run.dir={tmp_path / 'stopped'}",
+            *overrides,
+            "trainer.max_epochs=6",
+            "regularization.early_stopping.min_delta=100",
+            "regularization.early_stopping.patience=2",
+            "distributed.timeout_seconds=30",
+        ),
+        timeout=180,
+    )
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     one_epoch = run(train_command(f"hydra.run.dir={tmp_path / 'one_epoch'}", *overrides, "trainer.max_epochs=1"))
     assert one_epoch.returncode == 0, one_epoch.stderr[-3000:]
@@ -417,10 +537,20 @@ def test_a_hanging_rank_ends_the_job_after_the_collective_timeout(tmp_path):
     # all-reduce until distributed.timeout_seconds, fails, and the job ends with an error. Without
     # the timeout it would wait for 30 minutes (gloo's default), here until rank 1 woke up.
     timeout = 10
-    result = run(train_command(f"hydra.run.dir={tmp_path / 'run'}", "distributed=ddp", "distributed.nproc_per_node=2", *QUICK,
-                               "model._target_=models_for_tests.HangOnRankOne", "model.widths=[16,32]",
-                               f"+model.record_dir={tmp_path}", "+model.hang_seconds=90",
-                               f"distributed.timeout_seconds={timeout}"), timeout=240)
+    result = run(
+        train_command(
+            f"hydra.run.dir={tmp_path / 'run'}",
+            "distributed=ddp",
+            "distributed.nproc_per_node=2",
+            *QUICK,
+            "model._target_=models_for_tests.HangOnRankOne",
+            "model.widths=[16,32]",
+            f"+model.record_dir={tmp_path}",
+            "+model.hang_seconds=90",
+            f"distributed.timeout_seconds={timeout}",
+        ),
+        timeout=240,
+    )
     ended = time.time()
     assert result.returncode == 1, result.stderr[-3000:]
     waited = ended - float((tmp_path / "hang_started").read_text())
@@ -430,8 +560,16 @@ def test_a_hanging_rank_ends_the_job_after_the_collective_timeout(tmp_path):
 
 @pytest.mark.slow
 def test_sync_batchnorm_on_cpu_is_refused_with_a_clear_error(tmp_path):
-    result = run(train_command(f"hydra.run.dir={tmp_path}", "distributed=ddp", "distributed.nproc_per_node=2",
-                               "distributed.sync_batchnorm=true", *QUICK), timeout=120)
+    result = run(
+        train_command(
+            f"hydra.run.dir={tmp_path}",
+            "distributed=ddp",
+            "distributed.nproc_per_node=2",
+            "distributed.sync_batchnorm=true",
+            *QUICK,
+        ),
+        timeout=120,
+    )
     assert result.returncode != 0
     assert "distributed.sync_batchnorm" in result.stderr and "CUDA" in result.stderr
 
@@ -441,18 +579,31 @@ def test_ddp_run_stopped_inside_an_epoch_resumes_exactly(tmp_path):
     # Constant LR, so stopping with max_steps leaves the schedule alone; every rank's RNG (its own
     # augmentation stream) is restored. BN-free: the stop averages BatchNorm statistics across ranks
     # one extra time, which a straight run does not do at that point.
-    overrides = [*QUICK, *NO_NORM_MODEL, "augmentation=shift", "scheduler=constant", "regularization.early_stopping.enabled=false",
-                 "distributed=ddp", "distributed.nproc_per_node=2", "trainer.checkpoint_every_n_steps=4"]
+    overrides = [
+        *QUICK,
+        *NO_NORM_MODEL,
+        "augmentation=shift",
+        "scheduler=constant",
+        "regularization.early_stopping.enabled=false",
+        "distributed=ddp",
+        "distributed.nproc_per_node=2",
+        "trainer.checkpoint_every_n_steps=4",
+    ]
     straight = run(train_command(f"hydra.run.dir={tmp_path / 'straight'}", *overrides))
     stopped = run(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", "trainer.max_steps=13", *overrides))
     assert straight.returncode == 0 and stopped.returncode == 0, stopped.stderr[-3000:]
     checkpoint = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)
     assert (checkpoint["epoch"], checkpoint["batches_done"], len(checkpoint["rng"])) == (1, 3, 2)
-    resumed = run(train_command(f"hydra.run.dir={tmp_path / 'resumed'}", f"resume={tmp_path / 'stopped/checkpoints/last.pt'}",
-                                *overrides))
+    resumed = run(
+        train_command(
+            f"hydra.run.dir={tmp_path / 'resumed'}", f"resume={tmp_path / 'stopped/checkpoints/last.pt'}", *overrides
+        )
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     (straight_summary, straight_metrics), (resumed_summary, resumed_metrics) = (
-        read_run(tmp_path / "straight"), read_run(tmp_path / "resumed"))
+        read_run(tmp_path / "straight"),
+        read_run(tmp_path / "resumed"),
+    )
     assert resumed_summary["test"] == pytest.approx(straight_summary["test"], rel=1e-6)
     assert resumed_metrics[-2]["val/loss"] == pytest.approx(straight_metrics[-2]["val/loss"], rel=1e-6)
     straight_weights = torch.load(tmp_path / "straight/checkpoints/last.pt", weights_only=True)["model"]

@@ -1,5 +1,6 @@
 """LR range test: a sane suggestion on a problem whose good LRs are known, early stop on divergence,
 every piece of state put back bit for bit, group scales respected, the script, DDP."""
+
 import gc
 import json
 import math
@@ -51,6 +52,7 @@ def final_loss_after_training(seed: int, lr: float, batches, steps: int = 30) ->
 
 
 # ---- the suggestion ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_suggestion_on_linear_regression_is_in_the_known_good_band(seed):
@@ -110,6 +112,7 @@ def test_suggest_lr_rule_on_hand_made_curves():
 
 # ---- state restored bit for bit ---------------------------------------------------------------
 
+
 def all_tensors(obj, prefix=""):
     """Flatten nested state into {path: value} so every tensor and number can be compared."""
     if isinstance(obj, dict):
@@ -167,9 +170,17 @@ def test_model_optimizer_scheduler_and_rng_are_restored_bit_for_bit(optimizer_na
     batches = [(torch.randn(16, 1, 8, 8), torch.randint(0, 10, (16,))) for _ in range(4)]
     random.random(), np.random.rand()
     before = snapshot(model, optimizer, scheduler)
-    result = lr_range_test(model, optimizer, batches, F.cross_entropy, scheduler=scheduler,
-                           transform=lambda x: x + 0.01 * torch.randn_like(x),  # uses the RNG
-                           min_lr=1e-4, max_lr=1e4, num_steps=30)
+    result = lr_range_test(
+        model,
+        optimizer,
+        batches,
+        F.cross_entropy,
+        scheduler=scheduler,
+        transform=lambda x: x + 0.01 * torch.randn_like(x),  # uses the RNG
+        min_lr=1e-4,
+        max_lr=1e4,
+        num_steps=30,
+    )
     assert len(result.lrs) > 3
     after = snapshot(model, optimizer, scheduler)
     assert_identical(before["model"], after["model"])
@@ -195,12 +206,21 @@ def test_restored_even_when_the_loss_raises():
         return model(batch[0]).pow(2).mean()
 
     with pytest.raises(RuntimeError, match="boom"):
-        lr_range_test(model, optimizer, [(torch.ones(4, 2), None)], compute_loss=compute_loss, min_lr=0.1, max_lr=1.0, num_steps=10)
+        lr_range_test(
+            model,
+            optimizer,
+            [(torch.ones(4, 2), None)],
+            compute_loss=compute_loss,
+            min_lr=0.1,
+            max_lr=1.0,
+            num_steps=10,
+        )
     assert torch.equal(model.weight, weights)
     assert optimizer.state_dict()["state"] == {} and optimizer.param_groups[0]["lr"] == 1.0
 
 
 # ---- parameter groups and applying the suggestion ---------------------------------------------
+
 
 def test_every_group_keeps_its_scale_during_the_sweep():
     model = SmallCNN(1, 10, widths=(4, 8, 8))
@@ -214,8 +234,15 @@ def test_every_group_keeps_its_scale_during_the_sweep():
         seen.append([group["lr"] for group in optimizer.param_groups])
         return F.cross_entropy(model(batch[0]), batch[1])
 
-    result = lr_range_test(model, optimizer, [(torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,)))],
-                           compute_loss=compute_loss, min_lr=1e-4, max_lr=1e-2, num_steps=3)
+    result = lr_range_test(
+        model,
+        optimizer,
+        [(torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,)))],
+        compute_loss=compute_loss,
+        min_lr=1e-4,
+        max_lr=1e-2,
+        num_steps=3,
+    )
     for lrs, base in zip(seen, result.lrs):
         assert lrs == pytest.approx([base, base, 10 * base, 10 * base])
 
@@ -245,11 +272,18 @@ def test_set_base_lr_then_rebuilding_the_scheduler_starts_the_schedule_from_the_
 
 # ---- the script --------------------------------------------------------------------------------
 
+
 def test_lr_find_script_composes_the_train_config_and_writes_its_outputs(tmp_path):
     run_dir = tmp_path / "run"
-    command = [sys.executable, str(ROOT / "scripts" / "lr_find.py"), f"hydra.run.dir={run_dir}",
-               "model.widths=[4,8,8]", "optimizer.head_lr_scale=2", "++lr_finder.num_steps=20",
-               "++lr_finder.min_lr=1e-4"]
+    command = [
+        sys.executable,
+        str(ROOT / "scripts" / "lr_find.py"),
+        f"hydra.run.dir={run_dir}",
+        "model.widths=[4,8,8]",
+        "optimizer.head_lr_scale=2",
+        "++lr_finder.num_steps=20",
+        "++lr_finder.min_lr=1e-4",
+    ]
     process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stderr[-3000:]
     assert "suggested optimizer.lr=" in process.stdout + process.stderr
@@ -259,13 +293,19 @@ def test_lr_find_script_composes_the_train_config_and_writes_its_outputs(tmp_pat
 
 
 def test_lr_find_script_reports_bad_input_in_one_line(tmp_path):
-    command = [sys.executable, str(ROOT / "scripts" / "lr_find.py"), f"hydra.run.dir={tmp_path}", "++lr_finder.max_lr=-1"]
+    command = [
+        sys.executable,
+        str(ROOT / "scripts" / "lr_find.py"),
+        f"hydra.run.dir={tmp_path}",
+        "++lr_finder.max_lr=-1",
+    ]
     process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert process.returncode == 1
     assert process.stderr.strip().splitlines()[-1].startswith("error: lr_finder.max_lr:")
 
 
 # ---- DDP: every rank sees the same curve and stops at the same step ----------------------------
+
 
 def free_port() -> int:
     with socket.socket() as s:

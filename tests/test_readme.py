@@ -9,8 +9,8 @@ Each row's default cell is one of:
   of the group that has the key.
 A row that fits none of these must be named in NOT_CHECKED with the reason.
 """
+
 import re
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -25,7 +25,7 @@ TITLE = "### Keys you will type every day"
 
 NOT_CHECKED = {
     "data.root": "per dataset: null for bundled or generated data, $TRAINKIT_DATA (else ./data) for torchvision's "
-                 "datasets, required for imagefolder",
+    "datasets, required for imagefolder",
 }
 
 
@@ -36,7 +36,7 @@ def table_rows() -> list[tuple[list[str], str]]:
     lines = text.split(TITLE, 1)[1].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     rows = []
-    for line in lines[start + 2:]:  # after the header and the |---| line
+    for line in lines[start + 2 :]:  # after the header and the |---| line
         if not line.startswith("|"):
             break
         key_cell, default_cell = [cell.strip() for cell in line.strip().strip("|").split("|")][:2]
@@ -88,10 +88,23 @@ ROWS = table_rows()
 
 def test_the_table_is_there_and_names_the_keys_people_type_every_day():
     keys = {key for row_keys, _ in ROWS for key in row_keys}
-    for key in ("seed", "trainer.max_epochs", "trainer.max_steps", "trainer.accumulate_grad_batches", "trainer.grad_clip",
-                "data.batch_size", "data.num_workers", "data.root", "optimizer.lr", "optimizer.weight_decay",
-                "regularization.label_smoothing", "distributed.nproc_per_node", "logger.mode", "resume",
-                "optimized_metric"):
+    for key in (
+        "seed",
+        "trainer.max_epochs",
+        "trainer.max_steps",
+        "trainer.accumulate_grad_batches",
+        "trainer.grad_clip",
+        "data.batch_size",
+        "data.num_workers",
+        "data.root",
+        "optimizer.lr",
+        "optimizer.weight_decay",
+        "regularization.label_smoothing",
+        "distributed.nproc_per_node",
+        "logger.mode",
+        "resume",
+        "optimized_metric",
+    ):
         assert key in keys, key
 
 
@@ -111,8 +124,11 @@ def test_readme_default_matches_the_config(compose_config, monkeypatch, keys, ce
         elif env_default:
             variable, value = env_default.groups()
             monkeypatch.delenv(variable, raising=False)
-            having = [option for option in options_of(group)
-                      if OmegaConf.select(compose_config(f"{group}={option}"), key, default="<missing>") != "<missing>"]
+            having = [
+                option
+                for option in options_of(group)
+                if OmegaConf.select(compose_config(f"{group}={option}"), key, default="<missing>") != "<missing>"
+            ]
             assert having, key
             for option in having:
                 assert select(compose_config(f"{group}={option}"), key) == parse_value(value), (key, option)

@@ -1,4 +1,5 @@
 """End to end: train.py in a subprocess, judged by its run directory."""
+
 import math
 import re
 import subprocess
@@ -45,14 +46,29 @@ def test_default_run_learns_and_writes_the_run_directory(run_train):
     assert summary["device"] == "cpu" or summary["device"].startswith("cuda")
 
     hydra_config = OmegaConf.load(run.run_dir / ".hydra" / "config.yaml")
-    assert hydra_config.trainer.max_epochs == 3 and hydra_config.data.name == "digits"  # the composed config, overrides applied
+    assert (
+        hydra_config.trainer.max_epochs == 3 and hydra_config.data.name == "digits"
+    )  # the composed config, overrides applied
 
     # Checkpoints: plain containers, unprefixed model keys, the epoch they say.
-    checkpoints = {name: torch.load(run.run_dir / "checkpoints" / f"{name}.pt", weights_only=True) for name in ("last", "best")}
+    checkpoints = {
+        name: torch.load(run.run_dir / "checkpoints" / f"{name}.pt", weights_only=True) for name in ("last", "best")
+    }
     for checkpoint in checkpoints.values():
         assert not any(k.startswith(("module.", "_orig_mod.")) for k in checkpoint["model"])
-        assert {"model", "optimizer", "scheduler", "scaler", "early_stopping", "best_metrics", "epoch", "step",
-                "batches_done", "rng", "config"} <= set(checkpoint)
+        assert {
+            "model",
+            "optimizer",
+            "scheduler",
+            "scaler",
+            "early_stopping",
+            "best_metrics",
+            "epoch",
+            "step",
+            "batches_done",
+            "rng",
+            "config",
+        } <= set(checkpoint)
         assert len(checkpoint["rng"]) == 1  # one stream set per rank
         assert checkpoint["config"]["trainer"]["max_epochs"] == 3
     last, best = checkpoints["last"], checkpoints["best"]
@@ -71,8 +87,12 @@ def test_test_metrics_use_the_best_checkpoint(run_train):
     # LR makes epoch 0 of this run identical to a 1-epoch run, whose test metrics are then those of
     # epoch 0's weights: the early-stopped run must report exactly them, not those of its last epoch.
     overrides = ("scheduler=constant", "trainer.progress_bar=false", "print_config=false")
-    run = run_train("trainer.max_epochs=6", "regularization.early_stopping.min_delta=100",
-                    "regularization.early_stopping.patience=2", *overrides)
+    run = run_train(
+        "trainer.max_epochs=6",
+        "regularization.early_stopping.min_delta=100",
+        "regularization.early_stopping.patience=2",
+        *overrides,
+    )
     summary = run.summary
     assert summary["stop_reason"] == "early_stopping"
     assert summary["epochs"] == 3  # epoch 0 best, epochs 1 and 2 without improvement -> stop
@@ -90,8 +110,9 @@ def test_test_metrics_use_the_best_checkpoint(run_train):
 
 
 def test_lr_schedule_warms_up_then_decays_per_update(run_train):
-    run = run_train("trainer.max_epochs=3", "trainer.log_every_n_steps=1", "scheduler.warmup_epochs=1",
-                    "trainer.progress_bar=false")
+    run = run_train(
+        "trainer.max_epochs=3", "trainer.log_every_n_steps=1", "scheduler.warmup_epochs=1", "trainer.progress_bar=false"
+    )
     lrs = [m["lr"] for m in run.metrics if "train/step_loss" in m]
     updates_per_epoch = len(lrs) // 3
     warmup, decay = lrs[:updates_per_epoch], lrs[updates_per_epoch:]
@@ -127,13 +148,23 @@ def assert_same_training(resumed, straight):
 
 def test_resume_after_a_kill_continues_exactly(run_train, tmp_path):
     # Checkpoints every 3 updates, so the kill usually lands inside an epoch.
-    overrides = ["trainer.max_epochs=6", "augmentation=shift", "trainer.progress_bar=false", "print_config=false",
-                 "regularization.early_stopping.enabled=false", "trainer.checkpoint_every_n_steps=3"]
+    overrides = [
+        "trainer.max_epochs=6",
+        "augmentation=shift",
+        "trainer.progress_bar=false",
+        "print_config=false",
+        "regularization.early_stopping.enabled=false",
+        "trainer.checkpoint_every_n_steps=3",
+    ]
     straight = run_train(*overrides)
     # Kill a second, identical run as soon as its first checkpoint lands, as a preemption would.
     killed_dir = tmp_path / "killed"
-    victim = subprocess.Popen([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={killed_dir}", *overrides],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    victim = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={killed_dir}", *overrides],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     last = killed_dir / "checkpoints" / "last.pt"
     deadline = time.monotonic() + 120
     while not last.exists() and victim.poll() is None and time.monotonic() < deadline:
@@ -150,8 +181,14 @@ def test_resume_after_a_kill_continues_exactly(run_train, tmp_path):
 
 def test_a_run_stopped_inside_an_epoch_resumes_at_the_next_batch(run_train):
     # A constant LR, so stopping early with max_steps does not change the schedule.
-    overrides = ["trainer.max_epochs=3", "augmentation=shift", "scheduler=constant", "trainer.progress_bar=false",
-                 "print_config=false", "regularization.early_stopping.enabled=false"]
+    overrides = [
+        "trainer.max_epochs=3",
+        "augmentation=shift",
+        "scheduler=constant",
+        "trainer.progress_bar=false",
+        "print_config=false",
+        "regularization.early_stopping.enabled=false",
+    ]
     straight = run_train(*overrides)
     stopped = run_train(*overrides, "trainer.max_steps=27")  # 20 updates per epoch: 7 batches into epoch 1
     checkpoint = torch.load(stopped.run_dir / "checkpoints" / "last.pt", weights_only=True)
@@ -170,8 +207,13 @@ def test_mixed_precision_trains_on_cpu(run_train, precision):
 
 
 def test_gradient_clipping_accumulation_and_max_steps_run_together(run_train):
-    run = run_train("trainer.max_epochs=3", "trainer.grad_clip=0.5", "trainer.accumulate_grad_batches=3",
-                    "trainer.max_steps=10", "trainer.progress_bar=false")
+    run = run_train(
+        "trainer.max_epochs=3",
+        "trainer.grad_clip=0.5",
+        "trainer.accumulate_grad_batches=3",
+        "trainer.max_steps=10",
+        "trainer.progress_bar=false",
+    )
     assert run.summary["steps"] == 10 and run.summary["stop_reason"] == "max_steps"
     # 20 batches an epoch in groups of 3: 7 updates (the last group of 2), then 3 more updates = 9 batches.
     assert [(m["epoch"], m["step"]) for m in run.epoch_metrics()] == [(0, 7), (1, 10)]
@@ -186,8 +228,17 @@ def test_debug_fast_limits_batches(run_train):
 
 
 def test_synthetic_data_with_csv_logger_and_adamw(run_train):
-    run = run_train("data=synthetic", "data.image_size=16", "data.num_samples=512", "logger=csv", "optimizer=adamw",
-                    "scheduler=cosine_restarts", "augmentation=strong", "trainer.max_epochs=2", "trainer.progress_bar=false")
+    run = run_train(
+        "data=synthetic",
+        "data.image_size=16",
+        "data.num_samples=512",
+        "logger=csv",
+        "optimizer=adamw",
+        "scheduler=cosine_restarts",
+        "augmentation=strong",
+        "trainer.max_epochs=2",
+        "trainer.progress_bar=false",
+    )
     assert run.summary["test"]["test/acc"] >= 0.4  # about 0.6 after 2 epochs; chance is 0.1
     rows = (run.run_dir / "metrics.csv").read_text().splitlines()
     header = rows[0].split(",")
@@ -209,8 +260,16 @@ def test_imagefolder_infers_its_classes(run_train, tmp_path):
                 noise = torch.randint(0, 40, (20, 24, 3), generator=rng).to(torch.uint8)
                 pixels = noise + torch.tensor([200 if c == label else 0 for c in range(3)], dtype=torch.uint8)
                 Image.fromarray(pixels.numpy()).save(folder / f"{i}.png")
-    run = run_train("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=16", "data.num_workers=0",
-                    "data.batch_size=8", "trainer.max_epochs=4", "trainer.progress_bar=false", "optimizer.lr=0.05")
+    run = run_train(
+        "data=imagefolder",
+        f"data.root={tmp_path / 'images'}",
+        "data.image_size=16",
+        "data.num_workers=0",
+        "data.batch_size=8",
+        "trainer.max_epochs=4",
+        "trainer.progress_bar=false",
+        "optimizer.lr=0.05",
+    )
     assert run.summary["test"]["test/acc"] >= 0.9  # each class is one colour: 4 epochs reach 1.0
     config = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]
     assert config["data"]["num_classes"] == 3 and config["model"]["num_classes"] == 3
@@ -218,14 +277,22 @@ def test_imagefolder_infers_its_classes(run_train, tmp_path):
 
 @pytest.mark.parametrize("model", ["timm", "torchvision"])
 def test_library_models_run_on_the_8x8_digits(run_train, model):
-    run = run_train(f"model={model}", "model.name=resnet18", "trainer.max_epochs=1", "trainer.limit_train_batches=3",
-                    "trainer.limit_val_batches=1", "trainer.progress_bar=false")
+    run = run_train(
+        f"model={model}",
+        "model.name=resnet18",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=3",
+        "trainer.limit_val_batches=1",
+        "trainer.progress_bar=false",
+    )
     # 3 updates do not teach a ResNet the digits (accuracy stays anywhere near chance): check that the
     # run trained the library's resnet18, adapted to 1 channel and 10 classes, and measured finite losses.
     summary = run.summary
     assert summary["steps"] == 3 and summary["stop_reason"] == "max_epochs"
-    assert all(math.isfinite(v) for v in (summary["final"]["train/loss"], summary["final"]["val/loss"],
-                                          summary["test"]["test/loss"]))
+    assert all(
+        math.isfinite(v)
+        for v in (summary["final"]["train/loss"], summary["final"]["val/loss"], summary["test"]["test/loss"])
+    )
     weights = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
     assert weights["conv1.weight"].shape == (64, 1, 7, 7) and weights["fc.weight"].shape == (10, 512)
     assert "layer4.1.bn2.running_var" in weights  # resnet18's last block
@@ -233,8 +300,19 @@ def test_library_models_run_on_the_8x8_digits(run_train, model):
 
 def test_help_lists_the_groups_and_cfg_prints_the_config(run_train):
     help_text = run_train("--help").stdout
-    for group in ("data", "model", "optimizer", "scheduler", "precision", "distributed", "regularization",
-                  "augmentation", "logger", "experiment", "debug"):
+    for group in (
+        "data",
+        "model",
+        "optimizer",
+        "scheduler",
+        "precision",
+        "distributed",
+        "regularization",
+        "augmentation",
+        "logger",
+        "experiment",
+        "debug",
+    ):
         assert f"{group}:" in help_text, group
     assert "digits" in help_text and "cifar10" in help_text
     config = run_train("--cfg", "job").stdout
@@ -244,8 +322,15 @@ def test_help_lists_the_groups_and_cfg_prints_the_config(run_train):
 def test_lr_finder_and_batch_size_finder_run_before_training(run_train):
     from PIL import Image
 
-    run = run_train("debug=fast", "lr_finder.enabled=true", "lr_finder.apply=true", "lr_finder.num_steps=20",
-                    "batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=128", "scheduler=constant")
+    run = run_train(
+        "debug=fast",
+        "lr_finder.enabled=true",
+        "lr_finder.apply=true",
+        "lr_finder.num_steps=20",
+        "batch_size_finder.enabled=true",
+        "batch_size_finder.max_batch_size=128",
+        "scheduler=constant",
+    )
     with Image.open(run.run_dir / "lr_finder.png") as plot:
         assert plot.format == "PNG" and min(plot.size) > 100
     checkpoint = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)

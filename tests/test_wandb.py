@@ -4,6 +4,7 @@ wandb 0.31 writes no files/config.yaml or files/wandb-summary.json for an offlin
 lives in the run's `.wandb` file (LevelDB log format: 32 KiB blocks of checksummed chunks, each a
 protobuf `Record`), which `read_records` below decodes, as `wandb sync` would.
 """
+
 import json
 import logging
 import struct
@@ -41,8 +42,18 @@ def run_dir(tmp_path):
 
 
 def wandb_cfg(**overrides):
-    cfg = {"name": "wandb", "mode": "offline", "project": "trainkit", "entity": None, "group": None,
-           "run_name": None, "tags": [], "notes": None, "log_images": True, "init_timeout": 90}
+    cfg = {
+        "name": "wandb",
+        "mode": "offline",
+        "project": "trainkit",
+        "entity": None,
+        "group": None,
+        "run_name": None,
+        "tags": [],
+        "notes": None,
+        "log_images": True,
+        "init_timeout": 90,
+    }
     return OmegaConf.create({**cfg, **overrides})
 
 
@@ -57,13 +68,13 @@ def read_records(path: Path):
         if left < 7:  # a block's tail too short for a chunk header is zero padding
             position += left
             continue
-        _checksum, length, kind = struct.unpack("<IHB", data[position:position + 7])
+        _checksum, length, kind = struct.unpack("<IHB", data[position : position + 7])
         if kind == 0 and length == 0:
             position += left
             continue
         if position + 7 + length > len(data):  # still being written
             return
-        pending += data[position + 7:position + 7 + length]
+        pending += data[position + 7 : position + 7 + length]
         position += 7 + length
         if kind in (1, 4):  # FULL, or LAST of FIRST/MIDDLE/LAST
             record = wandb_internal_pb2.Record()
@@ -124,8 +135,9 @@ def offline_run(run_dir: Path, timeout: float = 20.0) -> OfflineRun:
 
 def test_offline_run_lands_in_the_run_directory_with_config_history_and_summary(run_dir):
     config = {"optimizer": {"lr": 0.1, "name": "sgd"}, "seed": 3}
-    loggers = build_loggers(wandb_cfg(tags=["smoke"]), run_dir, config=config, run_name="optimizer.lr=0.1",
-                            group="sweep-1")
+    loggers = build_loggers(
+        wandb_cfg(tags=["smoke"]), run_dir, config=config, run_name="optimizer.lr=0.1", group="sweep-1"
+    )
     assert loggers.run_id is not None
     loggers.log({"epoch": 0, "step": 10, "train/step_loss": 2.0, "lr": 0.1})
     loggers.log({"epoch": 0, "step": 10, "train/loss": 1.9, "val/loss": 1.5, "val/acc": 0.4})  # same step
@@ -206,7 +218,8 @@ def test_init_failure_warns_once_and_training_goes_on_locally(run_dir, monkeypat
     loggers.summary({"best/val/acc": 0.5})
     loggers.finish(failed=True)
     assert [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == [
-        {"epoch": 0, "step": 1, "val/acc": 0.5}]
+        {"epoch": 0, "step": 1, "val/acc": 0.5}
+    ]
     assert not (run_dir / "wandb").exists()
 
 
@@ -236,15 +249,19 @@ def test_init_gets_the_explicit_mode_dir_names_and_resume(run_dir, monkeypatch):
     loggers = build_loggers(cfg, run_dir, config={"seed": 0}, run_name="seed=1", group="sweep")
     kwargs = calls[0]
     assert kwargs["mode"] == "online" and kwargs["dir"] == str(run_dir)
-    assert (kwargs["project"], kwargs["entity"], kwargs["tags"], kwargs["notes"]) == ("trainkit", "team", ["a", "b"], "why")
+    assert (kwargs["project"], kwargs["entity"], kwargs["tags"], kwargs["notes"]) == (
+        "trainkit",
+        "team",
+        ["a", "b"],
+        "why",
+    )
     assert (kwargs["name"], kwargs["group"], kwargs["config"]) == ("seed=1", "sweep", {"seed": 0})
     assert kwargs["id"] is None and kwargs["resume"] is None
     assert loggers.run_id == "fake123"
     loggers.finish(failed=True)
     assert run.finished == [1]
 
-    build_loggers(wandb_cfg(run_name="mine", group="g"), run_dir, run_name="seed=1", group="sweep",
-                  resume_id="abc")
+    build_loggers(wandb_cfg(run_name="mine", group="g"), run_dir, run_name="seed=1", group="sweep", resume_id="abc")
     assert (calls[1]["name"], calls[1]["group"], calls[1]["id"], calls[1]["resume"]) == ("mine", "g", "abc", "allow")
 
 
@@ -307,12 +324,23 @@ def test_log_images_false_skips_images(run_dir):
 
 
 def test_wandb_names_from_hydra_config():
-    multirun = OmegaConf.create({"mode": "MULTIRUN", "sweep": {"dir": "outputs/multiruns/2026-01-02_03-04-05"},
-                                 "job": {"override_dirname": "optimizer.lr=0.1,seed=1"},
-                                 "runtime": {"output_dir": "/x/outputs/multiruns/2026-01-02_03-04-05/3"}})
+    multirun = OmegaConf.create(
+        {
+            "mode": "MULTIRUN",
+            "sweep": {"dir": "outputs/multiruns/2026-01-02_03-04-05"},
+            "job": {"override_dirname": "optimizer.lr=0.1,seed=1"},
+            "runtime": {"output_dir": "/x/outputs/multiruns/2026-01-02_03-04-05/3"},
+        }
+    )
     assert wandb_names(multirun) == ("optimizer.lr=0.1,seed=1", "2026-01-02_03-04-05")
-    single = OmegaConf.create({"mode": "RUN", "sweep": {"dir": "multirun/x"}, "job": {"override_dirname": ""},
-                               "runtime": {"output_dir": "/x/outputs/runs/2026-01-02_03-04-05-123456"}})
+    single = OmegaConf.create(
+        {
+            "mode": "RUN",
+            "sweep": {"dir": "multirun/x"},
+            "job": {"override_dirname": ""},
+            "runtime": {"output_dir": "/x/outputs/runs/2026-01-02_03-04-05-123456"},
+        }
+    )
     assert wandb_names(single) == ("2026-01-02_03-04-05-123456", None)
     assert wandb_names({"job": {}}) == (None, None)
     assert wandb_names() == (None, None)  # outside a Hydra app
@@ -321,7 +349,9 @@ def test_wandb_names_from_hydra_config():
 def test_wandb_names_reads_hydra_run_modes():
     from hydra.types import RunMode
 
-    cfg = OmegaConf.create({"mode": RunMode.MULTIRUN, "sweep": {"dir": "ms/abc"}, "job": {"override_dirname": "seed=2"}})
+    cfg = OmegaConf.create(
+        {"mode": RunMode.MULTIRUN, "sweep": {"dir": "ms/abc"}, "job": {"override_dirname": "seed=2"}}
+    )
     assert wandb_names(cfg) == ("seed=2", "abc")
 
 
@@ -361,7 +391,8 @@ def test_wandb_names_from_the_saved_hydra_config_in_a_worker_process(tmp_path):
     (job_dir / ".hydra").mkdir(parents=True)
     (job_dir / ".hydra" / "hydra.yaml").write_text(
         "hydra:\n  sweep:\n    dir: multiruns/${now:%Y-%m-%d_%H-%M-%S}\n  mode: MULTIRUN\n"
-        f"  job:\n    override_dirname: seed=1\n  runtime:\n    output_dir: {job_dir}\n")
+        f"  job:\n    override_dirname: seed=1\n  runtime:\n    output_dir: {job_dir}\n"
+    )
     assert wandb_names(run_dir=job_dir) == ("seed=1", "2026-01-02_03-04-05")
     assert wandb_names(run_dir=tmp_path) == (None, None)  # no saved config
 
@@ -383,8 +414,17 @@ def test_augmented_samples_enlarge_tiny_images_and_leave_training_randomness_alo
 
 def test_multirun_jobs_are_wandb_runs_of_one_group_named_after_their_overrides(tmp_path):
     sweep = tmp_path / "sweep"
-    command = [sys.executable, str(ROOT / "train.py"), "-m", f"hydra.sweep.dir={sweep}", "logger=wandb",
-               "logger.mode=offline", "debug=fast", "print_config=false", "seed=1,2"]
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        f"hydra.sweep.dir={sweep}",
+        "logger=wandb",
+        "logger.mode=offline",
+        "debug=fast",
+        "print_config=false",
+        "seed=1,2",
+    ]
     process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stderr[-3000:]
     runs = [offline_run(sweep / job) for job in ("0", "1")]

@@ -4,12 +4,14 @@ train.py talks to one `Loggers` object: `log(metrics)` for every metrics dict (e
 `epoch` and `step`), `log_image(key, image, step)`, `summary(values)` for the run's headline
 numbers, and `finish(failed=...)` in a `finally`. A tracker that has no use for a call ignores it.
 """
+
 import csv
 import json
 import logging
 import math
 import shlex
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -41,7 +43,8 @@ class JsonlLogger(Logger):
     """One JSON object a line, appended and flushed as it comes, so a crashed run keeps its history."""
 
     def __init__(self, path: Path):
-        self.file = open(path, "a", encoding="utf-8")
+        # Open for the whole run (closed in finish): a line is flushed as each metric comes in.
+        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def log(self, metrics: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
@@ -57,7 +60,9 @@ class CsvLogger(Logger):
     on each log; runs log at most a few thousand rows, which keeps that cheap."""
 
     def __init__(self, path: Path):
-        self.path, self.rows, self.columns = path, [], []
+        self.path = path
+        self.rows: list[dict] = []
+        self.columns: list[str] = []
 
     def log(self, metrics: dict) -> None:
         self.rows.append(metrics)
@@ -81,8 +86,15 @@ class WandbLogger(Logger):
     resume from an earlier checkpoint.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, config: dict | None = None,
-                 run_name: str | None = None, group: str | None = None, resume_id: str | None = None):
+    def __init__(
+        self,
+        cfg: DictConfig,
+        run_dir: Path,
+        config: dict | None = None,
+        run_name: str | None = None,
+        group: str | None = None,
+        resume_id: str | None = None,
+    ):
         self.run = None
         self.offline_dir: Path | None = None  # <run_dir>/wandb/offline-run-<time>-<id>, for `wandb sync`
         self.log_images = cfg.get("log_images", True)
@@ -119,8 +131,10 @@ class WandbLogger(Logger):
 
     def _fail(self, what: str, error: Exception) -> None:
         first_line = (str(error).strip().splitlines() or [""])[0]
-        log.warning(f"W&B {what} ({type(error).__name__}: {first_line}); "
-                    "training continues with local logging only (metrics.jsonl)")
+        log.warning(
+            f"W&B {what} ({type(error).__name__}: {first_line}); "
+            "training continues with local logging only (metrics.jsonl)"
+        )
         if self.run is not None:
             self.finish(failed=True)
 
@@ -155,7 +169,8 @@ class WandbLogger(Logger):
                 log.warning(f"W&B could not finish the run ({type(error).__name__}: {error})")
                 return
             if self.offline_dir is not None:
-                log.info(f"W&B offline run in {self.offline_dir}; upload it with: wandb sync {shlex.quote(str(self.offline_dir))}")
+                sync = f"wandb sync {shlex.quote(str(self.offline_dir))}"
+                log.info(f"W&B offline run in {self.offline_dir}; upload it with: {sync}")
 
 
 class Loggers:
@@ -186,12 +201,18 @@ class Loggers:
             logger.finish(failed=failed)
 
 
-def build_loggers(cfg: DictConfig, run_dir: Path, config: dict | None = None, run_name: str | None = None,
-                  group: str | None = None, resume_id: str | None = None) -> Loggers:
+def build_loggers(
+    cfg: DictConfig,
+    run_dir: Path,
+    config: dict | None = None,
+    run_name: str | None = None,
+    group: str | None = None,
+    resume_id: str | None = None,
+) -> Loggers:
     """metrics.jsonl plus the tracker `cfg.name`. `config` (a plain dict: the resolved run config),
     `run_name`, `group` and `resume_id` go to W&B; see `wandb_names` for the names. trainkit.config
     checked `cfg.name` (one of LOGGERS) and `cfg.mode` (one of WANDB_MODES)."""
-    loggers = [JsonlLogger(run_dir / "metrics.jsonl")]
+    loggers: list[Logger] = [JsonlLogger(run_dir / "metrics.jsonl")]
     if cfg.name == "csv":
         loggers.append(CsvLogger(run_dir / cfg.get("filename", "metrics.csv")))
     elif cfg.name == "wandb":
@@ -199,7 +220,7 @@ def build_loggers(cfg: DictConfig, run_dir: Path, config: dict | None = None, ru
     return Loggers(loggers)
 
 
-def wandb_names(hydra_cfg=None, run_dir: Path | None = None) -> tuple[str | None, str | None]:
+def wandb_names(hydra_cfg: Any = None, run_dir: Path | None = None) -> tuple[str | None, str | None]:
     """(run name, group) for W&B from Hydra's config: `HydraConfig.get()`, or None for the current
     one, or else the `.hydra/hydra.yaml` Hydra wrote into `run_dir` (a DDP worker process that
     train.py spawned has no HydraConfig of its own).
@@ -222,13 +243,17 @@ def wandb_names(hydra_cfg=None, run_dir: Path | None = None) -> tuple[str | None
         hydra_cfg = OmegaConf.create(hydra_cfg)
     output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None)
     run_name = OmegaConf.select(hydra_cfg, "job.override_dirname", default=None) or (
-        Path(str(output_dir)).name if output_dir else None)
+        Path(str(output_dir)).name if output_dir else None
+    )
     group = None
     mode = OmegaConf.select(hydra_cfg, "mode", default=None)
     if getattr(mode, "name", mode) == "MULTIRUN":
         # The saved file keeps sweep.dir unresolved (`${now:...}` would give a new time): use the
         # job directory's parent, which is the sweep directory for the default `subdir`.
-        sweep_dir = Path(str(output_dir)).parent if from_file and output_dir else (
-            OmegaConf.select(hydra_cfg, "sweep.dir", default=None))
+        sweep_dir = (
+            Path(str(output_dir)).parent
+            if from_file and output_dir
+            else (OmegaConf.select(hydra_cfg, "sweep.dir", default=None))
+        )
         group = Path(str(sweep_dir)).name if sweep_dir else None
     return run_name or None, group
