@@ -21,18 +21,26 @@ def cfg():
     return cfg
 
 
-@pytest.fixture
-def in_hydra_job():
-    """Compose as a Hydra job sees it: HydraConfig set (runtime.choices), no `hydra` key in cfg."""
+def as_hydra_job(overrides: list[str], **job_settings):
+    """Compose as a Hydra job sees it: HydraConfig set (runtime.choices, and `job_settings` such as
+    mode and job.num put into `hydra`), no `hydra` key in the config it yields."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str((ROOT / "conf").resolve()), version_base=None):
-        full = compose("config", overrides=["optimizer=adamw", "debug=fast"], return_hydra_config=True)
+        full = compose("config", overrides=overrides, return_hydra_config=True)
+    with open_dict(full):
+        for key, value in job_settings.items():
+            OmegaConf.update(full.hydra, key, value)
     HydraConfig.instance().set_config(full)
     with open_dict(full):
         del full["hydra"]
     yield full
     HydraConfig.instance().cfg = None
     GlobalHydra.instance().clear()
+
+
+@pytest.fixture
+def in_hydra_job():
+    yield from as_hydra_job(["optimizer=adamw", "debug=fast"])
 
 
 def branches(text: str) -> list:
@@ -81,21 +89,9 @@ def test_other_ranks_print_and_write_nothing(cfg, tmp_path, capsys, monkeypatch)
 
 @pytest.fixture(params=[3])
 def in_multirun_job(request):
-    """A job of a multirun: its number (default 3), its overrides, HydraConfig set as Hydra sets it."""
-    GlobalHydra.instance().clear()
+    """A job of a multirun: its number (default 3) and its overrides, as Hydra sets them."""
     overrides = ["optimizer.lr=0.03", "seed=2"]
-    with initialize_config_dir(config_dir=str((ROOT / "conf").resolve()), version_base=None):
-        full = compose("config", overrides=overrides, return_hydra_config=True)
-    with open_dict(full):
-        full.hydra.mode = "MULTIRUN"
-        full.hydra.job.num = request.param
-        full.hydra.overrides.task = overrides
-    HydraConfig.instance().set_config(full)
-    with open_dict(full):
-        del full["hydra"]
-    yield full
-    HydraConfig.instance().cfg = None
-    GlobalHydra.instance().clear()
+    yield from as_hydra_job(overrides, **{"mode": "MULTIRUN", "job.num": request.param, "overrides.task": overrides})
 
 
 def test_later_jobs_of_a_multirun_print_one_line_and_still_save_the_tree(in_multirun_job, tmp_path, capsys):
