@@ -102,18 +102,19 @@ def evaluate(model, loader, transform, precision: str, device: torch.device, lim
     return {"loss": loss_sum / max(count, 1), "acc": correct / max(count, 1), "samples": int(count)}
 
 
-def train_one_epoch(run: Run, show_progress: bool) -> dict:
+def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> dict:
     """One pass over this rank's shard, from batch `run.batches_done` (a mid-epoch resume).
-    Moves run.step and run.batches_done forward; returns the epoch's training metrics."""
+    Moves run.step and run.batches_done forward; returns the epoch's training metrics. `compiling`:
+    torch.compile compiles in the first step, which is timed apart from train/samples_per_sec."""
     cfg, trainer, model, optimizer, device = run.cfg, run.cfg.trainer, run.trained_model, run.optimizer, run.device
     model.train()
     apply_frozen_bn_eval(model)  # BatchNorm inside frozen layers keeps its statistics
     accumulate, num_batches = trainer.accumulate_grad_batches, batches_per_epoch(run.cfg, run.data.train)
-    totals = torch.zeros(3, device=device)  # loss sum, correct, count: stay on the device until logged
-    interval_loss, interval_batches = torch.zeros((), device=device), 0
+    totals = torch.zeros(4, device=device)  # loss sum, correct, count, untimed count: on the device until logged
+    interval_loss, interval_batches, mid_epoch_saves = torch.zeros((), device=device), 0, 0
     progress = tqdm(total=num_batches, initial=run.batches_done, desc=f"epoch {run.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
-    started = time.perf_counter()
+    started, compile_seconds = time.perf_counter(), None
     for i, (images, labels) in enumerate(run.data.train, start=run.batches_done):
         if i >= num_batches or (trainer.max_steps and run.step >= trainer.max_steps):
             break
@@ -143,6 +144,9 @@ def train_one_epoch(run: Run, show_progress: bool) -> dict:
         totals[0] += batch_loss * labels.numel()
         totals[1] += (logits.detach().argmax(dim=1) == labels).sum()
         totals[2] += labels.numel()
+        if compiling and compile_seconds is None:  # compile + first step: throughput is measured from here
+            batch_loss.item()  # waits for the device, so this step's work is counted in its own time
+            compile_seconds, started, totals[3] = time.perf_counter() - started, time.perf_counter(), labels.numel()
         interval_loss += batch_loss
         interval_batches += 1
         if is_update and run.step % trainer.log_every_n_steps == 0:
@@ -155,13 +159,20 @@ def train_one_epoch(run: Run, show_progress: bool) -> dict:
         every = trainer.checkpoint_every_n_steps
         if is_update and every and run.step % every == 0 and run.batches_done < num_batches:
             save_checkpoints(run)  # mid-epoch: a long epoch survives preemption
+            mid_epoch_saves += 1
         progress.update()
         if show_progress and (i % 10 == 0 or i == num_batches - 1):
             progress.set_postfix(loss=f"{batch_loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
     progress.close()
-    loss_sum, correct, count = all_reduce_sum(totals).tolist()
+    if mid_epoch_saves and run.proc.is_main:
+        log.info(f"epoch {run.epoch:>3}  {mid_epoch_saves} mid-epoch checkpoints "
+                 f"(every {trainer.checkpoint_every_n_steps} updates) -> checkpoints/last.pt")
+    if compile_seconds is not None and run.proc.is_main:
+        log.info(f"compile + first step: {compile_seconds:.1f}s (left out of train/samples_per_sec)")
+    loss_sum, correct, count, untimed = all_reduce_sum(totals).tolist()
     return {"train/loss": loss_sum / max(count, 1), "train/acc": correct / max(count, 1),
-            "train/samples_per_sec": count / (time.perf_counter() - started), "lr": optimizer.param_groups[0]["lr"]}
+            "train/samples_per_sec": (count - untimed) / (time.perf_counter() - started),
+            "lr": optimizer.param_groups[0]["lr"]}
 
 
 def save_checkpoints(run: Run, improved: bool = False) -> None:
@@ -308,15 +319,18 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
         trainable = sum(p.numel() for p in run.model.parameters() if p.requires_grad)
         updates = math.ceil(batches_per_epoch(run.cfg, run.data.train) / cfg.trainer.accumulate_grad_batches)
-        log.info(f"training {trainable:,} parameters on {device} for {cfg.trainer.max_epochs} epochs "
-                 f"({updates} updates each) -> {run_dir}")
+        length = f"{cfg.trainer.max_epochs} epochs ({updates} updates each)"
+        if cfg.trainer.max_steps and cfg.trainer.max_steps < updates * cfg.trainer.max_epochs:  # the real length
+            length = f"{cfg.trainer.max_steps} updates (trainer.max_steps; {updates} updates an epoch)"
+        log.info(f"training {trainable:,} parameters on {device} for {length} -> {run_dir}")
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics, reason = {}, "max_epochs"  # a resumed run that had finished trains no epoch
+        first_epoch = run.epoch  # torch.compile compiles in this process's first step
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
             run.epoch = epoch
             run.data.train.set_epoch(epoch, start_batch=run.batches_done)  # a resume skips what it trained
-            train_metrics = train_one_epoch(run, show_progress)
+            train_metrics = train_one_epoch(run, show_progress, compiling=cfg.trainer.compile and epoch == first_epoch)
             average_batchnorm_statistics(run.model)  # statistics from every rank's shard, before eval and save
             val = evaluate(run.trained_model, run.data.val, run.eval_transform, cfg.precision.name, device,
                            cfg.trainer.limit_val_batches)

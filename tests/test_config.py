@@ -19,9 +19,12 @@ from trainkit.schema import find_problems
 
 ROOT = Path(__file__).parents[1]
 CONF = ROOT / "conf"
-# Options whose `???` keys (or `required` list) a real run fills on the command line.
+# Options whose `???` keys (or `required` list) a real run fills on the command line, and flips,
+# which need data whose mirror image keeps its label (the digits default refuses them).
 REQUIRED_BY_OPTION = {
     "data=imagefolder": ["data.root=/data/images"],
+    "augmentation=basic": ["data=cifar10"],
+    "augmentation=strong": ["data=cifar10"],
     "experiment=finetune_imagefolder": ["data.root=/data/images", "model.pretrained_path=/weights/resnet18.pt"],
 }
 
@@ -87,6 +90,7 @@ RULE_CASES = [
     (["data.download=yes"], "data.download"),
     (["data.channels=0"], "data.channels"),
     (["data.image_size=0"], "data.image_size"),
+    (["data.mirror_changes_label=yes"], "data.mirror_changes_label"),
     (["data.num_classes=1"], "data.num_classes"),
     (["data.mean=0.5"], "data.mean"),
     (["data.mean=[a]"], "data.mean"),
@@ -210,6 +214,9 @@ RELATION_CASES = [
     (["augmentation=strong", "+augmentation.color_jitter.hue=0.1"], "augmentation.color_jitter.hue"),
     (["augmentation=strong", "+augmentation.affine.rotate=10"], "augmentation.affine.rotate"),
     (["+augmentation.horizontal_flip=true"], "augmentation.name"),
+    (["augmentation=basic"], "augmentation.horizontal_flip"),
+    (["data=mnist", "augmentation=strong"], "augmentation.horizontal_flip"),
+    (["augmentation=shift", "augmentation.horizontal_flip=true"], "augmentation.horizontal_flip"),
 ]
 
 
@@ -268,6 +275,10 @@ def test_every_rule_key_exists_in_some_option():
         (["data.std=[0]"], ["numbers > 0", "[0]"]),
         (["augmentation=basic", "+augmentation.flip=true"], ["unknown key", "horizontal_flip"]),
         (["data=mnist", "data.root=null"], ["is required for mnist", "data.root="]),
+        (
+            ["augmentation=basic"],
+            ["data.mirror_changes_label=true", "augmentation=shift", "data.mirror_changes_label=false"],
+        ),
         (["experiment=finetune_imagefolder", "data.root=/data/images"], ["(or model.pretrained=true)"]),
     ],
 )
@@ -320,11 +331,34 @@ def test_one_value_for_all_channels_is_accepted(compose_config):
 
 def test_a_missing_augmentation_key_or_null_means_off(compose_config):
     validate(
-        compose_config(["augmentation=strong", "augmentation.affine=null", "augmentation.color_jitter.contrast=null"])
+        compose_config(
+            [
+                "data=cifar10",
+                "augmentation=strong",
+                "augmentation.affine=null",
+                "augmentation.color_jitter.contrast=null",
+            ]
+        )
     )
 
 
 # ---- before anything is built ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["data=synthetic", "augmentation=strong"],
+        ["data=imagefolder", "data.root=/data/images", "augmentation=basic"],
+        ["augmentation=basic", "data.mirror_changes_label=false"],  # your digits are mirror-safe: you say so
+        ["data=mnist", "augmentation=basic", "augmentation.horizontal_flip=false"],
+        # cifar10_optuna searches augmentation: choice(basic, strong) over this experiment
+        ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=basic"],
+        ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=strong"],
+    ],
+)
+def test_flips_are_allowed_where_the_mirror_image_keeps_its_label(compose_config, overrides):
+    validate(compose_config(overrides))
 
 
 def test_a_bad_config_fails_before_any_data_model_or_run_directory(tmp_path):
@@ -366,7 +400,10 @@ def test_importing_the_schema_stays_light():
         (["data=imagefolder", "data.root=/data/images", "data.download=true"], "data.download=true is ignored"),
         (["scheduler=constant", "scheduler.warmup_start_factor=0.1"], "scheduler.warmup_start_factor is ignored"),
         (["lr_finder.apply=true"], "lr_finder.apply=true is ignored"),
-        (["augmentation=basic", "+augmentation.random_order=true"], "augmentation.random_order=true is ignored"),
+        (
+            ["data=cifar10", "augmentation=basic", "+augmentation.random_order=true"],
+            "augmentation.random_order=true is ignored",
+        ),
     ],
 )
 def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fragment):

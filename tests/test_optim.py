@@ -10,6 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
+from trainkit import optim
 from trainkit.models import SmallCNN
 from trainkit.optim import LRSchedule, build_optimizer, build_scheduler, param_groups
 
@@ -196,6 +197,38 @@ def test_step_multiplies_by_gamma_every_step_epochs():
 def test_constant_is_flat():
     schedule = LRSchedule(load_conf("scheduler", "constant"), updates_per_epoch=7, total_updates=70)
     assert {schedule(u) for u in range(200)} == {1.0}
+
+
+def test_a_warmup_longer_than_half_the_run_is_cut_so_the_lr_reaches_its_peak():
+    # trainer.max_steps=7 with cosine's one warmup epoch of 20 updates: uncut, all 7 updates would warm up.
+    schedule = LRSchedule(load_conf("scheduler", "cosine"), updates_per_epoch=20, total_updates=7)
+    lrs = [schedule(u) for u in range(7)]
+    assert schedule.warmup == 3 and lrs[:3] == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert max(lrs) == pytest.approx(1.0) and lrs[3:] == sorted(lrs[3:], reverse=True) and lrs[-1] < 0.2
+    assert len(schedule.notices) == 1 and "is 20 updates" in schedule.notices[0]
+    assert "warming up over 3 updates" in schedule.notices[0]
+
+
+def test_a_warmup_within_half_the_run_is_kept_and_says_nothing():
+    schedule = LRSchedule(load_conf("scheduler", "cosine"), updates_per_epoch=20, total_updates=40)
+    assert schedule.warmup == 20 and schedule.notices == []
+
+
+@pytest.mark.parametrize(
+    "name, total, warned", [("step", 40, True), ("step", 41, False), ("cosine_restarts", 8, False)]
+)
+def test_a_schedule_that_cannot_lower_the_lr_in_the_run_warns_once(caplog, monkeypatch, name, total, warned):
+    """step_epochs=10 at 4 updates an epoch: the first drop is update 40, which a 40-update run never reaches.
+    A cosine_restarts cycle longer than the run is still a cosine: no warning."""
+    monkeypatch.setattr(optim, "_warned", set())
+    optimizer = torch.optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
+    with caplog.at_level("WARNING", logger="trainkit.optim"):
+        for _ in range(2):  # rebuilt (an applied LR range test rebuilds it): still one warning
+            build_scheduler(optimizer, load_conf("scheduler", name), updates_per_epoch=4, total_updates=total)
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == int(warned), warnings
+    if warned:
+        assert "scheduler=step never lowers the LR" in warnings[0] and "scheduler.step_epochs" in warnings[0]
 
 
 # ---- the LambdaLR wrapper ---------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """Device choice, seeding and mixed precision."""
 
+import logging
 import random
 
 import numpy as np
 import pytest
 import torch
 
+from trainkit import runtime
 from trainkit.errors import ConfigError
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
 
@@ -78,6 +80,21 @@ def test_bf16_autocast_on_cpu_runs_matmuls_in_bf16():
 def test_fp16_autocast_uses_float16():
     with autocast("fp16", CPU):
         assert torch.get_autocast_dtype("cpu") == torch.float16
+
+
+@pytest.mark.parametrize("precision, rank, warned", [("fp16", "0", 1), ("bf16", "0", 0), ("fp16", "1", 0)])
+def test_fp16_on_the_cpu_warns_once_that_it_is_slow(caplog, monkeypatch, precision, rank, warned):
+    """fp16 autocast on a CPU is emulated (about 13x slower than fp32 for the small CNN); autocast is
+    built for every batch, so the warning comes once per process, and names the way out."""
+    monkeypatch.setattr(runtime, "_warned_slow_fp16", False)
+    monkeypatch.setenv("RANK", rank)  # rank 0 alone says it
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with caplog.at_level(logging.WARNING, logger="trainkit.runtime"):
+        for _ in range(3):
+            with autocast(precision, CPU):
+                pass
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == warned and all("precision=bf16" in m for m in messages), messages
 
 
 @pytest.mark.parametrize("precision, enabled", [("fp32", False), ("bf16", False), ("fp16", True)])

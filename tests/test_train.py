@@ -120,6 +120,38 @@ def test_lr_schedule_warms_up_then_decays_per_update(run_train):
     assert decay == sorted(decay, reverse=True) and decay[-1] < 1e-3
 
 
+def test_a_max_steps_run_shorter_than_the_warmup_still_reaches_the_peak_lr(run_train):
+    # cosine's one warmup epoch is 20 updates; max_steps=7 cuts it to 3, so the LR peaks at 0.1, then decays.
+    run = run_train("trainer.max_steps=7", "trainer.log_every_n_steps=1", "trainer.progress_bar=false")
+    lrs = [m["lr"] for m in run.metrics if "train/step_loss" in m]  # the LR of the next update, after each
+    assert len(lrs) == 7 and max(lrs) == pytest.approx(0.1) and lrs.index(max(lrs)) == 1
+    assert lrs[1:] == sorted(lrs[1:], reverse=True) and lrs[-1] < 0.05
+    output = run.stderr + run.stdout
+    assert "for 7 updates (trainer.max_steps; 20 updates an epoch)" in output and "20 epochs" not in output
+    assert output.count("warming up over 3 updates") == 1
+    assert "mid-epoch checkpoints" not in output and "compile + first step" not in output  # options off: silent
+
+
+def test_mid_epoch_checkpoints_are_counted_in_the_log(run_train):
+    # 20 updates an epoch, a save every 7 inside an epoch: epoch 0 at 7 and 14, epoch 1 at 21, 28 and 35.
+    run = run_train("trainer.max_epochs=2", "trainer.checkpoint_every_n_steps=7", "trainer.progress_bar=false")
+    counts = re.findall(r"epoch +(\d+) +(\d+) mid-epoch checkpoints \(every 7 updates\)", run.stderr + run.stdout)
+    assert counts == [("0", "2"), ("1", "3")]
+
+
+def test_compile_time_is_logged_apart_from_throughput(run_train):
+    # torch.compile on the CPU: about a minute with a cold inductor cache, seconds with a warm one.
+    run = run_train(
+        "trainer.compile=true", "trainer.max_epochs=2", "trainer.limit_train_batches=4", "trainer.progress_bar=false"
+    )
+    output = run.stderr + run.stdout
+    seconds = [float(s) for s in re.findall(r"compile \+ first step: ([0-9.]+)s", output)]
+    assert len(seconds) == 1 and seconds[0] > 0  # the first epoch compiles; the second does not
+    # 4 batches of 64, the first timed apart: epoch 0's throughput counts the 192 samples after it.
+    epochs = run.epoch_metrics()
+    assert all(m["train/samples_per_sec"] > 0 for m in epochs)
+
+
 def test_label_smoothing_sets_the_floor_of_the_training_loss(run_train):
     # With smoothing eps over K classes the best possible cross-entropy is the entropy of the
     # smoothed target; without smoothing the loss can go far below it.
@@ -204,6 +236,10 @@ def test_mixed_precision_trains_on_cpu(run_train, precision):
     run = run_train(f"precision={precision}", "trainer.max_epochs=2", "trainer.progress_bar=false")
     # 2 epochs reach about 0.97 test accuracy in bf16 and in fp16 on a CPU, as in fp32.
     assert run.summary["test"]["test/acc"] >= 0.9
+    # fp16 autocast on a CPU is emulated and many times slower: said once, with the way out.
+    warnings = (run.stderr + run.stdout).count("precision=fp16 on the CPU is emulated")
+    on_cpu = run.summary["device"] == "cpu"
+    assert warnings == (1 if precision == "fp16" and on_cpu else 0)
 
 
 def test_gradient_clipping_accumulation_and_max_steps_run_together(run_train):

@@ -149,6 +149,18 @@ def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "augmentation.name", f"is 'none' but {', '.join(active)} is on; pick a name that augments or turn it off"
 
 
+def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.data.get("mirror_changes_label") and "horizontal_flip" in active_ops(cfg.augmentation):
+        yield (
+            "augmentation.horizontal_flip",
+            (
+                f"is on, but {cfg.data.name} sets data.mirror_changes_label=true (a mirrored 2 is not a 2); "
+                f"use augmentation=shift or augmentation.horizontal_flip=false, "
+                f"or set data.mirror_changes_label=false if your images are mirror-safe"
+            ),
+        )
+
+
 RELATIONS = (
     Relation(("required",), _required),
     Relation(("data.channels", "data.mean", "data.std"), _statistics_per_channel),
@@ -165,6 +177,8 @@ RELATIONS = (
     unknown_keys("augmentation.color_jitter", COLOR_JITTER_KEYS),
     unknown_keys("augmentation.affine", AFFINE_KEYS),
     Relation(("augmentation",), _augmentation_off),
+    # after the augmentation checks: a bad augmentation section is reported once, as itself
+    Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
 )
 
 

@@ -70,6 +70,7 @@ RULES: dict[str, Check] = {
     "data.channels": integer(1),
     "data.image_size": integer(1),
     "data.num_classes": integer(2, null=True),
+    "data.mirror_changes_label": flag(),
     "data.mean": numbers(),
     "data.std": numbers(above=0),
     "data.val_fraction": number(above=0, below=1),

@@ -16,6 +16,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from trainkit.distributed import process_info
 from trainkit.errors import ConfigError
 from trainkit.schema import to_dict
 
@@ -132,12 +133,23 @@ class LRSchedule:
     """The LR multiplier as a pure function of the update count, so a resume lands exactly.
 
     Every length is given in epochs in the config and converted here to optimizer updates. The
-    values were checked by trainkit.config (`name` is one of SCHEDULES).
+    values were checked by trainkit.config (`name` is one of SCHEDULES). A warmup longer than half
+    the run (a short `trainer.max_steps`, or `max_epochs` close to `warmup_epochs`) is cut to half
+    of it, so the LR reaches its peak and the schedule has updates left to run; `notices` says so,
+    and says when the schedule cannot change the LR within the run (a `step` drop after its end).
     """
 
     def __init__(self, cfg: DictConfig, updates_per_epoch: int, total_updates: int):
         self.name = cfg.name
-        self.warmup = round(cfg.get("warmup_epochs", 0) * updates_per_epoch)
+        self.notices: list[str] = []  # what build_scheduler logs: the run is too short for the config
+        warmup_epochs = cfg.get("warmup_epochs", 0)
+        wanted = round(warmup_epochs * updates_per_epoch)
+        self.warmup = min(wanted, total_updates // 2)
+        if self.warmup < wanted:
+            self.notices.append(
+                f"scheduler.warmup_epochs={warmup_epochs:g} is {wanted} updates, more than half of this run's "
+                f"{total_updates}: warming up over {self.warmup} updates instead, so the LR reaches its peak"
+            )
         # null: warm up as (update + 1) / warmup; a number f: linearly from f (update 0) to 1 (update = warmup).
         self.warmup_start_factor = cfg.get("warmup_start_factor", None)
         self.total = max(total_updates, self.warmup + 1)
@@ -146,6 +158,12 @@ class LRSchedule:
         self.cycle_mult = cfg.get("cycle_mult", 1)
         self.step_length = max(1, round(cfg.get("step_epochs", 1) * updates_per_epoch))
         self.gamma = cfg.get("gamma", 1.0)
+        if self.name == "step" and self.warmup + self.step_length >= total_updates:
+            self.notices.append(
+                f"scheduler=step never lowers the LR in this run: the first drop (after scheduler.step_epochs="
+                f"{cfg.step_epochs:g}, {self.step_length} updates) comes after its {total_updates} updates, so it "
+                f"trains as scheduler=constant would; lower scheduler.step_epochs or train longer"
+            )
 
     def _cosine(self, position: float, length: float) -> float:
         progress = min(position / length, 1.0)
@@ -179,4 +197,16 @@ def build_scheduler(
     checkpoint keeps only the update count, and a resumed run rebuilds the schedule from its config.
     """
     schedule = LRSchedule(cfg, updates_per_epoch, total_updates)
+    for notice in schedule.notices:
+        _warn_once(notice)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda update: schedule(update))
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A warning from rank 0, once per process (the schedule is rebuilt after an applied LR range test)."""
+    if message not in _warned and process_info().is_main:
+        _warned.add(message)
+        log.warning(message)
