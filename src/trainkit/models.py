@@ -11,7 +11,7 @@ factory's arguments, except four that build_model handles itself:
                             # raised to what the model needs, e.g. 224 for a ViT)
     pretrained_path: null   # a local state dict (.pt/.pth/.safetensors or a trainkit checkpoint)
                             # loaded after building: see load_pretrained
-    freeze: null            # null | backbone | N (the first N stages): see freeze
+    freeze: null            # null | backbone | N (the first N stages): see finetune.stages
     freeze_bn: true         # BatchNorm inside frozen parts keeps its running statistics
 
 The fine-tuning helpers (head, pretrained weights, freezing) live in trainkit.finetune.
