@@ -18,6 +18,7 @@ from trainkit.models import (
     create_timm_model,
     create_torchvision_model,
     resolve_input_size,
+    runs_on,
 )
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # conftest sets it too; never reach for the hub
@@ -97,6 +98,37 @@ def test_torchvision_unknown_name_suggests_close_names():
     with pytest.raises(ConfigError) as error:
         create_torchvision_model("resnet_18", in_channels=1, num_classes=10)
     assert error.value.key == "model.name" and "resnet18" in error.value.message
+
+
+def test_a_stem_too_big_for_digits_raises_the_input_size_from_the_built_model():
+    # convnext_atto: no minimum in timm's metadata, but a 4x4 stem and 2x2 downsampling (stride 32 in all).
+    model, input_size = build_model(model_config("timm", name="convnext_atto"), image_size=8)
+    assert input_size == 32  # 8, 16 fail; doubled until it runs
+    assert model(torch.randn(2, 1, 32, 32)).shape == (2, 10)
+    _, input_size = build_model(model_config("timm", name="convnext_atto", input_size=64), image_size=8)
+    assert input_size == 64  # an explicit size that runs is kept
+
+
+def test_the_size_probe_leaves_weights_statistics_modes_and_rng_alone():
+    model = create_torchvision_model("resnet18", in_channels=1, num_classes=10)
+    model.train()
+    state = {key: value.clone() for key, value in model.state_dict().items()}
+    torch.manual_seed(3)
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    assert runs_on(model, 8) is None and runs_on(model, 0) is not None
+    assert torch.equal(torch.rand(3), expected)
+    assert model.training and all(module.training for module in model.modules())
+    assert all(torch.equal(state[key], value) for key, value in model.state_dict().items())
+
+
+@pytest.mark.parametrize("too_small", [8, 16])
+def test_an_explicit_input_size_the_model_cannot_take_is_a_one_line_error(too_small):
+    with pytest.raises(ConfigError) as error:
+        build_model(model_config("timm", name="convnext_atto", input_size=too_small), image_size=8)
+    assert error.value.key == "model.input_size" and "\n" not in error.value.message
+    assert f"does not run on {too_small}x{too_small}" in error.value.message
+    assert "set model.input_size=null or >= 32" in error.value.message
 
 
 def test_input_size_follows_the_model_without_building_it():
