@@ -4,6 +4,7 @@ timm and torchvision take seconds to import; Python imports them once for the wh
 """
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,44 @@ def test_timm_pretrained_weights_offline_are_a_config_error():
     with pytest.raises(ConfigError) as error:
         create_timm_model("resnet18", pretrained=True, in_chans=1, num_classes=10)
     assert error.value.key == "model.pretrained" and "model.pretrained=false" in error.value.message
+
+
+@pytest.fixture
+def unreachable_hub(tmp_path, monkeypatch):
+    """No HF_HUB_OFFLINE, an empty hub cache, and a hub address on this machine where nothing
+    listens: what a laptop without network looks like to huggingface_hub, without touching one."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    return tmp_path / "hub"
+
+
+def test_pretrained_weights_not_cached_with_an_unreachable_hub_fail_at_once(unreachable_hub):
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as error:
+        create_timm_model("resnet18", pretrained=True, in_chans=1, num_classes=10)
+    assert time.monotonic() - start < 5  # not a minute of hub retries
+    assert error.value.key == "model.pretrained" and "does not answer" in error.value.message
+    assert "not in the local cache" in error.value.message
+
+
+def test_cached_pretrained_weights_load_without_asking_an_unreachable_hub(unreachable_hub):
+    from huggingface_hub import constants
+    from safetensors.torch import save_file
+
+    weights = create_timm_model("resnet18").state_dict()  # stands in for the downloaded file
+    snapshot = unreachable_hub / "models--timm--resnet18.a1_in1k" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    save_file(weights, str(snapshot / "model.safetensors"))
+    (unreachable_hub / "models--timm--resnet18.a1_in1k" / "refs").mkdir()
+    (unreachable_hub / "models--timm--resnet18.a1_in1k" / "refs" / "main").write_text("0" * 40)
+    start = time.monotonic()
+    model = create_timm_model("resnet18", pretrained=True, num_classes=10)
+    assert time.monotonic() - start < 5
+    assert torch.equal(model.conv1.weight, weights["conv1.weight"]) and model.fc.out_features == 10
+    assert constants.HF_HUB_OFFLINE is False  # offline only while loading
 
 
 def test_torchvision_resnet18_for_one_channel_with_dropout():

@@ -23,9 +23,10 @@ the default small CNN, `--help` and config errors stay fast.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -238,7 +239,10 @@ def create_timm_model(
     if drop_path_rate > 0:
         options["drop_path_rate"] = drop_path_rate
     try:
-        return timm.create_model(name, pretrained=pretrained, in_chans=in_chans, num_classes=num_classes, **options)
+        # Offline or unreachable hub: weights in the cache load without asking the hub (no minute of
+        # retries), weights not in it are an error at once (see _hub_offline).
+        with _hub_offline(name) if pretrained else contextlib.nullcontext():
+            return timm.create_model(name, pretrained=pretrained, in_chans=in_chans, num_classes=num_classes, **options)
     except TypeError as error:
         for key in ("drop_path_rate", "drop_rate"):
             if key in str(error):
@@ -250,14 +254,79 @@ def create_timm_model(
             raise
         # Offline (HF_HUB_OFFLINE=1 or no network) and not in the cache, or no weights exist.
         reason = str(error).split(". ")[0]
-        raise ConfigError(
-            "model.pretrained",
-            f"could not load pretrained weights for {name} ({type(error).__name__}: {reason}); "
-            "download them once with network access (timm caches them under $HF_HOME/hub, by default "
-            "~/.cache/huggingface/hub, and finds them there offline), or save a state dict "
-            "(torch.save(timm.create_model(name, pretrained=True).state_dict(), path)) and set "
-            "model.pretrained_path=<path> model.pretrained=false, or set model.pretrained=false",
-        ) from error
+        raise _pretrained_error(name, f"{type(error).__name__}: {reason}") from error
+
+
+def _pretrained_error(name: str, reason: str) -> ConfigError:
+    return ConfigError(
+        "model.pretrained",
+        f"could not load pretrained weights for {name} ({reason}); "
+        "download them once with network access (timm caches them under $HF_HOME/hub, by default "
+        "~/.cache/huggingface/hub, and finds them there offline), or save a state dict "
+        "(torch.save(timm.create_model(name, pretrained=True).state_dict(), path)) and set "
+        "model.pretrained_path=<path> model.pretrained=false, or set model.pretrained=false",
+    )
+
+
+# The files timm tries in a hub repository when its config names none (safetensors first).
+HUB_WEIGHT_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "open_clip_model.safetensors",
+    "open_clip_pytorch_model.bin",
+)
+
+
+@contextlib.contextmanager
+def _hub_offline(name: str) -> Iterator[None]:
+    """Before timm asks the Hugging Face hub for `name`'s weights: if the hub cannot be asked
+    (HF_HUB_OFFLINE=1, or its host does not answer within seconds), weights in the local cache
+    load in offline mode (no request, so no minute of retries) and weights not in it raise the
+    model.pretrained error at once. With a reachable hub (or a proxy set), timm does as usual."""
+    from huggingface_hub import constants, try_to_load_from_cache
+    from timm.models import get_pretrained_cfg
+
+    found = get_pretrained_cfg(name)
+    if found is None or not found.hf_hub_id:  # weights from a URL (torch.hub's cache) or none: timm's error is quick
+        yield
+        return
+    repo, _, revision = found.hf_hub_id.partition("@")
+    files = [found.hf_hub_filename] if found.hf_hub_filename else HUB_WEIGHT_FILES
+    cached = any(isinstance(try_to_load_from_cache(repo, f, revision=revision or None), str) for f in files)
+    offline = constants.is_offline_mode()
+    if not offline and not _reachable(constants.ENDPOINT):
+        offline = True
+        reason = f"{constants.ENDPOINT} does not answer"
+    else:
+        reason = "HF_HUB_OFFLINE=1"
+    if not offline:
+        yield
+        return
+    if not cached:
+        raise _pretrained_error(name, f"{repo} is not in the local cache {constants.HF_HUB_CACHE} and {reason}")
+    saved = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True  # what is_offline_mode() reads: the cached file, no request
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = saved
+
+
+def _reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the URL's host opens within `timeout` seconds (True whenever a
+    proxy is configured: the proxy, not this machine, reaches the host)."""
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return True
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def create_torchvision_model(
