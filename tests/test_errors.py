@@ -46,9 +46,11 @@ def test_pretrained_weights_out_of_reach_fail_at_once_with_one_line(run_train, m
         monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     start = time.monotonic()
     run = run_train("model=timm", "model.pretrained=true", check=False, timeout=40)
-    assert time.monotonic() - start < 10, "waited on the hub"  # was ~50 s of retries, each printed twice
-    assert run.returncode == 1
-    output = run.stdout + run.stderr
+    elapsed, output = time.monotonic() - start, run.stdout + run.stderr
+    # ~6 s here (imports, mostly); before: ~50 s of hub retries, each logged twice. The bound leaves
+    # room for a loaded 2-core machine.
+    assert elapsed < 15, f"waited on the hub for {elapsed:.0f} s:\n{output[-2000:]}"
+    assert run.returncode == 1, output[-2000:]
     assert "Retrying" not in output and "Traceback" not in output
     lines = [line for line in output.splitlines() if "error:" in line]
     assert len(lines) == 1 and lines[0].startswith("error: model.pretrained: "), output

@@ -105,7 +105,7 @@ def resolve_input_size(
         error = runs_on(model, input_size)
         if error is not None:
             working, _ = smallest_working_size(model, input_size * 2)
-            fix = f"null or >= {working}" if working is not None else "null"
+            fix = f"null or a size it runs on, e.g. {working}" if working is not None else "null"
             raise ConfigError(
                 "model.input_size",
                 f"{name} does not run on {input_size}x{input_size} inputs ({_reason(error)}); "
@@ -119,8 +119,9 @@ MAX_PROBE_SIZE = 1024
 
 
 def runs_on(model: nn.Module, size: int) -> Exception | None:
-    """Try one forward pass of a batch of one `size`x`size` image on the CPU (no gradients, eval
-    mode, torch's RNG untouched, modes put back); None if it ran, else the error it raised."""
+    """Try one forward pass of a batch of one `size`x`size` image on the model's device (the CPU,
+    in build_model) without gradients, in eval mode (modes put back after, torch's RNG untouched);
+    None if it ran, else the error it raised."""
     parameter = next(model.parameters(), None)
     convs = find_modules(model, nn.Conv2d)
     channels = convs[0][1].in_channels if convs else 3
