@@ -17,12 +17,13 @@ under DDP, train.py's lr_finder.enabled=true runs the same test on every rank.
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from trainkit import cli
 from trainkit.augment import BatchTransform
@@ -103,4 +104,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    if {"--help", "-h"} & set(sys.argv[1:]):  # this script's usage, not train.py's
+        OmegaConf.register_new_resolver("script_doc", lambda: __doc__.strip() + "\n", replace=True)
+        sys.argv.append("hydra/help=lr_find")
     cli.run(main)

@@ -160,6 +160,19 @@ def _label(run: Run, own: dict) -> str:
 
 
 def plot(runs: list, out: Path, metric: str | None) -> None:
+    """Draw the curves (see draw) and save them as a PNG at `out`."""
+    import matplotlib.pyplot as plt
+
+    figure = draw(runs, metric)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+
+
+def draw(runs: list, metric: str | None):
+    """One panel per curve, one line per run (the same color in every panel), a marker on every
+    epoch; the x-axis covers whole epochs, so a 1-epoch run is a visible point at its epoch, not a
+    dot on an axis a tenth of an epoch wide."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed
@@ -171,6 +184,7 @@ def plot(runs: list, out: Path, metric: str | None) -> None:
         curves.append(metric)
     _, own = split_overrides(runs)
     figure, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 4.5), squeeze=False, layout="constrained")
+    epochs = sorted({epoch for run in runs for curve in curves for epoch in run.epochs.get(curve, {})})
     for ax, curve in zip(axes[0], curves):
         for color, run in enumerate(runs):
             points = sorted(run.epochs.get(curve, {}).items())
@@ -179,13 +193,15 @@ def plot(runs: list, out: Path, metric: str | None) -> None:
                     [p[0] for p in points],
                     [p[1] for p in points],
                     marker="o",
-                    markersize=3,
+                    markersize=3 if len(points) > 1 else 6,  # a lone point must show without a line
                     color=f"C{color % 10}",
                     label=_label(run, own),
                 )
         ax.set_title(curve)
         ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if epochs:  # half an epoch of room on each side; at least one epoch wide
+            ax.set_xlim(epochs[0] - 0.5, epochs[-1] + 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         ax.grid(alpha=0.3)
     handles = {}
     for ax in axes[0]:
@@ -200,9 +216,7 @@ def plot(runs: list, out: Path, metric: str | None) -> None:
             fontsize="small",
             frameon=False,
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=120)
-    plt.close(figure)
+    return figure
 
 
 def main(argv=None) -> int:

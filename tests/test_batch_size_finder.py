@@ -66,10 +66,20 @@ def test_other_errors_are_bugs_and_propagate():
     assert not is_out_of_memory(RuntimeError("expected scalar type Float"))
 
 
-def test_max_batch_size_bounds_the_search():
+def test_max_batch_size_bounds_the_search_and_takes_no_memory_margin(caplog):
     try_step, tried = simulated_limit(10**9)
-    assert find_batch_size(try_step, start=3, max_batch_size=100, safety_margin=0.9) == 90
+    with caplog.at_level(logging.INFO, logger="trainkit.batch_size_finder"):
+        # Stopped at the user's cap, not at memory: the safety margin (for memory) does not apply.
+        assert find_batch_size(try_step, start=3, max_batch_size=100, safety_margin=0.9) == 100
     assert tried == [3, 6, 12, 24, 48, 96, 100]  # max_batch_size itself is tried last
+    assert "safety margin" not in caplog.text
+    try_step, _ = simulated_limit(10**9)
+    assert find_batch_size(try_step, start=2, max_batch_size=256, safety_margin=0.9) == 256  # not 230
+
+
+def test_a_memory_limit_just_below_max_batch_size_keeps_the_margin():
+    try_step, _ = simulated_limit(99)
+    assert find_batch_size(try_step, start=3, max_batch_size=100, safety_margin=0.9) == 89  # floor(99 * 0.9)
 
 
 def test_a_start_that_already_does_not_fit_is_a_clear_config_error():

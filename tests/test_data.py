@@ -279,6 +279,31 @@ def test_missing_torchvision_files_name_data_root(tmp_path, name, folder):
     assert "data.download=true" in error.value.message
 
 
+@pytest.mark.parametrize("name", ["mnist", "cifar10"])
+def test_a_failed_download_leaves_nothing_behind(tmp_path, monkeypatch, name):
+    from torchvision.datasets import CIFAR10, MNIST
+
+    # An address on this machine where nothing listens: the download fails at once, no network touched.
+    monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])
+    monkeypatch.setattr(CIFAR10, "url", "http://127.0.0.1:9/cifar-10-python.tar.gz")
+    # A root that does not exist yet (the default ./data on a first run): it is removed again.
+    missing = tmp_path / "new" / "data"
+    with pytest.raises(ConfigError) as error:
+        build_data(data_cfg(name, root=str(missing), download=True), CPU, seed=0)
+    assert error.value.key == "data.download" and "\n" not in error.value.message
+    assert not (tmp_path / "new").exists()
+    # A root that exists: what was there stays, nothing new is left.
+    root = tmp_path / "data"
+    (root / "MNIST" / "raw").mkdir(parents=True)
+    (root / "MNIST" / "raw" / "notes.txt").write_text("mine")
+    (root / "other").mkdir()
+    before = sorted(root.rglob("*"))
+    with pytest.raises(ConfigError):
+        build_data(data_cfg(name, root=str(root), download=True), CPU, seed=0)
+    assert sorted(root.rglob("*")) == before
+    assert (root / "MNIST" / "raw" / "notes.txt").read_text() == "mine"
+
+
 # --- image folders --------------------------------------------------------------------------
 
 CLASSES = ["bird", "cat", "dog"]

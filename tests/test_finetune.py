@@ -104,10 +104,13 @@ def test_freeze_bn_false_lets_frozen_batchnorm_statistics_move():
     assert torch.equal(bn.weight, weight)  # its affine parameters stay frozen
 
 
+RESNET_STAGES = ["conv1, bn1", "layer1", "layer2", "layer3", "layer4"]  # the stem, then the four layers
+
+
 def test_freezing_n_stages_of_a_timm_resnet():
     model, _ = build_model(model_config("timm"), image_size=8)
-    assert [name for name, _ in stages(model)] == ["conv1", "bn1", "layer1", "layer2", "layer3", "layer4"]
-    assert freeze(model, 3) == ["conv1", "bn1", "layer1"]
+    assert [name for name, _ in stages(model)] == RESNET_STAGES  # from timm's feature_info
+    assert freeze(model, 2) == ["conv1", "bn1", "layer1"]  # the stem and the first stage, not conv1 and bn1 alone
     assert not any(p.requires_grad for p in model.layer1.parameters())
     assert all(
         p.requires_grad for name in ("layer2", "layer3", "layer4", "fc") for p in getattr(model, name).parameters()
@@ -117,8 +120,26 @@ def test_freezing_n_stages_of_a_timm_resnet():
     apply_frozen_bn_eval(model)
     assert not model.layer1[0].bn1.training and model.layer2[0].bn1.training
     with pytest.raises(ConfigError) as error:
-        freeze(model, 7)
-    assert error.value.key == "model.freeze" and "6 stages" in error.value.message
+        freeze(model, 6)
+    assert error.value.key == "model.freeze" and "5 stages" in error.value.message
+
+
+def test_freezing_n_stages_of_a_torchvision_resnet():
+    model, _ = build_model(model_config("torchvision", freeze=3), image_size=8)
+    assert [name for name, _ in stages(model)] == RESNET_STAGES
+    frozen = {name.split(".")[0] for name, p in model.named_parameters() if not p.requires_grad}
+    assert frozen == {"conv1", "bn1", "layer1", "layer2"}
+    assert all(p.requires_grad for name in ("layer3", "layer4", "fc") for p in getattr(model, name).parameters())
+    share = sum(p.numel() for p in model.parameters() if not p.requires_grad) / sum(
+        p.numel() for p in model.parameters()
+    )
+    assert 0.05 < share < 0.2  # stem + layer1 + layer2 of resnet18: ~6% of the weights, not conv1 + bn1's 0.09%
+
+
+def test_timm_stages_come_from_feature_info_with_the_stem_in_the_first():
+    model, _ = build_model(model_config("timm", name="convnext_atto", channels=3), image_size=32)
+    assert [name for name, _ in stages(model)] == ["stem, stages.0", "stages.1", "stages.2", "stages.3"]
+    assert freeze(model, 1) == ["stem", "stages.0"]
 
 
 def test_freeze_specs_null_zero_and_bad_values():
@@ -137,7 +158,9 @@ def test_vit_parameters_held_by_the_model_itself_freeze_with_the_backbone():
     )
     assert not model.cls_token.requires_grad and not model.pos_embed.requires_grad
     assert {id(p) for p in model.parameters() if p.requires_grad} == {id(p) for p in model.head.parameters()}
-    assert [name for name, _ in stages(model)][:2] == ["patch_embed", "blocks"]
+    names = [name for name, _ in stages(model)]
+    assert names[:2] == ["patch_embed, blocks.0", "blocks.1"] and len(names) == 12  # one block a stage
+    assert model.cls_token in stages(model)[0][1]  # the model's own parameters go with the first stage
 
 
 def test_head_of_each_model_kind():

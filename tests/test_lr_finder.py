@@ -304,6 +304,20 @@ def test_lr_find_script_reports_bad_input_in_one_line(tmp_path):
     assert process.stderr.strip().splitlines()[-1].startswith("error: lr_finder.max_lr:")
 
 
+def test_lr_find_script_help_is_its_own_usage_not_train_py_s(tmp_path):
+    command = [sys.executable, str(ROOT / "scripts" / "lr_find.py"), "--help"]
+    process = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert process.stdout.startswith("LR range test with the same config as train.py")
+    assert "python scripts/lr_find.py experiment=cifar10_resnet" in process.stdout  # the docstring's usage
+    assert "Every train.py override works here; the script writes into outputs/runs/<time>/ like train.py" in (
+        process.stdout
+    )
+    assert "train an image classifier" not in process.stdout  # train.py's own help header
+    assert "== Config groups (group=option) ==" in process.stdout and "lr_finder:" in process.stdout
+    assert not list(tmp_path.iterdir())  # --help runs nothing and writes no run directory
+
+
 # ---- DDP: every rank sees the same curve and stops at the same step ----------------------------
 
 

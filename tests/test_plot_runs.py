@@ -114,3 +114,17 @@ def test_a_single_run_directory_and_a_path_without_runs(sweep, tmp_path, capsys)
     (tmp_path / "empty").mkdir()
     assert plot_runs.main([str(tmp_path / "empty")]) == 1
     assert "no run directory" in capsys.readouterr().err
+
+
+def test_one_epoch_runs_are_drawn_as_markers_on_a_whole_epoch_axis(tmp_path):
+    root = tmp_path / "short"
+    make_run(root / "0", ["seed=1"], [0.5], [1.0], test_acc=0.5)
+    make_run(root / "1", ["seed=2"], [0.6], [0.9], test_acc=0.6)
+    runs = [plot_runs.load_run(path, root) for path in plot_runs.find_runs(root)]
+    figure = plot_runs.draw(runs, None)
+    for ax in figure.axes:
+        low, high = ax.get_xlim()
+        assert low <= -0.5 and high >= 0.5  # not matplotlib's -0.045..0.045 around a lone epoch 0
+        assert [tick for tick in ax.get_xticks() if low <= tick <= high] == [0]  # whole epochs only
+        lines = ax.get_lines()
+        assert len(lines) == 2 and all(line.get_marker() == "o" and line.get_markersize() >= 5 for line in lines)

@@ -1,5 +1,6 @@
 """Find the largest batch size whose training step fits in memory: double until it does not fit,
-binary-search between the last fit and the first failure, keep a safety margin.
+binary-search between the last fit and the first failure, keep a safety margin (none when even
+`max_batch_size` fits: then the cap, not memory, stopped the search).
 
     probe = training_step_probe(model, loss_fn, images, labels, transform, precision)
     batch_size = find_batch_size(probe, start=2, max_batch_size=4096, safety_margin=0.9, device=device)
@@ -106,7 +107,8 @@ def find_batch_size(
     device: torch.device | str | None = None,
 ) -> int:
     """The largest batch size for which `try_step(batch_size)` fits, times `safety_margin`,
-    rounded down (at least 1).
+    rounded down (at least 1); or `max_batch_size` itself when that fits (the search stopped at
+    the cap, not at memory, so no margin is taken).
 
     `try_step` runs one training step at that batch size (see training_step_probe) and should
     leave the model as it found it. Search: start, 2 x start, 4 x start, ... until a step does
@@ -160,11 +162,12 @@ def find_batch_size(
             good = middle
         else:
             bad = middle
+    if bad is None:
+        # Stopped at the user's cap, not at memory: the margin is for memory, so it does not apply.
+        log.info(f"largest batch size searched ({max_batch_size}, batch_size_finder.max_batch_size) fits; using it")
+        return good
     result = max(1, math.floor(good * safety_margin))
-    log.info(
-        f"largest batch size that fits: {good}{' (the maximum searched)' if bad is None else ''}; "
-        f"using {result} (x{safety_margin} safety margin)"
-    )
+    log.info(f"largest batch size that fits: {good}; using {result} (x{safety_margin} safety margin)")
     return result
 
 

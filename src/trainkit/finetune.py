@@ -169,31 +169,57 @@ def load_pretrained(model: nn.Module, path: str | Path) -> None:
     )
 
 
-def stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """What `model.freeze: N` counts: the model's top-level children that hold parameters, in
-    registration order, up to (not including) the first one that holds a classifier-head
-    parameter. Parameters held by the model itself (a ViT's cls_token, pos_embed) go with the
-    first stage. Per model kind:
+def stages(model: nn.Module) -> list[tuple[str, list[nn.Parameter]]]:
+    """What `model.freeze: N` counts: the model's stages, in order, each as (the names of the
+    modules it spans, its parameters), up to (not including) the first that holds a
+    classifier-head parameter. Parameters held by the model itself (a ViT's cls_token, pos_embed)
+    and a stem go with the first stage. Per model kind:
 
-    - timm resnet18: conv1, bn1, layer1, layer2, layer3, layer4 (then fc, the head)
-    - timm ViT: patch_embed, blocks (all of them: one child), norm (then head)
-    - torchvision resnet18: conv1, bn1, layer1, ..., layer4; VGG/MobileNet/EfficientNet: features
-    - SmallCNN: features (then head)
-
-    Models that pack their whole backbone into one child have a single stage: N=1 is
-    `backbone`, minus any non-head layers inside the head's own child.
+    - timm models: the stages of `model.feature_info` (what features_only=True returns), each
+      with what is registered between it and the previous one. resnet18: `conv1, bn1` (the
+      stem), layer1, ..., layer4; convnext: `stem, stages.0`, stages.1, ...; ViT: `patch_embed,
+      blocks.0`, blocks.1, ... (one block a stage). Layers after the last stage (a final norm)
+      are in no stage: freeze them with `backbone`.
+    - torchvision ResNets (and ResNeXt, Wide ResNet): the stem `conv1, bn1`, layer1, ..., layer4.
+    - anything else: the top-level children that hold parameters (SmallCNN: features; a
+      torchvision VGG/MobileNet/EfficientNet: features, one stage: N=1 is `backbone`, minus any
+      non-head layers inside the head's own child).
     """
     model = unwrap_model(model)
     head = {id(p) for p in head_parameters(model)}
+    modules = list(model.named_modules())  # pre-order: a module's subtree follows it
+    ends = []
+    for boundary in _stage_boundaries(model):
+        inside = [i for i, (name, _) in enumerate(modules) if name == boundary or name.startswith(boundary + ".")]
+        ends.append(max(inside) if inside else -1)
+    groups: list[list[nn.Parameter]] = []
+    if not ends or min(ends) < 0 or ends != sorted(ends):  # no stage list, or one that does not match the model
+        groups = [list(child.parameters()) for _, child in model.named_children()]
+    else:
+        start = 0
+        for end in ends:  # each module's own parameters, from the previous stage's end to this one's
+            groups.append([p for _, module in modules[start : end + 1] for p in module.parameters(recurse=False)])
+            start = end + 1
     found = []
-    for name, child in model.named_children():
-        params = list(child.parameters())
+    for params in groups:
         if not params:
             continue
         if any(id(p) in head for p in params):
             break
-        found.append((name, child))
+        found.append((", ".join(_covering_module_names(model, {id(p) for p in params})), params))
     return found
+
+
+def _stage_boundaries(model: nn.Module) -> list[str]:
+    """The dotted names of the modules that end each stage (see `stages`); empty: no such list."""
+    feature_info = getattr(model, "feature_info", None)
+    if isinstance(feature_info, list) and all(isinstance(info, dict) and "module" in info for info in feature_info):
+        return [str(info["module"]) for info in feature_info]  # timm
+    children = dict(model.named_children())
+    resnet_layers = [f"layer{i}" for i in range(1, 5)]
+    if type(model).__module__.startswith("torchvision.models") and {"maxpool", *resnet_layers} <= set(children):
+        return ["maxpool", *resnet_layers]  # the stem ends with the max-pool
+    return []
 
 
 def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> list[str]:
@@ -230,8 +256,8 @@ def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> 
                 "'backbone' or null",
             )
         frozen = list(model.parameters(recurse=False))
-        for _, child in found[:spec]:
-            frozen += list(child.parameters())
+        for _, params in found[:spec]:
+            frozen += params
     else:
         raise ValueError(f"freeze: spec must be null, 'backbone' or a number of stages >= 0, got {spec!r}")
     for param in frozen:
@@ -254,16 +280,22 @@ def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> 
     return names
 
 
-def _frozen_module_names(module: nn.Module, prefix: str = "") -> list[str]:
+def _frozen_module_names(model: nn.Module) -> list[str]:
     """The largest submodules whose parameters are all frozen (modules without parameters skipped)."""
+    return _covering_module_names(model, {id(p) for p in model.parameters() if not p.requires_grad})
+
+
+def _covering_module_names(module: nn.Module, chosen: set[int], prefix: str = "") -> list[str]:
+    """The largest submodules all of whose parameters are among `chosen` (ids; modules without
+    parameters skipped), in registration order; "" for `module` itself."""
     params = list(module.parameters())
     if not params:
         return []
-    if not any(p.requires_grad for p in params):
+    if all(id(p) in chosen for p in params):
         return [prefix]
     names = []
     for name, child in module.named_children():
-        names += _frozen_module_names(child, f"{prefix}.{name}" if prefix else name)
+        names += _covering_module_names(child, chosen, f"{prefix}.{name}" if prefix else name)
     return names
 
 

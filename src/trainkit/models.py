@@ -8,10 +8,11 @@ train.py calls one function:
 factory's arguments, except four that build_model handles itself:
 
     input_size: null        # side length every batch is resized to (null: the data's size,
-                            # raised to what the model needs, e.g. 224 for a ViT)
+                            # raised to what the model needs, e.g. 224 for a ViT, or doubled
+                            # until a timm/torchvision model runs: see resolve_input_size)
     pretrained_path: null   # a local state dict (.pt/.pth/.safetensors or a trainkit checkpoint)
                             # loaded after building: see load_pretrained
-    freeze: null            # null | backbone | N (the first N stages): see freeze
+    freeze: null            # null | backbone | N (the first N stages): see finetune.stages
     freeze_bn: true         # BatchNorm inside frozen parts keeps its running statistics
 
 The fine-tuning helpers (head, pretrained weights, freezing) live in trainkit.finetune.
@@ -22,8 +23,10 @@ the default small CNN, `--help` and config errors stay fast.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -32,6 +35,8 @@ from torch import nn
 from trainkit.errors import ConfigError
 from trainkit.finetune import freeze, load_pretrained
 from trainkit.submodules import find_modules, replace_module
+
+log = logging.getLogger(__name__)
 
 # torchvision models that, built without weights, take exactly 224x224 inputs (their own
 # metadata only gives a minimum, and vit_h_14's first weights even say 518).
@@ -62,11 +67,30 @@ def resolve_input_size(
     model_config: Mapping, image_size: int, input_size: int | None = None, model: nn.Module | None = None
 ) -> int:
     """The explicit `input_size` if set, else `image_size` raised to the model's minimum (or
-    its one fixed size). Checks an explicit size against what the model accepts."""
+    its one fixed size). Checks an explicit size against what the model accepts.
+
+    The library metadata misses many minimums (timm's convnext_atto has none, yet its 4x4 stem
+    and 2x2 downsampling layers need 32x32), so a built timm or torchvision model is also tried
+    (see `runs_on`): a null `input_size` is doubled until the model runs, an explicit one that
+    does not run is a config error naming a size that does."""
     minimum, fixed = input_size_limits(model_config, model)
     name = model_config.get("name", model_config.get("_target_", "this model"))
+    probe = model is not None and not fixed and _is_library_model(model_config, model)
     if input_size is None:
-        return fixed or max(image_size, minimum)
+        size = fixed or max(image_size, minimum)
+        if probe:
+            assert model is not None  # for mypy: probe implies a model
+            working, error = smallest_working_size(model, size)
+            if working is None:
+                raise ConfigError(
+                    "model.input_size",
+                    f"{name} does not run on {size}x{size} inputs ({_reason(error)}) nor on any size up to "
+                    f"{MAX_PROBE_SIZE}; set model.input_size to a side length it takes",
+                )
+            if working != size:
+                log.info(f"{name} does not run on {size}x{size} inputs: batches are resized to {working}x{working}")
+            size = working
+        return size
     if fixed and input_size != fixed:
         raise ConfigError(
             "model.input_size", f"{name} takes only {fixed}x{fixed} inputs; set model.input_size=null or {fixed}"
@@ -76,7 +100,69 @@ def resolve_input_size(
             "model.input_size",
             f"{name} needs inputs of at least {minimum}x{minimum}; set model.input_size=null or >= {minimum}",
         )
+    if probe:
+        assert model is not None
+        error = runs_on(model, input_size)
+        if error is not None:
+            working, _ = smallest_working_size(model, input_size * 2)
+            fix = f"null or a size it runs on, e.g. {working}" if working is not None else "null"
+            raise ConfigError(
+                "model.input_size",
+                f"{name} does not run on {input_size}x{input_size} inputs ({_reason(error)}); "
+                f"set model.input_size={fix}",
+            )
     return input_size
+
+
+# The largest side length smallest_working_size tries: beyond it, the model is broken, not small-input shy.
+MAX_PROBE_SIZE = 1024
+
+
+def runs_on(model: nn.Module, size: int) -> Exception | None:
+    """Try one forward pass of a batch of one `size`x`size` image on the model's device (the CPU,
+    in build_model) without gradients, in eval mode (modes put back after, torch's RNG untouched);
+    None if it ran, else the error it raised."""
+    parameter = next(model.parameters(), None)
+    convs = find_modules(model, nn.Conv2d)
+    channels = convs[0][1].in_channels if convs else 3
+    device = parameter.device if parameter is not None else torch.device("cpu")
+    dtype = parameter.dtype if parameter is not None and parameter.is_floating_point() else torch.float32
+    modes = [(module, module.training) for module in model.modules()]
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            model.eval()
+            model(torch.zeros(1, channels, size, size, device=device, dtype=dtype))
+        return None
+    except (RuntimeError, ValueError, AssertionError, IndexError) as error:  # what too small an input raises
+        return error
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def smallest_working_size(model: nn.Module, start: int) -> tuple[int | None, Exception | None]:
+    """(`start`, doubled until the model runs on it, or None past MAX_PROBE_SIZE; the first error)."""
+    size, first_error = max(1, start), None
+    while size <= MAX_PROBE_SIZE:
+        error = runs_on(model, size)
+        if error is None:
+            return size, first_error
+        first_error = first_error or error
+        size *= 2
+    return None, first_error
+
+
+def _is_library_model(model_config: Mapping, model: nn.Module) -> bool:
+    """timm and torchvision models: their forward fails on small inputs for size reasons only."""
+    target = str(model_config.get("_target_", ""))
+    return target.endswith(("create_timm_model", "create_torchvision_model")) or hasattr(model, "pretrained_cfg")
+
+
+def _reason(error: BaseException | None) -> str:
+    if error is None:
+        return "no error"
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0][:200] if text else ''}"
 
 
 def input_size_limits(model_config: Mapping, model: nn.Module | None = None) -> tuple[int, int | None]:
@@ -154,7 +240,10 @@ def create_timm_model(
     if drop_path_rate > 0:
         options["drop_path_rate"] = drop_path_rate
     try:
-        return timm.create_model(name, pretrained=pretrained, in_chans=in_chans, num_classes=num_classes, **options)
+        # Offline or unreachable hub: weights in the cache load without asking the hub (no minute of
+        # retries), weights not in it are an error at once (see _hub_offline).
+        with _hub_offline(name) if pretrained else contextlib.nullcontext():
+            return timm.create_model(name, pretrained=pretrained, in_chans=in_chans, num_classes=num_classes, **options)
     except TypeError as error:
         for key in ("drop_path_rate", "drop_rate"):
             if key in str(error):
@@ -166,14 +255,79 @@ def create_timm_model(
             raise
         # Offline (HF_HUB_OFFLINE=1 or no network) and not in the cache, or no weights exist.
         reason = str(error).split(". ")[0]
-        raise ConfigError(
-            "model.pretrained",
-            f"could not load pretrained weights for {name} ({type(error).__name__}: {reason}); "
-            "download them once with network access (timm caches them under $HF_HOME/hub, by default "
-            "~/.cache/huggingface/hub, and finds them there offline), or save a state dict "
-            "(torch.save(timm.create_model(name, pretrained=True).state_dict(), path)) and set "
-            "model.pretrained_path=<path> model.pretrained=false, or set model.pretrained=false",
-        ) from error
+        raise _pretrained_error(name, f"{type(error).__name__}: {reason}") from error
+
+
+def _pretrained_error(name: str, reason: str) -> ConfigError:
+    return ConfigError(
+        "model.pretrained",
+        f"could not load pretrained weights for {name} ({reason}); "
+        "download them once with network access (timm caches them under $HF_HOME/hub, by default "
+        "~/.cache/huggingface/hub, and finds them there offline), or save a state dict "
+        "(torch.save(timm.create_model(name, pretrained=True).state_dict(), path)) and set "
+        "model.pretrained_path=<path> model.pretrained=false, or set model.pretrained=false",
+    )
+
+
+# The files timm tries in a hub repository when its config names none (safetensors first).
+HUB_WEIGHT_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "open_clip_model.safetensors",
+    "open_clip_pytorch_model.bin",
+)
+
+
+@contextlib.contextmanager
+def _hub_offline(name: str) -> Iterator[None]:
+    """Before timm asks the Hugging Face hub for `name`'s weights: if the hub cannot be asked
+    (HF_HUB_OFFLINE=1, or its host does not answer within seconds), weights in the local cache
+    load in offline mode (no request, so no minute of retries) and weights not in it raise the
+    model.pretrained error at once. With a reachable hub (or a proxy set), timm does as usual."""
+    from huggingface_hub import constants, try_to_load_from_cache
+    from timm.models import get_pretrained_cfg
+
+    found = get_pretrained_cfg(name)
+    if found is None or not found.hf_hub_id:  # weights from a URL (torch.hub's cache) or none: timm's error is quick
+        yield
+        return
+    repo, _, revision = found.hf_hub_id.partition("@")
+    files = [found.hf_hub_filename] if found.hf_hub_filename else HUB_WEIGHT_FILES
+    cached = any(isinstance(try_to_load_from_cache(repo, f, revision=revision or None), str) for f in files)
+    offline = constants.is_offline_mode()
+    if not offline and not _reachable(constants.ENDPOINT):
+        offline = True
+        reason = f"{constants.ENDPOINT} does not answer"
+    else:
+        reason = "HF_HUB_OFFLINE=1"
+    if not offline:
+        yield
+        return
+    if not cached:
+        raise _pretrained_error(name, f"{repo} is not in the local cache {constants.HF_HUB_CACHE} and {reason}")
+    saved = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True  # what is_offline_mode() reads: the cached file, no request
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = saved
+
+
+def _reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the URL's host opens within `timeout` seconds (True whenever a
+    proxy is configured: the proxy, not this machine, reaches the host)."""
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return True
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def create_torchvision_model(

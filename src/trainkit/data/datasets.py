@@ -111,16 +111,69 @@ def make_synthetic(cfg: DictConfig) -> Splits:
 
 def _open_torchvision(dataset_class: type, title: str, folder: str, cfg: DictConfig, train: bool) -> Any:
     root = Path(cfg["root"]).expanduser()
+    if cfg["download"]:
+        before = _paths_below(root)
+        try:
+            return dataset_class(root=str(root), train=train, download=True)
+        except (RuntimeError, OSError) as error:  # every mirror failed (RuntimeError), or no network (URLError)
+            _remove_created(root, before)
+            reason = _flatten(error)
+            raise ConfigError("data.download", f"could not fetch {title} into '{root}': {reason}") from error
+        except BaseException:
+            _remove_created(root, before)
+            raise
     try:
-        return dataset_class(root=str(root), train=train, download=cfg["download"])
+        return dataset_class(root=str(root), train=train, download=False)
     except RuntimeError as error:  # torchvision's way of saying "files missing or corrupted"
-        if cfg["download"]:
-            raise ConfigError("data.download", f"could not fetch {title} into '{root}': {error}") from error
         raise ConfigError(
             "data.root",
             f"no {title} files under '{root}'; set data.download=true to fetch them, "
             f"or point data.root at a folder holding {folder}",
         ) from error
+
+
+# Deep enough for what torchvision writes under data.root (MNIST/raw/<file>, <archive>,
+# cifar-10-batches-py/<file>), shallow enough to stay cheap on a large data folder.
+_DOWNLOAD_DEPTH = 3
+
+
+def _paths_below(root: Path) -> set[Path] | Path:
+    """Every path under `root` down to _DOWNLOAD_DEPTH levels; if `root` does not exist, the
+    highest of it and its parents that does not (what a download's makedirs would create)."""
+    if not root.exists():
+        top = root.absolute()
+        while not top.parent.exists():
+            top = top.parent
+        return top
+    found: set[Path] = set()
+    level = [root]
+    for _ in range(_DOWNLOAD_DEPTH):
+        level = [child for path in level if path.is_dir() and not path.is_symlink() for child in path.iterdir()]
+        found.update(level)
+    return found
+
+
+def _remove_created(root: Path, before: set[Path] | Path) -> None:
+    """Undo what a failed download created, and only that: `before` as _paths_below gave it, so
+    either the folder that did not exist (`root` or a missing parent), or the paths under `root`
+    that were there."""
+    import shutil
+
+    if isinstance(before, Path):
+        shutil.rmtree(before, ignore_errors=True)
+        return
+    after = _paths_below(root)
+    created = after - before if isinstance(after, set) else set()
+    for path in sorted(created, key=lambda p: len(p.parts)):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def _flatten(error: BaseException) -> str:
+    """torchvision's multi-line download report as one line."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def _carve_val(train: Split, test: Split, cfg: DictConfig) -> Splits:
