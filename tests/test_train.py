@@ -139,6 +139,7 @@ def test_mid_epoch_checkpoints_are_counted_in_the_log(run_train):
     assert counts == [("0", "2"), ("1", "3")]
 
 
+@pytest.mark.slow  # torch.compile on the CPU: about a minute with a cold inductor cache
 def test_compile_time_is_logged_apart_from_throughput(run_train):
     # torch.compile on the CPU: about a minute with a cold inductor cache, seconds with a warm one.
     run = run_train(
