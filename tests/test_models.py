@@ -13,14 +13,8 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from trainkit.errors import ConfigError
-from trainkit.models import (
-    SmallCNN,
-    build_model,
-    create_timm_model,
-    create_torchvision_model,
-    resolve_input_size,
-    runs_on,
-)
+from trainkit.input_size import resolve_input_size, runs_on
+from trainkit.models import SmallCNN, build_model, create_timm_model, create_torchvision_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # conftest sets it too; never reach for the hub
 CONF = Path(__file__).resolve().parents[1] / "conf"
