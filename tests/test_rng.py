@@ -31,6 +31,20 @@ def put_generators_mid_stream():
     torch.rand(7)
 
 
+def assert_restores_through_a_weights_only_load(state: dict) -> None:
+    """`state`, saved with torch.save and loaded with weights_only=True after every generator was
+    reseeded, puts the generators back where `draw()` continues as it would have."""
+    buffer = io.BytesIO()
+    torch.save({"rng": state}, buffer)
+    expected = draw()
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    buffer.seek(0)
+    restore_rng_states(torch.load(buffer, weights_only=True)["rng"])
+    assert draw() == expected
+
+
 def test_restore_rng_states_reproduces_python_numpy_and_torch_draws():
     put_generators_mid_stream()
     state = rng_states()
@@ -42,15 +56,7 @@ def test_restore_rng_states_reproduces_python_numpy_and_torch_draws():
 
 def test_rng_states_survive_torch_save_and_weights_only_load():
     put_generators_mid_stream()
-    buffer = io.BytesIO()
-    torch.save({"rng": rng_states()}, buffer)
-    expected = draw()
-    random.seed(0)
-    np.random.seed(0)
-    torch.manual_seed(0)
-    buffer.seek(0)
-    restore_rng_states(torch.load(buffer, weights_only=True)["rng"])
-    assert draw() == expected
+    assert_restores_through_a_weights_only_load(rng_states())
 
 
 def test_the_checkpoint_layout_stays_the_one_old_checkpoints_have():
@@ -69,12 +75,4 @@ def test_the_checkpoint_layout_stays_the_one_old_checkpoints_have():
     new = rng_states()
     assert new.keys() == old.keys() and torch.equal(new["torch"], old["torch"])
     assert all(new[key] == old[key] for key in ("python", "python_version", "numpy"))
-    buffer = io.BytesIO()
-    torch.save({"rng": old}, buffer)
-    expected = draw()
-    random.seed(0)
-    np.random.seed(0)
-    torch.manual_seed(0)
-    buffer.seek(0)
-    restore_rng_states(torch.load(buffer, weights_only=True)["rng"])
-    assert draw() == expected
+    assert_restores_through_a_weights_only_load(old)
