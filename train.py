@@ -350,7 +350,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             if proc.is_main:
                 log.info(f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}  val/loss {val['loss']:.4f}"
                          f"  val/acc {val['acc']:.4f}  lr {train_metrics['lr']:.2e}  "
-                         f"{train_metrics['train/samples_per_sec']:,.0f} samples/s  {epoch_line_extras(train_metrics)}"
+                         f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{epoch_line_extras(train_metrics)}"
                          f"{'  *' if improved else ''}")
                 warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)  # once a run, with advice
             save_checkpoints(run, improved)

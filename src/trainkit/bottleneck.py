@@ -20,7 +20,8 @@ DATA_BOUND = 1 / 3  # waiting above this share of the step time: the data is the
 
 
 def epoch_line_extras(metrics: dict) -> str:
-    """e.g. `data 12% of 3.1 ms/step  cpu 85%` or `data 40% of 9.8 ms/step  gpu 55%  mem 12.3 GiB`."""
+    """e.g. `  data 12% of 3.1 ms/step  cpu 85%` or `  data 40% of 9.8 ms/step  gpu 55%  mem 12.3 GiB`:
+    each part after two spaces, as in the rest of the epoch line; empty when nothing was measured."""
     parts = []
     if "train/data_wait_fraction" in metrics:
         parts.append(f"data {metrics['train/data_wait_fraction']:.0%} of {metrics['train/step_ms']:.1f} ms/step")
@@ -30,7 +31,7 @@ def epoch_line_extras(metrics: dict) -> str:
         parts.append(f"mem {metrics['train/peak_memory_gb']:.1f} GiB")
     if "train/cpu_util" in metrics:
         parts.append(f"cpu {metrics['train/cpu_util']:.0%}")
-    return "  ".join(parts)
+    return "".join(f"  {part}" for part in parts)
 
 
 def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool) -> list[str]:
@@ -60,8 +61,8 @@ def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool) -> list[s
     if on_cuda and not loader.loader.pin_memory:
         advice.append("pinned memory: data.pin_memory=true (asynchronous host-to-device copies)")
     advice.append(
-        f"decode once, offline: scripts/preprocess.py data.root={data.root} writes a uint8 cache, and data=cached "
-        "trains from it on the device with no per-image decoding"
+        f"decode once, offline: scripts/preprocess.py turns {data.root} into a uint8 cache at data.image_size, "
+        "and data=cached trains from it on the device with no per-image decoding"
     )
     advice.append(f"a smaller data.image_size (now {data.image_size}): less to decode, resize and copy")
     return advice

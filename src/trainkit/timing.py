@@ -40,8 +40,9 @@ GPU_UTIL_EVERY_SECONDS = 1.0  # NVML averages over its own sample period (1/6 s 
 
 
 def can_read_gpu_util() -> bool:
-    """torch.cuda.utilization() asks NVML through pynvml (nvidia-ml-py), an optional package."""
-    return importlib.util.find_spec("pynvml") is not None
+    """torch.cuda.utilization() asks NVML through pynvml (nvidia-ml-py), an optional package
+    (on ROCm, amdsmi)."""
+    return importlib.util.find_spec("amdsmi" if torch.version.hip else "pynvml") is not None
 
 
 class LoopTimer:
@@ -57,14 +58,14 @@ class LoopTimer:
     def start_epoch(self, skip_first: bool = False) -> None:
         """Reset the sums; `skip_first`: leave the first step out (torch.compile compiles in it)."""
         self.skip_first = skip_first
-        self.waiting = self.stepping = 0.0  # seconds
-        self.steps = 0
         self.gpu_util_samples: list[float] = []
         self._restart()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def _restart(self) -> None:
+        self.waiting = self.stepping = 0.0  # seconds
+        self.steps = 0
         self.wall_start = self.last_sample = self.mark = time.perf_counter()
         self.cpu_start = time.process_time()
         self.events: deque[torch.cuda.Event] = deque()  # done(i-1), ready(i), done(i), ... not yet summed
@@ -73,7 +74,7 @@ class LoopTimer:
 
     def _record(self) -> torch.cuda.Event:
         event = torch.cuda.Event(enable_timing=True)
-        event.record()
+        event.record(torch.cuda.current_stream(self.device))  # the stream the step's work is queued on
         return event
 
     def batch_ready(self) -> None:
