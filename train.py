@@ -72,7 +72,7 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
     scaler: torch.amp.GradScaler = field(init=False)
     early_stopping: EarlyStopping = field(init=False)
-    timer: LoopTimer = field(init=False)  # each epoch: waiting for data vs the rest of the step, no per-step sync
+    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest of the step
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
     # Where the run stands (what a checkpoint restores):
     epoch: int = 0
@@ -118,7 +118,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     progress = tqdm(total=num_batches, initial=run.batches_done, desc=f"epoch {run.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
     started, compile_seconds = time.perf_counter(), None
-    run.timer.start_epoch(skip_first=compiling)
+    run.timer.start_epoch(device, skip_first=compiling)  # trainkit.timing: no per-step host-device sync
     for i, (images, labels) in enumerate(run.data.train, start=run.batches_done):
         if i >= num_batches or (trainer.max_steps and run.step >= trainer.max_steps):
             break
@@ -239,7 +239,6 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     run.scheduler = build_lr_schedule(run)
     run.scaler = grad_scaler(cfg.precision.name, device)
     run.early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
-    run.timer = LoopTimer(device)
     return run
 
 

@@ -29,7 +29,7 @@ class SlowImages(Dataset):
 
 def train_epoch(timer: LoopTimer, loader) -> dict:
     """train.py's measuring points around a step that costs almost nothing."""
-    timer.start_epoch()
+    timer.start_epoch(CPU)
     for images, labels in loader:
         images, labels = images.to(CPU, non_blocking=True), labels.to(CPU, non_blocking=True)
         timer.batch_ready()
@@ -46,7 +46,7 @@ def test_a_slow_dataset_fires_the_warning_once_a_run_with_advice_for_files(caplo
     data = OmegaConf.load(CONF / "imagefolder.yaml")
     data.root = "/data/images"
     loader = FileLoader(SlowImages(), 2, shuffle=False, num_workers=0)
-    timer = LoopTimer(CPU)
+    timer = LoopTimer()
     with caplog.at_level(logging.WARNING, logger="train"):
         for _ in range(2):  # two epochs: one warning
             metrics = train_epoch(timer, loader)
@@ -65,8 +65,8 @@ def test_in_memory_data_stays_silent_and_its_advice_names_what_applies(caplog):
     data = OmegaConf.load(CONF / "digits.yaml")
     images, labels = torch.zeros(64, 1, 8, 8), torch.zeros(64, dtype=torch.int64)
     loader = TensorLoader(images, labels, 8, shuffle=True)
-    timer = LoopTimer(CPU)
-    timer.start_epoch()
+    timer = LoopTimer()
+    timer.start_epoch(CPU)
     for _ in loader:
         timer.batch_ready()
         time.sleep(0.005)  # a step that takes the time: the data is never waited for

@@ -8,12 +8,12 @@ import torch
 from trainkit import timing
 from trainkit.timing import LoopTimer
 
-CPU = torch.device("cpu")
+CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
 
 
-def timed_epoch(timer: LoopTimer, steps: int, wait_s: float, step_s: float, skip_first: bool = False) -> dict:
+def timed_epoch(timer: LoopTimer, steps: int, wait_s: float, step_s: float, device: torch.device = CPU) -> dict:
     """The loop train.py runs, with a loader that takes `wait_s` a batch and a step that takes `step_s`."""
-    timer.start_epoch(skip_first=skip_first)
+    timer.start_epoch(device)
     for _ in range(steps):
         time.sleep(wait_s)  # blocked in the loader's __next__
         timer.batch_ready()
@@ -23,7 +23,7 @@ def timed_epoch(timer: LoopTimer, steps: int, wait_s: float, step_s: float, skip
 
 
 def test_a_slow_loader_shows_as_waiting_and_a_slow_step_does_not():
-    timer = LoopTimer(CPU)
+    timer = LoopTimer()
     slow_data = timed_epoch(timer, 4, wait_s=0.03, step_s=0.0)
     assert slow_data["train/data_wait_fraction"] > 0.8 and slow_data["train/step_ms"] >= 30
     slow_step = timed_epoch(timer, 4, wait_s=0.0, step_s=0.03)  # the sums start again each epoch
@@ -33,8 +33,8 @@ def test_a_slow_loader_shows_as_waiting_and_a_slow_step_does_not():
 
 
 def test_the_compile_step_is_left_out():
-    timer = LoopTimer(CPU)
-    timer.start_epoch(skip_first=True)
+    timer = LoopTimer()
+    timer.start_epoch(CPU, skip_first=True)
     time.sleep(0.2)  # compile + first step: a long wait that is not the loader's fault
     timer.batch_ready()
     timer.step_done()
@@ -47,7 +47,8 @@ def test_the_compile_step_is_left_out():
 
 
 def test_an_epoch_without_steps_reports_no_step_time():
-    timer = LoopTimer(CPU)
+    timer = LoopTimer()
+    timer.start_epoch(CPU)
     assert set(timer.epoch_metrics()) == {"train/cpu_util"}
 
 
@@ -84,8 +85,8 @@ def fake_cuda(monkeypatch):
 def test_cuda_events_are_summed_as_they_finish(fake_cuda):
     fake_cuda.setattr(timing, "can_read_gpu_util", lambda: True)
     fake_cuda.setattr(torch.cuda, "utilization", lambda device=None: 50)
-    timer = LoopTimer(torch.device("cuda", 0))
-    metrics = timed_epoch(timer, 4, wait_s=0.02, step_s=0.0)
+    timer = LoopTimer()
+    metrics = timed_epoch(timer, 4, wait_s=0.02, step_s=0.0, device=CUDA)
     assert metrics["train/data_wait_fraction"] > 0.8 and metrics["train/step_ms"] >= 20
     assert metrics["train/peak_memory_gb"] == 3 and metrics["train/gpu_util"] == 0.5
     assert len(timer.events) == 1  # finished events are folded in; the last step's end starts the next
@@ -94,7 +95,7 @@ def test_cuda_events_are_summed_as_they_finish(fake_cuda):
 
 def test_without_nvml_gpu_util_is_left_out_without_an_error(fake_cuda):
     fake_cuda.setattr(timing, "can_read_gpu_util", lambda: False)
-    metrics = timed_epoch(LoopTimer(torch.device("cuda", 0)), 2, wait_s=0.0, step_s=0.0)
+    metrics = timed_epoch(LoopTimer(), 2, wait_s=0.0, step_s=0.0, device=CUDA)
     assert "train/gpu_util" not in metrics and "train/peak_memory_gb" in metrics
 
     def no_driver(device=None):
@@ -102,5 +103,5 @@ def test_without_nvml_gpu_util_is_left_out_without_an_error(fake_cuda):
 
     fake_cuda.setattr(timing, "can_read_gpu_util", lambda: True)
     fake_cuda.setattr(torch.cuda, "utilization", no_driver)
-    metrics = timed_epoch(LoopTimer(torch.device("cuda", 0)), 2, wait_s=0.0, step_s=0.0)
+    metrics = timed_epoch(LoopTimer(), 2, wait_s=0.0, step_s=0.0, device=CUDA)
     assert "train/gpu_util" not in metrics and "train/data_wait_fraction" in metrics

@@ -1,8 +1,8 @@
 """Where an epoch's time goes: waiting for the next batch vs the rest of the step, measured
 without a host-device synchronisation per step; plus peak memory and CPU or GPU utilization.
 
-    timer = LoopTimer(device)              # once a run
-    timer.start_epoch()                    # before the loop
+    timer = LoopTimer()                    # once a run
+    timer.start_epoch(device)              # before the loop
     for images, labels in loader:          # waiting: blocked in the loader's __next__ ...
         images = images.to(device, non_blocking=True)   # ... and the host-to-device copy
         timer.batch_ready()
@@ -46,18 +46,17 @@ def can_read_gpu_util() -> bool:
 
 
 class LoopTimer:
-    """The per-epoch measure above, for one run on one device."""
+    """The per-epoch measure above, for one run."""
 
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.cuda = device.type == "cuda"
-        self.read_gpu_util = self.cuda and can_read_gpu_util()
+    def __init__(self) -> None:
         self.warned_data_bound = False  # trainkit.bottleneck warns once a run
-        self.start_epoch()
+        self.read_gpu_util: bool | None = None  # known at the first CUDA epoch
 
-    def start_epoch(self, skip_first: bool = False) -> None:
+    def start_epoch(self, device: torch.device, skip_first: bool = False) -> None:
         """Reset the sums; `skip_first`: leave the first step out (torch.compile compiles in it)."""
-        self.skip_first = skip_first
+        self.device, self.cuda, self.skip_first = device, device.type == "cuda", skip_first
+        if self.read_gpu_util is None:
+            self.read_gpu_util = self.cuda and can_read_gpu_util()
         self.gpu_util_samples: list[float] = []
         self._restart()
         if self.cuda:
