@@ -12,8 +12,9 @@ without a host-device synchronisation per step; plus peak memory and CPU or GPU 
 
 What is measured. On the CPU (and MPS) the host's wall clock: the time from one step's end to the
 next batch being on the device is waiting, the rest is the step. On the CPU the work is synchronous,
-so this is exact. On CUDA the host only queues kernels and runs ahead of the GPU: time it spends
-blocked in the loader may be time the GPU still spends on queued work, and is no loss. So there,
+so this is exact (on MPS, whose work is asynchronous, an approximation). On CUDA the host only queues
+kernels and runs ahead of the GPU: time it spends blocked in the loader may be time the GPU still
+spends on queued work, and is no loss. So there,
 two CUDA events a step are recorded on the current stream (recording does not sync): `ready`
 after the copy is queued, `done` at the step's end. On the GPU's own clock, done(i-1) -> ready(i)
 is time the GPU had nothing queued but the copy, because the host had no batch yet: the waiting;
