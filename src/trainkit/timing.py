@@ -21,6 +21,9 @@ is time the GPU had nothing queued but the copy, because the host had no batch y
 ready(i) -> done(i) is the step. Finished events are summed as they complete (Event.query() does
 not block), so an epoch holds a few events at a time; the last is waited for once, at epoch end.
 
+The wait for an epoch's first batch is left out: it holds the DataLoader workers' start-up (seconds,
+once a run, and longer with more workers, so no sign of a slow loader) and the refill of their queue.
+
     train/data_wait_fraction = waiting / (waiting + step time)     (0..1)
     train/step_ms            = (waiting + step time) / steps       (milliseconds)
     train/peak_memory_gb     CUDA: torch.cuda.max_memory_allocated during the training pass, GiB
@@ -56,6 +59,7 @@ class LoopTimer:
     def start_epoch(self, device: torch.device, skip_first: bool = False) -> None:
         """Reset the sums; `skip_first`: leave the first step out (torch.compile compiles in it)."""
         self.device, self.cuda, self.skip_first = device, device.type == "cuda", skip_first
+        self.first_batch = True
         if self.read_gpu_util is None:
             self.read_gpu_util = self.cuda and can_read_gpu_util()
         self.gpu_util_samples: list[float] = []
@@ -79,11 +83,15 @@ class LoopTimer:
 
     def batch_ready(self) -> None:
         """The step's batch is on the device (its copy queued): the waiting ends here."""
+        first, self.first_batch = self.first_batch, False
         if self.cuda:
-            self.events.append(self._record())
+            ready = self._record()
+            if first:  # start-up, not waiting: measure from here, with a wait of zero
+                self.events = deque([ready])
+            self.events.append(ready)
         else:
             now = time.perf_counter()
-            self.waiting += now - self.mark
+            self.waiting += 0.0 if first else now - self.mark
             self.mark = now
 
     def step_done(self) -> None:
