@@ -84,6 +84,8 @@ class LoopTimer:
     def batch_ready(self) -> None:
         """The step's batch is on the device (its copy queued): the waiting ends here."""
         first, self.first_batch = self.first_batch, False
+        if first:  # the CPU use too is measured from the first batch on
+            self.wall_start, self.cpu_start = time.perf_counter(), time.process_time()
         if self.cuda:
             ready = self._record()
             if first:  # start-up, not waiting: measure from here, with a wait of zero
