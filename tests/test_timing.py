@@ -64,7 +64,9 @@ def test_an_epoch_without_steps_reports_no_step_time():
 
 
 class FakeEvent:
-    """A CUDA event of a GPU that finishes queued work at once: its clock is the host's."""
+    """A CUDA event on a GPU whose clock is the host's; while `gpu_behind`, no event has finished."""
+
+    gpu_behind = False
 
     def __init__(self, enable_timing: bool = False):
         self.at = None
@@ -73,10 +75,10 @@ class FakeEvent:
         self.at = time.perf_counter()
 
     def query(self) -> bool:
-        return True
+        return not FakeEvent.gpu_behind
 
     def synchronize(self) -> None:
-        pass
+        FakeEvent.gpu_behind = False
 
     def elapsed_time(self, end: "FakeEvent") -> float:
         return (end.at - self.at) * 1000
@@ -102,6 +104,17 @@ def test_cuda_events_are_summed_as_they_finish(fake_cuda):
     assert metrics["train/peak_memory_gb"] == 3 and metrics["train/gpu_util"] == 0.5
     assert len(timer.events) == 1  # finished events are folded in; the last step's end starts the next
     assert "train/cpu_util" not in metrics
+
+    FakeEvent.gpu_behind = True  # the host runs ahead: nothing is summed until the epoch's end waits once
+    timer.start_epoch(CUDA)
+    for _ in range(3):
+        time.sleep(0.02)
+        timer.batch_ready()
+        timer.step_done()
+    assert len(timer.events) == 1 + 2 * 3 and timer.waiting == timer.stepping == 0  # ready(0) twice: no first wait
+    metrics = timer.epoch_metrics()
+    assert not FakeEvent.gpu_behind and len(timer.events) == 1
+    assert metrics["train/data_wait_fraction"] > 0.8 and metrics["train/step_ms"] >= 2 * 20 / 3
 
 
 def test_without_nvml_gpu_util_is_left_out_without_an_error(fake_cuda):
