@@ -167,8 +167,8 @@ class TensorLoader(ShardedLoader):
 class FileLoader(ShardedLoader):
     """A torch DataLoader over files decoded in worker processes, sharded by this module's samplers.
 
-    Batches stay on the CPU (pinned when training on CUDA) for train.py to move with
-    `non_blocking=True`, overlapping the copy with compute.
+    Batches stay on the CPU (pinned with `pin_memory`; data.pin_memory=auto pins on CUDA) for
+    train.py to move with `non_blocking=True`, overlapping the copy with compute.
     """
 
     def __init__(
