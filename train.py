@@ -25,6 +25,7 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import BatchTransform
 from trainkit.batch_size_finder import find_batch_size_for_run
+from trainkit.bottleneck import epoch_line_extras, warn_if_data_bound
 from trainkit.checkpoint import (copy_checkpoint, load_checkpoint, restore_training_state, save_checkpoint,
                                  training_state, unwrap_model)
 from trainkit.config import validate
@@ -46,6 +47,7 @@ from trainkit.rng import rng_states
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
 from trainkit.schema import to_dict
 from trainkit.sweeps import run_trial
+from trainkit.timing import LoopTimer
 
 log = logging.getLogger("train")
 quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
@@ -70,6 +72,7 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
     scaler: torch.amp.GradScaler = field(init=False)
     early_stopping: EarlyStopping = field(init=False)
+    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest of the step
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
     # Where the run stands (what a checkpoint restores):
     epoch: int = 0
@@ -115,6 +118,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     progress = tqdm(total=num_batches, initial=run.batches_done, desc=f"epoch {run.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
     started, compile_seconds = time.perf_counter(), None
+    run.timer.start_epoch(device, skip_first=compiling)  # trainkit.timing: no per-step host-device sync
     for i, (images, labels) in enumerate(run.data.train, start=run.batches_done):
         if i >= num_batches or (trainer.max_steps and run.step >= trainer.max_steps):
             break
@@ -124,6 +128,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         group_size = min(accumulate, num_batches - group_start)
         is_update = i - group_start == group_size - 1
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        run.timer.batch_ready()  # waiting for data (the loader, the copy) ends here; the rest is the step
         # forward and backward; DDP all-reduces the gradients only on the micro-step that updates
         with gradient_sync(model, enabled=is_update), autocast(cfg.precision.name, device):
             logits = model(run.train_transform(images))
@@ -163,6 +168,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         progress.update()
         if show_progress and (i % 10 == 0 or i == num_batches - 1):
             progress.set_postfix(loss=f"{batch_loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
+        run.timer.step_done()
     progress.close()
     if mid_epoch_saves and run.proc.is_main:
         log.info(f"epoch {run.epoch:>3}  {mid_epoch_saves} mid-epoch checkpoints "
@@ -172,7 +178,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     loss_sum, correct, count, untimed = all_reduce_sum(totals).tolist()
     return {"train/loss": loss_sum / max(count, 1), "train/acc": correct / max(count, 1),
             "train/samples_per_sec": (count - untimed) / (time.perf_counter() - started),
-            "lr": optimizer.param_groups[0]["lr"]}
+            "lr": optimizer.param_groups[0]["lr"], **run.timer.epoch_metrics()}
 
 
 def save_checkpoints(run: Run, improved: bool = False) -> None:
@@ -343,7 +349,9 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             if proc.is_main:
                 log.info(f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}  val/loss {val['loss']:.4f}"
                          f"  val/acc {val['acc']:.4f}  lr {train_metrics['lr']:.2e}  "
-                         f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{'  *' if improved else ''}")
+                         f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{epoch_line_extras(train_metrics)}"
+                         f"{'  *' if improved else ''}")
+                warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)  # once a run, with advice
             save_checkpoints(run, improved)
             run.batches_done = 0
             if stopping := stop_reason(run, train_metrics["train/loss"]):

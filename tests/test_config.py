@@ -106,6 +106,9 @@ RULE_CASES = [
     (["data.batch_size=1.5"], "data.batch_size"),
     (["data.eval_batch_size=0"], "data.eval_batch_size"),
     (["data.num_workers=-1"], "data.num_workers"),
+    (["data=imagefolder", "data.root=/data/images", "data.num_workers=many"], "data.num_workers"),
+    (["data=imagefolder", "data.root=/data/images", "data.prefetch_factor=0"], "data.prefetch_factor"),
+    (["data=imagefolder", "data.root=/data/images", "data.pin_memory=sometimes"], "data.pin_memory"),
     (["data.drop_last=maybe"], "data.drop_last"),
     (["data.shuffle=maybe"], "data.shuffle"),
     (["model=timm", "model.name=3"], "model.name"),
@@ -420,6 +423,8 @@ def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fr
         [],
         ["data=mnist"],
         ["data=imagefolder", "data.root=/data/images"],
+        ["data=imagefolder", "data.root=/data/images", "data.num_workers=3", "data.pin_memory=false"],
+        ["data.num_workers=auto"],  # in-memory data: auto means none, nothing to warn about
         ["data=mnist", "data.download=true"],
         ["augmentation=strong"],
     ],

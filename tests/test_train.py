@@ -24,10 +24,28 @@ def test_default_run_learns_and_writes_the_run_directory(run_train):
 
     # metrics.jsonl: one line per epoch (20 updates each), a step line every 50 updates, the test line last.
     assert [m["epoch"] for m in epochs] == [0, 1, 2] and [m["step"] for m in epochs] == [20, 40, 60]
-    epoch_keys = {"epoch", "step", "train/loss", "train/acc", "train/samples_per_sec", "lr", "val/loss", "val/acc"}
+    epoch_keys = {
+        "epoch",
+        "step",
+        "train/loss",
+        "train/acc",
+        "train/samples_per_sec",
+        "lr",
+        "val/loss",
+        "val/acc",
+        "train/data_wait_fraction",
+        "train/step_ms",
+    }
+    # the bottleneck report: on CUDA peak memory (and GPU utilization with pynvml), on the CPU process CPU use
+    device_keys = {"train/peak_memory_gb"} if torch.cuda.is_available() else {"train/cpu_util"}
     for m in epochs:
-        assert set(m) == epoch_keys and all(isinstance(m[key], (int, float)) for key in epoch_keys)
+        assert epoch_keys | device_keys <= set(m) <= epoch_keys | device_keys | {"train/gpu_util"}
+        assert all(isinstance(m[key], (int, float)) for key in epoch_keys | device_keys)
         assert 0 <= m["train/acc"] <= 1 and 0 <= m["val/acc"] <= 1 and m["train/samples_per_sec"] > 0
+        assert 0 <= m["train/data_wait_fraction"] <= 1 and m["train/step_ms"] > 0
+    output = run.stderr + run.stdout
+    assert re.search(r"epoch +0 .* samples/s  data \d+% of [0-9.]+ ms/step", output)
+    assert "data-bound" not in output  # in-memory digits never wait for data: the default run stays silent
     step_lines = [m for m in run.metrics if "train/step_loss" in m]
     assert [(m["epoch"], m["step"]) for m in step_lines] == [(2, 50)]
     assert set(step_lines[0]) == {"epoch", "step", "train/step_loss", "lr"}

@@ -194,7 +194,7 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
     """Settings the chosen options do not use, each as one line: a value set there by mistake
     would otherwise be ignored in silence. Call it on a config without problems."""
     data, ignored = cfg.data, []
-    if data.name in IN_MEMORY and data.num_workers > 0:
+    if data.name in IN_MEMORY and data.num_workers != "auto" and data.num_workers > 0:  # auto: none needed
         ignored.append(
             f"data.num_workers={data.num_workers} is ignored: {data.name} is held in memory on the device "
             f"and sliced into batches without worker processes; leave it at 0"

@@ -13,7 +13,7 @@ from trainkit.data import DATASETS
 from trainkit.loggers import LOGGERS, WANDB_MODES
 from trainkit.optim import SCHEDULES
 from trainkit.runtime import PRECISIONS
-from trainkit.schema import Check, flag, integer, interval, number, numbers, one_of, section, show, text
+from trainkit.schema import Check, auto_or, flag, integer, interval, number, numbers, one_of, section, show, text
 
 METRICS = ("val/acc", "val/loss")
 OPTIMIZED_METRICS = ("val/acc", "val/loss", "test/acc", "test/loss")
@@ -82,7 +82,9 @@ RULES: dict[str, Check] = {
     "data.noise": number(0),
     "data.batch_size": integer(1),
     "data.eval_batch_size": integer(1),
-    "data.num_workers": integer(0),
+    "data.num_workers": auto_or(integer(0)),
+    "data.prefetch_factor": integer(1),
+    "data.pin_memory": auto_or(flag()),
     "data.drop_last": flag(),
     "data.shuffle": flag(),
     "model.name": text(),

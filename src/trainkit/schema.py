@@ -139,6 +139,16 @@ def interval(minimum: Bound = None, *, above: Bound = None, null: bool = False) 
     return check
 
 
+def auto_or(check: Check) -> Check:
+    """The word `auto` (the code picks the value for this machine), or what `check` accepts."""
+
+    def auto_or_check(value: object) -> str | None:
+        problem = None if value == "auto" else check(value)
+        return problem and problem.replace("must be ", "must be auto or ", 1)
+
+    return auto_or_check
+
+
 def flag(*, null: bool = False) -> Check:
     def check(value: object) -> str | None:
         if isinstance(value, bool) or (value is None and null):

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from trainkit.data.datasets import load_cifar10, load_digits, load_mnist, make_synthetic
 from trainkit.data.imagefolder import load_image_folder
+from trainkit.data.loader_settings import file_loader_settings
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.errors import ConfigError
 
@@ -53,7 +54,7 @@ def build_data(cfg: DictConfig, device: torch.device, seed: int, rank: int = 0, 
     if name == "imagefolder":
         datasets, classes = load_image_folder(cfg)
         channels, image_size, num_classes = cfg["channels"], cfg["image_size"], len(classes)
-        files = dict(num_workers=cfg["num_workers"], pin_memory=device.type == "cuda")
+        files = file_loader_settings(cfg, device)  # data.num_workers / pin_memory `auto` resolved here
         train = FileLoader(datasets["train"], **train_args, **files)
         val, test = (FileLoader(datasets[split], **eval_args, **files) for split in ("val", "test"))
     else:

@@ -167,8 +167,8 @@ class TensorLoader(ShardedLoader):
 class FileLoader(ShardedLoader):
     """A torch DataLoader over files decoded in worker processes, sharded by this module's samplers.
 
-    Batches stay on the CPU (pinned when training on CUDA) for train.py to move with
-    `non_blocking=True`, overlapping the copy with compute.
+    Batches stay on the CPU (pinned with `pin_memory`; data.pin_memory=auto pins on CUDA) for
+    train.py to move with `non_blocking=True`, overlapping the copy with compute.
     """
 
     def __init__(
@@ -180,6 +180,7 @@ class FileLoader(ShardedLoader):
         drop_last: bool = False,
         num_workers: int = 0,
         pin_memory: bool = False,
+        prefetch_factor: int = 2,
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
@@ -195,6 +196,7 @@ class FileLoader(ShardedLoader):
             drop_last=drop_last,
             num_workers=num_workers,
             persistent_workers=num_workers > 0,
+            prefetch_factor=prefetch_factor if num_workers > 0 else None,  # batches each worker keeps ready
             pin_memory=pin_memory,
             # DataLoader seeds worker i of this rank (torch, random, numpy) from a base seed
             # drawn from this generator plus i: different in every worker and on every rank.
