@@ -194,7 +194,7 @@ RELATIONS = (
     unknown_keys("augmentation.affine", AFFINE_KEYS),
     unknown_keys("augmentation.per_sample", PER_SAMPLE_KEYS),
     Relation(("augmentation",), _augmentation_off),
-    Relation(("data.name", "augmentation.per_sample"), _per_sample_needs_files),
+    Relation(("data.name", "augmentation"), _per_sample_needs_files),
     # after the augmentation checks: a bad augmentation section is reported once, as itself
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
 )

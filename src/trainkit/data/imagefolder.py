@@ -76,7 +76,7 @@ class ImageFolderDataset(Dataset):
         path, label = self.samples[index]
         try:
             image = open_image(path, self.mode, self.image_size)
-        except Exception as error:  # noqa: BLE001  # whatever Pillow raises for a broken file, it is that file's
+        except Exception as error:  # whatever Pillow raises for a broken file, it is that file's
             return BadFile(path, f"{type(error).__name__}: {error}", self.skip_bad_files)
         if self.transform is not None:
             return self.transform(image), label
