@@ -225,8 +225,9 @@ class FileLoader(ShardedLoader):
                 if bad_files:
                     self._set_aside(bad_files)
                 if batch is None:  # every file of this batch was unreadable and skipped
-                    training_in_step = isinstance(self.sampler, ResumableDistributedSampler)
-                    if training_in_step and self.sampler.num_replicas > 1:
+                    # Training ranks run one collective a batch: a rank that skips one would hang the rest.
+                    sampler = self.sampler
+                    if isinstance(sampler, ResumableDistributedSampler) and sampler.num_replicas > 1:
                         raise ConfigError(
                             "data.skip_bad_files",
                             f"a whole batch of {self.batch_size} images was unreadable (e.g. '{bad_files[0].path}'), "
