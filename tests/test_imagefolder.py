@@ -126,3 +126,21 @@ def test_skip_bad_files_drops_them_from_their_batch_and_counts_them(tmp_path, ca
     reports = [record.getMessage() for record in caplog.records if "unreadable" in record.getMessage()]
     assert len(reports) == passes_with_bad_files  # one line a pass (an epoch), not one a file
     assert all("data.skip_bad_files=true" in report for report in reports)
+
+
+def test_train_py_stops_on_an_unreadable_image_with_one_line_and_exit_1(tmp_path, run_train):
+    write_classes(tmp_path / "images", per_class=6)
+    (tmp_path / "images" / "train" / "b" / "2.png").write_bytes(b"\x89PNG broken")
+    run = run_train(
+        "data=imagefolder",
+        f"data.root={tmp_path / 'images'}",
+        "data.image_size=8",
+        "data.num_workers=1",
+        "data.batch_size=4",
+        "debug=fast",
+        "print_config=false",
+        check=False,
+    )
+    last_line = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 1 and last_line.startswith("error: data.root: cannot read image '")
+    assert "2.png" in last_line and "data.skip_bad_files=true" in last_line and "Traceback" not in run.stderr

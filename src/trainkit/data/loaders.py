@@ -238,9 +238,10 @@ class FileLoader(ShardedLoader):
         finally:
             if self.bad_files and self.rank == 0:
                 examples = ", ".join(f"'{bad.path}'" for bad in self.bad_files[:3])
+                where = "training epoch" if isinstance(self.sampler, ResumableDistributedSampler) else "evaluation"
                 log.warning(
-                    f"skipped {len(self.bad_files)} unreadable images in this pass (data.skip_bad_files=true), "
-                    f"e.g. {examples} ({self.bad_files[0].reason})"
+                    f"skipped {len(self.bad_files)} unreadable image(s) in this {where} (data.skip_bad_files=true), "
+                    f"e.g. {examples}; first error: {self.bad_files[0].reason}"
                 )
 
     def _set_aside(self, bad_files: list[BadFile]) -> None:
