@@ -436,6 +436,10 @@ def test_importing_the_schema_stays_light():
             ["data=cifar10", "augmentation=basic", "+augmentation.random_order=true"],
             "augmentation.random_order=true is ignored",
         ),
+        (
+            [*IMAGES, "augmentation=trivialaugment", "+augmentation.per_sample.magnitude=9"],
+            "augmentation.per_sample.magnitude=9 is ignored",
+        ),
     ],
 )
 def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fragment):
@@ -454,6 +458,7 @@ def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fr
         ["data=imagefolder", "data.root=/data/images"],
         ["data=mnist", "data.download=true"],
         ["augmentation=strong"],
+        [*IMAGES, "augmentation=randaugment"],
     ],
 )
 def test_defaults_and_used_settings_warn_about_nothing(compose_config, overrides):

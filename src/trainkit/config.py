@@ -233,6 +233,13 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
         ignored.append(
             "augmentation.random_order=true is ignored: it orders color_jitter and affine, and they are not both on"
         )
+    per_sample = ops.get("per_sample", {})
+    for key in ("num_ops", "magnitude"):
+        if per_sample.get(key) and per_sample.get("policy") != "rand_augment":
+            ignored.append(
+                f"augmentation.per_sample.{key}={per_sample[key]} is ignored: it sets RandAugment, and "
+                f"augmentation.per_sample.policy is {per_sample.get('policy')}; leave it null"
+            )
     return ignored
 
 
