@@ -67,7 +67,7 @@ class Run:
     trained_model: torch.nn.Module = field(init=False)  # the same, compiled and/or DDP-wrapped: what the loop calls
     train_transform: BatchTransform = field(init=False)  # scale, resize, augment, normalize: batched, on the device
     eval_transform: BatchTransform = field(init=False)
-    mix: LabelMixing = field(init=False)  # MixUp/CutMix: mixed images + soft targets (off: the batch as is)
+    mix: LabelMixing = field(default_factory=LabelMixing)  # MixUp/CutMix: mixed images + soft targets; off: as is
     loss_fn: torch.nn.Module = field(init=False)
     optimizer: torch.optim.Optimizer = field(init=False)
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)

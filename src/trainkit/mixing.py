@@ -22,7 +22,7 @@ class LabelMixing:
     """(images, int64 labels [B]) -> (mixed images, float targets [B, C]); the batch as it is when
     `augmentation` sets neither mixup_alpha nor cutmix_alpha."""
 
-    def __init__(self, augmentation: Mapping | None, num_classes: int):
+    def __init__(self, augmentation: Mapping | None = None, num_classes: int = 0):
         options = dict(augmentation or {})
         mixup, cutmix = float(options.get("mixup_alpha") or 0), float(options.get("cutmix_alpha") or 0)
         self.transform: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
