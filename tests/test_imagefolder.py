@@ -81,10 +81,13 @@ def test_hidden_and_non_image_files_are_ignored_with_a_count(tmp_path, caplog):
     (tmp_path / "train" / "b" / "notes.txt").write_text("labels by hand")
     (tmp_path / "train" / "b" / "extra").mkdir()
     Image.new("RGB", (9, 9)).save(tmp_path / "train" / "b" / "SHOUTING.PNG")
+    (tmp_path / "train" / ".ipynb_checkpoints").mkdir()
+    (tmp_path / "train" / "README.txt").write_text("my photos")
     with caplog.at_level(logging.INFO, logger="trainkit.data.imagefolder"):
         data = build_data(folder_cfg(tmp_path, val_fraction=0.1, test_fraction=0.1), CPU, seed=0)
     assert data.train.num_samples + data.val.num_samples + data.test.num_samples == 11
     assert "ignored 2 hidden and 2 non-image entries" in caplog.text
+    assert "ignored 2 entries that are not class folders" in caplog.text and data.num_classes == 2
 
 
 def break_two_images(root: Path) -> list[Path]:

@@ -123,6 +123,9 @@ def load_image_folder(cfg: DictConfig) -> tuple[dict[str, ImageFolderDataset], l
     """The train/val/test datasets and the class names (sorted folder names under train/)."""
     root = _check_root(cfg.get("root"))
     classes = _class_folders(root / "train")
+    strays = [path.name for path in (root / "train").iterdir() if path.name not in classes]
+    if strays:  # .ipynb_checkpoints/, README.txt, a loose image: not a class
+        log.info("'%s': ignored %d entries that are not class folders (%s)", root / "train", len(strays), strays[:5])
     if not classes:
         raise ConfigError("data.root", f"'{root / 'train'}' has no class folders; put images in train/<class>/")
     samples = {"train": _list_images(root / "train", classes, allow_empty_classes=False)}
