@@ -15,7 +15,10 @@ targets * (1 - e) + e / num_classes, as it does for class indices. Evaluation ne
 
 from collections.abc import Callable, Mapping
 
+import torch
 from torch import Tensor
+
+NHWC = torch.channels_last
 
 
 class LabelMixing:
@@ -44,4 +47,7 @@ class LabelMixing:
     def __call__(self, images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         if self.transform is None:
             return images, labels
-        return self.transform(images, labels)
+        mixed, targets = self.transform(images, labels)
+        if images.dim() == 4 and not images.is_contiguous() and images.is_contiguous(memory_format=NHWC):
+            mixed = mixed.contiguous(memory_format=NHWC)  # keep the layout the model was converted to
+        return mixed, targets
