@@ -38,12 +38,6 @@ def test_the_same_seed_draws_the_same_mix_and_another_seed_another():
     assert not torch.equal(first[3], other[3])
 
 
-def test_channels_last_batches_stay_channels_last():
-    images = torch.rand(8, 3, 8, 8).contiguous(memory_format=torch.channels_last)
-    mixed, _ = LabelMixing(MIXUP, 4)(images, torch.arange(8) % 4)
-    assert mixed.is_contiguous(memory_format=torch.channels_last)
-
-
 def test_off_returns_the_batch_as_it_is():
     for augmentation in (None, {"mixup_alpha": 0, "cutmix_alpha": None}, OmegaConf.create({"name": "none"})):
         mixing = LabelMixing(augmentation, 10)

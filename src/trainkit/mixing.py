@@ -15,10 +15,7 @@ targets * (1 - e) + e / num_classes, as it does for class indices. Evaluation ne
 
 from collections.abc import Callable, Mapping
 
-import torch
 from torch import Tensor
-
-NHWC = torch.channels_last
 
 
 class LabelMixing:
@@ -47,7 +44,4 @@ class LabelMixing:
     def __call__(self, images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         if self.transform is None:
             return images, labels
-        mixed, targets = self.transform(images, labels)
-        if images.dim() == 4 and not images.is_contiguous() and images.is_contiguous(memory_format=NHWC):
-            mixed = mixed.contiguous(memory_format=NHWC)  # keep the layout the model was converted to
-        return mixed, targets
+        return self.transform(images, labels)
