@@ -41,10 +41,12 @@ from trainkit.known_noise import quiet_known_noise
 from trainkit.launch import start_processes
 from trainkit.loggers import Loggers, build_loggers, wandb_names
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
+from trainkit.mixing import LabelMixing
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.rng import rng_states
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
+from trainkit.sample_transforms import attach_sample_transform
 from trainkit.schema import to_dict
 from trainkit.sweeps import run_trial
 from trainkit.timing import LoopTimer
@@ -67,6 +69,7 @@ class Run:
     trained_model: torch.nn.Module = field(init=False)  # the same, compiled and/or DDP-wrapped: what the loop calls
     train_transform: BatchTransform = field(init=False)  # scale, resize, augment, normalize: batched, on the device
     eval_transform: BatchTransform = field(init=False)
+    mix: LabelMixing = field(default_factory=LabelMixing)  # MixUp/CutMix: mixed images + soft targets; off: as is
     loss_fn: torch.nn.Module = field(init=False)
     optimizer: torch.optim.Optimizer = field(init=False)
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
@@ -131,8 +134,9 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         run.timer.batch_ready()  # waiting for data (the loader, the copy) ends here; the rest is the step
         # forward and backward; DDP all-reduces the gradients only on the micro-step that updates
         with gradient_sync(model, enabled=is_update), autocast(cfg.precision.name, device):
-            logits = model(run.train_transform(images))
-            loss = run.loss_fn(logits.float(), labels)
+            inputs, targets = run.mix(run.train_transform(images), labels)  # accuracy below: the hard labels
+            logits = model(inputs)
+            loss = run.loss_fn(logits.float(), targets)
             run.scaler.scale(loss / group_size).backward()
         # the optimizer step
         if is_update:
@@ -234,6 +238,8 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
                                                       run.train_transform, cfg.precision.name, device)
         log.info(f"batch size finder: data.batch_size={cfg.data.batch_size} per process")
         run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
+    attach_sample_transform(run.data.train, cfg.augmentation)  # image folders: torchvision per image, in the workers
+    run.mix = LabelMixing(cfg.augmentation, run.data.num_classes)
     run.optimizer = build_optimizer(run.model, cfg.optimizer, batch_size=cfg.data.batch_size,
                                     world_size=proc.world_size, accumulate=cfg.trainer.accumulate_grad_batches)
     run.scheduler = build_lr_schedule(run)

@@ -187,3 +187,20 @@ def test_an_all_off_config_leaves_training_batches_unchanged():
     images = asymmetric_images(8)
     off = {"name": "strong", "color_jitter": {"brightness": 0}, "affine": {"scale": [1.0, 1.0]}, "random_order": True}
     torch.testing.assert_close(identity_transform(8, off)(images), images, rtol=0, atol=0)
+
+
+def test_random_erasing_zeroes_one_rectangle_in_about_its_share_of_samples():
+    torch.manual_seed(0)
+    images = torch.full((400, 3, 16, 16), 200, dtype=torch.uint8)
+    transform = BatchTransform(mean=(0.0,), std=(1.0,), size=16, augmentation={"random_erasing": 0.5}, train=True)
+    out = transform(images)
+    erased = out == 0
+    hit = erased.flatten(1).any(dim=1)
+    assert 0.4 < hit.float().mean() < 0.6 and out.dtype == torch.float32
+    for sample in erased[hit][:20]:
+        rows, cols = sample[0].any(dim=1).nonzero().flatten(), sample[0].any(dim=0).nonzero().flatten()
+        rectangle = sample[:, rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
+        assert rectangle.all() and sample.sum() == rectangle.numel()  # one solid box, every channel
+    torch.manual_seed(0)
+    assert torch.equal(transform(images), out)  # the same seed, the same boxes
+    assert not torch.equal(transform(images), out)  # the next draw (or another rank's seed): others

@@ -25,6 +25,8 @@ REQUIRED_BY_OPTION = {
     "data=imagefolder": ["data.root=/data/images"],
     "augmentation=basic": ["data=cifar10"],
     "augmentation=strong": ["data=cifar10"],
+    "augmentation=randaugment": ["data=imagefolder", "data.root=/data/images"],
+    "augmentation=trivialaugment": ["data=imagefolder", "data.root=/data/images"],
     "experiment=finetune_imagefolder": ["data.root=/data/images", "model.pretrained_path=/weights/resnet18.pt"],
 }
 
@@ -57,6 +59,8 @@ def group_options() -> list[str]:
 def test_every_group_option_composes_and_validates(compose_config, override):
     validate(compose_config([override, *REQUIRED_BY_OPTION.get(override, [])]))
 
+
+IMAGES = ["data=imagefolder", "data.root=/data/images"]
 
 # ---- one case per rule: (overrides, the key the error names) --------------------------------
 
@@ -111,6 +115,7 @@ RULE_CASES = [
     (["data=imagefolder", "data.root=/data/images", "data.pin_memory=sometimes"], "data.pin_memory"),
     (["data.drop_last=maybe"], "data.drop_last"),
     (["data.shuffle=maybe"], "data.shuffle"),
+    ([*IMAGES, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
     (["model=timm", "model.name=3"], "model.name"),
     (["model=timm", "model.pretrained=yes"], "model.pretrained"),
     (["model.pretrained_path=3"], "model.pretrained_path"),
@@ -164,6 +169,27 @@ RULE_CASES = [
     (["augmentation=strong", "augmentation.affine.scale=[1.1,0.9]"], "augmentation.affine.scale"),
     (["augmentation=strong", "augmentation.affine.shear=-1"], "augmentation.affine.shear"),
     (["augmentation=strong", "augmentation.random_order=yes"], "augmentation.random_order"),
+    (["augmentation=mixup", "augmentation.random_erasing=1.5"], "augmentation.random_erasing"),
+    (["augmentation=mixup", "augmentation.mixup_alpha=-1"], "augmentation.mixup_alpha"),
+    (["augmentation=mixup", "augmentation.cutmix_alpha=lots"], "augmentation.cutmix_alpha"),
+    (["augmentation=mixup", "+augmentation.per_sample=crop"], "augmentation.per_sample"),
+    (
+        [*IMAGES, "augmentation=randaugment", "augmentation.per_sample.random_resized_crop=[1.0,0.5]"],
+        "augmentation.per_sample.random_resized_crop",
+    ),
+    (
+        [*IMAGES, "augmentation=randaugment", "augmentation.per_sample.horizontal_flip=2"],
+        "augmentation.per_sample.horizontal_flip",
+    ),
+    (
+        [*IMAGES, "augmentation=randaugment", "augmentation.per_sample.policy=autoaugment"],
+        "augmentation.per_sample.policy",
+    ),
+    ([*IMAGES, "augmentation=randaugment", "augmentation.per_sample.num_ops=0"], "augmentation.per_sample.num_ops"),
+    (
+        [*IMAGES, "augmentation=randaugment", "augmentation.per_sample.magnitude=31"],
+        "augmentation.per_sample.magnitude",
+    ),
     (["lr_finder.enabled=yes"], "lr_finder.enabled"),
     (["lr_finder.apply=1"], "lr_finder.apply"),
     (["lr_finder.min_lr=0"], "lr_finder.min_lr"),
@@ -220,6 +246,12 @@ RELATION_CASES = [
     (["augmentation=basic"], "augmentation.horizontal_flip"),
     (["data=mnist", "augmentation=strong"], "augmentation.horizontal_flip"),
     (["augmentation=shift", "augmentation.horizontal_flip=true"], "augmentation.horizontal_flip"),
+    (
+        [*IMAGES, "data.mirror_changes_label=true", "augmentation=trivialaugment"],
+        "augmentation.per_sample.horizontal_flip",
+    ),
+    ([*IMAGES, "augmentation=randaugment", "+augmentation.per_sample.erase=0.2"], "augmentation.per_sample.erase"),
+    (["augmentation=randaugment", "augmentation.per_sample.horizontal_flip=false"], "augmentation.per_sample"),
 ]
 
 
@@ -407,6 +439,10 @@ def test_importing_the_schema_stays_light():
             ["data=cifar10", "augmentation=basic", "+augmentation.random_order=true"],
             "augmentation.random_order=true is ignored",
         ),
+        (
+            [*IMAGES, "augmentation=trivialaugment", "+augmentation.per_sample.magnitude=9"],
+            "augmentation.per_sample.magnitude=9 is ignored",
+        ),
     ],
 )
 def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fragment):
@@ -427,6 +463,7 @@ def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fr
         ["data.num_workers=auto"],  # in-memory data: auto means none, nothing to warn about
         ["data=mnist", "data.download=true"],
         ["augmentation=strong"],
+        [*IMAGES, "augmentation=randaugment"],
     ],
 )
 def test_defaults_and_used_settings_warn_about_nothing(compose_config, overrides):

@@ -15,6 +15,11 @@ is built, and read here by `active_ops`; a missing or null key means "off":
     color_jitter: {brightness: 0.4, contrast: 0.4, saturation: 0.4}
     affine: {degrees: 15, translate: 0.1, scale: [0.9, 1.1], shear: 10}
     random_order: true          # colour jitter and affine in a random order, per sample
+    random_erasing: 0.25        # erase a random rectangle of this fraction of the samples (after normalizing)
+
+The same config also holds what runs elsewhere: `mixup_alpha` / `cutmix_alpha` (trainkit.mixing,
+on the device, after this transform) and `per_sample` (trainkit.sample_transforms, in the
+DataLoader workers of image folders); `active_ops` reports them too.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ class BatchTransform(nn.Module):
         self.color_jitter = ops.get("color_jitter", {})
         self.affine = ops.get("affine", {})
         self.random_order = bool((augmentation or {}).get("random_order"))
+        self.random_erasing = ops.get("random_erasing", 0.0)
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.train(train)
 
@@ -81,6 +87,8 @@ class BatchTransform(nn.Module):
         if self.training:
             x = self.augment(x)
         x = (x - self.mean.to(x.device)) / self.std.to(x.device)
+        if self.training and self.random_erasing:
+            x = random_erasing(x, self.random_erasing)
         return x.contiguous(memory_format=self.memory_format)  # NHWC when the model is channels_last
 
     def augment(self, x: Tensor) -> Tensor:
@@ -106,7 +114,7 @@ class BatchTransform(nn.Module):
         return (
             f"size={self.size}, mode={'train' if self.training else 'eval'}, crop_padding={self.padding}px, "
             f"horizontal_flip={self.horizontal_flip}, color_jitter={self.color_jitter or None}, "
-            f"affine={self.affine or None}, random_order={self.random_order}"
+            f"affine={self.affine or None}, random_order={self.random_order}, random_erasing={self.random_erasing}"
         )
 
 
@@ -200,6 +208,31 @@ def apply_affine(x: Tensor, theta: Tensor | None) -> Tensor:
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
 
+def random_erasing(
+    x: Tensor, probability: float, scale: tuple[float, float] = (0.02, 0.33), ratio: tuple[float, float] = (0.3, 3.3)
+) -> Tensor:
+    """torchvision's RandomErasing, batched: each sample, with `probability`, gets one rectangle
+    of U(scale) of its area and log-uniform aspect ratio `ratio` set to 0 (the mean, as the batch
+    is normalized by then), at a random position. torchvision retries a rectangle that does not
+    fit; here its sides are clipped to the image instead, one draw for every sample."""
+    batch, _, height, width = x.shape
+    device = x.device
+    area = height * width * (scale[0] + (scale[1] - scale[0]) * torch.rand(batch, device=device))
+    log_ratio = math.log(ratio[0]) + (math.log(ratio[1]) - math.log(ratio[0])) * torch.rand(batch, device=device)
+    aspect = log_ratio.exp()
+    rows = (area * aspect).sqrt().round().clamp(1, height)  # rectangle height, per sample
+    cols = (area / aspect).sqrt().round().clamp(1, width)
+    top = (torch.rand(batch, device=device) * (height - rows + 1)).floor()
+    left = (torch.rand(batch, device=device) * (width - cols + 1)).floor()
+    erase = torch.rand(batch, device=device) < probability
+    y = torch.arange(height, device=device).view(1, -1)
+    xs = torch.arange(width, device=device).view(1, -1)
+    inside_rows = (y >= top.view(-1, 1)) & (y < (top + rows).view(-1, 1))  # [B, H]
+    inside_cols = (xs >= left.view(-1, 1)) & (xs < (left + cols).view(-1, 1))  # [B, W]
+    mask = inside_rows.view(batch, 1, height, 1) & inside_cols.view(batch, 1, 1, width) & erase.view(-1, 1, 1, 1)
+    return x.masked_fill(mask, 0.0)
+
+
 # ---- reading the (already checked) augmentation config ---------------------------------------
 
 
@@ -228,4 +261,10 @@ def active_ops(augmentation: Mapping | None) -> dict[str, Any]:
         del affine["scale"]
     if affine:
         ops["affine"] = affine
+    for key in ("random_erasing", "mixup_alpha", "cutmix_alpha"):
+        if options.get(key):
+            ops[key] = float(options[key])
+    per_sample = {key: value for key, value in dict(options.get("per_sample") or {}).items() if value}
+    if per_sample.get("random_resized_crop") or per_sample.get("horizontal_flip") or per_sample.get("policy"):
+        ops["per_sample"] = per_sample  # num_ops and magnitude alone switch nothing on
     return ops

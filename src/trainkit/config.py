@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.augment import active_ops
-from trainkit.config_rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, RULES
+from trainkit.config_rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
 from trainkit.data import IN_MEMORY
 from trainkit.distributed import process_info
 from trainkit.errors import ConfigError
@@ -150,13 +150,29 @@ def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.data.get("mirror_changes_label") and "horizontal_flip" in active_ops(cfg.augmentation):
+    ops = active_ops(cfg.augmentation)
+    flips = ["horizontal_flip"] * ("horizontal_flip" in ops)
+    flips += ["per_sample.horizontal_flip"] * bool(ops.get("per_sample", {}).get("horizontal_flip"))
+    for flip in flips:
+        if cfg.data.get("mirror_changes_label"):
+            yield (
+                f"augmentation.{flip}",
+                (
+                    f"is on, but {cfg.data.name} sets data.mirror_changes_label=true (a mirrored 2 is not a 2); "
+                    f"use augmentation=shift or augmentation.{flip}=false, "
+                    f"or set data.mirror_changes_label=false if your images are mirror-safe"
+                ),
+            )
+
+
+def _per_sample_needs_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.data.name in IN_MEMORY and "per_sample" in active_ops(cfg.augmentation):
         yield (
-            "augmentation.horizontal_flip",
+            "augmentation.per_sample",
             (
-                f"is on, but {cfg.data.name} sets data.mirror_changes_label=true (a mirrored 2 is not a 2); "
-                f"use augmentation=shift or augmentation.horizontal_flip=false, "
-                f"or set data.mirror_changes_label=false if your images are mirror-safe"
+                f"runs per image in the DataLoader workers that decode files, but {cfg.data.name} is held in "
+                f"memory on the device; use data=imagefolder, or the device ops (augmentation=basic, strong "
+                f"or mixup: crop_padding, horizontal_flip, random_erasing, mixup_alpha, cutmix_alpha)"
             ),
         )
 
@@ -176,7 +192,9 @@ RELATIONS = (
     unknown_keys("augmentation", AUGMENTATION_KEYS),
     unknown_keys("augmentation.color_jitter", COLOR_JITTER_KEYS),
     unknown_keys("augmentation.affine", AFFINE_KEYS),
+    unknown_keys("augmentation.per_sample", PER_SAMPLE_KEYS),
     Relation(("augmentation",), _augmentation_off),
+    Relation(("data.name", "augmentation"), _per_sample_needs_files),
     # after the augmentation checks: a bad augmentation section is reported once, as itself
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
 )
@@ -215,6 +233,13 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
         ignored.append(
             "augmentation.random_order=true is ignored: it orders color_jitter and affine, and they are not both on"
         )
+    per_sample = ops.get("per_sample", {})
+    for key in ("num_ops", "magnitude"):
+        if per_sample.get(key) and per_sample.get("policy") != "rand_augment":
+            ignored.append(
+                f"augmentation.per_sample.{key}={per_sample[key]} is ignored: it sets RandAugment, and "
+                f"augmentation.per_sample.policy is {per_sample.get('policy')}; leave it null"
+            )
     return ignored
 
 

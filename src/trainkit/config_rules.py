@@ -19,8 +19,21 @@ METRICS = ("val/acc", "val/loss")
 OPTIMIZED_METRICS = ("val/acc", "val/loss", "test/acc", "test/loss")
 # augmentation.name is a label (the keys decide what runs), but a closed list catches typos:
 # add yours here when you add a conf/augmentation/<name>.yaml.
-AUGMENTATIONS = ("none", "shift", "basic", "strong")
-AUGMENTATION_KEYS = ("name", "crop_padding", "horizontal_flip", "color_jitter", "affine", "random_order")
+AUGMENTATIONS = ("none", "shift", "basic", "strong", "mixup", "randaugment", "trivialaugment")
+AUGMENTATION_KEYS = (
+    "name",
+    "crop_padding",
+    "horizontal_flip",
+    "color_jitter",
+    "affine",
+    "random_order",
+    "random_erasing",
+    "mixup_alpha",
+    "cutmix_alpha",
+    "per_sample",
+)
+PER_SAMPLE_KEYS = ("random_resized_crop", "horizontal_flip", "policy", "num_ops", "magnitude")
+PER_SAMPLE_POLICIES = ("rand_augment", "trivial_augment_wide")  # trainkit.sample_transforms builds them
 COLOR_JITTER_KEYS = ("brightness", "contrast", "saturation")
 AFFINE_KEYS = ("degrees", "translate", "scale", "shear")
 
@@ -35,6 +48,12 @@ def freeze_spec(value: object) -> str | None:
     if value is None or value == "backbone" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return None
     return f"must be null, backbone or a number of stages >= 0, got {show(value)}"
+
+
+def per_sample_policy(value: object) -> str | None:
+    if value is None or value in PER_SAMPLE_POLICIES:
+        return None
+    return f"must be one of {', '.join(PER_SAMPLE_POLICIES)} or null (off); got {show(value)}"
 
 
 def required_keys(value: object) -> str | None:
@@ -87,6 +106,7 @@ RULES: dict[str, Check] = {
     "data.pin_memory": auto_or(flag()),
     "data.drop_last": flag(),
     "data.shuffle": flag(),
+    "data.skip_bad_files": flag(),
     "model.name": text(),
     "model.pretrained": flag(),
     "model.pretrained_path": text(null=True),
@@ -132,6 +152,15 @@ RULES: dict[str, Check] = {
     "augmentation.affine.scale": interval(above=0, null=True),
     "augmentation.affine.shear": number(0, below=90, null=True),
     "augmentation.random_order": flag(null=True),
+    "augmentation.random_erasing": number(0, 1, null=True),
+    "augmentation.mixup_alpha": number(0, null=True),
+    "augmentation.cutmix_alpha": number(0, null=True),
+    "augmentation.per_sample": section(PER_SAMPLE_KEYS),
+    "augmentation.per_sample.random_resized_crop": interval(above=0, null=True),
+    "augmentation.per_sample.horizontal_flip": flag(null=True),
+    "augmentation.per_sample.policy": per_sample_policy,
+    "augmentation.per_sample.num_ops": integer(1, null=True),
+    "augmentation.per_sample.magnitude": integer(0, 30, null=True),
     "lr_finder.enabled": flag(),
     "lr_finder.apply": flag(),
     "lr_finder.min_lr": number(above=0),

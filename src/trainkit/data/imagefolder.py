@@ -1,10 +1,21 @@
 """Your own images: `root/<split>/<class>/<file>`, decoded with PIL in DataLoader workers.
 
 Each image is resized (shorter side) and centre-cropped to a square uint8 tensor here;
-augmentation and normalization happen later, batched on the device.
+augmentation and normalization happen later, batched on the device (the training split may also
+get per-sample torchvision transforms here, in the workers: trainkit.sample_transforms).
+
+Any format Pillow opens is read (upper-case extensions too); greyscale, RGBA, palette and 16-bit
+images are converted to `data.channels` (16-bit scaled to 8, alpha dropped). Hidden files and
+other files are ignored with a count in the log. A file Pillow cannot read does not raise in the
+worker (torch would re-raise it in the main process as a multi-line RuntimeError): `__getitem__`
+returns a `BadFile` instead, and loaders.FileLoader raises its one-line ConfigError naming the
+file, or, with `data.skip_bad_files=true`, drops it from its batch and counts it.
 """
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -18,30 +29,86 @@ from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+# The common ones, named in messages; any extension Pillow can open is read (image_extensions()).
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
+SKIP_HINT = "fix or remove it, or pass data.skip_bad_files=true to skip unreadable images (counted in the log)"
+
+
+@dataclass(frozen=True)
+class BadFile:
+    """What `ImageFolderDataset[i]` returns for a file Pillow cannot read: plain, picklable data
+    that travels from the worker to the main process, where FileLoader raises or skips it."""
+
+    path: str
+    reason: str
+    skip: bool  # data.skip_bad_files: drop and count it, instead of stopping the run
+
+    def error(self) -> ConfigError:
+        return ConfigError("data.root", f"cannot read image '{self.path}' ({self.reason}); {SKIP_HINT}")
 
 
 class ImageFolderDataset(Dataset):
-    """`(path, label)` pairs that decode to `(uint8 [C, S, S] tensor, label)`."""
+    """`(path, label)` pairs that decode to `(uint8 [C, S, S] tensor, label)`, or to a `BadFile`.
 
-    def __init__(self, samples: list[tuple[str, int]], channels: int, image_size: int):
+    `transform`, when set (trainkit.sample_transforms, training split only), turns the opened PIL
+    image into the uint8 tensor instead of the plain resize + centre crop.
+    """
+
+    def __init__(
+        self,
+        samples: list[tuple[str, int]],
+        channels: int,
+        image_size: int,
+        *,
+        skip_bad_files: bool = False,
+        transform: Callable[[Image.Image], torch.Tensor] | None = None,
+    ):
         self.samples = samples
         self.mode = "L" if channels == 1 else "RGB"
         self.image_size = image_size
+        self.skip_bad_files = skip_bad_files
+        self.transform = transform
 
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | BadFile:
         path, label = self.samples[index]
-        return decode(path, self.mode, self.image_size), label
+        try:
+            image = open_image(path, self.mode, self.image_size)
+        except Exception as error:  # whatever Pillow raises for a broken file, it is that file's
+            return BadFile(path, f"{type(error).__name__}: {error}", self.skip_bad_files)
+        if self.transform is not None:
+            return self.transform(image), label
+        return resize_center_crop(image, self.image_size), label
 
 
 def decode(path: str, mode: str, size: int) -> torch.Tensor:
-    """Open, convert to `mode`, resize the shorter side to `size`, centre-crop `size x size`."""
+    """Open, convert to `mode`, resize the shorter side to `size`, centre-crop `size x size`.
+    Raises what Pillow raises for an unreadable file."""
+    return resize_center_crop(open_image(path, mode, size), size)
+
+
+def open_image(path: str, mode: str, size: int) -> Image.Image:
+    """The fully decoded image in `mode` ("L" or "RGB"), whatever mode the file holds.
+
+    Pillow's own convert clips 16-bit values to 255 (a white image) and warns about palette
+    transparency; both are handled here. Alpha is dropped (as torchvision's loader does).
+    """
     with Image.open(path) as image:
         image.draft(mode, (size, size))  # JPEG only: decode at a reduced scale still >= size, much faster
-        image = image.convert(mode)
+        image.load()  # a truncated or corrupt file fails here, inside the caller's try
+        if image.mode == "I" or image.mode.startswith("I;16"):
+            # 16-bit greyscale (PNG/TIFF; "I" is how Pillow may open it): keep the top 8 bits.
+            pixels = np.asarray(image, dtype=np.float64) / 256
+            image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), mode="L")
+        elif image.mode == "P" and "transparency" in image.info:
+            image = image.convert("RGBA")
+        return image.convert(mode)
+
+
+def resize_center_crop(image: Image.Image, size: int) -> torch.Tensor:
+    """Resize the shorter side to `size`, centre-crop `size x size`: uint8 [C, size, size]."""
     scale = size / min(image.size)
     width, height = (max(size, round(side * scale)) for side in image.size)
     image = image.resize((width, height), Image.Resampling.BILINEAR)
@@ -56,6 +123,9 @@ def load_image_folder(cfg: DictConfig) -> tuple[dict[str, ImageFolderDataset], l
     """The train/val/test datasets and the class names (sorted folder names under train/)."""
     root = _check_root(cfg.get("root"))
     classes = _class_folders(root / "train")
+    strays = [path.name for path in (root / "train").iterdir() if path.name not in classes]
+    if strays:  # .ipynb_checkpoints/, README.txt, a loose image: not a class
+        log.info("'%s': ignored %d entries that are not class folders (%s)", root / "train", len(strays), strays[:5])
     if not classes:
         raise ConfigError("data.root", f"'{root / 'train'}' has no class folders; put images in train/<class>/")
     samples = {"train": _list_images(root / "train", classes, allow_empty_classes=False)}
@@ -79,8 +149,17 @@ def load_image_folder(cfg: DictConfig) -> tuple[dict[str, ImageFolderDataset], l
             cfg["split_seed"],
             ", ".join(f"{split}: {len(samples[split])}" for split in ("train", *missing)),
         )
-    channels, image_size = cfg["channels"], cfg["image_size"]
-    return {split: ImageFolderDataset(samples[split], channels, image_size) for split in samples}, classes
+    channels, image_size, skip = cfg["channels"], cfg["image_size"], bool(cfg.get("skip_bad_files", False))
+    datasets = {
+        split: ImageFolderDataset(samples[split], channels, image_size, skip_bad_files=skip) for split in samples
+    }
+    return datasets, classes
+
+
+@cache
+def image_extensions() -> frozenset[str]:
+    """Every file extension Pillow can open here (lower case), e.g. .png, .jpg, .webp, .ppm, .tga."""
+    return frozenset(ext.lower() for ext, kind in Image.registered_extensions().items() if kind in Image.OPEN)
 
 
 def _check_root(root: str | Path) -> Path:
@@ -112,17 +191,29 @@ def _check_same_classes(folder: Path, classes: list[str]) -> None:
 def _list_images(folder: Path, classes: list[str], allow_empty_classes: bool) -> list[tuple[str, int]]:
     # A small val/ or test/ may lack a class; train/ may not, and no split may be empty.
     samples = []
+    hidden, others = 0, 0  # ignored files, counted in the log
     for label, name in enumerate(classes):
-        files = sorted(
-            path
-            for path in (folder / name).iterdir()
-            if path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS and not path.name.startswith(".")
-        )
+        files = []
+        for path in (folder / name).iterdir():
+            if path.name.startswith("."):  # .DS_Store, ._photo.jpg (macOS), editor swap files
+                hidden += 1
+            elif path.is_file() and path.suffix.lower() in image_extensions():
+                files.append(path)
+            else:
+                others += 1  # notes, labels, sub-folders: not read
+        files.sort()
         if not files and not allow_empty_classes:
             raise ConfigError(
                 "data.root", f"class folder '{folder / name}' holds no images ({', '.join(IMAGE_EXTENSIONS)})"
             )
         samples += [(str(path), label) for path in files]
+    if hidden or others:
+        log.info(
+            "'%s': ignored %d hidden and %d non-image entries (not a format Pillow opens) in its class folders",
+            folder,
+            hidden,
+            others,
+        )
     if not samples:
         raise ConfigError("data.root", f"'{folder}' holds no images ({', '.join(IMAGE_EXTENSIONS)})")
     return samples

@@ -10,15 +10,29 @@ same number of samples on every rank; evaluation loaders (`train=False`) the exa
 sample on exactly one rank. `train` defaults to `shuffle`: a shuffled loader trains, an ordered
 one evaluates, which is how build_data asks for them. `train=True, shuffle=False` trains on a
 fixed order every epoch (overfitting a few batches while debugging).
+
+Unreadable files (FileLoader): a dataset item may be a `BadFile` (trainkit.data.imagefolder)
+instead of a sample. The worker's collate function sets such items aside, so no exception crosses
+the worker boundary; the main process then raises the file's one-line ConfigError, or, where the
+dataset skips bad files, trains on the rest of the batch and logs, once per pass over the loader
+(an epoch, a validation), how many it skipped: summed over the workers of this rank, logged by
+rank 0 for its own shard (the files of other ranks' shards are not added up: that would cost a
+collective; the same bad files turn up in rank 0's shard in other epochs).
 """
 
 import itertools
+import logging
 import math
 from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, default_collate
+
+from trainkit.data.imagefolder import BadFile
+from trainkit.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 class ResumableDistributedSampler(DistributedSampler):
@@ -201,7 +215,46 @@ class FileLoader(ShardedLoader):
             # DataLoader seeds worker i of this rank (torch, random, numpy) from a base seed
             # drawn from this generator plus i: different in every worker and on every rank.
             generator=torch.Generator().manual_seed(seed + rank),
+            collate_fn=collate_setting_aside_bad_files,
         )
+        self.rank = rank
+        self.bad_files: list[BadFile] = []  # skipped during the current (or last) pass
 
     def __iter__(self) -> Iterator[Any]:  # what the DataLoader collates: [images, labels]
-        return iter(self.loader)
+        self.bad_files = []
+        try:
+            for batch, bad_files in self.loader:
+                if bad_files:
+                    self._set_aside(bad_files)
+                if batch is None:  # every file of this batch was unreadable and skipped
+                    # Training ranks run one collective a batch: a rank that skips one would hang the rest.
+                    sampler = self.sampler
+                    if isinstance(sampler, ResumableDistributedSampler) and sampler.num_replicas > 1:
+                        raise ConfigError(
+                            "data.skip_bad_files",
+                            f"a whole batch of {self.batch_size} images was unreadable (e.g. '{bad_files[0].path}'), "
+                            f"and ranks must train the same number of batches; remove the unreadable files",
+                        )
+                    continue
+                yield batch
+        finally:
+            if self.bad_files and self.rank == 0:
+                examples = ", ".join(f"'{bad.path}'" for bad in self.bad_files[:3])
+                where = "training epoch" if isinstance(self.sampler, ResumableDistributedSampler) else "evaluation"
+                log.warning(
+                    f"skipped {len(self.bad_files)} unreadable image(s) in this {where} (data.skip_bad_files=true), "
+                    f"e.g. {examples}; first error: {self.bad_files[0].reason}"
+                )
+
+    def _set_aside(self, bad_files: list[BadFile]) -> None:
+        for bad in bad_files:
+            if not bad.skip:
+                raise bad.error()
+        self.bad_files += bad_files
+
+
+def collate_setting_aside_bad_files(items: list[Any]) -> tuple[Any, list[BadFile]]:
+    """(the default collate of the readable items, or None if there are none; the BadFiles)."""
+    good = [item for item in items if not isinstance(item, BadFile)]
+    bad = [item for item in items if isinstance(item, BadFile)]
+    return (default_collate(good) if good else None), bad
