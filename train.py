@@ -34,6 +34,7 @@ from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average
                                   broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
                                   init_process_group, process_info)
 from trainkit.early_stopping import EarlyStopping
+from trainkit.ema import build_ema, restore_ema
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.images import augmented_samples, save_png
 from trainkit.known_noise import quiet_known_noise
@@ -70,6 +71,7 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
     scaler: torch.amp.GradScaler = field(init=False)
     early_stopping: EarlyStopping = field(init=False)
+    ema: torch.optim.swa_utils.AveragedModel | None = None  # regularization.ema: evaluated in place of the weights
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
     # Where the run stands (what a checkpoint restores):
     epoch: int = 0
@@ -139,6 +141,8 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
             optimizer.zero_grad(set_to_none=True)
             run.scheduler.step()
             run.step += 1
+            if run.ema is not None:
+                run.ema.update_parameters(run.model)
         run.batches_done = i + 1
         batch_loss = loss.detach()
         totals[0] += batch_loss * labels.numel()
@@ -233,6 +237,7 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     run.scheduler = build_lr_schedule(run)
     run.scaler = grad_scaler(cfg.precision.name, device)
     run.early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
+    run.ema = build_ema(run.model, cfg.regularization.ema)  # on the device, before compile and DDP
     return run
 
 
@@ -272,9 +277,12 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     weights to every rank, so nodes need not share a file system."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
     if run.proc.is_main and best_checkpoint.exists():
-        unwrap_model(run.model).load_state_dict(load_checkpoint(best_checkpoint, run.device)["model"])
-    broadcast_weights(unwrap_model(run.model))
-    test = evaluate(run.trained_model, run.data.test, run.eval_transform, run.cfg.precision.name, run.device)
+        checkpoint = load_checkpoint(best_checkpoint, run.device)
+        unwrap_model(run.model).load_state_dict(checkpoint["model"])
+        restore_ema(run.ema, checkpoint)
+    broadcast_weights(unwrap_model(run.model) if run.ema is None else run.ema.module)
+    test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.cfg.precision.name,
+                    run.device)
     test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
     best = run.best_metrics
     summary = {
@@ -331,8 +339,9 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             run.epoch = epoch
             run.data.train.set_epoch(epoch, start_batch=run.batches_done)  # a resume skips what it trained
             train_metrics = train_one_epoch(run, show_progress, compiling=cfg.trainer.compile and epoch == first_epoch)
-            average_batchnorm_statistics(run.model)  # statistics from every rank's shard, before eval and save
-            val = evaluate(run.trained_model, run.data.val, run.eval_transform, cfg.precision.name, device,
+            for model in filter(None, (run.model, run.ema)):  # every rank's shard's statistics, before eval and save
+                average_batchnorm_statistics(model)
+            val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, cfg.precision.name, device,
                            cfg.trainer.limit_val_batches)
             last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, "val/loss": val["loss"],
                             "val/acc": val["acc"]}
