@@ -44,7 +44,7 @@ from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.rng import rng_states
-from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
+from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes
 from trainkit.schema import to_dict
 from trainkit.sweeps import run_trial
 
@@ -370,6 +370,7 @@ def run_process(cfg: DictConfig, run_dir: Path) -> float:
     """Runs in every process: join the process group (if there is one), train, always leave it."""
     proc = process_info()
     device = pick_device(cfg.device, proc.local_rank)
+    set_math_modes(cfg.precision.tf32, cfg.trainer.cudnn_benchmark, device)
     init_process_group(proc, device, cfg.distributed.backend, cfg.distributed.timeout_seconds)
     try:
         return train(cfg, run_dir, proc, device)["optimized_value"]

@@ -31,6 +31,12 @@ def device_name(value: object) -> str | None:
     return f"{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
 
 
+def fused_choice(value: object) -> str | None:
+    if isinstance(value, bool) or value == "auto":
+        return None
+    return f"must be auto, true or false, got {show(value)}"
+
+
 def freeze_spec(value: object) -> str | None:
     if value is None or value == "backbone" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return None
@@ -63,6 +69,7 @@ RULES: dict[str, Check] = {
     "trainer.limit_val_batches": integer(1, null=True),
     "trainer.channels_last": flag(),
     "trainer.compile": flag(),
+    "trainer.cudnn_benchmark": flag(),
     "trainer.progress_bar": flag(),
     "data.name": one_of(*DATASETS),
     "data.root": text(null=True),
@@ -99,6 +106,7 @@ RULES: dict[str, Check] = {
     "optimizer.nesterov": flag(),
     "optimizer.betas": numbers(0, below=1, length=2),
     "optimizer.eps": number(above=0),
+    "optimizer.fused": fused_choice,
     "optimizer.head_lr_scale": number(0),
     "optimizer.scale_lr_with_batch": flag(),
     "optimizer.reference_batch_size": integer(1),
@@ -111,6 +119,7 @@ RULES: dict[str, Check] = {
     "scheduler.step_epochs": number(above=0),
     "scheduler.gamma": number(0, 1),
     "precision.name": one_of(*PRECISIONS),
+    "precision.tf32": flag(),
     "regularization.label_smoothing": number(0, 0.99),
     "regularization.dropout": number(0, 0.99),
     "regularization.ema.enabled": flag(),
