@@ -43,6 +43,7 @@ from trainkit.loggers import Loggers, build_loggers, wandb_names
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
+from trainkit.profiling import StepProfiler
 from trainkit.rng import rng_states
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes
 from trainkit.schema import to_dict
@@ -73,6 +74,7 @@ class Run:
     early_stopping: EarlyStopping = field(init=False)
     ema: torch.optim.swa_utils.AveragedModel | None = None  # regularization.ema: evaluated in place of the weights
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
+    profiler: StepProfiler = field(default_factory=StepProfiler)  # debug=profile; off: every call returns at once
     # Where the run stands (what a checkpoint restores):
     epoch: int = 0
     step: int = 0  # optimizer updates so far: the LR schedule's clock
@@ -126,12 +128,15 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         group_size = min(accumulate, num_batches - group_start)
         is_update = i - group_start == group_size - 1
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        run.profiler.phase("forward")  # the phase so far: "data" (waiting for the batch, moving it)
         # forward and backward; DDP all-reduces the gradients only on the micro-step that updates
         with gradient_sync(model, enabled=is_update), autocast(cfg.precision.name, device):
             logits = model(run.train_transform(images))
             loss = run.loss_fn(logits.float(), labels)
+            run.profiler.phase("backward")
             run.scaler.scale(loss / group_size).backward()
         # the optimizer step
+        run.profiler.phase("optimizer_step")
         if is_update:
             if trainer.grad_clip:
                 run.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
@@ -143,6 +148,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
             run.step += 1
             if run.ema is not None:
                 run.ema.update_parameters(run.model)
+        run.profiler.phase("bookkeeping")
         run.batches_done = i + 1
         batch_loss = loss.detach()
         totals[0] += batch_loss * labels.numel()
@@ -167,6 +173,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         progress.update()
         if show_progress and (i % 10 == 0 or i == num_batches - 1):
             progress.set_postfix(loss=f"{batch_loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
+        run.profiler.step()
     progress.close()
     if mid_epoch_saves and run.proc.is_main:
         log.info(f"epoch {run.epoch:>3}  {mid_epoch_saves} mid-epoch checkpoints "
@@ -335,6 +342,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics, reason = {}, "max_epochs"  # a resumed run that had finished trains no epoch
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
+        run.profiler = StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device)  # rank 0 profiles
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
             run.epoch = epoch
             run.data.train.set_epoch(epoch, start_batch=run.batches_done)  # a resume skips what it trained
@@ -359,6 +367,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                 reason = stopping
                 break
 
+        run.profiler.close()
         summary = test_and_summarize(run, last_metrics, reason, started)
         failed = reason == "non-finite loss"
     finally:

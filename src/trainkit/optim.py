@@ -128,7 +128,7 @@ def build_optimizer(
     options.update(implementation_options(fused, optimizer_class, device))
     optimizer = instantiate(options, params=groups, _convert_="all")
     if process_info().is_main:
-        log.info(f"optimizer: {optimizer_class.__name__}, {implementation(optimizer, device)} (optimizer.fused={fused})")
+        log.info(f"optimizer: {optimizer_class.__name__}, {implementation(optimizer, device)} (optimizer.fused={str(fused).lower()})")
     return optimizer
 
 
