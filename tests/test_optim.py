@@ -303,7 +303,7 @@ def test_fused_auto_is_fused_on_cuda_only_and_true_asks_for_it_where_torch_has_i
     assert implementation_options("auto", torch.optim.AdamW, cpu) == {}  # torch's default on the CPU
     assert implementation_options("auto", torch.optim.RMSprop, cuda) == {}  # no fused RMSprop: foreach
     assert implementation_options(False, torch.optim.AdamW, cuda) == {}
-    with pytest.raises(ConfigError, match="optimizer.fused: is true, but RMSprop has no fused implementation"):
+    with pytest.raises(ConfigError, match="is true, but RMSprop has no fused implementation"):
         implementation_options(True, torch.optim.RMSprop, cpu)
     model = torch.nn.Linear(3, 2)
     options = {"_target_": "torch.optim.AdamW", "lr": 0.1, "weight_decay": 0.0}

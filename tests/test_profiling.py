@@ -63,8 +63,14 @@ def test_a_data_share_above_a_third_names_the_loader_as_the_bottleneck():
 
 
 def test_debug_profile_writes_a_trace_of_the_training_loop(run_train):
-    run = run_train("debug=profile", "profiler.wait=1", "profiler.warmup=1", "profiler.active=2",
-                    "trainer.limit_train_batches=5", "print_config=false")
+    run = run_train(
+        "debug=profile",
+        "profiler.wait=1",
+        "profiler.warmup=1",
+        "profiler.active=2",
+        "trainer.limit_train_batches=5",
+        "print_config=false",
+    )
     trace = json.loads((run.run_dir / "profile" / "trace.json").read_text())  # valid JSON: Perfetto opens it
     assert set(PHASES) <= {event.get("name") for event in trace["traceEvents"]}
     assert "aten::" in (run.run_dir / "profile" / "top_ops.txt").read_text()

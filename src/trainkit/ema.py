@@ -35,7 +35,8 @@ from trainkit.distributed import broadcast_weights
 
 log = logging.getLogger(__name__)
 
-MultiAvgFn = Callable[[list[Tensor], list[Tensor], Tensor | int], None]
+ParamList = tuple[Tensor, ...] | list[Tensor]
+MultiAvgFn = Callable[[ParamList, ParamList, Tensor | int], None]
 
 
 def warmup_decay(decay: float, updates: Tensor | int) -> Tensor | float:
@@ -47,19 +48,20 @@ def warmup_decay(decay: float, updates: Tensor | int) -> Tensor | float:
 
 def ema_multi_avg_fn(decay: float, warmup: bool) -> MultiAvgFn:
     """The `multi_avg_fn` for AveragedModel: torch's EMA function, or with `warmup` one whose decay
-    ramps up with the update count AveragedModel passes in."""
+    ramps up with the update count AveragedModel passes in (a tensor on the weights' device: the
+    decay stays a tensor too, since a Python number would wait for the device)."""
     if not warmup:
         return get_ema_multi_avg_fn(decay)
 
     @torch.no_grad()
-    def ema_update(averaged: list[Tensor], current: list[Tensor], updates: Tensor | int) -> None:
+    def ema_update(averaged: ParamList, current: ParamList, updates: Tensor | int) -> None:
         if not (torch.is_floating_point(averaged[0]) or torch.is_complex(averaged[0])):
             torch._foreach_copy_(averaged, current)  # integer buffers (BatchNorm's batch count): no average
             return
-        weight = 1 - warmup_decay(decay, updates)
-        if isinstance(weight, Tensor):
-            weight = weight.to(averaged[0].dtype)
-        torch._foreach_lerp_(averaged, current, weight)
+        weight = 1 - torch.as_tensor(warmup_decay(decay, updates), device=averaged[0].device)
+        steps = torch._foreach_sub(current, averaged)  # average += (1 - decay_n) * (current - average)
+        torch._foreach_mul_(steps, weight.to(averaged[0].dtype))
+        torch._foreach_add_(averaged, steps)
 
     return ema_update
 

@@ -128,7 +128,10 @@ def build_optimizer(
     options.update(implementation_options(fused, optimizer_class, device))
     optimizer = instantiate(options, params=groups, _convert_="all")
     if process_info().is_main:
-        log.info(f"optimizer: {optimizer_class.__name__}, {implementation(optimizer, device)} (optimizer.fused={str(fused).lower()})")
+        setting = str(fused).lower()  # as typed: auto, true, false
+        log.info(
+            f"optimizer: {optimizer_class.__name__}, {implementation(optimizer, device)} (optimizer.fused={setting})"
+        )
     return optimizer
 
 
