@@ -169,3 +169,50 @@ def test_a_run_with_ema_validates_with_it_and_resumes_it_exactly(run_train):
     logged = straight.epoch_metrics()[-1]["val/loss"]
     assert evaluate_weights(straight_state, ema_weights(straight_state["ema"])) == pytest.approx(logged, rel=1e-6)
     assert evaluate_weights(straight_state, straight_state["model"]) != pytest.approx(logged, rel=1e-3)
+
+
+def _ema_under_ddp(rank: int, world_size: int, port: int, results) -> None:
+    import gc
+
+    import torch.distributed as dist
+
+    from trainkit.distributed import average_batchnorm_statistics, gather_objects
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        torch.manual_seed(rank)  # as train.py: each rank builds different initial weights
+        model = bn_model()
+        ema = build_ema(model, ema_config(decay=0.9))  # rank 0's weights, broadcast first
+        initial = ema.module[0].weight.detach().clone()
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        generator = torch.Generator().manual_seed(100 + rank)  # each rank its own shard
+        for _ in range(4):
+            inputs, targets = torch.randn(8, 4, generator=generator), torch.randint(0, 3, (8,), generator=generator)
+            torch.nn.functional.cross_entropy(ddp(inputs), targets).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            ema.update_parameters(model)
+        average_batchnorm_statistics(ema)  # as train.py does after each epoch
+        results[rank] = gather_objects((initial, {k: v.clone() for k, v in ema.state_dict().items()}))
+        del ddp
+        gc.collect()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_every_ddp_rank_holds_the_same_ema():
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(_ema_under_ddp, args=(2, port, results), nprocs=2)
+    (initial0, state0), (initial1, state1) = results[0]
+    assert torch.equal(initial0, initial1)  # built from the same (rank 0's) weights
+    for name, tensor in state0.items():
+        assert torch.equal(state1[name], tensor), name
