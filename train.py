@@ -35,6 +35,7 @@ from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average
                                   broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
                                   init_process_group, process_info)
 from trainkit.early_stopping import EarlyStopping
+from trainkit.ema import build_ema, restore_ema
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.images import augmented_samples, save_png
 from trainkit.known_noise import quiet_known_noise
@@ -44,8 +45,9 @@ from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
 from trainkit.mixing import LabelMixing
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
+from trainkit.profiling import StepProfiler
 from trainkit.rng import rng_states
-from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
+from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes
 from trainkit.sample_transforms import attach_sample_transform
 from trainkit.schema import to_dict
 from trainkit.sweeps import run_trial
@@ -76,7 +78,9 @@ class Run:
     scaler: torch.amp.GradScaler = field(init=False)
     early_stopping: EarlyStopping = field(init=False)
     timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest of the step
+    ema: torch.optim.swa_utils.AveragedModel | None = None  # regularization.ema: evaluated in place of the weights
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
+    profiler: StepProfiler = field(default_factory=StepProfiler)  # debug=profile; off: every call returns at once
     # Where the run stands (what a checkpoint restores):
     epoch: int = 0
     step: int = 0  # optimizer updates so far: the LR schedule's clock
@@ -132,13 +136,16 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         is_update = i - group_start == group_size - 1
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         run.timer.batch_ready()  # waiting for data (the loader, the copy) ends here; the rest is the step
+        run.profiler.phase("forward")  # the phase so far: "data" (waiting for the batch, moving it)
         # forward and backward; DDP all-reduces the gradients only on the micro-step that updates
         with gradient_sync(model, enabled=is_update), autocast(cfg.precision.name, device):
             inputs, targets = run.mix(run.train_transform(images), labels)  # accuracy below: the hard labels
             logits = model(inputs)
             loss = run.loss_fn(logits.float(), targets)
+            run.profiler.phase("backward")
             run.scaler.scale(loss / group_size).backward()
         # the optimizer step
+        run.profiler.phase("optimizer_step")
         if is_update:
             if trainer.grad_clip:
                 run.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
@@ -148,6 +155,9 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
             optimizer.zero_grad(set_to_none=True)
             run.scheduler.step()
             run.step += 1
+            if run.ema is not None:
+                run.ema.update_parameters(run.model)
+        run.profiler.phase("bookkeeping")
         run.batches_done = i + 1
         batch_loss = loss.detach()
         totals[0] += batch_loss * labels.numel()
@@ -173,6 +183,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         if show_progress and (i % 10 == 0 or i == num_batches - 1):
             progress.set_postfix(loss=f"{batch_loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
         run.timer.step_done()
+        run.profiler.step()
     progress.close()
     if mid_epoch_saves and run.proc.is_main:
         log.info(f"epoch {run.epoch:>3}  {mid_epoch_saves} mid-epoch checkpoints "
@@ -245,6 +256,7 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     run.scheduler = build_lr_schedule(run)
     run.scaler = grad_scaler(cfg.precision.name, device)
     run.early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
+    run.ema = build_ema(run.model, cfg.regularization.ema)  # on the device, before compile and DDP
     return run
 
 
@@ -284,9 +296,12 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     weights to every rank, so nodes need not share a file system."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
     if run.proc.is_main and best_checkpoint.exists():
-        unwrap_model(run.model).load_state_dict(load_checkpoint(best_checkpoint, run.device)["model"])
-    broadcast_weights(unwrap_model(run.model))
-    test = evaluate(run.trained_model, run.data.test, run.eval_transform, run.cfg.precision.name, run.device)
+        checkpoint = load_checkpoint(best_checkpoint, run.device)
+        unwrap_model(run.model).load_state_dict(checkpoint["model"])
+        restore_ema(run.ema, checkpoint)
+    broadcast_weights(unwrap_model(run.model) if run.ema is None else run.ema.module)
+    test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.cfg.precision.name,
+                    run.device)
     test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
     best = run.best_metrics
     summary = {
@@ -339,12 +354,14 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics, reason = {}, "max_epochs"  # a resumed run that had finished trains no epoch
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
+        run.profiler = StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device)  # rank 0 profiles
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
             run.epoch = epoch
             run.data.train.set_epoch(epoch, start_batch=run.batches_done)  # a resume skips what it trained
             train_metrics = train_one_epoch(run, show_progress, compiling=cfg.trainer.compile and epoch == first_epoch)
-            average_batchnorm_statistics(run.model)  # statistics from every rank's shard, before eval and save
-            val = evaluate(run.trained_model, run.data.val, run.eval_transform, cfg.precision.name, device,
+            for model in filter(None, (run.model, run.ema)):  # every rank's shard's statistics, before eval and save
+                average_batchnorm_statistics(model)
+            val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, cfg.precision.name, device,
                            cfg.trainer.limit_val_batches)
             last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, "val/loss": val["loss"],
                             "val/acc": val["acc"]}
@@ -364,6 +381,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                 reason = stopping
                 break
 
+        run.profiler.close()
         summary = test_and_summarize(run, last_metrics, reason, started)
         failed = reason == "non-finite loss"
     finally:
@@ -375,6 +393,7 @@ def run_process(cfg: DictConfig, run_dir: Path) -> float:
     """Runs in every process: join the process group (if there is one), train, always leave it."""
     proc = process_info()
     device = pick_device(cfg.device, proc.local_rank)
+    set_math_modes(cfg.precision.tf32, cfg.trainer.cudnn_benchmark, device)
     init_process_group(proc, device, cfg.distributed.backend, cfg.distributed.timeout_seconds)
     try:
         return train(cfg, run_dir, proc, device)["optimized_value"]

@@ -142,6 +142,7 @@ def _run_like(seed: int):
         cfg=OmegaConf.create({"seed": seed}),
         proc=ProcessInfo(),
         model=model,
+        ema=None,
         optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1)),
         scaler=torch.amp.GradScaler("cpu", enabled=False),

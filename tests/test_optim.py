@@ -292,3 +292,25 @@ def test_weight_decay_groups_leave_out_biases_norms_and_frozen_parameters():
     decay, no_decay = param_groups(cnn, weight_decay=0.05)
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(cnn.parameters()))
     assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim <= 1 for p in no_decay["params"])
+
+
+def test_fused_auto_is_fused_on_cuda_only_and_true_asks_for_it_where_torch_has_it():
+    from trainkit.errors import ConfigError
+    from trainkit.optim import build_optimizer, implementation, implementation_options
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert implementation_options("auto", torch.optim.SGD, cuda) == {"fused": True}
+    assert implementation_options("auto", torch.optim.AdamW, cpu) == {}  # torch's default on the CPU
+    assert implementation_options("auto", torch.optim.RMSprop, cuda) == {}  # no fused RMSprop: foreach
+    assert implementation_options(False, torch.optim.AdamW, cuda) == {}
+    with pytest.raises(ConfigError, match="is true, but RMSprop has no fused implementation"):
+        implementation_options(True, torch.optim.RMSprop, cpu)
+    model = torch.nn.Linear(3, 2)
+    options = {"_target_": "torch.optim.AdamW", "lr": 0.1, "weight_decay": 0.0}
+    auto = build_optimizer(model, {**options, "fused": "auto"})
+    assert not auto.defaults.get("fused") and implementation(auto, cpu) == "for-loop"
+    fused = build_optimizer(model, {**options, "fused": True})  # torch 2.14 has fused AdamW for the CPU
+    assert fused.defaults["fused"] is True and implementation(fused, cpu) == "fused"
+    assert fused.state_dict()["param_groups"][0]["fused"] is True  # recorded in every checkpoint
+    model(torch.randn(4, 3)).sum().backward()
+    fused.step()

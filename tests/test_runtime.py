@@ -105,3 +105,16 @@ def test_grad_scaler_is_enabled_for_fp16_only(precision, enabled):
 def test_disabled_grad_scaler_passes_the_loss_through():
     loss = torch.tensor(2.5)
     assert grad_scaler("bf16", CPU).scale(loss) is loss
+
+
+@pytest.mark.parametrize("tf32, autotune", [(True, False), (False, True)])
+def test_math_modes_set_tf32_and_cudnn_benchmark_from_the_config(tf32, autotune):
+    from trainkit.runtime import set_math_modes
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    try:
+        set_math_modes(tf32, autotune, torch.device("cpu"))
+        assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
+        assert torch.backends.cudnn.benchmark is autotune
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved

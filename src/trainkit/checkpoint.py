@@ -48,6 +48,7 @@ def training_state(run: Any, batches_done: int, rng: list) -> dict[str, Any]:
 
     return {
         "model": unwrap_model(run.model).state_dict(),
+        "ema": None if run.ema is None else run.ema.state_dict(),  # AveragedModel's: module.<name>, n_averaged
         "optimizer": run.optimizer.state_dict(),
         "scheduler": run.scheduler.state_dict(),
         "scaler": run.scaler.state_dict(),
@@ -63,13 +64,15 @@ def training_state(run: Any, batches_done: int, rng: list) -> dict[str, Any]:
 
 
 def restore_training_state(run: Any, state: dict) -> None:
-    """Put a `training_state` back into train.py's `Run`: weights, optimizer, schedule, scaler,
-    early stopping, the position (the next epoch, or the rest of an unfinished one), the W&B run
-    id, and this rank's RNG streams (fresh, still distinct ones when the number of ranks changed)."""
+    """Put a `training_state` back into train.py's `Run`: weights and their EMA, optimizer, schedule,
+    scaler, early stopping, the position (the next epoch, or the rest of an unfinished one), the W&B
+    run id, and this rank's RNG streams (fresh, still distinct ones when the number of ranks changed)."""
+    from trainkit.ema import restore_ema
     from trainkit.rng import restore_rng_states
     from trainkit.runtime import seed_everything
 
     run.model.load_state_dict(state["model"])
+    restore_ema(run.ema, state)
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
     run.scaler.load_state_dict(state["scaler"])

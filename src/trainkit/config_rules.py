@@ -44,6 +44,12 @@ def device_name(value: object) -> str | None:
     return f"{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
 
 
+def fused_choice(value: object) -> str | None:
+    if isinstance(value, bool) or value == "auto":
+        return None
+    return f"must be auto, true or false, got {show(value)}"
+
+
 def freeze_spec(value: object) -> str | None:
     if value is None or value == "backbone" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return None
@@ -82,6 +88,7 @@ RULES: dict[str, Check] = {
     "trainer.limit_val_batches": integer(1, null=True),
     "trainer.channels_last": flag(),
     "trainer.compile": flag(),
+    "trainer.cudnn_benchmark": flag(),
     "trainer.progress_bar": flag(),
     "data.name": one_of(*DATASETS),
     "data.root": text(null=True),
@@ -121,6 +128,7 @@ RULES: dict[str, Check] = {
     "optimizer.nesterov": flag(),
     "optimizer.betas": numbers(0, below=1, length=2),
     "optimizer.eps": number(above=0),
+    "optimizer.fused": fused_choice,
     "optimizer.head_lr_scale": number(0),
     "optimizer.scale_lr_with_batch": flag(),
     "optimizer.reference_batch_size": integer(1),
@@ -133,8 +141,12 @@ RULES: dict[str, Check] = {
     "scheduler.step_epochs": number(above=0),
     "scheduler.gamma": number(0, 1),
     "precision.name": one_of(*PRECISIONS),
+    "precision.tf32": flag(),
     "regularization.label_smoothing": number(0, 0.99),
     "regularization.dropout": number(0, 0.99),
+    "regularization.ema.enabled": flag(),
+    "regularization.ema.decay": number(above=0, below=1),
+    "regularization.ema.warmup": flag(),
     "regularization.early_stopping.enabled": flag(),
     "regularization.early_stopping.monitor": one_of(*METRICS),
     "regularization.early_stopping.mode": one_of("min", "max"),
@@ -168,6 +180,11 @@ RULES: dict[str, Check] = {
     "lr_finder.num_steps": integer(2),
     "lr_finder.smoothing": number(0, below=1),
     "lr_finder.divergence_factor": number(above=1),
+    "profiler.enabled": flag(),
+    "profiler.wait": integer(0),
+    "profiler.warmup": integer(0),
+    "profiler.active": integer(1),
+    "profiler.row_limit": integer(1),
     "batch_size_finder.enabled": flag(),
     "batch_size_finder.start": integer(1),
     "batch_size_finder.max_batch_size": integer(1),

@@ -5,15 +5,17 @@ Keys of conf/optimizer/*.yaml that are not the optimizer's own arguments, handle
     head_lr_scale: 1.0           # the classifier head trains at lr * head_lr_scale (fine-tuning: 10)
     scale_lr_with_batch: false   # linear scaling rule: lr * global batch / reference_batch_size
     reference_batch_size: 256    # the global batch size at which optimizer.lr is meant
+    fused: auto                  # the optimizer's implementation: see `implementation_options`
 """
 
 import fnmatch
+import inspect
 import logging
 import math
 from collections.abc import Mapping
 
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
 from trainkit.distributed import process_info
@@ -108,6 +110,7 @@ def build_optimizer(
     head_lr_scale = options.pop("head_lr_scale", 1.0)
     scale_with_batch = options.pop("scale_lr_with_batch", False)
     reference = options.pop("reference_batch_size", 256)
+    fused = options.pop("fused", "auto")
     if scale_with_batch:
         if batch_size is None:
             raise ValueError(
@@ -120,7 +123,51 @@ def build_optimizer(
         )
         options["lr"] = lr
     groups = param_groups(_unwrap(model), options.get("weight_decay", 0.0), float(head_lr_scale), lr=options["lr"])
-    return instantiate(options, params=groups, _convert_="all")
+    device = next(model.parameters()).device
+    optimizer_class = get_class(options["_target_"])
+    options.update(implementation_options(fused, optimizer_class, device))
+    optimizer = instantiate(options, params=groups, _convert_="all")
+    if process_info().is_main:
+        setting = str(fused).lower()  # as typed: auto, true, false
+        log.info(
+            f"optimizer: {optimizer_class.__name__}, {implementation(optimizer, device)} (optimizer.fused={setting})"
+        )
+    return optimizer
+
+
+def implementation_options(fused: str | bool, optimizer_class: type, device: torch.device) -> dict[str, bool]:
+    """`optimizer.fused`: `auto` takes the fused kernel (one kernel for all parameters) on CUDA when the
+    optimizer has one (SGD, Adam, AdamW, ...) and otherwise leaves torch its default (the foreach
+    implementation on GPUs, a per-parameter loop on the CPU); `true` asks for the fused kernel on any
+    device torch has it for (torch 2.14: the CPU too) and is refused where there is none; `false`:
+    torch's default."""
+    has_fused = "fused" in inspect.signature(optimizer_class).parameters
+    if fused == "auto":
+        return {"fused": True} if has_fused and device.type == "cuda" else {}
+    if fused is True:
+        from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+        if not has_fused or device.type not in _get_fused_kernels_supported_devices():
+            where = "at all" if not has_fused else f"on {device.type}"
+            raise ConfigError(
+                "optimizer.fused",
+                f"is true, but {optimizer_class.__name__} has no fused implementation {where}; "
+                f"use optimizer.fused=auto or false",
+            )
+        return {"fused": True}
+    return {}
+
+
+def implementation(optimizer: torch.optim.Optimizer, device: torch.device) -> str:
+    """Which implementation `optimizer` runs: fused, foreach or a per-parameter for-loop."""
+    from torch.optim.optimizer import _get_foreach_kernels_supported_devices
+
+    if optimizer.defaults.get("fused"):
+        return "fused"
+    foreach = optimizer.defaults.get("foreach")
+    if foreach or (foreach is None and device.type in _get_foreach_kernels_supported_devices()):
+        return "foreach"
+    return "for-loop"
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:

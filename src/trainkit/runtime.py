@@ -1,4 +1,4 @@
-"""Where and how the math runs: device choice, seeding, mixed precision."""
+"""Where and how the math runs: device choice, seeding, mixed precision, TF32 and cuDNN autotuning."""
 
 import contextlib
 import logging
@@ -39,6 +39,22 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def set_math_modes(tf32: bool, cudnn_benchmark: bool, device: torch.device) -> None:
+    """`precision.tf32`: fp32 matmuls and cuDNN convolutions on TF32 tensor cores (Ampere and newer
+    GPUs: a 10-bit mantissa, ~same training curves, several times the throughput); false: IEEE fp32.
+    `trainer.cudnn_benchmark`: cuDNN times its algorithms for each new input shape and keeps the
+    fastest; the choice can differ between runs, so bit-for-bit repeatable GPU runs need it off.
+    Both only change CUDA math; set per process, and said once on CUDA so the log records them."""
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = cudnn_benchmark
+    if device.type == "cuda" and process_info().is_main:
+        log.info(
+            f"CUDA math: TF32 matmul/convolutions {'on' if tf32 else 'off (IEEE fp32)'} (precision.tf32), "
+            f"cudnn.benchmark {'on' if cudnn_benchmark else 'off'} (trainer.cudnn_benchmark)"
+        )
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:

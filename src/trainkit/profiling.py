@@ -1,0 +1,129 @@
+"""debug=profile: torch.profiler over a window of training steps, each step's phases labelled.
+
+    python train.py debug=profile                  # -> <run dir>/profile/trace.json, top_ops.txt
+
+The training loop marks where each phase of a step begins (`phase("forward")`, ...) and where the
+step ends (`step()`); the phases are `data` (waiting for the next batch and moving it to the
+device), `forward`, `backward`, `optimizer_step` and `bookkeeping` (metrics, logging, checkpoints).
+With `profiler.enabled` (rank 0 only) they become `record_function` ranges in a torch.profiler
+trace; the schedule skips `wait` steps (start-up, compile, warm caches), traces `warmup` steps it
+throws away, then records `active` steps. Then, once:
+
+- profile/trace.json: a Chrome trace; open it at https://ui.perfetto.dev (or chrome://tracing)
+- profile/top_ops.txt: the operators that took the most time (key_averages().table), also logged
+- one log line with each phase's share of the step: `data` above a third means the loader, not
+  the model, sets the pace (more workers, pinned memory, a cache, on-device augmentation)
+
+Off (the default), every call returns at its first line: no profiler, no record_function.
+"""
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+PHASES = ("data", "forward", "backward", "optimizer_step", "bookkeeping")
+DATA_BOUND_SHARE = 1 / 3  # data wait above this share of the step: the input pipeline is the bottleneck
+
+
+class StepProfiler:
+    """Profiles steps wait+warmup .. wait+warmup+active-1 of the training loop, counted over the
+    whole run (a window may cross an epoch's end; keep it inside the first epoch for clean phases)."""
+
+    def __init__(self, cfg: Mapping | None = None, run_dir: Path | None = None, device: torch.device | None = None):
+        self.profile: torch.profiler.profile | None = None
+        self._label: Any = None  # the open record_function of the current phase
+        self.written = False
+        if not cfg or not cfg["enabled"] or run_dir is None:
+            return
+        self.out = run_dir / "profile"
+        self.row_limit = int(cfg["row_limit"])
+        self.length = int(cfg["wait"]) + int(cfg["warmup"]) + int(cfg["active"])
+        self.cuda = device is not None and device.type == "cuda"
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        else:  # a CUDA build of torch on a machine without a GPU: kineto would log a harmless ERROR line
+            os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+        schedule = torch.profiler.schedule(wait=cfg["wait"], warmup=cfg["warmup"], active=cfg["active"], repeat=1)
+        self.profile = torch.profiler.profile(activities=activities, schedule=schedule, on_trace_ready=self._save)
+        self.steps = 0
+        self.profile.start()
+        self.phase("data")
+
+    def phase(self, name: str) -> None:
+        """End the current phase and begin `name`."""
+        if self.profile is None:
+            return
+        self._end_phase()
+        self._label = torch.profiler.record_function(name)
+        self._label.__enter__()
+
+    def step(self) -> None:
+        """The end of one training step (one batch)."""
+        if self.profile is None:
+            return
+        self._end_phase()
+        self.profile.step()
+        self.steps += 1
+        if self.steps >= self.length:
+            self.close()
+        else:
+            self.phase("data")
+
+    def close(self) -> None:
+        """Stop profiling (the trace is written if the window was reached); call at the end of training."""
+        if self.profile is None:
+            return
+        self._end_phase()
+        profile, self.profile = self.profile, None
+        profile.stop()
+        if not self.written:
+            log.warning(
+                f"profiler: training ended after {self.steps} steps, before the profiled window "
+                f"(profiler.wait + warmup + active = {self.length} steps) was complete; lower them or train longer"
+            )
+
+    def _end_phase(self) -> None:
+        if self._label is not None:
+            self._label.__exit__(None, None, None)
+            self._label = None
+
+    def _save(self, profile: torch.profiler.profile) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        trace = self.out / "trace.json"
+        profile.export_chrome_trace(str(trace))
+        averages = profile.key_averages()
+        sort_by = "self_device_time_total" if self.cuda else "self_cpu_time_total"
+        table = averages.table(sort_by=sort_by, row_limit=self.row_limit)
+        (self.out / "top_ops.txt").write_text(table + "\n")
+        shares = phase_shares({event.key: event.cpu_time_total for event in averages})
+        (self.out / "phases.json").write_text(json.dumps(shares, indent=2) + "\n")
+        self.written = True
+        log.info(f"profiler: top operators by {sort_by}\n{table}")
+        log.info(f"profiler: {describe(shares)} -> {trace}")
+
+
+def phase_shares(times: Mapping[str, float]) -> dict[str, float]:
+    """Each phase's share of the profiled steps' time (the phases' CPU wall time, which on a GPU
+    includes the waits for it), from record_function totals by name."""
+    total = sum(times.get(name, 0.0) for name in PHASES)
+    return {name: times.get(name, 0.0) / total if total else 0.0 for name in PHASES}
+
+
+def describe(shares: Mapping[str, float]) -> str:
+    """One line: each phase's share, and what the data share says about the bottleneck."""
+    parts = "  ".join(f"{name} {share:.0%}" for name, share in shares.items())
+    data = shares.get("data", 0.0)
+    verdict = (
+        "data loading is the bottleneck (more than a third of the step: more workers, pinned memory, a cache)"
+        if data > DATA_BOUND_SHARE
+        else "compute-bound (data wait under a third of the step)"
+    )
+    return f"share of the step: {parts}; {verdict}"
