@@ -85,7 +85,8 @@ RULE_CASES = [
     (["trainer.channels_last=1"], "trainer.channels_last"),
     (["trainer.compile=yes"], "trainer.compile"),
     (["trainer.progress_bar=2"], "trainer.progress_bar"),
-    (["data.name=imagenet"], "data.name"),
+    (["data.name=3"], "data.name"),
+    (["data._target_=3"], "data._target_"),
     (["data=mnist", "data.root=3"], "data.root"),
     (["data.download=yes"], "data.download"),
     (["data.channels=0"], "data.channels"),
@@ -196,6 +197,8 @@ RELATION_CASES = [
     (["data.mean=[0.1,0.2]"], "data.mean"),
     (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
     (["data=mnist", "data.root=null"], "data.root"),
+    (["data._target_=nowhere.load_images"], "data._target_"),
+    (["~data._target_"], "data._target_"),
     (["data=imagefolder", "data.root=null"], "data.root"),
     (
         ["data=imagefolder", "data.root=/data/images", "data.channels=2", "data.mean=[0.5]", "data.std=[0.25]"],

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from PIL import Image
 from torch.utils.data import Dataset
 
-from trainkit.data.datasets import carve
+from trainkit.data.datasets import FileSplits, carve
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,12 @@ def load_image_folder(cfg: DictConfig) -> tuple[dict[str, ImageFolderDataset], l
         )
     channels, image_size = cfg["channels"], cfg["image_size"]
     return {split: ImageFolderDataset(samples[split], channels, image_size) for split in samples}, classes
+
+
+def image_folder(cfg: DictConfig) -> FileSplits:
+    """The `data=imagefolder` factory (conf/data/imagefolder.yaml's `_target_`)."""
+    datasets, classes = load_image_folder(cfg)
+    return FileSplits(datasets["train"], datasets["val"], datasets["test"], num_classes=len(classes))
 
 
 def _check_root(root: str | Path) -> Path:
