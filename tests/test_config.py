@@ -197,6 +197,7 @@ RELATION_CASES = [
     (["data.mean=[0.1,0.2]"], "data.mean"),
     (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
     (["data=mnist", "data.root=null"], "data.root"),
+    (["data=cached", "data.root=null"], "data.root"),
     (["data._target_=nowhere.load_images"], "data._target_"),
     (["~data._target_"], "data._target_"),
     (["data=imagefolder", "data.root=null"], "data.root"),
