@@ -95,7 +95,7 @@ def test_a_cache_made_with_other_settings_is_refused_naming_the_key(cached, over
 
 
 def test_a_folder_that_is_not_a_cache_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="preprocess.py") as error:
+    with pytest.raises(ConfigError, match=r"preprocess\.py") as error:
         load_cache(config("cached", root=str(tmp_path)))
     assert error.value.key == "data.root"
 

@@ -95,7 +95,10 @@ def _dataset_factory(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     # function inside is looked up when the data is built.
     target = cfg.data.get("_target_")
     if target is None:
-        yield "data._target_", "is required: the function that makes the splits, e.g. trainkit.data.datasets.load_digits"
+        yield (
+            "data._target_",
+            "is required: the function that makes the splits, e.g. trainkit.data.datasets.load_digits",
+        )
         return
     module = target.rpartition(".")[0]
     try:

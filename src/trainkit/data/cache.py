@@ -10,7 +10,7 @@ takes the device-resident path of the built-in datasets (TensorLoader: one gathe
 augmentation still on the device, every epoch). A cache directory holds:
 
     meta.json              what it was made from: image size, channels, classes, split keys, sources
-    <split>_images.npy     uint8 [N, C, S, S], memory-mapped when loaded (pages read as touched)
+    <split>_images.npy     uint8 [N, C, S, S]; read whole when it fits in memory, else memory-mapped
     <split>_labels.npy     int64 [N]
     <split>_files.txt      the source file of each row, in order
 
@@ -18,6 +18,8 @@ meta.json is written last: a directory without it (an interrupted run) is not a 
 """
 
 import json
+import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +30,12 @@ from omegaconf import DictConfig
 from trainkit.data.datasets import Splits
 from trainkit.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 FORMAT = 1  # of meta.json and the arrays; a cache of another format is refused
 SPLITS = ("train", "val", "test")
 SPLIT_KEYS = ("val_fraction", "test_fraction", "split_seed")  # matter only for splits carved from train/
+HOST_SHARE = 0.5  # a split larger than this share of the available host memory stays memory-mapped
 
 
 def write_cache(cfg: DictConfig, out: Path, *, num_workers: int = 0, progress: bool = True) -> dict[str, Any]:
@@ -79,18 +84,35 @@ def write_cache(cfg: DictConfig, out: Path, *, num_workers: int = 0, progress: b
 
 
 def load_cache(cfg: DictConfig) -> Splits:
-    """The `data=cached` factory: the cache at `data.root` as memory-mapped tensors, after checking
-    that it was made with this config's image size, channels, classes and splits."""
+    """The `data=cached` factory: the cache at `data.root` as tensors (build_data moves them to the
+    device), after checking that it was made with this config's image size, channels, classes and splits."""
     root = Path(cfg["root"]).expanduser()
     meta = read_meta(root)
     check_made_with(cfg, meta, root)
-    splits = []
-    for split in SPLITS:
-        # mmap_mode="c": copy-on-write, so torch gets a writable array without reading the file.
-        images = torch.from_numpy(np.load(root / f"{split}_images.npy", mmap_mode="c"))
-        labels = torch.from_numpy(np.load(root / f"{split}_labels.npy"))
-        splits.append((images, labels))
-    return Splits(*splits, num_classes=meta["num_classes"])
+    train, val, test = (_arrays(root, split) for split in SPLITS)
+    return Splits(train, val, test, num_classes=meta["num_classes"])
+
+
+def _arrays(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    images = np.load(root / f"{split}_images.npy", mmap_mode="r")
+    if images.nbytes < HOST_SHARE * _available_memory():
+        images = np.array(images)  # read once: a batch is then a gather in memory, not page faults
+    else:  # larger than memory: copy-on-write pages, read from disk as batches touch them
+        log.warning("%s of %s (%.1f GiB) is read from the mapped file", split, root, images.nbytes / 2**30)
+        images = np.load(root / f"{split}_images.npy", mmap_mode="c")
+    return torch.from_numpy(images), torch.from_numpy(np.load(root / f"{split}_labels.npy"))
+
+
+def _available_memory() -> int:
+    """Bytes of host memory available to new allocations (Linux: MemAvailable; else free pages)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def read_meta(root: Path) -> dict[str, Any]:

@@ -161,7 +161,8 @@ class TensorLoader(ShardedLoader):
         # One host-to-device copy of the epoch's indices, then every batch is a slice of it.
         indices = self.sampler.epoch_indices().to(self.images.device)
         for batch in indices.split(self.batch_size)[: len(self) - self.start_batch]:
-            yield self.images[batch], self.labels[batch]
+            # index_select, not images[batch]: the same gather, several times faster on a CPU.
+            yield self.images.index_select(0, batch), self.labels.index_select(0, batch)
 
 
 class FileLoader(ShardedLoader):
