@@ -5,8 +5,9 @@ For an image folder (train.py's overrides, `data=imagefolder` by default), measu
   to twice the CPU count, with and without pinned memory (pinned only where CUDA is available);
 - the offline cache (`data=cached`: the folder decoded once by scripts/preprocess.py, batches
   gathered from tensors on the device), made here first if --cache holds no matching cache.
-Each setting is warmed up by one batch (worker start), then timed over --batches training batches,
-moved to the training device as train.py moves them. Prints a Markdown table and a one-line
+Each setting draws --warmup batches first (worker start, first allocations and page faults), then
+--batches training batches are timed, moved to the training device as train.py moves them. Prints a
+Markdown table and a one-line
 recommendation (the overrides to use), and writes both with a PNG chart to --out.
 
     python scripts/benchmark_dataloader.py --make-folder 10000 data.image_size=32     # a synthetic PNG folder
@@ -33,6 +34,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--folder", type=Path, help="the folder --make-folder writes (default: OUT/images)")
     parser.add_argument("--cache", type=Path, help="the offline cache to use or make (default: OUT/cache)")
     parser.add_argument("--batches", type=int, default=50, help="timed batches per setting (after one warm-up)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed batches first, per setting")
     parser.add_argument("--threads", type=int, help="torch threads of this process (default: torch's own)")
     parser.add_argument("--max-workers", type=int, help="the largest worker count (default: twice the CPU count)")
     return parser.parse_args(argv)
@@ -53,22 +55,25 @@ def make_png_folder(root: Path, count: int, size: int, classes: int = 10) -> Non
         Image.fromarray(pixels).save(folder / f"{index:06d}.png")
 
 
-def samples_per_second(loader, device, batches: int) -> float:
+def samples_per_second(loader, device, batches: int, warmup: int) -> float:
     import torch
 
     loader.set_epoch(0)
     iterator = iter(loader)
-    next(iterator)  # warm-up: worker start, first page-in
+    for _ in zip(range(warmup), iterator):  # worker start, first allocations and page faults
+        pass
     count, start = 0, time.perf_counter()
     for _, (images, labels) in zip(range(batches), iterator):
         images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         count += len(labels)
+    if count == 0:
+        raise SystemExit(f"error: --warmup {warmup} leaves none of the {len(loader)} training batches to time")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return count / (time.perf_counter() - start)
 
 
-def measure(cfg, cache: Path, device, batches: int, max_workers: int) -> list[tuple[str, str, float]]:
+def measure(cfg, cache: Path, device, batches: int, warmup: int, max_workers: int) -> list[tuple[str, str, float]]:
     """[(path, setting, samples/s)], the file loader's settings first, the cache last."""
     import torch
     from omegaconf import OmegaConf
@@ -83,7 +88,7 @@ def measure(cfg, cache: Path, device, batches: int, max_workers: int) -> list[tu
                 train, cfg.data.batch_size, shuffle=True, train=True, num_workers=workers, pin_memory=pin
             )
             setting = f"data.num_workers={workers}" + (" pinned" if pin else "")
-            results.append(("files", setting, samples_per_second(loader, device, batches)))
+            results.append(("files", setting, samples_per_second(loader, device, batches, warmup)))
             print(f"  {results[-1][1]}: {results[-1][2]:,.0f} samples/s", flush=True)
             del loader
     cached = OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "data" / "cached.yaml"), cfg.data)
@@ -91,8 +96,17 @@ def measure(cfg, cache: Path, device, batches: int, max_workers: int) -> list[tu
     start = time.perf_counter()
     data = build_data(cached, torch.device(device), seed=0)
     print(f"  data=cached: loaded in {time.perf_counter() - start:.2f} s (once per run, not timed below)")
-    results.append(("cached", f"data=cached on {device.type}", samples_per_second(data.train, device, batches)))
-    print(f"  {results[-1][1]}: {results[-1][2]:,.0f} samples/s", flush=True)
+    # On a CPU, also with one torch thread: on a busy machine a multi-threaded gather waits for a
+    # descheduled thread at every batch, and one thread shows the cost of the path itself.
+    threads = torch.get_num_threads()
+    for count in (threads, 1) if device.type == "cpu" and threads > 1 else (threads,):
+        torch.set_num_threads(count)
+        setting = f"data=cached on {device.type}" + (
+            f", {count} torch thread{'s' * (count > 1)}" if threads > 1 else ""
+        )
+        results.append(("cached", setting, samples_per_second(data.train, device, batches, warmup)))
+        print(f"  {results[-1][1]}: {results[-1][2]:,.0f} samples/s", flush=True)
+    torch.set_num_threads(threads)
     return results
 
 
@@ -113,7 +127,7 @@ def ensure_cache(cfg, cache: Path) -> None:
 def report(results: list[tuple[str, str, float]], cfg, cache: Path, out: Path) -> str:
     files = [row for row in results if row[0] == "files"]
     best = max(files, key=lambda row: row[2])
-    cached = next(row for row in results if row[0] == "cached")
+    cached = max((row for row in results if row[0] == "cached"), key=lambda row: row[2])
     lines = ["| path | setting | samples/s | vs best file loader |", "|---|---|---:|---:|"]
     lines += [f"| {path} | `{setting}` | {rate:,.0f} | {rate / best[2]:.2f}x |" for path, setting, rate in results]
     size = cfg.data.image_size
@@ -177,11 +191,11 @@ def main(argv: list[str]) -> int:
             torch.set_num_threads(args.threads)
         max_workers = args.max_workers if args.max_workers is not None else 2 * (os.cpu_count() or 1)
         print(
-            f"timing {args.batches} batches of {cfg.data.batch_size} per setting on {device}, "
+            f"timing {args.batches} batches of {cfg.data.batch_size} per setting after {args.warmup} on {device}, "
             f"{torch.get_num_threads()} torch threads in this process",
             flush=True,
         )
-        results = measure(cfg, cache, device, args.batches, max_workers)
+        results = measure(cfg, cache, device, args.batches, args.warmup, max_workers)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
