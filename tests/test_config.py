@@ -23,6 +23,7 @@ CONF = ROOT / "conf"
 # which need data whose mirror image keeps its label (the digits default refuses them).
 REQUIRED_BY_OPTION = {
     "data=imagefolder": ["data.root=/data/images"],
+    "data=cached": ["data.root=/data/cache"],
     "augmentation=basic": ["data=cifar10"],
     "augmentation=strong": ["data=cifar10"],
     "experiment=finetune_imagefolder": ["data.root=/data/images", "model.pretrained_path=/weights/resnet18.pt"],
