@@ -127,3 +127,11 @@ def test_benchmark_dataloader_prints_a_table_and_a_recommendation(tmp_path, caps
     assert recommendation.startswith("recommendation: data=") and "\n" not in recommendation
     assert (tmp_path / "benchmark_dataloader.png").stat().st_size > 0
     assert (tmp_path / "benchmark_dataloader.md").read_text().strip().endswith(recommendation)
+
+
+def test_a_dataset_too_big_for_the_gpu_is_refused_before_the_copy(cached, monkeypatch):
+    _, cache, _ = cached
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1000, 10**9))  # 1000 bytes free
+    with pytest.raises(ConfigError) as error:
+        build_data(config("cached", root=str(cache)), torch.device("cuda"), seed=0)
+    assert error.value.key == "data.image_size" and "free" in str(error.value)
