@@ -67,10 +67,10 @@ def build_data(cfg: DictConfig, device: torch.device, seed: int, rank: int = 0, 
         channels, image_size = made.train[0].shape[1], made.train[0].shape[-1]
         _check_matches(cfg, "channels", channels, name)
         _check_matches(cfg, "image_size", image_size, name)
-        _check_fits(made, device)
-        train = TensorLoader(*made.train, device=device, **train_args)
-        val = TensorLoader(*made.val, device=device, **eval_args)
-        test = TensorLoader(*made.test, device=device, **eval_args)
+        where, pin = _placement(made, device, rank)
+        train = TensorLoader(*made.train, device=where, pin_memory=pin, **train_args)
+        val = TensorLoader(*made.val, device=where, pin_memory=pin, **eval_args)
+        test = TensorLoader(*made.test, device=where, pin_memory=pin, **eval_args)
     num_classes = made.num_classes
     _check_matches(cfg, "num_classes", num_classes, name)
 
@@ -124,18 +124,25 @@ def locate(target: str) -> Any:
     return found
 
 
-def _check_fits(splits: Splits, device: torch.device) -> None:
-    # On CUDA the whole dataset is copied to the GPU up front: refuse one that would crowd out training.
+def _placement(splits: Splits, device: torch.device, rank: int) -> tuple[torch.device, bool]:
+    """Where in-memory splits live, and whether batches are pinned: on the device when they fit in
+    DEVICE_SHARE of its free memory; otherwise on the host, each batch gathered whole into pinned
+    memory for an asynchronous copy."""
     if device.type != "cuda":
-        return  # host memory; a memory-mapped cache is paged in by the OS as batches touch it
+        return device, False  # host memory; a memory-mapped cache is paged in as batches touch it
     needed = sum(t.numel() * t.element_size() for split in (splits.train, splits.val, splits.test) for t in split)
     free, _ = torch.cuda.mem_get_info(device)
-    if needed > DEVICE_SHARE * free:
-        raise ConfigError(
-            "data.image_size",
-            f"the dataset takes {needed / 2**30:.2f} GiB on {device}, more than half of the "
-            f"{free / 2**30:.2f} GiB free; lower data.image_size, or train from files (data=imagefolder)",
+    if needed <= DEVICE_SHARE * free:
+        return device, False
+    if rank == 0:
+        log.warning(
+            "the dataset takes %.2f GiB, more than half of the %.2f GiB free on %s: it stays in host memory "
+            "and each batch is copied from pinned memory (slower; a smaller data.image_size fits on the device)",
+            needed / 2**30,
+            free / 2**30,
+            device,
         )
+    return torch.device("cpu"), True
 
 
 def _check_matches(cfg: DictConfig, key: str, actual: int, name: str) -> None:
