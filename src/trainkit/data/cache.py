@@ -40,10 +40,10 @@ HOST_SHARE = 0.5  # a split larger than this share of the available host memory 
 
 def write_cache(cfg: DictConfig, out: Path, *, num_workers: int = 0, progress: bool = True) -> dict[str, Any]:
     """Decode the image folder `cfg` (an `imagefolder` data config) into a cache at `out`; return its meta."""
-    from torch.utils.data import DataLoader
     from tqdm import tqdm
 
     from trainkit.data.imagefolder import load_image_folder
+    from trainkit.data.loaders import FileLoader
 
     datasets, classes = load_image_folder(cfg)
     out.mkdir(parents=True, exist_ok=True)
@@ -58,13 +58,20 @@ def write_cache(cfg: DictConfig, out: Path, *, num_workers: int = 0, progress: b
             images = np.lib.format.open_memmap(out / f"{split}_images.npy", mode="w+", dtype=np.uint8, shape=shape)
             labels = np.empty(len(dataset), dtype=np.int64)
             start = 0
-            for batch, batch_labels in DataLoader(dataset, batch_size=256, num_workers=num_workers):
+            # The training file loader, in file order: an unreadable image is its one-line error naming the file.
+            for batch, batch_labels in FileLoader(dataset, 256, shuffle=False, train=False, num_workers=num_workers):
                 images[start : start + len(batch)] = batch.numpy()
                 labels[start : start + len(batch)] = batch_labels.numpy()
                 start += len(batch)
                 bar.update(len(batch))
             images.flush()
             del images
+            if start != len(dataset):  # the loader skipped unreadable files (data.skip_bad_files=true)
+                raise ConfigError(
+                    "data.skip_bad_files",
+                    f"{len(dataset) - start} of the {len(dataset)} {split} images could not be read; a cache "
+                    f"holds one row per listed file: remove the unreadable files the log names, then rerun",
+                )
             np.save(out / f"{split}_labels.npy", labels)
             (out / f"{split}_files.txt").write_text("".join(f"{path}\n" for path, _ in dataset.samples))
             counts[split] = len(dataset)
