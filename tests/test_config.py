@@ -23,6 +23,7 @@ CONF = ROOT / "conf"
 # which need data whose mirror image keeps its label (the digits default refuses them).
 REQUIRED_BY_OPTION = {
     "data=imagefolder": ["data.root=/data/images"],
+    "data=cached": ["data.root=/data/cache"],
     "augmentation=basic": ["data=cifar10"],
     "augmentation=strong": ["data=cifar10"],
     "augmentation=randaugment": ["data=imagefolder", "data.root=/data/images"],
@@ -90,7 +91,8 @@ RULE_CASES = [
     (["trainer.cudnn_benchmark=fast"], "trainer.cudnn_benchmark"),
     (["trainer.compile=yes"], "trainer.compile"),
     (["trainer.progress_bar=2"], "trainer.progress_bar"),
-    (["data.name=imagenet"], "data.name"),
+    (["data.name=3"], "data.name"),
+    (["data._target_=3"], "data._target_"),
     (["data=mnist", "data.root=3"], "data.root"),
     (["data.download=yes"], "data.download"),
     (["data.channels=0"], "data.channels"),
@@ -236,6 +238,9 @@ RELATION_CASES = [
     (["data.mean=[0.1,0.2]"], "data.mean"),
     (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
     (["data=mnist", "data.root=null"], "data.root"),
+    (["data=cached", "data.root=null"], "data.root"),
+    (["data._target_=nowhere.load_images"], "data._target_"),
+    (["~data._target_"], "data._target_"),
     (["data=imagefolder", "data.root=null"], "data.root"),
     (
         ["data=imagefolder", "data.root=/data/images", "data.channels=2", "data.mean=[0.5]", "data.std=[0.25]"],

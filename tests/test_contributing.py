@@ -1,4 +1,5 @@
-"""CONTRIBUTING.md's "Add a model" recipe, followed exactly as written on a copy of the repository.
+"""CONTRIBUTING.md's "Add a model" and the README's "Add your own dataset" recipes, followed exactly
+as written on a copy of the repository.
 
 The recipe's files are the code blocks whose first line is `# file: <path>`; its command is the
 `python train.py ...` line of its bash block. Edit the recipe and this test checks the new text.
@@ -28,14 +29,14 @@ SHARED_MODEL_KEYS = ("input_size", "pretrained_path", "freeze", "freeze_bn")
 def section(markdown: str, title: str) -> str:
     """The text under the heading `## <title>`, up to the next `## ` heading."""
     match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", markdown, re.MULTILINE | re.DOTALL)
-    assert match, f"CONTRIBUTING.md has no '## {title}' section"
+    assert match, f"no '## {title}' section"
     return match.group(1)
 
 
-def recipe(title: str) -> tuple[dict[str, str], list[list[str]]]:
-    """The files ({path: text}) and the shell commands (argument lists) of a CONTRIBUTING.md section."""
+def recipe(title: str, document: str = "CONTRIBUTING.md") -> tuple[dict[str, str], list[list[str]]]:
+    """The files ({path: text}) and the shell commands (argument lists) of a section of `document`."""
     files, commands = {}, []
-    for language, body in FENCED_BLOCK.findall(section((ROOT / "CONTRIBUTING.md").read_text(), title)):
+    for language, body in FENCED_BLOCK.findall(section((ROOT / document).read_text(), title)):
         marker = FILE_MARKER.fullmatch(body.splitlines()[0].strip()) if body.strip() else None
         if marker:
             assert marker.group(1) not in files, f"two blocks write {marker.group(1)}"
@@ -121,3 +122,33 @@ def test_add_a_model_recipe_passes_lint_and_format():
                     text=True,
                 )
                 assert process.returncode == 0, f"ruff {' '.join(check)} on {path}:\n{process.stdout}{process.stderr}"
+
+
+def test_add_your_own_dataset_recipe_of_the_readme_trains_on_the_new_data(tmp_path):
+    files, commands = recipe("Add your own dataset", "README.md")
+    assert any(path.endswith(".py") for path in files), "the recipe writes no Python file"
+    assert any(path.startswith("conf/data/") for path in files), "the recipe writes no conf/data/ yaml"
+    train_commands = [command for command in commands if command[:2] == ["python", "train.py"]]
+    assert len(train_commands) == 1, f"expected one `python train.py ...` line in the recipe, got {commands}"
+
+    repo = tmp_path / "repo"
+    copy_repository(repo)
+    for path, text in files.items():  # new files only: no registry, data/__init__.py or train.py edited
+        assert not (repo / path).exists(), f"{path} already exists: the recipe would not be adding it"
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo / "src"), os.environ.get("PYTHONPATH")]))}
+    run_dir = tmp_path / "run"
+    command = [sys.executable, *train_commands[0][1:], f"hydra.run.dir={run_dir}"]
+    process = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, f"{shlex.join(train_commands[0])} failed:\n{process.stderr[-4000:]}"
+    assert "test" in json.loads((run_dir / "summary.json").read_text())
+
+    # The run loaded the recipe's function, and the model saw its shapes (channels and classes).
+    data_config = OmegaConf.load(run_dir / ".hydra" / "config.yaml").data
+    module_name = data_config._target_.rsplit(".", 1)[0]
+    assert "src/" + module_name.replace(".", "/") + ".py" in files, f"data._target_ is {data_config._target_}"
+    trained = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)["model"]
+    first_conv, head = trained["features.0.weight"], trained["head.3.weight"]
+    assert (first_conv.shape[1], head.shape[0]) == (data_config.channels, data_config.num_classes)

@@ -12,6 +12,7 @@ exist, weights of another shape) is checked where it arises, in the same one-lin
 `ignored_keys` lists settings the chosen options do not use: warnings, not errors.
 """
 
+import importlib.util
 import logging
 from collections.abc import Iterator
 
@@ -20,15 +21,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainkit.augment import active_ops
 from trainkit.config_rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
-from trainkit.data import IN_MEMORY
 from trainkit.distributed import process_info
 from trainkit.errors import ConfigError
 from trainkit.schema import Relation, find_problems, unknown_keys
 
 log = logging.getLogger(__name__)
 
+# What the built-in data options need, by data.name (a dataset of your own is checked by its factory).
 NEEDS_NO_FILES = ("digits", "synthetic")  # generated or shipped with a package: data.root means nothing
+NEEDS_ROOT = ("mnist", "cifar10", "imagefolder", "cached")
 DOWNLOADABLE = ("mnist", "cifar10")  # torchvision fetches these when data.download=true
+IN_MEMORY = ("digits", "synthetic", "mnist", "cifar10", "cached")  # on the device, no worker processes
 
 
 # ---- relations: keys that contradict each other --------------------------------------------
@@ -65,10 +68,13 @@ def _statistics_per_channel(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """What the chosen dataset needs from the other data keys."""
     data = cfg.data
-    if data.name not in NEEDS_NO_FILES and data.get("root") is None:
-        where = "a folder holding train/<class>/<images>" if data.name == "imagefolder" else "the data folder"
+    if data.name in NEEDS_ROOT and data.get("root") is None:
+        where = {
+            "imagefolder": "a folder holding train/<class>/<images>",
+            "cached": "the folder scripts/preprocess.py wrote",
+        }.get(data.name, "the data folder")
         yield "data.root", f"is required for {data.name}; pass data.root=... ({where})"
-    if data.name == "imagefolder" and data.channels not in (1, 3):
+    if data.name in ("imagefolder", "cached") and data.channels not in (1, 3):
         yield (
             "data.channels",
             f"is {data.channels}, but images decode as greyscale (1) or RGB (3); set data.channels=1 or 3",
@@ -81,6 +87,29 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield (
             f"data.{fractions[0]}",
             f"{keys} = {sum(data[key] for key in fractions):g} leaves no training samples; lower them",
+        )
+
+
+def _dataset_factory(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    # The module only, found without running it: importing it may be slow (torchvision) and the
+    # function inside is looked up when the data is built.
+    target = cfg.data.get("_target_")
+    if target is None:
+        yield (
+            "data._target_",
+            "is required: the function that makes the splits, e.g. trainkit.data.datasets.load_digits",
+        )
+        return
+    module = target.rpartition(".")[0]
+    try:
+        found = bool(module) and importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that does not exist
+        found = False
+    if not found:
+        yield (
+            "data._target_",
+            f"no module {module or target!r} to import; point it at module.function, "
+            f"e.g. trainkit.data.datasets.load_digits",
         )
 
 
@@ -184,6 +213,7 @@ RELATIONS = (
         ("data.name", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
         _dataset_needs,
     ),
+    Relation(("data._target_",), _dataset_factory),
     Relation(("model.pretrained_path", "model.pretrained"), _pretrained_once),
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("regularization.early_stopping",), _early_stopping_direction),

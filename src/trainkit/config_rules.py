@@ -9,7 +9,6 @@ import re
 
 from omegaconf import ListConfig, OmegaConf
 
-from trainkit.data import DATASETS
 from trainkit.loggers import LOGGERS, WANDB_MODES
 from trainkit.optim import SCHEDULES
 from trainkit.runtime import PRECISIONS
@@ -90,7 +89,8 @@ RULES: dict[str, Check] = {
     "trainer.compile": flag(),
     "trainer.cudnn_benchmark": flag(),
     "trainer.progress_bar": flag(),
-    "data.name": one_of(*DATASETS),
+    "data._target_": text(),  # the factory; trainkit.config checks that its module exists
+    "data.name": text(),  # a label: the option's file (data=<name>) and _target_ decide what loads
     "data.root": text(null=True),
     "data.download": flag(),
     "data.channels": integer(1),

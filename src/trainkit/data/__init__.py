@@ -1,28 +1,35 @@
-"""The data stage of a run: the dataset named by `data.name`, split, sharded across ranks, loaded.
+"""The data stage of a run: the dataset `data._target_` makes, split, sharded across ranks, loaded.
 
     data = build_data(cfg.data, device, seed=cfg.seed, rank=rank, world_size=world_size)
     data.train.set_epoch(epoch)            # before every epoch, as with DistributedSampler
     for images, labels in data.train: ...  # uint8 0..255 or float32 in [0, 1], [B, C, H, W]
 
-In-memory datasets (digits, synthetic, mnist, cifar10) live on the device and batch by
-indexing; image folders stream through DataLoader workers and arrive on the CPU.
+A data option (conf/data/<name>.yaml) names its factory in `_target_`, like a model option: a
+function called with the whole `data` config (see trainkit.data.datasets). A factory that returns
+`Splits` of tensors (digits, synthetic, mnist, cifar10, cached) has them live on the device and
+batch by indexing; one that returns `FileSplits` of datasets (imagefolder) streams them through
+DataLoader workers, and its batches arrive on the CPU. The factory is imported only when called,
+so an option's heavy imports (torchvision) cost nothing to `--help` or a config error.
 """
 
+import importlib
+import logging
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from omegaconf import DictConfig
 
-from trainkit.data.datasets import load_cifar10, load_digits, load_mnist, make_synthetic
-from trainkit.data.imagefolder import load_image_folder
+from trainkit.data.datasets import FileSplits, Splits
 from trainkit.data.loader_settings import file_loader_settings
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.errors import ConfigError
 
-__all__ = ["DataBundle", "FileLoader", "TensorLoader", "build_data"]
+__all__ = ["DataBundle", "FileLoader", "FileSplits", "Splits", "TensorLoader", "build_data", "make_dataset"]
 
-IN_MEMORY = {"digits": load_digits, "mnist": load_mnist, "cifar10": load_cifar10, "synthetic": make_synthetic}
-DATASETS = (*IN_MEMORY, "imagefolder")
+log = logging.getLogger(__name__)
+# Free device memory a dataset may fill; the rest is for the model, activations and the optimizer.
+DEVICE_SHARE = 0.5
 
 
 @dataclass
@@ -41,7 +48,7 @@ def build_data(cfg: DictConfig, device: torch.device, seed: int, rank: int = 0, 
     """Loaders for train/val/test of this rank. `seed` must be the same on every rank (the run
     seed, not seed + rank): it fixes the train shuffle that all ranks share. `cfg` was checked by
     trainkit.config; what only the data can tell (files, sizes, class counts) is checked here."""
-    name = cfg["name"]
+    name = cfg.get("name", cfg["_target_"])
     shards = dict(seed=seed, rank=rank, world_size=world_size)
     train_args = dict(
         batch_size=cfg["batch_size"], train=True, shuffle=cfg.get("shuffle", True), drop_last=cfg["drop_last"], **shards
@@ -51,21 +58,21 @@ def build_data(cfg: DictConfig, device: torch.device, seed: int, rank: int = 0, 
     val: TensorLoader | FileLoader
     test: TensorLoader | FileLoader
 
-    if name == "imagefolder":
-        datasets, classes = load_image_folder(cfg)
-        channels, image_size, num_classes = cfg["channels"], cfg["image_size"], len(classes)
+    made = make_dataset(cfg)
+    if isinstance(made, FileSplits):
+        channels, image_size = cfg["channels"], cfg["image_size"]
         files = file_loader_settings(cfg, device)  # data.num_workers / pin_memory `auto` resolved here
-        train = FileLoader(datasets["train"], **train_args, **files)
-        val, test = (FileLoader(datasets[split], **eval_args, **files) for split in ("val", "test"))
+        train = FileLoader(made.train, **train_args, **files)
+        val, test = (FileLoader(split, **eval_args, **files) for split in (made.val, made.test))
     else:
-        splits = IN_MEMORY[name](cfg)
-        channels, image_size = splits.train[0].shape[1], splits.train[0].shape[-1]
-        num_classes = splits.num_classes
+        channels, image_size = made.train[0].shape[1], made.train[0].shape[-1]
         _check_matches(cfg, "channels", channels, name)
         _check_matches(cfg, "image_size", image_size, name)
-        train = TensorLoader(*splits.train, device=device, **train_args)
-        val = TensorLoader(*splits.val, device=device, **eval_args)
-        test = TensorLoader(*splits.test, device=device, **eval_args)
+        where, pin = _placement(made, device, rank)
+        train = TensorLoader(*made.train, device=where, pin_memory=pin, **train_args)
+        val = TensorLoader(*made.val, device=where, pin_memory=pin, **eval_args)
+        test = TensorLoader(*made.test, device=where, pin_memory=pin, **eval_args)
+    num_classes = made.num_classes
     _check_matches(cfg, "num_classes", num_classes, name)
 
     if len(train) == 0:
@@ -84,6 +91,59 @@ def build_data(cfg: DictConfig, device: torch.device, seed: int, rank: int = 0, 
         mean=_per_channel(cfg, "mean", channels),
         std=_per_channel(cfg, "std", channels),
     )
+
+
+def make_dataset(cfg: DictConfig) -> Splits | FileSplits:
+    """Call the factory `cfg._target_` names with the data config; check what it returns."""
+    target = cfg["_target_"]
+    factory = locate(target)
+    made = factory(cfg)
+    if not isinstance(made, (Splits, FileSplits)):
+        raise ConfigError(
+            "data._target_",
+            f"{target} returned {type(made).__name__}; a data factory returns trainkit.data.Splits "
+            f"(tensors, kept on the device) or trainkit.data.FileSplits (datasets decoded in workers)",
+        )
+    return made
+
+
+def locate(target: str) -> Any:
+    """The object a dotted path names, importing its module (the factory's imports happen here)."""
+    module_name, _, attribute = target.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), attribute) if module_name else None
+    except (ImportError, AttributeError) as error:
+        found, reason = None, f" ({error})"
+    else:
+        reason = ""
+    if not callable(found):
+        raise ConfigError(
+            "data._target_",
+            f"cannot find a function {target!r}{reason}; point it at module.function, e.g. "
+            f"trainkit.data.datasets.load_digits",
+        )
+    return found
+
+
+def _placement(splits: Splits, device: torch.device, rank: int) -> tuple[torch.device, bool]:
+    """Where in-memory splits live, and whether batches are pinned: on the device when they fit in
+    DEVICE_SHARE of its free memory; otherwise on the host, each batch gathered whole into pinned
+    memory for an asynchronous copy."""
+    if device.type != "cuda":
+        return device, False  # host memory; a memory-mapped cache is paged in as batches touch it
+    needed = sum(t.numel() * t.element_size() for split in (splits.train, splits.val, splits.test) for t in split)
+    free, _ = torch.cuda.mem_get_info(device)
+    if needed <= DEVICE_SHARE * free:
+        return device, False
+    if rank == 0:
+        log.warning(
+            "the dataset takes %.2f GiB, more than half of the %.2f GiB free on %s: it stays in host memory "
+            "and each batch is copied from pinned memory (slower; a smaller data.image_size fits on the device)",
+            needed / 2**30,
+            free / 2**30,
+            device,
+        )
+    return torch.device("cpu"), True
 
 
 def _check_matches(cfg: DictConfig, key: str, actual: int, name: str) -> None:

@@ -1,8 +1,14 @@
-"""Datasets that fit in memory, returned as tensors, and the seeded carving of splits.
+"""The data factories of the built-in in-memory options, what a factory returns, and the seeded
+carving of splits.
 
-Each loader returns a `Splits` of `(images, labels)` pairs: images `[N, C, H, W]`, uint8
-(0..255) or float32 in [0, 1]; labels int64. Every split is a pure function of the config,
-so every rank builds the same one without talking to the others.
+A data option's `_target_` (conf/data/*.yaml) names a factory: a function (or class) called with
+the whole `data` config. It returns either
+- `Splits` of `(images, labels)` tensors: images `[N, C, H, W]`, uint8 (0..255) or float32 in
+  [0, 1]; labels int64. build_data puts them on the device (TensorLoader); or
+- `FileSplits` of map-style datasets whose items are `(uint8 [C, S, S] tensor, label)`, decoded
+  in DataLoader workers (FileLoader), as trainkit.data.imagefolder does.
+Every split is a pure function of the config, so every rank builds the same one without talking
+to the others.
 """
 
 from dataclasses import dataclass
@@ -11,6 +17,7 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
+from torch.utils.data import Dataset
 
 from trainkit.errors import ConfigError
 
@@ -22,6 +29,16 @@ class Splits:
     train: Split
     val: Split
     test: Split
+    num_classes: int
+
+
+@dataclass
+class FileSplits:
+    """Datasets decoded in DataLoader workers; data.channels and data.image_size say their shape."""
+
+    train: Dataset
+    val: Dataset
+    test: Dataset
     num_classes: int
 
 

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from PIL import Image
 from torch.utils.data import Dataset
 
-from trainkit.data.datasets import carve
+from trainkit.data.datasets import FileSplits, carve
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -160,6 +160,12 @@ def load_image_folder(cfg: DictConfig) -> tuple[dict[str, ImageFolderDataset], l
 def image_extensions() -> frozenset[str]:
     """Every file extension Pillow can open here (lower case), e.g. .png, .jpg, .webp, .ppm, .tga."""
     return frozenset(ext.lower() for ext, kind in Image.registered_extensions().items() if kind in Image.OPEN)
+
+
+def image_folder(cfg: DictConfig) -> FileSplits:
+    """The `data=imagefolder` factory (conf/data/imagefolder.yaml's `_target_`)."""
+    datasets, classes = load_image_folder(cfg)
+    return FileSplits(datasets["train"], datasets["val"], datasets["test"], num_classes=len(classes))
 
 
 def _check_root(root: str | Path) -> Path:

@@ -150,6 +150,8 @@ class TensorLoader(ShardedLoader):
 
     No DataLoader, no collate, no worker processes: for data that fits in memory this
     removes nearly all per-step overhead. Batches are fresh tensors, safe to modify in place.
+    Data too big for the GPU stays on the host (`device=cpu`, possibly a memory-mapped cache) with
+    `pin_memory=True`: each batch is gathered whole into pinned memory for an asynchronous copy.
     """
 
     def __init__(
@@ -161,6 +163,7 @@ class TensorLoader(ShardedLoader):
         shuffle: bool,
         drop_last: bool = False,
         device: torch.device = torch.device("cpu"),
+        pin_memory: bool = False,
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
@@ -168,6 +171,7 @@ class TensorLoader(ShardedLoader):
     ):
         sampler = shard_sampler(len(images), train=train, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
         super().__init__(sampler, batch_size, drop_last)
+        self.pin_memory = pin_memory
         self.images = images.to(device)
         self.labels = labels.to(device=device, dtype=torch.int64)
 
@@ -175,7 +179,11 @@ class TensorLoader(ShardedLoader):
         # One host-to-device copy of the epoch's indices, then every batch is a slice of it.
         indices = self.sampler.epoch_indices().to(self.images.device)
         for batch in indices.split(self.batch_size)[: len(self) - self.start_batch]:
-            yield self.images[batch], self.labels[batch]
+            # index_select, not images[batch]: the same gather, several times faster on a CPU.
+            images, labels = self.images.index_select(0, batch), self.labels.index_select(0, batch)
+            if self.pin_memory:  # held on the host for a GPU: train.py's non_blocking copy overlaps compute
+                images, labels = images.pin_memory(), labels.pin_memory()
+            yield images, labels
 
 
 class FileLoader(ShardedLoader):

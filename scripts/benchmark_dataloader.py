@@ -1,0 +1,207 @@
+"""Which data path feeds training fastest? Samples/s of the file loader and of the offline cache.
+
+For an image folder (train.py's overrides, `data=imagefolder` by default), measure side by side:
+- the file loader (`data=imagefolder`: PIL decode in DataLoader workers) for data.num_workers from 0
+  to twice the CPU count, with and without pinned memory (pinned only where CUDA is available);
+- the offline cache (`data=cached`: the folder decoded once by scripts/preprocess.py, batches
+  gathered from tensors on the device), made here first if --cache holds no matching cache.
+Each setting draws --warmup batches first (worker start, first allocations and page faults), then
+--batches training batches are timed, moved to the training device as train.py moves them. Prints a
+Markdown table and a one-line
+recommendation (the overrides to use), and writes both with a PNG chart to --out.
+
+    python scripts/benchmark_dataloader.py --make-folder 10000 data.image_size=32     # a synthetic PNG folder
+    python scripts/benchmark_dataloader.py data.root=/path/to/images data.image_size=64 --batches 100
+"""
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/preprocess.py's compose
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("overrides", nargs="*", help="train.py overrides (data.root=..., data.image_size=...)")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmark_dataloader", help="results folder")
+    parser.add_argument("--make-folder", type=int, metavar="N", help="first write N synthetic PNGs to --folder")
+    parser.add_argument("--folder", type=Path, help="the folder --make-folder writes (default: OUT/images)")
+    parser.add_argument("--cache", type=Path, help="the offline cache to use or make (default: OUT/cache)")
+    parser.add_argument("--batches", type=int, default=50, help="timed batches per setting (after one warm-up)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed batches first, per setting")
+    parser.add_argument("--threads", type=int, help="torch threads of this process (default: torch's own)")
+    parser.add_argument("--max-workers", type=int, help="the largest worker count (default: twice the CPU count)")
+    return parser.parse_args(argv)
+
+
+def make_png_folder(root: Path, count: int, size: int, classes: int = 10) -> None:
+    """`count` PNGs of size x size under root/train/<class>/: a colour per class plus noise."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    colours = rng.integers(40, 216, (classes, 1, 1, 3))
+    for index in range(count):
+        label = index % classes
+        folder = root / "train" / f"class{label}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = np.clip(colours[label] + rng.normal(0, 30, (size, size, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(folder / f"{index:06d}.png")
+
+
+def samples_per_second(loader, device, batches: int, warmup: int) -> float:
+    import torch
+
+    loader.set_epoch(0)
+    iterator = iter(loader)
+    for _ in zip(range(warmup), iterator):  # worker start, first allocations and page faults
+        pass
+    count, start = 0, time.perf_counter()
+    for _, (images, labels) in zip(range(batches), iterator):
+        images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        count += len(labels)
+    if count == 0:
+        raise SystemExit(f"error: --warmup {warmup} leaves none of the {len(loader)} training batches to time")
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return count / (time.perf_counter() - start)
+
+
+def measure(cfg, cache: Path, device, batches: int, warmup: int, max_workers: int) -> list[tuple[str, str, float]]:
+    """[(path, setting, samples/s)], the file loader's settings first, the cache last."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from trainkit.data import FileLoader, build_data, make_dataset
+
+    train = make_dataset(cfg.data).train
+    results = []
+    for pin in (False, True) if device.type == "cuda" else (False,):
+        for workers in range(max_workers + 1):
+            loader = FileLoader(
+                train, cfg.data.batch_size, shuffle=True, train=True, num_workers=workers, pin_memory=pin
+            )
+            setting = f"data.num_workers={workers}" + (" pinned" if pin else "")
+            results.append(("files", setting, samples_per_second(loader, device, batches, warmup)))
+            print(f"  {results[-1][1]}: {results[-1][2]:,.0f} samples/s", flush=True)
+            del loader
+    cached = OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "data" / "cached.yaml"), cfg.data)
+    cached.merge_with({"_target_": "trainkit.data.cache.load_cache", "name": "cached", "root": str(cache)})
+    start = time.perf_counter()
+    data = build_data(cached, torch.device(device), seed=0)
+    print(f"  data=cached: loaded in {time.perf_counter() - start:.2f} s (once per run, not timed below)")
+    # On a CPU, also with one torch thread: on a busy machine a multi-threaded gather waits for a
+    # descheduled thread at every batch, and one thread shows the cost of the path itself.
+    threads = torch.get_num_threads()
+    for count in (threads, 1) if device.type == "cpu" and threads > 1 else (threads,):
+        torch.set_num_threads(count)
+        setting = f"data=cached on {device.type}" + (
+            f", {count} torch thread{'s' * (count > 1)}" if threads > 1 else ""
+        )
+        results.append(("cached", setting, samples_per_second(data.train, device, batches, warmup)))
+        print(f"  {results[-1][1]}: {results[-1][2]:,.0f} samples/s", flush=True)
+    torch.set_num_threads(threads)
+    return results
+
+
+def ensure_cache(cfg, cache: Path) -> None:
+    from trainkit.data.cache import check_made_with, read_meta, write_cache
+    from trainkit.errors import ConfigError
+
+    try:
+        meta = read_meta(cache)
+        check_made_with(cfg.data, meta, cache)
+        if meta["source"] == str(Path(cfg.data.root).expanduser().resolve()):
+            return
+    except ConfigError:
+        pass
+    write_cache(cfg.data, cache, num_workers=os.cpu_count() or 1)
+
+
+def report(results: list[tuple[str, str, float]], cfg, cache: Path, out: Path) -> str:
+    files = [row for row in results if row[0] == "files"]
+    best = max(files, key=lambda row: row[2])
+    cached = max((row for row in results if row[0] == "cached"), key=lambda row: row[2])
+    lines = ["| path | setting | samples/s | vs best file loader |", "|---|---|---:|---:|"]
+    lines += [f"| {path} | `{setting}` | {rate:,.0f} | {rate / best[2]:.2f}x |" for path, setting, rate in results]
+    size = cfg.data.image_size
+    if cached[2] > 1.2 * best[2]:
+        advice = (
+            f"recommendation: data=cached data.root={cache} data.image_size={size} "
+            f"({cached[2] / best[2]:.1f}x the best file loader; make it with "
+            f"python scripts/preprocess.py {cache} data.root={cfg.data.root} data.image_size={size})"
+        )
+    else:
+        advice = f"recommendation: {best[1].replace(' pinned', '')} (the cache is not faster here)"
+    out.mkdir(parents=True, exist_ok=True)
+    table = "\n".join(lines)
+    (out / "benchmark_dataloader.md").write_text(f"{table}\n\n{advice}\n")
+    plot(results, out / "benchmark_dataloader.png")
+    return f"{table}\n\n{advice}"
+
+
+def plot(results: list[tuple[str, str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 0.4 * len(results) + 1.5))
+    labels = [setting for _, setting, _ in results]
+    colours = ["tab:orange" if path == "cached" else "tab:blue" for path, _, _ in results]
+    axes.barh(labels, [rate for _, _, rate in results], color=colours)
+    axes.invert_yaxis()
+    axes.set_xlabel("samples/s (training batches delivered to the device)")
+    axes.set_title("data loading: file loader vs offline cache")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    import torch
+    from preprocess import compose
+
+    # Workers beyond the CPU count are the point of the sweep: torch's warning about them is not news here.
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+
+    from trainkit.errors import ConfigError
+    from trainkit.runtime import pick_device
+
+    overrides = list(args.overrides)
+    if args.make_folder:
+        folder = args.folder or args.out / "images"
+        size = next((int(o.split("=", 1)[1]) for o in overrides if o.startswith("data.image_size=")), 32)
+        print(f"writing {args.make_folder} PNGs of {size}x{size} to {folder}", flush=True)
+        make_png_folder(folder, args.make_folder, size)
+        overrides = [f"data.root={folder}", f"data.image_size={size}", *overrides]
+    try:
+        cfg = compose(overrides)
+        cache = args.cache or args.out / "cache"
+        ensure_cache(cfg, cache)
+        device = pick_device(cfg.device)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        max_workers = args.max_workers if args.max_workers is not None else 2 * (os.cpu_count() or 1)
+        print(
+            f"timing {args.batches} batches of {cfg.data.batch_size} per setting after {args.warmup} on {device}, "
+            f"{torch.get_num_threads()} torch threads in this process",
+            flush=True,
+        )
+        results = measure(cfg, cache, device, args.batches, args.warmup, max_workers)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(report(results, cfg, cache, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

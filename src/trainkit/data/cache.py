@@ -1,0 +1,148 @@
+"""The offline cache: an image folder decoded once into uint8 arrays, then trained from in memory.
+
+    python scripts/preprocess.py /cache data.root=/images data.image_size=32    # write_cache
+    python train.py data=cached data.root=/cache data.image_size=32              # load_cache
+
+Decoding a PNG or JPEG costs far more than the step of a small model; the cache pays it once.
+Pixels are decoded by trainkit.data.imagefolder (the same listing, splits, resize and crop as
+`data=imagefolder`), so a cached image equals the one the file loader yields. `data=cached` then
+takes the device-resident path of the built-in datasets (TensorLoader: one gather a batch, random
+augmentation still on the device, every epoch). A cache directory holds:
+
+    meta.json              what it was made from: image size, channels, classes, split keys, sources
+    <split>_images.npy     uint8 [N, C, S, S]; read whole when it fits in memory, else memory-mapped
+    <split>_labels.npy     int64 [N]
+    <split>_files.txt      the source file of each row, in order
+
+meta.json is written last: a directory without it (an interrupted run) is not a cache.
+"""
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from trainkit.data.datasets import Splits
+from trainkit.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1  # of meta.json and the arrays; a cache of another format is refused
+SPLITS = ("train", "val", "test")
+SPLIT_KEYS = ("val_fraction", "test_fraction", "split_seed")  # matter only for splits carved from train/
+HOST_SHARE = 0.5  # a split larger than this share of the available host memory stays memory-mapped
+
+
+def write_cache(cfg: DictConfig, out: Path, *, num_workers: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Decode the image folder `cfg` (an `imagefolder` data config) into a cache at `out`; return its meta."""
+    from tqdm import tqdm
+
+    from trainkit.data.imagefolder import load_image_folder
+    from trainkit.data.loaders import FileLoader
+
+    datasets, classes = load_image_folder(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "meta.json").unlink(missing_ok=True)  # until the arrays are complete, this is not a cache
+    root = Path(cfg["root"]).expanduser().resolve()
+    channels, size = cfg["channels"], cfg["image_size"]
+    counts = {}
+    with tqdm(total=sum(len(d) for d in datasets.values()), unit="img", desc="decoding", disable=not progress) as bar:
+        for split in SPLITS:
+            dataset = datasets[split]
+            shape = (len(dataset), channels, size, size)
+            images = np.lib.format.open_memmap(out / f"{split}_images.npy", mode="w+", dtype=np.uint8, shape=shape)
+            labels = np.empty(len(dataset), dtype=np.int64)
+            start = 0
+            # The training file loader, in file order: an unreadable image is its one-line error naming the file.
+            for batch, batch_labels in FileLoader(dataset, 256, shuffle=False, train=False, num_workers=num_workers):
+                images[start : start + len(batch)] = batch.numpy()
+                labels[start : start + len(batch)] = batch_labels.numpy()
+                start += len(batch)
+                bar.update(len(batch))
+            images.flush()
+            del images
+            if start != len(dataset):  # the loader skipped unreadable files (data.skip_bad_files=true)
+                raise ConfigError(
+                    "data.skip_bad_files",
+                    f"{len(dataset) - start} of the {len(dataset)} {split} images could not be read; a cache "
+                    f"holds one row per listed file: remove the unreadable files the log names, then rerun",
+                )
+            np.save(out / f"{split}_labels.npy", labels)
+            (out / f"{split}_files.txt").write_text("".join(f"{path}\n" for path, _ in dataset.samples))
+            counts[split] = len(dataset)
+    meta = {
+        "format": FORMAT,
+        "image_size": size,
+        "channels": channels,
+        "classes": classes,
+        "num_classes": len(classes),
+        "carved": [split for split in ("val", "test") if not (root / split).is_dir()],
+        **{key: cfg[key] for key in SPLIT_KEYS},
+        "source": str(root),
+        "counts": counts,
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def load_cache(cfg: DictConfig) -> Splits:
+    """The `data=cached` factory: the cache at `data.root` as tensors (build_data moves them to the
+    device), after checking that it was made with this config's image size, channels, classes and splits."""
+    root = Path(cfg["root"]).expanduser()
+    meta = read_meta(root)
+    check_made_with(cfg, meta, root)
+    train, val, test = (_arrays(root, split) for split in SPLITS)
+    return Splits(train, val, test, num_classes=meta["num_classes"])
+
+
+def _arrays(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    images = np.load(root / f"{split}_images.npy", mmap_mode="r")
+    if images.nbytes < HOST_SHARE * _available_memory():
+        images = np.array(images)  # read once: a batch is then a gather in memory, not page faults
+    else:  # larger than memory: copy-on-write pages, read from disk as batches touch them
+        log.warning("%s of %s (%.1f GiB) is read from the mapped file", split, root, images.nbytes / 2**30)
+        images = np.load(root / f"{split}_images.npy", mmap_mode="c")
+    return torch.from_numpy(images), torch.from_numpy(np.load(root / f"{split}_labels.npy"))
+
+
+def _available_memory() -> int:
+    """Bytes of host memory available to new allocations (Linux: MemAvailable; else free pages)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def read_meta(root: Path) -> dict[str, Any]:
+    make = f"make one with: python scripts/preprocess.py {root} data.root=<image folder>"
+    if not (root / "meta.json").is_file():
+        what = "does not exist" if not root.exists() else "is not a finished cache (no meta.json)"
+        raise ConfigError("data.root", f"'{root}' {what}; {make}")
+    meta: dict[str, Any] = json.loads((root / "meta.json").read_text())
+    if meta.get("format") != FORMAT:
+        raise ConfigError("data.root", f"'{root}' is a cache of format {meta.get('format')}, not {FORMAT}; {make}")
+    return meta
+
+
+def check_made_with(cfg: DictConfig, meta: dict[str, Any], root: Path) -> None:
+    """Refuse a cache made with other settings than `cfg`, naming the first key that differs."""
+    keys = ["image_size", "channels", "num_classes"] + (list(SPLIT_KEYS) if meta["carved"] else [])
+    for key in keys:
+        wanted = cfg.get(key)
+        if key == "num_classes" and wanted is None:
+            continue  # null: as many as the cache has
+        if wanted != meta[key]:
+            raise ConfigError(
+                f"data.{key}",
+                f"is {wanted} but the cache '{root}' was made with {meta[key]}; set data.{key}={meta[key]}, "
+                f"or remake it: python scripts/preprocess.py {root} data.root={meta['source']} data.{key}={wanted}",
+            )
