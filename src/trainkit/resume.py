@@ -89,7 +89,8 @@ def rewrite_argv(argv: list[str]) -> list[str]:
     saved = run_dir / ".hydra" / "overrides.yaml"
     replayed = [str(o) for o in OmegaConf.load(saved)] if saved.is_file() else []
     replayed = [o for o in replayed if not o.startswith(("resume=", "hydra.run.dir="))]
-    return [argv[0], f"hydra.run.dir={run_dir}", *replayed, *argv[1:]]
+    # Hydra writes no .hydra/ now (a refused override would land in overrides.yaml); resumed_config does, once resolved.
+    return [argv[0], f"hydra.run.dir={run_dir}", "hydra.output_subdir=null", *replayed, *argv[1:]]
 
 
 def check_output_dir(directory: str | None) -> None:
@@ -158,9 +159,7 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
                 del node[leaf]
         else:
             OmegaConf.update(resolved, key, OmegaConf.select(composed, key), merge=False, force_add=True)
-    for key, value in _flat(OmegaConf.to_container(composed, resolve=True)).items():
-        if OmegaConf.select(resolved, key, default=KeyError) is KeyError:  # a key this code added since
-            OmegaConf.update(resolved, key, value, force_add=True)
+    _add_new_keys(resolved, composed)
     resolved.resume = str(checkpoint)
     changes = _changes(state["config"], OmegaConf.to_container(resolved, resolve=True))
     _refuse_what_cannot_take_effect(state, resolved, changes)
@@ -178,9 +177,25 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     if stale:
         log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
     trim_metrics(run_dir / "metrics.jsonl", state)
-    if (run_dir / ".hydra").is_dir():  # .hydra/config.yaml: the config this run now trains with
+    if (run_dir / ".hydra").is_dir():  # what this run now trains with, and the overrides that compose it
         OmegaConf.save(resolved, run_dir / ".hydra" / "config.yaml")
+        OmegaConf.save(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")
     return resolved, False
+
+
+def _add_new_keys(resolved: DictConfig, composed: DictConfig) -> None:
+    """Keys the code added since the checkpoint was written take their composed (default) values;
+    not inside a factory whose `_target_` differs (another optimizer's keys do not belong there)."""
+    for key, value in _flat(OmegaConf.to_container(composed, resolve=True)).items():
+        if OmegaConf.select(resolved, key, default=KeyError) is not KeyError:
+            continue
+        parts = key.split(".")
+        parents = [".".join(parts[:i]) for i in range(1, len(parts))]
+        if all(
+            OmegaConf.select(resolved, f"{p}._target_", default=None) == OmegaConf.select(composed, f"{p}._target_")
+            for p in parents
+        ):
+            OmegaConf.update(resolved, key, value, force_add=True)
 
 
 def _hydra_task_overrides() -> list[str]:
