@@ -50,9 +50,13 @@ def test_resume_runs_in_the_checkpoints_directory_with_its_overrides_replayed_fi
     for target in (tmp_path / "run", last):  # the run directory or its last.pt
         argv = resume.rewrite_argv(["train.py", f"resume={target}", "optimizer.lr=0.05"])
         assert argv == [
-            "train.py", f"hydra.run.dir={tmp_path / 'run'}", "hydra.output_subdir=null",
-            "trainer.max_epochs=3", "optimizer.lr=0.2",  # the run's own, then the new ones, which win
-            f"resume={target}", "optimizer.lr=0.05",
+            "train.py",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            "hydra.output_subdir=null",
+            "trainer.max_epochs=3",
+            "optimizer.lr=0.2",  # the run's own, then the new ones, which win
+            f"resume={target}",
+            "optimizer.lr=0.05",
         ]
     assert "continues in the checkpoint's own run directory" in refused(
         [f"resume={last}", f"hydra.run.dir={tmp_path / 'elsewhere'}"]
@@ -86,7 +90,7 @@ def test_each_unusable_checkpoint_is_one_line_before_hydra(tmp_path):
         "garbage.pt": "is not a PyTorch checkpoint",
         "truncated.pt": "is truncated",
         "foreign.pt": "is not a trainkit training checkpoint (it holds weights)",
-        "newer.pt": f"has checkpoint format {CHECKPOINT_FORMAT + 1}, this code reads format {CHECKPOINT_FORMAT} (a newer",
+        "newer.pt": f"format {CHECKPOINT_FORMAT + 1}, this code reads format {CHECKPOINT_FORMAT} (a newer",
         "older.pt": f"has checkpoint format 0, this code reads format {CHECKPOINT_FORMAT} (an older",
     }
     for name, fragment in expected.items():
@@ -98,7 +102,10 @@ def test_a_bad_resume_path_exits_with_one_line_and_leaves_no_run_directory(tmp_p
     run_dir = tmp_path / "new"
     result = subprocess.run(
         [sys.executable, str(ROOT / "train.py"), f"resume={tmp_path / 'nope.pt'}", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 1 and result.stderr.strip().splitlines() == [
         f"error: resume: {tmp_path / 'nope.pt'} does not exist; give a run directory or its checkpoints/last.pt"
@@ -154,10 +161,12 @@ def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_pat
     assert OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml").data.batch_size == 48
 
     monkeypatch.setattr(resume, "_command_line", [f"resume={last}", "optimizer=adamw", "trainer.max_epochs=5"])
-    with pytest.raises(ConfigError, match="^optimizer: is torch.optim.AdamW but the checkpoint's optimizer state is"):
+    with pytest.raises(
+        ConfigError, match=r"^optimizer: is torch\.optim\.AdamW but the checkpoint's optimizer state is"
+    ):
         resume.resumed_config(compose_config(f"resume={last}", "optimizer=adamw", "trainer.max_epochs=5"), tmp_path)
     monkeypatch.setattr(resume, "_command_line", [f"resume={last}", "experiment=mnist"])
-    with pytest.raises(ConfigError, match="^experiment: on a resume, give the keys to change one by one"):
+    with pytest.raises(ConfigError, match=r"^experiment: on a resume, give the keys to change one by one"):
         resume.resumed_config(compose_config(f"resume={last}", "experiment=mnist"), tmp_path)
 
     inside = make_run(tmp_path / "inside", saved, batches_done=4, early_stopping={})
@@ -179,9 +188,13 @@ def test_finished_runs_say_how_to_train_on(compose_config):
 
 
 def test_metrics_written_after_the_checkpoint_are_dropped(tmp_path):
-    lines = [{"epoch": 0, "step": 20, "val/loss": 1}, {"epoch": 1, "step": 25, "train/step_loss": 1},
-             {"epoch": 1, "step": 27, "val/loss": 1}, {"epoch": 1, "step": 27, "test/acc": 1},
-             {"epoch": 1, "step": 30, "train/step_loss": 1}]
+    lines = [
+        {"epoch": 0, "step": 20, "val/loss": 1},
+        {"epoch": 1, "step": 25, "train/step_loss": 1},
+        {"epoch": 1, "step": 27, "val/loss": 1},
+        {"epoch": 1, "step": 27, "test/acc": 1},
+        {"epoch": 1, "step": 30, "train/step_loss": 1},
+    ]
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     resume.trim_metrics(path, {"epoch": 1, "step": 27, "batches_done": 7})  # stopped inside epoch 1, at step 27

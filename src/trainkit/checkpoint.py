@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
+from omegaconf import OmegaConf
 
 from trainkit.checkpoint_files import CHECKPOINT_FORMAT, check_model_fits, load_optimizer_state
 from trainkit.errors import ConfigError
@@ -102,11 +103,13 @@ def optimization_changed(run: Any, state: dict) -> bool:
     from trainkit.schema import to_dict
 
     saved, now = state["config"], run.cfg
-    if saved.get("optimizer") != to_dict(now.optimizer):
+    if saved.get("optimizer") != (to_dict(now.optimizer) if "optimizer" in now else None):
         return True
-    scaled = now.optimizer.get("scale_lr_with_batch", False)
-    batch_keys = [("data", "batch_size"), ("trainer", "accumulate_grad_batches")]
-    return bool(scaled) and any(saved.get(group, {}).get(key) != now[group][key] for group, key in batch_keys)
+    scaled = OmegaConf.select(now, "optimizer.scale_lr_with_batch", default=False)
+    batch_keys = ("data.batch_size", "trainer.accumulate_grad_batches")
+    return bool(scaled) and any(
+        OmegaConf.select(OmegaConf.create(saved), k) != OmegaConf.select(now, k) for k in batch_keys
+    )
 
 
 def restore_training_state(run: Any, state: dict) -> None:

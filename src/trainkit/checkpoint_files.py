@@ -54,7 +54,8 @@ def read_checkpoint(path: Path, map_location: str | torch.device = "cpu", mmap: 
     if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
         found = ", ".join(sorted(map(str, state))[:6]) if isinstance(state, dict) else type(state).__name__
         raise ConfigError(
-            "resume", f"{path} is not a trainkit training checkpoint (it holds {found}); use a run's checkpoints/last.pt"
+            "resume",
+            f"{path} is not a trainkit training checkpoint (it holds {found}); use a run's checkpoints/last.pt",
         )
     version = state.get("format", 1)
     if version != CHECKPOINT_FORMAT:

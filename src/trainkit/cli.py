@@ -1,8 +1,9 @@
 """Run a Hydra entry point the way every trainkit script needs it run.
 
 Before Hydra composes: register the config's resolvers, under torchrun let all ranks agree on one
-run directory, and for resume= check the checkpoint and run in its directory (trainkit.resume). After: report bad input as one line instead of a stack trace (set
-HYDRA_FULL_ERROR=1 to see the trace; unexpected errors, i.e. bugs, always keep theirs).
+run directory, and for resume= check the checkpoint and run in its directory (trainkit.resume).
+After: report bad input as one line instead of a stack trace (set HYDRA_FULL_ERROR=1 to see the
+trace; unexpected errors, i.e. bugs, always keep theirs).
 """
 
 import difflib
