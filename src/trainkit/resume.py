@@ -26,10 +26,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.checkpoint import remove_stale_temporary_files
-from trainkit.checkpoint_files import find_checkpoint, read_checkpoint
-from trainkit.distributed import process_info
 from trainkit.errors import ConfigError
+
+# torch-based modules (trainkit.checkpoint, checkpoint_files, distributed) are imported where used:
+# trainkit.cli imports this module for every command, `--help` included.
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,8 @@ def rewrite_argv(argv: list[str]) -> list[str]:
     if resume in (None, "", "null", "None", AUTO):
         check_output_dir(_value(overrides, "hydra.sweep.dir" if multirun else "hydra.run.dir"))
         return argv
+    from trainkit.checkpoint_files import find_checkpoint, read_checkpoint
+
     if multirun or "," in resume:
         raise ConfigError(
             "resume",
@@ -138,6 +140,10 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     do: one line says how to extend it). Without resume: `composed` as it is."""
     if not isinstance(composed.resume, str) or composed.resume == "":
         return composed, False  # null, or a wrong type that trainkit.config reports
+    from trainkit.checkpoint import remove_stale_temporary_files
+    from trainkit.checkpoint_files import find_checkpoint, read_checkpoint
+    from trainkit.distributed import process_info
+
     if composed.resume == AUTO:
         existing = run_dir / "checkpoints" / "last.pt"
         if not existing.is_file():
@@ -178,9 +184,16 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
         log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
     trim_metrics(run_dir / "metrics.jsonl", state)
     if (run_dir / ".hydra").is_dir():  # what this run now trains with, and the overrides that compose it
-        OmegaConf.save(resolved, run_dir / ".hydra" / "config.yaml")
-        OmegaConf.save(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")
+        _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
+        _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")
     return resolved, False
+
+
+def _save_atomically(config: Any, path: Path) -> None:
+    """Under torchrun the other ranks may be reading overrides.yaml (rewrite_argv) right now."""
+    tmp = path.with_name(path.name + ".tmp")
+    OmegaConf.save(config, tmp)
+    os.replace(tmp, path)
 
 
 def _add_new_keys(resolved: DictConfig, composed: DictConfig) -> None:
