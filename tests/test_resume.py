@@ -153,11 +153,12 @@ def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_pat
     saved = to_dict(original)
     saved["data"]["batch_size"] = 48  # what the batch-size finder chose: part of the checkpoint's config
     last = make_run(tmp_path / "run", saved, early_stopping={"epochs_without_improvement": 0})
-    monkeypatch.setattr(resume, "_command_line", [f"resume={last}", "optimizer.lr=0.05", "trainer.max_epochs=5"])
-    composed = compose_config(f"resume={last}", "optimizer.lr=0.05", "trainer.max_epochs=5")
-    cfg, finished = resume.resumed_config(composed, tmp_path / "run")
+    new = ["optimizer.lr=0.05", "trainer.max_epochs=5", "regularization.dropout=0.3"]
+    monkeypatch.setattr(resume, "_command_line", [f"resume={last}", *new])
+    cfg, finished = resume.resumed_config(compose_config(f"resume={last}", *new), tmp_path / "run")
     assert not finished and cfg.resume == str(last)
     assert (cfg.optimizer.lr, cfg.trainer.max_epochs, cfg.data.batch_size) == (0.05, 5, 48)
+    assert cfg.model.dropout == 0.3  # follows regularization.dropout, as the config links it
     assert OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml").data.batch_size == 48
 
     monkeypatch.setattr(resume, "_command_line", [f"resume={last}", "optimizer=adamw", "trainer.max_epochs=5"])

@@ -21,6 +21,7 @@ each rank reads the same checkpoint and command line and computes the same resul
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ def rewrite_argv(argv: list[str]) -> list[str]:
     """Before Hydra: the command line that resumes in the checkpoint's run directory. Checks the
     checkpoint and the output directory first; raises ConfigError (one line) when either is unusable."""
     global _command_line
-    overrides = [arg for arg in argv[1:] if not arg.startswith("-")]
+    overrides = [arg for arg in argv[1:] if not arg.startswith("-") and ("=" in arg or arg.startswith("~"))]
     _command_line = overrides
     if any(arg in INFO_FLAGS for arg in argv):  # --help, --cfg job, ...: nothing is trained or written
         return argv
@@ -124,7 +125,7 @@ def _touched(overrides: list[str], composed: DictConfig, explicit: bool) -> list
         if key.startswith("hydra") or key == "resume":
             continue
         if OmegaConf.select(composed, key, default=KeyError) is KeyError and not override.is_delete():
-            if override.is_add():
+            if override.is_add() or override.is_force_add():
                 touched.append((key, False))
             elif explicit:  # a global group (experiment=, debug=) sets keys all over the config
                 raise ConfigError(
@@ -157,6 +158,7 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     explicit = composed.resume != AUTO
     overrides = _command_line if (_command_line is not None and explicit) else _hydra_task_overrides()
     resolved = OmegaConf.create(state["config"])
+    _relink(resolved, composed)
     for key, deleted in _touched(overrides, composed, explicit):
         if deleted:
             parent, _, leaf = key.rpartition(".")
@@ -187,6 +189,17 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
         _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
         _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")
     return resolved, False
+
+
+def _relink(resolved: DictConfig, composed: DictConfig) -> None:
+    """The checkpoint holds resolved values; where the config links a key to another (model.dropout:
+    ${regularization.dropout}) and the checkpoint's values still agree, restore the link, so an
+    override of the source reaches every key that follows it."""
+    saved = _flat(OmegaConf.to_container(resolved))
+    for key, value in _flat(OmegaConf.to_container(composed, resolve=False)).items():
+        match = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
+        if match and key in saved and match.group(1) in saved and saved[key] == saved[match.group(1)]:
+            OmegaConf.update(resolved, key, value, merge=False)
 
 
 def _save_atomically(config: Any, path: Path) -> None:
