@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT
 from trainkit import checkpoint, resume
-from trainkit.checkpoint_files import CHECKPOINT_FORMAT, check_model_fits, load_optimizer_state
+from trainkit.checkpoint_files import CHECKPOINT_FORMAT, check_model_fits, check_output_dir, load_optimizer_state
 from trainkit.errors import ConfigError
 from trainkit.schema import to_dict
 
@@ -121,7 +121,7 @@ def test_an_unusable_output_directory_is_one_line(tmp_path):
     locked.mkdir(mode=0o500)
     if os.geteuid() != 0:  # root may write anywhere
         assert "no write permission" in refused([f"hydra.run.dir={locked / 'run'}"])
-    resume.check_output_dir(str(tmp_path / "new" / "deeper"))  # creatable: fine
+    check_output_dir(str(tmp_path / "new" / "deeper"))  # creatable: fine
 
 
 def test_a_full_disk_keeps_the_previous_checkpoint_and_says_how_much_space_is_left(tmp_path, monkeypatch):

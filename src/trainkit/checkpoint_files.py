@@ -1,10 +1,12 @@
-"""Reading a checkpoint someone points `resume=` at, and checking it fits, in one line each.
+"""The paths a run reads and writes, checked before use: the checkpoint `resume=` points at (and
+whether it fits the model and optimizer), and the output directory.
 
 Every way a path can be wrong (missing, a folder without checkpoints, not a checkpoint, truncated,
-another format version, another model or optimizer) is a ConfigError on the `resume` key that says
-what was found and what to do, instead of a stack trace from deep inside torch.load.
+another format version, another model or optimizer, an output directory that cannot be written) is
+one ConfigError line that says what was found and what to do, not a stack trace from torch.load or Hydra.
 """
 
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -98,3 +100,16 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
             f"checkpoint's optimizer and model settings",
         )
     optimizer.load_state_dict(state)
+
+
+def check_output_dir(directory: str | None) -> None:
+    """The run directory can be created and written (None: Hydra's default under ./outputs)."""
+    path = Path(directory or "outputs").expanduser().absolute()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    key = "hydra.run.dir" if directory else "hydra.run.dir (default ./outputs)"
+    if not existing.is_dir():
+        raise ConfigError(key, f"{path} cannot be created: {existing} is a file, not a directory; choose another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(key, f"{path} cannot be written: no write permission in {existing}; choose another path")

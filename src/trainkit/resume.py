@@ -65,11 +65,11 @@ def rewrite_argv(argv: list[str]) -> list[str]:
         return argv
     resume = _value(overrides, "resume")
     multirun = any(arg in ("-m", "--multirun") for arg in argv) or _value(overrides, "hparams_search") is not None
+    from trainkit.checkpoint_files import check_output_dir, find_checkpoint, read_checkpoint
+
     if resume in (None, "", "null", "None", AUTO):
         check_output_dir(_value(overrides, "hydra.sweep.dir" if multirun else "hydra.run.dir"))
         return argv
-    from trainkit.checkpoint_files import find_checkpoint, read_checkpoint
-
     if multirun or "," in resume:
         raise ConfigError(
             "resume",
@@ -94,19 +94,6 @@ def rewrite_argv(argv: list[str]) -> list[str]:
     replayed = [o for o in replayed if not o.startswith(("resume=", "hydra.run.dir="))]
     # Hydra writes no .hydra/ now (a refused override would land in overrides.yaml); resumed_config does, once resolved.
     return [argv[0], f"hydra.run.dir={run_dir}", "hydra.output_subdir=null", *replayed, *argv[1:]]
-
-
-def check_output_dir(directory: str | None) -> None:
-    """The run directory can be created and written (None: Hydra's default under ./outputs)."""
-    path = Path(directory or "outputs").expanduser().absolute()
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    key = "hydra.run.dir" if directory else "hydra.run.dir (default ./outputs)"
-    if not existing.is_dir():
-        raise ConfigError(key, f"{path} cannot be created: {existing} is a file, not a directory; choose another path")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(key, f"{path} cannot be written: no write permission in {existing}; choose another path")
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -148,7 +135,9 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     if composed.resume == AUTO:
         existing = run_dir / "checkpoints" / "last.pt"
         if not existing.is_file():
-            log.info(f"resume=auto: no checkpoint in {run_dir}: starting a new run")
+            torn = remove_stale_temporary_files(existing.parent) if process_info().is_main else []
+            removed = f" (removed the torn {', '.join(torn)})" if torn else ""
+            log.info(f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}")
             composed.resume = None
             return composed, False
         checkpoint = existing
