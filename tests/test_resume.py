@@ -18,6 +18,7 @@ from conftest import ROOT
 from trainkit import checkpoint, resume
 from trainkit.checkpoint_files import CHECKPOINT_FORMAT, check_model_fits, check_output_dir, load_optimizer_state
 from trainkit.errors import ConfigError
+from trainkit.models import build_model
 from trainkit.schema import to_dict
 
 
@@ -152,7 +153,8 @@ def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_pat
     original = compose_config("trainer.max_epochs=3", "batch_size_finder.enabled=true")
     saved = to_dict(original)
     saved["data"]["batch_size"] = 48  # what the batch-size finder chose: part of the checkpoint's config
-    last = make_run(tmp_path / "run", saved, early_stopping={"epochs_without_improvement": 0})
+    weights = build_model(original.model, image_size=8)[0].state_dict()
+    last = make_run(tmp_path / "run", saved, model=weights, early_stopping={"epochs_without_improvement": 0})
     new = ["optimizer.lr=0.05", "trainer.max_epochs=5", "regularization.dropout=0.3"]
     monkeypatch.setattr(resume, "_command_line", [f"resume={last}", *new])
     cfg, finished = resume.resumed_config(compose_config(f"resume={last}", *new), tmp_path / "run")
@@ -166,6 +168,11 @@ def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_pat
         ConfigError, match=r"^optimizer: is torch\.optim\.AdamW but the checkpoint's optimizer state is"
     ):
         resume.resumed_config(compose_config(f"resume={last}", "optimizer=adamw", "trainer.max_epochs=5"), tmp_path)
+    sized = make_run(tmp_path / "sized", saved, model=weights, early_stopping={})
+    monkeypatch.setattr(resume, "_command_line", [f"resume={sized}", "model.widths=[16,64,128]"])
+    with pytest.raises(ConfigError, match=r"^model: features\.0\.weight is \[32, 1, 3, 3\] in the checkpoint but \[16"):
+        resume.resumed_config(compose_config(f"resume={sized}", "model.widths=[16,64,128]"), tmp_path / "sized")
+    assert not (tmp_path / "sized" / ".hydra" / "config.yaml").exists()  # nothing written for a refused resume
     monkeypatch.setattr(resume, "_command_line", [f"resume={last}", "experiment=mnist"])
     with pytest.raises(ConfigError, match=r"^experiment: on a resume, give the keys to change one by one"):
         resume.resumed_config(compose_config(f"resume={last}", "experiment=mnist"), tmp_path)

@@ -160,6 +160,8 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     resolved.resume = str(checkpoint)
     changes = _changes(state["config"], OmegaConf.to_container(resolved, resolve=True))
     _refuse_what_cannot_take_effect(state, resolved, changes)
+    if any(change.startswith(("model.", "data.channels ", "data.num_classes ")) for change in changes):
+        _check_model_fits_early(state["model"], resolved)
     position = f"epoch {state['epoch']}" + (f", batch {state['batches_done']}" if state["batches_done"] else " (done)")
     listed = "; changed: " + ", ".join(changes) if changes else "; config as in the checkpoint"
     main = process_info().is_main  # under torchrun every rank resolves; one of them writes
@@ -242,6 +244,22 @@ def _refuse_what_cannot_take_effect(state: dict, resolved: DictConfig, changes: 
                     f"changed on a resume inside epoch {state['epoch']} (after batch {state['batches_done']}): the "
                     f"batches already trained would be miscounted; resume without it, or from an epoch's end",
                 )
+
+
+def _check_model_fits_early(weights: dict, cfg: DictConfig) -> None:
+    """The model the new settings describe, built on the meta device (no memory, no data), against
+    the checkpoint's weights. A model that cannot be built this way is checked at load instead."""
+    import torch
+
+    from trainkit.checkpoint_files import check_model_fits
+    from trainkit.models import build_model
+
+    try:
+        with torch.device("meta"):
+            model, _ = build_model(cfg.model, image_size=cfg.data.image_size)
+    except Exception:  # e.g. pretrained weights to read: train.py's load-time check still applies
+        return
+    check_model_fits(weights, model)
 
 
 def finished_message(state: dict, cfg: DictConfig, run_dir: Path) -> str | None:
