@@ -46,6 +46,7 @@ from trainkit.mixing import LabelMixing
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.profiling import StepProfiler
+from trainkit.resume import finished_value, resumed_config
 from trainkit.rng import rng_states
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes
 from trainkit.sample_transforms import attach_sample_transform
@@ -403,9 +404,12 @@ def run_process(cfg: DictConfig, run_dir: Path) -> float:
 
 @hydra.main(version_base=None, config_path="conf", config_name="config")
 @cli.report_config_errors
-def main(cfg: DictConfig) -> float:
-    validate(cfg)  # every error the config alone can reveal, before any data or model is built
+def main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides on top
+    if finished:  # nothing left to train; one line said how to extend the run
+        return finished_value(run_dir)
+    validate(cfg)  # every error the config alone can reveal, before any data or model is built
     if cfg.print_config:
         print_config(cfg, run_dir)
     # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial

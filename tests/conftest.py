@@ -36,8 +36,9 @@ def run_train(tmp_path):
     """Run train.py with overrides in a fresh run directory; fail with its stderr if it fails."""
     counter = iter(range(1000))
 
-    def run(*overrides: str, check: bool = True, timeout: int = 300) -> TrainRun:
-        run_dir = tmp_path / f"run{next(counter)}"
+    def run(*overrides: str, check: bool = True, timeout: int = 300, run_dir: Path | None = None) -> TrainRun:
+        """`run_dir`: train there (e.g. resume=auto in an existing run), instead of a fresh directory."""
+        run_dir = run_dir or tmp_path / f"run{next(counter)}"
         command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides]
         process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         if check:

@@ -594,19 +594,16 @@ def test_ddp_run_stopped_inside_an_epoch_resumes_exactly(tmp_path):
     assert straight.returncode == 0 and stopped.returncode == 0, stopped.stderr[-3000:]
     checkpoint = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)
     assert (checkpoint["epoch"], checkpoint["batches_done"], len(checkpoint["rng"])) == (1, 3, 2)
-    resumed = run(
-        train_command(
-            f"hydra.run.dir={tmp_path / 'resumed'}", f"resume={tmp_path / 'stopped/checkpoints/last.pt'}", *overrides
-        )
-    )
+    # In the stopped run's own directory, with its config; max_steps=null lifts the stop.
+    resumed = run(train_command(f"resume={tmp_path / 'stopped'}", "trainer.max_steps=null"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     (straight_summary, straight_metrics), (resumed_summary, resumed_metrics) = (
         read_run(tmp_path / "straight"),
-        read_run(tmp_path / "resumed"),
+        read_run(tmp_path / "stopped"),
     )
     assert resumed_summary["test"] == pytest.approx(straight_summary["test"], rel=1e-6)
     assert resumed_metrics[-2]["val/loss"] == pytest.approx(straight_metrics[-2]["val/loss"], rel=1e-6)
     straight_weights = torch.load(tmp_path / "straight/checkpoints/last.pt", weights_only=True)["model"]
-    resumed_weights = torch.load(tmp_path / "resumed/checkpoints/last.pt", weights_only=True)["model"]
+    resumed_weights = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)["model"]
     for name, tensor in straight_weights.items():
         torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)

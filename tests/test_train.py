@@ -197,18 +197,20 @@ def assert_same_training(resumed, straight):
         torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
 
 
-def test_resume_after_a_kill_continues_exactly(run_train, tmp_path):
-    # Checkpoints every 3 updates, so the kill usually lands inside an epoch.
+def test_resume_after_a_kill_continues_exactly_in_the_same_run_directory(run_train, tmp_path):
+    # Checkpoints every 3 updates, so the kill lands inside an epoch. min_delta=100 keeps epoch 0 the
+    # best, before the kill: the resumed run must test that run directory's best.pt, as a straight run does.
     overrides = [
         "trainer.max_epochs=6",
         "augmentation=shift",
         "trainer.progress_bar=false",
         "print_config=false",
         "regularization.early_stopping.enabled=false",
+        "regularization.early_stopping.min_delta=100",
         "trainer.checkpoint_every_n_steps=3",
     ]
     straight = run_train(*overrides)
-    # Kill a second, identical run as soon as its first checkpoint lands, as a preemption would.
+    # Kill a second, identical run as soon as epoch 0's best.pt lands, as a preemption would.
     killed_dir = tmp_path / "killed"
     victim = subprocess.Popen(
         [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={killed_dir}", *overrides],
@@ -216,17 +218,27 @@ def test_resume_after_a_kill_continues_exactly(run_train, tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    last = killed_dir / "checkpoints" / "last.pt"
+    last, best = killed_dir / "checkpoints" / "last.pt", killed_dir / "checkpoints" / "best.pt"
     deadline = time.monotonic() + 120
-    while not last.exists() and victim.poll() is None and time.monotonic() < deadline:
+    while not best.exists() and victim.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
     victim.kill()
     victim.wait()
     interrupted = torch.load(last, weights_only=True)
     assert interrupted["epoch"] < 5, "the run finished before it could be killed"
-    resumed = run_train(*overrides, f"resume={last}")
-    first_epoch = interrupted["epoch"] + (0 if interrupted["batches_done"] else 1)
-    assert [m["epoch"] for m in resumed.epoch_metrics()] == list(range(first_epoch, 6))
+    (killed_dir / "checkpoints" / "last.pt.tmp").write_bytes(b"torn")  # as a kill during a save leaves it
+    # resume= alone: the checkpoint's config (not the defaults), in the killed run's own directory.
+    resumed = run_train(f"resume={killed_dir}", run_dir=killed_dir)
+    assert not list((killed_dir / "checkpoints").glob("*.tmp")) and "last.pt.tmp" in resumed.stdout + resumed.stderr
+    assert "config as in the checkpoint" in resumed.stdout + resumed.stderr
+    assert resumed.summary["best"]["epoch"] == 0
+    resumed_summary, straight_summary = resumed.summary, straight.summary
+    for summary in (resumed_summary, straight_summary):
+        del summary["wall_seconds"], summary["run_dir"], summary["final"]["train/samples_per_sec"]  # not results
+    assert resumed_summary.pop("test") == pytest.approx(straight_summary.pop("test"), rel=1e-6)
+    assert resumed_summary == straight_summary  # best, final, epochs, steps, stop_reason, optimized value
+    # metrics.jsonl continues: each epoch once, with the lines written after the checkpoint dropped.
+    assert [m["epoch"] for m in resumed.epoch_metrics()] == list(range(6))
     assert_same_training(resumed, straight)
 
 
@@ -244,10 +256,40 @@ def test_a_run_stopped_inside_an_epoch_resumes_at_the_next_batch(run_train):
     stopped = run_train(*overrides, "trainer.max_steps=27")  # 20 updates per epoch: 7 batches into epoch 1
     checkpoint = torch.load(stopped.run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert (checkpoint["epoch"], checkpoint["batches_done"], checkpoint["step"]) == (1, 7, 27)
-    resumed = run_train(*overrides, f"resume={stopped.run_dir / 'checkpoints' / 'last.pt'}")
-    assert [m["epoch"] for m in resumed.epoch_metrics()] == [1, 2]
-    assert resumed.epoch_metrics()[0]["step"] == 40
+    last = stopped.run_dir / "checkpoints" / "last.pt"
+    finished = run_train(f"resume={last}", run_dir=stopped.run_dir)  # its config says max_steps=27
+    assert (
+        "has finished (trainer.max_steps=27 reached); resume with a higher trainer.max_steps"
+        in finished.stdout + finished.stderr
+    )
+    resumed = run_train(f"resume={last}", "trainer.max_steps=null", run_dir=stopped.run_dir)
+    assert "changed: trainer.max_steps 27 -> None" in resumed.stdout + resumed.stderr
+    assert [m["epoch"] for m in resumed.epoch_metrics()] == [0, 1, 2]  # the stopped epoch 1's line is replaced
+    assert resumed.epoch_metrics()[1]["step"] == 40
     assert_same_training(resumed, straight)
+
+
+def test_resume_auto_starts_then_continues_and_overrides_take_effect(run_train, tmp_path):
+    run_dir = tmp_path / "job"  # a fixed directory, as a requeued SLURM job names it by its job id
+    tiny = (
+        "trainer.limit_train_batches=3",
+        "trainer.limit_val_batches=2",
+        "scheduler=constant",
+        "trainer.progress_bar=false",
+        "print_config=false",
+    )
+    first = run_train("resume=auto", "trainer.max_epochs=1", *tiny, run_dir=run_dir)
+    assert "resume=auto: no checkpoint" in first.stdout + first.stderr
+    second = run_train("resume=auto", "trainer.max_epochs=2", "optimizer.lr=0.05", *tiny, run_dir=run_dir)
+    assert "changed: trainer.max_epochs 1 -> 2, optimizer.lr 0.1 -> 0.05" in second.stdout + second.stderr
+    assert [(m["epoch"], m["lr"]) for m in second.epoch_metrics()] == [(0, 0.1), (1, 0.05)]
+    assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]["optimizer"]["lr"] == 0.05
+    again = run_train("resume=auto", "trainer.max_epochs=2", "optimizer.lr=0.05", *tiny, run_dir=run_dir)
+    assert (
+        "has finished (trainer.max_epochs=2 reached); resume with a higher trainer.max_epochs"
+        in again.stdout + again.stderr
+    )
+    assert again.metrics == second.metrics  # nothing trained, nothing logged
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

@@ -1,8 +1,9 @@
 """Run a Hydra entry point the way every trainkit script needs it run.
 
-Before Hydra composes: register the config's resolvers and, under torchrun, let all ranks agree
-on one run directory. After: report bad input as one line instead of a stack trace (set
-HYDRA_FULL_ERROR=1 to see the trace; unexpected errors, i.e. bugs, always keep theirs).
+Before Hydra composes: register the config's resolvers, under torchrun let all ranks agree on one
+run directory, and for resume= check the checkpoint and run in its directory (trainkit.resume).
+After: report bad input as one line instead of a stack trace (set HYDRA_FULL_ERROR=1 to see the
+trace; unexpected errors, i.e. bugs, always keep theirs).
 """
 
 import difflib
@@ -19,6 +20,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from trainkit.errors import ConfigError, caused_by_config_error, causes
+from trainkit.resume import rewrite_argv
 from trainkit.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 
 
@@ -83,6 +85,7 @@ def run(hydra_main: Callable[[], object]) -> None:
     _user_wants_trace = wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
     try:
+        sys.argv = rewrite_argv(sys.argv)  # resume=: check the checkpoint, then run in its directory
         hydra_main()
     except (ConfigError, HydraException, OmegaConfBaseException) as error:
         if wants_trace:
