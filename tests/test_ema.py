@@ -157,7 +157,8 @@ def test_a_run_with_ema_validates_with_it_and_resumes_it_exactly(run_train):
     ]
     straight = run_train(*overrides)
     stopped = run_train(*overrides, "trainer.max_steps=9")  # 6 updates an epoch: 3 batches into epoch 1
-    resumed = run_train(*overrides, f"resume={stopped.run_dir / 'checkpoints' / 'last.pt'}")
+    # continues in the stopped run's directory; max_steps=null lifts the stop the first command set
+    resumed = run_train(*overrides, "trainer.max_steps=null", f"resume={stopped.run_dir}", run_dir=stopped.run_dir)
     straight_state, resumed_state = (
         torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True) for run in (straight, resumed)
     )
