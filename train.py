@@ -29,7 +29,7 @@ from trainkit.checkpoint import (copy_checkpoint, load_checkpoint, restore_train
 from trainkit.config import validate
 from trainkit.console import print_config
 from trainkit.data import DataBundle, build_data
-from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics,
+from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics, barrier,
                                   broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
                                   init_process_group, process_info)
 from trainkit.early_stopping import EarlyStopping
@@ -377,7 +377,8 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         failed = reason == "non-finite loss"
     finally:
         run.loggers.finish(failed=failed)
-    if failed:  # summary.json is written; the error was logged in one line by stop_reason
+    if failed:  # logged in one line by stop_reason; exit 1 once rank 0 wrote summary.json (srun --kill-on-bad-exit)
+        barrier()
         raise RunFailed(f"train/loss is not finite (stop_reason in {run_dir / 'summary.json'})")
     return summary
 

@@ -117,6 +117,28 @@ def test_evaluation_over_an_uneven_split_counts_every_sample_once():
         assert results[rank]["loss"] == pytest.approx(single["loss"], rel=1e-5)
 
 
+def _agree_on_a_stop_signal(rank: int, world_size: int, port: int, results) -> None:
+    from trainkit.signals import stop_on_signals, stop_signal
+
+    _init(rank, world_size, port)
+    try:
+        with stop_on_signals():
+            if rank == 1:  # e.g. `kill` of one worker: rank 0 has not received it
+                os.kill(os.getpid(), signal.SIGTERM)
+            cpu = torch.device("cpu")
+            results[rank] = (stop_signal(cpu, agree=False), stop_signal(cpu, agree=True))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_stop_signal_one_rank_received_stops_every_rank_where_they_agree():
+    results = mp.Manager().dict()
+    mp.spawn(_agree_on_a_stop_signal, args=(2, free_port(), results), nprocs=2)
+    # Between agreement points no rank stops (not even the one that has it); at one, every rank does.
+    assert results[0] == results[1] == (None, "SIGTERM")
+
+
 def _initial_weights_and_augmentation(rank: int, world_size: int, port: int, results) -> None:
     _init(rank, world_size, port)
     try:

@@ -26,14 +26,14 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
 import torch
 
-from trainkit.distributed import is_distributed
+from trainkit.distributed import barrier, is_distributed
 
 log = logging.getLogger("train")
 
@@ -62,6 +62,10 @@ def requested() -> str | None:
     return _requested
 
 
+class _Abort(Exception):
+    """A second Ctrl-C (never leaves a handler: each handler turns it into an exit)."""
+
+
 def _record(signum: int) -> None:
     """Record a stop request; a later Ctrl-C (not the echo of the first) aborts."""
     global _requested, _first_ctrl_c
@@ -71,10 +75,6 @@ def _record(signum: int) -> None:
             raise _Abort
         _first_ctrl_c = _first_ctrl_c or now
     _requested = _requested or signal.Signals(signum).name
-
-
-class _Abort(Exception):
-    """A second Ctrl-C (never leaves a handler: each handler turns it into an exit)."""
 
 
 def _abort(announce: bool) -> None:
@@ -125,12 +125,13 @@ def forward_to_workers() -> Iterator[None]:
 
 
 @contextmanager
-def _handlers(handler: signal.Handlers | object) -> Iterator[None]:
+def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """`handler` for every stop signal, a fresh request state, and the previous handlers back after."""
     global _requested, _first_ctrl_c
     previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     _requested, _first_ctrl_c = None, None
     for s in STOP_SIGNALS:
-        signal.signal(s, handler)  # type: ignore[arg-type]  # a callable handler
+        signal.signal(s, handler)
     try:
         yield
     finally:
@@ -157,7 +158,10 @@ def stop_signal(device: torch.device, agree: bool) -> str | None:
 
 
 def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> Stopped:
-    """Say in one line (rank 0) why the run stopped and how to continue it; the exception to raise."""
+    """Say in one line (rank 0) why the run stopped and how to continue it; the exception to raise.
+    Every rank waits until rank 0 has written the checkpoint: no rank exits first (srun
+    --kill-on-bad-exit would otherwise end rank 0 in the middle of the write)."""
+    barrier()
     if is_main:
         checkpoint = run_dir.resolve() / "checkpoints" / "last.pt"
         log.warning(
