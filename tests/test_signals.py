@@ -2,6 +2,7 @@
 The same under DDP: tests/test_distributed.py."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -13,8 +14,10 @@ import pytest
 import torch
 
 from conftest import ROOT, TrainRun
+from test_sweeps import cfg_for
 from test_train import assert_same_training
-from trainkit import signals
+from trainkit import signals, sweeps
+from trainkit.errors import RunFailed
 
 TESTS = Path(__file__).resolve().parent
 # 8 batches an epoch, a metrics line after every update: the test signals after the third one.
@@ -38,6 +41,19 @@ def test_a_stop_signal_is_recorded_and_the_previous_handlers_come_back():
         assert signals.requested() == "SIGUSR1"  # the first names the stop
         assert signals.stop_signal(torch.device("cpu"), agree=False) == "SIGUSR1"  # one process: at every update
     assert signal.getsignal(signal.SIGTERM) is before and signals.requested() is None
+
+
+def test_in_a_sweep_a_signal_stops_the_sweep_and_a_non_finite_loss_fails_one_trial():
+    def preempted(cfg):
+        raise signals.Stopped()
+
+    def diverged(cfg):
+        raise RunFailed("train/loss is not finite")
+
+    with pytest.raises(SystemExit) as stop:
+        sweeps.run_trial(preempted, cfg_for(), multirun=True)
+    assert stop.value.code == signals.EXIT_STOPPED
+    assert sweeps.run_trial(diverged, cfg_for(), multirun=True) == -math.inf  # the worst value: the sweep goes on
 
 
 SECOND_CTRL_C = """
