@@ -6,7 +6,6 @@
 
 Hydra composes the config from conf/; the pieces this file calls live in src/trainkit/.
 """
-import json
 import logging
 import math
 import sys
@@ -31,16 +30,17 @@ from trainkit.checkpoint import (copy_checkpoint, load_checkpoint, restore_train
 from trainkit.config import validate
 from trainkit.console import print_config
 from trainkit.data import DataBundle, build_data
-from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics,
+from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics, barrier,
                                   broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
                                   init_process_group, process_info)
 from trainkit.early_stopping import EarlyStopping
 from trainkit.ema import build_ema, restore_ema
+from trainkit.errors import RunFailed
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.images import augmented_samples, save_png
 from trainkit.known_noise import quiet_known_noise
 from trainkit.launch import start_processes
-from trainkit.loggers import Loggers, build_loggers, wandb_names
+from trainkit.loggers import Loggers, build_loggers, strict_json, wandb_names
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
 from trainkit.mixing import LabelMixing
 from trainkit.models import build_model
@@ -51,6 +51,7 @@ from trainkit.rng import rng_states
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes
 from trainkit.sample_transforms import attach_sample_transform
 from trainkit.schema import to_dict
+from trainkit.signals import STOP_SIGNAL_NAMES, stop_signal, stopped
 from trainkit.sweeps import run_trial
 from trainkit.timing import LoopTimer
 
@@ -88,6 +89,7 @@ class Run:
     batches_done: int = 0  # batches of `epoch` trained; > 0 after a mid-epoch resume
     best_metrics: dict = field(default_factory=dict)
     wandb_run_id: str | None = None
+    stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
 
 
 def batches_per_epoch(cfg: DictConfig, loader) -> int:
@@ -167,15 +169,20 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         if compiling and compile_seconds is None:  # compile + first step: throughput is measured from here
             batch_loss.item()  # waits for the device, so this step's work is counted in its own time
             compile_seconds, started, totals[3] = time.perf_counter() - started, time.perf_counter(), labels.numel()
-        interval_loss += batch_loss
+        interval_loss += batch_loss  # a non-finite loss stays non-finite in the sum: found at the next logging step
         interval_batches += 1
+        logged_loss = None  # the interval's mean over all ranks, at a logging step
         if is_update and run.step % trainer.log_every_n_steps == 0:
             step_loss = all_reduce_sum(torch.stack([interval_loss,
                                                     torch.tensor(float(interval_batches), device=device)]))
+            logged_loss = (step_loss[0] / step_loss[1]).item()
             run.loggers.log({"epoch": run.epoch, "step": run.step, "lr": optimizer.param_groups[0]["lr"],
-                             "train/step_loss": (step_loss[0] / step_loss[1]).item()})
+                             "train/step_loss": logged_loss})
             interval_loss.zero_()
             interval_batches = 0
+        if is_update and run.batches_done < num_batches and (stopping := stop_reason(run, logged_loss)):
+            run.stopping = stopping  # a stop signal or a non-finite loss (at the epoch's last batch: train decides)
+            break
         every = trainer.checkpoint_every_n_steps
         if is_update and every and run.step % every == 0 and run.batches_done < num_batches:
             save_checkpoints(run)  # mid-epoch: a long epoch survives preemption
@@ -199,9 +206,13 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
 
 def save_checkpoints(run: Run, improved: bool = False) -> None:
     """checkpoints/last.pt (and best.pt when `improved`), atomically. Every rank calls this, since
-    every rank's RNG streams go in; rank 0 alone writes."""
+    every rank's RNG streams go in; rank 0 alone writes, and never non-finite weights over a good
+    checkpoint (the non-finite loss that caused them stops the run at the next logging step)."""
     rng = gather_objects(rng_states())
-    if run.proc.is_main:
+    weights = [tensor for tensor in run.model.state_dict().values() if tensor.is_floating_point()]
+    if run.proc.is_main and not torch.stack([tensor.isfinite().all() for tensor in weights]).all():
+        log.warning(f"checkpoints/last.pt not updated at step {run.step}: the weights are not finite")
+    elif run.proc.is_main:
         unfinished = run.batches_done if run.batches_done < batches_per_epoch(run.cfg, run.data.train) else 0
         last = run.run_dir / "checkpoints" / "last.pt"
         save_checkpoint(last, training_state(run, unfinished, rng))
@@ -209,22 +220,26 @@ def save_checkpoints(run: Run, improved: bool = False) -> None:
             copy_checkpoint(last, last.with_name("best.pt"))
 
 
-def stop_reason(run: Run, train_loss: float) -> str | None:
-    """The one place that decides whether training ends after this epoch, and why. Every rank
-    gets the same answer, so no rank waits alone in a collective."""
+def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) -> str | None:
+    """The one place that decides whether training ends, and why: after each update (a stop signal;
+    a non-finite loss, seen at logging steps) and after each epoch (also early stopping, max_steps,
+    max_epochs, which win over a signal: a finished run finishes). `train_loss` is all-reduced (None
+    between logging steps), so every rank gets the same answer and no rank waits alone in a collective."""
     trainer = run.cfg.trainer
-    if any_rank(not math.isfinite(train_loss), run.device):
-        log.error(f"train/loss is not finite at epoch {run.epoch}: lower optimizer.lr or set trainer.grad_clip")
+    if train_loss is not None and not math.isfinite(train_loss):
+        if run.proc.is_main:
+            log.error(f"train/loss is not finite at epoch {run.epoch}, step {run.step}: lower optimizer.lr or set "
+                      "trainer.grad_clip (checkpoints/last.pt keeps the last finite weights)")
         return "non-finite loss"
-    if any_rank(run.early_stopping.should_stop, run.device):
+    if epoch_done and any_rank(run.early_stopping.should_stop, run.device):
         stopping = run.early_stopping
         log.info(f"early stopping: {stopping.monitor} has not improved for {stopping.patience} epochs")
         return "early_stopping"
-    if trainer.max_steps and run.step >= trainer.max_steps:
+    if epoch_done and trainer.max_steps and run.step >= trainer.max_steps:
         return "max_steps"
-    if run.epoch + 1 >= trainer.max_epochs:
+    if epoch_done and run.epoch + 1 >= trainer.max_epochs:
         return "max_epochs"
-    return None
+    return stop_signal(run.device, agree=train_loss is not None)  # SIGTERM, SIGUSR1, SIGINT: save and exit 75
 
 
 def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> Run:
@@ -316,7 +331,7 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     run.loggers.summary({**{f"best/{key}": value for key, value in best.items()}, **test_metrics,
                          "stop_reason": stop_reason})
     if run.proc.is_main:
-        (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        (run.run_dir / "summary.json").write_text(strict_json(summary, indent=2))  # NaN -> null
         log.info(f"done in {summary['wall_seconds']:.1f}s: test/acc {test['acc']:.4f} (best val/acc "
                  f"{best.get('val/acc', float('nan')):.4f} at epoch {best.get('epoch')}) -> {run.run_dir}")
     return summary
@@ -353,13 +368,15 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         log.info(f"training {trainable:,} parameters on {device} for {length} -> {run_dir}")
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
-        last_metrics, reason = {}, "max_epochs"  # a resumed run that had finished trains no epoch
+        last_metrics = {}
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
         run.profiler = StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device)  # rank 0 profiles
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
             run.epoch = epoch
             run.data.train.set_epoch(epoch, start_batch=run.batches_done)  # a resume skips what it trained
             train_metrics = train_one_epoch(run, show_progress, compiling=cfg.trainer.compile and epoch == first_epoch)
+            if run.stopping:  # inside the epoch (a stop signal, a non-finite loss): no validation
+                break
             for model in filter(None, (run.model, run.ema)):  # every rank's shard's statistics, before eval and save
                 average_batchnorm_statistics(model)
             val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, cfg.precision.name, device,
@@ -376,17 +393,26 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                          f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{epoch_line_extras(train_metrics)}"
                          f"{'  *' if improved else ''}")
                 warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)  # once a run, with advice
-            save_checkpoints(run, improved)
+            run.stopping = stop_reason(run, train_metrics["train/loss"], epoch_done=True)
+            if run.stopping != "non-finite loss":  # non-finite weights never overwrite the last good checkpoint
+                save_checkpoints(run, improved)
             run.batches_done = 0
-            if stopping := stop_reason(run, train_metrics["train/loss"]):
-                reason = stopping
+            if run.stopping:
                 break
+        reason = run.stopping or "max_epochs"  # a resumed run that had finished trains no epoch
+        if reason in STOP_SIGNAL_NAMES:  # a checkpoint at this exact update, one line saying how to resume, exit 75
+            if run.batches_done:
+                save_checkpoints(run)
+            raise stopped(reason, run_dir, run.epoch, run.step, proc.is_main)
 
         run.profiler.close()
         summary = test_and_summarize(run, last_metrics, reason, started)
         failed = reason == "non-finite loss"
     finally:
         run.loggers.finish(failed=failed)
+    if failed:  # logged in one line by stop_reason; exit 1 once rank 0 wrote summary.json (srun --kill-on-bad-exit)
+        barrier()
+        raise RunFailed(f"train/loss is not finite (stop_reason in {run_dir / 'summary.json'})")
     return summary
 
 

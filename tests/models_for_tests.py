@@ -45,18 +45,18 @@ class CrashOnRankOne(NoNormCNN):
 
 
 class NanOnRankOne(NoNormCNN):
-    """Returns NaN logits on rank 1 only, at its `nan_at`-th training forward pass: a problem
-    that one rank alone sees first (a bad batch, a flaky GPU)."""
+    """Returns NaN logits on rank 1 only (or on `nan_rank`), at its `nan_at`-th training forward
+    pass: a problem that one rank alone sees first (a bad batch, a flaky GPU)."""
 
-    def __init__(self, *args, nan_at: int = 4, **kwargs):
+    def __init__(self, *args, nan_at: int = 4, nan_rank: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
-        self.train_calls, self.nan_at = 0, nan_at
+        self.train_calls, self.nan_at, self.nan_rank = 0, nan_at, nan_rank
 
     def forward(self, x):
         logits = super().forward(x)
         if self.training:
             self.train_calls += 1
-            if process_info().rank == 1 and self.train_calls == self.nan_at:
+            if process_info().rank == self.nan_rank and self.train_calls == self.nan_at:
                 return logits * float("nan")
         return logits
 

@@ -3,6 +3,7 @@
 import gc
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -114,6 +115,28 @@ def test_evaluation_over_an_uneven_split_counts_every_sample_once():
         assert results[rank]["samples"] == 101
         assert results[rank]["acc"] == pytest.approx(single["acc"], abs=1e-9)
         assert results[rank]["loss"] == pytest.approx(single["loss"], rel=1e-5)
+
+
+def _agree_on_a_stop_signal(rank: int, world_size: int, port: int, results) -> None:
+    from trainkit.signals import stop_on_signals, stop_signal
+
+    _init(rank, world_size, port)
+    try:
+        with stop_on_signals():
+            if rank == 1:  # e.g. `kill` of one worker: rank 0 has not received it
+                os.kill(os.getpid(), signal.SIGTERM)
+            cpu = torch.device("cpu")
+            results[rank] = (stop_signal(cpu, agree=False), stop_signal(cpu, agree=True))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_stop_signal_one_rank_received_stops_every_rank_where_they_agree():
+    results = mp.Manager().dict()
+    mp.spawn(_agree_on_a_stop_signal, args=(2, free_port(), results), nprocs=2)
+    # Between agreement points no rank stops (not even the one that has it); at one, every rank does.
+    assert results[0] == results[1] == (None, "SIGTERM")
 
 
 def _initial_weights_and_augmentation(rank: int, world_size: int, port: int, results) -> None:
@@ -482,7 +505,8 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_at_the_same_epoch(tmp_pa
         ),
         timeout=180,
     )
-    assert result.returncode == 0, result.stderr[-3000:]  # a non-finite loss is a stop, not a crash
+    assert result.returncode == 1, result.stderr[-3000:]  # a failure, with summary.json written
+    assert "Traceback" not in result.stderr
     summary, metrics = read_run(tmp_path)
     assert summary["stop_reason"] == "non-finite loss" and summary["epochs"] == 1 and summary["steps"] == 4
     assert [m["epoch"] for m in metrics if "val/loss" in m] == [0] and metrics[0]["train/loss"] is None  # NaN -> null
@@ -607,3 +631,97 @@ def test_ddp_run_stopped_inside_an_epoch_resumes_exactly(tmp_path):
     resumed_weights = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)["model"]
     for name, tensor in straight_weights.items():
         torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
+
+
+def metrics_lines(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def start_in_own_group(command: list[str]) -> subprocess.Popen:
+    """A foreground job of its own (SIGINT at its default, as in a terminal), output merged."""
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env_with_tests_on_path(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def signal_after_metrics(process: subprocess.Popen, run_dir: Path, send, lines: int = 2) -> str:
+    """Wait for `lines` metrics lines, call `send(pid)`, return the whole output."""
+    metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 240
+    try:
+        while process.poll() is None and time.monotonic() < deadline:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= lines:
+                break
+            time.sleep(0.01)
+        send(process.pid)
+        return process.communicate(timeout=240)[0]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+SIGNAL_OVERRIDES = [
+    *QUICK,
+    *NO_NORM_MODEL,  # BatchNorm statistics are averaged at epoch ends only: a mid-epoch save holds rank 0's
+    "augmentation=shift",
+    "regularization.early_stopping.enabled=false",
+    "distributed=ddp",
+    "distributed.nproc_per_node=2",
+    "trainer.log_every_n_steps=2",  # the ranks agree on a stop at logging steps
+]
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_parent_of_ddp_workers_stops_every_rank_at_one_step_and_resumes_exactly(tmp_path):
+    stopped = start_in_own_group(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", *SIGNAL_OVERRIDES))
+    output = signal_after_metrics(stopped, tmp_path / "stopped", lambda pid: os.kill(pid, signal.SIGTERM))
+    assert stopped.returncode == 75, output[-3000:]
+    assert "Traceback" not in output and "leaked" not in output and "death signal" not in output
+    [line] = [line for line in output.splitlines() if "stopped by" in line]
+    assert "stopped by SIGTERM" in line and line.endswith(f"resume={tmp_path / 'stopped/checkpoints/last.pt'}")
+    checkpoint = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)
+    metrics = metrics_lines(tmp_path / "stopped")
+    # Both ranks saved together (their RNG streams are in it) after the last logged update, mid-epoch.
+    assert checkpoint["step"] == metrics[-1]["step"] and 0 < checkpoint["batches_done"] < 10
+    assert len(checkpoint["rng"]) == 2
+
+    straight = run(train_command(f"hydra.run.dir={tmp_path / 'straight'}", *SIGNAL_OVERRIDES))
+    resumed = run(
+        train_command(
+            f"hydra.run.dir={tmp_path / 'resumed'}",
+            f"resume={tmp_path / 'stopped/checkpoints/last.pt'}",
+            *SIGNAL_OVERRIDES,
+        )
+    )
+    assert straight.returncode == 0 and resumed.returncode == 0, resumed.stderr[-3000:]
+    (straight_summary, _), (resumed_summary, _) = read_run(tmp_path / "straight"), read_run(tmp_path / "resumed")
+    assert resumed_summary["test"] == pytest.approx(straight_summary["test"], rel=1e-6)
+    straight_weights = torch.load(tmp_path / "straight/checkpoints/last.pt", weights_only=True)["model"]
+    resumed_weights = torch.load(tmp_path / "resumed/checkpoints/last.pt", weights_only=True)["model"]
+    for name, tensor in straight_weights.items():
+        torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_torchrun_saves_once_at_one_step_on_every_rank(tmp_path):
+    # A terminal's Ctrl-C reaches torchrun and its workers; torchrun passes a SIGINT on at once,
+    # which the workers take as the same Ctrl-C (not a second one that aborts). torchrun itself
+    # then reports the signal in its own way; the workers' part is the checkpoint and the line.
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    overrides = [o for o in SIGNAL_OVERRIDES if not o.startswith("distributed")]
+    process = start_in_own_group([*torchrun, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}", *overrides])
+    output = signal_after_metrics(process, tmp_path, lambda pid: os.killpg(pid, signal.SIGINT))
+    assert "aborted" not in output
+    [line] = [line for line in output.splitlines() if "stopped by" in line]
+    assert "stopped by SIGINT" in line
+    checkpoint = torch.load(tmp_path / "checkpoints/last.pt", weights_only=True)
+    metrics = metrics_lines(tmp_path)
+    assert checkpoint["step"] == metrics[-1]["step"] and 0 < checkpoint["batches_done"] < 10
+    assert len(checkpoint["rng"]) == 2

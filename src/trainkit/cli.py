@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from trainkit.errors import ConfigError, caused_by_config_error, causes
+from trainkit.errors import ConfigError, RunFailed, caused_by_config_error, causes
 from trainkit.resume import rewrite_argv
 from trainkit.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 
@@ -91,6 +91,10 @@ def run(hydra_main: Callable[[], object]) -> None:
         if wants_trace:
             raise
         print(f"error: {one_line(error)}", file=sys.stderr)
+        sys.exit(1)
+    except RunFailed:  # e.g. a non-finite loss: the run logged why in one line and wrote summary.json
+        if wants_trace:
+            raise
         sys.exit(1)
     except ChildFailedError as error:  # a self-launched DDP worker failed; it printed its own error
         if wants_trace:

@@ -16,6 +16,11 @@ class ConfigError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
+class RunFailed(RuntimeError):
+    """Training stopped on a failure it has already reported in one line (a non-finite loss): the
+    process exits 1 without a traceback; in a sweep the trial counts as failed and the sweep goes on."""
+
+
 def causes(error: BaseException | None) -> Iterator[BaseException]:
     """`error`, then what it was raised from, and so on down the chain."""
     while error is not None:

@@ -4,6 +4,11 @@
 the engine behind torchrun, so a Hydra multirun can start one process group per sweep job. The
 workers receive the already composed config and run directory: Hydra runs once, in the parent.
 Under torchrun or SLURM the processes exist already, and each one trains in place.
+
+Stop signals (trainkit.signals): each training process stops cleanly on SIGTERM, SIGUSR1 and
+SIGINT. The parent of self-started workers passes the signals on instead of torch's elastic agent
+(which would kill the workers), and a worker's clean stop (or a reported failure) comes back as
+rank 0's result and is raised again here, so the parent exits the way a single process would.
 """
 
 import importlib.util
@@ -19,8 +24,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.distributed import ProcessInfo, launched_externally, process_info
-from trainkit.errors import ConfigError
+from trainkit.errors import ConfigError, RunFailed
 from trainkit.schema import to_dict
+from trainkit.signals import Stopped, forward_to_workers, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +39,16 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[Dic
     `distributed.nproc_per_node` worker processes started now, returning rank 0's result. The
     workers import `train_process` by its script's path and name (it must be a module-level function)."""
     if cfg.distributed.name != "ddp" or launched_externally():
-        return train_process(cfg, run_dir)
+        with stop_on_signals():
+            return train_process(cfg, run_dir)
     nproc = processes_per_node(cfg.distributed)
     log.info(f"launching {nproc} DDP processes -> {run_dir}")
     script, function = train_process.__code__.co_filename, train_process.__name__
-    return launch_local_workers(nproc, script, function, to_dict(cfg), str(run_dir))[0]
+    with forward_to_workers():
+        result = launch_local_workers(nproc, script, function, to_dict(cfg), str(run_dir))[0]
+    if isinstance(result, (Stopped, RunFailed)):  # the workers stopped cleanly and said why
+        raise result
+    return result
 
 
 def launch_local_workers(nproc: int, script: str, function: str, config: dict, run_dir: str) -> dict[int, object]:
@@ -58,6 +69,7 @@ def launch_local_workers(nproc: int, script: str, function: str, config: dict, r
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
+        signals_to_handle="SIGHUP,SIGQUIT",  # SIGTERM, SIGUSR1, SIGINT: trainkit.signals.forward_to_workers
     )
     return elastic_launch(launch_config, _worker)(script, function, config, run_dir)
 
@@ -70,7 +82,10 @@ def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
     configure_worker_logging(Path(run_dir), proc)
     limit_cpu_threads(proc.local_world_size)
     try:
-        return _load(script, function)(OmegaConf.create(config), Path(run_dir))
+        with stop_on_signals(announce_abort=False):  # the parent says it when a second Ctrl-C aborts
+            return _load(script, function)(OmegaConf.create(config), Path(run_dir))
+    except (Stopped, RunFailed) as stop:  # reported in one line already: the parent raises it again
+        return stop
     except ConfigError as error:  # bad input found late (e.g. a data file): one line, from rank 0
         if proc.is_main:
             print(f"error: {error}", file=sys.stderr)

@@ -21,6 +21,22 @@ WANDB_MODES = ("offline", "online", "disabled")
 log = logging.getLogger(__name__)
 
 
+def finite_or_null(value: Any) -> Any:
+    """`value` with every NaN or infinite float inside (dicts, lists) replaced by None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
+
+
+def strict_json(value: Any, indent: int | None = None) -> str:
+    """JSON that strict readers accept: null, never the bare NaN or Infinity Python writes."""
+    return json.dumps(finite_or_null(value), indent=indent, allow_nan=False)
+
+
 class Logger:
     """What every logger answers; the defaults do nothing, so each logger writes only what it keeps."""
 
@@ -47,8 +63,7 @@ class JsonlLogger(Logger):
         self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def log(self, metrics: dict) -> None:
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
-        self.file.write(json.dumps(clean) + "\n")
+        self.file.write(strict_json(metrics) + "\n")
         self.file.flush()
 
     def finish(self, failed: bool = False) -> None:

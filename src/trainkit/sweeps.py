@@ -86,8 +86,9 @@ def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: bool |
     an exception or a NaN/None result becomes `failed_trial_value(cfg)` instead of ending the sweep.
 
     Never caught: ConfigError (bad input is the same for every trial: fix it, the sweep stops with
-    the one-line error) and KeyboardInterrupt (Ctrl-C stops the sweep). `multirun` is detected
-    from Hydra when None (tests pass it explicitly).
+    the one-line error), KeyboardInterrupt, and a clean stop on a signal (trainkit.signals.Stopped,
+    a SystemExit: the sweep stops with exit code 75). A non-finite loss (RunFailed) fails one trial.
+    `multirun` is detected from Hydra when None (tests pass it explicitly).
     """
     if multirun is None:
         multirun = in_multirun()
