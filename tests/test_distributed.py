@@ -693,18 +693,13 @@ def test_sigterm_to_the_parent_of_ddp_workers_stops_every_rank_at_one_step_and_r
     assert len(checkpoint["rng"]) == 2
 
     straight = run(train_command(f"hydra.run.dir={tmp_path / 'straight'}", *SIGNAL_OVERRIDES))
-    resumed = run(
-        train_command(
-            f"hydra.run.dir={tmp_path / 'resumed'}",
-            f"resume={tmp_path / 'stopped/checkpoints/last.pt'}",
-            *SIGNAL_OVERRIDES,
-        )
-    )
+    # The printed command, as a user would paste it: it continues in the stopped run's directory.
+    resumed = run(train_command(f"resume={tmp_path / 'stopped/checkpoints/last.pt'}"))
     assert straight.returncode == 0 and resumed.returncode == 0, resumed.stderr[-3000:]
-    (straight_summary, _), (resumed_summary, _) = read_run(tmp_path / "straight"), read_run(tmp_path / "resumed")
+    (straight_summary, _), (resumed_summary, _) = read_run(tmp_path / "straight"), read_run(tmp_path / "stopped")
     assert resumed_summary["test"] == pytest.approx(straight_summary["test"], rel=1e-6)
     straight_weights = torch.load(tmp_path / "straight/checkpoints/last.pt", weights_only=True)["model"]
-    resumed_weights = torch.load(tmp_path / "resumed/checkpoints/last.pt", weights_only=True)["model"]
+    resumed_weights = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)["model"]
     for name, tensor in straight_weights.items():
         torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
 

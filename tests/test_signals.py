@@ -141,7 +141,7 @@ def test_a_signal_saves_at_the_step_exits_75_in_one_line_and_the_run_resumes_exa
     assert not (stopped.run_dir / "summary.json").exists()  # not finished: no summary yet
 
     if signum == signal.SIGINT:  # the saved position does not depend on the signal: one resume shows it exact
-        resumed = run_train(*OVERRIDES, f"resume={stopped.run_dir / 'checkpoints' / 'last.pt'}")
+        resumed = run_train(f"resume={stopped.run_dir / 'checkpoints' / 'last.pt'}", run_dir=stopped.run_dir)
         assert_same_training(resumed, request.getfixturevalue("straight"))
 
 
