@@ -83,9 +83,11 @@ def batches_per_epoch(cfg: DictConfig, loader) -> int:
     return min(len(loader), cfg.trainer.limit_train_batches or len(loader))
 
 
-def evaluate(model, loader, transform, precision: str, device: torch.device, limit: int | None = None) -> dict:
+def evaluate(model, loader, transform, precision: str, device: torch.device, limit: int | None = None,
+             tta_flip: bool = False) -> dict:
     """Plain cross-entropy and accuracy over each sample exactly once: sums and counts are
-    all-reduced across ranks before dividing, never per-rank means."""
+    all-reduced across ranks before dividing, never per-rank means. `tta_flip`: the logits are
+    the mean of the image's and its mirror's (trainer.tta_flip)."""
     model.eval()
     totals = torch.zeros(3, device=device)  # loss sum, correct, count
     with torch.no_grad():
@@ -94,7 +96,8 @@ def evaluate(model, loader, transform, precision: str, device: torch.device, lim
                 break
             images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
             with autocast(precision, device):
-                logits = model(transform(images))
+                images = transform(images)
+                logits = (model(images) + model(images.flip(-1))) / 2 if tta_flip else model(images)
             totals[0] += F.cross_entropy(logits.float(), labels, reduction="sum")
             totals[1] += (logits.argmax(dim=1) == labels).sum()
             totals[2] += labels.numel()
@@ -274,7 +277,8 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     if run.proc.is_main and best_checkpoint.exists():
         unwrap_model(run.model).load_state_dict(load_checkpoint(best_checkpoint, run.device)["model"])
     broadcast_weights(unwrap_model(run.model))
-    test = evaluate(run.trained_model, run.data.test, run.eval_transform, run.cfg.precision.name, run.device)
+    test = evaluate(run.trained_model, run.data.test, run.eval_transform, run.cfg.precision.name, run.device,
+                    tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
     best = run.best_metrics
     summary = {
@@ -333,7 +337,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             train_metrics = train_one_epoch(run, show_progress, compiling=cfg.trainer.compile and epoch == first_epoch)
             average_batchnorm_statistics(run.model)  # statistics from every rank's shard, before eval and save
             val = evaluate(run.trained_model, run.data.val, run.eval_transform, cfg.precision.name, device,
-                           cfg.trainer.limit_val_batches)
+                           cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
             last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, "val/loss": val["loss"],
                             "val/acc": val["acc"]}
             improved = run.early_stopping.update(last_metrics[run.early_stopping.monitor], epoch)

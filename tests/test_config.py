@@ -85,6 +85,7 @@ RULE_CASES = [
     (["trainer.channels_last=1"], "trainer.channels_last"),
     (["trainer.compile=yes"], "trainer.compile"),
     (["trainer.progress_bar=2"], "trainer.progress_bar"),
+    (["trainer.tta_flip=1"], "trainer.tta_flip"),
     (["data.name=imagenet"], "data.name"),
     (["data=mnist", "data.root=3"], "data.root"),
     (["data.download=yes"], "data.download"),
@@ -117,6 +118,8 @@ RULE_CASES = [
     (["model.freeze=-1"], "model.freeze"),
     (["model.freeze_bn=1"], "model.freeze_bn"),
     (["model.widths=[0,8]"], "model.widths"),
+    (["model=speedrun", "model.stem_width=0"], "model.stem_width"),
+    (["model=speedrun", "model.logit_scale=0"], "model.logit_scale"),
     (["model=timm", "model.drop_path_rate=1"], "model.drop_path_rate"),
     (["optimizer.lr=0"], "optimizer.lr"),
     (["optimizer.lr=-1"], "optimizer.lr"),
@@ -217,6 +220,7 @@ RELATION_CASES = [
     (["augmentation=basic"], "augmentation.horizontal_flip"),
     (["data=mnist", "augmentation=strong"], "augmentation.horizontal_flip"),
     (["augmentation=shift", "augmentation.horizontal_flip=true"], "augmentation.horizontal_flip"),
+    (["trainer.tta_flip=true"], "trainer.tta_flip"),  # digits: a mirrored 2 is not a 2
 ]
 
 
