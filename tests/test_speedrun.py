@@ -5,7 +5,6 @@ import math
 import subprocess
 import sys
 
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -69,8 +68,14 @@ def test_the_speedrun_experiment_trains_on_cifar10_format_files(tmp_path):
     process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stderr[-4000:]
     config = (run_dir / ".hydra" / "config.yaml").read_text()
-    for line in ("_target_: trainkit.speedrun_net.SpeedrunNet", "tta_flip: true", "channels_last: true",
-                 "horizontal_flip: true", "label_smoothing: 0.1", "warmup_epochs: 1"):
+    for line in (
+        "_target_: trainkit.speedrun_net.SpeedrunNet",
+        "tta_flip: true",
+        "channels_last: true",
+        "horizontal_flip: true",
+        "label_smoothing: 0.1",
+        "warmup_epochs: 1",
+    ):
         assert line in config, line
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["epochs"] == 2 and summary["steps"] == 4
