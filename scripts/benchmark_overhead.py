@@ -8,7 +8,7 @@
   both alike. Reported: the ratio of the median epoch times, i.e. of the time per step. Target 1.02.
 - whole process (subprocesses): `python train.py` (the default run: 20 epochs, progress bar on a
   pseudo-terminal, metrics.jsonl, checkpoints, summary.json) against scripts/handwritten_digits.py
-  (the same work with nothing else), start to exit, interleaved, medians. Early stopping is
+  (the same work with nothing else), start to exit, interleaved in ABBA order, medians. Early stopping is
   switched off for train.py, so both do all 20 epochs. Target 1.10.
 
     python scripts/benchmark_overhead.py --repeats 5 --epochs 30
@@ -114,10 +114,14 @@ def main() -> None:
             flush=True,
         )
         for i in range(args.repeats):
-            walls["handwritten"].append(wall_time([sys.executable, "scripts/handwritten_digits.py"]))
             same_work = "regularization.early_stopping.enabled=false"
             command = [sys.executable, "train.py", f"hydra.run.dir={tmp}/run{i}", same_work, *args.overrides]
-            walls["train.py"].append(wall_time(command, terminal=True))
+            runs = [
+                ("handwritten", [sys.executable, "scripts/handwritten_digits.py"], False),
+                ("train.py", command, True),
+            ]
+            for name, run_command, terminal in runs[:: 1 if i % 2 == 0 else -1]:  # ABBA: a drifting load hits both
+                walls[name].append(wall_time(run_command, terminal))
             print(
                 f"repeat {i + 1}/{args.repeats}: handwritten {walls['handwritten'][-1]:.2f}s  "
                 f"train.py {walls['train.py'][-1]:.2f}s",
