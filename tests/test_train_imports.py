@@ -52,7 +52,7 @@ def test_help_a_config_error_and_the_default_run_import_no_heavy_library(tmp_pat
     assert process.returncode == 0, process.stderr[-3000:]
     results = json.loads(process.stdout.strip().splitlines()[-1])
     # --help lists the app's config groups alone: Hydra's listing of its own ~20 groups as well
-    # (not shown by conf/hydra/help/trainkit.yaml) took 116 look-ups, about a second; now 26
+    # (not shown by conf/hydra/help/trainkit.yaml) took 116 look-ups, about half a second; now 26
     assert results["help"].pop("group_lookups") < 60, results
     assert {name: {"exit": result["exit"], "heavy": result["heavy"]} for name, result in results.items()} == {
         "help": {"exit": 0, "heavy": []},

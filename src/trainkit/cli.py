@@ -77,7 +77,7 @@ def report_config_errors(task: Callable) -> Callable:
 def _list_app_groups_only() -> None:
     """For --help: Hydra fills both $APP_CONFIG_GROUPS and $HYDRA_CONFIG_GROUPS of the help
     template, walking every group (its own ~20 too) with a copy of the config repository per
-    look-up: about a second, as long as importing torch. Our help templates (conf/hydra/help/)
+    look-up: about half a second, a third of importing torch. Our help templates (conf/hydra/help/)
     show the app's groups only, so this walks those alone and leaves Hydra's list empty
     (--hydra-help is untouched). It replaces a method of Hydra's internal class: if that ever
     changes shape, Hydra's own listing stays."""
