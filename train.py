@@ -96,9 +96,11 @@ def batches_per_epoch(cfg: DictConfig, loader) -> int:
     return min(len(loader), cfg.trainer.limit_train_batches or len(loader))
 
 
-def evaluate(model, loader, transform, precision: str, device: torch.device, limit: int | None = None) -> dict:
+def evaluate(model, loader, transform, precision: str, device: torch.device, limit: int | None = None,
+             tta_flip: bool = False) -> dict:
     """Plain cross-entropy and accuracy over each sample exactly once: sums and counts are
-    all-reduced across ranks before dividing, never per-rank means."""
+    all-reduced across ranks before dividing, never per-rank means. `tta_flip`: the logits are
+    the mean of the image's and its mirror's (trainer.tta_flip)."""
     model.eval()
     totals = torch.zeros(3, device=device)  # loss sum, correct, count
     with torch.no_grad():
@@ -107,7 +109,8 @@ def evaluate(model, loader, transform, precision: str, device: torch.device, lim
                 break
             images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
             with autocast(precision, device):
-                logits = model(transform(images))
+                images = transform(images)
+                logits = (model(images) + model(images.flip(-1))) / 2 if tta_flip else model(images)
             totals[0] += F.cross_entropy(logits.float(), labels, reduction="sum")
             totals[1] += (logits.argmax(dim=1) == labels).sum()
             totals[2] += labels.numel()
@@ -312,12 +315,14 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     weights to every rank, so nodes need not share a file system."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
     if run.proc.is_main and best_checkpoint.exists():
-        checkpoint = load_checkpoint(best_checkpoint, run.device)
+        checkpoint = load_checkpoint(best_checkpoint, run.device,
+                    tta_flip=run.cfg.trainer.tta_flip)
         unwrap_model(run.model).load_state_dict(checkpoint["model"])
         restore_ema(run.ema, checkpoint)
     broadcast_weights(unwrap_model(run.model) if run.ema is None else run.ema.module)
     test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.cfg.precision.name,
-                    run.device)
+                    run.device,
+                    tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
     best = run.best_metrics
     summary = {
@@ -380,7 +385,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             for model in filter(None, (run.model, run.ema)):  # every rank's shard's statistics, before eval and save
                 average_batchnorm_statistics(model)
             val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, cfg.precision.name, device,
-                           cfg.trainer.limit_val_batches)
+                           cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
             last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, "val/loss": val["loss"],
                             "val/acc": val["acc"]}
             improved = run.early_stopping.update(last_metrics[run.early_stopping.monitor], epoch)

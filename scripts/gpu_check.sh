@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA paths that CPU-only CI cannot run, as one short script for a machine with a GPU:
 #   bash scripts/gpu_check.sh            (prints one PASS/FAIL/SKIP line per check, then the benchmarks)
+# Without a CUDA GPU it stops at once with one line and exit status 1: its checks are about CUDA.
 # Each train.py check is a real run on the bundled digits (or synthetic data) with a few epochs.
 #
 # What one GPU can and cannot check:
@@ -30,6 +31,10 @@ check() {  # check NAME OVERRIDES...
   fi
 }
 python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
+if ! python -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
+  echo "FAIL: no CUDA GPU visible (torch.cuda.is_available() is False); run this on a machine with a GPU" >&2
+  exit 1
+fi
 gpus=$(python -c "import torch; print(torch.cuda.device_count())")
 check fp32 trainer.max_epochs=5
 check bf16 precision=bf16 trainer.max_epochs=5
@@ -75,5 +80,11 @@ fi
 check timm_resnet18_synthetic data=synthetic data.image_size=64 model=timm model.name=resnet18 precision=bf16 trainer.channels_last=true trainer.max_epochs=2
 check lr_and_batch_finders lr_finder.enabled=true batch_size_finder.enabled=true batch_size_finder.max_batch_size=1024 trainer.max_epochs=2
 python scripts/benchmark_overhead.py --repeats 3 trainer.progress_bar=false
+# An epoch of experiment=cifar10_speedrun next to airbench94's loop on the same CIFAR-shaped data (goal: <= 1.3x).
+if python -c "import airbench" >/dev/null 2>&1; then
+  python scripts/speedrun_vs_airbench.py --epochs 3 || { echo "FAIL speedrun_vs_airbench"; status=1; }
+else
+  echo "SKIP speedrun_vs_airbench: the airbench package is not installed (pip install airbench==0.1.8)"
+fi
 if [ "$gpus" -ge 2 ]; then python scripts/benchmark_ddp.py --nproc 2; else echo "SKIP benchmark_ddp: one GPU gives no scaling to measure"; fi
 exit $status

@@ -206,6 +206,15 @@ def _per_sample_needs_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
+def _no_flip_tta_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.trainer.tta_flip and cfg.data.get("mirror_changes_label"):
+        yield (
+            "trainer.tta_flip",
+            f"averages each image with its mirror, but {cfg.data.name} sets data.mirror_changes_label=true; "
+            f"set trainer.tta_flip=false",
+        )
+
+
 RELATIONS = (
     Relation(("required",), _required),
     Relation(("data.channels", "data.mean", "data.std"), _statistics_per_channel),
@@ -227,6 +236,7 @@ RELATIONS = (
     Relation(("data.name", "augmentation"), _per_sample_needs_files),
     # after the augmentation checks: a bad augmentation section is reported once, as itself
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
+    Relation(("data.mirror_changes_label", "trainer.tta_flip"), _no_flip_tta_where_mirroring_changes_the_label),
 )
 
 

@@ -89,6 +89,7 @@ RULES: dict[str, Check] = {
     "trainer.compile": flag(),
     "trainer.cudnn_benchmark": flag(),
     "trainer.progress_bar": flag(),
+    "trainer.tta_flip": flag(),
     "data._target_": text(),  # the factory; trainkit.config checks that its module exists
     "data.name": text(),  # a label: the option's file (data=<name>) and _target_ decide what loads
     "data.root": text(null=True),
@@ -122,6 +123,8 @@ RULES: dict[str, Check] = {
     "model.freeze_bn": flag(),
     "model.widths": numbers(1, whole=True),
     "model.drop_path_rate": number(0, below=1),
+    "model.stem_width": integer(1),
+    "model.logit_scale": number(above=0),
     "optimizer.lr": number(above=0),
     "optimizer.weight_decay": number(0),
     "optimizer.momentum": number(0, 1),
