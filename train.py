@@ -315,14 +315,12 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     weights to every rank, so nodes need not share a file system."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
     if run.proc.is_main and best_checkpoint.exists():
-        checkpoint = load_checkpoint(best_checkpoint, run.device,
-                    tta_flip=run.cfg.trainer.tta_flip)
+        checkpoint = load_checkpoint(best_checkpoint, run.device)
         unwrap_model(run.model).load_state_dict(checkpoint["model"])
         restore_ema(run.ema, checkpoint)
     broadcast_weights(unwrap_model(run.model) if run.ema is None else run.ema.module)
     test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.cfg.precision.name,
-                    run.device,
-                    tta_flip=run.cfg.trainer.tta_flip)
+                    run.device, tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
     best = run.best_metrics
     summary = {
