@@ -1,0 +1,46 @@
+"""Tests for scripts/benchmark.py: the optimization ladder."""
+
+from pathlib import Path
+
+import pytest
+
+from test_cache import load_script
+
+
+def test_each_row_adds_its_change_to_the_previous_rows():
+    benchmark = load_script("benchmark")
+    rows = benchmark.ladder("/images", Path("/cache"), "cpu", gpus=0, bf16=True)
+    assert [row.name for row in rows] == benchmark.ROWS
+    overrides = benchmark.keyed(["model=cnn", "data.batch_size=8"])
+    seen = {}
+    for row in rows:
+        overrides = {k: v for k, v in overrides.items() if k not in row.drop} | benchmark.keyed(row.overrides)
+        seen[row.name] = list(overrides.values())
+    assert "data.num_workers=auto" in seen["workers"] and "precision=fp32" in seen["workers"]
+    assert "data=cached" in seen["cached"] and "data.root=/cache" in seen["cached"]
+    assert not any(o.startswith(("data.num_workers", "data.pin_memory")) for o in seen["cached"])  # not data=cached's
+    assert {"precision=bf16", "trainer.channels_last=true", "trainer.compile=true"} <= set(seen["compile"])
+    assert "model=cnn" in seen["compile"] and "data.batch_size=8" in seen["compile"]
+    assert rows[-1].skip.startswith("on cpu: DDP over all local GPUs needs CUDA")
+    one_gpu = benchmark.ladder("/images", Path("/cache"), "cuda", gpus=1, bf16=False)
+    assert one_gpu[-1].skip == "1 CUDA device: DDP needs 2 or more"
+    assert one_gpu[3].overrides == ["precision=fp16"] and "GradScaler" in one_gpu[3].change
+    assert benchmark.ladder("/images", Path("/cache"), "cuda", gpus=2, bf16=True)[-1].skip is None
+
+
+@pytest.mark.slow  # two short train.py runs: about 25 s
+def test_the_ladder_writes_a_table_and_a_chart_with_skipped_rows_and_their_reasons(tmp_path, capsys):
+    benchmark = load_script("benchmark")
+    args = ["--out", str(tmp_path), "--rows", "baseline,cached,ddp", "--steps", "2", "--images", "120"]
+    assert benchmark.main([*args, "model.widths=[4,8]", "data.image_size=8", "data.batch_size=8"]) == 0
+    printed = capsys.readouterr().out
+    table = printed[printed.index("| row |") :].strip()
+    lines = table.splitlines()
+    assert len(lines) == 5 and "speed-up vs baseline" in lines[0]
+    baseline, cached, ddp = (line.split(" | ") for line in lines[2:])
+    assert baseline[0] == "| baseline" and baseline[-1] == "1.00x |" and "GiB (RSS)" in baseline[5]
+    assert cached[0] == "| cached" and float(cached[2].replace(",", "")) > 0 and cached[-1].endswith("x |")
+    assert ddp[0] == "| ddp" and "skipped: on cpu: DDP over all local GPUs needs CUDA" in ddp[2]
+    assert (tmp_path / "benchmark.md").read_text().strip().endswith(table)
+    assert (tmp_path / "benchmark.png").stat().st_size > 0
+    assert (tmp_path / "runs" / "cached" / "metrics.jsonl").exists()
