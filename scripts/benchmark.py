@@ -31,8 +31,10 @@ overrides at all: a small CNN, batch 64, on 32x32 images, sized for a 2-core CPU
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,10 +62,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("overrides", nargs="*", help="train.py overrides: the workload (model=..., data.root=...)")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmark", help="results folder")
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated (default: all)")
-    parser.add_argument("--steps", type=int, default=30, help="training steps per epoch; epoch 2 is timed")
-    parser.add_argument("--images", type=int, default=4096, help="synthetic PNGs made without data.root")
+    parser.add_argument("--steps", type=int, default=50, help="training steps per epoch; epoch 2 is timed")
+    parser.add_argument("--images", type=int, default=5000, help="synthetic PNGs made without data.root")
     args = parser.parse_args(argv)
-    args.rows = args.rows.split(",")
+    args.out, args.rows = args.out.resolve(), args.rows.split(",")
     unknown = [name for name in args.rows if name not in ROWS]
     if unknown:
         parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(ROWS)}")
@@ -123,17 +125,23 @@ def run_row(overrides: list[str], run_dir: Path, steps: int) -> dict:
         "print_config=false",
     ]
     command = [sys.executable, "train.py", *fixed, *overrides]
+    shutil.rmtree(run_dir, ignore_errors=True)  # an earlier ladder's run: its metrics.jsonl would be appended to
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = run_dir.parent / f"{run_dir.name}.log"
     with open(log, "w") as output:
         process = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)  # this run's own rusage: max RSS of its largest process
     process.returncode = os.waitstatus_to_exitcode(status)
+    lines = log.read_text().strip().splitlines() or [""]
     if process.returncode != 0:
-        tail = log.read_text().strip().splitlines()[-1:] or [""]
-        return {"failed": f"exit {process.returncode}: {tail[0][:120]} (log: {log})"}
+        reason = next((line for line in reversed(lines) if line.startswith("error:")), lines[-1])
+        return {"failed": f"exit {process.returncode}: {reason[:120]} (log: {log})"}
     epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    epoch = [metrics for metrics in epochs if "train/samples_per_sec" in metrics][-1]
+    epochs = [metrics for metrics in epochs if "train/samples_per_sec" in metrics]
+    if len(epochs) < 2:
+        return {"failed": f"{len(epochs)} epoch trained, not 2: {lines[-1][:120]} (log: {log})"}
+    first, epoch = epochs[-2:]
+    epoch["steps"] = epoch["step"] - first["step"]
     if "train/peak_memory_gb" in epoch:
         epoch["peak memory"] = f"{epoch['train/peak_memory_gb']:.2f} GiB (GPU)"
     else:
@@ -175,12 +183,14 @@ def plot(rows: list[Row], path: Path, title: str) -> None:
     figure, axes = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.6))
     rates = [row.result.get("train/samples_per_sec", 0.0) for row in rows]
     bars = axes.barh([row.name for row in rows], rates, color="tab:blue")
-    for row, bar in zip(rows, bars):
-        if "train/samples_per_sec" not in row.result:
-            axes.text(0, bar.get_y() + bar.get_height() / 2, " skipped" if row.skip else " failed", va="center")
+    reference = next((rate for rate in rates if rate), 1.0)
+    for row, bar, rate in zip(rows, bars, rates):
+        label = f" {rate / reference:.2f}x" if rate else " skipped" if row.skip else " failed"
+        axes.text(rate, bar.get_y() + bar.get_height() / 2, label, va="center")
     axes.invert_yaxis()
+    axes.set_xlim(0, 1.12 * max(rates, default=0.0) or 1.0)  # room for the labels
     axes.set_xlabel("training samples/s (epoch 2)")
-    axes.set_title(title, fontsize=9)
+    axes.set_title(textwrap.fill(title, 110), fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -222,6 +232,8 @@ def main(argv: list[str]) -> int:
             row.result = run_row(list(overrides.values()), (args.out / "runs" / row.name).resolve(), args.steps)
             rate = row.result.get("train/samples_per_sec")
             done = f"{rate:,.0f} samples/s" if rate else row.result["failed"]
+            if rate and row.result["steps"] < args.steps:
+                done += f"; only {row.result['steps']} steps an epoch: make the data larger (--images)"
             print(f"  {row.name}: {done} ({time.perf_counter() - started:.0f} s)", flush=True)
         rows.append(row)
     text = table(rows)

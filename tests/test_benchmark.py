@@ -2,8 +2,6 @@
 
 from pathlib import Path
 
-import pytest
-
 from test_cache import load_script
 
 
@@ -28,7 +26,7 @@ def test_each_row_adds_its_change_to_the_previous_rows():
     assert benchmark.ladder("/images", Path("/cache"), "cuda", gpus=2, bf16=True)[-1].skip is None
 
 
-@pytest.mark.slow  # two short train.py runs: about 25 s
+# Two short train.py runs (about 15 s), the cache made in between.
 def test_the_ladder_writes_a_table_and_a_chart_with_skipped_rows_and_their_reasons(tmp_path, capsys):
     benchmark = load_script("benchmark")
     args = ["--out", str(tmp_path), "--rows", "baseline,cached,ddp", "--steps", "2", "--images", "120"]
@@ -44,3 +42,18 @@ def test_the_ladder_writes_a_table_and_a_chart_with_skipped_rows_and_their_reaso
     assert (tmp_path / "benchmark.md").read_text().strip().endswith(table)
     assert (tmp_path / "benchmark.png").stat().st_size > 0
     assert (tmp_path / "runs" / "cached" / "metrics.jsonl").exists()
+
+
+def test_speed_ups_are_over_the_first_measured_row_and_a_failed_run_says_why():
+    benchmark = load_script("benchmark")
+    measured = {"train/step_ms": 10.0, "train/data_wait_fraction": 0.25, "peak memory": "1.00 GiB (GPU)"}
+    rows = [
+        benchmark.Row("workers", "+ workers", [], result={"failed": "exit 1: error: data.root: ..."}),
+        benchmark.Row("cached", "+ cache", [], result=measured | {"train/samples_per_sec": 100.0}),
+        benchmark.Row("amp", "+ bf16", [], result=measured | {"train/samples_per_sec": 250.0}),
+    ]
+    lines = benchmark.table(rows).splitlines()
+    assert "speed-up vs cached" in lines[0]
+    assert lines[2].startswith("| workers | + workers | failed: exit 1: error: data.root: ... |")
+    assert lines[3] == "| cached | + cache | 100 | 10.0 | 25% | 1.00 GiB (GPU) | 1.00x |"
+    assert lines[4].endswith("| 2.50x |")
