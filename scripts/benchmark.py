@@ -206,6 +206,14 @@ def main(argv: list[str]) -> int:
     from trainkit.runtime import pick_device
 
     workload = list(args.overrides) or SMALL_CPU_WORKLOAD
+    other_data = [override for override in workload if override.startswith("data=") and override != "data=imagefolder"]
+    if other_data:
+        print(
+            f"error: data: {other_data[0]}, but the ladder trains an image folder (its file loader, then its cache): "
+            "give data.root=/path/to/images, or no data.root for synthetic PNGs",
+            file=sys.stderr,
+        )
+        return 1
     if not any(override.startswith("data.root=") for override in workload):
         workload = with_png_folder(args.out / "images", args.images, workload)
     try:

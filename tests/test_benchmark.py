@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from test_cache import load_script
 
 
@@ -26,7 +28,7 @@ def test_each_row_adds_its_change_to_the_previous_rows():
     assert benchmark.ladder("/images", Path("/cache"), "cuda", gpus=2, bf16=True)[-1].skip is None
 
 
-# Two short train.py runs (about 15 s), the cache made in between.
+@pytest.mark.slow  # two train.py subprocess runs and the cache between them: 11 to 18 s here
 def test_the_ladder_writes_a_table_and_a_chart_with_skipped_rows_and_their_reasons(tmp_path, capsys):
     benchmark = load_script("benchmark")
     args = ["--out", str(tmp_path), "--rows", "baseline,cached,ddp", "--steps", "2", "--images", "120"]
@@ -57,3 +59,10 @@ def test_speed_ups_are_over_the_first_measured_row_and_a_failed_run_says_why():
     assert lines[2].startswith("| workers | + workers | failed: exit 1: error: data.root: ... |")
     assert lines[3] == "| cached | + cache | 100 | 10.0 | 25% | 1.00 GiB (GPU) | 1.00x |"
     assert lines[4].endswith("| 2.50x |")
+
+
+def test_a_workload_that_is_not_an_image_folder_is_refused_in_one_line(tmp_path, capsys):
+    benchmark = load_script("benchmark")
+    assert benchmark.main(["--out", str(tmp_path), "data=synthetic"]) == 1
+    assert capsys.readouterr().err.startswith("error: data: data=synthetic, but the ladder trains an image folder")
+    assert not (tmp_path / "images").exists()  # refused before any PNG is written
