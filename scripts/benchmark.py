@@ -113,6 +113,15 @@ def keyed(overrides: list[str]) -> dict[str, str]:
     return {override.split("=", 1)[0]: override for override in overrides}
 
 
+def row_overrides(workload: list[str], rows: list[Row]) -> dict[str, list[str]]:
+    """Each row's overrides for train.py: the workload's, then the changes of every row up to it."""
+    current, result = keyed(workload), {}
+    for row in rows:
+        current = {key: override for key, override in current.items() if key not in row.drop} | keyed(row.overrides)
+        result[row.name] = list(current.values())
+    return result
+
+
 def run_row(overrides: list[str], run_dir: Path, steps: int) -> dict:
     """Train 2 epochs of `steps` steps; the second epoch's metrics, with the peak memory."""
     fixed = [
@@ -229,21 +238,18 @@ def main(argv: list[str]) -> int:
     title = f"{time.strftime('%Y-%m-%d')}, {device.type} ({hardware}), torch {torch.__version__}: {' '.join(workload)}"
     print(f"{title}\n{args.steps} steps an epoch, epoch 2 timed; runs and logs in {args.out / 'runs'}", flush=True)
 
-    overrides = keyed(workload)
-    rows = []
-    for row in ladder(cfg.data.root, (args.out / "cache").resolve(), device.type, gpus, bf16):
-        overrides = {key: text for key, text in overrides.items() if key not in row.drop} | keyed(row.overrides)
-        if row.name not in args.rows:
-            continue
+    every_row = ladder(cfg.data.root, args.out / "cache", device.type, gpus, bf16)
+    overrides = row_overrides(workload, every_row)
+    rows = [row for row in every_row if row.name in args.rows]
+    for row in rows:
         if not row.skip:
             started = time.perf_counter()
-            row.result = run_row(list(overrides.values()), (args.out / "runs" / row.name).resolve(), args.steps)
+            row.result = run_row(overrides[row.name], args.out / "runs" / row.name, args.steps)
             rate = row.result.get("train/samples_per_sec")
             done = f"{rate:,.0f} samples/s" if rate else row.result["failed"]
             if rate and row.result["steps"] < args.steps:
                 done += f"; only {row.result['steps']} steps an epoch: make the data larger (--images)"
             print(f"  {row.name}: {done} ({time.perf_counter() - started:.0f} s)", flush=True)
-        rows.append(row)
     text = table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "benchmark.md").write_text(f"{title}\n\n{text}\n")

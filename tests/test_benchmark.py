@@ -11,11 +11,8 @@ def test_each_row_adds_its_change_to_the_previous_rows():
     benchmark = load_script("benchmark")
     rows = benchmark.ladder("/images", Path("/cache"), "cpu", gpus=0, bf16=True)
     assert [row.name for row in rows] == benchmark.ROWS
-    overrides = benchmark.keyed(["model=cnn", "data.batch_size=8"])
-    seen = {}
-    for row in rows:
-        overrides = {k: v for k, v in overrides.items() if k not in row.drop} | benchmark.keyed(row.overrides)
-        seen[row.name] = list(overrides.values())
+    seen = benchmark.row_overrides(["model=cnn", "data.batch_size=8", "precision=fp16"], rows)
+    assert seen["baseline"][:2] == ["model=cnn", "data.batch_size=8"] and "precision=fp16" not in seen["baseline"]
     assert "data.num_workers=auto" in seen["workers"] and "precision=fp32" in seen["workers"]
     assert "data=cached" in seen["cached"] and "data.root=/cache" in seen["cached"]
     assert not any(o.startswith(("data.num_workers", "data.pin_memory")) for o in seen["cached"])  # not data=cached's
