@@ -60,10 +60,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("overrides", nargs="*", help="train.py overrides: the workload (model=..., data.root=...)")
-    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmark", help="results folder")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmark", help="default: outputs/benchmark")
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated (default: all)")
-    parser.add_argument("--steps", type=int, default=50, help="training steps per epoch; epoch 2 is timed")
-    parser.add_argument("--images", type=int, default=5000, help="synthetic PNGs made without data.root")
+    parser.add_argument("--steps", type=int, default=50, help="training steps per epoch (default 50); epoch 2 is timed")
+    parser.add_argument("--images", type=int, default=5000, help="synthetic PNGs made without data.root (default 5000)")
     args = parser.parse_args(argv)
     args.out, args.rows = args.out.resolve(), args.rows.split(",")
     unknown = [name for name in args.rows if name not in ROWS]
