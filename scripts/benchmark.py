@@ -75,6 +75,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def ladder(folder: str, cache: Path, device_type: str, gpus: int, bf16: bool) -> list[Row]:
     precision = "bf16" if bf16 else "fp16"
     amp = "bf16 autocast" if bf16 else "fp16 autocast + GradScaler (this GPU has no bf16)"
+    pinned = "pinned memory" if device_type == "cuda" else f"pinned memory (auto: off on {device_type})"
     ddp_skip = None
     if device_type != "cuda":
         ddp_skip = f"on {device_type}: DDP over all local GPUs needs CUDA (scripts/benchmark_ddp.py times CPU ranks)"
@@ -89,7 +90,7 @@ def ladder(folder: str, cache: Path, device_type: str, gpus: int, bf16: bool) ->
     ]
     return [
         Row("baseline", "file loader, 0 workers, no pinned memory, fp32", baseline),
-        Row("workers", "+ loader workers, pinned memory (auto)", ["data.num_workers=auto", "data.pin_memory=auto"]),
+        Row("workers", f"+ loader workers, {pinned}", ["data.num_workers=auto", "data.pin_memory=auto"]),
         Row(
             "cached",
             "+ offline cache, on the device (data=cached)",
