@@ -16,6 +16,7 @@ recommendation (the overrides to use), and writes both with a PNG chart to --out
 
 import argparse
 import os
+import shutil
 import sys
 import time
 import warnings
@@ -53,6 +54,20 @@ def make_png_folder(root: Path, count: int, size: int, classes: int = 10) -> Non
         folder.mkdir(parents=True, exist_ok=True)
         pixels = np.clip(colours[label] + rng.normal(0, 30, (size, size, 3)), 0, 255).astype(np.uint8)
         Image.fromarray(pixels).save(folder / f"{index:06d}.png")
+
+
+def with_png_folder(folder: Path, count: int, overrides: list[str]) -> list[str]:
+    """Write `count` synthetic PNGs of the overrides' data.image_size (default 32) to `folder`; the
+    overrides that train on it. A folder already holding that many images of that size is kept."""
+    size = next((int(o.split("=", 1)[1]) for o in overrides if o.startswith("data.image_size=")), 32)
+    stamp, made = folder / ".synthetic", f"{count} {size}"
+    if not stamp.exists() or stamp.read_text() != made:
+        if stamp.exists():  # made here before with another count or size
+            shutil.rmtree(folder / "train")
+        print(f"writing {count} PNGs of {size}x{size} to {folder}", flush=True)
+        make_png_folder(folder, count, size)
+        stamp.write_text(made)
+    return [f"data.root={folder}", f"data.image_size={size}", *overrides]
 
 
 def samples_per_second(loader, device, batches: int, warmup: int) -> float:
@@ -177,11 +192,7 @@ def main(argv: list[str]) -> int:
 
     overrides = list(args.overrides)
     if args.make_folder:
-        folder = args.folder or args.out / "images"
-        size = next((int(o.split("=", 1)[1]) for o in overrides if o.startswith("data.image_size=")), 32)
-        print(f"writing {args.make_folder} PNGs of {size}x{size} to {folder}", flush=True)
-        make_png_folder(folder, args.make_folder, size)
-        overrides = [f"data.root={folder}", f"data.image_size={size}", *overrides]
+        overrides = with_png_folder(args.folder or args.out / "images", args.make_folder, overrides)
     try:
         cfg = compose(overrides)
         cache = args.cache or args.out / "cache"

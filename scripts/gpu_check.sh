@@ -80,6 +80,10 @@ fi
 check timm_resnet18_synthetic data=synthetic data.image_size=64 model=timm model.name=resnet18 precision=bf16 trainer.channels_last=true trainer.max_epochs=2
 check lr_and_batch_finders lr_finder.enabled=true batch_size_finder.enabled=true batch_size_finder.max_batch_size=1024 trainer.max_epochs=2
 python scripts/benchmark_overhead.py --repeats 3 trainer.progress_bar=false
+# The optimization ladder (scripts/benchmark.py): the speed-run net on 40,000 synthetic 32x32 PNGs, baseline
+# file loader -> workers + pinned -> cached on the GPU -> bf16 -> channels_last -> compile -> DDP (2+ GPUs).
+python scripts/benchmark.py --images 40000 --steps 50 --out "$out/ladder" model=speedrun data.image_size=32 \
+  data.batch_size=512 || { echo "FAIL benchmark ladder (logs: $out/ladder/runs)"; status=1; }
 # An epoch of experiment=cifar10_speedrun next to airbench94's loop on the same CIFAR-shaped data (goal: <= 1.3x).
 if python -c "import airbench" >/dev/null 2>&1; then
   python scripts/speedrun_vs_airbench.py --epochs 3 || { echo "FAIL speedrun_vs_airbench"; status=1; }
