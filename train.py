@@ -79,10 +79,9 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
     scaler: torch.amp.GradScaler = field(init=False)
     early_stopping: EarlyStopping = field(init=False)
-    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest of the step
+    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest; debug=profile
     ema: torch.optim.swa_utils.AveragedModel | None = None  # regularization.ema: evaluated in place of the weights
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
-    profiler: StepProfiler = field(default_factory=StepProfiler)  # debug=profile; off: every call returns at once
     # Where the run stands (what a checkpoint restores):
     epoch: int = 0
     step: int = 0  # optimizer updates so far: the LR schedule's clock
@@ -142,16 +141,15 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         is_update = i - group_start == group_size - 1
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         run.timer.batch_ready()  # waiting for data (the loader, the copy) ends here; the rest is the step
-        run.profiler.phase("forward")  # the phase so far: "data" (waiting for the batch, moving it)
         # forward and backward; DDP all-reduces the gradients only on the micro-step that updates
         with gradient_sync(model, enabled=is_update), autocast(cfg.precision.name, device):
             inputs, targets = run.mix(run.train_transform(images), labels)  # accuracy below: the hard labels
             logits = model(inputs)
             loss = run.loss_fn(logits.float(), targets)
-            run.profiler.phase("backward")
+            run.timer.phase("backward")
             run.scaler.scale(loss / group_size).backward()
         # the optimizer step
-        run.profiler.phase("optimizer_step")
+        run.timer.phase("optimizer_step")
         if is_update:
             if trainer.grad_clip:
                 run.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
@@ -163,7 +161,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
             run.step += 1
             if run.ema is not None:
                 run.ema.update_parameters(run.model)
-        run.profiler.phase("bookkeeping")
+        run.timer.phase("bookkeeping")
         run.batches_done = i + 1
         batch_loss = loss.detach()
         totals[0] += batch_loss * labels.numel()
@@ -194,7 +192,6 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         if show_progress and (i % 10 == 0 or i == num_batches - 1):
             progress.set_postfix(loss=f"{batch_loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
         run.timer.step_done()
-        run.profiler.step()
     progress.close()
     if mid_epoch_saves and run.proc.is_main:
         log.info(f"epoch {run.epoch:>3}  {mid_epoch_saves} mid-epoch checkpoints "
@@ -373,7 +370,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = {}
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
-        run.profiler = StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device)  # rank 0 profiles
+        run.timer = LoopTimer(StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device))  # rank 0 profiles
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
             run.epoch = epoch
             run.data.train.set_epoch(epoch, start_batch=run.batches_done)  # a resume skips what it trained
@@ -408,7 +405,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                 save_checkpoints(run)
             raise stopped(reason, run_dir, run.epoch, run.step, proc.is_main)
 
-        run.profiler.close()
+        run.timer.profiler.close()
         summary = test_and_summarize(run, last_metrics, reason, started)
         failed = reason == "non-finite loss"
     finally:
