@@ -34,6 +34,7 @@ from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average
                                   broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
                                   init_process_group, process_info)
 from trainkit.early_stopping import EarlyStopping
+from trainkit.epoch_totals import EpochTotals
 from trainkit.ema import build_ema, restore_ema
 from trainkit.errors import RunFailed
 from trainkit.finetune import apply_frozen_bn_eval
@@ -125,11 +126,9 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     model.train()
     apply_frozen_bn_eval(model)  # BatchNorm inside frozen layers keeps its statistics
     accumulate, num_batches = trainer.accumulate_grad_batches, batches_per_epoch(run.cfg, run.data.train)
-    totals = torch.zeros(4, device=device)  # loss sum, correct, count, untimed count: on the device until logged
-    interval_loss, interval_batches, mid_epoch_saves = torch.zeros((), device=device), 0, 0
     progress = tqdm(total=num_batches, initial=run.batches_done, desc=f"epoch {run.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
-    started, compile_seconds = time.perf_counter(), None
+    totals, mid_epoch_saves, compile_seconds = EpochTotals(device), 0, None  # totals: on the device until logged
     run.timer.start_epoch(device, skip_first=compiling)  # trainkit.timing: no per-step host-device sync
     for i, (images, labels) in enumerate(run.data.train, start=run.batches_done):
         if i >= num_batches or (trainer.max_steps and run.step >= trainer.max_steps):
@@ -164,23 +163,15 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         run.timer.phase("bookkeeping")
         run.batches_done = i + 1
         batch_loss = loss.detach()
-        totals[0] += batch_loss * labels.numel()
-        totals[1] += (logits.detach().argmax(dim=1) == labels).sum()
-        totals[2] += labels.numel()
+        totals.add(batch_loss, logits.detach(), labels)
         if compiling and compile_seconds is None:  # compile + first step: throughput is measured from here
             batch_loss.item()  # waits for the device, so this step's work is counted in its own time
-            compile_seconds, started, totals[3] = time.perf_counter() - started, time.perf_counter(), labels.numel()
-        interval_loss += batch_loss  # a non-finite loss stays non-finite in the sum: found at the next logging step
-        interval_batches += 1
-        logged_loss = None  # the interval's mean over all ranks, at a logging step
+            compile_seconds = totals.time_from_here()
+        logged_loss = None  # the mean since the last logging step, over all ranks, at a logging step
         if is_update and run.step % trainer.log_every_n_steps == 0:
-            step_loss = all_reduce_sum(torch.stack([interval_loss,
-                                                    torch.tensor(float(interval_batches), device=device)]))
-            logged_loss = (step_loss[0] / step_loss[1]).item()
+            logged_loss = totals.interval_mean_loss()
             run.loggers.log({"epoch": run.epoch, "step": run.step, "lr": optimizer.param_groups[0]["lr"],
                              "train/step_loss": logged_loss})
-            interval_loss.zero_()
-            interval_batches = 0
         if is_update and run.batches_done < num_batches and (stopping := stop_reason(run, logged_loss)):
             run.stopping = stopping  # a stop signal or a non-finite loss (at the epoch's last batch: train decides)
             break
@@ -198,10 +189,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
                  f"(every {trainer.checkpoint_every_n_steps} updates) -> checkpoints/last.pt")
     if compile_seconds is not None and run.proc.is_main:
         log.info(f"compile + first step: {compile_seconds:.1f}s (left out of train/samples_per_sec)")
-    loss_sum, correct, count, untimed = all_reduce_sum(totals).tolist()
-    return {"train/loss": loss_sum / max(count, 1), "train/acc": correct / max(count, 1),
-            "train/samples_per_sec": (count - untimed) / (time.perf_counter() - started),
-            "lr": optimizer.param_groups[0]["lr"], **run.timer.epoch_metrics()}
+    return {**totals.epoch_metrics(), "lr": optimizer.param_groups[0]["lr"], **run.timer.epoch_metrics()}
 
 
 def save_checkpoints(run: Run, improved: bool = False) -> None:
