@@ -41,7 +41,7 @@ from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.images import augmented_samples, save_png
 from trainkit.known_noise import quiet_known_noise
 from trainkit.launch import start_processes
-from trainkit.loggers import Loggers, build_loggers, strict_json, wandb_names
+from trainkit.loggers import Loggers, build_loggers, wandb_names
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
 from trainkit.mixing import LabelMixing
 from trainkit.models import build_model
@@ -49,6 +49,7 @@ from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.profiling import StepProfiler
 from trainkit.resume import finished_value, resumed_config
 from trainkit.rng import rng_states
+from trainkit.run_report import training_line, write_summary
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes
 from trainkit.sample_transforms import attach_sample_transform
 from trainkit.schema import to_dict
@@ -307,22 +308,7 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.cfg.precision.name,
                     run.device, tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
-    best = run.best_metrics
-    summary = {
-        "best": best, "final": last_metrics, "test": test_metrics, "optimized_metric": run.cfg.optimized_metric,
-        "optimized_value": {**best, **test_metrics}.get(run.cfg.optimized_metric),
-        "stop_reason": stop_reason, "epochs": last_metrics.get("epoch", run.epoch - 1) + 1, "steps": run.step,
-        "wall_seconds": time.perf_counter() - started, "world_size": run.proc.world_size,
-        "device": str(run.device), "run_dir": str(run.run_dir.resolve()),
-    }
-    run.loggers.log({"epoch": summary["epochs"] - 1, "step": run.step, **test_metrics})
-    run.loggers.summary({**{f"best/{key}": value for key, value in best.items()}, **test_metrics,
-                         "stop_reason": stop_reason})
-    if run.proc.is_main:
-        (run.run_dir / "summary.json").write_text(strict_json(summary, indent=2))  # NaN -> null
-        log.info(f"done in {summary['wall_seconds']:.1f}s: test/acc {test['acc']:.4f} (best val/acc "
-                 f"{best.get('val/acc', float('nan')):.4f} at epoch {best.get('epoch')}) -> {run.run_dir}")
-    return summary
+    return write_summary(run, last_metrics, test_metrics, stop_reason, wall_seconds=time.perf_counter() - started)
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
@@ -348,12 +334,8 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         if cfg.lr_finder.enabled and not cfg.resume:
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
-        trainable = sum(p.numel() for p in run.model.parameters() if p.requires_grad)
         updates = math.ceil(batches_per_epoch(run.cfg, run.data.train) / cfg.trainer.accumulate_grad_batches)
-        length = f"{cfg.trainer.max_epochs} epochs ({updates} updates each)"
-        if cfg.trainer.max_steps and cfg.trainer.max_steps < updates * cfg.trainer.max_epochs:  # the real length
-            length = f"{cfg.trainer.max_steps} updates (trainer.max_steps; {updates} updates an epoch)"
-        log.info(f"training {trainable:,} parameters on {device} for {length} -> {run_dir}")
+        log.info(training_line(run.model, cfg.trainer, updates, device, run_dir))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = {}
