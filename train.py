@@ -24,7 +24,7 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import BatchTransform
 from trainkit.batch_size_finder import find_batch_size_for_run
-from trainkit.bottleneck import epoch_line_extras, warn_if_data_bound
+from trainkit.bottleneck import warn_if_data_bound
 from trainkit.checkpoint import (copy_checkpoint, load_checkpoint, restore_training_state, save_checkpoint,
                                  training_state, unwrap_model)
 from trainkit.config import validate
@@ -49,7 +49,7 @@ from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.profiling import StepProfiler
 from trainkit.resume import finished_value, resumed_config
 from trainkit.rng import rng_states
-from trainkit.run_report import training_line, write_summary
+from trainkit.run_report import epoch_line, training_line, write_summary
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes
 from trainkit.sample_transforms import attach_sample_transform
 from trainkit.schema import to_dict
@@ -358,10 +358,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                 run.best_metrics = {"epoch": epoch, "step": run.step, "val/loss": val["loss"], "val/acc": val["acc"]}
             run.loggers.log(last_metrics)
             if proc.is_main:
-                log.info(f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}  val/loss {val['loss']:.4f}"
-                         f"  val/acc {val['acc']:.4f}  lr {train_metrics['lr']:.2e}  "
-                         f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{epoch_line_extras(train_metrics)}"
-                         f"{'  *' if improved else ''}")
+                log.info(epoch_line(epoch, train_metrics, val, improved))
                 warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)  # once a run, with advice
             run.stopping = stop_reason(run, train_metrics["train/loss"], epoch_done=True)
             if run.stopping != "non-finite loss":  # non-finite weights never overwrite the last good checkpoint

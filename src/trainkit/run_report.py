@@ -1,5 +1,6 @@
-"""What train.py reports at a run's two ends: the line saying what trains, where and for how long;
-and, once tested, summary.json (strict JSON), the trackers' summary and the closing line.
+"""The lines train.py logs about a run: at its start what trains, where and for how long; each
+epoch's results; and at its end, once tested, summary.json (strict JSON), the trackers' summary
+and the closing line.
 
 summary.json is the result a sweep, scripts/plot_runs.py and `resume` of a finished run read:
 best (the best epoch's validation metrics), final (the last epoch's), test, optimized_metric and
@@ -12,6 +13,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from trainkit.bottleneck import epoch_line_extras
 from trainkit.loggers import strict_json
 
 log = logging.getLogger("train")  # train.py's logger: these are its lines
@@ -27,6 +29,17 @@ def training_line(
     if trainer.max_steps and trainer.max_steps < updates_per_epoch * trainer.max_epochs:
         length = f"{trainer.max_steps} updates (trainer.max_steps; {updates_per_epoch} updates an epoch)"
     return f"training {trainable:,} parameters on {device} for {length} -> {run_dir}"
+
+
+def epoch_line(epoch: int, train_metrics: dict, val: dict, improved: bool) -> str:
+    """`epoch N  train/loss ..  val/loss ..  val/acc ..  lr ..  N samples/s`, the timing extras
+    (trainkit.bottleneck) and `*` where the monitored metric improved."""
+    return (
+        f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}  val/loss {val['loss']:.4f}"
+        f"  val/acc {val['acc']:.4f}  lr {train_metrics['lr']:.2e}  "
+        f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{epoch_line_extras(train_metrics)}"
+        f"{'  *' if improved else ''}"
+    )
 
 
 def write_summary(run: Any, last_metrics: dict, test_metrics: dict, stop_reason: str, wall_seconds: float) -> dict:
