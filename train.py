@@ -97,6 +97,11 @@ def batches_per_epoch(cfg: DictConfig, loader) -> int:
     return min(len(loader), cfg.trainer.limit_train_batches or len(loader))
 
 
+def updates_per_epoch(cfg: DictConfig, loader) -> int:
+    """Optimizer updates an epoch: the last group of micro-batches updates too, even when short."""
+    return math.ceil(batches_per_epoch(cfg, loader) / cfg.trainer.accumulate_grad_batches)
+
+
 def evaluate(model, loader, transform, precision: str, device: torch.device, limit: int | None = None,
              tta_flip: bool = False) -> dict:
     """Plain cross-entropy and accuracy over each sample exactly once: sums and counts are
@@ -269,9 +274,9 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
     """A multiplier of each group's LR, stepped once per optimizer update (warmup and decay are
     counted in updates), so a resume continues the curve exactly."""
     trainer = run.cfg.trainer
-    updates_per_epoch = math.ceil(batches_per_epoch(run.cfg, run.data.train) / trainer.accumulate_grad_batches)
-    total_updates = min(updates_per_epoch * trainer.max_epochs, trainer.max_steps or math.inf)
-    return build_scheduler(run.optimizer, run.cfg.scheduler, updates_per_epoch, total_updates)
+    updates = updates_per_epoch(run.cfg, run.data.train)
+    total_updates = min(updates * trainer.max_epochs, trainer.max_steps or math.inf)
+    return build_scheduler(run.optimizer, run.cfg.scheduler, updates, total_updates)
 
 
 def start_logging(run: Run) -> None:
@@ -334,8 +339,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         if cfg.lr_finder.enabled and not cfg.resume:
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
-        updates = math.ceil(batches_per_epoch(run.cfg, run.data.train) / cfg.trainer.accumulate_grad_batches)
-        log.info(training_line(run.model, cfg.trainer, updates, device, run_dir))
+        log.info(training_line(run.model, cfg.trainer, updates_per_epoch(cfg, run.data.train), device, run_dir))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = {}
@@ -351,11 +355,11 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                 average_batchnorm_statistics(model)
             val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, cfg.precision.name, device,
                            cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
-            last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, "val/loss": val["loss"],
-                            "val/acc": val["acc"]}
+            val_metrics = {"val/loss": val["loss"], "val/acc": val["acc"]}
+            last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, **val_metrics}
             improved = run.early_stopping.update(last_metrics[run.early_stopping.monitor], epoch)
             if improved:
-                run.best_metrics = {"epoch": epoch, "step": run.step, "val/loss": val["loss"], "val/acc": val["acc"]}
+                run.best_metrics = {"epoch": epoch, "step": run.step, **val_metrics}
             run.loggers.log(last_metrics)
             if proc.is_main:
                 log.info(epoch_line(epoch, train_metrics, val, improved))
