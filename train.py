@@ -34,8 +34,8 @@ from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average
                                   broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
                                   init_process_group, process_info)
 from trainkit.early_stopping import EarlyStopping
-from trainkit.epoch_totals import EpochTotals
 from trainkit.ema import build_ema, restore_ema
+from trainkit.epoch_totals import EpochTotals
 from trainkit.errors import RunFailed
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.images import augmented_samples, save_png
