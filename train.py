@@ -24,7 +24,7 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import BatchTransform
 from trainkit.batch_size_finder import find_batch_size_for_run
-from trainkit.bottleneck import epoch_line_extras, warn_if_data_bound
+from trainkit.bottleneck import warn_if_data_bound
 from trainkit.checkpoint import (copy_checkpoint, load_checkpoint, restore_training_state, save_checkpoint,
                                  training_state, unwrap_model)
 from trainkit.config import validate
@@ -35,12 +35,13 @@ from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average
                                   init_process_group, process_info)
 from trainkit.early_stopping import EarlyStopping
 from trainkit.ema import build_ema, restore_ema
+from trainkit.epoch_totals import EpochTotals
 from trainkit.errors import RunFailed
 from trainkit.finetune import apply_frozen_bn_eval
 from trainkit.images import augmented_samples, save_png
 from trainkit.known_noise import quiet_known_noise
 from trainkit.launch import start_processes
-from trainkit.loggers import Loggers, build_loggers, strict_json, wandb_names
+from trainkit.loggers import Loggers, build_loggers, wandb_names
 from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
 from trainkit.mixing import LabelMixing
 from trainkit.models import build_model
@@ -48,6 +49,7 @@ from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.profiling import StepProfiler
 from trainkit.resume import finished_value, resumed_config
 from trainkit.rng import rng_states
+from trainkit.run_report import epoch_line, training_line, write_summary
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes
 from trainkit.sample_transforms import attach_sample_transform
 from trainkit.schema import to_dict
@@ -79,10 +81,9 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
     scaler: torch.amp.GradScaler = field(init=False)
     early_stopping: EarlyStopping = field(init=False)
-    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest of the step
+    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest; debug=profile
     ema: torch.optim.swa_utils.AveragedModel | None = None  # regularization.ema: evaluated in place of the weights
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
-    profiler: StepProfiler = field(default_factory=StepProfiler)  # debug=profile; off: every call returns at once
     # Where the run stands (what a checkpoint restores):
     epoch: int = 0
     step: int = 0  # optimizer updates so far: the LR schedule's clock
@@ -94,6 +95,11 @@ class Run:
 
 def batches_per_epoch(cfg: DictConfig, loader) -> int:
     return min(len(loader), cfg.trainer.limit_train_batches or len(loader))
+
+
+def updates_per_epoch(cfg: DictConfig, loader) -> int:
+    """Optimizer updates an epoch: the last group of micro-batches updates too, even when short."""
+    return math.ceil(batches_per_epoch(cfg, loader) / cfg.trainer.accumulate_grad_batches)
 
 
 def evaluate(model, loader, transform, precision: str, device: torch.device, limit: int | None = None,
@@ -126,11 +132,9 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     model.train()
     apply_frozen_bn_eval(model)  # BatchNorm inside frozen layers keeps its statistics
     accumulate, num_batches = trainer.accumulate_grad_batches, batches_per_epoch(run.cfg, run.data.train)
-    totals = torch.zeros(4, device=device)  # loss sum, correct, count, untimed count: on the device until logged
-    interval_loss, interval_batches, mid_epoch_saves = torch.zeros((), device=device), 0, 0
     progress = tqdm(total=num_batches, initial=run.batches_done, desc=f"epoch {run.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
-    started, compile_seconds = time.perf_counter(), None
+    totals, mid_epoch_saves, compile_seconds = EpochTotals(device), 0, None  # totals: on the device until logged
     run.timer.start_epoch(device, skip_first=compiling)  # trainkit.timing: no per-step host-device sync
     for i, (images, labels) in enumerate(run.data.train, start=run.batches_done):
         if i >= num_batches or (trainer.max_steps and run.step >= trainer.max_steps):
@@ -142,16 +146,15 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         is_update = i - group_start == group_size - 1
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         run.timer.batch_ready()  # waiting for data (the loader, the copy) ends here; the rest is the step
-        run.profiler.phase("forward")  # the phase so far: "data" (waiting for the batch, moving it)
         # forward and backward; DDP all-reduces the gradients only on the micro-step that updates
         with gradient_sync(model, enabled=is_update), autocast(cfg.precision.name, device):
             inputs, targets = run.mix(run.train_transform(images), labels)  # accuracy below: the hard labels
             logits = model(inputs)
             loss = run.loss_fn(logits.float(), targets)
-            run.profiler.phase("backward")
+            run.timer.phase("backward")
             run.scaler.scale(loss / group_size).backward()
         # the optimizer step
-        run.profiler.phase("optimizer_step")
+        run.timer.phase("optimizer_step")
         if is_update:
             if trainer.grad_clip:
                 run.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
@@ -163,26 +166,18 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
             run.step += 1
             if run.ema is not None:
                 run.ema.update_parameters(run.model)
-        run.profiler.phase("bookkeeping")
+        run.timer.phase("bookkeeping")
         run.batches_done = i + 1
         batch_loss = loss.detach()
-        totals[0] += batch_loss * labels.numel()
-        totals[1] += (logits.detach().argmax(dim=1) == labels).sum()
-        totals[2] += labels.numel()
+        totals.add(batch_loss, logits.detach(), labels)
         if compiling and compile_seconds is None:  # compile + first step: throughput is measured from here
             batch_loss.item()  # waits for the device, so this step's work is counted in its own time
-            compile_seconds, started, totals[3] = time.perf_counter() - started, time.perf_counter(), labels.numel()
-        interval_loss += batch_loss  # a non-finite loss stays non-finite in the sum: found at the next logging step
-        interval_batches += 1
-        logged_loss = None  # the interval's mean over all ranks, at a logging step
+            compile_seconds = totals.time_from_here()
+        logged_loss = None  # the mean since the last logging step, over all ranks, at a logging step
         if is_update and run.step % trainer.log_every_n_steps == 0:
-            step_loss = all_reduce_sum(torch.stack([interval_loss,
-                                                    torch.tensor(float(interval_batches), device=device)]))
-            logged_loss = (step_loss[0] / step_loss[1]).item()
+            logged_loss = totals.interval_mean_loss()
             run.loggers.log({"epoch": run.epoch, "step": run.step, "lr": optimizer.param_groups[0]["lr"],
                              "train/step_loss": logged_loss})
-            interval_loss.zero_()
-            interval_batches = 0
         if is_update and run.batches_done < num_batches and (stopping := stop_reason(run, logged_loss)):
             run.stopping = stopping  # a stop signal or a non-finite loss (at the epoch's last batch: train decides)
             break
@@ -194,17 +189,13 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         if show_progress and (i % 10 == 0 or i == num_batches - 1):
             progress.set_postfix(loss=f"{batch_loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
         run.timer.step_done()
-        run.profiler.step()
     progress.close()
     if mid_epoch_saves and run.proc.is_main:
         log.info(f"epoch {run.epoch:>3}  {mid_epoch_saves} mid-epoch checkpoints "
                  f"(every {trainer.checkpoint_every_n_steps} updates) -> checkpoints/last.pt")
     if compile_seconds is not None and run.proc.is_main:
         log.info(f"compile + first step: {compile_seconds:.1f}s (left out of train/samples_per_sec)")
-    loss_sum, correct, count, untimed = all_reduce_sum(totals).tolist()
-    return {"train/loss": loss_sum / max(count, 1), "train/acc": correct / max(count, 1),
-            "train/samples_per_sec": (count - untimed) / (time.perf_counter() - started),
-            "lr": optimizer.param_groups[0]["lr"], **run.timer.epoch_metrics()}
+    return {**totals.epoch_metrics(), "lr": optimizer.param_groups[0]["lr"], **run.timer.epoch_metrics()}
 
 
 def save_checkpoints(run: Run, improved: bool = False) -> None:
@@ -283,9 +274,9 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
     """A multiplier of each group's LR, stepped once per optimizer update (warmup and decay are
     counted in updates), so a resume continues the curve exactly."""
     trainer = run.cfg.trainer
-    updates_per_epoch = math.ceil(batches_per_epoch(run.cfg, run.data.train) / trainer.accumulate_grad_batches)
-    total_updates = min(updates_per_epoch * trainer.max_epochs, trainer.max_steps or math.inf)
-    return build_scheduler(run.optimizer, run.cfg.scheduler, updates_per_epoch, total_updates)
+    updates = updates_per_epoch(run.cfg, run.data.train)
+    total_updates = min(updates * trainer.max_epochs, trainer.max_steps or math.inf)
+    return build_scheduler(run.optimizer, run.cfg.scheduler, updates, total_updates)
 
 
 def start_logging(run: Run) -> None:
@@ -322,22 +313,7 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.cfg.precision.name,
                     run.device, tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
-    best = run.best_metrics
-    summary = {
-        "best": best, "final": last_metrics, "test": test_metrics, "optimized_metric": run.cfg.optimized_metric,
-        "optimized_value": {**best, **test_metrics}.get(run.cfg.optimized_metric),
-        "stop_reason": stop_reason, "epochs": last_metrics.get("epoch", run.epoch - 1) + 1, "steps": run.step,
-        "wall_seconds": time.perf_counter() - started, "world_size": run.proc.world_size,
-        "device": str(run.device), "run_dir": str(run.run_dir.resolve()),
-    }
-    run.loggers.log({"epoch": summary["epochs"] - 1, "step": run.step, **test_metrics})
-    run.loggers.summary({**{f"best/{key}": value for key, value in best.items()}, **test_metrics,
-                         "stop_reason": stop_reason})
-    if run.proc.is_main:
-        (run.run_dir / "summary.json").write_text(strict_json(summary, indent=2))  # NaN -> null
-        log.info(f"done in {summary['wall_seconds']:.1f}s: test/acc {test['acc']:.4f} (best val/acc "
-                 f"{best.get('val/acc', float('nan')):.4f} at epoch {best.get('epoch')}) -> {run.run_dir}")
-    return summary
+    return write_summary(run, last_metrics, test_metrics, stop_reason, wall_seconds=time.perf_counter() - started)
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
@@ -363,17 +339,12 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         if cfg.lr_finder.enabled and not cfg.resume:
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
-        trainable = sum(p.numel() for p in run.model.parameters() if p.requires_grad)
-        updates = math.ceil(batches_per_epoch(run.cfg, run.data.train) / cfg.trainer.accumulate_grad_batches)
-        length = f"{cfg.trainer.max_epochs} epochs ({updates} updates each)"
-        if cfg.trainer.max_steps and cfg.trainer.max_steps < updates * cfg.trainer.max_epochs:  # the real length
-            length = f"{cfg.trainer.max_steps} updates (trainer.max_steps; {updates} updates an epoch)"
-        log.info(f"training {trainable:,} parameters on {device} for {length} -> {run_dir}")
+        log.info(training_line(run.model, cfg.trainer, updates_per_epoch(cfg, run.data.train), device, run_dir))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = {}
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
-        run.profiler = StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device)  # rank 0 profiles
+        run.timer = LoopTimer(StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device))  # rank 0 profiles
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
             run.epoch = epoch
             run.data.train.set_epoch(epoch, start_batch=run.batches_done)  # a resume skips what it trained
@@ -384,17 +355,14 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                 average_batchnorm_statistics(model)
             val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, cfg.precision.name, device,
                            cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
-            last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, "val/loss": val["loss"],
-                            "val/acc": val["acc"]}
+            val_metrics = {"val/loss": val["loss"], "val/acc": val["acc"]}
+            last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, **val_metrics}
             improved = run.early_stopping.update(last_metrics[run.early_stopping.monitor], epoch)
             if improved:
-                run.best_metrics = {"epoch": epoch, "step": run.step, "val/loss": val["loss"], "val/acc": val["acc"]}
+                run.best_metrics = {"epoch": epoch, "step": run.step, **val_metrics}
             run.loggers.log(last_metrics)
             if proc.is_main:
-                log.info(f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}  val/loss {val['loss']:.4f}"
-                         f"  val/acc {val['acc']:.4f}  lr {train_metrics['lr']:.2e}  "
-                         f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{epoch_line_extras(train_metrics)}"
-                         f"{'  *' if improved else ''}")
+                log.info(epoch_line(epoch, train_metrics, val, improved))
                 warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)  # once a run, with advice
             run.stopping = stop_reason(run, train_metrics["train/loss"], epoch_done=True)
             if run.stopping != "non-finite loss":  # non-finite weights never overwrite the last good checkpoint
@@ -408,7 +376,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                 save_checkpoints(run)
             raise stopped(reason, run_dir, run.epoch, run.step, proc.is_main)
 
-        run.profiler.close()
+        run.timer.profiler.close()
         summary = test_and_summarize(run, last_metrics, reason, started)
         failed = reason == "non-finite loss"
     finally:

@@ -368,6 +368,49 @@ def test_self_launched_ddp_inside_a_hydra_multirun(tmp_path):
         assert torch.load(tmp_path / job / "checkpoints" / "last.pt", weights_only=True)["config"]["seed"] == seed
 
 
+def test_workers_get_the_config_unresolved_so_a_key_filled_later_reaches_its_interpolations():
+    """The cause of the bug below, in-process: data.num_classes=null is filled from the image folder
+    inside each worker, after the hand-off; model.num_classes interpolates it."""
+    from trainkit.launch import worker_config
+
+    parent = OmegaConf.create({"data": {"num_classes": None}, "model": {"num_classes": "${data.num_classes}"}})
+    worker = OmegaConf.create(worker_config(parent))
+    worker.data.num_classes = 3  # as train.py's build_run does, once the data is built
+    assert worker.model.num_classes == 3
+
+
+@pytest.mark.slow
+def test_self_launched_ddp_on_an_image_folder_counts_its_classes(tmp_path):
+    from PIL import Image
+
+    for label in range(3):
+        folder = tmp_path / "images" / "train" / f"class{label}"
+        folder.mkdir(parents=True)
+        for index in range(4):
+            Image.new("RGB", (8, 8), (80 * label, 40 * index, 0)).save(folder / f"{index}.png")
+    result = run(
+        train_command(
+            "data=imagefolder",
+            f"data.root={tmp_path / 'images'}",
+            "data.image_size=8",
+            "data.num_workers=0",
+            "data.batch_size=2",
+            "data.val_fraction=0.25",
+            "data.test_fraction=0.25",
+            "distributed=ddp",
+            "distributed.nproc_per_node=2",
+            "trainer.max_epochs=1",
+            "trainer.progress_bar=false",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        )
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary, _ = read_run(tmp_path / "run")
+    assert summary["world_size"] == 2
+    weights = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)
+    assert weights["config"]["model"]["num_classes"] == 3  # the folder's count, not null
+
+
 @pytest.mark.slow
 def test_torchrun_single_node_shares_one_run_directory(tmp_path):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]

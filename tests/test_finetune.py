@@ -13,9 +13,10 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from trainkit.errors import ConfigError
-from trainkit.finetune import adapt_input_channels, apply_frozen_bn_eval, freeze, head_parameters, stages
+from trainkit.finetune import apply_frozen_bn_eval, freeze, head_parameters, stages
 from trainkit.models import SmallCNN, build_model
 from trainkit.optim import LRSchedule, build_optimizer, build_scheduler, param_groups, scaled_lr
+from trainkit.pretrained import adapt_input_channels
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -226,7 +227,7 @@ def test_another_number_of_classes_drops_the_head_with_a_log_line(tmp_path, capl
     torch.manual_seed(0)
     source, _ = build_model(model_config("timm", num_classes=1000), image_size=8)
     path = saved(source, tmp_path / "imagenet.pt")
-    with caplog.at_level(logging.INFO, logger="trainkit.finetune"):
+    with caplog.at_level(logging.INFO, logger="trainkit.pretrained"):
         model, _ = build_model(model_config("timm", num_classes=5, pretrained_path=str(path)), image_size=8)
     assert "dropped the classifier head" in caplog.text and "fc.weight (1000, 512) -> (5, 512)" in caplog.text
     assert "missing 2 (fc.weight, fc.bias), unexpected 0" in caplog.text

@@ -129,3 +129,24 @@ def test_without_nvml_gpu_util_is_left_out_without_an_error(fake_cuda):
     fake_cuda.setattr(torch.cuda, "utilization", no_driver)
     metrics = timed_epoch(LoopTimer(), 2, wait_s=0.0, step_s=0.0, device=CUDA)
     assert "train/gpu_util" not in metrics and "train/data_wait_fraction" in metrics
+
+
+def test_the_loop_marks_each_point_once_and_the_timer_passes_it_to_the_profiler():
+    class RecordingProfiler:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def phase(self, name: str) -> None:
+            self.calls.append(name)
+
+        def step(self) -> None:
+            self.calls.append("step")
+
+    profiler = RecordingProfiler()
+    timer = LoopTimer(profiler)  # type: ignore[arg-type]
+    timer.start_epoch(CPU, skip_first=True)  # the compile step too is a profiled step
+    for _ in range(2):
+        timer.batch_ready()
+        timer.phase("backward")
+        timer.step_done()
+    assert profiler.calls == ["forward", "backward", "step"] * 2

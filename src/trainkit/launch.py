@@ -18,14 +18,13 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.distributed import ProcessInfo, launched_externally, process_info
 from trainkit.errors import ConfigError, RunFailed
-from trainkit.schema import to_dict
 from trainkit.signals import Stopped, forward_to_workers, stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -45,10 +44,18 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[Dic
     log.info(f"launching {nproc} DDP processes -> {run_dir}")
     script, function = train_process.__code__.co_filename, train_process.__name__
     with forward_to_workers():
-        result = launch_local_workers(nproc, script, function, to_dict(cfg), str(run_dir))[0]
+        result = launch_local_workers(nproc, script, function, worker_config(cfg), str(run_dir))[0]
     if isinstance(result, (Stopped, RunFailed)):  # the workers stopped cleanly and said why
         raise result
     return result
+
+
+def worker_config(cfg: DictConfig) -> dict[str, Any]:
+    """`cfg` as plain containers for the workers, its interpolations kept, not resolved: a worker's
+    config then behaves as the parent's would. The training fills some keys only once the data is
+    built (data.num_classes=null: an image folder counts its classes), and the keys that interpolate
+    them (model.num_classes: ${data.num_classes}) must see the filled value, not the null of now."""
+    return cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=False))
 
 
 def launch_local_workers(nproc: int, script: str, function: str, config: dict, run_dir: str) -> dict[int, object]:

@@ -15,7 +15,7 @@ factory's arguments, except four that build_model handles itself:
     freeze: null            # null | backbone | N (the first N stages): see finetune.stages
     freeze_bn: true         # BatchNorm inside frozen parts keeps its running statistics
 
-The fine-tuning helpers (head, pretrained weights, freezing) live in trainkit.finetune.
+The fine-tuning helpers live in trainkit.finetune (head, freezing) and trainkit.pretrained (weights).
 
 timm and torchvision are imported inside the functions that use them (each takes seconds), so
 the default small CNN, `--help` and config errors stay fast.
@@ -33,8 +33,9 @@ import torch
 from torch import nn
 
 from trainkit.errors import ConfigError
-from trainkit.finetune import freeze, load_pretrained
+from trainkit.finetune import freeze
 from trainkit.input_size import resolve_input_size
+from trainkit.pretrained import load_pretrained
 from trainkit.submodules import find_modules, replace_module
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,8 @@
 """Find submodules by type and swap one by its dotted name: the two moves that adapting a library
 model takes (a new stem convolution, dropout before the classifier, locating the head).
 
-Shared by trainkit.models (building) and trainkit.finetune (heads, pretrained weights), so that
-neither imports the other for them.
+Shared by trainkit.models (building), trainkit.finetune (heads) and trainkit.pretrained (weights), so that
+none imports another for them.
 """
 
 from typing import TypeVar

@@ -1,14 +1,17 @@
 """Where an epoch's time goes: waiting for the next batch vs the rest of the step, measured
 without a host-device synchronisation per step; plus peak memory and CPU or GPU utilization.
 
-    timer = LoopTimer()                    # once a run
+    timer = LoopTimer(profiler)            # once a run; the profiler (debug=profile) is optional
     timer.start_epoch(device)              # before the loop
     for images, labels in loader:          # waiting: blocked in the loader's __next__ ...
         images = images.to(device, non_blocking=True)   # ... and the host-to-device copy
-        timer.batch_ready()
-        ...                                # the rest of the step: forward, backward, optimizer, logging
-        timer.step_done()
+        timer.batch_ready()                # the profiler's "data" phase ends, "forward" begins
+        ...                                # the rest of the step, in phases: timer.phase("backward"), ...
+        timer.step_done()                  # the profiler's step ends too
     timer.epoch_metrics()                  # after the loop (which ends with a sync of its own)
+
+The loop marks each point once, here; the timer passes the marks on to the trainkit.profiling
+StepProfiler it holds (off by default: then each pass returns at once).
 
 What is measured. On the CPU (and MPS) the host's wall clock: the time from one step's end to the
 next batch being on the device is waiting, the rest is the step. On the CPU the work is synchronous,
@@ -39,6 +42,7 @@ from collections import deque
 import torch
 
 from trainkit.data.loader_settings import available_cores
+from trainkit.profiling import StepProfiler
 
 GPU_UTIL_EVERY_SECONDS = 1.0  # NVML averages over its own sample period (1/6 s to 1 s)
 
@@ -50,9 +54,10 @@ def can_read_gpu_util() -> bool:
 
 
 class LoopTimer:
-    """The per-epoch measure above, for one run."""
+    """The per-epoch measure above, for one run; it drives `profiler`'s phases and steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, profiler: StepProfiler | None = None) -> None:
+        self.profiler = profiler or StepProfiler()  # the default is off
         self.warned_data_bound = False  # trainkit.bottleneck warns once a run
         self.read_gpu_util: bool | None = None  # known at the first CUDA epoch
 
@@ -95,9 +100,18 @@ class LoopTimer:
             now = time.perf_counter()
             self.waiting += 0.0 if first else now - self.mark
             self.mark = now
+        self.profiler.phase("forward")  # the profiler's phase so far: "data" (waiting for the batch, moving it)
+
+    def phase(self, name: str) -> None:
+        """A phase of the step begins (debug=profile labels the trace with it; not timed here)."""
+        self.profiler.phase(name)
 
     def step_done(self) -> None:
         """Everything the step does is queued (or, off CUDA, done)."""
+        self._time_step()
+        self.profiler.step()
+
+    def _time_step(self) -> None:
         if self.skip_first:  # compile + first step: measured from here on
             self.skip_first = False
             self._restart()
