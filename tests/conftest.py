@@ -46,3 +46,34 @@ def run_train(tmp_path):
         return TrainRun(process, run_dir)
 
     return run
+
+
+def run_record(model, seed: int, ema=None):
+    """The attributes of train.py's Run that a checkpoint saves and restores, around `model` (and
+    its EMA), for in-process checkpoint round trips."""
+    from types import SimpleNamespace
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from trainkit.distributed import ProcessInfo
+    from trainkit.early_stopping import EarlyStopping
+    from trainkit.loggers import Loggers
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return SimpleNamespace(
+        cfg=OmegaConf.create({"seed": seed}),
+        proc=ProcessInfo(),
+        model=model,
+        ema=ema,
+        optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1)),
+        scaler=torch.amp.GradScaler("cpu", enabled=False),
+        early_stopping=EarlyStopping("val/loss", "min"),
+        loggers=Loggers([]),
+        epoch=0,
+        step=0,
+        batches_done=0,
+        best_metrics={},
+        wandb_run_id=None,
+    )

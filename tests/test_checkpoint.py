@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from conftest import run_record
 from trainkit.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
 
 
@@ -126,34 +127,8 @@ def test_copy_checkpoint_is_a_complete_atomic_copy(tmp_path):
 
 
 def _run_like(seed: int):
-    """The attributes of train.py's Run that a checkpoint saves and restores."""
-    from types import SimpleNamespace
-
-    from omegaconf import OmegaConf
-
-    from trainkit.distributed import ProcessInfo
-    from trainkit.early_stopping import EarlyStopping
-    from trainkit.loggers import Loggers
-
     torch.manual_seed(seed)
-    model = small_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    return SimpleNamespace(
-        cfg=OmegaConf.create({"seed": seed}),
-        proc=ProcessInfo(),
-        model=model,
-        ema=None,
-        optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1)),
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-        early_stopping=EarlyStopping("val/loss", "min"),
-        loggers=Loggers([]),
-        epoch=0,
-        step=0,
-        batches_done=0,
-        best_metrics={},
-        wandb_run_id=None,
-    )
+    return run_record(small_model(), seed)
 
 
 def test_a_saved_training_state_restores_every_piece_and_the_position(tmp_path):

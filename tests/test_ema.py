@@ -3,6 +3,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from conftest import run_record
 from trainkit.checkpoint import load_checkpoint, restore_training_state, save_checkpoint, training_state
 from trainkit.ema import build_ema, ema_weights, warmup_decay
 
@@ -63,31 +64,9 @@ def test_warmup_ramps_the_decay_with_the_update_count():
 
 
 def run_with_ema(seed: int):
-    from types import SimpleNamespace
-
-    from trainkit.distributed import ProcessInfo
-    from trainkit.early_stopping import EarlyStopping
-    from trainkit.loggers import Loggers
-
     torch.manual_seed(seed)
     model = bn_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    return SimpleNamespace(
-        cfg=OmegaConf.create({"seed": seed}),
-        proc=ProcessInfo(),
-        model=model,
-        ema=build_ema(model, ema_config(decay=0.99)),
-        optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0),
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-        early_stopping=EarlyStopping("val/loss", "min"),
-        loggers=Loggers([]),
-        epoch=0,
-        step=0,
-        batches_done=0,
-        best_metrics={},
-        wandb_run_id=None,
-    )
+    return run_record(model, seed, ema=build_ema(model, ema_config(decay=0.99)))
 
 
 def test_a_checkpoint_keeps_the_ema_and_a_resume_continues_it_bit_for_bit(tmp_path):
