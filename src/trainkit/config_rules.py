@@ -43,12 +43,6 @@ def device_name(value: object) -> str | None:
     return f"{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
 
 
-def fused_choice(value: object) -> str | None:
-    if isinstance(value, bool) or value == "auto":
-        return None
-    return f"must be auto, true or false, got {show(value)}"
-
-
 def freeze_spec(value: object) -> str | None:
     if value is None or value == "backbone" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return None
@@ -131,7 +125,7 @@ RULES: dict[str, Check] = {
     "optimizer.nesterov": flag(),
     "optimizer.betas": numbers(0, below=1, length=2),
     "optimizer.eps": number(above=0),
-    "optimizer.fused": fused_choice,
+    "optimizer.fused": auto_or(flag()),
     "optimizer.head_lr_scale": number(0),
     "optimizer.scale_lr_with_batch": flag(),
     "optimizer.reference_batch_size": integer(1),
