@@ -48,8 +48,9 @@ def test_pretrained_weights_out_of_reach_fail_at_once_with_one_line(run_train, m
     run = run_train("model=timm", "model.pretrained=true", check=False, timeout=40)
     elapsed, output = time.monotonic() - start, run.stdout + run.stderr
     # ~6 s here (imports, mostly); before: ~50 s of hub retries, each logged twice. The bound leaves
-    # room for a loaded 2-core machine.
-    assert elapsed < 15, f"waited on the hub for {elapsed:.0f} s:\n{output[-2000:]}"
+    # room for a 2-core machine loaded by other tests; "Retrying" below
+    # is the exact check.
+    assert elapsed < 30, f"waited on the hub for {elapsed:.0f} s:\n{output[-2000:]}"
     assert run.returncode == 1, output[-2000:]
     assert "Retrying" not in output and "Traceback" not in output
     lines = [line for line in output.splitlines() if "error:" in line]

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+from trainkit.distributed import exit_now_if_a_process_group_was_joined
 from trainkit.errors import ConfigError, RunFailed, caused_by_config_error, causes
 from trainkit.resume import rewrite_argv
 from trainkit.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
@@ -106,6 +107,15 @@ def _list_app_groups_only() -> None:
 
 def run(hydra_main: Callable[[], object]) -> None:
     """Call a @hydra.main function; bad input exits 1 with `error: <key>: <what to fix>`."""
+    try:
+        _run_reporting_errors(hydra_main)
+    except SystemExit as stop:
+        exit_now_if_a_process_group_was_joined(stop.code)
+        raise
+    exit_now_if_a_process_group_was_joined(0)
+
+
+def _run_reporting_errors(hydra_main: Callable[[], object]) -> None:
     OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True, replace=True)
     if "--help" in sys.argv or "-h" in sys.argv:
         _list_app_groups_only()

@@ -10,9 +10,11 @@ Every helper here also works in a plain single process (world size 1, no process
 
 import contextlib
 import datetime
+import logging
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,10 +79,15 @@ def export_slurm_rendezvous() -> None:
         env["MASTER_PORT"] = str(15000 + int(env.get("SLURM_JOB_ID", 0)) % 20000)
 
 
+_joined_a_process_group = False
+
+
 def init_process_group(proc: ProcessInfo, device: torch.device, backend: str, timeout_seconds: float) -> None:
     """Join the job's process group (device already chosen from LOCAL_RANK). No-op for one process."""
     if proc.world_size == 1:
         return
+    global _joined_a_process_group
+    _joined_a_process_group = True
     if "SLURM_PROCID" in os.environ and "RANK" not in os.environ:
         export_slurm_rendezvous()
     if device.type == "cuda":
@@ -100,6 +107,26 @@ def init_process_group(proc: ProcessInfo, device: torch.device, backend: str, ti
 def destroy_process_group() -> None:
     if is_distributed():
         dist.destroy_process_group()
+
+
+def exit_now_if_a_process_group_was_joined(code: object) -> None:
+    """End a process that trained as a rank (torchrun, srun) without C++ exit-time destructors.
+
+    DDP keeps a reference to its process group that destroy_process_group() cannot drop (a torch
+    leak: the group's gloo threads still run at exit, seen with `/proc/self/task`). A normal exit
+    then destroys C++ objects under those running threads, which now and then aborts a finished
+    rank with "terminate called without an active exception" (SIGABRT), and torchrun reports the
+    whole job failed. By the time this runs everything is written; flush and leave at once.
+    """
+    if not _joined_a_process_group:
+        return
+    if code is not None and not isinstance(code, int):  # sys.exit("message") prints it and exits 1
+        print(code, file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
 
 
 def is_distributed() -> bool:
