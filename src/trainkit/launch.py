@@ -11,6 +11,7 @@ SIGINT. The parent of self-started workers passes the signals on instead of torc
 rank 0's result and is raised again here, so the parent exits the way a single process would.
 """
 
+import atexit
 import importlib.util
 import logging
 import os
@@ -23,7 +24,7 @@ from typing import Any, cast
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.distributed import ProcessInfo, launched_externally, process_info
+from trainkit.distributed import ProcessInfo, exit_now_if_a_process_group_was_joined, launched_externally, process_info
 from trainkit.errors import ConfigError, RunFailed
 from trainkit.signals import Stopped, forward_to_workers, stop_on_signals
 
@@ -90,13 +91,17 @@ def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
     limit_cpu_threads(proc.local_world_size)
     try:
         with stop_on_signals(announce_abort=False):  # the parent says it when a second Ctrl-C aborts
-            return _load(script, function)(OmegaConf.create(config), Path(run_dir))
+            result = _load(script, function)(OmegaConf.create(config), Path(run_dir))
     except (Stopped, RunFailed) as stop:  # reported in one line already: the parent raises it again
-        return stop
+        result = stop
     except ConfigError as error:  # bad input found late (e.g. a data file): one line, from rank 0
         if proc.is_main:
             print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
+    # Exit 0 once torch's wrapper has handed `result` to the parent, without the C++ exit-time
+    # destructors (see distributed.exit_now_if_a_process_group_was_joined).
+    atexit.register(exit_now_if_a_process_group_was_joined, 0)
+    return result
 
 
 def _load(script: str, function: str) -> Callable:
