@@ -47,11 +47,16 @@ from trainkit.distributed import barrier, is_distributed
 log = logging.getLogger("train")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+EXIT_STOPPED = 75  # stopped by a signal, checkpoint written, resumable (sysexits.h EX_TEMPFAIL)
+EXIT_ABORTED = 130  # a second Ctrl-C: what a shell reports for a process ended by SIGINT
+SAME_CTRL_C_SECONDS = 1.0
 
 
 # submitit's signal before a timeout or on a preemption (submitit.JobEnvironment.USR_SIG): USR2 unless
 # SUBMITIT_PREEMPT_SIGNAL says otherwise, at submission already (it becomes sbatch's --signal).
-SUBMITIT_SIGNAL: signal.Signals | None = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), None)
+SUBMITIT_SIGNAL: signal.Signals | None = getattr(
+    signal, f"SIG{os.environ.get('SUBMITIT_PREEMPT_SIGNAL', 'USR2')}", None
+)
 # The names a stop can have. Not read from the job's environment at import: the submitting process
 # pickles train.py's functions, and their globals, by value.
 STOP_SIGNAL_NAMES = tuple(dict.fromkeys(s.name for s in (*STOP_SIGNALS, *filter(None, [SUBMITIT_SIGNAL]))))
@@ -65,9 +70,6 @@ def submitit_signal() -> signal.Signals | None:
 def handled_signals() -> tuple[signal.Signals, ...]:
     """The signals that request a stop in this process: STOP_SIGNALS, and submitit's in its jobs."""
     return tuple(dict.fromkeys((*STOP_SIGNALS, *filter(None, [submitit_signal()]))))
-EXIT_STOPPED = 75  # stopped by a signal, checkpoint written, resumable (sysexits.h EX_TEMPFAIL)
-EXIT_ABORTED = 130  # a second Ctrl-C: what a shell reports for a process ended by SIGINT
-SAME_CTRL_C_SECONDS = 1.0
 
 
 class Stopped(SystemExit):
