@@ -233,11 +233,11 @@ def test_resume_auto_in_a_directory_named_after_the_launch_time_warns_that_it_ca
         assert resume.unfixed_directory(composed("hydra.run.dir=outputs/runs/job-42").hydra) is None
         assert resume.unfixed_directory(composed("hydra.mode=MULTIRUN").hydra) == "hydra.sweep.dir"
         assert resume.unfixed_directory(composed("hydra.mode=MULTIRUN", "hydra.sweep.dir=outputs/s").hydra) is None
-        cfg = composed()
-        monkeypatch.setattr(resume, "_hydra_config", lambda: cfg.hydra)
+        cfg, unfixed_directory = composed(), resume.unfixed_directory
+        monkeypatch.setattr(resume, "unfixed_directory", lambda: unfixed_directory(cfg.hydra))  # as in a Hydra run
         resume.resumed_config(cfg, tmp_path)
         monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")  # submitit requeues the pickled job, directory included
-        assert resume.unfixed_directory(composed("hydra.mode=MULTIRUN").hydra) is None
+        assert unfixed_directory(composed("hydra.mode=MULTIRUN").hydra) is None
     GlobalHydra.instance().clear()
     [warning] = [record.message for record in caplog.records if record.levelname == "WARNING"]
     assert warning.startswith(f"resume=auto: no checkpoint in {tmp_path}: starting a new run; hydra.run.dir is named")

@@ -139,14 +139,14 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
             torn = remove_stale_temporary_files(existing.parent) if main else []
             removed = f" (removed the torn {', '.join(torn)})" if torn else ""
             message = f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}"
-            unfixed = unfixed_directory(_hydra_config())
-            if unfixed and main:  # a launch-time directory: a rerun would start over instead of continuing
+            unfixed = unfixed_directory()
+            if unfixed is None:
+                log.info(message)
+            elif main:  # a launch-time directory: a rerun would start over instead of continuing
                 log.warning(
                     f"{message}; {unfixed} is named after the launch time, so a rerun gets a new directory and "
-                    f"never continues this one: set {unfixed}=<a fixed directory> (e.g. outputs/runs/job-$SLURM_JOB_ID)"
+                    f"never continues this one: set {unfixed}=<a fixed directory> (e.g. outputs/runs/job-42)"
                 )
-            elif not unfixed:
-                log.info(message)
             composed.resume = None
             return composed, False
         checkpoint = existing
@@ -224,24 +224,20 @@ def _add_new_keys(resolved: DictConfig, composed: DictConfig) -> None:
             OmegaConf.update(resolved, key, value, force_add=True)
 
 
-def unfixed_directory(hydra: Any) -> str | None:
-    """The key (hydra.run.dir, or hydra.sweep.dir in a multirun) whose directory is new at every launch
-    (its value still interpolates the launch time), where resume=auto could never continue; else None.
-    Not in a submitit job: submitit requeues the pickled job, directory included."""
-    if hydra is None or os.environ.get("SUBMITIT_EXECUTOR"):
-        return None
+def unfixed_directory(hydra: Any = None) -> str | None:
+    """The key (hydra.run.dir; hydra.sweep.dir in a multirun) whose directory is new at every launch
+    (it interpolates the launch time), where resume=auto could never continue; else None. `hydra`:
+    Hydra's own config, this run's by default. None in a submitit job: its requeue keeps the directory."""
+    from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    hydra = hydra or (HydraConfig.get() if HydraConfig.initialized() else None)
+    if hydra is None or os.environ.get("SUBMITIT_EXECUTOR"):
+        return None
     key = "sweep" if hydra.get("mode") == RunMode.MULTIRUN else "run"
     section = OmegaConf.to_container(hydra[key], resolve=False)  # the pattern, not today's name
     value = section.get("dir") if isinstance(section, dict) else None
     return f"hydra.{key}.dir" if re.search(r"\$\{(launch_time|now):", str(value)) else None
-
-
-def _hydra_config() -> Any:
-    from hydra.core.hydra_config import HydraConfig
-
-    return HydraConfig.get() if HydraConfig.initialized() else None
 
 
 def _hydra_task_overrides() -> list[str]:
