@@ -217,3 +217,28 @@ def test_weights_and_optimizer_of_another_layout_are_one_line():
     two_groups = torch.optim.SGD([{"params": [small[0].weight]}, {"params": [small[0].bias]}], lr=0.1)
     with pytest.raises(ConfigError, match=r"^optimizer: the checkpoint's optimizer has parameter groups of \[1, 1\]"):
         load_optimizer_state(one_group, two_groups.state_dict())
+
+
+def test_resume_auto_in_a_directory_named_after_the_launch_time_warns_that_it_can_never_continue(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+
+        def composed(*overrides):
+            return compose("config", overrides=["resume=auto", *overrides], return_hydra_config=True)
+
+        assert resume.unfixed_directory(composed().hydra) == "hydra.run.dir"
+        assert resume.unfixed_directory(composed("hydra.run.dir=outputs/runs/job-42").hydra) is None
+        assert resume.unfixed_directory(composed("hydra.mode=MULTIRUN").hydra) == "hydra.sweep.dir"
+        assert resume.unfixed_directory(composed("hydra.mode=MULTIRUN", "hydra.sweep.dir=outputs/s").hydra) is None
+        cfg, unfixed_directory = composed(), resume.unfixed_directory
+        monkeypatch.setattr(resume, "unfixed_directory", lambda: unfixed_directory(cfg.hydra))  # as in a Hydra run
+        resume.resumed_config(cfg, tmp_path)
+        monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")  # submitit requeues the pickled job, directory included
+        assert unfixed_directory(composed("hydra.mode=MULTIRUN").hydra) is None
+    GlobalHydra.instance().clear()
+    [warning] = [record.message for record in caplog.records if record.levelname == "WARNING"]
+    assert warning.startswith(f"resume=auto: no checkpoint in {tmp_path}: starting a new run; hydra.run.dir is named")
+    assert "set hydra.run.dir=<a fixed directory>" in warning

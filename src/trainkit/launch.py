@@ -46,8 +46,8 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[Dic
     script, function = train_process.__code__.co_filename, train_process.__name__
     with forward_to_workers():
         result = launch_local_workers(nproc, script, function, worker_config(cfg), str(run_dir))[0]
-    if isinstance(result, (Stopped, RunFailed)):  # the workers stopped cleanly and said why
-        raise result
+        if isinstance(result, (Stopped, RunFailed)):  # the workers stopped cleanly and said why (inside: a
+            raise result  # stop on submitit's signal then hands over to submitit's requeue)
     return result
 
 

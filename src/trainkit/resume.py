@@ -135,9 +135,18 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     if composed.resume == AUTO:
         existing = run_dir / "checkpoints" / "last.pt"
         if not existing.is_file():
-            torn = remove_stale_temporary_files(existing.parent) if process_info().is_main else []
+            main = process_info().is_main
+            torn = remove_stale_temporary_files(existing.parent) if main else []
             removed = f" (removed the torn {', '.join(torn)})" if torn else ""
-            log.info(f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}")
+            message = f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}"
+            unfixed = unfixed_directory()
+            if unfixed is None:
+                log.info(message)
+            elif main:  # a launch-time directory: a rerun would start over instead of continuing
+                log.warning(
+                    f"{message}; {unfixed} is named after the launch time, so a rerun gets a new directory and "
+                    f"never continues this one: set {unfixed}=<a fixed directory> (e.g. outputs/runs/job-42)"
+                )
             composed.resume = None
             return composed, False
         checkpoint = existing
@@ -213,6 +222,22 @@ def _add_new_keys(resolved: DictConfig, composed: DictConfig) -> None:
             for p in parents
         ):
             OmegaConf.update(resolved, key, value, force_add=True)
+
+
+def unfixed_directory(hydra: Any = None) -> str | None:
+    """The key (hydra.run.dir; hydra.sweep.dir in a multirun) whose directory is new at every launch
+    (it interpolates the launch time), where resume=auto could never continue; else None. `hydra`:
+    Hydra's own config, this run's by default. None in a submitit job: its requeue keeps the directory."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra = hydra or (HydraConfig.get() if HydraConfig.initialized() else None)
+    if hydra is None or os.environ.get("SUBMITIT_EXECUTOR"):
+        return None
+    key = "sweep" if hydra.get("mode") == RunMode.MULTIRUN else "run"
+    section = OmegaConf.to_container(hydra[key], resolve=False)  # the pattern, not today's name
+    value = section.get("dir") if isinstance(section, dict) else None
+    return f"hydra.{key}.dir" if re.search(r"\$\{(launch_time|now):", str(value)) else None
 
 
 def _hydra_task_overrides() -> list[str]:

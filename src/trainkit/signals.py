@@ -17,6 +17,15 @@ agent, and passes each on to its workers as SIGTERM (a terminal's Ctrl-C reaches
 SIGINT plus SIGTERM is still one request). Under torchrun the agent passes SIGTERM and SIGINT on
 itself, right after the terminal's own SIGINT: a SIGINT within SAME_CTRL_C_SECONDS of the first
 is taken as the same Ctrl-C.
+
+Under submitit (Hydra's submitit launchers, e.g. hydra/launcher=slurm): submitit warns of a timeout
+or a preemption with its own signal, SIGUSR2 (env SUBMITIT_PREEMPT_SIGNAL), whose handler would
+requeue the job and exit at once, wherever training is. Here that signal is one more stop request:
+the run stops after the update, saves, and only then calls submitit's handler (`hand_over`): on
+the job's first task it requeues the job (submitit's `checkpoint()`: the same job again) and exits
+(144 local, -1 on SLURM), and the requeued job continues from last.pt with resume=auto. Other tasks
+exit 75. SIGTERM stays a plain stop (scancel, or SLURM's own preemption notice: SLURM requeues
+with PreemptMode=REQUEUE, the job does not).
 """
 
 import logging
@@ -38,10 +47,29 @@ from trainkit.distributed import barrier, is_distributed
 log = logging.getLogger("train")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
-STOP_SIGNAL_NAMES = tuple(s.name for s in STOP_SIGNALS)
 EXIT_STOPPED = 75  # stopped by a signal, checkpoint written, resumable (sysexits.h EX_TEMPFAIL)
 EXIT_ABORTED = 130  # a second Ctrl-C: what a shell reports for a process ended by SIGINT
 SAME_CTRL_C_SECONDS = 1.0
+
+
+# submitit's signal before a timeout or on a preemption (submitit.JobEnvironment.USR_SIG): USR2 unless
+# SUBMITIT_PREEMPT_SIGNAL says otherwise, at submission already (it becomes sbatch's --signal).
+SUBMITIT_SIGNAL: signal.Signals | None = getattr(
+    signal, f"SIG{os.environ.get('SUBMITIT_PREEMPT_SIGNAL', 'USR2')}", None
+)
+# The names a stop can have. Not read from the job's environment at import: the submitting process
+# pickles train.py's functions, and their globals, by value.
+STOP_SIGNAL_NAMES = tuple(dict.fromkeys(s.name for s in (*STOP_SIGNALS, *filter(None, [SUBMITIT_SIGNAL]))))
+
+
+def submitit_signal() -> signal.Signals | None:
+    """SUBMITIT_SIGNAL in a job started by submitit, else None."""
+    return SUBMITIT_SIGNAL if os.environ.get("SUBMITIT_EXECUTOR") else None  # set in its jobs (and their workers)
+
+
+def handled_signals() -> tuple[signal.Signals, ...]:
+    """The signals that request a stop in this process: STOP_SIGNALS, and submitit's in its jobs."""
+    return tuple(dict.fromkeys((*STOP_SIGNALS, *filter(None, [submitit_signal()]))))
 
 
 class Stopped(SystemExit):
@@ -55,6 +83,8 @@ class Stopped(SystemExit):
 
 _requested: str | None = None  # the first stop signal this process received
 _first_ctrl_c: float | None = None  # when (time.monotonic) the first SIGINT came
+_requeue: Callable[[int, FrameType | None], object] | None = None  # submitit's handler, while its signal is ours
+_preempted = False  # submitit's signal came: hand over to its handler after the checkpoint
 
 
 def requested() -> str | None:
@@ -68,7 +98,8 @@ class _Abort(Exception):
 
 def _record(signum: int) -> None:
     """Record a stop request; a later Ctrl-C (not the echo of the first) aborts."""
-    global _requested, _first_ctrl_c
+    global _requested, _first_ctrl_c, _preempted
+    _preempted = _preempted or signum == submitit_signal()
     if signum == signal.SIGINT:
         now = time.monotonic()
         if _first_ctrl_c is not None and now - _first_ctrl_c > SAME_CTRL_C_SECONDS:
@@ -126,18 +157,46 @@ def forward_to_workers() -> Iterator[None]:
 
 @contextmanager
 def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
-    """`handler` for every stop signal, a fresh request state, and the previous handlers back after."""
-    global _requested, _first_ctrl_c
-    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
-    _requested, _first_ctrl_c = None, None
-    for s in STOP_SIGNALS:
+    """`handler` for every stop signal, a fresh request state, and the previous handlers back after.
+    A clean stop (Stopped) on submitit's signal leaves through submitit's handler (`hand_over`)."""
+    global _requested, _first_ctrl_c, _requeue, _preempted
+    previous = {s: signal.getsignal(s) for s in handled_signals()}
+    submitits = previous.get(submitit_signal())  # type: ignore[arg-type]  # None: not a submitit job
+    _requested, _first_ctrl_c, _preempted = None, None, False
+    _requeue = submitits if callable(submitits) else None  # not SIG_DFL in DDP workers that submitit did not start
+    for s in previous:
         signal.signal(s, handler)
     try:
         yield
+    except Stopped:  # in the parent of self-started DDP workers: the workers saved and stopped
+        leaving = hand_over()
+        if leaving is None:
+            raise
+        log.warning("submitit requeued the job: it continues from checkpoints/last.pt with resume=auto")
+        raise leaving from None
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
-        _requested, _first_ctrl_c = None, None
+        _requested, _first_ctrl_c, _requeue, _preempted = None, None, None, False
+
+
+def hand_over() -> SystemExit | None:
+    """After a clean stop on submitit's signal, once the checkpoint is written: call submitit's
+    handler, as the signal would have. On the job's first task it requeues the job and exits (the
+    SystemExit to raise, returned); on the other tasks it does nothing. Once a process; None
+    without submitit's signal, or when submitit declines to requeue (timed out too many times):
+    then one line says so and the run exits 75 like any stop."""
+    global _requeue
+    requeue, _requeue = _requeue, None
+    if requeue is None or not _preempted:
+        return None
+    try:
+        requeue(submitit_signal() or 0, None)
+    except SystemExit as leaving:  # requeued: submitit's exit code (144 local, -1 SLURM)
+        return leaving
+    except Exception as error:  # submitit.core.utils.UncompletedJobError, e.g. timed out too many times
+        log.warning(f"not requeued: {error} (exit code {EXIT_STOPPED})")
+    return None
 
 
 def stop_signal(device: torch.device, agree: bool) -> str | None:
@@ -157,15 +216,19 @@ def stop_signal(device: torch.device, agree: bool) -> str | None:
     return signal.Signals(value).name if value else None
 
 
-def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> Stopped:
-    """Say in one line (rank 0) why the run stopped and how to continue it; the exception to raise.
-    Every rank waits until rank 0 has written the checkpoint: no rank exits first (srun
-    --kill-on-bad-exit would otherwise end rank 0 in the middle of the write)."""
+def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> SystemExit:
+    """Say in one line (rank 0) why the run stopped and how it continues; the exception to raise:
+    Stopped, or under submitit on its signal the first task's exit after requeueing the job. Every
+    rank waits until rank 0 has written the checkpoint and requeued: no rank exits first (srun
+    --kill-on-bad-exit would otherwise end rank 0 in the middle of either)."""
     barrier()
+    leaving = hand_over()
     if is_main:
         checkpoint = run_dir.resolve() / "checkpoints" / "last.pt"
-        log.warning(
-            f"stopped by {name} at epoch {epoch}, step {step}, checkpoint saved (exit code {EXIT_STOPPED}); "
-            f"continue with: python train.py resume={checkpoint}"
-        )
-    return Stopped()
+        if leaving:
+            how = f"checkpoint saved; submitit requeued the job: it continues from {checkpoint} with resume=auto"
+        else:
+            how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: python train.py resume={checkpoint}"
+        log.warning(f"stopped by {name} at epoch {epoch}, step {step}, {how}")
+    barrier()
+    return leaving or Stopped()
