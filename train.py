@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import hydra
 import torch
@@ -128,7 +129,8 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     """One pass over this rank's shard, from batch `run.batches_done` (a mid-epoch resume).
     Moves run.step and run.batches_done forward; returns the epoch's training metrics. `compiling`:
     torch.compile compiles in the first step, which is timed apart from train/samples_per_sec."""
-    cfg, trainer, model, optimizer, device = run.cfg, run.cfg.trainer, run.trained_model, run.optimizer, run.device
+    model, optimizer, device, precision = run.trained_model, run.optimizer, run.device, run.cfg.precision.name
+    trainer = SimpleNamespace(**to_dict(run.cfg.trainer))  # plain values: an OmegaConf read costs ~20 us a step
     model.train()
     apply_frozen_bn_eval(model)  # BatchNorm inside frozen layers keeps its statistics
     accumulate, num_batches = trainer.accumulate_grad_batches, batches_per_epoch(run.cfg, run.data.train)
@@ -147,7 +149,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         run.timer.batch_ready()  # waiting for data (the loader, the copy) ends here; the rest is the step
         # forward and backward; DDP all-reduces the gradients only on the micro-step that updates
-        with gradient_sync(model, enabled=is_update), autocast(cfg.precision.name, device):
+        with gradient_sync(model, enabled=is_update), autocast(precision, device):
             inputs, targets = run.mix(run.train_transform(images), labels)  # accuracy below: the hard labels
             logits = model(inputs)
             loss = run.loss_fn(logits.float(), targets)
@@ -187,7 +189,8 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
             mid_epoch_saves += 1
         progress.update()
         if show_progress and (i % 10 == 0 or i == num_batches - 1):
-            progress.set_postfix(loss=f"{batch_loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
+            progress.set_postfix(loss=f"{batch_loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}",
+                                 refresh=False)  # drawn at tqdm's next timed refresh: no extra terminal write
         run.timer.step_done()
     progress.close()
     if mid_epoch_saves and run.proc.is_main:
@@ -219,7 +222,7 @@ def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) ->
     a non-finite loss, seen at logging steps) and after each epoch (also early stopping, max_steps,
     max_epochs, which win over a signal: a finished run finishes). `train_loss` is all-reduced (None
     between logging steps), so every rank gets the same answer and no rank waits alone in a collective."""
-    trainer = run.cfg.trainer
+    trainer = run.cfg.trainer if epoch_done else None  # inside the epoch, only the signal check: no config read
     if train_loss is not None and not math.isfinite(train_loss):
         if run.proc.is_main:
             log.error(f"train/loss is not finite at epoch {run.epoch}, step {run.step}: lower optimizer.lr or set "
