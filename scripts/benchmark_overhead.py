@@ -7,9 +7,10 @@ paired ratios with their spread, in process CPU time and in wall time.
   against epochs of a minimal loop over the same model, optimizer, schedule, batches and batch
   transform (forward, loss, backward, step: nothing else). A block is one epoch of each, in
   alternating order (AB, BA, ...), so a load that drifts hits both alike; the block's ratio is
-  train.py / minimal. The ratio of the fastest epochs of each is shown too: machine noise only ever
-  adds time, so the fastest epoch is the one least disturbed. Before timing, both start from the same state for one epoch and must end
-  with the same weights after the same number of batches and optimizer updates (the same work).
+  train.py / minimal. The ratio of the fastest epochs of each is shown too: machine noise only
+  ever adds time, so the fastest epoch is the least disturbed one. Before timing, both start from
+  the same state for one epoch and must end with the same weights after the same number of
+  forward passes and optimizer updates (the same work).
   Target: median ratio <= 1.02.
 - whole process (subprocesses): `python train.py` (the default run: 20 epochs, progress bar on a
   pseudo-terminal, metrics.jsonl, checkpoints, summary.json) against scripts/handwritten_digits.py
@@ -24,23 +25,19 @@ torch.set_num_threads(1)), so CPU time is the time of the work, not of idle spin
     python scripts/benchmark_overhead.py --blocks 40 --repeats 6
 """
 
+import argparse
+import contextlib
+import copy
 import os
-
-os.environ["OMP_NUM_THREADS"] = "1"  # before torch is imported, here and in every child
-os.environ["MKL_NUM_THREADS"] = "1"
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import copy  # noqa: E402
-import pty  # noqa: E402
-import resource  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from pathlib import Path  # noqa: E402
+import pty
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -211,6 +208,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=6, help="whole-process pairs (0: steady state only)")
     parser.add_argument("overrides", nargs="*", help="extra overrides for train.py (the baseline ignores them)")
     args = parser.parse_args()
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # before torch is imported, here and in every child
     with tempfile.TemporaryDirectory() as tmp:
         if args.blocks:
             steady_state(args.blocks, Path(tmp, "steady"))
