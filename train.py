@@ -223,20 +223,20 @@ def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) ->
     a non-finite loss, seen at logging steps) and after each epoch (also early stopping, max_steps,
     max_epochs, which win over a signal: a finished run finishes). `train_loss` is all-reduced (None
     between logging steps), so every rank gets the same answer and no rank waits alone in a collective."""
-    trainer = run.cfg.trainer if epoch_done else None  # inside the epoch, only the signal check: no config read
     if train_loss is not None and not math.isfinite(train_loss):
         if run.proc.is_main:
             log.error(f"train/loss is not finite at epoch {run.epoch}, step {run.step}: lower optimizer.lr or set "
                       "trainer.grad_clip (checkpoints/last.pt keeps the last finite weights)")
         return "non-finite loss"
-    if epoch_done and any_rank(run.early_stopping.should_stop, run.device):
-        stopping = run.early_stopping
-        log.info(f"early stopping: {stopping.monitor} has not improved for {stopping.patience} epochs")
-        return "early_stopping"
-    if epoch_done and trainer.max_steps and run.step >= trainer.max_steps:
-        return "max_steps"
-    if epoch_done and run.epoch + 1 >= trainer.max_epochs:
-        return "max_epochs"
+    if epoch_done:  # (inside an epoch, no config read: one costs ~20 us, a step ~10 ms)
+        trainer, stopping = run.cfg.trainer, run.early_stopping
+        if any_rank(stopping.should_stop, run.device):
+            log.info(f"early stopping: {stopping.monitor} has not improved for {stopping.patience} epochs")
+            return "early_stopping"
+        if trainer.max_steps and run.step >= trainer.max_steps:
+            return "max_steps"
+        if run.epoch + 1 >= trainer.max_epochs:
+            return "max_epochs"
     return stop_signal(run.device, agree=train_loss is not None)  # SIGTERM, SIGUSR1, SIGINT: save and exit 75
 
 
