@@ -166,3 +166,28 @@ def test_a_checkpoint_of_a_finished_epoch_resumes_with_the_next_one(tmp_path):
     fresh = _run_like(seed=2)
     restore_training_state(fresh, training_state(trained, batches_done=0, rng=[rng_states()]))
     assert (fresh.epoch, fresh.batches_done) == (6, 0)
+
+
+def test_build_run_resolves_the_config_once_and_every_checkpoint_holds_that(tmp_path):
+    """Resolving the config at each save cost more than writing the weights: build_run resolves it
+    once, when it is complete (here the batch-size finder's batch size is in it)."""
+    import sys
+
+    from hydra import compose, initialize_config_dir
+
+    from conftest import ROOT
+    from trainkit.checkpoint import training_state
+    from trainkit.distributed import ProcessInfo
+    from trainkit.schema import to_dict
+
+    sys.path.insert(0, str(ROOT))
+    import train
+
+    finder = ["batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=16"]
+    overrides = ["data=synthetic", "data.num_samples=64", "data.image_size=8", *finder]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=overrides)
+    run = train.build_run(cfg, tmp_path, ProcessInfo(), torch.device("cpu"))
+    assert run.config == to_dict(cfg) and run.config["data"]["batch_size"] == 16  # the finder's choice, in it
+    assert run.config["model"]["dropout"] == 0.0  # interpolations resolved: ${regularization.dropout}
+    assert training_state(run, 0, rng=[])["config"] is run.config

@@ -17,16 +17,20 @@ from trainkit.distributed import all_reduce_sum
 class EpochTotals:
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.sums = torch.zeros(4, device=device)  # loss sum, correct, count, untimed count
+        # On the device, summed in place: few small ops a batch, nothing allocated for the sums.
+        self.loss_sum = torch.zeros((), device=device)
+        self.correct = torch.zeros((), device=device)
         self.interval_loss = torch.zeros((), device=device)  # the batches' mean losses since the last logging step
-        self.interval_batches = 0
+        # Known on the host without a sync: batch sizes are shapes.
+        self.count = self.untimed_count = self.interval_batches = 0
         self.started = time.perf_counter()
 
     def add(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
         """One batch: `loss` is its mean; accuracy counts against the hard labels (also under MixUp)."""
-        self.sums[0] += loss * labels.numel()
-        self.sums[1] += (logits.argmax(dim=1) == labels).sum()
-        self.sums[2] += labels.numel()
+        size = labels.numel()
+        self.loss_sum += loss * size
+        self.correct += (logits.argmax(dim=1) == labels).sum()
+        self.count += size
         self.interval_loss += loss  # a non-finite loss stays non-finite in the sum: found at the next logging step
         self.interval_batches += 1
 
@@ -35,7 +39,7 @@ class EpochTotals:
         step) and time from now on; returns the seconds left out."""
         now = time.perf_counter()
         seconds, self.started = now - self.started, now
-        self.sums[3] = self.sums[2]
+        self.untimed_count = self.count
         return seconds
 
     def interval_mean_loss(self) -> float:
@@ -50,7 +54,9 @@ class EpochTotals:
 
     def epoch_metrics(self) -> dict[str, float]:
         """The epoch's means over every rank's samples (a collective), and the samples a second."""
-        loss_sum, correct, count, untimed = all_reduce_sum(self.sums).tolist()
+        local_counts = torch.tensor([self.count, self.untimed_count], dtype=torch.float32, device=self.device)
+        sums = torch.cat([torch.stack([self.loss_sum, self.correct]), local_counts])
+        loss_sum, correct, count, untimed = all_reduce_sum(sums).tolist()
         return {
             "train/loss": loss_sum / max(count, 1),
             "train/acc": correct / max(count, 1),

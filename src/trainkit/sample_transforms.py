@@ -19,16 +19,20 @@ torchvision is imported when such a transform is built, in the main process befo
 start (they inherit it), never on the --help, config-error or default paths.
 """
 
+from __future__ import annotations
+
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from PIL import Image
 
 from trainkit.augment import active_ops
 from trainkit.data.imagefolder import ImageFolderDataset, resize_center_crop
 from trainkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 POLICIES = ("rand_augment", "trivial_augment_wide")
 

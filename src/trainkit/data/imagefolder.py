@@ -10,22 +10,29 @@ other files are ignored with a count in the log. A file Pillow cannot read does 
 worker (torch would re-raise it in the main process as a multi-line RuntimeError): `__getitem__`
 returns a `BadFile` instead, and loaders.FileLoader raises its one-line ConfigError naming the
 file, or, with `data.skip_bad_files=true`, drops it from its batch and counts it.
+
+Pillow is imported where images are opened: runs on in-memory data never load it.
 """
+
+from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
-from PIL import Image
 from torch.utils.data import Dataset
 
 from trainkit.data.datasets import FileSplits, carve
 from trainkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +102,8 @@ def open_image(path: str, mode: str, size: int) -> Image.Image:
     Pillow's own convert clips 16-bit values to 255 (a white image) and warns about palette
     transparency; both are handled here. Alpha is dropped (as torchvision's loader does).
     """
+    from PIL import Image
+
     with Image.open(path) as image:
         image.draft(mode, (size, size))  # JPEG only: decode at a reduced scale still >= size, much faster
         image.load()  # a truncated or corrupt file fails here, inside the caller's try
@@ -109,6 +118,8 @@ def open_image(path: str, mode: str, size: int) -> Image.Image:
 
 def resize_center_crop(image: Image.Image, size: int) -> torch.Tensor:
     """Resize the shorter side to `size`, centre-crop `size x size`: uint8 [C, size, size]."""
+    from PIL import Image
+
     scale = size / min(image.size)
     width, height = (max(size, round(side * scale)) for side in image.size)
     image = image.resize((width, height), Image.Resampling.BILINEAR)
@@ -159,6 +170,8 @@ def load_image_folder(cfg: DictConfig) -> tuple[dict[str, ImageFolderDataset], l
 @cache
 def image_extensions() -> frozenset[str]:
     """Every file extension Pillow can open here (lower case), e.g. .png, .jpg, .webp, .ppm, .tga."""
+    from PIL import Image
+
     return frozenset(ext.lower() for ext, kind in Image.registered_extensions().items() if kind in Image.OPEN)
 
 
