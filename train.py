@@ -78,7 +78,7 @@ class Run:
     eval_transform: BatchTransform = field(init=False)
     mix: LabelMixing = field(default_factory=LabelMixing)  # MixUp/CutMix: mixed images + soft targets; off: as is
     loss_fn: torch.nn.Module = field(init=False)
-    config: dict = field(init=False)  # cfg as plain containers, resolved once built: every checkpoint holds it
+    resolved_config: dict = field(init=False)  # cfg as plain containers, resolved once built: in every checkpoint
     optimizer: torch.optim.Optimizer = field(init=False)
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
     scaler: torch.amp.GradScaler = field(init=False)
@@ -271,7 +271,7 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     run.scaler = grad_scaler(cfg.precision.name, device)
     run.early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
     run.ema = build_ema(run.model, cfg.regularization.ema)  # on the device, before compile and DDP
-    run.config = to_dict(cfg)  # the config is complete now (num_classes, batch size); nothing changes it later
+    run.resolved_config = to_dict(cfg)  # the config is complete now (num_classes, batch size); nothing changes it later
     return run
 
 
@@ -287,7 +287,7 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
 def start_logging(run: Run) -> None:
     """Rank 0: metrics.jsonl plus the chosen tracker, and a grid of augmented samples for it."""
     run_name, group = wandb_names(run_dir=run.run_dir)
-    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.config,
+    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.resolved_config,
                                 run_name=run_name, group=group, resume_id=run.wandb_run_id)
     if run.cfg.logger.get("log_images", False):
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)

@@ -63,7 +63,7 @@ def run_record(model, seed: int, ema=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     return SimpleNamespace(
         cfg=OmegaConf.create({"seed": seed}),
-        config={"seed": seed},
+        resolved_config={"seed": seed},
         proc=ProcessInfo(),
         model=model,
         ema=ema,

@@ -188,6 +188,7 @@ def test_build_run_resolves_the_config_once_and_every_checkpoint_holds_that(tmp_
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose("config", overrides=overrides)
     run = train.build_run(cfg, tmp_path, ProcessInfo(), torch.device("cpu"))
-    assert run.config == to_dict(cfg) and run.config["data"]["batch_size"] == 16  # the finder's choice, in it
-    assert run.config["model"]["dropout"] == 0.0  # interpolations resolved: ${regularization.dropout}
-    assert training_state(run, 0, rng=[])["config"] is run.config
+    config = run.resolved_config
+    assert config == to_dict(cfg) and config["data"]["batch_size"] == 16  # the finder's choice, in it
+    assert config["model"]["dropout"] == 0.0  # interpolations resolved: ${regularization.dropout}
+    assert training_state(run, 0, rng=[])["config"] is config

@@ -77,8 +77,8 @@ def load_checkpoint(path: str | Path, device: torch.device) -> dict:
 def training_state(run: Any, batches_done: int, rng: list) -> dict[str, Any]:
     """Everything a resume needs from train.py's `Run`, as plain containers. `batches_done` > 0
     marks a checkpoint from inside `run.epoch` (a resume finishes that epoch first); `rng` holds
-    every rank's RNG streams, in rank order. `run.config`: the run's config as plain containers,
-    resolved once (resolving it at every save cost more than writing the weights)."""
+    every rank's RNG streams, in rank order. `run.resolved_config`: the run's config as plain
+    containers, resolved once (resolving it at every save cost more than writing the weights)."""
     return {
         "format": CHECKPOINT_FORMAT,
         "model": unwrap_model(run.model).state_dict(),
@@ -92,7 +92,7 @@ def training_state(run: Any, batches_done: int, rng: list) -> dict[str, Any]:
         "step": run.step,
         "batches_done": batches_done,
         "rng": rng,
-        "config": run.config,
+        "config": run.resolved_config,
         "wandb_run_id": run.loggers.run_id,
     }
 
