@@ -30,6 +30,7 @@ from trainkit.checkpoint import (copy_checkpoint, load_checkpoint, restore_train
                                  training_state, unwrap_model)
 from trainkit.config import validate
 from trainkit.console import print_config
+from trainkit.continued_run import finished_value
 from trainkit.data import DataBundle, build_data
 from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics, barrier,
                                   broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
@@ -48,7 +49,7 @@ from trainkit.mixing import LabelMixing
 from trainkit.models import build_model
 from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.profiling import StepProfiler
-from trainkit.resume import finished_value, resumed_config
+from trainkit.resume import resumed_config
 from trainkit.rng import rng_states
 from trainkit.run_report import epoch_line, training_line, write_summary
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes

@@ -15,7 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from conftest import ROOT
-from trainkit import checkpoint, resume
+from trainkit import checkpoint, continued_run, resume
 from trainkit.checkpoint_files import CHECKPOINT_FORMAT, check_model_fits, check_output_dir, load_optimizer_state
 from trainkit.errors import ConfigError
 from trainkit.models import build_model
@@ -186,13 +186,13 @@ def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_pat
 def test_finished_runs_say_how_to_train_on(compose_config):
     cfg = compose_config("trainer.max_epochs=3", "regularization.early_stopping.patience=2")
     state = {"epoch": 2, "step": 60, "batches_done": 0, "early_stopping": {"epochs_without_improvement": 0}}
-    assert "resume with a higher trainer.max_epochs, e.g. trainer.max_epochs=6" in resume.finished_message(
+    assert "resume with a higher trainer.max_epochs, e.g. trainer.max_epochs=6" in continued_run.finished_message(
         state, cfg, Path("run")
     )
     state = {**state, "epoch": 1, "early_stopping": {"epochs_without_improvement": 2}}
-    assert "early stopping: no improvement for 2 epochs" in resume.finished_message(state, cfg, Path("run"))
+    assert "early stopping: no improvement for 2 epochs" in continued_run.finished_message(state, cfg, Path("run"))
     state["early_stopping"] = {"epochs_without_improvement": 1}
-    assert resume.finished_message(state, cfg, Path("run")) is None
+    assert continued_run.finished_message(state, cfg, Path("run")) is None
 
 
 def test_metrics_written_after_the_checkpoint_are_dropped(tmp_path):
@@ -205,7 +205,7 @@ def test_metrics_written_after_the_checkpoint_are_dropped(tmp_path):
     ]
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    resume.trim_metrics(path, {"epoch": 1, "step": 27, "batches_done": 7})  # stopped inside epoch 1, at step 27
+    continued_run.trim_metrics(path, {"epoch": 1, "step": 27, "batches_done": 7})  # stopped inside epoch 1, at step 27
     assert [json.loads(line) for line in path.read_text().splitlines()] == lines[:2]
 
 

@@ -18,7 +18,6 @@ Every rank resolves alike: self-started DDP workers receive the resolved config;
 each rank reads the same checkpoint and command line and computes the same result.
 """
 
-import json
 import logging
 import os
 import re
@@ -27,6 +26,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit.continued_run import finished_message, trim_metrics
 from trainkit.errors import ConfigError
 
 # torch-based modules (trainkit.checkpoint, checkpoint_files, distributed) are imported where used:
@@ -135,18 +135,7 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     if composed.resume == AUTO:
         existing = run_dir / "checkpoints" / "last.pt"
         if not existing.is_file():
-            main = process_info().is_main
-            torn = remove_stale_temporary_files(existing.parent) if main else []
-            removed = f" (removed the torn {', '.join(torn)})" if torn else ""
-            message = f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}"
-            unfixed = unfixed_directory()
-            if unfixed is None:
-                log.info(message)
-            elif main:  # a launch-time directory: a rerun would start over instead of continuing
-                log.warning(
-                    f"{message}; {unfixed} is named after the launch time, so a rerun gets a new directory and "
-                    f"never continues this one: set {unfixed}=<a fixed directory> (e.g. outputs/runs/job-42)"
-                )
+            _start_afresh(run_dir)
             composed.resume = None
             return composed, False
         checkpoint = existing
@@ -189,6 +178,26 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
         _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
         _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")
     return resolved, False
+
+
+def _start_afresh(run_dir: Path) -> None:
+    """resume=auto found no checkpoint: say so, remove what a kill during the first save tore, and
+    warn where the directory is named after the launch time (a rerun would never continue it)."""
+    from trainkit.checkpoint import remove_stale_temporary_files
+    from trainkit.distributed import process_info
+
+    main = process_info().is_main
+    torn = remove_stale_temporary_files(run_dir / "checkpoints") if main else []
+    removed = f" (removed the torn {', '.join(torn)})" if torn else ""
+    message = f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}"
+    unfixed = unfixed_directory()
+    if unfixed is None:
+        log.info(message)
+    elif main:
+        log.warning(
+            f"{message}; {unfixed} is named after the launch time, so a rerun gets a new directory and "
+            f"never continues this one: set {unfixed}=<a fixed directory> (e.g. outputs/runs/job-42)"
+        )
 
 
 def _relink(resolved: DictConfig, composed: DictConfig) -> None:
@@ -285,49 +294,3 @@ def _check_model_fits_early(weights: dict, cfg: DictConfig) -> None:
     except Exception:  # e.g. pretrained weights to read: train.py's load-time check still applies
         return
     check_model_fits(weights, model)
-
-
-def finished_message(state: dict, cfg: DictConfig, run_dir: Path) -> str | None:
-    """One line when the checkpoint's run has nothing left to train under `cfg`, naming how to extend it."""
-    trainer, stopping = cfg.trainer, state.get("early_stopping") or {}
-    where = f"the run in {run_dir} has finished"
-    if trainer.max_steps and state["step"] >= trainer.max_steps:
-        return f"{where} (trainer.max_steps={trainer.max_steps} reached); resume with a higher trainer.max_steps"
-    if state["batches_done"]:
-        return None
-    if state["epoch"] + 1 >= trainer.max_epochs:
-        return (
-            f"{where} (trainer.max_epochs={trainer.max_epochs} reached); resume with a higher trainer.max_epochs, "
-            f"e.g. trainer.max_epochs={2 * trainer.max_epochs}"
-        )
-    early = cfg.regularization.early_stopping
-    if early.enabled and stopping.get("epochs_without_improvement", 0) >= early.patience:
-        return (
-            f"{where} (early stopping: no improvement for {early.patience} epochs); resume with a higher "
-            f"regularization.early_stopping.patience or regularization.early_stopping.enabled=false"
-        )
-    return None
-
-
-def finished_value(run_dir: Path) -> float | None:
-    """The finished run's optimized value, from its summary.json, for a sweeper."""
-    summary = run_dir / "summary.json"
-    return json.loads(summary.read_text()).get("optimized_value") if summary.is_file() else None
-
-
-def trim_metrics(path: Path, state: dict) -> None:
-    """Drop the metrics.jsonl lines written after the checkpoint (the resume writes them again):
-    lines of later steps and, for a checkpoint inside an epoch, that epoch's end and test lines."""
-    if not path.is_file():
-        return
-    lines = path.read_text().splitlines()
-    kept = []
-    for line in lines:
-        record = json.loads(line)
-        later = record.get("step", 0) > state["step"]
-        ends_the_epoch = "val/loss" in record or any(key.startswith("test/") for key in record)
-        if later or (state["batches_done"] and record.get("epoch", -1) >= state["epoch"] and ends_the_epoch):
-            continue
-        kept.append(line)
-    if len(kept) != len(lines):
-        path.write_text("".join(f"{line}\n" for line in kept))
