@@ -641,39 +641,53 @@ def test_sync_batchnorm_on_cpu_is_refused_with_a_clear_error(tmp_path):
     assert "distributed.sync_batchnorm" in result.stderr and "CUDA" in result.stderr
 
 
+# Both stop-and-resume tests below compare with one straight 2-rank run of these settings:
+STOP_AND_RESUME = [
+    *QUICK,
+    *NO_NORM_MODEL,  # BatchNorm statistics are averaged at epoch ends only: a mid-epoch save holds rank 0's
+    "augmentation=shift",  # every rank's RNG (its own augmentation stream) must be restored
+    "scheduler=constant",  # stopping with max_steps leaves the schedule alone
+    "regularization.early_stopping.enabled=false",
+    "distributed=ddp",
+    "distributed.nproc_per_node=2",
+    "trainer.checkpoint_every_n_steps=4",
+    "trainer.log_every_n_steps=2",  # the ranks agree on a stop at logging steps
+]
+
+
+@pytest.fixture(scope="module")
+def straight_ddp_run(tmp_path_factory) -> Path:
+    """The run directory of one uninterrupted 2-rank run with STOP_AND_RESUME."""
+    run_dir = tmp_path_factory.mktemp("straight_ddp") / "run"
+    result = run(train_command(f"hydra.run.dir={run_dir}", *STOP_AND_RESUME))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def assert_resumed_exactly(resumed_dir: Path, straight_dir: Path) -> None:
+    (straight_summary, straight_metrics), (resumed_summary, resumed_metrics) = (
+        read_run(straight_dir),
+        read_run(resumed_dir),
+    )
+    assert resumed_summary["test"] == pytest.approx(straight_summary["test"], rel=1e-6)
+    last_epoch = [[m for m in metrics if "val/loss" in m][-1] for metrics in (resumed_metrics, straight_metrics)]
+    assert last_epoch[0]["val/loss"] == pytest.approx(last_epoch[1]["val/loss"], rel=1e-6)
+    straight_weights = torch.load(straight_dir / "checkpoints/last.pt", weights_only=True)["model"]
+    resumed_weights = torch.load(resumed_dir / "checkpoints/last.pt", weights_only=True)["model"]
+    for name, tensor in straight_weights.items():
+        torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.slow
-def test_ddp_run_stopped_inside_an_epoch_resumes_exactly(tmp_path):
-    # Constant LR, so stopping with max_steps leaves the schedule alone; every rank's RNG (its own
-    # augmentation stream) is restored. BN-free: the stop averages BatchNorm statistics across ranks
-    # one extra time, which a straight run does not do at that point.
-    overrides = [
-        *QUICK,
-        *NO_NORM_MODEL,
-        "augmentation=shift",
-        "scheduler=constant",
-        "regularization.early_stopping.enabled=false",
-        "distributed=ddp",
-        "distributed.nproc_per_node=2",
-        "trainer.checkpoint_every_n_steps=4",
-    ]
-    straight = run(train_command(f"hydra.run.dir={tmp_path / 'straight'}", *overrides))
-    stopped = run(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", "trainer.max_steps=13", *overrides))
-    assert straight.returncode == 0 and stopped.returncode == 0, stopped.stderr[-3000:]
+def test_ddp_run_stopped_inside_an_epoch_resumes_exactly(tmp_path, straight_ddp_run):
+    stopped = run(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", "trainer.max_steps=13", *STOP_AND_RESUME))
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
     checkpoint = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)
     assert (checkpoint["epoch"], checkpoint["batches_done"], len(checkpoint["rng"])) == (1, 3, 2)
     # In the stopped run's own directory, with its config; max_steps=null lifts the stop.
     resumed = run(train_command(f"resume={tmp_path / 'stopped'}", "trainer.max_steps=null"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    (straight_summary, straight_metrics), (resumed_summary, resumed_metrics) = (
-        read_run(tmp_path / "straight"),
-        read_run(tmp_path / "stopped"),
-    )
-    assert resumed_summary["test"] == pytest.approx(straight_summary["test"], rel=1e-6)
-    assert resumed_metrics[-2]["val/loss"] == pytest.approx(straight_metrics[-2]["val/loss"], rel=1e-6)
-    straight_weights = torch.load(tmp_path / "straight/checkpoints/last.pt", weights_only=True)["model"]
-    resumed_weights = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)["model"]
-    for name, tensor in straight_weights.items():
-        torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
+    assert_resumed_exactly(tmp_path / "stopped", straight_ddp_run)
 
 
 def metrics_lines(run_dir: Path) -> list[dict]:
@@ -710,20 +724,11 @@ def signal_after_metrics(process: subprocess.Popen, run_dir: Path, send, lines: 
             process.wait()
 
 
-SIGNAL_OVERRIDES = [
-    *QUICK,
-    *NO_NORM_MODEL,  # BatchNorm statistics are averaged at epoch ends only: a mid-epoch save holds rank 0's
-    "augmentation=shift",
-    "regularization.early_stopping.enabled=false",
-    "distributed=ddp",
-    "distributed.nproc_per_node=2",
-    "trainer.log_every_n_steps=2",  # the ranks agree on a stop at logging steps
-]
-
-
 @pytest.mark.slow
-def test_sigterm_to_the_parent_of_ddp_workers_stops_every_rank_at_one_step_and_resumes_exactly(tmp_path):
-    stopped = start_in_own_group(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", *SIGNAL_OVERRIDES))
+def test_sigterm_to_the_parent_of_ddp_workers_stops_every_rank_at_one_step_and_resumes_exactly(
+    tmp_path, straight_ddp_run
+):
+    stopped = start_in_own_group(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", *STOP_AND_RESUME))
     output = signal_after_metrics(stopped, tmp_path / "stopped", lambda pid: os.kill(pid, signal.SIGTERM))
     assert stopped.returncode == 75, output[-3000:]
     assert "Traceback" not in output and "leaked" not in output and "death signal" not in output
@@ -735,16 +740,10 @@ def test_sigterm_to_the_parent_of_ddp_workers_stops_every_rank_at_one_step_and_r
     assert checkpoint["step"] == metrics[-1]["step"] and 0 < checkpoint["batches_done"] < 10
     assert len(checkpoint["rng"]) == 2
 
-    straight = run(train_command(f"hydra.run.dir={tmp_path / 'straight'}", *SIGNAL_OVERRIDES))
     # The printed command, as a user would paste it: it continues in the stopped run's directory.
     resumed = run(train_command(f"resume={tmp_path / 'stopped/checkpoints/last.pt'}"))
-    assert straight.returncode == 0 and resumed.returncode == 0, resumed.stderr[-3000:]
-    (straight_summary, _), (resumed_summary, _) = read_run(tmp_path / "straight"), read_run(tmp_path / "stopped")
-    assert resumed_summary["test"] == pytest.approx(straight_summary["test"], rel=1e-6)
-    straight_weights = torch.load(tmp_path / "straight/checkpoints/last.pt", weights_only=True)["model"]
-    resumed_weights = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)["model"]
-    for name, tensor in straight_weights.items():
-        torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_resumed_exactly(tmp_path / "stopped", straight_ddp_run)
 
 
 @pytest.mark.slow
@@ -753,7 +752,7 @@ def test_ctrl_c_under_torchrun_saves_once_at_one_step_on_every_rank(tmp_path):
     # which the workers take as the same Ctrl-C (not a second one that aborts). torchrun itself
     # then reports the signal in its own way; the workers' part is the checkpoint and the line.
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    overrides = [o for o in SIGNAL_OVERRIDES if not o.startswith("distributed")]
+    overrides = [o for o in STOP_AND_RESUME if not o.startswith("distributed")]
     process = start_in_own_group([*torchrun, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}", *overrides])
     output = signal_after_metrics(process, tmp_path, lambda pid: os.killpg(pid, signal.SIGINT))
     assert "aborted" not in output
