@@ -80,25 +80,80 @@ def _init(rank: int, world_size: int, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
 
 
-def _evaluate_uneven_split(rank: int, world_size: int, port: int, results) -> None:
+# Each check below runs on every rank of one gloo process group and returns what that rank saw.
+# One spawn runs them all, one after another (each sets its own seeds): a spawn costs seconds of
+# imports, and the tests after them assert on what `process_group_checks` collected.
+
+
+def _evaluate_uneven_split(rank: int, world_size: int):
     sys.path.insert(0, str(ROOT))
     import train
 
+    torch.manual_seed(0)
+    model = SmallCNN(1, 10).eval()
+    images = torch.rand(101, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    labels = torch.randint(0, 10, (101,), generator=torch.Generator().manual_seed(2))
+    loader = TensorLoader(images, labels, 16, shuffle=False, rank=rank, world_size=world_size)
+    return train.evaluate(model, loader, lambda x: x, "fp32", torch.device("cpu"))
+
+
+def _average_batchnorm(rank: int, world_size: int):
+    from trainkit.distributed import average_batchnorm_statistics
+
+    model = SmallCNN(1, 10)
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.fill_(float(rank))  # each rank saw different data
+            module.running_var.fill_(1.0 + 2 * rank)
+    average_batchnorm_statistics(model)
+    bn = model.features[1]
+    return bn.running_mean.clone(), bn.running_var.clone()
+
+
+def _initial_weights_and_augmentation(rank: int, world_size: int):
+    seed_everything(7 + rank)  # as train.py does: a different stream per rank
+    model = torch.nn.parallel.DistributedDataParallel(SmallCNN(1, 10))
+    transform = BatchTransform((0.5,), (0.5,), 8, {"name": "shift", "crop_padding": 0.25}, train=True)
+    augmented = transform(torch.rand(16, 1, 8, 8, generator=torch.Generator().manual_seed(0)))
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = gather_objects((weights, augmented))
+    del model  # free DDP's reducer before its process group goes (else gloo may abort)
+    gc.collect()
+    return [(w.clone(), a.clone()) for w, a in gathered]
+
+
+def _agree_on_a_stop_signal(rank: int, world_size: int):
+    from trainkit.signals import stop_on_signals, stop_signal
+
+    with stop_on_signals():
+        if rank == 1:  # e.g. `kill` of one worker: rank 0 has not received it
+            os.kill(os.getpid(), signal.SIGTERM)
+        cpu = torch.device("cpu")
+        return stop_signal(cpu, agree=False), stop_signal(cpu, agree=True)
+
+
+PROCESS_GROUP_CHECKS = [_evaluate_uneven_split, _average_batchnorm, _initial_weights_and_augmentation]
+PROCESS_GROUP_CHECKS += [_agree_on_a_stop_signal]
+
+
+def _run_process_group_checks(rank: int, world_size: int, port: int, results) -> None:
     _init(rank, world_size, port)
     try:
-        torch.manual_seed(0)
-        model = SmallCNN(1, 10).eval()
-        images = torch.rand(101, 1, 8, 8, generator=torch.Generator().manual_seed(1))
-        labels = torch.randint(0, 10, (101,), generator=torch.Generator().manual_seed(2))
-        loader = TensorLoader(images, labels, 16, shuffle=False, rank=rank, world_size=world_size)
-        metrics = train.evaluate(model, loader, lambda x: x, "fp32", torch.device("cpu"))
-        results[rank] = metrics
+        results[rank] = {check.__name__: check(rank, world_size) for check in PROCESS_GROUP_CHECKS}
     finally:
         dist.destroy_process_group()
 
 
+@pytest.fixture(scope="module")
+def process_group_checks() -> list[dict]:
+    """[rank 0's, rank 1's] {check name: what it returned} for PROCESS_GROUP_CHECKS."""
+    results = mp.Manager().dict()
+    mp.spawn(_run_process_group_checks, args=(2, free_port(), results), nprocs=2)
+    return [results[0], results[1]]
+
+
 @pytest.mark.slow
-def test_evaluation_over_an_uneven_split_counts_every_sample_once():
+def test_evaluation_over_an_uneven_split_counts_every_sample_once(process_group_checks):
     sys.path.insert(0, str(ROOT))
     import train
 
@@ -109,84 +164,31 @@ def test_evaluation_over_an_uneven_split_counts_every_sample_once():
     single = train.evaluate(
         model, TensorLoader(images, labels, 16, shuffle=False), lambda x: x, "fp32", torch.device("cpu")
     )
-    results = mp.Manager().dict()
-    mp.spawn(_evaluate_uneven_split, args=(2, free_port(), results), nprocs=2)
     for rank in (0, 1):
-        assert results[rank]["samples"] == 101
-        assert results[rank]["acc"] == pytest.approx(single["acc"], abs=1e-9)
-        assert results[rank]["loss"] == pytest.approx(single["loss"], rel=1e-5)
-
-
-def _agree_on_a_stop_signal(rank: int, world_size: int, port: int, results) -> None:
-    from trainkit.signals import stop_on_signals, stop_signal
-
-    _init(rank, world_size, port)
-    try:
-        with stop_on_signals():
-            if rank == 1:  # e.g. `kill` of one worker: rank 0 has not received it
-                os.kill(os.getpid(), signal.SIGTERM)
-            cpu = torch.device("cpu")
-            results[rank] = (stop_signal(cpu, agree=False), stop_signal(cpu, agree=True))
-    finally:
-        dist.destroy_process_group()
+        metrics = process_group_checks[rank]["_evaluate_uneven_split"]
+        assert metrics["samples"] == 101
+        assert metrics["acc"] == pytest.approx(single["acc"], abs=1e-9)
+        assert metrics["loss"] == pytest.approx(single["loss"], rel=1e-5)
 
 
 @pytest.mark.slow
-def test_a_stop_signal_one_rank_received_stops_every_rank_where_they_agree():
-    results = mp.Manager().dict()
-    mp.spawn(_agree_on_a_stop_signal, args=(2, free_port(), results), nprocs=2)
+def test_a_stop_signal_one_rank_received_stops_every_rank_where_they_agree(process_group_checks):
+    rank0, rank1 = (checks["_agree_on_a_stop_signal"] for checks in process_group_checks)
     # Between agreement points no rank stops (not even the one that has it); at one, every rank does.
-    assert results[0] == results[1] == (None, "SIGTERM")
-
-
-def _initial_weights_and_augmentation(rank: int, world_size: int, port: int, results) -> None:
-    _init(rank, world_size, port)
-    try:
-        seed_everything(7 + rank)  # as train.py does: a different stream per rank
-        model = torch.nn.parallel.DistributedDataParallel(SmallCNN(1, 10))
-        transform = BatchTransform((0.5,), (0.5,), 8, {"name": "shift", "crop_padding": 0.25}, train=True)
-        augmented = transform(torch.rand(16, 1, 8, 8, generator=torch.Generator().manual_seed(0)))
-        weights = torch.cat([p.detach().flatten() for p in model.parameters()])
-        gathered = gather_objects((weights, augmented))
-        results[rank] = [(w.clone(), a.clone()) for w, a in gathered]
-        del model  # free DDP's reducer before its process group goes (else gloo may abort)
-        gc.collect()
-    finally:
-        dist.destroy_process_group()
+    assert rank0 == rank1 == (None, "SIGTERM")
 
 
 @pytest.mark.slow
-def test_initial_weights_agree_while_augmentation_differs_per_rank():
-    results = mp.Manager().dict()
-    mp.spawn(_initial_weights_and_augmentation, args=(2, free_port(), results), nprocs=2)
-    (weights0, augmented0), (weights1, augmented1) = results[0]
+def test_initial_weights_agree_while_augmentation_differs_per_rank(process_group_checks):
+    (weights0, augmented0), (weights1, augmented1) = process_group_checks[0]["_initial_weights_and_augmentation"]
     assert torch.equal(weights0, weights1)
     assert not torch.equal(augmented0, augmented1)
 
 
-def _average_batchnorm(rank: int, world_size: int, port: int, results) -> None:
-    from trainkit.distributed import average_batchnorm_statistics
-
-    _init(rank, world_size, port)
-    try:
-        model = SmallCNN(1, 10)
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.running_mean.fill_(float(rank))  # each rank saw different data
-                module.running_var.fill_(1.0 + 2 * rank)
-        average_batchnorm_statistics(model)
-        bn = model.features[1]
-        results[rank] = (bn.running_mean.clone(), bn.running_var.clone())
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.slow
-def test_batchnorm_statistics_are_averaged_across_ranks():
-    results = mp.Manager().dict()
-    mp.spawn(_average_batchnorm, args=(2, free_port(), results), nprocs=2)
+def test_batchnorm_statistics_are_averaged_across_ranks(process_group_checks):
     for rank in (0, 1):
-        mean, var = results[rank]
+        mean, var = process_group_checks[rank]["_average_batchnorm"]
         assert torch.allclose(mean, torch.full_like(mean, 0.5)) and torch.allclose(var, torch.full_like(var, 2.0))
 
 
