@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trainkit import signals
 from trainkit.distributed import process_info
 
 
@@ -65,7 +66,9 @@ class HangOnRankOne(NoNormCNN):
     """Stops answering on rank 1 (sleeps `hang_seconds`) at its `hang_at`-th training forward
     pass, as a deadlocked data loader or a stuck GPU would, after writing the time it started
     to `<record_dir>/hang_started`; the other rank then waits in the gradient all-reduce. The
-    sleep is finite, so a test that fails leaves no process behind for long."""
+    sleep is finite, so a test that fails leaves no process behind for long, and it ends early
+    once a stop is requested (the elastic agent's SIGTERM after rank 0 failed): the job then ends
+    without also waiting out the agent's 30 s grace before its SIGKILL."""
 
     def __init__(self, *args, record_dir: str, hang_at: int = 3, hang_seconds: float = 90.0, **kwargs):
         super().__init__(*args, **kwargs)
@@ -77,7 +80,9 @@ class HangOnRankOne(NoNormCNN):
             self.train_calls += 1
             if process_info().rank == 1 and self.train_calls == self.hang_at:
                 (self.record_dir / "hang_started").write_text(str(time.time()))
-                time.sleep(self.hang_seconds)
+                deadline = time.monotonic() + self.hang_seconds
+                while time.monotonic() < deadline and signals.requested() is None:
+                    time.sleep(0.05)
         return super().forward(x)
 
 

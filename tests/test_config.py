@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException, MissingConfigException
 
+from conftest import composed
 from trainkit.cli import one_line
 from trainkit.config import RELATIONS, ignored_keys, problems, validate
 from trainkit.config_rules import RULES
@@ -34,11 +35,9 @@ REQUIRED_BY_OPTION = {
 
 @pytest.fixture
 def compose_config():
-    """compose(overrides) against the real conf/, with Hydra's global state fresh for each test."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF.resolve()), version_base=None):
-        yield lambda overrides=(): compose("config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
+    """compose(overrides) against the real conf/: a fresh copy of conftest's composition, which
+    each set of overrides gets once a session (the rule cases are composed by several tests)."""
+    return lambda overrides=(): composed(*overrides)
 
 
 def test_default_config_validates(compose_config):
@@ -309,13 +308,10 @@ def test_every_rule_key_exists_in_some_option():
     """A rule on a key no config has would never run: a misspelt rule."""
     from omegaconf import OmegaConf
 
-    GlobalHydra.instance().clear()
     keys = set()
-    with initialize_config_dir(config_dir=str(CONF.resolve()), version_base=None):
-        for override in group_options():
-            cfg = compose("config", overrides=[override])
-            keys |= {key for key in RULES if OmegaConf.select(cfg, key, default=KeyError) is not KeyError}
-    GlobalHydra.instance().clear()
+    for override in group_options():  # composed as test_every_group_option_composes_and_validates does
+        cfg = composed(override, *REQUIRED_BY_OPTION.get(override, []))
+        keys |= {key for key in RULES if OmegaConf.select(cfg, key, default=KeyError) is not KeyError}
     assert keys == set(RULES)
 
 

@@ -80,25 +80,80 @@ def _init(rank: int, world_size: int, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
 
 
-def _evaluate_uneven_split(rank: int, world_size: int, port: int, results) -> None:
+# Each check below runs on every rank of one gloo process group and returns what that rank saw.
+# One spawn runs them all, one after another (each sets its own seeds): a spawn costs seconds of
+# imports, and the tests after them assert on what `process_group_checks` collected.
+
+
+def _evaluate_uneven_split(rank: int, world_size: int):
     sys.path.insert(0, str(ROOT))
     import train
 
+    torch.manual_seed(0)
+    model = SmallCNN(1, 10).eval()
+    images = torch.rand(101, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    labels = torch.randint(0, 10, (101,), generator=torch.Generator().manual_seed(2))
+    loader = TensorLoader(images, labels, 16, shuffle=False, rank=rank, world_size=world_size)
+    return train.evaluate(model, loader, lambda x: x, "fp32", torch.device("cpu"))
+
+
+def _average_batchnorm(rank: int, world_size: int):
+    from trainkit.distributed import average_batchnorm_statistics
+
+    model = SmallCNN(1, 10)
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.fill_(float(rank))  # each rank saw different data
+            module.running_var.fill_(1.0 + 2 * rank)
+    average_batchnorm_statistics(model)
+    bn = model.features[1]
+    return bn.running_mean.clone(), bn.running_var.clone()
+
+
+def _initial_weights_and_augmentation(rank: int, world_size: int):
+    seed_everything(7 + rank)  # as train.py does: a different stream per rank
+    model = torch.nn.parallel.DistributedDataParallel(SmallCNN(1, 10))
+    transform = BatchTransform((0.5,), (0.5,), 8, {"name": "shift", "crop_padding": 0.25}, train=True)
+    augmented = transform(torch.rand(16, 1, 8, 8, generator=torch.Generator().manual_seed(0)))
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = gather_objects((weights, augmented))
+    del model  # free DDP's reducer before its process group goes (else gloo may abort)
+    gc.collect()
+    return [(w.clone(), a.clone()) for w, a in gathered]
+
+
+def _agree_on_a_stop_signal(rank: int, world_size: int):
+    from trainkit.signals import stop_on_signals, stop_signal
+
+    with stop_on_signals():
+        if rank == 1:  # e.g. `kill` of one worker: rank 0 has not received it
+            os.kill(os.getpid(), signal.SIGTERM)
+        cpu = torch.device("cpu")
+        return stop_signal(cpu, agree=False), stop_signal(cpu, agree=True)
+
+
+PROCESS_GROUP_CHECKS = [_evaluate_uneven_split, _average_batchnorm, _initial_weights_and_augmentation]
+PROCESS_GROUP_CHECKS += [_agree_on_a_stop_signal]
+
+
+def _run_process_group_checks(rank: int, world_size: int, port: int, results) -> None:
     _init(rank, world_size, port)
     try:
-        torch.manual_seed(0)
-        model = SmallCNN(1, 10).eval()
-        images = torch.rand(101, 1, 8, 8, generator=torch.Generator().manual_seed(1))
-        labels = torch.randint(0, 10, (101,), generator=torch.Generator().manual_seed(2))
-        loader = TensorLoader(images, labels, 16, shuffle=False, rank=rank, world_size=world_size)
-        metrics = train.evaluate(model, loader, lambda x: x, "fp32", torch.device("cpu"))
-        results[rank] = metrics
+        results[rank] = {check.__name__: check(rank, world_size) for check in PROCESS_GROUP_CHECKS}
     finally:
         dist.destroy_process_group()
 
 
+@pytest.fixture(scope="module")
+def process_group_checks() -> list[dict]:
+    """[rank 0's, rank 1's] {check name: what it returned} for PROCESS_GROUP_CHECKS."""
+    results = mp.Manager().dict()
+    mp.spawn(_run_process_group_checks, args=(2, free_port(), results), nprocs=2)
+    return [results[0], results[1]]
+
+
 @pytest.mark.slow
-def test_evaluation_over_an_uneven_split_counts_every_sample_once():
+def test_evaluation_over_an_uneven_split_counts_every_sample_once(process_group_checks):
     sys.path.insert(0, str(ROOT))
     import train
 
@@ -109,84 +164,31 @@ def test_evaluation_over_an_uneven_split_counts_every_sample_once():
     single = train.evaluate(
         model, TensorLoader(images, labels, 16, shuffle=False), lambda x: x, "fp32", torch.device("cpu")
     )
-    results = mp.Manager().dict()
-    mp.spawn(_evaluate_uneven_split, args=(2, free_port(), results), nprocs=2)
     for rank in (0, 1):
-        assert results[rank]["samples"] == 101
-        assert results[rank]["acc"] == pytest.approx(single["acc"], abs=1e-9)
-        assert results[rank]["loss"] == pytest.approx(single["loss"], rel=1e-5)
-
-
-def _agree_on_a_stop_signal(rank: int, world_size: int, port: int, results) -> None:
-    from trainkit.signals import stop_on_signals, stop_signal
-
-    _init(rank, world_size, port)
-    try:
-        with stop_on_signals():
-            if rank == 1:  # e.g. `kill` of one worker: rank 0 has not received it
-                os.kill(os.getpid(), signal.SIGTERM)
-            cpu = torch.device("cpu")
-            results[rank] = (stop_signal(cpu, agree=False), stop_signal(cpu, agree=True))
-    finally:
-        dist.destroy_process_group()
+        metrics = process_group_checks[rank]["_evaluate_uneven_split"]
+        assert metrics["samples"] == 101
+        assert metrics["acc"] == pytest.approx(single["acc"], abs=1e-9)
+        assert metrics["loss"] == pytest.approx(single["loss"], rel=1e-5)
 
 
 @pytest.mark.slow
-def test_a_stop_signal_one_rank_received_stops_every_rank_where_they_agree():
-    results = mp.Manager().dict()
-    mp.spawn(_agree_on_a_stop_signal, args=(2, free_port(), results), nprocs=2)
+def test_a_stop_signal_one_rank_received_stops_every_rank_where_they_agree(process_group_checks):
+    rank0, rank1 = (checks["_agree_on_a_stop_signal"] for checks in process_group_checks)
     # Between agreement points no rank stops (not even the one that has it); at one, every rank does.
-    assert results[0] == results[1] == (None, "SIGTERM")
-
-
-def _initial_weights_and_augmentation(rank: int, world_size: int, port: int, results) -> None:
-    _init(rank, world_size, port)
-    try:
-        seed_everything(7 + rank)  # as train.py does: a different stream per rank
-        model = torch.nn.parallel.DistributedDataParallel(SmallCNN(1, 10))
-        transform = BatchTransform((0.5,), (0.5,), 8, {"name": "shift", "crop_padding": 0.25}, train=True)
-        augmented = transform(torch.rand(16, 1, 8, 8, generator=torch.Generator().manual_seed(0)))
-        weights = torch.cat([p.detach().flatten() for p in model.parameters()])
-        gathered = gather_objects((weights, augmented))
-        results[rank] = [(w.clone(), a.clone()) for w, a in gathered]
-        del model  # free DDP's reducer before its process group goes (else gloo may abort)
-        gc.collect()
-    finally:
-        dist.destroy_process_group()
+    assert rank0 == rank1 == (None, "SIGTERM")
 
 
 @pytest.mark.slow
-def test_initial_weights_agree_while_augmentation_differs_per_rank():
-    results = mp.Manager().dict()
-    mp.spawn(_initial_weights_and_augmentation, args=(2, free_port(), results), nprocs=2)
-    (weights0, augmented0), (weights1, augmented1) = results[0]
+def test_initial_weights_agree_while_augmentation_differs_per_rank(process_group_checks):
+    (weights0, augmented0), (weights1, augmented1) = process_group_checks[0]["_initial_weights_and_augmentation"]
     assert torch.equal(weights0, weights1)
     assert not torch.equal(augmented0, augmented1)
 
 
-def _average_batchnorm(rank: int, world_size: int, port: int, results) -> None:
-    from trainkit.distributed import average_batchnorm_statistics
-
-    _init(rank, world_size, port)
-    try:
-        model = SmallCNN(1, 10)
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.running_mean.fill_(float(rank))  # each rank saw different data
-                module.running_var.fill_(1.0 + 2 * rank)
-        average_batchnorm_statistics(model)
-        bn = model.features[1]
-        results[rank] = (bn.running_mean.clone(), bn.running_var.clone())
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.slow
-def test_batchnorm_statistics_are_averaged_across_ranks():
-    results = mp.Manager().dict()
-    mp.spawn(_average_batchnorm, args=(2, free_port(), results), nprocs=2)
+def test_batchnorm_statistics_are_averaged_across_ranks(process_group_checks):
     for rank in (0, 1):
-        mean, var = results[rank]
+        mean, var = process_group_checks[rank]["_average_batchnorm"]
         assert torch.allclose(mean, torch.full_like(mean, 0.5)) and torch.allclose(var, torch.full_like(var, 2.0))
 
 
@@ -641,39 +643,53 @@ def test_sync_batchnorm_on_cpu_is_refused_with_a_clear_error(tmp_path):
     assert "distributed.sync_batchnorm" in result.stderr and "CUDA" in result.stderr
 
 
+# Both stop-and-resume tests below compare with one straight 2-rank run of these settings:
+STOP_AND_RESUME = [
+    *QUICK,
+    *NO_NORM_MODEL,  # BatchNorm statistics are averaged at epoch ends only: a mid-epoch save holds rank 0's
+    "augmentation=shift",  # every rank's RNG (its own augmentation stream) must be restored
+    "scheduler=constant",  # stopping with max_steps leaves the schedule alone
+    "regularization.early_stopping.enabled=false",
+    "distributed=ddp",
+    "distributed.nproc_per_node=2",
+    "trainer.checkpoint_every_n_steps=4",
+    "trainer.log_every_n_steps=2",  # the ranks agree on a stop at logging steps
+]
+
+
+@pytest.fixture(scope="module")
+def straight_ddp_run(tmp_path_factory) -> Path:
+    """The run directory of one uninterrupted 2-rank run with STOP_AND_RESUME."""
+    run_dir = tmp_path_factory.mktemp("straight_ddp") / "run"
+    result = run(train_command(f"hydra.run.dir={run_dir}", *STOP_AND_RESUME))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def assert_resumed_exactly(resumed_dir: Path, straight_dir: Path) -> None:
+    (straight_summary, straight_metrics), (resumed_summary, resumed_metrics) = (
+        read_run(straight_dir),
+        read_run(resumed_dir),
+    )
+    assert resumed_summary["test"] == pytest.approx(straight_summary["test"], rel=1e-6)
+    last_epoch = [[m for m in metrics if "val/loss" in m][-1] for metrics in (resumed_metrics, straight_metrics)]
+    assert last_epoch[0]["val/loss"] == pytest.approx(last_epoch[1]["val/loss"], rel=1e-6)
+    straight_weights = torch.load(straight_dir / "checkpoints/last.pt", weights_only=True)["model"]
+    resumed_weights = torch.load(resumed_dir / "checkpoints/last.pt", weights_only=True)["model"]
+    for name, tensor in straight_weights.items():
+        torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.slow
-def test_ddp_run_stopped_inside_an_epoch_resumes_exactly(tmp_path):
-    # Constant LR, so stopping with max_steps leaves the schedule alone; every rank's RNG (its own
-    # augmentation stream) is restored. BN-free: the stop averages BatchNorm statistics across ranks
-    # one extra time, which a straight run does not do at that point.
-    overrides = [
-        *QUICK,
-        *NO_NORM_MODEL,
-        "augmentation=shift",
-        "scheduler=constant",
-        "regularization.early_stopping.enabled=false",
-        "distributed=ddp",
-        "distributed.nproc_per_node=2",
-        "trainer.checkpoint_every_n_steps=4",
-    ]
-    straight = run(train_command(f"hydra.run.dir={tmp_path / 'straight'}", *overrides))
-    stopped = run(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", "trainer.max_steps=13", *overrides))
-    assert straight.returncode == 0 and stopped.returncode == 0, stopped.stderr[-3000:]
+def test_ddp_run_stopped_inside_an_epoch_resumes_exactly(tmp_path, straight_ddp_run):
+    stopped = run(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", "trainer.max_steps=13", *STOP_AND_RESUME))
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
     checkpoint = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)
     assert (checkpoint["epoch"], checkpoint["batches_done"], len(checkpoint["rng"])) == (1, 3, 2)
     # In the stopped run's own directory, with its config; max_steps=null lifts the stop.
     resumed = run(train_command(f"resume={tmp_path / 'stopped'}", "trainer.max_steps=null"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    (straight_summary, straight_metrics), (resumed_summary, resumed_metrics) = (
-        read_run(tmp_path / "straight"),
-        read_run(tmp_path / "stopped"),
-    )
-    assert resumed_summary["test"] == pytest.approx(straight_summary["test"], rel=1e-6)
-    assert resumed_metrics[-2]["val/loss"] == pytest.approx(straight_metrics[-2]["val/loss"], rel=1e-6)
-    straight_weights = torch.load(tmp_path / "straight/checkpoints/last.pt", weights_only=True)["model"]
-    resumed_weights = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)["model"]
-    for name, tensor in straight_weights.items():
-        torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
+    assert_resumed_exactly(tmp_path / "stopped", straight_ddp_run)
 
 
 def metrics_lines(run_dir: Path) -> list[dict]:
@@ -710,20 +726,11 @@ def signal_after_metrics(process: subprocess.Popen, run_dir: Path, send, lines: 
             process.wait()
 
 
-SIGNAL_OVERRIDES = [
-    *QUICK,
-    *NO_NORM_MODEL,  # BatchNorm statistics are averaged at epoch ends only: a mid-epoch save holds rank 0's
-    "augmentation=shift",
-    "regularization.early_stopping.enabled=false",
-    "distributed=ddp",
-    "distributed.nproc_per_node=2",
-    "trainer.log_every_n_steps=2",  # the ranks agree on a stop at logging steps
-]
-
-
 @pytest.mark.slow
-def test_sigterm_to_the_parent_of_ddp_workers_stops_every_rank_at_one_step_and_resumes_exactly(tmp_path):
-    stopped = start_in_own_group(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", *SIGNAL_OVERRIDES))
+def test_sigterm_to_the_parent_of_ddp_workers_stops_every_rank_at_one_step_and_resumes_exactly(
+    tmp_path, straight_ddp_run
+):
+    stopped = start_in_own_group(train_command(f"hydra.run.dir={tmp_path / 'stopped'}", *STOP_AND_RESUME))
     output = signal_after_metrics(stopped, tmp_path / "stopped", lambda pid: os.kill(pid, signal.SIGTERM))
     assert stopped.returncode == 75, output[-3000:]
     assert "Traceback" not in output and "leaked" not in output and "death signal" not in output
@@ -735,16 +742,10 @@ def test_sigterm_to_the_parent_of_ddp_workers_stops_every_rank_at_one_step_and_r
     assert checkpoint["step"] == metrics[-1]["step"] and 0 < checkpoint["batches_done"] < 10
     assert len(checkpoint["rng"]) == 2
 
-    straight = run(train_command(f"hydra.run.dir={tmp_path / 'straight'}", *SIGNAL_OVERRIDES))
     # The printed command, as a user would paste it: it continues in the stopped run's directory.
     resumed = run(train_command(f"resume={tmp_path / 'stopped/checkpoints/last.pt'}"))
-    assert straight.returncode == 0 and resumed.returncode == 0, resumed.stderr[-3000:]
-    (straight_summary, _), (resumed_summary, _) = read_run(tmp_path / "straight"), read_run(tmp_path / "stopped")
-    assert resumed_summary["test"] == pytest.approx(straight_summary["test"], rel=1e-6)
-    straight_weights = torch.load(tmp_path / "straight/checkpoints/last.pt", weights_only=True)["model"]
-    resumed_weights = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)["model"]
-    for name, tensor in straight_weights.items():
-        torch.testing.assert_close(resumed_weights[name], tensor, rtol=1e-6, atol=1e-7)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_resumed_exactly(tmp_path / "stopped", straight_ddp_run)
 
 
 @pytest.mark.slow
@@ -753,7 +754,7 @@ def test_ctrl_c_under_torchrun_saves_once_at_one_step_on_every_rank(tmp_path):
     # which the workers take as the same Ctrl-C (not a second one that aborts). torchrun itself
     # then reports the signal in its own way; the workers' part is the checkpoint and the line.
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    overrides = [o for o in SIGNAL_OVERRIDES if not o.startswith("distributed")]
+    overrides = [o for o in STOP_AND_RESUME if not o.startswith("distributed")]
     process = start_in_own_group([*torchrun, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}", *overrides])
     output = signal_after_metrics(process, tmp_path, lambda pid: os.killpg(pid, signal.SIGINT))
     assert "aborted" not in output

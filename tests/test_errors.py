@@ -10,9 +10,11 @@ import pytest
     [
         (["data=nope"], ["data=nope", "digits"]),
         (["optimizer.lrr=0.1"], ["optimizer.lrr", "did you mean optimizer.lr"]),
-        (["trainer.max_epochs=abc"], ["trainer.max_epochs", "whole number"]),
-        (["optimizer.lr=0"], ["optimizer.lr", "> 0"]),
-        (["data.batch_size=-4"], ["data.batch_size", ">= 1"]),
+        # The schema's mistakes, found in one pass: one run shows all three on the one line.
+        (
+            ["trainer.max_epochs=abc", "optimizer.lr=0", "data.batch_size=-4"],
+            ["trainer.max_epochs", "whole number", "optimizer.lr", "> 0", "data.batch_size", ">= 1"],
+        ),
         (["data=imagefolder", "data.root=/no/such/folder"], ["data.root", "/no/such/folder"]),
         (["data=mnist", "data.root=/no/such/folder"], ["data.root", "data.download=true"]),
         (["model=timm", "model.name=resnet1000"], ["model.name", "resnet1000", "did you mean"]),

@@ -13,11 +13,9 @@ A row that fits none of these must be named in NOT_CHECKED with the reason.
 import re
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from conftest import ROOT
+from conftest import ROOT, composed
 
 README = ROOT / "README.md"
 CONF = ROOT / "conf"
@@ -72,10 +70,7 @@ def options_of(group: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def compose_config():
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF.resolve()), version_base=None):
-        yield lambda *overrides: compose("config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
+    return composed  # conftest's: each set of overrides composed once a session, a copy each call
 
 
 def select(cfg, key: str):
