@@ -53,6 +53,19 @@ def spread(ratios: list[float]) -> str:
     )
 
 
+def print_ratios(what: str, unit: str, cpu: dict, wall: dict, base: str, target: float) -> None:
+    """One line each for CPU and wall time: both medians, the paired ratios' spread, the fastest ratio."""
+    for label, seconds in (("CPU", cpu), ("wall", wall)):
+        ratios = [ours / theirs for ours, theirs in zip(seconds["train.py"], seconds[base])]
+        print(
+            f"{what}, {label:>4}: median {unit} {base} {statistics.median(seconds[base]):.3f} s, "
+            f"train.py {statistics.median(seconds['train.py']):.3f} s; train.py / {base} per pair: "
+            f"{spread(ratios)}; fastest {unit}s: {min(seconds['train.py']) / min(seconds[base]):.3f}"
+            f"  (target <= {target:.2f})",
+            flush=True,
+        )
+
+
 def run_on_terminal(command: list[str]) -> None:
     """Run `command` with stderr on a pseudo-terminal (drained here), stdout discarded."""
     controller, terminal = pty.openpty()
@@ -164,15 +177,7 @@ def steady_state(blocks: int, run_dir: Path) -> None:
                 if block:  # the first block warms up
                     cpu[name].append(cpu_seconds)
                     wall[name].append(wall_seconds)
-    for label, seconds in (("CPU", cpu), ("wall", wall)):
-        ratios = [ours / base for ours, base in zip(seconds["train.py"], seconds["minimal"])]
-        print(
-            f"steady state, {label:>4}: median epoch minimal {statistics.median(seconds['minimal']) * 1000:.1f} ms, "
-            f"train.py {statistics.median(seconds['train.py']) * 1000:.1f} ms; "
-            f"train.py / minimal per block: {spread(ratios)}; fastest epochs: "
-            f"{min(seconds['train.py']) / min(seconds['minimal']):.3f}  (target <= 1.02)",
-            flush=True,
-        )
+    print_ratios("steady state", "epoch", cpu, wall, base="minimal", target=1.02)
 
 
 def whole_process(repeats: int, tmp: str, overrides: list[str]) -> None:
@@ -191,15 +196,7 @@ def whole_process(repeats: int, tmp: str, overrides: list[str]) -> None:
             f"  train.py CPU {cpu['train.py'][-1]:.2f}s wall {wall['train.py'][-1]:.2f}s",
             flush=True,
         )
-    for label, seconds in (("CPU", cpu), ("wall", wall)):
-        ratios = [ours / base for ours, base in zip(seconds["train.py"], seconds["handwritten"])]
-        print(
-            f"whole process, {label:>4}: median handwritten {statistics.median(seconds['handwritten']):.2f}s, "
-            f"train.py {statistics.median(seconds['train.py']):.2f}s; train.py / handwritten per pair: "
-            f"{spread(ratios)}; fastest runs: {min(seconds['train.py']) / min(seconds['handwritten']):.3f}"
-            "  (target <= 1.10)",
-            flush=True,
-        )
+    print_ratios("whole process", "run", cpu, wall, base="handwritten", target=1.10)
 
 
 def main() -> None:
