@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 
 import cloudpickle
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# cloudpickle's look into torch.jit raises torch's deprecation warning
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:FutureWarning")
 def test_train_py_main_pickles_by_value_as_the_submitit_and_joblib_launchers_need(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["train.py"])
     spec = importlib.util.spec_from_file_location("train_as_a_script", ROOT / "train.py")
