@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 from torch.utils.data import DistributedSampler
 
-from trainkit.data import DataBundle, build_data
+from trainkit.data import DataBundle, build_data, datasets
 from trainkit.data.datasets import carve
 from trainkit.data.imagefolder import decode
 from trainkit.data.loaders import EvaluationSampler, FileLoader, ResumableDistributedSampler, TensorLoader
@@ -128,6 +128,18 @@ def test_eval_shards_count_every_sample_once():
 
 
 # --- digits ---------------------------------------------------------------------------------
+
+
+def test_digits_are_read_from_scikit_learns_file_exactly_as_its_load_digits_gives_them(monkeypatch):
+    from sklearn.datasets import load_digits
+
+    expected = load_digits()
+    for where in ("its file", "its load_digits"):  # the file read directly; where it is missing, sklearn's API
+        pixels, labels = datasets.read_digits()
+        assert pixels.shape == (1797, 64) and labels.dtype == np.int64, where
+        np.testing.assert_array_equal(pixels, expected.data)
+        np.testing.assert_array_equal(labels, expected.target)
+        monkeypatch.setattr(datasets.importlib.util, "find_spec", lambda name: None)
 
 
 def test_digits_split_sizes_ranges_and_reproducibility():

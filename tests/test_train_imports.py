@@ -1,8 +1,9 @@
 """`python train.py --help`, a config error and the default run import no heavy library.
 
-torchvision, timm, wandb, optuna and matplotlib each take a second or more to import; they are
-imported inside the functions that use them, so these three paths cost little more than torch
-and Hydra. One process runs all three in turn (train.py's main, as `python train.py` calls it)
+torchvision, timm, wandb, optuna, matplotlib and scikit-learn (with scipy) each take a second
+or more to import; they are imported inside the functions that use them (the default digits are
+read from scikit-learn's file without importing it), so these three paths cost little more than
+torch and Hydra. One process runs all three in turn (train.py's main, as `python train.py` calls it)
 and lists the heavy modules loaded after each: what one path imports stays loaded, so each list
 covers the paths before it too.
 """
@@ -13,7 +14,7 @@ import sys
 
 from conftest import ROOT
 
-HEAVY = ("torchvision", "timm", "wandb", "optuna", "matplotlib")
+HEAVY = ("torchvision", "timm", "wandb", "optuna", "matplotlib", "sklearn", "scipy")
 PROBE = """
 import json, os, runpy, sys
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
