@@ -1,8 +1,9 @@
-"""Train an image classifier: the whole story of one run, top to bottom.
+"""Train a model: the whole story of one run, top to bottom.
 
     python train.py                       # digits + small CNN: seconds on a laptop CPU
     python train.py --help                # config groups and every option
     python train.py model=timm optimizer=adamw optimizer.lr=1e-3
+    python train.py experiment=shapes_segmentation   # another task: what a batch means, its loss and metrics
 
 Hydra composes the config from conf/; the pieces this file calls live in src/trainkit/.
 """
@@ -16,48 +17,34 @@ from types import SimpleNamespace
 
 import hydra
 import torch
-import torch.nn.functional as F
 from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from trainkit import cli
-from trainkit.augment import BatchTransform
-from trainkit.batch_size_finder import find_batch_size_for_run
-from trainkit.bottleneck import warn_if_data_bound
-from trainkit.checkpoint import (copy_checkpoint, load_checkpoint, restore_training_state, save_checkpoint,
-                                 training_state, unwrap_model)
-from trainkit.config import validate
-from trainkit.console import print_config
-from trainkit.continued_run import finished_value
+from trainkit.augment import BatchTransform, attach_sample_transform
+from trainkit.checkpointing import (STOP_SIGNAL_NAMES, copy_checkpoint, finished_value, load_checkpoint,
+                                    restore_training_state, resumed_config, rng_states, save_checkpoint, stop_signal,
+                                    stopped, training_state, unwrap_model)
+from trainkit.config import print_config, to_dict
+from trainkit.config.validation import validate
 from trainkit.data import DataBundle, build_data
-from trainkit.distributed import (ProcessInfo, all_reduce_sum, any_rank, average_batchnorm_statistics, barrier,
+from trainkit.distributed import (ProcessInfo, any_rank, average_batchnorm_statistics, barrier,
                                   broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
                                   init_process_group, process_info)
+from trainkit.distributed.launch import start_processes
 from trainkit.early_stopping import EarlyStopping
-from trainkit.ema import build_ema, restore_ema
-from trainkit.epoch_totals import EpochTotals
 from trainkit.errors import RunFailed
-from trainkit.finetune import apply_frozen_bn_eval
-from trainkit.images import augmented_samples, save_png
-from trainkit.known_noise import quiet_known_noise
-from trainkit.launch import start_processes
-from trainkit.loggers import Loggers, build_loggers, wandb_names
-from trainkit.lr_finder import lr_range_test_for_run, set_base_lr
-from trainkit.mixing import LabelMixing
-from trainkit.models import build_model
+from trainkit.models import apply_frozen_bn_eval, build_ema, build_model, restore_ema
 from trainkit.optim import build_optimizer, build_scheduler
-from trainkit.profiling import StepProfiler
-from trainkit.resume import resumed_config
-from trainkit.rng import rng_states
-from trainkit.run_report import epoch_line, training_line, write_summary
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes
-from trainkit.sample_transforms import attach_sample_transform
-from trainkit.schema import to_dict
-from trainkit.signals import STOP_SIGNAL_NAMES, stop_signal, stopped
-from trainkit.sweeps import run_trial
-from trainkit.timing import LoopTimer
+from trainkit.tasks import Task, evaluate
+from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
+                               epoch_line, quiet_known_noise, save_png, training_line, wandb_names, warn_if_data_bound,
+                               write_summary)
+from trainkit.tuning import find_batch_size_for_run, lr_range_test_for_run, run_trial, set_base_lr
 
 log = logging.getLogger("train")
 quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
@@ -77,8 +64,7 @@ class Run:
     trained_model: torch.nn.Module = field(init=False)  # the same, compiled and/or DDP-wrapped: what the loop calls
     train_transform: BatchTransform = field(init=False)  # scale, resize, augment, normalize: batched, on the device
     eval_transform: BatchTransform = field(init=False)
-    mix: LabelMixing = field(default_factory=LabelMixing)  # MixUp/CutMix: mixed images + soft targets; off: as is
-    loss_fn: torch.nn.Module = field(init=False)
+    task: Task = field(init=False)  # what a batch means: its loss, its metrics (classification, segmentation, yours)
     resolved_config: dict = field(init=False)  # cfg as plain containers, resolved once built: in every checkpoint
     optimizer: torch.optim.Optimizer = field(init=False)
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
@@ -105,28 +91,6 @@ def updates_per_epoch(cfg: DictConfig, loader) -> int:
     return math.ceil(batches_per_epoch(cfg, loader) / cfg.trainer.accumulate_grad_batches)
 
 
-def evaluate(model, loader, transform, precision: str, device: torch.device, limit: int | None = None,
-             tta_flip: bool = False) -> dict:
-    """Plain cross-entropy and accuracy over each sample exactly once: sums and counts are
-    all-reduced across ranks before dividing, never per-rank means. `tta_flip`: the logits are
-    the mean of the image's and its mirror's (trainer.tta_flip)."""
-    model.eval()
-    totals = torch.zeros(3, device=device)  # loss sum, correct, count
-    with torch.no_grad():
-        for i, (images, labels) in enumerate(loader):
-            if limit is not None and i >= limit:
-                break
-            images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-            with autocast(precision, device):
-                images = transform(images)
-                logits = (model(images) + model(images.flip(-1))) / 2 if tta_flip else model(images)
-            totals[0] += F.cross_entropy(logits.float(), labels, reduction="sum")
-            totals[1] += (logits.argmax(dim=1) == labels).sum()
-            totals[2] += labels.numel()
-    loss_sum, correct, count = all_reduce_sum(totals).tolist()
-    return {"loss": loss_sum / max(count, 1), "acc": correct / max(count, 1), "samples": int(count)}
-
-
 def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> dict:
     """One pass over this rank's shard, from batch `run.batches_done` (a mid-epoch resume).
     Moves run.step and run.batches_done forward; returns the epoch's training metrics. `compiling`:
@@ -139,8 +103,8 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     progress = tqdm(total=num_batches, initial=run.batches_done, desc=f"epoch {run.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
     totals, mid_epoch_saves, compile_seconds = EpochTotals(device), 0, None  # totals: on the device until logged
-    run.timer.start_epoch(device, skip_first=compiling)  # trainkit.timing: no per-step host-device sync
-    for i, (images, labels) in enumerate(run.data.train, start=run.batches_done):
+    run.timer.start_epoch(device, skip_first=compiling)  # trainkit.tracking.timing: no per-step host-device sync
+    for i, batch in enumerate(run.data.train, start=run.batches_done):
         if i >= num_batches or (trainer.max_steps and run.step >= trainer.max_steps):
             break
         # Micro-batches of one update form a group; the last group of the epoch may be short,
@@ -148,13 +112,13 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         group_start = i - i % accumulate
         group_size = min(accumulate, num_batches - group_start)
         is_update = i - group_start == group_size - 1
-        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        inputs, targets = run.task.inputs_and_targets(batch, device)
         run.timer.batch_ready()  # waiting for data (the loader, the copy) ends here; the rest is the step
         # forward and backward; DDP all-reduces the gradients only on the micro-step that updates
         with gradient_sync(model, enabled=is_update), autocast(precision, device):
-            inputs, targets = run.mix(run.train_transform(images), labels)  # accuracy below: the hard labels
-            logits = model(inputs)
-            loss = run.loss_fn(logits.float(), targets)
+            inputs, targets = run.task.augment(run.train_transform(inputs), targets)  # e.g. MixUp/CutMix
+            outputs = model(inputs)
+            loss = run.task.loss(outputs.float(), targets)
             run.timer.phase("backward")
             run.scaler.scale(loss / group_size).backward()
         # the optimizer step
@@ -173,7 +137,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         run.timer.phase("bookkeeping")
         run.batches_done = i + 1
         batch_loss = loss.detach()
-        totals.add(batch_loss, logits.detach(), labels)
+        totals.add(batch_loss, run.task.metric_sums(outputs.detach(), targets), len(targets))
         if compiling and compile_seconds is None:  # compile + first step: throughput is measured from here
             batch_loss.item()  # waits for the device, so this step's work is counted in its own time
             compile_seconds = totals.time_from_here()
@@ -200,7 +164,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
                  f"(every {trainer.checkpoint_every_n_steps} updates) -> checkpoints/last.pt")
     if compile_seconds is not None and run.proc.is_main:
         log.info(f"compile + first step: {compile_seconds:.1f}s (left out of train/samples_per_sec)")
-    return {**totals.epoch_metrics(), "lr": optimizer.param_groups[0]["lr"], **run.timer.epoch_metrics()}
+    return {**totals.epoch_metrics(run.task), "lr": optimizer.param_groups[0]["lr"], **run.timer.epoch_metrics()}
 
 
 def save_checkpoints(run: Run, improved: bool = False) -> None:
@@ -255,17 +219,16 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
     run.model = run.trained_model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
     mean, std = run.data.mean, run.data.std
+    run.task = instantiate(cfg.task)  # after the data: an image folder's class count is known
     run.train_transform = BatchTransform(mean, std, input_size, cfg.augmentation, train=True,
                                          channels_last=channels_last).to(device)
     run.eval_transform = BatchTransform(mean, std, input_size, None, channels_last=channels_last).to(device)
-    run.loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=cfg.regularization.label_smoothing)
     if cfg.batch_size_finder.enabled and not cfg.resume:
-        cfg.data.batch_size = find_batch_size_for_run(cfg.batch_size_finder, run.model, run.loss_fn, run.data.train,
+        cfg.data.batch_size = find_batch_size_for_run(cfg.batch_size_finder, run.model, run.task, run.data.train,
                                                       run.train_transform, cfg.precision.name, device)
         log.info(f"batch size finder: data.batch_size={cfg.data.batch_size} per process")
         run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
     attach_sample_transform(run.data.train, cfg.augmentation)  # image folders: torchvision per image, in the workers
-    run.mix = LabelMixing(cfg.augmentation, run.data.num_classes)
     run.optimizer = build_optimizer(run.model, cfg.optimizer, batch_size=cfg.data.batch_size,
                                     world_size=proc.world_size, accumulate=cfg.trainer.accumulate_grad_batches)
     run.scheduler = build_lr_schedule(run)
@@ -316,9 +279,9 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
         unwrap_model(run.model).load_state_dict(checkpoint["model"])
         restore_ema(run.ema, checkpoint)
     broadcast_weights(unwrap_model(run.model) if run.ema is None else run.ema.module)
-    test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.cfg.precision.name,
+    test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.task, run.cfg.precision.name,
                     run.device, tta_flip=run.cfg.trainer.tta_flip)
-    test_metrics = {"test/loss": test["loss"], "test/acc": test["acc"]}
+    test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
     return write_summary(run, last_metrics, test_metrics, stop_reason, wall_seconds=time.perf_counter() - started)
 
 
@@ -359,9 +322,9 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                 break
             for model in filter(None, (run.model, run.ema)):  # every rank's shard's statistics, before eval and save
                 average_batchnorm_statistics(model)
-            val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, cfg.precision.name, device,
-                           cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
-            val_metrics = {"val/loss": val["loss"], "val/acc": val["acc"]}
+            val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, run.task, cfg.precision.name,
+                           device, cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
+            val_metrics = {f"val/{name}": value for name, value in val.items() if name != "samples"}
             last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, **val_metrics}
             improved = run.early_stopping.update(last_metrics[run.early_stopping.monitor], epoch)
             if improved:

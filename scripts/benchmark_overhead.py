@@ -112,8 +112,8 @@ def steady_state(blocks: int, run_dir: Path) -> None:
     torch.set_num_threads(1)
     sys.path.insert(0, str(ROOT))
     import train
-    from trainkit.distributed import ProcessInfo
-    from trainkit.loggers import build_loggers
+    from trainkit.distributed.process_group import ProcessInfo
+    from trainkit.tracking.loggers import build_loggers
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose("config", overrides=["trainer.max_epochs=1000"])

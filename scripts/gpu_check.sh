@@ -16,7 +16,7 @@
 #   with one rank SyncBatchNorm computes plain BatchNorm: the cross-rank statistics are not tested.
 # - Real cross-rank NCCL and SyncBatchNorm need 2+ GPUs: `ddp_nccl_2` and `ddp_syncbn_2` run only
 #   when at least two are visible, and print SKIP otherwise. (The CPU tests cover the DDP loop
-#   itself with gloo: tests/test_distributed.py.)
+#   itself with gloo: tests/unit/distributed/test_distributed.py.)
 set -u
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 WANDB_MODE=disabled

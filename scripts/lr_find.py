@@ -26,16 +26,16 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit import cli
-from trainkit.augment import BatchTransform
-from trainkit.config import validate
+from trainkit.augment.batch_transform import BatchTransform
+from trainkit.config.validation import validate
 from trainkit.data import build_data
 from trainkit.errors import ConfigError
-from trainkit.finetune import apply_frozen_bn_eval
-from trainkit.lr_finder import lr_range_test
-from trainkit.lr_finder_plot import plot_lr_finder
-from trainkit.models import build_model
+from trainkit.models.build import build_model
+from trainkit.models.finetune import apply_frozen_bn_eval
 from trainkit.optim import build_optimizer, scaled_lr
 from trainkit.runtime import grad_scaler, pick_device, seed_everything
+from trainkit.tuning.lr_finder import lr_range_test
+from trainkit.tuning.lr_finder_plot import plot_lr_finder
 
 log = logging.getLogger("lr_find")
 

@@ -37,7 +37,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def compose(overrides: list[str]):  # -> DictConfig; Hydra is imported here, after --help
     from hydra import compose, initialize_config_dir
 
-    from trainkit.config import problems
+    from trainkit.config.validation import problems
     from trainkit.errors import ConfigError
 
     if not any(override.startswith("data=") for override in overrides):

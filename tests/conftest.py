@@ -79,9 +79,9 @@ def run_record(model, seed: int, ema=None):
     import torch
     from omegaconf import OmegaConf
 
-    from trainkit.distributed import ProcessInfo
+    from trainkit.distributed.process_group import ProcessInfo
     from trainkit.early_stopping import EarlyStopping
-    from trainkit.loggers import Loggers
+    from trainkit.tracking.loggers import Loggers
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     return SimpleNamespace(
@@ -101,3 +101,12 @@ def run_record(model, seed: int, ema=None):
         best_metrics={},
         wandb_run_id=None,
     )
+
+
+def pytest_collection_modifyitems(items):
+    """Everything under tests/template/ guards the template (README, CONTRIBUTING, style, imports), not
+    training: a cloner who changed the model skips it with -m "not template"."""
+    template = ROOT / "tests" / "template"
+    for item in items:
+        if template in Path(item.path).parents:
+            item.add_marker(pytest.mark.template)

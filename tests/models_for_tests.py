@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainkit import signals
-from trainkit.distributed import process_info
+from trainkit.checkpointing import signals
+from trainkit.distributed.process_group import process_info
 
 
 class NoNormCNN(nn.Module):

@@ -1,7 +1,7 @@
 """Run a Hydra entry point the way every trainkit script needs it run.
 
 Before Hydra composes: register the config's resolvers, under torchrun let all ranks agree on one
-run directory, and for resume= check the checkpoint and run in its directory (trainkit.resume).
+run directory, and for resume= check the checkpoint and run in its directory (trainkit.checkpointing.resume).
 After: report bad input as one line instead of a stack trace (set HYDRA_FULL_ERROR=1 to see the
 trace; unexpected errors, i.e. bugs, always keep theirs).
 """
@@ -19,10 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from trainkit.distributed import exit_now_if_a_process_group_was_joined
+from trainkit.checkpointing.resume import rewrite_argv
+from trainkit.distributed.process_group import exit_now_if_a_process_group_was_joined
+from trainkit.distributed.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError, RunFailed, caused_by_config_error, causes
-from trainkit.resume import rewrite_argv
-from trainkit.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 
 
 def _flatten(text: object) -> str:

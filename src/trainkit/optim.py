@@ -18,9 +18,9 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
-from trainkit.distributed import process_info
+from trainkit.config.schema import to_dict
+from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
-from trainkit.schema import to_dict
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,12 @@ def param_groups(
     `cls_token` and `pos_embed`, which are not 1-d). Frozen parameters are left out entirely.
 
     Each group carries `lr_scale` (1 for the backbone, head_lr_scale for the classifier head,
-    see trainkit.finetune.head_parameters) and, when `lr` is given, `lr = lr * lr_scale`. The
+    see trainkit.models.finetune.head_parameters) and, when `lr` is given, `lr = lr * lr_scale`. The
     schedule multiplies each group's own initial lr, so the ratio holds all run long. Groups
     come in a fixed order, backbone first, and are kept even when empty (a frozen backbone), so
     `param_groups[0]["lr"]` is always the base LR and a checkpoint always has the same groups.
     """
-    from trainkit.finetune import head_parameters
+    from trainkit.models.finetune import head_parameters
 
     model = _unwrap(model)  # names as the model itself gives them in no_weight_decay()
     head = set()
@@ -171,7 +171,7 @@ def implementation(optimizer: torch.optim.Optimizer, device: torch.device) -> st
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    from trainkit.checkpoint import unwrap_model
+    from trainkit.checkpointing.checkpoint import unwrap_model
 
     return unwrap_model(model)
 
@@ -180,7 +180,7 @@ class LRSchedule:
     """The LR multiplier as a pure function of the update count, so a resume lands exactly.
 
     Every length is given in epochs in the config and converted here to optimizer updates. The
-    values were checked by trainkit.config (`name` is one of SCHEDULES). A warmup longer than half
+    values were checked by trainkit.config.validation (`name` is one of SCHEDULES). A warmup longer than half
     the run (a short `trainer.max_steps`, or `max_epochs` close to `warmup_epochs`) is cut to half
     of it, so the LR reaches its peak and the schedule has updates left to run; `notices` says so,
     and says when the schedule cannot change the LR within the run (a `step` drop after its end).

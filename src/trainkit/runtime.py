@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainkit.distributed import process_info
+from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -19,7 +19,7 @@ _warned_slow_fp16 = False  # once per process: autocast is built for every batch
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
     """`auto` prefers CUDA (this process's local GPU), then Apple's MPS, then the CPU. The name's
-    form is checked by trainkit.config; whether that device exists here is checked now."""
+    form is checked by trainkit.config.validation; whether that device exists here is checked now."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank % torch.cuda.device_count())

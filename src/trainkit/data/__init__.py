@@ -47,7 +47,7 @@ class DataBundle:
 def build_data(cfg: DictConfig, device: torch.device, seed: int, rank: int = 0, world_size: int = 1) -> DataBundle:
     """Loaders for train/val/test of this rank. `seed` must be the same on every rank (the run
     seed, not seed + rank): it fixes the train shuffle that all ranks share. `cfg` was checked by
-    trainkit.config; what only the data can tell (files, sizes, class counts) is checked here."""
+    trainkit.config.validation; what only the data can tell (files, sizes, class counts) is checked here."""
     name = cfg.get("name", cfg["_target_"])
     shards = dict(seed=seed, rank=rank, world_size=world_size)
     train_args = dict(
@@ -154,7 +154,7 @@ def _check_matches(cfg: DictConfig, key: str, actual: int, name: str) -> None:
 
 
 def _per_channel(cfg: DictConfig, key: str, channels: int) -> tuple[float, ...]:
-    # One value for all, or one per channel: trainkit.config held the length to data.channels,
+    # One value for all, or one per channel: trainkit.config.validation held the length to data.channels,
     # and _check_matches held data.channels to the data.
     values = [float(value) for value in cfg[key]]
     return tuple(values * channels) if len(values) == 1 else tuple(values)

@@ -47,7 +47,7 @@ def carve(num_samples: int, fractions: dict[str, float], seed: int) -> dict[str,
     """Sorted, disjoint indices for each named split in `fractions`, and "train" for the rest.
 
     One permutation drawn from `seed` is cut in the order of `fractions`, so the same
-    config gives the same split on every machine and every rank. trainkit.config holds each
+    config gives the same split on every machine and every rank. trainkit.config.validation holds each
     fraction in (0, 1) and their sum below 1; what rounding leaves of `num_samples` is checked here.
     """
     order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed))

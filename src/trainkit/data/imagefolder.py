@@ -2,7 +2,7 @@
 
 Each image is resized (shorter side) and centre-cropped to a square uint8 tensor here;
 augmentation and normalization happen later, batched on the device (the training split may also
-get per-sample torchvision transforms here, in the workers: trainkit.sample_transforms).
+get per-sample torchvision transforms here, in the workers: trainkit.augment.sample_transforms).
 
 Any format Pillow opens is read (upper-case extensions too); greyscale, RGBA, palette and 16-bit
 images are converted to `data.channels` (16-bit scaled to 8, alpha dropped). Hidden files and
@@ -57,7 +57,7 @@ class BadFile:
 class ImageFolderDataset(Dataset):
     """`(path, label)` pairs that decode to `(uint8 [C, S, S] tensor, label)`, or to a `BadFile`.
 
-    `transform`, when set (trainkit.sample_transforms, training split only), turns the opened PIL
+    `transform`, when set (trainkit.augment.sample_transforms, training split only), turns the opened PIL
     image into the uint8 tensor instead of the plain resize + centre crop.
     """
 
@@ -182,7 +182,7 @@ def image_folder(cfg: DictConfig) -> FileSplits:
 
 
 def _check_root(root: str | Path) -> Path:
-    root = Path(root).expanduser()  # never null: trainkit.config requires data.root for image folders
+    root = Path(root).expanduser()  # never null: trainkit.config.validation requires data.root for image folders
     if not root.is_dir():
         raise ConfigError(
             "data.root", f"folder '{root}' does not exist; set data.root to a folder holding train/<class>/"

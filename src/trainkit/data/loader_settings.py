@@ -13,7 +13,7 @@ import os
 import torch
 from omegaconf import DictConfig
 
-from trainkit.distributed import process_info
+from trainkit.distributed.process_group import process_info
 
 # Beyond about 8 decoding processes per rank, samples/s rarely grows while memory (each worker
 # holds prefetched batches) and start-up time do; measure with scripts/benchmark_dataloader.py to go higher.

@@ -1,0 +1,115 @@
+"""The paths a run reads and writes, checked before use: the checkpoint `resume=` points at (and
+whether it fits the model and optimizer), and the output directory.
+
+Every way a path can be wrong (missing, a folder without checkpoints, not a checkpoint, truncated,
+another format version, another model or optimizer, an output directory that cannot be written) is
+one ConfigError line that says what was found and what to do, not a stack trace from torch.load or Hydra.
+"""
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainkit.errors import ConfigError
+
+# The layout of what trainkit.checkpointing.checkpoint.training_state writes. Raise it when that layout changes
+# in a way older code cannot read; checkpoints written before versioning hold the same keys as 1.
+CHECKPOINT_FORMAT = 1
+REQUIRED_KEYS = ("model", "optimizer", "scheduler", "epoch", "step", "batches_done", "config")
+
+
+def find_checkpoint(resume: str | Path) -> Path:
+    """The checkpoint file `resume` names: a .pt file, or a run directory (its checkpoints/last.pt)."""
+    path = Path(resume).expanduser()
+    if not path.exists():
+        raise ConfigError("resume", f"{path} does not exist; give a run directory or its checkpoints/last.pt")
+    if path.is_dir():
+        for candidate in (path / "checkpoints" / "last.pt", path / "last.pt"):
+            if candidate.is_file():
+                return candidate
+        raise ConfigError(
+            "resume", f"{path} is a directory without checkpoints/last.pt; give a run directory that saved a checkpoint"
+        )
+    return path
+
+
+def read_checkpoint(path: Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """torch.load(weights_only=True), with each way the file can be unusable said in one line.
+    `mmap=True` reads lazily: a cheap check of a large checkpoint before anything is built."""
+    size = path.stat().st_size
+    if size == 0:
+        raise ConfigError("resume", f"{path} is empty (0 bytes): not a checkpoint; resume from another one")
+    if not zipfile.is_zipfile(path):
+        with path.open("rb") as f:
+            head = f.read(4)
+        if head[:2] == b"PK":  # a zip's first bytes without its end: cut short by a kill or a full disk
+            raise ConfigError("resume", f"{path} is truncated ({size:,} bytes, its end is missing); use an older copy")
+        raise ConfigError("resume", f"{path} is not a PyTorch checkpoint (no torch.save archive); check the path")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except Exception as error:  # a damaged archive, or objects a weights-only load refuses
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError("resume", f"{path} cannot be read as a checkpoint ({first_line[:160]})") from error
+    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
+        found = ", ".join(sorted(map(str, state))[:6]) if isinstance(state, dict) else type(state).__name__
+        raise ConfigError(
+            "resume",
+            f"{path} is not a trainkit training checkpoint (it holds {found}); use a run's checkpoints/last.pt",
+        )
+    version = state.get("format", 1)
+    if version != CHECKPOINT_FORMAT:
+        age = "a newer" if version > CHECKPOINT_FORMAT else "an older"
+        raise ConfigError(
+            "resume",
+            f"{path} has checkpoint format {version}, this code reads format {CHECKPOINT_FORMAT} ({age} trainkit "
+            f"wrote it); resume with the trainkit version that wrote it",
+        )
+    return state
+
+
+def check_model_fits(model_state: dict, model: torch.nn.Module) -> None:
+    """The checkpoint's weights against the built model: the first key missing, extra, or of
+    another shape, with both shapes."""
+    expected = model.state_dict()
+    for key, tensor in expected.items():
+        if key not in model_state:
+            raise ConfigError("model", f"the checkpoint has no weights for {key}: it is another architecture")
+        saved = model_state[key]
+        if tuple(saved.shape) != tuple(tensor.shape):
+            raise ConfigError(
+                "model",
+                f"{key} is {list(saved.shape)} in the checkpoint but {list(tensor.shape)} in this model: another "
+                f"architecture; resume with the checkpoint's model settings",
+            )
+    extra = [key for key in model_state if key not in expected]
+    if extra:
+        raise ConfigError("model", f"the checkpoint has weights this model lacks ({extra[0]}): another architecture")
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """optimizer.load_state_dict, with another parameter group layout said in one line."""
+    saved = [len(group["params"]) for group in state["param_groups"]]
+    built = [len(group["params"]) for group in optimizer.param_groups]
+    if saved != built:
+        raise ConfigError(
+            "optimizer",
+            f"the checkpoint's optimizer has parameter groups of {saved} tensors, this one {built}; resume with the "
+            f"checkpoint's optimizer and model settings",
+        )
+    optimizer.load_state_dict(state)
+
+
+def check_output_dir(directory: str | None) -> None:
+    """The run directory can be created and written (None: Hydra's default under ./outputs)."""
+    path = Path(directory or "outputs").expanduser().absolute()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    key = "hydra.run.dir" if directory else "hydra.run.dir (default ./outputs)"
+    if not existing.is_dir():
+        raise ConfigError(key, f"{path} cannot be created: {existing} is a file, not a directory; choose another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(key, f"{path} cannot be written: no write permission in {existing}; choose another path")

@@ -1,0 +1,296 @@
+"""Resume continues a run: in its own directory, with the checkpoint's config.
+
+    python train.py resume=outputs/runs/<run>                        # or .../checkpoints/last.pt
+    python train.py resume=outputs/runs/<run> trainer.max_epochs=40  # overrides on top, each one listed
+    python train.py resume=auto hydra.run.dir=outputs/runs/job-42    # requeued jobs: continue, or start
+
+Two steps, because Hydra creates the run directory before train.py's main runs:
+
+- `rewrite_argv`, before Hydra (trainkit.cli.run): find and check the checkpoint, so a bad path
+  costs one line and leaves no directory behind; then point Hydra at the checkpoint's run directory
+  and replay that run's own overrides before the new ones (later overrides win).
+- `resolve`, in main: the config becomes the checkpoint's, with the keys this command line sets
+  taken from the composed config, and one log line lists every key that differs. Values the run
+  found itself (the batch-size finder's data.batch_size, an image folder's class count) stay.
+  Overrides that cannot take effect are refused here, in one line; a finished run says so.
+
+Every rank resolves alike: self-started DDP workers receive the resolved config; under torchrun
+each rank reads the same checkpoint and command line and computes the same result.
+"""
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.checkpointing.continued_run import finished_message, trim_metrics
+from trainkit.errors import ConfigError
+
+# torch-based modules (trainkit.checkpointing.checkpoint, checkpoint_files, distributed) are imported where used:
+# trainkit.cli imports this module for every command, `--help` included.
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"
+# Changing these inside an epoch would skip the wrong batches of the half-trained epoch.
+POSITION_KEYS = ("data.batch_size", "trainer.accumulate_grad_batches", "trainer.limit_train_batches", "seed")
+_command_line: list[str] | None = None  # this command's own overrides, recorded by rewrite_argv
+INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion")
+
+
+def _value(argv: list[str], key: str) -> str | None:
+    for arg in reversed(argv):
+        if arg.startswith(f"{key}="):
+            return arg.split("=", 1)[1].strip("'\"")
+    return None
+
+
+def run_dir_of(checkpoint: Path) -> Path | None:
+    """The run directory holding `checkpoint` (<run>/checkpoints/<file> next to <run>/.hydra), if any."""
+    run_dir = checkpoint.resolve().parent.parent
+    in_a_run = checkpoint.resolve().parent.name == "checkpoints" and (run_dir / ".hydra").is_dir()
+    return run_dir if in_a_run else None
+
+
+def rewrite_argv(argv: list[str]) -> list[str]:
+    """Before Hydra: the command line that resumes in the checkpoint's run directory. Checks the
+    checkpoint and the output directory first; raises ConfigError (one line) when either is unusable."""
+    global _command_line
+    overrides = [arg for arg in argv[1:] if not arg.startswith("-") and ("=" in arg or arg.startswith("~"))]
+    _command_line = overrides
+    if any(arg in INFO_FLAGS for arg in argv):  # --help, --cfg job, ...: nothing is trained or written
+        return argv
+    resume = _value(overrides, "resume")
+    multirun = any(arg in ("-m", "--multirun") for arg in argv) or _value(overrides, "hparams_search") is not None
+    from trainkit.checkpointing.files import check_output_dir, find_checkpoint, read_checkpoint
+
+    if resume in (None, "", "null", "None", AUTO):
+        check_output_dir(_value(overrides, "hydra.sweep.dir" if multirun else "hydra.run.dir"))
+        return argv
+    if multirun or "," in resume:
+        raise ConfigError(
+            "resume",
+            "continues one run and cannot be part of a multirun (-m); resume each run directory on its own, "
+            "or give the sweep resume=auto (each job continues its own directory)",
+        )
+    checkpoint = find_checkpoint(resume)
+    read_checkpoint(checkpoint, mmap=True)  # readable, a training checkpoint, of this format
+    run_dir, given = run_dir_of(checkpoint), _value(overrides, "hydra.run.dir")
+    if run_dir is None:  # a checkpoint outside a run directory: a new run directory continues it
+        check_output_dir(given)
+        return argv
+    if given is not None and Path(given).resolve() != run_dir:
+        raise ConfigError(
+            "hydra.run.dir",
+            f"is {given}, but resume= continues in the checkpoint's own run directory {run_dir}; drop "
+            f"hydra.run.dir (to branch off, copy the run directory and resume the copy)",
+        )
+    check_output_dir(str(run_dir))
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    replayed = [str(o) for o in OmegaConf.load(saved)] if saved.is_file() else []
+    replayed = [o for o in replayed if not o.startswith(("resume=", "hydra.run.dir="))]
+    # Hydra writes no .hydra/ now (a refused override would land in overrides.yaml); resumed_config does, once resolved.
+    return [argv[0], f"hydra.run.dir={run_dir}", "hydra.output_subdir=null", *replayed, *argv[1:]]
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict) and tree:
+        return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: tree}
+
+
+def _touched(overrides: list[str], composed: DictConfig, explicit: bool) -> list[tuple[str, bool]]:
+    """(config key, deleted) for each override: `a.b=1` -> a.b; a group `optimizer=adamw` -> optimizer."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    touched = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group.replace("/", ".")
+        if key.startswith("hydra") or key == "resume":
+            continue
+        if OmegaConf.select(composed, key, default=KeyError) is KeyError and not override.is_delete():
+            if override.is_add() or override.is_force_add():
+                touched.append((key, False))
+            elif explicit:  # a global group (experiment=, debug=) sets keys all over the config
+                raise ConfigError(
+                    key, "on a resume, give the keys to change one by one (e.g. trainer.max_epochs=...), not a group"
+                )
+            continue
+        touched.append((key, override.is_delete()))
+    return touched
+
+
+def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, bool]:
+    """The config to train with, and whether the run has finished already (then nothing is left to
+    do: one line says how to extend it). Without resume: `composed` as it is."""
+    if not isinstance(composed.resume, str) or composed.resume == "":
+        return composed, False  # null, or a wrong type that trainkit.config.validation reports
+    from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
+    from trainkit.checkpointing.files import find_checkpoint, read_checkpoint
+    from trainkit.distributed.process_group import process_info
+
+    if composed.resume == AUTO:
+        existing = run_dir / "checkpoints" / "last.pt"
+        if not existing.is_file():
+            _start_afresh(run_dir)
+            composed.resume = None
+            return composed, False
+        checkpoint = existing
+    else:
+        checkpoint = find_checkpoint(composed.resume)
+    state = read_checkpoint(checkpoint, mmap=True)
+    explicit = composed.resume != AUTO
+    overrides = _command_line if (_command_line is not None and explicit) else _hydra_task_overrides()
+    resolved = OmegaConf.create(state["config"])
+    _relink(resolved, composed)
+    for key, deleted in _touched(overrides, composed, explicit):
+        if deleted:
+            parent, _, leaf = key.rpartition(".")
+            node = OmegaConf.select(resolved, parent) if parent else resolved
+            if isinstance(node, DictConfig) and leaf in node:
+                del node[leaf]
+        else:
+            OmegaConf.update(resolved, key, OmegaConf.select(composed, key), merge=False, force_add=True)
+    _add_new_keys(resolved, composed)
+    resolved.resume = str(checkpoint)
+    changes = _changes(state["config"], OmegaConf.to_container(resolved, resolve=True))
+    _refuse_what_cannot_take_effect(state, resolved, changes)
+    if any(change.startswith(("model.", "data.channels ", "data.num_classes ")) for change in changes):
+        _check_model_fits_early(state["model"], resolved)
+    position = f"epoch {state['epoch']}" + (f", batch {state['batches_done']}" if state["batches_done"] else " (done)")
+    listed = "; changed: " + ", ".join(changes) if changes else "; config as in the checkpoint"
+    main = process_info().is_main  # under torchrun every rank resolves; one of them writes
+    if main:
+        log.info(f"resuming {checkpoint} at {position}, step {state['step']}{listed}")
+    finished = finished_message(state, resolved, run_dir)
+    if finished or not main:
+        if finished and main:
+            log.info(finished)
+        return resolved, bool(finished)
+    stale = remove_stale_temporary_files(checkpoint.parent)
+    if stale:
+        log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
+    trim_metrics(run_dir / "metrics.jsonl", state)
+    if (run_dir / ".hydra").is_dir():  # what this run now trains with, and the overrides that compose it
+        _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
+        _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")
+    return resolved, False
+
+
+def _start_afresh(run_dir: Path) -> None:
+    """resume=auto found no checkpoint: say so, remove what a kill during the first save tore, and
+    warn where the directory is named after the launch time (a rerun would never continue it)."""
+    from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
+    from trainkit.distributed.process_group import process_info
+
+    main = process_info().is_main
+    torn = remove_stale_temporary_files(run_dir / "checkpoints") if main else []
+    removed = f" (removed the torn {', '.join(torn)})" if torn else ""
+    message = f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}"
+    unfixed = unfixed_directory()
+    if unfixed is None:
+        log.info(message)
+    elif main:
+        log.warning(
+            f"{message}; {unfixed} is named after the launch time, so a rerun gets a new directory and "
+            f"never continues this one: set {unfixed}=<a fixed directory> (e.g. outputs/runs/job-42)"
+        )
+
+
+def _relink(resolved: DictConfig, composed: DictConfig) -> None:
+    """The checkpoint holds resolved values; where the config links a key to another (model.dropout:
+    ${regularization.dropout}) and the checkpoint's values still agree, restore the link, so an
+    override of the source reaches every key that follows it."""
+    saved = _flat(OmegaConf.to_container(resolved))
+    for key, value in _flat(OmegaConf.to_container(composed, resolve=False)).items():
+        match = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
+        if match and key in saved and match.group(1) in saved and saved[key] == saved[match.group(1)]:
+            OmegaConf.update(resolved, key, value, merge=False)
+
+
+def _save_atomically(config: Any, path: Path) -> None:
+    """Under torchrun the other ranks may be reading overrides.yaml (rewrite_argv) right now."""
+    tmp = path.with_name(path.name + ".tmp")
+    OmegaConf.save(config, tmp)
+    os.replace(tmp, path)
+
+
+def _add_new_keys(resolved: DictConfig, composed: DictConfig) -> None:
+    """Keys the code added since the checkpoint was written take their composed (default) values;
+    not inside a factory whose `_target_` differs (another optimizer's keys do not belong there)."""
+    for key, value in _flat(OmegaConf.to_container(composed, resolve=True)).items():
+        if OmegaConf.select(resolved, key, default=KeyError) is not KeyError:
+            continue
+        parts = key.split(".")
+        parents = [".".join(parts[:i]) for i in range(1, len(parts))]
+        if all(
+            OmegaConf.select(resolved, f"{p}._target_", default=None) == OmegaConf.select(composed, f"{p}._target_")
+            for p in parents
+        ):
+            OmegaConf.update(resolved, key, value, force_add=True)
+
+
+def unfixed_directory(hydra: Any = None) -> str | None:
+    """The key (hydra.run.dir; hydra.sweep.dir in a multirun) whose directory is new at every launch
+    (it interpolates the launch time), where resume=auto could never continue; else None. `hydra`:
+    Hydra's own config, this run's by default. None in a submitit job: its requeue keeps the directory."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra = hydra or (HydraConfig.get() if HydraConfig.initialized() else None)
+    if hydra is None or os.environ.get("SUBMITIT_EXECUTOR"):
+        return None
+    key = "sweep" if hydra.get("mode") == RunMode.MULTIRUN else "run"
+    section = OmegaConf.to_container(hydra[key], resolve=False)  # the pattern, not today's name
+    value = section.get("dir") if isinstance(section, dict) else None
+    return f"hydra.{key}.dir" if re.search(r"\$\{(launch_time|now):", str(value)) else None
+
+
+def _hydra_task_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def _changes(saved: Any, resolved: Any) -> list[str]:
+    before, after = _flat(saved), _flat(resolved)
+    keys = [key for key in after if key != "resume" and before.get(key, KeyError) != after[key]]
+    keys += [key for key in before if key not in after]
+    return [f"{key} {before.get(key, '(new)')} -> {after.get(key, '(dropped)')}" for key in keys]
+
+
+def _refuse_what_cannot_take_effect(state: dict, resolved: DictConfig, changes: list[str]) -> None:
+    saved = state["config"]
+    if saved.get("optimizer", {}).get("_target_") != resolved.optimizer.get("_target_"):
+        raise ConfigError(
+            "optimizer",
+            f"is {resolved.optimizer.get('_target_')} but the checkpoint's optimizer state is "
+            f"{saved.get('optimizer', {}).get('_target_')}'s; resume with the checkpoint's optimizer",
+        )
+    if state["batches_done"]:
+        for key in POSITION_KEYS:
+            if any(change.startswith(f"{key} ") for change in changes):
+                raise ConfigError(
+                    key,
+                    f"changed on a resume inside epoch {state['epoch']} (after batch {state['batches_done']}): the "
+                    f"batches already trained would be miscounted; resume without it, or from an epoch's end",
+                )
+
+
+def _check_model_fits_early(weights: dict, cfg: DictConfig) -> None:
+    """The model the new settings describe, built on the meta device (no memory, no data), against
+    the checkpoint's weights. A model that cannot be built this way is checked at load instead."""
+    import torch
+
+    from trainkit.checkpointing.files import check_model_fits
+    from trainkit.models.build import build_model
+
+    try:
+        with torch.device("meta"):
+            model, _ = build_model(cfg.model, image_size=cfg.data.image_size)
+    except Exception:  # e.g. pretrained weights to read: train.py's load-time check still applies
+        return
+    check_model_fits(weights, model)

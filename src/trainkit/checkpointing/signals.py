@@ -1,0 +1,234 @@
+"""Stop a run cleanly on SIGTERM, SIGUSR1 or SIGINT: finish the optimizer step, save, exit 75.
+
+SLURM sends SIGTERM before a time limit or a preemption (or the signal of `--signal=USR1@120`);
+Ctrl-C sends SIGINT. A handler here only records the request. train.py's `stop_reason` reads it
+after each optimizer update; the run then writes checkpoints/last.pt at that exact position,
+says in one line how to resume, and the process exits with EXIT_STOPPED (75, sysexits' EX_TEMPFAIL:
+"try again later"). A second Ctrl-C aborts at once (exit 130) without saving.
+
+Under DDP every rank must stop after the same update, or one would wait alone in the next
+gradient all-reduce. Agreeing takes a collective, and on a GPU reading its result is a host sync,
+so the ranks agree only where the loop synchronizes anyway: at each logging step (every
+trainer.log_every_n_steps updates; one extra one-element all-reduce there) and at the end of each
+epoch. A single process reads its own flag after every update, which costs nothing.
+
+Self-started DDP workers (trainkit.distributed.launch): the parent handles the signals, not torch's elastic
+agent, and passes each on to its workers as SIGTERM (a terminal's Ctrl-C reaches the workers too;
+SIGINT plus SIGTERM is still one request). Under torchrun the agent passes SIGTERM and SIGINT on
+itself, right after the terminal's own SIGINT: a SIGINT within SAME_CTRL_C_SECONDS of the first
+is taken as the same Ctrl-C.
+
+Under submitit (Hydra's submitit launchers, e.g. hydra/launcher=slurm): submitit warns of a timeout
+or a preemption with its own signal, SIGUSR2 (env SUBMITIT_PREEMPT_SIGNAL), whose handler would
+requeue the job and exit at once, wherever training is. Here that signal is one more stop request:
+the run stops after the update, saves, and only then calls submitit's handler (`hand_over`): on
+the job's first task it requeues the job (submitit's `checkpoint()`: the same job again) and exits
+(144 local, -1 on SLURM), and the requeued job continues from last.pt with resume=auto. Other tasks
+exit 75. SIGTERM stays a plain stop (scancel, or SLURM's own preemption notice: SLURM requeues
+with PreemptMode=REQUEUE, the job does not).
+"""
+
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+import torch
+
+from trainkit.distributed.process_group import barrier, is_distributed
+
+log = logging.getLogger("train")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+EXIT_STOPPED = 75  # stopped by a signal, checkpoint written, resumable (sysexits.h EX_TEMPFAIL)
+EXIT_ABORTED = 130  # a second Ctrl-C: what a shell reports for a process ended by SIGINT
+SAME_CTRL_C_SECONDS = 1.0
+
+
+# submitit's signal before a timeout or on a preemption (submitit.JobEnvironment.USR_SIG): USR2 unless
+# SUBMITIT_PREEMPT_SIGNAL says otherwise, at submission already (it becomes sbatch's --signal).
+SUBMITIT_SIGNAL: signal.Signals | None = getattr(
+    signal, f"SIG{os.environ.get('SUBMITIT_PREEMPT_SIGNAL', 'USR2')}", None
+)
+# The names a stop can have. Not read from the job's environment at import: the submitting process
+# pickles train.py's functions, and their globals, by value.
+STOP_SIGNAL_NAMES = tuple(dict.fromkeys(s.name for s in (*STOP_SIGNALS, *filter(None, [SUBMITIT_SIGNAL]))))
+
+
+def submitit_signal() -> signal.Signals | None:
+    """SUBMITIT_SIGNAL in a job started by submitit, else None."""
+    return SUBMITIT_SIGNAL if os.environ.get("SUBMITIT_EXECUTOR") else None  # set in its jobs (and their workers)
+
+
+def handled_signals() -> tuple[signal.Signals, ...]:
+    """The signals that request a stop in this process: STOP_SIGNALS, and submitit's in its jobs."""
+    return tuple(dict.fromkeys((*STOP_SIGNALS, *filter(None, [submitit_signal()]))))
+
+
+class Stopped(SystemExit):
+    """A clean stop on a signal, after the checkpoint is written: the process exits with
+    EXIT_STOPPED. A SystemExit, so no `except Exception` (a sweep's trial guard) swallows it and a
+    multirun stops too."""
+
+    def __init__(self, code: int = EXIT_STOPPED):
+        super().__init__(code)
+
+
+_requested: str | None = None  # the first stop signal this process received
+_first_ctrl_c: float | None = None  # when (time.monotonic) the first SIGINT came
+_requeue: Callable[[int, FrameType | None], object] | None = None  # submitit's handler, while its signal is ours
+_preempted = False  # submitit's signal came: hand over to its handler after the checkpoint
+
+
+def requested() -> str | None:
+    """The name of the first stop signal this process received (e.g. "SIGTERM"), or None."""
+    return _requested
+
+
+class _Abort(Exception):
+    """A second Ctrl-C (never leaves a handler: each handler turns it into an exit)."""
+
+
+def _record(signum: int) -> None:
+    """Record a stop request; a later Ctrl-C (not the echo of the first) aborts."""
+    global _requested, _first_ctrl_c, _preempted
+    _preempted = _preempted or signum == submitit_signal()
+    if signum == signal.SIGINT:
+        now = time.monotonic()
+        if _first_ctrl_c is not None and now - _first_ctrl_c > SAME_CTRL_C_SECONDS:
+            raise _Abort
+        _first_ctrl_c = _first_ctrl_c or now
+    _requested = _requested or signal.Signals(signum).name
+
+
+def _abort(announce: bool) -> None:
+    if announce:
+        print("aborted by a second Ctrl-C; checkpoints/last.pt is as last saved", file=sys.stderr, flush=True)
+    os._exit(EXIT_ABORTED)
+
+
+@contextmanager
+def stop_on_signals(announce_abort: bool = True) -> Iterator[None]:
+    """Within: SIGTERM, SIGUSR1 and SIGINT request a clean stop (see `requested`); a second
+    Ctrl-C exits at once, printing one line when `announce_abort`. The previous handlers come
+    back on exit. Signal handlers belong to the main thread: elsewhere this changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        try:
+            _record(signum)
+        except _Abort:
+            _abort(announce_abort)
+
+    with _handlers(handle):
+        yield
+
+
+@contextmanager
+def forward_to_workers() -> Iterator[None]:
+    """For the parent of self-started DDP workers: pass each stop signal on to the workers as
+    SIGTERM (they save and stop); a second Ctrl-C kills them and exits at once."""
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        try:
+            _record(signum)
+        except _Abort:
+            for child in multiprocessing.active_children():
+                os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]  # started: it has a pid
+            _abort(announce=True)
+        for child in multiprocessing.active_children():
+            os.kill(child.pid, signal.SIGTERM)  # type: ignore[arg-type]
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with _handlers(forward):
+        yield
+
+
+@contextmanager
+def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """`handler` for every stop signal, a fresh request state, and the previous handlers back after.
+    A clean stop (Stopped) on submitit's signal leaves through submitit's handler (`hand_over`)."""
+    global _requested, _first_ctrl_c, _requeue, _preempted
+    previous = {s: signal.getsignal(s) for s in handled_signals()}
+    submitits = previous.get(submitit_signal())  # type: ignore[arg-type]  # None: not a submitit job
+    _requested, _first_ctrl_c, _preempted = None, None, False
+    _requeue = submitits if callable(submitits) else None  # not SIG_DFL in DDP workers that submitit did not start
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield
+    except Stopped:  # in the parent of self-started DDP workers: the workers saved and stopped
+        leaving = hand_over()
+        if leaving is None:
+            raise
+        log.warning("submitit requeued the job: it continues from checkpoints/last.pt with resume=auto")
+        raise leaving from None
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+        _requested, _first_ctrl_c, _requeue, _preempted = None, None, None, False
+
+
+def hand_over() -> SystemExit | None:
+    """After a clean stop on submitit's signal, once the checkpoint is written: call submitit's
+    handler, as the signal would have. On the job's first task it requeues the job and exits (the
+    SystemExit to raise, returned); on the other tasks it does nothing. Once a process; None
+    without submitit's signal, or when submitit declines to requeue (timed out too many times):
+    then one line says so and the run exits 75 like any stop."""
+    global _requeue
+    requeue, _requeue = _requeue, None
+    if requeue is None or not _preempted:
+        return None
+    try:
+        requeue(submitit_signal() or 0, None)
+    except SystemExit as leaving:  # requeued: submitit's exit code (144 local, -1 SLURM)
+        return leaving
+    except Exception as error:  # submitit.core.utils.UncompletedJobError, e.g. timed out too many times
+        log.warning(f"not requeued: {error} (exit code {EXIT_STOPPED})")
+    return None
+
+
+def stop_signal(device: torch.device, agree: bool) -> str | None:
+    """The stop signal the run received, the same on every rank, or None. One process: its own
+    flag, at every call. Under DDP: None unless `agree` (all ranks call this at the same update,
+    where the loop synchronizes anyway); then one all-reduce tells every rank whether any rank
+    received one (the highest signal number names it)."""
+    if not is_distributed():
+        return _requested
+    if not agree:
+        return None
+    import torch.distributed as dist
+
+    number = torch.tensor(float(signal.Signals[_requested]) if _requested else 0.0, device=device)
+    dist.all_reduce(number, op=dist.ReduceOp.MAX)
+    value = int(number.item())
+    return signal.Signals(value).name if value else None
+
+
+def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> SystemExit:
+    """Say in one line (rank 0) why the run stopped and how it continues; the exception to raise:
+    Stopped, or under submitit on its signal the first task's exit after requeueing the job. Every
+    rank waits until rank 0 has written the checkpoint and requeued: no rank exits first (srun
+    --kill-on-bad-exit would otherwise end rank 0 in the middle of either)."""
+    barrier()
+    leaving = hand_over()
+    if is_main:
+        checkpoint = run_dir.resolve() / "checkpoints" / "last.pt"
+        if leaving:
+            how = f"checkpoint saved; submitit requeued the job: it continues from {checkpoint} with resume=auto"
+        else:
+            how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: python train.py resume={checkpoint}"
+        log.warning(f"stopped by {name} at epoch {epoch}, step {step}, {how}")
+    barrier()
+    return leaving or Stopped()

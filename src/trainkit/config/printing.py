@@ -1,0 +1,115 @@
+"""Show the composed config as a tree at the start of a run, and keep a plain-text copy of it.
+
+The config groups (data, model, optimizer, ...) come first, each labelled with the option that
+was picked, then the plain keys. `rich` is imported only when printing.
+"""
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf
+
+# The contract's groups, in the order a run flows; used when Hydra's choices are not at hand.
+GROUPS = (
+    "data",
+    "task",
+    "model",
+    "optimizer",
+    "scheduler",
+    "precision",
+    "distributed",
+    "regularization",
+    "augmentation",
+    "logger",
+)
+FILENAME = "config_tree.txt"
+
+if TYPE_CHECKING:
+    from rich.tree import Tree
+
+
+def _choices(cfg: DictConfig) -> tuple:
+    """({top-level key: picked option} for the groups that fill a top-level key, in the config's
+    order; {group: option} for the picked groups that only override others: experiment, debug,
+    hparams_search). Outside a Hydra job: GROUPS without option names."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        choices = {g: o for g, o in HydraConfig.get().runtime.choices.items() if not g.startswith("hydra/")}
+        groups = {key: choices[key] for key in cfg if key in choices}
+        if groups:
+            overlays = {g: o for g, o in reversed(list(choices.items())) if o is not None and g not in cfg}
+            return groups, overlays
+    return {group: None for group in GROUPS if group in cfg}, {}
+
+
+def _yaml(node: Any, resolve: bool) -> str:
+    try:
+        return OmegaConf.to_yaml(node, resolve=resolve).rstrip()
+    except Exception:  # an interpolation that cannot resolve yet: show it as written
+        return OmegaConf.to_yaml(node, resolve=False).rstrip()
+
+
+def build_tree(cfg: DictConfig, resolve: bool = True) -> "Tree":
+    """A rich Tree: one branch a config group (label `group: option`), then the other sections,
+    then the top-level scalar keys in one last branch."""
+    from rich.syntax import Syntax
+    from rich.tree import Tree
+
+    choices, overlays = _choices(cfg)
+    title = "config" + "".join(f"  [bold]{g}[/bold]=[cyan]{o}[/cyan]" for g, o in overlays.items())
+    tree = Tree(title, guide_style="dim")
+    sections = [key for key in cfg if OmegaConf.is_dict(cfg._get_node(key)) and key not in choices]  # a list is a value
+    scalars = [str(key) for key in cfg if key not in choices and key not in sections]
+    for key in [*choices, *sections]:
+        option = choices.get(key)
+        label = f"[bold]{key}[/bold]" + (f": [cyan]{option}[/cyan]" if option else "")
+        branch = tree.add(label)
+        text = _yaml(cfg[key], resolve)
+        if text and text != "{}":
+            branch.add(Syntax(text, "yaml", theme="ansi_dark", background_color="default"))
+    if scalars:
+        rest = OmegaConf.masked_copy(cfg, scalars)
+        tree.add("[bold]top level[/bold]").add(
+            Syntax(_yaml(rest, resolve), "yaml", theme="ansi_dark", background_color="default")
+        )
+    return tree
+
+
+def _multirun_job() -> tuple[int, list[str]] | None:
+    """(job number, its overrides) inside a multirun job, else None."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return HydraConfig.get().job.num, list(HydraConfig.get().overrides.task)
+
+
+def print_config(cfg: DictConfig, path: str | Path | None = None, resolve: bool = True) -> None:
+    """Print the config tree (rank 0 only) and, with `path`, save it as plain text: `path` is a run
+    directory (the file is `config_tree.txt` in it) or a file name ending in `.txt`.
+
+    In a multirun the first job prints the whole tree and every other job one line with its own
+    overrides (a sweep of 100 jobs would otherwise print 100 trees); each job saves its whole tree."""
+    from trainkit.distributed.process_group import process_info  # torch: already imported by train.py
+
+    if not process_info().is_main:
+        return
+    from rich.console import Console
+
+    tree = build_tree(cfg, resolve=resolve)
+    target = None
+    if path is not None:
+        path = Path(path)
+        target = path if path.suffix == ".txt" else path / FILENAME
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "w", encoding="utf-8") as file:
+            Console(file=file, color_system=None, width=120, soft_wrap=True).print(tree)
+    job = _multirun_job()
+    if job is None or job[0] == 0:
+        Console().print(tree)
+    else:
+        number, overrides = job
+        saved = f" (whole config: {target})" if target else ""
+        print(f"job {number}: {' '.join(overrides) or 'no overrides'}{saved}", flush=True)

@@ -1,0 +1,200 @@
+"""RULES: what each key of the config may hold (type, range, choices), one line a key.
+
+The table trainkit.config.validation.validate checks every composed config against, written in the words of
+trainkit.config.schema. A new config option gets its rule here; keys that contradict each other are
+trainkit.config.validation's RELATIONS.
+"""
+
+import re
+
+from omegaconf import ListConfig, OmegaConf
+
+from trainkit.config.schema import Check, auto_or, flag, integer, interval, number, numbers, one_of, section, show, text
+from trainkit.optim import SCHEDULES
+from trainkit.runtime import PRECISIONS
+from trainkit.tracking.loggers import LOGGERS, WANDB_MODES
+
+# augmentation.name is a label (the keys decide what runs), but a closed list catches typos:
+# add yours here when you add a conf/augmentation/<name>.yaml.
+AUGMENTATIONS = ("none", "shift", "basic", "strong", "mixup", "randaugment", "trivialaugment")
+AUGMENTATION_KEYS = (
+    "name",
+    "crop_padding",
+    "horizontal_flip",
+    "color_jitter",
+    "affine",
+    "random_order",
+    "random_erasing",
+    "mixup_alpha",
+    "cutmix_alpha",
+    "per_sample",
+)
+PER_SAMPLE_KEYS = ("random_resized_crop", "horizontal_flip", "policy", "num_ops", "magnitude")
+PER_SAMPLE_POLICIES = ("rand_augment", "trivial_augment_wide")  # trainkit.augment.sample_transforms builds them
+COLOR_JITTER_KEYS = ("brightness", "contrast", "saturation")
+AFFINE_KEYS = ("degrees", "translate", "scale", "shear")
+
+
+def device_name(value: object) -> str | None:
+    if isinstance(value, str) and re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
+        return None
+    return f"{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
+
+
+def freeze_spec(value: object) -> str | None:
+    if value is None or value == "backbone" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return None
+    return f"must be null, backbone or a number of stages >= 0, got {show(value)}"
+
+
+def per_sample_policy(value: object) -> str | None:
+    if value is None or value in PER_SAMPLE_POLICIES:
+        return None
+    return f"must be one of {', '.join(PER_SAMPLE_POLICIES)} or null (off); got {show(value)}"
+
+
+def required_keys(value: object) -> str | None:
+    """Entries of `required`: a key, or a list of keys of which one must be given."""
+    if isinstance(value, ListConfig) and all(isinstance(entry, str) or OmegaConf.is_list(entry) for entry in value):
+        return None
+    return f"must be a list of keys (an entry may be a list of alternatives), got {show(value)}"
+
+
+RULES: dict[str, Check] = {
+    "seed": integer(0),
+    "device": device_name,
+    "resume": text(null=True),
+    "print_config": flag(),
+    "optimized_metric": text(),  # val/<metric> or test/<metric>, of the task's: a relation in trainkit.config
+    "required": required_keys,
+    "sweep.catch_failures": flag(),
+    "sweep.failed_trial_value": number(null=True),
+    "trainer.max_epochs": integer(1),
+    "trainer.max_steps": integer(1, null=True),
+    "trainer.accumulate_grad_batches": integer(1),
+    "trainer.grad_clip": number(above=0, null=True),
+    "trainer.log_every_n_steps": integer(1),
+    "trainer.checkpoint_every_n_steps": integer(1, null=True),
+    "trainer.limit_train_batches": integer(1, null=True),
+    "trainer.limit_val_batches": integer(1, null=True),
+    "trainer.channels_last": flag(),
+    "trainer.compile": flag(),
+    "trainer.cudnn_benchmark": flag(),
+    "trainer.progress_bar": flag(),
+    "trainer.tta_flip": flag(),
+    "data._target_": text(),  # the factory; trainkit.config.validation checks that its module exists
+    "task._target_": text(),  # the task class; trainkit.config.validation imports it to read its metric names
+    "data.name": text(),  # a label: the option's file (data=<name>) and _target_ decide what loads
+    "data.root": text(null=True),
+    "data.download": flag(),
+    "data.channels": integer(1),
+    "data.image_size": integer(1),
+    "data.num_classes": integer(2, null=True),
+    "data.mirror_changes_label": flag(),
+    "data.mean": numbers(),
+    "data.std": numbers(above=0),
+    "data.val_fraction": number(above=0, below=1),
+    "data.test_fraction": number(above=0, below=1),
+    "data.split_seed": integer(0),
+    "data.num_samples": integer(1),
+    "data.val_samples": integer(1),
+    "data.test_samples": integer(1),
+    "data.noise": number(0),
+    "data.batch_size": integer(1),
+    "data.eval_batch_size": integer(1),
+    "data.num_workers": auto_or(integer(0)),
+    "data.prefetch_factor": integer(1),
+    "data.pin_memory": auto_or(flag()),
+    "data.drop_last": flag(),
+    "data.shuffle": flag(),
+    "data.skip_bad_files": flag(),
+    "model.name": text(),
+    "model.pretrained": flag(),
+    "model.pretrained_path": text(null=True),
+    "model.input_size": integer(1, null=True),
+    "model.freeze": freeze_spec,
+    "model.freeze_bn": flag(),
+    "model.widths": numbers(1, whole=True),
+    "model.drop_path_rate": number(0, below=1),
+    "model.stem_width": integer(1),
+    "model.logit_scale": number(above=0),
+    "optimizer.lr": number(above=0),
+    "optimizer.weight_decay": number(0),
+    "optimizer.momentum": number(0, 1),
+    "optimizer.nesterov": flag(),
+    "optimizer.betas": numbers(0, below=1, length=2),
+    "optimizer.eps": number(above=0),
+    "optimizer.fused": auto_or(flag()),
+    "optimizer.head_lr_scale": number(0),
+    "optimizer.scale_lr_with_batch": flag(),
+    "optimizer.reference_batch_size": integer(1),
+    "scheduler.name": one_of(*SCHEDULES),
+    "scheduler.warmup_epochs": number(0),
+    "scheduler.warmup_start_factor": number(0, 1, null=True),
+    "scheduler.min_lr_ratio": number(0, 1),
+    "scheduler.cycle_epochs": number(above=0),
+    "scheduler.cycle_mult": integer(1),
+    "scheduler.step_epochs": number(above=0),
+    "scheduler.gamma": number(0, 1),
+    "precision.name": one_of(*PRECISIONS),
+    "precision.tf32": flag(),
+    "regularization.label_smoothing": number(0, 0.99),
+    "regularization.dropout": number(0, 0.99),
+    "regularization.ema.enabled": flag(),
+    "regularization.ema.decay": number(above=0, below=1),
+    "regularization.ema.warmup": flag(),
+    "regularization.early_stopping.enabled": flag(),
+    "regularization.early_stopping.monitor": text(),  # val/<metric> of the task's: a relation in trainkit.config
+    "regularization.early_stopping.mode": one_of("min", "max"),
+    "regularization.early_stopping.patience": integer(1),
+    "regularization.early_stopping.min_delta": number(0),
+    # A missing or null augmentation key means "off".
+    "augmentation.name": one_of(*AUGMENTATIONS),
+    "augmentation.crop_padding": number(0, 0.5, null=True),
+    "augmentation.horizontal_flip": flag(null=True),
+    "augmentation.color_jitter": section(COLOR_JITTER_KEYS),
+    **{f"augmentation.color_jitter.{key}": number(0, null=True) for key in COLOR_JITTER_KEYS},
+    "augmentation.affine": section(AFFINE_KEYS),
+    "augmentation.affine.degrees": number(0, below=90, null=True),
+    "augmentation.affine.translate": number(0, 1, null=True),
+    "augmentation.affine.scale": interval(above=0, null=True),
+    "augmentation.affine.shear": number(0, below=90, null=True),
+    "augmentation.random_order": flag(null=True),
+    "augmentation.random_erasing": number(0, 1, null=True),
+    "augmentation.mixup_alpha": number(0, null=True),
+    "augmentation.cutmix_alpha": number(0, null=True),
+    "augmentation.per_sample": section(PER_SAMPLE_KEYS),
+    "augmentation.per_sample.random_resized_crop": interval(above=0, null=True),
+    "augmentation.per_sample.horizontal_flip": flag(null=True),
+    "augmentation.per_sample.policy": per_sample_policy,
+    "augmentation.per_sample.num_ops": integer(1, null=True),
+    "augmentation.per_sample.magnitude": integer(0, 30, null=True),
+    "lr_finder.enabled": flag(),
+    "lr_finder.apply": flag(),
+    "lr_finder.min_lr": number(above=0),
+    "lr_finder.max_lr": number(above=0),
+    "lr_finder.num_steps": integer(2),
+    "lr_finder.smoothing": number(0, below=1),
+    "lr_finder.divergence_factor": number(above=1),
+    "profiler.enabled": flag(),
+    "profiler.wait": integer(0),
+    "profiler.warmup": integer(0),
+    "profiler.active": integer(1),
+    "profiler.row_limit": integer(1),
+    "batch_size_finder.enabled": flag(),
+    "batch_size_finder.start": integer(1),
+    "batch_size_finder.max_batch_size": integer(1),
+    "batch_size_finder.safety_margin": number(above=0, maximum=1),
+    "batch_size_finder.memory_cap_gb": number(above=0, null=True),
+    "distributed.name": one_of("none", "ddp"),
+    "distributed.nproc_per_node": integer(1, null=True),
+    "distributed.backend": one_of("auto", "nccl", "gloo"),
+    "distributed.sync_batchnorm": flag(),
+    "distributed.timeout_seconds": number(above=0),
+    "logger.name": one_of(*LOGGERS),
+    "logger.mode": one_of(*WANDB_MODES),
+    "logger.filename": text(),
+    "logger.project": text(),
+    "logger.log_images": flag(),
+    "logger.init_timeout": number(above=0),
+}

@@ -1,0 +1,225 @@
+"""The words the config schema is written in, and the one pass that applies it.
+
+A check takes one value and returns what is wrong with it (a message that ends in the fix), or
+None. A relation reads several keys and yields (key, message) for each contradiction. Checks stay
+pure, so one pass can collect every problem of a config instead of stopping at the first; the
+schema itself lives in trainkit.config.rules (the table of keys) and trainkit.config.validation (the relations).
+`to_dict` gives a resolved config as the plain dict the rest of the package passes around.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeGuard, cast
+
+from omegaconf import DictConfig, OmegaConf
+
+Check = Callable[[object], "str | None"]
+Bound = float | None  # a limit of a range, or None: no limit
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class Relation:
+    """Keys checked against each other. Skipped while any key in `reads` has a problem of its
+    own, so a contradiction is only reported between values that are each valid."""
+
+    reads: tuple[str, ...]
+    check: Callable[[DictConfig], Iterable[tuple[str, str]]]
+
+
+def show(value: object) -> str:
+    """A value as a message shows it: a string quoted, with its type, since 'abc' and 1 differ."""
+    if isinstance(value, str):
+        return f"{value!r} (str)"
+    if OmegaConf.is_config(value):
+        return str(OmegaConf.to_container(value))
+    return str(value)
+
+
+def to_dict(cfg: DictConfig) -> dict[str, Any]:
+    """`cfg` resolved into plain Python containers. A DictConfig always gives a dict with string
+    keys; OmegaConf.to_container's own return type also allows lists, strings and None."""
+    return cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=True))
+
+
+def _is_number(value: object, whole: bool = False) -> TypeGuard[float]:
+    if isinstance(value, bool):  # YAML's true is an int to Python, never a number here
+        return False
+    if whole:
+        return isinstance(value, int)
+    return isinstance(value, (int, float)) and not math.isnan(value)
+
+
+def _bounds(minimum: Bound, maximum: Bound, above: Bound, below: Bound) -> str:
+    """' in [0, 1)', ' > 0', ' <= 5', or '' without bounds."""
+    low = f"[{minimum}" if minimum is not None else f"({above}" if above is not None else None
+    high = f"{maximum}]" if maximum is not None else f"{below})" if below is not None else None
+    if low and high:
+        return f" in {low}, {high}"
+    if low:
+        return f" >= {minimum}" if minimum is not None else f" > {above}"
+    if high:
+        return f" <= {maximum}" if maximum is not None else f" < {below}"
+    return ""
+
+
+def _in_bounds(value: float, minimum: Bound, maximum: Bound, above: Bound, below: Bound) -> bool:
+    return (
+        (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+        and (above is None or value > above)
+        and (below is None or value < below)
+    )
+
+
+def number(
+    minimum: Bound = None,
+    maximum: Bound = None,
+    *,
+    above: Bound = None,
+    below: Bound = None,
+    whole: bool = False,
+    null: bool = False,
+) -> Check:
+    """A number (not NaN, not a bool) within the bounds: minimum/maximum inclusive, above/below not."""
+    bounds = _bounds(minimum, maximum, above, below)
+    kind = f"{'a whole number' if whole else 'a number'}{bounds}{' or null' if null else ''}"
+
+    def check(value: object) -> str | None:
+        if value is None and null:
+            return None
+        if _is_number(value, whole) and _in_bounds(value, minimum, maximum, above, below):
+            return None
+        return f"must be {kind}, got {show(value)}"
+
+    return check
+
+
+def integer(minimum: int | None = None, maximum: int | None = None, *, null: bool = False) -> Check:
+    return number(minimum, maximum, whole=True, null=null)
+
+
+def numbers(
+    minimum: Bound = None, *, above: Bound = None, below: Bound = None, whole: bool = False, length: int | None = None
+) -> Check:
+    """A list of numbers, each within the bounds; `length` fixes how many."""
+    each = f"{'whole numbers' if whole else 'numbers'}{_bounds(minimum, None, above, below)}"
+    kind = f"a list of {length} {each}" if length else f"a list of {each}"
+
+    def check(value: object) -> str | None:
+        if (
+            isinstance(value, Sequence)
+            and not isinstance(value, str)
+            and len(value) > 0
+            and (length is None or len(value) == length)
+            and all(_is_number(v, whole) and _in_bounds(v, minimum, None, above, below) for v in value)
+        ):
+            return None
+        return f"must be {kind}, e.g. [{', '.join(['0.5'] * (length or 1))}]; got {show(value)}"
+
+    return check
+
+
+def interval(minimum: Bound = None, *, above: Bound = None, null: bool = False) -> Check:
+    """[low, high] with both within the bound and low <= high."""
+    pair = numbers(minimum, above=above, length=2)
+
+    def check(value: object) -> str | None:
+        if value is None and null:
+            return None
+        problem = pair(value)
+        # pair() accepted it, so it is a sequence of two numbers.
+        if problem is None and isinstance(value, Sequence) and value[0] > value[1]:
+            problem = f"needs low <= high, got {show(value)}"
+        return problem
+
+    return check
+
+
+def auto_or(check: Check) -> Check:
+    """The word `auto` (the code picks the value for this machine), or what `check` accepts."""
+
+    def auto_or_check(value: object) -> str | None:
+        problem = None if value == "auto" else check(value)
+        return problem and problem.replace("must be ", "must be auto or ", 1)
+
+    return auto_or_check
+
+
+def flag(*, null: bool = False) -> Check:
+    def check(value: object) -> str | None:
+        if isinstance(value, bool) or (value is None and null):
+            return None
+        return f"must be true or false{' (or null: off)' if null else ''}, got {show(value)}"
+
+    return check
+
+
+def one_of(*choices: str) -> Check:
+    def check(value: object) -> str | None:
+        if isinstance(value, str) and value in choices:
+            return None
+        return f"must be one of {', '.join(choices)}; got {show(value)}"
+
+    return check
+
+
+def text(*, null: bool = False) -> Check:
+    def check(value: object) -> str | None:
+        if isinstance(value, str) or (value is None and null):
+            return None
+        return f"must be a string{' or null' if null else ''}, got {show(value)}"
+
+    return check
+
+
+def section(known: Sequence[str]) -> Check:
+    """A group of options (a mapping), or null for off; its keys are checked by `unknown_keys`."""
+
+    def check(value: object) -> str | None:
+        if value is None or isinstance(value, Mapping):
+            return None
+        return f"must be a mapping with keys {', '.join(known)}, or null for off; got {show(value)}"
+
+    return check
+
+
+def unknown_keys(prefix: str, known: Sequence[str]) -> Relation:
+    """A closed section: every key in it is one the code reads (a typo would be ignored silently)."""
+
+    def check(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+        node = OmegaConf.select(cfg, prefix, default=None)
+        for key in node.keys() if isinstance(node, Mapping) else ():
+            if key not in known:
+                yield f"{prefix}.{key}", f"unknown key; the known keys are {', '.join(known)}"
+
+    return Relation((prefix,), check)
+
+
+def _has_problem(key: str, problems: Mapping[str, str]) -> bool:
+    """`key`, a section above it or a key inside it is already wrong: a check that reads it would
+    judge a value that means nothing, and report the same mistake twice."""
+    return any(p == key or p.startswith(key + ".") or key.startswith(p + ".") for p in problems)
+
+
+def find_problems(cfg: DictConfig, rules: Mapping[str, Check], relations: Sequence[Relation]) -> dict[str, str]:
+    """{key: message} for every problem: required `???` keys still missing, then each key that
+    fails its rule (keys absent from the config are skipped: rules cover every group's options),
+    then contradictions between keys."""
+    problems = {key: f"is required; pass {key}=..." for key in sorted(OmegaConf.missing_keys(cfg))}
+    for key, check in rules.items():
+        if _has_problem(key, problems):
+            continue
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        message = None if value is _ABSENT else check(value)
+        if message:
+            problems[key] = message
+    for relation in relations:
+        if any(_has_problem(key, problems) for key in relation.reads):
+            continue
+        for key, message in relation.check(cfg):
+            problems.setdefault(key, message)
+    return problems

@@ -1,0 +1,358 @@
+"""Check the composed config in one pass, from one schema, before any data or model is built.
+
+RULES (trainkit.config.rules) says what each key may hold (type, range, choices); RELATIONS, here,
+catch keys that contradict each other; `???` keys still missing are required. Every problem the
+config alone reveals is found in the same pass, so a typo costs a second, not a run, and one try
+shows them all:
+
+    error: data.batch_size: must be a whole number >= 1, got 0; also optimizer.lr: must be ...
+
+What only files or the built model can reveal (a missing data folder, a timm name that does not
+exist, weights of another shape) is checked where it arises, in the same one-line form.
+`ignored_keys` lists settings the chosen options do not use: warnings, not errors.
+"""
+
+import importlib.util
+import logging
+from collections.abc import Iterator
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.augment.batch_transform import active_ops
+from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
+from trainkit.config.schema import Relation, find_problems, show, unknown_keys
+from trainkit.distributed.process_group import process_info
+from trainkit.errors import ConfigError
+from trainkit.tasks.task import higher_is_better, metric_names_of, task_class
+
+log = logging.getLogger(__name__)
+
+# What the built-in data options need, by data.name (a dataset of your own is checked by its factory).
+NEEDS_NO_FILES = ("digits", "synthetic")  # generated or shipped with a package: data.root means nothing
+NEEDS_ROOT = ("mnist", "cifar10", "imagefolder", "cached")
+DOWNLOADABLE = ("mnist", "cifar10")  # torchvision fetches these when data.download=true
+IN_MEMORY = ("digits", "synthetic", "mnist", "cifar10", "cached")  # on the device, no worker processes
+
+
+# ---- relations: keys that contradict each other --------------------------------------------
+
+
+def _required(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """An experiment lists in `required` the keys it cannot run without (null or false: not given).
+    A `???` in the experiment cannot say it when a group set the key first: merging `???` over a
+    value keeps the value."""
+    for entry in cfg.required:
+        keys = [entry] if isinstance(entry, str) else list(entry)
+        values = [OmegaConf.select(cfg, key, default=KeyError) for key in keys]
+        if KeyError in values:
+            yield "required", f"names {keys[values.index(KeyError)]}, which is not a key of this config"
+        elif all(value in (None, False) for value in values):
+            others = "".join(
+                f" (or {key}={'true' if value is False else '...'})" for key, value in zip(keys[1:], values[1:])
+            )
+            yield keys[0], f"is required; pass {keys[0]}=...{others}"
+
+
+def _statistics_per_channel(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    for key in ("mean", "std"):
+        if len(cfg.data[key]) not in (1, cfg.data.channels):
+            yield (
+                f"data.{key}",
+                (
+                    f"has {len(cfg.data[key])} values for data.channels={cfg.data.channels}; "
+                    f"give one per channel, or one for all"
+                ),
+            )
+
+
+def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """What the chosen dataset needs from the other data keys."""
+    data = cfg.data
+    if data.name in NEEDS_ROOT and data.get("root") is None:
+        where = {
+            "imagefolder": "a folder holding train/<class>/<images>",
+            "cached": "the folder scripts/preprocess.py wrote",
+        }.get(data.name, "the data folder")
+        yield "data.root", f"is required for {data.name}; pass data.root=... ({where})"
+    if data.name in ("imagefolder", "cached") and data.channels not in (1, 3):
+        yield (
+            "data.channels",
+            f"is {data.channels}, but images decode as greyscale (1) or RGB (3); set data.channels=1 or 3",
+        )
+    if data.name == "synthetic" and data.get("num_classes") is None:
+        yield "data.num_classes", "is null, but synthetic data generates its classes; set data.num_classes=N"
+    fractions = [key for key in ("val_fraction", "test_fraction") if data.get(key) is not None]
+    if sum(data[key] for key in fractions) >= 1:
+        keys = " + ".join(f"data.{key}" for key in fractions)
+        yield (
+            f"data.{fractions[0]}",
+            f"{keys} = {sum(data[key] for key in fractions):g} leaves no training samples; lower them",
+        )
+
+
+def _dataset_factory(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    # The module only, found without running it: importing it may be slow (torchvision) and the
+    # function inside is looked up when the data is built.
+    target = cfg.data.get("_target_")
+    if target is None:
+        yield (
+            "data._target_",
+            "is required: the function that makes the splits, e.g. trainkit.data.datasets.load_digits",
+        )
+        return
+    module = target.rpartition(".")[0]
+    try:
+        found = bool(module) and importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that does not exist
+        found = False
+    if not found:
+        yield (
+            "data._target_",
+            f"no module {module or target!r} to import; point it at module.function, "
+            f"e.g. trainkit.data.datasets.load_digits",
+        )
+
+
+def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.model.get("pretrained_path") and cfg.model.get("pretrained"):
+        yield (
+            "model.pretrained_path",
+            (
+                "is set together with model.pretrained=true; load weights one way: "
+                "set model.pretrained=false to use the file"
+            ),
+        )
+
+
+def _nesterov_needs_momentum(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.optimizer.get("nesterov") and not cfg.optimizer.get("momentum"):
+        yield "optimizer.nesterov", "needs optimizer.momentum > 0; set a momentum or optimizer.nesterov=false"
+
+
+def _task(cfg: DictConfig) -> type | None:
+    try:
+        return task_class(cfg.task._target_)
+    except Exception:  # hydra raises several kinds for a path it cannot import; _task_metrics says it in one line
+        return None
+
+
+def _task_metrics(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """The task class (imported, not built) names its metrics: what may be monitored and optimized."""
+    target = cfg.task._target_
+    task = _task(cfg)
+    if task is None:
+        yield (
+            "task._target_",
+            f"cannot import {target!r}; point it at module.Class, e.g. trainkit.tasks.classification.Classification",
+        )
+        return
+    names = metric_names_of(task)
+    monitor, allowed = cfg.regularization.early_stopping.monitor, [f"val/{name}" for name in names]
+    if monitor not in allowed:
+        yield (
+            "regularization.early_stopping.monitor",
+            f"must be one of {', '.join(allowed)} (the metrics of {task.__name__}), got {show(monitor)}",
+        )
+    allowed = [f"{split}/{name}" for split in ("val", "test") for name in names]
+    if cfg.optimized_metric not in allowed:
+        yield (
+            "optimized_metric",
+            f"must be one of {', '.join(allowed)} (the metrics of {task.__name__}), got {show(cfg.optimized_metric)}",
+        )
+
+
+# Augmentation keys that move or mix the image alone: a task with a target per pixel (a mask) refuses them.
+IMAGE_ONLY_GEOMETRY = ("crop_padding", "horizontal_flip", "affine", "per_sample", "mixup_alpha", "cutmix_alpha")
+
+
+def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """A target per pixel moves with its image: the task does that itself (task.horizontal_flip,
+    task.crop_padding); the augmentation group's geometric ops and a resize would not move the mask."""
+    task = _task(cfg)
+    if task is None or not getattr(task, "spatial_targets", False):
+        return
+    for key in IMAGE_ONLY_GEOMETRY:
+        if key in active_ops(cfg.augmentation):
+            yield (
+                f"augmentation.{key}",
+                f"moves or mixes the image without its mask ({task.__name__} has a target per pixel); "
+                f"use an augmentation without it (augmentation=none) and the task's own flips and shifts "
+                f"(task.horizontal_flip, task.crop_padding)",
+            )
+    if cfg.model.get("input_size") is not None:
+        yield (
+            "model.input_size",
+            f"resizes the images but not their masks ({task.__name__} has a target per pixel); leave it null",
+        )
+    if cfg.data.get("mirror_changes_label") and cfg.task.get("horizontal_flip"):
+        yield "task.horizontal_flip", "mirrors the images, but data.mirror_changes_label=true; set it false"
+
+
+def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    stopping, task = cfg.regularization.early_stopping, _task(cfg)
+    if task is None or stopping.monitor.rsplit("/", 1)[-1] not in metric_names_of(task):
+        return  # _task_metrics said what is wrong
+    wanted = "max" if higher_is_better(task, stopping.monitor) else "min"  # higher accuracy, lower loss is better
+    if stopping.mode != wanted:
+        direction = "rises" if wanted == "max" else "falls"
+        yield (
+            "regularization.early_stopping.mode",
+            (
+                f"is {stopping.mode}, but {stopping.monitor} improves as it {direction}; "
+                f"set regularization.early_stopping.mode={wanted}"
+            ),
+        )
+
+
+def _finder_ranges(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.lr_finder.max_lr <= cfg.lr_finder.min_lr:
+        yield "lr_finder.max_lr", f"must be > lr_finder.min_lr={cfg.lr_finder.min_lr}, got {cfg.lr_finder.max_lr}"
+    finder = cfg.batch_size_finder
+    if finder.max_batch_size < finder.start:
+        yield (
+            "batch_size_finder.max_batch_size",
+            f"must be >= batch_size_finder.start={finder.start}, got {finder.max_batch_size}",
+        )
+
+
+def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    # device=auto picks CUDA when a GPU is visible here (see runtime.pick_device).
+    cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())
+    if cfg.distributed.sync_batchnorm and not cuda:
+        yield (
+            "distributed.sync_batchnorm",
+            (
+                "SyncBatchNorm runs on CUDA GPUs only; on CPU leave it false "
+                "(BatchNorm statistics are then averaged across ranks before eval and save)"
+            ),
+        )
+    if cfg.distributed.backend == "nccl" and not cuda:
+        yield (
+            "distributed.backend",
+            f"nccl runs on CUDA GPUs only, and device={cfg.device} is not one; use auto or gloo",
+        )
+
+
+def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    active = active_ops(cfg.augmentation)
+    if cfg.augmentation.name == "none" and active:
+        yield "augmentation.name", f"is 'none' but {', '.join(active)} is on; pick a name that augments or turn it off"
+
+
+def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    ops = active_ops(cfg.augmentation)
+    flips = ["horizontal_flip"] * ("horizontal_flip" in ops)
+    flips += ["per_sample.horizontal_flip"] * bool(ops.get("per_sample", {}).get("horizontal_flip"))
+    for flip in flips:
+        if cfg.data.get("mirror_changes_label"):
+            yield (
+                f"augmentation.{flip}",
+                (
+                    f"is on, but {cfg.data.name} sets data.mirror_changes_label=true (a mirrored 2 is not a 2); "
+                    f"use augmentation=shift or augmentation.{flip}=false, "
+                    f"or set data.mirror_changes_label=false if your images are mirror-safe"
+                ),
+            )
+
+
+def _per_sample_needs_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.data.name in IN_MEMORY and "per_sample" in active_ops(cfg.augmentation):
+        yield (
+            "augmentation.per_sample",
+            (
+                f"runs per image in the DataLoader workers that decode files, but {cfg.data.name} is held in "
+                f"memory on the device; use data=imagefolder, or the device ops (augmentation=basic, strong "
+                f"or mixup: crop_padding, horizontal_flip, random_erasing, mixup_alpha, cutmix_alpha)"
+            ),
+        )
+
+
+def _no_flip_tta_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.trainer.tta_flip and cfg.data.get("mirror_changes_label"):
+        yield (
+            "trainer.tta_flip",
+            f"averages each image with its mirror, but {cfg.data.name} sets data.mirror_changes_label=true; "
+            f"set trainer.tta_flip=false",
+        )
+
+
+RELATIONS = (
+    Relation(("required",), _required),
+    Relation(("data.channels", "data.mean", "data.std"), _statistics_per_channel),
+    Relation(
+        ("data.name", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
+        _dataset_needs,
+    ),
+    Relation(("data._target_",), _dataset_factory),
+    Relation(("model.pretrained_path", "model.pretrained"), _pretrained_once),
+    Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
+    Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),
+    Relation(("task._target_", "regularization.early_stopping"), _early_stopping_direction),
+    Relation(("lr_finder", "batch_size_finder"), _finder_ranges),
+    Relation(("device", "distributed.sync_batchnorm", "distributed.backend"), _cuda_only),
+    unknown_keys("augmentation", AUGMENTATION_KEYS),
+    unknown_keys("augmentation.color_jitter", COLOR_JITTER_KEYS),
+    unknown_keys("augmentation.affine", AFFINE_KEYS),
+    unknown_keys("augmentation.per_sample", PER_SAMPLE_KEYS),
+    Relation(("augmentation",), _augmentation_off),
+    Relation(("data.name", "augmentation"), _per_sample_needs_files),
+    # after the augmentation checks: a bad augmentation section is reported once, as itself
+    Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
+    Relation(("data.mirror_changes_label", "trainer.tta_flip"), _no_flip_tta_where_mirroring_changes_the_label),
+    Relation(("task._target_", "augmentation", "model.input_size", "data.mirror_changes_label"), _spatial_targets),
+)
+
+
+# ---- the pass ------------------------------------------------------------------------------
+
+
+def problems(cfg: DictConfig) -> dict[str, str]:
+    """{key: what is wrong and how to fix it} for every problem the config alone reveals."""
+    return find_problems(cfg, RULES, RELATIONS)
+
+
+def ignored_keys(cfg: DictConfig) -> list[str]:
+    """Settings the chosen options do not use, each as one line: a value set there by mistake
+    would otherwise be ignored in silence. Call it on a config without problems."""
+    data, ignored = cfg.data, []
+    if data.name in IN_MEMORY and data.num_workers != "auto" and data.num_workers > 0:  # auto: none needed
+        ignored.append(
+            f"data.num_workers={data.num_workers} is ignored: {data.name} is held in memory on the device "
+            f"and sliced into batches without worker processes; leave it at 0"
+        )
+    if data.name in NEEDS_NO_FILES and data.get("root") is not None:
+        ignored.append(f"data.root={data.root} is ignored: {data.name} reads no files; leave it null")
+    if data.name not in DOWNLOADABLE and data.get("download"):
+        ignored.append(f"data.download=true is ignored: {data.name} has nothing to download; leave it false")
+    scheduler = cfg.scheduler
+    if scheduler.get("warmup_start_factor") is not None and not scheduler.get("warmup_epochs"):
+        ignored.append(
+            "scheduler.warmup_start_factor is ignored with scheduler.warmup_epochs=0; set a warmup or leave it null"
+        )
+    if cfg.lr_finder.apply and not cfg.lr_finder.enabled:
+        ignored.append("lr_finder.apply=true is ignored while lr_finder.enabled=false; enable the test to apply it")
+    ops = active_ops(cfg.augmentation)
+    if cfg.augmentation.get("random_order") and not ("color_jitter" in ops and "affine" in ops):
+        ignored.append(
+            "augmentation.random_order=true is ignored: it orders color_jitter and affine, and they are not both on"
+        )
+    per_sample = ops.get("per_sample", {})
+    for key in ("num_ops", "magnitude"):
+        if per_sample.get(key) and per_sample.get("policy") != "rand_augment":
+            ignored.append(
+                f"augmentation.per_sample.{key}={per_sample[key]} is ignored: it sets RandAugment, and "
+                f"augmentation.per_sample.policy is {per_sample.get('policy')}; leave it null"
+            )
+    return ignored
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise one ConfigError naming every problem of `cfg`; log the settings it ignores."""
+    found = problems(cfg)
+    if found:
+        (key, message), *others = found.items()
+        raise ConfigError(key, message + "".join(f"; also {other}: {text}" for other, text in others))
+    if process_info().is_main:  # under torchrun every rank validates; one copy of each warning is enough
+        for line in ignored_keys(cfg):
+            log.warning(line)

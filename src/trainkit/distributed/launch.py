@@ -1,0 +1,159 @@
+"""Run a script's training function in this process, or in N DDP worker processes started here.
+
+`python train.py distributed=ddp distributed.nproc_per_node=N` uses torch's elastic launch API,
+the engine behind torchrun, so a Hydra multirun can start one process group per sweep job. The
+workers receive the already composed config and run directory: Hydra runs once, in the parent.
+Under torchrun or SLURM the processes exist already, and each one trains in place.
+
+Stop signals (trainkit.checkpointing.signals): each training process stops cleanly on SIGTERM, SIGUSR1 and
+SIGINT. The parent of self-started workers passes the signals on instead of torch's elastic agent
+(which would kill the workers), and a worker's clean stop (or a reported failure) comes back as
+rank 0's result and is raised again here, so the parent exits the way a single process would.
+"""
+
+import atexit
+import importlib.util
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.checkpointing.signals import Stopped, forward_to_workers, stop_on_signals
+from trainkit.distributed.process_group import (
+    ProcessInfo,
+    exit_now_if_a_process_group_was_joined,
+    launched_externally,
+    process_info,
+)
+from trainkit.errors import ConfigError, RunFailed
+
+log = logging.getLogger(__name__)
+
+# The format of conf/config.yaml's hydra.job_logging, for the workers Hydra does not configure.
+LOG_FORMAT, LOG_DATE_FORMAT = "[%(asctime)s] %(message)s", "%H:%M:%S"
+
+
+def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[DictConfig, Path], Any]) -> Any:
+    """`train_process(cfg, run_dir)`, called here; or, with distributed=ddp and no processes yet, in
+    `distributed.nproc_per_node` worker processes started now, returning rank 0's result. The
+    workers import `train_process` by its script's path and name (it must be a module-level function)."""
+    if cfg.distributed.name != "ddp" or launched_externally():
+        with stop_on_signals():
+            return train_process(cfg, run_dir)
+    nproc = processes_per_node(cfg.distributed)
+    log.info(f"launching {nproc} DDP processes -> {run_dir}")
+    script, function = train_process.__code__.co_filename, train_process.__name__
+    with forward_to_workers():
+        result = launch_local_workers(nproc, script, function, worker_config(cfg), str(run_dir))[0]
+        if isinstance(result, (Stopped, RunFailed)):  # the workers stopped cleanly and said why (inside: a
+            raise result  # stop on submitit's signal then hands over to submitit's requeue)
+    return result
+
+
+def worker_config(cfg: DictConfig) -> dict[str, Any]:
+    """`cfg` as plain containers for the workers, its interpolations kept, not resolved: a worker's
+    config then behaves as the parent's would. The training fills some keys only once the data is
+    built (data.num_classes=null: an image folder counts its classes), and the keys that interpolate
+    them (model.num_classes: ${data.num_classes}) must see the filled value, not the null of now."""
+    return cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=False))
+
+
+def launch_local_workers(nproc: int, script: str, function: str, config: dict, run_dir: str) -> dict[int, object]:
+    """Run `function(config, run_dir)` from `script` in `nproc` processes forming one process group.
+
+    Returns {rank: return value}. If any worker fails, the agent stops the others and this raises
+    (torch's ChildFailedError names the rank and its error), so a crash never leaves a rank waiting.
+    """
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    launch_config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=f"trainkit-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",  # port 0: a free port, as torchrun --standalone
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+        signals_to_handle="SIGHUP,SIGQUIT",  # SIGTERM, SIGUSR1, SIGINT: checkpointing.signals.forward_to_workers
+    )
+    return elastic_launch(launch_config, _worker)(script, function, config, run_dir)
+
+
+def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
+    """Entry point of each worker process: log like the Hydra parent, share the CPU cores, call
+    the script's function. It lives here, not in the script, so it pickles by reference whatever
+    launched the parent (plain python, a Hydra launcher, joblib's workers)."""
+    proc = process_info()
+    configure_worker_logging(Path(run_dir), proc)
+    limit_cpu_threads(proc.local_world_size)
+    try:
+        with stop_on_signals(announce_abort=False):  # the parent says it when a second Ctrl-C aborts
+            result = _load(script, function)(OmegaConf.create(config), Path(run_dir))
+    except (Stopped, RunFailed) as stop:  # reported in one line already: the parent raises it again
+        result = stop
+    except ConfigError as error:  # bad input found late (e.g. a data file): one line, from rank 0
+        if proc.is_main:
+            print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
+    # Exit 0 once torch's wrapper has handed `result` to the parent, without the C++ exit-time
+    # destructors (see distributed.exit_now_if_a_process_group_was_joined).
+    atexit.register(exit_now_if_a_process_group_was_joined, 0)
+    return result
+
+
+def _load(script: str, function: str) -> Callable:
+    """`function` of the script at path `script`, imported under a name of its own (the parent's
+    script ran as `__main__`, which a spawned process cannot import)."""
+    spec = importlib.util.spec_from_file_location(f"trainkit_worker_{Path(script).stem}", script)
+    assert spec is not None and spec.loader is not None  # a .py path always has a source loader
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(Path(script).parent))
+    spec.loader.exec_module(module)
+    return getattr(module, function)
+
+
+def threads_per_worker(local_world_size: int) -> int:
+    """CPU threads each local worker may use without oversubscribing the machine's cores."""
+    return max(1, (os.cpu_count() or 1) // local_world_size)
+
+
+def limit_cpu_threads(local_world_size: int) -> None:
+    if local_world_size > 1:
+        torch.set_num_threads(threads_per_worker(local_world_size))
+
+
+def processes_per_node(cfg: DictConfig) -> int:
+    """`distributed.nproc_per_node`, where null means one process per visible GPU (which only
+    this machine can tell, so it is checked here, not by trainkit.config.validation)."""
+    if cfg.nproc_per_node is not None:
+        return cfg.nproc_per_node
+    if torch.cuda.is_available():
+        return torch.cuda.device_count()
+    raise ConfigError(
+        "distributed.nproc_per_node",
+        "is null (one process per GPU) but no GPU is visible; "
+        "set distributed.nproc_per_node=N to run N CPU processes with gloo",
+    )
+
+
+def configure_worker_logging(run_dir: Path, proc: ProcessInfo) -> None:
+    """Rank 0 logs to the console and the run's train.log, as the Hydra parent does; other ranks
+    report warnings and errors only."""
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if proc.is_main:
+        handlers.append(logging.FileHandler(run_dir / "train.log"))
+    logging.basicConfig(
+        level=logging.INFO if proc.is_main else logging.WARNING,
+        format=LOG_FORMAT,
+        datefmt=LOG_DATE_FORMAT,
+        handlers=handlers,
+        force=True,
+    )

@@ -1,0 +1,220 @@
+"""Building the configured model: any timm model, any torchvision classifier, your own, and the size they take.
+
+train.py calls one function:
+
+    model, input_size = build_model(cfg.model, image_size=cfg.data.image_size)
+
+`cfg.model` (conf/model/*.yaml) names a factory in `_target_`; its other keys are the
+factory's arguments, except four that build_model handles itself:
+
+    input_size: null        # side length every batch is resized to (null: the data's size,
+                            # raised to what the model needs, e.g. 224 for a ViT, or doubled
+                            # until a timm/torchvision model runs: see trainkit.models.input_size)
+    pretrained_path: null   # a local state dict (.pt/.pth/.safetensors or a trainkit checkpoint)
+                            # loaded after building: see load_pretrained
+    freeze: null            # null | backbone | N (the first N stages): see finetune.stages
+    freeze_bn: true         # BatchNorm inside frozen parts keeps its running statistics
+
+The fine-tuning helpers live in trainkit.models.finetune (head, freezing) and trainkit.models.pretrained (weights).
+
+timm and torchvision are imported inside the functions that use them (each takes seconds), so
+the default small CNN, `--help` and config errors stay fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from torch import nn
+
+from trainkit.errors import ConfigError
+from trainkit.models.finetune import freeze
+from trainkit.models.input_size import resolve_input_size
+from trainkit.models.pretrained import load_pretrained
+from trainkit.models.submodules import find_modules, replace_module
+
+log = logging.getLogger(__name__)
+
+
+def build_model(model_config: Mapping, image_size: int) -> tuple[nn.Module, int]:
+    """Instantiate the configured model; return it and the side length to resize batches to."""
+    import hydra.utils
+    from omegaconf import DictConfig
+
+    from trainkit.config.schema import to_dict
+
+    config = to_dict(model_config) if isinstance(model_config, DictConfig) else dict(model_config)
+    input_size = config.pop("input_size", None)
+    pretrained_path = config.pop("pretrained_path", None)
+    freeze_spec = config.pop("freeze", None)
+    freeze_bn = config.pop("freeze_bn", True)
+    # _convert_="all": the factories get plain lists and dicts, not ListConfig.
+    model = hydra.utils.instantiate(config, _convert_="all")
+    if pretrained_path:
+        load_pretrained(model, pretrained_path)
+    freeze(model, freeze_spec, freeze_bn=freeze_bn)  # after loading: the head check sees the final model
+    return model, resolve_input_size(config, image_size, input_size, model)
+
+
+def create_timm_model(
+    name: str,
+    pretrained: bool = False,
+    in_chans: int = 3,
+    num_classes: int = 1000,
+    drop_rate: float = 0.0,
+    drop_path_rate: float = 0.0,
+) -> nn.Module:
+    """`timm.create_model` with config errors instead of stack traces for the usual mistakes."""
+    import timm
+
+    if not timm.is_model(name):
+        raise ConfigError("model.name", f"timm has no model {name!r}{_did_you_mean(name, timm.list_models())}")
+    options: dict[str, Any] = {}
+    # Passed only when asked for: not every model takes these arguments.
+    if drop_rate > 0:
+        options["drop_rate"] = drop_rate
+    if drop_path_rate > 0:
+        options["drop_path_rate"] = drop_path_rate
+    try:
+        # Offline or unreachable hub: weights in the cache load without asking the hub (no minute of
+        # retries), weights not in it are an error at once (see _hub_offline).
+        with _hub_offline(name) if pretrained else contextlib.nullcontext():
+            return timm.create_model(name, pretrained=pretrained, in_chans=in_chans, num_classes=num_classes, **options)
+    except TypeError as error:
+        for key in ("drop_path_rate", "drop_rate"):
+            if key in str(error):
+                fix = "model.drop_path_rate=0" if key == "drop_path_rate" else "regularization.dropout=0"
+                raise ConfigError(f"model.{key}", f"timm's {name} does not take {key}; set {fix}") from error
+        raise
+    except (OSError, RuntimeError) as error:
+        if not pretrained:
+            raise
+        # Offline (HF_HUB_OFFLINE=1 or no network) and not in the cache, or no weights exist.
+        reason = str(error).split(". ")[0]
+        raise _pretrained_error(name, f"{type(error).__name__}: {reason}") from error
+
+
+def _pretrained_error(name: str, reason: str) -> ConfigError:
+    return ConfigError(
+        "model.pretrained",
+        f"could not load pretrained weights for {name} ({reason}); "
+        "download them once with network access (timm caches them under $HF_HOME/hub, by default "
+        "~/.cache/huggingface/hub, and finds them there offline), or save a state dict "
+        "(torch.save(timm.create_model(name, pretrained=True).state_dict(), path)) and set "
+        "model.pretrained_path=<path> model.pretrained=false, or set model.pretrained=false",
+    )
+
+
+# The files timm tries in a hub repository when its config names none (safetensors first).
+HUB_WEIGHT_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "open_clip_model.safetensors",
+    "open_clip_pytorch_model.bin",
+)
+
+
+@contextlib.contextmanager
+def _hub_offline(name: str) -> Iterator[None]:
+    """Before timm asks the Hugging Face hub for `name`'s weights: if the hub cannot be asked
+    (HF_HUB_OFFLINE=1, or its host does not answer within seconds), weights in the local cache
+    load in offline mode (no request, so no minute of retries) and weights not in it raise the
+    model.pretrained error at once. With a reachable hub (or a proxy set), timm does as usual."""
+    from huggingface_hub import constants, try_to_load_from_cache
+    from timm.models import get_pretrained_cfg
+
+    found = get_pretrained_cfg(name)
+    if found is None or not found.hf_hub_id:  # weights from a URL (torch.hub's cache) or none: timm's error is quick
+        yield
+        return
+    repo, _, revision = found.hf_hub_id.partition("@")
+    files = [found.hf_hub_filename] if found.hf_hub_filename else HUB_WEIGHT_FILES
+    cached = any(isinstance(try_to_load_from_cache(repo, f, revision=revision or None), str) for f in files)
+    offline = constants.is_offline_mode()
+    if not offline and not _reachable(constants.ENDPOINT):
+        offline = True
+        reason = f"{constants.ENDPOINT} does not answer"
+    else:
+        reason = "HF_HUB_OFFLINE=1"
+    if not offline:
+        yield
+        return
+    if not cached:
+        raise _pretrained_error(name, f"{repo} is not in the local cache {constants.HF_HUB_CACHE} and {reason}")
+    saved = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True  # what is_offline_mode() reads: the cached file, no request
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = saved
+
+
+def _reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the URL's host opens within `timeout` seconds (True whenever a
+    proxy is configured: the proxy, not this machine, reaches the host)."""
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return True
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def create_torchvision_model(
+    name: str, in_channels: int = 3, num_classes: int = 1000, dropout: float = 0.0
+) -> nn.Module:
+    """A torchvision classifier by name, randomly initialized, adapted to the data: the first
+    convolution rebuilt for `in_channels`, dropout inserted before the last linear layer."""
+    import torchvision
+
+    known = torchvision.models.list_models(module=torchvision.models)  # classification models only
+    if name not in known:
+        raise ConfigError("model.name", f"torchvision has no classification model {name!r}{_did_you_mean(name, known)}")
+    options: dict[str, Any] = {}
+    if name in ("googlenet", "inception_v3"):
+        # No auxiliary heads (their training-mode output is a tuple the loop cannot use), and
+        # the initialization torchvision asks to choose explicitly.
+        options = {"aux_logits": False, "init_weights": True}
+    model = torchvision.models.get_model(name, weights=None, num_classes=num_classes, **options)
+    if in_channels != 3:
+        conv_name, conv = find_modules(model, nn.Conv2d)[0]
+        replace_module(model, conv_name, _conv_like(conv, in_channels=in_channels))
+    if dropout > 0:
+        linears = find_modules(model, nn.Linear)
+        if not linears:
+            raise ConfigError(
+                "model.dropout", f"{name} has no linear layer to put dropout before; set regularization.dropout=0"
+            )
+        linear_name, linear = linears[-1]
+        replace_module(model, linear_name, nn.Sequential(nn.Dropout(dropout), linear))
+    return model
+
+
+def _conv_like(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:
+    """A fresh Conv2d like `conv` but with `in_channels` inputs (default initialization)."""
+    # A Conv2d holds 2-tuples; torch annotates them as tuple[int, ...], shared with Conv1d and Conv3d.
+    return nn.Conv2d(
+        in_channels,
+        conv.out_channels,
+        conv.kernel_size,  # type: ignore[arg-type]
+        stride=conv.stride,  # type: ignore[arg-type]
+        padding=conv.padding,  # type: ignore[arg-type]
+        dilation=conv.dilation,  # type: ignore[arg-type]
+        bias=conv.bias is not None,
+        padding_mode=conv.padding_mode,
+    )
+
+
+def _did_you_mean(name: str, choices: Iterable[str]) -> str:
+    matches = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
+    return f"; did you mean {', '.join(matches)}?" if matches else ""

@@ -1,0 +1,60 @@
+"""Classification: one label a sample, cross-entropy with label smoothing, MixUp/CutMix, accuracy.
+
+    task: classification            # conf/task/classification.yaml (the default)
+    num_classes: ${data.num_classes}
+    label_smoothing: ${regularization.label_smoothing}
+    mixup_alpha / cutmix_alpha      # from the augmentation group: MixUp/CutMix of training batches
+
+Under MixUp/CutMix the training targets are soft ([B, C] probabilities): the loss takes them as
+they are, and train/acc counts a prediction right when it names the label with the larger share
+of the mix. Evaluation never mixes: val/ and test/ are plain cross-entropy and accuracy.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from trainkit.augment.mixing import LabelMixing
+from trainkit.tasks.task import Task
+
+
+class Classification(Task):
+    metric_names = ("acc",)
+
+    def __init__(
+        self,
+        num_classes: int,
+        label_smoothing: float = 0.0,
+        mixup_alpha: float | None = None,
+        cutmix_alpha: float | None = None,
+    ):
+        self.num_classes = num_classes
+        self.label_smoothing = label_smoothing
+        self.mixing = LabelMixing({"mixup_alpha": mixup_alpha, "cutmix_alpha": cutmix_alpha}, num_classes)
+
+    def augment(self, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        return self.mixing(inputs, targets)
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(outputs, targets, label_smoothing=self.label_smoothing)
+
+    def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(outputs, targets, reduction="none")
+
+    def empty_metric_sums(self, device: torch.device) -> Tensor:
+        return torch.zeros(2, device=device)  # right predictions, samples
+
+    def metric_sums(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        labels = targets.argmax(dim=1) if targets.is_floating_point() else targets  # soft targets: the larger share
+        sums = torch.full((2,), float(labels.numel()), device=labels.device)  # a fill: no host-to-device copy
+        sums[0] = (outputs.argmax(dim=1) == labels).sum()
+        return sums
+
+    def metrics(self, sums: Tensor) -> dict[str, float]:
+        correct, count = sums.tolist()
+        return {"acc": correct / max(count, 1)}
+
+    def predict(self, outputs: Tensor) -> dict[str, Tensor]:
+        probabilities = outputs.float().softmax(dim=1)
+        confidence, label = probabilities.max(dim=1)
+        return {"class": label, "probability": confidence}

@@ -1,0 +1,50 @@
+"""Evaluation: a model's loss and its task's metrics over a split, each sample counted exactly once.
+
+    metrics = evaluate(model, data.val, eval_transform, task, precision, device)   # {"loss", "acc", ..., "samples"}
+
+train.py validates and tests with it; eval.py evaluates a trained checkpoint with it. Every rank
+calls it on its own shard (the evaluation sampler splits without padding): the sums and counts
+are all-reduced before dividing, never per-rank means.
+"""
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+from trainkit.distributed.process_group import all_reduce_sum
+from trainkit.runtime import autocast
+from trainkit.tasks.task import Task
+
+
+def evaluate(
+    model: nn.Module,
+    loader: Iterable,
+    transform: Callable[[torch.Tensor], torch.Tensor],
+    task: Task,
+    precision: str,
+    device: torch.device,
+    limit: int | None = None,
+    tta_flip: bool = False,
+) -> dict:
+    """The task's plain loss and metrics over each sample exactly once: sums and counts are
+    all-reduced across ranks before dividing, never per-rank means. `tta_flip`: the outputs are
+    the mean of the image's and its mirror's (trainer.tta_flip)."""
+    model.eval()
+    loss_sum, count, sums = torch.zeros(1, device=device), 0, task.empty_metric_sums(device)
+    with torch.no_grad():
+        for i, batch in enumerate(loader):
+            if limit is not None and i >= limit:
+                break
+            inputs, targets = task.inputs_and_targets(batch, device)
+            with autocast(precision, device):
+                inputs = transform(inputs)
+                outputs = model(inputs)
+                if tta_flip:
+                    outputs = (outputs + task.mirror_outputs(model(inputs.flip(-1)))) / 2
+            loss_sum += task.evaluation_loss(outputs.float(), targets).sum()
+            sums += task.metric_sums(outputs, targets)
+            count += len(targets)
+    totals = all_reduce_sum(torch.cat([loss_sum, torch.full((1,), float(count), device=device), sums]))
+    loss_sum, count = totals[:2].tolist()
+    return {"loss": loss_sum / max(count, 1), **task.metrics(totals[2:]), "samples": int(count)}

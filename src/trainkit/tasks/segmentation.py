@@ -1,0 +1,68 @@
+"""Semantic segmentation: a class a pixel, per-pixel cross-entropy, mean IoU and pixel accuracy.
+
+    task: segmentation               # conf/task/segmentation.yaml; experiment=shapes_segmentation uses it
+    num_classes: ${data.num_classes} # background included
+    horizontal_flip / crop_padding   # training batches: image and mask flipped and shifted together
+
+Batches are (images [B, C, H, W], masks [B, H, W] int64). The augmentation group's geometric ops
+move the image alone, so the config check refuses them with this task (spatial_targets); the
+task moves image and mask together itself (trainkit.augment.image_and_mask). Metrics come from a
+confusion matrix summed on the device over batches and ranks: mean IoU is a ratio of the whole
+split's counts, never a mean of per-batch IoUs.
+"""
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from trainkit.augment.image_and_mask import augment_image_and_mask
+from trainkit.errors import ConfigError
+from trainkit.tasks.confusion import confusion_counts, miou_and_pixel_acc
+from trainkit.tasks.task import Task
+
+
+class Segmentation(Task):
+    metric_names = ("miou", "pixel_acc")
+    spatial_targets = True  # a target per pixel: what moves the image must move the mask
+
+    def __init__(self, num_classes: int, horizontal_flip: bool = True, crop_padding: float = 0.0):
+        self.num_classes = num_classes
+        self.horizontal_flip = horizontal_flip
+        self.crop_padding = crop_padding
+
+    def inputs_and_targets(self, batch: Any, device: torch.device) -> tuple[Tensor, Tensor]:
+        inputs, targets = super().inputs_and_targets(batch, device)
+        if targets.dim() != inputs.dim() - 1 or targets.is_floating_point():
+            raise ConfigError(
+                "task",
+                f"needs an int64 mask [B, H, W] for each image, but the data gives targets of "
+                f"shape {list(targets.shape)} ({targets.dtype}); use data with masks (data=shapes) or classification",
+            )
+        return inputs, targets
+
+    def augment(self, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        return augment_image_and_mask(inputs, targets, self.horizontal_flip, self.crop_padding)
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(outputs, targets)
+
+    def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(outputs, targets, reduction="none").flatten(1).mean(dim=1)  # each image's pixel mean
+
+    def empty_metric_sums(self, device: torch.device) -> Tensor:
+        return torch.zeros(self.num_classes**2, device=device)
+
+    def metric_sums(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return confusion_counts(outputs.argmax(dim=1), targets, self.num_classes).flatten().float()
+
+    def metrics(self, sums: Tensor) -> dict[str, float]:
+        miou, pixel_acc = miou_and_pixel_acc(sums.view(self.num_classes, self.num_classes))
+        return {"miou": miou.item(), "pixel_acc": pixel_acc.item()}
+
+    def mirror_outputs(self, outputs: Tensor) -> Tensor:
+        return outputs.flip(-1)  # the mirrored image's class map, mirrored back onto the image
+
+    def predict(self, outputs: Tensor) -> dict[str, Tensor]:
+        return {"mask": outputs.argmax(dim=1)}

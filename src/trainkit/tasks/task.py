@@ -1,0 +1,83 @@
+"""What a task is: the one object that knows what a batch means, what to minimise and what to
+measure. The loop, evaluation, both finders, eval.py and the summary call these methods and
+nothing else task-specific, so a new task (regression, multi-label, detection) is one class and
+one conf/task/<name>.yaml, with train.py left as it is:
+
+    inputs, targets = task.inputs_and_targets(batch, device)   # a loader's batch, on the device
+    inputs, targets = task.augment(inputs, targets)            # training batches, after the batch transform
+    loss = task.loss(outputs, targets)                         # the training loss, a mean: backward() of it
+    losses = task.evaluation_loss(outputs, targets)            # one plain loss a sample [B]: val/loss, test/loss
+    sums = task.metric_sums(outputs, targets)                  # 1-D, on the device: summed over batches and ranks
+    task.metrics(sums)                                         # {"acc": ...}: from the sums of every rank
+    task.mirror_outputs(outputs)                               # a mirrored input's outputs, unmirrored (tta_flip)
+    task.predict(outputs)                                      # what eval.py writes for predict=
+
+Metrics are sums, never means: evaluation adds the batches' sums on the device and all-reduces
+them across ranks once, so each sample counts exactly once and no rank's mean is averaged with
+another's. `metric_names`, a class attribute, names what val/ and test/ report besides loss; the
+config check reads it from the class (no model or data built yet) to check
+regularization.early_stopping.monitor and optimized_metric; every metric is maximized but the loss
+and the names in `minimized_metrics`.
+"""
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+
+class Task:
+    """The defaults a task may keep: batches are (inputs, targets) pairs, no task-level
+    augmentation, mirrored outputs mean what they meant. Subclasses implement the rest."""
+
+    metric_names: ClassVar[tuple[str, ...]] = ()
+    minimized_metrics: ClassVar[tuple[str, ...]] = ()  # of metric_names, those where lower is better (an error)
+    spatial_targets: ClassVar[bool] = False  # a target per pixel: augmentation that moves the image alone is refused
+
+    def inputs_and_targets(self, batch: Any, device: torch.device) -> tuple[Tensor, Tensor]:
+        inputs, targets = batch
+        return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+
+    def augment(self, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        return inputs, targets
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def empty_metric_sums(self, device: torch.device) -> Tensor:
+        """Zeros of metric_sums' shape: what a rank with no evaluation batch contributes."""
+        raise NotImplementedError
+
+    def metric_sums(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def metrics(self, sums: Tensor) -> dict[str, float]:
+        raise NotImplementedError
+
+    def mirror_outputs(self, outputs: Tensor) -> Tensor:
+        return outputs
+
+    def predict(self, outputs: Tensor) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+
+def metric_names_of(task_class: type) -> tuple[str, ...]:
+    """val/ and test/ metric names a task class reports: loss, then its own."""
+    return ("loss", *getattr(task_class, "metric_names", ()))
+
+
+def task_class(target: str) -> type:
+    """The task class a `task._target_` names, imported but not built (the config check reads its names)."""
+    from hydra.utils import get_class
+
+    return get_class(target)
+
+
+def higher_is_better(task: type | Task, metric: str) -> bool:
+    """Whether a larger `metric` (val/acc, test/loss, miou) is better for `task`: every metric but
+    the loss and the names in the task's `minimized_metrics` (an error, a distance) is maximized."""
+    name = metric.rsplit("/", 1)[-1]
+    return name != "loss" and name not in getattr(task, "minimized_metrics", ())

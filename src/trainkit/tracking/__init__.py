@@ -1,0 +1,29 @@
+"""What a run reports: loggers (metrics.jsonl, W&B), the start, epoch and closing lines, summary.json,
+the timing of data wait vs compute, the profiler, and pictures of batches.
+
+train.py imports from here; the modules inside import each other directly."""
+
+from trainkit.tracking.bottleneck import warn_if_data_bound
+from trainkit.tracking.epoch_totals import EpochTotals
+from trainkit.tracking.images import augmented_samples, save_png
+from trainkit.tracking.known_noise import quiet_known_noise
+from trainkit.tracking.loggers import Loggers, build_loggers, wandb_names
+from trainkit.tracking.profiling import StepProfiler
+from trainkit.tracking.run_report import epoch_line, training_line, write_summary
+from trainkit.tracking.timing import LoopTimer
+
+__all__ = [
+    "EpochTotals",
+    "Loggers",
+    "LoopTimer",
+    "StepProfiler",
+    "augmented_samples",
+    "build_loggers",
+    "epoch_line",
+    "quiet_known_noise",
+    "save_png",
+    "training_line",
+    "wandb_names",
+    "warn_if_data_bound",
+    "write_summary",
+]

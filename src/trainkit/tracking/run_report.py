@@ -1,0 +1,74 @@
+"""The lines train.py logs about a run: at its start what trains, where and for how long; each
+epoch's results; and at its end, once tested, summary.json (strict JSON), the trackers' summary
+and the closing line.
+
+summary.json is the result a sweep, scripts/plot_runs.py and `resume` of a finished run read:
+best (the best epoch's validation metrics), final (the last epoch's), test, optimized_metric and
+its value, stop_reason, epochs, steps, wall_seconds, world_size, device, run_dir.
+"""
+
+import logging
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from trainkit.tracking.bottleneck import epoch_line_extras
+from trainkit.tracking.loggers import strict_json
+
+log = logging.getLogger("train")  # train.py's logger: these are its lines
+
+
+def training_line(
+    model: torch.nn.Module, trainer: DictConfig, updates_per_epoch: int, device: torch.device, run_dir: object
+) -> str:
+    """`training N parameters on DEVICE for LENGTH -> RUN_DIR`; the length is trainer.max_steps
+    where it ends the run before trainer.max_epochs does."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    length = f"{trainer.max_epochs} epochs ({updates_per_epoch} updates each)"
+    if trainer.max_steps and trainer.max_steps < updates_per_epoch * trainer.max_epochs:
+        length = f"{trainer.max_steps} updates (trainer.max_steps; {updates_per_epoch} updates an epoch)"
+    return f"training {trainable:,} parameters on {device} for {length} -> {run_dir}"
+
+
+def epoch_line(epoch: int, train_metrics: dict, val: dict, improved: bool) -> str:
+    """`epoch N  train/loss ..  val/loss ..  val/<metric> ..  lr ..  N samples/s`, the timing extras
+    (trainkit.tracking.bottleneck) and `*` where the monitored metric improved."""
+    val_metrics = "".join(f"  val/{name} {value:.4f}" for name, value in val.items() if name != "samples")
+    return (
+        f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}{val_metrics}  lr {train_metrics['lr']:.2e}  "
+        f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{epoch_line_extras(train_metrics)}"
+        f"{'  *' if improved else ''}"
+    )
+
+
+def write_summary(run: Any, last_metrics: dict, test_metrics: dict, stop_reason: str, wall_seconds: float) -> dict:
+    """summary.json from train.py's `Run` (every rank builds it; rank 0 alone writes it and logs),
+    the test metrics as the run's last metrics line, and the trackers' summary. Returns the summary."""
+    best = run.best_metrics
+    summary = {
+        "best": best,
+        "final": last_metrics,
+        "test": test_metrics,
+        "optimized_metric": run.cfg.optimized_metric,
+        "optimized_value": {**best, **test_metrics}.get(run.cfg.optimized_metric),
+        "stop_reason": stop_reason,
+        "epochs": last_metrics.get("epoch", run.epoch - 1) + 1,
+        "steps": run.step,
+        "wall_seconds": wall_seconds,
+        "world_size": run.proc.world_size,
+        "device": str(run.device),
+        "run_dir": str(run.run_dir.resolve()),
+    }
+    run.loggers.log({"epoch": summary["epochs"] - 1, "step": run.step, **test_metrics})
+    run.loggers.summary(
+        {**{f"best/{key}": value for key, value in best.items()}, **test_metrics, "stop_reason": stop_reason}
+    )
+    if run.proc.is_main:
+        (run.run_dir / "summary.json").write_text(strict_json(summary, indent=2))  # NaN -> null
+        name = run.task.metric_names[0] if run.task.metric_names else "loss"  # the task's headline metric
+        log.info(
+            f"done in {wall_seconds:.1f}s: test/{name} {test_metrics[f'test/{name}']:.4f} (best val/{name} "
+            f"{best.get(f'val/{name}', float('nan')):.4f} at epoch {best.get('epoch')}) -> {run.run_dir}"
+        )
+    return summary

@@ -1,0 +1,270 @@
+"""The learning-rate range test (Smith, 2015; fastai's lr_find): train briefly while the LR grows
+exponentially, watch the loss, suggest the LR where it falls fastest. Everything is put back after.
+
+    result = lr_range_test(model, optimizer, data.train, loss_fn, transform=train_transform,
+                           min_lr=1e-7, max_lr=10, num_steps=100)
+    log.info(f"suggested lr {result.suggestion:.2e}")
+    plot_lr_finder(result, run_dir / "lr_finder.png")     # rank 0 (trainkit.tuning.lr_finder_plot)
+    set_base_lr(optimizer, result.suggestion)              # then rebuild the scheduler
+
+The sweep sets the *base* LR (what `optimizer.lr` means); each parameter group keeps its
+relative scale (`lr_scale`, e.g. the classifier head's `optimizer.head_lr_scale`), see
+`group_scales`. Under DDP every rank runs the same steps on its own shard, the loss is averaged
+over ranks before smoothing, so all ranks see the same curve and stop at the same step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from trainkit.distributed.process_group import all_reduce_sum, is_distributed
+from trainkit.tuning.lr_finder_plot import plot_lr_finder
+from trainkit.tuning.training_state import preserved_training_state
+
+log = logging.getLogger(__name__)
+
+# The suggestion rule (see suggest_lr): skip the first 10% of the points, start where the loss has
+# fallen 10% of the way to its minimum, and measure slopes over +-5% of the points.
+SKIP_START = 0.1
+MIN_FALL = 0.1
+SLOPE_WINDOW = 0.05
+
+
+@dataclass
+class LRFinderResult:
+    lrs: list[float] = field(default_factory=list)  # the base LR of each step
+    losses: list[float] = field(default_factory=list)  # smoothed (EMA, bias-corrected), all ranks' mean
+    raw_losses: list[float] = field(default_factory=list)  # each step's loss, all ranks' mean
+    suggestion: float | None = None  # see suggest_lr; None when the loss never fell
+    stopped_early: bool = False  # the loss diverged before num_steps
+
+    def to_dict(self) -> dict:
+        return {
+            "lrs": self.lrs,
+            "losses": self.losses,
+            "raw_losses": self.raw_losses,
+            "suggestion": self.suggestion,
+            "stopped_early": self.stopped_early,
+        }
+
+
+def group_scales(optimizer: torch.optim.Optimizer) -> list[float]:
+    """Each parameter group's LR relative to the base LR: its `lr_scale` key (set by
+    trainkit.optim.param_groups), else its initial LR relative to the first group's."""
+
+    def base(group: dict) -> float:
+        return group.get("initial_lr", group["lr"])
+
+    reference = base(optimizer.param_groups[0]) or 1.0
+    return [group["lr_scale"] if "lr_scale" in group else base(group) / reference for group in optimizer.param_groups]
+
+
+def set_base_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Make `lr` the base LR: every group's lr and initial_lr become lr x its scale. Rebuild the
+    scheduler afterwards (a LambdaLR multiplies `initial_lr`)."""
+    for group, scale in zip(optimizer.param_groups, group_scales(optimizer)):
+        group["lr"] = group["initial_lr"] = lr * scale
+
+
+def suggest_lr(
+    lrs: list[float],
+    losses: list[float],
+    skip_start: float = SKIP_START,
+    window: float = SLOPE_WINDOW,
+    min_fall: float = MIN_FALL,
+) -> float | None:
+    """The LR at the steepest descent of the smoothed loss against log(lr). The rule, exactly:
+
+    1. Keep the points up to the first non-finite loss: n points, x = log(lr), L = smoothed loss.
+    2. Skip the start: s = floor(skip_start * n) (10%: the bias-corrected EMA still averages only
+       a few batches there, so its wiggles are large).
+    3. m = the index of the lowest L at or after s. The points after m (the divergence) are out.
+    4. The descent starts at the first index f >= s where L has fallen by min_fall (10%) of the
+       whole fall: L[f] <= L[s] - min_fall * (L[s] - L[m]). Noise on the plateau is out.
+    5. Slope at i: (L[b] - L[a]) / (x[b] - x[a]) with a = max(i - h, 0), b = min(i + h, n - 1),
+       h = max(1, round(window * n)): a central difference over +-5% of the sweep, which
+       averages out batch noise that a neighbour-to-neighbour gradient would chase.
+    6. Return lrs[i] for the most negative slope among f <= i <= m; None when there are fewer
+       than 3 points, m < s + 2, or no negative slope (the loss never fell after the skipped
+       start: lower min_lr, or raise num_steps).
+
+    On a noiseless curve this is the inflection point of the drop; the EMA's lag moves it a little
+    toward higher LRs, and the one-step lag of the loss (measured before the update) a little
+    toward lower ones.
+    """
+    n = 0
+    while n < len(losses) and math.isfinite(losses[n]):
+        n += 1
+    if n < 3:
+        return None
+    values = np.asarray(losses[:n], dtype=np.float64)
+    x = np.log(np.asarray(lrs[:n], dtype=np.float64))
+    start = int(skip_start * n)
+    minimum = start + int(np.argmin(values[start:]))
+    if minimum - start < 2:
+        return None
+    threshold = values[start] - min_fall * (values[start] - values[minimum])
+    first = start + int(np.argmax(values[start : minimum + 1] <= threshold))
+    h = max(1, round(window * n))
+    best, best_slope = None, 0.0
+    for i in range(first, minimum + 1):
+        a, b = max(i - h, 0), min(i + h, n - 1)
+        slope = (values[b] - values[a]) / (x[b] - x[a])
+        if slope < best_slope:
+            best, best_slope = i, slope
+    return float(lrs[best]) if best is not None else None
+
+
+def _endless(batches: Iterable | Callable[[], Iterator]) -> Iterator:
+    """Batches forever: a loader is iterated again (a callable called again) when it runs out."""
+    while True:
+        empty = True
+        for batch in batches() if callable(batches) else batches:
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError(
+                "lr_range_test: no batches (an iterator runs out after one pass: pass a loader, "
+                "a list, or a function returning a fresh iterator)"
+            )
+
+
+def lr_range_test(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Iterable | Callable[[], Iterator],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    *,
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    compute_loss: Callable[[nn.Module, object], torch.Tensor] | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    grad_scaler: torch.amp.GradScaler | None = None,
+    grad_clip: float | None = None,
+    precision: str = "fp32",
+    after_train: Callable[[nn.Module], None] | None = None,
+    min_lr: float = 1e-7,
+    max_lr: float = 10.0,
+    num_steps: int = 100,
+    smoothing: float = 0.98,
+    divergence_factor: float = 4.0,
+    device: torch.device | str | None = None,
+) -> LRFinderResult:
+    """Sweep the base LR exponentially from `min_lr` to `max_lr` over `num_steps` optimizer
+    updates, one batch each, and return the curve and a suggestion (see suggest_lr).
+
+    The loss of a step is `compute_loss(model, batch)` if given, else
+    `loss_fn(model(transform(images)).float(), labels)` under autocast for `precision`, with
+    (images, labels) = batch moved to `device` (default: the model's). `batches` is a loader (or
+    any iterable, iterated again when it runs out) or a function returning a fresh iterator.
+    The step is backward (through `grad_scaler` if given), clipping at `grad_clip`, optimizer
+    step: the loop of train.py, without accumulation. `after_train(model)` runs after
+    `model.train()` (pass trainkit.models.finetune.apply_frozen_bn_eval for a frozen model).
+
+    Smoothing: avg = smoothing * avg + (1 - smoothing) * loss, reported as avg / (1 - smoothing^t)
+    (bias-corrected, as Adam's moments). The sweep stops early once the smoothed loss is
+    non-finite or exceeds divergence_factor x the lowest smoothed loss so far. Loss i is
+    measured before the update at lrs[i] (the usual convention: a one-step lag).
+
+    Model (parameters, buffers, gradients, modes), optimizer, scheduler, GradScaler and every
+    RNG are restored bit for bit afterwards. Every rank must call it with the same settings.
+    """
+    if compute_loss is None and loss_fn is None:
+        raise ValueError("lr_range_test: pass loss_fn (with an optional transform) or compute_loss")
+    if device is None:
+        device = next(model.parameters()).device
+    device = torch.device(device)
+    if compute_loss is None:
+        from trainkit.runtime import autocast
+
+        assert loss_fn is not None  # one of the two was given (checked above)
+
+        def compute_loss(model: nn.Module, batch: Any) -> torch.Tensor:
+            images, labels = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
+            with autocast(precision, device):
+                logits = model(transform(images) if transform is not None else images)
+                return loss_fn(logits.float(), labels)
+
+    world_size = torch.distributed.get_world_size() if is_distributed() else 1
+    growth = (max_lr / min_lr) ** (1 / (num_steps - 1))
+    scales = group_scales(optimizer)
+    result = LRFinderResult()
+    with preserved_training_state(model, optimizer, scheduler, grad_scaler):
+        model.train()
+        if after_train is not None:
+            after_train(model)
+        stream = _endless(batches)
+        average, best = 0.0, math.inf
+        for step in range(num_steps):
+            lr = min_lr * growth**step
+            for group, scale in zip(optimizer.param_groups, scales):
+                group["lr"] = lr * scale
+            optimizer.zero_grad(set_to_none=True)
+            loss = compute_loss(model, next(stream))
+            (grad_scaler.scale(loss) if grad_scaler is not None else loss).backward()
+            if grad_clip:
+                if grad_scaler is not None:
+                    grad_scaler.unscale_(optimizer)
+                nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            if grad_scaler is not None:
+                grad_scaler.step(optimizer)
+                grad_scaler.update()
+            else:
+                optimizer.step()
+            value = all_reduce_sum(loss.detach().float().reshape(1).clone()).item() / world_size
+            average = smoothing * average + (1 - smoothing) * value
+            smoothed = average / (1 - smoothing ** (step + 1))
+            result.lrs.append(lr)
+            result.raw_losses.append(value)
+            result.losses.append(smoothed)
+            if not math.isfinite(smoothed) or smoothed > divergence_factor * best:
+                result.stopped_early = step < num_steps - 1
+                break
+            best = min(best, smoothed)
+        optimizer.zero_grad(set_to_none=True)
+    result.suggestion = suggest_lr(result.lrs, result.losses)
+    stop = f"stopped early at lr {result.lrs[-1]:.2e} (loss diverged)" if result.stopped_early else "ran to max_lr"
+    found = f"suggested lr {result.suggestion:.2e}" if result.suggestion else "no suggestion (the loss never fell)"
+    log.info(f"lr range test: {len(result.lrs)} steps from {min_lr:.1e}, {stop}; {found}")
+    return result
+
+
+def lr_range_test_for_run(run: Any, plot_path: Path | None) -> LRFinderResult:
+    """`lr_finder.*` run on train.py's `Run` (its trained_model, optimizer, scheduler, scaler,
+    data.train, task, train_transform, device and cfg); on the rank that passes `plot_path`,
+    the plot is saved there."""
+    from trainkit.models.finetune import apply_frozen_bn_eval
+    from trainkit.runtime import autocast
+
+    cfg, task, precision = run.cfg, run.task, run.cfg.precision.name
+
+    def compute_loss(model: nn.Module, batch: Any) -> torch.Tensor:  # the task's training loss, unaugmented
+        inputs, targets = task.inputs_and_targets(batch, run.device)
+        with autocast(precision, run.device):
+            return task.loss(model(run.train_transform(inputs)).float(), targets)
+
+    settings = {key: cfg.lr_finder[key] for key in ("min_lr", "max_lr", "num_steps", "smoothing", "divergence_factor")}
+    result = lr_range_test(
+        run.trained_model,
+        run.optimizer,
+        run.data.train,
+        compute_loss=compute_loss,
+        scheduler=run.scheduler,
+        grad_scaler=run.scaler,
+        grad_clip=cfg.trainer.grad_clip,
+        precision=precision,
+        after_train=apply_frozen_bn_eval,
+        device=run.device,
+        **settings,
+    )
+    if plot_path is not None:
+        plot_lr_finder(result, plot_path)
+    return result

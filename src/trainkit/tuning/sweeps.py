@@ -1,0 +1,165 @@
+"""Sweeps: keep a multirun going when one trial fails, and stop one whose direction fights the metric.
+
+    python train.py -m optimizer.lr=0.1,0.03 seed=1,2,3      # grid, one run directory per job
+    python train.py hparams_search=digits_optuna             # Optuna TPE (conf/hparams_search/)
+    python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 seed=1,2    # jobs in parallel
+    python train.py -m hydra/launcher=slurm seed=1,2,3       # one SLURM job per trial
+
+A trial that crashes (a diverging learning rate, an out-of-memory batch size) should cost one
+trial, not the sweep: `run_trial` logs the error, writes the traceback to the trial's log file
+and returns `failed_trial_value(cfg)` to the sweeper. A single run (no -m) raises as usual.
+"""
+
+import gc
+import logging
+import math
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.errors import ConfigError, caused_by_config_error
+from trainkit.tasks.task import Task, higher_is_better, task_class
+
+log = logging.getLogger("sweep")
+
+
+def maximize(metric: str, task_target: str | None = None) -> bool:
+    """True when a larger value of `metric` is better (an accuracy, an IoU), False for a loss and for
+    what the task (`task._target_`) lists in its minimized_metrics."""
+    return higher_is_better(task_class(task_target) if task_target else Task, metric)
+
+
+def failed_trial_value(cfg: DictConfig) -> float:
+    """What a failed trial reports to the sweeper: `sweep.failed_trial_value`, or when that is null
+    the worst value `optimized_metric` can take (-inf for an accuracy, +inf for a loss).
+
+    Optuna records an infinite value as a completed, worst-possible trial, so TPE learns to avoid
+    that region. NaN is not an option: hydra-optuna-sweeper (optuna 2.10) then crashes the whole
+    sweep ("Values were told ... TrialState.FAIL"), so a NaN result is replaced by this value too.
+    """
+    value = OmegaConf.select(cfg, "sweep.failed_trial_value", default=None)
+    if value is None:
+        return -math.inf if maximize(cfg.optimized_metric, OmegaConf.select(cfg, "task._target_")) else math.inf
+    return float(value)  # a number, not NaN: trainkit.config.validation checked it before the sweep started
+
+
+def sweeper_direction() -> str | None:
+    """The single direction ('maximize'/'minimize') of the running Hydra sweeper, if it has one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    # HydraConfig.get() is a DictConfig; hydra annotates it as the HydraConf dataclass behind it.
+    direction = OmegaConf.select(HydraConfig.get(), "sweeper.direction", default=None)  # type: ignore[arg-type]
+    if direction is None or OmegaConf.is_list(direction) or isinstance(direction, (list, tuple)):
+        return None  # not Optuna, or a multi-objective study
+    return getattr(direction, "name", str(direction))
+
+
+def check_direction(cfg: DictConfig, direction: str | None) -> None:
+    """A sweep that maximizes a loss (or minimizes an accuracy) wastes every trial: stop at once."""
+    if direction not in ("maximize", "minimize"):
+        return
+    wanted = "maximize" if maximize(cfg.optimized_metric, OmegaConf.select(cfg, "task._target_")) else "minimize"
+    if direction != wanted:
+        raise ConfigError(
+            "hydra.sweeper.direction",
+            f"is {direction} but optimized_metric={cfg.optimized_metric} "
+            f"should be {wanted}d; set hydra.sweeper.direction={wanted}",
+        )
+
+
+def in_multirun() -> bool:
+    """True inside a job launched by `-m` / `hydra.mode=MULTIRUN` (any sweeper, any launcher)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: bool | None = None) -> Any:
+    """Call `fn(cfg)` and return its result; in a multirun with `sweep.catch_failures` (the default),
+    an exception or a NaN/None result becomes `failed_trial_value(cfg)` instead of ending the sweep.
+
+    Never caught: ConfigError (bad input is the same for every trial: fix it, the sweep stops with
+    the one-line error), KeyboardInterrupt, and a clean stop on a signal (trainkit.checkpointing.signals.Stopped,
+    a SystemExit: the sweep stops with exit code 75). A non-finite loss (RunFailed) fails one trial.
+    `multirun` is detected from Hydra when None (tests pass it explicitly).
+    """
+    if multirun is None:
+        multirun = in_multirun()
+    if not multirun:
+        return fn(cfg)
+    check_direction(cfg, sweeper_direction())
+    catch = OmegaConf.select(cfg, "sweep.catch_failures", default=True)
+    fallback = failed_trial_value(cfg)
+    failed = False
+    try:
+        result = fn(cfg)
+    except Exception as error:
+        if not catch or caused_by_config_error(error):
+            raise
+        message = " ".join(str(error).split())[:300]
+        log.error(
+            f"trial failed: {type(error).__name__}: {message} -> {fallback} goes to the sweeper "
+            f"(sweep.catch_failures=true){_where_traceback_goes()}"
+        )
+        _traceback_to_log_files(error)
+        failed = True
+    if failed:  # out of the except block: the traceback, and the tensors its frames held, are gone
+        _release_memory()
+        return fallback
+    if result is None or _is_nan(result):
+        log.warning(f"trial returned {result} for {cfg.optimized_metric} -> {fallback} goes to the sweeper")
+        return fallback
+    return result
+
+
+def _is_nan(value: Any) -> bool:
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _file_handlers() -> list:
+    """The root logger's log files (Hydra's job log: <run dir>/<job name>.log)."""
+    return [
+        h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler) and h.baseFilename != os.devnull
+    ]
+
+
+def _where_traceback_goes() -> str:
+    files = [h.baseFilename for h in _file_handlers()]
+    return f"; traceback in {files[0]}" if files else ""
+
+
+def _traceback_to_log_files(error: BaseException) -> None:
+    """The full traceback goes to the job's log file only; the console keeps its one line."""
+    handlers = _file_handlers()
+    record = log.makeRecord(
+        log.name,
+        logging.ERROR,
+        __file__,
+        0,
+        "traceback of the failed trial:",
+        (),
+        (type(error), error, error.__traceback__),
+    )
+    if not handlers:
+        log.handle(record)
+        return
+    for handler in handlers:
+        if record.levelno >= handler.level:
+            handler.handle(record)
+
+
+def _release_memory() -> None:
+    """The next trial may run in this same process: free what the failed one held on the GPU."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

@@ -1,0 +1,66 @@
+"""Gradient accumulation in train.py's loop: k micro-batches make the same update as one big batch."""
+
+import sys
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+from trainkit.data import DataBundle, TensorLoader
+from trainkit.distributed.process_group import ProcessInfo
+from trainkit.tasks.classification import Classification
+
+sys.path.insert(0, str(ROOT))
+import train
+
+
+def run_one_epoch(num_samples: int, batch_size: int, accumulate: int) -> tuple[torch.Tensor, int]:
+    torch.manual_seed(0)
+    images = torch.rand(num_samples, 1, 4, 4, generator=torch.Generator().manual_seed(1))
+    labels = torch.randint(0, 3, (num_samples,), generator=torch.Generator().manual_seed(2))
+    cfg = OmegaConf.create(
+        {
+            "trainer": {
+                "accumulate_grad_batches": accumulate,
+                "limit_train_batches": None,
+                "max_steps": None,
+                "grad_clip": None,
+                "log_every_n_steps": 1000,
+                "checkpoint_every_n_steps": None,
+            },
+            "precision": {"name": "fp32"},
+        }
+    )
+    run = train.Run(cfg, Path("unused"), ProcessInfo(), torch.device("cpu"))
+    loader = TensorLoader(images, labels, batch_size, shuffle=True, seed=0)
+    run.data = DataBundle(loader, loader, loader, channels=1, image_size=4, num_classes=3, mean=(0.0,), std=(1.0,))
+    run.model = run.trained_model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))  # no BatchNorm
+    run.train_transform = lambda x: x
+    run.task = Classification(num_classes=3)
+    run.optimizer = torch.optim.SGD(run.model.parameters(), lr=0.5)
+    run.scheduler = torch.optim.lr_scheduler.LambdaLR(run.optimizer, lambda step: 1.0)
+    run.scaler = torch.amp.GradScaler("cpu", enabled=False)
+    train.train_one_epoch(run, show_progress=False)
+    return torch.cat([p.detach().flatten() for p in run.model.parameters()]), run.step
+
+
+def test_four_micro_batches_of_16_equal_one_batch_of_64():
+    big, big_steps = run_one_epoch(64, 64, accumulate=1)
+    accumulated, accumulated_steps = run_one_epoch(64, 16, accumulate=4)
+    assert big_steps == accumulated_steps == 1
+    torch.testing.assert_close(accumulated, big, rtol=1e-5, atol=1e-6)
+
+
+def test_a_short_last_group_is_averaged_over_its_real_size():
+    # 80 samples: one full group of 4x16, then a group of a single micro-batch of 16, which must
+    # not be divided by 4 (that would shrink the last update fourfold).
+    big, big_steps = run_one_epoch(80, 64, accumulate=1)
+    accumulated, accumulated_steps = run_one_epoch(80, 16, accumulate=4)
+    assert big_steps == accumulated_steps == 2
+    torch.testing.assert_close(accumulated, big, rtol=1e-5, atol=1e-6)
+
+
+def test_accumulation_counts_updates_not_micro_batches():
+    _, steps = run_one_epoch(96, 16, accumulate=2)
+    assert steps == 3

@@ -1,0 +1,194 @@
+"""Checkpoints: atomic writes, weights_only-loadable contents, unprefixed state dicts."""
+
+import pickle
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from conftest import run_record
+from trainkit.checkpointing.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
+
+
+def small_model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- atomic save ------------------------------------------------------------------------------
+
+
+def test_save_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / "checkpoints" / "last.pt"  # the folder is created on demand
+    save_checkpoint(path, {"epoch": 1})
+    assert [p.name for p in path.parent.iterdir()] == ["last.pt"]
+
+
+def test_save_replaces_an_existing_checkpoint(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"epoch": 1})
+    save_checkpoint(path, {"epoch": 2})
+    assert load_checkpoint(path, torch.device("cpu"))["epoch"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"epoch": 1})
+    # A local lambda: AttributeError ("Can't pickle local object") up to Python 3.13, PicklingError after.
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        save_checkpoint(path, {"epoch": 2, "unpicklable": lambda: None})
+    assert load_checkpoint(path, torch.device("cpu"))["epoch"] == 1
+
+
+def test_checkpoint_of_plain_containers_loads_with_weights_only(tmp_path):
+    model = small_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.ones(2, 3)).sum().backward()
+    optimizer.step()
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "epoch": 3,
+        "history": [0.1, 0.2, None],
+        "best_metric": None,
+        "tensor": torch.arange(5),
+        "nested": {"early_stopping": {"best": 0.9, "best_epoch": 2}},
+    }
+    save_checkpoint(tmp_path / "best.pt", state)
+    loaded = torch.load(tmp_path / "best.pt", weights_only=True)
+    assert loaded["epoch"] == 3 and loaded["history"] == [0.1, 0.2, None] and loaded["best_metric"] is None
+    assert torch.equal(loaded["tensor"], torch.arange(5))
+    assert loaded["nested"] == state["nested"]
+    fresh = small_model()
+    fresh.load_state_dict(loaded["model"])
+    for a, b in zip(fresh.parameters(), model.parameters()):
+        assert torch.equal(a, b)
+    torch.optim.AdamW(fresh.parameters(), lr=1e-3).load_state_dict(loaded["optimizer"])
+
+
+def test_load_checkpoint_maps_tensors_to_the_given_device(tmp_path):
+    save_checkpoint(tmp_path / "last.pt", {"weight": torch.ones(2)})
+    assert load_checkpoint(tmp_path / "last.pt", torch.device("cpu"))["weight"].device.type == "cpu"
+
+
+# ---- unwrap_model -----------------------------------------------------------------------------
+
+
+def test_unwrap_model_returns_a_plain_model_unchanged():
+    model = small_model()
+    assert unwrap_model(model) is model
+
+
+def test_unwrap_model_strips_torch_compile():
+    model = small_model()
+    compiled = torch.compile(model)  # never called, so nothing is compiled
+    assert all(k.startswith("_orig_mod.") for k in compiled.state_dict())
+    assert unwrap_model(compiled) is model
+    assert list(unwrap_model(compiled).state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def test_unwrap_model_strips_ddp_and_compile_under_ddp():
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        model = small_model()
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        assert all(k.startswith("module.") for k in ddp.state_dict())
+        assert unwrap_model(ddp) is model
+
+        # The order the design prescribes: compile, then wrap in DDP.
+        inner = small_model()
+        ddp_of_compiled = torch.nn.parallel.DistributedDataParallel(torch.compile(inner))
+        assert all(k.startswith("module._orig_mod.") for k in ddp_of_compiled.state_dict())
+        assert unwrap_model(ddp_of_compiled) is inner
+        assert not any(k.startswith(("module.", "_orig_mod.")) for k in unwrap_model(ddp_of_compiled).state_dict())
+    finally:
+        dist.destroy_process_group()
+
+
+def test_copy_checkpoint_is_a_complete_atomic_copy(tmp_path):
+    from trainkit.checkpointing.checkpoint import copy_checkpoint
+
+    save_checkpoint(tmp_path / "last.pt", {"epoch": 3, "weights": torch.arange(5.0)})
+    (tmp_path / "best.pt").write_bytes(b"old")
+    copy_checkpoint(tmp_path / "last.pt", tmp_path / "best.pt")
+    copied = torch.load(tmp_path / "best.pt", weights_only=True)
+    assert copied["epoch"] == 3 and torch.equal(copied["weights"], torch.arange(5.0))
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# ---- what a checkpoint holds: training_state <-> restore_training_state ----------------------
+
+
+def _run_like(seed: int):
+    torch.manual_seed(seed)
+    return run_record(small_model(), seed)
+
+
+def test_a_saved_training_state_restores_every_piece_and_the_position(tmp_path):
+    from trainkit.checkpointing.checkpoint import restore_training_state, training_state
+    from trainkit.checkpointing.rng import rng_states
+
+    trained = _run_like(seed=1)
+    trained.model(torch.randn(5, 3)).sum().backward()
+    trained.optimizer.step()
+    trained.scheduler.step()
+    trained.early_stopping.update(0.5, epoch=3)
+    trained.epoch, trained.step, trained.best_metrics = 3, 7, {"epoch": 3, "val/loss": 0.5}
+    save_checkpoint(tmp_path / "last.pt", training_state(trained, batches_done=4, rng=[rng_states()]))
+    expected_draw = torch.rand(3)  # what the restored RNG must draw next
+
+    fresh = _run_like(seed=2)
+    restore_training_state(fresh, load_checkpoint(tmp_path / "last.pt", torch.device("cpu")))
+    for a, b in zip(fresh.model.state_dict().values(), trained.model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert fresh.optimizer.state_dict()["state"][0]["momentum_buffer"].equal(
+        trained.optimizer.state_dict()["state"][0]["momentum_buffer"]
+    )
+    assert fresh.scheduler.last_epoch == 1 and fresh.early_stopping.best == 0.5
+    assert (fresh.epoch, fresh.step, fresh.batches_done) == (3, 7, 4)  # unfinished epoch 3: resume inside it
+    assert fresh.best_metrics == {"epoch": 3, "val/loss": 0.5}
+    assert torch.equal(torch.rand(3), expected_draw)
+
+
+def test_a_checkpoint_of_a_finished_epoch_resumes_with_the_next_one(tmp_path):
+    from trainkit.checkpointing.checkpoint import restore_training_state, training_state
+    from trainkit.checkpointing.rng import rng_states
+
+    trained = _run_like(seed=1)
+    trained.epoch = 5
+    fresh = _run_like(seed=2)
+    restore_training_state(fresh, training_state(trained, batches_done=0, rng=[rng_states()]))
+    assert (fresh.epoch, fresh.batches_done) == (6, 0)
+
+
+def test_build_run_resolves_the_config_once_and_every_checkpoint_holds_that(tmp_path):
+    """Resolving the config at each save cost more than writing the weights: build_run resolves it
+    once, when it is complete (here the batch-size finder's batch size is in it)."""
+    import sys
+
+    from hydra import compose, initialize_config_dir
+
+    from conftest import ROOT
+    from trainkit.checkpointing.checkpoint import training_state
+    from trainkit.config.schema import to_dict
+    from trainkit.distributed.process_group import ProcessInfo
+
+    sys.path.insert(0, str(ROOT))
+    import train
+
+    finder = ["batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=16"]
+    overrides = ["data=synthetic", "data.num_samples=64", "data.image_size=8", *finder]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=overrides)
+    run = train.build_run(cfg, tmp_path, ProcessInfo(), torch.device("cpu"))
+    config = run.resolved_config
+    assert config == to_dict(cfg) and config["data"]["batch_size"] == 16  # the finder's choice, in it
+    assert config["model"]["dropout"] == 0.0  # interpolations resolved: ${regularization.dropout}
+    assert training_state(run, 0, rng=[])["config"] is config

@@ -1,0 +1,244 @@
+"""trainkit.checkpointing.resume and trainkit.checkpointing.files: where a resume runs, with which config, and the
+one-line errors for every unusable checkpoint or output path. In-process: no training."""
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+from trainkit.checkpointing import checkpoint, continued_run, resume
+from trainkit.checkpointing.files import CHECKPOINT_FORMAT, check_model_fits, check_output_dir, load_optimizer_state
+from trainkit.config.schema import to_dict
+from trainkit.errors import ConfigError
+from trainkit.models.build import build_model
+
+
+@pytest.fixture
+def compose_config():
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        yield lambda *overrides: compose("config", overrides=list(overrides))
+    GlobalHydra.instance().clear()
+
+
+def make_run(run_dir: Path, config: dict, overrides=(), **state) -> Path:
+    """A run directory as train.py leaves it: .hydra/overrides.yaml and checkpoints/last.pt."""
+    (run_dir / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(list(overrides)), run_dir / ".hydra" / "overrides.yaml")
+    last = run_dir / "checkpoints" / "last.pt"
+    base = {"format": CHECKPOINT_FORMAT, "model": {}, "optimizer": {}, "scheduler": {}, "epoch": 1, "step": 6}
+    checkpoint.save_checkpoint(last, {**base, "batches_done": 0, "config": config, "early_stopping": {}, **state})
+    return last
+
+
+def refused(argv: list[str]) -> str:
+    with pytest.raises(ConfigError) as error:
+        resume.rewrite_argv(["train.py", *argv])
+    return str(error.value)
+
+
+def test_resume_runs_in_the_checkpoints_directory_with_its_overrides_replayed_first(tmp_path):
+    last = make_run(tmp_path / "run", {}, overrides=["trainer.max_epochs=3", "resume=old", "optimizer.lr=0.2"])
+    for target in (tmp_path / "run", last):  # the run directory or its last.pt
+        argv = resume.rewrite_argv(["train.py", f"resume={target}", "optimizer.lr=0.05"])
+        assert argv == [
+            "train.py",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            "hydra.output_subdir=null",
+            "trainer.max_epochs=3",
+            "optimizer.lr=0.2",  # the run's own, then the new ones, which win
+            f"resume={target}",
+            "optimizer.lr=0.05",
+        ]
+    assert "continues in the checkpoint's own run directory" in refused(
+        [f"resume={last}", f"hydra.run.dir={tmp_path / 'elsewhere'}"]
+    )
+    assert refused(["-m", f"resume={last}", "seed=1,2"]).startswith("resume: continues one run and cannot be part")
+    assert resume.rewrite_argv(["train.py", "-m", "resume=auto"]) == ["train.py", "-m", "resume=auto"]
+
+
+def test_each_unusable_checkpoint_is_one_line_before_hydra(tmp_path):
+    good = make_run(tmp_path / "run", {})
+    cases = {
+        "missing.pt": None,
+        "folder": "dir",
+        "empty.pt": b"",
+        "garbage.pt": b"not a checkpoint at all",
+        "truncated.pt": good.read_bytes()[: good.stat().st_size // 2],
+    }
+    for name, content in cases.items():
+        if content == "dir":
+            (tmp_path / name).mkdir()
+        elif content is not None:
+            (tmp_path / name).write_bytes(content)
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign.pt")
+    state = torch.load(good, weights_only=True)
+    torch.save({**state, "format": CHECKPOINT_FORMAT + 1}, tmp_path / "newer.pt")
+    torch.save({**state, "format": 0}, tmp_path / "older.pt")
+    expected = {
+        "missing.pt": "does not exist",
+        "folder": "is a directory without checkpoints/last.pt",
+        "empty.pt": "is empty (0 bytes)",
+        "garbage.pt": "is not a PyTorch checkpoint",
+        "truncated.pt": "is truncated",
+        "foreign.pt": "is not a trainkit training checkpoint (it holds weights)",
+        "newer.pt": f"format {CHECKPOINT_FORMAT + 1}, this code reads format {CHECKPOINT_FORMAT} (a newer",
+        "older.pt": f"has checkpoint format 0, this code reads format {CHECKPOINT_FORMAT} (an older",
+    }
+    for name, fragment in expected.items():
+        message = refused([f"resume={tmp_path / name}"])
+        assert message.startswith("resume: ") and fragment in message and "\n" not in message, (name, message)
+
+
+def test_a_bad_resume_path_exits_with_one_line_and_leaves_no_run_directory(tmp_path):
+    run_dir = tmp_path / "new"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), f"resume={tmp_path / 'nope.pt'}", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        f"error: resume: {tmp_path / 'nope.pt'} does not exist; give a run directory or its checkpoints/last.pt"
+    ]
+    assert not run_dir.exists()
+
+
+def test_an_unusable_output_directory_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    message = refused([f"hydra.run.dir={tmp_path / 'file' / 'run'}"])
+    assert message.startswith("hydra.run.dir: ") and "is a file, not a directory" in message
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.geteuid() != 0:  # root may write anywhere
+        assert "no write permission" in refused([f"hydra.run.dir={locked / 'run'}"])
+    check_output_dir(str(tmp_path / "new" / "deeper"))  # creatable: fine
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_and_says_how_much_space_is_left(tmp_path, monkeypatch):
+    last = tmp_path / "checkpoints" / "last.pt"
+    checkpoint.save_checkpoint(last, {"step": 1})
+
+    def full_disk(state, f):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    with pytest.raises(ConfigError) as error:
+        checkpoint.save_checkpoint(last, {"step": 2})
+    assert str(error.value).startswith(f"{last}: no space left on the device (") and "MiB free" in str(error.value)
+    assert "the previous last.pt is intact" in str(error.value)
+    monkeypatch.undo()
+    assert torch.load(last, weights_only=True) == {"step": 1} and not list(last.parent.glob("*.tmp"))
+
+
+def test_stale_temporary_files_are_removed(tmp_path):
+    (tmp_path / "last.pt.tmp").write_bytes(b"torn")
+    (tmp_path / "last.pt").write_bytes(b"kept")
+    assert checkpoint.remove_stale_temporary_files(tmp_path) == ["last.pt.tmp"]
+    assert [path.name for path in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_path, compose_config, monkeypatch):
+    original = compose_config("trainer.max_epochs=3", "batch_size_finder.enabled=true")
+    saved = to_dict(original)
+    saved["data"]["batch_size"] = 48  # what the batch-size finder chose: part of the checkpoint's config
+    weights = build_model(original.model, image_size=8)[0].state_dict()
+    last = make_run(tmp_path / "run", saved, model=weights, early_stopping={"epochs_without_improvement": 0})
+    new = ["optimizer.lr=0.05", "trainer.max_epochs=5", "regularization.dropout=0.3"]
+    monkeypatch.setattr(resume, "_command_line", [f"resume={last}", *new])
+    cfg, finished = resume.resumed_config(compose_config(f"resume={last}", *new), tmp_path / "run")
+    assert not finished and cfg.resume == str(last)
+    assert (cfg.optimizer.lr, cfg.trainer.max_epochs, cfg.data.batch_size) == (0.05, 5, 48)
+    assert cfg.model.dropout == 0.3  # follows regularization.dropout, as the config links it
+    assert OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml").data.batch_size == 48
+
+    monkeypatch.setattr(resume, "_command_line", [f"resume={last}", "optimizer=adamw", "trainer.max_epochs=5"])
+    with pytest.raises(
+        ConfigError, match=r"^optimizer: is torch\.optim\.AdamW but the checkpoint's optimizer state is"
+    ):
+        resume.resumed_config(compose_config(f"resume={last}", "optimizer=adamw", "trainer.max_epochs=5"), tmp_path)
+    sized = make_run(tmp_path / "sized", saved, model=weights, early_stopping={})
+    monkeypatch.setattr(resume, "_command_line", [f"resume={sized}", "model.widths=[16,64,128]"])
+    with pytest.raises(ConfigError, match=r"^model: features\.0\.weight is \[32, 1, 3, 3\] in the checkpoint but \[16"):
+        resume.resumed_config(compose_config(f"resume={sized}", "model.widths=[16,64,128]"), tmp_path / "sized")
+    assert not (tmp_path / "sized" / ".hydra" / "config.yaml").exists()  # nothing written for a refused resume
+    monkeypatch.setattr(resume, "_command_line", [f"resume={last}", "experiment=mnist"])
+    with pytest.raises(ConfigError, match=r"^experiment: on a resume, give the keys to change one by one"):
+        resume.resumed_config(compose_config(f"resume={last}", "experiment=mnist"), tmp_path)
+
+    inside = make_run(tmp_path / "inside", saved, batches_done=4, early_stopping={})
+    monkeypatch.setattr(resume, "_command_line", [f"resume={inside}", "data.batch_size=32"])
+    with pytest.raises(ConfigError, match=r"^data.batch_size: changed on a resume inside epoch 1 \(after batch 4\)"):
+        resume.resumed_config(compose_config(f"resume={inside}", "data.batch_size=32"), tmp_path / "inside")
+
+
+def test_finished_runs_say_how_to_train_on(compose_config):
+    cfg = compose_config("trainer.max_epochs=3", "regularization.early_stopping.patience=2")
+    state = {"epoch": 2, "step": 60, "batches_done": 0, "early_stopping": {"epochs_without_improvement": 0}}
+    assert "resume with a higher trainer.max_epochs, e.g. trainer.max_epochs=6" in continued_run.finished_message(
+        state, cfg, Path("run")
+    )
+    state = {**state, "epoch": 1, "early_stopping": {"epochs_without_improvement": 2}}
+    assert "early stopping: no improvement for 2 epochs" in continued_run.finished_message(state, cfg, Path("run"))
+    state["early_stopping"] = {"epochs_without_improvement": 1}
+    assert continued_run.finished_message(state, cfg, Path("run")) is None
+
+
+def test_metrics_written_after_the_checkpoint_are_dropped(tmp_path):
+    lines = [
+        {"epoch": 0, "step": 20, "val/loss": 1},
+        {"epoch": 1, "step": 25, "train/step_loss": 1},
+        {"epoch": 1, "step": 27, "val/loss": 1},
+        {"epoch": 1, "step": 27, "test/acc": 1},
+        {"epoch": 1, "step": 30, "train/step_loss": 1},
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    continued_run.trim_metrics(path, {"epoch": 1, "step": 27, "batches_done": 7})  # stopped inside epoch 1, at step 27
+    assert [json.loads(line) for line in path.read_text().splitlines()] == lines[:2]
+
+
+def test_weights_and_optimizer_of_another_layout_are_one_line():
+    small, wide = torch.nn.Sequential(torch.nn.Linear(3, 4)), torch.nn.Sequential(torch.nn.Linear(3, 8))
+    with pytest.raises(ConfigError, match=r"^model: 0.weight is \[4, 3\] in the checkpoint but \[8, 3\] in this model"):
+        check_model_fits(small.state_dict(), wide)
+    one_group = torch.optim.SGD(small.parameters(), lr=0.1)
+    two_groups = torch.optim.SGD([{"params": [small[0].weight]}, {"params": [small[0].bias]}], lr=0.1)
+    with pytest.raises(ConfigError, match=r"^optimizer: the checkpoint's optimizer has parameter groups of \[1, 1\]"):
+        load_optimizer_state(one_group, two_groups.state_dict())
+
+
+def test_resume_auto_in_a_directory_named_after_the_launch_time_warns_that_it_can_never_continue(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+
+        def composed(*overrides):
+            return compose("config", overrides=["resume=auto", *overrides], return_hydra_config=True)
+
+        assert resume.unfixed_directory(composed().hydra) == "hydra.run.dir"
+        assert resume.unfixed_directory(composed("hydra.run.dir=outputs/runs/job-42").hydra) is None
+        assert resume.unfixed_directory(composed("hydra.mode=MULTIRUN").hydra) == "hydra.sweep.dir"
+        assert resume.unfixed_directory(composed("hydra.mode=MULTIRUN", "hydra.sweep.dir=outputs/s").hydra) is None
+        cfg, unfixed_directory = composed(), resume.unfixed_directory
+        monkeypatch.setattr(resume, "unfixed_directory", lambda: unfixed_directory(cfg.hydra))  # as in a Hydra run
+        resume.resumed_config(cfg, tmp_path)
+        monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")  # submitit requeues the pickled job, directory included
+        assert unfixed_directory(composed("hydra.mode=MULTIRUN").hydra) is None
+    GlobalHydra.instance().clear()
+    [warning] = [record.message for record in caplog.records if record.levelname == "WARNING"]
+    assert warning.startswith(f"resume=auto: no checkpoint in {tmp_path}: starting a new run; hydra.run.dir is named")
+    assert "set hydra.run.dir=<a fixed directory>" in warning

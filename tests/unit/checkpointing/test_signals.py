@@ -1,0 +1,294 @@
+"""Clean stops: SIGTERM / SIGUSR1 / SIGINT (trainkit.checkpointing.signals) and a non-finite loss, in one process.
+The same under DDP: tests/unit/distributed/test_distributed.py."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, TrainRun
+from helpers import assert_same_training, cfg_for
+from trainkit.checkpointing import signals
+from trainkit.errors import RunFailed
+from trainkit.tuning import sweeps
+
+TESTS = Path(__file__).resolve().parents[2]
+# 8 batches an epoch, a metrics line after every update: the test signals after the third one.
+OVERRIDES = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=8",
+    "augmentation=shift",
+    "trainer.progress_bar=false",
+    "print_config=false",
+    "regularization.early_stopping.enabled=false",
+    "trainer.log_every_n_steps=1",
+]
+
+
+def test_a_stop_signal_is_recorded_and_the_previous_handlers_come_back():
+    before = signal.getsignal(signal.SIGTERM)
+    with signals.stop_on_signals():
+        assert signals.requested() is None
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert signals.requested() == "SIGUSR1"  # the first names the stop
+        assert signals.stop_signal(torch.device("cpu"), agree=False) == "SIGUSR1"  # one process: at every update
+    assert signal.getsignal(signal.SIGTERM) is before and signals.requested() is None
+
+
+def test_in_a_sweep_a_signal_stops_the_sweep_and_a_non_finite_loss_fails_one_trial():
+    def preempted(cfg):
+        raise signals.Stopped()
+
+    def diverged(cfg):
+        raise RunFailed("train/loss is not finite")
+
+    with pytest.raises(SystemExit) as stop:
+        sweeps.run_trial(preempted, cfg_for(), multirun=True)
+    assert stop.value.code == signals.EXIT_STOPPED
+    assert sweeps.run_trial(diverged, cfg_for(), multirun=True) == -math.inf  # the worst value: the sweep goes on
+
+
+SECOND_CTRL_C = """
+import os, signal, time
+from trainkit.checkpointing.signals import requested, stop_on_signals
+with stop_on_signals():
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)  # the same Ctrl-C passed on by torchrun's agent: still one request
+    print(requested(), flush=True)
+    time.sleep(1.5)
+    os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C
+    time.sleep(30)
+"""
+
+
+def test_a_second_ctrl_c_aborts_at_once():
+    result = subprocess.run([sys.executable, "-c", SECOND_CTRL_C], capture_output=True, text=True, timeout=120)
+    assert result.returncode == signals.EXIT_ABORTED, result.stderr
+    assert result.stdout.split() == ["SIGINT"]
+    assert result.stderr.strip() == "aborted by a second Ctrl-C; checkpoints/last.pt is as last saved"
+
+
+def start_train(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    """train.py in a process group of its own with SIGINT at its default (a shell's background job
+    ignores SIGINT, and a child would inherit that), as a terminal's foreground job."""
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def wait_for_metrics(process: subprocess.Popen, run_dir: Path, lines: int, timeout: float = 240) -> None:
+    metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= lines:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"no {lines} metrics lines in time: {process.communicate()[1][-3000:]}")
+
+
+def interrupt(run_dir: Path, signum: int, overrides=OVERRIDES, after_lines: int = 3) -> TrainRun:
+    """Start a run, send `signum` to its process group after `after_lines` metrics lines, wait."""
+    process = start_train(run_dir, *overrides)
+    try:
+        wait_for_metrics(process, run_dir, after_lines)
+        os.killpg(process.pid, signum)
+        stdout, stderr = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return TrainRun(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), run_dir)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("straight")
+    command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *OVERRIDES]
+    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr[-3000:]
+    return TrainRun(process, run_dir)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_saves_at_the_step_exits_75_in_one_line_and_the_run_resumes_exactly(
+    signum, run_train, tmp_path, request
+):
+    stopped = interrupt(tmp_path / "stopped", signum)
+    output = stopped.stdout + stopped.stderr
+    assert stopped.returncode == signals.EXIT_STOPPED, output[-3000:]
+    assert "Traceback" not in output
+    checkpoint = torch.load(stopped.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    # Saved at the update it stopped after: the last one logged, inside an epoch.
+    assert checkpoint["step"] == stopped.metrics[-1]["step"] and 0 < checkpoint["batches_done"] < 8
+    name = signal.Signals(signum).name
+    [line] = [line for line in output.splitlines() if "stopped by" in line or "resume=" in line]
+    assert line.endswith(f"resume={stopped.run_dir / 'checkpoints' / 'last.pt'}")
+    assert f"stopped by {name} at epoch {checkpoint['epoch']}, step {checkpoint['step']}" in line
+    assert not (stopped.run_dir / "summary.json").exists()  # not finished: no summary yet
+
+    if signum == signal.SIGINT:  # the saved position does not depend on the signal: one resume shows it exact
+        resumed = run_train(f"resume={stopped.run_dir / 'checkpoints' / 'last.pt'}", run_dir=stopped.run_dir)
+        assert_same_training(resumed, request.getfixturevalue("straight"))
+
+
+def strict_json(text: str) -> dict:
+    def refuse(constant: str):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_non_finite_loss_stops_at_the_next_logging_step_keeps_the_last_finite_checkpoint_and_exits_1(
+    run_train, monkeypatch
+):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    # NaN logits at the 5th update: the weights are NaN from then on. Checkpoints every 2 updates
+    # (steps 2 and 4 are fine), a metrics line every 3: found at step 6, inside epoch 0.
+    run = run_train(
+        "trainer.max_epochs=3",
+        "trainer.progress_bar=false",
+        "print_config=false",
+        "model._target_=models_for_tests.NanOnRankOne",
+        "model.widths=[16,32]",
+        "+model.nan_at=5",
+        "+model.nan_rank=0",
+        "trainer.checkpoint_every_n_steps=2",
+        "trainer.log_every_n_steps=3",
+        check=False,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 1 and "Traceback" not in output, output[-3000:]
+    assert "train/loss is not finite at epoch 0, step 6: lower optimizer.lr or set trainer.grad_clip" in output
+    summary = strict_json((run.run_dir / "summary.json").read_text())  # no bare NaN
+    assert summary["stop_reason"] == "non-finite loss" and summary["steps"] == 6
+    assert summary["test"]["test/loss"] is None  # tested with the NaN weights (no epoch ended: no best.pt)
+    checkpoint = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["step"] == 4
+    assert all(torch.isfinite(tensor).all() for tensor in checkpoint["model"].values())
+
+
+@pytest.fixture
+def submitit_job(monkeypatch):
+    """This process as a submitit job's task: SUBMITIT_EXECUTOR set and, as submitit's process_job
+    installs it, a handler on its preemption signal: it records its calls and requeues (exits 144,
+    as submitit's local executor does) or returns (a task other than the first)."""
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
+    calls = []
+
+    def submitits_handler(signum, frame):
+        calls.append((signum, frame))
+        if handler.first_task:
+            sys.exit(144)
+
+    handler = submitits_handler
+    handler.first_task, handler.calls = True, calls
+    previous = signal.signal(signal.SIGUSR2, handler)
+    yield handler
+    signal.signal(signal.SIGUSR2, previous)
+
+
+def test_under_submitit_its_signal_stops_and_hands_over_to_its_requeue_after_the_checkpoint(submitit_job, tmp_path):
+    with signals.stop_on_signals():
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert signals.requested() == "SIGUSR2" and submitit_job.calls == []  # recorded; nothing requeued yet
+        leaving = signals.stopped("SIGUSR2", tmp_path, epoch=0, step=3, is_main=True)  # after the save
+    assert submitit_job.calls == [(signal.SIGUSR2, None)]  # submitit's handler, once, as the signal would have
+    assert type(leaving) is SystemExit and leaving.code == 144  # requeued: submitit's exit, not 75
+    assert signal.getsignal(signal.SIGUSR2) is submitit_job  # its handler back
+
+    submitit_job.first_task = False  # another task: submitit requeues from the first one only
+    with signals.stop_on_signals():
+        os.kill(os.getpid(), signal.SIGUSR2)
+        leaving = signals.stopped("SIGUSR2", tmp_path, epoch=0, step=3, is_main=False)
+    assert isinstance(leaving, signals.Stopped) and leaving.code == signals.EXIT_STOPPED
+
+    with signals.stop_on_signals():  # SIGTERM (scancel; SLURM's own preemption notice): a plain stop
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert isinstance(signals.stopped("SIGTERM", tmp_path, 0, 3, is_main=True), signals.Stopped)
+    assert len(submitit_job.calls) == 2
+
+
+def test_when_submitit_declines_to_requeue_the_run_exits_75_saying_why(submitit_job, tmp_path, caplog):
+    def declines(signum, frame):
+        raise RuntimeError("Job not requeued because: timed-out too many times.")  # submitit's UncompletedJobError
+
+    signal.signal(signal.SIGUSR2, declines)
+    with signals.stop_on_signals():
+        os.kill(os.getpid(), signal.SIGUSR2)
+        leaving = signals.stopped("SIGUSR2", tmp_path, epoch=1, step=9, is_main=True)
+    assert isinstance(leaving, signals.Stopped) and leaving.code == signals.EXIT_STOPPED
+    assert "not requeued: Job not requeued because: timed-out too many times." in caplog.text
+    assert f"continue with: python train.py resume={tmp_path.resolve() / 'checkpoints' / 'last.pt'}" in caplog.text
+
+
+def test_outside_submitit_its_signal_is_left_alone(monkeypatch):
+    monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
+    before = signal.getsignal(signal.SIGUSR2)
+    with signals.stop_on_signals():
+        assert signal.getsignal(signal.SIGUSR2) is before
+    assert "SIGUSR2" in signals.STOP_SIGNAL_NAMES  # the same names where train.py is pickled for a submitit job
+
+
+def submitit_task(sweep_dir: Path) -> int:
+    """The pid of the job's task: the local executor's job id is its controller's pid."""
+    [controller] = [path.name for path in (sweep_dir / ".submitit").iterdir() if path.name.isdigit()]
+    return int(Path(f"/proc/{controller}/task/{controller}/children").read_text().split()[0])
+
+
+@pytest.mark.slow
+def test_under_the_submitit_launcher_a_preemption_saves_at_the_step_requeues_and_continues_exactly(straight, tmp_path):
+    """Hydra's submitit launcher with submitit's local executor: its preemption signal (SIGUSR2),
+    sent to the job's task as the controller sends it before a timeout. The task saves at the step
+    and submitit requeues it; the requeued task continues with resume=auto and ends as a straight run."""
+    sweep = tmp_path / "sweep"
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        "hydra/launcher=submitit_local",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    process = subprocess.Popen(
+        [*command, "resume=auto", *OVERRIDES],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    run_dir = sweep / "0"
+    try:
+        wait_for_metrics(process, run_dir, 3)
+        os.kill(submitit_task(sweep), signal.SIGUSR2)
+        stdout, stderr = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    log = (run_dir / "train.log").read_text()
+    assert process.returncode == 0, (stderr + log)[-3000:]
+    [line] = [line for line in log.splitlines() if "stopped by" in line]
+    step = int(line.split("step ")[1].split(",")[0])
+    assert 0 < step < 8  # inside epoch 0
+    assert line.endswith(
+        f"stopped by SIGUSR2 at epoch 0, step {step}, checkpoint saved; submitit requeued the job: it continues "
+        f"from {run_dir / 'checkpoints' / 'last.pt'} with resume=auto"
+    )
+    assert "Requeued job" in log  # submitit's own line: its handler ran after the checkpoint
+    assert f"resuming {run_dir / 'checkpoints' / 'last.pt'} at epoch 0, batch {step}, step {step}" in log
+    assert "Traceback" not in log + stderr
+    assert_same_training(TrainRun(subprocess.CompletedProcess(command, 0, stdout, stderr), run_dir), straight)

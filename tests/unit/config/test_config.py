@@ -1,0 +1,568 @@
+"""The schema: every config-only mistake is found in one pass before anything is built, named by
+its key on one line; ignored settings are warned about; cli.one_line makes any config error one line."""
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import InstantiationException, MissingConfigException
+
+from conftest import composed
+from trainkit.cli import one_line
+from trainkit.config.rules import RULES
+from trainkit.config.schema import find_problems
+from trainkit.config.validation import RELATIONS, ignored_keys, problems, validate
+from trainkit.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+CONF = ROOT / "conf"
+# Options whose `???` keys (or `required` list) a real run fills on the command line, and flips,
+# which need data whose mirror image keeps its label (the digits default refuses them).
+REQUIRED_BY_OPTION = {
+    "task=segmentation": ["optimized_metric=val/miou", "data.mirror_changes_label=false"],
+    "data=imagefolder": ["data.root=/data/images"],
+    "data=cached": ["data.root=/data/cache"],
+    "augmentation=basic": ["data=cifar10"],
+    "augmentation=strong": ["data=cifar10"],
+    "augmentation=randaugment": ["data=imagefolder", "data.root=/data/images"],
+    "augmentation=trivialaugment": ["data=imagefolder", "data.root=/data/images"],
+    "experiment=finetune_imagefolder": ["data.root=/data/images", "model.pretrained_path=/weights/resnet18.pt"],
+}
+
+
+@pytest.fixture
+def compose_config():
+    """compose(overrides) against the real conf/: a fresh copy of conftest's composition, which
+    each set of overrides gets once a session (the rule cases are composed by several tests)."""
+    return lambda overrides=(): composed(*overrides)
+
+
+def test_default_config_validates(compose_config):
+    cfg = compose_config()
+    validate(cfg)
+    assert cfg.data.name == "digits"  # the no-download default
+
+
+def group_options() -> list[str]:
+    return [
+        f"{group.name}={option.stem}"
+        for group in sorted(CONF.iterdir())
+        if group.is_dir() and group.name != "hydra"
+        for option in sorted(group.glob("*.yaml"))
+    ]
+
+
+@pytest.mark.parametrize("override", group_options())
+def test_every_group_option_composes_and_validates(compose_config, override):
+    validate(compose_config([override, *REQUIRED_BY_OPTION.get(override, [])]))
+
+
+IMAGES = ["data=imagefolder", "data.root=/data/images"]
+SEGMENTATION = ["task=segmentation", "optimized_metric=val/miou", "data.mirror_changes_label=false"]
+
+# ---- one case per rule: (overrides, the key the error names) --------------------------------
+
+RULE_CASES = [
+    (["seed=-1"], "seed"),
+    (["seed=1.5"], "seed"),
+    (["device=gpu"], "device"),
+    (["device=cuda:x"], "device"),
+    (["device=''"], "device"),
+    (["resume=3"], "resume"),
+    (["print_config=yes"], "print_config"),
+    (["optimized_metric=3"], "optimized_metric"),
+    (["task._target_=3"], "task._target_"),
+    (["required=[3]"], "required"),
+    (["sweep.catch_failures=maybe"], "sweep.catch_failures"),
+    (["sweep.failed_trial_value=nan"], "sweep.failed_trial_value"),
+    (["sweep.failed_trial_value=worst"], "sweep.failed_trial_value"),
+    (["trainer.max_epochs=abc"], "trainer.max_epochs"),
+    (["trainer.max_epochs=0"], "trainer.max_epochs"),
+    (["trainer.max_steps=0"], "trainer.max_steps"),
+    (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches"),
+    (["trainer.grad_clip=0"], "trainer.grad_clip"),
+    (["trainer.log_every_n_steps=0"], "trainer.log_every_n_steps"),
+    (["trainer.checkpoint_every_n_steps=0"], "trainer.checkpoint_every_n_steps"),
+    (["trainer.limit_train_batches=0"], "trainer.limit_train_batches"),
+    (["trainer.limit_val_batches=1.5"], "trainer.limit_val_batches"),
+    (["trainer.channels_last=1"], "trainer.channels_last"),
+    (["trainer.cudnn_benchmark=fast"], "trainer.cudnn_benchmark"),
+    (["trainer.compile=yes"], "trainer.compile"),
+    (["trainer.progress_bar=2"], "trainer.progress_bar"),
+    (["trainer.tta_flip=1"], "trainer.tta_flip"),
+    (["data.name=3"], "data.name"),
+    (["data._target_=3"], "data._target_"),
+    (["data=mnist", "data.root=3"], "data.root"),
+    (["data.download=yes"], "data.download"),
+    (["data.channels=0"], "data.channels"),
+    (["data.image_size=0"], "data.image_size"),
+    (["data.mirror_changes_label=yes"], "data.mirror_changes_label"),
+    (["data.num_classes=1"], "data.num_classes"),
+    (["data.mean=0.5"], "data.mean"),
+    (["data.mean=[a]"], "data.mean"),
+    (["data.std=[0]"], "data.std"),
+    (["data.val_fraction=0"], "data.val_fraction"),
+    (["data.test_fraction=1.5"], "data.test_fraction"),
+    (["data.split_seed=-1"], "data.split_seed"),
+    (["data=synthetic", "data.num_samples=0"], "data.num_samples"),
+    (["data=synthetic", "data.val_samples=0"], "data.val_samples"),
+    (["data=synthetic", "data.test_samples=-5"], "data.test_samples"),
+    (["data=synthetic", "data.noise=-1"], "data.noise"),
+    (["data.batch_size=0"], "data.batch_size"),
+    (["data.batch_size=1.5"], "data.batch_size"),
+    (["data.eval_batch_size=0"], "data.eval_batch_size"),
+    (["data.num_workers=-1"], "data.num_workers"),
+    (["data=imagefolder", "data.root=/data/images", "data.num_workers=many"], "data.num_workers"),
+    (["data=imagefolder", "data.root=/data/images", "data.prefetch_factor=0"], "data.prefetch_factor"),
+    (["data=imagefolder", "data.root=/data/images", "data.pin_memory=sometimes"], "data.pin_memory"),
+    (["data.drop_last=maybe"], "data.drop_last"),
+    (["data.shuffle=maybe"], "data.shuffle"),
+    ([*IMAGES, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
+    (["model=timm", "model.name=3"], "model.name"),
+    (["model=timm", "model.pretrained=yes"], "model.pretrained"),
+    (["model.pretrained_path=3"], "model.pretrained_path"),
+    (["model.input_size=0"], "model.input_size"),
+    (["model.input_size=abc"], "model.input_size"),
+    (["model.freeze=head"], "model.freeze"),
+    (["model.freeze=-1"], "model.freeze"),
+    (["model.freeze_bn=1"], "model.freeze_bn"),
+    (["model.widths=[0,8]"], "model.widths"),
+    (["model=speedrun", "model.stem_width=0"], "model.stem_width"),
+    (["model=speedrun", "model.logit_scale=0"], "model.logit_scale"),
+    (["model=timm", "model.drop_path_rate=1"], "model.drop_path_rate"),
+    (["optimizer.lr=0"], "optimizer.lr"),
+    (["optimizer.lr=-1"], "optimizer.lr"),
+    (["optimizer.lr=abc"], "optimizer.lr"),
+    (["optimizer.weight_decay=-1"], "optimizer.weight_decay"),
+    (["optimizer.momentum=1.5"], "optimizer.momentum"),
+    (["optimizer.nesterov=maybe"], "optimizer.nesterov"),
+    (["optimizer=adamw", "optimizer.betas=[0.9]"], "optimizer.betas"),
+    (["optimizer=adamw", "optimizer.betas=[0.9,1.0]"], "optimizer.betas"),
+    (["optimizer=adamw", "optimizer.eps=0"], "optimizer.eps"),
+    (["optimizer.head_lr_scale=-1"], "optimizer.head_lr_scale"),
+    (["optimizer.scale_lr_with_batch=yes"], "optimizer.scale_lr_with_batch"),
+    (["optimizer.reference_batch_size=0"], "optimizer.reference_batch_size"),
+    (["scheduler.name=linear"], "scheduler.name"),
+    (["scheduler.warmup_epochs=-1"], "scheduler.warmup_epochs"),
+    (["scheduler.warmup_start_factor=1.5"], "scheduler.warmup_start_factor"),
+    (["scheduler.min_lr_ratio=2"], "scheduler.min_lr_ratio"),
+    (["scheduler=cosine_restarts", "scheduler.cycle_epochs=0"], "scheduler.cycle_epochs"),
+    (["scheduler=cosine_restarts", "scheduler.cycle_mult=1.5"], "scheduler.cycle_mult"),
+    (["scheduler=step", "scheduler.step_epochs=0"], "scheduler.step_epochs"),
+    (["scheduler=step", "scheduler.gamma=2"], "scheduler.gamma"),
+    (["precision.name=fp8"], "precision.name"),
+    (["precision.tf32=1"], "precision.tf32"),
+    (["optimizer.fused=always"], "optimizer.fused"),
+    (["regularization.label_smoothing=1.5"], "regularization.label_smoothing"),
+    (["regularization.dropout=1"], "regularization.dropout"),
+    (["regularization.ema.enabled=maybe"], "regularization.ema.enabled"),
+    (["regularization.ema.decay=1"], "regularization.ema.decay"),
+    (["regularization.ema.warmup=2"], "regularization.ema.warmup"),
+    (["regularization.early_stopping.enabled=maybe"], "regularization.early_stopping.enabled"),
+    (["regularization.early_stopping.monitor=3"], "regularization.early_stopping.monitor"),
+    (["regularization.early_stopping.mode=up"], "regularization.early_stopping.mode"),
+    (["regularization.early_stopping.patience=0"], "regularization.early_stopping.patience"),
+    (["regularization.early_stopping.min_delta=-1"], "regularization.early_stopping.min_delta"),
+    (["augmentation.name=fancy"], "augmentation.name"),
+    (["augmentation=basic", "augmentation.crop_padding='a bit'"], "augmentation.crop_padding"),
+    (["augmentation=basic", "augmentation.crop_padding=2.0"], "augmentation.crop_padding"),
+    (["augmentation=basic", "augmentation.horizontal_flip=yes"], "augmentation.horizontal_flip"),
+    (["augmentation=strong", "augmentation.color_jitter=15"], "augmentation.color_jitter"),
+    (["augmentation=strong", "augmentation.color_jitter.brightness=-1"], "augmentation.color_jitter.brightness"),
+    (["augmentation=strong", "augmentation.color_jitter.contrast=abc"], "augmentation.color_jitter.contrast"),
+    (["augmentation=strong", "augmentation.color_jitter.saturation=-0.1"], "augmentation.color_jitter.saturation"),
+    (["augmentation=strong", "augmentation.affine=15"], "augmentation.affine"),
+    (["augmentation=strong", "augmentation.affine.degrees=90"], "augmentation.affine.degrees"),
+    (["augmentation=strong", "augmentation.affine.translate=2"], "augmentation.affine.translate"),
+    (["augmentation=strong", "augmentation.affine.scale=1.1"], "augmentation.affine.scale"),
+    (["augmentation=strong", "augmentation.affine.scale=[1.1,0.9]"], "augmentation.affine.scale"),
+    (["augmentation=strong", "augmentation.affine.shear=-1"], "augmentation.affine.shear"),
+    (["augmentation=strong", "augmentation.random_order=yes"], "augmentation.random_order"),
+    (["augmentation=mixup", "augmentation.random_erasing=1.5"], "augmentation.random_erasing"),
+    (["augmentation=mixup", "augmentation.mixup_alpha=-1"], "augmentation.mixup_alpha"),
+    (["augmentation=mixup", "augmentation.cutmix_alpha=lots"], "augmentation.cutmix_alpha"),
+    (["augmentation=mixup", "+augmentation.per_sample=crop"], "augmentation.per_sample"),
+    (
+        [*IMAGES, "augmentation=randaugment", "augmentation.per_sample.random_resized_crop=[1.0,0.5]"],
+        "augmentation.per_sample.random_resized_crop",
+    ),
+    (
+        [*IMAGES, "augmentation=randaugment", "augmentation.per_sample.horizontal_flip=2"],
+        "augmentation.per_sample.horizontal_flip",
+    ),
+    (
+        [*IMAGES, "augmentation=randaugment", "augmentation.per_sample.policy=autoaugment"],
+        "augmentation.per_sample.policy",
+    ),
+    ([*IMAGES, "augmentation=randaugment", "augmentation.per_sample.num_ops=0"], "augmentation.per_sample.num_ops"),
+    (
+        [*IMAGES, "augmentation=randaugment", "augmentation.per_sample.magnitude=31"],
+        "augmentation.per_sample.magnitude",
+    ),
+    (["lr_finder.enabled=yes"], "lr_finder.enabled"),
+    (["lr_finder.apply=1"], "lr_finder.apply"),
+    (["lr_finder.min_lr=0"], "lr_finder.min_lr"),
+    (["lr_finder.max_lr=-1"], "lr_finder.max_lr"),
+    (["lr_finder.num_steps=1"], "lr_finder.num_steps"),
+    (["lr_finder.smoothing=1"], "lr_finder.smoothing"),
+    (["lr_finder.divergence_factor=1"], "lr_finder.divergence_factor"),
+    (["profiler.enabled=yes"], "profiler.enabled"),
+    (["profiler.wait=-1"], "profiler.wait"),
+    (["profiler.warmup=0.5"], "profiler.warmup"),
+    (["profiler.active=0"], "profiler.active"),
+    (["profiler.row_limit=0"], "profiler.row_limit"),
+    (["batch_size_finder.enabled=yes"], "batch_size_finder.enabled"),
+    (["batch_size_finder.start=0"], "batch_size_finder.start"),
+    (["batch_size_finder.max_batch_size=0"], "batch_size_finder.max_batch_size"),
+    (["batch_size_finder.safety_margin=0"], "batch_size_finder.safety_margin"),
+    (["batch_size_finder.safety_margin=1.5"], "batch_size_finder.safety_margin"),
+    (["batch_size_finder.memory_cap_gb=0"], "batch_size_finder.memory_cap_gb"),
+    (["distributed.name=fsdp"], "distributed.name"),
+    (["distributed.nproc_per_node=0"], "distributed.nproc_per_node"),
+    (["distributed=ddp", "distributed.nproc_per_node=true"], "distributed.nproc_per_node"),
+    (["distributed.backend=mpi"], "distributed.backend"),
+    (["distributed.sync_batchnorm=yes"], "distributed.sync_batchnorm"),
+    (["distributed.timeout_seconds=0"], "distributed.timeout_seconds"),
+    (["logger.name=tensorboardz"], "logger.name"),
+    (["logger=wandb", "logger.mode=ofline"], "logger.mode"),
+    (["logger=csv", "logger.filename=3"], "logger.filename"),
+    (["logger=wandb", "logger.project=3"], "logger.project"),
+    (["logger=wandb", "logger.log_images=yes"], "logger.log_images"),
+    (["logger=wandb", "logger.init_timeout=0"], "logger.init_timeout"),
+]
+
+# Keys that contradict each other, or settings the chosen options need.
+RELATION_CASES = [
+    (["required=[trainer.max_steps]"], "trainer.max_steps"),
+    (["required=[trainer.max_stepz]"], "required"),
+    (["experiment=finetune_imagefolder", "data.root=/data/images"], "model.pretrained_path"),
+    (["data.mean=[0.1,0.2]"], "data.mean"),
+    (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
+    (["data=mnist", "data.root=null"], "data.root"),
+    (["data=cached", "data.root=null"], "data.root"),
+    (["data._target_=nowhere.load_images"], "data._target_"),
+    (["~data._target_"], "data._target_"),
+    (["data=imagefolder", "data.root=null"], "data.root"),
+    (
+        ["data=imagefolder", "data.root=/data/images", "data.channels=2", "data.mean=[0.5]", "data.std=[0.25]"],
+        "data.channels",
+    ),
+    (["data=synthetic", "data.num_classes=null"], "data.num_classes"),
+    (["data.val_fraction=0.5", "data.test_fraction=0.5"], "data.val_fraction"),
+    (["model=timm", "model.pretrained=true", "model.pretrained_path=/weights/resnet18.pt"], "model.pretrained_path"),
+    (["optimizer.momentum=0"], "optimizer.nesterov"),
+    (["regularization.early_stopping.mode=max"], "regularization.early_stopping.mode"),
+    (["lr_finder.max_lr=1e-8"], "lr_finder.max_lr"),
+    (["batch_size_finder.start=64", "batch_size_finder.max_batch_size=32"], "batch_size_finder.max_batch_size"),
+    (["device=cpu", "distributed.sync_batchnorm=true"], "distributed.sync_batchnorm"),
+    (["device=cpu", "distributed.backend=nccl"], "distributed.backend"),
+    (["augmentation=basic", "+augmentation.flip=true"], "augmentation.flip"),
+    (["augmentation=strong", "+augmentation.color_jitter.hue=0.1"], "augmentation.color_jitter.hue"),
+    (["augmentation=strong", "+augmentation.affine.rotate=10"], "augmentation.affine.rotate"),
+    (["+augmentation.horizontal_flip=true"], "augmentation.name"),
+    (["augmentation=basic"], "augmentation.horizontal_flip"),
+    (["data=mnist", "augmentation=strong"], "augmentation.horizontal_flip"),
+    (["augmentation=shift", "augmentation.horizontal_flip=true"], "augmentation.horizontal_flip"),
+    (
+        [*IMAGES, "data.mirror_changes_label=true", "augmentation=trivialaugment"],
+        "augmentation.per_sample.horizontal_flip",
+    ),
+    ([*IMAGES, "augmentation=randaugment", "+augmentation.per_sample.erase=0.2"], "augmentation.per_sample.erase"),
+    (["augmentation=randaugment", "augmentation.per_sample.horizontal_flip=false"], "augmentation.per_sample"),
+    (["trainer.tta_flip=true"], "trainer.tta_flip"),  # digits: a mirrored 2 is not a 2
+    # the task names what may be monitored and optimized
+    (["optimized_metric=foo"], "optimized_metric"),
+    (["optimized_metric=val/miou"], "optimized_metric"),  # classification has no miou
+    (["regularization.early_stopping.monitor=train/loss"], "regularization.early_stopping.monitor"),
+    (["task._target_=trainkit.tasks.nowhere.Missing"], "task._target_"),
+    # a target per pixel: what moves the image must move the mask
+    ([*SEGMENTATION, "augmentation=shift"], "augmentation.crop_padding"),
+    ([*SEGMENTATION, "model.input_size=16"], "model.input_size"),
+    (["task=segmentation", "optimized_metric=val/miou"], "task.horizontal_flip"),  # digits: a mirrored 2 is no 2
+]
+
+
+@pytest.mark.parametrize(
+    "overrides, key", RULE_CASES + RELATION_CASES, ids=[" ".join(o) for o, _ in RULE_CASES + RELATION_CASES]
+)
+def test_every_mistake_is_one_config_error_naming_its_key(compose_config, overrides, key):
+    cfg = compose_config(overrides)
+    assert list(problems(cfg)) == [key]  # exactly this one: nothing reported twice or as a knock-on
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    assert error.value.key == key
+    assert str(error.value).startswith(f"{key}: ")
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("overrides, key", RULE_CASES, ids=[" ".join(o) for o, _ in RULE_CASES])
+def test_each_rule_case_is_found_by_its_rule(compose_config, overrides, key):
+    assert key in find_problems(compose_config(overrides), {key: RULES[key]}, [])
+
+
+def test_every_rule_has_a_case():
+    assert set(RULES) <= {key for _, key in RULE_CASES}
+
+
+def test_every_relation_has_a_case_that_only_it_finds(compose_config):
+    configs = [(compose_config(overrides), key) for overrides, key in RELATION_CASES]
+    for cfg, key in configs:
+        assert key not in find_problems(cfg, RULES, [])  # no single-key rule finds these
+    for relation in RELATIONS:
+        assert any(key in find_problems(cfg, {}, [relation]) for cfg, key in configs), relation
+
+
+def test_every_rule_key_exists_in_some_option():
+    """A rule on a key no config has would never run: a misspelt rule."""
+    from omegaconf import OmegaConf
+
+    keys = set()
+    for override in group_options():  # composed as test_every_group_option_composes_and_validates does
+        cfg = composed(override, *REQUIRED_BY_OPTION.get(override, []))
+        keys |= {key for key in RULES if OmegaConf.select(cfg, key, default=KeyError) is not KeyError}
+    assert keys == set(RULES)
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (["scheduler.name=linear"], ["'linear'", "cosine, cosine_restarts, step, constant"]),
+        (["logger.name=tensorboardz"], ["'tensorboardz'", "none, csv, wandb"]),
+        (["logger=wandb", "logger.mode=ofline"], ["'ofline'", "offline"]),
+        (["device=gpu"], ["'gpu'", "cuda:N"]),
+        (["trainer.max_epochs=abc"], ["a whole number >= 1", "'abc' (str)"]),
+        (["data.std=[0]"], ["numbers > 0", "[0]"]),
+        (["augmentation=basic", "+augmentation.flip=true"], ["unknown key", "horizontal_flip"]),
+        (["data=mnist", "data.root=null"], ["is required for mnist", "data.root="]),
+        (
+            ["augmentation=basic"],
+            ["data.mirror_changes_label=true", "augmentation=shift", "data.mirror_changes_label=false"],
+        ),
+        (["experiment=finetune_imagefolder", "data.root=/data/images"], ["(or model.pretrained=true)"]),
+    ],
+)
+def test_messages_show_the_bad_value_and_the_way_out(compose_config, overrides, fragments):
+    message = next(iter(problems(compose_config(overrides)).values()))
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_all_problems_are_found_in_one_pass_and_reported_on_one_line(compose_config):
+    cfg = compose_config(["optimizer.lr=-1", "data.batch_size=0", "augmentation.name=fancy", "data.mean=[0.1,0.2]"])
+    assert list(problems(cfg)) == ["data.batch_size", "optimizer.lr", "augmentation.name", "data.mean"]
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    line = str(error.value)
+    assert error.value.key == "data.batch_size" and "\n" not in line
+    assert "; also optimizer.lr: must be a number > 0, got -1" in line and "; also augmentation.name:" in line
+
+
+def test_a_contradiction_between_bad_values_is_not_reported():
+    """data.channels=0 is wrong on its own; comparing the statistics with it would add noise."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF.resolve()), version_base=None):
+        cfg = compose("config", overrides=["data.channels=0", "data.mean=[0.1,0.2]"])
+    GlobalHydra.instance().clear()
+    assert list(problems(cfg)) == ["data.channels"]
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["data=imagefolder"], "data.root"),
+        (["experiment=finetune_imagefolder", "data.root=/data/images"], "model.pretrained_path"),
+    ],
+)
+def test_required_keys_say_how_to_pass_them(compose_config, overrides, key):
+    with pytest.raises(ConfigError) as error:
+        validate(compose_config(overrides))
+    assert str(error.value).startswith(f"{key}: is required; pass {key}=...")
+
+
+def test_the_finetune_experiment_also_runs_on_timms_own_weights(compose_config):
+    validate(compose_config(["experiment=finetune_imagefolder", "data.root=/data/images", "model.pretrained=true"]))
+
+
+def test_one_value_for_all_channels_is_accepted(compose_config):
+    validate(compose_config(["data.mean=[0.5]"]))
+    validate(compose_config(["data=cifar10", "data.mean=[0.5]", "data.std=[0.25]"]))
+
+
+def test_a_missing_augmentation_key_or_null_means_off(compose_config):
+    validate(
+        compose_config(
+            [
+                "data=cifar10",
+                "augmentation=strong",
+                "augmentation.affine=null",
+                "augmentation.color_jitter.contrast=null",
+            ]
+        )
+    )
+
+
+# ---- before anything is built ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["data=synthetic", "augmentation=strong"],
+        ["data=imagefolder", "data.root=/data/images", "augmentation=basic"],
+        ["augmentation=basic", "data.mirror_changes_label=false"],  # your digits are mirror-safe: you say so
+        ["data=mnist", "augmentation=basic", "augmentation.horizontal_flip=false"],
+        # cifar10_optuna searches augmentation: choice(basic, strong) over this experiment
+        ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=basic"],
+        ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=strong"],
+    ],
+)
+def test_flips_are_allowed_where_the_mirror_image_keeps_its_label(compose_config, overrides):
+    validate(compose_config(overrides))
+
+
+def test_a_bad_config_fails_before_any_data_model_or_run_directory(tmp_path):
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"hydra.run.dir={run_dir}",
+        "data=imagefolder",
+        f"data.root={tmp_path / 'nonexistent'}",
+        "optimizer.lr=-1",
+    ]
+    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 1
+    errors = [line for line in process.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: optimizer.lr: must be a number > 0, got -1"], process.stderr  # not the data folder's
+    assert not (run_dir / "checkpoints").exists() and not (run_dir / "metrics.jsonl").exists()
+
+
+def test_importing_the_schema_stays_light():
+    code = (
+        "import sys, trainkit.config.validation; heavy = ('torchvision', 'timm', 'wandb', 'matplotlib', 'optuna'); "
+        "print([m for m in sys.modules if m.split('.')[0] in heavy])"
+    )
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert output.strip() == "[]"
+
+
+# ---- settings the chosen options ignore: one warning each, never an error ------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (["data.num_workers=4"], "data.num_workers=4 is ignored"),
+        (["data=synthetic", "data.num_workers=2"], "data.num_workers=2 is ignored"),
+        (["data.root=/data"], "data.root=/data is ignored"),
+        (["data=synthetic", "data.download=true"], "data.download=true is ignored"),
+        (["data=imagefolder", "data.root=/data/images", "data.download=true"], "data.download=true is ignored"),
+        (["scheduler=constant", "scheduler.warmup_start_factor=0.1"], "scheduler.warmup_start_factor is ignored"),
+        (["lr_finder.apply=true"], "lr_finder.apply=true is ignored"),
+        (
+            ["data=cifar10", "augmentation=basic", "+augmentation.random_order=true"],
+            "augmentation.random_order=true is ignored",
+        ),
+        (
+            [*IMAGES, "augmentation=trivialaugment", "+augmentation.per_sample.magnitude=9"],
+            "augmentation.per_sample.magnitude=9 is ignored",
+        ),
+    ],
+)
+def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fragment):
+    cfg = compose_config(overrides)
+    with caplog.at_level(logging.WARNING, logger="trainkit.config.validation"):
+        validate(cfg)
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(fragment), warnings
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["data=mnist"],
+        ["data=imagefolder", "data.root=/data/images"],
+        ["data=imagefolder", "data.root=/data/images", "data.num_workers=3", "data.pin_memory=false"],
+        ["data.num_workers=auto"],  # in-memory data: auto means none, nothing to warn about
+        ["data=mnist", "data.download=true"],
+        ["augmentation=strong"],
+        [*IMAGES, "augmentation=randaugment"],
+    ],
+)
+def test_defaults_and_used_settings_warn_about_nothing(compose_config, overrides):
+    assert ignored_keys(compose_config(overrides)) == []
+
+
+# ---- cli.one_line -----------------------------------------------------------------------------
+
+
+def test_unknown_group_option_is_one_line_listing_the_options(compose_config):
+    with pytest.raises(MissingConfigException) as error:
+        compose_config(["data=nope"])
+    line = one_line(error.value)
+    assert "\n" not in line
+    assert line.startswith("data=nope: ")
+    for option in (p.stem for p in (CONF / "data").glob("*.yaml")):
+        assert option in line
+
+
+def test_misspelt_key_is_one_line_with_a_suggestion(compose_config):
+    with pytest.raises(Exception) as error:
+        compose_config(["optimizer.lrr=0.1"])
+    line = one_line(error.value)
+    assert "\n" not in line
+    assert line.startswith("optimizer.lrr: ")
+    assert "did you mean optimizer.lr?" in line
+    assert "+optimizer.lrr=" in line  # and how to add a key on purpose
+
+
+def test_misspelt_top_level_key_suggests_the_real_one(compose_config):
+    with pytest.raises(Exception) as error:
+        compose_config(["sed=1"])
+    line = one_line(error.value)
+    assert "\n" not in line and "sed" in line and "did you mean seed?" in line
+
+
+def test_config_error_wrapped_by_instantiation_exception_gives_its_own_text():
+    config_error = ConfigError("model.name", "unknown model 'resnet9000'; choose one of cnn, timm, torchvision")
+    try:
+        try:
+            raise config_error
+        except ConfigError as cause:
+            raise InstantiationException("Error in call to target 'trainkit.models.build':\nmore\ndetail") from cause
+    except InstantiationException as wrapped:
+        assert one_line(wrapped) == str(config_error)
+
+
+def test_config_error_is_returned_as_is():
+    assert one_line(ConfigError("optimizer.lr", "must be > 0, got 0")) == "optimizer.lr: must be > 0, got 0"
+
+
+def test_any_other_multiline_error_is_flattened_to_one_line():
+    try:
+        try:
+            raise ValueError("first line\n\n   second line")
+        except ValueError as cause:
+            raise RuntimeError("outer\nproblem") from cause
+    except RuntimeError as error:
+        line = one_line(error)
+    assert "\n" not in line
+    assert line == "outer problem first line second line"
+
+
+def test_a_config_error_is_recognized_through_the_wrappers_around_it():
+    from trainkit.errors import caused_by_config_error
+
+    try:
+        try:
+            raise ConfigError("model.name", "no such model")
+        except ConfigError as inner:
+            raise InstantiationException("Error in call to target") from inner
+    except InstantiationException as wrapped:
+        assert caused_by_config_error(wrapped)
+    assert not caused_by_config_error(RuntimeError("a bug"))

@@ -1,0 +1,130 @@
+"""Tests for trainkit.data.cache and scripts/preprocess.py: the offline cache of an image folder."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from PIL import Image
+
+from conftest import ROOT
+from helpers import load_script
+from trainkit.data import build_data
+from trainkit.data.cache import load_cache, write_cache
+from trainkit.data.imagefolder import decode
+from trainkit.errors import ConfigError
+
+CONF = ROOT / "conf" / "data"
+CPU = torch.device("cpu")
+
+
+def make_folder(root, per_class: int = 6) -> None:
+    """Three classes of odd-sized RGB and greyscale PNGs and a JPEG: the resize and crop matter."""
+    rng = np.random.default_rng(0)
+    for label in range(3):
+        folder = root / "train" / f"class{label}"
+        folder.mkdir(parents=True)
+        for i in range(per_class):
+            height, width = 9 + i, 13 + 2 * label
+            if i == 0:
+                Image.fromarray(rng.integers(0, 256, (height, width), dtype=np.uint8)).save(folder / "grey.png")
+            elif i == 1:
+                Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(folder / "photo.jpg")
+            else:
+                Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+
+
+def config(name: str, **overrides):
+    cfg = OmegaConf.load(CONF / f"{name}.yaml")
+    for key, value in {"image_size": 8, "batch_size": 4, "num_workers": 0, **overrides}.items():
+        cfg[key] = value
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def cached(tmp_path_factory):
+    """(image folder, cache dir, meta): the cache written by scripts/preprocess.py's main."""
+    tmp = tmp_path_factory.mktemp("cache")
+    make_folder(tmp / "images")
+    preprocess = load_script("preprocess")
+    args = [str(tmp / "cache"), f"data.root={tmp / 'images'}", "data.image_size=8", "--workers=0", "--no-progress"]
+    assert preprocess.main(args) == 0
+    return tmp / "images", tmp / "cache", json.loads((tmp / "cache" / "meta.json").read_text())
+
+
+def test_the_cache_holds_the_pixels_the_file_loader_decodes(cached):
+    images_root, cache, meta = cached
+    assert meta["image_size"] == 8 and meta["channels"] == 3 and meta["classes"] == ["class0", "class1", "class2"]
+    splits = load_cache(config("cached", root=str(cache)))
+    files = build_data(config("imagefolder", root=str(images_root)), CPU, seed=0)
+    for split, loader in zip((splits.train, splits.val, splits.test), (files.train, files.val, files.test)):
+        images, labels = split
+        assert images.dtype == torch.uint8 and images.shape[1:] == (3, 8, 8) and labels.dtype == torch.int64
+        # Row i is the i-th file of the same split data=imagefolder carves, decoded exactly as it decodes.
+        samples = loader.loader.dataset.samples
+        assert [label for _, label in samples] == labels.tolist()
+        expected = torch.stack([decode(path, "RGB", 8) for path, _ in samples])
+        assert torch.equal(images, expected)
+    names = (cache / "train_files.txt").read_text().splitlines()
+    assert names == [path for path, _ in files.train.loader.dataset.samples]
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ({"image_size": 16}, "data.image_size"),
+        ({"channels": 1}, "data.channels"),
+        ({"num_classes": 5}, "data.num_classes"),
+        ({"val_fraction": 0.2}, "data.val_fraction"),
+    ],
+)
+def test_a_cache_made_with_other_settings_is_refused_naming_the_key(cached, override, key):
+    _, cache, _ = cached
+    with pytest.raises(ConfigError) as error:
+        load_cache(config("cached", root=str(cache), **override))
+    assert error.value.key == key and "\n" not in str(error.value)
+    assert f"{key}={next(iter(override.values()))}" in str(error.value)  # the remake command names the value
+
+
+def test_a_folder_that_is_not_a_cache_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"preprocess\.py") as error:
+        load_cache(config("cached", root=str(tmp_path)))
+    assert error.value.key == "data.root"
+
+
+def test_an_interrupted_write_leaves_no_cache(cached, tmp_path, monkeypatch):
+    images_root, _, _ = cached
+    monkeypatch.setattr(np, "save", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        write_cache(config("imagefolder", root=str(images_root)), tmp_path / "cache", progress=False)
+    assert not (tmp_path / "cache" / "meta.json").exists()
+
+
+def test_data_cached_trains_end_to_end(cached, run_train):
+    _, cache, _ = cached
+    run = run_train("data=cached", f"data.root={cache}", "data.image_size=8", "debug=fast", "augmentation=basic")
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert "test" in summary
+    assert OmegaConf.load(run.run_dir / ".hydra" / "config.yaml").data._target_ == "trainkit.data.cache.load_cache"
+
+
+def test_benchmark_dataloader_prints_a_table_and_a_recommendation(tmp_path, capsys):
+    benchmark = load_script("benchmark_dataloader")
+    args = ["--make-folder", "24", "--out", str(tmp_path), "--batches", "2", "--warmup", "1", "--max-workers", "1"]
+    assert benchmark.main([*args, "data.image_size=8", "data.batch_size=4"]) == 0
+    printed = capsys.readouterr().out
+    assert "| files | `data.num_workers=0` |" in printed and "| files | `data.num_workers=1` |" in printed
+    assert "| cached | `data=cached on cpu" in printed
+    recommendation = printed.strip().splitlines()[-1]
+    assert recommendation.startswith("recommendation: data=") and "\n" not in recommendation
+    assert (tmp_path / "benchmark_dataloader.png").stat().st_size > 0
+    assert (tmp_path / "benchmark_dataloader.md").read_text().strip().endswith(recommendation)
+
+
+def test_a_dataset_too_big_for_the_gpu_stays_on_the_host_with_pinned_batches(cached, monkeypatch, caplog):
+    _, cache, _ = cached
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1000, 10**9))  # 1000 bytes free
+    data = build_data(config("cached", root=str(cache)), torch.device("cuda"), seed=0)
+    assert data.train.images.device == CPU and data.train.pin_memory and data.test.pin_memory
+    assert "stays in host memory" in caplog.text

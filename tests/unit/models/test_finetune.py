@@ -1,0 +1,336 @@
+"""Fine-tuning tools: freezing (and frozen BatchNorm), local pretrained weights, a separate head LR,
+the linear LR-scaling rule and warmup from a fraction of the LR."""
+
+import copy
+import logging
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+from torch import nn
+
+from trainkit.errors import ConfigError
+from trainkit.models.build import build_model
+from trainkit.models.finetune import apply_frozen_bn_eval, freeze, head_parameters, stages
+from trainkit.models.pretrained import adapt_input_channels
+from trainkit.models.small_cnn import SmallCNN
+from trainkit.optim import LRSchedule, build_optimizer, build_scheduler, param_groups, scaled_lr
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+CONF = Path(__file__).resolve().parents[3] / "conf"
+
+
+def model_config(group: str, channels: int = 1, num_classes: int = 10, **overrides):
+    """conf/model/<group>.yaml inside a root config that its interpolations resolve against."""
+    root = OmegaConf.create(
+        {
+            "data": {"channels": channels, "num_classes": num_classes},
+            "regularization": {"dropout": 0.0},
+            "model": OmegaConf.load(CONF / "model" / f"{group}.yaml"),
+        }
+    )
+    for key, value in overrides.items():
+        root.model[key] = value
+    return root.model
+
+
+def optimizer_config(name: str = "sgd", **overrides):
+    cfg = OmegaConf.load(CONF / "optimizer" / f"{name}.yaml")
+    for key, value in overrides.items():
+        cfg[key] = value
+    return cfg
+
+
+def batchnorms(model):
+    return {name: m for name, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+
+
+def train_a_few_steps(model, optimizer, channels=1, steps=3):
+    """The loop of train.py in miniature: train mode, frozen BatchNorm back to eval, SGD steps."""
+    scheduler = build_scheduler(optimizer, OmegaConf.load(CONF / "scheduler" / "cosine.yaml"), 2, 20)
+    torch.manual_seed(1)
+    for _ in range(steps):
+        model.train()
+        apply_frozen_bn_eval(model)
+        images, labels = torch.randn(8, channels, 8, 8), torch.randint(0, 10, (8,))
+        loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)  # keep zeros: frozen parameters must still have none
+        scheduler.step()
+
+
+# ---- freezing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("group", ["timm", "cnn"])
+def test_frozen_backbone_is_bit_identical_after_training_and_only_the_head_learns(group):
+    torch.manual_seed(0)
+    model, _ = build_model(
+        model_config(group, freeze="backbone", widths=[4, 8, 8])
+        if group == "cnn"
+        else model_config(group, freeze="backbone"),
+        image_size=8,
+    )
+    head = head_parameters(model)
+    frozen = {name: p.detach().clone() for name, p in model.named_parameters() if p not in head}
+    head_before = {name: p.detach().clone() for name, p in model.named_parameters() if p in head}
+    stats = {name: {k: v.clone() for k, v in m.state_dict().items()} for name, m in batchnorms(model).items()}
+    assert frozen and head_before and stats
+
+    optimizer = build_optimizer(model, optimizer_config(head_lr_scale=10.0))
+    grouped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    assert grouped == {id(p) for p in head}  # frozen parameters are in no group: no update, no weight decay
+    train_a_few_steps(model, optimizer)
+
+    params = dict(model.named_parameters())
+    for name, before in frozen.items():
+        assert torch.equal(params[name], before), name
+        assert params[name].grad is None and not params[name].requires_grad
+    assert all(not torch.equal(params[name], before) for name, before in head_before.items())
+    for name, module in batchnorms(model).items():  # frozen BatchNorm: eval mode, statistics untouched
+        assert not module.training
+        assert all(torch.equal(module.state_dict()[k], v) for k, v in stats[name].items()), name
+
+
+def test_freeze_bn_false_lets_frozen_batchnorm_statistics_move():
+    torch.manual_seed(0)
+    model, _ = build_model(model_config("cnn", freeze="backbone", freeze_bn=False, widths=[4, 8, 8]), image_size=8)
+    bn = model.features[1]
+    mean, weight = bn.running_mean.clone(), bn.weight.detach().clone()
+    train_a_few_steps(model, build_optimizer(model, optimizer_config()))
+    assert bn.training and not torch.equal(bn.running_mean, mean)  # statistics follow the new data
+    assert torch.equal(bn.weight, weight)  # its affine parameters stay frozen
+
+
+RESNET_STAGES = ["conv1, bn1", "layer1", "layer2", "layer3", "layer4"]  # the stem, then the four layers
+
+
+def test_freezing_n_stages_of_a_timm_resnet():
+    model, _ = build_model(model_config("timm"), image_size=8)
+    assert [name for name, _ in stages(model)] == RESNET_STAGES  # from timm's feature_info
+    assert freeze(model, 2) == ["conv1", "bn1", "layer1"]  # the stem and the first stage, not conv1 and bn1 alone
+    assert not any(p.requires_grad for p in model.layer1.parameters())
+    assert all(
+        p.requires_grad for name in ("layer2", "layer3", "layer4", "fc") for p in getattr(model, name).parameters()
+    )
+    assert model.frozen_batchnorm_names == ["bn1", "layer1.0.bn1", "layer1.0.bn2", "layer1.1.bn1", "layer1.1.bn2"]
+    model.train()
+    apply_frozen_bn_eval(model)
+    assert not model.layer1[0].bn1.training and model.layer2[0].bn1.training
+    with pytest.raises(ConfigError) as error:
+        freeze(model, 6)
+    assert error.value.key == "model.freeze" and "5 stages" in error.value.message
+
+
+def test_freezing_n_stages_of_a_torchvision_resnet():
+    model, _ = build_model(model_config("torchvision", freeze=3), image_size=8)
+    assert [name for name, _ in stages(model)] == RESNET_STAGES
+    frozen = {name.split(".")[0] for name, p in model.named_parameters() if not p.requires_grad}
+    assert frozen == {"conv1", "bn1", "layer1", "layer2"}
+    assert all(p.requires_grad for name in ("layer3", "layer4", "fc") for p in getattr(model, name).parameters())
+    share = sum(p.numel() for p in model.parameters() if not p.requires_grad) / sum(
+        p.numel() for p in model.parameters()
+    )
+    assert 0.05 < share < 0.2  # stem + layer1 + layer2 of resnet18: ~6% of the weights, not conv1 + bn1's 0.09%
+
+
+def test_timm_stages_come_from_feature_info_with_the_stem_in_the_first():
+    model, _ = build_model(model_config("timm", name="convnext_atto", channels=3), image_size=32)
+    assert [name for name, _ in stages(model)] == ["stem, stages.0", "stages.1", "stages.2", "stages.3"]
+    assert freeze(model, 1) == ["stem", "stages.0"]
+
+
+def test_freeze_specs_null_zero_and_bad_values():
+    model = SmallCNN(1, 10, widths=(4, 8, 8))
+    assert freeze(model, None) == [] and freeze(model, 0) == []
+    assert all(p.requires_grad for p in model.parameters())
+    for bad in ("head", -1, True, 1.5):
+        with pytest.raises(
+            ValueError, match="freeze: spec"
+        ):  # the config's own check: tests/unit/config/test_config.py
+            freeze(model, bad)
+    assert freeze(model, 1) == ["features"]  # SmallCNN: one stage, its feature extractor
+
+
+def test_vit_parameters_held_by_the_model_itself_freeze_with_the_backbone():
+    model, _ = build_model(
+        model_config("timm", name="vit_tiny_patch16_224", channels=3, freeze="backbone"), image_size=8
+    )
+    assert not model.cls_token.requires_grad and not model.pos_embed.requires_grad
+    assert {id(p) for p in model.parameters() if p.requires_grad} == {id(p) for p in model.head.parameters()}
+    names = [name for name, _ in stages(model)]
+    assert names[:2] == ["patch_embed, blocks.0", "blocks.1"] and len(names) == 12  # one block a stage
+    assert model.cls_token in stages(model)[0][1]  # the model's own parameters go with the first stage
+
+
+def test_head_of_each_model_kind():
+    cnn = SmallCNN(1, 10, widths=(4, 8, 8))
+    assert head_parameters(cnn) == set(cnn.head[3].parameters())
+    timm_model, _ = build_model(model_config("timm"), image_size=8)
+    assert head_parameters(timm_model) == set(timm_model.fc.parameters())
+    torchvision_model, _ = build_model(model_config("torchvision", dropout=0.2), image_size=8)
+    assert head_parameters(torchvision_model) == set(torchvision_model.fc[1].parameters())  # last Linear, after dropout
+
+
+def test_frozen_batchnorm_survives_syncbn_conversion_deepcopy_and_wrapping():
+    model = SmallCNN(1, 10, widths=(4, 8, 8))
+    freeze(model, "backbone")
+    converted = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    assert isinstance(converted.features[1], nn.SyncBatchNorm)
+    for candidate in (converted, copy.deepcopy(converted)):
+        candidate.train()
+        apply_frozen_bn_eval(candidate)
+        assert not any(m.training for m in batchnorms(candidate).values())
+
+
+# ---- local pretrained weights -----------------------------------------------------------------
+
+
+def saved(model, path, transform=lambda state: state):
+    torch.save(transform(model.state_dict()), path)
+    return path
+
+
+def test_weights_from_a_local_file_load_exactly(tmp_path):
+    torch.manual_seed(0)
+    source = SmallCNN(1, 10, widths=(4, 8, 8))
+    path = saved(source, tmp_path / "weights.pt")
+    torch.manual_seed(1)
+    model, _ = build_model(model_config("cnn", widths=[4, 8, 8], pretrained_path=str(path)), image_size=8)
+    for key, value in source.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+
+
+@pytest.mark.parametrize("wrap", ["module", "compiled", "checkpoint", "safetensors"])
+def test_prefixes_checkpoints_and_safetensors_are_understood(tmp_path, wrap):
+    torch.manual_seed(0)
+    source = SmallCNN(1, 10, widths=(4, 8, 8))
+    state = source.state_dict()
+    path = tmp_path / "weights.pt"
+    if wrap == "module":
+        torch.save({f"module.{k}": v for k, v in state.items()}, path)
+    elif wrap == "compiled":
+        torch.save({f"_orig_mod.module.{k}": v for k, v in state.items()}, path)
+    elif wrap == "checkpoint":  # train.py's checkpoints/best.pt: the weights under "model"
+        torch.save({"model": state, "epoch": 3, "config": {"seed": 0}}, path)
+    else:
+        from safetensors.torch import save_file
+
+        path = tmp_path / "weights.safetensors"
+        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    model, _ = build_model(model_config("cnn", widths=[4, 8, 8], pretrained_path=str(path)), image_size=8)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+
+
+def test_another_number_of_classes_drops_the_head_with_a_log_line(tmp_path, caplog):
+    torch.manual_seed(0)
+    source, _ = build_model(model_config("timm", num_classes=1000), image_size=8)
+    path = saved(source, tmp_path / "imagenet.pt")
+    with caplog.at_level(logging.INFO, logger="trainkit.models.pretrained"):
+        model, _ = build_model(model_config("timm", num_classes=5, pretrained_path=str(path)), image_size=8)
+    assert "dropped the classifier head" in caplog.text and "fc.weight (1000, 512) -> (5, 512)" in caplog.text
+    assert "missing 2 (fc.weight, fc.bias), unexpected 0" in caplog.text
+    assert model.fc.out_features == 5
+    for key, value in source.state_dict().items():
+        if not key.startswith("fc."):
+            assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_one_channel_model_from_three_channel_weights(tmp_path):
+    source, _ = build_model(model_config("timm", channels=3), image_size=8)
+    path = saved(source, tmp_path / "rgb.pt")
+    model, _ = build_model(model_config("timm", channels=1, pretrained_path=str(path)), image_size=8)
+    assert model.conv1.weight.shape[1] == 1
+    assert torch.allclose(model.conv1.weight, source.conv1.weight.sum(dim=1, keepdim=True))
+    assert torch.equal(model.layer4[1].conv2.weight, source.layer4[1].conv2.weight)
+    # Grey image in: the same response as the RGB model given that grey in all three channels.
+    grey = torch.rand(2, 1, 8, 8)
+    model.eval(), source.eval()
+    assert torch.allclose(model(grey), source(grey.expand(-1, 3, -1, -1)), atol=1e-5)
+
+
+def test_more_input_channels_repeat_and_rescale():
+    weight = torch.randn(4, 3, 3, 3)
+    adapted = adapt_input_channels(weight, 5)
+    assert adapted.shape == (4, 5, 3, 3)
+    assert torch.allclose(adapted[:, :3], weight * 3 / 5) and torch.allclose(adapted[:, 3:], weight[:, :2] * 3 / 5)
+
+
+def test_missing_weights_file_is_a_config_error_saying_how_to_get_one(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        build_model(model_config("timm", pretrained_path=str(tmp_path / "nope.pt")), image_size=8)
+    assert error.value.key == "model.pretrained_path"
+    assert f"no file at '{tmp_path / 'nope.pt'}'" in error.value.message
+    assert "pretrained=True" in error.value.message and "model.pretrained_path" in error.value.message
+
+
+def test_weights_of_another_architecture_or_garbage_are_config_errors(tmp_path):
+    other = saved(SmallCNN(1, 10, widths=(4, 8, 16)), tmp_path / "other.pt")  # a wider last block
+    with pytest.raises(ConfigError, match="another architecture"):
+        build_model(model_config("cnn", widths=[4, 8, 8], pretrained_path=str(other)), image_size=8)
+    unrelated = saved(nn.Linear(3, 3), tmp_path / "linear.pt")
+    with pytest.raises(ConfigError, match="no tensor name"):
+        build_model(model_config("cnn", widths=[4, 8, 8], pretrained_path=str(unrelated)), image_size=8)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="could not read"):
+        build_model(model_config("cnn", widths=[4, 8, 8], pretrained_path=str(garbage)), image_size=8)
+    # model.pretrained=true together with pretrained_path: a config error, tests/unit/config/test_config.py.
+
+
+# ---- head LR, LR scaling, warmup from a fraction ----------------------------------------------
+
+
+def test_head_lr_scale_makes_four_groups_with_the_right_lrs():
+    model = SmallCNN(1, 10, widths=(4, 8, 8))
+    optimizer = build_optimizer(model, optimizer_config(lr=0.01, head_lr_scale=10.0))
+    backbone_decay, backbone_no_decay, head_decay, head_no_decay = optimizer.param_groups
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.01, 0.01, 0.1, 0.1])
+    assert [g["lr_scale"] for g in optimizer.param_groups] == [1.0, 1.0, 10.0, 10.0]
+    assert [g["params"] for g in (head_decay, head_no_decay)] == [[model.head[3].weight], [model.head[3].bias]]
+    assert head_decay["weight_decay"] > 0 and head_no_decay["weight_decay"] == backbone_no_decay["weight_decay"] == 0
+    assert len(backbone_decay["params"]) == 3  # the three convolutions
+    # The schedule multiplies each group's own LR: the ratio holds at every update.
+    scheduler = build_scheduler(optimizer, OmegaConf.load(CONF / "scheduler" / "cosine.yaml"), 4, 40)
+    for _ in range(10):
+        optimizer.step()
+        scheduler.step()
+        assert head_decay["lr"] == pytest.approx(10 * backbone_decay["lr"])
+    assert len(build_optimizer(model, optimizer_config()).param_groups) == 2  # scale 1: the two decay groups
+
+
+def test_head_lr_scale_with_a_frozen_backbone_keeps_empty_backbone_groups():
+    model = SmallCNN(1, 10, widths=(4, 8, 8))
+    freeze(model, "backbone")
+    groups = param_groups(model, weight_decay=0.1, head_lr_scale=5.0, lr=0.2)
+    assert [len(g["params"]) for g in groups] == [0, 0, 1, 1]
+    assert [g["lr"] for g in groups] == pytest.approx([0.2, 0.2, 1.0, 1.0])
+
+
+def test_scaled_lr_is_the_linear_rule_over_the_global_batch():
+    assert scaled_lr(0.1, batch_size=64, world_size=4, accumulate=2, reference=256) == pytest.approx(0.2)
+    assert scaled_lr(0.1, batch_size=256) == pytest.approx(0.1)
+    assert scaled_lr(1e-3, batch_size=32, world_size=1, accumulate=1, reference=256) == pytest.approx(1.25e-4)
+    with pytest.raises(ValueError):
+        scaled_lr(0.1, batch_size=0)
+    model = SmallCNN(1, 10, widths=(4, 8, 8))
+    cfg = optimizer_config(lr=0.1, scale_lr_with_batch=True, reference_batch_size=256, head_lr_scale=2.0)
+    optimizer = build_optimizer(model, cfg, batch_size=128, world_size=2, accumulate=4)  # global batch 1024
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.4, 0.4, 0.8, 0.8])
+    assert build_optimizer(model, optimizer_config(lr=0.1), batch_size=128, world_size=2).param_groups[0]["lr"] == 0.1
+
+
+def test_warmup_start_factor_warms_up_linearly_from_the_fraction():
+    cfg = OmegaConf.load(CONF / "scheduler" / "cosine.yaml")
+    cfg.warmup_epochs = 2
+    default = LRSchedule(cfg, updates_per_epoch=5, total_updates=100)
+    assert [default(u) for u in range(10)] == pytest.approx([(u + 1) / 10 for u in range(10)])  # unchanged
+    cfg.warmup_start_factor = 0.1
+    schedule = LRSchedule(cfg, updates_per_epoch=5, total_updates=100)
+    assert [schedule(u) for u in range(11)] == pytest.approx([0.1 + 0.9 * u / 10 for u in range(10)] + [1.0])
+    assert schedule(10) == pytest.approx(1.0) and schedule(11) < 1.0  # then the cosine, as before
+    # Bad optimizer keys and a warmup_start_factor outside [0, 1] are the schema's: tests/unit/config/test_config.py.

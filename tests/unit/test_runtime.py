@@ -1,0 +1,120 @@
+"""Device choice, seeding and mixed precision."""
+
+import logging
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from trainkit import runtime
+from trainkit.errors import ConfigError
+from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
+
+CPU = torch.device("cpu")
+no_accelerator = pytest.mark.skipif(
+    torch.cuda.is_available() or torch.backends.mps.is_available(), reason="checks the CPU-only fallback"
+)
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error when CUDA is missing")
+
+
+@no_accelerator
+def test_auto_picks_the_cpu_without_an_accelerator():
+    assert pick_device("auto") == CPU
+    assert pick_device("auto", local_rank=3) == CPU
+
+
+def test_cpu_is_always_available():
+    assert pick_device("cpu") == CPU
+
+
+@no_cuda
+@pytest.mark.parametrize("name", ["cuda", "cuda:1"])
+def test_cuda_without_a_gpu_raises_config_error_naming_device(name):
+    with pytest.raises(ConfigError) as error:
+        pick_device(name)
+    assert error.value.key == "device"
+    assert name in str(error.value) and "device=cpu" in str(error.value)
+
+
+# A name that is not a device (gpu, cuda:x) is the schema's to report: tests/unit/config/test_config.py.
+
+
+def draws() -> tuple:
+    return random.random(), np.random.rand(), torch.rand(2).tolist(), torch.nn.Linear(2, 2).weight.tolist()
+
+
+def test_seed_everything_makes_draws_repeat():
+    seed_everything(7)
+    first = draws()
+    seed_everything(7)
+    assert draws() == first
+    seed_everything(8)
+    assert draws() != first
+
+
+def test_seed_everything_accepts_seeds_beyond_numpy_range():
+    seed_everything(2**32 + 5)  # numpy only takes 32-bit seeds
+    first = draws()
+    seed_everything(2**32 + 5)
+    assert draws() == first
+
+
+def matmul_dtype(precision: str) -> torch.dtype:
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with autocast(precision, CPU):
+        return (a @ b).dtype
+
+
+def test_fp32_autocast_is_a_no_op():
+    with autocast("fp32", CPU):
+        assert not torch.is_autocast_enabled("cpu")
+    assert matmul_dtype("fp32") == torch.float32
+
+
+def test_bf16_autocast_on_cpu_runs_matmuls_in_bf16():
+    assert matmul_dtype("bf16") == torch.bfloat16
+    assert not torch.is_autocast_enabled("cpu")  # switched off again on exit
+
+
+def test_fp16_autocast_uses_float16():
+    with autocast("fp16", CPU):
+        assert torch.get_autocast_dtype("cpu") == torch.float16
+
+
+@pytest.mark.parametrize("precision, rank, warned", [("fp16", "0", 1), ("bf16", "0", 0), ("fp16", "1", 0)])
+def test_fp16_on_the_cpu_warns_once_that_it_is_slow(caplog, monkeypatch, precision, rank, warned):
+    """fp16 autocast on a CPU is emulated (about 13x slower than fp32 for the small CNN); autocast is
+    built for every batch, so the warning comes once per process, and names the way out."""
+    monkeypatch.setattr(runtime, "_warned_slow_fp16", False)
+    monkeypatch.setenv("RANK", rank)  # rank 0 alone says it
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with caplog.at_level(logging.WARNING, logger="trainkit.runtime"):
+        for _ in range(3):
+            with autocast(precision, CPU):
+                pass
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == warned and all("precision=bf16" in m for m in messages), messages
+
+
+@pytest.mark.parametrize("precision, enabled", [("fp32", False), ("bf16", False), ("fp16", True)])
+def test_grad_scaler_is_enabled_for_fp16_only(precision, enabled):
+    assert grad_scaler(precision, CPU).is_enabled() is enabled
+
+
+def test_disabled_grad_scaler_passes_the_loss_through():
+    loss = torch.tensor(2.5)
+    assert grad_scaler("bf16", CPU).scale(loss) is loss
+
+
+@pytest.mark.parametrize("tf32, autotune", [(True, False), (False, True)])
+def test_math_modes_set_tf32_and_cudnn_benchmark_from_the_config(tf32, autotune):
+    from trainkit.runtime import set_math_modes
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    try:
+        set_math_modes(tf32, autotune, torch.device("cpu"))
+        assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
+        assert torch.backends.cudnn.benchmark is autotune
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved

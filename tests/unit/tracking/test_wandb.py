@@ -1,0 +1,445 @@
+"""W&B tracking with the real wandb in offline mode (no account, no network), and image grids.
+
+wandb 0.31 writes no files/config.yaml or files/wandb-summary.json for an offline run: all of it
+lives in the run's `.wandb` file (LevelDB log format: 32 KiB blocks of checksummed chunks, each a
+protobuf `Record`), which `read_records` below decodes, as `wandb sync` would.
+"""
+
+import json
+import logging
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+from trainkit.tracking.images import image_grid, save_png
+from trainkit.tracking.loggers import build_loggers, wandb_names
+
+wandb = pytest.importorskip("wandb")
+
+
+@pytest.fixture(autouse=True)
+def quiet_local_wandb(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A run directory that exists before the loggers start, as Hydra makes it."""
+    path = tmp_path / "run"
+    path.mkdir()
+    return path
+
+
+def wandb_cfg(**overrides):
+    cfg = {
+        "name": "wandb",
+        "mode": "offline",
+        "project": "trainkit",
+        "entity": None,
+        "group": None,
+        "run_name": None,
+        "tags": [],
+        "notes": None,
+        "log_images": True,
+        "init_timeout": 90,
+    }
+    return OmegaConf.create({**cfg, **overrides})
+
+
+def read_records(path: Path):
+    """The protobuf records of a `.wandb` file, in order."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block, position, pending = path.read_bytes(), 32768, 7, b""
+    assert data[:4] == b":W&B"
+    while position + 7 <= len(data):
+        left = block - position % block
+        if left < 7:  # a block's tail too short for a chunk header is zero padding
+            position += left
+            continue
+        _checksum, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        if kind == 0 and length == 0:
+            position += left
+            continue
+        if position + 7 + length > len(data):  # still being written
+            return
+        pending += data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):  # FULL, or LAST of FIRST/MIDDLE/LAST
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            yield record
+
+
+def unflatten(items) -> dict:
+    """Record items ({key or nested_key path, value_json}) -> a nested dict."""
+    result = {}
+    for item in items:
+        *parents, last = [item.key] if item.key else list(item.nested_key)
+        target = result
+        for name in parents:
+            target = target.setdefault(name, {})
+        target[last] = json.loads(item.value_json)
+    return result
+
+
+class OfflineRun:
+    """What an offline run directory holds: config, history rows, final summary, exit code."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.config, self.history, self.summary, self.exit_code, self.run_id = {}, [], {}, None, None
+        for record in read_records(next(directory.glob("run-*.wandb"))):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                self.run_id = record.run.run_id
+                self.display_name, self.group = record.run.display_name, record.run.run_group
+                self.tags = list(record.run.tags)
+                self.config.update(unflatten(record.run.config.update))
+            elif kind == "config":
+                self.config.update(unflatten(record.config.update))
+            elif kind == "history":
+                self.history.append(unflatten(record.history.item))
+            elif kind == "summary":
+                self.summary.update(unflatten(record.summary.update))
+            elif kind == "exit":
+                self.exit_code = record.exit.exit_code
+
+    def rows_with(self, key: str) -> list[dict]:
+        return [row for row in self.history if key in row]
+
+
+def offline_run(run_dir: Path, timeout: float = 20.0) -> OfflineRun:
+    """The finished offline run in `run_dir`. `run.finish()` returns once wandb-core has handled
+    the exit record, but the core writes the `.wandb` file a moment later (at the latest when the
+    process exits), so wait for the exit record to land."""
+    directories = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(directories) == 1, directories
+    deadline = time.monotonic() + timeout
+    while (run := OfflineRun(directories[0])).exit_code is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return run
+
+
+def test_offline_run_lands_in_the_run_directory_with_config_history_and_summary(run_dir):
+    config = {"optimizer": {"lr": 0.1, "name": "sgd"}, "seed": 3}
+    loggers = build_loggers(
+        wandb_cfg(tags=["smoke"]), run_dir, config=config, run_name="optimizer.lr=0.1", group="sweep-1"
+    )
+    assert loggers.run_id is not None
+    loggers.log({"epoch": 0, "step": 10, "train/step_loss": 2.0, "lr": 0.1})
+    loggers.log({"epoch": 0, "step": 10, "train/loss": 1.9, "val/loss": 1.5, "val/acc": 0.4})  # same step
+    loggers.log({"epoch": 1, "step": 20, "train/loss": 1.0, "val/loss": 0.9, "val/acc": 0.7})
+    loggers.log({"epoch": 1, "step": 20, "test/loss": 0.8, "test/acc": 0.75})
+    loggers.summary({"best/val/acc": 0.7, "best/epoch": 1})
+    loggers.finish()
+
+    run = offline_run(run_dir)
+    assert run.directory.name.endswith(loggers.run_id) and run.run_id == loggers.run_id
+    assert run.config["optimizer"] == {"lr": 0.1, "name": "sgd"} and run.config["seed"] == 3
+    assert (run.display_name, run.group, run.tags) == ("optimizer.lr=0.1", "sweep-1", ["smoke"])
+    # Nothing dropped: each dict is a row, plotted against our `step`.
+    assert [row["step"] for row in run.history] == [10, 10, 20, 20]
+    assert [row["val/acc"] for row in run.rows_with("val/acc")] == [0.4, 0.7]
+    assert run.rows_with("test/acc")[0]["test/acc"] == 0.75
+    assert run.summary["val/acc"] == 0.7 and run.summary["test/acc"] == 0.75 and run.summary["step"] == 20
+    assert run.summary["best/val/acc"] == 0.7 and run.summary["best/epoch"] == 1
+    assert run.exit_code == 0
+    # metrics.jsonl is written as always.
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and json.loads(lines[-1])["test/acc"] == 0.75
+
+
+def test_an_offline_run_says_where_it_is_and_how_to_upload_it(run_dir, caplog):
+    loggers = build_loggers(wandb_cfg(), run_dir)
+    loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
+    with caplog.at_level(logging.INFO, logger="trainkit.tracking.loggers"):
+        loggers.finish()
+    run = offline_run(run_dir)
+    lines = [r.getMessage() for r in caplog.records if "wandb sync" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+    assert lines[0].endswith(f"wandb sync {run.directory}") and f"offline run in {run.directory};" in lines[0]
+    assert run.directory.parent == run_dir / "wandb" and run.directory.name.startswith("offline-run-")
+
+
+def test_a_failed_run_finishes_with_a_nonzero_exit_code_once(run_dir):
+    loggers = build_loggers(wandb_cfg(), run_dir)
+    loggers.log({"epoch": 0, "step": 1, "train/step_loss": float("nan")})
+    loggers.finish(failed=True)
+    loggers.finish(failed=True)  # a second call (e.g. from a `finally`) does nothing
+    run = offline_run(run_dir)
+    assert run.exit_code == 1
+    assert run.history[0]["step"] == 1
+
+
+def test_resume_id_continues_the_same_run_id(tmp_path):
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    first = build_loggers(wandb_cfg(), tmp_path / "first", run_name="first")
+    run_id = first.run_id
+    first.log({"epoch": 0, "step": 10, "val/acc": 0.5})
+    first.finish()
+
+    second = build_loggers(wandb_cfg(), tmp_path / "second", run_name="resume=last.pt", resume_id=run_id)
+    assert second.run_id == run_id
+    second.log({"epoch": 1, "step": 20, "val/acc": 0.6})
+    second.finish()
+    run = offline_run(tmp_path / "second")
+    assert run.directory.name.endswith(f"-{run_id}") and run.run_id == run_id
+    assert run.display_name == ""  # a resumed run keeps its name: the derived one is not sent
+    assert run.rows_with("val/acc")[0]["step"] == 20
+
+
+def test_init_failure_warns_once_and_training_goes_on_locally(run_dir, monkeypatch, caplog):
+    def broken_init(**kwargs):
+        raise wandb.errors.CommError("Timed out while retrying: no such host\nConsider increasing init_timeout")
+
+    monkeypatch.setattr(wandb, "init", broken_init)
+    with caplog.at_level(logging.WARNING, logger="trainkit.tracking.loggers"):
+        loggers = build_loggers(wandb_cfg(mode="online"), run_dir)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "\n" not in warnings[0].getMessage()
+    assert "local logging only" in warnings[0].getMessage() and "CommError" in warnings[0].getMessage()
+    assert loggers.run_id is None
+    loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
+    loggers.log_image("train/samples", np.zeros((4, 4, 3), np.uint8), step=0)
+    loggers.summary({"best/val/acc": 0.5})
+    loggers.finish(failed=True)
+    assert [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == [
+        {"epoch": 0, "step": 1, "val/acc": 0.5}
+    ]
+    assert not (run_dir / "wandb").exists()
+
+
+class FakeRun:
+    id = "fake123"
+
+    def __init__(self, fail_on_log=False):
+        self.fail_on_log, self.logged, self.finished, self.summary = fail_on_log, [], [], {}
+
+    def define_metric(self, *args, **kwargs):
+        pass
+
+    def log(self, metrics):
+        if self.fail_on_log:
+            raise RuntimeError("wandb-core went away")
+        self.logged.append(metrics)
+
+    def finish(self, exit_code=0):
+        self.finished.append(exit_code)
+
+
+def test_init_gets_the_explicit_mode_dir_names_and_resume(run_dir, monkeypatch):
+    calls, run = [], FakeRun()
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: calls.append(kwargs) or run)
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # the config's mode wins over the environment
+    cfg = wandb_cfg(mode="online", entity="team", tags=OmegaConf.create(["a", "b"]), notes="why")
+    loggers = build_loggers(cfg, run_dir, config={"seed": 0}, run_name="seed=1", group="sweep")
+    kwargs = calls[0]
+    assert kwargs["mode"] == "online" and kwargs["dir"] == str(run_dir)
+    assert (kwargs["project"], kwargs["entity"], kwargs["tags"], kwargs["notes"]) == (
+        "trainkit",
+        "team",
+        ["a", "b"],
+        "why",
+    )
+    assert (kwargs["name"], kwargs["group"], kwargs["config"]) == ("seed=1", "sweep", {"seed": 0})
+    assert kwargs["id"] is None and kwargs["resume"] is None
+    assert loggers.run_id == "fake123"
+    loggers.finish(failed=True)
+    assert run.finished == [1]
+
+    build_loggers(wandb_cfg(run_name="mine", group="g"), run_dir, run_name="seed=1", group="sweep", resume_id="abc")
+    assert (calls[1]["name"], calls[1]["group"], calls[1]["id"], calls[1]["resume"]) == ("mine", "g", "abc", "allow")
+
+
+def test_a_logging_failure_warns_finishes_the_run_and_stops_wandb(run_dir, monkeypatch, caplog):
+    run = FakeRun(fail_on_log=True)
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: run)
+    loggers = build_loggers(wandb_cfg(), run_dir)
+    with caplog.at_level(logging.WARNING, logger="trainkit.tracking.loggers"):
+        loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
+        loggers.log({"epoch": 1, "step": 2, "val/acc": 0.6})
+    assert len(caplog.records) == 1 and "local logging only" in caplog.records[0].getMessage()
+    assert run.finished == [1]
+    loggers.finish()
+    assert run.finished == [1]
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_disabled_mode_writes_no_wandb_files(run_dir, caplog):
+    loggers = build_loggers(wandb_cfg(mode="disabled"), run_dir, config={"seed": 0})
+    loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
+    loggers.log_image("train/samples", np.zeros((4, 4, 3), np.uint8), step=0)
+    loggers.summary({"best/val/acc": 0.5})
+    assert loggers.run_id is None
+    with caplog.at_level(logging.INFO, logger="trainkit.tracking.loggers"):
+        loggers.finish()
+    assert not any("wandb sync" in r.getMessage() for r in caplog.records)  # nothing to upload
+    assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.jsonl"]
+
+
+def test_wandb_config_defaults_to_offline(monkeypatch):
+    from hydra import compose, initialize_config_dir
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    conf = Path(__file__).resolve().parents[3] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        cfg = compose("config", overrides=["logger=wandb"])
+    assert cfg.logger.name == "wandb" and cfg.logger.mode == "offline" and cfg.logger.log_images is True
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert cfg.logger.mode == "disabled"
+
+
+def test_log_image_writes_the_png_into_the_offline_run(run_dir):
+    loggers = build_loggers(wandb_cfg(), run_dir)
+    grid = image_grid(torch.rand(5, 3, 6, 6), columns=4)
+    loggers.log_image("train/samples", grid, step=0)
+    loggers.log_image("train/samples_file", save_png(grid, run_dir / "samples.png"), step=0)
+    loggers.finish()
+    run = offline_run(run_dir)
+    images = sorted((run.directory / "files" / "media" / "images").rglob("*.png"))  # train/ is a folder
+    assert len(images) == 2
+    row = run.rows_with("train/samples")[0]
+    assert row["train/samples"]["width"] == grid.shape[1] and row["train/samples"]["height"] == grid.shape[0]
+
+
+def test_log_images_false_skips_images(run_dir):
+    loggers = build_loggers(wandb_cfg(log_images=False), run_dir)
+    loggers.log_image("train/samples", np.zeros((4, 4, 3), np.uint8), step=0)
+    loggers.finish()
+    assert not (offline_run(run_dir).directory / "files" / "media").exists()
+
+
+def test_wandb_names_from_hydra_config():
+    multirun = OmegaConf.create(
+        {
+            "mode": "MULTIRUN",
+            "sweep": {"dir": "outputs/multiruns/2026-01-02_03-04-05"},
+            "job": {"override_dirname": "optimizer.lr=0.1,seed=1"},
+            "runtime": {"output_dir": "/x/outputs/multiruns/2026-01-02_03-04-05/3"},
+        }
+    )
+    assert wandb_names(multirun) == ("optimizer.lr=0.1,seed=1", "2026-01-02_03-04-05")
+    single = OmegaConf.create(
+        {
+            "mode": "RUN",
+            "sweep": {"dir": "multirun/x"},
+            "job": {"override_dirname": ""},
+            "runtime": {"output_dir": "/x/outputs/runs/2026-01-02_03-04-05-123456"},
+        }
+    )
+    assert wandb_names(single) == ("2026-01-02_03-04-05-123456", None)
+    assert wandb_names({"job": {}}) == (None, None)
+    assert wandb_names() == (None, None)  # outside a Hydra app
+
+
+def test_wandb_names_reads_hydra_run_modes():
+    from hydra.types import RunMode
+
+    cfg = OmegaConf.create(
+        {"mode": RunMode.MULTIRUN, "sweep": {"dir": "ms/abc"}, "job": {"override_dirname": "seed=2"}}
+    )
+    assert wandb_names(cfg) == ("seed=2", "abc")
+
+
+def test_image_grid_unnormalizes_tiles_and_frames():
+    mean, std = (0.5, 0.25, 0.0), (0.5, 0.25, 1.0)
+    raw = torch.rand(10, 3, 4, 5)
+    normalized = (raw - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+    grid = image_grid(normalized, mean, std, columns=4)
+    assert grid.dtype == np.uint8 and grid.shape == (3 * 5 + 1, 4 * 6 + 1, 3)
+    expected = (raw.permute(0, 2, 3, 1) * 255).round().numpy()
+    assert np.abs(grid[1:5, 1:6].astype(float) - expected[0]).max() <= 1  # first tile
+    assert np.abs(grid[6:10, 7:12].astype(float) - expected[5]).max() <= 1  # row 1, column 1
+    assert (grid[0] == 128).all() and (grid[:, 0] == 128).all() and (grid[5] == 128).all()
+    assert (grid[11:15, 13:] == 128).all()  # the empty cells of the last row
+
+
+def test_image_grid_clamps_and_repeats_grayscale():
+    images = torch.tensor([[-5.0, 0.0], [0.5, 5.0]]).view(1, 1, 2, 2)
+    grid = image_grid(images, mean=[0.0], std=[1.0], border=0)
+    assert grid.shape == (2, 2, 3)
+    assert grid[..., 0].tolist() == [[0, 0], [128, 255]] and (grid[..., 0] == grid[..., 2]).all()
+    with pytest.raises(ValueError):
+        image_grid(torch.zeros(2, 4, 3, 3))
+
+
+def test_save_png_round_trips(tmp_path):
+    from PIL import Image
+
+    grid = image_grid(torch.rand(3, 1, 8, 8))
+    path = save_png(grid, tmp_path / "images" / "grid.png")
+    assert np.array_equal(np.asarray(Image.open(path).convert("RGB")), grid)
+
+
+def test_wandb_names_from_the_saved_hydra_config_in_a_worker_process(tmp_path):
+    # A DDP worker that train.py spawned has no HydraConfig; Hydra's .hydra/hydra.yaml is there.
+    job_dir = tmp_path / "multiruns" / "2026-01-02_03-04-05" / "1"
+    (job_dir / ".hydra").mkdir(parents=True)
+    (job_dir / ".hydra" / "hydra.yaml").write_text(
+        "hydra:\n  sweep:\n    dir: multiruns/${now:%Y-%m-%d_%H-%M-%S}\n  mode: MULTIRUN\n"
+        f"  job:\n    override_dirname: seed=1\n  runtime:\n    output_dir: {job_dir}\n"
+    )
+    assert wandb_names(run_dir=job_dir) == ("seed=1", "2026-01-02_03-04-05")
+    assert wandb_names(run_dir=tmp_path) == (None, None)  # no saved config
+
+
+def test_augmented_samples_enlarge_tiny_images_and_leave_training_randomness_alone():
+    from trainkit.augment.batch_transform import BatchTransform
+    from trainkit.data import TensorLoader
+    from trainkit.tracking.images import augmented_samples
+
+    loader = TensorLoader(torch.rand(40, 1, 8, 8), torch.zeros(40, dtype=torch.long), 16, shuffle=False)
+    transform = BatchTransform((0.5,), (0.5,), 8, {"name": "shift", "crop_padding": 0.25}, train=True)
+    torch.manual_seed(0)
+    expected_next_draw = torch.rand(1)
+    torch.manual_seed(0)
+    grid = augmented_samples(loader, transform, (0.5,), (0.5,), torch.device("cpu"))
+    assert torch.equal(torch.rand(1), expected_next_draw)  # the forked RNG left the stream untouched
+    assert grid.shape == (2 * (32 + 1) + 1, 8 * (32 + 1) + 1, 3)  # 16 tiles of 8x8 shown at 32x32
+
+
+def test_multirun_jobs_are_wandb_runs_of_one_group_named_after_their_overrides(tmp_path):
+    sweep = tmp_path / "sweep"
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        f"hydra.sweep.dir={sweep}",
+        "logger=wandb",
+        "logger.mode=offline",
+        "debug=fast",
+        "print_config=false",
+        "seed=1,2",
+    ]
+    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr[-3000:]
+    runs = [offline_run(sweep / job) for job in ("0", "1")]
+    assert runs[0].group == runs[1].group == sweep.name
+    names = sorted(run.display_name for run in runs)  # Hydra's override_dirname: sorted key=value pairs
+    assert [name.rsplit(",", 1)[-1] for name in names] == ["seed=1", "seed=2"]
+    assert all("debug=fast" in name and "logger=wandb" in name for name in names)
+    for job, run in zip(("0", "1"), runs):
+        summary = json.loads((sweep / job / "summary.json").read_text())
+        assert run.exit_code == 0
+        assert run.summary["test/acc"] == summary["test"]["test/acc"]  # the same number, not a copy of something else
+        assert run.summary["best/val/acc"] == summary["best"]["val/acc"]
+        assert run.summary["stop_reason"] == summary["stop_reason"]
+        assert run.config["seed"] == int(run.display_name.rsplit("seed=", 1)[-1])
+        epochs = [json.loads(line) for line in (sweep / job / "metrics.jsonl").read_text().splitlines()]
+        assert [row["val/acc"] for row in run.rows_with("val/acc")] == [m["val/acc"] for m in epochs if "val/acc" in m]
+        # The console names each job's offline run and the command that uploads it.
+        assert f"wandb sync {run.directory}" in process.stdout + process.stderr

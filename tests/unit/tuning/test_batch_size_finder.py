@@ -1,0 +1,152 @@
+"""Batch-size finder: converges on a simulated memory limit, honours a memory cap, fails clearly."""
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainkit.errors import ConfigError
+from trainkit.models.small_cnn import SmallCNN
+from trainkit.tuning.batch_size_finder import (
+    MemoryCapExceeded,
+    find_batch_size,
+    is_out_of_memory,
+    measure_step_memory,
+    training_step_probe,
+)
+
+
+def simulated_limit(limit: int, error: Exception | None = None):
+    """A try_step that runs out of memory above `limit` samples, and records what it was asked."""
+    tried = []
+
+    def try_step(batch_size: int) -> None:
+        tried.append(batch_size)
+        if batch_size > limit:
+            raise error or RuntimeError(f"CUDA out of memory. Tried to allocate {batch_size} MiB")
+
+    return try_step, tried
+
+
+def test_converges_on_the_exact_limit_then_keeps_the_safety_margin(caplog):
+    try_step, tried = simulated_limit(300)
+    with caplog.at_level(logging.INFO, logger="trainkit.tuning.batch_size_finder"):
+        result = find_batch_size(try_step, start=2, max_batch_size=4096, safety_margin=0.9)
+    assert result == 270  # floor(300 * 0.9)
+    assert tried[:9] == [2, 4, 8, 16, 32, 64, 128, 256, 512]  # doubling until the first failure
+    assert 300 in tried and 301 in tried  # the binary search pinned the boundary exactly
+    assert max(size for size in tried if size <= 300) == 300
+    assert len(tried) <= 9 + 8  # log2(512 - 256) more tries at most
+    assert "batch size 512: does not fit" in caplog.text and "using 270" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        torch.cuda.OutOfMemoryError("CUDA out of memory."),
+        RuntimeError("MPS backend out of memory"),
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1GB"),
+        MemoryCapExceeded("over the cap"),
+    ],
+)
+def test_every_kind_of_out_of_memory_error_counts_as_not_fitting(error):
+    assert is_out_of_memory(error)
+    try_step, _ = simulated_limit(100, error)
+    assert find_batch_size(try_step, start=4, safety_margin=1.0, device="cpu") == 100
+
+
+def test_other_errors_are_bugs_and_propagate():
+    def try_step(batch_size):
+        raise ValueError("shape mismatch")
+
+    with pytest.raises(ValueError, match="shape mismatch"):
+        find_batch_size(try_step)
+    assert not is_out_of_memory(RuntimeError("expected scalar type Float"))
+
+
+def test_max_batch_size_bounds_the_search_and_takes_no_memory_margin(caplog):
+    try_step, tried = simulated_limit(10**9)
+    with caplog.at_level(logging.INFO, logger="trainkit.tuning.batch_size_finder"):
+        # Stopped at the user's cap, not at memory: the safety margin (for memory) does not apply.
+        assert find_batch_size(try_step, start=3, max_batch_size=100, safety_margin=0.9) == 100
+    assert tried == [3, 6, 12, 24, 48, 96, 100]  # max_batch_size itself is tried last
+    assert "safety margin" not in caplog.text
+    try_step, _ = simulated_limit(10**9)
+    assert find_batch_size(try_step, start=2, max_batch_size=256, safety_margin=0.9) == 256  # not 230
+
+
+def test_a_memory_limit_just_below_max_batch_size_keeps_the_margin():
+    try_step, _ = simulated_limit(99)
+    assert find_batch_size(try_step, start=3, max_batch_size=100, safety_margin=0.9) == 89  # floor(99 * 0.9)
+
+
+def test_a_start_that_already_does_not_fit_is_a_clear_config_error():
+    try_step, tried = simulated_limit(8)
+    with pytest.raises(ConfigError) as error:
+        find_batch_size(try_step, start=16)
+    assert error.value.key == "batch_size_finder.start" and "16" in error.value.message
+    assert tried == [16]
+
+
+def test_result_is_at_least_one():
+    try_step, _ = simulated_limit(1)
+    assert find_batch_size(try_step, start=1, safety_margin=0.5) == 1
+
+
+# Bad settings (start, max_batch_size, safety_margin) are the schema's to report: tests/unit/config/test_config.py.
+
+
+# ---- a real step on the CPU, with a memory cap ------------------------------------------------
+
+
+def mlp_probe():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
+    images, labels = torch.randn(8, 256), torch.randint(0, 10, (8,))
+    return model, training_step_probe(model, F.cross_entropy, images, labels)
+
+
+def measured(probe, batch_size: int) -> int:
+    with measure_step_memory("cpu") as measurement:
+        probe(batch_size)
+    return measurement.peak_bytes
+
+
+def test_cpu_measurement_counts_the_activations_and_grows_with_the_batch():
+    _, probe = mlp_probe()
+    # Saved for backward per sample: the input (256 floats), the hidden layer (512: ReLU's output,
+    # which the second linear keeps too, counted once), the log-softmax (10) and the label (int64);
+    # plus one scalar. The weights (or their transposed views) are parameters, not counted.
+    for batch_size in (1, 10, 100):
+        assert measured(probe, batch_size) == batch_size * ((256 + 512 + 10) * 4 + 8) + 4
+
+
+def test_stays_under_a_memory_cap():
+    _, probe = mlp_probe()
+    cap = 1_000_000  # bytes of activations: 3120 per sample -> 320 samples fit
+    result = find_batch_size(
+        probe, start=2, max_batch_size=10_000, safety_margin=1.0, memory_cap_bytes=cap, device="cpu"
+    )
+    assert result == 320
+    assert measured(probe, result) <= cap < measured(probe, result + 1)  # the exact boundary
+    with_margin = find_batch_size(
+        probe, start=2, max_batch_size=10_000, safety_margin=0.9, memory_cap_bytes=cap, device="cpu"
+    )
+    assert with_margin == int(result * 0.9)
+
+
+def test_the_probe_leaves_model_buffers_gradients_modes_and_rng_untouched():
+    torch.manual_seed(0)
+    model = SmallCNN(1, 10, widths=(4, 8, 8), dropout=0.5).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    images, labels = torch.randint(0, 256, (5, 1, 8, 8), dtype=torch.uint8), torch.randint(0, 10, (5,))
+    probe = training_step_probe(model, F.cross_entropy, images, labels, transform=lambda x: x.float() / 255)
+    rng = torch.get_rng_state()
+    probe(12)  # dropout draws random numbers, BatchNorm updates its statistics in train mode
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(p.grad is None for p in model.parameters())
+    assert not any(m.training for m in model.modules())
+    assert torch.equal(torch.get_rng_state(), rng)

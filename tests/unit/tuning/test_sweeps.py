@@ -1,0 +1,329 @@
+"""Sweeps: one run directory per job, Optuna search (and its SQLite continuation), parallel and SLURM
+launchers, failed trials that do not end the sweep, sweep directions that match the metric."""
+
+import json
+import logging
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+from helpers import cfg_for
+from trainkit.errors import ConfigError
+from trainkit.tuning import sweeps
+
+FAST = ("debug=fast", "trainer.max_epochs=1")
+
+
+def group_override(group: str, option: str) -> str:
+    """`group=option` once conf/config.yaml lists the group in its defaults, else `+group=option`."""
+    defaults = OmegaConf.load(ROOT / "conf" / "config.yaml").defaults
+    listed = any(OmegaConf.is_dict(d) and group in d for d in defaults)
+    return f"{group}={option}" if listed else f"+{group}={option}"
+
+
+def train(*args: str, cwd=ROOT, timeout=240) -> subprocess.CompletedProcess:
+    process = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+    assert process.returncode == 0, f"train.py {' '.join(args)} failed:\n{process.stderr[-4000:]}"
+    return process
+
+
+def jobs(sweep_dir: Path) -> list[Path]:
+    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def overrides(job: Path) -> list[str]:
+    return list(OmegaConf.load(job / ".hydra" / "overrides.yaml"))
+
+
+@pytest.fixture
+def compose_config():
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str((ROOT / "conf").resolve()), version_base=None):
+        yield lambda *overrides: compose("config", overrides=list(overrides), return_hydra_config=True)
+    GlobalHydra.instance().clear()
+
+
+# --- basic and parallel multiruns ---------------------------------------------------------------
+
+
+def test_multiruns_started_together_get_their_own_directories_and_joblib_runs_jobs_in_parallel(tmp_path):
+    # Two multiruns at once, with the default outputs/multiruns/<time with microseconds> below a
+    # temporary cwd: one with the basic (sequential) launcher, one with joblib running 2 jobs at once.
+    base = [sys.executable, str(ROOT / "train.py"), "-m", *FAST, "seed=1,2"]
+    commands = [base, [*base, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]]
+    processes = [
+        subprocess.Popen(c, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands
+    ]
+    for process in processes:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-4000:]
+    sweep_dirs = sorted((tmp_path / "outputs" / "multiruns").iterdir())
+    assert len(sweep_dirs) == 2, sweep_dirs
+    launchers = []
+    for sweep_dir in sweep_dirs:
+        assert len(sweep_dir.name.rsplit("-", 1)[-1]) == 6, f"{sweep_dir.name}: no microseconds"
+        assert [job.name for job in jobs(sweep_dir)] == ["0", "1"]
+        summaries = [json.loads((job / "summary.json").read_text()) for job in jobs(sweep_dir)]
+        assert [s["run_dir"] for s in summaries] == [str(job.resolve()) for job in jobs(sweep_dir)]
+        assert [s["epochs"] for s in summaries] == [1, 1]
+        assert [overrides(job)[-1] for job in jobs(sweep_dir)] == ["seed=1", "seed=2"]
+        launchers.append(OmegaConf.load(sweep_dir / "multirun.yaml").hydra.launcher._target_)
+    assert sorted("Joblib" in target for target in launchers) == [False, True]
+
+
+# --- Optuna -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("search", sorted(p.stem for p in (ROOT / "conf" / "hparams_search").glob("*.yaml")))
+def test_optuna_search_config_composes_with_a_direction_that_matches_the_metric(compose_config, search):
+    cfg = compose_config(group_override("hparams_search", search))
+    sweeper = cfg.hydra.sweeper
+    assert "Optuna" in sweeper._target_ and cfg.hydra.mode.name == "MULTIRUN"
+    assert sweeper.direction == ("maximize" if sweeps.maximize(cfg.optimized_metric) else "minimize")
+    assert sweeper.sampler.seed is not None and sweeper.study_name and sweeper.storage is None
+    for key, values in sweeper.params.items():  # every searched key is a real config key or group
+        assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", key
+        if key in cfg and OmegaConf.is_dict(cfg[key]):  # a group: every option exists
+            options = values[values.index("(") + 1 : values.rindex(")")].split(",")
+            assert all((ROOT / "conf" / key / f"{o.strip()}.yaml").exists() for o in options), values
+
+
+@pytest.mark.slow  # two sweeps: ~12 s on 2 idle cores
+def test_optuna_search_runs_trials_and_continues_a_sqlite_study(tmp_path):
+    storage = f"hydra.sweeper.storage='sqlite:///{tmp_path}/optuna.db'"  # a plain URL: see the sqlalchemy pin
+    search = [group_override("hparams_search", "digits_optuna"), *FAST, storage]
+    first, second = tmp_path / "first", tmp_path / "second"
+    train(*search, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={first}")
+    # The same study_name again: the study continues (a new sampler seed: new start-up trials).
+    process = train(*search, "hydra.sweeper.n_trials=1", "hydra.sweeper.sampler.seed=7", f"hydra.sweep.dir={second}")
+    assert "Using an existing study" in process.stderr + process.stdout
+    values = []
+    for sweep_dir, trials in ((first, 2), (second, 1)):
+        assert [job.name for job in jobs(sweep_dir)] == [str(i) for i in range(trials)]
+        for job in jobs(sweep_dir):
+            summary = json.loads((job / "summary.json").read_text())
+            values.append(summary["optimized_value"])
+            searched = {o.split("=")[0] for o in overrides(job)}
+            assert {
+                "optimizer.lr",
+                "optimizer.weight_decay",
+                "regularization.label_smoothing",
+                "data.batch_size",
+            } <= searched
+    results = OmegaConf.load(second / "optimization_results.yaml")
+    assert results.best_value == pytest.approx(max(values))  # best of all 3 trials: the study continued
+    study = _load_study(tmp_path / "optuna.db", "digits_optuna")
+    assert len(study.trials) == 3 and all(t.state.name == "COMPLETE" for t in study.trials)
+
+
+def _load_study(path: Path, name: str):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{path}")
+
+
+# --- failed trials ------------------------------------------------------------------------------
+
+FAKE_APP = """
+import math, sys
+import hydra
+from trainkit.tuning.sweeps import run_trial
+
+def objective(cfg):
+    if cfg.x == 2:
+        raise RuntimeError("CUDA out of memory (pretend)")
+    if cfg.x == 3:
+        return math.nan  # a diverged run
+    return float(cfg.x)
+
+@hydra.main(version_base=None, config_path=None, config_name=None)
+def main(cfg):
+    return run_trial(objective, cfg)
+
+main()
+"""
+
+
+@pytest.fixture
+def fake_app(tmp_path):
+    script = tmp_path / "app.py"
+    script.write_text(textwrap.dedent(FAKE_APP))
+    return script
+
+
+def test_optuna_sweep_outlives_a_crashing_and_a_nan_trial(fake_app, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    process = subprocess.run(
+        [
+            sys.executable,
+            str(fake_app),
+            "-m",
+            "hydra/sweeper=optuna",
+            "hydra/sweeper/sampler=grid",
+            "hydra.sweeper.direction=maximize",
+            "hydra.sweeper.n_jobs=1",
+            "hydra.sweeper.n_trials=4",
+            "+optimized_metric=val/acc",
+            "+x=choice(1,2,3,4)",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-4000:]
+    assert OmegaConf.load(sweep_dir / "optimization_results.yaml").best_value == 4.0
+    assert "trial failed: RuntimeError: CUDA out of memory (pretend) -> -inf" in output
+    assert "Traceback" not in output  # one line on the console ...
+    logs = {job.name: (job / "app.log").read_text() for job in jobs(sweep_dir)}
+    crashed = next(text for text in logs.values() if "CUDA out of memory" in text)
+    assert (
+        "Traceback (most recent call last)" in crashed and "raise RuntimeError" in crashed
+    )  # ... all of it in the log
+    assert any("trial returned nan" in text for text in logs.values())
+
+
+def test_basic_sweep_with_catch_failures_off_reports_the_failure(fake_app, tmp_path):
+    process = subprocess.run(
+        [
+            sys.executable,
+            str(fake_app),
+            "-m",
+            "+x=1,2",
+            "+optimized_metric=val/acc",
+            "+sweep.catch_failures=false",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode != 0 and "CUDA out of memory (pretend)" in process.stderr
+
+
+def crash(cfg):
+    raise RuntimeError("boom")
+
+
+def test_failed_trial_value_is_the_worst_value_of_the_metric_unless_set():
+    assert sweeps.failed_trial_value(cfg_for("val/acc")) == -math.inf
+    assert sweeps.failed_trial_value(cfg_for("test/acc")) == -math.inf
+    assert sweeps.failed_trial_value(cfg_for("val/loss")) == math.inf
+    assert sweeps.failed_trial_value(cfg_for("val/loss", failed_trial_value=100)) == 100.0
+    assert sweeps.failed_trial_value(OmegaConf.create({"optimized_metric": "val/acc"})) == -math.inf  # no sweep keys
+    # Bad values ("low", true, nan) are config errors found before the sweep: tests/unit/config/test_config.py.
+
+
+def test_run_trial_returns_the_failed_value_in_a_multirun_and_raises_otherwise():
+    assert sweeps.run_trial(lambda cfg: 0.9, cfg_for(), multirun=True) == 0.9
+    assert sweeps.run_trial(crash, cfg_for("val/loss"), multirun=True) == math.inf
+    assert sweeps.run_trial(crash, cfg_for(failed_trial_value=-1.0), multirun=True) == -1.0
+    assert sweeps.run_trial(lambda cfg: math.nan, cfg_for(), multirun=True) == -math.inf
+    assert sweeps.run_trial(lambda cfg: None, cfg_for(), multirun=True) == -math.inf
+    with pytest.raises(RuntimeError, match="boom"):
+        sweeps.run_trial(crash, cfg_for(), multirun=False)  # a single run raises as usual
+    assert sweeps.run_trial(lambda cfg: None, cfg_for(), multirun=False) is None
+    with pytest.raises(RuntimeError, match="boom"):
+        sweeps.run_trial(crash, cfg_for(catch_failures=False), multirun=True)
+
+
+def test_run_trial_never_swallows_config_errors_or_ctrl_c():
+    def bad_config(cfg):
+        raise ConfigError("optimizer.lr", "must be > 0, got -1")
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    with pytest.raises(ConfigError):
+        sweeps.run_trial(bad_config, cfg_for(), multirun=True)
+    with pytest.raises(KeyboardInterrupt):
+        sweeps.run_trial(interrupted, cfg_for(), multirun=True)
+
+
+def test_a_sweep_direction_against_the_metric_stops_at_once():
+    sweeps.check_direction(cfg_for("val/acc"), "maximize")
+    sweeps.check_direction(cfg_for("val/loss"), "minimize")
+    sweeps.check_direction(cfg_for("val/loss"), None)  # the basic sweeper has no direction
+    with pytest.raises(ConfigError, match=r"hydra\.sweeper\.direction=minimize"):
+        sweeps.check_direction(cfg_for("val/loss"), "maximize")
+
+
+def test_failed_trial_logs_one_line_and_puts_the_traceback_in_the_log_file(tmp_path):
+    root = logging.getLogger()
+    console_records = []
+    console = logging.Handler()
+    console.emit = lambda record: console_records.append(record)
+    log_file = logging.FileHandler(tmp_path / "train.log")
+    root.addHandler(console)
+    root.addHandler(log_file)
+    try:
+        assert sweeps.run_trial(crash, cfg_for(), multirun=True) == -math.inf
+    finally:
+        root.removeHandler(console)
+        root.removeHandler(log_file)
+        log_file.close()
+    assert [r.getMessage() for r in console_records if r.name == "sweep"] == [
+        f"trial failed: RuntimeError: boom -> -inf goes to the sweeper (sweep.catch_failures=true); "
+        f"traceback in {tmp_path / 'train.log'}"
+    ]
+    assert all(r.exc_info is None for r in console_records)
+    text = (tmp_path / "train.log").read_text()
+    assert "Traceback (most recent call last)" in text and "RuntimeError: boom" in text
+
+
+# --- launchers ----------------------------------------------------------------------------------
+
+
+def test_slurm_launcher_composes_one_task_per_gpu(compose_config):
+    cfg = compose_config("hydra/launcher=slurm")
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert launcher.tasks_per_node == launcher.gpus_per_node == cfg.distributed.nproc_per_node == 1
+    assert launcher.partition is None and launcher.timeout_min > 0 and launcher.cpus_per_task >= 1
+    cfg = compose_config("hydra/launcher=slurm", "distributed=ddp", "distributed.nproc_per_node=4")
+    assert cfg.hydra.launcher.tasks_per_node == cfg.hydra.launcher.gpus_per_node == 4
+
+
+def test_slurm_launcher_config_prints_from_the_command_line():
+    process = train("hydra/launcher=slurm", "--cfg", "hydra", "--package", "hydra.launcher")
+    printed = yaml.safe_load(process.stdout)
+    assert (
+        printed["_target_"].endswith("SlurmLauncher") and printed["tasks_per_node"] == "${distributed.nproc_per_node}"
+    )
+
+
+# --- W&B Sweeps ---------------------------------------------------------------------------------
+
+
+def test_wandb_sweep_config_drives_real_config_keys(compose_config):
+    spec = yaml.safe_load((ROOT / "scripts" / "wandb_sweep.yaml").read_text())
+    assert (ROOT / spec["program"]).exists()
+    assert spec["command"][:3] == ["${env}", "${interpreter}", "${program}"] and "${args_no_hyphens}" in spec["command"]
+    assert spec["method"] in ("bayes", "random", "grid")
+    metric = spec["metric"]
+    assert metric["name"] in ("val/acc", "val/loss")  # what train.py logs each epoch
+    assert metric["goal"] == ("maximize" if sweeps.maximize(metric["name"]) else "minimize")
+    # One value of every parameter, with the fixed overrides of `command`, must compose.
+    fixed = [arg for arg in spec["command"] if not arg.startswith("${")]
+    sampled = []
+    for key, parameter in spec["parameters"].items():
+        value = parameter["values"][0] if "values" in parameter else parameter.get("value", parameter.get("min"))
+        sampled.append(f"{key}={value}")
+    cfg = compose_config(*fixed, *sampled)
+    for key in spec["parameters"]:
+        assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", f"{key}: not a config key"
+    assert cfg.optimizer.lr == spec["parameters"]["optimizer.lr"]["min"]
