@@ -105,17 +105,19 @@ def _list_app_groups_only() -> None:
     Hydra.format_config_groups = format_config_groups  # type: ignore[method-assign]
 
 
-def run(hydra_main: Callable[[], object]) -> None:
-    """Call a @hydra.main function; bad input exits 1 with `error: <key>: <what to fix>`."""
+def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
+    """Call a @hydra.main function; bad input exits 1 with `error: <key>: <what to fix>`.
+    `resumes=False`: a script that continues no run (eval.py) refuses resume= in one line, instead
+    of being pointed at the checkpoint's run directory."""
     try:
-        _run_reporting_errors(hydra_main)
+        _run_reporting_errors(hydra_main, resumes)
     except SystemExit as stop:
         exit_now_if_a_process_group_was_joined(stop.code)
         raise
     exit_now_if_a_process_group_was_joined(0)
 
 
-def _run_reporting_errors(hydra_main: Callable[[], object]) -> None:
+def _run_reporting_errors(hydra_main: Callable[[], object], resumes: bool) -> None:
     OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True, replace=True)
     if "--help" in sys.argv or "-h" in sys.argv:
         _list_app_groups_only()
@@ -125,7 +127,7 @@ def _run_reporting_errors(hydra_main: Callable[[], object]) -> None:
     _user_wants_trace = wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
     try:
-        sys.argv = rewrite_argv(sys.argv)  # resume=: check the checkpoint, then run in its directory
+        sys.argv = rewrite_argv(sys.argv, resumes)  # resume=: check the checkpoint, then run in its directory
         hydra_main()
     except (ConfigError, HydraException, OmegaConfBaseException) as error:
         if wants_trace:

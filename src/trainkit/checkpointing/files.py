@@ -1,5 +1,5 @@
-"""The paths a run reads and writes, checked before use: the checkpoint `resume=` points at (and
-whether it fits the model and optimizer), and the output directory.
+"""The paths a run reads and writes, checked before use: the checkpoint `resume=` (or eval.py's
+`checkpoint=`) points at, and whether it fits the model and optimizer; the output directory.
 
 Every way a path can be wrong (missing, a folder without checkpoints, not a checkpoint, truncated,
 another format version, another model or optimizer, an output directory that cannot be written) is
@@ -21,58 +21,62 @@ CHECKPOINT_FORMAT = 1
 REQUIRED_KEYS = ("model", "optimizer", "scheduler", "epoch", "step", "batches_done", "config")
 
 
-def find_checkpoint(resume: str | Path) -> Path:
-    """The checkpoint file `resume` names: a .pt file, or a run directory (its checkpoints/last.pt)."""
-    path = Path(resume).expanduser()
+def find_checkpoint(given: str | Path, key: str = "resume", names: tuple[str, ...] = ("last.pt",)) -> Path:
+    """The checkpoint file that config key `key` names: a .pt file, or a run directory (its
+    checkpoints/<name>, the first of `names` there: resume continues from last.pt, eval.py tests best.pt)."""
+    path = Path(given).expanduser()
+    wanted = " or ".join(f"checkpoints/{name}" for name in names)
     if not path.exists():
-        raise ConfigError("resume", f"{path} does not exist; give a run directory or its checkpoints/last.pt")
+        raise ConfigError(key, f"{path} does not exist; give a run directory or its {wanted}")
     if path.is_dir():
-        for candidate in (path / "checkpoints" / "last.pt", path / "last.pt"):
-            if candidate.is_file():
-                return candidate
-        raise ConfigError(
-            "resume", f"{path} is a directory without checkpoints/last.pt; give a run directory that saved a checkpoint"
-        )
+        for name in names:
+            for candidate in (path / "checkpoints" / name, path / name):
+                if candidate.is_file():
+                    return candidate
+        raise ConfigError(key, f"{path} is a directory without {wanted}; give a run directory that saved a checkpoint")
     return path
 
 
-def read_checkpoint(path: Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> dict[str, Any]:
-    """torch.load(weights_only=True), with each way the file can be unusable said in one line.
-    `mmap=True` reads lazily: a cheap check of a large checkpoint before anything is built."""
+def read_checkpoint(
+    path: Path, map_location: str | torch.device = "cpu", mmap: bool = False, key: str = "resume"
+) -> dict[str, Any]:
+    """torch.load(weights_only=True), with each way the file can be unusable said in one line that
+    names `key`, the config key that gave the path. `mmap=True` reads lazily: a cheap check of a
+    large checkpoint before anything is built."""
     size = path.stat().st_size
     if size == 0:
-        raise ConfigError("resume", f"{path} is empty (0 bytes): not a checkpoint; resume from another one")
+        raise ConfigError(key, f"{path} is empty (0 bytes): not a checkpoint; use another one")
     if not zipfile.is_zipfile(path):
         with path.open("rb") as f:
             head = f.read(4)
         if head[:2] == b"PK":  # a zip's first bytes without its end: cut short by a kill or a full disk
-            raise ConfigError("resume", f"{path} is truncated ({size:,} bytes, its end is missing); use an older copy")
-        raise ConfigError("resume", f"{path} is not a PyTorch checkpoint (no torch.save archive); check the path")
+            raise ConfigError(key, f"{path} is truncated ({size:,} bytes, its end is missing); use an older copy")
+        raise ConfigError(key, f"{path} is not a PyTorch checkpoint (no torch.save archive); check the path")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as error:  # a damaged archive, or objects a weights-only load refuses
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError("resume", f"{path} cannot be read as a checkpoint ({first_line[:160]})") from error
-    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
+        raise ConfigError(key, f"{path} cannot be read as a checkpoint ({first_line[:160]})") from error
+    if not isinstance(state, dict) or any(name not in state for name in REQUIRED_KEYS):
         found = ", ".join(sorted(map(str, state))[:6]) if isinstance(state, dict) else type(state).__name__
         raise ConfigError(
-            "resume",
+            key,
             f"{path} is not a trainkit training checkpoint (it holds {found}); use a run's checkpoints/last.pt",
         )
     version = state.get("format", 1)
     if version != CHECKPOINT_FORMAT:
         age = "a newer" if version > CHECKPOINT_FORMAT else "an older"
         raise ConfigError(
-            "resume",
+            key,
             f"{path} has checkpoint format {version}, this code reads format {CHECKPOINT_FORMAT} ({age} trainkit "
-            f"wrote it); resume with the trainkit version that wrote it",
+            f"wrote it); use the trainkit version that wrote it",
         )
     return state
 
 
 def check_model_fits(model_state: dict, model: torch.nn.Module) -> None:
     """The checkpoint's weights against the built model: the first key missing, extra, or of
-    another shape, with both shapes."""
+    another shape, with both shapes (a ConfigError naming `model`)."""
     expected = model.state_dict()
     for key, tensor in expected.items():
         if key not in model_state:
@@ -82,7 +86,7 @@ def check_model_fits(model_state: dict, model: torch.nn.Module) -> None:
             raise ConfigError(
                 "model",
                 f"{key} is {list(saved.shape)} in the checkpoint but {list(tensor.shape)} in this model: another "
-                f"architecture; resume with the checkpoint's model settings",
+                f"architecture; use the checkpoint's model settings",
             )
     extra = [key for key in model_state if key not in expected]
     if extra:

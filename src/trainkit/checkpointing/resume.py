@@ -10,8 +10,9 @@ Two steps, because Hydra creates the run directory before train.py's main runs:
   costs one line and leaves no directory behind; then point Hydra at the checkpoint's run directory
   and replay that run's own overrides before the new ones (later overrides win).
 - `resolve`, in main: the config becomes the checkpoint's, with the keys this command line sets
-  taken from the composed config, and one log line lists every key that differs. Values the run
-  found itself (the batch-size finder's data.batch_size, an image folder's class count) stay.
+  taken from the composed config (trainkit.checkpointing.overrides), and one log line lists every
+  key that differs. Values the run found itself (the batch-size finder's data.batch_size, an image
+  folder's class count) stay.
   Overrides that cannot take effect are refused here, in one line; a finished run says so.
 
 Every rank resolves alike: self-started DDP workers receive the resolved config; under torchrun
@@ -27,6 +28,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.checkpointing.continued_run import finished_message, trim_metrics
+from trainkit.checkpointing.overrides import config_with_overrides, flatten
 from trainkit.errors import ConfigError
 
 # torch-based modules (trainkit.checkpointing.checkpoint, checkpoint_files, distributed) are imported where used:
@@ -55,9 +57,10 @@ def run_dir_of(checkpoint: Path) -> Path | None:
     return run_dir if in_a_run else None
 
 
-def rewrite_argv(argv: list[str]) -> list[str]:
+def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     """Before Hydra: the command line that resumes in the checkpoint's run directory. Checks the
-    checkpoint and the output directory first; raises ConfigError (one line) when either is unusable."""
+    checkpoint and the output directory first; raises ConfigError (one line) when either is unusable.
+    `resumes=False`: the script continues no run, and resume= is refused."""
     global _command_line
     overrides = [arg for arg in argv[1:] if not arg.startswith("-") and ("=" in arg or arg.startswith("~"))]
     _command_line = overrides
@@ -67,6 +70,8 @@ def rewrite_argv(argv: list[str]) -> list[str]:
     multirun = any(arg in ("-m", "--multirun") for arg in argv) or _value(overrides, "hparams_search") is not None
     from trainkit.checkpointing.files import check_output_dir, find_checkpoint, read_checkpoint
 
+    if not resumes and resume not in (None, "", "null", "None"):
+        raise ConfigError("resume", f"{Path(argv[0]).name} continues no run; drop resume= (train.py resume= does)")
     if resume in (None, "", "null", "None", AUTO):
         check_output_dir(_value(overrides, "hydra.sweep.dir" if multirun else "hydra.run.dir"))
         return argv
@@ -96,33 +101,6 @@ def rewrite_argv(argv: list[str]) -> list[str]:
     return [argv[0], f"hydra.run.dir={run_dir}", "hydra.output_subdir=null", *replayed, *argv[1:]]
 
 
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict) and tree:
-        return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
-    return {prefix[:-1]: tree}
-
-
-def _touched(overrides: list[str], composed: DictConfig, explicit: bool) -> list[tuple[str, bool]]:
-    """(config key, deleted) for each override: `a.b=1` -> a.b; a group `optimizer=adamw` -> optimizer."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    touched = []
-    for override in OverridesParser.create().parse_overrides(overrides):
-        key = override.key_or_group.replace("/", ".")
-        if key.startswith("hydra") or key == "resume":
-            continue
-        if OmegaConf.select(composed, key, default=KeyError) is KeyError and not override.is_delete():
-            if override.is_add() or override.is_force_add():
-                touched.append((key, False))
-            elif explicit:  # a global group (experiment=, debug=) sets keys all over the config
-                raise ConfigError(
-                    key, "on a resume, give the keys to change one by one (e.g. trainer.max_epochs=...), not a group"
-                )
-            continue
-        touched.append((key, override.is_delete()))
-    return touched
-
-
 def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, bool]:
     """The config to train with, and whether the run has finished already (then nothing is left to
     do: one line says how to extend it). Without resume: `composed` as it is."""
@@ -144,17 +122,7 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     state = read_checkpoint(checkpoint, mmap=True)
     explicit = composed.resume != AUTO
     overrides = _command_line if (_command_line is not None and explicit) else _hydra_task_overrides()
-    resolved = OmegaConf.create(state["config"])
-    _relink(resolved, composed)
-    for key, deleted in _touched(overrides, composed, explicit):
-        if deleted:
-            parent, _, leaf = key.rpartition(".")
-            node = OmegaConf.select(resolved, parent) if parent else resolved
-            if isinstance(node, DictConfig) and leaf in node:
-                del node[leaf]
-        else:
-            OmegaConf.update(resolved, key, OmegaConf.select(composed, key), merge=False, force_add=True)
-    _add_new_keys(resolved, composed)
+    resolved = config_with_overrides(state["config"], composed, overrides, explicit)
     resolved.resume = str(checkpoint)
     changes = _changes(state["config"], OmegaConf.to_container(resolved, resolve=True))
     _refuse_what_cannot_take_effect(state, resolved, changes)
@@ -200,37 +168,11 @@ def _start_afresh(run_dir: Path) -> None:
         )
 
 
-def _relink(resolved: DictConfig, composed: DictConfig) -> None:
-    """The checkpoint holds resolved values; where the config links a key to another (model.dropout:
-    ${regularization.dropout}) and the checkpoint's values still agree, restore the link, so an
-    override of the source reaches every key that follows it."""
-    saved = _flat(OmegaConf.to_container(resolved))
-    for key, value in _flat(OmegaConf.to_container(composed, resolve=False)).items():
-        match = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
-        if match and key in saved and match.group(1) in saved and saved[key] == saved[match.group(1)]:
-            OmegaConf.update(resolved, key, value, merge=False)
-
-
 def _save_atomically(config: Any, path: Path) -> None:
     """Under torchrun the other ranks may be reading overrides.yaml (rewrite_argv) right now."""
     tmp = path.with_name(path.name + ".tmp")
     OmegaConf.save(config, tmp)
     os.replace(tmp, path)
-
-
-def _add_new_keys(resolved: DictConfig, composed: DictConfig) -> None:
-    """Keys the code added since the checkpoint was written take their composed (default) values;
-    not inside a factory whose `_target_` differs (another optimizer's keys do not belong there)."""
-    for key, value in _flat(OmegaConf.to_container(composed, resolve=True)).items():
-        if OmegaConf.select(resolved, key, default=KeyError) is not KeyError:
-            continue
-        parts = key.split(".")
-        parents = [".".join(parts[:i]) for i in range(1, len(parts))]
-        if all(
-            OmegaConf.select(resolved, f"{p}._target_", default=None) == OmegaConf.select(composed, f"{p}._target_")
-            for p in parents
-        ):
-            OmegaConf.update(resolved, key, value, force_add=True)
 
 
 def unfixed_directory(hydra: Any = None) -> str | None:
@@ -256,7 +198,7 @@ def _hydra_task_overrides() -> list[str]:
 
 
 def _changes(saved: Any, resolved: Any) -> list[str]:
-    before, after = _flat(saved), _flat(resolved)
+    before, after = flatten(saved), flatten(resolved)
     keys = [key for key in after if key != "resume" and before.get(key, KeyError) != after[key]]
     keys += [key for key in before if key not in after]
     return [f"{key} {before.get(key, '(new)')} -> {after.get(key, '(dropped)')}" for key in keys]

@@ -181,6 +181,25 @@ def image_folder(cfg: DictConfig) -> FileSplits:
     return FileSplits(datasets["train"], datasets["val"], datasets["test"], num_classes=len(classes))
 
 
+def class_names(root: str | Path) -> list[str]:
+    """The class names of an image folder, in label order: the sorted class folders of root/train
+    (what `image_folder` numbers its labels by); [] when root/train is not there."""
+    train = Path(root).expanduser() / "train"
+    return _class_folders(train) if train.is_dir() else []
+
+
+def images_in(folder: str | Path) -> list[Path]:
+    """Every image file under `folder` (sub-folders too), sorted; hidden files and others skipped."""
+    root = Path(folder).expanduser()
+    return sorted(
+        path
+        for path in root.rglob("*")
+        if path.is_file()
+        and path.suffix.lower() in image_extensions()
+        and not any(part.startswith(".") for part in path.relative_to(root).parts)
+    )
+
+
 def _check_root(root: str | Path) -> Path:
     root = Path(root).expanduser()  # never null: trainkit.config.validation requires data.root for image folders
     if not root.is_dir():

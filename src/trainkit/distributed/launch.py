@@ -12,12 +12,13 @@ rank 0's result and is raised again here, so the parent exits the way a single p
 """
 
 import atexit
+import contextlib
 import importlib.util
 import logging
 import os
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,11 +28,14 @@ from omegaconf import DictConfig, OmegaConf
 from trainkit.checkpointing.signals import Stopped, forward_to_workers, stop_on_signals
 from trainkit.distributed.process_group import (
     ProcessInfo,
+    destroy_process_group,
     exit_now_if_a_process_group_was_joined,
+    init_process_group,
     launched_externally,
     process_info,
 )
 from trainkit.errors import ConfigError, RunFailed
+from trainkit.runtime import pick_device, set_math_modes
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,21 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[Dic
         if isinstance(result, (Stopped, RunFailed)):  # the workers stopped cleanly and said why (inside: a
             raise result  # stop on submitit's signal then hands over to submitit's requeue)
     return result
+
+
+@contextlib.contextmanager
+def joined_process_group(cfg: DictConfig) -> Iterator[tuple[ProcessInfo, torch.device]]:
+    """This process's place and device inside the run's process group (none for one process):
+    the device from LOCAL_RANK and its math modes set before the group is joined; the group
+    always left. What a function given to start_processes (eval.py's) does first."""
+    proc = process_info()
+    device = pick_device(cfg.device, proc.local_rank)
+    set_math_modes(cfg.precision.tf32, cfg.trainer.cudnn_benchmark, device)
+    init_process_group(proc, device, cfg.distributed.backend, cfg.distributed.timeout_seconds)
+    try:
+        yield proc, device
+    finally:
+        destroy_process_group()
 
 
 def worker_config(cfg: DictConfig) -> dict[str, Any]:
@@ -92,7 +111,7 @@ def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
     the script's function. It lives here, not in the script, so it pickles by reference whatever
     launched the parent (plain python, a Hydra launcher, joblib's workers)."""
     proc = process_info()
-    configure_worker_logging(Path(run_dir), proc)
+    configure_worker_logging(Path(run_dir), proc, log_name=f"{Path(script).stem}.log")  # as Hydra names it
     limit_cpu_threads(proc.local_world_size)
     try:
         with stop_on_signals(announce_abort=False):  # the parent says it when a second Ctrl-C aborts
@@ -144,12 +163,12 @@ def processes_per_node(cfg: DictConfig) -> int:
     )
 
 
-def configure_worker_logging(run_dir: Path, proc: ProcessInfo) -> None:
-    """Rank 0 logs to the console and the run's train.log, as the Hydra parent does; other ranks
-    report warnings and errors only."""
+def configure_worker_logging(run_dir: Path, proc: ProcessInfo, log_name: str = "train.log") -> None:
+    """Rank 0 logs to the console and the run's log file (train.log for train.py), as the Hydra
+    parent does; other ranks report warnings and errors only."""
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if proc.is_main:
-        handlers.append(logging.FileHandler(run_dir / "train.log"))
+        handlers.append(logging.FileHandler(run_dir / log_name))
     logging.basicConfig(
         level=logging.INFO if proc.is_main else logging.WARNING,
         format=LOG_FORMAT,

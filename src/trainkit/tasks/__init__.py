@@ -2,7 +2,7 @@
 the contract). `task=classification` (the default) and `task=segmentation` ship; yours is a class
 here and a conf/task/<name>.yaml."""
 
-from trainkit.tasks.evaluation import evaluate
+from trainkit.tasks.evaluation import evaluate, model_outputs
 from trainkit.tasks.task import Task, higher_is_better, metric_names_of, task_class
 
-__all__ = ["Task", "evaluate", "higher_is_better", "metric_names_of", "task_class"]
+__all__ = ["Task", "evaluate", "higher_is_better", "metric_names_of", "model_outputs", "task_class"]

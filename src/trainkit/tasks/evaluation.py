@@ -1,6 +1,7 @@
 """Evaluation: a model's loss and its task's metrics over a split, each sample counted exactly once.
 
     metrics = evaluate(model, data.val, eval_transform, task, precision, device)   # {"loss", "acc", ..., "samples"}
+    outputs = model_outputs(model, eval_transform(images), task, tta_flip)          # one batch, as evaluate sees it
 
 train.py validates and tests with it; eval.py evaluates a trained checkpoint with it. Every rank
 calls it on its own shard (the evaluation sampler splits without padding): the sums and counts
@@ -38,13 +39,20 @@ def evaluate(
                 break
             inputs, targets = task.inputs_and_targets(batch, device)
             with autocast(precision, device):
-                inputs = transform(inputs)
-                outputs = model(inputs)
-                if tta_flip:
-                    outputs = (outputs + task.mirror_outputs(model(inputs.flip(-1)))) / 2
+                outputs = model_outputs(model, transform(inputs), task, tta_flip)
             loss_sum += task.evaluation_loss(outputs.float(), targets).sum()
             sums += task.metric_sums(outputs, targets)
             count += len(targets)
     totals = all_reduce_sum(torch.cat([loss_sum, torch.full((1,), float(count), device=device), sums]))
     loss_sum, count = totals[:2].tolist()
     return {"loss": loss_sum / max(count, 1), **task.metrics(totals[2:]), "samples": int(count)}
+
+
+def model_outputs(model: nn.Module, inputs: torch.Tensor, task: Task, tta_flip: bool = False) -> torch.Tensor:
+    """The model's outputs for a transformed batch; with `tta_flip`, the mean of the batch's and
+    its mirror's (unmirrored by the task). Evaluation, eval.py's figures and its predictions share
+    it, so all three see the same outputs."""
+    outputs = model(inputs)
+    if tta_flip:
+        outputs = (outputs + task.mirror_outputs(model(inputs.flip(-1)))) / 2
+    return outputs

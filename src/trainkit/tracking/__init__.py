@@ -1,5 +1,6 @@
 """What a run reports: loggers (metrics.jsonl, W&B), the start, epoch and closing lines, summary.json,
-the timing of data wait vs compute, the profiler, and pictures of batches.
+the timing of data wait vs compute, the profiler, and pictures of batches; eval.py's pictures of a
+model's predictions (a confusion matrix, predicted masks) are in trainkit.tracking.evaluation_figures.
 
 train.py imports from here; the modules inside import each other directly."""
 

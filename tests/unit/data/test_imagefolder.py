@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from PIL import Image, features
 
 from trainkit.data import build_data
-from trainkit.data.imagefolder import decode
+from trainkit.data.imagefolder import class_names, decode, images_in
 from trainkit.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
@@ -88,6 +88,17 @@ def test_hidden_and_non_image_files_are_ignored_with_a_count(tmp_path, caplog):
     assert data.train.num_samples + data.val.num_samples + data.test.num_samples == 11
     assert "ignored 2 hidden and 2 non-image entries" in caplog.text
     assert "ignored 2 entries that are not class folders" in caplog.text and data.num_classes == 2
+
+
+def test_class_names_and_the_images_of_a_folder_are_sorted_and_skip_the_rest(tmp_path):
+    write_classes(tmp_path, per_class=2)
+    (tmp_path / "train" / ".ipynb_checkpoints").mkdir()
+    (tmp_path / "train" / "a" / "notes.txt").write_text("labels by hand")
+    (tmp_path / "train" / "b" / ".hidden.png").write_bytes(b"")
+    Image.new("L", (4, 4)).save(tmp_path / "train" / "b" / "UPPER.JPG")
+    assert class_names(tmp_path) == ["a", "b"] and class_names(tmp_path / "nowhere") == []
+    found = [path.relative_to(tmp_path / "train").as_posix() for path in images_in(tmp_path / "train")]
+    assert found == ["a/0.png", "a/1.png", "b/0.png", "b/1.png", "b/UPPER.JPG"]
 
 
 def break_two_images(root: Path) -> list[Path]:

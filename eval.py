@@ -1,0 +1,238 @@
+"""Evaluate a trained run's checkpoint, or predict with it, exactly as the run tested itself.
+
+    python eval.py checkpoint=outputs/runs/<time>           # its checkpoints/best.pt (else last.pt), test split
+    python eval.py checkpoint=<run> split=val               # the validation split instead
+    python eval.py checkpoint=<run> data.split_seed=1       # other data of the same shape
+    python eval.py checkpoint=<run> precision=bf16 trainer.tta_flip=true
+    python eval.py checkpoint=<run> distributed=ddp distributed.nproc_per_node=2
+    python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction instead of metrics
+
+The config is the checkpoint's own (the resolved config the run trained with) with the keys this
+command line sets on top, as a resume takes it; so the data split, eval transform, precision,
+weights (the EMA where the run used one) and tta_flip are the run's, and the numbers equal its
+summary.json. Each call writes into a new directory, outputs/eval/<time>/: metrics.json and a
+picture of the predictions (confusion_matrix.png, or predictions.png for segmentation); with
+predict=, predictions.csv (a class an image) or masks/ (a class a pixel) instead.
+"""
+
+import csv
+import json
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit import cli
+from trainkit.augment import BatchTransform
+from trainkit.checkpointing import load_checkpoint
+from trainkit.checkpointing.files import check_model_fits, find_checkpoint, read_checkpoint
+from trainkit.checkpointing.overrides import config_with_overrides
+from trainkit.checkpointing.resume import run_dir_of
+from trainkit.config import to_dict
+from trainkit.config.validation import validate
+from trainkit.data import build_data
+from trainkit.data.imagefolder import class_names, decode, images_in
+from trainkit.distributed.launch import joined_process_group, start_processes
+from trainkit.errors import ConfigError
+from trainkit.models import build_model
+from trainkit.models.ema import ema_weights
+from trainkit.runtime import autocast, pick_device, seed_everything
+from trainkit.tasks import evaluate, model_outputs
+from trainkit.tracking import quiet_known_noise, save_png
+from trainkit.tracking.evaluation_figures import predicted_on, save_figures
+from trainkit.tracking.loggers import strict_json
+
+log = logging.getLogger("eval")
+quiet_known_noise()
+
+CHECKPOINTS = ("best.pt", "last.pt")  # in a run directory: the weights train.py tested, else the latest
+SPLITS = ("test", "val")
+IMAGE_FOLDER = "trainkit.data.imagefolder.image_folder"  # data whose class names are its folders' names
+
+
+def checkpoint_config(cfg: DictConfig) -> DictConfig:
+    """The checkpoint's config with this command line's overrides on top, checked in one pass.
+    checkpoint= becomes the file found (a run directory's best.pt, else last.pt)."""
+    if OmegaConf.is_missing(cfg, "checkpoint"):
+        raise ConfigError("checkpoint", "is required; pass checkpoint=<run directory or .pt file>")
+    checkpoint = find_checkpoint(cfg.checkpoint, key="checkpoint", names=CHECKPOINTS)
+    state = read_checkpoint(checkpoint, mmap=True, key="checkpoint")  # a trainkit checkpoint, of this format
+    overrides = list(HydraConfig.get().overrides.task)
+    cfg = config_with_overrides(state["config"], cfg, overrides, when="on top of a checkpoint's config")
+    cfg.checkpoint, cfg.resume = str(checkpoint), None  # (resume= itself is refused by cli.run)
+    if cfg.split not in SPLITS:
+        raise ConfigError("split", f"must be one of {', '.join(SPLITS)}, got {cfg.split!r}")
+    validate(cfg)  # every error the config alone can reveal, before any data or model is built
+    check_data_fits(state["config"], cfg.data.channels, cfg.data.num_classes)  # null: an image folder counts later
+    return cfg
+
+
+def check_data_fits(saved: dict, channels: int | None, num_classes: int | None) -> None:
+    """The checkpoint's model takes the channels and predicts the classes of the data it was trained
+    on; other data must have the same (a data= or data.* override of another shape is refused here)."""
+    for key, value in (("channels", channels), ("num_classes", num_classes)):
+        trained = saved["data"][key]
+        if value is not None and value != trained:
+            raise ConfigError(
+                f"data.{key}",
+                f"is {value}, but the checkpoint's model was trained on data with data.{key}={trained}; "
+                f"evaluate it on data with {trained}",
+            )
+
+
+def tested_weights(cfg: DictConfig, state: dict) -> tuple[str, dict]:
+    """("ema", the EMA weights) where the run tested with them (regularization.ema.enabled, and the
+    checkpoint holds an EMA), else ("model", the trained weights)."""
+    if cfg.regularization.ema.enabled and state.get("ema") is not None:
+        return "ema", ema_weights(state["ema"])
+    return "model", state["model"]
+
+
+def trained_model(cfg: DictConfig, weights: dict, image_size: int, device: torch.device) -> tuple[torch.nn.Module, int]:
+    """The run's model with `weights`, on the device, and the side length batches are resized to.
+    No pretrained weights are loaded first: the checkpoint's replace them, so their file or hub
+    need not be reachable here."""
+    model_config = {**to_dict(cfg.model), "pretrained_path": None}
+    if "pretrained" in model_config:
+        model_config["pretrained"] = False
+    model, input_size = build_model(model_config, image_size=image_size)
+    check_model_fits(weights, model)  # a model= override of another shape: one line naming model
+    model.load_state_dict(weights)
+    # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
+    memory_format = torch.channels_last if cfg.trainer.channels_last else torch.contiguous_format
+    return model.to(device, memory_format=memory_format).eval(), input_size  # type: ignore[call-overload]
+
+
+def evaluate_process(cfg: DictConfig, out_dir: Path) -> dict:
+    """Runs in every process (one, or each DDP rank): evaluate the split, each rank its shard, as
+    train.py tests. Rank 0 writes metrics.json and the picture; every rank returns the metrics."""
+    with joined_process_group(cfg) as (proc, device):
+        seed_everything(cfg.seed + proc.rank)
+        data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
+        state = load_checkpoint(cfg.checkpoint, device)
+        check_data_fits(state["config"], data.channels, data.num_classes)
+        cfg.data.num_classes = data.num_classes  # an image folder counts its classes; model and task read this key
+        weights_name, weights = tested_weights(cfg, state)
+        # Not compiled even where the run was (trainer.compile): one pass over a split does not repay it.
+        model, input_size = trained_model(cfg, weights, data.image_size, device)
+        transform = BatchTransform(data.mean, data.std, input_size, None, channels_last=cfg.trainer.channels_last)
+        transform = transform.to(device)
+        task = instantiate(cfg.task)
+        loader = data.test if cfg.split == "test" else data.val
+        precision, tta_flip = cfg.precision.name, cfg.trainer.tta_flip
+        metrics = evaluate(model, loader, transform, task, precision, device, tta_flip=tta_flip)
+        # A second pass for the picture: confusion counts (all-reduced), or a few predicted masks.
+        shown = predicted_on(model, loader, transform, task, precision, device, data.num_classes, tta_flip)
+        results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
+        results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
+        if proc.is_main:
+            save_figures(shown, out_dir, class_names(cfg.data.root) if cfg.data._target_ == IMAGE_FOLDER else [])
+            (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
+        return results
+
+
+def metrics_report(cfg: DictConfig, results: dict) -> dict:
+    """metrics.json: the metrics, the checkpoint, and the run's own summary.json test metrics
+    beside them for comparison (null where the checkpoint is not in a run directory with one)."""
+    checkpoint = Path(cfg.checkpoint).resolve()
+    run_dir = run_dir_of(checkpoint)
+    summary = run_dir / "summary.json" if run_dir else None
+    run_test = json.loads(summary.read_text()).get("test") if summary and summary.is_file() else None
+    return {**results, "split": cfg.split, "checkpoint": str(checkpoint), "run_summary_test": run_test}
+
+
+def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
+    """predict=<folder>: every image in it (sub-folders too) read as the run's data is (converted
+    to its channels, resized and centre-cropped to data.image_size), then the eval transform, the
+    model and task.predict. One process: there is no split to share out. Returns where the
+    predictions are and how many images they cover."""
+    folder = Path(cfg.predict).expanduser()
+    if not folder.is_dir():
+        raise ConfigError("predict", f"folder '{folder}' does not exist; give a folder of images")
+    files = images_in(folder)
+    if not files:
+        raise ConfigError("predict", f"'{folder}' holds no images (.png, .jpg, ...); give a folder of images")
+    device = pick_device(cfg.device)
+    _, weights = tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))
+    model, input_size = trained_model(cfg, weights, cfg.data.image_size, device)
+    transform = BatchTransform(cfg.data.mean, cfg.data.std, input_size, None, channels_last=cfg.trainer.channels_last)
+    transform = transform.to(device)
+    task = instantiate(cfg.task)
+    names = class_names(cfg.data.root) if cfg.data._target_ == IMAGE_FOLDER and cfg.data.root else []
+    mode, size, batch_size = ("L" if cfg.data.channels == 1 else "RGB"), cfg.data.image_size, cfg.data.eval_batch_size
+    rows: list[dict] = []
+    for start in range(0, len(files), batch_size):
+        batch = files[start : start + batch_size]
+        images = torch.stack([read_image(path, mode, size) for path in batch]).to(device)
+        with torch.no_grad(), autocast(cfg.precision.name, device):
+            predicted = task.predict(model_outputs(model, transform(images), task, cfg.trainer.tta_flip))
+        rows += write_predictions(predicted, [path.relative_to(folder) for path in batch], names, out_dir)
+    if len(rows[0]) == 1:  # maps only (masks): their PNGs are the predictions
+        return out_dir / f"{next(iter(predicted))}s", len(files)
+    table = out_dir / "predictions.csv"
+    with table.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return table, len(files)
+
+
+def write_predictions(predicted: dict, files: list[Path], class_names: list[str], out_dir: Path) -> list[dict]:
+    """One row per image of what the task predicts: a number per image (class, probability) is a
+    column of the row, a map per image (a mask) a PNG in <key>s/ with the class index as pixel
+    value. Classes are named where the data names them (an image folder's class folders)."""
+    rows = []
+    for i, name in enumerate(files):
+        row: dict = {"file": str(name)}
+        for key, values in predicted.items():
+            value = values[i].cpu()
+            if value.dim() == 2:
+                save_png(value.to(torch.uint8).numpy(), out_dir / f"{key}s" / name.with_suffix(".png"))
+            elif key == "class" and class_names:
+                row[key] = class_names[int(value)]
+            else:
+                row[key] = value.item()
+        rows.append(row)
+    return rows
+
+
+def read_image(path: Path, mode: str, size: int) -> torch.Tensor:
+    """uint8 [C, size, size], as trainkit.data.imagefolder decodes a training image."""
+    try:
+        return decode(str(path), mode, size)
+    except Exception as error:  # whatever Pillow raises for a file it cannot read
+        reason = f"{type(error).__name__}: {error}"
+        raise ConfigError("predict", f"cannot read image '{path}' ({reason}); fix or remove it") from error
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="eval")
+@cli.report_config_errors
+def main(cfg: DictConfig) -> None:
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    cfg = checkpoint_config(cfg)  # the checkpoint's config, this command's overrides on top
+    if (out_dir / ".hydra").is_dir():  # what is evaluated, not only what was typed (hydra.output_subdir=null: none)
+        OmegaConf.save(cfg, out_dir / ".hydra" / "config.yaml")
+    checkpoint = Path(cfg.checkpoint)
+    run_dir = run_dir_of(checkpoint)
+    source = f"{checkpoint.parent.name}/{checkpoint.name} of {run_dir}" if run_dir else str(checkpoint)
+    if cfg.predict is not None:
+        written, count = predict_folder(cfg, out_dir)
+        log.info(f"predictions for {count} images ({source}) -> {written}")
+        return
+    # Here, or in the DDP processes started for this evaluation (each evaluates its shard).
+    results = start_processes(cfg, out_dir, evaluate_process)
+    metrics = [key for key in results if key.startswith(f"{cfg.split}/") and not key.endswith("/loss")]
+    shown = " ".join(f"{key} {results[key]:.4f}" for key in [*metrics, f"{cfg.split}/loss"])
+    log.info(f"{shown} on {results['samples']} samples ({source}) -> {out_dir}")
+
+
+if __name__ == "__main__":
+    if {"--help", "-h"} & set(sys.argv[1:]):  # this script's usage, not train.py's
+        OmegaConf.register_new_resolver("script_doc", lambda: __doc__.strip() + "\n", replace=True)
+        sys.argv.append("hydra/help=eval")
+    cli.run(main, resumes=False)

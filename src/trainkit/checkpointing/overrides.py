@@ -1,0 +1,96 @@
+"""A checkpoint's config with a command line's overrides on top: what a resume trains with, and
+what eval.py evaluates with.
+
+    config = config_with_overrides(state["config"], composed, overrides)   # overrides: Hydra's task overrides
+
+The checkpoint holds the resolved config its run trained with (plain containers); `composed` is
+the config Hydra composed from the same command line, so every group and key this code knows is
+there with its default. Only what the command line sets comes from `composed`: the rest stays as
+the run had it, including values the run found itself (the batch-size finder's data.batch_size,
+an image folder's class count).
+"""
+
+import re
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.errors import ConfigError
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a.b": value} for every leaf of nested dicts (an empty dict is a leaf)."""
+    if isinstance(tree, dict) and tree:
+        return {k: v for key, value in tree.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: tree}
+
+
+def _touched(overrides: list[str], composed: DictConfig, explicit: bool, when: str) -> list[tuple[str, bool]]:
+    """(config key, deleted) for each override: `a.b=1` -> a.b; a group `optimizer=adamw` -> optimizer."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    touched = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group.replace("/", ".")
+        if key.startswith("hydra") or key == "resume":
+            continue
+        if OmegaConf.select(composed, key, default=KeyError) is KeyError and not override.is_delete():
+            if override.is_add() or override.is_force_add():
+                touched.append((key, False))
+            elif explicit:  # a global group (experiment=, debug=) sets keys all over the config
+                raise ConfigError(
+                    key, f"{when}, give the keys to change one by one (e.g. trainer.max_epochs=...), not a group"
+                )
+            continue
+        touched.append((key, override.is_delete()))
+    return touched
+
+
+def config_with_overrides(
+    saved_config: dict, composed: DictConfig, overrides: list[str], explicit: bool = True, when: str = "on a resume"
+) -> DictConfig:
+    """A checkpoint's config (plain, resolved containers) with the keys `overrides` set taken from
+    `composed` (the config Hydra composed from the same command line): `a.b=1` sets a.b, a group
+    `data=synthetic` replaces the whole data section, `~a.b` deletes. Links the config draws between
+    keys (model.num_classes: ${data.num_classes}) are restored where the saved values still agree,
+    so an override reaches the keys that follow it; keys the code added since the checkpoint take
+    their composed defaults. `explicit`: overrides typed by hand, where a global group (experiment=)
+    is refused in one line that starts with `when`. Used by resume and by eval.py."""
+    config = OmegaConf.create(saved_config)
+    _relink(config, composed)
+    for key, deleted in _touched(overrides, composed, explicit, when):
+        if deleted:
+            parent, _, leaf = key.rpartition(".")
+            node = OmegaConf.select(config, parent) if parent else config
+            if isinstance(node, DictConfig) and leaf in node:
+                del node[leaf]
+        else:
+            OmegaConf.update(config, key, OmegaConf.select(composed, key), merge=False, force_add=True)
+    _add_new_keys(config, composed)
+    return config
+
+
+def _relink(resolved: DictConfig, composed: DictConfig) -> None:
+    """The checkpoint holds resolved values; where the config links a key to another (model.dropout:
+    ${regularization.dropout}) and the checkpoint's values still agree, restore the link, so an
+    override of the source reaches every key that follows it."""
+    saved = flatten(OmegaConf.to_container(resolved))
+    for key, value in flatten(OmegaConf.to_container(composed, resolve=False)).items():
+        match = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
+        if match and key in saved and match.group(1) in saved and saved[key] == saved[match.group(1)]:
+            OmegaConf.update(resolved, key, value, merge=False)
+
+
+def _add_new_keys(resolved: DictConfig, composed: DictConfig) -> None:
+    """Keys the code added since the checkpoint was written take their composed (default) values;
+    not inside a factory whose `_target_` differs (another optimizer's keys do not belong there)."""
+    for key, value in flatten(OmegaConf.to_container(composed, resolve=True)).items():
+        if OmegaConf.select(resolved, key, default=KeyError) is not KeyError:
+            continue
+        parts = key.split(".")
+        parents = [".".join(parts[:i]) for i in range(1, len(parts))]
+        if all(
+            OmegaConf.select(resolved, f"{p}._target_", default=None) == OmegaConf.select(composed, f"{p}._target_")
+            for p in parents
+        ):
+            OmegaConf.update(resolved, key, value, force_add=True)

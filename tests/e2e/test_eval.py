@@ -1,0 +1,221 @@
+"""eval.py end to end: a trained run's checkpoint evaluated in a subprocess, judged by what it writes.
+
+One short training run per task, shared by the module: a classification run on digits that tests
+with its EMA weights, and a segmentation run on boxes in noise (models_for_tests) that tests with
+flip TTA: the two settings a re-evaluation most easily gets wrong.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import ROOT, TrainRun
+from trainkit.data.datasets import load_digits, read_digits
+
+TESTS = ROOT / "tests"
+CLASSIFICATION = (
+    "trainer.max_epochs=2",  # 40 updates: about 0.95 test accuracy
+    "regularization.ema.enabled=true",
+    "regularization.ema.decay=0.9",  # an average of the last ~10 updates, not the first ones
+)
+SEGMENTATION = (
+    "task=segmentation",
+    "data=synthetic",
+    "data._target_=models_for_tests.make_boxes",
+    "data.channels=1",
+    "data.image_size=16",
+    "data.num_classes=3",
+    "data.num_samples=256",
+    "data.val_samples=64",
+    "data.test_samples=64",
+    "data.batch_size=32",
+    "model._target_=models_for_tests.TinySegmenter",
+    "model.widths=[16,16]",
+    "optimized_metric=val/miou",
+    "trainer.max_epochs=2",
+    "trainer.tta_flip=true",  # boxes mirror into boxes: the mean of each image's and its mirror's class maps
+)
+
+
+def run_script(script: str, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # not a rank of an outer job
+        env.pop(key, None)
+    command = [sys.executable, str(ROOT / script), *overrides]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def train(run_dir: Path, *overrides: str) -> TrainRun:
+    process = run_script("train.py", f"hydra.run.dir={run_dir}", "trainer.progress_bar=false", *overrides)
+    assert process.returncode == 0, process.stderr[-4000:]
+    return TrainRun(process, run_dir)
+
+
+class Evaluation:
+    """One `python eval.py ...` and its output directory."""
+
+    def __init__(self, out_dir: Path, *overrides: str):
+        self.out_dir = out_dir
+        self.process = run_script("eval.py", f"hydra.run.dir={out_dir}", *overrides)
+        self.returncode, self.stdout, self.stderr = self.process.returncode, self.process.stdout, self.process.stderr
+
+    @property
+    def metrics(self) -> dict:
+        assert self.returncode == 0, self.stderr[-4000:]
+        return json.loads((self.out_dir / "metrics.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def classification(tmp_path_factory) -> TrainRun:
+    return train(tmp_path_factory.mktemp("classification") / "run", *CLASSIFICATION)
+
+
+@pytest.fixture(scope="module")
+def classification_eval(classification, tmp_path_factory) -> Evaluation:
+    return Evaluation(tmp_path_factory.mktemp("eval") / "out", f"checkpoint={classification.run_dir}")
+
+
+@pytest.fixture(scope="module")
+def segmentation(tmp_path_factory) -> TrainRun:
+    return train(tmp_path_factory.mktemp("segmentation") / "run", *SEGMENTATION)
+
+
+def test_eval_gives_exactly_the_runs_test_metrics(classification, classification_eval):
+    metrics, summary = classification_eval.metrics, classification.summary
+    assert {key: metrics[key] for key in summary["test"]} == summary["test"]  # float equality, not approx
+    assert metrics["run_summary_test"] == summary["test"]
+    assert metrics["weights"] == "ema" and metrics["samples"] == 359 and metrics["split"] == "test"
+    assert metrics["checkpoint"] == str((classification.run_dir / "checkpoints" / "best.pt").resolve())
+    line = f"test/acc {metrics['test/acc']:.4f} test/loss {metrics['test/loss']:.4f} on 359 samples"
+    expected = rf"{re.escape(line)} \(checkpoints/best\.pt of {re.escape(str(classification.run_dir.resolve()))}\)"
+    assert re.search(rf"{expected} -> {re.escape(str(classification_eval.out_dir))}$", classification_eval.stdout, re.M)
+
+
+def test_the_validation_split_gives_the_best_epochs_metrics(classification, tmp_path):
+    metrics = Evaluation(tmp_path / "val", f"checkpoint={classification.run_dir}", "split=val").metrics
+    best = classification.summary["best"]
+    assert {key: metrics[key] for key in ("val/loss", "val/acc")} == {key: best[key] for key in ("val/loss", "val/acc")}
+
+
+def test_the_confusion_matrix_counts_every_test_sample_once(classification_eval):
+    from matplotlib.image import imread
+
+    metrics, out_dir = classification_eval.metrics, classification_eval.out_dir
+    picture = imread(out_dir / "confusion_matrix.png")
+    assert picture.ndim == 3 and picture.shape[0] > 200 and picture.shape[1] > 200
+    assert picture[..., :3].reshape(-1, 3).std(axis=0).max() > 0.05  # a figure, not a blank
+    confusion = json.loads((out_dir / "confusion_matrix.json").read_text())
+    counts = np.array(confusion["counts"])
+    assert confusion["classes"] == [str(label) for label in range(10)] and counts.shape == (10, 10)
+    assert counts.sum() == metrics["samples"] == 359
+    test_labels = load_digits(OmegaConf.create({"test_fraction": 0.2, "val_fraction": 0.1, "split_seed": 0})).test[1]
+    assert counts.sum(axis=1).tolist() == torch.bincount(test_labels, minlength=10).tolist()  # rows: true classes
+    assert counts.trace() / counts.sum() == pytest.approx(metrics["test/acc"], abs=1e-12)
+
+
+def test_predict_writes_one_row_per_image(classification, tmp_path):
+    from PIL import Image
+
+    pixels, labels = read_digits()
+    folder = tmp_path / "images"
+    (folder / "more").mkdir(parents=True)
+    for i in range(12):  # digits as 8-bit greyscale PNGs, some in a sub-folder
+        image = Image.fromarray(np.round(pixels[i].reshape(8, 8) * 255 / 16).astype(np.uint8), mode="L")
+        image.save(folder / ("more" if i % 3 == 0 else ".") / f"{i:02d}.png")
+    (folder / "notes.txt").write_text("not an image")
+    (folder / ".hidden.png").write_bytes(b"")
+    evaluation = Evaluation(tmp_path / "out", f"checkpoint={classification.run_dir}", f"predict={folder}")
+    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
+    lines = (tmp_path / "out" / "predictions.csv").read_text().splitlines()
+    assert lines[0] == "file,class,probability" and len(lines) == 13
+    rows = [line.split(",") for line in lines[1:]]
+    assert sorted(name for name, _, _ in rows) == sorted(
+        f"{'more/' if i % 3 == 0 else ''}{i:02d}.png" for i in range(12)
+    )
+    assert all(int(label) in range(10) and 0 < float(probability) <= 1 for _, label, probability in rows)
+    right = sum(int(label) == labels[int(Path(name).stem)] for name, label, _ in rows)
+    assert right >= 10, rows  # the model reads the PNGs as it read its training digits (measured: 11 of 12)
+    assert "predictions for 12 images" in evaluation.stdout
+
+
+def write_foreign_checkpoint(path: Path) -> Path:
+    torch.save({"weights": torch.zeros(2)}, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["checkpoint=/no/such/run"], "checkpoint"),
+        (["checkpoint={tmp}/foreign.pt"], "checkpoint"),
+        (["checkpoint={run}", "predict=/no/such/folder"], "predict"),
+        (["checkpoint={run}", "predict={tmp}"], "predict"),  # a folder without images
+        (["checkpoint={run}", "data=synthetic"], "data.channels"),  # 3 channels for a model of 1
+        (["checkpoint={run}", "data=synthetic", "data.channels=1", "data.num_classes=5"], "data.num_classes"),
+        (["checkpoint={run}", "resume={run}"], "resume"),
+    ],
+    ids=["no such path", "not a trainkit checkpoint", "no such folder", "no images", "channels", "classes", "resume"],
+)
+def test_bad_input_is_one_line_naming_the_key(classification, tmp_path, overrides, key):
+    write_foreign_checkpoint(tmp_path / "foreign.pt")
+    given = [o.format(run=classification.run_dir, tmp=tmp_path) for o in overrides]
+    evaluation = Evaluation(tmp_path / "out", *given)
+    assert evaluation.returncode == 1
+    lines = evaluation.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {key}: "), evaluation.stderr
+    assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_give_the_same_metrics(classification_eval, classification, tmp_path):
+    ddp = Evaluation(
+        tmp_path / "ddp", f"checkpoint={classification.run_dir}", "distributed=ddp", "distributed.nproc_per_node=2"
+    )
+    single, metrics = classification_eval.metrics, ddp.metrics
+    assert metrics["world_size"] == 2 and metrics["samples"] == single["samples"]
+    assert metrics["test/acc"] == single["test/acc"]  # a count over a count: exact
+    assert metrics["test/loss"] == pytest.approx(single["test/loss"], rel=1e-6)  # float32 sums in another order
+    assert (tmp_path / "ddp" / "confusion_matrix.json").read_text() == (
+        classification_eval.out_dir / "confusion_matrix.json"
+    ).read_text()
+    written = sorted(path.name for path in (tmp_path / "ddp").iterdir() if path.is_file())
+    assert written == ["confusion_matrix.json", "confusion_matrix.png", "eval.log", "metrics.json"]
+
+
+def test_segmentation_eval_equals_the_summary_and_draws_the_masks(segmentation, tmp_path):
+    from matplotlib.image import imread
+
+    metrics = Evaluation(tmp_path / "out", f"checkpoint={segmentation.run_dir}").metrics
+    test = segmentation.summary["test"]
+    assert set(test) == {"test/loss", "test/miou", "test/pixel_acc"}
+    assert {key: metrics[key] for key in test} == test and metrics["samples"] == 64
+    picture = imread(tmp_path / "out" / "predictions.png")
+    assert picture[..., :3].reshape(-1, 3).std(axis=0).max() > 0.05
+    assert not (tmp_path / "out" / "confusion_matrix.png").exists()
+
+
+def test_segmentation_predict_writes_a_mask_per_image(segmentation, tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(3):
+        pixels = np.zeros((20, 16), np.uint8)  # not square: resized and centre-cropped to 16 x 16, as the data is
+        pixels[4 + i : 12, 2:10] = 255
+        Image.fromarray(pixels, mode="L").save(folder / f"box{i}.png")
+    evaluation = Evaluation(tmp_path / "out", f"checkpoint={segmentation.run_dir}", f"predict={folder}")
+    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
+    masks = sorted((tmp_path / "out" / "masks").iterdir())
+    assert [path.name for path in masks] == ["box0.png", "box1.png", "box2.png"]
+    for path in masks:
+        mask = np.array(Image.open(path))
+        assert mask.shape == (16, 16) and mask.dtype == np.uint8 and set(np.unique(mask)) <= {0, 1, 2}
+    assert not (tmp_path / "out" / "predictions.csv").exists()
