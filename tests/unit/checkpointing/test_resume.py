@@ -139,7 +139,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_says_how_much_space_is_le
     assert str(error.value).startswith(f"{last}: no space left on the device (") and "MiB free" in str(error.value)
     assert "the previous last.pt is intact" in str(error.value)
     monkeypatch.undo()
-    assert torch.load(last, weights_only=True) == {"step": 1} and not list(last.parent.glob("*.tmp"))
+    assert torch.load(last, weights_only=True) == {"format": 1, "step": 1} and not list(last.parent.glob("*.tmp"))
 
 
 def test_stale_temporary_files_are_removed(tmp_path):
