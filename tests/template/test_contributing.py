@@ -159,6 +159,7 @@ def test_add_your_own_dataset_recipe_trains_on_the_new_data(tmp_path):
     assert (first_conv.shape[1], head.shape[0]) == (data_config.channels, data_config.num_classes)
 
 
+@pytest.mark.slow  # 20 epochs of the recipe (~1 min on 2 idle cores): the full suite runs it
 def test_add_your_own_task_recipe_trains_and_reports_the_task_metrics(tmp_path):
     from trainkit.augment import BatchTransform
     from trainkit.data import build_data

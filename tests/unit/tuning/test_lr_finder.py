@@ -313,7 +313,7 @@ def test_lr_find_script_help_is_its_own_usage_not_train_py_s(tmp_path):
     assert "Every train.py override works here; the script writes into outputs/runs/<time>/ like train.py" in (
         process.stdout
     )
-    assert "train an image classifier" not in process.stdout  # train.py's own help header
+    assert "train a model (classification" not in process.stdout  # train.py's own help header
     assert "== Config groups (group=option) ==" in process.stdout and "lr_finder:" in process.stdout
     assert not list(tmp_path.iterdir())  # --help runs nothing and writes no run directory
 
