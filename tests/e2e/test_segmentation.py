@@ -57,7 +57,13 @@ def test_a_short_segmentation_run_reports_the_task_metrics_of_its_best_weights(r
 
 @pytest.mark.slow
 def test_segmentation_under_ddp_resumes_exactly_and_runs_the_lr_finder(run_train):
-    ddp = ["distributed=ddp", "distributed.nproc_per_node=2", "regularization.early_stopping.enabled=false"]
+    # a constant LR: the first run's schedule, sized for 1 epoch, is then the straight run's first epoch
+    ddp = [
+        "distributed=ddp",
+        "distributed.nproc_per_node=2",
+        "scheduler=constant",
+        "regularization.early_stopping.enabled=false",
+    ]
     straight = run_train(*SMALL, *ddp, "trainer.max_epochs=2")
     assert straight.summary["world_size"] == 2
     first = run_train(*SMALL, *ddp, "trainer.max_epochs=1")

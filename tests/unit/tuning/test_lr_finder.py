@@ -273,6 +273,7 @@ def test_set_base_lr_then_rebuilding_the_scheduler_starts_the_schedule_from_the_
 # ---- the script --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_lr_find_script_composes_the_train_config_and_writes_its_outputs(tmp_path):
     run_dir = tmp_path / "run"
     command = [
