@@ -29,8 +29,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainkit import cli
 from trainkit.augment import BatchTransform
-from trainkit.checkpointing import load_checkpoint
-from trainkit.checkpointing.files import check_model_fits, find_checkpoint, read_checkpoint
+from trainkit.checkpointing import load_checkpoint, load_weights
+from trainkit.checkpointing.files import find_checkpoint, read_checkpoint
 from trainkit.checkpointing.overrides import config_with_overrides
 from trainkit.checkpointing.resume import run_dir_of
 from trainkit.config import to_dict
@@ -39,8 +39,7 @@ from trainkit.data import build_data
 from trainkit.data.imagefolder import class_names, decode, images_in
 from trainkit.distributed.launch import joined_process_group, start_processes
 from trainkit.errors import ConfigError
-from trainkit.models import build_model
-from trainkit.models.ema import ema_weights
+from trainkit.models import build_model, ema_weights
 from trainkit.runtime import autocast, pick_device, seed_everything
 from trainkit.tasks import evaluate, model_outputs
 from trainkit.tracking import quiet_known_noise, save_png
@@ -101,8 +100,7 @@ def trained_model(cfg: DictConfig, weights: dict, image_size: int, device: torch
     if "pretrained" in model_config:
         model_config["pretrained"] = False
     model, input_size = build_model(model_config, image_size=image_size)
-    check_model_fits(weights, model)  # a model= override of another shape: one line naming model
-    model.load_state_dict(weights)
+    load_weights(model, weights)  # a model= override of another shape: one line naming model
     # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
     memory_format = torch.channels_last if cfg.trainer.channels_last else torch.contiguous_format
     return model.to(device, memory_format=memory_format).eval(), input_size  # type: ignore[call-overload]

@@ -25,9 +25,9 @@ from tqdm import tqdm
 
 from trainkit import cli
 from trainkit.augment import BatchTransform, attach_sample_transform
-from trainkit.checkpointing import (STOP_SIGNAL_NAMES, copy_checkpoint, finished_value, load_checkpoint,
-                                    restore_training_state, resumed_config, rng_states, save_checkpoint, stop_signal,
-                                    stopped, training_state, unwrap_model)
+from trainkit.checkpointing import (STOP_SIGNAL_NAMES, copy_checkpoint, finished_value, load_checkpoint, load_weights,
+                                    restore_optimizer_and_schedule, restore_rank_rng_states, resumed_config, rng_states,
+                                    save_checkpoint, stop_signal, stopped, unwrap_model)
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import DataBundle, build_data
@@ -80,6 +80,41 @@ class Run:
     best_metrics: dict = field(default_factory=dict)
     wandb_run_id: str | None = None
     stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
+
+    def state_dict(self) -> dict:
+        """What a checkpoint holds: everything a resume needs, as plain containers and tensors
+        (torch.load(weights_only=True) reads them back). Every rank calls it: each rank's RNG streams
+        go in. A field you add to Run that a resume needs goes here and into load_state_dict."""
+        unfinished = self.batches_done < batches_per_epoch(self.cfg, self.data.train)
+        return {
+            "model": unwrap_model(self.model).state_dict(),  # no module. / _orig_mod. prefixes
+            "ema": None if self.ema is None else self.ema.state_dict(),  # AveragedModel's: module.<name>, n_averaged
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "early_stopping": self.early_stopping.state_dict(),
+            "best_metrics": self.best_metrics,
+            "epoch": self.epoch,
+            "step": self.step,
+            "batches_done": self.batches_done if unfinished else 0,  # > 0: a resume finishes this epoch first
+            "rng": gather_objects(rng_states()),  # every rank's streams, in rank order
+            "config": self.resolved_config,
+            "wandb_run_id": self.loggers.run_id,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue where a checkpoint stands: weights and EMA, optimizer and schedule (this config's
+        hyperparameters where they changed), scaler, early stopping, position, W&B run, RNG streams."""
+        load_weights(self.model, state["model"])
+        restore_ema(self.ema, state)
+        restore_optimizer_and_schedule(self.optimizer, self.scheduler, state, self.cfg)
+        self.scaler.load_state_dict(state["scaler"])
+        self.early_stopping.load_state_dict(state["early_stopping"])
+        self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]
+        self.epoch = state["epoch"] + (0 if self.batches_done else 1)  # the unfinished epoch, else the next
+        self.wandb_run_id = state.get("wandb_run_id")
+        reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams
+        restore_rank_rng_states(state["rng"], self.proc.rank, self.proc.world_size, reseed)
 
 
 def batches_per_epoch(cfg: DictConfig, loader) -> int:
@@ -171,14 +206,13 @@ def save_checkpoints(run: Run, improved: bool = False) -> None:
     """checkpoints/last.pt (and best.pt when `improved`), atomically. Every rank calls this, since
     every rank's RNG streams go in; rank 0 alone writes, and never non-finite weights over a good
     checkpoint (the non-finite loss that caused them stops the run at the next logging step)."""
-    rng = gather_objects(rng_states())
-    weights = [tensor for tensor in run.model.state_dict().values() if tensor.is_floating_point()]
+    state = run.state_dict()  # a collective: every rank's RNG streams are gathered
+    weights = [tensor for tensor in state["model"].values() if tensor.is_floating_point()]
     if run.proc.is_main and not torch.stack([tensor.isfinite().all() for tensor in weights]).all():
         log.warning(f"checkpoints/last.pt not updated at step {run.step}: the weights are not finite")
     elif run.proc.is_main:
-        unfinished = run.batches_done if run.batches_done < batches_per_epoch(run.cfg, run.data.train) else 0
         last = run.run_dir / "checkpoints" / "last.pt"
-        save_checkpoint(last, training_state(run, unfinished, rng))
+        save_checkpoint(last, state)
         if improved:
             copy_checkpoint(last, last.with_name("best.pt"))
 
@@ -291,7 +325,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     seed_everything(cfg.seed + proc.rank)  # each rank draws its own augmentation and dropout
     run = build_run(cfg, run_dir, proc, device)
     if cfg.resume:  # continue exactly: weights, optimizer, schedule, position, every RNG stream
-        restore_training_state(run, load_checkpoint(cfg.resume, device))
+        run.load_state_dict(load_checkpoint(cfg.resume, device))
         log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
     # Order matters: compile the model on its device, then wrap it for DDP (which broadcasts
     # rank 0's initial weights to every rank). torch.compile of a module is a module (OptimizedModule),

@@ -72,35 +72,30 @@ def composed(*overrides: str):
 
 
 def run_record(model, seed: int, ema=None):
-    """The attributes of train.py's Run that a checkpoint saves and restores, around `model` (and
-    its EMA), for in-process checkpoint round trips."""
-    from types import SimpleNamespace
+    """train.py's Run around `model` (and its EMA), with the pieces a checkpoint saves and restores
+    and a 10-sample training split of 5 batches, for in-process checkpoint round trips."""
+    import sys
 
     import torch
     from omegaconf import OmegaConf
 
+    from trainkit.data import DataBundle, TensorLoader
     from trainkit.distributed.process_group import ProcessInfo
     from trainkit.early_stopping import EarlyStopping
-    from trainkit.tracking.loggers import Loggers
 
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    return SimpleNamespace(
-        cfg=OmegaConf.create({"seed": seed}),
-        resolved_config={"seed": seed},
-        proc=ProcessInfo(),
-        model=model,
-        ema=ema,
-        optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1)),
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-        early_stopping=EarlyStopping("val/loss", "min"),
-        loggers=Loggers([]),
-        epoch=0,
-        step=0,
-        batches_done=0,
-        best_metrics={},
-        wandb_run_id=None,
-    )
+    sys.path.insert(0, str(ROOT))
+    import train
+
+    cfg = OmegaConf.create({"seed": seed, "trainer": {"limit_train_batches": None}})
+    run = train.Run(cfg, Path("unused"), ProcessInfo(), torch.device("cpu"))
+    loader = TensorLoader(torch.zeros(10, 1, 2, 2), torch.zeros(10, dtype=torch.long), 2, shuffle=False)
+    run.data = DataBundle(loader, loader, loader, channels=1, image_size=2, num_classes=2, mean=(0.0,), std=(1.0,))
+    run.model, run.ema, run.resolved_config = model, ema, {"seed": seed}
+    run.optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    run.scheduler = torch.optim.lr_scheduler.LambdaLR(run.optimizer, lambda step: 1.0 / (step + 1))
+    run.scaler = torch.amp.GradScaler("cpu", enabled=False)
+    run.early_stopping = EarlyStopping("val/loss", "min")
+    return run
 
 
 def pytest_collection_modifyitems(items):

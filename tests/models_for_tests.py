@@ -1,5 +1,4 @@
-"""Models (and a segmentation dataset) that only tests need, importable by `_target_` (the tests put
-this folder on PYTHONPATH)."""
+"""Models that only tests need, importable by `_target_` (the tests put this folder on PYTHONPATH)."""
 
 import json
 import time
@@ -151,48 +150,3 @@ class RecordingCNN(nn.Module):
                 self.record["eval"].append({"bn": self._bn_stats()})
         self.path.write_text(json.dumps(self.record))
         return logits
-
-
-class TinySegmenter(nn.Module):
-    """A class a pixel: two 3x3 convolutions and a 1x1 head, logits [B, K, H, W] at the input's size."""
-
-    def __init__(self, in_channels: int, num_classes: int, widths=(16, 16), dropout: float = 0.0):
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Conv2d(in_channels, widths[0], 3, padding=1),
-            nn.BatchNorm2d(widths[0]),
-            nn.ReLU(),
-            nn.Conv2d(widths[0], widths[1], 3, padding=1),
-            nn.ReLU(),
-            nn.Dropout2d(dropout),
-            nn.Conv2d(widths[1], num_classes, 1),
-        )
-
-    def forward(self, x):
-        return self.body(x)
-
-
-def make_boxes(cfg):
-    """The `data._target_` of a segmentation set, in memory: on a noisy background (class 0), a
-    bright box (class 1) and a dim box (class 2) at random places; masks int64 [N, H, W]. Reads the
-    synthetic option's keys (channels, image_size, num_samples, val_samples, test_samples, noise,
-    split_seed); data.num_classes must be 3."""
-    from trainkit.data.datasets import Splits
-
-    generator = torch.Generator().manual_seed(cfg["split_seed"])
-    size = cfg["image_size"]
-
-    def sample(count: int):
-        images = cfg["noise"] * 0.2 * torch.rand(count, cfg["channels"], size, size, generator=generator)
-        masks = torch.zeros(count, size, size, dtype=torch.int64)
-        for label, brightness in ((1, 1.0), (2, 0.5)):
-            corners = torch.randint(0, size // 2, (count, 2), generator=generator)
-            sides = torch.randint(2, size // 2 + 1, (count, 2), generator=generator)
-            for i in range(count):
-                (top, left), (height, width) = corners[i].tolist(), sides[i].tolist()
-                images[i, :, top : top + height, left : left + width] = brightness
-                masks[i, top : top + height, left : left + width] = label
-        return images.clamp(0, 1), masks
-
-    train, val, test = (sample(cfg[key]) for key in ("num_samples", "val_samples", "test_samples"))
-    return Splits(train, val, test, num_classes=3)

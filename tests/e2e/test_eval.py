@@ -1,8 +1,10 @@
-"""eval.py end to end: a trained run's checkpoint evaluated in a subprocess, judged by what it writes.
+"""eval.py end to end: a checkpoint evaluated in a subprocess, judged by what it writes.
 
-One short training run per task, shared by the module: a classification run on digits that tests
-with its EMA weights, and a segmentation run on boxes in noise (models_for_tests) that tests with
-flip TTA: the two settings a re-evaluation most easily gets wrong.
+The tests that train share one short run per task, made once for the module and marked slow (they
+train in a subprocess): a classification run on digits that tests with its EMA weights, and a
+small experiment=shapes_segmentation run that tests with flip TTA, the two settings a
+re-evaluation most easily gets wrong. The bad-input tests need a checkpoint, not a trained one:
+theirs is written here, untrained, in a run directory as train.py leaves it.
 """
 
 import json
@@ -17,38 +19,32 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import ROOT, TrainRun
+from conftest import ROOT, TrainRun, composed
+from trainkit.checkpointing import save_checkpoint
+from trainkit.config import to_dict
 from trainkit.data.datasets import load_digits, read_digits
+from trainkit.models import build_model
 
-TESTS = ROOT / "tests"
 CLASSIFICATION = (
     "trainer.max_epochs=2",  # 40 updates: about 0.95 test accuracy
     "regularization.ema.enabled=true",
     "regularization.ema.decay=0.9",  # an average of the last ~10 updates, not the first ones
 )
 SEGMENTATION = (
-    "task=segmentation",
-    "data=synthetic",
-    "data._target_=models_for_tests.make_boxes",
-    "data.channels=1",
-    "data.image_size=16",
-    "data.num_classes=3",
-    "data.num_samples=256",
-    "data.val_samples=64",
+    "experiment=shapes_segmentation",
+    "data.num_samples=192",
+    "data.val_samples=48",
     "data.test_samples=64",
-    "data.batch_size=32",
-    "model._target_=models_for_tests.TinySegmenter",
-    "model.widths=[16,16]",
-    "optimized_metric=val/miou",
+    "data.image_size=16",
+    "data.batch_size=16",
+    "model.widths=[8,16]",
     "trainer.max_epochs=2",
-    "trainer.tta_flip=true",  # boxes mirror into boxes: the mean of each image's and its mirror's class maps
+    "trainer.tta_flip=true",  # shapes mirror into shapes: the mean of each image's and its mirror's class maps
 )
 
 
 def run_script(script: str, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # not a rank of an outer job
-        env.pop(key, None)
+    env = {key: value for key, value in os.environ.items() if key not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     command = [sys.executable, str(ROOT / script), *overrides]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -88,6 +84,7 @@ def segmentation(tmp_path_factory) -> TrainRun:
     return train(tmp_path_factory.mktemp("segmentation") / "run", *SEGMENTATION)
 
 
+@pytest.mark.slow  # trains in a subprocess (once for the module)
 def test_eval_gives_exactly_the_runs_test_metrics(classification, classification_eval):
     metrics, summary = classification_eval.metrics, classification.summary
     assert {key: metrics[key] for key in summary["test"]} == summary["test"]  # float equality, not approx
@@ -99,12 +96,14 @@ def test_eval_gives_exactly_the_runs_test_metrics(classification, classification
     assert re.search(rf"{expected} -> {re.escape(str(classification_eval.out_dir))}$", classification_eval.stdout, re.M)
 
 
+@pytest.mark.slow  # trains in a subprocess (once for the module)
 def test_the_validation_split_gives_the_best_epochs_metrics(classification, tmp_path):
     metrics = Evaluation(tmp_path / "val", f"checkpoint={classification.run_dir}", "split=val").metrics
     best = classification.summary["best"]
     assert {key: metrics[key] for key in ("val/loss", "val/acc")} == {key: best[key] for key in ("val/loss", "val/acc")}
 
 
+@pytest.mark.slow  # trains in a subprocess (once for the module)
 def test_the_confusion_matrix_counts_every_test_sample_once(classification_eval):
     from matplotlib.image import imread
 
@@ -121,6 +120,7 @@ def test_the_confusion_matrix_counts_every_test_sample_once(classification_eval)
     assert counts.trace() / counts.sum() == pytest.approx(metrics["test/acc"], abs=1e-12)
 
 
+@pytest.mark.slow  # trains in a subprocess (once for the module)
 def test_predict_writes_one_row_per_image(classification, tmp_path):
     from PIL import Image
 
@@ -146,9 +146,16 @@ def test_predict_writes_one_row_per_image(classification, tmp_path):
     assert "predictions for 12 images" in evaluation.stdout
 
 
-def write_foreign_checkpoint(path: Path) -> Path:
-    torch.save({"weights": torch.zeros(2)}, path)
-    return path
+@pytest.fixture(scope="module")
+def untrained_run(tmp_path_factory) -> Path:
+    """A run directory with checkpoints/last.pt of the default config and an untrained model."""
+    run_dir = tmp_path_factory.mktemp("untrained") / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    config = to_dict(composed())
+    model, _ = build_model(config["model"], image_size=8)
+    state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 20}
+    save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "batches_done": 0, "config": config})
+    return run_dir
 
 
 @pytest.mark.parametrize(
@@ -164,14 +171,22 @@ def write_foreign_checkpoint(path: Path) -> Path:
     ],
     ids=["no such path", "not a trainkit checkpoint", "no such folder", "no images", "channels", "classes", "resume"],
 )
-def test_bad_input_is_one_line_naming_the_key(classification, tmp_path, overrides, key):
-    write_foreign_checkpoint(tmp_path / "foreign.pt")
-    given = [o.format(run=classification.run_dir, tmp=tmp_path) for o in overrides]
+def test_bad_input_is_one_line_naming_the_key(untrained_run, tmp_path, overrides, key):
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign.pt")
+    given = [o.format(run=untrained_run, tmp=tmp_path) for o in overrides]
     evaluation = Evaluation(tmp_path / "out", *given)
     assert evaluation.returncode == 1
     lines = evaluation.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {key}: "), evaluation.stderr
     assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+def test_a_run_without_best_pt_is_evaluated_from_its_last_pt(untrained_run, tmp_path):
+    evaluation = Evaluation(tmp_path / "out", f"checkpoint={untrained_run}")
+    metrics = evaluation.metrics
+    assert metrics["samples"] == 359 and metrics["run_summary_test"] is None and metrics["weights"] == "model"
+    assert metrics["checkpoint"] == str((untrained_run / "checkpoints" / "last.pt").resolve())
+    assert f"(checkpoints/last.pt of {untrained_run.resolve()})" in evaluation.stdout
 
 
 @pytest.mark.slow
@@ -190,6 +205,7 @@ def test_two_ddp_processes_give_the_same_metrics(classification_eval, classifica
     assert written == ["confusion_matrix.json", "confusion_matrix.png", "eval.log", "metrics.json"]
 
 
+@pytest.mark.slow  # trains in a subprocess (once for the module)
 def test_segmentation_eval_equals_the_summary_and_draws_the_masks(segmentation, tmp_path):
     from matplotlib.image import imread
 
@@ -202,6 +218,7 @@ def test_segmentation_eval_equals_the_summary_and_draws_the_masks(segmentation, 
     assert not (tmp_path / "out" / "confusion_matrix.png").exists()
 
 
+@pytest.mark.slow  # trains in a subprocess (once for the module)
 def test_segmentation_predict_writes_a_mask_per_image(segmentation, tmp_path):
     from PIL import Image
 
@@ -217,5 +234,5 @@ def test_segmentation_predict_writes_a_mask_per_image(segmentation, tmp_path):
     assert [path.name for path in masks] == ["box0.png", "box1.png", "box2.png"]
     for path in masks:
         mask = np.array(Image.open(path))
-        assert mask.shape == (16, 16) and mask.dtype == np.uint8 and set(np.unique(mask)) <= {0, 1, 2}
+        assert mask.shape == (16, 16) and mask.dtype == np.uint8 and set(np.unique(mask)) <= {0, 1, 2, 3}
     assert not (tmp_path / "out" / "predictions.csv").exists()

@@ -5,6 +5,7 @@ import math
 import subprocess
 import sys
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -51,6 +52,7 @@ PATCHED_TRAIN = (
 )
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_the_speedrun_experiment_trains_on_cifar10_format_files(tmp_path):
     write_cifar(tmp_path / "data", per_batch=20, num_test=15)  # 90 train, 10 val, 15 test
     run_dir = tmp_path / "run"

@@ -101,6 +101,7 @@ def test_default_run_learns_and_writes_the_run_directory(run_train):
     assert "done in" in run.stderr + run.stdout
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_test_metrics_use_the_best_checkpoint(run_train):
     # Early stopping on val/loss with a huge min_delta: epoch 0 is the best and stays so. A constant
     # LR makes epoch 0 of this run identical to a 1-epoch run, whose test metrics are then those of
@@ -128,6 +129,7 @@ def test_test_metrics_use_the_best_checkpoint(run_train):
     assert summary["test"] == pytest.approx(epoch_zero.summary["test"], rel=1e-6)
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_lr_schedule_warms_up_then_decays_per_update(run_train):
     run = run_train(
         "trainer.max_epochs=3", "trainer.log_every_n_steps=1", "scheduler.warmup_epochs=1", "trainer.progress_bar=false"
@@ -139,6 +141,7 @@ def test_lr_schedule_warms_up_then_decays_per_update(run_train):
     assert decay == sorted(decay, reverse=True) and decay[-1] < 1e-3
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_a_max_steps_run_shorter_than_the_warmup_still_reaches_the_peak_lr(run_train):
     # cosine's one warmup epoch is 20 updates; max_steps=7 cuts it to 3, so the LR peaks at 0.1, then decays.
     run = run_train("trainer.max_steps=7", "trainer.log_every_n_steps=1", "trainer.progress_bar=false")
@@ -151,6 +154,7 @@ def test_a_max_steps_run_shorter_than_the_warmup_still_reaches_the_peak_lr(run_t
     assert "mid-epoch checkpoints" not in output and "compile + first step" not in output  # options off: silent
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_mid_epoch_checkpoints_are_counted_in_the_log(run_train):
     # 20 updates an epoch, a save every 7 inside an epoch: epoch 0 at 7 and 14, epoch 1 at 21, 28 and 35.
     run = run_train("trainer.max_epochs=2", "trainer.checkpoint_every_n_steps=7", "trainer.progress_bar=false")
@@ -172,6 +176,7 @@ def test_compile_time_is_logged_apart_from_throughput(run_train):
     assert all(m["train/samples_per_sec"] > 0 for m in epochs)
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_label_smoothing_sets_the_floor_of_the_training_loss(run_train):
     # With smoothing eps over K classes the best possible cross-entropy is the entropy of the
     # smoothed target; without smoothing the loss can go far below it.
@@ -185,6 +190,7 @@ def test_label_smoothing_sets_the_floor_of_the_training_loss(run_train):
     assert plain.epoch_metrics()[-1]["train/loss"] < floor / 3
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_resume_after_a_kill_continues_exactly_in_the_same_run_directory(run_train, tmp_path):
     # Checkpoints every 3 updates, so the kill lands inside an epoch. min_delta=100 keeps epoch 0 the
     # best, before the kill: the resumed run must test that run directory's best.pt, as a straight run does.
@@ -233,6 +239,7 @@ def test_resume_after_a_kill_continues_exactly_in_the_same_run_directory(run_tra
     assert_same_training(resumed, straight)
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_a_run_stopped_inside_an_epoch_resumes_at_the_next_batch(run_train):
     # A constant LR, so stopping early with max_steps does not change the schedule.
     overrides = [
@@ -260,6 +267,7 @@ def test_a_run_stopped_inside_an_epoch_resumes_at_the_next_batch(run_train):
     assert_same_training(resumed, straight)
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_resume_auto_starts_then_continues_and_overrides_take_effect(run_train, tmp_path):
     run_dir = tmp_path / "job"  # a fixed directory, as a requeued SLURM job names it by its job id
     tiny = (
@@ -283,6 +291,7 @@ def test_resume_auto_starts_then_continues_and_overrides_take_effect(run_train, 
     assert again.metrics == second.metrics  # nothing trained, nothing logged
 
 
+@pytest.mark.slow  # trains in a subprocess
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains_on_cpu(run_train, precision):
     # One epoch of batches of 32 at a constant LR (half the samples of 2 default epochs: fp16 on a
@@ -301,6 +310,7 @@ def test_mixed_precision_trains_on_cpu(run_train, precision):
     assert warnings == (1 if precision == "fp16" and on_cpu else 0)
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_gradient_clipping_accumulation_and_max_steps_run_together(run_train):
     run = run_train(
         "trainer.max_epochs=3",
@@ -316,12 +326,14 @@ def test_gradient_clipping_accumulation_and_max_steps_run_together(run_train):
     assert (checkpoint["epoch"], checkpoint["step"], checkpoint["batches_done"]) == (1, 10, 9)
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_debug_fast_limits_batches(run_train):
     run = run_train("debug=fast")
     epochs = run.epoch_metrics()
     assert len(epochs) == 2 and epochs[-1]["step"] == 6
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_synthetic_data_with_csv_logger_and_adamw(run_train):
     run = run_train(
         "data=synthetic",
@@ -343,6 +355,7 @@ def test_synthetic_data_with_csv_logger_and_adamw(run_train):
     assert float(last_row["test/acc"]) == pytest.approx(run.summary["test"]["test/acc"])
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_imagefolder_infers_its_classes(run_train, tmp_path):
     from PIL import Image
 
@@ -370,6 +383,7 @@ def test_imagefolder_infers_its_classes(run_train, tmp_path):
     assert config["data"]["num_classes"] == 3 and config["model"]["num_classes"] == 3
 
 
+@pytest.mark.slow  # trains in a subprocess
 @pytest.mark.parametrize("model", ["timm", "torchvision"])
 def test_library_models_run_on_the_8x8_digits(run_train, model):
     run = run_train(
@@ -414,6 +428,7 @@ def test_help_lists_the_groups_and_cfg_prints_the_config(run_train):
     assert "max_epochs: 20" in config and "label_smoothing" in config
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_lr_finder_and_batch_size_finder_run_before_training(run_train):
     from PIL import Image
 

@@ -1,12 +1,14 @@
-"""CONTRIBUTING.md's "Add a model" and the README's "Add your own dataset" recipes, followed exactly
-as written on a copy of the repository.
+"""The README's recipes, "Add your own model", "Add your own dataset" and "Add your own task",
+followed exactly as written on a copy of the repository.
 
-The recipe's files are the code blocks whose first line is `# file: <path>`; its command is the
-`python train.py ...` line of its bash block. Edit the recipe and this test checks the new text.
+A recipe's files are the code blocks whose first line is `# file: <path>`; its command is the
+`python train.py ...` line of its bash blocks (a line may continue after a trailing backslash).
+Edit a recipe and these tests check the new text.
 """
 
 import importlib.util
 import json
+import math
 import os
 import re
 import shlex
@@ -24,6 +26,7 @@ FENCED_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 FILE_MARKER = re.compile(r"#\s*file:\s*(\S+)")
 # Handled by trainkit.models.build.build_model itself, not passed to the model's _target_.
 SHARED_MODEL_KEYS = ("input_size", "pretrained_path", "freeze", "freeze_bn")
+RECIPES = ("Add your own model", "Add your own dataset", "Add your own task")
 
 
 def section(markdown: str, title: str) -> str:
@@ -33,7 +36,7 @@ def section(markdown: str, title: str) -> str:
     return match.group(1)
 
 
-def recipe(title: str, document: str = "CONTRIBUTING.md") -> tuple[dict[str, str], list[list[str]]]:
+def recipe(title: str, document: str = "README.md") -> tuple[dict[str, str], list[list[str]]]:
     """The files ({path: text}) and the shell commands (argument lists) of a section of `document`."""
     files, commands = {}, []
     for language, body in FENCED_BLOCK.findall(section((ROOT / document).read_text(), title)):
@@ -42,7 +45,8 @@ def recipe(title: str, document: str = "CONTRIBUTING.md") -> tuple[dict[str, str
             assert marker.group(1) not in files, f"two blocks write {marker.group(1)}"
             files[marker.group(1)] = body
         elif language == "bash":
-            commands += [shlex.split(line, comments=True) for line in body.splitlines()]
+            lines = body.replace("\\\n", " ").splitlines()  # a command continued over several lines is one
+            commands += [shlex.split(line, comments=True) for line in lines]
     return files, [command for command in commands if command]
 
 
@@ -74,43 +78,61 @@ def load_module(path: Path):
     return module
 
 
-def test_add_a_model_recipe_trains_the_new_model(tmp_path):
-    files, commands = recipe("Add a model")
+def follow(title: str, config_group: str, tmp_path: Path, timeout: int = 300) -> tuple[dict[str, str], Path, Path]:
+    """Write the recipe's files into a copy of the repository and run its one `python train.py`
+    line there; the recipe's files, the copy and the run directory."""
+    files, commands = recipe(title)
     assert any(path.endswith(".py") for path in files), "the recipe writes no Python file"
-    assert any(path.startswith("conf/model/") for path in files), "the recipe writes no conf/model/ yaml"
+    assert any(path.startswith(f"conf/{config_group}/") for path in files), f"no conf/{config_group}/ yaml"
     train_commands = [command for command in commands if command[:2] == ["python", "train.py"]]
     assert len(train_commands) == 1, f"expected one `python train.py ...` line in the recipe, got {commands}"
 
     repo = tmp_path / "repo"
     copy_repository(repo)
-    for path, text in files.items():
+    for path, text in files.items():  # new files only: no registry, __init__.py or train.py edited
         assert not (repo / path).exists(), f"{path} already exists: the recipe would not be adding it"
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
 
-    # The copy's src/ first: train.py must import the copy's trainkit, where the recipe put the model.
+    # The copy's src/ first: train.py must import the copy's trainkit, where the recipe put its file.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo / "src"), os.environ.get("PYTHONPATH")]))}
     run_dir = tmp_path / "run"
     command = [sys.executable, *train_commands[0][1:], f"hydra.run.dir={run_dir}"]
-    process = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    process = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
     assert process.returncode == 0, f"{shlex.join(train_commands[0])} failed:\n{process.stderr[-4000:]}"
+    return files, repo, run_dir
+
+
+def recipe_class(files: dict[str, str], repo: Path, target: str) -> type:
+    """The class a `_target_` names, loaded from the file the recipe wrote (not from an installed trainkit)."""
+    module_name, class_name = target.rsplit(".", 1)
+    path = "src/" + module_name.replace(".", "/") + ".py"
+    assert path in files, f"_target_ {target} points to {path}, which the recipe does not write"
+    return getattr(load_module(repo / path), class_name)
+
+
+def run_config(run_dir: Path) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(run_dir / ".hydra" / "config.yaml"), resolve=True)
+
+
+def test_add_your_own_model_recipe_trains_the_new_model(tmp_path):
+    files, repo, run_dir = follow("Add your own model", "model", tmp_path)
     assert "test" in json.loads((run_dir / "summary.json").read_text())
 
     # The checkpoint holds the recipe's class, built with the yaml's arguments: same keys, same shapes.
-    model_config = OmegaConf.to_container(OmegaConf.load(run_dir / ".hydra" / "config.yaml"), resolve=True)["model"]
-    module_name, class_name = model_config.pop("_target_").rsplit(".", 1)
-    model_file = "src/" + module_name.replace(".", "/") + ".py"
-    assert model_file in files, f"model._target_ points to {model_file}, which the recipe does not write"
+    model_config = run_config(run_dir)["model"]
+    model_class = recipe_class(files, repo, model_config.pop("_target_"))
     for key in SHARED_MODEL_KEYS:
         model_config.pop(key, None)
-    expected = getattr(load_module(repo / model_file), class_name)(**model_config).state_dict()
+    expected = model_class(**model_config).state_dict()
     trained = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)["model"]
     assert {key: value.shape for key, value in trained.items()} == {key: value.shape for key, value in expected.items()}
 
 
-def test_add_a_model_recipe_passes_lint_and_format():
+@pytest.mark.parametrize("title", RECIPES)
+def test_recipe_code_passes_lint_and_format(title):
     pytest.importorskip("ruff")
-    files, _ = recipe("Add a model")
+    files, _ = recipe(title)
     for path, text in files.items():
         if path.endswith(".py"):
             for check in (["check"], ["format", "--check"]):
@@ -124,25 +146,8 @@ def test_add_a_model_recipe_passes_lint_and_format():
                 assert process.returncode == 0, f"ruff {' '.join(check)} on {path}:\n{process.stdout}{process.stderr}"
 
 
-def test_add_your_own_dataset_recipe_of_the_readme_trains_on_the_new_data(tmp_path):
-    files, commands = recipe("Add your own dataset", "README.md")
-    assert any(path.endswith(".py") for path in files), "the recipe writes no Python file"
-    assert any(path.startswith("conf/data/") for path in files), "the recipe writes no conf/data/ yaml"
-    train_commands = [command for command in commands if command[:2] == ["python", "train.py"]]
-    assert len(train_commands) == 1, f"expected one `python train.py ...` line in the recipe, got {commands}"
-
-    repo = tmp_path / "repo"
-    copy_repository(repo)
-    for path, text in files.items():  # new files only: no registry, data/__init__.py or train.py edited
-        assert not (repo / path).exists(), f"{path} already exists: the recipe would not be adding it"
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_text(text)
-
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo / "src"), os.environ.get("PYTHONPATH")]))}
-    run_dir = tmp_path / "run"
-    command = [sys.executable, *train_commands[0][1:], f"hydra.run.dir={run_dir}"]
-    process = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
-    assert process.returncode == 0, f"{shlex.join(train_commands[0])} failed:\n{process.stderr[-4000:]}"
+def test_add_your_own_dataset_recipe_trains_on_the_new_data(tmp_path):
+    files, _, run_dir = follow("Add your own dataset", "data", tmp_path)
     assert "test" in json.loads((run_dir / "summary.json").read_text())
 
     # The run loaded the recipe's function, and the model saw its shapes (channels and classes).
@@ -152,3 +157,56 @@ def test_add_your_own_dataset_recipe_of_the_readme_trains_on_the_new_data(tmp_pa
     trained = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)["model"]
     first_conv, head = trained["features.0.weight"], trained["head.3.weight"]
     assert (first_conv.shape[1], head.shape[0]) == (data_config.channels, data_config.num_classes)
+
+
+@pytest.mark.slow  # 20 epochs of the recipe (~1 min on 2 idle cores): the full suite runs it
+def test_add_your_own_task_recipe_trains_and_reports_the_task_metrics(tmp_path):
+    from trainkit.augment import BatchTransform
+    from trainkit.data import build_data
+    from trainkit.models import build_model
+    from trainkit.tasks import Task, higher_is_better
+
+    # A real run (20 epochs of digits, as long as the default `python train.py`), not debug=fast: room for load.
+    files, repo, run_dir = follow("Add your own task", "task", tmp_path, timeout=600)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    config = run_config(run_dir)
+    task_config = dict(config["task"])
+    task_class = recipe_class(files, repo, task_config.pop("_target_"))
+    assert issubclass(task_class, Task)
+    task = task_class(**task_config)
+
+    # summary.json holds the task's own test metrics, finite, and the metric the command optimized.
+    names = ["loss", *task_class.metric_names]
+    assert sorted(summary["test"]) == sorted(f"test/{name}" for name in names)
+    assert all(math.isfinite(value) for value in summary["test"].values()), summary["test"]
+    assert summary["optimized_metric"] in [f"val/{name}" for name in names]
+    assert summary["optimized_value"] == summary["best"][summary["optimized_metric"]]
+
+    # Recomputed here from best.pt on the test split, all samples at once: the task's metrics as the
+    # summary states them (the loop summed them batch by batch), and better than the untrained model's.
+    data = build_data(OmegaConf.create(config["data"]), device=torch.device("cpu"), seed=config["seed"])
+
+    def test_metrics(weights: dict | None) -> dict[str, float]:
+        torch.manual_seed(0)
+        model, input_size = build_model(config["model"], image_size=data.image_size)
+        if weights is not None:
+            model.load_state_dict(weights)
+        transform = BatchTransform(data.mean, data.std, input_size)
+        with torch.no_grad():
+            outputs = torch.cat([model.eval()(transform(inputs)) for inputs, _ in test_batches])
+        loss = task.evaluation_loss(outputs, test_targets).mean().item()
+        metrics = task.metrics(task.metric_sums(outputs, test_targets))
+        return {"test/loss": loss, **{f"test/{name}": value for name, value in metrics.items()}}
+
+    test_batches = [task.inputs_and_targets(batch, torch.device("cpu")) for batch in data.test]
+    test_targets = torch.cat([targets for _, targets in test_batches])
+    best = torch.load(run_dir / "checkpoints" / "best.pt", map_location="cpu", weights_only=True)["model"]
+    trained, untrained = test_metrics(best), test_metrics(None)
+    assert trained == pytest.approx(summary["test"], rel=1e-3, abs=1e-5)
+    for name, value in trained.items():
+        better = value > untrained[name] if higher_is_better(task, name) else value < untrained[name]
+        assert better, f"{name}: {value} trained, {untrained[name]} untrained"
+    if "mae" in task_class.metric_names:  # the README's regression: well within the best constant guess
+        train_targets = torch.cat([task.inputs_and_targets(batch, torch.device("cpu"))[1] for batch in data.train])
+        guess = (test_targets - train_targets.median()).abs().mean().item()
+        assert trained["test/mae"] < guess / 2, f"test/mae {trained['test/mae']}, a constant guess {guess}"

@@ -1,19 +1,20 @@
 """Checkpoints and what continues from them: atomic, versioned checkpoint files, resume (the
-checkpoint's config with this command's overrides), every RNG stream, and stop signals (save at the step, exit 75).
+checkpoint's config with this command's overrides), every RNG stream, and stop signals (save at the
+step, exit 75). What a checkpoint holds is listed in train.py, next to the Run record.
 
 train.py imports from here; the modules inside import each other directly."""
 
 from trainkit.checkpointing.checkpoint import (
     copy_checkpoint,
     load_checkpoint,
-    restore_training_state,
+    load_weights,
+    restore_optimizer_and_schedule,
     save_checkpoint,
-    training_state,
     unwrap_model,
 )
 from trainkit.checkpointing.continued_run import finished_value
 from trainkit.checkpointing.resume import resumed_config
-from trainkit.checkpointing.rng import rng_states
+from trainkit.checkpointing.rng import restore_rank_rng_states, rng_states
 from trainkit.checkpointing.signals import STOP_SIGNAL_NAMES, stop_signal, stopped
 
 __all__ = [
@@ -21,12 +22,13 @@ __all__ = [
     "copy_checkpoint",
     "finished_value",
     "load_checkpoint",
-    "restore_training_state",
+    "load_weights",
+    "restore_optimizer_and_schedule",
+    "restore_rank_rng_states",
     "resumed_config",
     "rng_states",
     "save_checkpoint",
     "stop_signal",
     "stopped",
-    "training_state",
     "unwrap_model",
 ]

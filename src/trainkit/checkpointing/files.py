@@ -15,7 +15,7 @@ import torch
 
 from trainkit.errors import ConfigError
 
-# The layout of what trainkit.checkpointing.checkpoint.training_state writes. Raise it when that layout changes
+# The layout of what train.py's Run.state_dict() writes (save_checkpoint adds this). Raise it when that layout changes
 # in a way older code cannot read; checkpoints written before versioning hold the same keys as 1.
 CHECKPOINT_FORMAT = 1
 REQUIRED_KEYS = ("model", "optimizer", "scheduler", "epoch", "step", "batches_done", "config")

@@ -44,3 +44,14 @@ def restore_rng_states(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def restore_rank_rng_states(streams: list, rank: int, world_size: int, reseed: int) -> None:
+    """This rank's streams from a checkpoint's list (one entry a rank, in rank order); when the run
+    now has another number of ranks, fresh streams seeded with `reseed`, still distinct per rank."""
+    if len(streams) == world_size:
+        restore_rng_states(streams[rank])
+    else:
+        from trainkit.runtime import seed_everything
+
+        seed_everything(reseed)

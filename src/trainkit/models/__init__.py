@@ -4,8 +4,8 @@ the input size they take, pretrained weights, freezing for fine-tuning, and the 
 train.py imports from here; the modules inside import each other directly."""
 
 from trainkit.models.build import build_model
-from trainkit.models.ema import build_ema, restore_ema
+from trainkit.models.ema import build_ema, ema_weights, restore_ema
 from trainkit.models.finetune import apply_frozen_bn_eval
 from trainkit.models.small_cnn import SmallCNN
 
-__all__ = ["SmallCNN", "apply_frozen_bn_eval", "build_ema", "build_model", "restore_ema"]
+__all__ = ["SmallCNN", "apply_frozen_bn_eval", "build_ema", "build_model", "ema_weights", "restore_ema"]

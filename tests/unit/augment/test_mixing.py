@@ -54,6 +54,7 @@ def test_label_smoothing_applies_to_soft_targets_as_to_class_indices():
     torch.testing.assert_close(loss(logits, soft), -(smoothed * logits.log_softmax(dim=1)).sum(dim=1).mean())
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_a_run_trains_with_mixup_and_reports_accuracy_against_the_hard_labels(run_train):
     small = ["data.num_samples=256", "data.val_samples=64", "data.test_samples=64", "data.batch_size=32"]
     run = run_train(

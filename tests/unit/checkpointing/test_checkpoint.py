@@ -123,7 +123,7 @@ def test_copy_checkpoint_is_a_complete_atomic_copy(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
-# ---- what a checkpoint holds: training_state <-> restore_training_state ----------------------
+# ---- what a checkpoint holds: train.py's Run.state_dict <-> Run.load_state_dict ---------------
 
 
 def _run_like(seed: int):
@@ -132,20 +132,18 @@ def _run_like(seed: int):
 
 
 def test_a_saved_training_state_restores_every_piece_and_the_position(tmp_path):
-    from trainkit.checkpointing.checkpoint import restore_training_state, training_state
-    from trainkit.checkpointing.rng import rng_states
-
     trained = _run_like(seed=1)
     trained.model(torch.randn(5, 3)).sum().backward()
     trained.optimizer.step()
     trained.scheduler.step()
     trained.early_stopping.update(0.5, epoch=3)
     trained.epoch, trained.step, trained.best_metrics = 3, 7, {"epoch": 3, "val/loss": 0.5}
-    save_checkpoint(tmp_path / "last.pt", training_state(trained, batches_done=4, rng=[rng_states()]))
+    trained.batches_done = 4  # of the epoch's 5
+    save_checkpoint(tmp_path / "last.pt", trained.state_dict())
     expected_draw = torch.rand(3)  # what the restored RNG must draw next
 
     fresh = _run_like(seed=2)
-    restore_training_state(fresh, load_checkpoint(tmp_path / "last.pt", torch.device("cpu")))
+    fresh.load_state_dict(load_checkpoint(tmp_path / "last.pt", torch.device("cpu")))
     for a, b in zip(fresh.model.state_dict().values(), trained.model.state_dict().values()):
         assert torch.equal(a, b)
     assert fresh.optimizer.state_dict()["state"][0]["momentum_buffer"].equal(
@@ -158,13 +156,10 @@ def test_a_saved_training_state_restores_every_piece_and_the_position(tmp_path):
 
 
 def test_a_checkpoint_of_a_finished_epoch_resumes_with_the_next_one(tmp_path):
-    from trainkit.checkpointing.checkpoint import restore_training_state, training_state
-    from trainkit.checkpointing.rng import rng_states
-
     trained = _run_like(seed=1)
-    trained.epoch = 5
+    trained.epoch, trained.batches_done = 5, 5  # all 5 batches: the epoch is done
     fresh = _run_like(seed=2)
-    restore_training_state(fresh, training_state(trained, batches_done=0, rng=[rng_states()]))
+    fresh.load_state_dict(trained.state_dict())
     assert (fresh.epoch, fresh.batches_done) == (6, 0)
 
 
@@ -176,7 +171,6 @@ def test_build_run_resolves_the_config_once_and_every_checkpoint_holds_that(tmp_
     from hydra import compose, initialize_config_dir
 
     from conftest import ROOT
-    from trainkit.checkpointing.checkpoint import training_state
     from trainkit.config.schema import to_dict
     from trainkit.distributed.process_group import ProcessInfo
 
@@ -191,4 +185,4 @@ def test_build_run_resolves_the_config_once_and_every_checkpoint_holds_that(tmp_
     config = run.resolved_config
     assert config == to_dict(cfg) and config["data"]["batch_size"] == 16  # the finder's choice, in it
     assert config["model"]["dropout"] == 0.0  # interpolations resolved: ${regularization.dropout}
-    assert training_state(run, 0, rng=[])["config"] is config
+    assert run.state_dict()["config"] is config

@@ -47,6 +47,7 @@ def refused(argv: list[str]) -> str:
     return str(error.value)
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_resume_runs_in_the_checkpoints_directory_with_its_overrides_replayed_first(tmp_path):
     last = make_run(tmp_path / "run", {}, overrides=["trainer.max_epochs=3", "resume=old", "optimizer.lr=0.2"])
     for target in (tmp_path / "run", last):  # the run directory or its last.pt
@@ -174,7 +175,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_says_how_much_space_is_le
     assert str(error.value).startswith(f"{last}: no space left on the device (") and "MiB free" in str(error.value)
     assert "the previous last.pt is intact" in str(error.value)
     monkeypatch.undo()
-    assert torch.load(last, weights_only=True) == {"step": 1} and not list(last.parent.glob("*.tmp"))
+    assert torch.load(last, weights_only=True) == {"format": 1, "step": 1} and not list(last.parent.glob("*.tmp"))
 
 
 def test_stale_temporary_files_are_removed(tmp_path):

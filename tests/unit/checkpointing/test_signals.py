@@ -69,6 +69,7 @@ with stop_on_signals():
 """
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_a_second_ctrl_c_aborts_at_once():
     result = subprocess.run([sys.executable, "-c", SECOND_CTRL_C], capture_output=True, text=True, timeout=120)
     assert result.returncode == signals.EXIT_ABORTED, result.stderr
@@ -123,6 +124,7 @@ def straight(tmp_path_factory):
     return TrainRun(process, run_dir)
 
 
+@pytest.mark.slow  # trains in a subprocess
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_saves_at_the_step_exits_75_in_one_line_and_the_run_resumes_exactly(
     signum, run_train, tmp_path, request
@@ -152,6 +154,7 @@ def strict_json(text: str) -> dict:
     return json.loads(text, parse_constant=refuse)
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_a_non_finite_loss_stops_at_the_next_logging_step_keeps_the_last_finite_checkpoint_and_exits_1(
     run_train, monkeypatch
 ):
@@ -222,6 +225,7 @@ def test_under_submitit_its_signal_stops_and_hands_over_to_its_requeue_after_the
     assert len(submitit_job.calls) == 2
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_when_submitit_declines_to_requeue_the_run_exits_75_saying_why(submitit_job, tmp_path, caplog):
     def declines(signum, frame):
         raise RuntimeError("Job not requeued because: timed-out too many times.")  # submitit's UncompletedJobError

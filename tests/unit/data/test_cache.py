@@ -101,6 +101,7 @@ def test_an_interrupted_write_leaves_no_cache(cached, tmp_path, monkeypatch):
     assert not (tmp_path / "cache" / "meta.json").exists()
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_data_cached_trains_end_to_end(cached, run_train):
     _, cache, _ = cached
     run = run_train("data=cached", f"data.root={cache}", "data.image_size=8", "debug=fast", "augmentation=basic")

@@ -62,6 +62,7 @@ def test_a_data_share_above_a_third_names_the_loader_as_the_bottleneck():
     assert "compute-bound" in describe(phase_shares({"data": 10.0, "forward": 45.0, "backward": 45.0}))
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_debug_profile_writes_a_trace_of_the_training_loop(run_train):
     run = run_train(
         "debug=profile",

@@ -412,6 +412,7 @@ def test_augmented_samples_enlarge_tiny_images_and_leave_training_randomness_alo
     assert grid.shape == (2 * (32 + 1) + 1, 8 * (32 + 1) + 1, 3)  # 16 tiles of 8x8 shown at 32x32
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_multirun_jobs_are_wandb_runs_of_one_group_named_after_their_overrides(tmp_path):
     sweep = tmp_path / "sweep"
     command = [

@@ -273,6 +273,7 @@ def test_set_base_lr_then_rebuilding_the_scheduler_starts_the_schedule_from_the_
 # ---- the script --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_lr_find_script_composes_the_train_config_and_writes_its_outputs(tmp_path):
     run_dir = tmp_path / "run"
     command = [
@@ -313,7 +314,7 @@ def test_lr_find_script_help_is_its_own_usage_not_train_py_s(tmp_path):
     assert "Every train.py override works here; the script writes into outputs/runs/<time>/ like train.py" in (
         process.stdout
     )
-    assert "train an image classifier" not in process.stdout  # train.py's own help header
+    assert "train a model (classification" not in process.stdout  # train.py's own help header
     assert "== Config groups (group=option) ==" in process.stdout and "lr_finder:" in process.stdout
     assert not list(tmp_path.iterdir())  # --help runs nothing and writes no run directory
 

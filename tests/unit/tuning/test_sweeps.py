@@ -57,6 +57,7 @@ def compose_config():
 # --- basic and parallel multiruns ---------------------------------------------------------------
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_multiruns_started_together_get_their_own_directories_and_joblib_runs_jobs_in_parallel(tmp_path):
     # Two multiruns at once, with the default outputs/multiruns/<time with microseconds> below a
     # temporary cwd: one with the basic (sequential) launcher, one with joblib running 2 jobs at once.
@@ -162,6 +163,7 @@ def fake_app(tmp_path):
     return script
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_optuna_sweep_outlives_a_crashing_and_a_nan_trial(fake_app, tmp_path):
     sweep_dir = tmp_path / "sweep"
     process = subprocess.run(
@@ -196,6 +198,7 @@ def test_optuna_sweep_outlives_a_crashing_and_a_nan_trial(fake_app, tmp_path):
     assert any("trial returned nan" in text for text in logs.values())
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_basic_sweep_with_catch_failures_off_reports_the_failure(fake_app, tmp_path):
     process = subprocess.run(
         [
@@ -309,6 +312,7 @@ def test_slurm_launcher_config_prints_from_the_command_line():
 # --- W&B Sweeps ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # trains in a subprocess
 def test_wandb_sweep_config_drives_real_config_keys(compose_config):
     spec = yaml.safe_load((ROOT / "scripts" / "wandb_sweep.yaml").read_text())
     assert (ROOT / spec["program"]).exists()

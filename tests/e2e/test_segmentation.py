@@ -1,0 +1,73 @@
+"""task=segmentation end to end: experiment=shapes_segmentation trains, reports the task's metrics,
+and works with what classification has (EMA, the LR finder, DDP, an exact resume)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from helpers import assert_same_training
+from trainkit.data import build_data
+from trainkit.models import build_model, ema_weights
+
+# A few hundred small images: seconds a run, enough for the U-Net to learn something in 2 epochs.
+SMALL = [
+    "experiment=shapes_segmentation",
+    "data.num_samples=192",
+    "data.val_samples=48",
+    "data.test_samples=64",
+    "data.image_size=16",
+    "model.widths=[8,16]",
+    "trainer.progress_bar=false",
+    "print_config=false",
+]
+
+
+def test_a_short_segmentation_run_reports_the_task_metrics_of_its_best_weights(run_train):
+    ema = ["regularization.ema.enabled=true", "regularization.ema.decay=0.8"]
+    run = run_train(*SMALL, "trainer.max_epochs=3", "data.batch_size=8", *ema)
+    summary = run.summary
+    assert set(summary["test"]) == {"test/loss", "test/miou", "test/pixel_acc"}
+    assert summary["optimized_metric"] == "val/miou" and summary["optimized_value"] == summary["best"]["val/miou"]
+    assert "val/miou" in run.stdout + run.stderr  # the epoch line names the task's metrics
+
+    # The summary's test metrics, computed here from best.pt's EMA weights without the task's code.
+    state = torch.load(run.run_dir / "checkpoints" / "best.pt", weights_only=True)
+    cfg = OmegaConf.create(state["config"])
+    data = build_data(cfg.data, device=torch.device("cpu"), seed=cfg.seed)
+    model, _ = build_model(cfg.model, image_size=data.image_size)
+    model.load_state_dict(ema_weights(state["ema"]))
+    images, masks = (torch.cat(part) for part in zip(*data.test))
+    mean, std = (torch.tensor(values).view(1, -1, 1, 1) for values in (data.mean, data.std))
+    with torch.no_grad():
+        logits = model.eval()((images.float() - mean) / std)
+    predicted = logits.argmax(dim=1)
+    unions = [((predicted == k) | (masks == k)).sum().item() for k in range(4)]
+    ious = [((predicted == k) & (masks == k)).sum().item() / union for k, union in enumerate(unions) if union]
+    test = summary["test"]
+    assert test["test/miou"] == pytest.approx(sum(ious) / len(ious), abs=1e-6)
+    assert test["test/pixel_acc"] == pytest.approx((predicted == masks).float().mean().item(), abs=1e-6)
+    per_image = F.cross_entropy(logits, masks, reduction="none").flatten(1).mean(dim=1)
+    assert test["test/loss"] == pytest.approx(per_image.mean().item(), rel=1e-5)
+    untrained, _ = build_model(cfg.model, image_size=data.image_size)
+    with torch.no_grad():
+        untrained_loss = F.cross_entropy(untrained.eval()((images.float() - mean) / std), masks).item()
+    assert test["test/loss"] < 0.8 * untrained_loss  # it learned
+
+
+@pytest.mark.slow
+def test_segmentation_under_ddp_resumes_exactly_and_runs_the_lr_finder(run_train):
+    # a constant LR: the first run's schedule, sized for 1 epoch, is then the straight run's first epoch
+    ddp = [
+        "distributed=ddp",
+        "distributed.nproc_per_node=2",
+        "scheduler=constant",
+        "regularization.early_stopping.enabled=false",
+    ]
+    straight = run_train(*SMALL, *ddp, "trainer.max_epochs=2")
+    assert straight.summary["world_size"] == 2
+    first = run_train(*SMALL, *ddp, "trainer.max_epochs=1")
+    resumed = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)
+    assert_same_training(resumed, straight)
+    finder = run_train(*SMALL, "trainer.max_epochs=1", "lr_finder.enabled=true", "lr_finder.num_steps=8")
+    assert (finder.run_dir / "lr_finder.png").is_file() and "lr range test: 8 steps" in finder.stdout + finder.stderr
