@@ -17,7 +17,6 @@ from omegaconf import OmegaConf
 from conftest import ROOT
 from trainkit.checkpointing import checkpoint, continued_run, files, resume
 from trainkit.checkpointing.files import CHECKPOINT_FORMAT, check_model_fits, check_output_dir, load_optimizer_state
-from trainkit.checkpointing.overrides import config_with_overrides
 from trainkit.config.schema import to_dict
 from trainkit.errors import ConfigError
 from trainkit.models.build import build_model
@@ -112,20 +111,6 @@ def test_another_key_finds_the_first_checkpoint_named_and_says_its_name(tmp_path
     (tmp_path / "empty.pt").write_bytes(b"")
     with pytest.raises(ConfigError, match=r"^checkpoint: .* is empty"):
         files.read_checkpoint(tmp_path / "empty.pt", key="checkpoint")
-
-
-def test_config_with_overrides_takes_the_keys_and_groups_the_command_line_sets(compose_config):
-    saved = to_dict(compose_config("trainer.max_epochs=3", "data.batch_size=48"))
-    overrides = ["data=synthetic", "data.channels=1", "trainer.tta_flip=true", "~seed"]
-    composed = compose_config(*overrides)
-    cfg = config_with_overrides(saved, composed, overrides, when="on top of a checkpoint's config")
-    assert (cfg.data.name, cfg.data.channels, cfg.data.batch_size) == ("synthetic", 1, 128)  # the group, replaced
-    assert cfg.trainer.tta_flip and cfg.trainer.max_epochs == 3 and "seed" not in cfg
-    assert cfg.model.in_channels == 1 and cfg.model.num_classes == 10  # linked to data.*, as the config links them
-    with pytest.raises(ConfigError, match=r"^experiment: on top of a checkpoint's config, give the keys"):
-        config_with_overrides(
-            saved, compose_config("experiment=mnist"), ["experiment=mnist"], when="on top of a checkpoint's config"
-        )
 
 
 def test_a_script_that_continues_no_run_refuses_resume_before_hydra(tmp_path):
