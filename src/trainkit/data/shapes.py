@@ -128,7 +128,7 @@ def draw_shapes(
         inside &= (slot < shapes_in_image).view(count, 1, 1)
         owner.masked_fill_(inside, slot + 1)
     # Look up each pixel's class and colour in per-image tables whose entry 0 is the background.
-    owner_index = owner.view(count, 1, -1).long()
+    owner_index = owner.view(count, 1, image_size * image_size).long()
     class_table = torch.cat([torch.zeros(count, 1, dtype=torch.int64), classes.T], dim=1)  # [N, 1 + slots]
     masks = class_table.gather(1, owner_index[:, 0]).view(count, image_size, image_size)
     colour_table = torch.cat([base_colour.unsqueeze(0), colours]).permute(1, 2, 0)  # [N, 3, 1 + slots]
