@@ -30,9 +30,15 @@ TORCHRUN_VARIABLES = (
 
 @pytest.fixture
 def env(monkeypatch):
+    """The torchrun variables unset during the test, and unset again after it: what the code under
+    test writes into os.environ itself (agree_on_launch_time's launch time) must not reach the
+    subprocesses of later tests (two multiruns would then share one launch-time directory)."""
+    unset_before = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
     for name in TORCHRUN_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    return monkeypatch
+    yield monkeypatch
+    for name in unset_before:
+        os.environ.pop(name, None)
 
 
 def free_port() -> int:
