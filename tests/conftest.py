@@ -13,11 +13,10 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 
 class TrainRun:
-    """The outcome of one `python train.py ...` subprocess and its run directory."""
+    """The outcome of one train.py run (its exit code and output) and its run directory."""
 
-    def __init__(self, process: subprocess.CompletedProcess, run_dir: Path):
-        self.process, self.run_dir = process, run_dir
-        self.returncode, self.stdout, self.stderr = process.returncode, process.stdout, process.stderr
+    def __init__(self, returncode: int, stdout: str, stderr: str, run_dir: Path):
+        self.returncode, self.stdout, self.stderr, self.run_dir = returncode, stdout, stderr, run_dir
 
     @property
     def summary(self) -> dict:
@@ -32,20 +31,65 @@ class TrainRun:
 
 
 @pytest.fixture
-def run_train(tmp_path):
-    """Run train.py with overrides in a fresh run directory; fail with its stderr if it fails."""
+def run_train(tmp_path, capfd, monkeypatch):
+    """Run train.py with overrides in a fresh run directory; fail with its stderr if it fails.
+
+    In this process, as `python train.py` would (Hydra, the one-line errors, the exit code): a
+    subprocess would pay ~4 s of imports a run. `isolated=True`: in a subprocess, where the process itself is the
+    point (a kill, a signal, the environment it starts with); DDP runs (`distributed=ddp`) always
+    get one, since their workers are processes of their own."""
     counter = iter(range(1000))
 
-    def run(*overrides: str, check: bool = True, timeout: int = 300, run_dir: Path | None = None) -> TrainRun:
+    def run(
+        *overrides: str, check: bool = True, timeout: int = 300, run_dir: Path | None = None, isolated: bool = False
+    ) -> TrainRun:
         """`run_dir`: train there (e.g. resume=auto in an existing run), instead of a fresh directory."""
         run_dir = run_dir or tmp_path / f"run{next(counter)}"
-        command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides]
-        process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        if isolated or "distributed=ddp" in overrides:
+            returncode, stdout, stderr = _train_in_a_subprocess(run_dir, overrides, timeout)
+        else:
+            returncode, stdout, stderr = _train_in_this_process(run_dir, overrides, capfd, monkeypatch)
         if check:
-            assert process.returncode == 0, f"train.py {' '.join(overrides)} failed:\n{process.stderr[-4000:]}"
-        return TrainRun(process, run_dir)
+            assert returncode == 0, f"train.py {' '.join(overrides)} failed:\n{stderr[-4000:]}"
+        return TrainRun(returncode, stdout, stderr, run_dir)
 
     return run
+
+
+def _train_in_a_subprocess(run_dir: Path, overrides: tuple[str, ...], timeout: int) -> tuple[int, str, str]:
+    command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides]
+    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return process.returncode, process.stdout, process.stderr
+
+
+def _train_in_this_process(run_dir: Path, overrides: tuple[str, ...], capfd, monkeypatch) -> tuple[int, str, str]:
+    import runpy
+    import traceback
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides])
+    monkeypatch.chdir(ROOT)
+    # cli.run writes these into os.environ; each run starts from the test's own values.
+    environment = {key: os.environ.get(key) for key in ("TRAINKIT_LAUNCH_TIME", "HYDRA_FULL_ERROR")}
+    capfd.readouterr()  # what the test printed before is not this run's output
+    returncode = 0
+    try:
+        runpy.run_path(str(ROOT / "train.py"), run_name="__main__")  # as `python train.py` runs it
+    except SystemExit as stop:
+        returncode = stop.code if isinstance(stop.code, int) else 1
+    except Exception:  # what the interpreter does with an uncaught error (HYDRA_FULL_ERROR=1)
+        traceback.print_exc()
+        returncode = 1
+    finally:
+        GlobalHydra.instance().clear()
+        for key, value in environment.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    stdout, stderr = capfd.readouterr()
+    return returncode, stdout, stderr
 
 
 _COMPOSED: dict = {}

@@ -52,7 +52,7 @@ def run_script(script: str, *overrides: str, timeout: int = 300) -> subprocess.C
 def train(run_dir: Path, *overrides: str) -> TrainRun:
     process = run_script("train.py", f"hydra.run.dir={run_dir}", "trainer.progress_bar=false", *overrides)
     assert process.returncode == 0, process.stderr[-4000:]
-    return TrainRun(process, run_dir)
+    return TrainRun(process.returncode, process.stdout, process.stderr, run_dir)
 
 
 class Evaluation:
