@@ -104,3 +104,25 @@ def test_a_torchvision_segmentation_model_trains_on_the_shapes(tmp_path):
     assert all(0 <= summary["test"][name] <= 1 for name in ("test/miou", "test/pixel_acc"))
     state = torch.load(tmp_path / "checkpoints" / "best.pt", weights_only=True)
     assert any(name.startswith("model.classifier.") for name in state["model"])  # the wrapper's weights
+
+
+@pytest.mark.slow  # about 20 s: W&B starts and finishes its offline run
+def test_with_wandb_each_validation_logs_the_images_with_true_and_predicted_masks(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+    sys.path.insert(0, str(ROOT))
+    import train
+
+    overrides = ["logger=wandb", "logger.mode=offline", "logger.log_predictions=3", "logger.log_images=false"]
+    cfg = composed(*SMALL, *overrides, "trainer.max_epochs=2", "trainer.limit_train_batches=2", "data.batch_size=8")
+    validate(cfg)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    train.train(cfg, run_dir, ProcessInfo(), torch.device("cpu"))  # in-process: one rank
+    (offline,) = (run_dir / "wandb").glob("offline-run-*")
+    media = offline / "files" / "media" / "images"
+    assert len(list((media / "val").glob("predictions_*.png"))) == 2 * 3  # 3 images after each of 2 validations
+    assert list((media / "mask" / "val").glob("predictions_*.mask.png"))  # their masks (W&B stores each once)

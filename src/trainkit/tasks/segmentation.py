@@ -3,6 +3,7 @@
     task: segmentation               # conf/task/segmentation.yaml; experiment=shapes_segmentation uses it
     num_classes: ${data.num_classes} # background included
     horizontal_flip / crop_padding   # training batches: image and mask flipped and shifted together
+    class_names: null                # names of the classes in pictures (W&B masks); null: their numbers
 
 Batches are (images [B, C, H, W], masks [B, H, W] int64). The augmentation group's geometric ops
 move the image alone, so the config check refuses them with this task (spatial_targets); the
@@ -11,6 +12,7 @@ confusion matrix summed on the device over batches and ranks: mean IoU is a rati
 split's counts, never a mean of per-batch IoUs.
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,10 +29,17 @@ class Segmentation(Task):
     metric_names = ("miou", "pixel_acc")
     spatial_targets = True  # a target per pixel: what moves the image must move the mask
 
-    def __init__(self, num_classes: int, horizontal_flip: bool = True, crop_padding: float = 0.0):
+    def __init__(
+        self,
+        num_classes: int,
+        horizontal_flip: bool = True,
+        crop_padding: float = 0.0,
+        class_names: Sequence[str] | None = None,
+    ):
         self.num_classes = num_classes
         self.horizontal_flip = horizontal_flip
         self.crop_padding = crop_padding
+        self.class_names = list(class_names) if class_names else None  # index k names class k
 
     def inputs_and_targets(self, batch: Any, device: torch.device) -> tuple[Tensor, Tensor]:
         inputs, targets = super().inputs_and_targets(batch, device)

@@ -235,6 +235,7 @@ RULE_CASES = [
     (["distributed.sync_batchnorm=yes"], "distributed.sync_batchnorm"),
     (["distributed.timeout_seconds=0"], "distributed.timeout_seconds"),
     (["logger.name=tensorboardz"], "logger.name"),
+    (["logger=wandb", "logger.log_predictions=-1"], "logger.log_predictions"),
     (["logger=wandb", "logger.mode=ofline"], "logger.mode"),
     (["logger=csv", "logger.filename=3"], "logger.filename"),
     (["logger=wandb", "logger.project=3"], "logger.project"),
