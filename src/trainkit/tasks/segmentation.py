@@ -55,9 +55,11 @@ class Segmentation(Task):
         return augment_image_and_mask(inputs, targets, self.horizontal_flip, self.crop_padding)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        check_per_pixel(outputs, targets)
         return F.cross_entropy(outputs, targets)
 
     def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        check_per_pixel(outputs, targets)
         return F.cross_entropy(outputs, targets, reduction="none").flatten(1).mean(dim=1)  # each image's pixel mean
 
     def empty_metric_sums(self, device: torch.device) -> Tensor:
@@ -75,3 +77,17 @@ class Segmentation(Task):
 
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:
         return {"mask": outputs.argmax(dim=1)}
+
+
+def check_per_pixel(outputs: Tensor, targets: Tensor) -> None:
+    """A model with one row of logits an image (a classifier) cannot be scored against masks: one
+    line naming the model, instead of cross_entropy's shape error from deep inside the loop. (The
+    config check refuses the other way round, a per-pixel model with classification, before any
+    data is built; a classifier declares nothing it could read, so this is found at the first batch.)"""
+    if outputs.dim() != targets.dim() + 1:
+        raise ConfigError(
+            "model._target_",
+            f"gives outputs of shape {list(outputs.shape)}, but segmentation needs class scores a pixel "
+            f"[B, classes, H, W] for masks {list(targets.shape)}; use a per-pixel model "
+            f"(model=unet or model=torchvision_segmentation)",
+        )
