@@ -24,6 +24,13 @@ CONF = ROOT / "conf"
 # which need data whose mirror image keeps its label (the digits default refuses them).
 REQUIRED_BY_OPTION = {
     "task=segmentation": ["optimized_metric=val/miou", "data.mirror_changes_label=false"],
+    # a class a pixel: refused with the default task=classification
+    "model=unet": ["task=segmentation", "optimized_metric=val/miou", "data.mirror_changes_label=false"],
+    "model=torchvision_segmentation": [
+        "task=segmentation",
+        "optimized_metric=val/miou",
+        "data.mirror_changes_label=false",
+    ],
     "data=imagefolder": ["data.root=/data/images"],
     "data=cached": ["data.root=/data/cache"],
     "augmentation=basic": ["data=cifar10"],
@@ -228,6 +235,7 @@ RULE_CASES = [
     (["distributed.sync_batchnorm=yes"], "distributed.sync_batchnorm"),
     (["distributed.timeout_seconds=0"], "distributed.timeout_seconds"),
     (["logger.name=tensorboardz"], "logger.name"),
+    (["logger=wandb", "logger.log_predictions=-1"], "logger.log_predictions"),
     (["logger=wandb", "logger.mode=ofline"], "logger.mode"),
     (["logger=csv", "logger.filename=3"], "logger.filename"),
     (["logger=wandb", "logger.project=3"], "logger.project"),
@@ -283,6 +291,9 @@ RELATION_CASES = [
     ([*SEGMENTATION, "augmentation=shift"], "augmentation.crop_padding"),
     ([*SEGMENTATION, "model.input_size=16"], "model.input_size"),
     (["task=segmentation", "optimized_metric=val/miou"], "task.horizontal_flip"),  # digits: a mirrored 2 is no 2
+    # a model with a class a pixel needs a task with a target a pixel
+    (["model=unet"], "model._target_"),
+    (["model=torchvision_segmentation"], "model._target_"),
 ]
 
 
