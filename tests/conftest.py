@@ -31,7 +31,7 @@ class TrainRun:
 
 
 @pytest.fixture
-def run_train(tmp_path, capfd, monkeypatch):
+def run_train(tmp_path):
     """Run train.py with overrides in a fresh run directory; fail with its stderr if it fails.
 
     In this process, as `python train.py` would (Hydra, the one-line errors, the exit code): a
@@ -48,7 +48,7 @@ def run_train(tmp_path, capfd, monkeypatch):
         if isolated or "distributed=ddp" in overrides:
             returncode, stdout, stderr = _train_in_a_subprocess(run_dir, overrides, timeout)
         else:
-            returncode, stdout, stderr = _train_in_this_process(run_dir, overrides, capfd, monkeypatch)
+            returncode, stdout, stderr = run_here("train.py", f"hydra.run.dir={run_dir}", *overrides)
         if check:
             assert returncode == 0, f"train.py {' '.join(overrides)} failed:\n{stderr[-4000:]}"
         return TrainRun(returncode, stdout, stderr, run_dir)
@@ -62,34 +62,44 @@ def _train_in_a_subprocess(run_dir: Path, overrides: tuple[str, ...], timeout: i
     return process.returncode, process.stdout, process.stderr
 
 
-def _train_in_this_process(run_dir: Path, overrides: tuple[str, ...], capfd, monkeypatch) -> tuple[int, str, str]:
+def run_here(script: str, *args: str) -> tuple[int, str, str]:
+    """`python <script> <args>` in this process: (exit code, stdout, stderr). The script runs as
+    `__main__` from the repository root, as a subprocess would run it, without the seconds of
+    imports a fresh interpreter pays. An uncaught error prints its traceback and gives exit code 1,
+    as the interpreter does."""
+    import contextlib
+    import io
     import runpy
     import traceback
 
     from hydra.core.global_hydra import GlobalHydra
 
-    monkeypatch.setattr(sys, "argv", [str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides])
-    monkeypatch.chdir(ROOT)
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
     # cli.run writes these into os.environ; each run starts from the test's own values.
     environment = {key: os.environ.get(key) for key in ("TRAINKIT_LAUNCH_TIME", "HYDRA_FULL_ERROR")}
-    capfd.readouterr()  # what the test printed before is not this run's output
+    stdout, stderr = io.StringIO(), io.StringIO()
     returncode = 0
+    sys.argv = [str(ROOT / script), *args]
+    os.chdir(ROOT)
     try:
-        runpy.run_path(str(ROOT / "train.py"), run_name="__main__")  # as `python train.py` runs it
-    except SystemExit as stop:
-        returncode = stop.code if isinstance(stop.code, int) else 1
-    except Exception:  # what the interpreter does with an uncaught error (HYDRA_FULL_ERROR=1)
-        traceback.print_exc()
-        returncode = 1
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                runpy.run_path(str(ROOT / script), run_name="__main__")
+            except SystemExit as stop:
+                returncode = stop.code if isinstance(stop.code, int) else 1
+            except Exception:
+                traceback.print_exc()
+                returncode = 1
     finally:
         GlobalHydra.instance().clear()
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
         for key, value in environment.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    stdout, stderr = capfd.readouterr()
-    return returncode, stdout, stderr
+    return returncode, stdout.getvalue(), stderr.getvalue()
 
 
 _COMPOSED: dict = {}
