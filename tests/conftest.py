@@ -62,9 +62,9 @@ def _train_in_a_subprocess(run_dir: Path, overrides: tuple[str, ...], timeout: i
     return process.returncode, process.stdout, process.stderr
 
 
-def run_here(script: str, *args: str) -> tuple[int, str, str]:
+def run_here(script: str, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
     """`python <script> <args>` in this process: (exit code, stdout, stderr). The script runs as
-    `__main__` from the repository root, as a subprocess would run it, without the seconds of
+    `__main__` in `cwd`, as a subprocess would run it, without the seconds of
     imports a fresh interpreter pays. An uncaught error prints its traceback and gives exit code 1,
     as the interpreter does."""
     import contextlib
@@ -80,7 +80,7 @@ def run_here(script: str, *args: str) -> tuple[int, str, str]:
     stdout, stderr = io.StringIO(), io.StringIO()
     returncode = 0
     sys.argv = [str(ROOT / script), *args]
-    os.chdir(ROOT)
+    os.chdir(cwd)
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             try:
