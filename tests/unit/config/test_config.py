@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException, MissingConfigException
 
-from conftest import composed
+from conftest import composed, run_here
 from trainkit.cli import one_line
 from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems
@@ -437,18 +437,16 @@ def test_flips_are_allowed_where_the_mirror_image_keeps_its_label(compose_config
 
 def test_a_bad_config_fails_before_any_data_model_or_run_directory(tmp_path):
     run_dir = tmp_path / "run"
-    command = [
-        sys.executable,
-        str(ROOT / "train.py"),
+    returncode, _, stderr = run_here(
+        "train.py",
         f"hydra.run.dir={run_dir}",
         "data=imagefolder",
         f"data.root={tmp_path / 'nonexistent'}",
         "optimizer.lr=-1",
-    ]
-    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert process.returncode == 1
-    errors = [line for line in process.stderr.splitlines() if line.startswith("error:")]
-    assert errors == ["error: optimizer.lr: must be a number > 0, got -1"], process.stderr  # not the data folder's
+    )
+    assert returncode == 1
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: optimizer.lr: must be a number > 0, got -1"], stderr  # not the data folder's
     assert not (run_dir / "checkpoints").exists() and not (run_dir / "metrics.jsonl").exists()
 
 
