@@ -69,6 +69,7 @@ def run_here(script: str, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
     as the interpreter does."""
     import contextlib
     import io
+    import logging
     import runpy
     import traceback
 
@@ -77,6 +78,9 @@ def run_here(script: str, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
     saved_argv, saved_cwd = sys.argv, os.getcwd()
     # cli.run writes these into os.environ; each run starts from the test's own values.
     environment = {key: os.environ.get(key) for key in ("TRAINKIT_LAUNCH_TIME", "HYDRA_FULL_ERROR")}
+    # Hydra points the root logger at the run's train.log and this run's output: later tests log elsewhere.
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
     stdout, stderr = io.StringIO(), io.StringIO()
     returncode = 0
     sys.argv = [str(ROOT / script), *args]
@@ -92,6 +96,14 @@ def run_here(script: str, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
                 returncode = 1
     finally:
         GlobalHydra.instance().clear()
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+                handler.close()
+        for handler in handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(level)
         sys.argv = saved_argv
         os.chdir(saved_cwd)
         for key, value in environment.items():
@@ -107,11 +119,30 @@ _COMPOSED: dict = {}
 
 def composed(*overrides: str):
     """Hydra's `compose("config", overrides)` against the real conf/, as a fresh copy each call.
-    Each set of overrides is composed once a session (Hydra's global state cleared around it):
-    a composition costs 0.1-0.3 s, and test_config and test_readme compose the same ones again and
-    again. A composition that fails raises every time."""
+
+    A composition costs 0.1-0.3 s, and the config tests compose hundreds of override sets that
+    differ in one value. So the config-group choices (`data=cached`, `experiment=...`) are composed
+    by Hydra once a session, and the value overrides (`optimizer.lr=-1`) are applied to a copy of
+    that by Hydra's own code for them, which is what `compose` does after composing the groups.
+    A composition that fails raises every time."""
     import copy
 
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    values = [o for o in parsed if not _chooses_a_group(o.key_or_group) and not o.is_hydra_override()]
+    groups = tuple(o.input_line for o in parsed if o not in values)
+    cfg = copy.deepcopy(_composed_groups(groups))
+    ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+    return cfg
+
+
+def _chooses_a_group(key: str) -> bool:
+    return "/" in key or "@" in key or (ROOT / "conf" / key).is_dir()
+
+
+def _composed_groups(overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -122,7 +153,7 @@ def composed(*overrides: str):
                 _COMPOSED[overrides] = compose("config", overrides=list(overrides))
         finally:
             GlobalHydra.instance().clear()
-    return copy.deepcopy(_COMPOSED[overrides])
+    return _COMPOSED[overrides]
 
 
 def run_record(model, seed: int, ema=None):
