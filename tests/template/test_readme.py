@@ -7,7 +7,7 @@ Each row's default cell is one of:
 - `key=value, ...` for a row `prefix.*`: each `prefix.key` in the default composition;
 - `` `$VAR`, else value ``: the value when the environment variable is unset, in every option
   of the group that has the key.
-A row that fits none of these must be named in NOT_CHECKED with the reason.
+A row that fits none of these gets a test of its own (`data.root`: `per dataset`), named in OWN_TEST.
 """
 
 import re
@@ -21,10 +21,7 @@ README = ROOT / "README.md"
 CONF = ROOT / "conf"
 TITLE = "### Keys you will type every day"
 
-NOT_CHECKED = {
-    "data.root": "per dataset: null for bundled or generated data, $TRAINKIT_DATA (else ./data) for torchvision's "
-    "datasets, required for imagefolder",
-}
+OWN_TEST = {"data.root": "test_data_root_is_per_dataset_and_trainkit_data_sets_the_default_of_file_datasets"}
 
 
 def table_rows() -> list[tuple[list[str], str]]:
@@ -105,8 +102,9 @@ def test_the_table_is_there_and_names_the_keys_people_type_every_day():
 
 @pytest.mark.parametrize("keys, cell", ROWS, ids=[", ".join(keys) for keys, _ in ROWS])
 def test_readme_default_matches_the_config(compose_config, monkeypatch, keys, cell):
-    if keys[0] in NOT_CHECKED:
-        pytest.skip(NOT_CHECKED[keys[0]])
+    if keys[0] in OWN_TEST:
+        assert OWN_TEST[keys[0]] in globals(), OWN_TEST[keys[0]]
+        return
     group = keys[0].split(".")[0]
     env_default = re.fullmatch(r"`\$(\w+)`, else (.+)", cell)
     pairs = per_option(cell)
@@ -138,3 +136,26 @@ def test_readme_default_matches_the_config(compose_config, monkeypatch, keys, ce
                     assert select(compose_config(f"{group}={option}"), key) == parse_value(value), (key, option)
         else:
             assert select(compose_config(), key) == parse_value(cell), key
+
+
+def test_data_root_is_per_dataset_and_trainkit_data_sets_the_default_of_file_datasets(compose_config, monkeypatch):
+    """The README's row: `per dataset`, where MNIST/CIFAR-10 files or your image folder live, with
+    TRAINKIT_DATA setting the default: null for bundled or generated data, $TRAINKIT_DATA (else ./data)
+    for the torchvision datasets, required (no default) for an image folder and a cache."""
+    (cell,) = [cell for keys, cell in ROWS if keys == ["data.root"]]
+    assert cell == "per dataset"
+    kinds = {}  # data option -> bundled | required | environment
+    for option in options_of("data"):
+        data = compose_config(f"data={option}").data  # ${oc.env:...} is read when the key is read
+        if OmegaConf.is_missing(data, "root"):
+            kinds[option] = "required"
+            continue
+        monkeypatch.delenv("TRAINKIT_DATA", raising=False)
+        without_variable = data.root
+        monkeypatch.setenv("TRAINKIT_DATA", "/datasets")
+        if without_variable is None and data.root is None:
+            kinds[option] = "bundled"
+        else:
+            assert (without_variable, data.root) == ("data", "/datasets"), option
+            kinds[option] = "environment"
+    assert kinds["mnist"] == kinds["cifar10"] == "environment" and kinds["imagefolder"] == "required", kinds
