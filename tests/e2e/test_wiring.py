@@ -12,17 +12,13 @@ so the loop itself runs unchanged.
 import logging
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from conftest import ROOT, composed
-from trainkit.config.validation import validate
-from trainkit.distributed.process_group import ProcessInfo
+from helpers import record_run
 from trainkit.models.finetune import freeze
 from trainkit.optim import LRSchedule
 from trainkit.tuning.lr_finder import LRFinderResult
@@ -53,82 +49,13 @@ SYNTHETIC = (
 )
 
 
-@dataclass
-class Forward:
-    training: bool
-    inputs: torch.Tensor  # as the model received them
-    output_dtype: torch.dtype
-
-
-@dataclass
-class Recording:
-    """What one run did, seen from the model, the train transform, the task's loss and the optimizer."""
-
-    run: "train.Run | None" = None  # train.py's Run record: as build_run made it, and as the run left it
-    forwards: list[Forward] = field(default_factory=list)  # every forward of the trained model, in order
-    transformed: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # train transform: in, out
-    losses: list[tuple[torch.Tensor, ...]] = field(default_factory=list)  # each training loss: outputs, targets, loss
-    grad_norms: list[float] = field(default_factory=list)  # the gradients' global norm just before each step
-    lrs: list[list[float]] = field(default_factory=list)  # every group's LR at each step
-    summary: dict = field(default_factory=dict)
-
-    def training_forwards(self) -> list[Forward]:
-        return [forward for forward in self.forwards if forward.training]
-
-    def eval_forwards(self) -> list[Forward]:
-        return [forward for forward in self.forwards if not forward.training]
-
-
-def record_run(tmp_path: Path, monkeypatch, *overrides: str, prepare: Callable | None = None) -> Recording:
-    """train(cfg) in this process with SHORT_RUN and `overrides`, recording what the loop does.
-    `prepare(run)` changes the Run after build_run, before training (a test's own setting)."""
-    cfg = composed(*SHORT_RUN, *overrides)
-    validate(cfg)
-    recording = Recording()
-    build_run = train.build_run
-
-    def build_and_watch(*args, **kwargs):
-        run = recording.run = build_run(*args, **kwargs)
-        if prepare:
-            prepare(run)
-
-        def on_forward(module, args, output):
-            recording.forwards.append(Forward(module.training, args[0].detach().clone(), output.dtype))
-
-        def on_step(optimizer, args, kwargs):
-            grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-            recording.grad_norms.append(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item())
-            recording.lrs.append([group["lr"] for group in optimizer.param_groups])
-
-        train_transform, task_loss = run.train_transform, run.task.loss
-
-        def transform(images):
-            transformed = train_transform(images)
-            recording.transformed.append((images.clone(), transformed.detach().clone()))
-            return transformed
-
-        def loss(outputs, targets):
-            value = task_loss(outputs, targets)
-            recording.losses.append((outputs.detach().clone(), targets.clone(), value.detach().clone()))
-            return value
-
-        run.model.register_forward_hook(on_forward)
-        run.optimizer.register_step_pre_hook(on_step)
-        run.train_transform, run.task.loss = transform, loss  # the loop calls them as before
-        return run
-
-    monkeypatch.setattr(train, "build_run", build_and_watch)
-    recording.summary = train.train(cfg, tmp_path, ProcessInfo(), torch.device("cpu"))
-    return recording
-
-
 # ---- what the model sees: augmentation, mixing, precision, memory layout, compile, TTA -------------
 
 
 def test_the_model_trains_on_augmented_batches(tmp_path, monkeypatch):
     """Each training batch is the train transform's output, which is not the eval transform's (a
     random shift per sample moves every 8x8 digit): augmentation=none would give the same."""
-    recording = record_run(tmp_path, monkeypatch, "augmentation=shift")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "augmentation=shift")
     run = recording.run
     assert len(recording.transformed) == len(recording.training_forwards()) == 3
     for (images, transformed), forward in zip(recording.transformed, recording.training_forwards(), strict=True):
@@ -139,7 +66,7 @@ def test_the_model_trains_on_augmented_batches(tmp_path, monkeypatch):
 def test_mixup_and_cutmix_mix_the_batch_the_model_trains_on(tmp_path, monkeypatch):
     """The loss gets soft targets (two labels' shares a sample), and the model gets mixed images,
     not the transformed batch."""
-    recording = record_run(tmp_path, monkeypatch, "augmentation=mixup", "augmentation.crop_padding=null")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "augmentation=mixup", "augmentation.crop_padding=null")
     for (_, transformed), forward, (_, targets, _) in zip(
         recording.transformed, recording.training_forwards(), recording.losses, strict=True
     ):
@@ -149,8 +76,20 @@ def test_mixup_and_cutmix_mix_the_batch_the_model_trains_on(tmp_path, monkeypatc
         assert not torch.equal(forward.inputs, transformed)
 
 
+def test_the_task_s_loss_is_trained_on_and_its_metrics_are_reported(tmp_path, monkeypatch):
+    """train/loss and train/acc of the epoch are the task's, from the outputs and targets it was given."""
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN)
+    outputs = torch.cat([outputs for outputs, _, _ in recording.losses])
+    targets = torch.cat([targets for _, targets, _ in recording.losses])
+    correct = (outputs.argmax(dim=1) == targets).sum().item()
+    assert len(targets) == 24 and 0 < correct < 24  # (seed 0: neither all right nor all wrong)
+    final = recording.summary["final"]
+    assert final["train/acc"] == correct / 24
+    assert final["train/loss"] == pytest.approx(sum(loss.item() * 8 for _, _, loss in recording.losses) / 24)
+
+
 def test_label_smoothing_is_in_the_training_loss(tmp_path, monkeypatch):
-    recording = record_run(tmp_path, monkeypatch, "regularization.label_smoothing=0.3")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "regularization.label_smoothing=0.3")
     for outputs, targets, loss in recording.losses:
         torch.testing.assert_close(loss, F.cross_entropy(outputs, targets, label_smoothing=0.3))
         assert not torch.allclose(loss, F.cross_entropy(outputs, targets))
@@ -158,14 +97,14 @@ def test_label_smoothing_is_in_the_training_loss(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
 def test_mixed_precision_reaches_the_training_and_evaluation_forward(tmp_path, monkeypatch, precision, dtype):
-    recording = record_run(tmp_path, monkeypatch, f"precision={precision}")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, f"precision={precision}")
     training, evaluation = recording.training_forwards(), recording.eval_forwards()
     assert len(training) == 3 and len(evaluation) >= 2  # validation and test
     assert {forward.output_dtype for forward in training + evaluation} == {dtype}
 
 
 def test_channels_last_reaches_the_weights_and_the_batches(tmp_path, monkeypatch):
-    recording = record_run(tmp_path, monkeypatch, *SYNTHETIC, "trainer.channels_last=true")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, *SYNTHETIC, "trainer.channels_last=true")
     first_conv = recording.run.model.features[0].weight
     assert first_conv.is_contiguous(memory_format=torch.channels_last) and not first_conv.is_contiguous()
     for forward in recording.forwards:  # training and evaluation batches
@@ -194,7 +133,7 @@ def test_compile_wraps_what_the_loop_calls_and_its_first_step_is_not_throughput(
     step's compile time is logged apart and left out of train/samples_per_sec."""
     monkeypatch.setattr(torch, "compile", FakeCompiled)
     with caplog.at_level(logging.INFO, logger="train"):
-        recording = record_run(tmp_path, monkeypatch, "trainer.compile=true")
+        recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "trainer.compile=true")
     compiled = recording.run.trained_model
     assert isinstance(compiled, FakeCompiled) and compiled.calls == len(recording.forwards)
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compile + first step")]
@@ -204,47 +143,81 @@ def test_compile_wraps_what_the_loop_calls_and_its_first_step_is_not_throughput(
 
 
 def test_tta_flip_evaluates_each_batch_and_its_mirror_in_validation_and_test(tmp_path, monkeypatch):
-    recording = record_run(tmp_path, monkeypatch, *SYNTHETIC, "trainer.tta_flip=true")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, *SYNTHETIC, "trainer.tta_flip=true")
     evaluation = recording.eval_forwards()
     assert len(evaluation) == 4  # one validation batch, one test batch: each with its mirror
     for plain, mirrored in zip(evaluation[::2], evaluation[1::2], strict=True):
         assert torch.equal(mirrored.inputs, plain.inputs.flip(-1))
 
 
+def test_per_sample_transforms_of_an_image_folder_reach_the_training_batches(tmp_path, monkeypatch):
+    """A flip-only per-sample recipe (decoded in the loader, here without workers): every training image
+    is a file's plain decode or its mirror, and some are mirrored."""
+    from PIL import Image
+
+    from trainkit.data.imagefolder import decode
+
+    files = []
+    for index in range(24):
+        folder = tmp_path / "images" / "train" / f"class{index % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = torch.randint(0, 256, (8, 8, 3), generator=torch.Generator().manual_seed(index), dtype=torch.uint8)
+        Image.fromarray(pixels.numpy()).save(folder / f"{index}.png")
+        files.append(folder / f"{index}.png")
+    plain = {decode(str(path), "RGB", 8).numpy().tobytes() for path in files}
+    mirrored = {decode(str(path), "RGB", 8).flip(-1).numpy().tobytes() for path in files}
+    flips_only = ("augmentation.per_sample.random_resized_crop=null", "augmentation.per_sample.policy=null")
+    image_folder = ("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=8", "data.num_workers=0")
+    (tmp_path / "run").mkdir()  # the run directory, beside the image folder
+    recording = record_run(
+        tmp_path / "run",
+        monkeypatch,
+        *SHORT_RUN,
+        *image_folder,
+        "augmentation=trivialaugment",
+        *flips_only,
+        "augmentation.random_erasing=null",
+    )
+    seen = [image.numpy().tobytes() for images, _ in recording.transformed for image in images]
+    assert len(seen) >= 16 and all(image in plain | mirrored for image in seen)
+    assert any(image in mirrored - plain for image in seen)
+
+
 # ---- what the optimizer step sees: clipping, schedules, LR and batch-size finders, head LR -----------
 
 
 def test_grad_clip_bounds_the_gradient_norm_at_every_step(tmp_path, monkeypatch):
-    recording = record_run(tmp_path, monkeypatch, "trainer.grad_clip=0.01")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "trainer.grad_clip=0.01")
     assert len(recording.grad_norms) == 3
     assert recording.grad_norms == pytest.approx([0.01] * 3, rel=1e-3)  # a fresh CNN's gradient is far larger
 
 
 def test_the_schedule_sets_the_lr_of_every_update(tmp_path, monkeypatch):
     overrides = ("scheduler=cosine", "scheduler.warmup_epochs=1", "trainer.max_epochs=2")
-    recording = record_run(tmp_path, monkeypatch, *overrides)
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, *overrides)
     schedule = LRSchedule(composed(*SHORT_RUN, *overrides).scheduler, updates_per_epoch=3, total_updates=6)
     assert [lrs[0] for lrs in recording.lrs] == pytest.approx([0.1 * schedule(update) for update in range(6)])
     assert len({lrs[0] for lrs in recording.lrs}) > 3
 
 
 def test_head_lr_scale_holds_at_every_step(tmp_path, monkeypatch):
-    recording = record_run(tmp_path, monkeypatch, "optimizer.head_lr_scale=10", "scheduler=cosine")
-    for backbone, _, head, _ in recording.lrs:  # groups: backbone decayed / not, head decayed / not
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "optimizer.head_lr_scale=10", "scheduler=cosine")
+    assert {len(lrs) for lrs in recording.lrs} == {4}  # backbone decayed / not, head decayed / not
+    for backbone, _, head, _ in recording.lrs:
         assert head == pytest.approx(10 * backbone)
 
 
 def test_an_applied_lr_finder_suggestion_is_the_lr_trained_with(tmp_path, monkeypatch):
     """The range test itself is tested in tests/unit/tuning/test_lr_finder.py; here its answer is fixed."""
     monkeypatch.setattr(train, "lr_range_test_for_run", lambda run, plot: LRFinderResult(suggestion=0.0123))
-    recording = record_run(tmp_path, monkeypatch, "lr_finder.enabled=true", "lr_finder.apply=true")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "lr_finder.enabled=true", "lr_finder.apply=true")
     assert [lrs[0] for lrs in recording.lrs] == pytest.approx([0.0123] * 3)
 
 
 def test_the_batch_size_finders_choice_is_the_batch_trained_on(tmp_path, monkeypatch):
     """The search itself is tested in tests/unit/tuning/test_batch_size_finder.py; here its answer is fixed."""
     monkeypatch.setattr(train, "find_batch_size_for_run", lambda *args: 5)
-    recording = record_run(tmp_path, monkeypatch, "batch_size_finder.enabled=true")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "batch_size_finder.enabled=true")
     assert [len(forward.inputs) for forward in recording.training_forwards()] == [5, 5, 5]
 
 
@@ -252,7 +225,7 @@ def test_the_batch_size_finders_choice_is_the_batch_trained_on(tmp_path, monkeyp
 
 
 def test_ema_is_updated_every_step_and_is_what_is_evaluated(tmp_path, monkeypatch):
-    recording = record_run(tmp_path, monkeypatch, "regularization.ema.enabled=true")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "regularization.ema.enabled=true")
     assert recording.run.ema.n_averaged.item() == 3  # one update a step
     assert len(recording.training_forwards()) == 3 and recording.eval_forwards() == []  # the EMA copy evaluates
 
@@ -266,7 +239,7 @@ def test_a_frozen_backbone_and_its_batchnorm_statistics_do_not_move_in_the_loop(
         freeze(run.model, "backbone")
         before.update({name: tensor.clone() for name, tensor in run.model.features.state_dict().items()})
 
-    recording = record_run(tmp_path, monkeypatch, prepare=freeze_backbone)
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, prepare=freeze_backbone)
     after = recording.run.model.features.state_dict()
     assert any("running_mean" in name for name in before)
     for name, tensor in before.items():  # weights and BatchNorm statistics
@@ -277,5 +250,5 @@ def test_early_stopping_ends_the_run_after_patience_epochs_without_improvement(t
     # min_delta=100: no epoch after the first improves on it by that much
     stopping = "regularization.early_stopping"
     overrides = (f"{stopping}.enabled=true", f"{stopping}.patience=1", f"{stopping}.min_delta=100")
-    recording = record_run(tmp_path, monkeypatch, "trainer.max_epochs=5", *overrides)
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "trainer.max_epochs=5", *overrides)
     assert recording.summary["stop_reason"] == "early_stopping" and recording.summary["epochs"] == 2
