@@ -1,6 +1,6 @@
-"""The CIFAR-10 speed-run recipe: SpeedrunNet, flip test-time augmentation, and the experiment end to end."""
+"""The CIFAR-10 speed-run recipe: SpeedrunNet, and the experiment end to end (flip TTA itself:
+tests/unit/tasks/test_classification_task.py and tests/e2e/test_wiring.py)."""
 
-import math
 import os
 
 import pytest
@@ -8,12 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers import record_run, write_cifar
-from trainkit.data import TensorLoader
 from trainkit.models.speedrun_net import SpeedrunNet
-from trainkit.tasks import evaluate
-from trainkit.tasks.classification import Classification
-
-CLASSIFICATION = Classification(num_classes=10)  # evaluate's task: cross-entropy and accuracy
 
 
 def test_speedrun_net_has_about_two_million_parameters_and_takes_small_inputs():
@@ -21,24 +16,6 @@ def test_speedrun_net_has_about_two_million_parameters_and_takes_small_inputs():
     assert 1.5e6 < sum(p.numel() for p in model.parameters()) < 3e6
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
     assert SpeedrunNet(in_channels=1, num_classes=10, widths=(8, 16))(torch.randn(2, 1, 8, 8)).shape == (2, 10)
-
-
-def test_flip_tta_averages_the_logits_of_each_image_and_its_mirror():
-    torch.manual_seed(0)
-    images, labels = torch.rand(10, 1, 4, 4), torch.randint(0, 3, (10,))
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))  # not mirror-symmetric
-    loader = TensorLoader(images, labels, 4, shuffle=False)
-
-    def evaluate_with(tta_flip: bool) -> dict:
-        return evaluate(model, loader, lambda x: x, CLASSIFICATION, "fp32", torch.device("cpu"), tta_flip=tta_flip)
-
-    with torch.no_grad():
-        averaged = (model(images) + model(images.flip(-1))) / 2
-    with_tta, without = evaluate_with(tta_flip=True), evaluate_with(tta_flip=False)
-    assert with_tta["samples"] == 10
-    assert math.isclose(with_tta["loss"], F.cross_entropy(averaged, labels).item(), rel_tol=1e-5)
-    assert with_tta["acc"] == (averaged.argmax(1) == labels).sum().item() / 10
-    assert not math.isclose(with_tta["loss"], without["loss"], rel_tol=1e-5)  # the mirror counted
 
 
 @pytest.mark.slow  # the recipe's network on 32x32 images: 10-20 s on 2 CPU cores, in process
