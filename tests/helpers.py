@@ -95,12 +95,14 @@ class Recording:
 
 
 def record_run(tmp_path: Path, monkeypatch, *overrides: str, prepare: Callable | None = None) -> Recording:
-    """train.py's train(cfg) in this process, the config composed from `overrides`, recording what the
-    loop does (tests/e2e/test_wiring.py). `prepare(run)` changes the Run after build_run, before training."""
+    """train.py's train(cfg) in this process, on the CPU, the config composed from `overrides`, recording
+    what the loop does (tests/e2e/test_wiring.py). `prepare(run)` changes the Run after build_run, before
+    training. `tmp_path` is the run directory."""
     from trainkit.config.validation import validate
     from trainkit.distributed.process_group import ProcessInfo
 
-    sys.path.insert(0, str(ROOT))
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     import train
 
     cfg = composed(*overrides)

@@ -3,7 +3,6 @@ tests/unit/tasks/test_classification_task.py and tests/e2e/test_wiring.py)."""
 
 import os
 
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -18,7 +17,6 @@ def test_speedrun_net_has_about_two_million_parameters_and_takes_small_inputs():
     assert SpeedrunNet(in_channels=1, num_classes=10, widths=(8, 16))(torch.randn(2, 1, 8, 8)).shape == (2, 10)
 
 
-@pytest.mark.slow  # the recipe's network on 32x32 images: 10-20 s on 2 CPU cores, in process
 def test_the_speedrun_experiment_trains_on_cifar10_format_files(tmp_path, monkeypatch):
     """The recipe's pieces reach the loop: SpeedrunNet trains on channels_last batches with a
     label-smoothed loss and a warmup, and every evaluation batch is seen with its mirror (tta_flip)."""
