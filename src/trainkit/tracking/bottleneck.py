@@ -1,22 +1,29 @@
 """The bottleneck report: the epoch line's timing extras, and one warning a run when data is the limit.
 
-The rule of thumb: when the step waits for its batch more than a third of the time
-(train/data_wait_fraction > 1/3), faster hardware or a bigger model would not train faster; the
-loader would. The warning names the switches that help for the data option in use, with their
-current values, instead of generic advice.
+The rule of thumb, the articles' (trainkit.data.loader_settings): when loading takes more than a
+third of the compute time (wait / (step - wait) > 1/3, that is train/data_wait_fraction > 1/4),
+faster hardware or a bigger model would not train faster; the loader would. The warning names the
+switches that help for the data option in use, with their current values, instead of generic
+advice; the worker count it names follows the articles' steps: the cores, then 1.5x, at most 2x.
 """
 
 import logging
+import math
 
 from omegaconf import DictConfig
 
-from trainkit.data.loader_settings import available_cores
+from trainkit.data.loader_settings import (
+    GPU_STARVED,
+    RAISE,
+    data_bound,
+    loading_per_compute,
+    more_workers,
+    this_rank_cores,
+)
 from trainkit.data.loaders import FileLoader
 from trainkit.tracking.timing import LoopTimer
 
 log = logging.getLogger("train")
-
-DATA_BOUND = 1 / 3  # waiting above this share of the step time: the data is the bottleneck
 
 
 def epoch_line_extras(metrics: dict) -> str:
@@ -34,8 +41,9 @@ def epoch_line_extras(metrics: dict) -> str:
     return "".join(f"  {part}" for part in parts)
 
 
-def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool) -> list[str]:
-    """The switches that shorten the wait for this data option, each with its current value."""
+def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool, gpu_util: float | None = None) -> list[str]:
+    """The switches that shorten the wait for this data option, each with its current value;
+    `gpu_util`: the epoch's train/gpu_util, where it was measured."""
     if not isinstance(loader, FileLoader):  # in memory: batches are slices of a tensor on the device
         advice = [
             f"{data.name} is held in memory on the device, so workers and pinned memory do not apply: the wait is "
@@ -47,15 +55,8 @@ def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool) -> list[s
                 "scripts/preprocess.py at a smaller data.image_size so it fits on the device"
             )
         return advice
-    workers, cores = loader.loader.num_workers, available_cores()
-    advice = []
-    if workers < cores:
-        advice.append(
-            f"more decoding workers: data.num_workers={min(cores, max(2 * workers, 1))} "
-            f"(now {workers}; this process may use {cores} cores)"
-        )
-    else:
-        advice.append(f"the {workers} workers already use all {cores} cores of this process: decoding is the limit")
+    workers = loader.loader.num_workers
+    advice = [worker_advice(workers, this_rank_cores(), on_cuda, gpu_util)]
     if workers > 0 and (loader.loader.prefetch_factor or 0) < 4:
         advice.append(f"data.prefetch_factor=4 (now {loader.loader.prefetch_factor}) evens out slow batches")
     if on_cuda and not loader.loader.pin_memory:
@@ -68,14 +69,41 @@ def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool) -> list[s
     return advice
 
 
+def worker_advice(workers: int, cores: int, on_cuda: bool, gpu_util: float | None = None) -> str:
+    """The articles' next worker count for a rank that may use `cores` cores: the cores while below
+    them; on CUDA then 1.5x, never above 2x the cores. On the CPU the training itself needs the
+    cores, so workers beyond them would only take time from the step."""
+    more = more_workers(workers, cores)
+    if more is not None and workers < cores:
+        return (
+            f"more decoding workers: data.num_workers={more} (now {workers}; the articles start at the cores: {more})"
+        )
+    if more is not None and on_cuda:
+        raised = math.ceil(RAISE * workers)
+        step = (
+            "1.5x" if more == raised else f"not 1.5x ({raised}): 2x the cores ({cores}) is the most the articles go to"
+        )
+        starved = gpu_util is not None and gpu_util < GPU_STARVED
+        why = f"the GPU was busy {gpu_util:.0%} of the time, under 50%" if starved else "loading is too slow"
+        return f"more decoding workers: data.num_workers={more} (now {workers}, {step}; {why})"
+    if on_cuda:
+        return f"the {workers} workers are 2x the cores ({cores}) or more, the articles' ceiling: decoding is the limit"
+    return (
+        f"the {workers} workers are as many as the cores ({cores}) or more, and training on the CPU needs the cores "
+        "too: decoding is the limit"
+    )
+
+
 def warn_if_data_bound(timer: LoopTimer, metrics: dict, loader: object, data: DictConfig) -> None:
     """Rank 0, after each epoch: the warning, the first time an epoch of the run waited too long."""
     fraction = metrics.get("train/data_wait_fraction", 0.0)
-    if timer.warned_data_bound or fraction <= DATA_BOUND:
+    if timer.warned_data_bound or not data_bound(fraction):
         return
     timer.warned_data_bound = True
-    advice = "".join(f"\n  - {line}" for line in data_bound_advice(loader, data, timer.cuda))
+    lines = data_bound_advice(loader, data, timer.cuda, metrics.get("train/gpu_util"))
+    advice = "".join(f"\n  - {line}" for line in lines)
     log.warning(
-        f"data-bound: the step waited for its batch {fraction:.0%} of the time (rule of thumb: at most a third; "
-        f"train/data_wait_fraction in metrics.jsonl). What helps for data={data.name}:{advice}"
+        f"data-bound: loading took {loading_per_compute(fraction):.0%} of the compute time (the step waited for "
+        f"its batch {fraction:.0%} of the time); rule of thumb: at most a third of the compute time, a quarter "
+        f"of the step (train/data_wait_fraction in metrics.jsonl). What helps for data={data.name}:{advice}"
     )

@@ -11,8 +11,9 @@ throws away, then records `active` steps. Then, once:
 
 - profile/trace.json: a Chrome trace; open it at https://ui.perfetto.dev (or chrome://tracing)
 - profile/top_ops.txt: the operators that took the most time (key_averages().table), also logged
-- one log line with each phase's share of the step: `data` above a third means the loader, not
-  the model, sets the pace (more workers, pinned memory, a cache, on-device augmentation)
+- one log line with each phase's share of the step: `data` over a third of the other phases (the
+  compute), a quarter of the step, means the loader, not the model, sets the pace (more workers,
+  pinned memory, a cache, on-device augmentation)
 
 Off (the default), every call returns at its first line: no profiler, no record_function.
 """
@@ -26,10 +27,11 @@ from typing import Any
 
 import torch
 
+from trainkit.data.loader_settings import data_bound
+
 log = logging.getLogger(__name__)
 
 PHASES = ("data", "forward", "backward", "optimizer_step", "bookkeeping")
-DATA_BOUND_SHARE = 1 / 3  # data wait above this share of the step: the input pipeline is the bottleneck
 
 
 class StepProfiler:
@@ -120,10 +122,9 @@ def phase_shares(times: Mapping[str, float]) -> dict[str, float]:
 def describe(shares: Mapping[str, float]) -> str:
     """One line: each phase's share, and what the data share says about the bottleneck."""
     parts = "  ".join(f"{name} {share:.0%}" for name, share in shares.items())
-    data = shares.get("data", 0.0)
     verdict = (
-        "data loading is the bottleneck (more than a third of the step: more workers, pinned memory, a cache)"
-        if data > DATA_BOUND_SHARE
-        else "compute-bound (data wait under a third of the step)"
+        "data loading is the bottleneck (over a third of the compute time: more workers, pinned memory, a cache)"
+        if data_bound(shares.get("data", 0.0))
+        else "compute-bound (data loading at most a third of the compute time)"
     )
     return f"share of the step: {parts}; {verdict}"

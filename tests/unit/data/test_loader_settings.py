@@ -1,5 +1,6 @@
-"""trainkit.data.loader_settings: `auto` worker counts and pinned memory, resolved for this process."""
+"""trainkit.data.loader_settings: the articles' loader rules; `auto` worker counts and pinned memory."""
 
+import logging
 import os
 from pathlib import Path
 
@@ -9,10 +10,12 @@ from omegaconf import OmegaConf
 
 from trainkit.data import loader_settings
 from trainkit.data.loader_settings import (
-    MAX_AUTO_WORKERS,
-    auto_num_workers,
     available_cores,
+    cores_per_rank,
+    data_bound,
     file_loader_settings,
+    loading_per_compute,
+    more_workers,
     resolve_num_workers,
     resolve_pin_memory,
 )
@@ -24,35 +27,60 @@ CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
 @pytest.mark.parametrize(
     "cores, local_ranks, expected",
     [
-        (2, 1, 1),  # one core for the training process, one worker decoding
-        (1, 1, 1),  # at least one worker: decoding overlaps the step
-        (6, 1, 5),
-        (16, 2, 7),  # the cores are shared among the ranks of this node
-        (16, 8, 1),
-        (4, 8, 1),  # fewer cores than ranks: still one each
-        (64, 1, MAX_AUTO_WORKERS),  # capped
+        (8, 1, 8),  # the articles: 8 cores, 8 workers
+        (12, 1, 12),
+        (32, 1, 32),  # no cap below the cores
+        (1, 1, 1),
+        (16, 2, 8),  # the cores are shared among the ranks of this node
+        (16, 8, 2),
+        (9, 2, 4),
+        (4, 8, 1),  # fewer cores than ranks: still one each (decoding then overlaps the step)
     ],
 )
-def test_auto_workers_share_the_cores_among_local_ranks_and_are_capped(cores, local_ranks, expected):
-    assert auto_num_workers(cores, local_ranks) == expected
+def test_auto_is_1x_the_cores_of_this_rank_at_least_1(cores, local_ranks, expected):
+    assert cores_per_rank(cores, local_ranks) == expected
 
 
 def test_auto_reads_the_affinity_mask_and_the_local_world_size(monkeypatch):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7, 8}, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(12)), raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 128)  # the machine's count is not what this process may use
-    assert available_cores() == 9
-    assert resolve_num_workers("auto") == 8  # 9 cores, 1 rank: all but one
+    assert available_cores() == 12
+    assert resolve_num_workers("auto") == 12  # 12 cores, 1 rank: 1x
     monkeypatch.setenv("RANK", "1")
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")  # torchrun: 3 ranks on this node
-    assert resolve_num_workers("auto") == 2  # 9 // 3 - 1
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun: 4 ranks on this node
+    assert resolve_num_workers("auto") == 3  # 12 // 4
     assert resolve_num_workers(5) == 5 and resolve_num_workers(0) == 0  # explicit numbers are kept
 
 
-def test_without_an_affinity_mask_the_cpu_count_is_used(monkeypatch):
+def test_without_an_affinity_mask_auto_uses_the_cpu_count(monkeypatch):
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 4)
-    assert available_cores() == 4
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert available_cores() == 6 and resolve_num_workers("auto") == 6
+
+
+@pytest.mark.parametrize(
+    "workers, cores, expected",
+    [
+        (2, 8, 8),  # below the cores: the articles' start first
+        (0, 1, 1),
+        (8, 8, 12),  # at the cores: 1.5x (the articles: 8 -> 12)
+        (32, 32, 48),
+        (3, 3, 5),  # 4.5, rounded up
+        (12, 8, 16),  # 1.5x would be 18: held at 2x the cores
+        (16, 8, None),  # 2x the cores: the ceiling
+        (40, 8, None),  # set above it by hand: no more
+    ],
+)
+def test_more_workers_steps_to_the_cores_then_1_5x_never_above_2x(workers, cores, expected):
+    assert more_workers(workers, cores) == expected
+
+
+def test_the_data_bound_line_is_a_third_of_the_compute_time():
+    """wait / (step - wait) > 1/3: a wait of 0.25 of the step is exactly a third of the compute."""
+    assert loading_per_compute(0.25) == pytest.approx(1 / 3)
+    assert not data_bound(0.25) and data_bound(0.26)
+    assert not data_bound(0.0) and data_bound(1.0)
 
 
 def test_pin_memory_auto_is_on_with_cuda_only():
@@ -62,12 +90,18 @@ def test_pin_memory_auto_is_on_with_cuda_only():
     assert resolve_pin_memory(False, torch.device("cuda")) is False
 
 
-def test_the_imagefolder_defaults_resolve_and_reach_the_data_loader(monkeypatch):
+def test_the_imagefolder_defaults_resolve_reach_the_data_loader_and_are_logged(monkeypatch, caplog):
     monkeypatch.setattr(loader_settings, "available_cores", lambda: 4)
     cfg = OmegaConf.load(CONF / "imagefolder.yaml")
     assert cfg.num_workers == "auto" and cfg.pin_memory == "auto"
-    settings = file_loader_settings(cfg, torch.device("cpu"))
-    assert settings == {"num_workers": 3, "pin_memory": False, "prefetch_factor": 2}
+    with caplog.at_level(logging.INFO, logger="trainkit.data.loader_settings"):
+        settings = file_loader_settings(cfg, torch.device("cpu"))
+        file_loader_settings(cfg, torch.device("cuda"))  # only resolved: nothing is put on the device
+    assert settings == {"num_workers": 4, "pin_memory": False, "prefetch_factor": 2}
+    assert caplog.messages == [
+        "data: 4 workers per rank, not pinned (data.num_workers=auto, data.pin_memory=auto)",
+        "data: 4 workers per rank, pinned (data.num_workers=auto, data.pin_memory=auto)",
+    ]
     loader = FileLoader(list(range(8)), 4, shuffle=False, **{**settings, "num_workers": 1, "prefetch_factor": 3})
     assert (loader.loader.num_workers, loader.loader.prefetch_factor, loader.loader.pin_memory) == (1, 3, False)
     # Without workers, prefetching means nothing (and torch refuses a prefetch_factor then).

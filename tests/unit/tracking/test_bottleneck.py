@@ -4,12 +4,14 @@ import logging
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 from torch.utils.data import Dataset
 
 from trainkit.data.loaders import FileLoader, TensorLoader
-from trainkit.tracking.bottleneck import data_bound_advice, epoch_line_extras, warn_if_data_bound
+from trainkit.tracking import bottleneck
+from trainkit.tracking.bottleneck import data_bound_advice, epoch_line_extras, warn_if_data_bound, worker_advice
 from trainkit.tracking.timing import LoopTimer
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
@@ -50,15 +52,57 @@ def test_a_slow_dataset_fires_the_warning_once_a_run_with_advice_for_files(caplo
     with caplog.at_level(logging.WARNING, logger="train"):
         for _ in range(2):  # two epochs: one warning
             metrics = train_epoch(timer, loader)
-            assert metrics["train/data_wait_fraction"] > 1 / 3
+            assert metrics["train/data_wait_fraction"] > 1 / 4
             warn_if_data_bound(timer, metrics, loader, data)
     (warning,) = warnings_of(caplog)
-    assert "data=imagefolder" in warning and "rule of thumb" in warning
+    assert "data=imagefolder" in warning and "rule of thumb: at most a third of the compute time" in warning
     for switch in ("data.num_workers=", "data.image_size (now 224)", "scripts/preprocess.py", "data=cached"):
         assert switch in warning, switch
     assert "pin_memory" not in warning  # training on the CPU: pinning does not apply
     on_cuda = "\n".join(data_bound_advice(loader, data, on_cuda=True))
     assert "data.pin_memory=true" in on_cuda
+
+
+@pytest.mark.parametrize("fraction, warns", [(0.25, False), (0.26, True)])
+def test_the_warning_fires_above_a_third_of_the_compute_time(fraction, warns, caplog):
+    """A wait of 0.25 of the step is a third of the compute (0.25 / 0.75): on the line, no warning."""
+    data = OmegaConf.load(CONF / "imagefolder.yaml")
+    data.root = "/data/images"
+    timer = LoopTimer()
+    timer.start_epoch(CPU)
+    metrics = {"train/data_wait_fraction": fraction, "train/step_ms": 10.0}
+    with caplog.at_level(logging.WARNING, logger="train"):
+        warn_if_data_bound(timer, metrics, FileLoader(SlowImages(), 2, shuffle=False), data)
+    assert len(warnings_of(caplog)) == warns
+    if warns:
+        assert warnings_of(caplog)[0].startswith(
+            "data-bound: loading took 35% of the compute time (the step waited for its batch 26% of the time)"
+        )
+
+
+@pytest.mark.parametrize(
+    "workers, cores, on_cuda, gpu_util, names",
+    [
+        (2, 8, False, None, "data.num_workers=8 (now 2; the articles start at the cores: 8)"),
+        (2, 8, True, 0.3, "data.num_workers=8 (now 2; the articles start at the cores: 8)"),
+        (8, 8, True, 0.4, "data.num_workers=12 (now 8, 1.5x; the GPU was busy 40% of the time, under 50%)"),
+        (8, 8, True, None, "data.num_workers=12 (now 8, 1.5x; loading is too slow)"),  # no pynvml: no gpu_util
+        (12, 8, True, 0.4, "data.num_workers=16 (now 12, not 1.5x (18): 2x the cores (8) is the most"),
+        (16, 8, True, 0.4, "the 16 workers are 2x the cores (8) or more"),
+        (8, 8, False, None, "the 8 workers are as many as the cores (8) or more, and training on the CPU"),
+    ],
+)
+def test_the_worker_advice_goes_to_the_cores_then_1_5x_and_never_above_2x(workers, cores, on_cuda, gpu_util, names):
+    assert names in worker_advice(workers, cores, on_cuda, gpu_util)
+
+
+def test_the_advice_reads_the_cores_of_this_rank_and_the_gpu_util(monkeypatch):
+    monkeypatch.setattr(bottleneck, "this_rank_cores", lambda: 1)  # one worker: torch warns above the machine's cores
+    data = OmegaConf.load(CONF / "imagefolder.yaml")
+    data.root = "/data/images"
+    loader = FileLoader(SlowImages(), 2, shuffle=False, num_workers=1)
+    (workers, *_) = data_bound_advice(loader, data, on_cuda=True, gpu_util=0.45)
+    assert workers.startswith("more decoding workers: data.num_workers=2 (now 1, 1.5x; the GPU was busy 45%")
 
 
 def test_in_memory_data_stays_silent_and_its_advice_names_what_applies(caplog):
@@ -74,7 +118,7 @@ def test_in_memory_data_stays_silent_and_its_advice_names_what_applies(caplog):
     metrics = timer.epoch_metrics()
     with caplog.at_level(logging.WARNING, logger="train"):
         warn_if_data_bound(timer, metrics, loader, data)
-    assert metrics["train/data_wait_fraction"] < 1 / 3 and warnings_of(caplog) == []
+    assert metrics["train/data_wait_fraction"] < 1 / 4 and warnings_of(caplog) == []
     (advice,) = data_bound_advice(loader, data, on_cuda=True)
     assert "data.batch_size (now 64)" in advice and "num_workers=" not in advice and "pin_memory=" not in advice
 

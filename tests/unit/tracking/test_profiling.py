@@ -55,11 +55,12 @@ def test_a_run_shorter_than_the_window_says_so(tmp_path, caplog):
     assert "before the profiled window" in caplog.text and not (tmp_path / "profile" / "trace.json").exists()
 
 
-def test_a_data_share_above_a_third_names_the_loader_as_the_bottleneck():
-    loader_bound = phase_shares({"data": 40.0, "forward": 30.0, "backward": 30.0})
-    assert loader_bound["data"] == pytest.approx(0.4)
+def test_data_over_a_third_of_the_compute_names_the_loader_as_the_bottleneck():
+    loader_bound = phase_shares({"data": 26.0, "forward": 34.0, "backward": 40.0})
+    assert loader_bound["data"] == pytest.approx(0.26)
     assert "data loading is the bottleneck" in describe(loader_bound)
-    assert "compute-bound" in describe(phase_shares({"data": 10.0, "forward": 45.0, "backward": 45.0}))
+    on_the_line = phase_shares({"data": 25.0, "forward": 35.0, "backward": 40.0})  # 25 / 75: a third of the compute
+    assert "compute-bound" in describe(on_the_line)
 
 
 @pytest.mark.slow  # trains in a subprocess
