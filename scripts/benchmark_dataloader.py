@@ -2,19 +2,24 @@
 
 For an image folder (train.py's overrides, `data=imagefolder` by default), measure side by side:
 - the file loader (`data=imagefolder`: PIL decode in DataLoader workers) for data.num_workers from 0
-  to twice the CPU count, with and without pinned memory (pinned only where CUDA is available);
+  to --max-workers, and always at 1x, 1.5x and 2x the CPU cores this process may use (the counts of
+  the articles' rule, trainkit.data.loader_settings), with and without pinned memory (pinned only
+  where CUDA is available);
 - the offline cache (`data=cached`: the folder decoded once by scripts/preprocess.py, batches
   gathered from tensors on the device), made here first if --cache holds no matching cache.
 Each setting draws --warmup batches first (worker start, first allocations and page faults), then
 --batches training batches are timed, moved to the training device as train.py moves them. Prints a
 Markdown table and a one-line
-recommendation (the overrides to use), and writes both with a PNG chart to --out.
+recommendation (the overrides to use), and writes both with a PNG chart to --out. The recommended
+worker count follows the articles' rule: 1x the cores (what `auto` gives one process), unless a count
+up to 2x the cores delivered more than 5% more samples/s; never more than 2x.
 
     python scripts/benchmark_dataloader.py --make-folder 10000 data.image_size=32     # a synthetic PNG folder
     python scripts/benchmark_dataloader.py data.root=/path/to/images data.image_size=64 --batches 100
 """
 
 import argparse
+import math
 import os
 import shutil
 import sys
@@ -37,7 +42,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, default=50, help="timed batches per setting (after one warm-up)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed batches first, per setting")
     parser.add_argument("--threads", type=int, help="torch threads of this process (default: torch's own)")
-    parser.add_argument("--max-workers", type=int, help="the largest worker count (default: twice the CPU count)")
+    parser.add_argument(
+        "--max-workers", type=int, help="0 to this many workers (default: 2x the cores), and 1x, 1.5x, 2x"
+    )
     return parser.parse_args(argv)
 
 
@@ -88,7 +95,29 @@ def samples_per_second(loader, device, batches: int, warmup: int) -> float:
     return count / (time.perf_counter() - start)
 
 
-def measure(cfg, cache: Path, device, batches: int, warmup: int, max_workers: int) -> list[tuple[str, str, float]]:
+# A worker count beats the cores' count only by more than this share of samples/s: runs of the
+# same setting differ by a few percent, and the articles' start should not lose to noise.
+NOISE = 0.05
+
+
+def worker_counts(max_workers: int, cores: int) -> list[int]:
+    """0 to max_workers, and always the articles' 1x, 1.5x and 2x the cores."""
+    from trainkit.data.loader_settings import MAX_WORKERS_PER_CORE, RAISE
+
+    return sorted({*range(max_workers + 1), cores, math.ceil(RAISE * cores), MAX_WORKERS_PER_CORE * cores})
+
+
+def recommended_workers(rates: dict[int, float], cores: int) -> int:
+    """The articles' rule on measured samples/s by worker count: 1x the cores, unless a count up
+    to 2x the cores (never more) delivered more than NOISE more; then the fastest of those."""
+    from trainkit.data.loader_settings import MAX_WORKERS_PER_CORE
+
+    allowed = {workers: rate for workers, rate in rates.items() if workers <= MAX_WORKERS_PER_CORE * cores}
+    fastest = max(allowed, key=allowed.__getitem__)
+    return cores if allowed[fastest] <= (1 + NOISE) * allowed[cores] else fastest
+
+
+def measure(cfg, cache: Path, device, batches: int, warmup: int, counts: list[int]) -> list[tuple[str, str, float]]:
     """[(path, setting, samples/s)], the file loader's settings first, the cache last."""
     import torch
     from omegaconf import OmegaConf
@@ -98,7 +127,7 @@ def measure(cfg, cache: Path, device, batches: int, warmup: int, max_workers: in
     train = make_dataset(cfg.data).train
     results = []
     for pin in (False, True) if device.type == "cuda" else (False,):
-        for workers in range(max_workers + 1):
+        for workers in counts:
             loader = FileLoader(
                 train, cfg.data.batch_size, shuffle=True, train=True, num_workers=workers, pin_memory=pin
             )
@@ -139,9 +168,13 @@ def ensure_cache(cfg, cache: Path) -> None:
     write_cache(cfg.data, cache, num_workers=os.cpu_count() or 1)
 
 
-def report(results: list[tuple[str, str, float]], cfg, cache: Path, out: Path) -> str:
+def report(results: list[tuple[str, str, float]], cfg, cache: Path, out: Path, cores: int) -> str:
     files = [row for row in results if row[0] == "files"]
     best = max(files, key=lambda row: row[2])
+    rates: dict[int, float] = {}  # the best of pinned and not, per worker count
+    for _, setting, rate in files:  # e.g. `data.num_workers=3 pinned`
+        workers = int(setting.split()[0].removeprefix("data.num_workers="))
+        rates[workers] = max(rate, rates.get(workers, 0.0))
     cached = max((row for row in results if row[0] == "cached"), key=lambda row: row[2])
     lines = ["| path | setting | samples/s | vs best file loader |", "|---|---|---:|---:|"]
     lines += [f"| {path} | `{setting}` | {rate:,.0f} | {rate / best[2]:.2f}x |" for path, setting, rate in results]
@@ -153,12 +186,24 @@ def report(results: list[tuple[str, str, float]], cfg, cache: Path, out: Path) -
             f"python scripts/preprocess.py {cache} data.root={cfg.data.root} data.image_size={size})"
         )
     else:
-        advice = f"recommendation: {best[1].replace(' pinned', '')} (the cache is not faster here)"
+        advice = f"recommendation: {workers_advice(rates, cores)} (the cache is not faster here)"
     out.mkdir(parents=True, exist_ok=True)
-    table = "\n".join(lines)
-    (out / "benchmark_dataloader.md").write_text(f"{table}\n\n{advice}\n")
+    text = "\n".join(lines) + f"\n\nfile loader: {workers_advice(rates, cores)}\n\n{advice}"
+    (out / "benchmark_dataloader.md").write_text(f"{text}\n")
     plot(results, out / "benchmark_dataloader.png")
-    return f"{table}\n\n{advice}"
+    return text
+
+
+def workers_advice(rates: dict[int, float], cores: int) -> str:
+    """`data.num_workers=auto (...)` or `data.num_workers=N (...)`, with what the rule saw."""
+    workers = recommended_workers(rates, cores)
+    if workers == cores:
+        return (
+            f"data.num_workers=auto ({cores} workers, 1x the {cores} cores; no count up to 2x the cores "
+            f"was more than {NOISE:.0%} faster)"
+        )
+    gain = rates[workers] / rates[cores]
+    return f"data.num_workers={workers} ({workers / cores:g}x the {cores} cores: {gain:.2f}x the samples/s of 1x)"
 
 
 def plot(results: list[tuple[str, str, float]], path: Path) -> None:
@@ -187,6 +232,7 @@ def main(argv: list[str]) -> int:
     # Workers beyond the CPU count are the point of the sweep: torch's warning about them is not news here.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
 
+    from trainkit.data.loader_settings import available_cores
     from trainkit.errors import ConfigError
     from trainkit.runtime import pick_device
 
@@ -200,17 +246,18 @@ def main(argv: list[str]) -> int:
         device = pick_device(cfg.device)
         if args.threads:
             torch.set_num_threads(args.threads)
-        max_workers = args.max_workers if args.max_workers is not None else 2 * (os.cpu_count() or 1)
+        cores = available_cores()
+        counts = worker_counts(args.max_workers if args.max_workers is not None else 2 * cores, cores)
         print(
             f"timing {args.batches} batches of {cfg.data.batch_size} per setting after {args.warmup} on {device}, "
-            f"{torch.get_num_threads()} torch threads in this process",
+            f"{torch.get_num_threads()} torch threads in this process, {cores} cores",
             flush=True,
         )
-        results = measure(cfg, cache, device, args.batches, args.warmup, max_workers)
+        results = measure(cfg, cache, device, args.batches, args.warmup, counts)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(report(results, cfg, cache, args.out))
+    print(report(results, cfg, cache, args.out, cores))
     return 0
 
 

@@ -10,7 +10,7 @@ from PIL import Image
 
 from conftest import ROOT
 from helpers import load_script, record_run
-from trainkit.data import build_data
+from trainkit.data import build_data, loader_settings
 from trainkit.data.cache import load_cache, write_cache
 from trainkit.data.imagefolder import decode
 from trainkit.errors import ConfigError
@@ -113,17 +113,33 @@ def test_data_cached_trains_end_to_end_on_the_cache_s_images(cached, tmp_path, m
     assert recording.summary["epochs"] == 1 and "test/acc" in recording.summary["test"]
 
 
-def test_benchmark_dataloader_prints_a_table_and_a_recommendation(tmp_path, capsys):
+def test_benchmark_dataloader_prints_a_table_and_a_recommendation(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(loader_settings, "available_cores", lambda: 1)  # 1x, 1.5x, 2x the cores: 1, 2, 2 workers
     benchmark = load_script("benchmark_dataloader")
-    args = ["--make-folder", "24", "--out", str(tmp_path), "--batches", "2", "--warmup", "1", "--max-workers", "1"]
+    args = ["--make-folder", "24", "--out", str(tmp_path), "--batches", "2", "--warmup", "1", "--max-workers", "0"]
     assert benchmark.main([*args, "data.image_size=8", "data.batch_size=4"]) == 0
     printed = capsys.readouterr().out
-    assert "| files | `data.num_workers=0` |" in printed and "| files | `data.num_workers=1` |" in printed
+    for workers in (0, 1, 2):  # --max-workers 0, and the articles' counts
+        assert f"| files | `data.num_workers={workers}` |" in printed
+    assert "| files | `data.num_workers=3` |" not in printed
     assert "| cached | `data=cached on cpu" in printed
+    assert "\nfile loader: data.num_workers=" in printed
     recommendation = printed.strip().splitlines()[-1]
     assert recommendation.startswith("recommendation: data=") and "\n" not in recommendation
     assert (tmp_path / "benchmark_dataloader.png").stat().st_size > 0
     assert (tmp_path / "benchmark_dataloader.md").read_text().strip().endswith(recommendation)
+
+
+def test_benchmark_dataloader_recommends_by_the_articles_rule():
+    benchmark = load_script("benchmark_dataloader")
+    assert benchmark.worker_counts(2, 8) == [0, 1, 2, 8, 12, 16]  # always 1x, 1.5x and 2x the cores
+    assert benchmark.worker_counts(4, 2) == [0, 1, 2, 3, 4]
+    rates = {0: 100.0, 4: 400.0, 8: 800.0, 12: 830.0, 16: 700.0, 20: 2000.0}
+    assert benchmark.recommended_workers(rates, 8) == 8  # 1.5x is under 5% faster: the cores; 20 is above 2x
+    assert benchmark.recommended_workers({**rates, 12: 900.0}, 8) == 12  # 1.5x pays
+    assert benchmark.recommended_workers({**rates, 4: 1000.0}, 8) == 4  # fewer, measured faster
+    assert benchmark.workers_advice(rates, 8).startswith("data.num_workers=auto (8 workers, 1x the 8 cores")
+    assert benchmark.workers_advice({**rates, 12: 900.0}, 8).startswith("data.num_workers=12 (1.5x the 8 cores: 1.12x")
 
 
 def test_a_dataset_too_big_for_the_gpu_stays_on_the_host_with_pinned_batches(cached, monkeypatch, caplog):
