@@ -12,7 +12,7 @@ Each setting draws --warmup batches first (worker start, first allocations and p
 Markdown table and a one-line
 recommendation (the overrides to use), and writes both with a PNG chart to --out. The recommended
 worker count follows the articles' rule: 1x the cores (what `auto` gives one process), unless a count
-up to 2x the cores delivered more than 5% more samples/s; never more than 2x.
+from 1 to 2x the cores delivered more than 5% more samples/s; never more than 2x, never 0.
 
     python scripts/benchmark_dataloader.py --make-folder 10000 data.image_size=32     # a synthetic PNG folder
     python scripts/benchmark_dataloader.py data.root=/path/to/images data.image_size=64 --batches 100
@@ -108,11 +108,13 @@ def worker_counts(max_workers: int, cores: int) -> list[int]:
 
 
 def recommended_workers(rates: dict[int, float], cores: int) -> int:
-    """The articles' rule on measured samples/s by worker count: 1x the cores, unless a count up
-    to 2x the cores (never more) delivered more than NOISE more; then the fastest of those."""
+    """The articles' rule on measured samples/s by worker count: 1x the cores, unless a count from
+    1 to 2x the cores (never more) delivered more than NOISE more; then the fastest of those. Not 0,
+    however fast here: this times loading alone, and without workers a training step waits for
+    every batch to be decoded."""
     from trainkit.data.loader_settings import MAX_WORKERS_PER_CORE
 
-    allowed = {workers: rate for workers, rate in rates.items() if workers <= MAX_WORKERS_PER_CORE * cores}
+    allowed = {workers: rate for workers, rate in rates.items() if 1 <= workers <= MAX_WORKERS_PER_CORE * cores}
     fastest = max(allowed, key=allowed.__getitem__)
     return cores if allowed[fastest] <= (1 + NOISE) * allowed[cores] else fastest
 

@@ -138,6 +138,7 @@ def test_benchmark_dataloader_recommends_by_the_articles_rule():
     assert benchmark.recommended_workers(rates, 8) == 8  # 1.5x is under 5% faster: the cores; 20 is above 2x
     assert benchmark.recommended_workers({**rates, 12: 900.0}, 8) == 12  # 1.5x pays
     assert benchmark.recommended_workers({**rates, 4: 1000.0}, 8) == 4  # fewer, measured faster
+    assert benchmark.recommended_workers({**rates, 0: 5000.0}, 8) == 8  # never 0: the step would wait for decoding
     assert benchmark.workers_advice(rates, 8).startswith("data.num_workers=auto (8 workers, 1x the 8 cores")
     assert benchmark.workers_advice({**rates, 12: 900.0}, 8).startswith("data.num_workers=12 (1.5x the 8 cores: 1.12x")
 
