@@ -96,10 +96,11 @@ def trained_model(cfg: DictConfig, weights: dict, image_size: int, device: torch
     """The run's model with `weights`, on the device, and the side length batches are resized to.
     No pretrained weights are loaded first: the checkpoint's replace them, so their file or hub
     need not be reachable here."""
-    model_config = {**to_dict(cfg.model), "pretrained_path": None}
+    model_config = to_dict(cfg.model)
     if "pretrained" in model_config:
         model_config["pretrained"] = False
-    model, input_size = build_model(model_config, image_size=image_size)
+    finetune = {**to_dict(cfg.finetune), "pretrained_path": None}
+    model, input_size = build_model(model_config, finetune, image_size=image_size)
     load_weights(model, weights)  # a model= override of another shape: one line naming model
     # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
     memory_format = torch.channels_last if cfg.trainer.channels_last else torch.contiguous_format

@@ -19,6 +19,10 @@ from trainkit.errors import ConfigError
 # in a way older code cannot read; checkpoints written before versioning hold the same keys as 1.
 CHECKPOINT_FORMAT = 1
 REQUIRED_KEYS = ("model", "optimizer", "scheduler", "epoch", "step", "batches_done", "config")
+# Where format-1 checkpoints written before the model node became plain constructor arguments keep
+# some settings, and where they are now: read_checkpoint moves them, so a run from before the move
+# resumes and evaluates (the old keys would reach the model's constructor).
+MOVED_MODEL_KEYS = ("pretrained_path", "freeze", "freeze_bn", "input_size")  # model.<key> -> finetune.<key>
 
 
 def find_checkpoint(given: str | Path, key: str = "resume", names: tuple[str, ...] = ("last.pt",)) -> Path:
@@ -71,7 +75,17 @@ def read_checkpoint(
             f"{path} has checkpoint format {version}, this code reads format {CHECKPOINT_FORMAT} ({age} trainkit "
             f"wrote it); use the trainkit version that wrote it",
         )
+    upgrade_config(state["config"])
     return state
+
+
+def upgrade_config(config: dict[str, Any]) -> None:
+    """Move, in place, what an older checkpoint's config keeps where this code no longer reads it
+    (MOVED_MODEL_KEYS); a config written by this code is left as it is."""
+    model = config.get("model", {})
+    moved = {key: model.pop(key) for key in MOVED_MODEL_KEYS if key in model}
+    if moved:
+        config["finetune"] = {**moved, **config.get("finetune", {})}
 
 
 def check_model_fits(model_state: dict, model: torch.nn.Module) -> None:

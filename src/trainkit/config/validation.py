@@ -115,9 +115,9 @@ def _dataset_factory(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.model.get("pretrained_path") and cfg.model.get("pretrained"):
+    if cfg.finetune.pretrained_path and cfg.model.get("pretrained"):
         yield (
-            "model.pretrained_path",
+            "finetune.pretrained_path",
             (
                 "is set together with model.pretrained=true; load weights one way: "
                 "set model.pretrained=false to use the file"
@@ -180,9 +180,9 @@ def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
                 f"use an augmentation without it (augmentation=none) and the task's own flips and shifts "
                 f"(task.horizontal_flip, task.crop_padding)",
             )
-    if cfg.model.get("input_size") is not None:
+    if cfg.finetune.input_size is not None:
         yield (
-            "model.input_size",
+            "finetune.input_size",
             f"resizes the images but not their masks ({task.__name__} has a target per pixel); leave it null",
         )
     if cfg.data.get("mirror_changes_label") and cfg.task.get("horizontal_flip"):
@@ -285,7 +285,7 @@ RELATIONS = (
         _dataset_needs,
     ),
     Relation(("data._target_",), _dataset_factory),
-    Relation(("model.pretrained_path", "model.pretrained"), _pretrained_once),
+    Relation(("finetune.pretrained_path", "model.pretrained"), _pretrained_once),
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),
     Relation(("task._target_", "regularization.early_stopping"), _early_stopping_direction),
@@ -300,7 +300,7 @@ RELATIONS = (
     # after the augmentation checks: a bad augmentation section is reported once, as itself
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
     Relation(("data.mirror_changes_label", "trainer.tta_flip"), _no_flip_tta_where_mirroring_changes_the_label),
-    Relation(("task._target_", "augmentation", "model.input_size", "data.mirror_changes_label"), _spatial_targets),
+    Relation(("task._target_", "augmentation", "finetune.input_size", "data.mirror_changes_label"), _spatial_targets),
 )
 
 

@@ -113,6 +113,16 @@ def test_another_key_finds_the_first_checkpoint_named_and_says_its_name(tmp_path
         files.read_checkpoint(tmp_path / "empty.pt", key="checkpoint")
 
 
+def test_a_checkpoint_from_before_the_finetune_section_is_read_with_its_keys_moved_there(tmp_path, compose_config):
+    config = to_dict(compose_config())
+    old_model = {**config["model"], "input_size": 16, "pretrained_path": None, "freeze": "backbone", "freeze_bn": False}
+    old = {key: value for key, value in config.items() if key != "finetune"} | {"model": old_model}
+    last = make_run(tmp_path / "run", old)
+    saved = files.read_checkpoint(last)["config"]
+    assert saved["model"] == config["model"]  # only constructor arguments: instantiate(cfg.model) builds it
+    assert saved["finetune"] == {"input_size": 16, "pretrained_path": None, "freeze": "backbone", "freeze_bn": False}
+
+
 def test_a_script_that_continues_no_run_refuses_resume_before_hydra(tmp_path):
     last = make_run(tmp_path / "run", {})
     with pytest.raises(ConfigError, match=r"^resume: eval.py continues no run; drop resume="):
@@ -174,7 +184,7 @@ def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_pat
     original = compose_config("trainer.max_epochs=3", "batch_size_finder.enabled=true")
     saved = to_dict(original)
     saved["data"]["batch_size"] = 48  # what the batch-size finder chose: part of the checkpoint's config
-    weights = build_model(original.model, image_size=8)[0].state_dict()
+    weights = build_model(original.model, original.finetune, image_size=8)[0].state_dict()
     last = make_run(tmp_path / "run", saved, model=weights, early_stopping={"epochs_without_improvement": 0})
     new = ["optimizer.lr=0.05", "trainer.max_epochs=5", "regularization.dropout=0.3"]
     monkeypatch.setattr(resume, "_command_line", [f"resume={last}", *new])
