@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from conftest import ROOT, TrainRun, composed
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
-from trainkit.data.datasets import load_digits, read_digits
+from trainkit.data import make_data
+from trainkit.data.datasets import read_digits
 from trainkit.models import build_model
 
 CLASSIFICATION = (
@@ -115,7 +115,7 @@ def test_the_confusion_matrix_counts_every_test_sample_once(classification_eval)
     counts = np.array(confusion["counts"])
     assert confusion["classes"] == [str(label) for label in range(10)] and counts.shape == (10, 10)
     assert counts.sum() == metrics["samples"] == 359
-    test_labels = load_digits(OmegaConf.create({"test_fraction": 0.2, "val_fraction": 0.1, "split_seed": 0})).test[1]
+    test_labels = make_data(composed().data).splits().test[1]
     assert counts.sum(axis=1).tolist() == torch.bincount(test_labels, minlength=10).tolist()  # rows: true classes
     assert counts.trace() / counts.sum() == pytest.approx(metrics["test/acc"], abs=1e-12)
 

@@ -79,7 +79,7 @@ RULES: dict[str, Check] = {
     "trainer.cudnn_benchmark": flag(),
     "trainer.progress_bar": flag(),
     "trainer.tta_flip": flag(),
-    "data._target_": text(),  # the factory; trainkit.config.validation checks that its module exists
+    "data._target_": text(),  # the data class; trainkit.config.validation imports it to read its keys and needs
     "task._target_": text(),  # the task class; trainkit.config.validation imports it to read its metric names
     "data.name": text(),  # a label: the option's file (data=<name>) and _target_ decide what loads
     "data.root": text(null=True),

@@ -246,6 +246,10 @@ RELATION_CASES = [
     (["data=cached", "data.root=null"], "data.root"),
     (["data._target_=nowhere.load_images"], "data._target_"),
     (["~data._target_"], "data._target_"),
+    (["data._target_=trainkit.data.datasets.carve"], "data._target_"),  # a function, not an ImageData
+    # the data option's keys are its dataclass's fields
+    (["+data.eval_samples=128"], "data.eval_samples"),
+    (["~data.val_fraction"], "data.val_fraction"),
     (["data=imagefolder", "data.root=null"], "data.root"),
     (
         ["data=imagefolder", "data.root=/data/images", "data.channels=2", "data.mean=[0.5]", "data.std=[0.25]"],
