@@ -334,6 +334,17 @@ def test_every_rule_key_exists_in_some_option():
     assert keys == set(RULES)
 
 
+def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(compose_config):
+    """No list of dataset names: what the data needs (a data.root, whether data.download means
+    anything) comes from the class data._target_ names (tests/data_for_tests.py)."""
+    mine = "data._target_=data_for_tests.FolderOfMine"
+    assert problems(compose_config([mine])) == {
+        "data.root": "is required for digits; pass data.root=... (the folder of mine)"
+    }
+    cfg = compose_config([mine, "data.root=/data/mine", "data.download=true"])
+    assert problems(cfg) == {} and ignored_keys(cfg) == []  # data=digits would warn of both
+
+
 @pytest.mark.parametrize(
     "overrides, fragments",
     [
