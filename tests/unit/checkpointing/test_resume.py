@@ -113,13 +113,17 @@ def test_another_key_finds_the_first_checkpoint_named_and_says_its_name(tmp_path
         files.read_checkpoint(tmp_path / "empty.pt", key="checkpoint")
 
 
-def test_a_checkpoint_from_before_the_finetune_section_is_read_with_its_keys_moved_there(tmp_path, compose_config):
+def test_a_checkpoint_from_before_the_nodes_were_constructor_arguments_is_read_as_if_written_now(
+    tmp_path, compose_config
+):
     config = to_dict(compose_config())
     old_model = {**config["model"], "input_size": 16, "pretrained_path": None, "freeze": "backbone", "freeze_bn": False}
-    old = {key: value for key, value in config.items() if key != "finetune"} | {"model": old_model}
+    old_data = {**config["data"], "_target_": "trainkit.data.datasets.load_digits"}  # the factory of old
+    old = {key: value for key, value in config.items() if key != "finetune"} | {"model": old_model, "data": old_data}
     last = make_run(tmp_path / "run", old)
     saved = files.read_checkpoint(last)["config"]
     assert saved["model"] == config["model"]  # only constructor arguments: instantiate(cfg.model) builds it
+    assert saved["data"]["_target_"] == "trainkit.data.datasets.Digits"
     assert saved["finetune"] == {"input_size": 16, "pretrained_path": None, "freeze": "backbone", "freeze_bn": False}
 
 
