@@ -42,8 +42,8 @@ from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes
 from trainkit.tasks import Task, evaluate
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
-                               epoch_line, quiet_known_noise, save_png, training_line, wandb_names, warn_if_data_bound,
-                               write_summary)
+                               epoch_line, first_images, log_predictions, quiet_known_noise, save_png, training_line,
+                               wandb_names, warn_if_data_bound, write_summary)
 from trainkit.tuning import find_batch_size_for_run, lr_range_test_for_run, run_trial, set_base_lr
 
 log = logging.getLogger("train")
@@ -73,6 +73,7 @@ class Run:
     timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest; debug=profile
     ema: torch.optim.swa_utils.AveragedModel | None = None  # regularization.ema: evaluated in place of the weights
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
+    shown: tuple[torch.Tensor, torch.Tensor] | None = None  # rank 0, logger.log_predictions: val images and targets
     # Where the run stands (what a checkpoint restores):
     epoch: int = 0
     step: int = 0  # optimizer updates so far: the LR schedule's clock
@@ -283,13 +284,16 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
 
 
 def start_logging(run: Run) -> None:
-    """Rank 0: metrics.jsonl plus the chosen tracker, and a grid of augmented samples for it."""
+    """Rank 0: metrics.jsonl plus the chosen tracker, a grid of augmented samples for it, and the
+    validation images whose predictions it shows after each validation."""
     run_name, group = wandb_names(run_dir=run.run_dir)
     run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.resolved_config,
                                 run_name=run_name, group=group, resume_id=run.wandb_run_id)
     if run.cfg.logger.get("log_images", False):
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
         run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.step)
+    if run.cfg.logger.get("log_predictions", 0):
+        run.shown = first_images(run.data.val, run.task, run.cfg.logger.log_predictions, run.device)
 
 
 def find_lr(run: Run) -> None:
@@ -364,6 +368,9 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             if improved:
                 run.best_metrics = {"epoch": epoch, "step": run.step, **val_metrics}
             run.loggers.log(last_metrics)
+            if run.shown is not None:  # rank 0 alone: the same images every epoch, what the task predicts for them
+                log_predictions(run.loggers, run.ema or run.model, run.shown, run.eval_transform, run.task,
+                                cfg.precision.name, device, run.step, cfg.trainer.tta_flip)
             if proc.is_main:
                 log.info(epoch_line(epoch, train_metrics, val, improved))
                 warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)  # once a run, with advice

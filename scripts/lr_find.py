@@ -107,4 +107,4 @@ if __name__ == "__main__":
     if {"--help", "-h"} & set(sys.argv[1:]):  # this script's usage, not train.py's
         OmegaConf.register_new_resolver("script_doc", lambda: __doc__.strip() + "\n", replace=True)
         sys.argv.append("hydra/help=lr_find")
-    cli.run(main)
+    cli.run(main, resumes=False)  # a sweep continues no run: resume= is refused in one line

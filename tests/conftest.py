@@ -13,11 +13,10 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 
 class TrainRun:
-    """The outcome of one `python train.py ...` subprocess and its run directory."""
+    """The outcome of one train.py run (its exit code and output) and its run directory."""
 
-    def __init__(self, process: subprocess.CompletedProcess, run_dir: Path):
-        self.process, self.run_dir = process, run_dir
-        self.returncode, self.stdout, self.stderr = process.returncode, process.stdout, process.stderr
+    def __init__(self, returncode: int, stdout: str, stderr: str, run_dir: Path):
+        self.returncode, self.stdout, self.stderr, self.run_dir = returncode, stdout, stderr, run_dir
 
     @property
     def summary(self) -> dict:
@@ -33,19 +32,86 @@ class TrainRun:
 
 @pytest.fixture
 def run_train(tmp_path):
-    """Run train.py with overrides in a fresh run directory; fail with its stderr if it fails."""
+    """Run train.py with overrides in a fresh run directory; fail with its stderr if it fails.
+
+    In this process, as `python train.py` would (Hydra, the one-line errors, the exit code): a
+    subprocess would pay ~4 s of imports a run. `isolated=True`: in a subprocess, where the process itself is the
+    point (a kill, a signal, the environment it starts with); DDP runs (`distributed=ddp`) always
+    get one, since their workers are processes of their own."""
     counter = iter(range(1000))
 
-    def run(*overrides: str, check: bool = True, timeout: int = 300, run_dir: Path | None = None) -> TrainRun:
+    def run(
+        *overrides: str, check: bool = True, timeout: int = 300, run_dir: Path | None = None, isolated: bool = False
+    ) -> TrainRun:
         """`run_dir`: train there (e.g. resume=auto in an existing run), instead of a fresh directory."""
         run_dir = run_dir or tmp_path / f"run{next(counter)}"
-        command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides]
-        process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        if isolated or "distributed=ddp" in overrides:
+            returncode, stdout, stderr = _train_in_a_subprocess(run_dir, overrides, timeout)
+        else:
+            returncode, stdout, stderr = run_here("train.py", f"hydra.run.dir={run_dir}", *overrides)
         if check:
-            assert process.returncode == 0, f"train.py {' '.join(overrides)} failed:\n{process.stderr[-4000:]}"
-        return TrainRun(process, run_dir)
+            assert returncode == 0, f"train.py {' '.join(overrides)} failed:\n{stderr[-4000:]}"
+        return TrainRun(returncode, stdout, stderr, run_dir)
 
     return run
+
+
+def _train_in_a_subprocess(run_dir: Path, overrides: tuple[str, ...], timeout: int) -> tuple[int, str, str]:
+    command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides]
+    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return process.returncode, process.stdout, process.stderr
+
+
+def run_here(script: str, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
+    """`python <script> <args>` in this process: (exit code, stdout, stderr). The script runs as
+    `__main__` in `cwd`, as a subprocess would run it, without the seconds of
+    imports a fresh interpreter pays. An uncaught error prints its traceback and gives exit code 1,
+    as the interpreter does."""
+    import contextlib
+    import io
+    import logging
+    import runpy
+    import traceback
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
+    # cli.run writes these into os.environ; each run starts from the test's own values.
+    environment = {key: os.environ.get(key) for key in ("TRAINKIT_LAUNCH_TIME", "HYDRA_FULL_ERROR")}
+    # Hydra points the root logger at the run's train.log and this run's output: later tests log elsewhere.
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    stdout, stderr = io.StringIO(), io.StringIO()
+    returncode = 0
+    sys.argv = [str(ROOT / script), *args]
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                runpy.run_path(str(ROOT / script), run_name="__main__")
+            except SystemExit as stop:
+                returncode = stop.code if isinstance(stop.code, int) else 1
+            except Exception:
+                traceback.print_exc()
+                returncode = 1
+    finally:
+        GlobalHydra.instance().clear()
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+                handler.close()
+        for handler in handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(level)
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        for key, value in environment.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return returncode, stdout.getvalue(), stderr.getvalue()
 
 
 _COMPOSED: dict = {}
@@ -53,11 +119,30 @@ _COMPOSED: dict = {}
 
 def composed(*overrides: str):
     """Hydra's `compose("config", overrides)` against the real conf/, as a fresh copy each call.
-    Each set of overrides is composed once a session (Hydra's global state cleared around it):
-    a composition costs 0.1-0.3 s, and test_config and test_readme compose the same ones again and
-    again. A composition that fails raises every time."""
+
+    A composition costs 0.1-0.3 s, and the config tests compose hundreds of override sets that
+    differ in one value. So the config-group choices (`data=cached`, `experiment=...`) are composed
+    by Hydra once a session, and the value overrides (`optimizer.lr=-1`) are applied to a copy of
+    that by Hydra's own code for them, which is what `compose` does after composing the groups.
+    A composition that fails raises every time."""
     import copy
 
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    values = [o for o in parsed if not _chooses_a_group(o.key_or_group) and not o.is_hydra_override()]
+    groups = tuple(o.input_line for o in parsed if o not in values)
+    cfg = copy.deepcopy(_composed_groups(groups))
+    ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+    return cfg
+
+
+def _chooses_a_group(key: str) -> bool:
+    return "/" in key or "@" in key or (ROOT / "conf" / key).is_dir()
+
+
+def _composed_groups(overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -68,7 +153,7 @@ def composed(*overrides: str):
                 _COMPOSED[overrides] = compose("config", overrides=list(overrides))
         finally:
             GlobalHydra.instance().clear()
-    return copy.deepcopy(_COMPOSED[overrides])
+    return _COMPOSED[overrides]
 
 
 def run_record(model, seed: int, ema=None):

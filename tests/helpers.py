@@ -2,14 +2,18 @@
 
 import importlib.util
 import pickle
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import ROOT
+from conftest import ROOT, composed
 
 
 def load_script(name: str):
@@ -57,3 +61,85 @@ def write_cifar(root: Path, per_batch: int, num_test: int) -> None:
         (folder / f"data_batch_{index + 1}").write_bytes(pickle.dumps(batch(index * per_batch, per_batch)))
     (folder / "test_batch").write_bytes(pickle.dumps(batch(0, num_test)))
     (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"class{i}" for i in range(10)]}))
+
+
+# ---- watching train.py's loop from inside ----------------------------------------------------------
+# Hooks on the pieces that train.py's build_run makes (forward hooks on the model, a step pre-hook on the
+# optimizer, wrappers around the train transform and the task's loss): the loop itself runs unchanged.
+
+
+@dataclass
+class Forward:
+    training: bool
+    inputs: torch.Tensor  # as the model received them
+    output_dtype: torch.dtype
+
+
+@dataclass
+class Recording:
+    """What one run did, seen from the model, the train transform, the task's loss and the optimizer."""
+
+    run: Any = None  # train.py's Run record: as build_run made it, and as the run left it
+    forwards: list[Forward] = field(default_factory=list)  # every forward of the trained model, in order
+    transformed: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # train transform: in, out
+    losses: list[tuple[torch.Tensor, ...]] = field(default_factory=list)  # each training loss: outputs, targets, loss
+    grad_norms: list[float] = field(default_factory=list)  # the gradients' global norm just before each step
+    lrs: list[list[float]] = field(default_factory=list)  # every group's LR at each step
+    summary: dict = field(default_factory=dict)
+
+    def training_forwards(self) -> list[Forward]:
+        return [forward for forward in self.forwards if forward.training]
+
+    def eval_forwards(self) -> list[Forward]:
+        return [forward for forward in self.forwards if not forward.training]
+
+
+def record_run(tmp_path: Path, monkeypatch, *overrides: str, prepare: Callable | None = None) -> Recording:
+    """train.py's train(cfg) in this process, on the CPU, the config composed from `overrides`, recording
+    what the loop does (tests/e2e/test_wiring.py). `prepare(run)` changes the Run after build_run, before
+    training. `tmp_path` is the run directory."""
+    from trainkit.config.validation import validate
+    from trainkit.distributed.process_group import ProcessInfo
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import train
+
+    cfg = composed(*overrides)
+    validate(cfg)
+    recording = Recording()
+    build_run = train.build_run
+
+    def build_and_watch(*args, **kwargs):
+        run = recording.run = build_run(*args, **kwargs)
+        if prepare:
+            prepare(run)
+
+        def on_forward(module, args, output):
+            recording.forwards.append(Forward(module.training, args[0].detach().clone(), output.dtype))
+
+        def on_step(optimizer, args, kwargs):
+            grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            recording.grad_norms.append(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item())
+            recording.lrs.append([group["lr"] for group in optimizer.param_groups])
+
+        train_transform, task_loss = run.train_transform, run.task.loss
+
+        def transform(images):
+            transformed = train_transform(images)
+            recording.transformed.append((images.clone(), transformed.detach().clone()))
+            return transformed
+
+        def loss(outputs, targets):
+            value = task_loss(outputs, targets)
+            recording.losses.append((outputs.detach().clone(), targets.clone(), value.detach().clone()))
+            return value
+
+        run.model.register_forward_hook(on_forward)
+        run.optimizer.register_step_pre_hook(on_step)
+        run.train_transform, run.task.loss = transform, loss  # the loop calls them as before
+        return run
+
+    monkeypatch.setattr(train, "build_run", build_and_watch)
+    recording.summary = train.train(cfg, tmp_path, ProcessInfo(), torch.device("cpu"))
+    return recording

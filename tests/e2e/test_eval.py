@@ -1,9 +1,9 @@
-"""eval.py end to end: a checkpoint evaluated in a subprocess, judged by what it writes.
+"""eval.py end to end: a checkpoint evaluated as `python eval.py` would, judged by what it writes.
 
-The tests that train share one short run per task, made once for the module and marked slow (they
-train in a subprocess): a classification run on digits that tests with its EMA weights, and a
-small experiment=shapes_segmentation run that tests with flip TTA, the two settings a
-re-evaluation most easily gets wrong. The bad-input tests need a checkpoint, not a trained one:
+The tests that train share one short run per task, made once for the module and marked slow: a
+classification run on digits that tests with its EMA weights, and a small
+experiment=shapes_segmentation run that tests with flip TTA, the two settings a re-evaluation
+most easily gets wrong. The bad-input tests need a checkpoint, not a trained one:
 theirs is written here, untrained, in a run directory as train.py leaves it.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, TrainRun, composed
+from conftest import ROOT, TrainRun, composed, run_here
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.data import make_data
@@ -43,16 +43,23 @@ SEGMENTATION = (
 )
 
 
-def run_script(script: str, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_script(script: str, *args: str, timeout: int = 300) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `python <script> <args>`: in this process, except DDP runs,
+    whose workers are processes of their own."""
+    if "distributed=ddp" not in args:
+        return run_here(script, *args)
     env = {key: value for key, value in os.environ.items() if key not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    command = [sys.executable, str(ROOT / script), *overrides]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    command = [sys.executable, str(ROOT / script), *args]
+    process = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return process.returncode, process.stdout, process.stderr
 
 
 def train(run_dir: Path, *overrides: str) -> TrainRun:
-    process = run_script("train.py", f"hydra.run.dir={run_dir}", "trainer.progress_bar=false", *overrides)
-    assert process.returncode == 0, process.stderr[-4000:]
-    return TrainRun(process, run_dir)
+    returncode, stdout, stderr = run_script(
+        "train.py", f"hydra.run.dir={run_dir}", "trainer.progress_bar=false", *overrides
+    )
+    assert returncode == 0, stderr[-4000:]
+    return TrainRun(returncode, stdout, stderr, run_dir)
 
 
 class Evaluation:
@@ -60,8 +67,7 @@ class Evaluation:
 
     def __init__(self, out_dir: Path, *overrides: str):
         self.out_dir = out_dir
-        self.process = run_script("eval.py", f"hydra.run.dir={out_dir}", *overrides)
-        self.returncode, self.stdout, self.stderr = self.process.returncode, self.process.stdout, self.process.stderr
+        self.returncode, self.stdout, self.stderr = run_script("eval.py", f"hydra.run.dir={out_dir}", *overrides)
 
     @property
     def metrics(self) -> dict:
@@ -84,7 +90,7 @@ def segmentation(tmp_path_factory) -> TrainRun:
     return train(tmp_path_factory.mktemp("segmentation") / "run", *SEGMENTATION)
 
 
-@pytest.mark.slow  # trains in a subprocess (once for the module)
+@pytest.mark.slow  # trains (once for the module)
 def test_eval_gives_exactly_the_runs_test_metrics(classification, classification_eval):
     metrics, summary = classification_eval.metrics, classification.summary
     assert {key: metrics[key] for key in summary["test"]} == summary["test"]  # float equality, not approx
@@ -96,14 +102,14 @@ def test_eval_gives_exactly_the_runs_test_metrics(classification, classification
     assert re.search(rf"{expected} -> {re.escape(str(classification_eval.out_dir))}$", classification_eval.stdout, re.M)
 
 
-@pytest.mark.slow  # trains in a subprocess (once for the module)
+@pytest.mark.slow  # trains (once for the module)
 def test_the_validation_split_gives_the_best_epochs_metrics(classification, tmp_path):
     metrics = Evaluation(tmp_path / "val", f"checkpoint={classification.run_dir}", "split=val").metrics
     best = classification.summary["best"]
     assert {key: metrics[key] for key in ("val/loss", "val/acc")} == {key: best[key] for key in ("val/loss", "val/acc")}
 
 
-@pytest.mark.slow  # trains in a subprocess (once for the module)
+@pytest.mark.slow  # trains (once for the module)
 def test_the_confusion_matrix_counts_every_test_sample_once(classification_eval):
     from matplotlib.image import imread
 
@@ -120,7 +126,7 @@ def test_the_confusion_matrix_counts_every_test_sample_once(classification_eval)
     assert counts.trace() / counts.sum() == pytest.approx(metrics["test/acc"], abs=1e-12)
 
 
-@pytest.mark.slow  # trains in a subprocess (once for the module)
+@pytest.mark.slow  # trains (once for the module)
 def test_predict_writes_one_row_per_image(classification, tmp_path):
     from PIL import Image
 
@@ -205,7 +211,7 @@ def test_two_ddp_processes_give_the_same_metrics(classification_eval, classifica
     assert written == ["confusion_matrix.json", "confusion_matrix.png", "eval.log", "metrics.json"]
 
 
-@pytest.mark.slow  # trains in a subprocess (once for the module)
+@pytest.mark.slow  # trains (once for the module)
 def test_segmentation_eval_equals_the_summary_and_draws_the_masks(segmentation, tmp_path):
     from matplotlib.image import imread
 
@@ -218,7 +224,7 @@ def test_segmentation_eval_equals_the_summary_and_draws_the_masks(segmentation, 
     assert not (tmp_path / "out" / "confusion_matrix.png").exists()
 
 
-@pytest.mark.slow  # trains in a subprocess (once for the module)
+@pytest.mark.slow  # trains (once for the module)
 def test_segmentation_predict_writes_a_mask_per_image(segmentation, tmp_path):
     from PIL import Image
 

@@ -1,13 +1,19 @@
 """task=segmentation end to end: experiment=shapes_segmentation trains, reports the task's metrics,
-and works with what classification has (EMA, the LR finder, DDP, an exact resume)."""
+and works with what classification has (EMA, the LR finder, DDP, an exact resume) and with
+torchvision's segmentation models."""
+
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
+from conftest import ROOT, composed
 from helpers import assert_same_training
+from trainkit.config.validation import validate
 from trainkit.data import build_data
+from trainkit.distributed.process_group import ProcessInfo
 from trainkit.models import build_model, ema_weights
 
 # A few hundred small images: seconds a run, enough for the U-Net to learn something in 2 epochs.
@@ -71,3 +77,52 @@ def test_segmentation_under_ddp_resumes_exactly_and_runs_the_lr_finder(run_train
     assert_same_training(resumed, straight)
     finder = run_train(*SMALL, "trainer.max_epochs=1", "lr_finder.enabled=true", "lr_finder.num_steps=8")
     assert (finder.run_dir / "lr_finder.png").is_file() and "lr range test: 8 steps" in finder.stdout + finder.stderr
+
+
+@pytest.mark.slow  # about 20-60 s on 2 busy CPU cores: the dilated depthwise convolutions train slowly there
+def test_a_torchvision_segmentation_model_trains_on_the_shapes(tmp_path):
+    sys.path.insert(0, str(ROOT))
+    import train
+
+    cfg = composed(
+        "experiment=shapes_segmentation",
+        "model=torchvision_segmentation",
+        "model.name=lraspp_mobilenet_v3_large",
+        "data.num_samples=16",
+        "data.val_samples=8",
+        "data.test_samples=8",
+        "data.image_size=16",
+        "data.batch_size=4",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.progress_bar=false",
+    )
+    validate(cfg)
+    summary = train.train(cfg, tmp_path, ProcessInfo(), torch.device("cpu"))  # in-process: one rank
+    assert summary["steps"] == 2
+    assert set(summary["test"]) == {"test/loss", "test/miou", "test/pixel_acc"}
+    assert all(0 <= summary["test"][name] <= 1 for name in ("test/miou", "test/pixel_acc"))
+    state = torch.load(tmp_path / "checkpoints" / "best.pt", weights_only=True)
+    assert any(name.startswith("model.classifier.") for name in state["model"])  # the wrapper's weights
+
+
+@pytest.mark.slow  # about 20 s: W&B starts and finishes its offline run
+def test_with_wandb_each_validation_logs_the_images_with_true_and_predicted_masks(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+    sys.path.insert(0, str(ROOT))
+    import train
+
+    overrides = ["logger=wandb", "logger.mode=offline", "logger.log_predictions=3", "logger.log_images=false"]
+    cfg = composed(*SMALL, *overrides, "trainer.max_epochs=2", "trainer.limit_train_batches=2", "data.batch_size=8")
+    validate(cfg)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    train.train(cfg, run_dir, ProcessInfo(), torch.device("cpu"))  # in-process: one rank
+    (offline,) = (run_dir / "wandb").glob("offline-run-*")
+    media = offline / "files" / "media" / "images"
+    assert len(list((media / "val").glob("predictions_*.png"))) == 2 * 3  # 3 images after each of 2 validations
+    assert list((media / "mask" / "val").glob("predictions_*.mask.png"))  # their masks (W&B stores each once)

@@ -1,140 +1,113 @@
-"""The README's "Keys you will type every day" table states the defaults the config files have.
-
-Each row's default cell is one of:
-- a value (`0.1`, `null`, `true`, `val/acc`): the key's value in the default composition;
-- values per option of the key's group, `64 (digits, imagefolder), 128 (mnist, ...)`: every
-  option of the group must be listed once, and composing `group=option` gives that value;
-- `key=value, ...` for a row `prefix.*`: each `prefix.key` in the default composition;
-- `` `$VAR`, else value ``: the value when the environment variable is unset, in every option
-  of the group that has the key.
-A row that fits none of these must be named in NOT_CHECKED with the reason.
+"""The README is a map, not a reference: short, and with no copy of the config's defaults to go
+stale. What a key means is said once, by a comment beside it in its yaml file (`python train.py
+--cfg job` shows the values); these tests check that the keys people type every day have one.
 """
 
 import re
+from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
-from conftest import ROOT, composed
+from conftest import ROOT
 
 README = ROOT / "README.md"
 CONF = ROOT / "conf"
-TITLE = "### Keys you will type every day"
+MAX_README_LINES = 400
 
-NOT_CHECKED = {
-    "data.root": "per dataset: null for bundled or generated data, $TRAINKIT_DATA (else ./data) for torchvision's "
-    "datasets, required for imagefolder",
-}
+# The keys people type every day (the public contract), and the others the README used to tabulate.
+KEYS = (
+    "seed",
+    "device",
+    "resume",
+    "optimized_metric",
+    "trainer.max_epochs",
+    "trainer.max_steps",
+    "trainer.accumulate_grad_batches",
+    "trainer.grad_clip",
+    "trainer.log_every_n_steps",
+    "trainer.checkpoint_every_n_steps",
+    "trainer.limit_train_batches",
+    "trainer.limit_val_batches",
+    "trainer.channels_last",
+    "trainer.compile",
+    "trainer.cudnn_benchmark",
+    "trainer.progress_bar",
+    "optimizer.lr",
+    "optimizer.weight_decay",
+    "optimizer.fused",
+    "precision.tf32",
+    "scheduler.warmup_epochs",
+    "regularization.label_smoothing",
+    "regularization.dropout",
+    "regularization.ema.enabled",
+    "regularization.ema.decay",
+    "regularization.ema.warmup",
+    "regularization.early_stopping.enabled",
+    "regularization.early_stopping.monitor",
+    "regularization.early_stopping.mode",
+    "regularization.early_stopping.patience",
+    "regularization.early_stopping.min_delta",
+    "finetune.input_size",
+    "distributed.nproc_per_node",
+    "logger.name",
+    "logger.mode",
+)
+# The data options' keys are described once, in docs/data.md's table (each option sets its own values).
+DATA_KEYS = ("data.batch_size", "data.eval_batch_size", "data.num_workers", "data.root", "data.download",
+             "data.mirror_changes_label", "data.shuffle")  # fmt: skip
 
 
-def table_rows() -> list[tuple[list[str], str]]:
-    """(keys, default cell) of every row of the table under TITLE."""
+def commented_keys(path: Path) -> dict[str, bool]:
+    """{dotted key: whether a comment explains it} for every key a yaml file sets: a comment on the
+    key's line, or a line of comment right above it. A `# @package _global_` file's keys are
+    absolute; the others' are inside their group (conf/optimizer/sgd.yaml's `lr` is optimizer.lr)."""
+    text = path.read_text(encoding="utf-8")
+    group = path.parent.name
+    prefix = [] if path.parent == CONF or "# @package _global_" in text else [group]
+    found, parents, comment_above = {}, [], False
+    for line in text.splitlines():
+        match = re.match(r"^(\s*)([\w.]+):(.*)$", line)
+        if not match:
+            comment_above = line.strip().startswith("#")
+            continue
+        indent, key, rest = len(match.group(1)), match.group(2), match.group(3)
+        parents = [(level, name) for level, name in parents if level < indent]
+        dotted = ".".join([*prefix, *(name for _, name in parents), key])
+        found[dotted] = "#" in rest or comment_above
+        parents.append((indent, key))
+        comment_above = False
+    return found
+
+
+def homes(key: str) -> list[Path]:
+    """The yaml files where a key lives: conf/config.yaml for top-level keys and sections, else the
+    options of its group (experiments, sweeps and debug presets override keys, they are not their home)."""
+    group = key.split(".")[0]
+    if (CONF / group).is_dir():
+        return sorted((CONF / group).glob("*.yaml"))
+    return [CONF / "config.yaml"]
+
+
+def test_the_readme_is_a_map_of_at_most_400_lines():
+    lines = len(README.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_README_LINES, f"README.md has {lines} lines: move reference material to docs/"
+
+
+def test_the_readme_says_how_to_see_every_key_and_its_default():
     text = README.read_text(encoding="utf-8")
-    assert TITLE in text, f"README.md has no '{TITLE}' section"
-    lines = text.split(TITLE, 1)[1].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    rows = []
-    for line in lines[start + 2 :]:  # after the header and the |---| line
-        if not line.startswith("|"):
-            break
-        key_cell, default_cell = [cell.strip() for cell in line.strip().strip("|").split("|")][:2]
-        rows.append((re.findall(r"`([^`]+)`", key_cell), default_cell))
-    return rows
+    assert "python train.py --cfg job" in text and "conf/config.yaml" in text
 
 
-def parse_value(text: str):
-    text = text.strip().strip("`")
-    if text in ("null", "true", "false"):
-        return {"null": None, "true": True, "false": False}[text]
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+@pytest.mark.parametrize("key", KEYS)
+def test_every_everyday_key_is_explained_by_a_comment_in_its_yaml(key):
+    files = {path: commented_keys(path) for path in homes(key)}
+    setting = [path for path, keys in files.items() if key in keys]
+    assert setting, f"{key} is set in none of {[str(path.relative_to(ROOT)) for path in files]}"
+    assert any(files[path][key] for path in setting), f"{key}: explain it in a comment in one of {setting}"
 
 
-def per_option(cell: str) -> list[tuple[str, list[str]]] | None:
-    """`64 (digits, imagefolder), 128 (mnist)` -> [("64", ["digits", "imagefolder"]), ("128", ["mnist"])];
-    None when the cell is not entirely of that form."""
-    pairs = re.findall(r"\s*([^,()]+?)\s*\(([^)]*)\)\s*(?:,|$)", cell)
-    rebuilt = ", ".join(f"{value} ({options})" for value, options in pairs)
-    if not pairs or re.sub(r"\s", "", rebuilt) != re.sub(r"\s", "", cell):
-        return None
-    return [(value, [option.strip().strip("`") for option in options.split(",")]) for value, options in pairs]
-
-
-def options_of(group: str) -> list[str]:
-    return sorted(path.stem for path in (CONF / group).glob("*.yaml"))
-
-
-@pytest.fixture(scope="module")
-def compose_config():
-    return composed  # conftest's: each set of overrides composed once a session, a copy each call
-
-
-def select(cfg, key: str):
-    assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", f"README names {key}, which the config lacks"
-    return OmegaConf.select(cfg, key)
-
-
-ROWS = table_rows()
-
-
-def test_the_table_is_there_and_names_the_keys_people_type_every_day():
-    keys = {key for row_keys, _ in ROWS for key in row_keys}
-    for key in (
-        "seed",
-        "trainer.max_epochs",
-        "trainer.max_steps",
-        "trainer.accumulate_grad_batches",
-        "trainer.grad_clip",
-        "data.batch_size",
-        "data.num_workers",
-        "data.root",
-        "optimizer.lr",
-        "optimizer.weight_decay",
-        "regularization.label_smoothing",
-        "distributed.nproc_per_node",
-        "logger.mode",
-        "resume",
-        "optimized_metric",
-    ):
-        assert key in keys, key
-
-
-@pytest.mark.parametrize("keys, cell", ROWS, ids=[", ".join(keys) for keys, _ in ROWS])
-def test_readme_default_matches_the_config(compose_config, monkeypatch, keys, cell):
-    if keys[0] in NOT_CHECKED:
-        pytest.skip(NOT_CHECKED[keys[0]])
-    group = keys[0].split(".")[0]
-    env_default = re.fullmatch(r"`\$(\w+)`, else (.+)", cell)
-    pairs = per_option(cell)
-    for key in keys:
-        if key.endswith(".*"):  # enabled=true, monitor=val/loss, ...
-            cfg = compose_config()
-            for item in cell.split(","):
-                name, _, value = item.strip().partition("=")
-                assert select(cfg, f"{key[:-2]}.{name}") == parse_value(value), f"{key[:-2]}.{name}"
-        elif env_default:
-            variable, value = env_default.groups()
-            monkeypatch.delenv(variable, raising=False)
-            having = [
-                option
-                for option in options_of(group)
-                if OmegaConf.select(compose_config(f"{group}={option}"), key, default="<missing>") != "<missing>"
-            ]
-            assert having, key
-            for option in having:
-                assert select(compose_config(f"{group}={option}"), key) == parse_value(value), (key, option)
-                monkeypatch.setenv(variable, "online")
-                assert select(compose_config(f"{group}={option}"), key) == "online", (key, option)
-                monkeypatch.delenv(variable)
-        elif pairs:
-            listed = [option for _, options in pairs for option in options]
-            assert sorted(listed) == options_of(group), f"{key}: list every option of {group} once, got {listed}"
-            for value, options in pairs:
-                for option in options:
-                    assert select(compose_config(f"{group}={option}"), key) == parse_value(value), (key, option)
-        else:
-            assert select(compose_config(), key) == parse_value(cell), key
+def test_the_data_keys_are_described_in_docs_data():
+    table = (ROOT / "docs" / "data.md").read_text(encoding="utf-8").split("## The data keys", 1)[1]
+    for key in DATA_KEYS:
+        assert f"| `{key}` |" in table, key
+        assert all(key in commented_keys(path) for path in homes(key)), f"a data option lacks {key}"

@@ -33,11 +33,6 @@ def test_an_improvement_resets_the_patience_count():
     assert stopper.epochs_without_improvement == 0 and not stopper.should_stop
 
 
-def test_update_returns_true_only_for_a_new_best():
-    stopper = EarlyStopping("val/acc", mode="max", patience=5)
-    assert [stopper.update(v, e) for e, v in enumerate([0.1, 0.3, 0.2, 0.3, 0.4])] == [True, True, False, False, True]
-
-
 def test_min_mode_requires_a_drop_larger_than_min_delta():
     stopper = EarlyStopping("val/loss", mode="min", patience=2, min_delta=0.1)
     assert stopper.update(1.0, 0) is True

@@ -193,5 +193,6 @@ RULES: dict[str, Check] = {
     "logger.filename": text(),
     "logger.project": text(),
     "logger.log_images": flag(),
+    "logger.log_predictions": integer(minimum=0),
     "logger.init_timeout": number(above=0),
 }

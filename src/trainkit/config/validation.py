@@ -199,6 +199,32 @@ def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "task.horizontal_flip", "mirrors the images, but data.mirror_changes_label=true; set it false"
 
 
+def _model_class(cfg: DictConfig) -> object | None:
+    """What `model._target_` names (a class or a factory function), imported but not called; None if
+    it cannot be imported (building the model then says why)."""
+    from hydra.utils import get_object
+
+    try:
+        return get_object(cfg.model._target_)
+    except Exception:  # hydra raises several kinds for a path it cannot import
+        return None
+
+
+def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """A model that declares a class a pixel (`spatial_outputs`: UNet, TorchvisionSegmentation) gives
+    logits [B, K, H, W]; a task with one target an image (classification) cannot score them.
+    Models that declare nothing (yours, timm's, torchvision's classifiers) are not judged here."""
+    task, model = _task(cfg), _model_class(cfg)
+    if task is None or not getattr(model, "spatial_outputs", False) or getattr(task, "spatial_targets", False):
+        return
+    yield (
+        "model._target_",
+        f"{cfg.model._target_} gives a class a pixel ([B, K, H, W] logits), but {task.__name__} needs one "
+        f"row of logits an image; use task=segmentation (e.g. experiment=shapes_segmentation) or a "
+        f"classification model (model=cnn, timm or torchvision)",
+    )
+
+
 def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     stopping, task = cfg.regularization.early_stopping, _task(cfg)
     if task is None or stopping.monitor.rsplit("/", 1)[-1] not in metric_names_of(task):
@@ -313,6 +339,7 @@ RELATIONS = (
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
     Relation(("data.mirror_changes_label", "trainer.tta_flip"), _no_flip_tta_where_mirroring_changes_the_label),
     Relation(("task._target_", "augmentation", "finetune.input_size", "data.mirror_changes_label"), _spatial_targets),
+    Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
 )
 
 

@@ -19,6 +19,7 @@ channels and the least spatial detail to lose.
 """
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +27,8 @@ from torch import Tensor, nn
 
 class UNet(nn.Module):
     """See the module docstring. Returns logits: apply softmax/argmax over dim 1."""
+
+    spatial_outputs: ClassVar[bool] = True  # a class a pixel: the config check refuses it with task=classification
 
     def __init__(
         self, in_channels: int, num_classes: int, widths: Sequence[int] = (16, 32, 64), dropout: float = 0.0

@@ -3,6 +3,7 @@
     task: segmentation               # conf/task/segmentation.yaml; experiment=shapes_segmentation uses it
     num_classes: ${data.num_classes} # background included
     horizontal_flip / crop_padding   # training batches: image and mask flipped and shifted together
+    class_names: null                # names of the classes in pictures (W&B masks); null: their numbers
 
 Batches are (images [B, C, H, W], masks [B, H, W] int64). The augmentation group's geometric ops
 move the image alone, so the config check refuses them with this task (spatial_targets); the
@@ -11,6 +12,7 @@ confusion matrix summed on the device over batches and ranks: mean IoU is a rati
 split's counts, never a mean of per-batch IoUs.
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,10 +29,17 @@ class Segmentation(Task):
     metric_names = ("miou", "pixel_acc")
     spatial_targets = True  # a target per pixel: what moves the image must move the mask
 
-    def __init__(self, num_classes: int, horizontal_flip: bool = True, crop_padding: float = 0.0):
+    def __init__(
+        self,
+        num_classes: int,
+        horizontal_flip: bool = True,
+        crop_padding: float = 0.0,
+        class_names: Sequence[str] | None = None,
+    ):
         self.num_classes = num_classes
         self.horizontal_flip = horizontal_flip
         self.crop_padding = crop_padding
+        self.class_names = list(class_names) if class_names else None  # index k names class k
 
     def inputs_and_targets(self, batch: Any, device: torch.device) -> tuple[Tensor, Tensor]:
         inputs, targets = super().inputs_and_targets(batch, device)
@@ -46,9 +55,11 @@ class Segmentation(Task):
         return augment_image_and_mask(inputs, targets, self.horizontal_flip, self.crop_padding)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        check_per_pixel(outputs, targets)
         return F.cross_entropy(outputs, targets)
 
     def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        check_per_pixel(outputs, targets)
         return F.cross_entropy(outputs, targets, reduction="none").flatten(1).mean(dim=1)  # each image's pixel mean
 
     def empty_metric_sums(self, device: torch.device) -> Tensor:
@@ -66,3 +77,17 @@ class Segmentation(Task):
 
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:
         return {"mask": outputs.argmax(dim=1)}
+
+
+def check_per_pixel(outputs: Tensor, targets: Tensor) -> None:
+    """A model with one row of logits an image (a classifier) cannot be scored against masks: one
+    line naming the model, instead of cross_entropy's shape error from deep inside the loop. (The
+    config check refuses the other way round, a per-pixel model with classification, before any
+    data is built; a classifier declares nothing it could read, so this is found at the first batch.)"""
+    if outputs.dim() != targets.dim() + 1:
+        raise ConfigError(
+            "model._target_",
+            f"gives outputs of shape {list(outputs.shape)}, but segmentation needs class scores a pixel "
+            f"[B, classes, H, W] for masks {list(targets.shape)}; use a per-pixel model "
+            f"(model=unet or model=torchvision_segmentation)",
+        )

@@ -1,6 +1,7 @@
 """What a run reports: loggers (metrics.jsonl, W&B), the start, epoch and closing lines, summary.json,
-the timing of data wait vs compute, the profiler, and pictures of batches; eval.py's pictures of a
-model's predictions (a confusion matrix, predicted masks) are in trainkit.tracking.evaluation_figures.
+the timing of data wait vs compute, the profiler, pictures of batches and of predictions during
+training; eval.py's pictures of a model's predictions (a confusion matrix, predicted masks) are in
+trainkit.tracking.evaluation_figures.
 
 train.py imports from here; the modules inside import each other directly."""
 
@@ -9,6 +10,7 @@ from trainkit.tracking.epoch_totals import EpochTotals
 from trainkit.tracking.images import augmented_samples, save_png
 from trainkit.tracking.known_noise import quiet_known_noise
 from trainkit.tracking.loggers import Loggers, build_loggers, wandb_names
+from trainkit.tracking.prediction_images import first_images, log_predictions
 from trainkit.tracking.profiling import StepProfiler
 from trainkit.tracking.run_report import epoch_line, training_line, write_summary
 from trainkit.tracking.timing import LoopTimer
@@ -21,6 +23,8 @@ __all__ = [
     "augmented_samples",
     "build_loggers",
     "epoch_line",
+    "first_images",
+    "log_predictions",
     "quiet_known_noise",
     "save_png",
     "training_line",

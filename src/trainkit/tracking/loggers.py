@@ -1,9 +1,12 @@
 """Where metrics go: metrics.jsonl always (the run's record), plus the tracker chosen by `logger`.
 
 train.py talks to one `Loggers` object: `log(metrics)` for every metrics dict (each carries
-`epoch` and `step`), `log_image(key, image, step)`, `summary(values)` for the run's headline
+`epoch` and `step`), `log_image(key, image, step)`, `log_masks(...)` for images with their true and
+predicted masks (trainkit.tracking.prediction_images), `summary(values)` for the run's headline
 numbers, and `finish(failed=...)` in a `finally`. A tracker that has no use for a call ignores it.
 """
+
+from __future__ import annotations
 
 import csv
 import json
@@ -11,9 +14,12 @@ import logging
 import math
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:  # the config check imports this module for its names: it need not import torch
+    from torch import Tensor
 
 LOGGERS = ("none", "csv", "wandb")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -47,6 +53,11 @@ class Logger:
 
     def log_image(self, key: str, image: object, step: int) -> None:
         pass
+
+    def log_masks(
+        self, key: str, images: Tensor, true_masks: Tensor, predicted_masks: Tensor, class_names: list[str], step: int
+    ) -> None:
+        """`images`: uint8 RGB [N, H, W, 3]; the masks: class indices [N, H, W]; all on the CPU."""
 
     def summary(self, values: dict) -> None:
         pass
@@ -168,6 +179,29 @@ class WandbLogger(Logger):
             except Exception as error:
                 self._fail("image logging failed", error)
 
+    def log_masks(
+        self, key: str, images: Tensor, true_masks: Tensor, predicted_masks: Tensor, class_names: list[str], step: int
+    ) -> None:
+        """One W&B image an image, its true and predicted masks laid over it (each shown or hidden,
+        and coloured by class, in the W&B UI), the classes named by `class_names`."""
+        if self.run is None:
+            return
+        labels = dict(enumerate(class_names))
+        try:
+            pictures = [
+                self.wandb.Image(
+                    image.numpy(),
+                    masks={
+                        "ground_truth": {"mask_data": true.numpy(), "class_labels": labels},
+                        "predictions": {"mask_data": predicted.numpy(), "class_labels": labels},
+                    },
+                )
+                for image, true, predicted in zip(images, true_masks, predicted_masks)
+            ]
+            self.run.log({key: pictures, "step": step})
+        except Exception as error:
+            self._fail("image logging failed", error)
+
     def summary(self, values: dict) -> None:
         if self.run is not None:
             try:
@@ -206,6 +240,12 @@ class Loggers:
     def log_image(self, key: str, image: object, step: int) -> None:
         for logger in self.loggers:
             logger.log_image(key, image, step)
+
+    def log_masks(
+        self, key: str, images: Tensor, true_masks: Tensor, predicted_masks: Tensor, class_names: list[str], step: int
+    ) -> None:
+        for logger in self.loggers:
+            logger.log_masks(key, images, true_masks, predicted_masks, class_names, step)
 
     def summary(self, values: dict) -> None:
         for logger in self.loggers:

@@ -154,13 +154,21 @@ def test_resize_from_8_to_32():
     assert BatchTransform(mean=(0.5,), std=(0.5,), size=8)(torch.rand(2, 1, 32, 32)).shape == (2, 1, 8, 8)
 
 
-@pytest.mark.parametrize("name", ["none", "shift", "basic", "strong"])
-def test_every_preset_runs_on_a_cifar_sized_batch(name):
-    transform = BatchTransform(
-        mean=(0.49, 0.48, 0.45), std=(0.25, 0.24, 0.26), size=32, augmentation=preset(name), train=True
-    )
-    out = transform(torch.randint(0, 256, (256, 3, 32, 32), dtype=torch.uint8))
-    assert out.shape == (256, 3, 32, 32) and out.dtype == torch.float32 and torch.isfinite(out).all()
+RECIPES = sorted(path.stem for path in CONF.glob("*.yaml"))
+ELSEWHERE = {"mixup_alpha", "cutmix_alpha", "per_sample"}  # ops that run after the transform or in the workers
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_op_a_recipe_sets_is_on_and_a_recipe_with_batch_ops_changes_the_batch(name):
+    recipe = preset(name)
+    set_keys = {key for key, value in recipe.items() if value and key not in ("name", "random_order")}
+    assert set(active_ops(recipe)) == set_keys  # nothing a recipe sets is dropped on the way
+    transform = BatchTransform(mean=(0.49, 0.48, 0.45), std=(0.25, 0.24, 0.26), size=32, augmentation=recipe)
+    images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
+    evaluated = transform(images)
+    trained = transform.train()(images)
+    assert trained.shape == (64, 3, 32, 32) and trained.dtype == torch.float32 and torch.isfinite(trained).all()
+    assert torch.equal(trained, evaluated) == (not set_keys - ELSEWHERE), name
 
 
 def test_active_ops_reads_missing_null_false_and_zero_as_off():

@@ -51,18 +51,29 @@ def test_without_a_crop_the_image_is_resized_and_centre_cropped_first():
 
 
 def test_attached_to_an_image_folder_loader_it_runs_in_the_workers(tmp_path):
-    for name in ("a", "b"):
-        (tmp_path / "train" / name).mkdir(parents=True)
-        for index in range(4):
-            photo("RGB").save(tmp_path / "train" / name / f"{index}.png")
+    """A flip-only recipe: each training image, decoded in a worker, is its file's plain decode or
+    that mirrored, and some are mirrored; evaluation is never augmented."""
+    for index in range(8):
+        folder = tmp_path / "train" / "ab"[index % 2]
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.random.default_rng(index).integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(
+            folder / f"{index}.png"
+        )
     cfg = OmegaConf.load(AUGMENTATION.parent / "data" / "imagefolder.yaml")
     cfg.merge_with({"root": str(tmp_path), "image_size": 12, "num_workers": 1, "batch_size": 4})
+    plain = drain_images(build_data(cfg, CPU, seed=0).train)
     data = build_data(cfg, CPU, seed=0)
-    attach_sample_transform(data.train, OmegaConf.load(AUGMENTATION / "trivialaugment.yaml"))
-    assert isinstance(data.train.loader.dataset.transform, SampleTransform)
-    images, _ = next(iter(data.train))
-    assert images.shape == (4, 3, 12, 12) and images.dtype == torch.uint8
+    attach_sample_transform(data.train, {"per_sample": {"horizontal_flip": True}})
+    flipped = drain_images(data.train) + drain_images(data.train)  # two epochs: more draws
+    decodes = {image.numpy().tobytes() for image in plain}
+    mirrors = {image.flip(-1).numpy().tobytes() for image in plain}
+    assert all(image.numpy().tobytes() in decodes | mirrors for image in flipped)
+    assert any(image.numpy().tobytes() in mirrors - decodes for image in flipped)
     assert data.val.loader.dataset.transform is None  # evaluation is never augmented
+
+
+def drain_images(loader) -> list[torch.Tensor]:
+    return [image for images, _ in loader for image in images]
 
 
 def test_in_memory_data_refuses_per_sample_recipes():

@@ -4,8 +4,10 @@ one-line errors for every unusable checkpoint or output path. In-process: no tra
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -153,11 +155,63 @@ def test_an_unusable_output_directory_is_one_line(tmp_path):
     (tmp_path / "file").write_text("")
     message = refused([f"hydra.run.dir={tmp_path / 'file' / 'run'}"])
     assert message.startswith("hydra.run.dir: ") and "is a file, not a directory" in message
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o500)
-    if os.geteuid() != 0:  # root may write anywhere
-        assert "no write permission" in refused([f"hydra.run.dir={locked / 'run'}"])
     check_output_dir(str(tmp_path / "new" / "deeper"))  # creatable: fine
+
+
+NOBODY = 65534  # uid and gid of the unprivileged user `nobody`
+
+
+def as_unprivileged_user(function) -> str:
+    """`function()`'s answer (a string), as this user, or, under root (who may write anywhere; CI runs
+    as root), in a forked child that drops to `nobody` first. A fork and not a new interpreter:
+    nobody may not read /root, where Python may be installed, but the forked child needs nothing new."""
+    if os.geteuid() != 0:
+        return function()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer through the pipe, whatever happens, and never return into pytest
+        try:
+            os.close(read)
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.write(write, function().encode())
+        except BaseException as error:
+            os.write(write, f"the child failed: {error!r}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        answer = pipe.read()
+    os.waitpid(pid, 0)
+    return answer
+
+
+def test_an_output_directory_without_write_permission_is_one_line(tmp_path):
+    # Under root, nobody must reach the folders: a world-readable place outside pytest's private tmp.
+    place = Path(tempfile.mkdtemp())
+    try:
+        place.chmod(0o755)
+        (place / "locked").mkdir(mode=0o555)
+        (place / "open").mkdir()
+        (place / "open").chmod(0o777)  # mkdir's mode goes through the umask
+
+        def answers() -> str:  # one line a folder: its refusal, or "accepted"
+            lines = []
+            for name in ("locked", "open"):
+                try:
+                    check_output_dir(str(place / name / "run"))
+                    lines.append("accepted")
+                except ConfigError as error:
+                    lines.append(str(error))
+            return "\n".join(lines)
+
+        answer = as_unprivileged_user(answers)
+        assert answer.splitlines()[0].endswith(f"no write permission in {place / 'locked'}; choose another path"), (
+            answer
+        )
+        assert answer.splitlines()[1] == "accepted"  # the same place, writable: so the refusal above is the lock's
+    finally:
+        shutil.rmtree(place)
 
 
 def test_a_full_disk_keeps_the_previous_checkpoint_and_says_how_much_space_is_left(tmp_path, monkeypatch):

@@ -112,7 +112,7 @@ def interrupt(run_dir: Path, signum: int, overrides=OVERRIDES, after_lines: int 
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    return TrainRun(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), run_dir)
+    return TrainRun(process.returncode, stdout, stderr, run_dir)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def straight(tmp_path_factory):
     command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *OVERRIDES]
     process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stderr[-3000:]
-    return TrainRun(process, run_dir)
+    return TrainRun(process.returncode, process.stdout, process.stderr, run_dir)
 
 
 @pytest.mark.slow  # trains in a subprocess
@@ -295,4 +295,4 @@ def test_under_the_submitit_launcher_a_preemption_saves_at_the_step_requeues_and
     assert "Requeued job" in log  # submitit's own line: its handler ran after the checkpoint
     assert f"resuming {run_dir / 'checkpoints' / 'last.pt'} at epoch 0, batch {step}, step {step}" in log
     assert "Traceback" not in log + stderr
-    assert_same_training(TrainRun(subprocess.CompletedProcess(command, 0, stdout, stderr), run_dir), straight)
+    assert_same_training(TrainRun(0, stdout, stderr, run_dir), straight)

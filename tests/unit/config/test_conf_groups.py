@@ -1,18 +1,8 @@
 """Config groups do what they say, whatever else is picked: precedence between the groups."""
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
-from conftest import ROOT
-
-
-def composed(*overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str((ROOT / "conf").resolve()), version_base=None):
-        cfg = compose("config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
-    return cfg
+from conftest import ROOT, composed
 
 
 @pytest.mark.parametrize("switch", ["regularization=none", "debug=overfit"])
@@ -42,3 +32,26 @@ def test_debug_overfit_trains_the_same_batches_until_the_loss_is_near_zero(run_t
     losses = [m["train/loss"] for m in run.epoch_metrics()]
     # The same 2 batches every epoch end near 0.005; 2 reshuffled batches an epoch end near 0.027.
     assert len(losses) == 30 and losses[-1] < 0.012 < 1.0 < losses[0]
+
+
+def test_data_root_is_per_dataset_and_trainkit_data_sets_the_default_of_file_datasets(monkeypatch):
+    """null for bundled or generated data, $TRAINKIT_DATA (else ./data) for the torchvision datasets,
+    required (no default) for an image folder and a cache."""
+    from omegaconf import OmegaConf
+
+    kinds = {}  # data option -> bundled | required | environment
+    for option in sorted(path.stem for path in (ROOT / "conf" / "data").glob("*.yaml")):
+        data = composed(f"data={option}").data  # ${oc.env:...} is read when the key is read
+        if OmegaConf.is_missing(data, "root"):
+            kinds[option] = "required"
+            continue
+        monkeypatch.delenv("TRAINKIT_DATA", raising=False)
+        without_variable = data.root
+        monkeypatch.setenv("TRAINKIT_DATA", "/datasets")
+        if without_variable is None and data.root is None:
+            kinds[option] = "bundled"
+        else:
+            assert (without_variable, data.root) == ("data", "/datasets"), option
+            kinds[option] = "environment"
+    assert kinds["mnist"] == kinds["cifar10"] == "environment" and kinds["imagefolder"] == "required", kinds
+    assert kinds["digits"] == kinds["shapes"] == kinds["synthetic"] == "bundled", kinds

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException, MissingConfigException
 
-from conftest import composed
+from conftest import composed, run_here
 from trainkit.cli import one_line
 from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems
@@ -24,6 +24,13 @@ CONF = ROOT / "conf"
 # which need data whose mirror image keeps its label (the digits default refuses them).
 REQUIRED_BY_OPTION = {
     "task=segmentation": ["optimized_metric=val/miou", "data.mirror_changes_label=false"],
+    # a class a pixel: refused with the default task=classification
+    "model=unet": ["task=segmentation", "optimized_metric=val/miou", "data.mirror_changes_label=false"],
+    "model=torchvision_segmentation": [
+        "task=segmentation",
+        "optimized_metric=val/miou",
+        "data.mirror_changes_label=false",
+    ],
     "data=imagefolder": ["data.root=/data/images"],
     "data=cached": ["data.root=/data/cache"],
     "augmentation=basic": ["data=cifar10"],
@@ -228,6 +235,7 @@ RULE_CASES = [
     (["distributed.sync_batchnorm=yes"], "distributed.sync_batchnorm"),
     (["distributed.timeout_seconds=0"], "distributed.timeout_seconds"),
     (["logger.name=tensorboardz"], "logger.name"),
+    (["logger=wandb", "logger.log_predictions=-1"], "logger.log_predictions"),
     (["logger=wandb", "logger.mode=ofline"], "logger.mode"),
     (["logger=csv", "logger.filename=3"], "logger.filename"),
     (["logger=wandb", "logger.project=3"], "logger.project"),
@@ -290,6 +298,9 @@ RELATION_CASES = [
     ([*SEGMENTATION, "augmentation=shift"], "augmentation.crop_padding"),
     ([*SEGMENTATION, "finetune.input_size=16"], "finetune.input_size"),
     (["task=segmentation", "optimized_metric=val/miou"], "task.horizontal_flip"),  # digits: a mirrored 2 is no 2
+    # a model with a class a pixel needs a task with a target a pixel
+    (["model=unet"], "model._target_"),
+    (["model=torchvision_segmentation"], "model._target_"),
 ]
 
 
@@ -444,18 +455,16 @@ def test_flips_are_allowed_where_the_mirror_image_keeps_its_label(compose_config
 
 def test_a_bad_config_fails_before_any_data_model_or_run_directory(tmp_path):
     run_dir = tmp_path / "run"
-    command = [
-        sys.executable,
-        str(ROOT / "train.py"),
+    returncode, _, stderr = run_here(
+        "train.py",
         f"hydra.run.dir={run_dir}",
         "data=imagefolder",
         f"data.root={tmp_path / 'nonexistent'}",
         "optimizer.lr=-1",
-    ]
-    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert process.returncode == 1
-    errors = [line for line in process.stderr.splitlines() if line.startswith("error:")]
-    assert errors == ["error: optimizer.lr: must be a number > 0, got -1"], process.stderr  # not the data folder's
+    )
+    assert returncode == 1
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: optimizer.lr: must be a number > 0, got -1"], stderr  # not the data folder's
     assert not (run_dir / "checkpoints").exists() and not (run_dir / "metrics.jsonl").exists()
 
 

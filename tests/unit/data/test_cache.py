@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from conftest import ROOT
-from helpers import load_script
+from helpers import load_script, record_run
 from trainkit.data import build_data, make_data
 from trainkit.data.cache import write_cache
 from trainkit.data.imagefolder import decode
@@ -106,13 +106,16 @@ def test_an_interrupted_write_leaves_no_cache(cached, tmp_path, monkeypatch):
     assert not (tmp_path / "cache" / "meta.json").exists()
 
 
-@pytest.mark.slow  # trains in a subprocess
-def test_data_cached_trains_end_to_end(cached, run_train):
+def test_data_cached_trains_end_to_end_on_the_cache_s_images(cached, tmp_path, monkeypatch):
+    """In process: the loop trains on the cache's training array, each image once an epoch."""
     _, cache, _ = cached
-    run = run_train("data=cached", f"data.root={cache}", "data.image_size=8", "debug=fast", "augmentation=basic")
-    summary = json.loads((run.run_dir / "summary.json").read_text())
-    assert "test" in summary
-    assert OmegaConf.load(run.run_dir / ".hydra" / "config.yaml").data._target_ == "trainkit.data.cache.Cached"
+    cached_train = [image.numpy().tobytes() for image in torch.from_numpy(np.load(cache / "train_images.npy"))]
+    overrides = ["data=cached", f"data.root={cache}", "data.image_size=8", "data.batch_size=4", "debug=fast"]
+    one_epoch = ["trainer.max_epochs=1", "trainer.limit_train_batches=null", "device=cpu", "print_config=false"]
+    recording = record_run(tmp_path, monkeypatch, *overrides, *one_epoch)
+    seen = [image.numpy().tobytes() for images, _ in recording.transformed for image in images]
+    assert sorted(seen) == sorted(cached_train)
+    assert recording.summary["epochs"] == 1 and "test/acc" in recording.summary["test"]
 
 
 def test_benchmark_dataloader_prints_a_table_and_a_recommendation(tmp_path, capsys):

@@ -228,13 +228,6 @@ def write_mnist(root: Path, num_train: int, num_test: int) -> None:
         write_idx(raw / f"{prefix}-labels-idx1-ubyte", np.arange(count) % 10)
 
 
-def test_idx_header_uses_the_mnist_magic_numbers(tmp_path):
-    write_mnist(tmp_path, 3, 2)
-    raw = tmp_path / "MNIST" / "raw"
-    assert struct.unpack(">I", (raw / "train-images-idx3-ubyte").read_bytes()[:4])[0] == 2051
-    assert struct.unpack(">I", (raw / "train-labels-idx1-ubyte").read_bytes()[:4])[0] == 2049
-
-
 def test_mnist_from_idx_files(tmp_path):
     write_mnist(tmp_path, num_train=100, num_test=30)
     data = build_data(data_cfg("mnist", root=str(tmp_path)), CPU, seed=0)

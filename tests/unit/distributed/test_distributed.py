@@ -472,10 +472,19 @@ def test_two_torchrun_agents_form_one_two_node_job(tmp_path):
 
 @pytest.mark.slow
 def test_simulated_slurm_tasks_join_one_process_group(tmp_path):
+    """Two tasks that only SLURM's variables tie together train as one job: each rank draws other
+    batches, yet after every update both hold the same weights (their gradients were all-reduced)."""
+    (tmp_path / "records").mkdir()
+    recording = [
+        "model._target_=models_for_tests.RecordingCNN",
+        "model.widths=[16,32]",
+        f"+model.record_dir={tmp_path / 'records'}",
+        "trainer.limit_train_batches=3",
+    ]
     job_id = str(40000 + free_port() % 10000)
     tasks = [
         subprocess.Popen(
-            train_command(f"hydra.run.dir={tmp_path}", *QUICK),
+            train_command(f"hydra.run.dir={tmp_path / 'run'}", *QUICK, *recording),
             cwd=ROOT,
             env=env_with_tests_on_path(
                 SLURM_PROCID=str(rank),
@@ -493,8 +502,12 @@ def test_simulated_slurm_tasks_join_one_process_group(tmp_path):
     ]
     outputs = communicate_all(tasks, timeout=240)
     assert all(task.returncode == 0 for task in tasks), outputs[0][1][-2000:] + outputs[1][1][-2000:]
-    summary, _ = read_run(tmp_path)
+    summary, _ = read_run(tmp_path / "run")
     assert summary["world_size"] == 2
+    rank0, rank1 = (record["train"] for record in records(tmp_path / "records"))
+    assert len(rank0) == len(rank1) == 6  # 2 epochs of 3 batches, on each rank
+    assert all(a["inputs"] != b["inputs"] for a, b in zip(rank0, rank1))  # each rank its own shard
+    assert [a["weights"] for a in rank0] == pytest.approx([b["weights"] for b in rank1], rel=1e-6)  # one model
 
 
 @pytest.mark.slow

@@ -28,15 +28,6 @@ def test_accuracy_is_summed_then_divided_and_soft_targets_count_their_larger_sha
     assert torch.equal(task.empty_metric_sums(torch.device("cpu")), torch.zeros(2))
 
 
-def test_mixup_is_on_only_when_an_alpha_is_set_and_mixes_into_soft_targets():
-    images = torch.rand(4, 1, 8, 8)
-    assert Classification(num_classes=3).augment(images, LABELS) == (images, LABELS)
-    torch.manual_seed(0)
-    mixed, targets = Classification(num_classes=3, mixup_alpha=0.8).augment(images, LABELS)
-    assert targets.shape == (4, 3) and torch.allclose(targets.sum(dim=1), torch.ones(4))
-    assert not torch.equal(mixed, images)
-
-
 def test_predictions_are_a_class_and_its_probability():
     predicted = Classification(num_classes=3).predict(LOGITS)
     assert predicted["class"].tolist() == [0, 1, 2, 0]

@@ -71,6 +71,15 @@ def test_labels_instead_of_masks_are_one_line_naming_the_task():
         )
 
 
+def test_a_classifier_s_outputs_are_one_line_naming_the_model():
+    task = Segmentation(num_classes=3)
+    masks = torch.zeros(2, 4, 4, dtype=torch.long)
+    for score in (task.loss, task.evaluation_loss):
+        with pytest.raises(ConfigError, match=r"class scores a pixel .*model=unet") as error:
+            score(torch.zeros(2, 3), masks)  # [B, classes]: one row an image
+        assert error.value.key == "model._target_"
+
+
 def test_training_augmentation_moves_image_and_mask_together():
     torch.manual_seed(0)
     masks = torch.randint(0, 4, (8, 16, 16))

@@ -5,6 +5,7 @@ import math
 import torch
 
 from trainkit.tasks.classification import Classification
+from trainkit.tracking import epoch_totals
 from trainkit.tracking.epoch_totals import EpochTotals
 
 CPU = torch.device("cpu")
@@ -15,18 +16,22 @@ def sums(logits: torch.Tensor, labels: list[int]) -> torch.Tensor:
     return TASK.metric_sums(logits, torch.tensor(labels))
 
 
-def test_means_weigh_samples_the_interval_restarts_and_the_compile_step_is_not_timed():
+def test_means_weigh_samples_the_interval_restarts_and_the_compile_step_is_not_timed(monkeypatch):
+    clock = {"now": 100.0}  # seconds, moved by the test
+    monkeypatch.setattr(epoch_totals.time, "perf_counter", lambda: clock["now"])
     totals = EpochTotals(CPU)
     logits = torch.tensor([[2.0, 0.0], [0.0, 2.0], [2.0, 0.0], [0.0, 2.0]])
     totals.add(torch.tensor(1.0), sums(logits[:2], [0, 0]), 2)  # one of two right
-    assert totals.time_from_here() >= 0  # the first batch (compiled in its step) leaves samples/s
+    clock["now"] += 30  # compile + the first step
+    assert totals.time_from_here() == 30  # the first batch (compiled in its step) leaves samples/s
     totals.add(torch.tensor(4.0), sums(logits, [0, 1, 0, 1]), 4)  # four of four right
     assert totals.interval_mean_loss() == 2.5  # the batches' mean, since the start
     totals.add(torch.tensor(float("nan")), sums(logits[:1], [0]), 1)
     assert math.isnan(totals.interval_mean_loss())  # a new interval: only the non-finite batch
+    clock["now"] += 2
     metrics = totals.epoch_metrics(TASK)
     assert math.isnan(metrics["train/loss"]) and metrics["train/acc"] == 6 / 7
-    assert metrics["train/samples_per_sec"] > 0  # 5 timed samples, the first batch's 2 left out
+    assert metrics["train/samples_per_sec"] == 5 / 2  # 5 samples in 2 s: the first batch's 2 and 30 s left out
 
 
 def test_an_epoch_of_one_finite_batch():

@@ -1,8 +1,6 @@
 """Known noise: exactly the known, harmless plugin log lines are silenced, nothing else."""
 
 import logging
-import subprocess
-import sys
 
 import pytest
 
@@ -33,19 +31,3 @@ def test_quiet_known_noise_drops_plugin_chatter_but_not_errors(clean_log_filters
         "Launching jobs, sweep output dir : /tmp/x",
         "Can't locate revision identified by 'abc'",
     ]
-
-
-def test_a_sqlite_study_needs_no_patch_and_warns_nothing(tmp_path):
-    """optuna 2.10 (pinned by hydra-optuna-sweeper) writes its SQLite schema only under SQLAlchemy 1.4
-    (pyproject pins sqlalchemy<2 and alembic<1.20 for it): a plain URL works, with no warning."""
-    code = (
-        "import optuna; optuna.logging.set_verbosity(optuna.logging.WARNING); "
-        f"s = optuna.create_study(study_name='s', storage='sqlite:///{tmp_path}/x.db'); "
-        "s.optimize(lambda t: t.suggest_float('x', 0, 1), n_trials=1); "
-        f"print(len(optuna.load_study(study_name='s', storage='sqlite:///{tmp_path}/x.db').trials))"
-    )
-    # Python's default filters, as a user runs it (SQLAlchemy 1.4's "not compatible with 2.0" note is a
-    # DeprecationWarning raised inside optuna: hidden by default).
-    process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert process.returncode == 0 and process.stdout.strip() == "1", process.stderr[-3000:]
-    assert "Warning" not in process.stderr, process.stderr[-3000:]

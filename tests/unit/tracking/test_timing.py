@@ -28,8 +28,24 @@ def test_a_slow_loader_shows_as_waiting_and_a_slow_step_does_not():
     assert slow_data["train/data_wait_fraction"] > 0.8 and slow_data["train/step_ms"] >= 3 * 30 / 4  # not the first
     slow_step = timed_epoch(timer, 4, wait_s=0.0, step_s=0.03)  # the sums start again each epoch
     assert slow_step["train/data_wait_fraction"] < 0.2 and slow_step["train/step_ms"] >= 30
-    assert 0 <= slow_step["train/cpu_util"] <= 1  # sleeping uses no CPU
     assert "train/gpu_util" not in slow_step and "train/peak_memory_gb" not in slow_step
+
+
+def test_cpu_util_is_the_process_cpu_time_over_wall_time_and_cores(monkeypatch):
+    """A clock under the test's control: 3 s of CPU time in 4 s of wall time on 2 cores is 0.375."""
+    clock = {"wall": 100.0, "cpu": 10.0}
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock["wall"])
+    monkeypatch.setattr(timing.time, "process_time", lambda: clock["cpu"])
+    monkeypatch.setattr(timing, "available_cores", lambda: 2)
+    timer = LoopTimer()
+    timer.start_epoch(CPU)
+    clock["wall"] += 5  # waiting for the first batch (start-up): left out, as its CPU time
+    clock["cpu"] += 5
+    timer.batch_ready()
+    clock["wall"] += 4
+    clock["cpu"] += 3
+    timer.step_done()
+    assert timer.epoch_metrics()["train/cpu_util"] == 3 / 4 / 2
 
 
 def test_the_compile_step_is_left_out():

@@ -6,9 +6,6 @@ import json
 import math
 import random
 import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,11 +14,11 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
+from conftest import ROOT, run_here
 from trainkit.models.small_cnn import SmallCNN
 from trainkit.optim import LRSchedule, build_optimizer, build_scheduler
 from trainkit.tuning.lr_finder import group_scales, lr_range_test, set_base_lr, suggest_lr
 
-ROOT = Path(__file__).resolve().parents[3]
 CONF = ROOT / "conf"
 
 
@@ -273,49 +270,38 @@ def test_set_base_lr_then_rebuilding_the_scheduler_starts_the_schedule_from_the_
 # ---- the script --------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains for 20 steps
 def test_lr_find_script_composes_the_train_config_and_writes_its_outputs(tmp_path):
     run_dir = tmp_path / "run"
-    command = [
-        sys.executable,
-        str(ROOT / "scripts" / "lr_find.py"),
+    returncode, stdout, stderr = run_here(
+        "scripts/lr_find.py",
         f"hydra.run.dir={run_dir}",
         "model.widths=[4,8,8]",
         "optimizer.head_lr_scale=2",
         "++lr_finder.num_steps=20",
         "++lr_finder.min_lr=1e-4",
-    ]
-    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert process.returncode == 0, process.stderr[-3000:]
-    assert "suggested optimizer.lr=" in process.stdout + process.stderr
+    )
+    assert returncode == 0, stderr[-3000:]
+    assert "suggested optimizer.lr=" in stdout + stderr
     saved = json.loads((run_dir / "lr_finder.json").read_text())
     assert len(saved["lrs"]) <= 20 and saved["settings"]["num_steps"] == 20
     assert (run_dir / "lr_finder.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_lr_find_script_reports_bad_input_in_one_line(tmp_path):
-    command = [
-        sys.executable,
-        str(ROOT / "scripts" / "lr_find.py"),
-        f"hydra.run.dir={tmp_path}",
-        "++lr_finder.max_lr=-1",
-    ]
-    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert process.returncode == 1
-    assert process.stderr.strip().splitlines()[-1].startswith("error: lr_finder.max_lr:")
+    returncode, _, stderr = run_here("scripts/lr_find.py", f"hydra.run.dir={tmp_path}", "++lr_finder.max_lr=-1")
+    assert returncode == 1
+    assert stderr.strip().splitlines()[-1].startswith("error: lr_finder.max_lr:")
 
 
 def test_lr_find_script_help_is_its_own_usage_not_train_py_s(tmp_path):
-    command = [sys.executable, str(ROOT / "scripts" / "lr_find.py"), "--help"]
-    process = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert process.returncode == 0, process.stderr[-3000:]
-    assert process.stdout.startswith("LR range test with the same config as train.py")
-    assert "python scripts/lr_find.py experiment=cifar10_resnet" in process.stdout  # the docstring's usage
-    assert "Every train.py override works here; the script writes into outputs/runs/<time>/ like train.py" in (
-        process.stdout
-    )
-    assert "train a model (classification" not in process.stdout  # train.py's own help header
-    assert "== Config groups (group=option) ==" in process.stdout and "lr_finder:" in process.stdout
+    returncode, stdout, stderr = run_here("scripts/lr_find.py", "--help", cwd=tmp_path)
+    assert returncode == 0, stderr[-3000:]
+    assert stdout.startswith("LR range test with the same config as train.py")
+    assert "python scripts/lr_find.py experiment=cifar10_resnet" in stdout  # the docstring's usage
+    assert "Every train.py override works here; the script writes into outputs/runs/<time>/ like train.py" in (stdout)
+    assert "train a model (classification" not in stdout  # train.py's own help header
+    assert "== Config groups (group=option) ==" in stdout and "lr_finder:" in stdout
     assert not list(tmp_path.iterdir())  # --help runs nothing and writes no run directory
 
 

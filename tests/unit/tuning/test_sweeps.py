@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from conftest import ROOT
+from conftest import ROOT, run_here
 from helpers import cfg_for
 from trainkit.errors import ConfigError
 from trainkit.tuning import sweeps
@@ -302,8 +302,8 @@ def test_slurm_launcher_composes_one_task_per_gpu(compose_config):
 
 
 def test_slurm_launcher_config_prints_from_the_command_line():
-    process = train("hydra/launcher=slurm", "--cfg", "hydra", "--package", "hydra.launcher")
-    printed = yaml.safe_load(process.stdout)
+    _, stdout, _ = run_here("train.py", "hydra/launcher=slurm", "--cfg", "hydra", "--package", "hydra.launcher")
+    printed = yaml.safe_load(stdout)
     assert (
         printed["_target_"].endswith("SlurmLauncher") and printed["tasks_per_node"] == "${distributed.nproc_per_node}"
     )

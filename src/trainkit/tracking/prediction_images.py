@@ -1,0 +1,87 @@
+"""Predictions to look at while a run trains: after each validation, a few fixed validation images
+with what the model predicts for them, for the tracker (`logger.log_predictions`: how many; W&B).
+
+    shown = first_images(run.data.val, run.task, count, device)          # once, rank 0
+    log_predictions(run.loggers, model, shown, transform, task, precision, device, step)   # each epoch
+
+What a prediction is belongs to the task (`task.predict(outputs)`), so the loop stays the same
+for every task: a task whose prediction is a mask (`{"mask": [B, H, W]}`, segmentation) is shown
+as each image with its true and its predicted mask, which W&B draws over the image (toggled and
+coloured by class in its UI). Other predictions (a class an image) are not shown: a class is a
+number, and the epoch's accuracy already says more than four of them.
+
+The same images every epoch, so the pictures show one thing changing: the model. Rank 0 alone
+calls these, with the bare (or EMA) model and no collective, and draws no random number: the
+training that follows is the same whether pictures are logged or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import Tensor, nn
+
+from trainkit.runtime import autocast
+from trainkit.tasks.evaluation import model_outputs
+from trainkit.tasks.task import Task
+from trainkit.tracking.loggers import Loggers
+
+# Tiny images (the 32x32 shapes) are enlarged by whole pixels to at least this side: W&B shows them at their size.
+MIN_SIDE = 128
+
+
+def first_images(loader: Iterable, task: Task, count: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The first `count` images of `loader` (as loaded, before the eval transform) and their
+    targets, on `device`: the images log_predictions shows every epoch."""
+    images, targets, found = [], [], 0
+    for batch in loader:
+        inputs, batch_targets = task.inputs_and_targets(batch, device)
+        images.append(inputs[: count - found])
+        targets.append(batch_targets[: count - found])
+        found += len(images[-1])
+        if found >= count:
+            break
+    return torch.cat(images), torch.cat(targets)
+
+
+def log_predictions(
+    loggers: Loggers,
+    model: nn.Module,
+    shown: tuple[Tensor, Tensor],
+    transform: Callable[[Tensor], Tensor],
+    task: Task,
+    precision: str,
+    device: torch.device,
+    step: int,
+    tta_flip: bool = False,
+    key: str = "val/predictions",
+) -> None:
+    """The model's predictions for the `shown` images (first_images), as evaluation sees them
+    (eval mode, the eval transform, `tta_flip`), to the loggers, when the task predicts masks."""
+    images, targets = shown
+    model.eval()
+    with torch.no_grad(), autocast(precision, device):
+        outputs = model_outputs(model, transform(images), task, tta_flip)
+    predicted = task.predict(outputs.float())
+    if "mask" not in predicted:  # a class an image (or your task's own kind): nothing to draw
+        return
+    num_classes = outputs.shape[1]
+    class_names = list(getattr(task, "class_names", None) or [str(k) for k in range(num_classes)])
+    pictures, true_masks, predicted_masks = enlarged(images, targets, predicted["mask"])
+    loggers.log_masks(key, pictures, true_masks, predicted_masks, class_names, step)
+
+
+def enlarged(images: Tensor, *masks: Tensor) -> tuple[Tensor, ...]:
+    """Images [N, C, H, W] (uint8, or float in [0, 1]) as uint8 RGB [N, H', W', 3] on the CPU, and
+    masks [N, H, W] likewise, both enlarged by the same whole factor (nearest: a mask keeps its
+    classes) to at least MIN_SIDE pixels a side."""
+    pictures = images.detach().cpu()
+    if pictures.is_floating_point():
+        pictures = (pictures.float().clamp(0, 1) * 255).round().to(torch.uint8)
+    if pictures.shape[1] == 1:
+        pictures = pictures.expand(-1, 3, -1, -1)
+    factor = max(1, -(-MIN_SIDE // min(pictures.shape[-2:])))  # ceil division
+    grown = [tensor.detach().cpu().repeat_interleave(factor, -2).repeat_interleave(factor, -1) for tensor in masks]
+    pictures = pictures.repeat_interleave(factor, -2).repeat_interleave(factor, -1).permute(0, 2, 3, 1)
+    return (pictures.contiguous(), *grown)

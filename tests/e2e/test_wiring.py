@@ -1,0 +1,254 @@
+"""Every option that changes training reaches the loop: short in-process runs of train.py's `train()`
+on the digits, watched from inside. Each test turns one option on and checks an exact observation
+of what the loop did (what reached the model's forward, the task's loss, the optimizer step), so an
+option that is accepted but no longer wired to the loop fails here. The cuts these tests were
+checked against are listed in CONTRIBUTING.md ("Wiring"); a new option adds a row there.
+
+The watching is done by hooks on the pieces that train.py's build_run makes (forward hooks on the
+model, a step pre-hook on the optimizer, wrappers around the train transform and the task's loss),
+so the loop itself runs unchanged.
+"""
+
+import logging
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import ROOT, composed
+from helpers import record_run
+from trainkit.models.finetune import freeze
+from trainkit.optim import LRSchedule
+from trainkit.tuning.lr_finder import LRFinderResult
+
+sys.path.insert(0, str(ROOT))
+import train
+
+# A narrow CNN, three batches of 8 digits and one validation batch: a run takes about a second.
+SHORT_RUN = (
+    "device=cpu",
+    "print_config=false",
+    "data.batch_size=8",
+    "data.eval_batch_size=128",
+    "model.widths=[8,16]",
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=3",
+    "trainer.limit_val_batches=1",
+    "regularization=none",
+    "scheduler=constant",
+)
+# 3-channel data that may be mirrored (the digits may not): for channels_last and tta_flip.
+SYNTHETIC = (
+    "data=synthetic",
+    "data.image_size=8",
+    "data.num_samples=64",
+    "data.val_samples=16",
+    "data.test_samples=16",
+)
+
+
+# ---- what the model sees: augmentation, mixing, precision, memory layout, compile, TTA -------------
+
+
+def test_the_model_trains_on_augmented_batches(tmp_path, monkeypatch):
+    """Each training batch is the train transform's output, which is not the eval transform's (a
+    random shift per sample moves every 8x8 digit): augmentation=none would give the same."""
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "augmentation=shift")
+    run = recording.run
+    assert len(recording.transformed) == len(recording.training_forwards()) == 3
+    for (images, transformed), forward in zip(recording.transformed, recording.training_forwards(), strict=True):
+        assert torch.equal(forward.inputs, transformed)
+        assert not torch.equal(transformed, run.eval_transform(images))
+
+
+def test_mixup_and_cutmix_mix_the_batch_the_model_trains_on(tmp_path, monkeypatch):
+    """The loss gets soft targets (two labels' shares a sample), and the model gets mixed images,
+    not the transformed batch."""
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "augmentation=mixup", "augmentation.crop_padding=null")
+    for (_, transformed), forward, (_, targets, _) in zip(
+        recording.transformed, recording.training_forwards(), recording.losses, strict=True
+    ):
+        assert targets.shape == (8, 10) and targets.dtype == torch.float32
+        torch.testing.assert_close(targets.sum(dim=1), torch.ones(8))
+        assert (targets.max(dim=1).values < 1).any()  # mixed with a sample of another label
+        assert not torch.equal(forward.inputs, transformed)
+
+
+def test_the_task_s_loss_is_trained_on_and_its_metrics_are_reported(tmp_path, monkeypatch):
+    """train/loss and train/acc of the epoch are the task's, from the outputs and targets it was given."""
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN)
+    outputs = torch.cat([outputs for outputs, _, _ in recording.losses])
+    targets = torch.cat([targets for _, targets, _ in recording.losses])
+    correct = (outputs.argmax(dim=1) == targets).sum().item()
+    assert len(targets) == 24 and 0 < correct < 24  # (seed 0: neither all right nor all wrong)
+    final = recording.summary["final"]
+    assert final["train/acc"] == correct / 24
+    assert final["train/loss"] == pytest.approx(sum(loss.item() * 8 for _, _, loss in recording.losses) / 24)
+
+
+def test_label_smoothing_is_in_the_training_loss(tmp_path, monkeypatch):
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "regularization.label_smoothing=0.3")
+    for outputs, targets, loss in recording.losses:
+        torch.testing.assert_close(loss, F.cross_entropy(outputs, targets, label_smoothing=0.3))
+        assert not torch.allclose(loss, F.cross_entropy(outputs, targets))
+
+
+@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_mixed_precision_reaches_the_training_and_evaluation_forward(tmp_path, monkeypatch, precision, dtype):
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, f"precision={precision}")
+    training, evaluation = recording.training_forwards(), recording.eval_forwards()
+    assert len(training) == 3 and len(evaluation) >= 2  # validation and test
+    assert {forward.output_dtype for forward in training + evaluation} == {dtype}
+
+
+def test_channels_last_reaches_the_weights_and_the_batches(tmp_path, monkeypatch):
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, *SYNTHETIC, "trainer.channels_last=true")
+    first_conv = recording.run.model.features[0].weight
+    assert first_conv.is_contiguous(memory_format=torch.channels_last) and not first_conv.is_contiguous()
+    for forward in recording.forwards:  # training and evaluation batches
+        assert forward.inputs.is_contiguous(memory_format=torch.channels_last) and not forward.inputs.is_contiguous()
+
+
+class FakeCompiled(torch.nn.Module):
+    """What torch.compile returns, without compiling: the model, a first call that takes
+    COMPILE_SECONDS (compiling), and a count of the calls that went through it."""
+
+    COMPILE_SECONDS = 2.0
+
+    def __init__(self, model):
+        super().__init__()
+        self._orig_mod, self.calls = model, 0  # _orig_mod: where unwrap_model finds the model
+
+    def forward(self, x):
+        if self.calls == 0:
+            time.sleep(self.COMPILE_SECONDS)
+        self.calls += 1
+        return self._orig_mod(x)
+
+
+def test_compile_wraps_what_the_loop_calls_and_its_first_step_is_not_throughput(tmp_path, monkeypatch, caplog):
+    """torch.compile replaced by FakeCompiled: every forward of the run goes through it, and the first
+    step's compile time is logged apart and left out of train/samples_per_sec."""
+    monkeypatch.setattr(torch, "compile", FakeCompiled)
+    with caplog.at_level(logging.INFO, logger="train"):
+        recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "trainer.compile=true")
+    compiled = recording.run.trained_model
+    assert isinstance(compiled, FakeCompiled) and compiled.calls == len(recording.forwards)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compile + first step")]
+    assert float(line.split(": ")[1].split("s ")[0]) >= FakeCompiled.COMPILE_SECONDS
+    # 16 timed samples in two ordinary steps; counting the first step too would give < 24 / 2 s.
+    assert recording.summary["final"]["train/samples_per_sec"] > 24 / FakeCompiled.COMPILE_SECONDS
+
+
+def test_tta_flip_evaluates_each_batch_and_its_mirror_in_validation_and_test(tmp_path, monkeypatch):
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, *SYNTHETIC, "trainer.tta_flip=true")
+    evaluation = recording.eval_forwards()
+    assert len(evaluation) == 4  # one validation batch, one test batch: each with its mirror
+    for plain, mirrored in zip(evaluation[::2], evaluation[1::2], strict=True):
+        assert torch.equal(mirrored.inputs, plain.inputs.flip(-1))
+
+
+def test_per_sample_transforms_of_an_image_folder_reach_the_training_batches(tmp_path, monkeypatch):
+    """A flip-only per-sample recipe (decoded in the loader, here without workers): every training image
+    is a file's plain decode or its mirror, and some are mirrored."""
+    from PIL import Image
+
+    from trainkit.data.imagefolder import decode
+
+    files = []
+    for index in range(24):
+        folder = tmp_path / "images" / "train" / f"class{index % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = torch.randint(0, 256, (8, 8, 3), generator=torch.Generator().manual_seed(index), dtype=torch.uint8)
+        Image.fromarray(pixels.numpy()).save(folder / f"{index}.png")
+        files.append(folder / f"{index}.png")
+    plain = {decode(str(path), "RGB", 8).numpy().tobytes() for path in files}
+    mirrored = {decode(str(path), "RGB", 8).flip(-1).numpy().tobytes() for path in files}
+    flips_only = ("augmentation.per_sample.random_resized_crop=null", "augmentation.per_sample.policy=null")
+    image_folder = ("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=8", "data.num_workers=0")
+    (tmp_path / "run").mkdir()  # the run directory, beside the image folder
+    recording = record_run(
+        tmp_path / "run",
+        monkeypatch,
+        *SHORT_RUN,
+        *image_folder,
+        "augmentation=trivialaugment",
+        *flips_only,
+        "augmentation.random_erasing=null",
+    )
+    seen = [image.numpy().tobytes() for images, _ in recording.transformed for image in images]
+    assert len(seen) >= 16 and all(image in plain | mirrored for image in seen)
+    assert any(image in mirrored - plain for image in seen)
+
+
+# ---- what the optimizer step sees: clipping, schedules, LR and batch-size finders, head LR -----------
+
+
+def test_grad_clip_bounds_the_gradient_norm_at_every_step(tmp_path, monkeypatch):
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "trainer.grad_clip=0.01")
+    assert len(recording.grad_norms) == 3
+    assert recording.grad_norms == pytest.approx([0.01] * 3, rel=1e-3)  # a fresh CNN's gradient is far larger
+
+
+def test_the_schedule_sets_the_lr_of_every_update(tmp_path, monkeypatch):
+    overrides = ("scheduler=cosine", "scheduler.warmup_epochs=1", "trainer.max_epochs=2")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, *overrides)
+    schedule = LRSchedule(composed(*SHORT_RUN, *overrides).scheduler, updates_per_epoch=3, total_updates=6)
+    assert [lrs[0] for lrs in recording.lrs] == pytest.approx([0.1 * schedule(update) for update in range(6)])
+    assert len({lrs[0] for lrs in recording.lrs}) > 3
+
+
+def test_head_lr_scale_holds_at_every_step(tmp_path, monkeypatch):
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "optimizer.head_lr_scale=10", "scheduler=cosine")
+    assert {len(lrs) for lrs in recording.lrs} == {4}  # backbone decayed / not, head decayed / not
+    for backbone, _, head, _ in recording.lrs:
+        assert head == pytest.approx(10 * backbone)
+
+
+def test_an_applied_lr_finder_suggestion_is_the_lr_trained_with(tmp_path, monkeypatch):
+    """The range test itself is tested in tests/unit/tuning/test_lr_finder.py; here its answer is fixed."""
+    monkeypatch.setattr(train, "lr_range_test_for_run", lambda run, plot: LRFinderResult(suggestion=0.0123))
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "lr_finder.enabled=true", "lr_finder.apply=true")
+    assert [lrs[0] for lrs in recording.lrs] == pytest.approx([0.0123] * 3)
+
+
+def test_the_batch_size_finders_choice_is_the_batch_trained_on(tmp_path, monkeypatch):
+    """The search itself is tested in tests/unit/tuning/test_batch_size_finder.py; here its answer is fixed."""
+    monkeypatch.setattr(train, "find_batch_size_for_run", lambda *args: 5)
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "batch_size_finder.enabled=true")
+    assert [len(forward.inputs) for forward in recording.training_forwards()] == [5, 5, 5]
+
+
+# ---- the weights: EMA, freezing; and when training stops --------------------------------------------
+
+
+def test_ema_is_updated_every_step_and_is_what_is_evaluated(tmp_path, monkeypatch):
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "regularization.ema.enabled=true")
+    assert recording.run.ema.n_averaged.item() == 3  # one update a step
+    assert len(recording.training_forwards()) == 3 and recording.eval_forwards() == []  # the EMA copy evaluates
+
+
+def test_a_frozen_backbone_and_its_batchnorm_statistics_do_not_move_in_the_loop(tmp_path, monkeypatch):
+    """Frozen through trainkit.models.finetune.freeze (what finetune.freeze and finetune.freeze_bn call):
+    train.py's loop puts frozen BatchNorm back in eval mode after model.train() every epoch."""
+    before = {}
+
+    def freeze_backbone(run):
+        freeze(run.model, "backbone")
+        before.update({name: tensor.clone() for name, tensor in run.model.features.state_dict().items()})
+
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, prepare=freeze_backbone)
+    after = recording.run.model.features.state_dict()
+    assert any("running_mean" in name for name in before)
+    for name, tensor in before.items():  # weights and BatchNorm statistics
+        assert torch.equal(after[name], tensor), name
+
+
+def test_early_stopping_ends_the_run_after_patience_epochs_without_improvement(tmp_path, monkeypatch):
+    # min_delta=100: no epoch after the first improves on it by that much
+    stopping = "regularization.early_stopping"
+    overrides = (f"{stopping}.enabled=true", f"{stopping}.patience=1", f"{stopping}.min_delta=100")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "trainer.max_epochs=5", *overrides)
+    assert recording.summary["stop_reason"] == "early_stopping" and recording.summary["epochs"] == 2
