@@ -36,7 +36,8 @@ from trainkit.checkpointing.resume import run_dir_of
 from trainkit.config import to_dict
 from trainkit.config.validation import validate
 from trainkit.data import build_data
-from trainkit.data.imagefolder import class_names, decode, images_in
+from trainkit.data.datasets import data_class
+from trainkit.data.imagefolder import ImageFolder, class_names, decode, images_in
 from trainkit.distributed.launch import joined_process_group, start_processes
 from trainkit.errors import ConfigError
 from trainkit.models import build_model, ema_weights
@@ -51,7 +52,6 @@ quiet_known_noise()
 
 CHECKPOINTS = ("best.pt", "last.pt")  # in a run directory: the weights train.py tested, else the latest
 SPLITS = ("test", "val")
-IMAGE_FOLDER = "trainkit.data.imagefolder.image_folder"  # data whose class names are its folders' names
 
 
 def checkpoint_config(cfg: DictConfig) -> DictConfig:
@@ -84,6 +84,13 @@ def check_data_fits(saved: dict, channels: int | None, num_classes: int | None) 
             )
 
 
+def folder_class_names(cfg: DictConfig) -> list[str]:
+    """The class names of an image folder (its class folders' names, in label order); [] for other data."""
+    if issubclass(data_class(cfg.data._target_), ImageFolder) and cfg.data.root:
+        return class_names(cfg.data.root)
+    return []
+
+
 def tested_weights(cfg: DictConfig, state: dict) -> tuple[str, dict]:
     """("ema", the EMA weights) where the run tested with them (regularization.ema.enabled, and the
     checkpoint holds an EMA), else ("model", the trained weights)."""
@@ -96,10 +103,11 @@ def trained_model(cfg: DictConfig, weights: dict, image_size: int, device: torch
     """The run's model with `weights`, on the device, and the side length batches are resized to.
     No pretrained weights are loaded first: the checkpoint's replace them, so their file or hub
     need not be reachable here."""
-    model_config = {**to_dict(cfg.model), "pretrained_path": None}
+    model_config = to_dict(cfg.model)
     if "pretrained" in model_config:
         model_config["pretrained"] = False
-    model, input_size = build_model(model_config, image_size=image_size)
+    finetune = {**to_dict(cfg.finetune), "pretrained_path": None}
+    model, input_size = build_model(model_config, finetune, image_size=image_size)
     load_weights(model, weights)  # a model= override of another shape: one line naming model
     # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
     memory_format = torch.channels_last if cfg.trainer.channels_last else torch.contiguous_format
@@ -129,7 +137,7 @@ def evaluate_process(cfg: DictConfig, out_dir: Path) -> dict:
         results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
         results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
         if proc.is_main:
-            save_figures(shown, out_dir, class_names(cfg.data.root) if cfg.data._target_ == IMAGE_FOLDER else [])
+            save_figures(shown, out_dir, folder_class_names(cfg))
             (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
         return results
 
@@ -161,7 +169,7 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
     transform = BatchTransform(cfg.data.mean, cfg.data.std, input_size, None, channels_last=cfg.trainer.channels_last)
     transform = transform.to(device)
     task = instantiate(cfg.task)
-    names = class_names(cfg.data.root) if cfg.data._target_ == IMAGE_FOLDER and cfg.data.root else []
+    names = folder_class_names(cfg)
     mode, size, batch_size = ("L" if cfg.data.channels == 1 else "RGB"), cfg.data.image_size, cfg.data.eval_batch_size
     rows: list[dict] = []
     for start in range(0, len(files), batch_size):

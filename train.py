@@ -246,7 +246,7 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
     if cfg.data.num_classes is None:  # an image folder counts its classes; the model reads this key
         cfg.data.num_classes = run.data.num_classes
-    model, input_size = build_model(cfg.model, image_size=run.data.image_size)
+    model, input_size = build_model(cfg.model, cfg.finetune, image_size=run.data.image_size)
     if cfg.distributed.sync_batchnorm and proc.world_size > 1:
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     channels_last = cfg.trainer.channels_last

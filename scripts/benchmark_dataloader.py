@@ -124,9 +124,9 @@ def measure(cfg, cache: Path, device, batches: int, warmup: int, counts: list[in
     import torch
     from omegaconf import OmegaConf
 
-    from trainkit.data import FileLoader, build_data, make_dataset
+    from trainkit.data import FileLoader, build_data, make_data
 
-    train = make_dataset(cfg.data).train
+    train = make_data(cfg.data).splits().train
     results = []
     for pin in (False, True) if device.type == "cuda" else (False,):
         for workers in counts:
@@ -137,8 +137,10 @@ def measure(cfg, cache: Path, device, batches: int, warmup: int, counts: list[in
             results.append(("files", setting, samples_per_second(loader, device, batches, warmup)))
             print(f"  {results[-1][1]}: {results[-1][2]:,.0f} samples/s", flush=True)
             del loader
-    cached = OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "data" / "cached.yaml"), cfg.data)
-    cached.merge_with({"_target_": "trainkit.data.cache.load_cache", "name": "cached", "root": str(cache)})
+    cached = OmegaConf.load(ROOT / "conf" / "data" / "cached.yaml")
+    # The image folder's settings, for the keys data=cached has (not the file loader's own, such as pin_memory).
+    cached.merge_with({key: cfg.data[key] for key in cached if key in cfg.data and key != "_target_"})
+    cached.merge_with({"name": "cached", "root": str(cache)})
     start = time.perf_counter()
     data = build_data(cached, torch.device(device), seed=0)
     print(f"  data=cached: loaded in {time.perf_counter() - start:.2f} s (once per run, not timed below)")
@@ -157,17 +159,19 @@ def measure(cfg, cache: Path, device, batches: int, warmup: int, counts: list[in
 
 
 def ensure_cache(cfg, cache: Path) -> None:
+    from trainkit.data import make_data
     from trainkit.data.cache import check_made_with, read_meta, write_cache
     from trainkit.errors import ConfigError
 
+    data = make_data(cfg.data)  # the image folder
     try:
         meta = read_meta(cache)
-        check_made_with(cfg.data, meta, cache)
+        check_made_with(data, meta, cache)
         if meta["source"] == str(Path(cfg.data.root).expanduser().resolve()):
             return
     except ConfigError:
         pass
-    write_cache(cfg.data, cache, num_workers=os.cpu_count() or 1)
+    write_cache(data, cache, num_workers=os.cpu_count() or 1)
 
 
 def report(results: list[tuple[str, str, float]], cfg, cache: Path, out: Path, cores: int) -> str:

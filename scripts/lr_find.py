@@ -56,7 +56,7 @@ def main(cfg: DictConfig) -> float | None:
     data = build_data(cfg.data, device=device, seed=cfg.seed)
     if cfg.data.num_classes is None:
         cfg.data.num_classes = data.num_classes
-    model, input_size = build_model(cfg.model, image_size=data.image_size)
+    model, input_size = build_model(cfg.model, cfg.finetune, image_size=data.image_size)
     channels_last = cfg.trainer.channels_last
     model = model.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
     transform = BatchTransform(

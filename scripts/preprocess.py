@@ -38,6 +38,8 @@ def compose(overrides: list[str]):  # -> DictConfig; Hydra is imported here, aft
     from hydra import compose, initialize_config_dir
 
     from trainkit.config.validation import problems
+    from trainkit.data.datasets import data_class
+    from trainkit.data.imagefolder import ImageFolder
     from trainkit.errors import ConfigError
 
     if not any(override.startswith("data=") for override in overrides):
@@ -48,19 +50,22 @@ def compose(overrides: list[str]):  # -> DictConfig; Hydra is imported here, aft
     if found:
         key, message = next(iter(found.items()))
         raise ConfigError(key, message)
-    if cfg.data.name != "imagefolder":
+    if not issubclass(data_class(cfg.data._target_), ImageFolder):
         raise ConfigError("data", f"is {cfg.data.name}; preprocess.py caches an image folder: use data=imagefolder")
     return cfg
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    from hydra.utils import instantiate
+
     from trainkit.data.cache import write_cache
     from trainkit.errors import ConfigError
 
     try:
         cfg = compose(args.overrides)
-        meta = write_cache(cfg.data, args.cache_dir, num_workers=args.workers, progress=not args.no_progress)
+        data = instantiate(cfg.data)  # an ImageFolder: compose() refused any other data
+        meta = write_cache(data, args.cache_dir, num_workers=args.workers, progress=not args.no_progress)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

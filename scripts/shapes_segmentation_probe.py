@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from trainkit.augment.image_and_mask import augment_image_and_mask
-from trainkit.data.shapes import make_shapes
+from trainkit.data.shapes import Shapes
 from trainkit.models.unet import UNet
 from trainkit.tasks.confusion import confusion_counts, miou_and_pixel_acc
 
@@ -82,17 +82,28 @@ def learning_rate(update: int, total_updates: int, peak: float, warmup_fraction:
 
 def run(args: argparse.Namespace, seed: int) -> dict[str, float]:
     started = time.perf_counter()
-    data_config = {
-        "num_samples": args.num_samples,
-        "val_samples": 1,  # the probe does no model selection
-        "test_samples": args.test_samples,
-        "image_size": args.image_size,
-        "split_seed": seed,
-        "noise": args.noise,
-        "max_shapes": args.max_shapes,
-        "shape_size": args.shape_size,
-    }
-    splits = make_shapes(data_config)
+    data = Shapes(
+        name="shapes",
+        channels=3,
+        image_size=args.image_size,
+        num_classes=None,
+        mirror_changes_label=False,
+        mean=SHAPES_MEAN,
+        std=SHAPES_STD,
+        batch_size=args.batch_size,
+        eval_batch_size=256,
+        num_workers=0,
+        drop_last=False,
+        shuffle=True,
+        num_samples=args.num_samples,
+        val_samples=1,  # the probe does no model selection
+        test_samples=args.test_samples,
+        noise=args.noise,
+        split_seed=seed,
+        max_shapes=args.max_shapes,
+        shape_size=args.shape_size,
+    )
+    splits = data.splits()
     data_seconds = time.perf_counter() - started
     mean = torch.tensor(SHAPES_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(SHAPES_STD).view(1, 3, 1, 1)

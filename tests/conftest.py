@@ -74,8 +74,9 @@ def run_here(script: str, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
     import traceback
 
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
 
-    saved_argv, saved_cwd = sys.argv, os.getcwd()
+    saved_argv, saved_cwd, saved_hydra_config = sys.argv, os.getcwd(), HydraConfig.instance().cfg
     # cli.run writes these into os.environ; each run starts from the test's own values.
     environment = {key: os.environ.get(key) for key in ("TRAINKIT_LAUNCH_TIME", "HYDRA_FULL_ERROR")}
     # Hydra points the root logger at the run's train.log and this run's output: later tests log elsewhere.
@@ -96,6 +97,7 @@ def run_here(script: str, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
                 returncode = 1
     finally:
         GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = saved_hydra_config  # code that asks "inside a Hydra job?" is asked anew
         for handler in root.handlers[:]:
             if handler not in handlers:
                 root.removeHandler(handler)

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from conftest import ROOT, TrainRun, composed, run_here
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
-from trainkit.data.datasets import load_digits, read_digits
+from trainkit.data import make_data
+from trainkit.data.datasets import read_digits
 from trainkit.models import build_model
 
 CLASSIFICATION = (
@@ -121,7 +121,7 @@ def test_the_confusion_matrix_counts_every_test_sample_once(classification_eval)
     counts = np.array(confusion["counts"])
     assert confusion["classes"] == [str(label) for label in range(10)] and counts.shape == (10, 10)
     assert counts.sum() == metrics["samples"] == 359
-    test_labels = load_digits(OmegaConf.create({"test_fraction": 0.2, "val_fraction": 0.1, "split_seed": 0})).test[1]
+    test_labels = make_data(composed().data).splits().test[1]
     assert counts.sum(axis=1).tolist() == torch.bincount(test_labels, minlength=10).tolist()  # rows: true classes
     assert counts.trace() / counts.sum() == pytest.approx(metrics["test/acc"], abs=1e-12)
 
@@ -158,7 +158,7 @@ def untrained_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("untrained") / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     config = to_dict(composed())
-    model, _ = build_model(config["model"], image_size=8)
+    model, _ = build_model(config["model"], config["finetune"], image_size=8)
     state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 20}
     save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "batches_done": 0, "config": config})
     return run_dir

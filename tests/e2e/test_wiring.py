@@ -231,7 +231,7 @@ def test_ema_is_updated_every_step_and_is_what_is_evaluated(tmp_path, monkeypatc
 
 
 def test_a_frozen_backbone_and_its_batchnorm_statistics_do_not_move_in_the_loop(tmp_path, monkeypatch):
-    """Frozen through trainkit.models.finetune.freeze (what the model config's freeze keys call):
+    """Frozen through trainkit.models.finetune.freeze (what finetune.freeze and finetune.freeze_bn call):
     train.py's loop puts frozen BatchNorm back in eval mode after model.train() every epoch."""
     before = {}
 

@@ -24,8 +24,6 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[2]
 FENCED_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 FILE_MARKER = re.compile(r"#\s*file:\s*(\S+)")
-# Handled by trainkit.models.build.build_model itself, not passed to the model's _target_.
-SHARED_MODEL_KEYS = ("input_size", "pretrained_path", "freeze", "freeze_bn")
 RECIPES = ("Add your own model", "Add your own dataset", "Add your own task")
 
 
@@ -119,11 +117,10 @@ def test_add_your_own_model_recipe_trains_the_new_model(tmp_path):
     files, repo, run_dir = follow("Add your own model", "model", tmp_path)
     assert "test" in json.loads((run_dir / "summary.json").read_text())
 
-    # The checkpoint holds the recipe's class, built with the yaml's arguments: same keys, same shapes.
+    # The checkpoint holds the recipe's class, built with the yaml's keys, all of them its arguments:
+    # same keys, same shapes.
     model_config = run_config(run_dir)["model"]
     model_class = recipe_class(files, repo, model_config.pop("_target_"))
-    for key in SHARED_MODEL_KEYS:
-        model_config.pop(key, None)
     expected = model_class(**model_config).state_dict()
     trained = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)["model"]
     assert {key: value.shape for key, value in trained.items()} == {key: value.shape for key, value in expected.items()}
@@ -188,7 +185,7 @@ def test_add_your_own_task_recipe_trains_and_reports_the_task_metrics(tmp_path):
 
     def test_metrics(weights: dict | None) -> dict[str, float]:
         torch.manual_seed(0)
-        model, input_size = build_model(config["model"], image_size=data.image_size)
+        model, input_size = build_model(config["model"], config["finetune"], image_size=data.image_size)
         if weights is not None:
             model.load_state_dict(weights)
         transform = BatchTransform(data.mean, data.std, input_size)

@@ -47,7 +47,7 @@ KEYS = (
     "regularization.early_stopping.mode",
     "regularization.early_stopping.patience",
     "regularization.early_stopping.min_delta",
-    "model.input_size",
+    "finetune.input_size",
     "distributed.nproc_per_node",
     "logger.name",
     "logger.mode",

@@ -19,6 +19,19 @@ from trainkit.errors import ConfigError
 # in a way older code cannot read; checkpoints written before versioning hold the same keys as 1.
 CHECKPOINT_FORMAT = 1
 REQUIRED_KEYS = ("model", "optimizer", "scheduler", "epoch", "step", "batches_done", "config")
+# What format-1 checkpoints written before the model and data nodes became plain constructor
+# arguments hold, and what it is now: read_checkpoint moves it, so a run from before the change
+# resumes and evaluates (the old keys would reach the model's constructor, the old targets are gone).
+MOVED_MODEL_KEYS = ("pretrained_path", "freeze", "freeze_bn", "input_size")  # model.<key> -> finetune.<key>
+RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced them
+    "trainkit.data.datasets.load_digits": "trainkit.data.datasets.Digits",
+    "trainkit.data.datasets.load_mnist": "trainkit.data.datasets.MNIST",
+    "trainkit.data.datasets.load_cifar10": "trainkit.data.datasets.CIFAR10",
+    "trainkit.data.datasets.make_synthetic": "trainkit.data.datasets.Synthetic",
+    "trainkit.data.shapes.make_shapes": "trainkit.data.shapes.Shapes",
+    "trainkit.data.imagefolder.image_folder": "trainkit.data.imagefolder.ImageFolder",
+    "trainkit.data.cache.load_cache": "trainkit.data.cache.Cached",
+}
 
 
 def find_checkpoint(given: str | Path, key: str = "resume", names: tuple[str, ...] = ("last.pt",)) -> Path:
@@ -71,7 +84,19 @@ def read_checkpoint(
             f"{path} has checkpoint format {version}, this code reads format {CHECKPOINT_FORMAT} ({age} trainkit "
             f"wrote it); use the trainkit version that wrote it",
         )
+    upgrade_config(state["config"])
     return state
+
+
+def upgrade_config(config: dict[str, Any]) -> None:
+    """Move, in place, what an older checkpoint's config keeps where this code no longer reads it
+    (MOVED_MODEL_KEYS, RENAMED_DATA_TARGETS); a config written by this code is left as it is."""
+    model, data = config.get("model", {}), config.get("data", {})
+    moved = {key: model.pop(key) for key in MOVED_MODEL_KEYS if key in model}
+    if moved:
+        config["finetune"] = {**moved, **config.get("finetune", {})}
+    if data.get("_target_") in RENAMED_DATA_TARGETS:
+        data["_target_"] = RENAMED_DATA_TARGETS[data["_target_"]]
 
 
 def check_model_fits(model_state: dict, model: torch.nn.Module) -> None:

@@ -79,7 +79,7 @@ RULES: dict[str, Check] = {
     "trainer.cudnn_benchmark": flag(),
     "trainer.progress_bar": flag(),
     "trainer.tta_flip": flag(),
-    "data._target_": text(),  # the factory; trainkit.config.validation checks that its module exists
+    "data._target_": text(),  # the data class; trainkit.config.validation imports it to read its keys and needs
     "task._target_": text(),  # the task class; trainkit.config.validation imports it to read its metric names
     "data.name": text(),  # a label: the option's file (data=<name>) and _target_ decide what loads
     "data.root": text(null=True),
@@ -107,11 +107,11 @@ RULES: dict[str, Check] = {
     "data.skip_bad_files": flag(),
     "model.name": text(),
     "model.pretrained": flag(),
-    "model.pretrained_path": text(null=True),
-    "model.input_size": integer(1, null=True),
-    "model.freeze": freeze_spec,
-    "model.freeze_bn": flag(),
     "model.widths": numbers(1, whole=True),
+    "finetune.pretrained_path": text(null=True),
+    "finetune.freeze": freeze_spec,
+    "finetune.freeze_bn": flag(),
+    "finetune.input_size": integer(1, null=True),
     "model.drop_path_rate": number(0, below=1),
     "model.stem_width": integer(1),
     "model.logit_scale": number(above=0),

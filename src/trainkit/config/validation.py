@@ -12,7 +12,7 @@ exist, weights of another shape) is checked where it arises, in the same one-lin
 `ignored_keys` lists settings the chosen options do not use: warnings, not errors.
 """
 
-import importlib.util
+import dataclasses
 import logging
 from collections.abc import Iterator
 
@@ -22,17 +22,12 @@ from omegaconf import DictConfig, OmegaConf
 from trainkit.augment.batch_transform import active_ops
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
 from trainkit.config.schema import Relation, find_problems, show, unknown_keys
+from trainkit.data.datasets import ImageData, data_class
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import higher_is_better, metric_names_of, task_class
 
 log = logging.getLogger(__name__)
-
-# What the built-in data options need, by data.name (a dataset of your own is checked by its factory).
-NEEDS_NO_FILES = ("digits", "synthetic")  # generated or shipped with a package: data.root means nothing
-NEEDS_ROOT = ("mnist", "cifar10", "imagefolder", "cached")
-DOWNLOADABLE = ("mnist", "cifar10")  # torchvision fetches these when data.download=true
-IN_MEMORY = ("digits", "synthetic", "mnist", "cifar10", "cached")  # on the device, no worker processes
 
 
 # ---- relations: keys that contradict each other --------------------------------------------
@@ -66,22 +61,60 @@ def _statistics_per_channel(cfg: DictConfig) -> Iterator[tuple[str, str]]:
             )
 
 
+def _data_class(cfg: DictConfig) -> type[ImageData] | None:
+    """The class `data._target_` names, imported but not built: its fields are the keys a data option
+    has, its class attributes what the data needs (None when it cannot be imported: _data_target says so)."""
+    try:
+        return data_class(str(cfg.data.get("_target_")))
+    except ConfigError:
+        return None
+
+
+def _data_target(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    target = cfg.data.get("_target_")
+    if target is None:
+        yield "data._target_", "is required: the dataclass of the data option, e.g. trainkit.data.datasets.Digits"
+        return
+    try:
+        data_class(target)
+    except ConfigError as error:
+        yield error.key, error.message
+
+
+def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """The data option's keys are the fields of its class: a key it lacks, or one it does not take,
+    would otherwise stop the run later with a TypeError from the constructor."""
+    data = _data_class(cfg)
+    if data is None:
+        return
+    fields = {field.name: field for field in dataclasses.fields(data)}
+    for key in cfg.data:
+        if key != "_target_" and key not in fields:
+            yield (
+                f"data.{key}",
+                f"is not a key of {data.__name__} ({cfg.data._target_}), which takes {', '.join(fields)}; "
+                f"remove it, or add a field to the class",
+            )
+    for name, field in fields.items():
+        no_default = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        if no_default and name not in cfg.data:
+            yield f"data.{name}", f"is required by {data.__name__}; add it to the data option or pass +data.{name}=..."
+
+
 def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """What the chosen dataset needs from the other data keys."""
-    data = cfg.data
-    if data.name in NEEDS_ROOT and data.get("root") is None:
-        where = {
-            "imagefolder": "a folder holding train/<class>/<images>",
-            "cached": "the folder scripts/preprocess.py wrote",
-        }.get(data.name, "the data folder")
-        yield "data.root", f"is required for {data.name}; pass data.root=... ({where})"
-    if data.name in ("imagefolder", "cached") and data.channels not in (1, 3):
+    """What the chosen dataset needs from the other data keys, as its class says."""
+    data, kind = cfg.data, _data_class(cfg)
+    if kind is None:
+        return
+    if kind.needs_root and data.get("root") is None:
+        yield "data.root", f"is required for {data.name}; pass data.root=... ({kind.needs_root})"
+    if kind.decodes_images and data.channels not in (1, 3):
         yield (
             "data.channels",
             f"is {data.channels}, but images decode as greyscale (1) or RGB (3); set data.channels=1 or 3",
         )
-    if data.name == "synthetic" and data.get("num_classes") is None:
-        yield "data.num_classes", "is null, but synthetic data generates its classes; set data.num_classes=N"
+    if kind.needs_num_classes and data.get("num_classes") is None:
+        yield "data.num_classes", f"is null, but {data.name} generates its classes; set data.num_classes=N"
     fractions = [key for key in ("val_fraction", "test_fraction") if data.get(key) is not None]
     if sum(data[key] for key in fractions) >= 1:
         keys = " + ".join(f"data.{key}" for key in fractions)
@@ -91,33 +124,10 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-def _dataset_factory(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    # The module only, found without running it: importing it may be slow (torchvision) and the
-    # function inside is looked up when the data is built.
-    target = cfg.data.get("_target_")
-    if target is None:
-        yield (
-            "data._target_",
-            "is required: the function that makes the splits, e.g. trainkit.data.datasets.load_digits",
-        )
-        return
-    module = target.rpartition(".")[0]
-    try:
-        found = bool(module) and importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package that does not exist
-        found = False
-    if not found:
-        yield (
-            "data._target_",
-            f"no module {module or target!r} to import; point it at module.function, "
-            f"e.g. trainkit.data.datasets.load_digits",
-        )
-
-
 def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.model.get("pretrained_path") and cfg.model.get("pretrained"):
+    if cfg.finetune.pretrained_path and cfg.model.get("pretrained"):
         yield (
-            "model.pretrained_path",
+            "finetune.pretrained_path",
             (
                 "is set together with model.pretrained=true; load weights one way: "
                 "set model.pretrained=false to use the file"
@@ -180,9 +190,9 @@ def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
                 f"use an augmentation without it (augmentation=none) and the task's own flips and shifts "
                 f"(task.horizontal_flip, task.crop_padding)",
             )
-    if cfg.model.get("input_size") is not None:
+    if cfg.finetune.input_size is not None:
         yield (
-            "model.input_size",
+            "finetune.input_size",
             f"resizes the images but not their masks ({task.__name__} has a target per pixel); leave it null",
         )
     if cfg.data.get("mirror_changes_label") and cfg.task.get("horizontal_flip"):
@@ -283,7 +293,8 @@ def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tup
 
 
 def _per_sample_needs_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.data.name in IN_MEMORY and "per_sample" in active_ops(cfg.augmentation):
+    data = _data_class(cfg)
+    if data is not None and data.in_memory and "per_sample" in active_ops(cfg.augmentation):
         yield (
             "augmentation.per_sample",
             (
@@ -306,12 +317,13 @@ def _no_flip_tta_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[
 RELATIONS = (
     Relation(("required",), _required),
     Relation(("data.channels", "data.mean", "data.std"), _statistics_per_channel),
+    Relation(("data._target_",), _data_target),
+    Relation(("data._target_",), _data_keys),
     Relation(
-        ("data.name", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
+        ("data._target_", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
         _dataset_needs,
     ),
-    Relation(("data._target_",), _dataset_factory),
-    Relation(("model.pretrained_path", "model.pretrained"), _pretrained_once),
+    Relation(("finetune.pretrained_path", "model.pretrained"), _pretrained_once),
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),
     Relation(("task._target_", "regularization.early_stopping"), _early_stopping_direction),
@@ -322,11 +334,11 @@ RELATIONS = (
     unknown_keys("augmentation.affine", AFFINE_KEYS),
     unknown_keys("augmentation.per_sample", PER_SAMPLE_KEYS),
     Relation(("augmentation",), _augmentation_off),
-    Relation(("data.name", "augmentation"), _per_sample_needs_files),
+    Relation(("data._target_", "augmentation"), _per_sample_needs_files),
     # after the augmentation checks: a bad augmentation section is reported once, as itself
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
     Relation(("data.mirror_changes_label", "trainer.tta_flip"), _no_flip_tta_where_mirroring_changes_the_label),
-    Relation(("task._target_", "augmentation", "model.input_size", "data.mirror_changes_label"), _spatial_targets),
+    Relation(("task._target_", "augmentation", "finetune.input_size", "data.mirror_changes_label"), _spatial_targets),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
 )
 
@@ -342,15 +354,16 @@ def problems(cfg: DictConfig) -> dict[str, str]:
 def ignored_keys(cfg: DictConfig) -> list[str]:
     """Settings the chosen options do not use, each as one line: a value set there by mistake
     would otherwise be ignored in silence. Call it on a config without problems."""
-    data, ignored = cfg.data, []
-    if data.name in IN_MEMORY and data.num_workers != "auto" and data.num_workers > 0:  # auto: none needed
+    data, kind, ignored = cfg.data, _data_class(cfg), []
+    workers = data.get("num_workers", 0)
+    if kind is not None and kind.in_memory and workers != "auto" and workers > 0:  # auto: none needed
         ignored.append(
-            f"data.num_workers={data.num_workers} is ignored: {data.name} is held in memory on the device "
+            f"data.num_workers={workers} is ignored: {data.name} is held in memory on the device "
             f"and sliced into batches without worker processes; leave it at 0"
         )
-    if data.name in NEEDS_NO_FILES and data.get("root") is not None:
+    if kind is not None and not kind.uses_root and data.get("root") is not None:
         ignored.append(f"data.root={data.root} is ignored: {data.name} reads no files; leave it null")
-    if data.name not in DOWNLOADABLE and data.get("download"):
+    if kind is not None and not kind.downloadable and data.get("download"):
         ignored.append(f"data.download=true is ignored: {data.name} has nothing to download; leave it false")
     scheduler = cfg.scheduler
     if scheduler.get("warmup_start_factor") is not None and not scheduler.get("warmup_epochs"):

@@ -1,7 +1,7 @@
 """The offline cache: an image folder decoded once into uint8 arrays, then trained from in memory.
 
     python scripts/preprocess.py /cache data.root=/images data.image_size=32    # write_cache
-    python train.py data=cached data.root=/cache data.image_size=32              # load_cache
+    python train.py data=cached data.root=/cache data.image_size=32              # Cached
 
 Decoding a PNG or JPEG costs far more than the step of a small model; the cache pays it once.
 Pixels are decoded by trainkit.data.imagefolder (the same listing, splits, resize and crop as
@@ -20,14 +20,15 @@ meta.json is written last: a directory without it (an interrupted run) is not a 
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 
-from trainkit.data.datasets import Splits
+from trainkit.data.datasets import ImageData, Splits
+from trainkit.data.imagefolder import ImageFolder, load_image_folder
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -38,18 +39,19 @@ SPLIT_KEYS = ("val_fraction", "test_fraction", "split_seed")  # matter only for 
 HOST_SHARE = 0.5  # a split larger than this share of the available host memory stays memory-mapped
 
 
-def write_cache(cfg: DictConfig, out: Path, *, num_workers: int = 0, progress: bool = True) -> dict[str, Any]:
-    """Decode the image folder `cfg` (an `imagefolder` data config) into a cache at `out`; return its meta."""
+def write_cache(data: ImageFolder, out: Path, *, num_workers: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Decode the image folder `data` (`instantiate` of an `imagefolder` data config) into a cache at `out`;
+    return its meta."""
     from tqdm import tqdm
 
-    from trainkit.data.imagefolder import load_image_folder
     from trainkit.data.loaders import FileLoader
 
-    datasets, classes = load_image_folder(cfg)
+    datasets, classes = load_image_folder(data)
     out.mkdir(parents=True, exist_ok=True)
     (out / "meta.json").unlink(missing_ok=True)  # until the arrays are complete, this is not a cache
-    root = Path(cfg["root"]).expanduser().resolve()
-    channels, size = cfg["channels"], cfg["image_size"]
+    assert data.root is not None, "the config check requires data.root (needs_root)"
+    root = Path(data.root).expanduser().resolve()
+    channels, size = data.channels, data.image_size
     counts = {}
     with tqdm(total=sum(len(d) for d in datasets.values()), unit="img", desc="decoding", disable=not progress) as bar:
         for split in SPLITS:
@@ -82,7 +84,7 @@ def write_cache(cfg: DictConfig, out: Path, *, num_workers: int = 0, progress: b
         "classes": classes,
         "num_classes": len(classes),
         "carved": [split for split in ("val", "test") if not (root / split).is_dir()],
-        **{key: cfg[key] for key in SPLIT_KEYS},
+        **{key: getattr(data, key) for key in SPLIT_KEYS},
         "source": str(root),
         "counts": counts,
     }
@@ -90,14 +92,25 @@ def write_cache(cfg: DictConfig, out: Path, *, num_workers: int = 0, progress: b
     return meta
 
 
-def load_cache(cfg: DictConfig) -> Splits:
-    """The `data=cached` factory: the cache at `data.root` as tensors (build_data moves them to the
-    device), after checking that it was made with this config's image size, channels, classes and splits."""
-    root = Path(cfg["root"]).expanduser()
-    meta = read_meta(root)
-    check_made_with(cfg, meta, root)
-    train, val, test = (_arrays(root, split) for split in SPLITS)
-    return Splits(train, val, test, num_classes=meta["num_classes"])
+@dataclass(kw_only=True)
+class Cached(ImageData):
+    """The `data=cached` option: the cache at `data.root` as tensors (build_data moves them to the
+    device), after checking that it was made with these image size, channels, classes and splits."""
+
+    val_fraction: float  # as the cache was made (checked only when it carved val/ or test/ from train/)
+    test_fraction: float
+    split_seed: int
+
+    needs_root: ClassVar[str] = "the folder scripts/preprocess.py wrote"
+    decodes_images: ClassVar[bool] = True  # decoded from image files when the cache was made
+
+    def splits(self) -> Splits:
+        assert self.root is not None, "the config check requires data.root (needs_root)"
+        root = Path(self.root).expanduser()
+        meta = read_meta(root)
+        check_made_with(self, meta, root)
+        train, val, test = (_arrays(root, split) for split in SPLITS)
+        return Splits(train, val, test, num_classes=meta["num_classes"])
 
 
 def _arrays(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,11 +146,11 @@ def read_meta(root: Path) -> dict[str, Any]:
     return meta
 
 
-def check_made_with(cfg: DictConfig, meta: dict[str, Any], root: Path) -> None:
-    """Refuse a cache made with other settings than `cfg`, naming the first key that differs."""
+def check_made_with(data: Cached | ImageFolder, meta: dict[str, Any], root: Path) -> None:
+    """Refuse a cache made with other settings than `data`'s, naming the first key that differs."""
     keys = ["image_size", "channels", "num_classes"] + (list(SPLIT_KEYS) if meta["carved"] else [])
     for key in keys:
-        wanted = cfg.get(key)
+        wanted = getattr(data, key)
         if key == "num_classes" and wanted is None:
             continue  # null: as many as the cache has
         if wanted != meta[key]:

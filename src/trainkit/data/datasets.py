@@ -1,23 +1,25 @@
-"""The data factories of the built-in in-memory options, what a factory returns, and the seeded
-carving of splits.
+"""What a data option is (ImageData), what it returns (Splits, FileSplits), the seeded carving of
+splits, and the built-in in-memory datasets.
 
-A data option's `_target_` (conf/data/*.yaml) names a factory: a function (or class) called with
-the whole `data` config. It returns either
+A data option (conf/data/<name>.yaml) names in `_target_` a dataclass derived from `ImageData`,
+whose fields are exactly the option's keys: `hydra.utils.instantiate(cfg.data)` makes it (in a
+notebook too), and its `splits()` makes the data:
 - `Splits` of `(images, labels)` tensors: images `[N, C, H, W]`, uint8 (0..255) or float32 in
   [0, 1]; labels int64. build_data puts them on the device (TensorLoader); or
 - `FileSplits` of map-style datasets whose items are `(uint8 [C, S, S] tensor, label)`, decoded
   in DataLoader workers (FileLoader), as trainkit.data.imagefolder does.
-Every split is a pure function of the config, so every rank builds the same one without talking
+Every split is a pure function of the fields, so every rank builds the same one without talking
 to the others.
 """
 
+import importlib
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
 from trainkit.errors import ConfigError
@@ -41,6 +43,64 @@ class FileSplits:
     val: Dataset
     test: Dataset
     num_classes: int
+
+
+# kw_only: fields with defaults here may come before a subclass's fields without (Hydra passes keywords).
+@dataclass(kw_only=True)
+class ImageData:
+    """The keys every data option has: what build_data, the model, the augmentation and the config
+    check read. A subclass adds the keys of its own data and `splits()`.
+
+    The class attributes say what the config check (trainkit.config.validation) needs to know of
+    the data before anything is built. It reads them from the class `data._target_` names, so a
+    dataset of your own is checked like the built-in ones, with no list of names to extend.
+    """
+
+    name: str  # a label for messages; the class decides what loads
+    root: str | None = None  # the folder the data is read from (generated data has none)
+    download: bool = False  # fetch the files into data.root when they are missing
+    channels: int  # checked against what splits() returns
+    image_size: int  # side length of the square images, checked likewise
+    num_classes: int | None  # null: as many as the data has (an image folder counts its class folders)
+    mirror_changes_label: bool  # true: a mirror image is another class, so flips are refused
+    mean: Sequence[float]  # per channel (or one for all), of the pixels scaled to [0, 1]
+    std: Sequence[float]
+    batch_size: int  # per process
+    eval_batch_size: int
+    num_workers: int | str  # DataLoader workers for file data; auto: see trainkit.data.loader_settings
+    drop_last: bool
+    shuffle: bool  # reshuffle the training split every epoch
+
+    in_memory: ClassVar[bool] = True  # splits() gives Splits, held on the device; False: FileSplits
+    needs_root: ClassVar[str] = ""  # what data.root must name, for data read from a folder ("": nothing)
+    uses_root: ClassVar[bool] = True  # False: generated or shipped data, a data.root set is ignored
+    downloadable: ClassVar[bool] = False  # data.download=true fetches the files
+    decodes_images: ClassVar[bool] = False  # images decode as greyscale or RGB: data.channels is 1 or 3
+    needs_num_classes: ClassVar[bool] = False  # the data makes data.num_classes classes: it cannot be null
+
+    def splits(self) -> Splits | FileSplits:
+        raise NotImplementedError(f"{type(self).__name__} must define splits()")
+
+
+def data_class(target: str) -> type[ImageData]:
+    """The ImageData subclass `data._target_` names, imported but not built (the config check reads
+    its fields and class attributes); a one-line ConfigError when there is none."""
+    module_name, _, attribute = target.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as error:  # ValueError: no module part at all
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            "data._target_",
+            f"cannot import {target!r} ({reason}); point it at module.Class, e.g. trainkit.data.datasets.Digits",
+        ) from error
+    if not (isinstance(found, type) and issubclass(found, ImageData)):
+        raise ConfigError(
+            "data._target_",
+            f"{target} is not a subclass of trainkit.data.ImageData; a data option names a dataclass derived "
+            f"from it, whose fields are the option's keys (README: Add your own dataset)",
+        )
+    return found
 
 
 def carve(num_samples: int, fractions: dict[str, float], seed: int) -> dict[str, torch.Tensor]:
@@ -68,14 +128,23 @@ def carve(num_samples: int, fractions: dict[str, float], seed: int) -> dict[str,
     return parts
 
 
-def load_digits(cfg: DictConfig) -> Splits:
+@dataclass(kw_only=True)
+class Digits(ImageData):
     """scikit-learn's 1,797 8x8 digits, float32 in [0, 1], carved into train/val/test."""
-    pixels, target = read_digits()
-    images = torch.from_numpy(pixels).float().div_(16).reshape(-1, 1, 8, 8)  # pixels are 0..16
-    labels = torch.from_numpy(target).long()
-    parts = carve(len(labels), {"test": cfg["test_fraction"], "val": cfg["val_fraction"]}, cfg["split_seed"])
-    train, val, test = ((images[parts[s]], labels[parts[s]]) for s in ("train", "val", "test"))
-    return Splits(train, val, test, num_classes=10)
+
+    val_fraction: float
+    test_fraction: float
+    split_seed: int
+
+    uses_root: ClassVar[bool] = False  # shipped with scikit-learn
+
+    def splits(self) -> Splits:
+        pixels, target = read_digits()
+        images = torch.from_numpy(pixels).float().div_(16).reshape(-1, 1, 8, 8)  # pixels are 0..16
+        labels = torch.from_numpy(target).long()
+        parts = carve(len(labels), {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed)
+        train, val, test = ((images[parts[s]], labels[parts[s]]) for s in ("train", "val", "test"))
+        return Splits(train, val, test, num_classes=10)
 
 
 def read_digits() -> tuple[Any, Any]:
@@ -96,30 +165,49 @@ def read_digits() -> tuple[Any, Any]:
     return table[:, :-1], table[:, -1].astype(np.int64)
 
 
-def load_mnist(cfg: DictConfig) -> Splits:
+@dataclass(kw_only=True)
+class MNIST(ImageData):
     """torchvision's MNIST as uint8 `[N, 1, 28, 28]`; val is carved from the official train set."""
-    from torchvision.datasets import MNIST
 
-    def read(train: bool) -> Split:
-        dataset = _open_torchvision(MNIST, "MNIST", "MNIST/raw/", cfg, train)
-        return dataset.data.unsqueeze(1), dataset.targets.long()
+    val_fraction: float
+    split_seed: int
 
-    return _carve_val(read(train=True), read(train=False), cfg)
+    needs_root: ClassVar[str] = "a folder holding MNIST/raw/"
+    downloadable: ClassVar[bool] = True
+
+    def splits(self) -> Splits:
+        from torchvision.datasets import MNIST as TorchvisionMNIST
+
+        def read(train: bool) -> Split:
+            dataset = _open_torchvision(TorchvisionMNIST, "MNIST", "MNIST/raw/", self, train)
+            return dataset.data.unsqueeze(1), dataset.targets.long()
+
+        return _carve_val(read(train=True), read(train=False), self.val_fraction, self.split_seed)
 
 
-def load_cifar10(cfg: DictConfig) -> Splits:
+@dataclass(kw_only=True)
+class CIFAR10(ImageData):
     """torchvision's CIFAR-10 as uint8 `[N, 3, 32, 32]`; val is carved from the official train set."""
-    from torchvision.datasets import CIFAR10
 
-    def read(train: bool) -> Split:
-        dataset = _open_torchvision(CIFAR10, "CIFAR-10", "cifar-10-batches-py/", cfg, train)
-        images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()  # stored NHWC
-        return images, torch.tensor(dataset.targets, dtype=torch.int64)
+    val_fraction: float
+    split_seed: int
 
-    return _carve_val(read(train=True), read(train=False), cfg)
+    needs_root: ClassVar[str] = "a folder holding cifar-10-batches-py/"
+    downloadable: ClassVar[bool] = True
+
+    def splits(self) -> Splits:
+        from torchvision.datasets import CIFAR10 as TorchvisionCIFAR10
+
+        def read(train: bool) -> Split:
+            dataset = _open_torchvision(TorchvisionCIFAR10, "CIFAR-10", "cifar-10-batches-py/", self, train)
+            images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()  # stored NHWC
+            return images, torch.tensor(dataset.targets, dtype=torch.int64)
+
+        return _carve_val(read(train=True), read(train=False), self.val_fraction, self.split_seed)
 
 
-def make_synthetic(cfg: DictConfig) -> Splits:
+@dataclass(kw_only=True)
+class Synthetic(ImageData):
     """Class prototypes plus Gaussian noise, squashed to [0, 1]: learnable, any shape, no files.
 
     Prototypes are drawn at a quarter of the size and upsampled, so they are smooth blobs
@@ -129,23 +217,38 @@ def make_synthetic(cfg: DictConfig) -> Splits:
     One generator seeded by `split_seed` draws the prototypes, then train, val and test in
     that order, so the data is identical on every rank and in every run with the same config.
     """
-    generator = torch.Generator().manual_seed(cfg["split_seed"])
-    num_classes, size = cfg["num_classes"], cfg["image_size"]
-    coarse = torch.randn(num_classes, cfg["channels"], max(1, size // 4), max(1, size // 4), generator=generator)
-    prototypes = 2 * torch.nn.functional.interpolate(coarse, size=(size, size), mode="bilinear", align_corners=False)
 
-    def sample(count: int) -> Split:
-        labels = torch.randint(num_classes, (count,), generator=generator)
-        noise = torch.randn(prototypes[labels].shape, generator=generator)
-        return torch.sigmoid(prototypes[labels] + cfg["noise"] * noise), labels
+    num_samples: int  # training samples
+    val_samples: int
+    test_samples: int
+    noise: float  # standard deviation of the noise around each prototype, before squashing to [0, 1]
+    split_seed: int
 
-    train, val, test = (sample(cfg[key]) for key in ("num_samples", "val_samples", "test_samples"))
-    return Splits(train, val, test, num_classes=num_classes)
+    uses_root: ClassVar[bool] = False  # generated
+    needs_num_classes: ClassVar[bool] = True  # a prototype a class
+
+    def splits(self) -> Splits:
+        assert self.num_classes is not None, "the config check requires data.num_classes (needs_num_classes)"
+        generator = torch.Generator().manual_seed(self.split_seed)
+        num_classes, size = self.num_classes, self.image_size
+        coarse = torch.randn(num_classes, self.channels, max(1, size // 4), max(1, size // 4), generator=generator)
+        prototypes = 2 * torch.nn.functional.interpolate(
+            coarse, size=(size, size), mode="bilinear", align_corners=False
+        )
+
+        def sample(count: int) -> Split:
+            labels = torch.randint(num_classes, (count,), generator=generator)
+            noise = torch.randn(prototypes[labels].shape, generator=generator)
+            return torch.sigmoid(prototypes[labels] + self.noise * noise), labels
+
+        train, val, test = (sample(count) for count in (self.num_samples, self.val_samples, self.test_samples))
+        return Splits(train, val, test, num_classes=num_classes)
 
 
-def _open_torchvision(dataset_class: type, title: str, folder: str, cfg: DictConfig, train: bool) -> Any:
-    root = Path(cfg["root"]).expanduser()
-    if cfg["download"]:
+def _open_torchvision(dataset_class: type, title: str, folder: str, data: ImageData, train: bool) -> Any:
+    assert data.root is not None, "the config check requires data.root (needs_root)"
+    root = Path(data.root).expanduser()
+    if data.download:
         before = _paths_below(root)
         try:
             return dataset_class(root=str(root), train=train, download=True)
@@ -210,8 +313,8 @@ def _flatten(error: BaseException) -> str:
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
-def _carve_val(train: Split, test: Split, cfg: DictConfig) -> Splits:
-    parts = carve(len(train[1]), {"val": cfg["val_fraction"]}, cfg["split_seed"])
+def _carve_val(train: Split, test: Split, val_fraction: float, split_seed: int) -> Splits:
+    parts = carve(len(train[1]), {"val": val_fraction}, split_seed)
     images, labels = train
     return Splits(
         (images[parts["train"]], labels[parts["train"]]),

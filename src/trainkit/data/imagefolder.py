@@ -21,14 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
-from trainkit.data.datasets import FileSplits, carve
+from trainkit.data.datasets import FileSplits, ImageData, carve
 from trainkit.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -52,6 +51,27 @@ class BadFile:
 
     def error(self) -> ConfigError:
         return ConfigError("data.root", f"cannot read image '{self.path}' ({self.reason}); {SKIP_HINT}")
+
+
+@dataclass(kw_only=True)
+class ImageFolder(ImageData):
+    """The `data=imagefolder` option (conf/data/imagefolder.yaml): `root/<split>/<class>/<file>`,
+    decoded in DataLoader workers; a missing val/ or test/ is carved from train/ by the fractions."""
+
+    val_fraction: float
+    test_fraction: float
+    split_seed: int
+    prefetch_factor: int = 2  # batches each worker keeps ready (used only with workers)
+    pin_memory: bool | str = "auto"  # page-locked batches for asynchronous copies; auto: on with CUDA
+    skip_bad_files: bool = False  # skip unreadable images (counted) instead of stopping, naming the file
+
+    in_memory: ClassVar[bool] = False
+    needs_root: ClassVar[str] = "a folder holding train/<class>/<images>"
+    decodes_images: ClassVar[bool] = True
+
+    def splits(self) -> FileSplits:
+        datasets, classes = load_image_folder(self)
+        return FileSplits(datasets["train"], datasets["val"], datasets["test"], num_classes=len(classes))
 
 
 class ImageFolderDataset(Dataset):
@@ -130,9 +150,10 @@ def resize_center_crop(image: Image.Image, size: int) -> torch.Tensor:
     return torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
 
 
-def load_image_folder(cfg: DictConfig) -> tuple[dict[str, ImageFolderDataset], list[str]]:
+def load_image_folder(data: ImageFolder) -> tuple[dict[str, ImageFolderDataset], list[str]]:
     """The train/val/test datasets and the class names (sorted folder names under train/)."""
-    root = _check_root(cfg.get("root"))
+    assert data.root is not None, "the config check requires data.root (needs_root)"
+    root = _check_root(data.root)
     classes = _class_folders(root / "train")
     strays = [path.name for path in (root / "train").iterdir() if path.name not in classes]
     if strays:  # .ipynb_checkpoints/, README.txt, a loose image: not a class
@@ -147,22 +168,22 @@ def load_image_folder(cfg: DictConfig) -> tuple[dict[str, ImageFolderDataset], l
             _check_same_classes(folder, classes)
             samples[split] = _list_images(folder, classes, allow_empty_classes=True)
         else:
-            missing[split] = cfg[f"{split}_fraction"]
+            missing[split] = data.val_fraction if split == "val" else data.test_fraction
     if missing:
         train = samples["train"]
-        for split, indices in carve(len(train), missing, cfg["split_seed"]).items():
+        for split, indices in carve(len(train), missing, data.split_seed).items():
             samples[split] = [train[i] for i in indices.tolist()]
         log.info(
             "no %s under '%s': carved from the %d train/ images by data.split_seed=%s (%s)",
             " or ".join(f"{split}/" for split in missing),
             root,
             len(train),
-            cfg["split_seed"],
+            data.split_seed,
             ", ".join(f"{split}: {len(samples[split])}" for split in ("train", *missing)),
         )
-    channels, image_size, skip = cfg["channels"], cfg["image_size"], bool(cfg.get("skip_bad_files", False))
     datasets = {
-        split: ImageFolderDataset(samples[split], channels, image_size, skip_bad_files=skip) for split in samples
+        split: ImageFolderDataset(samples[split], data.channels, data.image_size, skip_bad_files=data.skip_bad_files)
+        for split in samples
     }
     return datasets, classes
 
@@ -175,15 +196,9 @@ def image_extensions() -> frozenset[str]:
     return frozenset(ext.lower() for ext, kind in Image.registered_extensions().items() if kind in Image.OPEN)
 
 
-def image_folder(cfg: DictConfig) -> FileSplits:
-    """The `data=imagefolder` factory (conf/data/imagefolder.yaml's `_target_`)."""
-    datasets, classes = load_image_folder(cfg)
-    return FileSplits(datasets["train"], datasets["val"], datasets["test"], num_classes=len(classes))
-
-
 def class_names(root: str | Path) -> list[str]:
     """The class names of an image folder, in label order: the sorted class folders of root/train
-    (what `image_folder` numbers its labels by); [] when root/train is not there."""
+    (what `ImageFolder` numbers its labels by); [] when root/train is not there."""
     train = Path(root).expanduser() / "train"
     return _class_folders(train) if train.is_dir() else []
 

@@ -20,9 +20,9 @@ in-memory data slices batches from a tensor on the device and ignores these keys
 import logging
 import math
 import os
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from trainkit.distributed.process_group import process_info
 
@@ -84,16 +84,19 @@ def resolve_pin_memory(value: bool | str, device: torch.device) -> bool:
     return device.type == "cuda" if value == "auto" else bool(value)
 
 
-def file_loader_settings(cfg: DictConfig, device: torch.device) -> dict:
-    """FileLoader's keyword arguments for worker count, pinned memory and prefetch, from `cfg` (data);
-    rank 0 logs what they resolved to, so a run's log shows what `auto` chose."""
+def file_loader_settings(data: Any, device: torch.device) -> dict:
+    """FileLoader's keyword arguments for worker count, pinned memory and prefetch, from the data
+    option (an ImageData, or its config). A file dataset of your own without the optional keys
+    (pin_memory, prefetch_factor) gets data=imagefolder's defaults. Rank 0 logs what they resolved
+    to, so a run's log shows what `auto` chose."""
+    pin_memory = getattr(data, "pin_memory", "auto")
     settings = dict(
-        num_workers=resolve_num_workers(cfg["num_workers"]),
-        pin_memory=resolve_pin_memory(cfg.get("pin_memory", "auto"), device),
-        prefetch_factor=cfg.get("prefetch_factor", 2),
+        num_workers=resolve_num_workers(data.num_workers),
+        pin_memory=resolve_pin_memory(pin_memory, device),
+        prefetch_factor=getattr(data, "prefetch_factor", 2),
     )
     if process_info().is_main:
-        log.info(settings_line(settings, cfg["num_workers"], cfg.get("pin_memory", "auto")))
+        log.info(settings_line(settings, data.num_workers, pin_memory))
     return settings
 
 

@@ -1,7 +1,7 @@
 """Shapes: a semantic-segmentation data set drawn from a seed, with no file and no download.
 
-`make_shapes(cfg)` is a data factory (a data option's `_target_`) called with the data config.
-It returns `Splits` whose labels are masks:
+`Shapes` is a data option's `_target_` (conf/data/shapes.yaml); its `splits()` returns `Splits`
+whose labels are masks:
 
     images  float32 [N, 3, S, S] in [0, 1]
     masks   int64   [N, S, S]: 0 background, 1 circle, 2 square, 3 triangle; num_classes = 4
@@ -11,12 +11,12 @@ on a background of one random colour; smooth blotches of light and dark, then Ga
 cover shapes and background alike. A shape drawn later covers the ones drawn before it, in the
 mask as in the image.
 
-The keys it reads, with cfg["key"] (a missing or null optional key takes its default):
+The keys of its own, besides those of every data option (a missing optional key takes its default):
 
     num_samples, val_samples, test_samples   images in each split
     split_seed                               the only source of randomness
     noise                                    std of the per-pixel noise added over the image
-    image_size: 64                           S
+    image_size                               S (a key of every data option)
     max_shapes: 3                            shapes per image are drawn from 1..max_shapes
     shape_size: [0.2, 0.4]                   square root of a shape's area, as a fraction of S
     texture: 0.1                             std of the blotches
@@ -34,14 +34,15 @@ The work is batched tensor ops over all images; the only Python loop is over the
 """
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trainkit.data.datasets import Split, Splits
+from trainkit.data.datasets import ImageData, Split, Splits
 
 SHAPE_NAMES = ("circle", "square", "triangle")  # mask value i + 1 is SHAPE_NAMES[i]; 0 is background
 NUM_CLASSES = len(SHAPE_NAMES) + 1
@@ -59,25 +60,38 @@ TRIANGLE_INRADIUS = 1 / math.sqrt(3 * math.sqrt(3))
 REACH = 2 * TRIANGLE_INRADIUS
 
 
-def make_shapes(cfg: Mapping[str, Any]) -> Splits:
-    """Train, val and test splits of (images, masks); see the module docstring for the keys."""
-    settings = {
-        "image_size": _setting(cfg, "image_size", 64),
-        "noise": float(cfg["noise"]),
-        "max_shapes": _setting(cfg, "max_shapes", 3),
-        "shape_size": tuple(float(v) for v in _setting(cfg, "shape_size", (0.2, 0.4))),
-        "texture": float(_setting(cfg, "texture", 0.1)),
-    }
-    counts = (cfg["num_samples"], cfg["val_samples"], cfg["test_samples"])
-    train, val, test = (
-        draw_shapes(count, seed=3 * int(cfg["split_seed"]) + index, **settings) for index, count in enumerate(counts)
-    )
-    return Splits(train, val, test, num_classes=NUM_CLASSES)
+@dataclass(kw_only=True)
+class Shapes(ImageData):
+    """The shapes data option (conf/data/shapes.yaml): train, val and test splits of (images,
+    masks); see the module docstring for the keys."""
 
+    num_samples: int  # training images
+    val_samples: int
+    test_samples: int
+    noise: float  # std of the per-pixel Gaussian noise
+    split_seed: int  # split i (train 0, val 1, test 2) is drawn from seed 3 * split_seed + i
+    max_shapes: int = 3  # shapes per image: 1..max_shapes
+    shape_size: Sequence[float] = (0.2, 0.4)  # square root of a shape's area, as a fraction of the image side
+    texture: float = 0.1  # std of the background's smooth blotches
 
-def _setting(cfg: Mapping[str, Any], key: str, default: Any) -> Any:
-    # `in` rather than .get: it reads the same on a dict and on a DictConfig in struct mode.
-    return cfg[key] if key in cfg and cfg[key] is not None else default
+    uses_root: ClassVar[bool] = False  # generated
+
+    def splits(self) -> Splits:
+        shape_size = tuple(float(v) for v in self.shape_size)
+        counts = (self.num_samples, self.val_samples, self.test_samples)
+        train, val, test = (
+            draw_shapes(
+                count,
+                seed=3 * self.split_seed + index,
+                image_size=self.image_size,
+                noise=float(self.noise),
+                max_shapes=self.max_shapes,
+                shape_size=shape_size,
+                texture=float(self.texture),
+            )
+            for index, count in enumerate(counts)
+        )
+        return Splits(train, val, test, num_classes=NUM_CLASSES)
 
 
 def draw_shapes(

@@ -2,18 +2,19 @@
 
 train.py calls one function:
 
-    model, input_size = build_model(cfg.model, image_size=cfg.data.image_size)
+    model, input_size = build_model(cfg.model, cfg.finetune, image_size=cfg.data.image_size)
 
-`cfg.model` (conf/model/*.yaml) names a factory in `_target_`; its other keys are the
-factory's arguments, except four that build_model handles itself:
+`cfg.model` (conf/model/*.yaml) names a factory in `_target_` and holds only its arguments, so
+`hydra.utils.instantiate(cfg.model)` alone builds the network (in a notebook too). What is done to
+the network after that sits apart, in `cfg.finetune` (conf/config.yaml):
 
-    input_size: null        # side length every batch is resized to (null: the data's size,
-                            # raised to what the model needs, e.g. 224 for a ViT, or doubled
-                            # until a timm/torchvision model runs: see trainkit.models.input_size)
     pretrained_path: null   # a local state dict (.pt/.pth/.safetensors or a trainkit checkpoint)
                             # loaded after building: see load_pretrained
     freeze: null            # null | backbone | N (the first N stages): see finetune.stages
     freeze_bn: true         # BatchNorm inside frozen parts keeps its running statistics
+    input_size: null        # side length every batch is resized to (null: the data's size,
+                            # raised to what the model needs, e.g. 224 for a ViT, or doubled
+                            # until a timm/torchvision model runs: see trainkit.models.input_size)
 
 The fine-tuning helpers live in trainkit.models.finetune (head, freezing) and trainkit.models.pretrained (weights).
 
@@ -40,24 +41,18 @@ from trainkit.models.submodules import find_modules, replace_module
 log = logging.getLogger(__name__)
 
 
-def build_model(model_config: Mapping, image_size: int) -> tuple[nn.Module, int]:
-    """Instantiate the configured model; return it and the side length to resize batches to."""
+def build_model(model_config: Mapping, finetune: Mapping, image_size: int) -> tuple[nn.Module, int]:
+    """Instantiate the configured model, load its weights and freeze what `finetune` says; return it
+    and the side length to resize batches to."""
     import hydra.utils
-    from omegaconf import DictConfig
 
-    from trainkit.config.schema import to_dict
-
-    config = to_dict(model_config) if isinstance(model_config, DictConfig) else dict(model_config)
-    input_size = config.pop("input_size", None)
-    pretrained_path = config.pop("pretrained_path", None)
-    freeze_spec = config.pop("freeze", None)
-    freeze_bn = config.pop("freeze_bn", True)
     # _convert_="all": the factories get plain lists and dicts, not ListConfig.
-    model = hydra.utils.instantiate(config, _convert_="all")
-    if pretrained_path:
-        load_pretrained(model, pretrained_path)
-    freeze(model, freeze_spec, freeze_bn=freeze_bn)  # after loading: the head check sees the final model
-    return model, resolve_input_size(config, image_size, input_size, model)
+    model = hydra.utils.instantiate(model_config, _convert_="all")
+    if finetune.get("pretrained_path"):
+        load_pretrained(model, finetune["pretrained_path"])
+    # After loading: the head check sees the final model.
+    freeze(model, finetune.get("freeze"), freeze_bn=finetune.get("freeze_bn", True))
+    return model, resolve_input_size(model_config, image_size, finetune.get("input_size"), model)
 
 
 def create_timm_model(
@@ -105,7 +100,7 @@ def _pretrained_error(name: str, reason: str) -> ConfigError:
         "download them once with network access (timm caches them under $HF_HOME/hub, by default "
         "~/.cache/huggingface/hub, and finds them there offline), or save a state dict "
         "(torch.save(timm.create_model(name, pretrained=True).state_dict(), path)) and set "
-        "model.pretrained_path=<path> model.pretrained=false, or set model.pretrained=false",
+        "finetune.pretrained_path=<path> model.pretrained=false, or set model.pretrained=false",
     )
 
 

@@ -1,6 +1,6 @@
 """Fine-tuning: which parameters are the classifier head, and freezing the rest stage by stage.
 
-build_model (trainkit.models.build) applies `model.freeze` through `freeze` (and `model.pretrained_path`
+build_model (trainkit.models.build) applies `finetune.freeze` through `freeze` (and `finetune.pretrained_path`
 through trainkit.models.pretrained); `head_parameters` feeds the optimizer's separate head LR
 (`optimizer.head_lr_scale`); call `apply_frozen_bn_eval(model)` after every `model.train()` so
 BatchNorm inside frozen layers keeps its statistics.
@@ -38,7 +38,7 @@ def head_parameters(model: nn.Module) -> set[nn.Parameter]:
 
 
 def stages(model: nn.Module) -> list[tuple[str, list[nn.Parameter]]]:
-    """What `model.freeze: N` counts: the model's stages, in order, each as (the names of the
+    """What `finetune.freeze: N` counts: the model's stages, in order, each as (the names of the
     modules it spans, its parameters), up to (not including) the first that holds a
     classifier-head parameter. Parameters held by the model itself (a ViT's cls_token, pos_embed)
     and a stem go with the first stage. Per model kind:
@@ -109,16 +109,16 @@ def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> 
     if spec == "backbone":
         if not head:
             raise ConfigError(
-                "model.freeze",
+                "finetune.freeze",
                 f"found no classifier head in {type(model).__name__} to keep training; "
-                "use model.freeze=N (stages) or null",
+                "use finetune.freeze=N (stages) or null",
             )
         frozen = [p for p in model.parameters() if id(p) not in head]
     elif isinstance(spec, int) and not isinstance(spec, bool) and spec > 0:
         found = stages(model)
         if spec > len(found):
             raise ConfigError(
-                "model.freeze",
+                "finetune.freeze",
                 f"{type(model).__name__} has {len(found)} stages before its head "
                 f"({', '.join(n for n, _ in found) or 'none'}); use at most {len(found)}, "
                 "'backbone' or null",

@@ -1,7 +1,7 @@
 """The side length a model's batches are resized to: the data's size, raised to what the model
 needs (its library metadata: a ViT takes exactly 224; or, for timm and torchvision models, one
 no-grad forward on the CPU, doubling the size until the stem fits), or an explicit
-`model.input_size` checked against the same limits.
+`finetune.input_size` checked against the same limits.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ def resolve_input_size(
             working, error = smallest_working_size(model, size)
             if working is None:
                 raise ConfigError(
-                    "model.input_size",
+                    "finetune.input_size",
                     f"{name} does not run on {size}x{size} inputs ({_reason(error)}) nor on any size up to "
-                    f"{MAX_PROBE_SIZE}; set model.input_size to a side length it takes",
+                    f"{MAX_PROBE_SIZE}; set finetune.input_size to a side length it takes",
                 )
             if working != size:
                 log.info(f"{name} does not run on {size}x{size} inputs: batches are resized to {working}x{working}")
@@ -52,12 +52,12 @@ def resolve_input_size(
         return size
     if fixed and input_size != fixed:
         raise ConfigError(
-            "model.input_size", f"{name} takes only {fixed}x{fixed} inputs; set model.input_size=null or {fixed}"
+            "finetune.input_size", f"{name} takes only {fixed}x{fixed} inputs; set finetune.input_size=null or {fixed}"
         )
     if input_size < minimum:
         raise ConfigError(
-            "model.input_size",
-            f"{name} needs inputs of at least {minimum}x{minimum}; set model.input_size=null or >= {minimum}",
+            "finetune.input_size",
+            f"{name} needs inputs of at least {minimum}x{minimum}; set finetune.input_size=null or >= {minimum}",
         )
     if probe:
         assert model is not None
@@ -66,9 +66,9 @@ def resolve_input_size(
             working, _ = smallest_working_size(model, input_size * 2)
             fix = f"null or a size it runs on, e.g. {working}" if working is not None else "null"
             raise ConfigError(
-                "model.input_size",
+                "finetune.input_size",
                 f"{name} does not run on {input_size}x{input_size} inputs ({_reason(error)}); "
-                f"set model.input_size={fix}",
+                f"set finetune.input_size={fix}",
             )
     return input_size
 

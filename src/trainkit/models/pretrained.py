@@ -1,7 +1,7 @@
 """Local pretrained weights for a model that differs from the file's only where fine-tuning makes
 it differ: another classifier head (dropped), another number of input channels (adapted).
 
-build_model (trainkit.models.build) calls `load_pretrained` for `model.pretrained_path`. The weights are
+build_model (trainkit.models.build) calls `load_pretrained` for `finetune.pretrained_path`. The weights are
 read from a file, never downloaded: .safetensors, a torch.save'd state dict, or a checkpoint.
 """
 
@@ -62,10 +62,10 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path).expanduser()
     if not path.is_file():
         raise ConfigError(
-            "model.pretrained_path",
+            "finetune.pretrained_path",
             f"no file at '{path}'; download the weights on a machine with network (e.g. "
             "torch.save(timm.create_model(name, pretrained=True).state_dict(), path)) and point "
-            "model.pretrained_path at it",
+            "finetune.pretrained_path at it",
         )
     state: Any  # what the file holds: checked below
     try:
@@ -78,7 +78,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     except Exception as error:  # unpickling, a truncated file, a safetensors header error
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ConfigError(
-            "model.pretrained_path",
+            "finetune.pretrained_path",
             f"could not read '{path}' ({type(error).__name__}: {reason}); save weights with "
             "torch.save(model.state_dict(), path) or safetensors.torch.save_file",
         ) from error
@@ -88,7 +88,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
             break
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ConfigError(
-            "model.pretrained_path", f"'{path}' does not hold a state dict (a mapping of names to tensors)"
+            "finetune.pretrained_path", f"'{path}' does not hold a state dict (a mapping of names to tensors)"
         )
     return {_strip_prefixes(key): value for key, value in state.items()}
 
@@ -123,13 +123,13 @@ def load_pretrained(model: nn.Module, path: str | Path) -> None:
             mismatched.append(f"{key}: file {tuple(value.shape)} vs model {tuple(target)}")
     if mismatched:
         raise ConfigError(
-            "model.pretrained_path",
+            "finetune.pretrained_path",
             f"{len(mismatched)} tensors in '{path}' have other shapes than the model's "
             f"(e.g. {mismatched[0]}); the file holds weights for another architecture",
         )
     if not set(state) & set(own):
         raise ConfigError(
-            "model.pretrained_path",
+            "finetune.pretrained_path",
             f"no tensor name in '{path}' matches the model "
             f"(file: {next(iter(state), 'empty')}, model: {next(iter(own))}); "
             "the file holds weights for another model",

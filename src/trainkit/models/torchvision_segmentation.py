@@ -7,7 +7,7 @@ torchvision's models return a dict ({"out": logits, "aux": ...}); the loop, the 
 finders take a tensor, so this wrapper returns `["out"]` and builds the model without its
 auxiliary head (`aux_loss=False`: nothing would train it). The models are randomly initialized
 (weights=None, weights_backbone=None: nothing is downloaded); start from your own weights with
-model.pretrained_path. The first convolution is rebuilt when the data has other than 3 channels.
+finetune.pretrained_path. The first convolution is rebuilt when the data has other than 3 channels.
 `python -c "import torchvision; print(torchvision.models.list_models(module=torchvision.models.segmentation))"`
 lists the names.
 
@@ -50,7 +50,7 @@ class TorchvisionSegmentation(nn.Module):
 
     @property
     def head(self) -> nn.Module:
-        """The per-pixel classifier: what model.freeze=backbone leaves trainable (trainkit.models.finetune)."""
+        """The per-pixel classifier: what finetune.freeze=backbone leaves trainable (trainkit.models.finetune)."""
         head = self.model.classifier
         assert isinstance(head, nn.Module)  # for mypy: every torchvision segmentation model has one
         return head

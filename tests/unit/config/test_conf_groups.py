@@ -16,7 +16,7 @@ def test_regularization_none_beats_the_experiments_weight_decay(switch):
 
 
 def test_regularization_strong_sets_clipping_over_an_experiment():
-    cfg = composed("experiment=finetune_imagefolder", "regularization=strong", "model.pretrained_path=w.pt")
+    cfg = composed("experiment=finetune_imagefolder", "regularization=strong", "finetune.pretrained_path=w.pt")
     assert cfg.trainer.grad_clip == 1.0 and cfg.regularization.dropout == 0.3
     assert cfg.optimizer.weight_decay == 0.05  # strong leaves weight decay to the optimizer/experiment
 

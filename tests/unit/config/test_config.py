@@ -37,7 +37,7 @@ REQUIRED_BY_OPTION = {
     "augmentation=strong": ["data=cifar10"],
     "augmentation=randaugment": ["data=imagefolder", "data.root=/data/images"],
     "augmentation=trivialaugment": ["data=imagefolder", "data.root=/data/images"],
-    "experiment=finetune_imagefolder": ["data.root=/data/images", "model.pretrained_path=/weights/resnet18.pt"],
+    "experiment=finetune_imagefolder": ["data.root=/data/images", "finetune.pretrained_path=/weights/resnet18.pt"],
 }
 
 
@@ -131,12 +131,12 @@ RULE_CASES = [
     ([*IMAGES, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
     (["model=timm", "model.name=3"], "model.name"),
     (["model=timm", "model.pretrained=yes"], "model.pretrained"),
-    (["model.pretrained_path=3"], "model.pretrained_path"),
-    (["model.input_size=0"], "model.input_size"),
-    (["model.input_size=abc"], "model.input_size"),
-    (["model.freeze=head"], "model.freeze"),
-    (["model.freeze=-1"], "model.freeze"),
-    (["model.freeze_bn=1"], "model.freeze_bn"),
+    (["finetune.pretrained_path=3"], "finetune.pretrained_path"),
+    (["finetune.input_size=0"], "finetune.input_size"),
+    (["finetune.input_size=abc"], "finetune.input_size"),
+    (["finetune.freeze=head"], "finetune.freeze"),
+    (["finetune.freeze=-1"], "finetune.freeze"),
+    (["finetune.freeze_bn=1"], "finetune.freeze_bn"),
     (["model.widths=[0,8]"], "model.widths"),
     (["model=speedrun", "model.stem_width=0"], "model.stem_width"),
     (["model=speedrun", "model.logit_scale=0"], "model.logit_scale"),
@@ -247,13 +247,17 @@ RULE_CASES = [
 RELATION_CASES = [
     (["required=[trainer.max_steps]"], "trainer.max_steps"),
     (["required=[trainer.max_stepz]"], "required"),
-    (["experiment=finetune_imagefolder", "data.root=/data/images"], "model.pretrained_path"),
+    (["experiment=finetune_imagefolder", "data.root=/data/images"], "finetune.pretrained_path"),
     (["data.mean=[0.1,0.2]"], "data.mean"),
     (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
     (["data=mnist", "data.root=null"], "data.root"),
     (["data=cached", "data.root=null"], "data.root"),
     (["data._target_=nowhere.load_images"], "data._target_"),
     (["~data._target_"], "data._target_"),
+    (["data._target_=trainkit.data.datasets.carve"], "data._target_"),  # a function, not an ImageData
+    # the data option's keys are its dataclass's fields
+    (["+data.eval_samples=128"], "data.eval_samples"),
+    (["~data.val_fraction"], "data.val_fraction"),
     (["data=imagefolder", "data.root=null"], "data.root"),
     (
         ["data=imagefolder", "data.root=/data/images", "data.channels=2", "data.mean=[0.5]", "data.std=[0.25]"],
@@ -261,7 +265,10 @@ RELATION_CASES = [
     ),
     (["data=synthetic", "data.num_classes=null"], "data.num_classes"),
     (["data.val_fraction=0.5", "data.test_fraction=0.5"], "data.val_fraction"),
-    (["model=timm", "model.pretrained=true", "model.pretrained_path=/weights/resnet18.pt"], "model.pretrained_path"),
+    (
+        ["model=timm", "model.pretrained=true", "finetune.pretrained_path=/weights/resnet18.pt"],
+        "finetune.pretrained_path",
+    ),
     (["optimizer.momentum=0"], "optimizer.nesterov"),
     (["regularization.early_stopping.mode=max"], "regularization.early_stopping.mode"),
     (["lr_finder.max_lr=1e-8"], "lr_finder.max_lr"),
@@ -289,7 +296,7 @@ RELATION_CASES = [
     (["task._target_=trainkit.tasks.nowhere.Missing"], "task._target_"),
     # a target per pixel: what moves the image must move the mask
     ([*SEGMENTATION, "augmentation=shift"], "augmentation.crop_padding"),
-    ([*SEGMENTATION, "model.input_size=16"], "model.input_size"),
+    ([*SEGMENTATION, "finetune.input_size=16"], "finetune.input_size"),
     (["task=segmentation", "optimized_metric=val/miou"], "task.horizontal_flip"),  # digits: a mirrored 2 is no 2
     # a model with a class a pixel needs a task with a target a pixel
     (["model=unet"], "model._target_"),
@@ -336,6 +343,17 @@ def test_every_rule_key_exists_in_some_option():
         cfg = composed(override, *REQUIRED_BY_OPTION.get(override, []))
         keys |= {key for key in RULES if OmegaConf.select(cfg, key, default=KeyError) is not KeyError}
     assert keys == set(RULES)
+
+
+def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(compose_config):
+    """No list of dataset names: what the data needs (a data.root, whether data.download means
+    anything) comes from the class data._target_ names (tests/data_for_tests.py)."""
+    mine = "data._target_=data_for_tests.FolderOfMine"
+    assert problems(compose_config([mine])) == {
+        "data.root": "is required for digits; pass data.root=... (the folder of mine)"
+    }
+    cfg = compose_config([mine, "data.root=/data/mine", "data.download=true"])
+    assert problems(cfg) == {} and ignored_keys(cfg) == []  # data=digits would warn of both
 
 
 @pytest.mark.parametrize(
@@ -385,7 +403,7 @@ def test_a_contradiction_between_bad_values_is_not_reported():
     "overrides, key",
     [
         (["data=imagefolder"], "data.root"),
-        (["experiment=finetune_imagefolder", "data.root=/data/images"], "model.pretrained_path"),
+        (["experiment=finetune_imagefolder", "data.root=/data/images"], "finetune.pretrained_path"),
     ],
 )
 def test_required_keys_say_how_to_pass_them(compose_config, overrides, key):

@@ -10,8 +10,8 @@ from PIL import Image
 
 from conftest import ROOT
 from helpers import load_script, record_run
-from trainkit.data import build_data, loader_settings
-from trainkit.data.cache import load_cache, write_cache
+from trainkit.data import build_data, loader_settings, make_data
+from trainkit.data.cache import write_cache
 from trainkit.data.imagefolder import decode
 from trainkit.errors import ConfigError
 
@@ -40,6 +40,11 @@ def config(name: str, **overrides):
     for key, value in {"image_size": 8, "batch_size": 4, "num_workers": 0, **overrides}.items():
         cfg[key] = value
     return cfg
+
+
+def load_cache(cfg):
+    """The data=cached splits, as build_data makes them."""
+    return make_data(cfg).splits()
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +102,7 @@ def test_an_interrupted_write_leaves_no_cache(cached, tmp_path, monkeypatch):
     images_root, _, _ = cached
     monkeypatch.setattr(np, "save", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
-        write_cache(config("imagefolder", root=str(images_root)), tmp_path / "cache", progress=False)
+        write_cache(make_data(config("imagefolder", root=str(images_root))), tmp_path / "cache", progress=False)
     assert not (tmp_path / "cache" / "meta.json").exists()
 
 

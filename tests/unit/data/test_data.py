@@ -419,6 +419,19 @@ def test_settings_the_data_contradicts_name_the_key(overrides, key):
     assert error.value.key == key
 
 
+def test_splits_of_another_kind_than_the_class_says_are_one_line_naming_data_target(monkeypatch):
+    # in_memory tells the config check, before anything is built, that no worker processes are used.
+    monkeypatch.setattr(datasets.Digits, "in_memory", False)
+    with pytest.raises(ConfigError, match=r"Digits.splits\(\) returned Splits, but the class says in_memory=False"):
+        build_data(data_cfg("digits"), CPU, seed=0)
+
+
+def test_a_data_target_that_is_no_dataclass_of_the_template_is_one_line():
+    with pytest.raises(ConfigError) as error:
+        build_data(data_cfg("digits", _target_="trainkit.data.datasets.read_digits"), CPU, seed=0)
+    assert error.value.key == "data._target_" and "trainkit.data.ImageData" in error.value.message
+
+
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_set_epoch_with_start_batch_yields_the_rest_of_that_epoch(drop_last):
     images, labels = torch.arange(100.0).view(100, 1, 1, 1), torch.arange(100)

@@ -1,15 +1,26 @@
 """The shapes data: a pure function of its config, masks and images in range, the mask matching the image."""
 
+from pathlib import Path
+
 import pytest
 import torch
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from trainkit.data.shapes import NUM_CLASSES, draw_shapes, make_shapes
+from trainkit.data.shapes import NUM_CLASSES, Shapes, draw_shapes
+
+CONF = Path(__file__).resolve().parents[3] / "conf"
 
 
 def shapes_config(**changes):
-    config = {"num_samples": 12, "val_samples": 6, "test_samples": 6, "image_size": 32, "split_seed": 0, "noise": 0.05}
-    return {**config, **changes}
+    """conf/data/shapes.yaml, small: its keys are Shapes' fields."""
+    config = OmegaConf.to_container(OmegaConf.load(CONF / "data" / "shapes.yaml"))
+    small = {"num_samples": 12, "val_samples": 6, "test_samples": 6, "image_size": 32, "split_seed": 0, "noise": 0.05}
+    return {key: value for key, value in {**config, **small, **changes}.items() if key != "_target_"}
+
+
+def make_shapes(config: dict):
+    return Shapes(**config).splits()
 
 
 def test_the_same_config_gives_the_same_data():
@@ -44,13 +55,12 @@ def test_images_and_masks_have_the_promised_shapes_types_and_ranges():
     assert (masks > 0).flatten(1).any(dim=1).all()  # every image shows at least one shape
 
 
-def test_a_dict_config_in_struct_mode_without_the_optional_keys_works():
-    config = OmegaConf.create(shapes_config())
-    OmegaConf.set_struct(config, True)
-    assert torch.equal(make_shapes(config).train[1], make_shapes(shapes_config()).train[1])
-    without_size = OmegaConf.create({key: value for key, value in shapes_config().items() if key != "image_size"})
-    OmegaConf.set_struct(without_size, True)
-    assert make_shapes(without_size).train[0].shape[-1] == 64  # the default
+def test_the_yaml_builds_it_and_the_optional_keys_take_draw_shapes_defaults():
+    cfg = OmegaConf.merge(OmegaConf.load(CONF / "data" / "shapes.yaml"), shapes_config())
+    assert torch.equal(instantiate(cfg).splits().train[1], make_shapes(shapes_config()).train[1])
+    optional = ("max_shapes", "shape_size", "texture")
+    without = {key: value for key, value in shapes_config().items() if key not in optional}
+    assert torch.equal(make_shapes(without).train[0], make_shapes(shapes_config()).train[0])  # 3, (0.2, 0.4), 0.1
 
 
 def test_without_noise_and_texture_the_image_is_the_mask_painted():

@@ -113,7 +113,7 @@ def evaluate_weights(state: dict, weights: dict) -> float:
 
     cfg = OmegaConf.create(state["config"])
     data = build_data(cfg.data, device=torch.device("cpu"), seed=cfg.seed, rank=0, world_size=1)
-    model, input_size = build_model(cfg.model, image_size=data.image_size)
+    model, input_size = build_model(cfg.model, cfg.finetune, image_size=data.image_size)
     model.load_state_dict(weights)
     transform = BatchTransform(data.mean, data.std, input_size, None)
     metrics = evaluate(

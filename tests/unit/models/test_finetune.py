@@ -37,6 +37,19 @@ def model_config(group: str, channels: int = 1, num_classes: int = 10, **overrid
     return root.model
 
 
+FINETUNE_KEYS = ("pretrained_path", "freeze", "freeze_bn", "input_size")
+
+
+def model_and_finetune(group: str, channels: int = 1, num_classes: int = 10, **overrides):
+    """build_model's two nodes: conf/model/<group>.yaml with `overrides` of its keys, and conf/config.yaml's
+    finetune section with `overrides` of its keys (pretrained_path, freeze, freeze_bn, input_size)."""
+    finetune = OmegaConf.load(CONF / "config.yaml").finetune
+    for key in FINETUNE_KEYS:
+        if key in overrides:
+            finetune[key] = overrides.pop(key)
+    return model_config(group, channels, num_classes, **overrides), finetune
+
+
 def optimizer_config(name: str = "sgd", **overrides):
     cfg = OmegaConf.load(CONF / "optimizer" / f"{name}.yaml")
     for key, value in overrides.items():
@@ -70,9 +83,9 @@ def train_a_few_steps(model, optimizer, channels=1, steps=3):
 def test_frozen_backbone_is_bit_identical_after_training_and_only_the_head_learns(group):
     torch.manual_seed(0)
     model, _ = build_model(
-        model_config(group, freeze="backbone", widths=[4, 8, 8])
+        *model_and_finetune(group, freeze="backbone", widths=[4, 8, 8])
         if group == "cnn"
-        else model_config(group, freeze="backbone"),
+        else model_and_finetune(group, freeze="backbone"),
         image_size=8,
     )
     head = head_parameters(model)
@@ -98,7 +111,9 @@ def test_frozen_backbone_is_bit_identical_after_training_and_only_the_head_learn
 
 def test_freeze_bn_false_lets_frozen_batchnorm_statistics_move():
     torch.manual_seed(0)
-    model, _ = build_model(model_config("cnn", freeze="backbone", freeze_bn=False, widths=[4, 8, 8]), image_size=8)
+    model, _ = build_model(
+        *model_and_finetune("cnn", freeze="backbone", freeze_bn=False, widths=[4, 8, 8]), image_size=8
+    )
     bn = model.features[1]
     mean, weight = bn.running_mean.clone(), bn.weight.detach().clone()
     train_a_few_steps(model, build_optimizer(model, optimizer_config()))
@@ -110,7 +125,7 @@ RESNET_STAGES = ["conv1, bn1", "layer1", "layer2", "layer3", "layer4"]  # the st
 
 
 def test_freezing_n_stages_of_a_timm_resnet():
-    model, _ = build_model(model_config("timm"), image_size=8)
+    model, _ = build_model(*model_and_finetune("timm"), image_size=8)
     assert [name for name, _ in stages(model)] == RESNET_STAGES  # from timm's feature_info
     assert freeze(model, 2) == ["conv1", "bn1", "layer1"]  # the stem and the first stage, not conv1 and bn1 alone
     assert not any(p.requires_grad for p in model.layer1.parameters())
@@ -123,11 +138,11 @@ def test_freezing_n_stages_of_a_timm_resnet():
     assert not model.layer1[0].bn1.training and model.layer2[0].bn1.training
     with pytest.raises(ConfigError) as error:
         freeze(model, 6)
-    assert error.value.key == "model.freeze" and "5 stages" in error.value.message
+    assert error.value.key == "finetune.freeze" and "5 stages" in error.value.message
 
 
 def test_freezing_n_stages_of_a_torchvision_resnet():
-    model, _ = build_model(model_config("torchvision", freeze=3), image_size=8)
+    model, _ = build_model(*model_and_finetune("torchvision", freeze=3), image_size=8)
     assert [name for name, _ in stages(model)] == RESNET_STAGES
     frozen = {name.split(".")[0] for name, p in model.named_parameters() if not p.requires_grad}
     assert frozen == {"conv1", "bn1", "layer1", "layer2"}
@@ -139,7 +154,7 @@ def test_freezing_n_stages_of_a_torchvision_resnet():
 
 
 def test_timm_stages_come_from_feature_info_with_the_stem_in_the_first():
-    model, _ = build_model(model_config("timm", name="convnext_atto", channels=3), image_size=32)
+    model, _ = build_model(*model_and_finetune("timm", name="convnext_atto", channels=3), image_size=32)
     assert [name for name, _ in stages(model)] == ["stem, stages.0", "stages.1", "stages.2", "stages.3"]
     assert freeze(model, 1) == ["stem", "stages.0"]
 
@@ -158,7 +173,7 @@ def test_freeze_specs_null_zero_and_bad_values():
 
 def test_vit_parameters_held_by_the_model_itself_freeze_with_the_backbone():
     model, _ = build_model(
-        model_config("timm", name="vit_tiny_patch16_224", channels=3, freeze="backbone"), image_size=8
+        *model_and_finetune("timm", name="vit_tiny_patch16_224", channels=3, freeze="backbone"), image_size=8
     )
     assert not model.cls_token.requires_grad and not model.pos_embed.requires_grad
     assert {id(p) for p in model.parameters() if p.requires_grad} == {id(p) for p in model.head.parameters()}
@@ -170,9 +185,9 @@ def test_vit_parameters_held_by_the_model_itself_freeze_with_the_backbone():
 def test_head_of_each_model_kind():
     cnn = SmallCNN(1, 10, widths=(4, 8, 8))
     assert head_parameters(cnn) == set(cnn.head[3].parameters())
-    timm_model, _ = build_model(model_config("timm"), image_size=8)
+    timm_model, _ = build_model(*model_and_finetune("timm"), image_size=8)
     assert head_parameters(timm_model) == set(timm_model.fc.parameters())
-    torchvision_model, _ = build_model(model_config("torchvision", dropout=0.2), image_size=8)
+    torchvision_model, _ = build_model(*model_and_finetune("torchvision", dropout=0.2), image_size=8)
     assert head_parameters(torchvision_model) == set(torchvision_model.fc[1].parameters())  # last Linear, after dropout
 
 
@@ -200,7 +215,7 @@ def test_weights_from_a_local_file_load_exactly(tmp_path):
     source = SmallCNN(1, 10, widths=(4, 8, 8))
     path = saved(source, tmp_path / "weights.pt")
     torch.manual_seed(1)
-    model, _ = build_model(model_config("cnn", widths=[4, 8, 8], pretrained_path=str(path)), image_size=8)
+    model, _ = build_model(*model_and_finetune("cnn", widths=[4, 8, 8], pretrained_path=str(path)), image_size=8)
     for key, value in source.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
 
@@ -222,16 +237,16 @@ def test_prefixes_checkpoints_and_safetensors_are_understood(tmp_path, wrap):
 
         path = tmp_path / "weights.safetensors"
         save_file({k: v.contiguous() for k, v in state.items()}, str(path))
-    model, _ = build_model(model_config("cnn", widths=[4, 8, 8], pretrained_path=str(path)), image_size=8)
+    model, _ = build_model(*model_and_finetune("cnn", widths=[4, 8, 8], pretrained_path=str(path)), image_size=8)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
 
 
 def test_another_number_of_classes_drops_the_head_with_a_log_line(tmp_path, caplog):
     torch.manual_seed(0)
-    source, _ = build_model(model_config("timm", num_classes=1000), image_size=8)
+    source, _ = build_model(*model_and_finetune("timm", num_classes=1000), image_size=8)
     path = saved(source, tmp_path / "imagenet.pt")
     with caplog.at_level(logging.INFO, logger="trainkit.models.pretrained"):
-        model, _ = build_model(model_config("timm", num_classes=5, pretrained_path=str(path)), image_size=8)
+        model, _ = build_model(*model_and_finetune("timm", num_classes=5, pretrained_path=str(path)), image_size=8)
     assert "dropped the classifier head" in caplog.text and "fc.weight (1000, 512) -> (5, 512)" in caplog.text
     assert "missing 2 (fc.weight, fc.bias), unexpected 0" in caplog.text
     assert model.fc.out_features == 5
@@ -241,9 +256,9 @@ def test_another_number_of_classes_drops_the_head_with_a_log_line(tmp_path, capl
 
 
 def test_one_channel_model_from_three_channel_weights(tmp_path):
-    source, _ = build_model(model_config("timm", channels=3), image_size=8)
+    source, _ = build_model(*model_and_finetune("timm", channels=3), image_size=8)
     path = saved(source, tmp_path / "rgb.pt")
-    model, _ = build_model(model_config("timm", channels=1, pretrained_path=str(path)), image_size=8)
+    model, _ = build_model(*model_and_finetune("timm", channels=1, pretrained_path=str(path)), image_size=8)
     assert model.conv1.weight.shape[1] == 1
     assert torch.allclose(model.conv1.weight, source.conv1.weight.sum(dim=1, keepdim=True))
     assert torch.equal(model.layer4[1].conv2.weight, source.layer4[1].conv2.weight)
@@ -262,24 +277,24 @@ def test_more_input_channels_repeat_and_rescale():
 
 def test_missing_weights_file_is_a_config_error_saying_how_to_get_one(tmp_path):
     with pytest.raises(ConfigError) as error:
-        build_model(model_config("timm", pretrained_path=str(tmp_path / "nope.pt")), image_size=8)
-    assert error.value.key == "model.pretrained_path"
+        build_model(*model_and_finetune("timm", pretrained_path=str(tmp_path / "nope.pt")), image_size=8)
+    assert error.value.key == "finetune.pretrained_path"
     assert f"no file at '{tmp_path / 'nope.pt'}'" in error.value.message
-    assert "pretrained=True" in error.value.message and "model.pretrained_path" in error.value.message
+    assert "pretrained=True" in error.value.message and "finetune.pretrained_path" in error.value.message
 
 
 def test_weights_of_another_architecture_or_garbage_are_config_errors(tmp_path):
     other = saved(SmallCNN(1, 10, widths=(4, 8, 16)), tmp_path / "other.pt")  # a wider last block
     with pytest.raises(ConfigError, match="another architecture"):
-        build_model(model_config("cnn", widths=[4, 8, 8], pretrained_path=str(other)), image_size=8)
+        build_model(*model_and_finetune("cnn", widths=[4, 8, 8], pretrained_path=str(other)), image_size=8)
     unrelated = saved(nn.Linear(3, 3), tmp_path / "linear.pt")
     with pytest.raises(ConfigError, match="no tensor name"):
-        build_model(model_config("cnn", widths=[4, 8, 8], pretrained_path=str(unrelated)), image_size=8)
+        build_model(*model_and_finetune("cnn", widths=[4, 8, 8], pretrained_path=str(unrelated)), image_size=8)
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a checkpoint")
     with pytest.raises(ConfigError, match="could not read"):
-        build_model(model_config("cnn", widths=[4, 8, 8], pretrained_path=str(garbage)), image_size=8)
-    # model.pretrained=true together with pretrained_path: a config error, tests/unit/config/test_config.py.
+        build_model(*model_and_finetune("cnn", widths=[4, 8, 8], pretrained_path=str(garbage)), image_size=8)
+    # model.pretrained=true together with finetune.pretrained_path: a config error, tests/unit/config/test_config.py.
 
 
 # ---- head LR, LR scaling, warmup from a fraction ----------------------------------------------

@@ -35,6 +35,19 @@ def model_config(group: str, channels: int = 1, image_size: int = 8, dropout: fl
     return root.model
 
 
+FINETUNE_KEYS = ("pretrained_path", "freeze", "freeze_bn", "input_size")
+
+
+def model_and_finetune(group: str, channels: int = 1, image_size: int = 8, dropout: float = 0.0, **overrides):
+    """build_model's two nodes: conf/model/<group>.yaml with `overrides` of its keys, and conf/config.yaml's
+    finetune section with `overrides` of its keys (pretrained_path, freeze, freeze_bn, input_size)."""
+    finetune = OmegaConf.load(CONF / "config.yaml").finetune
+    for key in FINETUNE_KEYS:
+        if key in overrides:
+            finetune[key] = overrides.pop(key)
+    return model_config(group, channels, image_size, dropout, **overrides), finetune
+
+
 @pytest.mark.parametrize(("channels", "size"), [(1, 8), (1, 28), (3, 32), (3, 1)])
 def test_small_cnn_takes_digits_mnist_and_cifar_sizes(channels, size):
     model = SmallCNN(in_channels=channels, num_classes=10, widths=(8, 16, 32), dropout=0.25)
@@ -43,15 +56,15 @@ def test_small_cnn_takes_digits_mnist_and_cifar_sizes(channels, size):
 
 
 def test_build_model_from_the_cnn_config_uses_the_data_size():
-    model, input_size = build_model(model_config("cnn", dropout=0.1), image_size=8)
+    model, input_size = build_model(*model_and_finetune("cnn", dropout=0.1), image_size=8)
     assert isinstance(model, SmallCNN) and input_size == 8
     assert [m.p for m in model.modules() if isinstance(m, nn.Dropout)] == [0.1]
-    model, input_size = build_model(model_config("cnn", input_size=16), image_size=8)
+    model, input_size = build_model(*model_and_finetune("cnn", input_size=16), image_size=8)
     assert input_size == 16
 
 
 def test_timm_resnet18_on_one_channel_8x8_images():
-    model, input_size = build_model(model_config("timm", dropout=0.1, drop_path_rate=0.05), image_size=8)
+    model, input_size = build_model(*model_and_finetune("timm", dropout=0.1, drop_path_rate=0.05), image_size=8)
     assert input_size == 8  # resnets take any size
     assert model(torch.randn(2, 1, 8, 8)).shape == (2, 10)
 
@@ -115,7 +128,7 @@ def test_cached_pretrained_weights_load_without_asking_an_unreachable_hub(unreac
 
 
 def test_torchvision_resnet18_for_one_channel_with_dropout():
-    model, input_size = build_model(model_config("torchvision", dropout=0.2), image_size=8)
+    model, input_size = build_model(*model_and_finetune("torchvision", dropout=0.2), image_size=8)
     assert input_size == 8
     assert model.conv1.in_channels == 1 and model.conv1.kernel_size == (7, 7) and model.conv1.stride == (2, 2)
     assert isinstance(model.fc, nn.Sequential) and model.fc[0].p == 0.2 and model.fc[1].out_features == 10
@@ -123,7 +136,7 @@ def test_torchvision_resnet18_for_one_channel_with_dropout():
 
 
 def test_torchvision_googlenet_is_raised_to_its_minimum_and_returns_plain_logits():
-    model, input_size = build_model(model_config("torchvision", name="googlenet"), image_size=8)
+    model, input_size = build_model(*model_and_finetune("torchvision", name="googlenet"), image_size=8)
     assert input_size == 15  # torchvision's metadata: googlenet needs at least 15x15
     assert model.train()(torch.randn(2, 1, 15, 15)).shape == (2, 10)  # no auxiliary-logits tuple
 
@@ -136,10 +149,10 @@ def test_torchvision_unknown_name_suggests_close_names():
 
 def test_a_stem_too_big_for_digits_raises_the_input_size_from_the_built_model():
     # convnext_atto: no minimum in timm's metadata, but a 4x4 stem and 2x2 downsampling (stride 32 in all).
-    model, input_size = build_model(model_config("timm", name="convnext_atto"), image_size=8)
+    model, input_size = build_model(*model_and_finetune("timm", name="convnext_atto"), image_size=8)
     assert input_size == 32  # 8, 16 fail; doubled until it runs
     assert model(torch.randn(2, 1, 32, 32)).shape == (2, 10)
-    _, input_size = build_model(model_config("timm", name="convnext_atto", input_size=64), image_size=8)
+    _, input_size = build_model(*model_and_finetune("timm", name="convnext_atto", input_size=64), image_size=8)
     assert input_size == 64  # an explicit size that runs is kept
 
 
@@ -159,17 +172,17 @@ def test_the_size_probe_leaves_weights_statistics_modes_and_rng_alone():
 @pytest.mark.parametrize("too_small", [8, 16])
 def test_an_explicit_input_size_the_model_cannot_take_is_a_one_line_error(too_small):
     with pytest.raises(ConfigError) as error:
-        build_model(model_config("timm", name="convnext_atto", input_size=too_small), image_size=8)
-    assert error.value.key == "model.input_size" and "\n" not in error.value.message
+        build_model(*model_and_finetune("timm", name="convnext_atto", input_size=too_small), image_size=8)
+    assert error.value.key == "finetune.input_size" and "\n" not in error.value.message
     assert f"does not run on {too_small}x{too_small}" in error.value.message
-    assert "set model.input_size=null or a size it runs on, e.g. 32" in error.value.message
+    assert "set finetune.input_size=null or a size it runs on, e.g. 32" in error.value.message
 
 
 def test_input_size_follows_the_model_without_building_it():
     vit = OmegaConf.to_container(model_config("timm", name="vit_tiny_patch16_224"), resolve=True)
     assert resolve_input_size(vit, image_size=8) == 224  # fixed-size ViT: 224 whatever the data
     assert resolve_input_size(vit, image_size=8, input_size=224) == 224
-    with pytest.raises(ConfigError, match=r"model\.input_size"):
+    with pytest.raises(ConfigError, match=r"finetune\.input_size"):
         resolve_input_size(vit, image_size=8, input_size=32)
     resnet = OmegaConf.to_container(model_config("timm"), resolve=True)
     assert resolve_input_size(resnet, image_size=8) == 8

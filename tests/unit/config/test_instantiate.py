@@ -1,0 +1,58 @@
+"""`hydra.utils.instantiate` builds every model, data and task option from the composed config
+alone, as in a notebook: each node holds only its class's arguments (what build_model does after
+that sits in the `finetune` section), so `_target_` means one thing everywhere.
+
+The options are read from conf/, so an option added there is covered here without an edit.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from torch import nn
+
+from conftest import ROOT, composed
+from trainkit.data import FileSplits, ImageData, Splits
+from trainkit.tasks import Task
+
+# Data options that read a folder: data.root is `???` until given (nothing is read by instantiate).
+NEEDS_A_FOLDER = {"imagefolder": ["data.root=/nonexistent/images"], "cached": ["data.root=/nonexistent/cache"]}
+# In memory and without files: splits() runs here too.
+GENERATED_OR_SHIPPED = ("digits", "synthetic", "shapes")
+
+
+def options(group: str) -> list[str]:
+    return sorted(path.stem for path in (ROOT / "conf" / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("option", options("model"))
+def test_every_model_option_instantiates_to_a_module(option):
+    cfg = composed(f"model={option}")  # timm and torchvision: resnet18, pretrained=false, no download
+    model = instantiate(cfg.model)
+    assert isinstance(model, nn.Module)
+    with torch.no_grad():  # the network the config describes: the data's channels in, its classes out
+        outputs = model.eval()(torch.zeros(1, cfg.data.channels, 32, 32))
+    assert outputs.shape[:2] == (1, cfg.data.num_classes)
+
+
+@pytest.mark.parametrize("option", options("data"))
+def test_every_data_option_instantiates_to_its_dataclass_with_the_options_keys(option):
+    cfg = composed(f"data={option}", *NEEDS_A_FOLDER.get(option, []))
+    data = instantiate(cfg.data)
+    assert isinstance(data, ImageData) and type(data).__name__ == cfg.data._target_.rsplit(".", 1)[1]
+    keys = {key for key in cfg.data if key != "_target_"}
+    assert keys <= {field.name for field in dataclasses.fields(data)}
+    assert {key: getattr(data, key) for key in keys} == {key: cfg.data[key] for key in keys}
+    if option in GENERATED_OR_SHIPPED:
+        splits = data.splits()
+        assert isinstance(splits, Splits if data.in_memory else FileSplits)
+        images, labels = splits.train
+        assert images.shape[1:] == (cfg.data.channels, cfg.data.image_size, cfg.data.image_size)
+        assert len(images) == len(labels) > 0 and splits.num_classes == (cfg.data.num_classes or splits.num_classes)
+
+
+@pytest.mark.parametrize("option", options("task"))
+def test_every_task_option_instantiates_to_a_task(option):
+    cfg = composed(f"task={option}")
+    assert isinstance(instantiate(cfg.task), Task)
