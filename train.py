@@ -39,7 +39,8 @@ from trainkit.early_stopping import EarlyStopping
 from trainkit.errors import RunFailed
 from trainkit.models import apply_frozen_bn_eval, build_ema, build_model, restore_ema
 from trainkit.optim import build_optimizer, build_scheduler
-from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything, set_math_modes
+from trainkit.runtime import (autocast, grad_scaler, nondeterministic_op_errors, pick_device, seed_everything,
+                              set_math_modes)
 from trainkit.tasks import Task, evaluate
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
                                epoch_line, first_images, log_predictions, quiet_known_noise, save_png, training_line,
@@ -401,10 +402,11 @@ def run_process(cfg: DictConfig, run_dir: Path) -> float:
     """Runs in every process: join the process group (if there is one), train, always leave it."""
     proc = process_info()
     device = pick_device(cfg.device, proc.local_rank)
-    set_math_modes(cfg.precision.tf32, cfg.trainer.cudnn_benchmark, device)
+    set_math_modes(cfg.precision.tf32, cfg.trainer.cudnn_benchmark, device, cfg.trainer.deterministic)
     init_process_group(proc, device, cfg.distributed.backend, cfg.distributed.timeout_seconds)
     try:
-        return train(cfg, run_dir, proc, device)["optimized_value"]
+        with nondeterministic_op_errors():  # trainer.deterministic: an op without a deterministic kernel is one line
+            return train(cfg, run_dir, proc, device)["optimized_value"]
     finally:
         destroy_process_group()
 

@@ -41,6 +41,14 @@ check bf16 precision=bf16 trainer.max_epochs=5
 check fp16_scaler precision=fp16 trainer.max_epochs=5 trainer.grad_clip=1.0
 check channels_last_compile trainer.channels_last=true trainer.compile=true trainer.max_epochs=3
 check ddp_self_launch_1 distributed=ddp distributed.nproc_per_node=1 trainer.max_epochs=3
+# trainer.deterministic: deterministic cuDNN/cuBLAS kernels (CUBLAS_WORKSPACE_CONFIG set), no autotuning, so
+# two runs on this GPU give bit-identical weights; fp32 with TF32 on, as a default run has it.
+check deterministic_a trainer.deterministic=true trainer.max_epochs=2
+check deterministic_b trainer.deterministic=true trainer.max_epochs=2
+if python -c "import sys, torch; a, b = (torch.load('$out/deterministic_'+x+'/checkpoints/last.pt', weights_only=True)['model'] for x in 'ab'); sys.exit(not all(torch.equal(a[k], b[k]) for k in a))" 2>/dev/null
+then echo "PASS deterministic_identical: two trainer.deterministic=true runs give bit-identical last.pt weights"
+else echo "FAIL deterministic_identical: the two trainer.deterministic=true runs' last.pt weights differ (or a run failed)"; status=1
+fi
 
 # One-rank NCCL smoke test (see the header for what it does not cover).
 if python - >"$out/nccl_1rank.log" 2>&1 <<'EOF'

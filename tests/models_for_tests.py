@@ -150,3 +150,17 @@ class RecordingCNN(nn.Module):
                 self.record["eval"].append({"bn": self._bn_stats()})
         self.path.write_text(json.dumps(self.record))
         return logits
+
+
+class WithoutDeterministicKernel(NoNormCNN):
+    """Raises what torch raises for an op with no deterministic kernel (index_add_ on CUDA, say) when
+    deterministic algorithms are on: CPU ops all have one, so a CPU test needs this stand-in."""
+
+    def forward(self, x):
+        if torch.are_deterministic_algorithms_enabled():
+            raise RuntimeError(
+                "index_add_cuda_ does not have a deterministic implementation, but you set "
+                "'torch.use_deterministic_algorithms(True)'. You can turn off determinism just for this operation, "
+                "or you can use the 'warn_only=True' option, if that's acceptable for your application."
+            )
+        return super().forward(x)

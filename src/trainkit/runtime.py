@@ -1,8 +1,11 @@
-"""Where and how the math runs: device choice, seeding, mixed precision, TF32 and cuDNN autotuning."""
+"""Where and how the math runs: device choice, seeding, mixed precision, TF32, cuDNN autotuning and
+deterministic algorithms."""
 
 import contextlib
 import logging
+import os
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -41,20 +44,47 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def set_math_modes(tf32: bool, cudnn_benchmark: bool, device: torch.device) -> None:
+def set_math_modes(tf32: bool, cudnn_benchmark: bool, device: torch.device, deterministic: bool = False) -> None:
     """`precision.tf32`: fp32 matmuls and cuDNN convolutions on TF32 tensor cores (Ampere and newer
     GPUs: a 10-bit mantissa, ~same training curves, several times the throughput); false: IEEE fp32.
     `trainer.cudnn_benchmark`: cuDNN times its algorithms for each new input shape and keeps the
     fastest; the choice can differ between runs, so bit-for-bit repeatable GPU runs need it off.
-    Both only change CUDA math; set per process, and said once on CUDA so the log records them."""
+    `trainer.deterministic`: torch picks deterministic kernels only and raises for an op that has
+    none (see nondeterministic_op_errors); cuDNN benchmarking is then off whatever cudnn_benchmark says.
+    Set per process, before the first CUDA op (cuBLAS reads CUBLAS_WORKSPACE_CONFIG when it starts),
+    and said once on CUDA so the log records them."""
+    if deterministic:
+        # cuBLAS is deterministic only with a fixed workspace (CUDA >= 10.2); a value set by the user is kept.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        if cudnn_benchmark and device.type == "cuda" and process_info().is_main:
+            log.warning("trainer.cudnn_benchmark=true is ignored: trainer.deterministic=true turns it off")
+        cudnn_benchmark = False
+    torch.use_deterministic_algorithms(deterministic)  # also when false: a process may train twice (tests, sweeps)
+    torch.backends.cudnn.deterministic = deterministic
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = cudnn_benchmark
     if device.type == "cuda" and process_info().is_main:
         log.info(
             f"CUDA math: TF32 matmul/convolutions {'on' if tf32 else 'off (IEEE fp32)'} (precision.tf32), "
-            f"cudnn.benchmark {'on' if cudnn_benchmark else 'off'} (trainer.cudnn_benchmark)"
+            f"cudnn.benchmark {'on' if cudnn_benchmark else 'off'} (trainer.cudnn_benchmark), "
+            f"deterministic algorithms {'on' if deterministic else 'off'} (trainer.deterministic)"
         )
+
+
+@contextlib.contextmanager
+def nondeterministic_op_errors() -> Iterator[None]:
+    """With trainer.deterministic on, an op that has no deterministic kernel raises torch's RuntimeError
+    (several lines of advice about torch.use_deterministic_algorithms); this makes it one line naming the switch."""
+    try:
+        yield
+    except RuntimeError as error:
+        if not torch.are_deterministic_algorithms_enabled() or "deterministic" not in str(error):
+            raise
+        what = str(error).strip().splitlines()[0].split(", but you set")[0]  # "<op> does not have a deterministic ..."
+        raise ConfigError(
+            "trainer.deterministic", f"{what}; set trainer.deterministic=false, or use another op there"
+        ) from error
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:

@@ -1,6 +1,7 @@
 """Device choice, seeding and mixed precision."""
 
 import logging
+import os
 import random
 
 import numpy as np
@@ -118,3 +119,36 @@ def test_math_modes_set_tf32_and_cudnn_benchmark_from_the_config(tf32, autotune)
         assert torch.backends.cudnn.benchmark is autotune
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
+
+
+def test_deterministic_switch_sets_torch_and_cublas_and_overrides_cudnn_benchmark(monkeypatch, caplog):
+    from trainkit.runtime import set_math_modes
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        with caplog.at_level("WARNING"):
+            set_math_modes(False, True, torch.device("cuda"), deterministic=True)  # sets flags only: no GPU needed
+        assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+        assert torch.backends.cudnn.benchmark is False
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+            "trainer.cudnn_benchmark=true is ignored: trainer.deterministic=true turns it off"
+        ]
+    finally:
+        set_math_modes(True, True, torch.device("cpu"))  # the defaults: later tests start from them
+    assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.deterministic
+
+
+def test_nondeterministic_op_error_becomes_one_line_naming_the_switch():
+    from trainkit.runtime import nondeterministic_op_errors
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        with pytest.raises(ConfigError) as error, nondeterministic_op_errors():
+            raise RuntimeError("scatter_add_cuda_kernel does not have a deterministic implementation, but you set ...")
+        assert error.value.key == "trainer.deterministic"
+        assert str(error.value).startswith("trainer.deterministic: scatter_add_cuda_kernel does not have a determ")
+        with pytest.raises(RuntimeError, match="out of memory"), nondeterministic_op_errors():
+            raise RuntimeError("CUDA out of memory")  # other errors pass through as they are
+    finally:
+        torch.use_deterministic_algorithms(False)

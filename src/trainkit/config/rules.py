@@ -77,6 +77,7 @@ RULES: dict[str, Check] = {
     "trainer.channels_last": flag(),
     "trainer.compile": flag(),
     "trainer.cudnn_benchmark": flag(),
+    "trainer.deterministic": flag(),
     "trainer.progress_bar": flag(),
     "trainer.tta_flip": flag(),
     "data._target_": text(),  # the data class; trainkit.config.validation imports it to read its keys and needs

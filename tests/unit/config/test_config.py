@@ -98,6 +98,7 @@ RULE_CASES = [
     (["trainer.limit_val_batches=1.5"], "trainer.limit_val_batches"),
     (["trainer.channels_last=1"], "trainer.channels_last"),
     (["trainer.cudnn_benchmark=fast"], "trainer.cudnn_benchmark"),
+    (["trainer.deterministic=yes"], "trainer.deterministic"),
     (["trainer.compile=yes"], "trainer.compile"),
     (["trainer.progress_bar=2"], "trainer.progress_bar"),
     (["trainer.tta_flip=1"], "trainer.tta_flip"),
