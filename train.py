@@ -44,7 +44,7 @@ from trainkit.runtime import (autocast, grad_scaler, nondeterministic_op_errors,
 from trainkit.tasks import Task, evaluate
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
                                epoch_line, first_images, log_predictions, quiet_known_noise, save_png, training_line,
-                               wandb_names, warn_if_data_bound, write_summary)
+                               wandb_names, warn_if_data_bound, write_provenance, write_summary)
 from trainkit.tuning import find_batch_size_for_run, lr_range_test_for_run, run_trial, set_base_lr
 
 log = logging.getLogger("train")
@@ -284,11 +284,11 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
     return build_scheduler(run.optimizer, run.cfg.scheduler, updates, total_updates)
 
 
-def start_logging(run: Run) -> None:
-    """Rank 0: metrics.jsonl plus the chosen tracker, a grid of augmented samples for it, and the
-    validation images whose predictions it shows after each validation."""
+def start_logging(run: Run, provenance: dict) -> None:
+    """Rank 0: metrics.jsonl plus the chosen tracker (given the config and provenance.json's facts), a grid of
+    augmented samples for it, and the validation images whose predictions it shows after each validation."""
     run_name, group = wandb_names(run_dir=run.run_dir)
-    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.resolved_config,
+    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config={**run.resolved_config, "provenance": provenance},
                                 run_name=run_name, group=group, resume_id=run.wandb_run_id)
     if run.cfg.logger.get("log_images", False):
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
@@ -327,6 +327,9 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
     """One process's part of the run: the only process, or one rank of many. Returns the summary."""
     started = time.perf_counter()
+    # Rank 0 records the code (commit, uncommitted changes), command, packages and machine: provenance.json.
+    provenance = write_provenance(run_dir, Path(__file__).parent, cfg.seed, cfg.trainer.deterministic,
+                                  proc.world_size, device) if proc.is_main else {}
     seed_everything(cfg.seed + proc.rank)  # each rank draws its own augmentation and dropout
     run = build_run(cfg, run_dir, proc, device)
     if cfg.resume:  # continue exactly: weights, optimizer, schedule, position, every RNG stream
@@ -343,11 +346,12 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     failed = True  # until the run ends normally: the tracker then marks it finished, else failed
     try:
         if proc.is_main:
-            start_logging(run)
+            start_logging(run, provenance)
         if cfg.lr_finder.enabled and not cfg.resume:
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
-        log.info(training_line(run.model, cfg.trainer, updates_per_epoch(cfg, run.data.train), device, run_dir))
+        log.info(training_line(run.model, cfg.trainer, updates_per_epoch(cfg, run.data.train), device, run_dir,
+                               provenance.get("code")))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = {}

@@ -1,4 +1,5 @@
-"""What a run reports: loggers (metrics.jsonl, W&B), the start, epoch and closing lines, summary.json,
+"""What a run reports: where it came from (provenance.json: code, command, packages, machine), loggers
+(metrics.jsonl, W&B), the start, epoch and closing lines, summary.json,
 the timing of data wait vs compute, the profiler, pictures of batches and of predictions during
 training; eval.py's pictures of a model's predictions (a confusion matrix, predicted masks) are in
 trainkit.tracking.evaluation_figures.
@@ -12,6 +13,7 @@ from trainkit.tracking.known_noise import quiet_known_noise
 from trainkit.tracking.loggers import Loggers, build_loggers, wandb_names
 from trainkit.tracking.prediction_images import first_images, log_predictions
 from trainkit.tracking.profiling import StepProfiler
+from trainkit.tracking.provenance import write_provenance
 from trainkit.tracking.run_report import epoch_line, training_line, write_summary
 from trainkit.tracking.timing import LoopTimer
 
@@ -30,5 +32,6 @@ __all__ = [
     "training_line",
     "wandb_names",
     "warn_if_data_bound",
+    "write_provenance",
     "write_summary",
 ]

@@ -20,15 +20,21 @@ log = logging.getLogger("train")  # train.py's logger: these are its lines
 
 
 def training_line(
-    model: torch.nn.Module, trainer: DictConfig, updates_per_epoch: int, device: torch.device, run_dir: object
+    model: torch.nn.Module,
+    trainer: DictConfig,
+    updates_per_epoch: int,
+    device: torch.device,
+    run_dir: object,
+    code: str | None = None,
 ) -> str:
-    """`training N parameters on DEVICE for LENGTH -> RUN_DIR`; the length is trainer.max_steps
-    where it ends the run before trainer.max_epochs does."""
+    """`training N parameters on DEVICE for LENGTH (code a1b2c3d+dirty) -> RUN_DIR`; the length is
+    trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the commit, if known."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     length = f"{trainer.max_epochs} epochs ({updates_per_epoch} updates each)"
     if trainer.max_steps and trainer.max_steps < updates_per_epoch * trainer.max_epochs:
         length = f"{trainer.max_steps} updates (trainer.max_steps; {updates_per_epoch} updates an epoch)"
-    return f"training {trainable:,} parameters on {device} for {length} -> {run_dir}"
+    code_part = f" (code {code})" if code else ""
+    return f"training {trainable:,} parameters on {device} for {length}{code_part} -> {run_dir}"
 
 
 def epoch_line(epoch: int, train_metrics: dict, val: dict, improved: bool) -> str:
