@@ -4,7 +4,7 @@ packages and the machine, written by rank 0 into the run directory when the run 
 - `provenance.json`: the facts below, one JSON object.
 - `packages.txt`: every installed distribution, `name==version` a line (a `pip freeze` without pip).
 - `code.diff`: `git diff HEAD --binary` (what `git apply` takes back), after a header listing the
-  untracked files git does not ignore; written only when the tree is dirty.
+  untracked source files git does not ignore; written only when the tree is dirty.
 
 It must stay cheap (a few git calls with a short timeout, no `pip` subprocess) and hold no
 secrets: no environment variables, and no credentials from the remote URL.
@@ -32,6 +32,10 @@ from omegaconf import OmegaConf
 log = logging.getLogger("train")  # train.py's logger: its lines
 
 GIT_TIMEOUT_SECONDS = 2.0  # a git call on a slow network file system must not hold up the run
+# Untracked files that count as code: listed in code.diff and make the tree dirty. Data, images and
+# results left in the checkout do not.
+SOURCE_SUFFIXES = (".py", ".pyi", ".pyx", ".ipynb", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".sh",
+                   ".c", ".cc", ".cpp", ".cu", ".h", ".hpp")  # fmt: skip
 
 
 def write_provenance(
@@ -85,7 +89,7 @@ def run_git(repository: Path, *args: str) -> bytes | None:
 
 
 def git_state(repository: Path) -> dict[str, Any] | None:
-    """commit, branch, dirty, remote, untracked files and the diff against HEAD; None outside a
+    """commit, branch, dirty, remote, untracked source files and the diff against HEAD; None outside a
     checkout. One `git status` answers the first four (porcelain v2 prints the commit and branch)."""
     status = run_git(repository, "status", "--porcelain=v2", "--branch", "--untracked-files=all", "-z")
     if status is None:
@@ -97,7 +101,7 @@ def git_state(repository: Path) -> dict[str, Any] | None:
             commit = entry.split()[-1] if entry.split()[-1] != "(initial)" else None  # no commit yet
         elif entry.startswith("# branch.head "):
             branch = entry.split(maxsplit=2)[-1]  # "(detached)" on a detached HEAD
-        elif entry.startswith("? "):
+        elif entry.startswith("? ") and entry.endswith(SOURCE_SUFFIXES):
             untracked.append(entry[2:])
         elif entry[:2] in ("1 ", "2 ", "u "):
             changed = True
@@ -141,7 +145,7 @@ def code_version(git: dict[str, Any] | None) -> str | None:
 
 
 def code_diff(untracked: list[str], diff: bytes) -> bytes:
-    """The diff after a header naming the untracked files (`git apply` skips text before the diff)."""
+    """The diff after a header naming the untracked source files (`git apply` skips text before the diff)."""
     header = "".join(f"# untracked, not in the diff below: {path}\n" for path in untracked)
     return header.encode() + diff
 

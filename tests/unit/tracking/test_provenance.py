@@ -112,6 +112,13 @@ def test_a_dirty_tree_writes_a_diff_that_git_applies(repository, run_dir):
     assert (repository / "weights.bin").read_bytes() == bytes(reversed(range(256)))
 
 
+def test_untracked_data_is_not_code(repository, run_dir):
+    (repository / "images.npy").write_bytes(b"\x93NUMPY")  # left in the checkout, not ignored
+    facts = write_provenance(run_dir, repository, seed=0, deterministic=False, world_size=1, device=CPU)
+    assert facts["git"]["untracked"] == [] and facts["git"]["dirty"] is False
+    assert not (run_dir / "code.diff").exists()
+
+
 def test_a_clean_start_removes_an_earlier_diff(repository, run_dir):
     (run_dir / "code.diff").write_text("diff of an earlier start, before a resume\n")
     write_provenance(run_dir, repository, seed=0, deterministic=False, world_size=1, device=CPU)
