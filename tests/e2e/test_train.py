@@ -278,6 +278,38 @@ def test_resume_auto_starts_then_continues_and_overrides_take_effect(run_train, 
 
 
 @pytest.mark.slow  # trains in a subprocess
+@pytest.mark.parametrize("stop", ["max_epochs", "early_stopping"])
+def test_a_run_killed_during_its_test_is_tested_by_a_resume(run_train, stop):
+    # A kill after the last checkpoint, before summary.json, leaves every checkpoint and maybe the test
+    # line, but no summary: the resume trains nothing, tests, and writes the summary a straight run writes.
+    tiny = ("trainer.limit_train_batches=3", "trainer.limit_val_batches=2", "trainer.progress_bar=false")
+    stops = {
+        "max_epochs": ("trainer.max_epochs=2",),
+        "early_stopping": (
+            "trainer.max_epochs=6",
+            "regularization.early_stopping.min_delta=100",
+            "regularization.early_stopping.patience=1",
+        ),
+    }
+    run = run_train(*tiny, *stops[stop])
+    straight, epoch_lines = run.summary, run.epoch_metrics()
+    assert straight["stop_reason"] == stop
+    (run.run_dir / "summary.json").unlink()  # the test line stays in metrics.jsonl, as a kill may leave it
+
+    resumed = run_train("resume=auto", run_dir=run.run_dir)  # as a sweep's requeued job resumes
+    assert "has no summary.json (stopped during its test): testing it now" in resumed.stdout + resumed.stderr
+    summary = resumed.summary
+    assert summary.pop("test") == pytest.approx(straight.pop("test"), rel=1e-6)
+    del summary["wall_seconds"], straight["wall_seconds"]
+    assert summary == straight  # best, final, epochs, steps, stop_reason, the optimized value
+    assert resumed.epoch_metrics() == epoch_lines  # no epoch trained again
+    assert len([m for m in resumed.metrics if "test/acc" in m]) == 1  # the killed run's test line is replaced
+
+    again = run_train("resume=auto", run_dir=run.run_dir)
+    assert "has finished" in again.stdout + again.stderr and again.metrics == resumed.metrics
+
+
+@pytest.mark.slow  # trains in a subprocess
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains_on_cpu(run_train, precision):
     # One epoch of batches of 32 at a constant LR (half the samples of 2 default epochs: fp16 on a
