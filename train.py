@@ -314,9 +314,13 @@ def find_lr(run: Run) -> None:
 
 def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: float) -> dict:
     """Test with the best weights, then write summary.json. Rank 0 reads best.pt and sends the
-    weights to every rank, so nodes need not share a file system."""
+    weights to every rank, so nodes need not share a file system. Without best.pt (deleted before a
+    resume; no finite epoch) the last weights are tested: one warning, and summary.json says so."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
-    if run.proc.is_main and best_checkpoint.exists():
+    best_missing = any_rank(run.proc.is_main and not best_checkpoint.exists(), run.device)  # every rank alike
+    if best_missing and run.proc.is_main:
+        log.warning(f"{best_checkpoint} is missing: testing the last weights, not those of the best epoch")
+    if run.proc.is_main and not best_missing:
         checkpoint = load_checkpoint(best_checkpoint, run.device)
         unwrap_model(run.model).load_state_dict(checkpoint["model"])
         restore_ema(run.ema, checkpoint)
@@ -324,7 +328,8 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.task, run.cfg.precision.name,
                     run.device, tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
-    return write_summary(run, last_metrics, test_metrics, stop_reason, wall_seconds=time.perf_counter() - started)
+    test_weights = "last (best.pt missing)" if best_missing else "best"
+    return write_summary(run, last_metrics, test_metrics, stop_reason, time.perf_counter() - started, test_weights)
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:

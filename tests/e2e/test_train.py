@@ -130,6 +130,22 @@ def test_test_metrics_use_the_best_checkpoint(run_train):
 
 
 @pytest.mark.slow  # trains in a subprocess
+def test_a_resume_without_best_pt_tests_the_last_weights_and_says_so(run_train):
+    # min_delta=100: epoch 0 stays the best, so epoch 1 of the resume writes no new best.pt.
+    tiny = ("trainer.limit_train_batches=3", "trainer.limit_val_batches=2", "trainer.progress_bar=false")
+    first = run_train(*tiny, "trainer.max_epochs=1", "regularization.early_stopping.min_delta=100")
+    assert first.summary["test_weights"] == "best"
+    best = first.run_dir / "checkpoints" / "best.pt"
+    best.unlink()
+    resumed = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)
+    warnings = [line for line in (resumed.stdout + resumed.stderr).splitlines() if "best.pt" in line]
+    assert len(warnings) == 1 and f"{best} is missing: testing the last weights" in warnings[0]
+    summary = resumed.summary
+    assert summary["test_weights"] == "last (best.pt missing)" and summary["best"]["epoch"] == 0
+    assert not best.exists() and summary["epochs"] == 2
+
+
+@pytest.mark.slow  # trains in a subprocess
 def test_lr_schedule_warms_up_then_decays_per_update(run_train):
     run = run_train(
         "trainer.max_epochs=3", "trainer.log_every_n_steps=1", "scheduler.warmup_epochs=1", "trainer.progress_bar=false"
