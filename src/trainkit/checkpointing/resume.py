@@ -28,7 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.checkpointing.continued_run import finished_message, has_summary, trim_metrics
+from trainkit.checkpointing.continued_run import finished_message, has_summary, trim_csv, trim_metrics
 from trainkit.checkpointing.overrides import config_with_overrides, flatten
 from trainkit.errors import ConfigError
 
@@ -151,6 +151,8 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     if stale:
         log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
     trim_metrics(run_dir / "metrics.jsonl", state, retested)
+    if resolved.logger.name == "csv":  # the table it appends to
+        trim_csv(run_dir / resolved.logger.get("filename", "metrics.csv"), state, retested)
     if (run_dir / ".hydra").is_dir():  # what this run now trains with, and the overrides that compose it
         _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
         _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")
