@@ -1,7 +1,7 @@
 """What resuming finds in a run's directory: whether the run has finished (then one line says how
 to extend it, and a sweeper gets its value from summary.json) or trained to its end without writing
-summary.json (killed during its test: the resume tests it), and the metrics.jsonl lines written
-after the checkpoint (metrics.jsonl, logger=csv's table), which the resumed run writes again."""
+summary.json (killed during its test: the resume tests it), and the metrics lines written after
+the checkpoint (in metrics.jsonl and logger=csv's table), which the resumed run writes again."""
 
 import csv
 import json
