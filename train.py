@@ -27,7 +27,7 @@ from trainkit import cli
 from trainkit.augment import BatchTransform, attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, copy_checkpoint, finished_value, load_checkpoint, load_weights,
                                     restore_optimizer_and_schedule, restore_rank_rng_states, resumed_config, rng_states,
-                                    save_checkpoint, stop_signal, stopped, unwrap_model)
+                                    save_checkpoint, stop_signal, stopped, trained_to_the_end, unwrap_model)
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import DataBundle, build_data
@@ -80,6 +80,7 @@ class Run:
     step: int = 0  # optimizer updates so far: the LR schedule's clock
     batches_done: int = 0  # batches of `epoch` trained; > 0 after a mid-epoch resume
     best_metrics: dict = field(default_factory=dict)
+    last_metrics: dict = field(default_factory=dict)  # the last validated epoch's: summary.json's "final"
     wandb_run_id: str | None = None
     stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
 
@@ -96,6 +97,7 @@ class Run:
             "scaler": self.scaler.state_dict(),
             "early_stopping": self.early_stopping.state_dict(),
             "best_metrics": self.best_metrics,
+            "last_metrics": self.last_metrics,
             "epoch": self.epoch,
             "step": self.step,
             "batches_done": self.batches_done if unfinished else 0,  # > 0: a resume finishes this epoch first
@@ -113,8 +115,10 @@ class Run:
         self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]
+        self.last_metrics = state.get("last_metrics", {})  # older checkpoints lack it
         self.epoch = state["epoch"] + (0 if self.batches_done else 1)  # the unfinished epoch, else the next
         self.wandb_run_id = state.get("wandb_run_id")
+        self.stopping = trained_to_the_end(state, self.cfg)  # killed during its test, before summary.json: test only
         reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams
         restore_rank_rng_states(state["rng"], self.proc.rank, self.proc.world_size, reseed)
 
@@ -311,9 +315,13 @@ def find_lr(run: Run) -> None:
 
 def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: float) -> dict:
     """Test with the best weights, then write summary.json. Rank 0 reads best.pt and sends the
-    weights to every rank, so nodes need not share a file system."""
+    weights to every rank, so nodes need not share a file system. Without best.pt (deleted before a
+    resume; no finite epoch) the last weights are tested: one warning, and summary.json says so."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
-    if run.proc.is_main and best_checkpoint.exists():
+    best_missing = any_rank(run.proc.is_main and not best_checkpoint.exists(), run.device)  # every rank alike
+    if best_missing and run.proc.is_main:
+        log.warning(f"{best_checkpoint} is missing: testing the last weights, not those of the best epoch")
+    if run.proc.is_main and not best_missing:
         checkpoint = load_checkpoint(best_checkpoint, run.device)
         unwrap_model(run.model).load_state_dict(checkpoint["model"])
         restore_ema(run.ema, checkpoint)
@@ -321,7 +329,8 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.task, run.cfg.precision.name,
                     run.device, tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
-    return write_summary(run, last_metrics, test_metrics, stop_reason, wall_seconds=time.perf_counter() - started)
+    test_weights = "last (best.pt missing)" if best_missing else "best"
+    return write_summary(run, last_metrics, test_metrics, stop_reason, time.perf_counter() - started, test_weights)
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
@@ -354,10 +363,12 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                                provenance.get("code")))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
-        last_metrics = {}
+        last_metrics = run.last_metrics  # {} unless resumed
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
         run.timer = LoopTimer(StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device))  # rank 0 profiles
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
+            if run.stopping:  # decided at the last epoch's end, or before a resume of a run trained to its end
+                break
             run.epoch = epoch
             run.data.train.set_epoch(epoch, start_batch=run.batches_done)  # a resume skips what it trained
             train_metrics = train_one_epoch(run, show_progress, compiling=cfg.trainer.compile and epoch == first_epoch)
@@ -368,7 +379,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, run.task, cfg.precision.name,
                            device, cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
             val_metrics = {f"val/{name}": value for name, value in val.items() if name != "samples"}
-            last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, **val_metrics}
+            run.last_metrics = last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, **val_metrics}
             improved = run.early_stopping.update(last_metrics[run.early_stopping.monitor], epoch)
             if improved:
                 run.best_metrics = {"epoch": epoch, "step": run.step, **val_metrics}
@@ -383,8 +394,6 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             if run.stopping != "non-finite loss":  # non-finite weights never overwrite the last good checkpoint
                 save_checkpoints(run, improved)
             run.batches_done = 0
-            if run.stopping:
-                break
         reason = run.stopping or "max_epochs"  # a resumed run that had finished trains no epoch
         if reason in STOP_SIGNAL_NAMES:  # a checkpoint at this exact update, one line saying how to resume, exit 75
             if run.batches_done:

@@ -1,5 +1,6 @@
 """End to end: train.py in a subprocess, judged by its run directory."""
 
+import csv
 import math
 import re
 import subprocess
@@ -127,6 +128,22 @@ def test_test_metrics_use_the_best_checkpoint(run_train):
     for name, tensor in zero_weights.items():  # same weights: the comparison below is meaningful
         torch.testing.assert_close(best["model"][name], tensor, rtol=1e-6, atol=1e-7)
     assert summary["test"] == pytest.approx(epoch_zero.summary["test"], rel=1e-6)
+
+
+@pytest.mark.slow  # trains in a subprocess
+def test_a_resume_without_best_pt_tests_the_last_weights_and_says_so(run_train):
+    # min_delta=100: epoch 0 stays the best, so epoch 1 of the resume writes no new best.pt.
+    tiny = ("trainer.limit_train_batches=3", "trainer.limit_val_batches=2", "trainer.progress_bar=false")
+    first = run_train(*tiny, "trainer.max_epochs=1", "regularization.early_stopping.min_delta=100")
+    assert first.summary["test_weights"] == "best"
+    best = first.run_dir / "checkpoints" / "best.pt"
+    best.unlink()
+    resumed = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)
+    warnings = [line for line in (resumed.stdout + resumed.stderr).splitlines() if "best.pt" in line]
+    assert len(warnings) == 1 and f"{best} is missing: testing the last weights" in warnings[0]
+    summary = resumed.summary
+    assert summary["test_weights"] == "last (best.pt missing)" and summary["best"]["epoch"] == 0
+    assert not best.exists() and summary["epochs"] == 2
 
 
 @pytest.mark.slow  # trains in a subprocess
@@ -278,6 +295,38 @@ def test_resume_auto_starts_then_continues_and_overrides_take_effect(run_train, 
 
 
 @pytest.mark.slow  # trains in a subprocess
+@pytest.mark.parametrize("stop", ["max_epochs", "early_stopping"])
+def test_a_run_killed_during_its_test_is_tested_by_a_resume(run_train, stop):
+    # A kill after the last checkpoint, before summary.json, leaves every checkpoint and maybe the test
+    # line, but no summary: the resume trains nothing, tests, and writes the summary a straight run writes.
+    tiny = ("trainer.limit_train_batches=3", "trainer.limit_val_batches=2", "trainer.progress_bar=false")
+    stops = {
+        "max_epochs": ("trainer.max_epochs=2",),
+        "early_stopping": (
+            "trainer.max_epochs=6",
+            "regularization.early_stopping.min_delta=100",
+            "regularization.early_stopping.patience=1",
+        ),
+    }
+    run = run_train(*tiny, *stops[stop])
+    straight, epoch_lines = run.summary, run.epoch_metrics()
+    assert straight["stop_reason"] == stop
+    (run.run_dir / "summary.json").unlink()  # the test line stays in metrics.jsonl, as a kill may leave it
+
+    resumed = run_train("resume=auto", run_dir=run.run_dir)  # as a sweep's requeued job resumes
+    assert "has no summary.json (stopped during its test): testing it now" in resumed.stdout + resumed.stderr
+    summary = resumed.summary
+    assert summary.pop("test") == pytest.approx(straight.pop("test"), rel=1e-6)
+    del summary["wall_seconds"], straight["wall_seconds"]
+    assert summary == straight  # best, final, epochs, steps, stop_reason, the optimized value
+    assert resumed.epoch_metrics() == epoch_lines  # no epoch trained again
+    assert len([m for m in resumed.metrics if "test/acc" in m]) == 1  # the killed run's test line is replaced
+
+    again = run_train("resume=auto", run_dir=run.run_dir)
+    assert "has finished" in again.stdout + again.stderr and again.metrics == resumed.metrics
+
+
+@pytest.mark.slow  # trains in a subprocess
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains_on_cpu(run_train, precision):
     # One epoch of batches of 32 at a constant LR (half the samples of 2 default epochs: fp16 on a
@@ -339,6 +388,24 @@ def test_synthetic_data_with_csv_logger_and_adamw(run_train):
     assert len(rows) == 1 + len(run.metrics)  # the CSV has a row for every line of metrics.jsonl
     last_row = dict(zip(header, rows[-1].split(",")))
     assert float(last_row["test/acc"]) == pytest.approx(run.summary["test"]["test/acc"])
+
+
+@pytest.mark.slow  # trains in a subprocess
+def test_a_resume_appends_to_the_csv_as_to_metrics_jsonl(run_train):
+    # 4 updates an epoch: max_steps=6 stops inside epoch 1, after its validation and test lines; the
+    # resume drops those (written after the checkpoint) from both files and appends the rest.
+    tiny = ("trainer.limit_train_batches=4", "trainer.limit_val_batches=2", "trainer.log_every_n_steps=2")
+    stopped = run_train(
+        *tiny, "logger=csv", "trainer.max_epochs=3", "trainer.max_steps=6", "trainer.progress_bar=false"
+    )
+    resumed = run_train(f"resume={stopped.run_dir}", "trainer.max_steps=null", run_dir=stopped.run_dir)
+    with open(resumed.run_dir / "metrics.csv", newline="") as file:
+        rows = [{key: value for key, value in row.items() if value != ""} for row in csv.DictReader(file)]
+    lines = resumed.metrics
+    assert [m["epoch"] for m in resumed.epoch_metrics()] == [0, 1, 2]
+    assert [(int(row["epoch"]), int(row["step"]), set(row)) for row in rows] == [
+        (m["epoch"], m["step"], set(m)) for m in lines
+    ]
 
 
 @pytest.mark.slow  # trains in a subprocess

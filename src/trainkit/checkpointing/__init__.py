@@ -12,7 +12,7 @@ from trainkit.checkpointing.checkpoint import (
     save_checkpoint,
     unwrap_model,
 )
-from trainkit.checkpointing.continued_run import finished_value
+from trainkit.checkpointing.continued_run import finished_value, trained_to_the_end
 from trainkit.checkpointing.resume import resumed_config
 from trainkit.checkpointing.rng import restore_rank_rng_states, rng_states
 from trainkit.checkpointing.signals import STOP_SIGNAL_NAMES, stop_signal, stopped
@@ -30,5 +30,6 @@ __all__ = [
     "save_checkpoint",
     "stop_signal",
     "stopped",
+    "trained_to_the_end",
     "unwrap_model",
 ]

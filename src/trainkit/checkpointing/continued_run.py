@@ -1,33 +1,59 @@
 """What resuming finds in a run's directory: whether the run has finished (then one line says how
-to extend it, and a sweeper gets its value from summary.json), and the metrics.jsonl lines written
-after the checkpoint, which the resumed run writes again."""
+to extend it, and a sweeper gets its value from summary.json) or trained to its end without writing
+summary.json (killed during its test: the resume tests it), and the metrics lines written after
+the checkpoint (in metrics.jsonl and logger=csv's table), which the resumed run writes again."""
 
+import csv
 import json
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 
+def trained_to_the_end(state: dict, cfg: DictConfig) -> str | None:
+    """Why the checkpoint's run has nothing left to train under `cfg`, as train.py's stop_reason
+    names it (early_stopping, max_steps, max_epochs), or None while it has."""
+    trainer, early = cfg.trainer, cfg.regularization.early_stopping
+    max_steps_reached = bool(trainer.max_steps) and state["step"] >= trainer.max_steps
+    if state["batches_done"] and not max_steps_reached:
+        return None  # saved inside an epoch: the rest of the epoch is left
+    epochs_without_improvement = (state.get("early_stopping") or {}).get("epochs_without_improvement", 0)
+    if early.enabled and epochs_without_improvement >= early.patience:
+        return "early_stopping"
+    if max_steps_reached:
+        return "max_steps"
+    if state["epoch"] + 1 >= trainer.max_epochs:
+        return "max_epochs"
+    return None
+
+
 def finished_message(state: dict, cfg: DictConfig, run_dir: Path) -> str | None:
     """One line when the checkpoint's run has nothing left to train under `cfg`, naming how to extend it."""
-    trainer, stopping = cfg.trainer, state.get("early_stopping") or {}
+    trainer, early = cfg.trainer, cfg.regularization.early_stopping
     where = f"the run in {run_dir} has finished"
-    if trainer.max_steps and state["step"] >= trainer.max_steps:
+    reason = trained_to_the_end(state, cfg)
+    if reason == "max_steps":
         return f"{where} (trainer.max_steps={trainer.max_steps} reached); resume with a higher trainer.max_steps"
-    if state["batches_done"]:
-        return None
-    if state["epoch"] + 1 >= trainer.max_epochs:
+    if reason == "max_epochs":
         return (
             f"{where} (trainer.max_epochs={trainer.max_epochs} reached); resume with a higher trainer.max_epochs, "
             f"e.g. trainer.max_epochs={2 * trainer.max_epochs}"
         )
-    early = cfg.regularization.early_stopping
-    if early.enabled and stopping.get("epochs_without_improvement", 0) >= early.patience:
+    if reason == "early_stopping":
         return (
             f"{where} (early stopping: no improvement for {early.patience} epochs); resume with a higher "
             f"regularization.early_stopping.patience or regularization.early_stopping.enabled=false"
         )
     return None
+
+
+def has_summary(run_dir: Path, state: dict) -> bool:
+    """Whether summary.json was written for the checkpoint `state` (its steps are the checkpoint's):
+    a run killed after its last checkpoint, during its test, has none, or an earlier part's."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("steps") == state["step"]
+    except (OSError, json.JSONDecodeError):  # none, or torn by a kill while it was written
+        return False
 
 
 def finished_value(run_dir: Path) -> float | None:
@@ -36,19 +62,46 @@ def finished_value(run_dir: Path) -> float | None:
     return json.loads(summary.read_text()).get("optimized_value") if summary.is_file() else None
 
 
-def trim_metrics(path: Path, state: dict) -> None:
+def trim_metrics(path: Path, state: dict, retested: bool = False) -> None:
     """Drop the metrics.jsonl lines written after the checkpoint (the resume writes them again):
-    lines of later steps and, for a checkpoint inside an epoch, that epoch's end and test lines."""
+    lines of later steps and, for a checkpoint inside an epoch, that epoch's end and test lines.
+    `retested`: the run trained to its end and only its test runs again: its test line goes."""
     if not path.is_file():
         return
     lines = path.read_text().splitlines()
-    kept = []
-    for line in lines:
-        record = json.loads(line)
-        later = record.get("step", 0) > state["step"]
-        ends_the_epoch = "val/loss" in record or any(key.startswith("test/") for key in record)
-        if later or (state["batches_done"] and record.get("epoch", -1) >= state["epoch"] and ends_the_epoch):
-            continue
-        kept.append(line)
+    kept = [line for line in lines if not _written_after(json.loads(line), state, retested)]
     if len(kept) != len(lines):
         path.write_text("".join(f"{line}\n" for line in kept))
+
+
+def trim_csv(path: Path, state: dict, retested: bool = False) -> None:
+    """The same for logger=csv's table, which has a row for each metrics.jsonl line (an empty cell
+    where a line has no such metric)."""
+    if not path.is_file():
+        return
+    with open(path, newline="", encoding="utf-8") as file:
+        reader = csv.DictReader(file)
+        columns, rows = list(reader.fieldnames or []), list(reader)
+    kept = []
+    for row in rows:
+        record: dict = {key: value for key, value in row.items() if value != ""}
+        for key in ("epoch", "step"):  # the two the rule compares; the rest only count by name
+            if key in record:
+                record[key] = int(record[key])
+        if not _written_after(record, state, retested):
+            kept.append(row)
+    if len(kept) != len(rows):
+        with open(path, "w", newline="", encoding="utf-8") as file:
+            writer = csv.DictWriter(file, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(kept)
+
+
+def _written_after(record: dict, state: dict, retested: bool) -> bool:
+    later = record.get("step", 0) > state["step"]
+    tested = any(key.startswith("test/") for key in record)
+    if retested:
+        return later or (tested and record.get("step") == state["step"])
+    ends_the_epoch = "val/loss" in record or tested
+    in_the_epoch = bool(state["batches_done"]) and record.get("epoch", -1) >= state["epoch"]
+    return later or (in_the_epoch and ends_the_epoch)

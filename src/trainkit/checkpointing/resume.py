@@ -13,7 +13,8 @@ Two steps, because Hydra creates the run directory before train.py's main runs:
   taken from the composed config (trainkit.checkpointing.overrides), and one log line lists every
   key that differs. Values the run found itself (the batch-size finder's data.batch_size, an image
   folder's class count) stay.
-  Overrides that cannot take effect are refused here, in one line; a finished run says so.
+  Overrides that cannot take effect are refused here, in one line; a finished run says so (a run
+  is finished once its summary.json is written: one trained to its end without it is tested).
 
 Every rank resolves alike: self-started DDP workers receive the resolved config; under torchrun
 each rank reads the same checkpoint and command line and computes the same result.
@@ -27,7 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.checkpointing.continued_run import finished_message, trim_metrics
+from trainkit.checkpointing.continued_run import finished_message, has_summary, trim_csv, trim_metrics
 from trainkit.checkpointing.overrides import config_with_overrides, flatten
 from trainkit.errors import ConfigError
 
@@ -134,6 +135,14 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     if main:
         log.info(f"resuming {checkpoint} at {position}, step {state['step']}{listed}")
     finished = finished_message(state, resolved, run_dir)
+    retested = bool(finished) and not has_summary(run_dir, state)  # a run is finished once summary.json is written
+    if retested:  # train.py trains nothing (trainkit.checkpointing.trained_to_the_end), tests, writes summary.json
+        finished = None
+        if main:
+            log.info(
+                f"the run in {run_dir} trained to its end but has no summary.json (stopped during its test): "
+                "testing it now"
+            )
     if finished or not main:
         if finished and main:
             log.info(finished)
@@ -141,7 +150,9 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     stale = remove_stale_temporary_files(checkpoint.parent)
     if stale:
         log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
-    trim_metrics(run_dir / "metrics.jsonl", state)
+    trim_metrics(run_dir / "metrics.jsonl", state, retested)
+    if resolved.logger.name == "csv":  # the table it appends to
+        trim_csv(run_dir / resolved.logger.get("filename", "metrics.csv"), state, retested)
     if (run_dir / ".hydra").is_dir():  # what this run now trains with, and the overrides that compose it
         _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
         _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")

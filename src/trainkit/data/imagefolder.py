@@ -160,6 +160,12 @@ def load_image_folder(data: ImageFolder) -> tuple[dict[str, ImageFolderDataset],
         log.info("'%s': ignored %d entries that are not class folders (%s)", root / "train", len(strays), strays[:5])
     if not classes:
         raise ConfigError("data.root", f"'{root / 'train'}' has no class folders; put images in train/<class>/")
+    if len(classes) == 1:  # every label the same: a run would reach loss 0 and accuracy 1.0, learning nothing
+        raise ConfigError(
+            "data.root",
+            f"'{root / 'train'}' has one class folder ({classes[0]}); classification needs at least two: "
+            "put each class's images in its own train/<class>/ folder",
+        )
     samples = {"train": _list_images(root / "train", classes, allow_empty_classes=False)}
     missing = {}
     for split in ("val", "test"):

@@ -83,12 +83,17 @@ class JsonlLogger(Logger):
 
 class CsvLogger(Logger):
     """A table with one column per metric. Columns appear as metrics do, so the file is rewritten
-    on each log; runs log at most a few thousand rows, which keeps that cheap."""
+    on each log; runs log at most a few thousand rows, which keeps that cheap. Appended to, as
+    metrics.jsonl is: a resume keeps the rows before it (resume trims those written after its checkpoint)."""
 
     def __init__(self, path: Path):
         self.path = path
         self.rows: list[dict] = []
         self.columns: list[str] = []
+        if path.is_file():  # the cells come back as text, and are written back unchanged
+            with open(path, newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                self.columns, self.rows = list(reader.fieldnames or []), list(reader)
 
     def log(self, metrics: dict) -> None:
         self.rows.append(metrics)

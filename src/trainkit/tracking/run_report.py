@@ -3,8 +3,9 @@ epoch's results; and at its end, once tested, summary.json (strict JSON), the tr
 and the closing line.
 
 summary.json is the result a sweep, scripts/plot_runs.py and `resume` of a finished run read:
-best (the best epoch's validation metrics), final (the last epoch's), test, optimized_metric and
-its value, stop_reason, epochs, steps, wall_seconds, world_size, device, run_dir.
+best (the best epoch's validation metrics), final (the last epoch's), test, test_weights (the
+weights tested: "best", or "last (best.pt missing)"), optimized_metric and its value, stop_reason,
+epochs, steps, wall_seconds, world_size, device, run_dir.
 """
 
 import logging
@@ -48,7 +49,9 @@ def epoch_line(epoch: int, train_metrics: dict, val: dict, improved: bool) -> st
     )
 
 
-def write_summary(run: Any, last_metrics: dict, test_metrics: dict, stop_reason: str, wall_seconds: float) -> dict:
+def write_summary(
+    run: Any, last_metrics: dict, test_metrics: dict, stop_reason: str, wall_seconds: float, test_weights: str = "best"
+) -> dict:
     """summary.json from train.py's `Run` (every rank builds it; rank 0 alone writes it and logs),
     the test metrics as the run's last metrics line, and the trackers' summary. Returns the summary."""
     best = run.best_metrics
@@ -56,6 +59,7 @@ def write_summary(run: Any, last_metrics: dict, test_metrics: dict, stop_reason:
         "best": best,
         "final": last_metrics,
         "test": test_metrics,
+        "test_weights": test_weights,
         "optimized_metric": run.cfg.optimized_metric,
         "optimized_value": {**best, **test_metrics}.get(run.cfg.optimized_metric),
         "stop_reason": stop_reason,

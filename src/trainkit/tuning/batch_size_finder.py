@@ -28,13 +28,14 @@ from __future__ import annotations
 import gc
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.distributed.process_group import min_across_ranks
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import Task
@@ -106,10 +107,11 @@ def find_batch_size(
     safety_margin: float = 0.9,
     memory_cap_bytes: int | None = None,
     device: torch.device | str | None = None,
+    max_batch_size_from: str = "batch_size_finder.max_batch_size",
 ) -> int:
     """The largest batch size for which `try_step(batch_size)` fits, times `safety_margin`,
     rounded down (at least 1); or `max_batch_size` itself when that fits (the search stopped at
-    the cap, not at memory, so no margin is taken).
+    the cap, not at memory, so no margin is taken; the log line names the cap: `max_batch_size_from`).
 
     `try_step` runs one training step at that batch size (see training_step_probe) and should
     leave the model as it found it. Search: start, 2 x start, 4 x start, ... until a step does
@@ -165,7 +167,7 @@ def find_batch_size(
             bad = middle
     if bad is None:
         # Stopped at the user's cap, not at memory: the margin is for memory, so it does not apply.
-        log.info(f"largest batch size searched ({max_batch_size}, batch_size_finder.max_batch_size) fits; using it")
+        log.info(f"largest batch size searched ({max_batch_size}, {max_batch_size_from}) fits; using it")
         return good
     result = max(1, math.floor(good * safety_margin))
     log.info(f"largest batch size that fits: {good}; using {result} (x{safety_margin} safety margin)")
@@ -225,13 +227,14 @@ def find_batch_size_for_run(
     cfg: DictConfig,
     model: nn.Module,
     task: Task,
-    loader: Iterable,
+    loader: TensorLoader | FileLoader,
     transform: Callable[[torch.Tensor], torch.Tensor] | None,
     precision: str,
     device: torch.device,
 ) -> int:
     """`batch_size_finder.*` (cfg) applied to train.py's model, task and data: the per-process batch
-    size to use, the same on every rank (the smallest any rank found)."""
+    size to use, the same on every rank (the smallest any rank found). At most this rank's share of
+    the training split: a larger batch would repeat no sample, only make one short update an epoch."""
     from trainkit.models.finetune import apply_frozen_bn_eval
 
     inputs, targets = task.inputs_and_targets(next(iter(loader)), device)
@@ -239,12 +242,18 @@ def find_batch_size_for_run(
         model, task.loss, inputs, targets, transform, precision, after_train=apply_frozen_bn_eval
     )
     cap = None if cfg.memory_cap_gb is None else int(cfg.memory_cap_gb * 2**30)
+    max_batch_size, max_batch_size_from = cfg.max_batch_size, "batch_size_finder.max_batch_size"
+    share = len(loader.sampler)  # this rank's training samples an epoch: the split / the number of processes
+    if share < max_batch_size:
+        max_batch_size = share
+        max_batch_size_from = f"the training split per process: {share:,} of its {loader.sampler.size:,} samples"
     found = find_batch_size(
         probe,
-        start=cfg.start,
-        max_batch_size=cfg.max_batch_size,
+        start=min(cfg.start, max_batch_size),
+        max_batch_size=max_batch_size,
         safety_margin=cfg.safety_margin,
         memory_cap_bytes=cap,
         device=device,
+        max_batch_size_from=max_batch_size_from,
     )
     return min_across_ranks(found, device)  # each rank searched on its own device

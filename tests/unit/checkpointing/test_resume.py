@@ -331,3 +331,25 @@ def test_resume_auto_in_a_directory_named_after_the_launch_time_warns_that_it_ca
     [warning] = [record.message for record in caplog.records if record.levelname == "WARNING"]
     assert warning.startswith(f"resume=auto: no checkpoint in {tmp_path}: starting a new run; hydra.run.dir is named")
     assert "set hydra.run.dir=<a fixed directory>" in warning
+
+
+def test_a_summary_counts_only_for_its_own_checkpoint_and_a_retest_drops_only_the_test_line(tmp_path):
+    state = {"epoch": 1, "step": 40, "batches_done": 0}
+    assert not continued_run.has_summary(tmp_path, state)
+    (tmp_path / "summary.json").write_text('{"steps": 20')  # torn by a kill while it was written
+    assert not continued_run.has_summary(tmp_path, state)
+    (tmp_path / "summary.json").write_text('{"steps": 20}')  # an earlier part's, before a longer resume
+    assert not continued_run.has_summary(tmp_path, state)
+    (tmp_path / "summary.json").write_text('{"steps": 40}')
+    assert continued_run.has_summary(tmp_path, state)
+
+    lines = [
+        {"epoch": 0, "step": 20, "val/loss": 1},
+        {"epoch": 0, "step": 20, "test/acc": 1},  # an earlier part's test: history
+        {"epoch": 1, "step": 40, "val/loss": 1},
+        {"epoch": 1, "step": 40, "test/acc": 1},
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    continued_run.trim_metrics(path, {"epoch": 1, "step": 40, "batches_done": 7}, retested=True)  # a max_steps stop
+    assert [json.loads(line) for line in path.read_text().splitlines()] == lines[:3]

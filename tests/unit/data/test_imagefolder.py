@@ -159,3 +159,16 @@ def test_train_py_stops_on_an_unreadable_image_with_one_line_and_exit_1(tmp_path
     last_line = run.stderr.strip().splitlines()[-1]
     assert run.returncode == 1 and last_line.startswith("error: data.root: cannot read image '")
     assert "2.png" in last_line and "data.skip_bad_files=true" in last_line and "Traceback" not in run.stderr
+
+
+def test_a_folder_with_one_class_is_refused_in_one_line(tmp_path, run_train):
+    folder = tmp_path / "images" / "train" / "cats"
+    folder.mkdir(parents=True)
+    for index in range(6):
+        Image.new("RGB", (10, 12), (index, 50, 200)).save(folder / f"{index}.png")
+    with pytest.raises(ConfigError, match=r"has one class folder \(cats\); classification needs at least two"):
+        build_data(folder_cfg(tmp_path / "images"), CPU, seed=0)
+    run = run_train("data=imagefolder", f"data.root={tmp_path / 'images'}", "print_config=false", check=False)
+    last_line = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 1 and last_line.startswith("error: data.root: '") and "one class folder" in last_line
+    assert "Traceback" not in run.stderr

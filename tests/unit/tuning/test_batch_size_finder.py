@@ -17,6 +17,8 @@ from trainkit.tuning.batch_size_finder import (
     training_step_probe,
 )
 
+CPU = torch.device("cpu")
+
 
 def simulated_limit(limit: int, error: Exception | None = None):
     """A try_step that runs out of memory above `limit` samples, and records what it was asked."""
@@ -150,3 +152,22 @@ def test_the_probe_leaves_model_buffers_gradients_modes_and_rng_untouched():
     assert all(p.grad is None for p in model.parameters())
     assert not any(m.training for m in model.modules())
     assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_the_search_stops_at_this_ranks_share_of_the_training_split_and_says_so(caplog):
+    from omegaconf import OmegaConf
+
+    from trainkit.data.loaders import TensorLoader
+    from trainkit.tasks.classification import Classification
+    from trainkit.tuning.batch_size_finder import find_batch_size_for_run
+
+    torch.manual_seed(0)
+    images, labels = torch.randint(0, 256, (101, 1, 8, 8), dtype=torch.uint8), torch.randint(0, 10, (101,))
+    # rank 1 of 2: 50 samples an epoch (the odd one out is trimmed, as on every rank)
+    loader = TensorLoader(images, labels, batch_size=4, shuffle=True, train=True, rank=1, world_size=2)
+    cfg = OmegaConf.create({"start": 2, "max_batch_size": 4096, "safety_margin": 0.9, "memory_cap_gb": None})
+    model, task = SmallCNN(1, 10, widths=(4, 8, 8)), Classification(num_classes=10)
+    with caplog.at_level(logging.INFO):
+        found = find_batch_size_for_run(cfg, model, task, loader, lambda x: x.float() / 255, "fp32", CPU)
+    assert found == 50  # not 4096: a batch larger than a rank's share only makes one short update an epoch
+    assert "largest batch size searched (50, the training split per process: 50 of its 101 samples) fits" in caplog.text
