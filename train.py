@@ -26,8 +26,9 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import BatchTransform, attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, copy_checkpoint, finished_value, load_checkpoint, load_weights,
-                                    restore_optimizer_and_schedule, restore_rank_rng_states, resumed_config, rng_states,
-                                    save_checkpoint, stop_signal, stopped, unwrap_model)
+                                    refuse_another_world_size_inside_an_epoch, restore_optimizer_and_schedule,
+                                    restore_rank_rng_states, resumed_config, rng_states, save_checkpoint, stop_signal,
+                                    stopped, unwrap_model)
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import DataBundle, build_data
@@ -108,11 +109,13 @@ class Run:
         hyperparameters where they changed), scaler, early stopping, position, W&B run, RNG streams."""
         load_weights(self.model, state["model"])
         restore_ema(self.ema, state)
+        self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]
+        self.epoch = state["epoch"] + (0 if self.batches_done else 1)  # the unfinished epoch, else the next
+        refuse_another_world_size_inside_an_epoch(state, self.proc.world_size)
+        self.scheduler = build_lr_schedule(self)  # from where the run stands: the updates an epoch may have changed
         restore_optimizer_and_schedule(self.optimizer, self.scheduler, state, self.cfg)
         self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
-        self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]
-        self.epoch = state["epoch"] + (0 if self.batches_done else 1)  # the unfinished epoch, else the next
         self.wandb_run_id = state.get("wandb_run_id")
         reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams
         restore_rank_rng_states(state["rng"], self.proc.rank, self.proc.world_size, reseed)
@@ -276,11 +279,18 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
 
 def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
     """A multiplier of each group's LR, stepped once per optimizer update (warmup and decay are
-    counted in updates), so a resume continues the curve exactly."""
+    counted in updates), so a resume continues the curve exactly.
+
+    Its clock counts epochs: where a resume changed the updates an epoch (data.batch_size, the number
+    of processes, accumulate_grad_batches, limit_train_batches: allowed at an epoch's end), the updates
+    trained before count as the epochs they trained, so the curve goes on from that epoch and still
+    ends on the run's last update. Without such a change, `shift` is 0: the clock is the update count."""
     trainer = run.cfg.trainer
     updates = updates_per_epoch(run.cfg, run.data.train)
-    total_updates = min(updates * trainer.max_epochs, trainer.max_steps or math.inf)
-    return build_scheduler(run.optimizer, run.cfg.scheduler, updates, total_updates)
+    position = run.epoch * updates + run.batches_done // trainer.accumulate_grad_batches
+    shift = position - run.step
+    total_updates = min(updates * trainer.max_epochs, trainer.max_steps + shift if trainer.max_steps else math.inf)
+    return build_scheduler(run.optimizer, run.cfg.scheduler, updates, total_updates, shift)
 
 
 def start_logging(run: Run) -> None:

@@ -222,6 +222,21 @@ def _refuse_what_cannot_take_effect(state: dict, resolved: DictConfig, changes: 
                 )
 
 
+def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> None:
+    """A checkpoint written inside an epoch counts its batches in the shards of its number of processes;
+    with another number, "batch 5" is another place in the data. Checked where the processes exist
+    (under torchrun and SLURM the config does not say how many there are); the checkpoint holds
+    one RNG snapshot a process."""
+    saved = len(state["rng"])
+    if state["batches_done"] and saved != world_size:
+        raise ConfigError(
+            "distributed.nproc_per_node",
+            f"the run has {world_size} processes but its checkpoint was written by {saved} inside epoch "
+            f"{state['epoch']} (after batch {state['batches_done']}): the batches already trained would be "
+            f"miscounted; resume with {saved} processes, or from an epoch's end",
+        )
+
+
 def _check_model_fits_early(weights: dict, cfg: DictConfig) -> None:
     """The model the new settings describe, built on the meta device (no memory, no data), against
     the checkpoint's weights. A model that cannot be built this way is checked at load instead."""

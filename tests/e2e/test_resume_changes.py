@@ -1,0 +1,34 @@
+"""End to end: a resume that changes what an epoch is (its batch size, its number of processes) or
+finds its run directory taken."""
+
+import pytest
+
+QUICK = ("trainer.progress_bar=false", "print_config=false", "trainer.log_every_n_steps=1")
+
+
+@pytest.mark.slow  # trains two runs
+@pytest.mark.parametrize("batch_size", [32, 128])  # half and double the default 64: 40 and 10 updates an epoch, not 20
+def test_a_batch_size_changed_at_an_epoch_end_still_ends_the_schedule_on_the_last_update(run_train, batch_size):
+    # Early stopping after epoch 1 (no improvement can beat min_delta=100) leaves a checkpoint at an
+    # epoch's end, half-way down a 4-epoch cosine; the resume trains epochs 2 and 3 with another batch size.
+    first = run_train(
+        *QUICK,
+        "trainer.max_epochs=4",
+        "regularization.early_stopping.patience=1",
+        "regularization.early_stopping.min_delta=100",
+    )
+    assert [m["epoch"] for m in first.epoch_metrics()] == [0, 1]
+    resumed = run_train(
+        f"resume={first.run_dir}",
+        f"data.batch_size={batch_size}",
+        "regularization.early_stopping.enabled=false",
+        run_dir=first.run_dir,
+    )
+    epochs = resumed.epoch_metrics()
+    assert [m["epoch"] for m in epochs] == [0, 1, 2, 3]
+    after = [m["lr"] for m in resumed.metrics if "train/step_loss" in m and m["epoch"] >= 2]
+    assert len(after) == 2 * {32: 40, 128: 10}[batch_size]
+    assert after[-1] == pytest.approx(0.0, abs=1e-12)  # cosine's end (min_lr_ratio 0) on the run's last update
+    assert all(lr > 0 for lr in after[:-1]) and after == sorted(after, reverse=True)
+    # The curve goes on from where epoch 1 left it: the epochs count, not the updates.
+    assert 0.9 * epochs[1]["lr"] < after[0] < epochs[1]["lr"]
