@@ -7,6 +7,7 @@
 
 Hydra composes the config from conf/; the pieces this file calls live in src/trainkit/.
 """
+import contextlib
 import logging
 import math
 import sys
@@ -26,9 +27,9 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import BatchTransform, attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, copy_checkpoint, finished_value, load_checkpoint, load_weights,
-                                    refuse_another_world_size_inside_an_epoch, restore_optimizer_and_schedule,
-                                    restore_rank_rng_states, resumed_config, rng_states, save_checkpoint, stop_signal,
-                                    stopped, unwrap_model)
+                                    own_run_directory, refuse_another_world_size_inside_an_epoch,
+                                    restore_optimizer_and_schedule, restore_rank_rng_states, resumed_config, rng_states,
+                                    save_checkpoint, stop_signal, stopped, unwrap_model)
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import DataBundle, build_data
@@ -423,15 +424,19 @@ def run_process(cfg: DictConfig, run_dir: Path) -> float:
 @cli.report_config_errors
 def main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides on top
-    if finished:  # nothing left to train; one line said how to extend the run
-        return finished_value(run_dir)
-    validate(cfg)  # every error the config alone can reveal, before any data or model is built
-    if cfg.print_config:
-        print_config(cfg, run_dir)
-    # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial
-    # reports sweep.failed_trial_value to the sweeper and the sweep goes on.
-    return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
+    # One run a directory: rank 0 (or the parent of the DDP workers it starts) owns it until the run ends,
+    # before a resume trims metrics.jsonl; a second run started there gets one line naming the owner.
+    owns = process_info().is_main
+    with own_run_directory(run_dir, "resume" if cfg.resume else "hydra.run.dir") if owns else contextlib.nullcontext():
+        cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides
+        if finished:  # nothing left to train; one line said how to extend the run
+            return finished_value(run_dir)
+        validate(cfg)  # every error the config alone can reveal, before any data or model is built
+        if cfg.print_config:
+            print_config(cfg, run_dir)
+        # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial
+        # reports sweep.failed_trial_value to the sweeper and the sweep goes on.
+        return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
 
 
 if __name__ == "__main__":

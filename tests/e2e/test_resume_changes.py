@@ -1,7 +1,12 @@
 """End to end: a resume that changes what an epoch is (its batch size, its number of processes) or
 finds its run directory taken."""
 
+import os
+import socket
+
 import pytest
+
+from trainkit.checkpointing import own_run_directory
 
 QUICK = ("trainer.progress_bar=false", "print_config=false", "trainer.log_every_n_steps=1")
 
@@ -32,3 +37,19 @@ def test_a_batch_size_changed_at_an_epoch_end_still_ends_the_schedule_on_the_las
     assert all(lr > 0 for lr in after[:-1]) and after == sorted(after, reverse=True)
     # The curve goes on from where epoch 1 left it: the epochs count, not the updates.
     assert 0.9 * epochs[1]["lr"] < after[0] < epochs[1]["lr"]
+
+
+def test_a_run_directory_in_use_by_another_run_is_refused_in_one_line(run_train):
+    tiny = ("trainer.limit_train_batches=2", "trainer.limit_val_batches=1", *QUICK)
+    first = run_train(*tiny, "trainer.max_epochs=1")
+    metrics = (first.run_dir / "metrics.jsonl").read_text()
+    with own_run_directory(first.run_dir, key="resume"):  # as a run training there now holds it
+        second = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir, check=False)
+    assert second.returncode == 1
+    assert second.stderr.strip() == (
+        f"error: resume: {first.run_dir} is in use by process {os.getpid()} on {socket.gethostname()} (it holds "
+        f"{first.run_dir / '.lock'}): another run trains there now; wait for it to end or stop it, then resume"
+    )
+    assert (first.run_dir / "metrics.jsonl").read_text() == metrics  # nothing trimmed, nothing trained
+    again = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)  # released: it trains
+    assert [m["epoch"] for m in again.epoch_metrics()] == [0, 1]
