@@ -32,7 +32,7 @@ from trainkit.checkpointing import (STOP_SIGNAL_NAMES, copy_checkpoint, finished
                                     save_checkpoint, stop_signal, stopped, unwrap_model)
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
-from trainkit.data import DataBundle, build_data
+from trainkit.data import DataBundle, build_data, check_same_data
 from trainkit.distributed import (ProcessInfo, any_rank, average_batchnorm_statistics, barrier,
                                   broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
                                   init_process_group, process_info)
@@ -102,12 +102,14 @@ class Run:
             "batches_done": self.batches_done if unfinished else 0,  # > 0: a resume finishes this epoch first
             "rng": gather_objects(rng_states()),  # every rank's streams, in rank order
             "config": self.resolved_config,
+            "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
             "wandb_run_id": self.loggers.run_id,
         }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue where a checkpoint stands: weights and EMA, optimizer and schedule (this config's
         hyperparameters where they changed), scaler, early stopping, position, W&B run, RNG streams."""
+        check_same_data(state.get("data"), self.data.fingerprint)  # one line naming what changed since
         load_weights(self.model, state["model"])
         restore_ema(self.ema, state)
         self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]

@@ -53,3 +53,33 @@ def test_a_run_directory_in_use_by_another_run_is_refused_in_one_line(run_train)
     assert (first.run_dir / "metrics.jsonl").read_text() == metrics  # nothing trimmed, nothing trained
     again = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)  # released: it trains
     assert [m["epoch"] for m in again.epoch_metrics()] == [0, 1]
+
+
+def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_path):
+    from PIL import Image
+
+    for split, count in (("train", 6), ("val", 2), ("test", 2)):
+        for colour in ("red", "blue"):
+            (tmp_path / "images" / split / colour).mkdir(parents=True)
+            for i in range(count):
+                Image.new("RGB", (12, 12), colour).save(tmp_path / "images" / split / colour / f"{i}.png")
+    folder = ("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=8", "data.num_workers=0")
+    first = run_train(*folder, *QUICK, "data.batch_size=4", "trainer.max_epochs=1")
+    for i in range(6, 9):  # 3 more training images, as a user adds them between two sessions
+        Image.new("RGB", (12, 12), "red").save(tmp_path / "images" / "train" / "red" / f"{i}.png")
+    resumed = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir, check=False)
+    assert resumed.returncode == 1
+    assert resumed.stderr.strip() == (
+        "error: data: 3 files added to the train split since the checkpoint: the resumed run would train and test "
+        "on other splits; resume with the data the run trained on, or start a new run"
+    )
+    # In-memory data (digits): another split_seed puts other samples in each split.
+    digits = run_train(*QUICK, "trainer.max_epochs=1", "trainer.limit_train_batches=2")
+    carved = run_train(
+        f"resume={digits.run_dir}", "data.split_seed=1", "trainer.max_epochs=2", check=False, run_dir=digits.run_dir
+    )
+    assert carved.returncode == 1 and carved.stderr.strip().startswith(
+        "error: data: the train split holds other values (its shape is the same); the val split holds other values"
+    )
+    same = run_train(f"resume={digits.run_dir}", "trainer.max_epochs=2", run_dir=digits.run_dir)  # unchanged: resumes
+    assert [m["epoch"] for m in same.epoch_metrics()] == [0, 1]
