@@ -173,7 +173,8 @@ def run_record(model, seed: int, ema=None):
     sys.path.insert(0, str(ROOT))
     import train
 
-    cfg = OmegaConf.create({"seed": seed, "trainer": {"limit_train_batches": None}})
+    trainer = {"limit_train_batches": None, "accumulate_grad_batches": 1, "max_epochs": 10, "max_steps": None}
+    cfg = OmegaConf.create({"seed": seed, "trainer": trainer, "scheduler": {"name": "constant"}})  # load rebuilds it
     run = train.Run(cfg, Path("unused"), ProcessInfo(), torch.device("cpu"))
     loader = TensorLoader(torch.zeros(10, 1, 2, 2), torch.zeros(10, dtype=torch.long), 2, shuffle=False)
     run.data = DataBundle(loader, loader, loader, channels=1, image_size=2, num_classes=2, mean=(0.0,), std=(1.0,))
