@@ -83,3 +83,34 @@ def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_
     )
     same = run_train(f"resume={digits.run_dir}", "trainer.max_epochs=2", run_dir=digits.run_dir)  # unchanged: resumes
     assert [m["epoch"] for m in same.epoch_metrics()] == [0, 1]
+
+
+@pytest.mark.slow  # three runs, two of them with 2 DDP processes
+def test_another_number_of_processes_is_taken_at_an_epoch_end_and_refused_inside_an_epoch(run_train):
+    ddp = ("distributed=ddp", "distributed.nproc_per_node=2", *QUICK)  # 2 x 629 samples: 10 updates an epoch
+    first = run_train(
+        *ddp,
+        "trainer.max_epochs=4",
+        "regularization.early_stopping.patience=1",
+        "regularization.early_stopping.min_delta=100",
+    )
+    assert [m["epoch"] for m in first.epoch_metrics()] == [0, 1]
+    alone = run_train(
+        f"resume={first.run_dir}",
+        "distributed=none",
+        "regularization.early_stopping.enabled=false",
+        run_dir=first.run_dir,
+    )  # one process: 20 updates an epoch
+    after = [m["lr"] for m in alone.metrics if "train/step_loss" in m and m["epoch"] >= 2]
+    assert len(after) == 40 and after[-1] == pytest.approx(0.0, abs=1e-12) and all(lr > 0 for lr in after[:-1])
+
+    inside = run_train(*ddp, "trainer.max_epochs=4", "trainer.max_steps=15")  # stops at epoch 1, batch 5
+    refused = run_train(
+        f"resume={inside.run_dir}", "distributed=none", "trainer.max_steps=null", check=False, run_dir=inside.run_dir
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "error: distributed.nproc_per_node: this run has 1 process but 2 processes wrote its checkpoint inside "
+        "epoch 1 (after batch 5): the batches already trained would be miscounted; resume with 2 processes, or "
+        "from an epoch's end"
+    )

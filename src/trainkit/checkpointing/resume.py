@@ -229,11 +229,15 @@ def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> N
     one RNG snapshot a process."""
     saved = len(state["rng"])
     if state["batches_done"] and saved != world_size:
+
+        def processes(count: int) -> str:
+            return f"{count} process{'es' if count != 1 else ''}"
+
         raise ConfigError(
             "distributed.nproc_per_node",
-            f"the run has {world_size} processes but its checkpoint was written by {saved} inside epoch "
+            f"this run has {processes(world_size)} but {processes(saved)} wrote its checkpoint inside epoch "
             f"{state['epoch']} (after batch {state['batches_done']}): the batches already trained would be "
-            f"miscounted; resume with {saved} processes, or from an epoch's end",
+            f"miscounted; resume with {processes(saved)}, or from an epoch's end",
         )
 
 

@@ -278,7 +278,7 @@ def test_another_number_of_processes_is_refused_inside_an_epoch_only():
     with pytest.raises(ConfigError) as error:
         resume.refuse_another_world_size_inside_an_epoch(inside, world_size=2)
     assert str(error.value) == (
-        "distributed.nproc_per_node: the run has 2 processes but its checkpoint was written by 4 inside epoch 3 "
+        "distributed.nproc_per_node: this run has 2 processes but 4 processes wrote its checkpoint inside epoch 3 "
         "(after batch 5): the batches already trained would be miscounted; resume with 4 processes, or from an "
         "epoch's end"
     )
