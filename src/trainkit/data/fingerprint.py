@@ -4,12 +4,12 @@ when the data has changed since.
     fingerprint = data_fingerprint(splits)       # build_data: DataBundle.fingerprint, into every checkpoint
     check_same_data(saved, fingerprint)          # a resume: ConfigError("data", "12 files added to ...")
 
-File data (an image folder): each split's number of files and a digest of its file names (relative
-to the folder all the splits share, so a copy of the data elsewhere, on a node's local disk, is the
-same data) and labels, in order: an added, removed, renamed or relabelled file, or a file moved
-to another split, changes it. Not the files' contents: reading every image at each start would cost
-minutes. In-memory data: each split's shape and a checksum of up to CHECKED_SAMPLES evenly spaced
-samples, in order.
+The number of classes (an image folder counts its class folders). File data (an image folder):
+each split's number of files and a digest of its file names (relative to the folder all the splits
+share, so a copy of the data elsewhere, on a node's local disk, is the same data) and labels, in
+order: an added, removed, renamed or relabelled file, or a file moved to another split, changes it.
+Not the files' contents: reading every image at each start would cost minutes. In-memory data: each
+split's shape and a checksum of up to CHECKED_SAMPLES evenly spaced samples, in order.
 
 A changed dataset would resume into other splits (a new shuffle of a new file list puts test images
 into training), so the resume is refused rather than continued on a silently different run.
@@ -32,13 +32,14 @@ def data_fingerprint(splits: Any) -> dict:
     """The fingerprint of a Splits (tensors) or FileSplits (datasets): plain containers, as a
     checkpoint holds them (torch.load(weights_only=True))."""
     made = {name: getattr(splits, name) for name in SPLITS}
+    classes = {"classes": splits.num_classes}
     if all(isinstance(split, tuple) for split in made.values()):  # Splits: (images, labels) tensors
-        return {name: _tensor_fingerprint(*split) for name, split in made.items()}
+        return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
     if not all(hasattr(dataset, "samples") for dataset in made.values()):  # yours, without (path, label) samples
-        return {name: {"files": len(dataset)} for name, dataset in made.items()}
+        return {**classes, **{name: {"files": len(dataset)} for name, dataset in made.items()}}
     samples: dict[str, list[tuple[str, int]]] = {name: dataset.samples for name, dataset in made.items()}
     top = os.path.commonpath([path for listed in samples.values() for path, _ in listed])
-    return {name: _files_fingerprint(listed, top) for name, listed in samples.items()}
+    return {**classes, **{name: _files_fingerprint(listed, top) for name, listed in samples.items()}}
 
 
 def _files_fingerprint(samples: list[tuple[str, int]], top: str) -> dict:
@@ -62,6 +63,8 @@ def check_same_data(saved: dict | None, now: dict) -> None:
     if not saved or not now:
         return
     changes = [change for name in SPLITS if (change := _change(name, saved.get(name, {}), now[name]))]
+    if saved.get("classes", now["classes"]) != now["classes"]:  # an image folder's class folders
+        changes.insert(0, f"{now['classes']} classes where there were {saved['classes']}")
     if changes:
         raise ConfigError(
             "data",

@@ -39,6 +39,10 @@ def test_file_data_is_the_same_wherever_it_lies_and_each_change_is_named():
         == "data: the train split holds other files (as many, renamed, relabelled or moved between splits)"
     )
     check_same_data(None, saved)  # a checkpoint from before fingerprints: not checked
+    new_class = folder("/data/pets", [*train, ("c/0.png", 2)])
+    assert refusal(saved, {**new_class, "classes": 3}) == (
+        "data: 3 classes where there were 2; 1 files added to the train split"
+    )
 
 
 def test_in_memory_data_is_checked_by_shape_and_values_in_order():
