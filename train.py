@@ -7,6 +7,7 @@
 
 Hydra composes the config from conf/; the pieces this file calls live in src/trainkit/.
 """
+import contextlib
 import logging
 import math
 import sys
@@ -26,11 +27,12 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import BatchTransform, attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, copy_checkpoint, finished_value, load_checkpoint, load_weights,
+                                    own_run_directory, refuse_another_world_size_inside_an_epoch,
                                     restore_optimizer_and_schedule, restore_rank_rng_states, resumed_config, rng_states,
                                     save_checkpoint, stop_signal, stopped, trained_to_the_end, unwrap_model)
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
-from trainkit.data import DataBundle, build_data
+from trainkit.data import DataBundle, build_data, check_same_data
 from trainkit.distributed import (ProcessInfo, any_rank, average_batchnorm_statistics, barrier,
                                   broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
                                   init_process_group, process_info)
@@ -103,20 +105,24 @@ class Run:
             "batches_done": self.batches_done if unfinished else 0,  # > 0: a resume finishes this epoch first
             "rng": gather_objects(rng_states()),  # every rank's streams, in rank order
             "config": self.resolved_config,
+            "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
             "wandb_run_id": self.loggers.run_id,
         }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue where a checkpoint stands: weights and EMA, optimizer and schedule (this config's
         hyperparameters where they changed), scaler, early stopping, position, W&B run, RNG streams."""
+        check_same_data(state.get("data"), self.data.fingerprint)  # one line naming what changed since
         load_weights(self.model, state["model"])
         restore_ema(self.ema, state)
+        self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]
+        self.epoch = state["epoch"] + (0 if self.batches_done else 1)  # the unfinished epoch, else the next
+        refuse_another_world_size_inside_an_epoch(state, self.proc.world_size)
+        self.scheduler = build_lr_schedule(self)  # from where the run stands: the updates an epoch may have changed
         restore_optimizer_and_schedule(self.optimizer, self.scheduler, state, self.cfg)
         self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
-        self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]
         self.last_metrics = state.get("last_metrics", {})  # older checkpoints lack it
-        self.epoch = state["epoch"] + (0 if self.batches_done else 1)  # the unfinished epoch, else the next
         self.wandb_run_id = state.get("wandb_run_id")
         self.stopping = trained_to_the_end(state, self.cfg)  # killed during its test, before summary.json: test only
         reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams
@@ -281,11 +287,18 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
 
 def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
     """A multiplier of each group's LR, stepped once per optimizer update (warmup and decay are
-    counted in updates), so a resume continues the curve exactly."""
+    counted in updates), so a resume continues the curve exactly.
+
+    Its clock counts epochs: where a resume changed the updates an epoch (data.batch_size, the number
+    of processes, accumulate_grad_batches, limit_train_batches: allowed at an epoch's end), the updates
+    trained before count as the epochs they trained, so the curve goes on from that epoch and still
+    ends on the run's last update. Without such a change, `shift` is 0: the clock is the update count."""
     trainer = run.cfg.trainer
     updates = updates_per_epoch(run.cfg, run.data.train)
-    total_updates = min(updates * trainer.max_epochs, trainer.max_steps or math.inf)
-    return build_scheduler(run.optimizer, run.cfg.scheduler, updates, total_updates)
+    position = run.epoch * updates + run.batches_done // trainer.accumulate_grad_batches
+    shift = position - run.step
+    total_updates = min(updates * trainer.max_epochs, trainer.max_steps + shift if trainer.max_steps else math.inf)
+    return build_scheduler(run.optimizer, run.cfg.scheduler, updates, total_updates, shift)
 
 
 def start_logging(run: Run, provenance: dict) -> None:
@@ -428,15 +441,19 @@ def run_process(cfg: DictConfig, run_dir: Path) -> float:
 @cli.report_config_errors
 def main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides on top
-    if finished:  # nothing left to train; one line said how to extend the run
-        return finished_value(run_dir)
-    validate(cfg)  # every error the config alone can reveal, before any data or model is built
-    if cfg.print_config:
-        print_config(cfg, run_dir)
-    # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial
-    # reports sweep.failed_trial_value to the sweeper and the sweep goes on.
-    return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
+    # One run a directory: rank 0 (or the parent of the DDP workers it starts) owns it until the run ends,
+    # before a resume trims metrics.jsonl; a second run started there gets one line naming the owner.
+    owns = process_info().is_main
+    with own_run_directory(run_dir, "resume" if cfg.resume else "hydra.run.dir") if owns else contextlib.nullcontext():
+        cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides
+        if finished:  # nothing left to train; one line said how to extend the run
+            return finished_value(run_dir)
+        validate(cfg)  # every error the config alone can reveal, before any data or model is built
+        if cfg.print_config:
+            print_config(cfg, run_dir)
+        # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial
+        # reports sweep.failed_trial_value to the sweeper and the sweep goes on.
+        return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
 
 
 if __name__ == "__main__":

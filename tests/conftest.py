@@ -173,9 +173,17 @@ def run_record(model, seed: int, ema=None):
     sys.path.insert(0, str(ROOT))
     import train
 
-    trainer = {"limit_train_batches": None, "max_epochs": 20, "max_steps": None}  # what load_state_dict reads
+    # what load_state_dict reads: the end of the run, and the schedule it rebuilds
+    trainer = {"limit_train_batches": None, "accumulate_grad_batches": 1, "max_epochs": 20, "max_steps": None}
     early_stopping = {"enabled": True, "patience": 10}
-    cfg = OmegaConf.create({"seed": seed, "trainer": trainer, "regularization": {"early_stopping": early_stopping}})
+    cfg = OmegaConf.create(
+        {
+            "seed": seed,
+            "trainer": trainer,
+            "scheduler": {"name": "constant"},
+            "regularization": {"early_stopping": early_stopping},
+        }
+    )
     run = train.Run(cfg, Path("unused"), ProcessInfo(), torch.device("cpu"))
     loader = TensorLoader(torch.zeros(10, 1, 2, 2), torch.zeros(10, dtype=torch.long), 2, shuffle=False)
     run.data = DataBundle(loader, loader, loader, channels=1, image_size=2, num_classes=2, mean=(0.0,), std=(1.0,))

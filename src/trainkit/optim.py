@@ -236,17 +236,19 @@ class LRSchedule:
 
 
 def build_scheduler(
-    optimizer: torch.optim.Optimizer, cfg: DictConfig, updates_per_epoch: int, total_updates: int
+    optimizer: torch.optim.Optimizer, cfg: DictConfig, updates_per_epoch: int, total_updates: int, shift: int = 0
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR to be stepped once per optimizer update (not per micro-batch, not per epoch).
 
     The multiplier goes in as a plain function, which LambdaLR leaves out of its state dict: a
     checkpoint keeps only the update count, and a resumed run rebuilds the schedule from its config.
+    `shift`: the schedule's position minus the update count (0 unless a resume changed the updates an
+    epoch: then the updates trained before count as the epochs they trained, see train.py).
     """
     schedule = LRSchedule(cfg, updates_per_epoch, total_updates)
     for notice in schedule.notices:
         _warn_once(notice)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda update: schedule(update))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda update: schedule(update + shift))
 
 
 _warned: set[str] = set()

@@ -233,6 +233,25 @@ def _refuse_what_cannot_take_effect(state: dict, resolved: DictConfig, changes: 
                 )
 
 
+def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> None:
+    """A checkpoint written inside an epoch counts its batches in the shards of its number of processes;
+    with another number, "batch 5" is another place in the data. Checked where the processes exist
+    (under torchrun and SLURM the config does not say how many there are); the checkpoint holds
+    one RNG snapshot a process."""
+    saved = len(state["rng"])
+    if state["batches_done"] and saved != world_size:
+
+        def processes(count: int) -> str:
+            return f"{count} process{'es' if count != 1 else ''}"
+
+        raise ConfigError(
+            "distributed.nproc_per_node",
+            f"this run has {processes(world_size)} but {processes(saved)} wrote its checkpoint inside epoch "
+            f"{state['epoch']} (after batch {state['batches_done']}): the batches already trained would be "
+            f"miscounted; resume with {processes(saved)}, or from an epoch's end",
+        )
+
+
 def _check_model_fits_early(weights: dict, cfg: DictConfig) -> None:
     """The model the new settings describe, built on the meta device (no memory, no data), against
     the checkpoint's weights. A model that cannot be built this way is checked at load instead."""

@@ -14,17 +14,28 @@ stream through DataLoader workers, and their batches arrive on the CPU. An optio
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from trainkit.data.datasets import FileSplits, ImageData, Splits, data_class
+from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.data.loader_settings import file_loader_settings
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.errors import ConfigError
 
-__all__ = ["DataBundle", "FileLoader", "FileSplits", "ImageData", "Splits", "TensorLoader", "build_data", "make_data"]
+__all__ = [
+    "DataBundle",
+    "FileLoader",
+    "FileSplits",
+    "ImageData",
+    "Splits",
+    "TensorLoader",
+    "build_data",
+    "check_same_data",
+    "make_data",
+]
 
 log = logging.getLogger(__name__)
 # Free device memory a dataset may fill; the rest is for the model, activations and the optimizer.
@@ -41,6 +52,7 @@ class DataBundle:
     num_classes: int
     mean: tuple[float, ...]  # one value per channel, for normalizing images scaled to [0, 1]
     std: tuple[float, ...]
+    fingerprint: dict = field(default_factory=dict)  # what the splits hold (trainkit.data.fingerprint): for a resume
 
 
 def build_data(cfg: Mapping, device: torch.device, seed: int, rank: int = 0, world_size: int = 1) -> DataBundle:
@@ -90,6 +102,7 @@ def build_data(cfg: Mapping, device: torch.device, seed: int, rank: int = 0, wor
         num_classes,
         mean=_per_channel(data.mean, channels),
         std=_per_channel(data.std, channels),
+        fingerprint=data_fingerprint(made),
     )
 
 

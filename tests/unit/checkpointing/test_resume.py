@@ -272,6 +272,20 @@ def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_pat
         resume.resumed_config(compose_config(f"resume={inside}", "data.batch_size=32"), tmp_path / "inside")
 
 
+def test_another_number_of_processes_is_refused_inside_an_epoch_only():
+    # Four ranks' RNG snapshots: four processes wrote it. Inside an epoch, batch 5 of a 2-process shard is elsewhere.
+    inside = {"rng": [{}] * 4, "epoch": 3, "batches_done": 5}
+    with pytest.raises(ConfigError) as error:
+        resume.refuse_another_world_size_inside_an_epoch(inside, world_size=2)
+    assert str(error.value) == (
+        "distributed.nproc_per_node: this run has 2 processes but 4 processes wrote its checkpoint inside epoch 3 "
+        "(after batch 5): the batches already trained would be miscounted; resume with 4 processes, or from an "
+        "epoch's end"
+    )
+    resume.refuse_another_world_size_inside_an_epoch(inside, world_size=4)
+    resume.refuse_another_world_size_inside_an_epoch({**inside, "batches_done": 0}, world_size=2)  # an epoch's end
+
+
 def test_finished_runs_say_how_to_train_on(compose_config):
     cfg = compose_config("trainer.max_epochs=3", "regularization.early_stopping.patience=2")
     state = {"epoch": 2, "step": 60, "batches_done": 0, "early_stopping": {"epochs_without_improvement": 0}}

@@ -1,0 +1,45 @@
+"""One process group owns a run directory at a time: two runs in one directory would both append to
+metrics.jsonl and both write checkpoints/last.pt.
+
+    with own_run_directory(run_dir, key="resume"):   # rank 0 (or the parent of self-started workers)
+        ...                                            # resume, train, test
+
+The owner holds an flock on `<run dir>/.lock` and writes its PID and host there; a second run gets one
+line naming them. The kernel releases an flock when its holder's file closes, which a killed or
+crashed process does too, so a lock is never left stuck. The file itself stays: deleting it would
+let a third run lock a new file while the second still held the old one.
+"""
+
+import contextlib
+import fcntl
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from trainkit.errors import ConfigError
+
+LOCK_FILE = ".lock"
+
+
+@contextlib.contextmanager
+def own_run_directory(run_dir: Path, key: str) -> Iterator[None]:
+    """Hold `run_dir`'s lock while the block runs; raise ConfigError naming `key` (the config key that
+    chose the directory) and the holder when another run holds it. Never waits."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / LOCK_FILE, "a+") as lock:  # "a+": created if missing, never emptied before it is ours
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"  # empty for the moment between its flock and write
+            raise ConfigError(
+                key,
+                f"{run_dir} is in use by {holder} (it holds {run_dir / LOCK_FILE}): another run trains there now; "
+                f"wait for it to end or stop it, then resume",
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+        lock.flush()
+        yield

@@ -1,0 +1,88 @@
+"""What a run trained on, in a few numbers a checkpoint keeps, and the one line a resume prints
+when the data has changed since.
+
+    fingerprint = data_fingerprint(splits)       # build_data: DataBundle.fingerprint, into every checkpoint
+    check_same_data(saved, fingerprint)          # a resume: ConfigError("data", "12 files added to ...")
+
+The number of classes (an image folder counts its class folders). File data (an image folder):
+each split's number of files and a digest of its file names (relative to the folder all the splits
+share, so a copy of the data elsewhere, on a node's local disk, is the same data) and labels, in
+order: an added, removed, renamed or relabelled file, or a file moved to another split, changes it.
+Not the files' contents: reading every image at each start would cost minutes. In-memory data: each
+split's shape and a checksum of up to CHECKED_SAMPLES evenly spaced samples, in order.
+
+A changed dataset would resume into other splits (a new shuffle of a new file list puts test images
+into training), so the resume is refused rather than continued on a silently different run.
+"""
+
+import hashlib
+import math
+import os
+from typing import Any
+
+import torch
+
+from trainkit.errors import ConfigError
+
+CHECKED_SAMPLES = 10_000  # in-memory data: enough to notice other data, cheap on any size of dataset
+SPLITS = ("train", "val", "test")
+
+
+def data_fingerprint(splits: Any) -> dict:
+    """The fingerprint of a Splits (tensors) or FileSplits (datasets): plain containers, as a
+    checkpoint holds them (torch.load(weights_only=True))."""
+    made = {name: getattr(splits, name) for name in SPLITS}
+    classes = {"classes": splits.num_classes}
+    if all(isinstance(split, tuple) for split in made.values()):  # Splits: (images, labels) tensors
+        return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
+    if not all(hasattr(dataset, "samples") for dataset in made.values()):  # yours, without (path, label) samples
+        return {**classes, **{name: {"files": len(dataset)} for name, dataset in made.items()}}
+    samples: dict[str, list[tuple[str, int]]] = {name: dataset.samples for name, dataset in made.items()}
+    top = os.path.commonpath([path for listed in samples.values() for path, _ in listed])
+    return {**classes, **{name: _files_fingerprint(listed, top) for name, listed in samples.items()}}
+
+
+def _files_fingerprint(samples: list[tuple[str, int]], top: str) -> dict:
+    digest = hashlib.sha256()
+    for path, label in samples:
+        digest.update(f"{os.path.relpath(path, top)}\t{label}\n".encode())
+    return {"files": len(samples), "digest": digest.hexdigest()}
+
+
+def _tensor_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> dict:
+    step = max(1, math.ceil(len(images) / CHECKED_SAMPLES))
+    checked = images[::step].flatten(1).to(torch.float64).sum(1)  # exact for uint8; float data: to rounding
+    weights = torch.arange(1, len(checked) + 1, dtype=torch.float64, device=checked.device)  # order counts
+    checksum = (checked * weights).sum() + (labels[::step].to(torch.float64) * weights).sum()
+    return {"shape": list(images.shape), "checksum": checksum.item()}
+
+
+def check_same_data(saved: dict | None, now: dict) -> None:
+    """One ConfigError line naming every split that changed since the checkpoint's `saved`
+    fingerprint (None or empty: a checkpoint from before fingerprints, or data without one: not checked)."""
+    if not saved or not now:
+        return
+    changes = [change for name in SPLITS if (change := _change(name, saved.get(name, {}), now[name]))]
+    if saved.get("classes", now["classes"]) != now["classes"]:  # an image folder's class folders
+        changes.insert(0, f"{now['classes']} classes where there were {saved['classes']}")
+    if changes:
+        raise ConfigError(
+            "data",
+            f"{'; '.join(changes)} since the checkpoint: the resumed run would train and test on other splits; "
+            f"resume with the data the run trained on, or start a new run",
+        )
+
+
+def _change(name: str, saved: dict, now: dict) -> str | None:
+    if "files" in saved and "files" in now:
+        added = now["files"] - saved["files"]
+        if added:
+            return f"{abs(added)} files {'added to' if added > 0 else 'removed from'} the {name} split"
+        if saved.get("digest") != now.get("digest"):
+            return f"the {name} split holds other files (as many, renamed, relabelled or moved between splits)"
+        return None
+    if saved.get("shape") != now.get("shape"):
+        return f"the {name} split is {now.get('shape')}, was {saved.get('shape')}"
+    if not math.isclose(saved.get("checksum", math.nan), now.get("checksum", math.nan), rel_tol=1e-9, abs_tol=1e-6):
+        return f"the {name} split holds other values (its shape is the same)"
+    return None

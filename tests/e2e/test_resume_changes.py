@@ -1,0 +1,116 @@
+"""End to end: a resume that changes what an epoch is (its batch size, its number of processes) or
+finds its run directory taken."""
+
+import os
+import socket
+
+import pytest
+
+from trainkit.checkpointing import own_run_directory
+
+QUICK = ("trainer.progress_bar=false", "print_config=false", "trainer.log_every_n_steps=1")
+
+
+@pytest.mark.slow  # trains two runs
+@pytest.mark.parametrize("batch_size", [32, 128])  # half and double the default 64: 40 and 10 updates an epoch, not 20
+def test_a_batch_size_changed_at_an_epoch_end_still_ends_the_schedule_on_the_last_update(run_train, batch_size):
+    # Early stopping after epoch 1 (no improvement can beat min_delta=100) leaves a checkpoint at an
+    # epoch's end, half-way down a 4-epoch cosine; the resume trains epochs 2 and 3 with another batch size.
+    first = run_train(
+        *QUICK,
+        "trainer.max_epochs=4",
+        "regularization.early_stopping.patience=1",
+        "regularization.early_stopping.min_delta=100",
+    )
+    assert [m["epoch"] for m in first.epoch_metrics()] == [0, 1]
+    resumed = run_train(
+        f"resume={first.run_dir}",
+        f"data.batch_size={batch_size}",
+        "regularization.early_stopping.enabled=false",
+        run_dir=first.run_dir,
+    )
+    epochs = resumed.epoch_metrics()
+    assert [m["epoch"] for m in epochs] == [0, 1, 2, 3]
+    after = [m["lr"] for m in resumed.metrics if "train/step_loss" in m and m["epoch"] >= 2]
+    assert len(after) == 2 * {32: 40, 128: 10}[batch_size]
+    assert after[-1] == pytest.approx(0.0, abs=1e-12)  # cosine's end (min_lr_ratio 0) on the run's last update
+    assert all(lr > 0 for lr in after[:-1]) and after == sorted(after, reverse=True)
+    # The curve goes on from where epoch 1 left it: the epochs count, not the updates.
+    assert 0.9 * epochs[1]["lr"] < after[0] < epochs[1]["lr"]
+
+
+def test_a_run_directory_in_use_by_another_run_is_refused_in_one_line(run_train):
+    tiny = ("trainer.limit_train_batches=2", "trainer.limit_val_batches=1", *QUICK)
+    first = run_train(*tiny, "trainer.max_epochs=1")
+    metrics = (first.run_dir / "metrics.jsonl").read_text()
+    with own_run_directory(first.run_dir, key="resume"):  # as a run training there now holds it
+        second = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir, check=False)
+    assert second.returncode == 1
+    assert second.stderr.strip() == (
+        f"error: resume: {first.run_dir} is in use by process {os.getpid()} on {socket.gethostname()} (it holds "
+        f"{first.run_dir / '.lock'}): another run trains there now; wait for it to end or stop it, then resume"
+    )
+    assert (first.run_dir / "metrics.jsonl").read_text() == metrics  # nothing trimmed, nothing trained
+    again = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)  # released: it trains
+    assert [m["epoch"] for m in again.epoch_metrics()] == [0, 1]
+
+
+def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_path):
+    from PIL import Image
+
+    for split, count in (("train", 6), ("val", 2), ("test", 2)):
+        for colour in ("red", "blue"):
+            (tmp_path / "images" / split / colour).mkdir(parents=True)
+            for i in range(count):
+                Image.new("RGB", (12, 12), colour).save(tmp_path / "images" / split / colour / f"{i}.png")
+    folder = ("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=8", "data.num_workers=0")
+    first = run_train(*folder, *QUICK, "data.batch_size=4", "trainer.max_epochs=1")
+    for i in range(6, 9):  # 3 more training images, as a user adds them between two sessions
+        Image.new("RGB", (12, 12), "red").save(tmp_path / "images" / "train" / "red" / f"{i}.png")
+    resumed = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir, check=False)
+    assert resumed.returncode == 1
+    assert resumed.stderr.strip() == (
+        "error: data: 3 files added to the train split since the checkpoint: the resumed run would train and test "
+        "on other splits; resume with the data the run trained on, or start a new run"
+    )
+    # In-memory data (digits): another split_seed puts other samples in each split.
+    digits = run_train(*QUICK, "trainer.max_epochs=1", "trainer.limit_train_batches=2")
+    carved = run_train(
+        f"resume={digits.run_dir}", "data.split_seed=1", "trainer.max_epochs=2", check=False, run_dir=digits.run_dir
+    )
+    assert carved.returncode == 1 and carved.stderr.strip().startswith(
+        "error: data: the train split holds other values (its shape is the same); the val split holds other values"
+    )
+    same = run_train(f"resume={digits.run_dir}", "trainer.max_epochs=2", run_dir=digits.run_dir)  # unchanged: resumes
+    assert [m["epoch"] for m in same.epoch_metrics()] == [0, 1]
+
+
+@pytest.mark.slow  # three runs, two of them with 2 DDP processes
+def test_another_number_of_processes_is_taken_at_an_epoch_end_and_refused_inside_an_epoch(run_train):
+    ddp = ("distributed=ddp", "distributed.nproc_per_node=2", *QUICK)  # 2 x 629 samples: 10 updates an epoch
+    first = run_train(
+        *ddp,
+        "trainer.max_epochs=4",
+        "regularization.early_stopping.patience=1",
+        "regularization.early_stopping.min_delta=100",
+    )
+    assert [m["epoch"] for m in first.epoch_metrics()] == [0, 1]
+    alone = run_train(
+        f"resume={first.run_dir}",
+        "distributed=none",
+        "regularization.early_stopping.enabled=false",
+        run_dir=first.run_dir,
+    )  # one process: 20 updates an epoch
+    after = [m["lr"] for m in alone.metrics if "train/step_loss" in m and m["epoch"] >= 2]
+    assert len(after) == 40 and after[-1] == pytest.approx(0.0, abs=1e-12) and all(lr > 0 for lr in after[:-1])
+
+    inside = run_train(*ddp, "trainer.max_epochs=4", "trainer.max_steps=15")  # stops at epoch 1, batch 5
+    refused = run_train(
+        f"resume={inside.run_dir}", "distributed=none", "trainer.max_steps=null", check=False, run_dir=inside.run_dir
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "error: distributed.nproc_per_node: this run has 1 process but 2 processes wrote its checkpoint inside "
+        "epoch 1 (after batch 5): the batches already trained would be miscounted; resume with 2 processes, or "
+        "from an epoch's end"
+    )
