@@ -53,7 +53,9 @@ def _tensor_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> dict:
     step = max(1, math.ceil(len(images) / CHECKED_SAMPLES))
     checked = images[::step].flatten(1).to(torch.float64).sum(1)  # exact for uint8; float data: to rounding
     weights = torch.arange(1, len(checked) + 1, dtype=torch.float64, device=checked.device)  # order counts
-    checksum = (checked * weights).sum() + (labels[::step].to(torch.float64) * weights).sum()
+    # A label a sample: a class; or a mask of classes (segmentation): summed per sample like the images.
+    targets = labels[::step].reshape(len(checked), -1).to(torch.float64).sum(1)
+    checksum = (checked * weights).sum() + (targets * weights).sum()
     return {"shape": list(images.shape), "checksum": checksum.item()}
 
 

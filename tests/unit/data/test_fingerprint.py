@@ -54,3 +54,14 @@ def test_in_memory_data_is_checked_by_shape_and_values_in_order():
         "data: the train split holds other values (its shape is the same); "
         "the test split is [4, 1, 2, 2], was [6, 1, 2, 2]"
     )
+
+
+def test_masks_as_labels_are_checked_too():
+    """Segmentation: a mask of classes a sample, summed per sample like the images."""
+    images, masks = torch.zeros(4, 1, 3, 3), torch.zeros(4, 3, 3, dtype=torch.long)
+    saved = data_fingerprint(Splits((images, masks), (images, masks), (images, masks), 2))
+    check_same_data(saved, data_fingerprint(Splits((images, masks), (images, masks), (images, masks), 2)))
+    relabelled = masks.clone()
+    relabelled[2, 1, 1] = 1
+    changed = data_fingerprint(Splits((images, relabelled), (images, masks), (images, masks), 2))
+    assert refusal(saved, changed) == "data: the train split holds other values (its shape is the same)"
