@@ -17,6 +17,7 @@ import importlib.util
 import logging
 import os
 import sys
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -122,6 +123,11 @@ def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
         if proc.is_main:
             print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
+    except Exception:
+        # Every failing rank prints its own error, as under torchrun: the launcher shows only the first
+        # failure it sees, often a rank that merely lost its peer ("Connection closed by peer"), not the cause.
+        print(f"rank {proc.rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        raise
     # Exit 0 once torch's wrapper has handed `result` to the parent, without the C++ exit-time
     # destructors (see distributed.exit_now_if_a_process_group_was_joined).
     atexit.register(exit_now_if_a_process_group_was_joined, 0)
