@@ -11,18 +11,24 @@ from trainkit.checkpointing import own_run_directory
 QUICK = ("trainer.progress_bar=false", "print_config=false", "trainer.log_every_n_steps=1")
 
 
-@pytest.mark.slow  # trains two runs
-@pytest.mark.parametrize("batch_size", [32, 128])  # half and double the default 64: 40 and 10 updates an epoch, not 20
-def test_a_batch_size_changed_at_an_epoch_end_still_ends_the_schedule_on_the_last_update(run_train, batch_size):
-    # Early stopping after epoch 1 (no improvement can beat min_delta=100) leaves a checkpoint at an
-    # epoch's end, half-way down a 4-epoch cosine; the resume trains epochs 2 and 3 with another batch size.
-    first = run_train(
-        *QUICK,
+def stopped_after_epoch_1(run_train, *overrides: str):
+    """A run of a 4-epoch cosine that early stopping ends after epoch 1 (no improvement can beat
+    min_delta=100): a checkpoint at an epoch's end, half-way down the schedule."""
+    run = run_train(
+        *overrides,
         "trainer.max_epochs=4",
         "regularization.early_stopping.patience=1",
         "regularization.early_stopping.min_delta=100",
     )
-    assert [m["epoch"] for m in first.epoch_metrics()] == [0, 1]
+    assert [m["epoch"] for m in run.epoch_metrics()] == [0, 1]
+    return run
+
+
+@pytest.mark.slow  # trains two runs
+@pytest.mark.parametrize("batch_size", [32, 128])  # half and double the default 64: 40 and 10 updates an epoch, not 20
+def test_a_batch_size_changed_at_an_epoch_end_still_ends_the_schedule_on_the_last_update(run_train, batch_size):
+    # the resume trains epochs 2 and 3 with another batch size
+    first = stopped_after_epoch_1(run_train, *QUICK)
     resumed = run_train(
         f"resume={first.run_dir}",
         f"data.batch_size={batch_size}",
@@ -88,13 +94,7 @@ def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_
 @pytest.mark.slow  # three runs, two of them with 2 DDP processes
 def test_another_number_of_processes_is_taken_at_an_epoch_end_and_refused_inside_an_epoch(run_train):
     ddp = ("distributed=ddp", "distributed.nproc_per_node=2", *QUICK)  # 2 x 629 samples: 10 updates an epoch
-    first = run_train(
-        *ddp,
-        "trainer.max_epochs=4",
-        "regularization.early_stopping.patience=1",
-        "regularization.early_stopping.min_delta=100",
-    )
-    assert [m["epoch"] for m in first.epoch_metrics()] == [0, 1]
+    first = stopped_after_epoch_1(run_train, *ddp)
     alone = run_train(
         f"resume={first.run_dir}",
         "distributed=none",
