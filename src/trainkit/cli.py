@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from trainkit.checkpointing.resume import rewrite_argv
+from trainkit.checkpointing.resume import is_multirun, rewrite_argv
+from trainkit.checkpointing.sweep_continuation import remember_sweep_command
 from trainkit.distributed.process_group import exit_now_if_a_process_group_was_joined
 from trainkit.distributed.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError, RunFailed, caused_by_config_error, causes
@@ -127,6 +128,7 @@ def _run_reporting_errors(hydra_main: Callable[[], object], resumes: bool) -> No
     _user_wants_trace = wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
     try:
+        remember_sweep_command(sys.argv, multirun=is_multirun(sys.argv))  # for a stopped job's "continue with:"
         sys.argv = rewrite_argv(sys.argv, resumes)  # resume=: check the checkpoint, then run in its directory
         hydra_main()
     except (ConfigError, HydraException, OmegaConfBaseException) as error:
