@@ -48,7 +48,7 @@ from trainkit.tasks import Task, evaluate
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
                                epoch_line, first_images, log_predictions, quiet_known_noise, save_png, training_line,
                                wandb_names, warn_if_data_bound, write_provenance, write_summary)
-from trainkit.tuning import find_batch_size_for_run, lr_range_test_for_run, run_trial, set_base_lr
+from trainkit.tuning import find_batch_size_for_run, gpus_for_this_trial, lr_range_test_for_run, run_trial, set_base_lr
 
 log = logging.getLogger("train")
 quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
@@ -455,7 +455,8 @@ def main(cfg: DictConfig) -> float | None:
             print_config(cfg, run_dir)
         # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial
         # reports sweep.failed_trial_value to the sweeper and the sweep goes on.
-        return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
+        with gpus_for_this_trial(cfg):  # parallel jobs on a machine with several GPUs: each its own (sweep.assign_gpus)
+            return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
 
 
 if __name__ == "__main__":
