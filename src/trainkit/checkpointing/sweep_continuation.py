@@ -82,13 +82,19 @@ def remember_sweep_command(argv: list[str], multirun: bool) -> None:
 
 
 def sweep_rerun_command() -> str | None:
-    """Inside a multirun job: the sweep's own command with its (resolved) hydra.sweep.dir, shell-quoted:
-    what continues the whole sweep. None outside a multirun or when the command was not recorded."""
-    argv = json.loads(os.environ.get(SWEEP_ARGV, "null") or "null")
-    if not argv or not in_multirun():
-        return None
+    """In a multirun (a job, or the process that launched it): the sweep's own command with its sweep
+    directory, shell-quoted: what continues the whole sweep. None when no sweep command was recorded,
+    or its directory is not known here (the launching process of a sweep into a time-named directory)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    sweep_dir = Path(HydraConfig.get().sweep.dir).resolve()
+    argv = json.loads(os.environ.get(SWEEP_ARGV, "null") or "null")
+    given = [arg.split("=", 1)[1] for arg in argv or [] if arg.startswith("hydra.sweep.dir=")]
+    if argv and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        sweep_dir = HydraConfig.get().sweep.dir
+    elif given:
+        sweep_dir = given[-1]
+    else:
+        return None
     kept = [arg for arg in argv[1:] if not arg.startswith("hydra.sweep.dir=")]
-    return shlex.join(["python", Path(argv[0]).name, *kept, f"hydra.sweep.dir={sweep_dir}"])
+    return shlex.join(["python", Path(argv[0]).name, *kept, f"hydra.sweep.dir={Path(sweep_dir).resolve()}"])
