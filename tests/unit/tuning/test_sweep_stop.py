@@ -20,7 +20,7 @@ def test_sigterm_to_a_joblib_sweep_stops_every_job_with_a_checkpoint(tmp_path):
         "-m",
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",
-        "trainer.max_epochs=50",
+        "trainer.max_epochs=500",
         "trainer.limit_train_batches=2",
         "trainer.limit_val_batches=1",
         "data.batch_size=8",
