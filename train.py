@@ -26,10 +26,11 @@ from tqdm import tqdm
 
 from trainkit import cli
 from trainkit.augment import BatchTransform, attach_sample_transform
-from trainkit.checkpointing import (STOP_SIGNAL_NAMES, copy_checkpoint, finished_value, load_checkpoint, load_weights,
-                                    own_run_directory, refuse_another_world_size_inside_an_epoch,
-                                    restore_optimizer_and_schedule, restore_rank_rng_states, resumed_config, rng_states,
-                                    save_checkpoint, stop_signal, stopped, trained_to_the_end, unwrap_model)
+from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, finished_value,
+                                    load_checkpoint, load_weights, own_run_directory,
+                                    refuse_another_world_size_inside_an_epoch, restore_optimizer_and_schedule,
+                                    restore_rank_rng_states, resumed_config, rng_states, save_checkpoint, stop_signal,
+                                    stopped, trained_to_the_end, unwrap_model)
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import DataBundle, build_data, check_same_data
@@ -47,7 +48,7 @@ from trainkit.tasks import Task, evaluate
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
                                epoch_line, first_images, log_predictions, quiet_known_noise, save_png, training_line,
                                wandb_names, warn_if_data_bound, write_provenance, write_summary)
-from trainkit.tuning import find_batch_size_for_run, lr_range_test_for_run, run_trial, set_base_lr
+from trainkit.tuning import find_batch_size_for_run, gpus_for_this_trial, lr_range_test_for_run, run_trial, set_base_lr
 
 log = logging.getLogger("train")
 quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
@@ -445,6 +446,7 @@ def main(cfg: DictConfig) -> float | None:
     # before a resume trims metrics.jsonl; a second run started there gets one line naming the owner.
     owns = process_info().is_main
     with own_run_directory(run_dir, "resume" if cfg.resume else "hydra.run.dir") if owns else contextlib.nullcontext():
+        continue_sweep_job(cfg, run_dir)  # a rerun multirun: a job whose directory holds a run continues it
         cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides
         if finished:  # nothing left to train; one line said how to extend the run
             return finished_value(run_dir)
@@ -453,7 +455,8 @@ def main(cfg: DictConfig) -> float | None:
             print_config(cfg, run_dir)
         # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial
         # reports sweep.failed_trial_value to the sweeper and the sweep goes on.
-        return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
+        with gpus_for_this_trial(cfg):  # parallel jobs on a machine with several GPUs: each its own (sweep.assign_gpus)
+            return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
 
 
 if __name__ == "__main__":

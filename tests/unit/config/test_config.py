@@ -448,6 +448,7 @@ def test_a_missing_augmentation_key_or_null_means_off(compose_config):
         # cifar10_optuna searches augmentation: choice(basic, strong) over this experiment
         ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=basic"],
         ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=strong"],
+        ["hparams_search=cifar10_optuna", "augmentation=basic"],  # the search composes the experiment itself
     ],
 )
 def test_flips_are_allowed_where_the_mirror_image_keeps_its_label(compose_config, overrides):
