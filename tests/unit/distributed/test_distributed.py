@@ -428,7 +428,7 @@ def test_torchrun_single_node_shares_one_run_directory(tmp_path):
     assert len(run_dirs) == 1, run_dirs  # no directory per rank
     summary, metrics = read_run(run_dirs[0])
     assert summary["world_size"] == 2
-    assert OmegaConf.load(run_dirs[0] / ".hydra" / "config.yaml").logger.name == "wandb"
+    assert OmegaConf.load(run_dirs[0] / ".hydra" / "config.yaml").logger.trackers.wandb
     # Rank 0 alone writes: 2 epochs + the test line, one "done" line in train.log, one W&B run.
     assert [m["epoch"] for m in metrics] == [0, 1, 1] and "test/acc" in metrics[-1]
     assert (run_dirs[0] / "train.log").read_text().count("done in") == 1

@@ -197,7 +197,7 @@ def test_resume_id_continues_the_same_run_id(tmp_path):
     first.log({"epoch": 0, "step": 10, "val/acc": 0.5})
     first.finish()
 
-    second = build_loggers(wandb_cfg(), tmp_path / "second", run_name="resume=last.pt", resume_id=run_id)
+    second = build_loggers(wandb_cfg(), tmp_path / "second", run_name="resume=last.pt", resume_ids={"wandb": run_id})
     assert second.run_id == run_id
     second.log({"epoch": 1, "step": 20, "val/acc": 0.6})
     second.finish()
@@ -266,7 +266,9 @@ def test_init_gets_the_explicit_mode_dir_names_and_resume(run_dir, monkeypatch):
     loggers.finish(failed=True)
     assert run.finished == [1]
 
-    build_loggers(wandb_cfg(run_name="mine", group="g"), run_dir, run_name="seed=1", group="sweep", resume_id="abc")
+    build_loggers(
+        wandb_cfg(run_name="mine", group="g"), run_dir, run_name="seed=1", group="sweep", resume_ids={"wandb": "abc"}
+    )
     assert (calls[1]["name"], calls[1]["group"], calls[1]["id"], calls[1]["resume"]) == ("mine", "g", "abc", "allow")
 
 
@@ -303,7 +305,7 @@ def test_wandb_config_defaults_to_offline(monkeypatch):
     conf = Path(__file__).resolve().parents[3] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base=None):
         cfg = compose("config", overrides=["logger=wandb"])
-    assert cfg.logger.name == "wandb" and cfg.logger.mode == "offline" and cfg.logger.log_images is True
+    assert cfg.logger.trackers.wandb and cfg.logger.mode == "offline" and cfg.logger.log_images is True
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert cfg.logger.mode == "disabled"
 
