@@ -776,3 +776,22 @@ def test_ctrl_c_under_torchrun_saves_once_at_one_step_on_every_rank(tmp_path):
     metrics = metrics_lines(tmp_path)
     assert checkpoint["step"] == metrics[-1]["step"] and 0 < checkpoint["batches_done"] < 10
     assert len(checkpoint["rng"]) == 2
+
+
+def test_eval_processes_honour_the_trainings_deterministic_switch(monkeypatch):
+    # eval.py evaluates with the checkpoint's config: its trainer.deterministic applies there too.
+    from trainkit.distributed import launch
+
+    calls = []
+    monkeypatch.setattr(launch, "set_math_modes", lambda *args: calls.append(args))
+    cfg = OmegaConf.create(
+        {
+            "device": "cpu",
+            "precision": {"tf32": False},
+            "trainer": {"cudnn_benchmark": True, "deterministic": True},
+            "distributed": {"backend": "auto", "timeout_seconds": 60},
+        }
+    )
+    with launch.joined_process_group(cfg):
+        pass
+    assert calls[0][-1] is True

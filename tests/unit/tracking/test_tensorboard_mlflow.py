@@ -63,10 +63,10 @@ def test_tensorboard_resume_appends_and_hides_what_the_first_part_logged_after_t
     for step in (1, 2, 3):
         first.log({"epoch": 0, "step": step, "train/step_loss": float(step)})
     first.finish()
-    second = build_loggers(cfg, tmp_path, resume_step=2)  # the checkpoint stood at step 2
-    second.log({"epoch": 0, "step": 3, "train/step_loss": 30.0})
+    second = build_loggers(cfg, tmp_path, resume_step=1)  # the checkpoint stood at step 1
+    second.log({"epoch": 0, "step": 2, "train/step_loss": 20.0})
     second.finish()
-    assert [(e.step, e.value) for e in events(tmp_path).Scalars("train/step_loss")] == [(1, 1.0), (3, 30.0)]
+    assert [(e.step, e.value) for e in events(tmp_path).Scalars("train/step_loss")] == [(1, 1.0), (2, 20.0)]
 
 
 def test_mlflow_records_params_metrics_tags_artifacts_and_a_failed_status(tmp_path):

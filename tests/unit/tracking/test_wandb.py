@@ -179,6 +179,21 @@ def test_an_offline_run_says_where_it_is_and_how_to_upload_it(run_dir, caplog):
     assert run.directory.parent == run_dir / "wandb" and run.directory.name.startswith("offline-run-")
 
 
+def test_a_resumed_offline_run_says_to_sync_every_part(run_dir, caplog):
+    # A resume in the same run directory writes a second offline-run folder under the same run id.
+    first = build_loggers(wandb_cfg(), run_dir)
+    first.log({"epoch": 0, "step": 1, "val/acc": 0.5})
+    first.finish()
+    time.sleep(1)  # the folder's name has the start time to the second
+    second = build_loggers(wandb_cfg(), run_dir, resume_ids={"wandb": first.run_id})
+    second.log({"epoch": 1, "step": 2, "val/acc": 0.6})
+    with caplog.at_level(logging.INFO, logger="trainkit.tracking.loggers"):
+        second.finish()
+    parts = sorted((run_dir / "wandb").glob(f"offline-run-*-{first.run_id}"))
+    lines = [r.getMessage() for r in caplog.records if "wandb sync" in r.getMessage()]
+    assert len(parts) == 2 and lines[0].endswith(f"wandb sync {parts[0]} {parts[1]}"), lines
+
+
 def test_a_failed_run_finishes_with_a_nonzero_exit_code_once(run_dir):
     loggers = build_loggers(wandb_cfg(), run_dir)
     loggers.log({"epoch": 0, "step": 1, "train/step_loss": float("nan")})

@@ -30,10 +30,11 @@ class TensorBoardLogger(Logger):
         self.log_images = cfg.get("log_images", True)
         self.log_dir = run_dir.resolve()
         self.config = config or {}
-        # A resume appends to the same folder; purge_step hides what an earlier part logged from the
-        # checkpoint's step on, which this part logs again (as metrics.jsonl is trimmed).
-        self.writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=resume_step)
-        step = resume_step or 0
+        # A resume appends to the same folder; purge_step hides what an earlier part logged after the
+        # checkpoint's step, which this part logs again (as metrics.jsonl is trimmed).
+        purge_step = None if resume_step is None else resume_step + 1
+        self.writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge_step)
+        self.step = step = resume_step or 0
         if config:
             # Four leading spaces: TensorBoard renders text as Markdown, and this keeps it verbatim.
             self.writer.add_text("config", indented(OmegaConf.to_yaml(config)), step)
@@ -41,7 +42,7 @@ class TensorBoardLogger(Logger):
             self.writer.add_text("provenance", indented(json.dumps(provenance, indent=2)), step)
 
     def log(self, metrics: dict) -> None:
-        step = metrics.get("step", 0)
+        self.step = step = metrics.get("step", 0)
         for key, value in metrics.items():
             if key not in ("epoch", "step") and isinstance(value, (int, float)) and not isinstance(value, bool):
                 self.writer.add_scalar(key, value, step)
@@ -68,7 +69,7 @@ class TensorBoardLogger(Logger):
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         }
         hparams = {key: hparam_value(value) for key, value in flatten(self.config).items()}
-        self.writer.add_hparams(hparams, metrics, run_name=str(self.log_dir))
+        self.writer.add_hparams(hparams, metrics, run_name=str(self.log_dir), global_step=self.step)
 
     def finish(self, failed: bool = False) -> None:
         self.writer.close()  # flushes; closing twice is harmless
