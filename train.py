@@ -84,7 +84,7 @@ class Run:
     batches_done: int = 0  # batches of `epoch` trained; > 0 after a mid-epoch resume
     best_metrics: dict = field(default_factory=dict)
     last_metrics: dict = field(default_factory=dict)  # the last validated epoch's: summary.json's "final"
-    wandb_run_id: str | None = None
+    tracker_run_ids: dict = field(default_factory=dict)  # {wandb/mlflow: its run id}: a resume continues those runs
     stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
 
     def state_dict(self) -> dict:
@@ -107,7 +107,8 @@ class Run:
             "rng": gather_objects(rng_states()),  # every rank's streams, in rank order
             "config": self.resolved_config,
             "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
-            "wandb_run_id": self.loggers.run_id,
+            "wandb_run_id": self.loggers.run_ids.get("wandb"),
+            "mlflow_run_id": self.loggers.run_ids.get("mlflow"),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -124,7 +125,7 @@ class Run:
         self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.last_metrics = state.get("last_metrics", {})  # older checkpoints lack it
-        self.wandb_run_id = state.get("wandb_run_id")
+        self.tracker_run_ids = {"wandb": state.get("wandb_run_id"), "mlflow": state.get("mlflow_run_id")}
         self.stopping = trained_to_the_end(state, self.cfg)  # killed during its test, before summary.json: test only
         reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams
         restore_rank_rng_states(state["rng"], self.proc.rank, self.proc.world_size, reseed)
@@ -303,11 +304,13 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
 
 
 def start_logging(run: Run, provenance: dict) -> None:
-    """Rank 0: metrics.jsonl plus the chosen tracker (given the config and provenance.json's facts), a grid of
-    augmented samples for it, and the validation images whose predictions it shows after each validation."""
+    """Rank 0: metrics.jsonl plus the chosen trackers (given the config and provenance.json's facts; a resume
+    continues their runs), a grid of augmented samples for them, and the validation images whose predictions
+    they show after each validation."""
     run_name, group = wandb_names(run_dir=run.run_dir)
-    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config={**run.resolved_config, "provenance": provenance},
-                                run_name=run_name, group=group, resume_id=run.wandb_run_id)
+    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.resolved_config, run_name=run_name,
+                                group=group, resume_ids=run.tracker_run_ids, provenance=provenance,
+                                resume_step=run.step if run.cfg.resume else None)
     if run.cfg.logger.get("log_images", False):
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
         run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.step)

@@ -32,6 +32,7 @@ from trainkit.checkpointing.continued_run import finished_message, has_summary, 
 from trainkit.checkpointing.overrides import config_with_overrides, flatten
 from trainkit.checkpointing.sweep_continuation import in_multirun, refuse_another_trial
 from trainkit.errors import ConfigError
+from trainkit.tracking.loggers import tracker_names
 
 # torch-based modules (trainkit.checkpointing.checkpoint, checkpoint_files, distributed) are imported where used:
 # trainkit.cli imports this module for every command, `--help` included.
@@ -160,7 +161,7 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     if stale:
         log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
     trim_metrics(run_dir / "metrics.jsonl", state, retested)
-    if resolved.logger.name == "csv":  # the table it appends to
+    if "csv" in tracker_names(resolved.logger):  # the table it appends to
         trim_csv(run_dir / resolved.logger.get("filename", "metrics.csv"), state, retested)
     if (run_dir / ".hydra").is_dir():  # what this run now trains with, and the overrides that compose it
         _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
