@@ -235,9 +235,11 @@ def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) ->
     max_epochs, which win over a signal: a finished run finishes). `train_loss` is all-reduced (None
     between logging steps), so every rank gets the same answer and no rank waits alone in a collective."""
     if train_loss is not None and not math.isfinite(train_loss):
-        if run.proc.is_main:
+        if run.proc.is_main:  # last.pt never holds non-finite weights (save_checkpoints); there may be none yet
+            kept = ("checkpoints/last.pt keeps the last finite weights"
+                    if (run.run_dir / "checkpoints" / "last.pt").exists() else "no checkpoint was saved before it")
             log.error(f"train/loss is not finite at epoch {run.epoch}, step {run.step}: lower optimizer.lr or set "
-                      "trainer.grad_clip (checkpoints/last.pt keeps the last finite weights)")
+                      f"trainer.grad_clip ({kept})")
         return "non-finite loss"
     if epoch_done:  # (inside an epoch, no config read: one costs ~20 us, a step ~10 ms)
         trainer, stopping = run.cfg.trainer, run.early_stopping
@@ -332,7 +334,7 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     resume; no finite epoch) the last weights are tested: one warning, and summary.json says so."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
     best_missing = any_rank(run.proc.is_main and not best_checkpoint.exists(), run.device)  # every rank alike
-    if best_missing and run.proc.is_main:
+    if best_missing and run.proc.is_main and run.best_metrics:  # no epoch validated (a non-finite loss): none to miss
         log.warning(f"{best_checkpoint} is missing: testing the last weights, not those of the best epoch")
     if run.proc.is_main and not best_missing:
         checkpoint = load_checkpoint(best_checkpoint, run.device)
@@ -342,7 +344,7 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.task, run.cfg.precision.name,
                     run.device, tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
-    test_weights = "last (best.pt missing)" if best_missing else "best"
+    test_weights = "best" if not best_missing else "last (best.pt missing)" if run.best_metrics else "last (no epoch)"
     return write_summary(run, last_metrics, test_metrics, stop_reason, time.perf_counter() - started, test_weights)
 
 

@@ -68,6 +68,10 @@ def report_config_errors(task: Callable) -> Callable:
     def wrapper(cfg: DictConfig) -> Any:
         try:
             return task(cfg)
+        except RunFailed:  # logged in one line by the run; exit 1 here, before Hydra's 'Error executing job' line
+            if _user_wants_trace:
+                raise
+            sys.exit(1)
         except Exception as error:  # a ConfigError, or one wrapped by hydra.utils.instantiate
             if _user_wants_trace or not caused_by_config_error(error):
                 raise
