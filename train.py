@@ -45,8 +45,9 @@ from trainkit.runtime import (autocast, grad_scaler, nondeterministic_op_errors,
                               set_math_modes)
 from trainkit.tasks import Task, evaluate
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
-                               epoch_line, first_images, log_predictions, quiet_known_noise, save_png, training_line,
-                               wandb_names, warn_if_data_bound, write_provenance, write_summary)
+                               data_bound_advice, epoch_line, first_images, log_predictions, quiet_known_noise,
+                               save_png, training_line, wandb_names, warn_if_data_bound, write_provenance,
+                               write_summary)
 from trainkit.tuning import find_batch_size_for_run, lr_range_test_for_run, run_trial, set_base_lr
 
 log = logging.getLogger("train")
@@ -380,7 +381,8 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = run.last_metrics  # {} unless resumed
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
-        run.timer = LoopTimer(StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device))  # rank 0 profiles
+        advice = data_bound_advice(run.data.train, cfg.data, device.type == "cuda") if cfg.profiler.enabled else []
+        run.timer = LoopTimer(StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device, advice))  # rank 0
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
             if run.stopping:  # decided at the last epoch's end, or before a resume of a run trained to its end
                 break

@@ -76,5 +76,5 @@ def test_debug_profile_writes_a_trace_of_the_training_loop(run_train):
     trace = json.loads((run.run_dir / "profile" / "trace.json").read_text())  # valid JSON: Perfetto opens it
     assert set(PHASES) <= {event.get("name") for event in trace["traceEvents"]}
     assert "aten::" in (run.run_dir / "profile" / "top_ops.txt").read_text()
-    assert "share of the step: data" in run.stdout
+    assert "share of steps 2-3 under the profiler: data" in run.stdout
     assert run.summary["epochs"] == 1
