@@ -85,6 +85,8 @@ class Run:
     best_metrics: dict = field(default_factory=dict)
     last_metrics: dict = field(default_factory=dict)  # the last validated epoch's: summary.json's "final"
     wandb_run_id: str | None = None
+    started: float = field(default_factory=time.perf_counter)  # this process's part of the run began
+    earlier_seconds: float = 0.0  # the wall time of the parts before a resume, up to their last checkpoint
     stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
 
     def state_dict(self) -> dict:
@@ -108,6 +110,7 @@ class Run:
             "config": self.resolved_config,
             "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
             "wandb_run_id": self.loggers.run_id,
+            "wall_seconds": self.earlier_seconds + time.perf_counter() - self.started,  # every part so far
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -125,6 +128,7 @@ class Run:
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.last_metrics = state.get("last_metrics", {})  # older checkpoints lack it
         self.wandb_run_id = state.get("wandb_run_id")
+        self.earlier_seconds = state.get("wall_seconds", 0.0)  # older checkpoints lack it
         self.stopping = trained_to_the_end(state, self.cfg)  # killed during its test, before summary.json: test only
         reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams
         restore_rank_rng_states(state["rng"], self.proc.rank, self.proc.world_size, reseed)
@@ -329,7 +333,7 @@ def find_lr(run: Run) -> None:
         run.scheduler = build_lr_schedule(run)
 
 
-def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: float) -> dict:
+def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str) -> dict:
     """Test with the best weights, then write summary.json. Rank 0 reads best.pt and sends the
     weights to every rank, so nodes need not share a file system. Without best.pt (deleted before a
     resume; no finite epoch) the last weights are tested: one warning, and summary.json says so."""
@@ -346,7 +350,8 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
                     run.device, tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
     test_weights = "best" if not best_missing else "last (best.pt missing)" if run.best_metrics else "last (no epoch)"
-    return write_summary(run, last_metrics, test_metrics, stop_reason, time.perf_counter() - started, test_weights)
+    wall_seconds = run.earlier_seconds + time.perf_counter() - run.started  # every part of a resumed run
+    return write_summary(run, last_metrics, test_metrics, stop_reason, wall_seconds, test_weights)
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
@@ -357,6 +362,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                                   proc.world_size, device) if proc.is_main else {}
     seed_everything(cfg.seed + proc.rank)  # each rank draws its own augmentation and dropout
     run = build_run(cfg, run_dir, proc, device)
+    run.started = started
     if cfg.resume:  # continue exactly: weights, optimizer, schedule, position, every RNG stream
         run.load_state_dict(load_checkpoint(cfg.resume, device))
         log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
@@ -418,7 +424,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             raise stopped(reason, run_dir, run.epoch, run.step, proc.is_main)
 
         run.timer.profiler.close()
-        summary = test_and_summarize(run, last_metrics, reason, started)
+        summary = test_and_summarize(run, last_metrics, reason)
         failed = reason == "non-finite loss"
     finally:
         run.loggers.finish(failed=failed)

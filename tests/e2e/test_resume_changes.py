@@ -5,6 +5,7 @@ import os
 import socket
 
 import pytest
+import torch
 
 from trainkit.checkpointing import own_run_directory
 
@@ -91,8 +92,12 @@ def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_
     assert carved.returncode == 1 and carved.stderr.strip().startswith(
         "error: data: the train split holds other values (its shape is the same); the val split holds other values"
     )
+    # The checkpoint carries the wall time of the parts before it: the summary counts them (here 1000 s, made up).
+    last = digits.run_dir / "checkpoints" / "last.pt"
+    torch.save({**torch.load(last, weights_only=True), "wall_seconds": 1000.0}, last)
     same = run_train(f"resume={digits.run_dir}", "trainer.max_epochs=2", run_dir=digits.run_dir)  # unchanged: resumes
     assert [m["epoch"] for m in same.epoch_metrics()] == [0, 1]
+    assert 1000 < same.summary["wall_seconds"] < 1000 + 600
 
 
 @pytest.mark.slow  # three runs, two of them with 2 DDP processes
