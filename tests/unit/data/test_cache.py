@@ -150,6 +150,25 @@ def test_benchmark_dataloader_prints_a_table_and_a_recommendation(tmp_path, caps
     assert (tmp_path / "benchmark_dataloader.md").read_text().strip().endswith(recommendation)
 
 
+def test_benchmark_dataloader_draws_a_log_axis_with_each_bar_s_number():
+    benchmark = load_script("benchmark_dataloader")
+    results = [("files", "data.num_workers=0", 210.0), ("files", "data.num_workers=2", 400.0), ("cached", "c", 21000.0)]
+    axes = benchmark.draw(results).axes[0]
+    assert axes.get_xscale() == "log"
+    assert [text.get_text() for text in axes.texts] == ["210", "400", "21,000"]
+
+
+def test_benchmark_dataloader_refuses_a_warmup_longer_than_the_folder_before_making_the_cache(tmp_path, capsys):
+    benchmark = load_script("benchmark_dataloader")
+    args = ["--make-folder", "24", "--out", str(tmp_path), "--warmup", "10", "data.image_size=8", "data.batch_size=4"]
+    with pytest.raises(SystemExit) as stop:
+        benchmark.main(args)
+    message = str(stop.value)
+    assert message.startswith("error: --warmup 10 leaves none of the ") and "\n" not in message
+    assert "training batches" in message and "--warmup " in message.split(";")[1]
+    assert not (tmp_path / "cache").exists()  # refused before the cache was made
+
+
 def test_benchmark_dataloader_recommends_by_the_articles_rule():
     benchmark = load_script("benchmark_dataloader")
     assert benchmark.worker_counts(2, 8) == [0, 1, 2, 8, 12, 16]  # always 1x, 1.5x and 2x the cores
