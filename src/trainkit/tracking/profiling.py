@@ -70,8 +70,7 @@ class StepProfiler:
         schedule = torch.profiler.schedule(wait=cfg["wait"], warmup=cfg["warmup"], active=cfg["active"], repeat=1)
         self.profile = torch.profiler.profile(activities=activities, schedule=schedule, on_trace_ready=self._save)
         self.steps = 0
-        self.profile.start()
-        self.phase("data")
+        self.profile.start()  # no phase yet: an epoch's first batch is start-up, not waiting (as for LoopTimer)
 
     def phase(self, name: str) -> None:
         """End the current phase and begin `name`."""
@@ -97,6 +96,12 @@ class StepProfiler:
             self.close()
         else:
             self.phase("data")
+
+    def pause(self) -> None:
+        """The epoch's loop has ended: the "data" phase the last step opened ends here, so validation and
+        whatever else runs until the next epoch's first batch is in no phase (it was "data": 40% under DDP)."""
+        if self.profile is not None:
+            self._end_phase()
 
     def close(self) -> None:
         """Stop profiling (the trace is written if the window was reached); call at the end of training."""
@@ -128,7 +133,9 @@ class StepProfiler:
         (self.out / "phases.json").write_text(json.dumps(shares, indent=2) + "\n")
         self.written = True
         log.info(f"profiler: top operators by {sort_by}\n{table}")
-        log.info(f"profiler: {describe(shares, self.window, self.advice)} -> {trace}")
+        # The steps recorded: the window, or up to the last step when training ended inside it (close()).
+        last = min(self.window[1], self.steps if self.profile is not None else self.steps - 1)
+        log.info(f"profiler: {describe(shares, (self.window[0], last), self.advice)} -> {trace}")
 
 
 def phase_shares(times: Mapping[str, float]) -> dict[str, float]:

@@ -158,6 +158,7 @@ class LoopTimer:
 
     def epoch_metrics(self) -> dict[str, float]:
         """The epoch's measures under their metric names (see the module docstring)."""
+        self.profiler.pause()  # after the loop: what follows (validation) is no phase of a step
         wall = time.perf_counter() - self.wall_start
         metrics = {}
         if self.cuda:

@@ -184,6 +184,9 @@ class SlowProfiler:
     def phase(self, name: str) -> None:
         pass
 
+    def pause(self) -> None:
+        pass
+
     def step(self) -> None:
         self.steps += 1
         time.sleep(0.04 if self.steps >= 2 else 0.0)
