@@ -86,10 +86,10 @@ def test_a_window_across_an_epoch_end_leaves_validation_out_of_the_data_phase(tm
     last step stayed open through validation (40% data on the profiler's line, 1% on the epoch line)."""
     from trainkit.tracking.timing import LoopTimer
 
-    profiler = StepProfiler(profiler_config(wait=0, warmup=0, active=4), tmp_path, torch.device("cpu"))
+    profiler = StepProfiler(profiler_config(wait=0, warmup=1, active=3), tmp_path, torch.device("cpu"))
     timer = LoopTimer(profiler)
     with caplog.at_level(logging.INFO, logger="trainkit.tracking.profiling"):
-        for _ in range(2):  # two epochs of two steps: the window is steps 0-3
+        for _ in range(2):  # two epochs of two steps: the window is steps 1-3, across the epoch end
             timer.start_epoch(torch.device("cpu"))
             for _ in range(2):
                 timer.batch_ready()
@@ -99,4 +99,4 @@ def test_a_window_across_an_epoch_end_leaves_validation_out_of_the_data_phase(tm
             time.sleep(0.2)  # validation
     shares = json.loads((tmp_path / "profile" / "phases.json").read_text())
     assert shares["data"] < 0.1 and shares["forward"] > 0.8
-    assert "share of steps 0-3 under the profiler" in caplog.text
+    assert "share of steps 1-3 under the profiler" in caplog.text
