@@ -1,6 +1,7 @@
 """Tests for trainkit.data.cache and scripts/preprocess.py: the offline cache of an image folder."""
 
 import json
+import shlex
 
 import numpy as np
 import pytest
@@ -93,18 +94,26 @@ def test_a_cache_made_with_other_settings_is_refused_naming_the_key(cached, over
     assert f"data.image_size={override.get('image_size', 8)}" in str(error.value)  # and the cache's other settings
 
 
-def test_the_printed_remake_command_remakes_the_same_cache_with_the_one_change(cached, tmp_path):
-    """Run as printed (into another directory), it keeps the cache's 8 px instead of preprocess.py's 224."""
+@pytest.mark.parametrize(
+    ("override", "remade_with"),
+    [({"val_fraction": 0.3}, {"val_fraction": 0.3}), ({"channels": 1, "mean": [0.5], "std": [0.25]}, {"channels": 1})],
+)
+def test_the_printed_remake_command_remakes_the_same_cache_with_the_one_change(cached, tmp_path, override, remade_with):
+    """Pasted into a shell (here into another directory), it keeps the cache's 8 px, not preprocess.py's 224."""
     _, cache, meta = cached
     with pytest.raises(ConfigError) as error:
-        load_cache(config("cached", root=str(cache), val_fraction=0.3))
-    command = str(error.value).split("or remake it: python scripts/preprocess.py ")[1].split()
+        load_cache(config("cached", root=str(cache), **override))
+    command = shlex.split(str(error.value).split("or remake it: python scripts/preprocess.py ")[1])
     assert command[0] == str(cache)
     args = [str(tmp_path / "remade"), *command[1:], "--workers=0", "--no-progress"]
     assert load_script("preprocess").main(args) == 0
     remade = json.loads((tmp_path / "remade" / "meta.json").read_text())
-    assert (remade["image_size"], remade["channels"], remade["val_fraction"]) == (8, 3, 0.3)
-    assert remade["counts"] != meta["counts"]
+    assert {key: remade[key] for key in ("image_size", "channels", "val_fraction")} == {
+        "image_size": 8,
+        "channels": meta["channels"],
+        "val_fraction": meta["val_fraction"],
+        **remade_with,
+    }
 
 
 def test_a_folder_that_is_not_a_cache_is_refused(tmp_path):
