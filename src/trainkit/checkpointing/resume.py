@@ -29,7 +29,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.checkpointing.continued_run import finished_message, has_summary, trim_csv, trim_metrics
-from trainkit.checkpointing.overrides import config_with_overrides, flatten
+from trainkit.checkpointing.overrides import config_with_overrides, flatten, hydra_quote
 from trainkit.errors import ConfigError
 
 # torch-based modules (trainkit.checkpointing.checkpoint, checkpoint_files, distributed) are imported where used:
@@ -74,9 +74,11 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     if not resumes and resume not in (None, "", "null", "None"):
         raise ConfigError("resume", f"{Path(argv[0]).name} continues no run; drop resume= (train.py resume= does)")
     if resume in (None, "", "null", "None", AUTO):
-        check_output_dir(_value(overrides, "hydra.sweep.dir" if multirun else "hydra.run.dir"))
+        key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+        check_output_dir(_value(overrides, key), key)
         return argv
-    if multirun or "," in resume:
+    given_path = Path(resume).expanduser()
+    if multirun or ("," in resume and not given_path.exists()):  # a path may hold commas (override_dirname's)
         raise ConfigError(
             "resume",
             "continues one run and cannot be part of a multirun (-m); resume each run directory on its own, "
@@ -85,9 +87,12 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     checkpoint = find_checkpoint(resume)
     read_checkpoint(checkpoint, mmap=True)  # readable, a training checkpoint, of this format
     run_dir, given = run_dir_of(checkpoint), _value(overrides, "hydra.run.dir")
+    # Paths go to Hydra quoted: a directory named with commas, '=' or non-ASCII letters is one value.
+    own = [f"resume={hydra_quote(str(given_path))}" if arg.startswith("resume=") else arg for arg in argv[1:]]
+    _command_line = [f"resume={hydra_quote(str(given_path))}" if o.startswith("resume=") else o for o in overrides]
     if run_dir is None:  # a checkpoint outside a run directory: a new run directory continues it
         check_output_dir(given)
-        return argv
+        return [argv[0], *own]
     if given is not None and Path(given).resolve() != run_dir:
         raise ConfigError(
             "hydra.run.dir",
@@ -99,7 +104,7 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     replayed = [str(o) for o in OmegaConf.load(saved)] if saved.is_file() else []
     replayed = [o for o in replayed if not o.startswith(("resume=", "hydra.run.dir="))]
     # Hydra writes no .hydra/ now (a refused override would land in overrides.yaml); resumed_config does, once resolved.
-    return [argv[0], f"hydra.run.dir={run_dir}", "hydra.output_subdir=null", *replayed, *argv[1:]]
+    return [argv[0], f"hydra.run.dir={hydra_quote(str(run_dir))}", "hydra.output_subdir=null", *replayed, *own]
 
 
 def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, bool]:

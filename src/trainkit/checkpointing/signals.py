@@ -36,6 +36,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -269,7 +270,8 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
         if leaving:
             how = f"checkpoint saved; submitit requeued the job: it continues from {checkpoint} with resume=auto"
         else:
-            how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: python train.py resume={checkpoint}"
+            command = f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted into a shell as it is
+            how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {command}"
         log.warning(f"stopped by {name} at epoch {epoch}, step {step}, {how}")
     barrier()
     return leaving or Stopped()
