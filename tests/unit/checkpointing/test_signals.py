@@ -320,10 +320,14 @@ def stop_handlers_back():
 
 def test_sighup_is_a_stop_request_and_sigquit_is_left_alone():
     quit_before = signal.getsignal(signal.SIGQUIT)
-    with signals.stop_on_signals():
-        os.kill(os.getpid(), signal.SIGHUP)  # a closed terminal, a dropped ssh session
-        assert signals.requested() == "SIGHUP"
-        assert signal.getsignal(signal.SIGQUIT) is quit_before  # Ctrl-\ still quits at once
+    hangup_before = signal.signal(signal.SIGHUP, lambda signum, frame: None)  # were it not handled: no death
+    try:
+        with signals.stop_on_signals():
+            os.kill(os.getpid(), signal.SIGHUP)  # a closed terminal, a dropped ssh session
+            assert signals.requested() == "SIGHUP"
+            assert signal.getsignal(signal.SIGQUIT) is quit_before  # Ctrl-\ still quits at once
+    finally:
+        signal.signal(signal.SIGHUP, hangup_before)
 
 
 def test_once_the_checkpoint_is_saved_a_late_signal_cannot_change_the_exit(stop_handlers_back, tmp_path):
