@@ -51,6 +51,23 @@ def _value(argv: list[str], key: str) -> str | None:
     return None
 
 
+_PLAIN = re.compile(r"[\w/.:@%+~-]*", re.ASCII)  # a value Hydra reads unquoted as this one string
+
+
+def _quoted_if_a_path(arg: str) -> str:
+    """`key=value` with the value quoted for Hydra where it names an existing path that Hydra would
+    misread unquoted (commas and '=' from hydra.job.override_dirname, spaces, non-ASCII letters):
+    eval.py's checkpoint=, data.root=, a resume=auto run's hydra.run.dir=. resume= is quoted below."""
+    key, sep, value = arg.partition("=")
+    if not sep or arg.startswith("-") or key == "resume" or value[:1] in ("'", '"') or _PLAIN.fullmatch(value):
+        return arg
+    try:
+        exists = Path(value).expanduser().exists()
+    except (OSError, ValueError):  # not a path (too long, a NUL): Hydra reads it as it is
+        return arg
+    return f"{key}={hydra_quote(value)}" if exists else arg
+
+
 def run_dir_of(checkpoint: Path) -> Path | None:
     """The run directory holding `checkpoint` (<run>/checkpoints/<file> next to <run>/.hydra), if any."""
     run_dir = checkpoint.resolve().parent.parent
@@ -63,6 +80,7 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     checkpoint and the output directory first; raises ConfigError (one line) when either is unusable.
     `resumes=False`: the script continues no run, and resume= is refused."""
     global _command_line
+    argv = [argv[0], *map(_quoted_if_a_path, argv[1:])]
     overrides = [arg for arg in argv[1:] if not arg.startswith("-") and ("=" in arg or arg.startswith("~"))]
     _command_line = overrides
     if any(arg in INFO_FLAGS for arg in argv):  # --help, --cfg job, ...: nothing is trained or written

@@ -187,6 +187,9 @@ def test_a_path_with_commas_quotes_and_non_ascii_reaches_hydra_as_one_value(tmp_
         "resume": str(run_dir),
     }
     assert last.exists()
+    # eval.py's checkpoint= (any existing path Hydra would misread): quoted the same way.
+    [checkpoint] = resume.rewrite_argv(["eval.py", f"checkpoint={last}"], resumes=False)[1:]
+    assert OverridesParser.create().parse_overrides([checkpoint])[0].value() == str(last)
 
 
 NOBODY = 65534  # uid and gid of the unprivileged user `nobody`
