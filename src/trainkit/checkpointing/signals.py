@@ -18,7 +18,8 @@ epoch. A single process reads its own flag after every update, which costs nothi
 Self-started DDP workers (trainkit.distributed.launch): the parent handles the signals, not torch's elastic
 agent, and passes each on to its workers as the same signal, so the stop line names the one the
 user sent (a terminal's Ctrl-C reaches the workers too: within SAME_CTRL_C_SECONDS, one request).
-A signal while the workers start stops the launch: `stopped_before_training`. Under torchrun the
+Workers start with the stop signals blocked and take one that came meanwhile once they listen
+(trainkit.distributed.launch), so a stop in the first second is as clean. Under torchrun the
 agent passes SIGTERM and SIGINT on itself, right after the terminal's own SIGINT: a SIGINT within
 SAME_CTRL_C_SECONDS of the first is taken as the same Ctrl-C.
 
@@ -56,7 +57,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
 EXIT_STOPPED = 75  # stopped by a signal, checkpoint written, resumable (sysexits.h EX_TEMPFAIL)
 EXIT_ABORTED = 130  # a second Ctrl-C: what a shell reports for a process ended by SIGINT
 SAME_CTRL_C_SECONDS = 1.0
-# Set by the parent of self-started DDP workers on a stop signal: a worker started after it stops at once.
+# Set by the parent of self-started DDP workers on a stop signal: a worker spawned after it stops too.
 STOP_ENV = "TRAINKIT_STOP_REQUESTED"
 
 
@@ -155,9 +156,8 @@ def stop_on_signals(announce_abort: bool = True) -> Iterator[None]:
 def forward_to_workers() -> Iterator[None]:
     """For the parent of self-started DDP workers: pass each stop signal on to the workers as the
     same signal (they save and stop, and name it); a second Ctrl-C kills them and exits at once.
-    While the workers start, a worker that does not listen yet dies of the signal (start_processes
-    then says in one line that the run stopped before training), and one started after the signal
-    finds it in STOP_ENV and stops before training (trainkit.distributed.launch)."""
+    A worker still starting holds the signal blocked until it listens; one spawned after the signal
+    finds it in STOP_ENV (trainkit.distributed.launch)."""
 
     def forward(signum: int, frame: FrameType | None) -> None:
         try:

@@ -35,7 +35,6 @@ from trainkit.checkpointing.signals import (
     request,
     requested,
     stop_on_signals,
-    stopped_before_training,
 )
 from trainkit.distributed.process_group import (
     ProcessInfo,
@@ -64,17 +63,8 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[Dic
     nproc = processes_per_node(cfg.distributed)
     log.info(f"launching {nproc} DDP processes -> {run_dir}")
     script, function = train_process.__code__.co_filename, train_process.__name__
-    with forward_to_workers():
-        try:
-            result = launch_local_workers(nproc, script, function, worker_config(cfg), str(run_dir))[0]
-        except Exception:
-            # A signal while the workers start: a worker that does not listen yet dies of it, and the
-            # launch fails (ChildFailedError, a broken pipe to a worker being spawned). Nothing was
-            # trained: one line and exit 75, not elastic's traceback.
-            name = requested()
-            if name is None:
-                raise
-            raise stopped_before_training(name, "while the DDP workers started") from None
+    with forward_to_workers():  # from the first second: the workers start with the stop signals blocked
+        result = launch_local_workers(nproc, script, function, worker_config(cfg), str(run_dir))[0]
         if isinstance(result, (Stopped, RunFailed)):  # the workers stopped cleanly and said why (inside: a
             raise result  # stop on submitit's signal then hands over to submitit's requeue)
     return result
