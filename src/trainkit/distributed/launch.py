@@ -33,7 +33,6 @@ from trainkit.checkpointing.signals import (
     Stopped,
     forward_to_workers,
     request,
-    requested,
     stop_on_signals,
 )
 from trainkit.distributed.process_group import (
@@ -113,7 +112,7 @@ def launch_local_workers(nproc: int, script: str, function: str, config: dict, r
         start_method="spawn",
         signals_to_handle="SIGQUIT",  # SIGTERM, SIGUSR1, SIGINT, SIGHUP: checkpointing.signals.forward_to_workers
     )
-    with _quiet_agent_once_stopping(), _workers_start_with_stop_signals_blocked():
+    with _workers_start_with_stop_signals_blocked():
         return elastic_launch(launch_config, _worker)(script, function, config, run_dir)
 
 
@@ -140,28 +139,6 @@ def _workers_start_with_stop_signals_blocked() -> Iterator[None]:
         yield
     finally:
         torch.multiprocessing.start_processes = start
-
-
-@contextlib.contextmanager
-def _quiet_agent_once_stopping() -> Iterator[None]:
-    """After a stop signal, the agent's error log of a worker that the signal ended while it started
-    (a traceback of the agent's own) says nothing the stop line does not: drop it."""
-    loggers = [
-        logger
-        for name, logger in list(logging.Logger.manager.loggerDict.items())
-        if name.startswith("torch.distributed.elastic") and isinstance(logger, logging.Logger)
-    ]
-
-    def not_stopping(record: logging.LogRecord) -> bool:
-        return requested() is None
-
-    for logger in loggers:
-        logger.addFilter(not_stopping)
-    try:
-        yield
-    finally:
-        for logger in loggers:
-            logger.removeFilter(not_stopping)
 
 
 def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
