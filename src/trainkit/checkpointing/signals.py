@@ -270,8 +270,7 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
         if leaving:
             how = f"checkpoint saved; submitit requeued the job: it continues from {checkpoint} with resume=auto"
         else:
-            command = f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted into a shell as it is
-            how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {command}"
+            how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {_continue_command(checkpoint)}"
         log.warning(f"stopped by {name} at epoch {epoch}, step {step}, {how}")
     barrier()
     return leaving or Stopped()
@@ -289,3 +288,11 @@ def stopped_before_training(name: str, when: str) -> Stopped:
             "start again with the same command (resume=auto starts afresh)"
         )
     return Stopped()
+
+
+def _continue_command(checkpoint: Path) -> str:
+    """A single run resumes its checkpoint; a multirun's job is continued by rerunning the whole sweep
+    (trainkit.checkpointing.sweep_continuation): the finished jobs are not trained again."""
+    from trainkit.checkpointing.sweep_continuation import sweep_rerun_command
+
+    return sweep_rerun_command() or f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted as it is
