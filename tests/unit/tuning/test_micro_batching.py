@@ -1,12 +1,8 @@
 """trainer.micro_batch_size: the parts' gradients sum to the whole batch's, and `auto` settles on the
 largest size that fits, on every rank alike."""
 
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from models_for_tests import NoNormCNN
@@ -71,26 +67,4 @@ def test_auto_when_not_even_one_sample_fits_names_the_key():
     assert error.value.key == "trainer.micro_batch_size"
 
 
-def _search_with_rank_one_out_of_memory(rank: int, port: int, results) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        tried = []
-
-        def try_step(size: int) -> None:
-            tried.append(size)
-            if rank == 1 and size > 16:
-                torch.empty(2**50)  # a real allocator error, on one rank only
-
-        results[rank] = (find_micro_batch_size(try_step, 64, CPU), tried)
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.mark.slow
-def test_auto_with_one_rank_of_two_out_of_memory_halves_on_both():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    results = mp.Manager().dict()
-    mp.spawn(_search_with_rank_one_out_of_memory, args=(port, results), nprocs=2, join=True)
-    assert results[0] == results[1] == (16, [64, 32, 16])  # rank 0 fit at 64 and 32, but went with rank 1
+# With one rank of two out of memory, both halve: tests/unit/distributed/test_distributed.py (one spawn for all).
