@@ -26,10 +26,11 @@ from tqdm import tqdm
 
 from trainkit import cli
 from trainkit.augment import BatchTransform, attach_sample_transform
-from trainkit.checkpointing import (STOP_SIGNAL_NAMES, copy_checkpoint, finished_value, load_checkpoint, load_weights,
-                                    own_run_directory, refuse_another_world_size_inside_an_epoch,
-                                    restore_optimizer_and_schedule, restore_rank_rng_states, resumed_config, rng_states,
-                                    save_checkpoint, stop_signal, stopped, trained_to_the_end, unwrap_model)
+from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, finished_value,
+                                    load_checkpoint, load_weights, own_run_directory,
+                                    refuse_another_world_size_inside_an_epoch, restore_optimizer_and_schedule,
+                                    restore_rank_rng_states, resumed_config, rng_states, save_checkpoint, stop_signal,
+                                    stopped, trained_to_the_end, unwrap_model)
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import DataBundle, build_data, check_same_data
@@ -47,8 +48,8 @@ from trainkit.tasks import Task, evaluate
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
                                epoch_line, first_images, log_predictions, quiet_known_noise, save_png, training_line,
                                wandb_names, warn_if_data_bound, write_provenance, write_summary)
-from trainkit.tuning import (find_batch_size_for_run, find_micro_batch_size_for_run, lr_range_test_for_run,
-                             micro_batches, run_trial, set_base_lr)
+from trainkit.tuning import (find_batch_size_for_run, find_micro_batch_size_for_run, gpus_for_this_trial,
+                             lr_range_test_for_run, micro_batches, run_trial, set_base_lr)
 
 log = logging.getLogger("train")
 quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
@@ -84,7 +85,7 @@ class Run:
     batches_done: int = 0  # batches of `epoch` trained; > 0 after a mid-epoch resume
     best_metrics: dict = field(default_factory=dict)
     last_metrics: dict = field(default_factory=dict)  # the last validated epoch's: summary.json's "final"
-    wandb_run_id: str | None = None
+    tracker_run_ids: dict = field(default_factory=dict)  # {wandb/mlflow: its run id}: a resume continues those runs
     stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
 
     def state_dict(self) -> dict:
@@ -107,7 +108,8 @@ class Run:
             "rng": gather_objects(rng_states()),  # every rank's streams, in rank order
             "config": self.resolved_config,
             "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
-            "wandb_run_id": self.loggers.run_id,
+            "wandb_run_id": self.loggers.run_ids.get("wandb"),
+            "mlflow_run_id": self.loggers.run_ids.get("mlflow"),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -127,7 +129,7 @@ class Run:
         self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.last_metrics = state.get("last_metrics", {})  # older checkpoints lack it
-        self.wandb_run_id = state.get("wandb_run_id")
+        self.tracker_run_ids = {"wandb": state.get("wandb_run_id"), "mlflow": state.get("mlflow_run_id")}
         self.stopping = trained_to_the_end(state, self.cfg)  # killed during its test, before summary.json: test only
         reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams
         restore_rank_rng_states(state["rng"], self.proc.rank, self.proc.world_size, reseed)
@@ -315,11 +317,13 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
 
 
 def start_logging(run: Run, provenance: dict) -> None:
-    """Rank 0: metrics.jsonl plus the chosen tracker (given the config and provenance.json's facts), a grid of
-    augmented samples for it, and the validation images whose predictions it shows after each validation."""
+    """Rank 0: metrics.jsonl plus the chosen trackers (given the config and provenance.json's facts; a resume
+    continues their runs), a grid of augmented samples for them, and the validation images whose predictions
+    they show after each validation."""
     run_name, group = wandb_names(run_dir=run.run_dir)
-    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config={**run.resolved_config, "provenance": provenance},
-                                run_name=run_name, group=group, resume_id=run.wandb_run_id)
+    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.resolved_config, run_name=run_name,
+                                group=group, resume_ids=run.tracker_run_ids, provenance=provenance,
+                                resume_step=run.step if run.cfg.resume else None)
     if run.cfg.logger.get("log_images", False):
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
         run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.step)
@@ -458,6 +462,7 @@ def main(cfg: DictConfig) -> float | None:
     # before a resume trims metrics.jsonl; a second run started there gets one line naming the owner.
     owns = process_info().is_main
     with own_run_directory(run_dir, "resume" if cfg.resume else "hydra.run.dir") if owns else contextlib.nullcontext():
+        continue_sweep_job(cfg, run_dir)  # a rerun multirun: a job whose directory holds a run continues it
         cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides
         if finished:  # nothing left to train; one line said how to extend the run
             return finished_value(run_dir)
@@ -466,7 +471,8 @@ def main(cfg: DictConfig) -> float | None:
             print_config(cfg, run_dir)
         # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial
         # reports sweep.failed_trial_value to the sweeper and the sweep goes on.
-        return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
+        with gpus_for_this_trial(cfg):  # parallel jobs on a machine with several GPUs: each its own (sweep.assign_gpus)
+            return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ trainkit.config.schema. A new config option gets its rule here; keys that contra
 trainkit.config.validation's RELATIONS.
 """
 
+import importlib.util
 import re
+from collections.abc import Mapping
 
 from omegaconf import ListConfig, OmegaConf
 
@@ -13,6 +15,7 @@ from trainkit.config.schema import Check, auto_or, flag, integer, interval, numb
 from trainkit.optim import SCHEDULES
 from trainkit.runtime import PRECISIONS
 from trainkit.tracking.loggers import LOGGERS, WANDB_MODES
+from trainkit.tracking.loggers.mlflow_logger import MLFLOW_INSTALL
 
 AUGMENTATION_KEYS = (
     "name",
@@ -57,6 +60,20 @@ def required_keys(value: object) -> str | None:
     return f"must be a list of keys (an entry may be a list of alternatives), got {show(value)}"
 
 
+def tracker_choice(value: object) -> str | None:
+    """logger.trackers: {name: true/false}; each conf/logger file adds its own, `logger=[a,b]` both.
+    MLflow is an optional extra: a missing install is found here, before any data is read."""
+    names = ", ".join(name for name in LOGGERS if name != "none")
+    if not isinstance(value, Mapping) or any(not isinstance(on, bool) for on in value.values()):
+        return f"must map tracker names ({names}) to true or false; pick them with logger=<name> or logger=[a,b]"
+    unknown = [str(name) for name in value if name not in LOGGERS]
+    if unknown:
+        return f"unknown tracker {', '.join(unknown)}; the trackers are {names}"
+    if value.get("mlflow") and importlib.util.find_spec("mlflow") is None:
+        return f"logger=mlflow needs MLflow, which is not installed: {MLFLOW_INSTALL}"
+    return None
+
+
 RULES: dict[str, Check] = {
     "seed": integer(0),
     "device": device_name,
@@ -66,6 +83,8 @@ RULES: dict[str, Check] = {
     "required": required_keys,
     "sweep.catch_failures": flag(),
     "sweep.failed_trial_value": number(null=True),
+    "sweep.continue_jobs": flag(),
+    "sweep.assign_gpus": flag(),
     "trainer.max_epochs": integer(1),
     "trainer.max_steps": integer(1, null=True),
     "trainer.accumulate_grad_batches": integer(1),
@@ -191,7 +210,9 @@ RULES: dict[str, Check] = {
     "distributed.backend": one_of("auto", "nccl", "gloo"),
     "distributed.sync_batchnorm": flag(),
     "distributed.timeout_seconds": number(above=0),
-    "logger.name": one_of(*LOGGERS),
+    "logger.trackers": tracker_choice,
+    "logger.tracking_uri": text(),
+    "logger.experiment": text(),
     "logger.mode": one_of(*WANDB_MODES),
     "logger.filename": text(),
     "logger.project": text(),

@@ -238,7 +238,10 @@ RULE_CASES = [
     (["distributed.backend=mpi"], "distributed.backend"),
     (["distributed.sync_batchnorm=yes"], "distributed.sync_batchnorm"),
     (["distributed.timeout_seconds=0"], "distributed.timeout_seconds"),
-    (["logger.name=tensorboardz"], "logger.name"),
+    (["+logger.trackers.tensorboardz=true"], "logger.trackers"),
+    (["logger=csv", "logger.trackers.csv=yes"], "logger.trackers"),
+    (["logger=mlflow", "logger.tracking_uri=3"], "logger.tracking_uri"),
+    (["logger=mlflow", "logger.experiment=3"], "logger.experiment"),
     (["logger=wandb", "logger.log_predictions=-1"], "logger.log_predictions"),
     (["logger=wandb", "logger.mode=ofline"], "logger.mode"),
     (["logger=csv", "logger.filename=3"], "logger.filename"),
@@ -366,7 +369,7 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
     "overrides, fragments",
     [
         (["scheduler.name=linear"], ["'linear'", "cosine, cosine_restarts, step, constant"]),
-        (["logger.name=tensorboardz"], ["'tensorboardz'", "none, csv, wandb"]),
+        (["+logger.trackers.tensorboardz=true"], ["tracker tensorboardz", "csv, wandb, tensorboard, mlflow"]),
         (["logger=wandb", "logger.mode=ofline"], ["'ofline'", "offline"]),
         (["device=gpu"], ["'gpu'", "cuda:N"]),
         (["trainer.max_epochs=abc"], ["a whole number >= 1", "'abc' (str)"]),
@@ -453,6 +456,7 @@ def test_a_missing_augmentation_key_or_null_means_off(compose_config):
         # cifar10_optuna searches augmentation: choice(basic, strong) over this experiment
         ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=basic"],
         ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=strong"],
+        ["hparams_search=cifar10_optuna", "augmentation=basic"],  # the search composes the experiment itself
     ],
 )
 def test_flips_are_allowed_where_the_mirror_image_keeps_its_label(compose_config, overrides):
