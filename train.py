@@ -46,8 +46,9 @@ from trainkit.runtime import (autocast, grad_scaler, nondeterministic_op_errors,
                               set_math_modes)
 from trainkit.tasks import Task, evaluate
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
-                               epoch_line, first_images, log_predictions, quiet_known_noise, save_png, training_line,
-                               wandb_names, warn_if_data_bound, write_provenance, write_summary)
+                               data_bound_advice, epoch_line, first_images, log_predictions, quiet_known_noise,
+                               save_png, training_line, wandb_names, warn_if_data_bound, write_provenance,
+                               write_summary)
 from trainkit.tuning import (find_batch_size_for_run, find_micro_batch_size_for_run, gpus_for_this_trial,
                              lr_range_test_for_run, micro_batches, run_trial, set_base_lr)
 
@@ -86,6 +87,8 @@ class Run:
     best_metrics: dict = field(default_factory=dict)
     last_metrics: dict = field(default_factory=dict)  # the last validated epoch's: summary.json's "final"
     tracker_run_ids: dict = field(default_factory=dict)  # {wandb/mlflow: its run id}: a resume continues those runs
+    started: float = field(default_factory=time.perf_counter)  # this process's part of the run began
+    earlier_seconds: float = 0.0  # the wall time of the parts before a resume, up to their last checkpoint
     stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
 
     def state_dict(self) -> dict:
@@ -110,6 +113,7 @@ class Run:
             "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
             "wandb_run_id": self.loggers.run_ids.get("wandb"),
             "mlflow_run_id": self.loggers.run_ids.get("mlflow"),
+            "wall_seconds": self.earlier_seconds + time.perf_counter() - self.started,  # every part so far
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -130,6 +134,7 @@ class Run:
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.last_metrics = state.get("last_metrics", {})  # older checkpoints lack it
         self.tracker_run_ids = {"wandb": state.get("wandb_run_id"), "mlflow": state.get("mlflow_run_id")}
+        self.earlier_seconds = state.get("wall_seconds", 0.0)  # older checkpoints lack it
         self.stopping = trained_to_the_end(state, self.cfg)  # killed during its test, before summary.json: test only
         reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams
         restore_rank_rng_states(state["rng"], self.proc.rank, self.proc.world_size, reseed)
@@ -246,9 +251,11 @@ def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) ->
     max_epochs, which win over a signal: a finished run finishes). `train_loss` is all-reduced (None
     between logging steps), so every rank gets the same answer and no rank waits alone in a collective."""
     if train_loss is not None and not math.isfinite(train_loss):
-        if run.proc.is_main:
+        if run.proc.is_main:  # last.pt never holds non-finite weights (save_checkpoints); there may be none yet
+            kept = ("checkpoints/last.pt keeps the last finite weights"
+                    if (run.run_dir / "checkpoints" / "last.pt").exists() else "no checkpoint was saved before it")
             log.error(f"train/loss is not finite at epoch {run.epoch}, step {run.step}: lower optimizer.lr or set "
-                      "trainer.grad_clip (checkpoints/last.pt keeps the last finite weights)")
+                      f"trainer.grad_clip ({kept})")
         return "non-finite loss"
     if epoch_done:  # (inside an epoch, no config read: one costs ~20 us, a step ~10 ms)
         trainer, stopping = run.cfg.trainer, run.early_stopping
@@ -343,13 +350,13 @@ def find_lr(run: Run) -> None:
         run.scheduler = build_lr_schedule(run)
 
 
-def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: float) -> dict:
+def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str) -> dict:
     """Test with the best weights, then write summary.json. Rank 0 reads best.pt and sends the
     weights to every rank, so nodes need not share a file system. Without best.pt (deleted before a
     resume; no finite epoch) the last weights are tested: one warning, and summary.json says so."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
     best_missing = any_rank(run.proc.is_main and not best_checkpoint.exists(), run.device)  # every rank alike
-    if best_missing and run.proc.is_main:
+    if best_missing and run.proc.is_main and run.best_metrics:  # no epoch validated (a non-finite loss): none to miss
         log.warning(f"{best_checkpoint} is missing: testing the last weights, not those of the best epoch")
     if run.proc.is_main and not best_missing:
         checkpoint = load_checkpoint(best_checkpoint, run.device)
@@ -359,8 +366,9 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
     test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.task, run.cfg.precision.name,
                     run.device, tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
-    test_weights = "last (best.pt missing)" if best_missing else "best"
-    return write_summary(run, last_metrics, test_metrics, stop_reason, time.perf_counter() - started, test_weights)
+    test_weights = "best" if not best_missing else "last (best.pt missing)" if run.best_metrics else "last (no epoch)"
+    wall_seconds = run.earlier_seconds + time.perf_counter() - run.started  # every part of a resumed run
+    return write_summary(run, last_metrics, test_metrics, stop_reason, wall_seconds, test_weights)
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
@@ -371,6 +379,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                                   proc.world_size, device) if proc.is_main else {}
     seed_everything(cfg.seed + proc.rank)  # each rank draws its own augmentation and dropout
     run = build_run(cfg, run_dir, proc, device)
+    run.started = started
     if cfg.resume:  # continue exactly: weights, optimizer, schedule, position, every RNG stream
         run.load_state_dict(load_checkpoint(cfg.resume, device))
         log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
@@ -395,7 +404,8 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = run.last_metrics  # {} unless resumed
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
-        run.timer = LoopTimer(StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device))  # rank 0 profiles
+        advice = data_bound_advice(run.data.train, cfg.data, device.type == "cuda") if cfg.profiler.enabled else []
+        run.timer = LoopTimer(StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device, advice))  # rank 0
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
             if run.stopping:  # decided at the last epoch's end, or before a resume of a run trained to its end
                 break
@@ -431,7 +441,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             raise stopped(reason, run_dir, run.epoch, run.step, proc.is_main)
 
         run.timer.profiler.close()
-        summary = test_and_summarize(run, last_metrics, reason, started)
+        summary = test_and_summarize(run, last_metrics, reason)
         failed = reason == "non-finite loss"
     finally:
         run.loggers.finish(failed=failed)

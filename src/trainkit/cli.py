@@ -75,6 +75,10 @@ def report_config_errors(task: Callable) -> Callable:
         except Stopped:  # a clean stop on a signal; a sweep's worker process then exits (trainkit.tuning.sweep_stop)
             leave_worker_after_a_stop()
             raise
+        except RunFailed:  # logged in one line by the run; exit 1 here, before Hydra's 'Error executing job' line
+            if _user_wants_trace:
+                raise
+            sys.exit(1)
         except Exception as error:  # a ConfigError, or one wrapped by hydra.utils.instantiate
             if _user_wants_trace or not caused_by_config_error(error):
                 raise

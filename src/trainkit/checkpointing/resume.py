@@ -221,6 +221,10 @@ def _hydra_task_overrides() -> list[str]:
 def _changes(saved: Any, resolved: Any) -> list[str]:
     before, after = flatten(saved), flatten(resolved)
     keys = [key for key in after if key != "resume" and before.get(key, KeyError) != after[key]]
+    # data.num_classes: null asks the data to count its classes (and model.num_classes, task.num_classes follow it);
+    # the checkpoint's config holds the count. The count itself is checked with the data (check_same_data).
+    if after.get("data.num_classes", 0) is None:
+        keys = [key for key in keys if not (key.endswith(".num_classes") and after[key] is None)]
     keys += [key for key in before if key not in after]
     return [f"{key} {before.get(key, '(new)')} -> {after.get(key, '(dropped)')}" for key in keys]
 

@@ -53,6 +53,23 @@ def per_sample_policy(value: object) -> str | None:
     return f"must be one of {', '.join(PER_SAMPLE_POLICIES)} or null (off); got {show(value)}"
 
 
+def split_fraction(split: str, uses: str) -> Check:
+    """data.val_fraction, data.test_fraction: 0 is refused with what to do instead. Every run needs the split
+    (`uses`); allowing 0 would mean a run without it, and the summary and best.pt would then say untrue things."""
+    fraction = number(above=0, below=1)
+
+    def check(value: object) -> str | None:
+        if value == 0 and not isinstance(value, bool):
+            return (
+                f"is 0, but every run needs a {split} split ({uses}); to train on nearly every image set a small "
+                f"fraction (e.g. data.{split}_fraction=0.02), or give an image folder a {split}/ folder of its own "
+                f"(data.root/{split}/<class>/, a few images each: then nothing is carved from train/)"
+            )
+        return fraction(value)
+
+    return check
+
+
 def required_keys(value: object) -> str | None:
     """Entries of `required`: a key, or a list of keys of which one must be given."""
     if isinstance(value, ListConfig) and all(isinstance(entry, str) or OmegaConf.is_list(entry) for entry in value):
@@ -112,8 +129,8 @@ RULES: dict[str, Check] = {
     "data.mirror_changes_label": flag(),
     "data.mean": numbers(),
     "data.std": numbers(above=0),
-    "data.val_fraction": number(above=0, below=1),
-    "data.test_fraction": number(above=0, below=1),
+    "data.val_fraction": split_fraction("val", "early stopping, best.pt and the val/ metrics read it"),
+    "data.test_fraction": split_fraction("test", "summary.json's test metrics"),
     "data.split_seed": integer(0),
     "data.num_samples": integer(1),
     "data.val_samples": integer(1),

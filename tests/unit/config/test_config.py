@@ -381,6 +381,8 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
             ["data.mirror_changes_label=true", "augmentation=shift", "data.mirror_changes_label=false"],
         ),
         (["experiment=finetune_imagefolder", "data.root=/data/images"], ["(or model.pretrained=true)"]),
+        ([*IMAGES, "data.val_fraction=0"], ["best.pt", "data.val_fraction=0.02", "data.root/val/<class>/"]),
+        ([*IMAGES, "data.test_fraction=0"], ["data.test_fraction=0.02", "data.root/test/<class>/"]),
     ],
 )
 def test_messages_show_the_bad_value_and_the_way_out(compose_config, overrides, fragments):
