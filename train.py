@@ -49,7 +49,8 @@ from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, au
                                data_bound_advice, epoch_line, first_images, log_predictions, quiet_known_noise,
                                save_png, training_line, wandb_names, warn_if_data_bound, write_provenance,
                                write_summary)
-from trainkit.tuning import find_batch_size_for_run, gpus_for_this_trial, lr_range_test_for_run, run_trial, set_base_lr
+from trainkit.tuning import (find_batch_size_for_run, find_micro_batch_size_for_run, gpus_for_this_trial,
+                             lr_range_test_for_run, micro_batches, run_trial, set_base_lr)
 
 log = logging.getLogger("train")
 quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
@@ -119,6 +120,9 @@ class Run:
         """Continue where a checkpoint stands: weights and EMA, optimizer and schedule (this config's
         hyperparameters where they changed), scaler, early stopping, position, W&B run, RNG streams."""
         check_same_data(state.get("data"), self.data.fingerprint)  # one line naming what changed since
+        if self.cfg.trainer.micro_batch_size == "auto":  # the size this run found, not a new search
+            self.cfg.trainer.micro_batch_size = state["config"]["trainer"].get("micro_batch_size")
+            self.resolved_config["trainer"]["micro_batch_size"] = self.cfg.trainer.micro_batch_size
         load_weights(self.model, state["model"])
         restore_ema(self.ema, state)
         self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]
@@ -168,13 +172,19 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         is_update = i - group_start == group_size - 1
         inputs, targets = run.task.inputs_and_targets(batch, device)
         run.timer.batch_ready()  # waiting for data (the loader, the copy) ends here; the rest is the step
-        # forward and backward; DDP all-reduces the gradients only on the micro-step that updates
-        with gradient_sync(model, enabled=is_update), autocast(precision, device):
-            inputs, targets = run.task.augment(run.train_transform(inputs), targets)  # e.g. MixUp/CutMix
-            outputs = model(inputs)
-            loss = run.task.loss(outputs.float(), targets)
-            run.timer.phase("backward")
-            run.scaler.scale(loss / group_size).backward()
+        with autocast(precision, device):  # the whole batch: MixUp/CutMix mix across it
+            inputs, targets = run.task.augment(run.train_transform(inputs), targets)
+        # forward and backward, in parts of trainer.micro_batch_size (null: one part, the batch): each part's mean
+        # loss weighs its share of the batch, so the gradients sum to the batch's; DDP all-reduces them only
+        # on the last part of an update's last batch
+        parts = micro_batches(inputs, targets, trainer.micro_batch_size)
+        for n, (part_inputs, part_targets, share) in enumerate(parts, start=1):
+            with gradient_sync(model, enabled=is_update and n == len(parts)), autocast(precision, device):
+                outputs = model(part_inputs)
+                loss = run.task.loss(outputs.float(), part_targets)
+                run.timer.phase("backward")
+                run.scaler.scale(loss / (group_size / share)).backward()  # share 1.0: loss / group_size exactly
+            totals.add(loss.detach(), run.task.metric_sums(outputs.detach(), part_targets), len(part_targets))
         # the optimizer step
         run.timer.phase("optimizer_step")
         if is_update:
@@ -190,8 +200,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
                 run.ema.update_parameters(run.model)
         run.timer.phase("bookkeeping")
         run.batches_done = i + 1
-        batch_loss = loss.detach()
-        totals.add(batch_loss, run.task.metric_sums(outputs.detach(), targets), len(targets))
+        batch_loss = loss.detach()  # the last part's
         if compiling and compile_seconds is None:  # compile + first step: throughput is measured from here
             batch_loss.item()  # waits for the device, so this step's work is counted in its own time
             compile_seconds = totals.time_from_here()
@@ -284,6 +293,10 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
         log.info(f"batch size finder: data.batch_size={cfg.data.batch_size} per process")
         run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
     attach_sample_transform(run.data.train, cfg.augmentation)  # image folders: torchvision per image, in the workers
+    if cfg.trainer.micro_batch_size == "auto" and not cfg.resume:  # a resume reuses the size found: load_state_dict
+        cfg.trainer.micro_batch_size = find_micro_batch_size_for_run(cfg.trainer, run.model, run.task, run.data.train,
+                                                                     run.train_transform, cfg.precision.name, device)
+        log.info(f"trainer.micro_batch_size=auto: training in micro-batches of {cfg.trainer.micro_batch_size}")
     run.optimizer = build_optimizer(run.model, cfg.optimizer, batch_size=cfg.data.batch_size,
                                     world_size=proc.world_size, accumulate=cfg.trainer.accumulate_grad_batches)
     run.scheduler = build_lr_schedule(run)
@@ -389,7 +402,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
         log.info(training_line(run.model, cfg.trainer, updates_per_epoch(cfg, run.data.train), device, run_dir,
-                               provenance.get("code")))
+                               provenance.get("code"), batch_size=cfg.data.batch_size))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = run.last_metrics  # {} unless resumed

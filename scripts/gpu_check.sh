@@ -96,6 +96,19 @@ else
 fi
 check timm_resnet18_synthetic data=synthetic data.image_size=64 model=timm model.name=resnet18 precision=bf16 trainer.channels_last=true trainer.max_epochs=2
 check lr_and_batch_finders lr_finder.enabled=true batch_size_finder.enabled=true batch_size_finder.max_batch_size=1024 trainer.max_epochs=2
+# trainer.micro_batch_size=auto against real CUDA out-of-memory errors: one batch of 4,096 512x512 images through
+# the small CNN needs ~1 TB of activations (~0.3 GB a sample), so the whole batch, its half, ... do not fit; the
+# search halves until a part fits (a few hundred samples on an 80-141 GB GPU) and trains the batch in those parts.
+check micro_batch_auto_oom data=synthetic data.image_size=512 data.num_samples=4096 data.val_samples=64 \
+  data.test_samples=64 data.batch_size=4096 data.eval_batch_size=64 trainer.micro_batch_size=auto \
+  trainer.max_epochs=1 trainer.limit_train_batches=1
+if grep -q "micro_batch_size=auto: 4096 does not fit (CUDA out of memory" "$out/micro_batch_auto_oom.log" 2>/dev/null \
+  && found=$(grep -o "training in micro-batches of [0-9]*" "$out/micro_batch_auto_oom.log"); then
+  echo "PASS micro_batch_auto_oom_halved: a real CUDA out-of-memory error at 4096 was caught; $found"
+else
+  echo "FAIL micro_batch_auto_oom_halved: no caught CUDA out-of-memory error, or no size found (log: $out/micro_batch_auto_oom.log)"
+  status=1
+fi
 python scripts/benchmark_overhead.py --repeats 3 trainer.progress_bar=false
 # The optimization ladder (scripts/benchmark.py): the speed-run net on 40,000 synthetic 32x32 PNGs, baseline
 # file loader -> workers + pinned -> cached on the GPU -> bf16 -> channels_last -> compile -> DDP (2+ GPUs).

@@ -1,4 +1,5 @@
-"""Gradient accumulation in train.py's loop: k micro-batches make the same update as one big batch."""
+"""Gradient accumulation in train.py's loop: k micro-batches make the same update as one big batch, and so do
+trainer.micro_batch_size's parts of those."""
 
 import sys
 from pathlib import Path
@@ -15,7 +16,9 @@ sys.path.insert(0, str(ROOT))
 import train
 
 
-def run_one_epoch(num_samples: int, batch_size: int, accumulate: int) -> tuple[torch.Tensor, int]:
+def run_one_epoch(
+    num_samples: int, batch_size: int, accumulate: int, micro_batch_size: int | None = None
+) -> tuple[torch.Tensor, int]:
     torch.manual_seed(0)
     images = torch.rand(num_samples, 1, 4, 4, generator=torch.Generator().manual_seed(1))
     labels = torch.randint(0, 3, (num_samples,), generator=torch.Generator().manual_seed(2))
@@ -23,6 +26,7 @@ def run_one_epoch(num_samples: int, batch_size: int, accumulate: int) -> tuple[t
         {
             "trainer": {
                 "accumulate_grad_batches": accumulate,
+                "micro_batch_size": micro_batch_size,
                 "limit_train_batches": None,
                 "max_steps": None,
                 "grad_clip": None,
@@ -64,3 +68,13 @@ def test_a_short_last_group_is_averaged_over_its_real_size():
 def test_accumulation_counts_updates_not_micro_batches():
     _, steps = run_one_epoch(96, 16, accumulate=2)
     assert steps == 3
+
+
+def test_micro_batches_inside_accumulated_batches_make_the_same_update():
+    """trainer.micro_batch_size splits each batch again: the loss scale is part / batch / group size.
+    Parts of 6 in batches of 16 (6, 6, 4), 4 batches an update, 80 samples (a short last group of 1):
+    the updates of one batch of 64, then of 16."""
+    big, big_steps = run_one_epoch(80, 64, accumulate=1)
+    split, split_steps = run_one_epoch(80, 16, accumulate=4, micro_batch_size=6)
+    assert big_steps == split_steps == 2
+    torch.testing.assert_close(split, big, rtol=1e-5, atol=1e-6)

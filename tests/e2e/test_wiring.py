@@ -19,8 +19,10 @@ import torch.nn.functional as F
 
 from conftest import ROOT, composed
 from helpers import record_run
+from trainkit.models import build_model
 from trainkit.models.finetune import freeze
 from trainkit.optim import LRSchedule
+from trainkit.tuning.batch_size_finder import measure_step_memory
 from trainkit.tuning.lr_finder import LRFinderResult
 
 sys.path.insert(0, str(ROOT))
@@ -219,6 +221,41 @@ def test_the_batch_size_finders_choice_is_the_batch_trained_on(tmp_path, monkeyp
     monkeypatch.setattr(train, "find_batch_size_for_run", lambda *args: 5)
     recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "batch_size_finder.enabled=true")
     assert [len(forward.inputs) for forward in recording.training_forwards()] == [5, 5, 5]
+
+
+def test_micro_batch_size_splits_each_batch_and_the_optimizer_steps_once_a_batch(tmp_path, monkeypatch):
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "trainer.micro_batch_size=3")
+    forwards = recording.training_forwards()
+    assert [len(forward.inputs) for forward in forwards] == [3, 3, 2] * 3
+    assert len(recording.grad_norms) == 3  # one update a batch of 8
+    for batch, (_, transformed) in enumerate(recording.transformed):  # the parts are the augmented batch, in order
+        torch.testing.assert_close(torch.cat([f.inputs for f in forwards[3 * batch : 3 * batch + 3]]), transformed)
+
+
+def test_auto_micro_batch_size_trains_with_the_size_under_the_cap_and_a_resume_reuses_it(tmp_path, monkeypatch):
+    """The search itself is tested in tests/unit/tuning/test_micro_batching.py. Here the cap lies between
+    the saved activations of a part of 4 and of 8 (the whole batch): the run trains in parts of 4."""
+    cfg = composed(*SHORT_RUN)
+    model, _ = build_model(cfg.model, cfg.finetune, image_size=8)
+    with measure_step_memory("cpu") as whole_batch:
+        F.cross_entropy(model(torch.rand(8, 1, 8, 8)), torch.zeros(8, dtype=torch.int64)).backward()
+    cap = f"trainer.micro_batch_memory_cap_mb={0.75 * whole_batch.peak_bytes / 2**20}"
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "trainer.micro_batch_size=auto", cap)
+    assert [len(forward.inputs) for forward in recording.training_forwards()] == [4, 4] * 3
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["config"]["trainer"]["micro_batch_size"] == 4
+    # A cap no part fits under: a new search would fail. The resume trains on in parts of 4.
+    (tmp_path / "resumed").mkdir()
+    resumed = record_run(
+        tmp_path / "resumed",
+        monkeypatch,
+        *SHORT_RUN,
+        "trainer.max_epochs=2",
+        f"resume={tmp_path}/checkpoints/last.pt",
+        "trainer.micro_batch_size=auto",
+        "trainer.micro_batch_memory_cap_mb=1e-9",
+    )
+    assert [len(forward.inputs) for forward in resumed.training_forwards()] == [4, 4] * 3
 
 
 # ---- the weights: EMA, freezing; and when training stops --------------------------------------------

@@ -252,6 +252,23 @@ def _finder_ranges(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
+def _micro_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
+    # Larger than the batch would be no split at all: say so rather than train whole batches silently.
+    # (With the batch-size finder, data.batch_size is only known later; a larger N is then one part.)
+    if isinstance(micro, int) and micro > batch_size and not cfg.batch_size_finder.enabled:
+        yield (
+            "trainer.micro_batch_size",
+            f"is {micro}, larger than data.batch_size={batch_size}: nothing to split; set it to at most {batch_size}",
+        )
+    if cfg.trainer.micro_batch_memory_cap_mb is not None and micro != "auto":
+        yield (
+            "trainer.micro_batch_memory_cap_mb",
+            f"is set, but trainer.micro_batch_size is {micro}, not auto: the cap is only used by auto's search; "
+            f"set trainer.micro_batch_size=auto or the cap to null",
+        )
+
+
 def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     # device=auto picks CUDA when a GPU is visible here (see runtime.pick_device).
     cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())
@@ -328,6 +345,15 @@ RELATIONS = (
     Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),
     Relation(("task._target_", "regularization.early_stopping"), _early_stopping_direction),
     Relation(("lr_finder", "batch_size_finder"), _finder_ranges),
+    Relation(
+        (
+            "trainer.micro_batch_size",
+            "trainer.micro_batch_memory_cap_mb",
+            "data.batch_size",
+            "batch_size_finder.enabled",
+        ),
+        _micro_batches,
+    ),
     Relation(("device", "distributed.sync_batchnorm", "distributed.backend"), _cuda_only),
     unknown_keys("augmentation", AUGMENTATION_KEYS),
     unknown_keys("augmentation.color_jitter", COLOR_JITTER_KEYS),

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
+from torch import nn
 
 from trainkit.tracking.bottleneck import epoch_line_extras
 from trainkit.tracking.loggers import strict_json
@@ -27,13 +28,20 @@ def training_line(
     device: torch.device,
     run_dir: object,
     code: str | None = None,
+    batch_size: int | None = None,
 ) -> str:
-    """`training N parameters on DEVICE for LENGTH (code a1b2c3d+dirty) -> RUN_DIR`; the length is
-    trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the commit, if known."""
+    """`training N parameters on DEVICE for LENGTH[, MICRO-BATCHES] (code a1b2c3d+dirty) -> RUN_DIR`; the
+    length is trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the commit, if
+    known; micro-batches where trainer.micro_batch_size splits a batch of `batch_size` (data.batch_size)."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     length = f"{trainer.max_epochs} epochs ({updates_per_epoch} updates each)"
     if trainer.max_steps and trainer.max_steps < updates_per_epoch * trainer.max_epochs:
         length = f"{trainer.max_steps} updates (trainer.max_steps; {updates_per_epoch} updates an epoch)"
+    micro = trainer.get("micro_batch_size")
+    if isinstance(micro, int) and batch_size is not None and micro < batch_size:
+        length += f", each batch of {batch_size} in micro-batches of {micro}"
+        if any(isinstance(module, nn.modules.batchnorm._BatchNorm) for module in model.modules()):
+            length += f" (BatchNorm normalizes over {micro} samples, not {batch_size})"
     code_part = f" (code {code})" if code else ""
     return f"training {trainable:,} parameters on {device} for {length}{code_part} -> {run_dir}"
 

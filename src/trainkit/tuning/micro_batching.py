@@ -1,0 +1,122 @@
+"""trainer.micro_batch_size: one batch trained as several smaller forward/backward passes, one update.
+
+    for inputs_part, targets_part, share in micro_batches(inputs, targets, trainer.micro_batch_size):
+        loss = task.loss(model(inputs_part), targets_part)
+        (loss * share / group_size).backward()     # share: this part's samples / the batch's
+
+A batch of B samples is cut into parts of N (the last may be smaller). The task's loss is a mean over
+its samples, so weighing each part's mean by its share of the batch and summing the gradients gives
+the gradient of the whole batch's mean: the same update, the same number of updates and the same LR
+schedule as without the split (unlike trainer.accumulate_grad_batches, which adds batches to an
+update). What differs: BatchNorm normalizes each part with that part's statistics (N samples, not
+B), and a part's activations are freed before the next part runs, which is the point (peak
+activation memory ~N/B of the whole batch's).
+
+`auto` (find_micro_batch_size_for_run): before training, the first batch is tried whole, then in
+halves, quarters, ... until one part's forward and backward fit in memory; every rank agrees at each
+try, so all ranks settle on the same size. The size found replaces `auto` in the run's config (and so
+in every checkpoint's config): a resume reuses it without searching again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import torch
+from omegaconf import DictConfig
+from torch import Tensor, nn
+
+from trainkit.data.loaders import FileLoader, TensorLoader
+from trainkit.distributed.process_group import any_rank
+from trainkit.errors import ConfigError
+from trainkit.tasks.task import Task
+from trainkit.tuning.batch_size_finder import free_memory, is_out_of_memory, measure_step_memory, training_step_probe
+
+log = logging.getLogger(__name__)
+
+
+def micro_batches(inputs: Tensor, targets: Tensor, size: int | None) -> list[tuple[Tensor, Tensor, float]]:
+    """(inputs, targets, share of the batch) for each part of at most `size` samples; the whole batch
+    as its one part when `size` is None or not smaller than the batch (no copy, no extra op)."""
+    total = len(inputs)
+    if size is None or size >= total:
+        return [(inputs, targets, 1.0)]
+    return [
+        (part_inputs, part_targets, len(part_inputs) / total)
+        for part_inputs, part_targets in zip(inputs.split(size), targets.split(size), strict=True)
+    ]
+
+
+def find_micro_batch_size(
+    try_step: Callable[[int], None],
+    batch_size: int,
+    device: torch.device,
+    memory_cap_bytes: int | None = None,
+) -> int:
+    """The largest of batch_size, ceil(batch_size / 2), ceil(batch_size / 4), ... down to 1 for which
+    `try_step(size)` (one forward and backward of a part of that size) fits on every rank.
+
+    "Does not fit": an out-of-memory error (CUDA's, the CPU allocator's "can't allocate memory"; see
+    batch_size_finder.is_out_of_memory) or, with `memory_cap_bytes`, a measured step memory above the
+    cap (batch_size_finder.measure_step_memory: CUDA's allocator peak; on a CPU the activations
+    autograd saves). Each try ends with one all-reduce of a did-not-fit flag (any_rank), so a rank
+    that ran out of memory and one that did not both halve: nobody waits alone in a collective. Any
+    other error re-raises."""
+    size = batch_size
+    while True:
+        reason = _does_not_fit(try_step, size, device, memory_cap_bytes)
+        if not any_rank(reason is not None, device):
+            log.info(f"trainer.micro_batch_size=auto: {size} fits (batch of {batch_size})")
+            return size
+        log.info(f"trainer.micro_batch_size=auto: {size} does not fit ({reason or 'on another rank'}); halving")
+        if size == 1:
+            raise ConfigError(
+                "trainer.micro_batch_size",
+                "is auto, but even a micro-batch of 1 sample does not fit in memory; make the step smaller "
+                "(finetune.input_size, precision=bf16, a smaller model) or raise trainer.micro_batch_memory_cap_mb",
+            )
+        size = math.ceil(size / 2)
+
+
+def _does_not_fit(try_step: Callable[[int], None], size: int, device: torch.device, cap: int | None) -> str | None:
+    """Why `try_step(size)` did not fit on this rank, or None when it did."""
+    reason = None
+    try:
+        with measure_step_memory(device) as measurement:
+            try_step(size)
+        if cap is not None and measurement.peak_bytes is not None and measurement.peak_bytes > cap:
+            reason = f"{measurement.peak_bytes / 2**20:.1f} MB measured, above the cap of {cap / 2**20:.1f} MB"
+    except Exception as error:  # out of memory is expected here; anything else is a real error
+        if not is_out_of_memory(error):
+            raise
+        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
+    if reason is not None:
+        free_memory(device)  # outside the except block: the traceback's frames (and tensors) are gone
+    return reason
+
+
+def find_micro_batch_size_for_run(
+    trainer: DictConfig,
+    model: nn.Module,
+    task: Task,
+    loader: TensorLoader | FileLoader,
+    transform: Callable[[Tensor], Tensor],
+    precision: str,
+    device: torch.device,
+) -> int:
+    """trainer.micro_batch_size=auto for train.py: tried on the first training batch with the real
+    model (forward and backward, no update; the probe puts gradients, BatchNorm statistics, modes
+    and RNG streams back as they were, so the failed tries leave nothing behind and training starts
+    as it would have). Not in a part's measured memory: the optimizer's state and DDP's buckets, as
+    for the batch-size finder (trainkit.tuning.batch_size_finder)."""
+    from trainkit.models.finetune import apply_frozen_bn_eval
+
+    inputs, targets = task.inputs_and_targets(next(iter(loader)), device)
+    probe = training_step_probe(
+        model, task.loss, inputs, targets, transform, precision, after_train=apply_frozen_bn_eval
+    )
+    cap_mb = trainer.micro_batch_memory_cap_mb
+    cap = None if cap_mb is None else int(cap_mb * 2**20)
+    return find_micro_batch_size(probe, len(inputs), device, cap)
