@@ -42,6 +42,7 @@ from types import FrameType
 
 import torch
 
+from trainkit.checkpointing.files import latest_checkpoint
 from trainkit.distributed.process_group import barrier, is_distributed
 
 log = logging.getLogger("train")
@@ -224,7 +225,8 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
     barrier()
     leaving = hand_over()
     if is_main:
-        checkpoint = run_dir.resolve() / "checkpoints" / "last.pt"
+        checkpoints = run_dir.resolve() / "checkpoints"
+        checkpoint = latest_checkpoint(checkpoints) or checkpoints / "last.pt"  # distributed=fsdp: last/
         if leaving:
             how = f"checkpoint saved; submitit requeued the job: it continues from {checkpoint} with resume=auto"
         else:

@@ -270,6 +270,25 @@ def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
+def _what_fsdp_cannot_combine_with(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """distributed=fsdp shards the parameters in place; these need whole, unsharded ones (or a GradScaler)."""
+    if cfg.distributed.name != "fsdp":
+        return
+    way_out = "train with distributed=ddp, or turn it off"
+    refused = {
+        "regularization.ema.enabled": (cfg.regularization.ema.enabled, "averages whole weights"),
+        "lr_finder.enabled": (cfg.lr_finder.enabled, "saves and restores whole weights around its trial steps"),
+        "batch_size_finder.enabled": (cfg.batch_size_finder.enabled, "measures the unsharded model"),
+        "trainer.compile": (cfg.trainer.compile, "is not wired with fully_shard here"),
+        "distributed.sync_batchnorm": (cfg.distributed.sync_batchnorm, "is not wired with fully_shard here"),
+    }
+    for key, (on, why) in refused.items():
+        if on:
+            yield key, f"{why}, but distributed=fsdp shards the parameters; {way_out}"
+    if cfg.precision.name == "fp16":
+        yield "precision", "fp16 needs a GradScaler, which distributed=fsdp does not shard here; use bf16 or fp32"
+
+
 def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     active = active_ops(cfg.augmentation)
     if cfg.augmentation.name == "none" and active:
@@ -329,6 +348,18 @@ RELATIONS = (
     Relation(("task._target_", "regularization.early_stopping"), _early_stopping_direction),
     Relation(("lr_finder", "batch_size_finder"), _finder_ranges),
     Relation(("device", "distributed.sync_batchnorm", "distributed.backend"), _cuda_only),
+    Relation(
+        (
+            "distributed.name",
+            "regularization.ema",
+            "lr_finder.enabled",
+            "batch_size_finder.enabled",
+            "trainer.compile",
+            "distributed.sync_batchnorm",
+            "precision.name",
+        ),
+        _what_fsdp_cannot_combine_with,
+    ),
     unknown_keys("augmentation", AUGMENTATION_KEYS),
     unknown_keys("augmentation.color_jitter", COLOR_JITTER_KEYS),
     unknown_keys("augmentation.affine", AFFINE_KEYS),

@@ -229,7 +229,7 @@ RULE_CASES = [
     (["batch_size_finder.safety_margin=0"], "batch_size_finder.safety_margin"),
     (["batch_size_finder.safety_margin=1.5"], "batch_size_finder.safety_margin"),
     (["batch_size_finder.memory_cap_gb=0"], "batch_size_finder.memory_cap_gb"),
-    (["distributed.name=fsdp"], "distributed.name"),
+    (["distributed.name=zero"], "distributed.name"),
     (["distributed.nproc_per_node=0"], "distributed.nproc_per_node"),
     (["distributed=ddp", "distributed.nproc_per_node=true"], "distributed.nproc_per_node"),
     (["distributed.backend=mpi"], "distributed.backend"),
