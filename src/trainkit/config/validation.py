@@ -287,6 +287,8 @@ def _what_fsdp_cannot_combine_with(cfg: DictConfig) -> Iterator[tuple[str, str]]
             yield key, f"{why}, but distributed=fsdp shards the parameters; {way_out}"
     if cfg.precision.name == "fp16":
         yield "precision", "fp16 needs a GradScaler, which distributed=fsdp does not shard here; use bf16 or fp32"
+    if cfg.distributed.nproc_per_node == 1:
+        yield "distributed.nproc_per_node", "is 1: one process has nothing to shard with; use distributed=none, or 2+"
 
 
 def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -357,6 +359,7 @@ RELATIONS = (
             "trainer.compile",
             "distributed.sync_batchnorm",
             "precision.name",
+            "distributed.nproc_per_node",
         ),
         _what_fsdp_cannot_combine_with,
     ),
