@@ -12,7 +12,13 @@ from test_distributed import free_port
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from trainkit.checkpointing import load_weights
-from trainkit.distributed.fsdp import full_parameters, load_sharded_checkpoint, save_sharded_checkpoints, shard_model
+from trainkit.distributed.fsdp import (
+    autocast_precision,
+    full_parameters,
+    load_sharded_checkpoint,
+    save_sharded_checkpoints,
+    shard_model,
+)
 from trainkit.distributed.process_group import gradient_sync
 from trainkit.models.small_cnn import SmallCNN
 
@@ -76,7 +82,12 @@ def _fsdp_checks(rank: int, port: int, directory, results) -> None:
         restored_shards = [_local(tensor) for tensor in restored.state_dict().values()]
         momentum = [s["momentum_buffer"].to_local() for s in fsdp_optimizer.state_dict()["state"].values()]
         restored_momentum = [s["momentum_buffer"].to_local() for s in restored_optimizer.state_dict()["state"].values()]
+        bf16 = shard_model(SmallCNN(1, 10, widths=(8, 16)), DEFAULT_BLOCKS, "bf16")
+        bf16_cfg = OmegaConf.create({"precision": {"name": "bf16"}})
+        outputs = bf16(torch.randn(4, 1, 8, 8))
+        outputs.float().sum().backward()
         results[rank] = {
+            "bf16": (outputs.dtype, bf16.features[1].weight.grad.dtype, autocast_precision(bf16_cfg, bf16)),
             "ddp": {name: tensor.detach().clone() for name, tensor in ddp.module.state_dict().items()},
             "fsdp_full": full,
             "no_grads": no_grads,
@@ -131,3 +142,10 @@ def test_best_pt_of_two_ranks_loads_into_one_process(fsdp_checks):
     load_weights(model, best["model"])  # an ordinary model: full tensors, no DTensors, no prefixes
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, rank0["fsdp_full"][name]), name
+
+
+@pytest.mark.slow
+def test_fsdp_bf16_runs_the_model_in_bf16_without_autocast_and_keeps_fp32_gradients(fsdp_checks):
+    # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); BatchNorm's own unit stays fp32.
+    for rank in fsdp_checks[1]:
+        assert rank["bf16"] == (torch.bfloat16, torch.float32, "fp32")
