@@ -10,6 +10,7 @@ import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 from test_distributed import free_port
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule
 
 from trainkit.checkpointing import load_weights
 from trainkit.distributed.fsdp import (
@@ -82,11 +83,15 @@ def _fsdp_checks(rank: int, port: int, directory, results) -> None:
         restored_shards = [_local(tensor) for tensor in restored.state_dict().values()]
         momentum = [s["momentum_buffer"].to_local() for s in fsdp_optimizer.state_dict()["state"].values()]
         restored_momentum = [s["momentum_buffer"].to_local() for s in restored_optimizer.state_dict()["state"].values()]
+        by_name = shard_model(SmallCNN(1, 10, widths=(8, 16)), OmegaConf.create({"blocks": ["Linear"]}), "fp32")
+        units = [name for name, module in by_name.named_modules() if isinstance(module, FSDPModule)]
         bf16 = shard_model(SmallCNN(1, 10, widths=(8, 16)), DEFAULT_BLOCKS, "bf16")
         bf16_cfg = OmegaConf.create({"precision": {"name": "bf16"}})
         outputs = bf16(torch.randn(4, 1, 8, 8))
         outputs.float().sum().backward()
         results[rank] = {
+            "units": [name for name, module in fsdp.named_modules() if isinstance(module, FSDPModule)],
+            "units_by_name": units,
             "bf16": (outputs.dtype, bf16.features[1].weight.grad.dtype, autocast_precision(bf16_cfg, bf16)),
             "ddp": {name: tensor.detach().clone() for name, tensor in ddp.module.state_dict().items()},
             "fsdp_full": full,
@@ -149,3 +154,11 @@ def test_fsdp_bf16_runs_the_model_in_bf16_without_autocast_and_keeps_fp32_gradie
     # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); BatchNorm's own unit stays fp32.
     for rank in fsdp_checks[1]:
         assert rank["bf16"] == (torch.bfloat16, torch.float32, "fp32")
+
+
+@pytest.mark.slow
+def test_distributed_blocks_names_the_modules_sharded_one_by_one(fsdp_checks):
+    # null: each child of the model's top-level children that has parameters (SmallCNN's layers); then the root
+    rank0 = fsdp_checks[1][0]
+    assert rank0["units"] == ["", "features.0", "features.1", "features.3", "features.4", "head.3"]
+    assert rank0["units_by_name"] == ["", "head.3"]  # distributed.blocks=[Linear]
