@@ -26,10 +26,11 @@ from tqdm import tqdm
 
 from trainkit import cli
 from trainkit.augment import BatchTransform, attach_sample_transform
-from trainkit.checkpointing import (STOP_SIGNAL_NAMES, copy_checkpoint, finished_value, load_checkpoint, load_weights,
-                                    own_run_directory, refuse_another_world_size_inside_an_epoch,
-                                    restore_optimizer_and_schedule, restore_rank_rng_states, resumed_config, rng_states,
-                                    save_checkpoint, stop_signal, stopped, trained_to_the_end, unwrap_model)
+from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, finished_value,
+                                    load_checkpoint, load_weights, own_run_directory,
+                                    refuse_another_world_size_inside_an_epoch, restore_optimizer_and_schedule,
+                                    restore_rank_rng_states, resumed_config, rng_states, save_checkpoint, stop_signal,
+                                    stopped, trained_to_the_end, unwrap_model)
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import DataBundle, build_data, check_same_data
@@ -47,9 +48,10 @@ from trainkit.runtime import (autocast, grad_scaler, nondeterministic_op_errors,
                               set_math_modes)
 from trainkit.tasks import Task, evaluate
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
-                               epoch_line, first_images, log_predictions, quiet_known_noise, save_png, training_line,
-                               wandb_names, warn_if_data_bound, write_provenance, write_summary)
-from trainkit.tuning import find_batch_size_for_run, lr_range_test_for_run, run_trial, set_base_lr
+                               data_bound_advice, epoch_line, first_images, log_predictions, quiet_known_noise,
+                               save_png, training_line, wandb_names, warn_if_data_bound, write_provenance,
+                               write_summary)
+from trainkit.tuning import find_batch_size_for_run, gpus_for_this_trial, lr_range_test_for_run, run_trial, set_base_lr
 
 log = logging.getLogger("train")
 quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
@@ -86,7 +88,9 @@ class Run:
     batches_done: int = 0  # batches of `epoch` trained; > 0 after a mid-epoch resume
     best_metrics: dict = field(default_factory=dict)
     last_metrics: dict = field(default_factory=dict)  # the last validated epoch's: summary.json's "final"
-    wandb_run_id: str | None = None
+    tracker_run_ids: dict = field(default_factory=dict)  # {wandb/mlflow: its run id}: a resume continues those runs
+    started: float = field(default_factory=time.perf_counter)  # this process's part of the run began
+    earlier_seconds: float = 0.0  # the wall time of the parts before a resume, up to their last checkpoint
     stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
 
     def state_dict(self) -> dict:
@@ -109,7 +113,9 @@ class Run:
             "rng": gather_objects(rng_states()),  # every rank's streams, in rank order
             "config": self.resolved_config,
             "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
-            "wandb_run_id": self.loggers.run_id,
+            "wandb_run_id": self.loggers.run_ids.get("wandb"),
+            "mlflow_run_id": self.loggers.run_ids.get("mlflow"),
+            "wall_seconds": self.earlier_seconds + time.perf_counter() - self.started,  # every part so far
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -126,7 +132,8 @@ class Run:
         self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.last_metrics = state.get("last_metrics", {})  # older checkpoints lack it
-        self.wandb_run_id = state.get("wandb_run_id")
+        self.tracker_run_ids = {"wandb": state.get("wandb_run_id"), "mlflow": state.get("mlflow_run_id")}
+        self.earlier_seconds = state.get("wall_seconds", 0.0)  # older checkpoints lack it
         self.stopping = trained_to_the_end(state, self.cfg)  # killed during its test, before summary.json: test only
         reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams
         restore_rank_rng_states(state["rng"], self.proc.rank, self.proc.world_size, reseed)
@@ -244,9 +251,11 @@ def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) ->
     max_epochs, which win over a signal: a finished run finishes). `train_loss` is all-reduced (None
     between logging steps), so every rank gets the same answer and no rank waits alone in a collective."""
     if train_loss is not None and not math.isfinite(train_loss):
-        if run.proc.is_main:
+        if run.proc.is_main:  # last.pt never holds non-finite weights (save_checkpoints); there may be none yet
+            kept = ("checkpoints/last.pt keeps the last finite weights"
+                    if (run.run_dir / "checkpoints" / "last.pt").exists() else "no checkpoint was saved before it")
             log.error(f"train/loss is not finite at epoch {run.epoch}, step {run.step}: lower optimizer.lr or set "
-                      "trainer.grad_clip (checkpoints/last.pt keeps the last finite weights)")
+                      f"trainer.grad_clip ({kept})")
         return "non-finite loss"
     if epoch_done:  # (inside an epoch, no config read: one costs ~20 us, a step ~10 ms)
         trainer, stopping = run.cfg.trainer, run.early_stopping
@@ -313,11 +322,13 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
 
 
 def start_logging(run: Run, provenance: dict) -> None:
-    """Rank 0: metrics.jsonl plus the chosen tracker (given the config and provenance.json's facts), a grid of
-    augmented samples for it, and the validation images whose predictions it shows after each validation."""
+    """Rank 0: metrics.jsonl plus the chosen trackers (given the config and provenance.json's facts; a resume
+    continues their runs), a grid of augmented samples for them, and the validation images whose predictions
+    they show after each validation."""
     run_name, group = wandb_names(run_dir=run.run_dir)
-    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config={**run.resolved_config, "provenance": provenance},
-                                run_name=run_name, group=group, resume_id=run.wandb_run_id)
+    run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.resolved_config, run_name=run_name,
+                                group=group, resume_ids=run.tracker_run_ids, provenance=provenance,
+                                resume_step=run.step if run.cfg.resume else None)
     if run.cfg.logger.get("log_images", False):
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
         run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.step)
@@ -337,13 +348,13 @@ def find_lr(run: Run) -> None:
         run.scheduler = build_lr_schedule(run)
 
 
-def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: float) -> dict:
+def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str) -> dict:
     """Test with the best weights, then write summary.json. Rank 0 reads best.pt and sends the
     weights to every rank, so nodes need not share a file system. Without best.pt (deleted before a
     resume; no finite epoch) the last weights are tested: one warning, and summary.json says so."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
     best_missing = any_rank(run.proc.is_main and not best_checkpoint.exists(), run.device)  # every rank alike
-    if best_missing and run.proc.is_main:
+    if best_missing and run.proc.is_main and run.best_metrics:  # no epoch validated (a non-finite loss): none to miss
         log.warning(f"{best_checkpoint} is missing: testing the last weights, not those of the best epoch")
     checkpoint = load_checkpoint(best_checkpoint, run.device) if run.proc.is_main and not best_missing else None
     if is_sharded(run.model):  # FSDP: rank 0's full weights, scattered into every rank's shards
@@ -358,8 +369,9 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str, started: 
         test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.task,
                         run.cfg.precision.name, run.device, tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
-    test_weights = "last (best.pt missing)" if best_missing else "best"
-    return write_summary(run, last_metrics, test_metrics, stop_reason, time.perf_counter() - started, test_weights)
+    test_weights = "best" if not best_missing else "last (best.pt missing)" if run.best_metrics else "last (no epoch)"
+    wall_seconds = run.earlier_seconds + time.perf_counter() - run.started  # every part of a resumed run
+    return write_summary(run, last_metrics, test_metrics, stop_reason, wall_seconds, test_weights)
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
@@ -370,6 +382,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                                   proc.world_size, device) if proc.is_main else {}
     seed_everything(cfg.seed + proc.rank)  # each rank draws its own augmentation and dropout
     run = build_run(cfg, run_dir, proc, device)
+    run.started = started
     if cfg.resume:  # continue exactly: weights, optimizer, schedule, position, every RNG stream
         sharded = is_sharded(run.model)  # distributed=fsdp: checkpoints/last/, a directory of every rank's shards
         run.load_state_dict(load_sharded_checkpoint(cfg.resume, run.model, run.optimizer) if sharded
@@ -396,7 +409,8 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = run.last_metrics  # {} unless resumed
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
-        run.timer = LoopTimer(StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device))  # rank 0 profiles
+        advice = data_bound_advice(run.data.train, cfg.data, device.type == "cuda") if cfg.profiler.enabled else []
+        run.timer = LoopTimer(StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device, advice))  # rank 0
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
             if run.stopping:  # decided at the last epoch's end, or before a resume of a run trained to its end
                 break
@@ -434,7 +448,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             raise stopped(reason, run_dir, run.epoch, run.step, proc.is_main)
 
         run.timer.profiler.close()
-        summary = test_and_summarize(run, last_metrics, reason, started)
+        summary = test_and_summarize(run, last_metrics, reason)
         failed = reason == "non-finite loss"
     finally:
         run.loggers.finish(failed=failed)
@@ -465,6 +479,7 @@ def main(cfg: DictConfig) -> float | None:
     # before a resume trims metrics.jsonl; a second run started there gets one line naming the owner.
     owns = process_info().is_main
     with own_run_directory(run_dir, "resume" if cfg.resume else "hydra.run.dir") if owns else contextlib.nullcontext():
+        continue_sweep_job(cfg, run_dir)  # a rerun multirun: a job whose directory holds a run continues it
         cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides
         if finished:  # nothing left to train; one line said how to extend the run
             return finished_value(run_dir)
@@ -473,7 +488,8 @@ def main(cfg: DictConfig) -> float | None:
             print_config(cfg, run_dir)
         # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial
         # reports sweep.failed_trial_value to the sweeper and the sweep goes on.
-        return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
+        with gpus_for_this_trial(cfg):  # parallel jobs on a machine with several GPUs: each its own (sweep.assign_gpus)
+            return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@
 #   NVLink/InfiniBand paths. SyncBatchNorm is converted and run forward/backward in that group, but
 #   with one rank SyncBatchNorm computes plain BatchNorm: the cross-rank statistics are not tested.
 # - Real cross-rank NCCL and SyncBatchNorm need 2+ GPUs: `ddp_nccl_2` and `ddp_syncbn_2` run only
-#   when at least two are visible, and print SKIP otherwise. (The CPU tests cover the DDP loop
+#   when at least two are visible, and print SKIP otherwise; so does `sweep_one_gpu_per_trial`. (The CPU tests cover the DDP loop
 #   itself with gloo: tests/unit/distributed/test_distributed.py.) So do `fsdp_nccl_2_bf16` (FSDP2
 #   with bf16 MixedPrecisionPolicy over NCCL) and `fsdp_best_pt_one_process` (its best.pt in eval.py);
 #   FSDP's CPU tests: tests/unit/distributed/test_fsdp.py, tests/e2e/test_fsdp_resume.py.
@@ -93,8 +93,17 @@ if [ "$gpus" -ge 2 ]; then
   then echo "PASS fsdp_best_pt_one_process: eval.py on the 2-rank FSDP run's best.pt gives its test/acc"
   else echo "FAIL fsdp_best_pt_one_process (log: $out/fsdp_eval.log)"; status=1
   fi
+  # One GPU per sweep trial (sweep.assign_gpus): two joblib jobs at once, long enough to overlap, on two GPUs.
+  sweep=$out/sweep_gpus
+  if python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 "hydra.sweep.dir=$sweep" print_config=false \
+       trainer.progress_bar=false trainer.max_epochs=15 seed=1,2 >"$sweep.log" 2>&1 \
+     && devices=$(python -c "import json; print(*sorted({json.load(open('$sweep/'+j+'/summary.json'))['device'] for j in '01'}))") \
+     && [ "$(echo "$devices" | wc -w)" -eq 2 ]
+  then echo "PASS sweep_one_gpu_per_trial: the two parallel jobs trained on $devices"
+  else echo "FAIL sweep_one_gpu_per_trial: not two distinct GPUs (log: $sweep.log)"; tail -5 "$sweep.log"; status=1
+  fi
 else
-  echo "SKIP ddp_nccl_2, ddp_syncbn_2, fsdp_nccl_2_bf16: $gpus GPU visible; cross-rank NCCL needs 2 or more"
+  echo "SKIP ddp_nccl_2, ddp_syncbn_2, fsdp_nccl_2_bf16, sweep_one_gpu_per_trial: $gpus GPU visible; they need 2 or more"
 fi
 check timm_resnet18_synthetic data=synthetic data.image_size=64 model=timm model.name=resnet18 precision=bf16 trainer.channels_last=true trainer.max_epochs=2
 check lr_and_batch_finders lr_finder.enabled=true batch_size_finder.enabled=true batch_size_finder.max_batch_size=1024 trainer.max_epochs=2

@@ -6,9 +6,10 @@
 
 Every override of train.py works here. The data, model (with its freezing and pretrained weights),
 augmentation, optimizer groups (head_lr_scale) and precision are built as train.py builds them;
-then the LR sweeps from lr_finder.min_lr to lr_finder.max_lr, one batch per update, and the
-script logs the suggested optimizer.lr and writes lr_finder.png and lr_finder.json to the run
-directory. Nothing is trained for real: the sweep's weights are thrown away.
+then the LR sweeps from lr_finder.min_lr to lr_finder.max_lr, one batch per update, on the task's
+own training loss (classification, segmentation, yours), and the script logs the suggested
+optimizer.lr and writes lr_finder.png and lr_finder.json to the run directory. Nothing is trained
+for real: the sweep's weights are thrown away.
 
 One batch of data.batch_size per update: with trainer.accumulate_grad_batches=k, train.py's updates
 average k batches, and a k times larger LR (the linear rule) is a fair starting point. One process:
@@ -23,6 +24,7 @@ from pathlib import Path
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit import cli
@@ -33,7 +35,8 @@ from trainkit.errors import ConfigError
 from trainkit.models.build import build_model
 from trainkit.models.finetune import apply_frozen_bn_eval
 from trainkit.optim import build_optimizer, scaled_lr
-from trainkit.runtime import grad_scaler, pick_device, seed_everything
+from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
+from trainkit.tasks import Task
 from trainkit.tuning.lr_finder import lr_range_test
 from trainkit.tuning.lr_finder_plot import plot_lr_finder
 
@@ -64,7 +67,14 @@ def main(cfg: DictConfig) -> float | None:
     ).to(device)
     accumulate = cfg.trainer.accumulate_grad_batches
     optimizer = build_optimizer(model, cfg.optimizer, batch_size=cfg.data.batch_size, accumulate=accumulate)
-    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=cfg.regularization.label_smoothing)
+    task: Task = instantiate(cfg.task)  # after the data: an image folder's class count is known
+    precision = cfg.precision.name
+
+    def compute_loss(model: torch.nn.Module, batch) -> torch.Tensor:  # the task's training loss, as train.py's
+        inputs, targets = task.inputs_and_targets(batch, device)
+        with autocast(precision, device):
+            return task.loss(model(transform(inputs)).float(), targets)
+
     if settings["num_steps"] > len(data.train):
         log.info(f"{settings['num_steps']} steps > {len(data.train)} batches per epoch: the data repeats")
 
@@ -72,11 +82,10 @@ def main(cfg: DictConfig) -> float | None:
         model,
         optimizer,
         data.train,
-        loss_fn,
-        transform=transform,
+        compute_loss=compute_loss,
         grad_scaler=grad_scaler(cfg.precision.name, device),
         grad_clip=cfg.trainer.grad_clip,
-        precision=cfg.precision.name,
+        precision=precision,
         after_train=apply_frozen_bn_eval,
         device=device,
         **settings,

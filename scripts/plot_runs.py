@@ -4,16 +4,21 @@ by the optimized metric.
     python scripts/plot_runs.py outputs/multiruns/<time>                 # a sweep: every job
     python scripts/plot_runs.py outputs/runs/<time> --out run.png        # a single run
     python scripts/plot_runs.py outputs/multiruns/<time> --metric test/acc
+    python scripts/plot_runs.py outputs/runs/<a> outputs/runs/<b> --out ab.png   # compare runs
+    python scripts/plot_runs.py 'outputs/runs/2026-12-01_*'                      # a glob (quoted or not)
 
-PATH is a run directory or any directory above run directories (a run directory is one with a
-metrics.jsonl). The table is sorted by summary.json's `optimized_value` (or by `--metric`),
-higher first for accuracies, lower first for losses; runs without a summary.json (failed or
-still running) come last.
+Each PATH is a run directory or any directory above run directories (a run directory is one with a
+metrics.jsonl); symlinked directories are followed. The table is sorted by summary.json's
+`optimized_value` (or by `--metric`), higher first for accuracies, lower first for losses; runs
+without a summary.json (failed or still running) come last. `wall s` is summary.json's wall_seconds:
+a resumed run's counts every part (each checkpoint carries the time of the parts before it).
 """
 
 import argparse
+import glob
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +41,17 @@ def higher_is_better(metric: str) -> bool:
 
 
 def find_runs(root: Path) -> list:
-    """Every directory at or below `root` holding a metrics.jsonl, in path order (job 10 after 9)."""
-    found = [p.parent for p in root.rglob("metrics.jsonl") if ".submitit" not in p.parts]
+    """Every directory at or below `root` holding a metrics.jsonl, in path order (job 10 after 9);
+    symlinked directories are followed (a run linked into a comparison folder), each real one once."""
+    found, seen = [], set()
+    for folder, subfolders, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen or ".submitit" in Path(folder).parts:
+            subfolders.clear()  # a link back up the tree, or a directory reached twice
+            continue
+        seen.add(real)
+        if "metrics.jsonl" in files:
+            found.append(Path(folder))
 
     def natural(path: Path):
         return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.relative_to(root).parts]
@@ -62,8 +76,17 @@ def read_metrics(path: Path) -> dict:
     return epochs
 
 
-def load_run(path: Path, root: Path) -> Run:
-    name = str(path.relative_to(root)) if path != root else path.name
+def expand(paths: list) -> list:
+    """The PATH arguments, each glob pattern (one the shell left unexpanded, e.g. quoted) expanded."""
+    expanded = []
+    for path in paths:
+        matches = sorted(glob.glob(str(path))) if glob.has_magic(str(path)) else []
+        expanded += [Path(match) for match in matches] or [path]
+    return expanded
+
+
+def load_run(path: Path, root: Path, prefix: str = "") -> Run:
+    name = prefix + str(path.relative_to(root)) if path != root else path.name
     run = Run(path=path, name=name, epochs=read_metrics(path / "metrics.jsonl"))
     if (path / "summary.json").exists():
         run.summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
@@ -223,22 +246,33 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("path", type=Path, help="a run directory or a directory above runs (a sweep)")
-    parser.add_argument("--out", type=Path, default=None, help="PNG to write (default: PATH/runs.png)")
+    parser.add_argument(
+        "paths", type=Path, nargs="+", metavar="PATH", help="run directories, directories above runs, or globs"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="PNG to write (default: PATH/runs.png; with several: ./runs.png)"
+    )
     parser.add_argument(
         "--metric",
         default=None,
         help="rank by this metric (val/acc, val/loss, test/acc, ...); default: each run's optimized_metric",
     )
     args = parser.parse_args(argv)
-    if not args.path.is_dir():
-        parser.error(f"{args.path}: no such directory")
-    runs = [load_run(path, args.path) for path in find_runs(args.path)]
+    paths = expand(args.paths)
+    for path in paths:
+        if not path.is_dir():
+            parser.error(
+                f"{path}: no such directory"
+                + (" (the pattern matched nothing)" if path in args.paths and glob.has_magic(str(path)) else "")
+            )
+    several = len(paths) > 1  # names then start with their PATH's own name: two runs' "." differ
+    runs = [load_run(run, path, f"{path.name}/" if several else "") for path in paths for run in find_runs(path)]
     if not runs:
-        print(f"error: no run directory (with a metrics.jsonl) at or below {args.path}", file=sys.stderr)
+        where = " ".join(str(path) for path in paths)
+        print(f"error: no run directory (with a metrics.jsonl) at or below {where}", file=sys.stderr)
         return 1
     runs = rank(runs, args.metric)
-    out = args.out or args.path / "runs.png"
+    out = args.out or (Path("runs.png") if several else paths[0] / "runs.png")
     plot(runs, out, args.metric)
     print(markdown_table(runs, args.metric))
     print(f"\n{len(runs)} run(s); curves in {out}")

@@ -6,6 +6,7 @@ After: report bad input as one line instead of a stack trace (set HYDRA_FULL_ERR
 trace; unexpected errors, i.e. bugs, always keep theirs).
 """
 
+import contextlib
 import difflib
 import functools
 import os
@@ -19,10 +20,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from trainkit.checkpointing.resume import rewrite_argv
+from trainkit.checkpointing.resume import is_multirun, rewrite_argv
+from trainkit.checkpointing.signals import Stopped
+from trainkit.checkpointing.sweep_continuation import remember_sweep_command, sweep_rerun_command
 from trainkit.distributed.process_group import exit_now_if_a_process_group_was_joined
 from trainkit.distributed.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError, RunFailed, caused_by_config_error, causes
+from trainkit.tuning.sweep_stop import leave_worker_after_a_stop, stop_the_whole_sweep
 
 
 def _flatten(text: object) -> str:
@@ -68,6 +72,13 @@ def report_config_errors(task: Callable) -> Callable:
     def wrapper(cfg: DictConfig) -> Any:
         try:
             return task(cfg)
+        except Stopped:  # a clean stop on a signal; a sweep's worker process then exits (trainkit.tuning.sweep_stop)
+            leave_worker_after_a_stop()
+            raise
+        except RunFailed:  # logged in one line by the run; exit 1 here, before Hydra's 'Error executing job' line
+            if _user_wants_trace:
+                raise
+            sys.exit(1)
         except Exception as error:  # a ConfigError, or one wrapped by hydra.utils.instantiate
             if _user_wants_trace or not caused_by_config_error(error):
                 raise
@@ -127,8 +138,13 @@ def _run_reporting_errors(hydra_main: Callable[[], object], resumes: bool) -> No
     _user_wants_trace = wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
     try:
+        multirun = is_multirun(sys.argv)
+        remember_sweep_command(sys.argv, multirun)  # for a stopped job's "continue with:"
         sys.argv = rewrite_argv(sys.argv, resumes)  # resume=: check the checkpoint, then run in its directory
-        hydra_main()
+        # A multirun stops as a whole on SIGTERM/SIGINT/SIGHUP: its worker processes save, then it exits 75.
+        whole_sweep = multirun and not any("launcher=slurm" in arg or "submitit" in arg for arg in sys.argv)
+        with stop_the_whole_sweep(sweep_rerun_command) if whole_sweep else contextlib.nullcontext():
+            hydra_main()
     except (ConfigError, HydraException, OmegaConfBaseException) as error:
         if wants_trace:
             raise

@@ -212,6 +212,28 @@ class LRSchedule:
                 f"trains as scheduler=constant would; lower scheduler.step_epochs or train longer"
             )
 
+        if self.name == "cosine_restarts":
+            self._notice_a_cut_cycle(cfg, updates_per_epoch, total_updates)
+
+    def _notice_a_cut_cycle(self, cfg: DictConfig, updates_per_epoch: int, total_updates: int) -> None:
+        """SGDR's LR jumps back to its peak at each restart: a run that ends early in a cycle ends at a high
+        LR, and its last weights (the test's, with early stopping off) are those of a hot, noisy phase."""
+        ends, length = [self.warmup + self.cycle], self.cycle  # the updates at which cycles end
+        while ends[-1] < total_updates:
+            length *= self.cycle_mult
+            ends.append(ends[-1] + length)
+        final = self(total_updates - 1)
+        # A first cycle longer than the run is a cosine cut short; after a restart, warn unless past mid-cycle.
+        if len(ends) == 1 or final - self.min_ratio <= 0.5 * (1 - self.min_ratio):
+            return
+        self.notices.append(
+            f"scheduler=cosine_restarts ends this run at {final:.0%} of the peak LR: its last cycle restarted at the "
+            f"peak {total_updates - ends[-2]} updates before the end (scheduler.cycle_epochs="
+            f"{cfg.get('cycle_epochs', 1):g}, cycle_mult={self.cycle_mult:g}); end on a cycle's end, "
+            f"trainer.max_epochs={' or '.join(f'{end / updates_per_epoch:g}' for end in ends[-2:])}, "
+            "or use scheduler=cosine"
+        )
+
     def _cosine(self, position: float, length: float) -> float:
         progress = min(position / length, 1.0)
         return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))

@@ -128,3 +128,23 @@ def test_one_epoch_runs_are_drawn_as_markers_on_a_whole_epoch_axis(tmp_path):
         assert [tick for tick in ax.get_xticks() if low <= tick <= high] == [0]  # whole epochs only
         lines = ax.get_lines()
         assert len(lines) == 2 and all(line.get_marker() == "o" and line.get_markersize() >= 5 for line in lines)
+
+
+def test_several_paths_a_glob_and_symlinked_run_directories_are_compared(sweep, tmp_path, capsys, monkeypatch):
+    """Two runs side by side (each named from its PATH), a quoted glob, and a folder of symlinks to runs."""
+    out = tmp_path / "ab.png"
+    assert plot_runs.main([str(sweep / "0"), str(sweep / "1"), "--out", str(out)]) == 0
+    assert [r[1] for r in table_rows(capsys.readouterr().out)] == ["1", "0"] and out.read_bytes()[:8] == PNG_MAGIC
+    assert plot_runs.main([str(sweep / "1*"), "--out", str(out)]) == 0  # as a shell leaves a quoted pattern
+    assert [r[1] for r in table_rows(capsys.readouterr().out)] == ["1", "10"]
+    links = tmp_path / "compare"
+    links.mkdir()
+    for job in ("0", "10"):
+        (links / f"job{job}").symlink_to(sweep / job, target_is_directory=True)
+    (links / "loop").symlink_to(links, target_is_directory=True)  # a cycle is walked once
+    monkeypatch.chdir(tmp_path)
+    assert plot_runs.main([str(links)]) == 0
+    assert [r[1] for r in table_rows(capsys.readouterr().out)] == ["job10", "job0"]
+    with pytest.raises(SystemExit):  # argparse's one line: the pattern matched nothing
+        plot_runs.main([str(tmp_path / "nothing*")])
+    assert "nothing*: no such directory (the pattern matched nothing)" in capsys.readouterr().err

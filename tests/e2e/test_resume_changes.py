@@ -5,6 +5,7 @@ import os
 import socket
 
 import pytest
+import torch
 
 from trainkit.checkpointing import own_run_directory
 
@@ -70,7 +71,11 @@ def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_
             for i in range(count):
                 Image.new("RGB", (12, 12), colour).save(tmp_path / "images" / split / colour / f"{i}.png")
     folder = ("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=8", "data.num_workers=0")
-    first = run_train(*folder, *QUICK, "data.batch_size=4", "trainer.max_epochs=1")
+    command = (*folder, *QUICK, "data.batch_size=4", "trainer.max_epochs=1")
+    first = run_train(*command)
+    # The same command with resume=auto: data.num_classes null (count them) is no change from the 2 counted.
+    again = run_train(*command, "resume=auto", run_dir=first.run_dir)
+    assert "config as in the checkpoint" in again.stdout and "num_classes" not in again.stdout
     for i in range(6, 9):  # 3 more training images, as a user adds them between two sessions
         Image.new("RGB", (12, 12), "red").save(tmp_path / "images" / "train" / "red" / f"{i}.png")
     resumed = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir, check=False)
@@ -87,8 +92,12 @@ def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_
     assert carved.returncode == 1 and carved.stderr.strip().startswith(
         "error: data: the train split holds other values (its shape is the same); the val split holds other values"
     )
+    # The checkpoint carries the wall time of the parts before it: the summary counts them (here 1000 s, made up).
+    last = digits.run_dir / "checkpoints" / "last.pt"
+    torch.save({**torch.load(last, weights_only=True), "wall_seconds": 1000.0}, last)
     same = run_train(f"resume={digits.run_dir}", "trainer.max_epochs=2", run_dir=digits.run_dir)  # unchanged: resumes
     assert [m["epoch"] for m in same.epoch_metrics()] == [0, 1]
+    assert 1000 < same.summary["wall_seconds"] < 1000 + 600
 
 
 @pytest.mark.slow  # three runs, two of them with 2 DDP processes

@@ -49,7 +49,7 @@ KEYS = (
     "regularization.early_stopping.min_delta",
     "finetune.input_size",
     "distributed.nproc_per_node",
-    "logger.name",
+    "logger.trackers",
     "logger.mode",
 )
 # The data options' keys are described once, in docs/data.md's table (each option sets its own values).

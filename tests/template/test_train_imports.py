@@ -1,6 +1,6 @@
 """`python train.py --help`, a config error and the default run import no heavy library.
 
-torchvision, timm, wandb, optuna, matplotlib and scikit-learn (with scipy) each take a second
+torchvision, timm, wandb, optuna, matplotlib, scikit-learn (with scipy), tensorboard and mlflow each take a second
 or more to import; they are imported inside the functions that use them (the default digits are
 read from scikit-learn's file without importing it), so these three paths cost little more than
 torch and Hydra. One process runs all three in turn (train.py's main, as `python train.py` calls it)
@@ -14,7 +14,7 @@ import sys
 
 from conftest import ROOT
 
-HEAVY = ("torchvision", "timm", "wandb", "optuna", "matplotlib", "sklearn", "scipy")
+HEAVY = ("torchvision", "timm", "wandb", "optuna", "matplotlib", "sklearn", "scipy", "tensorboard", "mlflow")
 PROBE = """
 import json, os, runpy, sys
 from hydra._internal.config_loader_impl import ConfigLoaderImpl

@@ -214,11 +214,13 @@ def test_a_warmup_within_half_the_run_is_kept_and_says_nothing():
 
 
 @pytest.mark.parametrize(
-    "name, total, warned", [("step", 40, True), ("step", 41, False), ("cosine_restarts", 8, False)]
+    "name, total, warned",
+    [("step", 40, True), ("step", 41, False), ("cosine_restarts", 8, False), ("cosine_restarts", 24, True)],
 )
 def test_a_schedule_that_cannot_lower_the_lr_in_the_run_warns_once(caplog, monkeypatch, name, total, warned):
     """step_epochs=10 at 4 updates an epoch: the first drop is update 40, which a 40-update run never reaches.
-    A cosine_restarts cycle longer than the run is still a cosine: no warning."""
+    A cosine_restarts cycle longer than the run is still a cosine: no warning; a run that ends 4 updates after a
+    restart (cycles of 20 updates, then 40) ends near the peak LR: one line naming the keys and the epochs to end on."""
     monkeypatch.setattr(optim, "_warned", set())
     optimizer = torch.optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
     with caplog.at_level("WARNING", logger="trainkit.optim"):
@@ -226,8 +228,14 @@ def test_a_schedule_that_cannot_lower_the_lr_in_the_run_warns_once(caplog, monke
             build_scheduler(optimizer, load_conf("scheduler", name), updates_per_epoch=4, total_updates=total)
     warnings = [record.getMessage() for record in caplog.records]
     assert len(warnings) == int(warned), warnings
-    if warned:
+    if warned and name == "step":
         assert "scheduler=step never lowers the LR" in warnings[0] and "scheduler.step_epochs" in warnings[0]
+    if warned and name == "cosine_restarts":
+        assert warnings[0] == (
+            "scheduler=cosine_restarts ends this run at 99% of the peak LR: its last cycle restarted at the peak 4 "
+            "updates before the end (scheduler.cycle_epochs=5, cycle_mult=2); end on a cycle's end, "
+            "trainer.max_epochs=5 or 15, or use scheduler=cosine"
+        )
 
 
 # ---- the LambdaLR wrapper ---------------------------------------------------------------------

@@ -17,9 +17,11 @@ from trainkit.checkpointing.resume import refuse_another_world_size_inside_an_ep
 from trainkit.checkpointing.rng import restore_rank_rng_states, rng_states
 from trainkit.checkpointing.run_lock import own_run_directory
 from trainkit.checkpointing.signals import STOP_SIGNAL_NAMES, stop_signal, stopped
+from trainkit.checkpointing.sweep_continuation import continue_sweep_job
 
 __all__ = [
     "STOP_SIGNAL_NAMES",
+    "continue_sweep_job",
     "copy_checkpoint",
     "finished_value",
     "load_checkpoint",

@@ -30,7 +30,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainkit.checkpointing.continued_run import finished_message, has_summary, trim_csv, trim_metrics
 from trainkit.checkpointing.overrides import config_with_overrides, flatten
+from trainkit.checkpointing.sweep_continuation import in_multirun, refuse_another_trial
 from trainkit.errors import ConfigError
+from trainkit.tracking.loggers import tracker_names
 
 # torch-based modules (trainkit.checkpointing.checkpoint, checkpoint_files, distributed) are imported where used:
 # trainkit.cli imports this module for every command, `--help` included.
@@ -58,6 +60,12 @@ def run_dir_of(checkpoint: Path) -> Path | None:
     return run_dir if in_a_run else None
 
 
+def is_multirun(argv: list[str]) -> bool:
+    """Whether this command line starts a multirun (-m, or a search config, which sets hydra.mode)."""
+    overrides = [arg for arg in argv[1:] if "=" in arg]
+    return any(arg in ("-m", "--multirun") for arg in argv) or _value(overrides, "hparams_search") is not None
+
+
 def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     """Before Hydra: the command line that resumes in the checkpoint's run directory. Checks the
     checkpoint and the output directory first; raises ConfigError (one line) when either is unusable.
@@ -68,7 +76,7 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     if any(arg in INFO_FLAGS for arg in argv):  # --help, --cfg job, ...: nothing is trained or written
         return argv
     resume = _value(overrides, "resume")
-    multirun = any(arg in ("-m", "--multirun") for arg in argv) or _value(overrides, "hparams_search") is not None
+    multirun = is_multirun(argv)
     from trainkit.checkpointing.files import check_output_dir, find_checkpoint, read_checkpoint
 
     if not resumes and resume not in (None, "", "null", "None"):
@@ -127,6 +135,8 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     resolved.resume = str(checkpoint)
     changes = _changes(state["config"], OmegaConf.to_container(resolved, resolve=True))
     _refuse_what_cannot_take_effect(state, resolved, changes)
+    if not explicit and in_multirun():  # a rerun sweep: job N must be the same trial as before
+        refuse_another_trial(changes, overrides, run_dir)
     _refuse_another_checkpoint_layout(checkpoint, resolved)
     new_model = any(change.startswith(("model.", "data.channels ", "data.num_classes ")) for change in changes)
     if new_model and "model" in state:  # a sharded checkpoint's weights are checked as they load
@@ -153,7 +163,7 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     if stale:
         log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
     trim_metrics(run_dir / "metrics.jsonl", state, retested)
-    if resolved.logger.name == "csv":  # the table it appends to
+    if "csv" in tracker_names(resolved.logger):  # the table it appends to
         trim_csv(run_dir / resolved.logger.get("filename", "metrics.csv"), state, retested)
     if (run_dir / ".hydra").is_dir():  # what this run now trains with, and the overrides that compose it
         _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
@@ -213,6 +223,10 @@ def _hydra_task_overrides() -> list[str]:
 def _changes(saved: Any, resolved: Any) -> list[str]:
     before, after = flatten(saved), flatten(resolved)
     keys = [key for key in after if key != "resume" and before.get(key, KeyError) != after[key]]
+    # data.num_classes: null asks the data to count its classes (and model.num_classes, task.num_classes follow it);
+    # the checkpoint's config holds the count. The count itself is checked with the data (check_same_data).
+    if after.get("data.num_classes", 0) is None:
+        keys = [key for key in keys if not (key.endswith(".num_classes") and after[key] is None)]
     keys += [key for key in before if key not in after]
     return [f"{key} {before.get(key, '(new)')} -> {after.get(key, '(dropped)')}" for key in keys]
 

@@ -230,7 +230,15 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
         if leaving:
             how = f"checkpoint saved; submitit requeued the job: it continues from {checkpoint} with resume=auto"
         else:
-            how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: python train.py resume={checkpoint}"
+            how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {_continue_command(checkpoint)}"
         log.warning(f"stopped by {name} at epoch {epoch}, step {step}, {how}")
     barrier()
     return leaving or Stopped()
+
+
+def _continue_command(checkpoint: Path) -> str:
+    """A single run resumes its checkpoint; a multirun's job is continued by rerunning the whole sweep
+    (trainkit.checkpointing.sweep_continuation): the finished jobs are not trained again."""
+    from trainkit.checkpointing.sweep_continuation import sweep_rerun_command
+
+    return sweep_rerun_command() or f"python train.py resume={checkpoint}"

@@ -5,7 +5,9 @@ trainkit.config.schema. A new config option gets its rule here; keys that contra
 trainkit.config.validation's RELATIONS.
 """
 
+import importlib.util
 import re
+from collections.abc import Mapping
 
 from omegaconf import ListConfig, OmegaConf
 
@@ -13,6 +15,7 @@ from trainkit.config.schema import Check, auto_or, flag, integer, interval, numb
 from trainkit.optim import SCHEDULES
 from trainkit.runtime import PRECISIONS
 from trainkit.tracking.loggers import LOGGERS, WANDB_MODES
+from trainkit.tracking.loggers.mlflow_logger import MLFLOW_INSTALL
 
 AUGMENTATION_KEYS = (
     "name",
@@ -50,6 +53,23 @@ def per_sample_policy(value: object) -> str | None:
     return f"must be one of {', '.join(PER_SAMPLE_POLICIES)} or null (off); got {show(value)}"
 
 
+def split_fraction(split: str, uses: str) -> Check:
+    """data.val_fraction, data.test_fraction: 0 is refused with what to do instead. Every run needs the split
+    (`uses`); allowing 0 would mean a run without it, and the summary and best.pt would then say untrue things."""
+    fraction = number(above=0, below=1)
+
+    def check(value: object) -> str | None:
+        if value == 0 and not isinstance(value, bool):
+            return (
+                f"is 0, but every run needs a {split} split ({uses}); to train on nearly every image set a small "
+                f"fraction (e.g. data.{split}_fraction=0.02), or give an image folder a {split}/ folder of its own "
+                f"(data.root/{split}/<class>/, a few images each: then nothing is carved from train/)"
+            )
+        return fraction(value)
+
+    return check
+
+
 def required_keys(value: object) -> str | None:
     """Entries of `required`: a key, or a list of keys of which one must be given."""
     if isinstance(value, ListConfig) and all(isinstance(entry, str) or OmegaConf.is_list(entry) for entry in value):
@@ -64,6 +84,20 @@ def class_names(value: object) -> str | None:
     return f"must be null (the children of the model's top-level children) or a list of class names, got {show(value)}"
 
 
+def tracker_choice(value: object) -> str | None:
+    """logger.trackers: {name: true/false}; each conf/logger file adds its own, `logger=[a,b]` both.
+    MLflow is an optional extra: a missing install is found here, before any data is read."""
+    names = ", ".join(name for name in LOGGERS if name != "none")
+    if not isinstance(value, Mapping) or any(not isinstance(on, bool) for on in value.values()):
+        return f"must map tracker names ({names}) to true or false; pick them with logger=<name> or logger=[a,b]"
+    unknown = [str(name) for name in value if name not in LOGGERS]
+    if unknown:
+        return f"unknown tracker {', '.join(unknown)}; the trackers are {names}"
+    if value.get("mlflow") and importlib.util.find_spec("mlflow") is None:
+        return f"logger=mlflow needs MLflow, which is not installed: {MLFLOW_INSTALL}"
+    return None
+
+
 RULES: dict[str, Check] = {
     "seed": integer(0),
     "device": device_name,
@@ -73,6 +107,8 @@ RULES: dict[str, Check] = {
     "required": required_keys,
     "sweep.catch_failures": flag(),
     "sweep.failed_trial_value": number(null=True),
+    "sweep.continue_jobs": flag(),
+    "sweep.assign_gpus": flag(),
     "trainer.max_epochs": integer(1),
     "trainer.max_steps": integer(1, null=True),
     "trainer.accumulate_grad_batches": integer(1),
@@ -98,8 +134,8 @@ RULES: dict[str, Check] = {
     "data.mirror_changes_label": flag(),
     "data.mean": numbers(),
     "data.std": numbers(above=0),
-    "data.val_fraction": number(above=0, below=1),
-    "data.test_fraction": number(above=0, below=1),
+    "data.val_fraction": split_fraction("val", "early stopping, best.pt and the val/ metrics read it"),
+    "data.test_fraction": split_fraction("test", "summary.json's test metrics"),
     "data.split_seed": integer(0),
     "data.num_samples": integer(1),
     "data.val_samples": integer(1),
@@ -197,7 +233,9 @@ RULES: dict[str, Check] = {
     "distributed.sync_batchnorm": flag(),
     "distributed.timeout_seconds": number(above=0),
     "distributed.blocks": class_names,
-    "logger.name": one_of(*LOGGERS),
+    "logger.trackers": tracker_choice,
+    "logger.tracking_uri": text(),
+    "logger.experiment": text(),
     "logger.mode": one_of(*WANDB_MODES),
     "logger.filename": text(),
     "logger.project": text(),

@@ -157,5 +157,14 @@ def check_made_with(data: Cached | ImageFolder, meta: dict[str, Any], root: Path
             raise ConfigError(
                 f"data.{key}",
                 f"is {wanted} but the cache '{root}' was made with {meta[key]}; set data.{key}={meta[key]}, "
-                f"or remake it: python scripts/preprocess.py {root} data.root={meta['source']} data.{key}={wanted}",
+                f"or remake it: {remake_command(data, meta, root, keys)}",
             )
+
+
+def remake_command(data: Cached | ImageFolder, meta: dict[str, Any], root: Path, keys: list[str]) -> str:
+    """preprocess.py with every setting the cache records, at `data`'s values: the printed command
+    remakes this cache with the one change, not with preprocess.py's defaults for the rest."""
+    settings = [f"data.{key}={getattr(data, key)}" for key in keys if getattr(data, key) is not None]
+    if data.channels != meta["channels"]:  # preprocess.py checks the statistics against the channels too
+        settings += [f"'data.{key}=[{','.join(f'{v:g}' for v in getattr(data, key))}]'" for key in ("mean", "std")]
+    return f"python scripts/preprocess.py {root} data.root={meta['source']} {' '.join(settings)}"

@@ -36,7 +36,7 @@ from trainkit.distributed.process_group import (
     process_info,
 )
 from trainkit.errors import ConfigError, RunFailed
-from trainkit.runtime import pick_device, set_math_modes
+from trainkit.runtime import nondeterministic_op_errors, pick_device, set_math_modes
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,13 @@ def joined_process_group(cfg: DictConfig) -> Iterator[tuple[ProcessInfo, torch.d
     always left. What a function given to start_processes (eval.py's) does first."""
     proc = process_info()
     device = pick_device(cfg.device, proc.local_rank)
-    set_math_modes(cfg.precision.tf32, cfg.trainer.cudnn_benchmark, device)
+    # The training's trainer.deterministic too (eval.py reads the checkpoint's config; older ones lack the key).
+    deterministic = bool(cfg.trainer.get("deterministic", False))
+    set_math_modes(cfg.precision.tf32, cfg.trainer.cudnn_benchmark, device, deterministic)
     init_process_group(proc, device, cfg.distributed.backend, cfg.distributed.timeout_seconds)
     try:
-        yield proc, device
+        with nondeterministic_op_errors():  # an op without a deterministic kernel: one line naming the switch
+            yield proc, device
     finally:
         destroy_process_group()
 

@@ -1,12 +1,12 @@
-"""What a run reports: where it came from (provenance.json: code, command, packages, machine), loggers
-(metrics.jsonl, W&B), the start, epoch and closing lines, summary.json,
+"""What a run reports: where it came from (provenance.json: code, command, packages, machine), the loggers
+(metrics.jsonl; csv, W&B, TensorBoard, MLflow: tracking/loggers/), the start, epoch and closing lines, summary.json,
 the timing of data wait vs compute, the profiler, pictures of batches and of predictions during
 training; eval.py's pictures of a model's predictions (a confusion matrix, predicted masks) are in
 trainkit.tracking.evaluation_figures.
 
 train.py imports from here; the modules inside import each other directly."""
 
-from trainkit.tracking.bottleneck import warn_if_data_bound
+from trainkit.tracking.bottleneck import data_bound_advice, warn_if_data_bound
 from trainkit.tracking.epoch_totals import EpochTotals
 from trainkit.tracking.images import augmented_samples, save_png
 from trainkit.tracking.known_noise import quiet_known_noise
@@ -24,6 +24,7 @@ __all__ = [
     "StepProfiler",
     "augmented_samples",
     "build_loggers",
+    "data_bound_advice",
     "epoch_line",
     "first_images",
     "log_predictions",

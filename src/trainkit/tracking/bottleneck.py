@@ -12,6 +12,7 @@ import math
 
 from omegaconf import DictConfig
 
+from trainkit.data.datasets import data_class
 from trainkit.data.loader_settings import (
     GPU_STARVED,
     RAISE,
@@ -31,7 +32,10 @@ def epoch_line_extras(metrics: dict) -> str:
     each part after two spaces, as in the rest of the epoch line; empty when nothing was measured."""
     parts = []
     if "train/data_wait_fraction" in metrics:
-        parts.append(f"data {metrics['train/data_wait_fraction']:.0%} of {metrics['train/step_ms']:.1f} ms/step")
+        profiled = metrics.get("train/profiled_steps")
+        # The whole epoch's share; the profiler's line gives its window's, where recording slows the compute.
+        over = f" (the epoch, {profiled:.0f} of its steps under the profiler)" if profiled else ""
+        parts.append(f"data {metrics['train/data_wait_fraction']:.0%} of {metrics['train/step_ms']:.1f} ms/step{over}")
     if "train/gpu_util" in metrics:
         parts.append(f"gpu {metrics['train/gpu_util']:.0%}")
     if "train/peak_memory_gb" in metrics:
@@ -49,7 +53,7 @@ def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool, gpu_util:
             f"{data.name} is held in memory on the device, so workers and pinned memory do not apply: the wait is "
             f"the per-batch gather, large next to a step this short; raise data.batch_size (now {data.batch_size})"
         ]
-        if data.name == "cached":
+        if data_class(data._target_).decodes_images:  # in memory, from image files: the cache of data=cached
             advice.append(
                 "a cache too large for the device streams from its memory-mapped file: rebuild it with "
                 "scripts/preprocess.py at a smaller data.image_size so it fits on the device"

@@ -11,9 +11,14 @@ throws away, then records `active` steps. Then, once:
 
 - profile/trace.json: a Chrome trace; open it at https://ui.perfetto.dev (or chrome://tracing)
 - profile/top_ops.txt: the operators that took the most time (key_averages().table), also logged
-- one log line with each phase's share of the step: `data` over a third of the other phases (the
-  compute), a quarter of the step, means the loader, not the model, sets the pace (more workers,
-  pinned memory, a cache, on-device augmentation)
+- one log line with each phase's share of the profiled steps: `data` over a third of the other phases
+  (the compute), a quarter of the step, means the loader, not the model, sets the pace; the line then
+  names what helps for the data option in use (`advice`: trainkit.tracking.bottleneck's, from train.py)
+
+Its data share is not the epoch line's (train/data_wait_fraction): the profiler records every operator,
+which slows forward and backward, so within its window data's share reads lower than without it; the
+epoch line measures the whole epoch (and leaves the profiler's own work, the trace it writes, out).
+Both lines say which steps they cover.
 
 Off (the default), every call returns at its first line: no profiler, no record_function.
 """
@@ -21,7 +26,7 @@ Off (the default), every call returns at its first line: no profiler, no record_
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +43,15 @@ class StepProfiler:
     """Profiles steps wait+warmup .. wait+warmup+active-1 of the training loop, counted over the
     whole run (a window may cross an epoch's end; keep it inside the first epoch for clean phases)."""
 
-    def __init__(self, cfg: Mapping | None = None, run_dir: Path | None = None, device: torch.device | None = None):
+    def __init__(
+        self,
+        cfg: Mapping | None = None,
+        run_dir: Path | None = None,
+        device: torch.device | None = None,
+        advice: Sequence[str] = (),
+    ):
         self.profile: torch.profiler.profile | None = None
+        self.advice = list(advice)  # what helps for this data option, when the window is data-bound
         self._label: Any = None  # the open record_function of the current phase
         self.written = False
         if not cfg or not cfg["enabled"] or run_dir is None:
@@ -47,6 +59,8 @@ class StepProfiler:
         self.out = run_dir / "profile"
         self.row_limit = int(cfg["row_limit"])
         self.length = int(cfg["wait"]) + int(cfg["warmup"]) + int(cfg["active"])
+        self.wait = int(cfg["wait"])
+        self.window = (self.wait + int(cfg["warmup"]), self.length - 1)  # the recorded steps, from 0
         self.cuda = device is not None and device.type == "cuda"
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
@@ -56,8 +70,7 @@ class StepProfiler:
         schedule = torch.profiler.schedule(wait=cfg["wait"], warmup=cfg["warmup"], active=cfg["active"], repeat=1)
         self.profile = torch.profiler.profile(activities=activities, schedule=schedule, on_trace_ready=self._save)
         self.steps = 0
-        self.profile.start()
-        self.phase("data")
+        self.profile.start()  # no phase yet: an epoch's first batch is start-up, not waiting (as for LoopTimer)
 
     def phase(self, name: str) -> None:
         """End the current phase and begin `name`."""
@@ -66,6 +79,11 @@ class StepProfiler:
         self._end_phase()
         self._label = torch.profiler.record_function(name)
         self._label.__enter__()
+
+    @property
+    def recording(self) -> bool:
+        """In a warmup or active step: every operator is recorded, which slows the step's compute."""
+        return self.profile is not None and self.steps >= self.wait
 
     def step(self) -> None:
         """The end of one training step (one batch)."""
@@ -78,6 +96,12 @@ class StepProfiler:
             self.close()
         else:
             self.phase("data")
+
+    def pause(self) -> None:
+        """The epoch's loop has ended: the "data" phase the last step opened ends here, so validation and
+        whatever else runs until the next epoch's first batch is in no phase (it was "data": 40% under DDP)."""
+        if self.profile is not None:
+            self._end_phase()
 
     def close(self) -> None:
         """Stop profiling (the trace is written if the window was reached); call at the end of training."""
@@ -109,7 +133,9 @@ class StepProfiler:
         (self.out / "phases.json").write_text(json.dumps(shares, indent=2) + "\n")
         self.written = True
         log.info(f"profiler: top operators by {sort_by}\n{table}")
-        log.info(f"profiler: {describe(shares)} -> {trace}")
+        # The steps recorded: the window, or up to the last step when training ended inside it (close()).
+        last = min(self.window[1], self.steps if self.profile is not None else self.steps - 1)
+        log.info(f"profiler: {describe(shares, (self.window[0], last), self.advice)} -> {trace}")
 
 
 def phase_shares(times: Mapping[str, float]) -> dict[str, float]:
@@ -119,12 +145,18 @@ def phase_shares(times: Mapping[str, float]) -> dict[str, float]:
     return {name: times.get(name, 0.0) / total if total else 0.0 for name in PHASES}
 
 
-def describe(shares: Mapping[str, float]) -> str:
-    """One line: each phase's share, and what the data share says about the bottleneck."""
+def describe(shares: Mapping[str, float], window: tuple[int, int] | None = None, advice: Sequence[str] = ()) -> str:
+    """One line: each phase's share in the profiled steps `window` (first, last), what the data share says
+    about the bottleneck (with `advice`: what helps for this data option), and how it differs from the epoch line."""
+    steps = f"steps {window[0]}-{window[1]}" if window else "the profiled steps"
     parts = "  ".join(f"{name} {share:.0%}" for name, share in shares.items())
+    helps = "; ".join(advice) or "see docs/speed.md#where-the-time-goes"
     verdict = (
-        "data loading is the bottleneck (over a third of the compute time: more workers, pinned memory, a cache)"
+        f"data loading is the bottleneck (over a third of the compute time): {helps}"
         if data_bound(shares.get("data", 0.0))
         else "compute-bound (data loading at most a third of the compute time)"
     )
-    return f"share of the step: {parts}; {verdict}"
+    return (
+        f"share of {steps} under the profiler: {parts}; {verdict} (the profiler's per-op recording slows "
+        "forward and backward, so data's share reads lower here than on the epoch line, which is the whole epoch)"
+    )

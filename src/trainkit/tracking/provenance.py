@@ -32,6 +32,7 @@ from omegaconf import OmegaConf
 log = logging.getLogger("train")  # train.py's logger: its lines
 
 GIT_TIMEOUT_SECONDS = 2.0  # a git call on a slow network file system must not hold up the run
+PROVENANCE_FILES = ("provenance.json", "packages.txt", "code.diff")  # what a run start writes
 # Untracked files that count as code: listed in code.diff and make the tree dirty. Data, images and
 # results left in the checkout do not.
 SOURCE_SUFFIXES = (".py", ".pyi", ".pyx", ".ipynb", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".sh",
@@ -44,6 +45,7 @@ def write_provenance(
     """Write provenance.json, packages.txt and (for a dirty tree) code.diff into `run_dir`, and return
     the facts. `repository`: the checkout train.py runs from. Outside a git checkout, or without git,
     one line says so and everything else is written anyway."""
+    keep_earlier_part(run_dir)
     git = git_state(repository)
     if git is None:
         log.info(f"provenance: no commit recorded ({why_no_git(repository)}); the rest is in provenance.json")
@@ -75,6 +77,19 @@ def write_provenance(
     freeze = "".join(f"{name}=={version}\n" for name, version in packages)
     (run_dir / "packages.txt").write_text(freeze, encoding="utf-8")
     return facts
+
+
+def keep_earlier_part(run_dir: Path) -> None:
+    """A resume records the code that runs now; what an earlier part of the run recorded moves to
+    provenance_parts/<n>/ (1: the first part), so every part's code, diff and packages stay known."""
+    if not (run_dir / "provenance.json").is_file():
+        return
+    parts = run_dir / "provenance_parts"
+    part = parts / str(1 + sum(1 for path in parts.glob("*") if path.is_dir()))
+    part.mkdir(parents=True)
+    for name in PROVENANCE_FILES:
+        if (run_dir / name).is_file():
+            (run_dir / name).rename(part / name)
 
 
 def run_git(repository: Path, *args: str) -> bytes | None:

@@ -77,8 +77,11 @@ def write_summary(
     if run.proc.is_main:
         (run.run_dir / "summary.json").write_text(strict_json(summary, indent=2))  # NaN -> null
         name = run.task.metric_names[0] if run.task.metric_names else "loss"  # the task's headline metric
-        log.info(
-            f"done in {wall_seconds:.1f}s: test/{name} {test_metrics[f'test/{name}']:.4f} (best val/{name} "
-            f"{best.get(f'val/{name}', float('nan')):.4f} at epoch {best.get('epoch')}) -> {run.run_dir}"
+        best_epoch = (
+            f"best val/{name} {best[f'val/{name}']:.4f} at epoch {best['epoch']}"
+            if f"val/{name}" in best and "epoch" in best
+            else "the last weights: no epoch was validated"
         )
+        test = test_metrics[f"test/{name}"]
+        log.info(f"done in {wall_seconds:.1f}s: test/{name} {test:.4f} ({best_epoch}) -> {run.run_dir}")
     return summary

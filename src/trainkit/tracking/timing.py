@@ -31,6 +31,8 @@ once a run, and longer with more workers, so no sign of a slow loader) and the r
     train/step_ms            = (waiting + step time) / steps       (milliseconds)
     train/peak_memory_gb     CUDA: torch.cuda.max_memory_allocated during the training pass, GiB
     train/gpu_util           CUDA with pynvml: torch.cuda.utilization() sampled about once a second, 0..1
+    train/profiled_steps     debug=profile: the epoch's steps under the profiler (its per-op recording slows
+                             their compute; its own work at a step's end, the trace it writes, is not counted)
     train/cpu_util           CPU: this process's CPU time (all its threads; DataLoader workers are other
                              processes and not counted) / wall time / cores available to it, 0..1
 """
@@ -68,6 +70,7 @@ class LoopTimer:
         if self.read_gpu_util is None:
             self.read_gpu_util = self.cuda and can_read_gpu_util()
         self.gpu_util_samples: list[float] = []
+        self.profiled_steps = 0  # debug=profile: steps of this epoch inside the profiler's window
         self._restart()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -109,7 +112,16 @@ class LoopTimer:
     def step_done(self) -> None:
         """Everything the step does is queued (or, off CUDA, done)."""
         self._time_step()
+        if self.profiler.profile is None:
+            return
+        self.profiled_steps += self.profiler.recording
         self.profiler.step()
+        # The profiler's own work here (its schedule; at the window's end, writing the trace: seconds) is no wait
+        # for data: the next wait is measured from here.
+        if self.cuda:
+            self.events[-1] = self._record()
+        else:
+            self.mark = time.perf_counter()
 
     def _time_step(self) -> None:
         if self.skip_first:  # compile + first step: measured from here on
@@ -146,6 +158,7 @@ class LoopTimer:
 
     def epoch_metrics(self) -> dict[str, float]:
         """The epoch's measures under their metric names (see the module docstring)."""
+        self.profiler.pause()  # after the loop: what follows (validation) is no phase of a step
         wall = time.perf_counter() - self.wall_start
         metrics = {}
         if self.cuda:
@@ -160,4 +173,6 @@ class LoopTimer:
         total = self.waiting + self.stepping
         if self.steps == 0 or total <= 0:
             return metrics
+        if self.profiled_steps:  # the epoch line names them: the profiler slows these steps' compute
+            metrics["train/profiled_steps"] = self.profiled_steps
         return {"train/data_wait_fraction": self.waiting / total, "train/step_ms": 1000 * total / self.steps, **metrics}

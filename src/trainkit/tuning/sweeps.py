@@ -5,6 +5,10 @@
     python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 seed=1,2    # jobs in parallel
     python train.py -m hydra/launcher=slurm seed=1,2,3       # one SLURM job per trial
 
+Parallel trials on a machine with several GPUs each claim their own (trainkit.tuning.trial_gpus); a
+signal stops the whole sweep at a checkpoint (trainkit.tuning.sweep_stop); the same command with the
+same hydra.sweep.dir continues it (trainkit.checkpointing.sweep_continuation).
+
 A trial that crashes (a diverging learning rate, an out-of-memory batch size) should cost one
 trial, not the sweep: `run_trial` logs the error, writes the traceback to the trial's log file
 and returns `failed_trial_value(cfg)` to the sweeper. A single run (no -m) raises as usual.

@@ -184,6 +184,33 @@ def test_a_non_finite_loss_stops_at_the_next_logging_step_keeps_the_last_finite_
     assert all(torch.isfinite(tensor).all() for tensor in checkpoint["model"].values())
 
 
+def test_a_non_finite_loss_before_any_checkpoint_or_validation_says_so_in_one_line_and_exits_1(run_train):
+    """In process: NaN from the 2nd update, found at step 3 of epoch 0: no checkpoint, no validated epoch."""
+    run = run_train(
+        "trainer.max_epochs=2",
+        "trainer.progress_bar=false",
+        "print_config=false",
+        "model._target_=models_for_tests.NanOnRankOne",
+        "model.widths=[8,16]",
+        "+model.nan_at=2",
+        "+model.nan_rank=0",
+        "trainer.log_every_n_steps=3",
+        "trainer.limit_train_batches=4",
+        "trainer.limit_val_batches=1",
+        check=False,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 1 and not (run.run_dir / "checkpoints" / "last.pt").exists()
+    assert (
+        "train/loss is not finite at epoch 0, step 3: lower optimizer.lr or set trainer.grad_clip (no checkpoint "
+        "was saved before it)" in output
+    )
+    assert "keeps the last finite weights" not in output and "best.pt is missing" not in output
+    assert "Error executing job" not in output and "error:" not in output  # the line above is the one error line
+    assert "(the last weights: no epoch was validated)" in output and "epoch None" not in output
+    assert run.summary["test_weights"] == "last (no epoch)" and run.summary["best"] == {}
+
+
 @pytest.fixture
 def submitit_job(monkeypatch):
     """This process as a submitit job's task: SUBMITIT_EXECUTOR set and, as submitit's process_job

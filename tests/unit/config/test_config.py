@@ -237,7 +237,10 @@ RULE_CASES = [
     (["distributed.timeout_seconds=0"], "distributed.timeout_seconds"),
     (["distributed=fsdp", "distributed.blocks=[]"], "distributed.blocks"),
     (["distributed=fsdp", "distributed.blocks=Block"], "distributed.blocks"),
-    (["logger.name=tensorboardz"], "logger.name"),
+    (["+logger.trackers.tensorboardz=true"], "logger.trackers"),
+    (["logger=csv", "logger.trackers.csv=yes"], "logger.trackers"),
+    (["logger=mlflow", "logger.tracking_uri=3"], "logger.tracking_uri"),
+    (["logger=mlflow", "logger.experiment=3"], "logger.experiment"),
     (["logger=wandb", "logger.log_predictions=-1"], "logger.log_predictions"),
     (["logger=wandb", "logger.mode=ofline"], "logger.mode"),
     (["logger=csv", "logger.filename=3"], "logger.filename"),
@@ -370,7 +373,7 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
     "overrides, fragments",
     [
         (["scheduler.name=linear"], ["'linear'", "cosine, cosine_restarts, step, constant"]),
-        (["logger.name=tensorboardz"], ["'tensorboardz'", "none, csv, wandb"]),
+        (["+logger.trackers.tensorboardz=true"], ["tracker tensorboardz", "csv, wandb, tensorboard, mlflow"]),
         (["logger=wandb", "logger.mode=ofline"], ["'ofline'", "offline"]),
         (["device=gpu"], ["'gpu'", "cuda:N"]),
         (["trainer.max_epochs=abc"], ["a whole number >= 1", "'abc' (str)"]),
@@ -382,6 +385,8 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
             ["data.mirror_changes_label=true", "augmentation=shift", "data.mirror_changes_label=false"],
         ),
         (["experiment=finetune_imagefolder", "data.root=/data/images"], ["(or model.pretrained=true)"]),
+        ([*IMAGES, "data.val_fraction=0"], ["best.pt", "data.val_fraction=0.02", "data.root/val/<class>/"]),
+        ([*IMAGES, "data.test_fraction=0"], ["data.test_fraction=0.02", "data.root/test/<class>/"]),
     ],
 )
 def test_messages_show_the_bad_value_and_the_way_out(compose_config, overrides, fragments):
@@ -457,6 +462,7 @@ def test_a_missing_augmentation_key_or_null_means_off(compose_config):
         # cifar10_optuna searches augmentation: choice(basic, strong) over this experiment
         ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=basic"],
         ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=strong"],
+        ["hparams_search=cifar10_optuna", "augmentation=basic"],  # the search composes the experiment itself
     ],
 )
 def test_flips_are_allowed_where_the_mirror_image_keeps_its_label(compose_config, overrides):

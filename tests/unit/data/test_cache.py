@@ -1,6 +1,7 @@
 """Tests for trainkit.data.cache and scripts/preprocess.py: the offline cache of an image folder."""
 
 import json
+import shlex
 
 import numpy as np
 import pytest
@@ -90,6 +91,29 @@ def test_a_cache_made_with_other_settings_is_refused_naming_the_key(cached, over
         load_cache(config("cached", root=str(cache), **override))
     assert error.value.key == key and "\n" not in str(error.value)
     assert f"{key}={next(iter(override.values()))}" in str(error.value)  # the remake command names the value
+    assert f"data.image_size={override.get('image_size', 8)}" in str(error.value)  # and the cache's other settings
+
+
+@pytest.mark.parametrize(
+    ("override", "remade_with"),
+    [({"val_fraction": 0.3}, {"val_fraction": 0.3}), ({"channels": 1, "mean": [0.5], "std": [0.25]}, {"channels": 1})],
+)
+def test_the_printed_remake_command_remakes_the_same_cache_with_the_one_change(cached, tmp_path, override, remade_with):
+    """Pasted into a shell (here into another directory), it keeps the cache's 8 px, not preprocess.py's 224."""
+    _, cache, meta = cached
+    with pytest.raises(ConfigError) as error:
+        load_cache(config("cached", root=str(cache), **override))
+    command = shlex.split(str(error.value).split("or remake it: python scripts/preprocess.py ")[1])
+    assert command[0] == str(cache)
+    args = [str(tmp_path / "remade"), *command[1:], "--workers=0", "--no-progress"]
+    assert load_script("preprocess").main(args) == 0
+    remade = json.loads((tmp_path / "remade" / "meta.json").read_text())
+    assert {key: remade[key] for key in ("image_size", "channels", "val_fraction")} == {
+        "image_size": 8,
+        "channels": meta["channels"],
+        "val_fraction": meta["val_fraction"],
+        **remade_with,
+    }
 
 
 def test_a_folder_that_is_not_a_cache_is_refused(tmp_path):
@@ -133,6 +157,25 @@ def test_benchmark_dataloader_prints_a_table_and_a_recommendation(tmp_path, caps
     assert recommendation.startswith("recommendation: data=") and "\n" not in recommendation
     assert (tmp_path / "benchmark_dataloader.png").stat().st_size > 0
     assert (tmp_path / "benchmark_dataloader.md").read_text().strip().endswith(recommendation)
+
+
+def test_benchmark_dataloader_draws_a_log_axis_with_each_bar_s_number():
+    benchmark = load_script("benchmark_dataloader")
+    results = [("files", "data.num_workers=0", 210.0), ("files", "data.num_workers=2", 400.0), ("cached", "c", 21000.0)]
+    axes = benchmark.draw(results).axes[0]
+    assert axes.get_xscale() == "log"
+    assert [text.get_text() for text in axes.texts] == ["210", "400", "21,000"]
+
+
+def test_benchmark_dataloader_refuses_a_warmup_longer_than_the_folder_before_making_the_cache(tmp_path, capsys):
+    benchmark = load_script("benchmark_dataloader")
+    args = ["--make-folder", "24", "--out", str(tmp_path), "--warmup", "10", "data.image_size=8", "data.batch_size=4"]
+    with pytest.raises(SystemExit) as stop:
+        benchmark.main(args)
+    message = str(stop.value)
+    assert message.startswith("error: --warmup 10 leaves none of the ") and "\n" not in message
+    assert "training batches" in message and "--warmup " in message.split(";")[1]
+    assert not (tmp_path / "cache").exists()  # refused before the cache was made
 
 
 def test_benchmark_dataloader_recommends_by_the_articles_rule():

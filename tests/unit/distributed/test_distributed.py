@@ -428,7 +428,7 @@ def test_torchrun_single_node_shares_one_run_directory(tmp_path):
     assert len(run_dirs) == 1, run_dirs  # no directory per rank
     summary, metrics = read_run(run_dirs[0])
     assert summary["world_size"] == 2
-    assert OmegaConf.load(run_dirs[0] / ".hydra" / "config.yaml").logger.name == "wandb"
+    assert OmegaConf.load(run_dirs[0] / ".hydra" / "config.yaml").logger.trackers.wandb
     # Rank 0 alone writes: 2 epochs + the test line, one "done" line in train.log, one W&B run.
     assert [m["epoch"] for m in metrics] == [0, 1, 1] and "test/acc" in metrics[-1]
     assert (run_dirs[0] / "train.log").read_text().count("done in") == 1
@@ -776,3 +776,22 @@ def test_ctrl_c_under_torchrun_saves_once_at_one_step_on_every_rank(tmp_path):
     metrics = metrics_lines(tmp_path)
     assert checkpoint["step"] == metrics[-1]["step"] and 0 < checkpoint["batches_done"] < 10
     assert len(checkpoint["rng"]) == 2
+
+
+def test_eval_processes_honour_the_trainings_deterministic_switch(monkeypatch):
+    # eval.py evaluates with the checkpoint's config: its trainer.deterministic applies there too.
+    from trainkit.distributed import launch
+
+    calls = []
+    monkeypatch.setattr(launch, "set_math_modes", lambda *args: calls.append(args))
+    cfg = OmegaConf.create(
+        {
+            "device": "cpu",
+            "precision": {"tf32": False},
+            "trainer": {"cudnn_benchmark": True, "deterministic": True},
+            "distributed": {"backend": "auto", "timeout_seconds": 60},
+        }
+    )
+    with launch.joined_process_group(cfg):
+        pass
+    assert calls[0][-1] is True

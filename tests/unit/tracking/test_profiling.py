@@ -1,5 +1,6 @@
 import json
 import logging
+import time
 
 import pytest
 import torch
@@ -76,5 +77,26 @@ def test_debug_profile_writes_a_trace_of_the_training_loop(run_train):
     trace = json.loads((run.run_dir / "profile" / "trace.json").read_text())  # valid JSON: Perfetto opens it
     assert set(PHASES) <= {event.get("name") for event in trace["traceEvents"]}
     assert "aten::" in (run.run_dir / "profile" / "top_ops.txt").read_text()
-    assert "share of the step: data" in run.stdout
+    assert "share of steps 2-3 under the profiler: data" in run.stdout
     assert run.summary["epochs"] == 1
+
+
+def test_a_window_across_an_epoch_end_leaves_validation_out_of_the_data_phase(tmp_path, caplog):
+    """The DDP case of the issue: rank 0's shard ended inside the window, and the "data" phase opened after the
+    last step stayed open through validation (40% data on the profiler's line, 1% on the epoch line)."""
+    from trainkit.tracking.timing import LoopTimer
+
+    profiler = StepProfiler(profiler_config(wait=0, warmup=1, active=3), tmp_path, torch.device("cpu"))
+    timer = LoopTimer(profiler)
+    with caplog.at_level(logging.INFO, logger="trainkit.tracking.profiling"):
+        for _ in range(2):  # two epochs of two steps: the window is steps 1-3, across the epoch end
+            timer.start_epoch(torch.device("cpu"))
+            for _ in range(2):
+                timer.batch_ready()
+                time.sleep(0.02)  # the step
+                timer.step_done()
+            timer.epoch_metrics()
+            time.sleep(0.2)  # validation
+    shares = json.loads((tmp_path / "profile" / "phases.json").read_text())
+    assert shares["data"] < 0.1 and shares["forward"] > 0.8
+    assert "share of steps 1-3 under the profiler" in caplog.text

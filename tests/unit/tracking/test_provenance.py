@@ -125,6 +125,20 @@ def test_a_clean_start_removes_an_earlier_diff(repository, run_dir):
     assert not (run_dir / "code.diff").exists()
 
 
+def test_a_resume_keeps_what_each_earlier_part_recorded(repository, run_dir):
+    (repository / "train.py").write_text("print('first part')\n")
+    first = write_provenance(run_dir, repository, seed=0, deterministic=False, world_size=1, device=CPU)
+    git(repository, "commit", "-qam", "second")  # the resume runs a newer, clean commit
+    second = write_provenance(run_dir, repository, seed=0, deterministic=False, world_size=2, device=CPU)
+    third = write_provenance(run_dir, repository, seed=0, deterministic=False, world_size=1, device=CPU)
+    assert json.loads((run_dir / "provenance.json").read_text()) == third
+    kept = run_dir / "provenance_parts"
+    assert json.loads((kept / "1" / "provenance.json").read_text()) == first
+    assert json.loads((kept / "2" / "provenance.json").read_text()) == second
+    assert "first part" in (kept / "1" / "code.diff").read_text() and (kept / "1" / "packages.txt").is_file()
+    assert not (run_dir / "code.diff").exists() and first["git"]["commit"] != third["git"]["commit"]
+
+
 def test_untracked_files_alone_are_listed_in_code_diff(repository, run_dir):
     (repository / "notes.py").write_text("y = 2\n")
     facts = write_provenance(run_dir, repository, seed=0, deterministic=False, world_size=1, device=CPU)

@@ -149,6 +149,8 @@ def test_without_nvml_gpu_util_is_left_out_without_an_error(fake_cuda):
 
 def test_the_loop_marks_each_point_once_and_the_timer_passes_it_to_the_profiler():
     class RecordingProfiler:
+        profile, recording = "on", True
+
         def __init__(self) -> None:
             self.calls: list[str] = []
 
@@ -166,3 +168,33 @@ def test_the_loop_marks_each_point_once_and_the_timer_passes_it_to_the_profiler(
         timer.phase("backward")
         timer.step_done()
     assert profiler.calls == ["forward", "backward", "step"] * 2
+
+
+class SlowProfiler:
+    """debug=profile's StepProfiler as the timer sees it: its step() does its own work (the trace it writes
+    at the window's end takes seconds), here 40 ms a step from its second on; it records steps 1-2."""
+
+    def __init__(self) -> None:
+        self.profile, self.steps = "on", 0
+
+    @property
+    def recording(self) -> bool:
+        return 1 <= self.steps <= 2
+
+    def phase(self, name: str) -> None:
+        pass
+
+    def pause(self) -> None:
+        pass
+
+    def step(self) -> None:
+        self.steps += 1
+        time.sleep(0.04 if self.steps >= 2 else 0.0)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_profiler_s_own_work_is_not_waiting_for_data_and_its_steps_are_counted(fake_cuda, device):
+    timer = LoopTimer(SlowProfiler())  # type: ignore[arg-type]
+    metrics = timed_epoch(timer, 5, wait_s=0.0, step_s=0.01, device=torch.device(device))
+    assert metrics["train/data_wait_fraction"] < 0.2  # 3 x 40 ms of the profiler's would be 70% of the wait
+    assert metrics["train/profiled_steps"] == 2

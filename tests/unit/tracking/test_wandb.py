@@ -179,6 +179,21 @@ def test_an_offline_run_says_where_it_is_and_how_to_upload_it(run_dir, caplog):
     assert run.directory.parent == run_dir / "wandb" and run.directory.name.startswith("offline-run-")
 
 
+def test_a_resumed_offline_run_says_to_sync_every_part(run_dir, caplog):
+    # A resume in the same run directory writes a second offline-run folder under the same run id.
+    first = build_loggers(wandb_cfg(), run_dir)
+    first.log({"epoch": 0, "step": 1, "val/acc": 0.5})
+    first.finish()
+    time.sleep(1)  # the folder's name has the start time to the second
+    second = build_loggers(wandb_cfg(), run_dir, resume_ids={"wandb": first.run_id})
+    second.log({"epoch": 1, "step": 2, "val/acc": 0.6})
+    with caplog.at_level(logging.INFO, logger="trainkit.tracking.loggers"):
+        second.finish()
+    parts = sorted((run_dir / "wandb").glob(f"offline-run-*-{first.run_id}"))
+    lines = [r.getMessage() for r in caplog.records if "wandb sync" in r.getMessage()]
+    assert len(parts) == 2 and lines[0].endswith(f"wandb sync {parts[0]} {parts[1]}"), lines
+
+
 def test_a_failed_run_finishes_with_a_nonzero_exit_code_once(run_dir):
     loggers = build_loggers(wandb_cfg(), run_dir)
     loggers.log({"epoch": 0, "step": 1, "train/step_loss": float("nan")})
@@ -197,7 +212,7 @@ def test_resume_id_continues_the_same_run_id(tmp_path):
     first.log({"epoch": 0, "step": 10, "val/acc": 0.5})
     first.finish()
 
-    second = build_loggers(wandb_cfg(), tmp_path / "second", run_name="resume=last.pt", resume_id=run_id)
+    second = build_loggers(wandb_cfg(), tmp_path / "second", run_name="resume=last.pt", resume_ids={"wandb": run_id})
     assert second.run_id == run_id
     second.log({"epoch": 1, "step": 20, "val/acc": 0.6})
     second.finish()
@@ -266,7 +281,9 @@ def test_init_gets_the_explicit_mode_dir_names_and_resume(run_dir, monkeypatch):
     loggers.finish(failed=True)
     assert run.finished == [1]
 
-    build_loggers(wandb_cfg(run_name="mine", group="g"), run_dir, run_name="seed=1", group="sweep", resume_id="abc")
+    build_loggers(
+        wandb_cfg(run_name="mine", group="g"), run_dir, run_name="seed=1", group="sweep", resume_ids={"wandb": "abc"}
+    )
     assert (calls[1]["name"], calls[1]["group"], calls[1]["id"], calls[1]["resume"]) == ("mine", "g", "abc", "allow")
 
 
@@ -303,7 +320,7 @@ def test_wandb_config_defaults_to_offline(monkeypatch):
     conf = Path(__file__).resolve().parents[3] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base=None):
         cfg = compose("config", overrides=["logger=wandb"])
-    assert cfg.logger.name == "wandb" and cfg.logger.mode == "offline" and cfg.logger.log_images is True
+    assert cfg.logger.trackers.wandb and cfg.logger.mode == "offline" and cfg.logger.log_images is True
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert cfg.logger.mode == "disabled"
 

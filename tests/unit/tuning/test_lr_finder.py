@@ -288,6 +288,23 @@ def test_lr_find_script_composes_the_train_config_and_writes_its_outputs(tmp_pat
     assert (run_dir / "lr_finder.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_lr_find_script_sweeps_the_task_s_own_training_loss(tmp_path):
+    # A task with its own loss (ten times the cross-entropy): the curve is that loss, not a cross-entropy.
+    run_dir = tmp_path / "run"
+    returncode, _, stderr = run_here(
+        "scripts/lr_find.py",
+        f"hydra.run.dir={run_dir}",
+        "model.widths=[4,8,8]",
+        "task._target_=tasks_for_tests.TenfoldLoss",
+        "++lr_finder.num_steps=3",
+        "++lr_finder.min_lr=1e-6",
+        "++lr_finder.max_lr=1e-5",
+    )
+    saved = json.loads((run_dir / "lr_finder.json").read_text())  # written before the suggestion is judged
+    # 10 digits at initialization: cross-entropy ~ln(10) = 2.3, so the task's loss is ~23
+    assert min(saved["raw_losses"]) > 15, (returncode, stderr[-2000:])
+
+
 def test_lr_find_script_reports_bad_input_in_one_line(tmp_path):
     returncode, _, stderr = run_here("scripts/lr_find.py", f"hydra.run.dir={tmp_path}", "++lr_finder.max_lr=-1")
     assert returncode == 1

@@ -1,107 +1,22 @@
-"""Where metrics go: metrics.jsonl always (the run's record), plus the tracker chosen by `logger`.
-
-train.py talks to one `Loggers` object: `log(metrics)` for every metrics dict (each carries
-`epoch` and `step`), `log_image(key, image, step)`, `log_masks(...)` for images with their true and
-predicted masks (trainkit.tracking.prediction_images), `summary(values)` for the run's headline
-numbers, and `finish(failed=...)` in a `finally`. A tracker that has no use for a call ignores it.
-"""
+"""Weights & Biases (logger=wandb), and the run name and group it gets from Hydra."""
 
 from __future__ import annotations
 
-import csv
-import json
 import logging
-import math
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-if TYPE_CHECKING:  # the config check imports this module for its names: it need not import torch
+from trainkit.tracking.loggers.base import Logger
+
+if TYPE_CHECKING:
     from torch import Tensor
 
-LOGGERS = ("none", "csv", "wandb")
 WANDB_MODES = ("offline", "online", "disabled")
 
 log = logging.getLogger(__name__)
-
-
-def finite_or_null(value: Any) -> Any:
-    """`value` with every NaN or infinite float inside (dicts, lists) replaced by None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_null(item) for item in value]
-    return value
-
-
-def strict_json(value: Any, indent: int | None = None) -> str:
-    """JSON that strict readers accept: null, never the bare NaN or Infinity Python writes."""
-    return json.dumps(finite_or_null(value), indent=indent, allow_nan=False)
-
-
-class Logger:
-    """What every logger answers; the defaults do nothing, so each logger writes only what it keeps."""
-
-    run_id: str | None = None  # a tracker's own run id, stored in checkpoints to resume the same run
-
-    def log(self, metrics: dict) -> None:
-        pass
-
-    def log_image(self, key: str, image: object, step: int) -> None:
-        pass
-
-    def log_masks(
-        self, key: str, images: Tensor, true_masks: Tensor, predicted_masks: Tensor, class_names: list[str], step: int
-    ) -> None:
-        """`images`: uint8 RGB [N, H, W, 3]; the masks: class indices [N, H, W]; all on the CPU."""
-
-    def summary(self, values: dict) -> None:
-        pass
-
-    def finish(self, failed: bool = False) -> None:
-        pass
-
-
-class JsonlLogger(Logger):
-    """One JSON object a line, appended and flushed as it comes, so a crashed run keeps its history."""
-
-    def __init__(self, path: Path):
-        # Open for the whole run (closed in finish): a line is flushed as each metric comes in.
-        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
-
-    def log(self, metrics: dict) -> None:
-        self.file.write(strict_json(metrics) + "\n")
-        self.file.flush()
-
-    def finish(self, failed: bool = False) -> None:
-        self.file.close()
-
-
-class CsvLogger(Logger):
-    """A table with one column per metric. Columns appear as metrics do, so the file is rewritten
-    on each log; runs log at most a few thousand rows, which keeps that cheap. Appended to, as
-    metrics.jsonl is: a resume keeps the rows before it (resume trims those written after its checkpoint)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.rows: list[dict] = []
-        self.columns: list[str] = []
-        if path.is_file():  # the cells come back as text, and are written back unchanged
-            with open(path, newline="", encoding="utf-8") as f:
-                reader = csv.DictReader(f)
-                self.columns, self.rows = list(reader.fieldnames or []), list(reader)
-
-    def log(self, metrics: dict) -> None:
-        self.rows.append(metrics)
-        self.columns += [k for k in metrics if k not in self.columns]
-        with open(self.path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns)
-            writer.writeheader()
-            writer.writerows(self.rows)
 
 
 class WandbLogger(Logger):
@@ -223,61 +138,12 @@ class WandbLogger(Logger):
                 log.warning(f"W&B could not finish the run ({type(error).__name__}: {error})")
                 return
             if self.offline_dir is not None:
-                sync = f"wandb sync {shlex.quote(str(self.offline_dir))}"
-                log.info(f"W&B offline run in {self.offline_dir}; upload it with: {sync}")
-
-
-class Loggers:
-    """Fans every call out to each logger, so train.py logs once."""
-
-    def __init__(self, loggers: list):
-        self.loggers = loggers
-
-    @property
-    def run_id(self) -> str | None:
-        """The tracker's run id (W&B), or None; train.py keeps it in checkpoints to resume that run."""
-        return next((logger.run_id for logger in self.loggers if getattr(logger, "run_id", None)), None)
-
-    def log(self, metrics: dict) -> None:
-        for logger in self.loggers:
-            logger.log(metrics)
-
-    def log_image(self, key: str, image: object, step: int) -> None:
-        for logger in self.loggers:
-            logger.log_image(key, image, step)
-
-    def log_masks(
-        self, key: str, images: Tensor, true_masks: Tensor, predicted_masks: Tensor, class_names: list[str], step: int
-    ) -> None:
-        for logger in self.loggers:
-            logger.log_masks(key, images, true_masks, predicted_masks, class_names, step)
-
-    def summary(self, values: dict) -> None:
-        for logger in self.loggers:
-            logger.summary(values)
-
-    def finish(self, failed: bool = False) -> None:
-        for logger in self.loggers:
-            logger.finish(failed=failed)
-
-
-def build_loggers(
-    cfg: DictConfig,
-    run_dir: Path,
-    config: dict | None = None,
-    run_name: str | None = None,
-    group: str | None = None,
-    resume_id: str | None = None,
-) -> Loggers:
-    """metrics.jsonl plus the tracker `cfg.name`. `config` (a plain dict: the resolved run config),
-    `run_name`, `group` and `resume_id` go to W&B; see `wandb_names` for the names. trainkit.config.validation
-    checked `cfg.name` (one of LOGGERS) and `cfg.mode` (one of WANDB_MODES)."""
-    loggers: list[Logger] = [JsonlLogger(run_dir / "metrics.jsonl")]
-    if cfg.name == "csv":
-        loggers.append(CsvLogger(run_dir / cfg.get("filename", "metrics.csv")))
-    elif cfg.name == "wandb":
-        loggers.append(WandbLogger(cfg, run_dir, config=config, run_name=run_name, group=group, resume_id=resume_id))
-    return Loggers(loggers)
+                # A resumed offline run writes a folder of its own, under the same run id: each part
+                # must be synced, in order (their names start with their start time).
+                parts = sorted(self.offline_dir.parent.glob(f"offline-run-*-{run.id}")) or [self.offline_dir]
+                sync = "wandb sync " + " ".join(shlex.quote(str(part)) for part in parts)
+                where = self.offline_dir if len(parts) == 1 else f"{len(parts)} parts in {self.offline_dir.parent}"
+                log.info(f"W&B offline run in {where}; upload it with: {sync}")
 
 
 def wandb_names(hydra_cfg: Any = None, run_dir: Path | None = None) -> tuple[str | None, str | None]:

@@ -1,0 +1,136 @@
+"""One GPU per sweep trial: parallel jobs of a multirun on one machine never share a GPU.
+
+    python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=4 optimizer.lr=0.1,0.05,0.02,0.01
+
+On a machine with G >= 2 visible GPUs, each job of a multirun claims free GPUs before it trains
+(`sweep.assign_gpus`, on by default): one, or `distributed.nproc_per_node` for a `distributed=ddp`
+trial (null: all G); a trial that wants more than G is refused in one line. A job that finds none
+free waits for one (n_jobs > G). The claim is an flock on `<sweep dir>/.gpus/<index>.lock`, held
+while the job runs:
+
+- it does not depend on the launcher: joblib's loky workers are reused from job to job and have no
+  stable index a job could read, n_jobs may exceed G, and the basic launcher runs jobs one by one;
+- the kernel drops an flock when its holder exits or is killed, so a crashed trial never keeps its GPU;
+- it is visible: `<index>.lock` names the process that holds it.
+
+A one-process trial trains on `device=cuda:<index>` (set in its config: a reused worker may have
+touched CUDA already, after which CUDA_VISIBLE_DEVICES no longer counts); a DDP trial starts its
+workers with CUDA_VISIBLE_DEVICES set to its GPUs, so local rank r uses the r-th of them. Nothing is
+assigned under torchrun or a multi-task SLURM step (the processes have their devices), in submitit's
+jobs (SLURM gives each its own GPUs), with one GPU or none, or with an explicit `device=cuda:N`.
+Two sweeps with different sweep directories on one machine do not see each other's claims: run
+them one after the other, or give one of them CUDA_VISIBLE_DEVICES.
+"""
+
+import contextlib
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.checkpointing.sweep_continuation import in_multirun
+from trainkit.distributed.process_group import launched_externally
+from trainkit.errors import ConfigError
+
+log = logging.getLogger("sweep")
+WAIT_SECONDS = 1.0  # between looks for a free GPU, while every one is claimed
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (a child given a subset of
+    these names sees exactly that subset)."""
+    count = torch.cuda.device_count()
+    listed = [name.strip() for name in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if name.strip()]
+    return listed[:count] if len(listed) >= count else [str(index) for index in range(count)]
+
+
+@contextlib.contextmanager
+def gpus_for_this_trial(cfg: DictConfig, sweep_dir: Path | None = None, multirun: bool | None = None) -> Iterator[None]:
+    """Within: this trial's own GPUs (see the module's docstring); nothing changes outside a parallel
+    multirun on several GPUs. `sweep_dir` and `multirun` come from Hydra when None (tests pass them)."""
+    multirun = in_multirun() if multirun is None else multirun
+    if not _assigns(cfg, multirun):
+        yield
+        return
+    gpus = visible_gpus()
+    ddp = cfg.distributed.name == "ddp"
+    wanted = (cfg.distributed.nproc_per_node or len(gpus)) if ddp else 1
+    if wanted > len(gpus):
+        raise ConfigError(
+            "distributed.nproc_per_node",
+            f"is {wanted}: a DDP trial of this sweep takes {wanted} GPUs but this machine has {len(gpus)}; "
+            f"set distributed.nproc_per_node<={len(gpus)}",
+        )
+    if sweep_dir is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        sweep_dir = Path(HydraConfig.get().sweep.dir)
+    with claimed(sweep_dir / ".gpus", len(gpus), wanted) as indices:
+        names = [gpus[index] for index in indices]
+        log.info(f"this trial trains on GPU {','.join(names)} (claimed in {sweep_dir / '.gpus'}; sweep.assign_gpus)")
+        if not ddp:
+            cfg.device = f"cuda:{indices[0]}"
+            yield
+            return
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(names)  # the DDP workers, started now, see these alone
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
+def _assigns(cfg: DictConfig, multirun: bool) -> bool:
+    if not multirun or not OmegaConf.select(cfg, "sweep.assign_gpus", default=True):
+        return False
+    if launched_externally() or os.environ.get("SUBMITIT_EXECUTOR"):
+        return False  # torchrun/SLURM tasks have their devices; a submitit job has its own allocation
+    return cfg.device in ("auto", "cuda") and torch.cuda.device_count() >= 2
+
+
+@contextlib.contextmanager
+def claimed(lock_dir: Path, count: int, wanted: int) -> Iterator[list[int]]:
+    """`wanted` of the indices 0..count-1 that no other process holds, held (flock) while the block
+    runs; waits while fewer are free. All or none: a trial never holds some GPUs while it waits for more,
+    so two DDP trials cannot block each other."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    waiting_said = False
+    while True:
+        held: list[tuple[int, IO[str]]] = []
+        for index in range(count):
+            file: IO[str] = open(lock_dir / f"{index}.lock", "a+")  # noqa: SIM115  # closed below, or when released
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                file.close()
+                continue
+            held.append((index, file))
+            if len(held) == wanted:
+                break
+        if len(held) == wanted:
+            break
+        for _, file in held:
+            file.close()  # closing drops the flock
+        if not waiting_said:
+            log.info(f"waiting for {wanted} free GPU{'s' if wanted > 1 else ''} (every one is claimed in {lock_dir})")
+            waiting_said = True
+        time.sleep(WAIT_SECONDS)
+    try:
+        for _, file in held:
+            file.seek(0)
+            file.truncate()
+            file.write(f"process {os.getpid()}\n")
+            file.flush()
+        yield [index for index, _ in held]
+    finally:
+        for _, file in held:
+            file.close()

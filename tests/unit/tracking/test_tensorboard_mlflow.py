@@ -1,0 +1,117 @@
+"""logger=tensorboard and logger=mlflow, each read back with its own reader: TensorBoard's
+EventAccumulator, MLflow's client on the local file store."""
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import composed
+from trainkit.tracking.loggers import build_loggers, tracker_names
+
+pytest.importorskip("tensorboard")
+mlflow = pytest.importorskip("mlflow")
+from mlflow.tracking import MlflowClient  # noqa: E402
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+
+CONFIG = {"seed": 0, "optimizer": {"lr": 0.1, "name": "sgd"}, "data": {"mean": [0.5]}, "resume": None}
+PROVENANCE = {"code": "abc1234+dirty", "git": {"commit": "abc1234" * 5, "branch": "main", "dirty": True}}
+
+
+def events(run_dir) -> EventAccumulator:
+    accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0, "tensors": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def mlflow_cfg(tmp_path, **more):
+    return OmegaConf.create(
+        {"trackers": {"mlflow": True}, "tracking_uri": str(tmp_path / "mlruns"), "experiment": "tests", **more}
+    )
+
+
+def test_logger_list_merges_the_trackers_of_each_file():
+    cfg = composed("logger=[wandb,tensorboard,mlflow]")
+    assert tracker_names(cfg.logger) == ["wandb", "tensorboard", "mlflow"]
+    assert cfg.logger.project == "trainkit" and cfg.logger.experiment == "trainkit"  # each file's own keys
+    assert tracker_names(composed("logger=none").logger) == []
+    assert tracker_names(OmegaConf.create({"name": "csv"})) == ["csv"]  # a config from before `trackers`
+
+
+def test_tensorboard_writes_scalars_images_text_and_hparams_in_the_run_folder(tmp_path):
+    cfg = OmegaConf.create({"trackers": {"tensorboard": True}, "log_images": True})
+    loggers = build_loggers(cfg, tmp_path, config=CONFIG, provenance=PROVENANCE)
+    loggers.log({"epoch": 0, "step": 5, "train/step_loss": 2.0, "lr": 0.1})
+    loggers.log({"epoch": 0, "step": 10, "val/acc": 0.5, "val/loss": float("nan")})
+    loggers.log_image("train/samples", np.zeros((8, 12, 3), dtype=np.uint8), step=0)
+    loggers.summary({"best/val/acc": 0.5, "test/acc": 0.75, "stop_reason": "max_epochs"})
+    loggers.finish()
+    assert [p.parent for p in tmp_path.rglob("events.out.tfevents.*")] == [tmp_path, tmp_path]  # no subfolder
+    found = events(tmp_path)
+    assert [(e.step, e.value) for e in found.Scalars("train/step_loss")] == [(5, 2.0)]
+    assert [(e.step, e.value) for e in found.Scalars("val/acc")] == [(10, 0.5)]
+    assert "epoch" not in found.Tags()["scalars"]
+    assert found.Scalars("hparam/test/acc")[0].value == 0.75
+    image = found.Images("train/samples")[0]
+    assert (image.width, image.height) == (12, 8)
+    text = {tag: found.Tensors(tag)[0].tensor_proto.string_val[0].decode() for tag in found.Tags()["tensors"]}
+    assert "lr: 0.1" in text["config/text_summary"] and "abc1234+dirty" in text["provenance/text_summary"]
+
+
+def test_tensorboard_resume_appends_and_hides_what_the_first_part_logged_after_the_checkpoint(tmp_path):
+    cfg = OmegaConf.create({"trackers": {"tensorboard": True}})
+    first = build_loggers(cfg, tmp_path)
+    for step in (1, 2, 3):
+        first.log({"epoch": 0, "step": step, "train/step_loss": float(step)})
+    first.finish()
+    second = build_loggers(cfg, tmp_path, resume_step=1)  # the checkpoint stood at step 1
+    second.log({"epoch": 0, "step": 2, "train/step_loss": 20.0})
+    second.finish()
+    assert [(e.step, e.value) for e in events(tmp_path).Scalars("train/step_loss")] == [(1, 1.0), (2, 20.0)]
+
+
+def test_mlflow_records_params_metrics_tags_artifacts_and_a_failed_status(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text("{}")
+    loggers = build_loggers(mlflow_cfg(tmp_path), run_dir, config=CONFIG, provenance=PROVENANCE, run_name="lr=0.1")
+    run_id = loggers.run_ids["mlflow"]
+    loggers.log({"epoch": 0, "step": 5, "train/step_loss": 2.0})
+    loggers.log({"epoch": 0, "step": 10, "val/acc": 0.5})
+    loggers.summary({"best/val/acc": 0.5, "stop_reason": "non-finite loss"})
+    loggers.finish(failed=True)
+    client = MlflowClient(f"file:{tmp_path / 'mlruns'}")
+    run = client.get_run(run_id)
+    assert run.info.status == "FAILED" and run.info.run_name == "lr=0.1"
+    assert run.data.params == {"seed": "0", "optimizer.lr": "0.1", "optimizer.name": "sgd", "data.mean": "[0.5]",
+                               "resume": "None"}  # fmt: skip
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "train/step_loss")] == [(5, 2.0)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "best/val/acc")] == [(10, 0.5)]
+    assert run.data.tags["mlflow.source.git.commit"] == "abc1234" * 5
+    assert run.data.tags["provenance.code"] == "abc1234+dirty"
+    assert [a.path for a in client.list_artifacts(run_id)] == ["summary.json"]
+
+
+def test_mlflow_resume_continues_the_same_run(tmp_path):
+    first = build_loggers(mlflow_cfg(tmp_path), tmp_path, config={"seed": 0})
+    run_id = first.run_ids["mlflow"]
+    first.log({"epoch": 0, "step": 1, "val/acc": 0.5})
+    first.finish(failed=True)  # stopped (preempted): resumed below
+    second = build_loggers(
+        mlflow_cfg(tmp_path), tmp_path, config={"seed": 0, "extra": 1}, resume_ids={"mlflow": run_id}
+    )
+    assert second.run_ids == {"mlflow": run_id}
+    second.log({"epoch": 1, "step": 2, "val/acc": 0.75})
+    second.finish()
+    client = MlflowClient(f"file:{tmp_path / 'mlruns'}")
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "val/acc")] == [(1, 0.5), (2, 0.75)]
+    assert client.get_run(run_id).data.params == {"seed": "0", "extra": "1"}
+    assert len(client.search_runs([client.get_experiment_by_name("tests").experiment_id])) == 1
+
+
+def test_mlflow_that_cannot_start_warns_and_training_goes_on(tmp_path, caplog):
+    loggers = build_loggers(mlflow_cfg(tmp_path), tmp_path, resume_ids={"mlflow": "no-such-run"})
+    loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
+    loggers.finish()
+    assert "MLflow could not start" in caplog.text and "metrics.jsonl" in caplog.text
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1

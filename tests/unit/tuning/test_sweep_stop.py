@@ -1,0 +1,48 @@
+"""SIGTERM to a parallel sweep's launching process stops the whole sweep: every running job saves, exit 75."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+from trainkit.tuning.sweep_stop import _alive, worker_processes
+
+
+@pytest.mark.slow  # a sweep of worker processes
+def test_sigterm_to_a_joblib_sweep_stops_every_job_with_a_checkpoint(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "trainer.max_epochs=500",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+        "data.batch_size=8",
+        "print_config=false",
+        "trainer.progress_bar=false",
+        "seed=1,2,3",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
+    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    checkpoints = [sweep_dir / job / "checkpoints" / "last.pt" for job in ("0", "1")]
+    deadline = time.monotonic() + 120
+    while not all(c.is_file() for c in checkpoints) and time.monotonic() < deadline and sweep.poll() is None:
+        time.sleep(0.2)
+    workers = worker_processes(sweep.pid)
+    assert len(workers) == 2, workers  # the two loky workers (the resource trackers ignore SIGTERM)
+    sweep.send_signal(signal.SIGTERM)
+    output, _ = sweep.communicate(timeout=120)
+    assert sweep.returncode == 75, output[-3000:]
+    assert not any(_alive(pid) for pid in workers)  # no worker trains on
+    assert (
+        "sweep stopped by SIGTERM: the running jobs saved their checkpoints (exit code 75); continue with: python "
+        "train.py -m hydra/launcher=joblib" in output
+    )
+    for job in ("0", "1"):  # each running job stopped at an update and saved there
+        assert "stopped by SIGTERM at epoch" in (sweep_dir / job / "train.log").read_text()
