@@ -30,7 +30,7 @@ from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_
                                     load_checkpoint, load_weights, own_run_directory,
                                     refuse_another_world_size_inside_an_epoch, restore_optimizer_and_schedule,
                                     restore_rank_rng_states, resumed_config, rng_states, save_checkpoint, stop_signal,
-                                    stopped, trained_to_the_end, unwrap_model)
+                                    stopped, stopped_before_training, trained_to_the_end, unwrap_model)
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import DataBundle, build_data, check_same_data
@@ -338,9 +338,12 @@ def start_logging(run: Run, provenance: dict) -> None:
 
 def find_lr(run: Run) -> None:
     """LR range test on the real model and data (every rank takes part; rank 0 plots). Model,
-    optimizer and RNG are restored after; with lr_finder.apply the suggestion becomes the base LR."""
+    optimizer and RNG are restored after; with lr_finder.apply the suggestion becomes the base LR.
+    A stop signal ends it within a step: nothing trained yet, so nothing saved (exit 75)."""
     plot = run.run_dir / "lr_finder.png" if run.proc.is_main else None
-    result = lr_range_test_for_run(run, plot)
+    result = lr_range_test_for_run(run, plot, should_stop=lambda: stop_signal(run.device, agree=True))
+    if result.stopped_by:  # within a step of the signal; model and optimizer are as before the finder
+        raise stopped_before_training(result.stopped_by, "during the LR finder")
     if plot:
         run.loggers.log_image("lr_finder", plot, run.step)
     if run.cfg.lr_finder.apply and result.suggestion:

@@ -23,7 +23,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0],
         epilog="example: python scripts/preprocess.py /data/cache32 data.root=/data/images data.image_size=32",
     )
-    parser.add_argument("cache_dir", type=Path, help="where to write the cache (created; its arrays are replaced)")
+    parser.add_argument(
+        "cache_dir", type=Path, help="where to write the cache (created, or replaced once the new one is complete)"
+    )
     parser.add_argument(
         "overrides", nargs="*", help="train.py overrides (data.root=... is required; data=imagefolder by default)"
     )
@@ -69,6 +71,10 @@ def main(argv: list[str]) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # write_cache removed the partial cache; one that was there is untouched
+        kept = "the cache there is as it was" if (args.cache_dir / "meta.json").is_file() else "no cache was written"
+        print(f"interrupted: {args.cache_dir}: {kept}", file=sys.stderr)
+        return 130  # what a shell reports for a process ended by Ctrl-C
     counts = ", ".join(f"{split} {count}" for split, count in meta["counts"].items())
     print(
         f"cached {counts} images of {meta['channels']}x{meta['image_size']}x{meta['image_size']}, "

@@ -7,6 +7,7 @@ one ConfigError line that says what was found and what to do, not a stack trace 
 """
 
 import os
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -163,14 +164,39 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
     optimizer.load_state_dict(state)
 
 
-def check_output_dir(directory: str | None) -> None:
-    """The run directory can be created and written (None: Hydra's default under ./outputs)."""
+def check_output_dir(directory: str | None, key: str = "hydra.run.dir") -> None:
+    """The run directory can be created and written (None: Hydra's default under ./outputs). Every
+    way it cannot (a file in the way, no permission, a read-only or virtual file system such as /proc
+    or /sys, a name longer than the file system allows) is one ConfigError line naming `key`, the
+    path and the reason, before Hydra tries and fails with a traceback."""
     path = Path(directory or "outputs").expanduser().absolute()
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    key = "hydra.run.dir" if directory else "hydra.run.dir (default ./outputs)"
-    if not existing.is_dir():
-        raise ConfigError(key, f"{path} cannot be created: {existing} is a file, not a directory; choose another path")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(key, f"{path} cannot be written: no write permission in {existing}; choose another path")
+    key = key if directory else f"{key} (default ./outputs)"
+    try:
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise ConfigError(
+                key, f"{path} cannot be created: {existing} is a file, not a directory; choose another path"
+            )
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ConfigError(key, f"{path} cannot be written: no write permission in {existing}; choose another path")
+        longest = max(path.relative_to(existing).parts, key=lambda name: len(os.fsencode(name)), default="")
+        limit = os.pathconf(existing, "PC_NAME_MAX")
+        if len(os.fsencode(longest)) > limit:
+            raise ConfigError(
+                key,
+                f"{path} cannot be created: the name {longest[:40]}... is {len(os.fsencode(longest))} bytes, more "
+                f"than the {limit} the file system allows; choose a shorter name",
+            )
+        # What permissions cannot tell (root may "write" to /proc; a read-only mount): try, and leave nothing.
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".trainkit-check-", dir=existing))
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise ConfigError(
+                key, f"{path} cannot be created: {existing} takes no new directories ({reason}); choose another path"
+            ) from None
+    except OSError as error:  # also from exists() (a name too long, a loop of links)
+        reason = error.strerror or str(error)
+        raise ConfigError(key, f"{path} cannot be created: {reason}; choose another path") from None

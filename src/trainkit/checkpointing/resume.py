@@ -29,7 +29,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.checkpointing.continued_run import finished_message, has_summary, trim_csv, trim_metrics
-from trainkit.checkpointing.overrides import config_with_overrides, flatten
+from trainkit.checkpointing.overrides import config_with_overrides, flatten, hydra_quote
 from trainkit.checkpointing.sweep_continuation import in_multirun, refuse_another_trial
 from trainkit.errors import ConfigError
 from trainkit.tracking.loggers import tracker_names
@@ -53,6 +53,23 @@ def _value(argv: list[str], key: str) -> str | None:
     return None
 
 
+_PLAIN = re.compile(r"[\w/.:@%+~-]*", re.ASCII)  # a value Hydra reads unquoted as this one string
+
+
+def _quoted_if_a_path(arg: str) -> str:
+    """`key=value` with the value quoted for Hydra where it names an existing path that Hydra would
+    misread unquoted (commas and '=' from hydra.job.override_dirname, spaces, non-ASCII letters):
+    eval.py's checkpoint=, data.root=, a resume=auto run's hydra.run.dir=. resume= is quoted below."""
+    key, sep, value = arg.partition("=")
+    if not sep or arg.startswith("-") or key == "resume" or value[:1] in ("'", '"') or _PLAIN.fullmatch(value):
+        return arg
+    try:
+        exists = Path(value).expanduser().exists()
+    except (OSError, ValueError):  # not a path (too long, a NUL): Hydra reads it as it is
+        return arg
+    return f"{key}={hydra_quote(value)}" if exists else arg
+
+
 def run_dir_of(checkpoint: Path) -> Path | None:
     """The run directory holding `checkpoint` (<run>/checkpoints/<file> next to <run>/.hydra), if any."""
     run_dir = checkpoint.resolve().parent.parent
@@ -71,6 +88,7 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     checkpoint and the output directory first; raises ConfigError (one line) when either is unusable.
     `resumes=False`: the script continues no run, and resume= is refused."""
     global _command_line
+    argv = [argv[0], *map(_quoted_if_a_path, argv[1:])]
     overrides = [arg for arg in argv[1:] if not arg.startswith("-") and ("=" in arg or arg.startswith("~"))]
     _command_line = overrides
     if any(arg in INFO_FLAGS for arg in argv):  # --help, --cfg job, ...: nothing is trained or written
@@ -82,9 +100,11 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     if not resumes and resume not in (None, "", "null", "None"):
         raise ConfigError("resume", f"{Path(argv[0]).name} continues no run; drop resume= (train.py resume= does)")
     if resume in (None, "", "null", "None", AUTO):
-        check_output_dir(_value(overrides, "hydra.sweep.dir" if multirun else "hydra.run.dir"))
+        key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+        check_output_dir(_value(overrides, key), key)
         return argv
-    if multirun or "," in resume:
+    given_path = Path(resume).expanduser()
+    if multirun or ("," in resume and not given_path.exists()):  # a path may hold commas (override_dirname's)
         raise ConfigError(
             "resume",
             "continues one run and cannot be part of a multirun (-m); resume each run directory on its own, "
@@ -93,9 +113,12 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     checkpoint = find_checkpoint(resume)
     read_checkpoint(checkpoint, mmap=True)  # readable, a training checkpoint, of this format
     run_dir, given = run_dir_of(checkpoint), _value(overrides, "hydra.run.dir")
+    # Paths go to Hydra quoted: a directory named with commas, '=' or non-ASCII letters is one value.
+    own = [f"resume={hydra_quote(str(given_path))}" if arg.startswith("resume=") else arg for arg in argv[1:]]
+    _command_line = [f"resume={hydra_quote(str(given_path))}" if o.startswith("resume=") else o for o in overrides]
     if run_dir is None:  # a checkpoint outside a run directory: a new run directory continues it
         check_output_dir(given)
-        return argv
+        return [argv[0], *own]
     if given is not None and Path(given).resolve() != run_dir:
         raise ConfigError(
             "hydra.run.dir",
@@ -107,7 +130,7 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     replayed = [str(o) for o in OmegaConf.load(saved)] if saved.is_file() else []
     replayed = [o for o in replayed if not o.startswith(("resume=", "hydra.run.dir="))]
     # Hydra writes no .hydra/ now (a refused override would land in overrides.yaml); resumed_config does, once resolved.
-    return [argv[0], f"hydra.run.dir={run_dir}", "hydra.output_subdir=null", *replayed, *argv[1:]]
+    return [argv[0], f"hydra.run.dir={hydra_quote(str(run_dir))}", "hydra.output_subdir=null", *replayed, *own]
 
 
 def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, bool]:

@@ -1,10 +1,13 @@
-"""Stop a run cleanly on SIGTERM, SIGUSR1 or SIGINT: finish the optimizer step, save, exit 75.
+"""Stop a run cleanly on SIGTERM, SIGUSR1, SIGINT or SIGHUP: finish the optimizer step, save, exit 75.
 
 SLURM sends SIGTERM before a time limit or a preemption (or the signal of `--signal=USR1@120`);
-Ctrl-C sends SIGINT. A handler here only records the request. train.py's `stop_reason` reads it
-after each optimizer update; the run then writes checkpoints/last.pt at that exact position,
-says in one line how to resume, and the process exits with EXIT_STOPPED (75, sysexits' EX_TEMPFAIL:
-"try again later"). A second Ctrl-C aborts at once (exit 130) without saving.
+Ctrl-C sends SIGINT; a closed terminal or a dropped ssh session sends SIGHUP. SIGQUIT (Ctrl-\\) is
+left alone: it stays the way to quit at once, without saving. A handler here only records the
+request. train.py's `stop_reason` reads it after each optimizer update; the run then writes
+checkpoints/last.pt at that exact position, says in one line how to resume, and the process
+exits with EXIT_STOPPED (75, sysexits' EX_TEMPFAIL: "try again later"). A second Ctrl-C before
+the checkpoint is written aborts at once (exit 130) without saving, in one line; once it is
+written, the process exits 75 whatever else arrives.
 
 Under DDP every rank must stop after the same update, or one would wait alone in the next
 gradient all-reduce. Agreeing takes a collective, and on a GPU reading its result is a host sync,
@@ -13,10 +16,12 @@ trainer.log_every_n_steps updates; one extra one-element all-reduce there) and a
 epoch. A single process reads its own flag after every update, which costs nothing.
 
 Self-started DDP workers (trainkit.distributed.launch): the parent handles the signals, not torch's elastic
-agent, and passes each on to its workers as SIGTERM (a terminal's Ctrl-C reaches the workers too;
-SIGINT plus SIGTERM is still one request). Under torchrun the agent passes SIGTERM and SIGINT on
-itself, right after the terminal's own SIGINT: a SIGINT within SAME_CTRL_C_SECONDS of the first
-is taken as the same Ctrl-C.
+agent, and passes each on to its workers as the same signal, so the stop line names the one the
+user sent (a terminal's Ctrl-C reaches the workers too: within SAME_CTRL_C_SECONDS, one request).
+Workers start with the stop signals blocked and take one that came meanwhile once they listen
+(trainkit.distributed.launch), so a stop in the first second is as clean. Under torchrun the
+agent passes SIGTERM and SIGINT on itself, right after the terminal's own SIGINT: a SIGINT within
+SAME_CTRL_C_SECONDS of the first is taken as the same Ctrl-C.
 
 Under submitit (Hydra's submitit launchers, e.g. hydra/launcher=slurm): submitit warns of a timeout
 or a preemption with its own signal, SIGUSR2 (env SUBMITIT_PREEMPT_SIGNAL), whose handler would
@@ -28,9 +33,11 @@ exit 75. SIGTERM stays a plain stop (scancel, or SLURM's own preemption notice: 
 with PreemptMode=REQUEUE, the job does not).
 """
 
+import contextlib
 import logging
 import multiprocessing
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -43,14 +50,16 @@ from types import FrameType
 import torch
 
 from trainkit.checkpointing.files import latest_checkpoint
-from trainkit.distributed.process_group import barrier, is_distributed
+from trainkit.distributed.process_group import barrier, is_distributed, process_info
 
 log = logging.getLogger("train")
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
 EXIT_STOPPED = 75  # stopped by a signal, checkpoint written, resumable (sysexits.h EX_TEMPFAIL)
 EXIT_ABORTED = 130  # a second Ctrl-C: what a shell reports for a process ended by SIGINT
 SAME_CTRL_C_SECONDS = 1.0
+# Set by the parent of self-started DDP workers on a stop signal: a worker spawned after it stops too.
+STOP_ENV = "TRAINKIT_STOP_REQUESTED"
 
 
 # submitit's signal before a timeout or on a preemption (submitit.JobEnvironment.USR_SIG): USR2 unless
@@ -86,6 +95,7 @@ _requested: str | None = None  # the first stop signal this process received
 _first_ctrl_c: float | None = None  # when (time.monotonic) the first SIGINT came
 _requeue: Callable[[int, FrameType | None], object] | None = None  # submitit's handler, while its signal is ours
 _preempted = False  # submitit's signal came: hand over to its handler after the checkpoint
+_saved = False  # the stop is done (checkpoint written, or nothing to write): later signals change nothing
 
 
 def requested() -> str | None:
@@ -93,13 +103,22 @@ def requested() -> str | None:
     return _requested
 
 
+def request(name: str) -> None:
+    """Record a stop request named `name` as if its signal had come (the first request names the stop)."""
+    global _requested
+    _requested = _requested or name
+
+
 class _Abort(Exception):
     """A second Ctrl-C (never leaves a handler: each handler turns it into an exit)."""
 
 
 def _record(signum: int) -> None:
-    """Record a stop request; a later Ctrl-C (not the echo of the first) aborts."""
+    """Record a stop request; a later Ctrl-C (not the echo of the first) aborts, unless the
+    checkpoint is written already: then the stop goes on to its exit code 75."""
     global _requested, _first_ctrl_c, _preempted
+    if _saved:
+        return
     _preempted = _preempted or signum == submitit_signal()
     if signum == signal.SIGINT:
         now = time.monotonic()
@@ -117,7 +136,7 @@ def _abort(announce: bool) -> None:
 
 @contextmanager
 def stop_on_signals(announce_abort: bool = True) -> Iterator[None]:
-    """Within: SIGTERM, SIGUSR1 and SIGINT request a clean stop (see `requested`); a second
+    """Within: SIGTERM, SIGUSR1, SIGINT and SIGHUP request a clean stop (see `requested`); a second
     Ctrl-C exits at once, printing one line when `announce_abort`. The previous handlers come
     back on exit. Signal handlers belong to the main thread: elsewhere this changes nothing."""
     if threading.current_thread() is not threading.main_thread():
@@ -136,49 +155,70 @@ def stop_on_signals(announce_abort: bool = True) -> Iterator[None]:
 
 @contextmanager
 def forward_to_workers() -> Iterator[None]:
-    """For the parent of self-started DDP workers: pass each stop signal on to the workers as
-    SIGTERM (they save and stop); a second Ctrl-C kills them and exits at once."""
+    """For the parent of self-started DDP workers: pass each stop signal on to the workers as the
+    same signal (they save and stop, and name it); a second Ctrl-C kills them and exits at once.
+    A worker still starting holds the signal blocked until it listens; one spawned after the signal
+    finds it in STOP_ENV (trainkit.distributed.launch)."""
 
     def forward(signum: int, frame: FrameType | None) -> None:
         try:
             _record(signum)
         except _Abort:
-            for child in multiprocessing.active_children():
-                os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]  # started: it has a pid
+            for pid in _child_pids():
+                os.kill(pid, signal.SIGKILL)
             _abort(announce=True)
-        for child in multiprocessing.active_children():
-            os.kill(child.pid, signal.SIGTERM)  # type: ignore[arg-type]
+        os.environ[STOP_ENV] = signal.Signals(signum).name  # inherited by workers spawned from now on
+        for pid in _child_pids():
+            os.kill(pid, signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    with _handlers(forward):
-        yield
+    try:
+        with _handlers(forward):
+            yield
+    finally:
+        os.environ.pop(STOP_ENV, None)
+
+
+def _child_pids() -> set[int]:
+    """This process's children: multiprocessing's, and (Linux) the kernel's list, which has a
+    worker that multiprocessing is still starting (forked, not yet in its list)."""
+    pids = {child.pid for child in multiprocessing.active_children() if child.pid}
+    for children in Path("/proc/self/task").glob("*/children"):  # no /proc: multiprocessing's list alone
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            pids.update(int(pid) for pid in children.read_text().split())
+    return pids
 
 
 @contextmanager
 def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     """`handler` for every stop signal, a fresh request state, and the previous handlers back after.
     A clean stop (Stopped) on submitit's signal leaves through submitit's handler (`hand_over`)."""
-    global _requested, _first_ctrl_c, _requeue, _preempted
+    global _requested, _first_ctrl_c, _requeue, _preempted, _saved
     previous = {s: signal.getsignal(s) for s in handled_signals()}
     submitits = previous.get(submitit_signal())  # type: ignore[arg-type]  # None: not a submitit job
     _requested, _first_ctrl_c, _preempted = None, None, False
     _requeue = submitits if callable(submitits) else None  # not SIG_DFL in DDP workers that submitit did not start
     for s in previous:
         signal.signal(s, handler)
+    leaving_stopped = False
     try:
         yield
     except Stopped:  # in the parent of self-started DDP workers: the workers saved and stopped
+        leaving_stopped = True
         leaving = hand_over()
         if leaving is None:
             raise
         log.warning("submitit requeued the job: it continues from checkpoints/last.pt with resume=auto")
         raise leaving from None
     finally:
+        # Stopped: the checkpoint is written and the process is on its way out with exit code 75. A
+        # late signal (the second Ctrl-C of an impatient user) must not turn that into a death by
+        # the signal with nothing said: the stop signals are ignored from here on.
         for s, old in previous.items():
-            signal.signal(s, old)
-        _requested, _first_ctrl_c, _requeue, _preempted = None, None, None, False
+            signal.signal(s, signal.SIG_IGN if leaving_stopped else old)
+        _requested, _first_ctrl_c, _requeue, _preempted, _saved = None, None, None, False, False
 
 
 def hand_over() -> SystemExit | None:
@@ -222,7 +262,9 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
     Stopped, or under submitit on its signal the first task's exit after requeueing the job. Every
     rank waits until rank 0 has written the checkpoint and requeued: no rank exits first (srun
     --kill-on-bad-exit would otherwise end rank 0 in the middle of either)."""
+    global _saved
     barrier()
+    _saved = True  # every rank has its checkpoint: from here a second Ctrl-C no longer aborts
     leaving = hand_over()
     if is_main:
         checkpoints = run_dir.resolve() / "checkpoints"
@@ -236,9 +278,23 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
     return leaving or Stopped()
 
 
+def stopped_before_training(name: str, when: str) -> Stopped:
+    """A stop before the first update (during the LR finder, while DDP workers start): nothing
+    was trained, so nothing is saved. One line says so and how to start again; exit 75 as any stop.
+    The caller raises the result (on every rank, where the ranks agreed on the stop)."""
+    global _saved
+    _saved = True
+    if process_info().is_main:
+        log.warning(
+            f"stopped by {name} {when}, before training: nothing trained or saved (exit code {EXIT_STOPPED}); "
+            "start again with the same command (resume=auto starts afresh)"
+        )
+    return Stopped()
+
+
 def _continue_command(checkpoint: Path) -> str:
     """A single run resumes its checkpoint; a multirun's job is continued by rerunning the whole sweep
     (trainkit.checkpointing.sweep_continuation): the finished jobs are not trained again."""
     from trainkit.checkpointing.sweep_continuation import sweep_rerun_command
 
-    return sweep_rerun_command() or f"python train.py resume={checkpoint}"
+    return sweep_rerun_command() or f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted as it is

@@ -14,12 +14,15 @@ augmentation still on the device, every epoch). A cache directory holds:
     <split>_labels.npy     int64 [N]
     <split>_files.txt      the source file of each row, in order
 
-meta.json is written last: a directory without it (an interrupted run) is not a cache.
+meta.json is written last: a directory without it is not a cache. The new cache is written into a
+sibling directory (`.<name>.partial-<pid>`) and swapped in by rename once complete, so an
+interrupted preprocess.py (Ctrl-C, a full disk, a kill) leaves a cache that was there as it was.
 """
 
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -39,16 +42,50 @@ SPLIT_KEYS = ("val_fraction", "test_fraction", "split_seed")  # matter only for 
 HOST_SHARE = 0.5  # a split larger than this share of the available host memory stays memory-mapped
 
 
+# What a cache directory holds (see above): the swap replaces a directory with these files only.
+CACHE_FILES = (
+    "meta.json",
+    *(f"{split}_{part}" for split in SPLITS for part in ("images.npy", "labels.npy", "files.txt")),
+)
+
+
 def write_cache(data: ImageFolder, out: Path, *, num_workers: int = 0, progress: bool = True) -> dict[str, Any]:
     """Decode the image folder `data` (`instantiate` of an `imagefolder` data config) into a cache at `out`;
-    return its meta."""
+    return its meta. Written beside `out` and swapped in at the end: until then a cache at `out`
+    stays whole and usable, and whatever stops the write (Ctrl-C too) removes the partial one."""
+    others = sorted(p.name for p in out.iterdir() if p.name not in CACHE_FILES) if out.is_dir() else []
+    if others:  # the swap replaces the whole directory: never take a user's files with it
+        raise ConfigError(
+            "cache_dir", f"{out} holds files that are not a cache's ({others[0]}); choose a new directory"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.parent / f".{out.name}.partial-{os.getpid()}"  # same file system: the rename is a move
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    try:
+        meta = _write_arrays(data, partial, num_workers, progress)
+        _swap_in(partial, out)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)  # interrupted: the partial cache goes, the old one stays
+    return meta
+
+
+def _swap_in(new: Path, out: Path) -> None:
+    """Put the finished cache `new` at `out`. Two renames: only between them (microseconds) is there
+    no cache at `out`; a directory cannot be replaced by another in one rename."""
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.exists():
+        os.replace(out, old)
+    os.replace(new, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_arrays(data: ImageFolder, out: Path, num_workers: int, progress: bool) -> dict[str, Any]:
     from tqdm import tqdm
 
     from trainkit.data.loaders import FileLoader
 
     datasets, classes = load_image_folder(data)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "meta.json").unlink(missing_ok=True)  # until the arrays are complete, this is not a cache
     assert data.root is not None, "the config check requires data.root (needs_root)"
     root = Path(data.root).expanduser().resolve()
     channels, size = data.channels, data.image_size

@@ -16,6 +16,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import signal
 import sys
 import traceback
 import uuid
@@ -26,7 +27,14 @@ from typing import Any, cast
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.checkpointing.signals import Stopped, forward_to_workers, stop_on_signals
+from trainkit.checkpointing.signals import (
+    STOP_ENV,
+    STOP_SIGNALS,
+    Stopped,
+    forward_to_workers,
+    request,
+    stop_on_signals,
+)
 from trainkit.distributed.process_group import (
     ProcessInfo,
     destroy_process_group,
@@ -54,7 +62,7 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[Dic
     nproc = processes_per_node(cfg.distributed)
     log.info(f"launching {nproc} {cfg.distributed.name.upper()} processes -> {run_dir}")
     script, function = train_process.__code__.co_filename, train_process.__name__
-    with forward_to_workers():
+    with forward_to_workers():  # from the first second: the workers start with the stop signals blocked
         result = launch_local_workers(nproc, script, function, worker_config(cfg), str(run_dir))[0]
         if isinstance(result, (Stopped, RunFailed)):  # the workers stopped cleanly and said why (inside: a
             raise result  # stop on submitit's signal then hands over to submitit's requeue)
@@ -105,9 +113,35 @@ def launch_local_workers(nproc: int, script: str, function: str, config: dict, r
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
-        signals_to_handle="SIGHUP,SIGQUIT",  # SIGTERM, SIGUSR1, SIGINT: checkpointing.signals.forward_to_workers
+        signals_to_handle="SIGQUIT",  # SIGTERM, SIGUSR1, SIGINT, SIGHUP: checkpointing.signals.forward_to_workers
     )
-    return elastic_launch(launch_config, _worker)(script, function, config, run_dir)
+    with _workers_start_with_stop_signals_blocked():
+        return elastic_launch(launch_config, _worker)(script, function, config, run_dir)
+
+
+@contextlib.contextmanager
+def _workers_start_with_stop_signals_blocked() -> Iterator[None]:
+    """Workers start with the stop signals blocked (a signal mask survives fork and exec) and
+    unblock them once they listen (`_worker`): a Ctrl-C or SIGTERM while a worker imports torch
+    waits for it, then stops it cleanly, instead of a KeyboardInterrupt traceback or a silent death
+    of that worker. The mask is set in this process only while torch's agent starts the workers
+    (torch.multiprocessing.start_processes, wrapped for the launch; the agent calls it by that name)."""
+    import torch.multiprocessing
+
+    start = torch.multiprocessing.start_processes
+
+    def start_processes(*args: Any, **kwargs: Any) -> Any:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            return start(*args, **kwargs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)  # what arrived meanwhile is handled now
+
+    torch.multiprocessing.start_processes = start_processes
+    try:
+        yield
+    finally:
+        torch.multiprocessing.start_processes = start
 
 
 def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
@@ -119,6 +153,11 @@ def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
     limit_cpu_threads(proc.local_world_size)
     try:
         with stop_on_signals(announce_abort=False):  # the parent says it when a second Ctrl-C aborts
+            # A request that waited in the mask (blocked while starting: see above) or came before this worker
+            # did: a stop like any other, where the ranks agree, so every rank stops after the same update.
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            if os.environ.get(STOP_ENV):
+                request(os.environ[STOP_ENV])
             result = _load(script, function)(OmegaConf.create(config), Path(run_dir))
     except (Stopped, RunFailed) as stop:  # reported in one line already: the parent raises it again
         result = stop

@@ -46,6 +46,7 @@ class LRFinderResult:
     raw_losses: list[float] = field(default_factory=list)  # each step's loss, all ranks' mean
     suggestion: float | None = None  # see suggest_lr; None when the loss never fell
     stopped_early: bool = False  # the loss diverged before num_steps
+    stopped_by: str | None = None  # a stop signal ended the sweep (`should_stop`'s answer): no suggestion
 
     def to_dict(self) -> dict:
         return {
@@ -54,6 +55,7 @@ class LRFinderResult:
             "raw_losses": self.raw_losses,
             "suggestion": self.suggestion,
             "stopped_early": self.stopped_early,
+            "stopped_by": self.stopped_by,
         }
 
 
@@ -157,6 +159,7 @@ def lr_range_test(
     smoothing: float = 0.98,
     divergence_factor: float = 4.0,
     device: torch.device | str | None = None,
+    should_stop: Callable[[], str | None] | None = None,
 ) -> LRFinderResult:
     """Sweep the base LR exponentially from `min_lr` to `max_lr` over `num_steps` optimizer
     updates, one batch each, and return the curve and a suggestion (see suggest_lr).
@@ -176,6 +179,10 @@ def lr_range_test(
 
     Model (parameters, buffers, gradients, modes), optimizer, scheduler, GradScaler and every
     RNG are restored bit for bit afterwards. Every rank must call it with the same settings.
+
+    `should_stop()`, asked after every step (the same answer on every rank), names a stop signal
+    to end the sweep at once (SLURM's warning before a kill is short): the state is restored as
+    after a whole sweep, `stopped_by` says why, and there is no suggestion.
     """
     if compute_loss is None and loss_fn is None:
         raise ValueError("lr_range_test: pass loss_fn (with an optional transform) or compute_loss")
@@ -229,7 +236,13 @@ def lr_range_test(
                 result.stopped_early = step < num_steps - 1
                 break
             best = min(best, smoothed)
+            result.stopped_by = should_stop() if should_stop is not None else None
+            if result.stopped_by:
+                break
         optimizer.zero_grad(set_to_none=True)
+    if result.stopped_by:
+        log.info(f"lr range test: stopped by {result.stopped_by} after {len(result.lrs)} of {num_steps} steps")
+        return result
     result.suggestion = suggest_lr(result.lrs, result.losses)
     stop = f"stopped early at lr {result.lrs[-1]:.2e} (loss diverged)" if result.stopped_early else "ran to max_lr"
     found = f"suggested lr {result.suggestion:.2e}" if result.suggestion else "no suggestion (the loss never fell)"
@@ -237,10 +250,12 @@ def lr_range_test(
     return result
 
 
-def lr_range_test_for_run(run: Any, plot_path: Path | None) -> LRFinderResult:
+def lr_range_test_for_run(
+    run: Any, plot_path: Path | None, should_stop: Callable[[], str | None] | None = None
+) -> LRFinderResult:
     """`lr_finder.*` run on train.py's `Run` (its trained_model, optimizer, scheduler, scaler,
     data.train, task, train_transform, device and cfg); on the rank that passes `plot_path`,
-    the plot is saved there."""
+    the plot is saved there (not after a stop: `should_stop`, see lr_range_test)."""
     from trainkit.models.finetune import apply_frozen_bn_eval
     from trainkit.runtime import autocast
 
@@ -263,8 +278,9 @@ def lr_range_test_for_run(run: Any, plot_path: Path | None) -> LRFinderResult:
         precision=precision,
         after_train=apply_frozen_bn_eval,
         device=run.device,
+        should_stop=should_stop,
         **settings,
     )
-    if plot_path is not None:
+    if plot_path is not None and not result.stopped_by:
         plot_lr_finder(result, plot_path)
     return result

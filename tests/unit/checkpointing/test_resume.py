@@ -55,11 +55,11 @@ def test_resume_runs_in_the_checkpoints_directory_with_its_overrides_replayed_fi
         argv = resume.rewrite_argv(["train.py", f"resume={target}", "optimizer.lr=0.05"])
         assert argv == [
             "train.py",
-            f"hydra.run.dir={tmp_path / 'run'}",
+            f"hydra.run.dir='{tmp_path / 'run'}'",  # quoted for Hydra: a path may hold commas
             "hydra.output_subdir=null",
             "trainer.max_epochs=3",
             "optimizer.lr=0.2",  # the run's own, then the new ones, which win
-            f"resume={target}",
+            f"resume='{target}'",
             "optimizer.lr=0.05",
         ]
     assert "continues in the checkpoint's own run directory" in refused(
@@ -156,6 +156,40 @@ def test_an_unusable_output_directory_is_one_line(tmp_path):
     message = refused([f"hydra.run.dir={tmp_path / 'file' / 'run'}"])
     assert message.startswith("hydra.run.dir: ") and "is a file, not a directory" in message
     check_output_dir(str(tmp_path / "new" / "deeper"))  # creatable: fine
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]  # and the check left nothing behind
+
+
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (["hydra.run.dir=/proc/run"], "/proc/run cannot be created: /proc takes no new directories"),
+        (["hydra.run.dir=/sys/run"], "/sys/run cannot be created: /sys takes no new directories"),
+        (["-m", "hydra.sweep.dir=/proc/x"], "/proc/x cannot be created: /proc takes no new directories"),
+        ([f"hydra.run.dir=/tmp/{'n' * 300}/run"], "cannot be created: File name too long; choose another path"),
+    ],
+    ids=["proc", "sys", "sweep-in-proc", "name-over-255-bytes"],
+)
+def test_every_os_error_making_the_output_directory_is_one_line_naming_the_path(argv, reason):
+    message = refused(argv)
+    assert message.startswith("hydra.sweep.dir: " if "-m" in argv else "hydra.run.dir: ") and reason in message
+
+
+def test_a_path_with_commas_quotes_and_non_ascii_reaches_hydra_as_one_value(tmp_path):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    run_dir = tmp_path / "optimizer.lr=0.1,seed=1 it's é"
+    last = make_run(run_dir, {})
+    argv = resume.rewrite_argv(["train.py", f"resume={run_dir}"])  # as a shell passes a pasted, quoted command
+    parsed = OverridesParser.create().parse_overrides(argv[1:])
+    assert {o.key_or_group: o.value() for o in parsed if not o.is_sweep_override()} == {
+        "hydra.run.dir": str(run_dir),
+        "hydra.output_subdir": None,
+        "resume": str(run_dir),
+    }
+    assert last.exists()
+    # eval.py's checkpoint= (any existing path Hydra would misread): quoted the same way.
+    [checkpoint] = resume.rewrite_argv(["eval.py", f"checkpoint={last}"], resumes=False)[1:]
+    assert OverridesParser.create().parse_overrides([checkpoint])[0].value() == str(last)
 
 
 NOBODY = 65534  # uid and gid of the unprivileged user `nobody`

@@ -1,8 +1,10 @@
 """Clean stops: SIGTERM / SIGUSR1 / SIGINT (trainkit.checkpointing.signals) and a non-finite loss, in one process.
 The same under DDP: tests/unit/distributed/test_distributed.py."""
 
+import contextlib
 import json
 import math
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -101,12 +103,19 @@ def wait_for_metrics(process: subprocess.Popen, run_dir: Path, lines: int, timeo
     raise AssertionError(f"no {lines} metrics lines in time: {process.communicate()[1][-3000:]}")
 
 
-def interrupt(run_dir: Path, signum: int, overrides=OVERRIDES, after_lines: int = 3) -> TrainRun:
-    """Start a run, send `signum` to its process group after `after_lines` metrics lines, wait."""
+def interrupt(
+    run_dir: Path, signum: int, overrides=OVERRIDES, after_lines: int = 3, again_after: float | None = None
+) -> TrainRun:
+    """Start a run, send `signum` to its process group after `after_lines` metrics lines (and
+    again `again_after` seconds later: an impatient user), wait."""
     process = start_train(run_dir, *overrides)
     try:
         wait_for_metrics(process, run_dir, after_lines)
         os.killpg(process.pid, signum)
+        if again_after is not None:
+            time.sleep(again_after)
+            with contextlib.suppress(ProcessLookupError):  # it may have exited already
+                os.killpg(process.pid, signum)
         stdout, stderr = process.communicate(timeout=240)
     finally:
         if process.poll() is None:
@@ -129,7 +138,8 @@ def straight(tmp_path_factory):
 def test_a_signal_saves_at_the_step_exits_75_in_one_line_and_the_run_resumes_exactly(
     signum, run_train, tmp_path, request
 ):
-    stopped = interrupt(tmp_path / "stopped", signum)
+    # Ctrl-C twice, 0.5 s apart: the same Ctrl-C, or a second one once the checkpoint is saved: still 75.
+    stopped = interrupt(tmp_path / "stopped", signum, again_after=0.5 if signum == signal.SIGINT else None)
     output = stopped.stdout + stopped.stderr
     assert stopped.returncode == signals.EXIT_STOPPED, output[-3000:]
     assert "Traceback" not in output
@@ -323,3 +333,170 @@ def test_under_the_submitit_launcher_a_preemption_saves_at_the_step_requeues_and
     assert f"resuming {run_dir / 'checkpoints' / 'last.pt'} at epoch 0, batch {step}, step {step}" in log
     assert "Traceback" not in log + stderr
     assert_same_training(TrainRun(0, stdout, stderr, run_dir), straight)
+
+
+@pytest.fixture
+def stop_handlers_back():
+    """A clean stop leaves the stop signals ignored (the process is on its way out, exit 75): this
+    test process gets its own handlers back."""
+    before = {s: signal.getsignal(s) for s in signals.STOP_SIGNALS}
+    yield
+    for s, handler in before.items():
+        signal.signal(s, handler)
+
+
+def test_sighup_is_a_stop_request_and_sigquit_is_left_alone():
+    quit_before = signal.getsignal(signal.SIGQUIT)
+    hangup_before = signal.signal(signal.SIGHUP, lambda signum, frame: None)  # were it not handled: no death
+    try:
+        with signals.stop_on_signals():
+            os.kill(os.getpid(), signal.SIGHUP)  # a closed terminal, a dropped ssh session
+            assert signals.requested() == "SIGHUP"
+            assert signal.getsignal(signal.SIGQUIT) is quit_before  # Ctrl-\ still quits at once
+    finally:
+        signal.signal(signal.SIGHUP, hangup_before)
+
+
+def test_once_the_checkpoint_is_saved_a_late_signal_cannot_change_the_exit(stop_handlers_back, tmp_path):
+    with pytest.raises(signals.Stopped), signals.stop_on_signals():
+        os.kill(os.getpid(), signal.SIGINT)
+        raise signals.stopped("SIGINT", tmp_path, epoch=0, step=3, is_main=True)  # after the save
+    # Python's handler back here would turn an impatient second Ctrl-C into a death by SIGINT (-2).
+    assert all(signal.getsignal(s) is signal.SIG_IGN for s in signals.STOP_SIGNALS)
+
+
+def report_signal(path: Path) -> None:
+    """A stand-in DDP worker (forked): writes the name of the first signal it gets."""
+
+    def handle(signum, frame):
+        path.write_text(signal.Signals(signum).name)
+        os._exit(0)
+
+    for s in signals.STOP_SIGNALS:
+        signal.signal(s, handle)
+    path.with_suffix(".ready").touch()
+    time.sleep(30)
+    os._exit(1)
+
+
+def test_the_parent_of_ddp_workers_passes_on_the_signal_the_user_sent(stop_handlers_back, tmp_path):
+    worker = multiprocessing.get_context("fork").Process(target=report_signal, args=(tmp_path / "got",))
+    with signals.forward_to_workers():
+        worker.start()
+        while not (tmp_path / "got.ready").exists():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the stop line must say SIGINT, not SIGTERM
+        worker.join(20)
+    assert (tmp_path / "got").read_text() == "SIGINT"
+
+
+def write_blocked_signals(rank: int, path: str) -> None:
+    Path(path).write_text(" ".join(str(int(s)) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+
+
+def test_ddp_workers_start_with_the_stop_signals_blocked_until_they_listen(tmp_path):
+    import torch.multiprocessing
+
+    from trainkit.distributed import launch
+
+    with launch._workers_start_with_stop_signals_blocked():
+        started = torch.multiprocessing.start_processes(
+            write_blocked_signals, args=(str(tmp_path / "mask"),), nprocs=1, join=False, start_method="fork"
+        )
+        started.join(30)
+    blocked = {signal.Signals(int(s)) for s in (tmp_path / "mask").read_text().split()}
+    assert set(signals.STOP_SIGNALS) <= blocked  # a signal while it imports waits for its handlers
+    assert not set(signals.STOP_SIGNALS) & set(signal.pthread_sigmask(signal.SIG_BLOCK, []))  # not this process
+
+
+def test_a_signal_during_the_lr_finder_stops_it_within_a_step_and_saves_nothing(
+    run_train, monkeypatch, stop_handlers_back
+):
+    from trainkit.tuning import lr_finder
+
+    endless = lr_finder._endless
+
+    def signalled_at_the_fourth_batch(batches):
+        for index, batch in enumerate(endless(batches)):
+            if index == 3:
+                os.kill(os.getpid(), signal.SIGTERM)  # SLURM's warning: little time left
+            yield batch
+
+    monkeypatch.setattr(lr_finder, "_endless", signalled_at_the_fourth_batch)
+    run = run_train("lr_finder.enabled=true", "lr_finder.num_steps=300", *OVERRIDES, check=False)
+    log = (run.run_dir / "train.log").read_text()
+    assert run.returncode == signals.EXIT_STOPPED, (run.stderr + log)[-3000:]
+    assert "lr range test: stopped by SIGTERM after 4 of 300 steps" in log
+    assert "stopped by SIGTERM during the LR finder, before training: nothing trained or saved (exit code 75)" in log
+    assert not (run.run_dir / "checkpoints").exists() and not (run.run_dir / "lr_finder.png").exists()
+
+
+def test_a_run_directory_named_with_commas_and_non_ascii_stops_and_resumes_with_the_printed_command(
+    tmp_path, monkeypatch, stop_handlers_back
+):
+    """Hydra's hydra.sweep.subdir=${hydra.job.override_dirname} names directories like this one."""
+    import shlex
+
+    from conftest import run_here
+    from trainkit import checkpointing
+    from trainkit.checkpointing.overrides import hydra_quote
+
+    run_dir = tmp_path / "optimizer.lr=0.1,seed=1 é"
+    real, calls = checkpointing.stop_signal, iter(range(1000))
+
+    def signalled_at_the_third_update(device, agree):
+        if next(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(device, agree)
+
+    monkeypatch.setattr(checkpointing, "stop_signal", signalled_at_the_third_update)  # train.py imports it anew
+    one_epoch = [*OVERRIDES, "trainer.max_epochs=1", "trainer.limit_train_batches=4"]
+    code, _, stderr = run_here("train.py", f"hydra.run.dir={hydra_quote(str(run_dir))}", *one_epoch)
+    log = (run_dir / "train.log").read_text()
+    assert code == signals.EXIT_STOPPED, (stderr + log)[-3000:]
+    [line] = [line for line in log.splitlines() if "continue with: " in line]
+    command = shlex.split(line.split("continue with: ")[1])  # pasted into a shell
+    assert command[:2] == ["python", "train.py"] and command[2] == f"resume={run_dir / 'checkpoints' / 'last.pt'}"
+    monkeypatch.setattr(checkpointing, "stop_signal", real)
+    code, _, stderr = run_here(*command[1:])
+    assert code == 0, stderr[-3000:]
+    assert f"resuming {run_dir / 'checkpoints' / 'last.pt'} at epoch 0, batch 3" in (run_dir / "train.log").read_text()
+    assert (run_dir / "summary.json").exists()
+
+
+@pytest.mark.slow  # DDP workers are processes
+def test_ctrl_c_while_ddp_workers_start_stops_in_one_line_naming_sigint(tmp_path):
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            f"hydra.run.dir={tmp_path}",
+            *OVERRIDES,
+            "distributed=ddp",
+            "distributed.nproc_per_node=2",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        output = ""
+        for line in process.stdout:  # the workers are being spawned: they import torch for seconds
+            output += line
+            if "launching 2 DDP processes" in line:
+                break
+        time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the parent and its workers
+        output += process.communicate(timeout=240)[0]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == signals.EXIT_STOPPED, output[-3000:]
+    assert "Traceback" not in output and "Error executing job" not in output and "KeyboardInterrupt" not in output
+    [line] = [line for line in output.splitlines() if "stopped by" in line]
+    assert "stopped by SIGINT" in line and "(exit code 75)" in line

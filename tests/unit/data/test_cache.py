@@ -2,6 +2,7 @@
 
 import json
 import shlex
+import shutil
 
 import numpy as np
 import pytest
@@ -128,6 +129,30 @@ def test_an_interrupted_write_leaves_no_cache(cached, tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         write_cache(make_data(config("imagefolder", root=str(images_root))), tmp_path / "cache", progress=False)
     assert not (tmp_path / "cache" / "meta.json").exists()
+
+
+def test_preprocess_interrupted_over_a_cache_says_so_in_one_line_and_the_old_cache_stays(
+    cached, tmp_path, monkeypatch, capsys
+):
+    images_root, cache, _ = cached
+    shutil.copytree(cache, tmp_path / "cache")
+    before = {path.name: path.read_bytes() for path in (tmp_path / "cache").iterdir()}
+    real_save = np.save
+    saved = []
+
+    def ctrl_c_in_the_second_split(*args, **kwargs):  # half way: the train split written, Ctrl-C
+        saved.append(args[0])
+        if len(saved) == 2:
+            raise KeyboardInterrupt
+        real_save(*args, **kwargs)
+
+    monkeypatch.setattr(np, "save", ctrl_c_in_the_second_split)
+    args = [str(tmp_path / "cache"), f"data.root={images_root}", "data.image_size=8", "--workers=0", "--no-progress"]
+    assert load_script("preprocess").main(args) == 130
+    assert capsys.readouterr().err == f"interrupted: {tmp_path / 'cache'}: the cache there is as it was\n"
+    assert {path.name: path.read_bytes() for path in (tmp_path / "cache").iterdir()} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cache"]  # no partial cache left beside it
+    load_cache(config("cached", root=str(tmp_path / "cache")))  # still a valid cache
 
 
 def test_data_cached_trains_end_to_end_on_the_cache_s_images(cached, tmp_path, monkeypatch):

@@ -9,7 +9,12 @@ from trainkit.tracking.known_noise import KNOWN_LOG_NOISE, _DropMessages, quiet_
 
 @pytest.fixture
 def clean_log_filters():
+    # Importing mlflow (another test's tracker) gives the "alembic" logger its own handler and stops it
+    # propagating: caplog, on the root logger, would then see none of alembic's lines.
+    alembic = logging.getLogger("alembic")
+    propagate, alembic.propagate = alembic.propagate, True
     yield
+    alembic.propagate = propagate
     for name in KNOWN_LOG_NOISE:
         logger = logging.getLogger(name)
         for f in [f for f in logger.filters if isinstance(f, _DropMessages)]:
