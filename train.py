@@ -37,6 +37,8 @@ from trainkit.data import DataBundle, build_data, check_same_data
 from trainkit.distributed import (ProcessInfo, any_rank, average_batchnorm_statistics, barrier,
                                   broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
                                   init_process_group, process_info)
+from trainkit.distributed.fsdp import (autocast_precision, full_parameters, is_sharded, load_full_weights,
+                                       load_sharded_checkpoint, save_sharded_checkpoints, shard_model)
 from trainkit.distributed.launch import start_processes
 from trainkit.early_stopping import EarlyStopping
 from trainkit.errors import RunFailed
@@ -68,6 +70,7 @@ class Run:
     data: DataBundle = field(init=False)
     model: torch.nn.Module = field(init=False)  # the bare model: its weights are checkpointed
     trained_model: torch.nn.Module = field(init=False)  # the same, compiled and/or DDP-wrapped: what the loop calls
+    # (distributed=fsdp shards `model` itself, in place: model and trained_model are one sharded module)
     train_transform: BatchTransform = field(init=False)  # scale, resize, augment, normalize: batched, on the device
     eval_transform: BatchTransform = field(init=False)
     task: Task = field(init=False)  # what a batch means: its loss, its metrics (classification, segmentation, yours)
@@ -153,7 +156,8 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     """One pass over this rank's shard, from batch `run.batches_done` (a mid-epoch resume).
     Moves run.step and run.batches_done forward; returns the epoch's training metrics. `compiling`:
     torch.compile compiles in the first step, which is timed apart from train/samples_per_sec."""
-    model, optimizer, device, precision = run.trained_model, run.optimizer, run.device, run.cfg.precision.name
+    model, optimizer, device = run.trained_model, run.optimizer, run.device
+    precision = autocast_precision(run.cfg, model)  # fp32 under FSDP: its MixedPrecisionPolicy casts
     trainer = SimpleNamespace(**to_dict(run.cfg.trainer))  # plain values: an OmegaConf read costs ~20 us a step
     model.train()
     apply_frozen_bn_eval(model)  # BatchNorm inside frozen layers keeps its statistics
@@ -235,6 +239,11 @@ def save_checkpoints(run: Run, improved: bool = False) -> None:
     every rank's RNG streams go in; rank 0 alone writes, and never non-finite weights over a good
     checkpoint (the non-finite loss that caused them stops the run at the next logging step)."""
     state = run.state_dict()  # a collective: every rank's RNG streams are gathered
+    if is_sharded(run.model):  # distributed=fsdp: every rank writes its shards to checkpoints/last/
+        if not save_sharded_checkpoints(run.run_dir / "checkpoints", state, run.model, run.optimizer, improved,
+                                        run.proc.is_main) and run.proc.is_main:
+            log.warning(f"checkpoints/last/ not updated at step {run.step}: the weights are not finite")
+        return
     weights = [tensor for tensor in state["model"].values() if tensor.is_floating_point()]
     if run.proc.is_main and not torch.stack([tensor.isfinite().all() for tensor in weights]).all():
         log.warning(f"checkpoints/last.pt not updated at step {run.step}: the weights are not finite")
@@ -282,6 +291,8 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
     run.model = run.trained_model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
+    if cfg.distributed.name == "fsdp" and proc.world_size > 1:  # in place, before the optimizer takes the params
+        shard_model(run.model, cfg.distributed, cfg.precision.name)
     mean, std = run.data.mean, run.data.std
     run.task = instantiate(cfg.task)  # after the data: an image folder's class count is known
     run.train_transform = BatchTransform(mean, std, input_size, cfg.augmentation, train=True,
@@ -361,13 +372,18 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str) -> dict:
     best_missing = any_rank(run.proc.is_main and not best_checkpoint.exists(), run.device)  # every rank alike
     if best_missing and run.proc.is_main and run.best_metrics:  # no epoch validated (a non-finite loss): none to miss
         log.warning(f"{best_checkpoint} is missing: testing the last weights, not those of the best epoch")
-    if run.proc.is_main and not best_missing:
-        checkpoint = load_checkpoint(best_checkpoint, run.device)
-        unwrap_model(run.model).load_state_dict(checkpoint["model"])
-        restore_ema(run.ema, checkpoint)
-    broadcast_weights(unwrap_model(run.model) if run.ema is None else run.ema.module)
-    test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.task, run.cfg.precision.name,
-                    run.device, tta_flip=run.cfg.trainer.tta_flip)
+    checkpoint = load_checkpoint(best_checkpoint, run.device) if run.proc.is_main and not best_missing else None
+    if is_sharded(run.model):  # FSDP: rank 0's full weights, scattered into every rank's shards
+        if not best_missing:
+            load_full_weights(run.model, checkpoint["model"] if checkpoint else {})
+    else:
+        if checkpoint:
+            unwrap_model(run.model).load_state_dict(checkpoint["model"])
+            restore_ema(run.ema, checkpoint)
+        broadcast_weights(unwrap_model(run.model) if run.ema is None else run.ema.module)
+    with full_parameters(run.model):  # FSDP: ranks may have unequal numbers of test batches
+        test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.task,
+                        run.cfg.precision.name, run.device, tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
     test_weights = "best" if not best_missing else "last (best.pt missing)" if run.best_metrics else "last (no epoch)"
     wall_seconds = run.earlier_seconds + time.perf_counter() - run.started  # every part of a resumed run
@@ -384,13 +400,15 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     run = build_run(cfg, run_dir, proc, device)
     run.started = started
     if cfg.resume:  # continue exactly: weights, optimizer, schedule, position, every RNG stream
-        run.load_state_dict(load_checkpoint(cfg.resume, device))
+        sharded = is_sharded(run.model)  # distributed=fsdp: checkpoints/last/, a directory of every rank's shards
+        run.load_state_dict(load_sharded_checkpoint(cfg.resume, run.model, run.optimizer) if sharded
+                            else load_checkpoint(cfg.resume, device))
         log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
     # Order matters: compile the model on its device, then wrap it for DDP (which broadcasts
     # rank 0's initial weights to every rank). torch.compile of a module is a module (OptimizedModule),
     # though torch types its result as a plain callable.
     run.trained_model = torch.compile(run.model) if cfg.trainer.compile else run.model  # type: ignore[assignment]
-    if proc.world_size > 1:
+    if proc.world_size > 1 and not is_sharded(run.model):
         device_ids = [device.index] if device.type == "cuda" else None
         run.trained_model = DistributedDataParallel(run.trained_model, device_ids=device_ids)
 
@@ -419,17 +437,19 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                 break
             for model in filter(None, (run.model, run.ema)):  # every rank's shard's statistics, before eval and save
                 average_batchnorm_statistics(model)
-            val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, run.task, cfg.precision.name,
-                           device, cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
+            with full_parameters(run.model):  # FSDP: every rank holds the whole model (unequal batch counts)
+                val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, run.task,
+                               cfg.precision.name, device, cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
             val_metrics = {f"val/{name}": value for name, value in val.items() if name != "samples"}
             run.last_metrics = last_metrics = {"epoch": epoch, "step": run.step, **train_metrics, **val_metrics}
             improved = run.early_stopping.update(last_metrics[run.early_stopping.monitor], epoch)
             if improved:
                 run.best_metrics = {"epoch": epoch, "step": run.step, **val_metrics}
             run.loggers.log(last_metrics)
-            if run.shown is not None:  # rank 0 alone: the same images every epoch, what the task predicts for them
-                log_predictions(run.loggers, run.ema or run.model, run.shown, run.eval_transform, run.task,
-                                cfg.precision.name, device, run.step, cfg.trainer.tta_flip)
+            with full_parameters(run.model, enabled=bool(cfg.logger.get("log_predictions", 0))):  # on every rank
+                if run.shown is not None:  # rank 0 alone: the same images every epoch, what the task predicts for them
+                    log_predictions(run.loggers, run.ema or run.model, run.shown, run.eval_transform, run.task,
+                                    cfg.precision.name, device, run.step, cfg.trainer.tta_flip)
             if proc.is_main:
                 log.info(epoch_line(epoch, train_metrics, val, improved))
                 warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)  # once a run, with advice

@@ -30,6 +30,12 @@ def cfg_for(metric="val/acc", **sweep):
 
 
 def final_weights(run) -> dict:
+    sharded = run.run_dir / "checkpoints" / "last"  # distributed=fsdp's: shards, gathered into one file here
+    if sharded.is_dir():
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        dcp_to_torch_save(sharded, sharded.with_name("last_gathered.pt"))
+        return torch.load(sharded.with_name("last_gathered.pt"), weights_only=True)["model"]
     return torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
 
 

@@ -1,6 +1,8 @@
 """Models that only tests need, importable by `_target_` (the tests put this folder on PYTHONPATH)."""
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -9,6 +11,7 @@ from torch import nn
 
 from trainkit.checkpointing import signals
 from trainkit.distributed.process_group import process_info
+from trainkit.models.small_cnn import SmallCNN
 
 
 class NoNormCNN(nn.Module):
@@ -83,6 +86,22 @@ class HangOnRankOne(NoNormCNN):
                 deadline = time.monotonic() + self.hang_seconds
                 while time.monotonic() < deadline and signals.requested() is None:
                     time.sleep(0.05)
+        return super().forward(x)
+
+
+class PreemptedCNN(SmallCNN):
+    """SmallCNN (with BatchNorm) whose rank 0 sends itself SIGTERM, as SLURM's preemption notice, in its
+    `preempt_at`-th training forward pass (0: never): the run stops after that update and saves there."""
+
+    def __init__(self, *args, preempt_at: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.train_calls, self.preempt_at = 0, preempt_at
+
+    def forward(self, x):
+        if self.training:
+            self.train_calls += 1
+            if process_info().rank == 0 and self.train_calls == self.preempt_at:
+                os.kill(os.getpid(), signal.SIGTERM)
         return super().forward(x)
 
 

@@ -13,7 +13,12 @@ from typing import Any, cast
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.checkpointing.files import CHECKPOINT_FORMAT, check_model_fits, load_optimizer_state
+from trainkit.checkpointing.files import (
+    CHECKPOINT_FORMAT,
+    check_model_fits,
+    is_sharded_checkpoint,
+    load_optimizer_state,
+)
 from trainkit.errors import ConfigError
 
 
@@ -66,10 +71,15 @@ def _write_atomically(path: Path, write: Callable[[Path], object]) -> None:
 
 def remove_stale_temporary_files(checkpoint_dir: Path) -> list[str]:
     """Delete `*.tmp` files a kill during a save left behind (never read: the rename had not
-    happened); returns their names."""
+    happened), and distributed=fsdp's last.tmp/ (and a last.old/ beside a complete last/); returns their names."""
     stale = sorted(checkpoint_dir.glob("*.tmp")) if checkpoint_dir.is_dir() else []
+    if is_sharded_checkpoint(checkpoint_dir / "last") and (checkpoint_dir / "last.old").is_dir():
+        stale.append(checkpoint_dir / "last.old")
     for path in stale:
-        path.unlink(missing_ok=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return [path.name for path in stale]
 
 

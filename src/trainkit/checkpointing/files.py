@@ -20,6 +20,9 @@ from trainkit.errors import ConfigError
 # in a way older code cannot read; checkpoints written before versioning hold the same keys as 1.
 CHECKPOINT_FORMAT = 1
 REQUIRED_KEYS = ("model", "optimizer", "scheduler", "epoch", "step", "batches_done", "config")
+# distributed=fsdp's checkpoints/last/: a directory of every rank's shards (torch.distributed.checkpoint), which
+# counts once DCP wrote its metadata, and state.pt beside them: the rest, read here without the shards.
+SHARDED_METADATA, SHARDED_REST = ".metadata", "state.pt"
 # What format-1 checkpoints written before the model and data nodes became plain constructor
 # arguments hold, and what it is now: read_checkpoint moves it, so a run from before the change
 # resumes and evaluates (the old keys would reach the model's constructor, the old targets are gone).
@@ -42,13 +45,32 @@ def find_checkpoint(given: str | Path, key: str = "resume", names: tuple[str, ..
     wanted = " or ".join(f"checkpoints/{name}" for name in names)
     if not path.exists():
         raise ConfigError(key, f"{path} does not exist; give a run directory or its {wanted}")
+    if is_sharded_checkpoint(path):
+        return path
     if path.is_dir():
         for name in names:
             for candidate in (path / "checkpoints" / name, path / name):
                 if candidate.is_file():
                     return candidate
+        if "last.pt" in names:  # distributed=fsdp's
+            for checkpoints in (path / "checkpoints", path):
+                if sharded := latest_checkpoint(checkpoints):
+                    return sharded
         raise ConfigError(key, f"{path} is a directory without {wanted}; give a run directory that saved a checkpoint")
     return path
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    return (path / SHARDED_METADATA).is_file() and (path / SHARDED_REST).is_file()
+
+
+def latest_checkpoint(checkpoints: Path) -> Path | None:
+    """The checkpoint a resume continues from in a checkpoints/ folder: last.pt, or distributed=fsdp's
+    last/ (last.old/ where a kill came between the two renames that replace it); None if there is none."""
+    if (checkpoints / "last.pt").is_file():
+        return checkpoints / "last.pt"
+    sharded = [checkpoints / "last", checkpoints / "last.old"]
+    return next((path for path in sharded if is_sharded_checkpoint(path)), None)
 
 
 def read_checkpoint(
@@ -56,7 +78,17 @@ def read_checkpoint(
 ) -> dict[str, Any]:
     """torch.load(weights_only=True), with each way the file can be unusable said in one line that
     names `key`, the config key that gave the path. `mmap=True` reads lazily: a cheap check of a
-    large checkpoint before anything is built."""
+    large checkpoint before anything is built. A sharded checkpoint (a directory): its state.pt, all but the
+    weights and the optimizer state (trainkit.distributed.fsdp loads those into the sharded model)."""
+    required: tuple[str, ...] = REQUIRED_KEYS
+    if path.is_dir():
+        if not is_sharded_checkpoint(path):
+            raise ConfigError(
+                key,
+                f"{path} is a directory but no finished sharded checkpoint (no {SHARDED_METADATA} "
+                f"and {SHARDED_REST}); use a run directory or its checkpoints/last.pt or last/",
+            )
+        path, required = path / SHARDED_REST, tuple(k for k in REQUIRED_KEYS if k not in ("model", "optimizer"))
     size = path.stat().st_size
     if size == 0:
         raise ConfigError(key, f"{path} is empty (0 bytes): not a checkpoint; use another one")
@@ -71,7 +103,7 @@ def read_checkpoint(
     except Exception as error:  # a damaged archive, or objects a weights-only load refuses
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(key, f"{path} cannot be read as a checkpoint ({first_line[:160]})") from error
-    if not isinstance(state, dict) or any(name not in state for name in REQUIRED_KEYS):
+    if not isinstance(state, dict) or any(name not in state for name in required):
         found = ", ".join(sorted(map(str, state))[:6]) if isinstance(state, dict) else type(state).__name__
         raise ConfigError(
             key,

@@ -139,12 +139,12 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     if not isinstance(composed.resume, str) or composed.resume == "":
         return composed, False  # null, or a wrong type that trainkit.config.validation reports
     from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
-    from trainkit.checkpointing.files import find_checkpoint, read_checkpoint
+    from trainkit.checkpointing.files import find_checkpoint, latest_checkpoint, read_checkpoint
     from trainkit.distributed.process_group import process_info
 
     if composed.resume == AUTO:
-        existing = run_dir / "checkpoints" / "last.pt"
-        if not existing.is_file():
+        existing = latest_checkpoint(run_dir / "checkpoints")  # last.pt, or distributed=fsdp's last/
+        if existing is None:
             _start_afresh(run_dir)
             composed.resume = None
             return composed, False
@@ -160,7 +160,9 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     _refuse_what_cannot_take_effect(state, resolved, changes)
     if not explicit and in_multirun():  # a rerun sweep: job N must be the same trial as before
         refuse_another_trial(changes, overrides, run_dir)
-    if any(change.startswith(("model.", "data.channels ", "data.num_classes ")) for change in changes):
+    _refuse_another_checkpoint_layout(checkpoint, resolved)
+    new_model = any(change.startswith(("model.", "data.channels ", "data.num_classes ")) for change in changes)
+    if new_model and "model" in state:  # a sharded checkpoint's weights are checked as they load
         _check_model_fits_early(state["model"], resolved)
     position = f"epoch {state['epoch']}" + (f", batch {state['batches_done']}" if state["batches_done"] else " (done)")
     listed = "; changed: " + ", ".join(changes) if changes else "; config as in the checkpoint"
@@ -268,6 +270,19 @@ def _refuse_what_cannot_take_effect(state: dict, resolved: DictConfig, changes: 
                     f"changed on a resume inside epoch {state['epoch']} (after batch {state['batches_done']}): the "
                     f"batches already trained would be miscounted; resume without it, or from an epoch's end",
                 )
+
+
+def _refuse_another_checkpoint_layout(checkpoint: Path, resolved: DictConfig) -> None:
+    """distributed=fsdp writes checkpoints/last/ (shards), the others last.pt: neither loads the other's
+    optimizer state (FSDP's is keyed by parameter name and sharded, torch's by position and whole)."""
+    sharded, fsdp = checkpoint.is_dir(), resolved.distributed.name == "fsdp"
+    if sharded != fsdp:
+        wrote = "distributed=fsdp" if sharded else "a run without distributed=fsdp"
+        raise ConfigError(
+            "distributed",
+            f"is {resolved.distributed.name}, but {wrote} wrote {checkpoint}; resume with the distributed setting that "
+            f"wrote it (to change, start a new run with finetune.pretrained_path=<its best.pt>)",
+        )
 
 
 def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> None:

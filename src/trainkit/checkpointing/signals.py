@@ -49,6 +49,7 @@ from types import FrameType
 
 import torch
 
+from trainkit.checkpointing.files import latest_checkpoint
 from trainkit.distributed.process_group import barrier, is_distributed, process_info
 
 log = logging.getLogger("train")
@@ -266,7 +267,8 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
     _saved = True  # every rank has its checkpoint: from here a second Ctrl-C no longer aborts
     leaving = hand_over()
     if is_main:
-        checkpoint = run_dir.resolve() / "checkpoints" / "last.pt"
+        checkpoints = run_dir.resolve() / "checkpoints"
+        checkpoint = latest_checkpoint(checkpoints) or checkpoints / "last.pt"  # distributed=fsdp: last/
         if leaving:
             how = f"checkpoint saved; submitit requeued the job: it continues from {checkpoint} with resume=auto"
         else:

@@ -77,6 +77,13 @@ def required_keys(value: object) -> str | None:
     return f"must be a list of keys (an entry may be a list of alternatives), got {show(value)}"
 
 
+def class_names(value: object) -> str | None:
+    """distributed.blocks: null, or a list of module class names (trainkit.distributed.fsdp.blocks)."""
+    if value is None or (isinstance(value, ListConfig) and len(value) and all(isinstance(n, str) for n in value)):
+        return None
+    return f"must be null (the children of the model's top-level children) or a list of class names, got {show(value)}"
+
+
 def tracker_choice(value: object) -> str | None:
     """logger.trackers: {name: true/false}; each conf/logger file adds its own, `logger=[a,b]` both.
     MLflow is an optional extra: a missing install is found here, before any data is read."""
@@ -222,11 +229,12 @@ RULES: dict[str, Check] = {
     "batch_size_finder.max_batch_size": integer(1),
     "batch_size_finder.safety_margin": number(above=0, maximum=1),
     "batch_size_finder.memory_cap_gb": number(above=0, null=True),
-    "distributed.name": one_of("none", "ddp"),
+    "distributed.name": one_of("none", "ddp", "fsdp"),
     "distributed.nproc_per_node": integer(1, null=True),
     "distributed.backend": one_of("auto", "nccl", "gloo"),
     "distributed.sync_batchnorm": flag(),
     "distributed.timeout_seconds": number(above=0),
+    "distributed.blocks": class_names,
     "logger.trackers": tracker_choice,
     "logger.tracking_uri": text(),
     "logger.experiment": text(),

@@ -287,6 +287,27 @@ def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
+def _what_fsdp_cannot_combine_with(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """distributed=fsdp shards the parameters in place; these need whole, unsharded ones (or a GradScaler)."""
+    if cfg.distributed.name != "fsdp":
+        return
+    way_out = "train with distributed=ddp, or turn it off"
+    refused = {
+        "regularization.ema.enabled": (cfg.regularization.ema.enabled, "averages whole weights"),
+        "lr_finder.enabled": (cfg.lr_finder.enabled, "saves and restores whole weights around its trial steps"),
+        "batch_size_finder.enabled": (cfg.batch_size_finder.enabled, "measures the unsharded model"),
+        "trainer.compile": (cfg.trainer.compile, "is not wired with fully_shard here"),
+        "distributed.sync_batchnorm": (cfg.distributed.sync_batchnorm, "is not wired with fully_shard here"),
+    }
+    for key, (on, why) in refused.items():
+        if on:
+            yield key, f"{why}, but distributed=fsdp shards the parameters; {way_out}"
+    if cfg.precision.name == "fp16":
+        yield "precision", "fp16 needs a GradScaler, which distributed=fsdp does not shard here; use bf16 or fp32"
+    if cfg.distributed.nproc_per_node == 1:
+        yield "distributed.nproc_per_node", "is 1: one process has nothing to shard with; use distributed=none, or 2+"
+
+
 def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     active = active_ops(cfg.augmentation)
     if cfg.augmentation.name == "none" and active:
@@ -355,6 +376,19 @@ RELATIONS = (
         _micro_batches,
     ),
     Relation(("device", "distributed.sync_batchnorm", "distributed.backend"), _cuda_only),
+    Relation(
+        (
+            "distributed.name",
+            "regularization.ema",
+            "lr_finder.enabled",
+            "batch_size_finder.enabled",
+            "trainer.compile",
+            "distributed.sync_batchnorm",
+            "precision.name",
+            "distributed.nproc_per_node",
+        ),
+        _what_fsdp_cannot_combine_with,
+    ),
     unknown_keys("augmentation", AUGMENTATION_KEYS),
     unknown_keys("augmentation.color_jitter", COLOR_JITTER_KEYS),
     unknown_keys("augmentation.affine", AFFINE_KEYS),

@@ -56,11 +56,11 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[Dic
     """`train_process(cfg, run_dir)`, called here; or, with distributed=ddp and no processes yet, in
     `distributed.nproc_per_node` worker processes started now, returning rank 0's result. The
     workers import `train_process` by its script's path and name (it must be a module-level function)."""
-    if cfg.distributed.name != "ddp" or launched_externally():
+    if cfg.distributed.name not in ("ddp", "fsdp") or launched_externally():
         with stop_on_signals():
             return train_process(cfg, run_dir)
     nproc = processes_per_node(cfg.distributed)
-    log.info(f"launching {nproc} DDP processes -> {run_dir}")
+    log.info(f"launching {nproc} {cfg.distributed.name.upper()} processes -> {run_dir}")
     script, function = train_process.__code__.co_filename, train_process.__name__
     with forward_to_workers():  # from the first second: the workers start with the stop signals blocked
         result = launch_local_workers(nproc, script, function, worker_config(cfg), str(run_dir))[0]

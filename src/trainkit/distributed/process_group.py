@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,10 +186,26 @@ def average_batchnorm_statistics(model: torch.nn.Module) -> None:
 
 def gradient_sync(model: torch.nn.Module, enabled: bool) -> contextlib.AbstractContextManager[Any]:
     """DDP's `no_sync()` for micro-steps that do not update: gradients accumulate locally and are
-    all-reduced once, on the last micro-step of the group."""
-    if enabled or not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+    all-reduced once, on the last micro-step of the group. Under FSDP the same with
+    `set_requires_gradient_sync(False)`: unsharded gradients accumulate, reduce-scattered once."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if enabled:
         return contextlib.nullcontext()
-    return model.no_sync()
+    if isinstance(model, FSDPModule):
+        return _without_fsdp_gradient_sync(model)
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _without_fsdp_gradient_sync(model: Any) -> Iterator[None]:
+    model.set_requires_gradient_sync(False)  # recurses into every sharded block
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
 
 
 def gather_objects(obj: Any) -> list[Any]:

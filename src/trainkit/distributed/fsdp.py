@@ -1,0 +1,179 @@
+"""distributed=fsdp: shard parameters, gradients and optimizer state across ranks (FSDP2's `fully_shard`).
+
+    shard_model(model, cfg.distributed, cfg.precision.name)      # in place, before the optimizer is built
+    with full_parameters(model): evaluate(...)                    # every rank holds the whole model to evaluate
+    save_sharded_checkpoints(checkpoints_dir, state, model, ...)  # checkpoints/last/ (DCP), best.pt (full weights)
+    state = load_sharded_checkpoint(directory, model, optimizer)  # resume: what Run.load_state_dict reads
+
+Each rank keeps 1/N of every parameter; a block's whole parameters exist only while it runs (all-gathered
+before its forward and backward, freed after), and gradients are reduce-scattered, so each rank's optimizer
+updates only its shard. What counts as a block is `distributed.blocks` (conf/distributed/fsdp.yaml).
+
+BatchNorm buffers are not sharded. As DDP does, rank 0's buffers are broadcast before each training forward,
+so FSDP trains the same weights as DDP with the same seed, and every rank saves the same buffers.
+"""
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from omegaconf import DictConfig
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from trainkit.errors import ConfigError
+
+PARAM_DTYPES = {"bf16": torch.bfloat16, "fp32": None}  # fp16 is refused by trainkit.config.validation
+METADATA = ".metadata"  # DCP writes it last: a directory without it is no checkpoint
+REST = "state.pt"  # beside the shards: everything but the weights and the optimizer state (rank 0's)
+NO_OPTIMIZER_STATE: dict = {"state": {}, "param_groups": []}  # best.pt's: a resume continues from last/
+
+
+def is_sharded(model: nn.Module) -> bool:
+    return isinstance(model, FSDPModule)
+
+
+def shard_model(model: nn.Module, cfg: DictConfig, precision: str) -> nn.Module:
+    """`fully_shard` each block, then the root, in place. bf16: parameters are gathered and run in
+    bf16, gradients reduced in fp32 (so no autocast: see autocast_precision). BatchNorm stays fp32 in
+    units of its own, as autocast keeps it (its fp32 buffers cannot meet bf16 weights)."""
+    policy = MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[precision], reduce_dtype=torch.float32)
+    sharded: set[nn.Module] = set()
+    if precision != "fp32":
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and _has_parameters(module):
+                fully_shard(module, mp_policy=MixedPrecisionPolicy(cast_forward_inputs=False))
+                sharded.add(module)
+    for block in reversed(blocks(model, cfg.blocks)):  # inner blocks before the blocks holding them
+        if block not in sharded:
+            fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    model.register_forward_pre_hook(_broadcast_buffers_in_training)
+    return model
+
+
+def blocks(model: nn.Module, names: list[str] | None) -> list[nn.Module]:
+    """The modules sharded one by one: those whose class is named in `names`, or by default each child
+    of the model's top-level children (a ResNet's residual blocks, a ViT's transformer blocks, SmallCNN's
+    layers); modules without parameters are left to the unit around them."""
+    if names:
+        wanted = set(names)
+        found = [module for module in model.modules() if type(module).__name__ in wanted and module is not model]
+        if not found:
+            present = sorted({type(module).__name__ for module in model.modules()})
+            raise ConfigError(
+                "distributed.blocks",
+                f"names no module class of this model ({', '.join(names)}); it has {', '.join(present[:12])}",
+            )
+        return found
+    return [block for child in model.children() for block in child.children() if _has_parameters(block)]
+
+
+def _has_parameters(module: nn.Module) -> bool:
+    return any(True for _ in module.parameters())
+
+
+def _broadcast_buffers_in_training(model: nn.Module, _inputs: Any) -> None:
+    if model.training and dist.is_initialized():
+        broadcast_buffers(model)
+
+
+def broadcast_buffers(model: nn.Module) -> None:
+    """Rank 0's buffers (BatchNorm statistics) on every rank, as DDP's broadcast_buffers does."""
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
+
+
+def autocast_precision(cfg: DictConfig, model: nn.Module) -> str:
+    """The precision the loop autocasts to: fp32 (none) under FSDP, whose MixedPrecisionPolicy casts already."""
+    return "fp32" if is_sharded(model) else cfg.precision.name
+
+
+@contextlib.contextmanager
+def full_parameters(model: nn.Module, enabled: bool = True) -> Iterator[None]:
+    """Every rank holds the whole model while the block runs, so a rank may run forwards the others do
+    not (one more evaluation batch; rank 0's prediction images) without waiting in an all-gather.
+    Evaluation then needs the memory of the whole model, as under DDP. A no-op for other models."""
+    units = [module for module in model.modules() if isinstance(module, FSDPModule)] if enabled else []
+    for unit in units:
+        unit.unshard()
+        unit.set_reshard_after_forward(False)
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.reshard()
+            unit.set_reshard_after_forward(True)
+
+
+def save_sharded_checkpoints(
+    checkpoints: Path, state: dict, model: nn.Module, optimizer: torch.optim.Optimizer, improved: bool, is_main: bool
+) -> bool:
+    """checkpoints/last/: every rank writes its shards with torch.distributed.checkpoint, into last.tmp/,
+    renamed to last/ once DCP wrote its metadata (the old last/ goes only then); and, when `improved`,
+    best.pt: one ordinary file with the full weights (eval.py, finetune.pretrained_path, a 1-process run).
+    `state` is Run.state_dict() (every rank's). False, and nothing written, when any rank's weights are not finite."""
+    from trainkit.checkpointing.checkpoint import save_checkpoint
+    from trainkit.checkpointing.files import CHECKPOINT_FORMAT
+    from trainkit.distributed.process_group import any_rank
+
+    local = [tensor.to_local() if hasattr(tensor, "to_local") else tensor for tensor in model.state_dict().values()]
+    finite = all(bool(tensor.isfinite().all()) for tensor in local if tensor.is_floating_point())
+    if any_rank(not finite, next(model.parameters()).device):
+        return False  # train.py warns; the non-finite loss that caused it stops the run at the next logging step
+    broadcast_buffers(model)  # DCP saves one rank's copy of a replicated buffer: make them rank 0's
+    rest = {key: value for key, value in state.items() if key not in ("model", "optimizer")}
+    last, tmp, old = checkpoints / "last", checkpoints / "last.tmp", checkpoints / "last.old"
+    if is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        torch.save({"format": CHECKPOINT_FORMAT, **rest}, tmp / REST)
+    dist.barrier()
+    weights, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": weights, "optimizer": optimizer_state}, checkpoint_id=tmp)  # .metadata last, then a barrier
+    if is_main:
+        if last.exists():
+            os.replace(last, old)
+        os.replace(tmp, last)
+        shutil.rmtree(old, ignore_errors=True)
+    if improved:  # a collective: the full weights, gathered on rank 0's CPU
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if is_main:  # the optimizer state stays in last/: best.pt is for evaluating and fine-tuning
+            save_checkpoint(checkpoints / "best.pt", {**rest, "model": full, "optimizer": NO_OPTIMIZER_STATE})
+    dist.barrier()
+    return True
+
+
+def load_sharded_checkpoint(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Load checkpoints/last/ into the sharded model and optimizer (any number of ranks: DCP reshards),
+    and return the checkpoint as Run.load_state_dict reads it (this rank's shards under model/optimizer)."""
+    directory = Path(directory)
+    rest = read_rest(directory)
+    weights, optimizer_state = get_state_dict(model, optimizer)  # the shapes to fill (it creates the state)
+    dcp.load({"model": weights, "optimizer": optimizer_state}, checkpoint_id=directory)
+    set_state_dict(model, optimizer, model_state_dict=weights, optim_state_dict=optimizer_state)
+    return {**rest, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+
+
+def read_rest(directory: Path) -> dict:
+    """state.pt of a sharded checkpoint directory: config, position, RNG streams, schedule, ..."""
+    return torch.load(directory / REST, map_location="cpu", weights_only=True)
+
+
+def load_full_weights(model: nn.Module, weights: dict) -> None:
+    """Full weights (best.pt's, on rank 0; other ranks pass {}) into the sharded model on every rank."""
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, weights, options=options)

@@ -1,0 +1,164 @@
+"""distributed=fsdp's pieces on a 2-process gloo group: the same weights as DDP, gradient accumulation
+without a sync, clipping on the sharded gradients, the sharded checkpoint's round trip and best.pt."""
+
+import copy
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from omegaconf import OmegaConf
+from test_distributed import free_port
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule
+
+from trainkit.checkpointing import load_weights
+from trainkit.distributed.fsdp import (
+    autocast_precision,
+    full_parameters,
+    load_sharded_checkpoint,
+    save_sharded_checkpoints,
+    shard_model,
+)
+from trainkit.distributed.process_group import gradient_sync
+from trainkit.models.small_cnn import SmallCNN
+
+DEFAULT_BLOCKS = OmegaConf.create({"blocks": None})
+
+
+def _batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(100 + rank)  # each rank its own shard
+    return [
+        (torch.randn(8, 1, 8, 8, generator=generator), torch.randint(0, 10, (8,), generator=generator))
+        for _ in range(6)
+    ]
+
+
+def _train(model, optimizer, batches, accumulate: int = 2, clip: float = 0.5) -> list[bool]:
+    """3 updates of 2 micro-batches, clipped; per micro-step, whether every parameter's .grad was None after it."""
+    no_grads = []
+    for index, (inputs, targets) in enumerate(batches):
+        is_update = index % accumulate == accumulate - 1
+        with gradient_sync(model, enabled=is_update):
+            (torch.nn.functional.cross_entropy(model(inputs), targets) / accumulate).backward()
+        no_grads.append(all(p.grad is None for p in model.parameters()))
+        if is_update:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)  # DTensors under FSDP: the global norm
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return no_grads
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor  # a DTensor's shard; buffers are whole
+
+
+def _sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+
+
+def _fsdp_checks(rank: int, port: int, directory, results) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)  # the same initial weights on both ranks, as DDP's broadcast would give
+        bare = SmallCNN(1, 10, widths=(8, 16))
+        ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(bare))
+        fsdp = shard_model(copy.deepcopy(bare), DEFAULT_BLOCKS, "fp32")
+        ddp_optimizer, fsdp_optimizer = _sgd(ddp), _sgd(fsdp)
+        _train(ddp, ddp_optimizer, _batches(rank))
+        no_grads = _train(fsdp, fsdp_optimizer, _batches(rank))
+        full = get_model_state_dict(fsdp, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        with full_parameters(fsdp), torch.no_grad():  # one rank evaluates a batch more: nobody waits
+            for _ in range(2 + rank):
+                fsdp.eval()(torch.randn(4, 1, 8, 8))
+        fsdp.train()
+        state = {"config": {"seed": 0}, "step": 3, "epoch": 0, "batches_done": 6, "scheduler": {}}
+        checkpoints = directory / "checkpoints"
+        save_sharded_checkpoints(checkpoints, state, fsdp, fsdp_optimizer, improved=True, is_main=rank == 0)
+        torch.manual_seed(1)  # other weights, then the checkpoint's
+        restored = shard_model(SmallCNN(1, 10, widths=(8, 16)), DEFAULT_BLOCKS, "fp32")
+        restored_optimizer = _sgd(restored)
+        loaded = load_sharded_checkpoint(checkpoints / "last", restored, restored_optimizer)
+        shards = [_local(tensor) for tensor in fsdp.state_dict().values()]
+        restored_shards = [_local(tensor) for tensor in restored.state_dict().values()]
+        momentum = [s["momentum_buffer"].to_local() for s in fsdp_optimizer.state_dict()["state"].values()]
+        restored_momentum = [s["momentum_buffer"].to_local() for s in restored_optimizer.state_dict()["state"].values()]
+        by_name = shard_model(SmallCNN(1, 10, widths=(8, 16)), OmegaConf.create({"blocks": ["Linear"]}), "fp32")
+        units = [name for name, module in by_name.named_modules() if isinstance(module, FSDPModule)]
+        bf16 = shard_model(SmallCNN(1, 10, widths=(8, 16)), DEFAULT_BLOCKS, "bf16")
+        bf16_cfg = OmegaConf.create({"precision": {"name": "bf16"}})
+        outputs = bf16(torch.randn(4, 1, 8, 8))
+        outputs.float().sum().backward()
+        results[rank] = {
+            "units": [name for name, module in fsdp.named_modules() if isinstance(module, FSDPModule)],
+            "units_by_name": units,
+            "bf16": (outputs.dtype, bf16.features[1].weight.grad.dtype, autocast_precision(bf16_cfg, bf16)),
+            "ddp": {name: tensor.detach().clone() for name, tensor in ddp.module.state_dict().items()},
+            "fsdp_full": full,
+            "no_grads": no_grads,
+            "weights_equal": all(torch.equal(a, b) for a, b in zip(shards, restored_shards)),
+            "momentum_equal": len(momentum) > 0 and all(torch.equal(a, b) for a, b in zip(momentum, restored_momentum)),
+            "loaded_step": loaded["step"],
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def fsdp_checks(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("fsdp")
+    results = mp.Manager().dict()
+    mp.spawn(_fsdp_checks, args=(free_port(), directory, results), nprocs=2)
+    return directory, [results[0], results[1]]
+
+
+@pytest.mark.slow
+def test_fsdp_trains_the_same_weights_as_ddp(fsdp_checks):
+    # 2 ranks x 3 updates of 2 micro-batches, momentum, weight decay, clipping at 0.5 (the norm is ~3):
+    # the gathered FSDP weights and BatchNorm buffers (rank 0's, broadcast as DDP does) equal DDP's.
+    _, (rank0, _) = fsdp_checks
+    assert rank0["fsdp_full"].keys() == rank0["ddp"].keys()
+    for name, tensor in rank0["ddp"].items():
+        torch.testing.assert_close(rank0["fsdp_full"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_fsdp_micro_steps_that_do_not_update_do_not_reduce_gradients(fsdp_checks):
+    # set_requires_gradient_sync(False): the unsharded gradients wait in the blocks; no sharded .grad yet.
+    for rank in fsdp_checks[1]:
+        assert rank["no_grads"] == [True, False] * 3
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_restores_weights_and_optimizer_state_bitwise(fsdp_checks):
+    directory, ranks = fsdp_checks
+    last = directory / "checkpoints" / "last"
+    assert (last / ".metadata").is_file() and (last / "state.pt").is_file()
+    assert not (directory / "checkpoints" / "last.tmp").exists()
+    for rank in ranks:
+        assert rank["weights_equal"] and rank["momentum_equal"] and rank["loaded_step"] == 3
+
+
+@pytest.mark.slow
+def test_best_pt_of_two_ranks_loads_into_one_process(fsdp_checks):
+    directory, (rank0, _) = fsdp_checks
+    best = torch.load(directory / "checkpoints" / "best.pt", weights_only=True)
+    model = SmallCNN(1, 10, widths=(8, 16))
+    load_weights(model, best["model"])  # an ordinary model: full tensors, no DTensors, no prefixes
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, rank0["fsdp_full"][name]), name
+
+
+@pytest.mark.slow
+def test_fsdp_bf16_runs_the_model_in_bf16_without_autocast_and_keeps_fp32_gradients(fsdp_checks):
+    # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); BatchNorm's own unit stays fp32.
+    for rank in fsdp_checks[1]:
+        assert rank["bf16"] == (torch.bfloat16, torch.float32, "fp32")
+
+
+@pytest.mark.slow
+def test_distributed_blocks_names_the_modules_sharded_one_by_one(fsdp_checks):
+    # null: each child of the model's top-level children that has parameters (SmallCNN's layers); then the root
+    rank0 = fsdp_checks[1][0]
+    assert rank0["units"] == ["", "features.0", "features.1", "features.3", "features.4", "head.3"]
+    assert rank0["units_by_name"] == ["", "head.3"]  # distributed.blocks=[Linear]
