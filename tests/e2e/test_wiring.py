@@ -211,7 +211,7 @@ def test_head_lr_scale_holds_at_every_step(tmp_path, monkeypatch):
 
 def test_an_applied_lr_finder_suggestion_is_the_lr_trained_with(tmp_path, monkeypatch):
     """The range test itself is tested in tests/unit/tuning/test_lr_finder.py; here its answer is fixed."""
-    monkeypatch.setattr(train, "lr_range_test_for_run", lambda run, plot: LRFinderResult(suggestion=0.0123))
+    monkeypatch.setattr(train, "lr_range_test_for_run", lambda run, plot, **settings: LRFinderResult(suggestion=0.0123))
     recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "lr_finder.enabled=true", "lr_finder.apply=true")
     assert [lrs[0] for lrs in recording.lrs] == pytest.approx([0.0123] * 3)
 
