@@ -295,6 +295,7 @@ RELATION_CASES = [
     (["distributed=fsdp", "trainer.compile=true"], "trainer.compile"),
     (["distributed=fsdp", "precision=fp16"], "precision"),
     (["distributed=fsdp", "distributed.nproc_per_node=1"], "distributed.nproc_per_node"),
+    (["distributed=fsdp", "trainer.micro_batch_size=auto"], "trainer.micro_batch_size"),
     (["augmentation=basic", "+augmentation.flip=true"], "augmentation.flip"),
     (["augmentation=strong", "+augmentation.color_jitter.hue=0.1"], "augmentation.color_jitter.hue"),
     (["augmentation=strong", "+augmentation.affine.rotate=10"], "augmentation.affine.rotate"),
