@@ -307,8 +307,8 @@ def _what_fsdp_cannot_combine_with(cfg: DictConfig) -> Iterator[tuple[str, str]]
     if cfg.distributed.nproc_per_node == 1:
         yield "distributed.nproc_per_node", "is 1: one process has nothing to shard with; use distributed=none, or 2+"
     if cfg.trainer.micro_batch_size == "auto":  # one rank out of memory in a sharded forward: the others wait
-        yield "trainer.micro_batch_size", ("auto searches on whole weights, but distributed=fsdp gathers them inside "
-                                           "each forward; give a size (e.g. trainer.micro_batch_size=16)")
+        why = "auto searches on whole weights, but distributed=fsdp gathers them inside each forward"
+        yield "trainer.micro_batch_size", f"{why}; give a size (e.g. trainer.micro_batch_size=16)"
 
 
 def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
