@@ -281,7 +281,8 @@ def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) ->
 def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> Run:
     """Data, model, batch transforms, loss, optimizer and LR schedule, in that order."""
     run = Run(cfg, run_dir, proc, device)
-    run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
+    run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size,
+                          resumed_from=cfg.resume)
     if cfg.data.num_classes is None:  # an image folder counts its classes; the model reads this key
         cfg.data.num_classes = run.data.num_classes
     model, input_size = build_model(cfg.model, cfg.finetune, image_size=run.data.image_size)

@@ -55,11 +55,13 @@ class DataBundle:
     fingerprint: dict = field(default_factory=dict)  # what the splits hold (trainkit.data.fingerprint): for a resume
 
 
-def build_data(cfg: Mapping, device: torch.device, seed: int, rank: int = 0, world_size: int = 1) -> DataBundle:
+def build_data(
+    cfg: Mapping, device: torch.device, seed: int, rank: int = 0, world_size: int = 1, resumed_from: str | None = None
+) -> DataBundle:
     """Loaders for train/val/test of this rank, from the data config `cfg` (cfg.data). `seed` must be
     the same on every rank (the run seed, not seed + rank): it fixes the train shuffle that all ranks
     share. `cfg` was checked by trainkit.config.validation; what only the data can tell (files, sizes,
-    class counts) is checked here."""
+    class counts) is checked here. `resumed_from`: the checkpoint `cfg` came from; its model keeps its class count."""
     data = make_data(cfg)
     shards = dict(seed=seed, rank=rank, world_size=world_size)
     train_args: dict[str, Any] = dict(
@@ -85,6 +87,13 @@ def build_data(cfg: Mapping, device: torch.device, seed: int, rank: int = 0, wor
         val = TensorLoader(*made.val, device=where, pin_memory=pin, **eval_args)
         test = TensorLoader(*made.test, device=where, pin_memory=pin, **eval_args)
     num_classes = made.num_classes
+    if resumed_from and data.num_classes not in (None, num_classes):  # `set data.num_classes` cannot help a resume
+        raise ConfigError(
+            "data.root",
+            f"has {num_classes} classes now, the checkpoint's run trained on {data.num_classes} (a class folder was "
+            f"added or removed): resume with the folder as it was, or start a new run from these weights with "
+            f"finetune.pretrained_path={resumed_from} (the head is rebuilt)",
+        )
     _check_matches(data, "num_classes", num_classes)
 
     if len(train) == 0:
