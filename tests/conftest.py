@@ -176,7 +176,13 @@ def run_record(model, seed: int, ema=None):
     import train
 
     # what load_state_dict reads: the end of the run, and the schedule it rebuilds
-    trainer = {"limit_train_batches": None, "accumulate_grad_batches": 1, "max_epochs": 20, "max_steps": None}
+    trainer = {
+        "limit_train_batches": None,
+        "accumulate_grad_batches": 1,
+        "max_epochs": 20,
+        "max_steps": None,
+        "micro_batch_size": None,
+    }
     early_stopping = {"enabled": True, "patience": 10}
     cfg = OmegaConf.create(
         {
