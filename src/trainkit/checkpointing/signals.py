@@ -158,18 +158,22 @@ def forward_to_workers() -> Iterator[None]:
     """For the parent of self-started DDP workers: pass each stop signal on to the workers as the
     same signal (they save and stop, and name it); a second Ctrl-C kills them and exits at once.
     A worker still starting holds the signal blocked until it listens; one spawned after the signal
-    finds it in STOP_ENV (trainkit.distributed.launch)."""
+    finds it in STOP_ENV (trainkit.distributed.launch). Children this process had before (a W&B
+    service an earlier job of a multirun started) are not workers: they are left alone."""
+    others = _child_pids()
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        workers = _child_pids() - others
         try:
             _record(signum)
         except _Abort:
-            for pid in _child_pids():
+            for pid in workers:
                 os.kill(pid, signal.SIGKILL)
             _abort(announce=True)
         os.environ[STOP_ENV] = signal.Signals(signum).name  # inherited by workers spawned from now on
-        for pid in _child_pids():
-            os.kill(pid, signum)
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):  # a worker that exited meanwhile
+                os.kill(pid, signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield

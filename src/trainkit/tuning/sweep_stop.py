@@ -33,7 +33,9 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def worker_processes(parent: int | None = None) -> list[int]:
-    """The live children of `parent` (this process) that take SIGTERM, read from /proc ([] elsewhere)."""
+    """The live joblib (loky) workers of `parent` (this process) that take SIGTERM, read from /proc ([] elsewhere).
+    Other children are left alone: the W&B service an earlier job of the basic launcher started (its
+    later jobs log through it), and loky's resource tracker, which ignores SIGTERM."""
     parent = os.getpid() if parent is None else parent
     children = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -45,9 +47,16 @@ def worker_processes(parent: int | None = None) -> list[int]:
         except (OSError, IndexError, StopIteration):
             continue  # gone meanwhile
         takes_sigterm = not int(ignored.split()[1], 16) & (1 << (signal.SIGTERM - 1))
-        if int(fields[1]) == parent and fields[0] != "Z" and takes_sigterm:
+        if int(fields[1]) == parent and fields[0] != "Z" and takes_sigterm and _is_loky_worker(stat.parent):
             children.append(int(stat.parent.name))
     return children
+
+
+def _is_loky_worker(process: Path) -> bool:
+    try:
+        return b"loky" in (process / "cmdline").read_bytes()  # python -m joblib.externals.loky.backend.popen_loky_posix
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:

@@ -380,14 +380,21 @@ def report_signal(path: Path) -> None:
 
 
 def test_the_parent_of_ddp_workers_passes_on_the_signal_the_user_sent(stop_handlers_back, tmp_path):
-    worker = multiprocessing.get_context("fork").Process(target=report_signal, args=(tmp_path / "got",))
+    fork = multiprocessing.get_context("fork")
+    # A child from before the launch (the W&B service an earlier job of a multirun started) is no worker.
+    bystander = fork.Process(target=report_signal, args=(tmp_path / "bystander",))
+    bystander.start()
+    worker = fork.Process(target=report_signal, args=(tmp_path / "got",))
     with signals.forward_to_workers():
         worker.start()
-        while not (tmp_path / "got.ready").exists():
+        while not (tmp_path / "got.ready").exists() or not (tmp_path / "bystander.ready").exists():
             time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the stop line must say SIGINT, not SIGTERM
         worker.join(20)
     assert (tmp_path / "got").read_text() == "SIGINT"
+    assert bystander.is_alive() and not (tmp_path / "bystander").exists()
+    bystander.kill()
+    bystander.join()
 
 
 def write_blocked_signals(rank: int, path: str) -> None:

@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,20 @@ def test_sigterm_to_a_joblib_sweep_stops_every_job_with_a_checkpoint(tmp_path):
     )
     for job in ("0", "1"):  # each running job stopped at an update and saved there
         assert "stopped by SIGTERM at epoch" in (sweep_dir / job / "train.log").read_text()
+
+
+def test_only_joblib_workers_are_stopped_not_the_other_children_of_the_launching_process():
+    # The W&B service an earlier job of the basic launcher started is a child too: its later jobs log through it.
+    service = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "joblib.externals.loky"])
+    try:
+        deadline = time.monotonic() + 20  # until both have exec'd: their own command lines are in /proc
+        while time.monotonic() < deadline and any(
+            b"sleep" not in Path(f"/proc/{child.pid}/cmdline").read_bytes() for child in (service, worker)
+        ):
+            time.sleep(0.05)
+        assert worker_processes() == [worker.pid]
+    finally:
+        for child in (service, worker):
+            child.kill()
+            child.wait()
