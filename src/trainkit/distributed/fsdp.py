@@ -16,25 +16,20 @@ so FSDP trains the same weights as DDP with the same seed, and every rank saves 
 import contextlib
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from omegaconf import DictConfig
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_model_state_dict,
-    set_state_dict,
-)
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from trainkit.errors import ConfigError
+
+# torch.distributed.fsdp and torch.distributed.checkpoint take ~1 s to import: every process of every run
+# imports train.py, so they are imported where a sharded model needs them, not here.
 
 PARAM_DTYPES = {"bf16": torch.bfloat16, "fp32": None}  # fp16 is refused by trainkit.config.validation
 METADATA = ".metadata"  # DCP writes it last: a directory without it is no checkpoint
@@ -43,13 +38,16 @@ NO_OPTIMIZER_STATE: dict = {"state": {}, "param_groups": []}  # best.pt's: a res
 
 
 def is_sharded(model: nn.Module) -> bool:
-    return isinstance(model, FSDPModule)
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # not imported: no model was sharded
+    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
 
 
 def shard_model(model: nn.Module, cfg: DictConfig, precision: str) -> nn.Module:
     """`fully_shard` each block, then the root, in place. bf16: parameters are gathered and run in
     bf16, gradients reduced in fp32 (so no autocast: see autocast_precision). BatchNorm stays fp32 in
     units of its own, as autocast keeps it (its fp32 buffers cannot meet bf16 weights)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
     policy = MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[precision], reduce_dtype=torch.float32)
     sharded: set[nn.Module] = set()
     if precision != "fp32":
@@ -107,7 +105,7 @@ def full_parameters(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     """Every rank holds the whole model while the block runs, so a rank may run forwards the others do
     not (one more evaluation batch; rank 0's prediction images) without waiting in an all-gather.
     Evaluation then needs the memory of the whole model, as under DDP. A no-op for other models."""
-    units = [module for module in model.modules() if isinstance(module, FSDPModule)] if enabled else []
+    units: list[Any] = [module for module in model.modules() if is_sharded(module)] if enabled else []  # FSDPModule
     for unit in units:
         unit.unshard()
         unit.set_reshard_after_forward(False)
@@ -126,6 +124,9 @@ def save_sharded_checkpoints(
     renamed to last/ once DCP wrote its metadata (the old last/ goes only then); and, when `improved`,
     best.pt: one ordinary file with the full weights (eval.py, finetune.pretrained_path, a 1-process run).
     `state` is Run.state_dict() (every rank's). False, and nothing written, when any rank's weights are not finite."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+
     from trainkit.checkpointing.checkpoint import save_checkpoint
     from trainkit.checkpointing.files import CHECKPOINT_FORMAT
     from trainkit.distributed.process_group import any_rank
@@ -160,6 +161,9 @@ def save_sharded_checkpoints(
 def load_sharded_checkpoint(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """Load checkpoints/last/ into the sharded model and optimizer (any number of ranks: DCP reshards),
     and return the checkpoint as Run.load_state_dict reads it (this rank's shards under model/optimizer)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
     directory = Path(directory)
     rest = read_rest(directory)
     weights, optimizer_state = get_state_dict(model, optimizer)  # the shapes to fill (it creates the state)
@@ -175,5 +179,7 @@ def read_rest(directory: Path) -> dict:
 
 def load_full_weights(model: nn.Module, weights: dict) -> None:
     """Full weights (best.pt's, on rank 0; other ranks pass {}) into the sharded model on every rank."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_model_state_dict(model, weights, options=options)

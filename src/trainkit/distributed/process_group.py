@@ -188,11 +188,10 @@ def gradient_sync(model: torch.nn.Module, enabled: bool) -> contextlib.AbstractC
     """DDP's `no_sync()` for micro-steps that do not update: gradients accumulate locally and are
     all-reduced once, on the last micro-step of the group. Under FSDP the same with
     `set_requires_gradient_sync(False)`: unsharded gradients accumulate, reduce-scattered once."""
-    from torch.distributed.fsdp import FSDPModule
-
     if enabled:
         return contextlib.nullcontext()
-    if isinstance(model, FSDPModule):
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # imported where a model is sharded (trainkit.distributed.fsdp)
+    if fsdp is not None and isinstance(model, fsdp.FSDPModule):
         return _without_fsdp_gradient_sync(model)
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return model.no_sync()
