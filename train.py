@@ -292,8 +292,8 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
     run.model = run.trained_model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
-    if cfg.distributed.name == "fsdp" and proc.world_size > 1:  # in place, before the optimizer takes the params
-        shard_model(run.model, cfg.distributed, cfg.precision.name)
+    if cfg.distributed.name == "fsdp":  # in place, before the optimizer takes the params
+        shard_model(run.model, cfg.distributed, cfg.precision.name, proc.world_size)
     mean, std = run.data.mean, run.data.std
     run.task = instantiate(cfg.task)  # after the data: an image folder's class count is known
     run.train_transform = BatchTransform(mean, std, input_size, cfg.augmentation, train=True,

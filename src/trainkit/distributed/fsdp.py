@@ -42,10 +42,18 @@ def is_sharded(model: nn.Module) -> bool:
     return fsdp is not None and isinstance(model, fsdp.FSDPModule)
 
 
-def shard_model(model: nn.Module, cfg: DictConfig, precision: str) -> nn.Module:
+def shard_model(model: nn.Module, cfg: DictConfig, precision: str, world_size: int | None = None) -> nn.Module:
     """`fully_shard` each block, then the root, in place. bf16: parameters are gathered and run in
     bf16, gradients reduced in fp32 (so no autocast: see autocast_precision). BatchNorm stays fp32 in
-    units of its own, as autocast keeps it (its fp32 buffers cannot meet bf16 weights)."""
+    units of its own, as autocast keeps it (its fp32 buffers cannot meet bf16 weights). One process
+    (torchrun or SLURM started one; the config check refuses distributed.nproc_per_node=1) is refused."""
+    world_size = dist.get_world_size() if world_size is None else world_size
+    if world_size < 2:
+        raise ConfigError(
+            "distributed.name",
+            f"fsdp in {world_size} process has nothing to shard with (torchrun or SLURM started one); "
+            "use distributed=none, or start 2+ processes",
+        )
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[precision], reduce_dtype=torch.float32)

@@ -16,11 +16,13 @@ from trainkit.checkpointing import load_weights
 from trainkit.distributed.fsdp import (
     autocast_precision,
     full_parameters,
+    is_sharded,
     load_sharded_checkpoint,
     save_sharded_checkpoints,
     shard_model,
 )
 from trainkit.distributed.process_group import gradient_sync
+from trainkit.errors import ConfigError
 from trainkit.models.small_cnn import SmallCNN
 
 DEFAULT_BLOCKS = OmegaConf.create({"blocks": None})
@@ -162,3 +164,12 @@ def test_distributed_blocks_names_the_modules_sharded_one_by_one(fsdp_checks):
     rank0 = fsdp_checks[1][0]
     assert rank0["units"] == ["", "features.0", "features.1", "features.3", "features.4", "head.3"]
     assert rank0["units_by_name"] == ["", "head.3"]  # distributed.blocks=[Linear]
+
+
+def test_fsdp_in_one_process_is_refused_in_one_line_before_anything_is_sharded():
+    # torchrun --nproc_per_node=1 or one SLURM task: it would train unsharded and write a last.pt that its own
+    # resume (distributed=fsdp reads checkpoints/last/) refuses.
+    model = SmallCNN(1, 10, widths=(8, 16))
+    with pytest.raises(ConfigError, match=r"^distributed.name: fsdp in 1 process has nothing to shard with"):
+        shard_model(model, DEFAULT_BLOCKS, "fp32", world_size=1)
+    assert not is_sharded(model)
