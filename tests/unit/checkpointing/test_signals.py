@@ -79,15 +79,16 @@ def test_a_second_ctrl_c_aborts_at_once():
     assert result.stderr.strip() == "aborted by a second Ctrl-C; checkpoints/last.pt is as last saved"
 
 
-def start_train(run_dir: Path, *overrides: str) -> subprocess.Popen:
+def start_train(run_dir: Path, *overrides: str, stderr: int = subprocess.PIPE) -> subprocess.Popen:
     """train.py in a process group of its own with SIGINT at its default (a shell's background job
-    ignores SIGINT, and a child would inherit that), as a terminal's foreground job."""
+    ignores SIGINT, and a child would inherit that), as a terminal's foreground job. `stderr`:
+    subprocess.STDOUT reads both streams as one, in order."""
     return subprocess.Popen(
         [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])},
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -473,23 +474,8 @@ def test_a_run_directory_named_with_commas_and_non_ascii_stops_and_resumes_with_
 
 @pytest.mark.slow  # DDP workers are processes
 def test_ctrl_c_while_ddp_workers_start_stops_in_one_line_naming_sigint(tmp_path):
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "train.py"),
-            f"hydra.run.dir={tmp_path}",
-            *OVERRIDES,
-            "distributed=ddp",
-            "distributed.nproc_per_node=2",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    ddp = ("distributed=ddp", "distributed.nproc_per_node=2")
+    process = start_train(tmp_path, *OVERRIDES, *ddp, stderr=subprocess.STDOUT)
     try:
         output = ""
         for line in process.stdout:  # the workers are being spawned: they import torch for seconds
