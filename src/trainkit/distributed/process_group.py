@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from trainkit.distributed.fsdp import is_sharded
+
 
 @dataclass(frozen=True)
 class ProcessInfo:
@@ -190,8 +192,7 @@ def gradient_sync(model: torch.nn.Module, enabled: bool) -> contextlib.AbstractC
     `set_requires_gradient_sync(False)`: unsharded gradients accumulate, reduce-scattered once."""
     if enabled:
         return contextlib.nullcontext()
-    fsdp = sys.modules.get("torch.distributed.fsdp")  # imported where a model is sharded (trainkit.distributed.fsdp)
-    if fsdp is not None and isinstance(model, fsdp.FSDPModule):
+    if is_sharded(model):
         return _without_fsdp_gradient_sync(model)
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return model.no_sync()
