@@ -88,7 +88,7 @@ def test_none_logger_config_writes_only_jsonl(tmp_path):
 def test_local_loggers_ignore_images_and_summaries_and_have_no_run_id(tmp_path):
     # train.py makes every call on every logger; a logger with no use for one ignores it.
     loggers = build_loggers(OmegaConf.create({"name": "csv"}), tmp_path)
-    assert loggers.run_id is None
+    assert loggers.run_ids == {}
     loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
     loggers.log_image("train/samples", tmp_path / "missing.png", step=0)
     loggers.summary({"best/val/acc": 0.5})

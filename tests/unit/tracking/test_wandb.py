@@ -143,7 +143,7 @@ def test_offline_run_lands_in_the_run_directory_with_config_history_and_summary(
     loggers = build_loggers(
         wandb_cfg(tags=["smoke"]), run_dir, config=config, run_name="optimizer.lr=0.1", group="sweep-1"
     )
-    assert loggers.run_id is not None
+    assert loggers.run_ids.get("wandb") is not None
     loggers.log({"epoch": 0, "step": 10, "train/step_loss": 2.0, "lr": 0.1})
     loggers.log({"epoch": 0, "step": 10, "train/loss": 1.9, "val/loss": 1.5, "val/acc": 0.4})  # same step
     loggers.log({"epoch": 1, "step": 20, "train/loss": 1.0, "val/loss": 0.9, "val/acc": 0.7})
@@ -152,7 +152,7 @@ def test_offline_run_lands_in_the_run_directory_with_config_history_and_summary(
     loggers.finish()
 
     run = offline_run(run_dir)
-    assert run.directory.name.endswith(loggers.run_id) and run.run_id == loggers.run_id
+    assert run.directory.name.endswith(loggers.run_ids.get("wandb")) and run.run_id == loggers.run_ids.get("wandb")
     assert run.config["optimizer"] == {"lr": 0.1, "name": "sgd"} and run.config["seed"] == 3
     assert (run.display_name, run.group, run.tags) == ("optimizer.lr=0.1", "sweep-1", ["smoke"])
     # Nothing dropped: each dict is a row, plotted against our `step`.
@@ -185,11 +185,11 @@ def test_a_resumed_offline_run_says_to_sync_every_part(run_dir, caplog):
     first.log({"epoch": 0, "step": 1, "val/acc": 0.5})
     first.finish()
     time.sleep(1)  # the folder's name has the start time to the second
-    second = build_loggers(wandb_cfg(), run_dir, resume_ids={"wandb": first.run_id})
+    second = build_loggers(wandb_cfg(), run_dir, resume_ids={"wandb": first.run_ids.get("wandb")})
     second.log({"epoch": 1, "step": 2, "val/acc": 0.6})
     with caplog.at_level(logging.INFO, logger="trainkit.tracking.loggers"):
         second.finish()
-    parts = sorted((run_dir / "wandb").glob(f"offline-run-*-{first.run_id}"))
+    parts = sorted((run_dir / "wandb").glob(f"offline-run-*-{first.run_ids.get('wandb')}"))
     lines = [r.getMessage() for r in caplog.records if "wandb sync" in r.getMessage()]
     assert len(parts) == 2 and lines[0].endswith(f"wandb sync {parts[0]} {parts[1]}"), lines
 
@@ -208,12 +208,12 @@ def test_resume_id_continues_the_same_run_id(tmp_path):
     (tmp_path / "first").mkdir()
     (tmp_path / "second").mkdir()
     first = build_loggers(wandb_cfg(), tmp_path / "first", run_name="first")
-    run_id = first.run_id
+    run_id = first.run_ids.get("wandb")
     first.log({"epoch": 0, "step": 10, "val/acc": 0.5})
     first.finish()
 
     second = build_loggers(wandb_cfg(), tmp_path / "second", run_name="resume=last.pt", resume_ids={"wandb": run_id})
-    assert second.run_id == run_id
+    assert second.run_ids.get("wandb") == run_id
     second.log({"epoch": 1, "step": 20, "val/acc": 0.6})
     second.finish()
     run = offline_run(tmp_path / "second")
@@ -232,7 +232,7 @@ def test_init_failure_warns_once_and_training_goes_on_locally(run_dir, monkeypat
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "\n" not in warnings[0].getMessage()
     assert "local logging only" in warnings[0].getMessage() and "CommError" in warnings[0].getMessage()
-    assert loggers.run_id is None
+    assert loggers.run_ids.get("wandb") is None
     loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
     loggers.log_image("train/samples", np.zeros((4, 4, 3), np.uint8), step=0)
     loggers.summary({"best/val/acc": 0.5})
@@ -277,7 +277,7 @@ def test_init_gets_the_explicit_mode_dir_names_and_resume(run_dir, monkeypatch):
     )
     assert (kwargs["name"], kwargs["group"], kwargs["config"]) == ("seed=1", "sweep", {"seed": 0})
     assert kwargs["id"] is None and kwargs["resume"] is None
-    assert loggers.run_id == "fake123"
+    assert loggers.run_ids.get("wandb") == "fake123"
     loggers.finish(failed=True)
     assert run.finished == [1]
 
@@ -306,7 +306,7 @@ def test_disabled_mode_writes_no_wandb_files(run_dir, caplog):
     loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
     loggers.log_image("train/samples", np.zeros((4, 4, 3), np.uint8), step=0)
     loggers.summary({"best/val/acc": 0.5})
-    assert loggers.run_id is None
+    assert loggers.run_ids.get("wandb") is None
     with caplog.at_level(logging.INFO, logger="trainkit.tracking.loggers"):
         loggers.finish()
     assert not any("wandb sync" in r.getMessage() for r in caplog.records)  # nothing to upload

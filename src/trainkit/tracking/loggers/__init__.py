@@ -63,11 +63,6 @@ class Loggers:
         self.names = names or [type(logger).__name__ for logger in loggers]
 
     @property
-    def run_id(self) -> str | None:
-        """The first tracker's run id (W&B's, MLflow's), or None."""
-        return next((logger.run_id for logger in self.loggers if getattr(logger, "run_id", None)), None)
-
-    @property
     def run_ids(self) -> dict[str, str]:
         """{tracker: its run id} for the trackers that have one: train.py keeps them in checkpoints
         so that a resume continues the same runs."""
