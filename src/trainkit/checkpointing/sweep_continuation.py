@@ -26,6 +26,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit.checkpointing.files import latest_checkpoint
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -47,12 +48,13 @@ def in_multirun() -> bool:
 def continue_sweep_job(composed: DictConfig, run_dir: Path) -> None:
     """In a multirun job whose directory holds a checkpoint (a rerun of the sweep): resume it as
     resume=auto does (sets composed.resume), or refuse in one line with sweep.continue_jobs=false."""
-    if composed.get("resume") is not None or not in_multirun() or not (run_dir / "checkpoints" / "last.pt").is_file():
+    checkpoint = latest_checkpoint(run_dir / "checkpoints")  # last.pt, or distributed=fsdp's last/
+    if composed.get("resume") is not None or not in_multirun() or checkpoint is None:
         return
     if not OmegaConf.select(composed, "sweep.continue_jobs", default=True):
         raise ConfigError(
             "sweep.continue_jobs",
-            f"is false but {run_dir} holds a run of an earlier sweep (checkpoints/last.pt); choose a new "
+            f"is false but {run_dir} holds a run of an earlier sweep ({checkpoint.relative_to(run_dir)}); choose a new "
             "hydra.sweep.dir, or sweep.continue_jobs=true to continue its jobs",
         )
     log.info(f"{run_dir} holds this job's run from an earlier launch of the sweep: continuing it (resume=auto)")
@@ -86,11 +88,10 @@ def sweep_rerun_command() -> str | None:
     directory, shell-quoted: what continues the whole sweep. None when no sweep command was recorded,
     or its directory is not known here (the launching process of a sweep into a time-named directory)."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
     argv = json.loads(os.environ.get(SWEEP_ARGV, "null") or "null")
     given = [arg.split("=", 1)[1] for arg in argv or [] if arg.startswith("hydra.sweep.dir=")]
-    if argv and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+    if argv and in_multirun():
         sweep_dir = HydraConfig.get().sweep.dir
     elif given:
         sweep_dir = given[-1]
