@@ -46,7 +46,9 @@ def shard_model(model: nn.Module, cfg: DictConfig, precision: str, world_size: i
     """`fully_shard` each block, then the root, in place. bf16: parameters are gathered and run in
     bf16, gradients reduced in fp32 (so no autocast: see autocast_precision). BatchNorm stays fp32 in
     units of its own, as autocast keeps it (its fp32 buffers cannot meet bf16 weights). One process
-    (torchrun or SLURM started one; the config check refuses distributed.nproc_per_node=1) is refused."""
+    (torchrun or SLURM started one; the config check refuses distributed.nproc_per_node=1) is refused.
+    Rank 0's weights and buffers are broadcast first, so every rank shards the same model: the one a single
+    process with the run seed builds."""
     world_size = dist.get_world_size() if world_size is None else world_size
     if world_size < 2:
         raise ConfigError(
@@ -56,6 +58,11 @@ def shard_model(model: nn.Module, cfg: DictConfig, precision: str, world_size: i
         )
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    # Each rank built its own weights (seeded with seed + rank) and fully_shard keeps each rank's own rows:
+    # without this, half of every parameter would come from another initialization than the other half.
+    # DDP broadcasts rank 0's weights when it wraps; this is the same, before sharding.
+    for tensor in model.state_dict().values():
+        dist.broadcast(tensor, src=0)
     policy = MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[precision], reduce_dtype=torch.float32)
     sharded: set[nn.Module] = set()
     if precision != "fp32":

@@ -62,7 +62,10 @@ def _sgd(model):
 def _fsdp_checks(rank: int, port: int, directory, results) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        torch.manual_seed(0)  # the same initial weights on both ranks, as DDP's broadcast would give
+        torch.manual_seed(rank)  # each rank its own initial weights, as train.py's seed + rank gives
+        own_init = shard_model(SmallCNN(1, 10, widths=(8, 16)), DEFAULT_BLOCKS, "fp32")
+        own_init_full = get_model_state_dict(own_init, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        torch.manual_seed(0)
         bare = SmallCNN(1, 10, widths=(8, 16))
         ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(bare))
         fsdp = shard_model(copy.deepcopy(bare), DEFAULT_BLOCKS, "fp32")
@@ -97,6 +100,7 @@ def _fsdp_checks(rank: int, port: int, directory, results) -> None:
             "bf16": (outputs.dtype, bf16.features[1].weight.grad.dtype, autocast_precision(bf16_cfg, bf16)),
             "ddp": {name: tensor.detach().clone() for name, tensor in ddp.module.state_dict().items()},
             "fsdp_full": full,
+            "own_init_full": own_init_full,
             "no_grads": no_grads,
             "weights_equal": all(torch.equal(a, b) for a, b in zip(shards, restored_shards)),
             "momentum_equal": len(momentum) > 0 and all(torch.equal(a, b) for a, b in zip(momentum, restored_momentum)),
@@ -122,6 +126,18 @@ def test_fsdp_trains_the_same_weights_as_ddp(fsdp_checks):
     assert rank0["fsdp_full"].keys() == rank0["ddp"].keys()
     for name, tensor in rank0["ddp"].items():
         torch.testing.assert_close(rank0["fsdp_full"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_fsdp_shards_rank_0s_initial_weights_whatever_each_rank_built(fsdp_checks):
+    # Each rank seeds seed + rank before building: fully_shard alone would keep each rank's own rows (half of
+    # every parameter from another init). The gathered weights are the model one process builds with seed 0.
+    torch.manual_seed(0)
+    one_process = SmallCNN(1, 10, widths=(8, 16)).state_dict()
+    gathered = fsdp_checks[1][0]["own_init_full"]  # rank 0's: rank 1's half of each parameter gathered in
+    assert gathered.keys() == one_process.keys()
+    for name, tensor in one_process.items():
+        assert torch.equal(gathered[name], tensor), name
 
 
 @pytest.mark.slow
