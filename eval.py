@@ -70,6 +70,8 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     if OmegaConf.is_missing(cfg, "checkpoint"):
         raise ConfigError("checkpoint", "is required; pass checkpoint=<run directory or .pt file>")
     checkpoint = find_checkpoint(cfg.checkpoint, key="checkpoint", names=CHECKPOINTS)
+    if checkpoint.is_dir():  # distributed=fsdp's last/: every rank's shards, for a resume
+        refuse_sharded_checkpoint(checkpoint)
     state = read_checkpoint(checkpoint, mmap=True, key="checkpoint")  # a trainkit checkpoint, of this format
     overrides = list(HydraConfig.get().overrides.task)
     cfg = config_with_overrides(state["config"], cfg, overrides, when="on top of a checkpoint's config")
@@ -79,6 +81,17 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     validate(cfg)  # every error the config alone can reveal, before any data or model is built
     check_data_fits(state["config"], cfg.data.channels, cfg.data.num_classes)  # null: an image folder counts later
     return cfg
+
+
+def refuse_sharded_checkpoint(checkpoint: Path) -> None:
+    """distributed=fsdp's checkpoints/last/ holds the weights as shards of each rank, to resume from;
+    the run writes its full weights to best.pt beside it, which eval.py reads in any number of processes."""
+    best = checkpoint.parent / "best.pt"
+    fix = f"evaluate {best} (its full weights), or the run directory" if best.is_file() else "it has no best.pt yet"
+    raise ConfigError(
+        "checkpoint",
+        f"{checkpoint} is distributed=fsdp's sharded checkpoint (for resuming), not one eval.py reads; {fix}",
+    )
 
 
 def check_data_fits(saved: dict, channels: int | None, num_classes: int | None) -> None:
