@@ -20,6 +20,7 @@ import json
 import logging
 import sys
 from collections import Counter
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -153,16 +154,25 @@ def evaluate_process(cfg: DictConfig, out_dir: Path) -> dict:
         transform = transform.to(device)
         task = instantiate(cfg.task)
         loader = data.test if cfg.split == "test" else data.val
+        limit = batch_limit(cfg)
         precision, tta_flip = cfg.precision.name, cfg.trainer.tta_flip
-        metrics = evaluate(model, loader, transform, task, precision, device, tta_flip=tta_flip)
+        metrics = evaluate(model, loader, transform, task, precision, device, limit, tta_flip)
         # A second pass for the picture: confusion counts (all-reduced), or a few predicted masks.
-        shown = predicted_on(model, loader, transform, task, precision, device, data.num_classes, tta_flip)
+        shown = predicted_on(
+            model, islice(loader, limit), transform, task, precision, device, data.num_classes, tta_flip
+        )
         results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
         results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
         if proc.is_main:
             save_figures(shown, out_dir, folder_class_names(cfg))
             (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
         return results
+
+
+def batch_limit(cfg: DictConfig) -> int | None:
+    """The batches a process evaluates: split=val validates as the run did, with trainer.limit_val_batches
+    (so its numbers are the run's best epoch's); the test split is always whole, as the run's test was."""
+    return cfg.trainer.limit_val_batches if cfg.split == "val" else None
 
 
 def metrics_report(cfg: DictConfig, results: dict) -> dict:
@@ -172,7 +182,8 @@ def metrics_report(cfg: DictConfig, results: dict) -> dict:
     run_dir = run_dir_of(checkpoint)
     summary = run_dir / "summary.json" if run_dir else None
     run_test = json.loads(summary.read_text()).get("test") if summary and summary.is_file() else None
-    return {**results, "split": cfg.split, "checkpoint": str(checkpoint), "run_summary_test": run_test}
+    limited = {"limit_val_batches": limit} if (limit := batch_limit(cfg)) else {}
+    return {**results, "split": cfg.split, **limited, "checkpoint": str(checkpoint), "run_summary_test": run_test}
 
 
 def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
@@ -323,7 +334,10 @@ def main(cfg: DictConfig) -> None:
     results = start_processes(cfg, out_dir, evaluate_process)
     metrics = [key for key in results if key.startswith(f"{cfg.split}/") and not key.endswith("/loss")]
     shown = " ".join(f"{key} {results[key]:.4f}" for key in [*metrics, f"{cfg.split}/loss"])
-    log.info(f"{shown} on {results['samples']} samples ({source}) -> {out_dir}")
+    limit = batch_limit(cfg)
+    batches = f"{limit} batch{'es' if limit != 1 else ''}"
+    limited = f", the first {batches} per process (trainer.limit_val_batches={limit})" if limit else ""
+    log.info(f"{shown} on {results['samples']} samples{limited} ({source}) -> {out_dir}")
 
 
 if __name__ == "__main__":
