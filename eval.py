@@ -5,7 +5,7 @@
     python eval.py checkpoint=<run> data.split_seed=1       # other data of the same shape
     python eval.py checkpoint=<run> precision=bf16 trainer.tta_flip=true
     python eval.py checkpoint=<run> distributed=ddp distributed.nproc_per_node=2
-    python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction instead of metrics
+    python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or one image file's)
 
 The config is the checkpoint's own (the resolved config the run trained with) with the keys this
 command line sets on top, as a resume takes it; so the data split, eval transform, precision,
