@@ -5,7 +5,7 @@
     python eval.py checkpoint=<run> data.split_seed=1       # other data of the same shape
     python eval.py checkpoint=<run> precision=bf16 trainer.tta_flip=true
     python eval.py checkpoint=<run> distributed=ddp distributed.nproc_per_node=2
-    python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction instead of metrics
+    python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or one image file's)
 
 The config is the checkpoint's own (the resolved config the run trained with) with the keys this
 command line sets on top, as a resume takes it; so the data split, eval transform, precision,
@@ -19,9 +19,13 @@ import csv
 import json
 import logging
 import sys
+from collections import Counter
+from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import hydra
+import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
@@ -37,7 +41,14 @@ from trainkit.config import to_dict
 from trainkit.config.validation import validate
 from trainkit.data import build_data
 from trainkit.data.datasets import data_class
-from trainkit.data.imagefolder import ImageFolder, class_names, decode, images_in
+from trainkit.data.imagefolder import (
+    ImageFolder,
+    class_names,
+    image_extensions,
+    images_in,
+    open_image,
+    resize_center_crop,
+)
 from trainkit.distributed.launch import joined_process_group, start_processes
 from trainkit.errors import ConfigError
 from trainkit.models import build_model, ema_weights
@@ -60,6 +71,8 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     if OmegaConf.is_missing(cfg, "checkpoint"):
         raise ConfigError("checkpoint", "is required; pass checkpoint=<run directory or .pt file>")
     checkpoint = find_checkpoint(cfg.checkpoint, key="checkpoint", names=CHECKPOINTS)
+    if checkpoint.is_dir():  # distributed=fsdp's last/: every rank's shards, for a resume
+        refuse_sharded_checkpoint(checkpoint)
     state = read_checkpoint(checkpoint, mmap=True, key="checkpoint")  # a trainkit checkpoint, of this format
     overrides = list(HydraConfig.get().overrides.task)
     cfg = config_with_overrides(state["config"], cfg, overrides, when="on top of a checkpoint's config")
@@ -69,6 +82,17 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     validate(cfg)  # every error the config alone can reveal, before any data or model is built
     check_data_fits(state["config"], cfg.data.channels, cfg.data.num_classes)  # null: an image folder counts later
     return cfg
+
+
+def refuse_sharded_checkpoint(checkpoint: Path) -> None:
+    """distributed=fsdp's checkpoints/last/ holds the weights as shards of each rank, to resume from;
+    the run writes its full weights to best.pt beside it, which eval.py reads in any number of processes."""
+    best = checkpoint.parent / "best.pt"
+    fix = f"evaluate {best} (its full weights), or the run directory" if best.is_file() else "it has no best.pt yet"
+    raise ConfigError(
+        "checkpoint",
+        f"{checkpoint} is distributed=fsdp's sharded checkpoint (for resuming), not one eval.py reads; {fix}",
+    )
 
 
 def check_data_fits(saved: dict, channels: int | None, num_classes: int | None) -> None:
@@ -130,16 +154,25 @@ def evaluate_process(cfg: DictConfig, out_dir: Path) -> dict:
         transform = transform.to(device)
         task = instantiate(cfg.task)
         loader = data.test if cfg.split == "test" else data.val
+        limit = batch_limit(cfg)
         precision, tta_flip = cfg.precision.name, cfg.trainer.tta_flip
-        metrics = evaluate(model, loader, transform, task, precision, device, tta_flip=tta_flip)
+        metrics = evaluate(model, loader, transform, task, precision, device, limit, tta_flip)
         # A second pass for the picture: confusion counts (all-reduced), or a few predicted masks.
-        shown = predicted_on(model, loader, transform, task, precision, device, data.num_classes, tta_flip)
+        shown = predicted_on(
+            model, islice(loader, limit), transform, task, precision, device, data.num_classes, tta_flip
+        )
         results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
         results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
         if proc.is_main:
             save_figures(shown, out_dir, folder_class_names(cfg))
             (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
         return results
+
+
+def batch_limit(cfg: DictConfig) -> int | None:
+    """The batches a process evaluates: split=val validates as the run did, with trainer.limit_val_batches
+    (so its numbers are the run's best epoch's); the test split is always whole, as the run's test was."""
+    return cfg.trainer.limit_val_batches if cfg.split == "val" else None
 
 
 def metrics_report(cfg: DictConfig, results: dict) -> dict:
@@ -149,71 +182,138 @@ def metrics_report(cfg: DictConfig, results: dict) -> dict:
     run_dir = run_dir_of(checkpoint)
     summary = run_dir / "summary.json" if run_dir else None
     run_test = json.loads(summary.read_text()).get("test") if summary and summary.is_file() else None
-    return {**results, "split": cfg.split, "checkpoint": str(checkpoint), "run_summary_test": run_test}
+    limited = {"limit_val_batches": limit} if (limit := batch_limit(cfg)) else {}
+    return {**results, "split": cfg.split, **limited, "checkpoint": str(checkpoint), "run_summary_test": run_test}
 
 
 def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
-    """predict=<folder>: every image in it (sub-folders too) read as the run's data is (converted
-    to its channels, resized and centre-cropped to data.image_size), then the eval transform, the
-    model and task.predict. One process: there is no split to share out. Returns where the
-    predictions are and how many images they cover."""
-    folder = Path(cfg.predict).expanduser()
-    if not folder.is_dir():
-        raise ConfigError("predict", f"folder '{folder}' does not exist; give a folder of images")
-    files = images_in(folder)
+    """predict=<folder or image file>: every image in it (sub-folders too) read as the run's data is
+    (converted to its channels, resized and centre-cropped to data.image_size), then the eval
+    transform, the model and task.predict. A task that predicts a map (a mask) sees each image
+    resized whole instead, not cropped, and its map is resized back to the image's own size
+    (nearest), so every pixel of the image gets a class. One process: there is no split to share
+    out. Returns where the predictions are and how many images they cover."""
+    given = Path(cfg.predict).expanduser()
+    if given.is_file():
+        if given.suffix.lower() not in image_extensions():
+            raise ConfigError(
+                "predict", f"'{given}' is not an image file (.png, .jpg, ...); give an image or a folder of images"
+            )
+        folder, files = given.parent, [given]
+    elif given.is_dir():
+        folder, files = given, images_in(given)
+    else:
+        raise ConfigError("predict", f"'{given}' does not exist; give an image or a folder of images")
     if not files:
         raise ConfigError("predict", f"'{folder}' holds no images (.png, .jpg, ...); give a folder of images")
+    names = [path.relative_to(folder) for path in files]
     device = pick_device(cfg.device)
     _, weights = tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))
     model, input_size = trained_model(cfg, weights, cfg.data.image_size, device)
     transform = BatchTransform(cfg.data.mean, cfg.data.std, input_size, None, channels_last=cfg.trainer.channels_last)
     transform = transform.to(device)
     task = instantiate(cfg.task)
-    names = folder_class_names(cfg)
-    mode, size, batch_size = ("L" if cfg.data.channels == 1 else "RGB"), cfg.data.image_size, cfg.data.eval_batch_size
-    rows: list[dict] = []
-    for start in range(0, len(files), batch_size):
-        batch = files[start : start + batch_size]
-        images = torch.stack([read_image(path, mode, size) for path in batch]).to(device)
+
+    def predict(images: list[torch.Tensor]) -> dict:
         with torch.no_grad(), autocast(cfg.precision.name, device):
-            predicted = task.predict(model_outputs(model, transform(images), task, cfg.trainer.tta_flip))
-        rows += write_predictions(predicted, [path.relative_to(folder) for path in batch], names, out_dir)
-    if len(rows[0]) == 1:  # maps only (masks): their PNGs are the predictions
+            inputs = transform(torch.stack(images).to(device))
+            return task.predict(model_outputs(model, inputs, task, cfg.trainer.tta_flip))
+
+    mode, size, batch_size = ("L" if cfg.data.channels == 1 else "RGB"), cfg.data.image_size, cfg.data.eval_batch_size
+    writer = PredictionWriter(out_dir, names, folder_class_names(cfg))
+    maps = False  # known after the first batch: whether the task predicts a map an image
+    for start in range(0, len(files), batch_size):
+        opened = [read_image(path, mode, size) for path in files[start : start + batch_size]]
+        predicted = predict([resize_center_crop(image, size) for image, _ in opened]) if not maps else {}
+        maps = maps or any(values.dim() > 1 for values in predicted.values())
+        if maps:  # the whole image, so that its map covers every pixel of it
+            predicted = predict([resize_whole(image, size) for image, _ in opened])
+        writer.write(predicted, start, [file_size for _, file_size in opened])
+    if writer.maps_only:  # masks only: their PNGs are the predictions
         return out_dir / f"{next(iter(predicted))}s", len(files)
     table = out_dir / "predictions.csv"
     with table.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+        csv_writer = csv.DictWriter(f, fieldnames=list(writer.rows[0]))
+        csv_writer.writeheader()
+        csv_writer.writerows(writer.rows)
     return table, len(files)
 
 
-def write_predictions(predicted: dict, files: list[Path], class_names: list[str], out_dir: Path) -> list[dict]:
+class PredictionWriter:
     """One row per image of what the task predicts: a number per image (class, probability) is a
     column of the row, a map per image (a mask) a PNG in <key>s/ with the class index as pixel
-    value. Classes are named where the data names them (an image folder's class folders)."""
-    rows = []
-    for i, name in enumerate(files):
-        row: dict = {"file": str(name)}
-        for key, values in predicted.items():
-            value = values[i].cpu()
-            if value.dim() == 2:
-                save_png(value.to(torch.uint8).numpy(), out_dir / f"{key}s" / name.with_suffix(".png"))
-            elif key == "class" and class_names:
-                row[key] = class_names[int(value)]
-            else:
-                row[key] = value.item()
-        rows.append(row)
-    return rows
+    value, at the image's own size. Classes are named where the data names them (an image folder's
+    class folders). A map's file is the image's path with .png for its extension, or with .png
+    added where two images would share that name (a.png, a.PNG and a.jpg: a.png.png, a.PNG.png,
+    a.jpg.png); a name shared even so is one line naming both, before anything is predicted."""
+
+    def __init__(self, out_dir: Path, files: list[Path], class_names: list[str]):
+        self.out_dir, self.files, self.class_names = out_dir, files, class_names
+        self.map_names = distinct_map_names(files)
+        self.rows: list[dict] = []
+
+    @property
+    def maps_only(self) -> bool:
+        return len(self.rows[0]) == 1
+
+    def write(self, predicted: dict, start: int, image_sizes: list[tuple[int, int]]) -> None:
+        for i, (width, height) in enumerate(image_sizes):
+            name = self.files[start + i]
+            row: dict = {"file": str(name)}
+            for key, values in predicted.items():
+                value = values[i].cpu()
+                if value.dim() == 2:
+                    mask = resize_map(value.to(torch.uint8), height, width)
+                    save_png(mask.numpy(), self.out_dir / f"{key}s" / self.map_names[name])
+                elif key == "class" and self.class_names:
+                    row[key] = self.class_names[int(value)]
+                else:
+                    row[key] = value.item()
+            self.rows.append(row)
 
 
-def read_image(path: Path, mode: str, size: int) -> torch.Tensor:
-    """uint8 [C, size, size], as trainkit.data.imagefolder decodes a training image."""
+def distinct_map_names(files: list[Path]) -> dict[Path, Path]:
+    """Each image's map file name (see PredictionWriter)."""
+    plain = {name: name.with_suffix(".png") for name in files}
+    sharing = Counter(plain.values())
+    names = {name: name.with_name(name.name + ".png") if sharing[plain[name]] > 1 else plain[name] for name in files}
+    seen: dict[Path, Path] = {}
+    for name, map_name in names.items():
+        if (other := seen.setdefault(map_name, name)) != name:
+            raise ConfigError(
+                "predict", f"'{other}' and '{name}' would both be written as {map_name}; rename one of them"
+            )
+    return names
+
+
+def resize_map(values: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """A class map [h, w] at another size, nearest neighbour (classes are not averaged)."""
+    if tuple(values.shape) == (height, width):
+        return values
+    resized = torch.nn.functional.interpolate(values[None, None].float(), size=(height, width), mode="nearest")
+    return resized[0, 0].to(values.dtype)
+
+
+def read_image(path: Path, mode: str, size: int) -> tuple[Any, tuple[int, int]]:
+    """The image in `mode` as trainkit.data.imagefolder opens a training image (a PIL image; a JPEG
+    may be decoded at a reduced scale still at least `size`), and the file's own (width, height)."""
+    from PIL import Image
+
     try:
-        return decode(str(path), mode, size)
+        with Image.open(path) as file:
+            file_size = file.size
+        return open_image(str(path), mode, size), file_size
     except Exception as error:  # whatever Pillow raises for a file it cannot read
         reason = f"{type(error).__name__}: {error}"
         raise ConfigError("predict", f"cannot read image '{path}' ({reason}); fix or remove it") from error
+
+
+def resize_whole(image: Any, size: int) -> torch.Tensor:
+    """uint8 [C, size, size]: the whole image resized (its aspect ratio not kept), nothing cropped."""
+    from PIL import Image
+
+    pixels = np.array(image.resize((size, size), Image.Resampling.BILINEAR))
+    return torch.from_numpy(pixels).unsqueeze(0) if pixels.ndim == 2 else torch.from_numpy(pixels).permute(2, 0, 1)
 
 
 @hydra.main(version_base=None, config_path="conf", config_name="eval")
@@ -228,13 +328,16 @@ def main(cfg: DictConfig) -> None:
     source = f"{checkpoint.parent.name}/{checkpoint.name} of {run_dir}" if run_dir else str(checkpoint)
     if cfg.predict is not None:
         written, count = predict_folder(cfg, out_dir)
-        log.info(f"predictions for {count} images ({source}) -> {written}")
+        log.info(f"predictions for {count} image{'s' if count != 1 else ''} ({source}) -> {written}")
         return
     # Here, or in the DDP processes started for this evaluation (each evaluates its shard).
     results = start_processes(cfg, out_dir, evaluate_process)
     metrics = [key for key in results if key.startswith(f"{cfg.split}/") and not key.endswith("/loss")]
     shown = " ".join(f"{key} {results[key]:.4f}" for key in [*metrics, f"{cfg.split}/loss"])
-    log.info(f"{shown} on {results['samples']} samples ({source}) -> {out_dir}")
+    limit = batch_limit(cfg)
+    batches = f"{limit} batch{'es' if limit != 1 else ''}"
+    limited = f", the first {batches} per process (trainer.limit_val_batches={limit})" if limit else ""
+    log.info(f"{shown} on {results['samples']} samples{limited} ({source}) -> {out_dir}")
 
 
 if __name__ == "__main__":

@@ -94,13 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     differences = version_differences(facts)
     if differences:
         print(f"rerun: installed versions differ from the run's: {', '.join(differences)}")
-    if args.dry_run:
-        for step in steps:
+    # The checkout's own package, not the installed one (an editable install points at this checkout's src/).
+    python_path = os.pathsep.join(filter(None, [str(tree / "src"), os.environ.get("PYTHONPATH")]))
+    if args.dry_run:  # the commands as they run: train.py with the PYTHONPATH set for it
+        for step in steps[:-1]:
             print(shlex.join(step))
+        print(f"PYTHONPATH={shlex.quote(python_path)} {shlex.join(steps[-1])}")
         print(shlex.join(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)]))
         tree.parent.rmdir()
         return 0
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree / "src"), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": python_path}
     try:
         for step in steps[:-1]:
             subprocess.run(step, check=True)

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hydra.errors import HydraException, MissingConfigException
@@ -44,14 +45,28 @@ def _unknown_key(error: OmegaConfBaseException) -> str:
     return f"{full_key}: no such key{hint}; to add a new key on purpose write +{full_key}=..."
 
 
+def _group_options(group: str) -> list[str]:
+    """The options of config group `group` in the script's conf/ (train.py's and eval.py's config_path),
+    as Hydra finds them there; [] where there is none."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+
+    conf = Path(sys.argv[0]).resolve().parent / "conf"
+    if not group or not conf.is_dir():
+        return []
+    return ConfigLoaderImpl(config_search_path=create_config_search_path(str(conf))).get_group_options(group)
+
+
 def one_line(error: BaseException) -> str:
     """A readable single line for a config error raised by us, Hydra or OmegaConf."""
     for cause in causes(error):
         if isinstance(cause, ConfigError):
             return str(cause)
-    if isinstance(error, MissingConfigException) and error.missing_cfg_file and error.options:
+    if isinstance(error, MissingConfigException) and error.missing_cfg_file:
         group, _, option = error.missing_cfg_file.rpartition("/")
-        return f"{group}={option}: no such option; choose one of {', '.join(sorted(error.options))}"
+        options = error.options or _group_options(group)  # Hydra lists none for an option inside a list
+        if options:
+            return f"{group}={option}: no such option; choose one of {', '.join(sorted(options))}"
     for cause in causes(error):
         # A misspelt override (optimizer.lrr=0.1) surfaces as ConfigAttributeError; cfg["lrr"] as ConfigKeyError.
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and "not in struct" in str(cause):

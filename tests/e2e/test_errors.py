@@ -9,6 +9,7 @@ import pytest
     "overrides, expected",
     [
         (["data=nope"], ["data=nope", "digits"]),
+        (["logger=[wandb,tensorbord]"], ["logger=tensorbord: no such option; choose one of", "tensorboard"]),
         (["optimizer.lrr=0.1"], ["optimizer.lrr", "did you mean optimizer.lr"]),
         # The schema's mistakes, found in one pass: one run shows all three on the one line.
         (

@@ -231,7 +231,7 @@ def test_segmentation_predict_writes_a_mask_per_image(segmentation, tmp_path):
     folder = tmp_path / "images"
     folder.mkdir()
     for i in range(3):
-        pixels = np.zeros((20, 16), np.uint8)  # not square: resized and centre-cropped to 16 x 16, as the data is
+        pixels = np.zeros((20, 16), np.uint8)  # not square: resized to 16 x 16, its mask back to 16 wide, 20 high
         pixels[4 + i : 12, 2:10] = 255
         Image.fromarray(pixels, mode="L").save(folder / f"box{i}.png")
     evaluation = Evaluation(tmp_path / "out", f"checkpoint={segmentation.run_dir}", f"predict={folder}")
@@ -240,5 +240,84 @@ def test_segmentation_predict_writes_a_mask_per_image(segmentation, tmp_path):
     assert [path.name for path in masks] == ["box0.png", "box1.png", "box2.png"]
     for path in masks:
         mask = np.array(Image.open(path))
-        assert mask.shape == (16, 16) and mask.dtype == np.uint8 and set(np.unique(mask)) <= {0, 1, 2, 3}
+        assert mask.shape == (20, 16) and mask.dtype == np.uint8 and set(np.unique(mask)) <= {0, 1, 2, 3}
     assert not (tmp_path / "out" / "predictions.csv").exists()
+
+
+@pytest.fixture(scope="module")
+def untrained_segmentation_run(tmp_path_factory) -> Path:
+    """A run directory with checkpoints/last.pt of a small experiment=shapes_segmentation config, untrained."""
+    run_dir = tmp_path_factory.mktemp("untrained_segmentation") / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    config = to_dict(composed("experiment=shapes_segmentation", "data.image_size=16", "model.widths=[8,16]"))
+    model, _ = build_model(config["model"], config["finetune"], image_size=16)
+    state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 20}
+    save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "batches_done": 0, "config": config})
+    return run_dir
+
+
+def save_image(path: Path, width: int, height: int) -> None:
+    from PIL import Image
+
+    pixels = np.zeros((height, width), np.uint8)
+    pixels[height // 4 : height // 2, width // 4 : width // 2] = 255
+    Image.fromarray(pixels, mode="L").save(path)
+
+
+def test_predicted_masks_of_images_named_alike_are_all_written(untrained_segmentation_run, tmp_path):
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for name in ("a.png", "a.PNG", "a.jpg", "b.png"):
+        save_image(folder / name, 16, 16)
+    evaluation = Evaluation(tmp_path / "out", f"checkpoint={untrained_segmentation_run}", f"predict={folder}")
+    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
+    assert "predictions for 4 images" in evaluation.stdout
+    written = sorted(path.name for path in (tmp_path / "out" / "masks").iterdir())
+    assert written == ["a.PNG.png", "a.jpg.png", "a.png.png", "b.png"]  # b's name is its own: kept as it was
+
+
+def test_a_mask_is_written_at_its_images_size(untrained_segmentation_run, tmp_path):
+    from PIL import Image
+
+    (tmp_path / "images").mkdir()
+    save_image(tmp_path / "images" / "wide.png", 64, 48)  # not the 16 x 16 the model reads
+    evaluation = Evaluation(
+        tmp_path / "out", f"checkpoint={untrained_segmentation_run}", f"predict={tmp_path / 'images'}"
+    )
+    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
+    mask = np.array(Image.open(tmp_path / "out" / "masks" / "wide.png"))
+    assert mask.shape == (48, 64) and mask.dtype == np.uint8
+
+
+def test_predict_takes_a_single_image_file(untrained_run, tmp_path):
+    save_image(tmp_path / "digit.png", 8, 8)
+    evaluation = Evaluation(tmp_path / "out", f"checkpoint={untrained_run}", f"predict={tmp_path / 'digit.png'}")
+    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
+    lines = (tmp_path / "out" / "predictions.csv").read_text().splitlines()
+    assert lines[0] == "file,class,probability" and len(lines) == 2 and lines[1].startswith("digit.png,")
+    assert "predictions for 1 image " in evaluation.stdout
+
+
+def test_a_sharded_fsdp_checkpoint_is_one_line_pointing_to_best_pt(untrained_run, tmp_path):
+    run_dir = tmp_path / "fsdp_run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    last = run_dir / "checkpoints" / "last"  # as distributed=fsdp leaves it: state.pt beside DCP's shards
+    last.mkdir(parents=True)
+    state = torch.load(untrained_run / "checkpoints" / "last.pt", weights_only=True)
+    torch.save({key: value for key, value in state.items() if key not in ("model", "optimizer")}, last / "state.pt")
+    (last / ".metadata").write_bytes(b"")
+    save_checkpoint(run_dir / "checkpoints" / "best.pt", state)
+    evaluation = Evaluation(tmp_path / "out", f"checkpoint={last}")
+    assert evaluation.returncode == 1
+    lines = evaluation.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: checkpoint: {last} is distributed=fsdp's sharded"), lines
+    assert f"evaluate {run_dir / 'checkpoints' / 'best.pt'} (its full weights)" in lines[0]
+
+
+def test_the_validation_split_is_limited_as_the_run_validated(untrained_run, tmp_path):
+    limited = ("split=val", "trainer.limit_val_batches=2", "data.eval_batch_size=64")  # 128 of its 180 samples
+    evaluation = Evaluation(tmp_path / "out", f"checkpoint={untrained_run}", *limited)
+    assert evaluation.metrics["samples"] == 128 and evaluation.metrics["limit_val_batches"] == 2
+    assert "on 128 samples, the first 2 batches per process (trainer.limit_val_batches=2)" in evaluation.stdout
+    whole = Evaluation(tmp_path / "test", f"checkpoint={untrained_run}", *limited[1:]).metrics
+    assert whole["samples"] == 359 and "limit_val_batches" not in whole  # the test split: whole, as the run tested

@@ -1,5 +1,6 @@
 """train.py with distributed=fsdp, 2 processes on gloo: a run preempted inside an epoch (SIGTERM) resumes
-from its sharded checkpoints/last/ exactly, and its best.pt (full weights) is read by eval.py in one process."""
+from its sharded checkpoints/last/ exactly (with 3 processes it is refused before they start), and its best.pt
+(full weights) is read by eval.py in one process."""
 
 import json
 import os
@@ -36,6 +37,11 @@ def test_fsdp_preempted_inside_an_epoch_resumes_exactly_and_its_best_pt_evaluate
     last = preempted.run_dir / "checkpoints" / "last"
     assert (last / ".metadata").is_file() and not (preempted.run_dir / "checkpoints" / "last.pt").exists()
     assert f"continue with: python train.py resume={last}" in preempted.stderr + preempted.stdout
+    # Another number of processes inside an epoch: refused in the parent, from last/state.pt, before any worker starts.
+    three = run_train("resume=auto", *FSDP, "distributed.nproc_per_node=3", run_dir=preempted.run_dir, check=False)
+    assert three.returncode == 1 and "launching" not in three.stdout + three.stderr, three.stderr[-3000:]
+    refusal = "error: distributed.nproc_per_node: this run has 3 processes but 2 processes wrote its checkpoint"
+    assert three.stderr.strip().splitlines()[-1].startswith(f"{refusal} inside epoch 1"), three.stderr[-3000:]
     resumed = run_train("resume=auto", *FSDP, "+model.preempt_at=6", run_dir=preempted.run_dir)
     assert f"resuming {last} at epoch 1, batch 2, step 6" in resumed.stdout + resumed.stderr
     assert_same_training(resumed, straight)  # metrics, test metrics and the gathered shards of last/

@@ -29,8 +29,9 @@ def test_dry_run_prints_checkout_patch_and_train_with_the_recorded_overrides(tmp
     assert lines[2].startswith(f"git -C {ROOT} worktree add --detach") and lines[2].endswith(commit)
     assert " apply --binary " in lines[3] and lines[3].endswith(str(run_dir / "code.diff"))
     train = lines[4].split()
-    assert train[1].endswith("/tree/train.py") and train[2] == "optimizer.lr=0.05"  # resume= left out
-    assert train[3].startswith("hydra.run.dir=") and train[4] == "trainer.max_epochs=3"  # appended, last
+    assert train[0].startswith("PYTHONPATH=") and train[0].split("=", 1)[1].split(":")[0].endswith("/tree/src")
+    assert train[2].endswith("/tree/train.py") and train[3] == "optimizer.lr=0.05"  # resume= left out
+    assert train[4].startswith("hydra.run.dir=") and train[5] == "trainer.max_epochs=3"  # appended, last
     assert "worktree remove" in lines[5] and len(lines) == 6
 
 

@@ -41,7 +41,8 @@ def finished_message(state: dict, cfg: DictConfig, run_dir: Path) -> str | None:
         )
     if reason == "early_stopping":
         return (
-            f"{where} (early stopping: no improvement for {early.patience} epochs); resume with a higher "
+            f"{where} (early stopping: no improvement for {early.patience} epoch{'s' if early.patience != 1 else ''}); "
+            f"resume with a higher "
             f"regularization.early_stopping.patience or regularization.early_stopping.enabled=false"
         )
     return None

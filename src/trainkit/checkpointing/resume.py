@@ -111,7 +111,7 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
             "or give the sweep resume=auto (each job continues its own directory)",
         )
     checkpoint = find_checkpoint(resume)
-    read_checkpoint(checkpoint, mmap=True)  # readable, a training checkpoint, of this format
+    refuse_weights_only(checkpoint, read_checkpoint(checkpoint, mmap=True))  # readable, a training checkpoint, ...
     run_dir, given = run_dir_of(checkpoint), _value(overrides, "hydra.run.dir")
     # Paths go to Hydra quoted: a directory named with commas, '=' or non-ASCII letters is one value.
     own = [f"resume={hydra_quote(str(given_path))}" if arg.startswith("resume=") else arg for arg in argv[1:]]
@@ -152,6 +152,7 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     else:
         checkpoint = find_checkpoint(composed.resume)
     state = read_checkpoint(checkpoint, mmap=True)
+    refuse_weights_only(checkpoint, state)
     explicit = composed.resume != AUTO
     overrides = _command_line if (_command_line is not None and explicit) else _hydra_task_overrides()
     resolved = config_with_overrides(state["config"], composed, overrides, explicit)
@@ -178,6 +179,8 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
                 f"the run in {run_dir} trained to its end but has no summary.json (stopped during its test): "
                 "testing it now"
             )
+    if not finished and (world_size := _planned_world_size(resolved)) is not None:  # before any worker starts
+        refuse_another_world_size_inside_an_epoch(state, world_size)
     if finished or not main:
         if finished and main:
             log.info(finished)
@@ -285,12 +288,42 @@ def _refuse_another_checkpoint_layout(checkpoint: Path, resolved: DictConfig) ->
         )
 
 
+def refuse_weights_only(checkpoint: Path, state: dict) -> None:
+    """distributed=fsdp's best.pt holds the full weights without the optimizer state (that stays sharded in
+    checkpoints/last/): for eval.py and fine-tuning, not to continue from."""
+    optimizer = state.get("optimizer")  # (a sharded checkpoint's state.pt holds none: its shards do)
+    if isinstance(optimizer, dict) and optimizer.get("param_groups") == []:
+        raise ConfigError(
+            "resume",
+            f"{checkpoint} holds weights without optimizer state (distributed=fsdp's best.pt), so it cannot be "
+            f"resumed; resume the run directory (its checkpoints/last/), or start a new run with "
+            f"finetune.pretrained_path={checkpoint}",
+        )
+
+
+def _planned_world_size(cfg: DictConfig) -> int | None:
+    """How many processes will train: those torchrun or SLURM started, else the ones this command starts
+    (distributed.nproc_per_node); None where the launch itself refuses the setting (a wrong type, null without GPUs)."""
+    from trainkit.distributed.process_group import launched_externally, process_info
+
+    if launched_externally():
+        return process_info().world_size
+    if cfg.distributed.name not in ("ddp", "fsdp"):
+        return 1
+    nproc = cfg.distributed.get("nproc_per_node")
+    if nproc is None:  # one per visible GPU, as trainkit.distributed.launch counts them
+        import torch
+
+        return torch.cuda.device_count() or None
+    return nproc if isinstance(nproc, int) and not isinstance(nproc, bool) else None
+
+
 def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> None:
     """A checkpoint written inside an epoch counts its batches in the shards of its number of processes;
     with another number, "batch 5" is another place in the data. Checked where the processes exist
     (under torchrun and SLURM the config does not say how many there are); the checkpoint holds
     one RNG snapshot a process."""
-    saved = len(state["rng"])
+    saved = len(state.get("rng") or [world_size])  # (a checkpoint without RNG streams cannot tell)
     if state["batches_done"] and saved != world_size:
 
         def processes(count: int) -> str:

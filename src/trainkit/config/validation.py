@@ -199,6 +199,18 @@ def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "task.horizontal_flip", "mirrors the images, but data.mirror_changes_label=true; set it false"
 
 
+def _a_name_a_class(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """task.class_names names class k at index k: as many names as classes (an image folder, data.num_classes
+    null, counts its classes later)."""
+    names, count = cfg.task.get("class_names"), cfg.data.get("num_classes")
+    if OmegaConf.is_list(names) and isinstance(count, int) and len(names) != count:
+        yield (
+            "task.class_names",
+            f"has {len(names)} names but data.num_classes is {count}; give one name a class (index k names "
+            f"class k) or task.class_names=null",
+        )
+
+
 def _model_class(cfg: DictConfig) -> object | None:
     """What `model._target_` names (a class or a factory function), imported but not called; None if
     it cannot be imported (building the model then says why)."""
@@ -264,7 +276,8 @@ def _micro_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if cfg.trainer.micro_batch_memory_cap_mb is not None and micro != "auto":
         yield (
             "trainer.micro_batch_memory_cap_mb",
-            f"is set, but trainer.micro_batch_size is {micro}, not auto: the cap is only used by auto's search; "
+            f"is set, but trainer.micro_batch_size is {'null' if micro is None else micro}, not auto: the cap is only "
+            f"used by auto's search; "
             f"set trainer.micro_batch_size=auto or the cap to null",
         )
 
@@ -403,6 +416,7 @@ RELATIONS = (
     Relation(("data.mirror_changes_label", "trainer.tta_flip"), _no_flip_tta_where_mirroring_changes_the_label),
     Relation(("task._target_", "augmentation", "finetune.input_size", "data.mirror_changes_label"), _spatial_targets),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
+    Relation(("task.class_names", "data.num_classes"), _a_name_a_class),
 )
 
 

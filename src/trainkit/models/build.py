@@ -67,7 +67,8 @@ def create_timm_model(
     import timm
 
     if not timm.is_model(name):
-        raise ConfigError("model.name", f"timm has no model {name!r}{_did_you_mean(name, timm.list_models())}")
+        suggestion = _did_you_mean(name, timm.list_models(), TIMM_LISTING)
+        raise ConfigError("model.name", f"timm has no model {name!r}{suggestion}")
     options: dict[str, Any] = {}
     # Passed only when asked for: not every model takes these arguments.
     if drop_rate > 0:
@@ -174,7 +175,8 @@ def create_torchvision_model(
 
     known = torchvision.models.list_models(module=torchvision.models)  # classification models only
     if name not in known:
-        raise ConfigError("model.name", f"torchvision has no classification model {name!r}{_did_you_mean(name, known)}")
+        suggestion = _did_you_mean(name, known, TORCHVISION_LISTING)
+        raise ConfigError("model.name", f"torchvision has no classification model {name!r}{suggestion}")
     options: dict[str, Any] = {}
     if name in ("googlenet", "inception_v3"):
         # No auxiliary heads (their training-mode output is a tuple the loop cannot use), and
@@ -210,6 +212,21 @@ def _conv_like(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:
     )
 
 
-def _did_you_mean(name: str, choices: Iterable[str]) -> str:
-    matches = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
-    return f"; did you mean {', '.join(matches)}?" if matches else ""
+TIMM_LISTING = "python -c \"import timm; print(timm.list_models('*resnet*'))\""
+TORCHVISION_LISTING = 'python -c "import torchvision; print(torchvision.models.list_models(torchvision.models))"'
+# Shown where a misspelt model name is close to none of a library's hundreds of names.
+WELL_KNOWN_MODELS = ("resnet18", "resnet50", "convnext_tiny", "efficientnet_b0", "vit_small_patch16_224", "vit_b_16")
+
+
+def _did_you_mean(name: str, choices: Iterable[str], listing: str = "") -> str:
+    """The close names of `choices`; else all of them where they are few, else a few well-known ones
+    and `listing`, the command that prints them all."""
+    choices = list(choices)
+    matches = difflib.get_close_matches(name, choices, n=3, cutoff=0.5)
+    if matches:
+        return f"; did you mean {', '.join(matches)}?"
+    if len(choices) <= 12:
+        return f"; choose one of {', '.join(sorted(choices))}"
+    examples = ", ".join(model for model in WELL_KNOWN_MODELS if model in choices)
+    listed = f"; list them with {listing}" if listing else ""
+    return f"; none of its {len(choices)} names is close (e.g. {examples}){listed}"

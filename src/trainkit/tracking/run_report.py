@@ -34,7 +34,12 @@ def training_line(
     length is trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the commit, if
     known; micro-batches where trainer.micro_batch_size splits a batch of `batch_size` (data.batch_size)."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    length = f"{trainer.max_epochs} epochs ({updates_per_epoch} updates each)"
+    epochs = trainer.max_epochs
+    length = (
+        f"{epochs} epochs ({updates_per_epoch} updates each)"
+        if epochs != 1
+        else f"1 epoch ({updates_per_epoch} updates)"
+    )
     if trainer.max_steps and trainer.max_steps < updates_per_epoch * trainer.max_epochs:
         length = f"{trainer.max_steps} updates (trainer.max_steps; {updates_per_epoch} updates an epoch)"
     micro = trainer.get("micro_batch_size")

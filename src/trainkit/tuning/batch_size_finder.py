@@ -220,7 +220,16 @@ def training_step_probe(
 
 
 def _gib(size: int | None) -> str:
-    return "n/a" if size is None else f"{size / 2**30:.2f} GiB"
+    return "n/a" if size is None else readable_size(size)
+
+
+def readable_size(size: float) -> str:
+    """A number of bytes in the unit that shows it with 3 significant digits: 1.50 GiB, 312 MiB, 4.10 KiB
+    (never "0.0 MB": a small cap and what it was compared with stay distinguishable)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}" if size / scale < 1000 else f"{size / scale:.0f} {unit}"
+    return f"{size:.0f} bytes"
 
 
 def find_batch_size_for_run(

@@ -32,7 +32,13 @@ from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.distributed.process_group import any_rank
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import Task
-from trainkit.tuning.batch_size_finder import free_memory, is_out_of_memory, measure_step_memory, training_step_probe
+from trainkit.tuning.batch_size_finder import (
+    free_memory,
+    is_out_of_memory,
+    measure_step_memory,
+    readable_size,
+    training_step_probe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +93,7 @@ def _does_not_fit(try_step: Callable[[int], None], size: int, device: torch.devi
         with measure_step_memory(device) as measurement:
             try_step(size)
         if cap is not None and measurement.peak_bytes is not None and measurement.peak_bytes > cap:
-            reason = f"{measurement.peak_bytes / 2**20:.1f} MB measured, above the cap of {cap / 2**20:.1f} MB"
+            reason = f"{readable_size(measurement.peak_bytes)} measured, above the cap of {readable_size(cap)}"
     except Exception as error:  # out of memory is expected here; anything else is a real error
         if not is_out_of_memory(error):
             raise

@@ -401,3 +401,9 @@ def test_a_summary_counts_only_for_its_own_checkpoint_and_a_retest_drops_only_th
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     continued_run.trim_metrics(path, {"epoch": 1, "step": 40, "batches_done": 7}, retested=True)  # a max_steps stop
     assert [json.loads(line) for line in path.read_text().splitlines()] == lines[:3]
+
+
+def test_a_patience_of_one_epoch_is_said_in_the_singular(compose_config):
+    cfg = compose_config("trainer.max_epochs=3", "regularization.early_stopping.patience=1")
+    state = {"epoch": 1, "step": 60, "batches_done": 0, "early_stopping": {"epochs_without_improvement": 1}}
+    assert "(early stopping: no improvement for 1 epoch); " in continued_run.finished_message(state, cfg, Path("run"))

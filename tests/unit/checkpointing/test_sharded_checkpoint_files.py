@@ -61,3 +61,49 @@ def test_another_checkpoint_layout_is_refused_in_one_line(tmp_path, name, direct
     with pytest.raises(ConfigError) as error:
         _refuse_another_checkpoint_layout(checkpoint, OmegaConf.create({"distributed": {"name": name}}))
     assert str(error.value).startswith(f"distributed: is {name}, but ") and "\n" not in str(error.value)
+
+
+def test_a_weights_only_best_pt_is_refused_as_a_resume_before_hydra(tmp_path):
+    from trainkit.checkpointing.checkpoint import save_checkpoint
+    from trainkit.checkpointing.resume import rewrite_argv
+    from trainkit.distributed.fsdp import NO_OPTIMIZER_STATE
+
+    best = tmp_path / "run" / "checkpoints" / "best.pt"  # as distributed=fsdp writes it: the full weights alone
+    save_checkpoint(best, {"format": CHECKPOINT_FORMAT, **REST, "model": {}, "optimizer": NO_OPTIMIZER_STATE})
+    with pytest.raises(ConfigError) as error:
+        rewrite_argv(["train.py", f"resume={best}"])
+    assert str(error.value) == (
+        f"resume: {best} holds weights without optimizer state (distributed=fsdp's best.pt), so it cannot be "
+        f"resumed; resume the run directory (its checkpoints/last/), or start a new run with "
+        f"finetune.pretrained_path={best}"
+    )
+
+
+def test_another_number_of_processes_inside_an_epoch_is_refused_before_workers_start(tmp_path, monkeypatch):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from conftest import ROOT
+    from trainkit.checkpointing import resume
+    from trainkit.config.schema import to_dict
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        two = ["distributed=fsdp", "distributed.nproc_per_node=2"]
+        config = to_dict(compose("config", overrides=two))
+        three = [*two[:1], "distributed.nproc_per_node=3"]
+        run_dir = tmp_path / "run"
+        last = run_dir / "checkpoints" / "last"
+        composed = compose("config", overrides=[f"resume={last}", *three])
+    GlobalHydra.instance().clear()
+    (run_dir / ".hydra").mkdir(parents=True)
+    sharded(last)  # written by 2 processes inside epoch 1, after batch 2
+    rest = {**REST, "config": config, "rng": [{}, {}], "early_stopping": {}}
+    torch.save({"format": CHECKPOINT_FORMAT, **rest}, last / "state.pt")
+    monkeypatch.setattr(resume, "_command_line", [f"resume={last}", *three])
+    with pytest.raises(ConfigError) as error:  # in the parent: the checkpoint's state.pt and the config tell
+        resume.resumed_config(composed, run_dir)
+    assert str(error.value).startswith(
+        "distributed.nproc_per_node: this run has 3 processes but 2 processes wrote its checkpoint inside epoch 1 "
+        "(after batch 2)"
+    )

@@ -193,3 +193,18 @@ def test_input_size_follows_the_model_without_building_it():
     assert resolve_input_size(inception, image_size=299) == 299  # only raised, never lowered
     with pytest.raises(ConfigError, match="at least 75"):
         resolve_input_size(inception, image_size=8, input_size=32)
+
+
+def test_a_model_name_close_to_none_still_suggests_names():
+    from trainkit.models.build import _did_you_mean
+
+    names = ["resnet18", "resnet50", "convnext_tiny", *(f"x{i}" for i in range(40))]
+    assert _did_you_mean("resnet19", names) == "; did you mean resnet18, resnet50?"
+    line = _did_you_mean("nosuchmodel", names, "python -c '...'")
+    assert (
+        line
+        == "; none of its 43 names is close (e.g. resnet18, resnet50, convnext_tiny); list them with python -c '...'"
+    )
+    assert _did_you_mean("nosuchmodel", ["fcn_resnet50", "lraspp_mobilenet_v3_large"]) == (
+        "; choose one of fcn_resnet50, lraspp_mobilenet_v3_large"
+    )

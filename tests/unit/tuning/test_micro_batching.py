@@ -68,3 +68,11 @@ def test_auto_when_not_even_one_sample_fits_names_the_key():
 
 
 # With one rank of two out of memory, both halve: tests/unit/distributed/test_distributed.py (one spawn for all).
+
+
+def test_a_small_memory_cap_is_said_in_a_unit_that_shows_it(caplog):
+    probe = training_step_probe(SmallCNN(1, 10, widths=(8, 16)), F.cross_entropy, *batch())
+    with caplog.at_level("INFO", logger="trainkit.tuning.micro_batching"), pytest.raises(ConfigError):
+        find_micro_batch_size(probe, 4, CPU, 2000)  # 2000 bytes: "0.0 MB" before
+    said = [record.getMessage() for record in caplog.records if "does not fit" in record.getMessage()]
+    assert said and all("KiB measured, above the cap of 1.95 KiB" in line for line in said), said
