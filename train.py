@@ -269,7 +269,7 @@ def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) ->
     if epoch_done:  # (inside an epoch, no config read: one costs ~20 us, a step ~10 ms)
         trainer, stopping = run.cfg.trainer, run.early_stopping
         if any_rank(stopping.should_stop, run.device):
-            log.info(f"early stopping: {stopping.monitor} has not improved for {stopping.patience} epochs")
+            log.info(stopping.stop_line())
             return "early_stopping"
         if trainer.max_steps and run.step >= trainer.max_steps:
             return "max_steps"

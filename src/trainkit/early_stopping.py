@@ -44,6 +44,11 @@ class EarlyStopping:
     def should_stop(self) -> bool:
         return self.enabled and self.epochs_without_improvement >= self.patience
 
+    def stop_line(self) -> str:
+        """Why it stops, for the log: 'early stopping: val/acc has not improved for 3 epochs'."""
+        epochs = "1 epoch" if self.patience == 1 else f"{self.patience} epochs"
+        return f"early stopping: {self.monitor} has not improved for {epochs}"
+
     def state_dict(self) -> dict:
         return {
             "best": self.best,

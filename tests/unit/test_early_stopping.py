@@ -93,3 +93,10 @@ def test_state_dict_is_plain_python():
     stopper.update(0.5, 0)
     state = stopper.state_dict()
     assert all(isinstance(v, (int, float, type(None))) for v in state.values())
+
+
+def test_the_stop_line_says_one_epoch_in_the_singular():
+    assert EarlyStopping("val/acc", "max", patience=1).stop_line() == (
+        "early stopping: val/acc has not improved for 1 epoch"
+    )
+    assert EarlyStopping("val/loss", "min", patience=3).stop_line().endswith("for 3 epochs")
