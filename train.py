@@ -343,7 +343,7 @@ def start_logging(run: Run, provenance: dict) -> None:
     run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.resolved_config, run_name=run_name,
                                 group=group, resume_ids=run.tracker_run_ids, provenance=provenance,
                                 resume_step=run.step if run.cfg.resume else None)
-    if run.cfg.logger.get("log_images", False):
+    if run.cfg.logger.get("log_images", False) and not run.cfg.resume:  # once a run: its first part logged them
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
         run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.step)
     if run.cfg.logger.get("log_predictions", 0):
