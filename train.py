@@ -27,7 +27,7 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import BatchTransform, attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, finished_value,
-                                    load_checkpoint, load_weights, own_run_directory,
+                                    load_checkpoint, load_weights, own_run_directory, stop_after_the_test,
                                     refuse_another_world_size_inside_an_epoch, restore_optimizer_and_schedule,
                                     restore_rank_rng_states, resumed_config, rng_states, save_checkpoint, stop_signal,
                                     stopped, stopped_before_training, trained_to_the_end, unwrap_model)
@@ -463,10 +463,10 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             if run.batches_done:
                 save_checkpoints(run)
             raise stopped(reason, run_dir, run.epoch, run.step, proc.is_main)
-
         run.timer.profiler.close()
         summary = test_and_summarize(run, last_metrics, reason)
-        failed = reason == "non-finite loss"
+        if not (failed := reason == "non-finite loss"):  # a stop signal in the last epoch or the test: exit 75 now
+            stop_after_the_test(run_dir, run.epoch, run.step, device, proc.is_main)
     finally:
         run.loggers.finish(failed=failed)
     if failed:  # logged in one line by stop_reason; exit 1 once rank 0 wrote summary.json (srun --kill-on-bad-exit)
