@@ -7,6 +7,7 @@
 
 Hydra composes the config from conf/; the pieces this file calls live in src/trainkit/.
 """
+from trainkit import startup, cli  # noqa: F401  startup first: a stop signal while torch imports is one line, exit 75
 import contextlib
 import logging
 import math
@@ -24,7 +25,6 @@ from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from trainkit import cli
 from trainkit.augment import BatchTransform, attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, finished_value,
                                     load_checkpoint, load_weights, own_run_directory, stop_after_the_test,

@@ -202,7 +202,8 @@ def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None
     global _requested, _first_ctrl_c, _requeue, _preempted, _saved
     previous = {s: signal.getsignal(s) for s in handled_signals()}
     submitits = previous.get(submitit_signal())  # type: ignore[arg-type]  # None: not a submitit job
-    _requested, _first_ctrl_c, _preempted = None, None, False
+    startup = sys.modules.get("trainkit.startup")  # train.py's handlers while it started: a request they took
+    _requested, _first_ctrl_c, _preempted = startup.take_over() if startup else None, None, False
     _requeue = submitits if callable(submitits) else None  # not SIG_DFL in DDP workers that submitit did not start
     for s in previous:
         signal.signal(s, handler)
@@ -304,6 +305,15 @@ def stop_after_the_test(run_dir: Path, epoch: int, step: int, device: torch.devi
         )
     barrier()
     raise leaving or Stopped()
+
+
+def stop_if_requested_while_starting(agree_later: bool = False) -> None:
+    """Right after the run's handlers start: a stop signal that came while the script started (imported
+    torch, composed the config; trainkit.startup) stops it before anything is built, in one line, exit 75.
+    `agree_later`: ranks that torchrun or SLURM started may not all have received it; they agree in the loop,
+    at its first logging step, and stop there as any stop does."""
+    if _requested and not agree_later:
+        raise stopped_before_training(_requested, "while starting")
 
 
 def stopped_before_training(name: str, when: str) -> Stopped:

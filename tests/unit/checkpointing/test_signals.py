@@ -546,3 +546,24 @@ def test_ctrl_c_while_ddp_workers_start_stops_in_one_line_naming_sigint(tmp_path
     assert "Traceback" not in output and "Error executing job" not in output and "KeyboardInterrupt" not in output
     [line] = [line for line in output.splitlines() if "stopped by" in line]
     assert "stopped by SIGINT" in line and "(exit code 75)" in line
+
+
+@pytest.mark.slow  # starts train.py in a subprocess (and DDP workers are processes)
+@pytest.mark.parametrize("distributed", [[], ["distributed=ddp", "distributed.nproc_per_node=2"]], ids=["one", "ddp"])
+def test_ctrl_c_while_torch_imports_stops_in_one_line_with_exit_75(tmp_path, distributed):
+    """Python's default would print a KeyboardInterrupt traceback from inside `import torch`."""
+    process = start_train(tmp_path, "print_config=false", *distributed, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(0.3)  # the interpreter is up; torch and Hydra import for seconds
+        os.killpg(process.pid, signal.SIGINT)
+        output = process.communicate(timeout=240)[0]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == signals.EXIT_STOPPED, output[-3000:]
+    assert output.strip().endswith(
+        "stopped by SIGINT while starting, before training: nothing trained or saved (exit code 75); "
+        "start again with the same command (resume=auto starts afresh)"
+    )
+    assert len(output.strip().splitlines()) == 1 and "launching" not in output, output[-3000:]
