@@ -62,7 +62,7 @@ def done() -> None:
 def _imported_by_the_program() -> bool:
     """Whether the module importing this one is the program itself (`python train.py`, run as __main__), not
     a test or a notebook that imports train.py for its functions (their own Ctrl-C must stay theirs)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and (frame.f_code.co_filename.startswith("<frozen") or frame.f_globals is globals()):
         frame = frame.f_back  # importlib's own frames, then this module's
     return frame is not None and frame.f_globals.get("__name__") == "__main__"

@@ -69,7 +69,7 @@ def held_history(parts: Iterable[Path]) -> dict[int, set[str]]:
     for part in parts:
         file = run_file(part)
         for payload in record_payloads(file) if file else []:
-            record = wandb_internal_pb2.Record()
+            record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]  # generated: no stubs
             record.ParseFromString(payload)
             if record.WhichOneof("record_type") != "history":
                 continue
