@@ -7,6 +7,7 @@
 
 Hydra composes the config from conf/; the pieces this file calls live in src/trainkit/.
 """
+from trainkit import startup, cli  # noqa: F401  startup first: a stop signal while torch imports is one line, exit 75
 import contextlib
 import logging
 import math
@@ -24,10 +25,9 @@ from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from trainkit import cli
 from trainkit.augment import BatchTransform, attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, finished_value,
-                                    load_checkpoint, load_weights, own_run_directory,
+                                    load_checkpoint, load_weights, own_run_directory, stop_after_the_test,
                                     refuse_another_world_size_inside_an_epoch, restore_optimizer_and_schedule,
                                     restore_rank_rng_states, resumed_config, rng_states, save_checkpoint, stop_signal,
                                     stopped, stopped_before_training, trained_to_the_end, unwrap_model)
@@ -343,7 +343,7 @@ def start_logging(run: Run, provenance: dict) -> None:
     run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.resolved_config, run_name=run_name,
                                 group=group, resume_ids=run.tracker_run_ids, provenance=provenance,
                                 resume_step=run.step if run.cfg.resume else None)
-    if run.cfg.logger.get("log_images", False):
+    if run.cfg.logger.get("log_images", False) and not run.cfg.resume:  # once a run: its first part logged them
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
         run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.step)
     if run.cfg.logger.get("log_predictions", 0):
@@ -463,10 +463,10 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             if run.batches_done:
                 save_checkpoints(run)
             raise stopped(reason, run_dir, run.epoch, run.step, proc.is_main)
-
         run.timer.profiler.close()
         summary = test_and_summarize(run, last_metrics, reason)
-        failed = reason == "non-finite loss"
+        if not (failed := reason == "non-finite loss"):  # a stop signal in the last epoch or the test: exit 75 now
+            stop_after_the_test(run_dir, run.epoch, run.step, device, proc.is_main)
     finally:
         run.loggers.finish(failed=failed)
     if failed:  # logged in one line by stop_reason; exit 1 once rank 0 wrote summary.json (srun --kill-on-bad-exit)

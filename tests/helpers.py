@@ -1,7 +1,9 @@
 """Helpers that tests in several folders share (conftest holds the fixtures)."""
 
 import importlib.util
+import json
 import pickle
+import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -149,3 +151,72 @@ def record_run(tmp_path: Path, monkeypatch, *overrides: str, prepare: Callable |
     monkeypatch.setattr(train, "build_run", build_and_watch)
     recording.summary = train.train(cfg, tmp_path, ProcessInfo(), torch.device("cpu"))
     return recording
+
+
+# ---- W&B offline runs, read back from their `.wandb` files -------------------------------------------
+# The LevelDB log format: 32 KiB blocks of checksummed chunks, each a protobuf `Record` (or a part of one).
+# Decoded here independently of trainkit.tracking.loggers.wandb_files, so the tests do not trust the code.
+
+
+def read_records(path: Path):
+    """The protobuf records of a `.wandb` file, in order."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block, position, pending = path.read_bytes(), 32768, 7, b""
+    assert data[:4] == b":W&B"
+    while position + 7 <= len(data):
+        left = block - position % block
+        if left < 7:  # a block's tail too short for a chunk header is zero padding
+            position += left
+            continue
+        _checksum, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        if kind == 0 and length == 0:
+            position += left
+            continue
+        if position + 7 + length > len(data):  # still being written
+            return
+        pending += data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):  # FULL, or LAST of FIRST/MIDDLE/LAST
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            yield record
+
+
+def unflatten(items) -> dict:
+    """Record items ({key or nested_key path, value_json}) -> a nested dict."""
+    result = {}
+    for item in items:
+        *parents, last = [item.key] if item.key else list(item.nested_key)
+        target = result
+        for name in parents:
+            target = target.setdefault(name, {})
+        target[last] = json.loads(item.value_json)
+    return result
+
+
+class OfflineRun:
+    """What an offline run directory holds: config, history rows, final summary, exit code."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.config, self.history, self.summary, self.exit_code, self.run_id = {}, [], {}, None, None
+        for record in read_records(next(directory.glob("run-*.wandb"))):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                self.run_id = record.run.run_id
+                self.display_name, self.group = record.run.display_name, record.run.run_group
+                self.tags = list(record.run.tags)
+                self.config.update(unflatten(record.run.config.update))
+            elif kind == "config":
+                self.config.update(unflatten(record.config.update))
+            elif kind == "history":
+                self.history.append(unflatten(record.history.item))
+            elif kind == "summary":
+                self.summary.update(unflatten(record.summary.update))
+            elif kind == "exit":
+                self.exit_code = record.exit.exit_code
+
+    def rows_with(self, key: str) -> list[dict]:
+        return [row for row in self.history if key in row]

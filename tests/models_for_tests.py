@@ -105,6 +105,22 @@ class PreemptedCNN(SmallCNN):
         return super().forward(x)
 
 
+class KilledCNN(SmallCNN):
+    """SmallCNN that SIGKILLs its own process in its `kill_at`-th training forward pass (0: never), as the OOM
+    killer or a node's loss would: no handler, no `finally`, nothing flushed after that moment."""
+
+    def __init__(self, *args, kill_at: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.train_calls, self.kill_at = 0, kill_at
+
+    def forward(self, x):
+        if self.training:
+            self.train_calls += 1
+            if self.train_calls == self.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().forward(x)
+
+
 class RecordingCNN(nn.Module):
     """A small CNN (optionally with one BatchNorm) that writes what its rank sees to
     `<record_dir>/rank<r>.json` after every forward pass, so end-to-end DDP tests can check the

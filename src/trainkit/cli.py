@@ -140,6 +140,9 @@ def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
     except SystemExit as stop:
         exit_now_if_a_process_group_was_joined(stop.code)
         raise
+    finally:
+        if startup := sys.modules.get("trainkit.startup"):  # train.py's handlers while it started, if still on
+            startup.done()
     exit_now_if_a_process_group_was_joined(0)
 
 

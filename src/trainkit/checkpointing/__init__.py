@@ -16,7 +16,13 @@ from trainkit.checkpointing.continued_run import finished_value, trained_to_the_
 from trainkit.checkpointing.resume import refuse_another_world_size_inside_an_epoch, resumed_config
 from trainkit.checkpointing.rng import restore_rank_rng_states, rng_states
 from trainkit.checkpointing.run_lock import own_run_directory
-from trainkit.checkpointing.signals import STOP_SIGNAL_NAMES, stop_signal, stopped, stopped_before_training
+from trainkit.checkpointing.signals import (
+    STOP_SIGNAL_NAMES,
+    stop_after_the_test,
+    stop_signal,
+    stopped,
+    stopped_before_training,
+)
 from trainkit.checkpointing.sweep_continuation import continue_sweep_job
 
 __all__ = [
@@ -33,6 +39,7 @@ __all__ = [
     "resumed_config",
     "rng_states",
     "save_checkpoint",
+    "stop_after_the_test",
     "stop_signal",
     "stopped",
     "stopped_before_training",

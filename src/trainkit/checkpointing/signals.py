@@ -202,7 +202,8 @@ def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None
     global _requested, _first_ctrl_c, _requeue, _preempted, _saved
     previous = {s: signal.getsignal(s) for s in handled_signals()}
     submitits = previous.get(submitit_signal())  # type: ignore[arg-type]  # None: not a submitit job
-    _requested, _first_ctrl_c, _preempted = None, None, False
+    startup = sys.modules.get("trainkit.startup")  # train.py's handlers while it started: a request they took
+    _requested, _first_ctrl_c, _preempted = startup.take_over() if startup else None, None, False
     _requeue = submitits if callable(submitits) else None  # not SIG_DFL in DDP workers that submitit did not start
     for s in previous:
         signal.signal(s, handler)
@@ -282,6 +283,39 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
     return leaving or Stopped()
 
 
+def stop_after_the_test(run_dir: Path, epoch: int, step: int, device: torch.device, is_main: bool) -> None:
+    """A stop signal that came once the run had trained to its end (in its last epoch, whose end wins over a
+    signal: a finished run finishes; or during its test): the test, one evaluation pass, has finished and
+    summary.json is written; now the run stops as any stop does, in one line and with exit 75, so that a
+    multirun stops too and a job script sees the signal. A resume finds the run finished. Every rank calls
+    this after the test (the ranks agree on the signal); without one it returns."""
+    global _saved
+    name = stop_signal(device, agree=True)
+    if not name:
+        return
+    barrier()
+    _saved = True  # summary.json and every checkpoint are written: a second Ctrl-C no longer aborts
+    leaving = hand_over()  # submitit requeues the job: its resume finds the run finished
+    if is_main:
+        sweep = _sweep_command()
+        then = f"; continue the sweep with: {sweep}" if sweep else "; nothing is left to resume"
+        log.warning(
+            f"stopped by {name} at epoch {epoch}, step {step}, after training to its end: its test finished and "
+            f"{run_dir.resolve() / 'summary.json'} is written (exit code {EXIT_STOPPED}){then}"
+        )
+    barrier()
+    raise leaving or Stopped()
+
+
+def stop_if_requested_while_starting(agree_later: bool = False) -> None:
+    """Right after the run's handlers start: a stop signal that came while the script started (imported
+    torch, composed the config; trainkit.startup) stops it before anything is built, in one line, exit 75.
+    `agree_later`: ranks that torchrun or SLURM started may not all have received it; they agree in the loop,
+    at its first logging step, and stop there as any stop does."""
+    if _requested and not agree_later:
+        raise stopped_before_training(_requested, "while starting")
+
+
 def stopped_before_training(name: str, when: str) -> Stopped:
     """A stop before the first update (during the LR finder, while DDP workers start): nothing
     was trained, so nothing is saved. One line says so and how to start again; exit 75 as any stop.
@@ -299,6 +333,10 @@ def stopped_before_training(name: str, when: str) -> Stopped:
 def _continue_command(checkpoint: Path) -> str:
     """A single run resumes its checkpoint; a multirun's job is continued by rerunning the whole sweep
     (trainkit.checkpointing.sweep_continuation): the finished jobs are not trained again."""
+    return _sweep_command() or f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted as it is
+
+
+def _sweep_command() -> str | None:
     from trainkit.checkpointing.sweep_continuation import sweep_rerun_command
 
-    return sweep_rerun_command() or f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted as it is
+    return sweep_rerun_command()

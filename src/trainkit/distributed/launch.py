@@ -33,6 +33,7 @@ from trainkit.checkpointing.signals import (
     Stopped,
     forward_to_workers,
     request,
+    stop_if_requested_while_starting,
     stop_on_signals,
 )
 from trainkit.distributed.process_group import (
@@ -58,11 +59,13 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[Dic
     workers import `train_process` by its script's path and name (it must be a module-level function)."""
     if cfg.distributed.name not in ("ddp", "fsdp") or launched_externally():
         with stop_on_signals():
+            stop_if_requested_while_starting(agree_later=launched_externally())
             return train_process(cfg, run_dir)
     nproc = processes_per_node(cfg.distributed)
-    log.info(f"launching {nproc} {cfg.distributed.name.upper()} processes -> {run_dir}")
     script, function = train_process.__code__.co_filename, train_process.__name__
     with forward_to_workers():  # from the first second: the workers start with the stop signals blocked
+        stop_if_requested_while_starting()  # no worker started yet
+        log.info(f"launching {nproc} {cfg.distributed.name.upper()} processes -> {run_dir}")
         result = launch_local_workers(nproc, script, function, worker_config(cfg), str(run_dir))[0]
         if isinstance(result, (Stopped, RunFailed)):  # the workers stopped cleanly and said why (inside: a
             raise result  # stop on submitit's signal then hands over to submitit's requeue)

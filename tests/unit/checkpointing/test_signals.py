@@ -472,6 +472,59 @@ def test_a_run_directory_named_with_commas_and_non_ascii_stops_and_resumes_with_
     assert (run_dir / "summary.json").exists()
 
 
+def test_a_signal_during_the_final_test_lets_it_finish_then_says_so_and_exits_75(
+    tmp_path, monkeypatch, stop_handlers_back
+):
+    from conftest import run_here
+    from trainkit import tasks
+
+    real, calls = tasks.evaluate, iter(range(1000))
+
+    def signalled_in_the_test(*args, **kwargs):
+        if next(calls) == 1:  # one epoch: its validation, then the test
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "evaluate", signalled_in_the_test)  # train.py imports it anew
+    one_epoch = [*OVERRIDES, "trainer.max_epochs=1", "trainer.limit_train_batches=2", "logger=csv"]
+    code, _, stderr = run_here("train.py", f"hydra.run.dir={tmp_path}", *one_epoch)
+    log = (tmp_path / "train.log").read_text()
+    assert code == signals.EXIT_STOPPED, (stderr + log)[-3000:]
+    [line] = [line for line in log.splitlines() if "stopped by" in line]
+    assert line.endswith(
+        f"stopped by SIGTERM at epoch 0, step 2, after training to its end: its test finished and "
+        f"{tmp_path.resolve() / 'summary.json'} is written (exit code 75); nothing is left to resume"
+    )
+    assert json.loads((tmp_path / "summary.json").read_text())["test"]["test/acc"] >= 0
+    code, _, stderr = run_here("train.py", f"hydra.run.dir={tmp_path}", f"resume={tmp_path}")
+    assert code == 0 and "has finished" in (tmp_path / "train.log").read_text(), stderr[-3000:]
+
+
+@pytest.mark.slow  # DDP workers are processes
+def test_sigterm_while_the_ddp_workers_of_a_one_epoch_run_start_is_said_and_exits_75(tmp_path):
+    """Its 10 updates have no logging step (log_every_n_steps 50) where the ranks could agree to stop
+    inside the epoch, and the epoch's end finishes the run: it tests, then stops in one line."""
+    ddp = ("distributed=ddp", "distributed.nproc_per_node=2", "trainer.max_epochs=1", "trainer.progress_bar=false")
+    process = start_train(tmp_path, "print_config=false", *ddp, stderr=subprocess.STDOUT)
+    try:
+        output = ""
+        for line in process.stdout:
+            output += line
+            if "launching 2 DDP processes" in line:
+                break
+        time.sleep(0.2)
+        os.kill(process.pid, signal.SIGTERM)  # to the parent alone, as scancel or a job manager would
+        output += process.communicate(timeout=240)[0]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == signals.EXIT_STOPPED, output[-3000:]
+    assert "Traceback" not in output
+    [line] = [line for line in output.splitlines() if "stopped by" in line]
+    assert "stopped by SIGTERM at epoch 0, step 10, after training to its end" in line and "(exit code 75)" in line
+
+
 @pytest.mark.slow  # DDP workers are processes
 def test_ctrl_c_while_ddp_workers_start_stops_in_one_line_naming_sigint(tmp_path):
     ddp = ("distributed=ddp", "distributed.nproc_per_node=2")
@@ -493,3 +546,24 @@ def test_ctrl_c_while_ddp_workers_start_stops_in_one_line_naming_sigint(tmp_path
     assert "Traceback" not in output and "Error executing job" not in output and "KeyboardInterrupt" not in output
     [line] = [line for line in output.splitlines() if "stopped by" in line]
     assert "stopped by SIGINT" in line and "(exit code 75)" in line
+
+
+@pytest.mark.slow  # starts train.py in a subprocess (and DDP workers are processes)
+@pytest.mark.parametrize("distributed", [[], ["distributed=ddp", "distributed.nproc_per_node=2"]], ids=["one", "ddp"])
+def test_ctrl_c_while_torch_imports_stops_in_one_line_with_exit_75(tmp_path, distributed):
+    """Python's default would print a KeyboardInterrupt traceback from inside `import torch`."""
+    process = start_train(tmp_path, "print_config=false", *distributed, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(0.3)  # the interpreter is up; torch and Hydra import for seconds
+        os.killpg(process.pid, signal.SIGINT)
+        output = process.communicate(timeout=240)[0]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == signals.EXIT_STOPPED, output[-3000:]
+    assert output.strip().endswith(
+        "stopped by SIGINT while starting, before training: nothing trained or saved (exit code 75); "
+        "start again with the same command (resume=auto starts afresh)"
+    )
+    assert len(output.strip().splitlines()) == 1 and "launching" not in output, output[-3000:]

@@ -115,3 +115,35 @@ def test_mlflow_that_cannot_start_warns_and_training_goes_on(tmp_path, caplog):
     loggers.finish()
     assert "MLflow could not start" in caplog.text and "metrics.jsonl" in caplog.text
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1
+
+
+def test_a_value_logged_again_at_the_same_step_is_held_once(tmp_path):
+    """An epoch's last update logs `lr` with its step loss and again with the epoch metrics; the test
+    metrics come with the last metrics line and again in the summary."""
+    cfg = mlflow_cfg(tmp_path, trackers={"tensorboard": True, "mlflow": True})
+    loggers = build_loggers(cfg, tmp_path)
+    loggers.log({"epoch": 0, "step": 8, "lr": 0.1, "train/step_loss": 2.0})
+    loggers.log({"epoch": 0, "step": 8, "lr": 0.1, "train/loss": 1.9, "val/acc": 0.5})
+    loggers.log({"epoch": 0, "step": 8, "test/acc": 0.75})
+    loggers.summary({"best/val/acc": 0.5, "test/acc": 0.75, "stop_reason": "max_epochs"})
+    loggers.finish()
+    assert [e.step for e in events(tmp_path).Scalars("lr")] == [8]
+    client, run_id = MlflowClient(f"file:{tmp_path / 'mlruns'}"), loggers.run_ids["mlflow"]
+    for key in ("lr", "epoch", "test/acc", "best/val/acc"):
+        assert [m.step for m in client.get_metric_history(run_id, key)] == [8], key
+
+
+def test_mlflow_resume_does_not_log_again_what_a_killed_part_logged_after_the_checkpoint(tmp_path):
+    first = build_loggers(mlflow_cfg(tmp_path), tmp_path)
+    run_id = first.run_ids["mlflow"]
+    for step in (1, 2, 3):  # the checkpoint stood at step 1; killed after step 3: no finish()
+        first.log({"epoch": 0, "step": step, "train/step_loss": float(step)})
+    second = build_loggers(mlflow_cfg(tmp_path), tmp_path, resume_ids={"mlflow": run_id}, resume_step=1)
+    for step in (2, 3, 4):
+        second.log({"epoch": 0, "step": step, "train/step_loss": float(step)})
+    second.finish()
+    client = MlflowClient(f"file:{tmp_path / 'mlruns'}")
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "train/step_loss")] == [
+        (1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)
+    ]  # fmt: skip
+    assert sorted(m.step for m in client.get_metric_history(run_id, "epoch")) == [1, 2, 3, 4]

@@ -1,13 +1,11 @@
 """W&B tracking with the real wandb in offline mode (no account, no network), and image grids.
 
 wandb 0.31 writes no files/config.yaml or files/wandb-summary.json for an offline run: all of it
-lives in the run's `.wandb` file (LevelDB log format: 32 KiB blocks of checksummed chunks, each a
-protobuf `Record`), which `read_records` below decodes, as `wandb sync` would.
+lives in the run's `.wandb` file, which helpers.OfflineRun decodes, as `wandb sync` would.
 """
 
 import json
 import logging
-import struct
 import subprocess
 import sys
 import time
@@ -20,6 +18,7 @@ from omegaconf import OmegaConf
 from PIL import Image as PILImage
 
 from conftest import ROOT
+from helpers import OfflineRun
 from trainkit.data import TensorLoader
 from trainkit.tasks.classification import Classification
 from trainkit.tasks.segmentation import Segmentation
@@ -60,70 +59,6 @@ def wandb_cfg(**overrides):
         "init_timeout": 90,
     }
     return OmegaConf.create({**cfg, **overrides})
-
-
-def read_records(path: Path):
-    """The protobuf records of a `.wandb` file, in order."""
-    from wandb.proto import wandb_internal_pb2
-
-    data, block, position, pending = path.read_bytes(), 32768, 7, b""
-    assert data[:4] == b":W&B"
-    while position + 7 <= len(data):
-        left = block - position % block
-        if left < 7:  # a block's tail too short for a chunk header is zero padding
-            position += left
-            continue
-        _checksum, length, kind = struct.unpack("<IHB", data[position : position + 7])
-        if kind == 0 and length == 0:
-            position += left
-            continue
-        if position + 7 + length > len(data):  # still being written
-            return
-        pending += data[position + 7 : position + 7 + length]
-        position += 7 + length
-        if kind in (1, 4):  # FULL, or LAST of FIRST/MIDDLE/LAST
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
-            pending = b""
-            yield record
-
-
-def unflatten(items) -> dict:
-    """Record items ({key or nested_key path, value_json}) -> a nested dict."""
-    result = {}
-    for item in items:
-        *parents, last = [item.key] if item.key else list(item.nested_key)
-        target = result
-        for name in parents:
-            target = target.setdefault(name, {})
-        target[last] = json.loads(item.value_json)
-    return result
-
-
-class OfflineRun:
-    """What an offline run directory holds: config, history rows, final summary, exit code."""
-
-    def __init__(self, directory: Path):
-        self.directory = directory
-        self.config, self.history, self.summary, self.exit_code, self.run_id = {}, [], {}, None, None
-        for record in read_records(next(directory.glob("run-*.wandb"))):
-            kind = record.WhichOneof("record_type")
-            if kind == "run":
-                self.run_id = record.run.run_id
-                self.display_name, self.group = record.run.display_name, record.run.run_group
-                self.tags = list(record.run.tags)
-                self.config.update(unflatten(record.run.config.update))
-            elif kind == "config":
-                self.config.update(unflatten(record.config.update))
-            elif kind == "history":
-                self.history.append(unflatten(record.history.item))
-            elif kind == "summary":
-                self.summary.update(unflatten(record.summary.update))
-            elif kind == "exit":
-                self.exit_code = record.exit.exit_code
-
-    def rows_with(self, key: str) -> list[dict]:
-        return [row for row in self.history if key in row]
 
 
 def offline_run(run_dir: Path, timeout: float = 20.0) -> OfflineRun:
@@ -192,6 +127,68 @@ def test_a_resumed_offline_run_says_to_sync_every_part(run_dir, caplog):
     parts = sorted((run_dir / "wandb").glob(f"offline-run-*-{first.run_ids.get('wandb')}"))
     lines = [r.getMessage() for r in caplog.records if "wandb sync" in r.getMessage()]
     assert len(parts) == 2 and lines[0].endswith(f"wandb sync {parts[0]} {parts[1]}"), lines
+
+
+def write_metrics(run_dir: Path, rows: list[dict]) -> None:
+    """metrics.jsonl as a resume leaves it: trimmed to the checkpoint's step."""
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_a_resume_after_a_kill_logs_what_the_killed_part_never_wrote_and_syncs_only_parts_with_records(run_dir, caplog):
+    # W&B's service writes a part's .wandb file on its own schedule: a SIGKILL leaves its header alone.
+    rows = [{"epoch": 0, "step": 1, "train/step_loss": 2.0}, {"epoch": 0, "step": 2, "val/acc": 0.5, "val/loss": None}]
+    first = build_loggers(wandb_cfg(), run_dir)
+    run_id = first.run_ids.get("wandb")
+    for row in rows:
+        first.log(row)
+    first.finish()
+    killed = offline_run(run_dir).directory
+    (killed / f"run-{run_id}.wandb").write_bytes((killed / f"run-{run_id}.wandb").read_bytes()[:7])
+    write_metrics(run_dir, rows)
+    time.sleep(1)  # the folder's name has the start time to the second
+    second = build_loggers(wandb_cfg(), run_dir, resume_ids={"wandb": run_id}, resume_step=2)
+    second.log({"epoch": 1, "step": 3, "train/step_loss": 1.0})
+    with caplog.at_level(logging.INFO, logger="trainkit.tracking.loggers"):
+        second.finish()
+    resumed = [part for part in sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}")) if part != killed]
+    run = OfflineRun(resumed[0])
+    deadline = time.monotonic() + 20
+    while run.exit_code is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        run = OfflineRun(resumed[0])
+    assert [(row["step"], sorted(k for k in row if not k.startswith("_"))) for row in run.history] == [
+        (1, ["epoch", "step", "train/step_loss"]),
+        (2, ["epoch", "step", "val/acc"]),  # val/loss was not finite: null in metrics.jsonl
+        (3, ["epoch", "step", "train/step_loss"]),
+    ]
+    [line] = [r.getMessage() for r in caplog.records if "wandb sync" in r.getMessage()]
+    assert line.endswith(f"wandb sync {resumed[0]}"), line  # the killed part holds nothing to sync
+
+
+def test_a_resume_leaves_out_what_an_earlier_part_holds_after_the_checkpoint(run_dir):
+    first = build_loggers(wandb_cfg(), run_dir)
+    run_id = first.run_ids.get("wandb")
+    for step in (1, 2, 3):  # the checkpoint stood at step 1
+        first.log({"epoch": 0, "step": step, "train/step_loss": float(step), "lr": 0.1})
+    first.log({"epoch": 0, "step": 3, "lr": 0.1, "val/acc": 0.5})  # an epoch's end: lr again at its last step
+    first.finish()
+    offline_run(run_dir)  # the first part's file is written
+    write_metrics(run_dir, [{"epoch": 0, "step": 1, "train/step_loss": 1.0, "lr": 0.1}])
+    time.sleep(1)
+    second = build_loggers(wandb_cfg(), run_dir, resume_ids={"wandb": run_id}, resume_step=1)
+    for step in (2, 3, 4):
+        second.log({"epoch": 0, "step": step, "train/step_loss": float(step), "lr": 0.1})
+    second.log({"epoch": 0, "step": 4, "lr": 0.1, "val/acc": 0.6})
+    second.finish()
+    parts = sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))
+    deadline = time.monotonic() + 20
+    while (runs := [OfflineRun(part) for part in parts])[-1].exit_code is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    held = [
+        (row["step"], key) for run in runs for row in run.history for key in row if key in ("lr", "train/step_loss")
+    ]
+    assert sorted(held) == sorted({(step, key) for step in (1, 2, 3, 4) for key in ("lr", "train/step_loss")})
+    assert [row["step"] for run in runs for row in run.rows_with("val/acc")] == [3, 4]
 
 
 def test_a_failed_run_finishes_with_a_nonzero_exit_code_once(run_dir):

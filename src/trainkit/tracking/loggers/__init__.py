@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from trainkit.tracking.loggers.base import Logger, finite_or_null, strict_json
-from trainkit.tracking.loggers.local import CsvLogger, JsonlLogger
+from trainkit.tracking.loggers.local import CsvLogger, JsonlLogger, read_jsonl
 from trainkit.tracking.loggers.mlflow_logger import MlflowLogger
 from trainkit.tracking.loggers.tensorboard_logger import TensorBoardLogger
 from trainkit.tracking.loggers.wandb_logger import WANDB_MODES, WandbLogger, wandb_names
@@ -115,14 +115,12 @@ def build_loggers(
             loggers.append(CsvLogger(run_dir / cfg.get("filename", "metrics.csv")))
         elif name == "wandb":
             w_config = {**(config or {}), "provenance": provenance} if provenance else config
-            loggers.append(
-                WandbLogger(
-                    cfg, run_dir, config=w_config, run_name=run_name, group=group, resume_id=resume_ids.get(name)
-                )
-            )
+            resume_id = resume_ids.get(name)
+            history = read_jsonl(run_dir / "metrics.jsonl") if resume_id else None  # trimmed to the checkpoint
+            loggers.append(WandbLogger(cfg, run_dir, w_config, run_name, group, resume_id, history))
         elif name == "tensorboard":
             loggers.append(TensorBoardLogger(cfg, run_dir, config, provenance, resume_step))
         elif name == "mlflow":
-            loggers.append(MlflowLogger(cfg, run_dir, config, provenance, run_name, resume_ids.get(name)))
+            loggers.append(MlflowLogger(cfg, run_dir, config, provenance, run_name, resume_ids.get(name), resume_step))
         names.append(name)
     return Loggers(loggers, names)

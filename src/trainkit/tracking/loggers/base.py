@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the config check imports this package for its names: it need not import torch
@@ -35,6 +36,34 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     for key, item in value.items():
         flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
     return flat
+
+
+def is_number(value: Any) -> bool:
+    """What a tracker plots: ints and floats (a bool is an int to Python, not a metric)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class OncePerStep:
+    """Each metric goes into a tracker's history once a step. The loop gives the same value again at the
+    same step (`lr` with an epoch's last update and with its epoch metrics, the test metrics with the run's
+    last metrics line and in its summary), and a resumed run logs again the steps its stopped or killed part
+    logged after the checkpoint; a tracker whose history cannot forget (MLflow, W&B) would keep both.
+
+    `held`: {step: metric names} that the tracker's history holds already (a resumed run's earlier parts).
+    Steps come in order (the loop's step never goes back), so only the current step's names are kept."""
+
+    def __init__(self, held: Mapping[int, set[str]] | None = None):
+        self.held = {step: set(names) for step, names in (held or {}).items()}
+        self.step: int | None = None
+        self.names: set[str] = set()
+
+    def new(self, metrics: Mapping[str, Any], step: int) -> dict[str, Any]:
+        """The metrics of `metrics` that the tracker does not hold at `step` yet; from now on it does."""
+        if step != self.step:
+            self.step, self.names = step, self.held.pop(step, set())
+        fresh = {name: value for name, value in metrics.items() if name not in self.names}
+        self.names.update(fresh)
+        return fresh
 
 
 class Logger:

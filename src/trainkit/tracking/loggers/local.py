@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 from trainkit.tracking.loggers.base import Logger, strict_json
@@ -21,6 +22,17 @@ class JsonlLogger(Logger):
 
     def finish(self, failed: bool = False) -> None:
         self.file.close()
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """metrics.jsonl's objects, in order; none for a missing file; a torn last line (a kill) is left out."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
 
 
 class CsvLogger(Logger):

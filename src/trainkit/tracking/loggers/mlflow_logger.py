@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from trainkit.tracking.loggers.base import Logger, flatten
+from trainkit.tracking.loggers.base import Logger, OncePerStep, flatten, is_number
 
 MLFLOW_INSTALL = "pip install 'trainkit[mlflow]' (or: pip install mlflow-skinny)"
 PARAM_LENGTH = 6000  # MLflow's limit on a param's value (its own check raises above it)
@@ -51,7 +51,11 @@ class MlflowLogger(Logger):
     """Params (the flattened config), metrics with their step, provenance as tags, the run's files as
     artifacts at the end, the same run continued on a resume (its id is in the checkpoint), status
     FAILED when training failed. A guest, like W&B: if MLflow fails, one warning says so and training
-    goes on with metrics.jsonl alone."""
+    goes on with metrics.jsonl alone.
+
+    MLflow's history only grows (its client can neither delete nor replace a value), so each metric is
+    logged once a step (OncePerStep): a resume from `resume_step` reads what the run's history holds from
+    that step on (the steps a stopped or killed part logged after its checkpoint) and logs only the rest."""
 
     def __init__(
         self,
@@ -61,12 +65,14 @@ class MlflowLogger(Logger):
         provenance: dict | None,
         run_name: str | None,
         resume_id: str | None,
+        resume_step: int | None = None,
     ):
         self.run_dir, self.run_id = run_dir, None
         self.client: Any = None  # MlflowClient once started; None after a failure or finish
         self.step = 0
         self.last_values: dict = {}
         self.log_images = cfg.get("log_images", True)
+        self.once = OncePerStep()
         try:
             from mlflow.entities import Metric, Param, RunTag
             from mlflow.tracking import MlflowClient
@@ -79,6 +85,7 @@ class MlflowLogger(Logger):
                 self.client.update_run(resume_id, status="RUNNING")  # the first part's run, continued
                 self.run_id = resume_id
                 known = self.client.get_run(resume_id).data.params
+                self.once = OncePerStep(self._held_from(resume_step or 0))
             else:
                 experiment = self.client.get_experiment_by_name(cfg.experiment)
                 experiment_id = (
@@ -101,6 +108,15 @@ class MlflowLogger(Logger):
         except Exception as error:
             self._fail("could not start", error)
 
+    def _held_from(self, first_step: int) -> dict[int, set[str]]:
+        """{step: metric names} that the run's history holds at `first_step` and after."""
+        held: dict[int, set[str]] = {}
+        for key in self.client.get_run(self.run_id).data.metrics:
+            for metric in self.client.get_metric_history(self.run_id, key):
+                if metric.step >= first_step:
+                    held.setdefault(metric.step, set()).add(key)
+        return held
+
     def _fail(self, what: str, error: Exception) -> None:
         first_line = (str(error).strip().splitlines() or [""])[0]
         log.warning(
@@ -114,11 +130,10 @@ class MlflowLogger(Logger):
             return
         now, step = int(time.time() * 1000), metrics.get("step", 0)
         self.step = step
-        values = [
-            self.Metric(key, float(value), now, step)
-            for key, value in metrics.items()
-            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
-        ]
+        numbers = {key: value for key, value in metrics.items() if key != "step" and is_number(value)}
+        values = [self.Metric(key, float(value), now, step) for key, value in self.once.new(numbers, step).items()]
+        if not values:
+            return
         try:
             self.client.log_batch(self.run_id, metrics=values)
         except Exception as error:
@@ -144,12 +159,12 @@ class MlflowLogger(Logger):
             return
         try:
             now = int(time.time() * 1000)
+            numbers = {key: value for key, value in self.last_values.items() if is_number(value)}
             summary = [
                 self.Metric(key, float(value), now, self.step)
-                for key, value in self.last_values.items()
-                if isinstance(value, (int, float)) and not isinstance(value, bool)
+                for key, value in self.once.new(numbers, self.step).items()
             ]
-            if summary:  # best/<metric>: the test metrics came with the last log()
+            if summary:  # best/<metric>: the test metrics came with the last log() (OncePerStep leaves them out)
                 client.log_batch(self.run_id, metrics=summary)
             for path in run_artifacts(self.run_dir):
                 client.log_artifact(self.run_id, str(path), "hydra" if path.parent.name == ".hydra" else None)

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.tracking.loggers.base import Logger, flatten
+from trainkit.tracking.loggers.base import Logger, OncePerStep, flatten, is_number
 
 
 def hparam_value(value: Any) -> int | float | str | bool:
@@ -35,6 +35,7 @@ class TensorBoardLogger(Logger):
         purge_step = None if resume_step is None else resume_step + 1
         self.writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge_step)
         self.step = step = resume_step or 0
+        self.once = OncePerStep()  # `lr` comes with an epoch's last update and again with its epoch metrics
         if config:
             # Four leading spaces: TensorBoard renders text as Markdown, and this keeps it verbatim.
             self.writer.add_text("config", indented(OmegaConf.to_yaml(config)), step)
@@ -43,9 +44,9 @@ class TensorBoardLogger(Logger):
 
     def log(self, metrics: dict) -> None:
         self.step = step = metrics.get("step", 0)
-        for key, value in metrics.items():
-            if key not in ("epoch", "step") and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.writer.add_scalar(key, value, step)
+        scalars = {key: value for key, value in metrics.items() if key not in ("epoch", "step") and is_number(value)}
+        for key, value in self.once.new(scalars, step).items():
+            self.writer.add_scalar(key, value, step)
 
     def log_image(self, key: str, image: object, step: int) -> None:
         """`image`: a path to an image file or a uint8 array [H, W, 3] (see trainkit.tracking.images)."""

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.tracking.loggers.base import Logger
+from trainkit.tracking.loggers.base import Logger, OncePerStep
+from trainkit.tracking.loggers.wandb_files import held_history, holds_records
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -30,6 +31,13 @@ class WandbLogger(Logger):
     `log(..., step=s)` whose s is below its current step, which would lose the epoch metrics
     logged at the same step as the last step-level loss, and every point re-logged after a
     resume from an earlier checkpoint.
+
+    Each metric is logged once a step (OncePerStep). A resumed offline run writes a part of its own
+    (another offline-run folder, the same run id), and W&B's service writes a part's file on its own
+    schedule, so a part whose process was killed may hold less than it was given, or nothing
+    (trainkit.tracking.loggers.wandb_files). So a resume reads what the earlier parts hold, logs into its
+    part each metric of `history` (metrics.jsonl's lines up to the checkpoint) that they lack, and leaves
+    out what they hold after the checkpoint; the done line lists only the parts that hold records.
     """
 
     def __init__(
@@ -40,11 +48,15 @@ class WandbLogger(Logger):
         run_name: str | None = None,
         group: str | None = None,
         resume_id: str | None = None,
+        history: list[dict] | None = None,
     ):
         self.run = None
         self.offline_dir: Path | None = None  # <run_dir>/wandb/offline-run-<time>-<id>, for `wandb sync`
         self.log_images = cfg.get("log_images", True)
+        self.once = OncePerStep()
         try:
+            if resume_id and cfg.mode == "offline":  # what this run's earlier parts hold
+                self.once = OncePerStep(held_history(offline_parts(run_dir / "wandb", resume_id)))
             import wandb  # here, not at the top: importing wandb costs about half a second
 
             self.wandb = wandb
@@ -74,6 +86,8 @@ class WandbLogger(Logger):
         if cfg.mode == "offline":
             sync_dir = getattr(getattr(self.run, "settings", None), "sync_dir", None)
             self.offline_dir = Path(sync_dir) if sync_dir else None
+            for row in (history or []) if resume_id else []:  # what the earlier parts lack (all, if none holds it)
+                self.log({key: value for key, value in row.items() if value is not None})  # null: not finite
 
     def _fail(self, what: str, error: Exception) -> None:
         first_line = (str(error).strip().splitlines() or [""])[0]
@@ -86,8 +100,12 @@ class WandbLogger(Logger):
 
     def log(self, metrics: dict) -> None:
         if self.run is not None:
+            step = metrics.get("step", 0)
+            values = self.once.new({key: value for key, value in metrics.items() if key not in ("epoch", "step")}, step)
+            if not values:
+                return
             try:
-                self.run.log(metrics)
+                self.run.log({**{key: metrics[key] for key in ("epoch", "step") if key in metrics}, **values})
             except Exception as error:
                 self._fail("logging failed", error)
 
@@ -140,10 +158,19 @@ class WandbLogger(Logger):
             if self.offline_dir is not None:
                 # A resumed offline run writes a folder of its own, under the same run id: each part
                 # must be synced, in order (their names start with their start time).
-                parts = sorted(self.offline_dir.parent.glob(f"offline-run-*-{run.id}")) or [self.offline_dir]
+                parts = [
+                    part
+                    for part in offline_parts(self.offline_dir.parent, run.id)
+                    if part == self.offline_dir or holds_records(part)  # this one's file is written as it closes
+                ] or [self.offline_dir]
                 sync = "wandb sync " + " ".join(shlex.quote(str(part)) for part in parts)
                 where = self.offline_dir if len(parts) == 1 else f"{len(parts)} parts in {self.offline_dir.parent}"
                 log.info(f"W&B offline run in {where}; upload it with: {sync}")
+
+
+def offline_parts(wandb_dir: Path, run_id: str) -> list[Path]:
+    """The offline-run folders of one run, in the order they ran (their names start with their start time)."""
+    return sorted(wandb_dir.glob(f"offline-run-*-{run_id}"))
 
 
 def wandb_names(hydra_cfg: Any = None, run_dir: Path | None = None) -> tuple[str | None, str | None]:

@@ -1,0 +1,84 @@
+"""A stop signal while train.py starts: imported first, before torch and Hydra, this module catches them.
+
+Importing torch and Hydra takes seconds. Until the run's own handlers listen
+(trainkit.checkpointing.signals), Python's defaults would answer a Ctrl-C with a KeyboardInterrupt
+traceback from deep inside an import and a SIGTERM with a silent death. Importing this module installs,
+for each stop signal that nothing handles yet (Python's default; an ignored signal stays ignored, as
+`nohup` and a shell's background jobs set them), a handler that only records the request. The run takes it
+over when its handlers start (`take_over`), and stops before it trains: one line, exit 75. A second
+signal while starting (not the echo of the first, which torchrun's agent sends within a second) ends the
+process at once, in one line, exit 75 as well: nothing was trained or saved. Stdlib only, so that it costs
+nothing on `--help`. Only train.py imports it (eval.py has no stop to take a request over): other modules
+look for it in sys.modules.
+"""
+
+import os
+import signal
+import sys
+import time
+from types import FrameType
+
+# trainkit.checkpointing.signals's (a test checks that they agree): that module imports torch
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
+EXIT_STOPPED = 75
+SAME_CTRL_C_SECONDS = 1.0
+
+_requested: str | None = None
+_first_at: float | None = None
+_originals: dict[signal.Signals, object] = {}  # the handlers before this module's, put back by `done`
+
+
+def _record(signum: int, frame: FrameType | None) -> None:
+    global _requested, _first_at
+    now = time.monotonic()
+    if _first_at is not None and now - _first_at > SAME_CTRL_C_SECONDS:
+        print(
+            f"stopped by {_requested} while starting, before training: nothing trained or saved "
+            f"(exit code {EXIT_STOPPED}); start again with the same command",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(EXIT_STOPPED)
+    _requested, _first_at = _requested or signal.Signals(signum).name, _first_at or now
+
+
+def take_over() -> str | None:
+    """The stop signal received while starting (e.g. "SIGINT"), or None, for the run's handlers to act on:
+    from now on they answer the signals, and this module's handlers are put back to what they replaced."""
+    global _requested
+    requested, _requested = _requested, None
+    done()
+    return requested
+
+
+def done() -> None:
+    """Put the handlers this module replaced back (the script is ending, or the run's handlers take over)."""
+    for signum, handler in _originals.items():
+        if signal.getsignal(signum) is _record:
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+    _originals.clear()
+
+
+def _imported_by_the_program() -> bool:
+    """Whether the module importing this one is the program itself (`python train.py`, run as __main__), not
+    a test or a notebook that imports train.py for its functions (their own Ctrl-C must stay theirs)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename.startswith("<frozen") or frame.f_globals is globals()):
+        frame = frame.f_back  # importlib's own frames, then this module's
+    return frame is not None and frame.f_globals.get("__name__") == "__main__"
+
+
+def _install() -> None:
+    if not _imported_by_the_program():
+        return
+    try:
+        for signum in STOP_SIGNALS:
+            handler = signal.getsignal(signum)
+            if handler in (signal.SIG_DFL, signal.default_int_handler):  # nobody handles it yet
+                _originals[signum] = handler
+                signal.signal(signum, _record)
+    except ValueError:  # not the main thread: signal handlers belong to the main thread
+        _originals.clear()
+
+
+_install()

@@ -1,0 +1,56 @@
+"""trainkit.startup: the stop signals while train.py imports torch and Hydra, before the run's handlers listen.
+In subprocesses: the handlers are installed only when the program itself imports the module."""
+
+import signal
+import subprocess
+import sys
+
+from trainkit import startup
+from trainkit.checkpointing import signals
+
+PROGRAM = """
+import os, signal, time
+signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup leaves it
+from trainkit import startup
+print(signal.getsignal(signal.SIGINT) is startup._record, signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)
+os.kill(os.getpid(), signal.SIGINT)
+os.kill(os.getpid(), signal.SIGINT)  # the same Ctrl-C passed on by torchrun's agent: one request
+print(startup.take_over(), signal.getsignal(signal.SIGINT) is signal.default_int_handler, startup.take_over())
+"""
+
+SECOND = """
+import os, signal, time
+from trainkit import startup
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(1.5)
+os.kill(os.getpid(), signal.SIGINT)  # an impatient second signal: out at once
+time.sleep(30)
+"""
+
+
+def run(program: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+
+
+def test_it_knows_the_same_stop_signals_and_exit_code_as_the_run():
+    assert startup.STOP_SIGNALS == signals.STOP_SIGNALS and startup.EXIT_STOPPED == signals.EXIT_STOPPED
+    assert startup.SAME_CTRL_C_SECONDS == signals.SAME_CTRL_C_SECONDS
+
+
+def test_a_signal_while_starting_is_kept_for_the_run_and_an_ignored_one_stays_ignored():
+    result = run(PROGRAM)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "SIGINT", "True", "None"]
+
+
+def test_a_second_signal_while_starting_ends_the_process_at_once_in_one_line():
+    result = run(SECOND)
+    assert result.returncode == startup.EXIT_STOPPED
+    assert result.stderr.strip() == (
+        "stopped by SIGTERM while starting, before training: nothing trained or saved (exit code 75); "
+        "start again with the same command"
+    )
+
+
+def test_a_module_that_imports_it_for_its_functions_keeps_its_own_handlers():
+    assert signal.getsignal(signal.SIGINT) is not startup._record  # imported by this test module, not a program
