@@ -28,15 +28,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit import cli
-from trainkit.augment import BatchTransform
 from trainkit.checkpointing import load_checkpoint, load_weights
 from trainkit.checkpointing.files import find_checkpoint, read_checkpoint
 from trainkit.checkpointing.overrides import config_with_overrides
 from trainkit.checkpointing.resume import run_dir_of
 from trainkit.config import to_dict
 from trainkit.config.validation import validate
-from trainkit.data import build_data
-from trainkit.data.datasets import data_class
+from trainkit.data import build_data, make_data
+from trainkit.data.datasets import ImageData, data_class
 from trainkit.data.imagefolder import ImageFolder, class_names, decode, images_in
 from trainkit.distributed.launch import joined_process_group, start_processes
 from trainkit.errors import ConfigError
@@ -67,7 +66,7 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     if cfg.split not in SPLITS:
         raise ConfigError("split", f"must be one of {', '.join(SPLITS)}, got {cfg.split!r}")
     validate(cfg)  # every error the config alone can reveal, before any data or model is built
-    check_data_fits(state["config"], cfg.data.channels, cfg.data.num_classes)  # null: an image folder counts later
+    check_data_fits(state["config"], cfg.data.get("channels"), cfg.data.num_classes)  # null: a folder counts later
     return cfg
 
 
@@ -75,7 +74,7 @@ def check_data_fits(saved: dict, channels: int | None, num_classes: int | None) 
     """The checkpoint's model takes the channels and predicts the classes of the data it was trained
     on; other data must have the same (a data= or data.* override of another shape is refused here)."""
     for key, value in (("channels", channels), ("num_classes", num_classes)):
-        trained = saved["data"][key]
+        trained = saved["data"].get(key)  # data that is not images has no channels
         if value is not None and value != trained:
             raise ConfigError(
                 f"data.{key}",
@@ -126,17 +125,20 @@ def evaluate_process(cfg: DictConfig, out_dir: Path) -> dict:
         weights_name, weights = tested_weights(cfg, state)
         # Not compiled even where the run was (trainer.compile): one pass over a split does not repay it.
         model, input_size = trained_model(cfg, weights, data.image_size, device)
-        transform = BatchTransform(data.mean, data.std, input_size, None, channels_last=cfg.trainer.channels_last)
-        transform = transform.to(device)
+        _, transform = data.transforms(None, input_size, cfg.trainer.channels_last, device)  # the option's, as tested
         task = instantiate(cfg.task)
         loader = data.test if cfg.split == "test" else data.val
         precision, tta_flip = cfg.precision.name, cfg.trainer.tta_flip
         metrics = evaluate(model, loader, transform, task, precision, device, tta_flip=tta_flip)
-        # A second pass for the picture: confusion counts (all-reduced), or a few predicted masks.
-        shown = predicted_on(model, loader, transform, task, precision, device, data.num_classes, tta_flip)
+        # A second pass for the picture (images only): confusion counts (all-reduced), or a few predicted masks.
+        shown = (
+            predicted_on(model, loader, transform, task, precision, device, data.num_classes, tta_flip)
+            if data.kind == "image"
+            else None
+        )
         results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
         results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
-        if proc.is_main:
+        if proc.is_main and shown is not None:
             save_figures(shown, out_dir, folder_class_names(cfg))
             (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
         return results
@@ -160,14 +162,15 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
     folder = Path(cfg.predict).expanduser()
     if not folder.is_dir():
         raise ConfigError("predict", f"folder '{folder}' does not exist; give a folder of images")
+    if not issubclass(data_class(cfg.data._target_), ImageData):
+        raise ConfigError("predict", f"reads a folder of images, but {cfg.data.name} is not images; evaluate a split")
     files = images_in(folder)
     if not files:
         raise ConfigError("predict", f"'{folder}' holds no images (.png, .jpg, ...); give a folder of images")
     device = pick_device(cfg.device)
     _, weights = tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))
     model, input_size = trained_model(cfg, weights, cfg.data.image_size, device)
-    transform = BatchTransform(cfg.data.mean, cfg.data.std, input_size, None, channels_last=cfg.trainer.channels_last)
-    transform = transform.to(device)
+    transform = make_data(cfg.data).batch_transform(None, input_size, cfg.trainer.channels_last, train=False).to(device)
     task = instantiate(cfg.task)
     names = folder_class_names(cfg)
     mode, size, batch_size = ("L" if cfg.data.channels == 1 else "RGB"), cfg.data.image_size, cfg.data.eval_batch_size
@@ -190,8 +193,9 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
 
 def write_predictions(predicted: dict, files: list[Path], class_names: list[str], out_dir: Path) -> list[dict]:
     """One row per image of what the task predicts: a number per image (class, probability) is a
-    column of the row, a map per image (a mask) a PNG in <key>s/ with the class index as pixel
-    value. Classes are named where the data names them (an image folder's class folders)."""
+    column of the row, so is a vector per image (its values, space-separated), a map per image (a mask)
+    a PNG in <key>s/ with the class index as pixel value. Classes are named where the data names them
+    (an image folder's class folders)."""
     rows = []
     for i, name in enumerate(files):
         row: dict = {"file": str(name)}
@@ -199,6 +203,11 @@ def write_predictions(predicted: dict, files: list[Path], class_names: list[str]
             value = values[i].cpu()
             if value.dim() == 2:
                 save_png(value.to(torch.uint8).numpy(), out_dir / f"{key}s" / name.with_suffix(".png"))
+            elif value.dim() == 1:  # a vector a sample (scores, several numbers)
+                row[key] = " ".join(f"{number:g}" for number in value.tolist())
+            elif value.dim() > 2:
+                shape = list(value.shape)
+                raise ConfigError("task", f"predict() gives {key} of {shape} a sample; give a number, vector or map")
             elif key == "class" and class_names:
                 row[key] = class_names[int(value)]
             else:
