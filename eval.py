@@ -98,7 +98,9 @@ def tested_weights(cfg: DictConfig, state: dict) -> tuple[str, dict]:
     return "model", state["model"]
 
 
-def trained_model(cfg: DictConfig, weights: dict, image_size: int, device: torch.device) -> tuple[torch.nn.Module, int]:
+def trained_model(
+    cfg: DictConfig, weights: dict, image_size: int | None, device: torch.device
+) -> tuple[torch.nn.Module, int | None]:
     """The run's model with `weights`, on the device, and the side length batches are resized to.
     No pretrained weights are loaded first: the checkpoint's replace them, so their file or hub
     need not be reachable here."""

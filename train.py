@@ -155,7 +155,7 @@ def updates_per_epoch(cfg: DictConfig, loader) -> int:
 
 
 def train_step(run: Run, inputs: torch.Tensor, targets: torch.Tensor, micro_batch_size: int | None = None,
-               group_size: int = 1, sync: bool = True, totals: EpochTotals | None = None) -> tuple[torch.Tensor, ...]:
+               group_size: int = 1, sync: bool = True, totals: EpochTotals | None = None) -> tuple:
     """Forward, loss and backward of a batch in parts, weighed so the gradients sum to its update's (tasks.weighting).
     The loop, both finders and micro_batch_size=auto call this: a change here (a second loss term) is theirs too."""
     with autocast(run.precision, run.device):  # the whole batch: MixUp/CutMix mix across it

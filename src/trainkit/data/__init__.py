@@ -91,8 +91,10 @@ def build_data(
 
     made = make_splits(data)
     images = isinstance(data, ImageData)
+    channels: int | None
+    image_size: int | None
     if isinstance(made, FileSplits):
-        channels, image_size = (data.channels, data.image_size) if images else (None, None)
+        channels, image_size = (data.channels, data.image_size) if isinstance(data, ImageData) else (None, None)
         files = file_loader_settings(data, device)  # data.num_workers / pin_memory `auto` resolved here
         files["collate"] = data.collate
 
@@ -104,8 +106,9 @@ def build_data(
             FileLoader(d, **eval_args, **files, batch_sampler=batches(d, False)) for d in [made.val, made.test]
         )
     else:
-        channels, image_size = (made.train[0].shape[1], made.train[0].shape[-1]) if images else (None, None)
+        channels, image_size = None, None
         if images:  # an image option's numbers are checked against its images
+            channels, image_size = made.train[0].shape[1], made.train[0].shape[-1]
             _check_matches(data, "channels", channels)
             _check_matches(data, "image_size", image_size)
         where, pin = _placement(made, device, rank)
@@ -137,8 +140,8 @@ def build_data(
         pad_id=getattr(data, "pad_id", None),
         channels=channels,
         image_size=image_size,
-        mean=per_channel(data.mean, data.channels) if images else None,
-        std=per_channel(data.std, data.channels) if images else None,
+        mean=per_channel(data.mean, data.channels) if isinstance(data, ImageData) else None,
+        std=per_channel(data.std, data.channels) if isinstance(data, ImageData) else None,
         fingerprint=data_fingerprint(made),
         option=data,
     )
