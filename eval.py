@@ -32,15 +32,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit import cli
-from trainkit.augment import BatchTransform
 from trainkit.checkpointing import load_checkpoint, load_weights
 from trainkit.checkpointing.files import find_checkpoint, read_checkpoint
 from trainkit.checkpointing.overrides import config_with_overrides
 from trainkit.checkpointing.resume import run_dir_of
 from trainkit.config import to_dict
 from trainkit.config.validation import validate
-from trainkit.data import build_data
-from trainkit.data.datasets import data_class
+from trainkit.data import build_data, make_data
+from trainkit.data.datasets import ImageData, data_class
 from trainkit.data.imagefolder import (
     ImageFolder,
     class_names,
@@ -80,7 +79,7 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     if cfg.split not in SPLITS:
         raise ConfigError("split", f"must be one of {', '.join(SPLITS)}, got {cfg.split!r}")
     validate(cfg)  # every error the config alone can reveal, before any data or model is built
-    check_data_fits(state["config"], cfg.data.channels, cfg.data.num_classes)  # null: an image folder counts later
+    check_data_fits(state["config"], cfg.data.get("channels"), cfg.data.num_classes)  # null: a folder counts later
     return cfg
 
 
@@ -99,7 +98,7 @@ def check_data_fits(saved: dict, channels: int | None, num_classes: int | None) 
     """The checkpoint's model takes the channels and predicts the classes of the data it was trained
     on; other data must have the same (a data= or data.* override of another shape is refused here)."""
     for key, value in (("channels", channels), ("num_classes", num_classes)):
-        trained = saved["data"][key]
+        trained = saved["data"].get(key)  # data that is not images has no channels
         if value is not None and value != trained:
             raise ConfigError(
                 f"data.{key}",
@@ -123,7 +122,9 @@ def tested_weights(cfg: DictConfig, state: dict) -> tuple[str, dict]:
     return "model", state["model"]
 
 
-def trained_model(cfg: DictConfig, weights: dict, image_size: int, device: torch.device) -> tuple[torch.nn.Module, int]:
+def trained_model(
+    cfg: DictConfig, weights: dict, image_size: int | None, device: torch.device
+) -> tuple[torch.nn.Module, int | None]:
     """The run's model with `weights`, on the device, and the side length batches are resized to.
     No pretrained weights are loaded first: the checkpoint's replace them, so their file or hub
     need not be reachable here."""
@@ -150,21 +151,23 @@ def evaluate_process(cfg: DictConfig, out_dir: Path) -> dict:
         weights_name, weights = tested_weights(cfg, state)
         # Not compiled even where the run was (trainer.compile): one pass over a split does not repay it.
         model, input_size = trained_model(cfg, weights, data.image_size, device)
-        transform = BatchTransform(data.mean, data.std, input_size, None, channels_last=cfg.trainer.channels_last)
-        transform = transform.to(device)
+        _, transform = data.transforms(None, input_size, cfg.trainer.channels_last, device)  # the option's, as tested
         task = instantiate(cfg.task)
         loader = data.test if cfg.split == "test" else data.val
         limit = batch_limit(cfg)
         precision, tta_flip = cfg.precision.name, cfg.trainer.tta_flip
         metrics = evaluate(model, loader, transform, task, precision, device, limit, tta_flip)
-        # A second pass for the picture: confusion counts (all-reduced), or a few predicted masks.
-        shown = predicted_on(
-            model, islice(loader, limit), transform, task, precision, device, data.num_classes, tta_flip
+        # A second pass for the picture (images only): confusion counts (all-reduced), or a few predicted masks.
+        shown = (
+            predicted_on(model, islice(loader, limit), transform, task, precision, device, data.num_classes, tta_flip)
+            if data.kind == "image"
+            else None
         )
         results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
         results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
         if proc.is_main:
-            save_figures(shown, out_dir, folder_class_names(cfg))
+            if shown is not None:
+                save_figures(shown, out_dir, folder_class_names(cfg))
             (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
         return results
 
@@ -204,14 +207,15 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
         folder, files = given, images_in(given)
     else:
         raise ConfigError("predict", f"'{given}' does not exist; give an image or a folder of images")
+    if not issubclass(data_class(cfg.data._target_), ImageData):
+        raise ConfigError("predict", f"reads images, but {cfg.data.name} is not images; evaluate a split")
     if not files:
         raise ConfigError("predict", f"'{folder}' holds no images (.png, .jpg, ...); give a folder of images")
     names = [path.relative_to(folder) for path in files]
     device = pick_device(cfg.device)
     _, weights = tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))
     model, input_size = trained_model(cfg, weights, cfg.data.image_size, device)
-    transform = BatchTransform(cfg.data.mean, cfg.data.std, input_size, None, channels_last=cfg.trainer.channels_last)
-    transform = transform.to(device)
+    transform = make_data(cfg.data).batch_transform(None, input_size, cfg.trainer.channels_last, train=False).to(device)
     task = instantiate(cfg.task)
 
     def predict(images: list[torch.Tensor]) -> dict:
@@ -265,6 +269,13 @@ class PredictionWriter:
                 if value.dim() == 2:
                     mask = resize_map(value.to(torch.uint8), height, width)
                     save_png(mask.numpy(), self.out_dir / f"{key}s" / self.map_names[name])
+                elif value.dim() == 1:  # a vector a sample (scores, several numbers)
+                    row[key] = " ".join(f"{number:g}" for number in value.tolist())
+                elif value.dim() > 2:
+                    shape = list(value.shape)
+                    raise ConfigError(
+                        "task", f"predict() gives {key} of {shape} a sample; give a number, vector or map"
+                    )
                 elif key == "class" and self.class_names:
                     row[key] = self.class_names[int(value)]
                 else:

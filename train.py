@@ -9,6 +9,7 @@ Hydra composes the config from conf/; the pieces this file calls live in src/tra
 """
 from trainkit import startup, cli  # noqa: F401  startup first: a stop signal while torch imports is one line, exit 75
 import contextlib
+import functools
 import logging
 import math
 import sys
@@ -25,7 +26,7 @@ from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from trainkit.augment import BatchTransform, attach_sample_transform
+from trainkit.augment import attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, finished_value,
                                     load_checkpoint, load_weights, own_run_directory, stop_after_the_test,
                                     refuse_another_world_size_inside_an_epoch, restore_optimizer_and_schedule,
@@ -46,7 +47,7 @@ from trainkit.models import apply_frozen_bn_eval, build_ema, build_model, restor
 from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.runtime import (autocast, grad_scaler, nondeterministic_op_errors, pick_device, seed_everything,
                               set_math_modes)
-from trainkit.tasks import Task, evaluate
+from trainkit.tasks import Task, backward_scale, evaluate, mean_over_update_tokens
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
                                data_bound_advice, epoch_line, first_images, log_predictions, quiet_known_noise,
                                save_png, training_line, wandb_names, warn_if_data_bound, write_provenance,
@@ -71,8 +72,9 @@ class Run:
     model: torch.nn.Module = field(init=False)  # the bare model: its weights are checkpointed
     trained_model: torch.nn.Module = field(init=False)  # the same, compiled and/or DDP-wrapped: what the loop calls
     # (distributed=fsdp shards `model` itself, in place: model and trained_model are one sharded module)
-    train_transform: BatchTransform = field(init=False)  # scale, resize, augment, normalize: batched, on the device
-    eval_transform: BatchTransform = field(init=False)
+    train_transform: torch.nn.Module = field(init=False)  # the data option's: images scale, resize, augment, normalize
+    eval_transform: torch.nn.Module = field(init=False)  # (batched, on the device); tokens: nothing
+    precision: str = "fp32"  # what the step autocasts to (build_run: precision.name; fp32 under FSDP: its policy casts)
     task: Task = field(init=False)  # what a batch means: its loss, its metrics (classification, segmentation, yours)
     resolved_config: dict = field(init=False)  # cfg as plain containers, resolved once built: in every checkpoint
     optimizer: torch.optim.Optimizer = field(init=False)
@@ -152,46 +154,51 @@ def updates_per_epoch(cfg: DictConfig, loader) -> int:
     return math.ceil(batches_per_epoch(cfg, loader) / cfg.trainer.accumulate_grad_batches)
 
 
+def train_step(run: Run, inputs: torch.Tensor, targets: torch.Tensor, micro_batch_size: int | None = None,
+               group_size: int = 1, sync: bool = True, totals: EpochTotals | None = None) -> tuple:
+    """Forward, loss and backward of a batch in parts, weighed so the gradients sum to its update's (tasks.weighting).
+    The loop, both finders and micro_batch_size=auto call this: a change here (a second loss term) is theirs too."""
+    with autocast(run.precision, run.device):  # the whole batch: MixUp/CutMix mix across it
+        inputs, targets = run.task.augment(run.train_transform(inputs), targets)
+    parts = micro_batches(inputs, targets, micro_batch_size, tokens=run.data.kind == "tokens")  # tokens: N tokens
+    for n, (part_inputs, part_targets, share) in enumerate(parts, start=1):
+        with gradient_sync(run.trained_model, enabled=sync and n == len(parts)), autocast(run.precision, run.device):
+            outputs = run.trained_model(part_inputs)
+            loss = run.task.loss(outputs.float(), part_targets)
+            run.timer.phase("backward")
+            part_weight = run.task.weight(part_targets)  # samples, or real tokens
+            run.scaler.scale(loss * backward_scale(run.task, part_weight, share, group_size)).backward()
+        if totals is not None:
+            totals.add(loss.detach(), run.task.metric_sums(outputs.detach(), part_targets), part_inputs, part_weight)
+    return loss.detach(), run.task.weight(targets)  # the last part's loss, what the batch weighs
+
+
 def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> dict:
     """One pass over this rank's shard, from batch `run.batches_done` (a mid-epoch resume).
     Moves run.step and run.batches_done forward; returns the epoch's training metrics. `compiling`:
     torch.compile compiles in the first step, which is timed apart from train/samples_per_sec."""
     model, optimizer, device = run.trained_model, run.optimizer, run.device
-    precision = autocast_precision(run.cfg, model)  # fp32 under FSDP: its MixedPrecisionPolicy casts
     trainer = SimpleNamespace(**to_dict(run.cfg.trainer))  # plain values: an OmegaConf read costs ~20 us a step
     model.train()
     apply_frozen_bn_eval(model)  # BatchNorm inside frozen layers keeps its statistics
     accumulate, num_batches = trainer.accumulate_grad_batches, batches_per_epoch(run.cfg, run.data.train)
     progress = tqdm(total=num_batches, initial=run.batches_done, desc=f"epoch {run.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
-    totals, mid_epoch_saves, compile_seconds = EpochTotals(device), 0, None  # totals: on the device until logged
+    totals = EpochTotals(device, run.data.kind == "tokens", run.data.pad_id)  # on the device until logged
+    mid_epoch_saves, compile_seconds = 0, None
     run.timer.start_epoch(device, skip_first=compiling)  # trainkit.tracking.timing: no per-step host-device sync
     for i, batch in enumerate(run.data.train, start=run.batches_done):
         if i >= num_batches or (trainer.max_steps and run.step >= trainer.max_steps):
             break
-        # Micro-batches of one update form a group; the last group of the epoch may be short,
-        # so the loss is divided by the real group size, not by accumulate_grad_batches.
-        group_start = i - i % accumulate
-        group_size = min(accumulate, num_batches - group_start)
+        group_start = i - i % accumulate  # an update's batches form a group; each weighs 1 / its real size:
+        group_size = min(accumulate, num_batches - group_start)  # the epoch's last group may be short
         is_update = i - group_start == group_size - 1
         inputs, targets = run.task.inputs_and_targets(batch, device)
         run.timer.batch_ready()  # waiting for data (the loader, the copy) ends here; the rest is the step
-        with autocast(precision, device):  # the whole batch: MixUp/CutMix mix across it
-            inputs, targets = run.task.augment(run.train_transform(inputs), targets)
-        # forward and backward, in parts of trainer.micro_batch_size (null: one part, the batch): each part's mean
-        # loss weighs its share of the batch, so the gradients sum to the batch's; DDP all-reduces them only
-        # on the last part of an update's last batch
-        parts = micro_batches(inputs, targets, trainer.micro_batch_size)
-        for n, (part_inputs, part_targets, share) in enumerate(parts, start=1):
-            with gradient_sync(model, enabled=is_update and n == len(parts)), autocast(precision, device):
-                outputs = model(part_inputs)
-                loss = run.task.loss(outputs.float(), part_targets)
-                run.timer.phase("backward")
-                run.scaler.scale(loss / (group_size / share)).backward()  # share 1.0: loss / group_size exactly
-            totals.add(loss.detach(), run.task.metric_sums(outputs.detach(), part_targets), len(part_targets))
-        # the optimizer step
+        loss, _ = train_step(run, inputs, targets, trainer.micro_batch_size, group_size, is_update, totals)
         run.timer.phase("optimizer_step")
-        if is_update:
+        if is_update:  # a tokens task: the mean over the update's real tokens, every rank's
+            mean_over_update_tokens(run.task, model, totals.update_weight(), run.proc.world_size)
             if trainer.grad_clip:
                 run.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
                 torch.nn.utils.clip_grad_norm_(model.parameters(), trainer.grad_clip)
@@ -204,9 +211,8 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
                 run.ema.update_parameters(run.model)
         run.timer.phase("bookkeeping")
         run.batches_done = i + 1
-        batch_loss = loss.detach()  # the last part's
         if compiling and compile_seconds is None:  # compile + first step: throughput is measured from here
-            batch_loss.item()  # waits for the device, so this step's work is counted in its own time
+            loss.item()  # waits for the device, so this step's work is counted in its own time
             compile_seconds = totals.time_from_here()
         logged_loss = None  # the mean since the last logging step, over all ranks, at a logging step
         if is_update and run.step % trainer.log_every_n_steps == 0:
@@ -222,7 +228,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
             mid_epoch_saves += 1
         progress.update()
         if show_progress and (i % 10 == 0 or i == num_batches - 1):
-            progress.set_postfix(loss=f"{batch_loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}",
+            progress.set_postfix(loss=f"{loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}",
                                  refresh=False)  # drawn at tqdm's next timed refresh: no extra terminal write
         run.timer.step_done()
     progress.close()
@@ -294,25 +300,19 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     run.model = run.trained_model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
     if cfg.distributed.name == "fsdp":  # in place, before the optimizer takes the params
         shard_model(run.model, cfg.distributed, cfg.precision.name, proc.world_size)
-    mean, std = run.data.mean, run.data.std
     run.task = instantiate(cfg.task)  # after the data: an image folder's class count is known
-    run.train_transform = BatchTransform(mean, std, input_size, cfg.augmentation, train=True,
-                                         channels_last=channels_last).to(device)
-    run.eval_transform = BatchTransform(mean, std, input_size, None, channels_last=channels_last).to(device)
+    run.train_transform, run.eval_transform = run.data.transforms(cfg.augmentation, input_size, channels_last, device)
+    run.precision, run.scaler = autocast_precision(cfg, run.model), grad_scaler(cfg.precision.name, device)
+    step = functools.partial(train_step, run)  # the finders train with the loop's own step
     if cfg.batch_size_finder.enabled and not cfg.resume:
-        cfg.data.batch_size = find_batch_size_for_run(cfg.batch_size_finder, run.model, run.task, run.data.train,
-                                                      run.train_transform, cfg.precision.name, device)
-        log.info(f"batch size finder: data.batch_size={cfg.data.batch_size} per process")
+        cfg.data.batch_size = find_batch_size_for_run(cfg.batch_size_finder, run.model, run.task, run.data.train, step)
         run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
     attach_sample_transform(run.data.train, cfg.augmentation)  # image folders: torchvision per image, in the workers
     if cfg.trainer.micro_batch_size == "auto" and not cfg.resume:  # a resume reuses the size found: load_state_dict
-        cfg.trainer.micro_batch_size = find_micro_batch_size_for_run(cfg.trainer, run.model, run.task, run.data.train,
-                                                                     run.train_transform, cfg.precision.name, device)
-        log.info(f"trainer.micro_batch_size=auto: training in micro-batches of {cfg.trainer.micro_batch_size}")
+        cfg.trainer.micro_batch_size = find_micro_batch_size_for_run(cfg.trainer, run.model, run.task, run.data, step)
     run.optimizer = build_optimizer(run.model, cfg.optimizer, batch_size=cfg.data.batch_size,
                                     world_size=proc.world_size, accumulate=cfg.trainer.accumulate_grad_batches)
     run.scheduler = build_lr_schedule(run)
-    run.scaler = grad_scaler(cfg.precision.name, device)
     run.early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
     run.ema = build_ema(run.model, cfg.regularization.ema)  # on the device, before compile and DDP
     run.resolved_config = to_dict(cfg)  # the config is complete now (num_classes, batch size); nothing changes it later
@@ -343,10 +343,10 @@ def start_logging(run: Run, provenance: dict) -> None:
     run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.resolved_config, run_name=run_name,
                                 group=group, resume_ids=run.tracker_run_ids, provenance=provenance,
                                 resume_step=run.step if run.cfg.resume else None)
-    if run.cfg.logger.get("log_images", False) and not run.cfg.resume:  # once a run: its first part logged them
+    if run.cfg.logger.get("log_images", False) and run.data.kind == "image" and not run.cfg.resume:  # once a run
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
         run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.step)
-    if run.cfg.logger.get("log_predictions", 0):
+    if run.cfg.logger.get("log_predictions", 0) and run.data.kind == "image":
         run.shown = first_images(run.data.val, run.task, run.cfg.logger.log_predictions, run.device)
 
 
@@ -355,7 +355,7 @@ def find_lr(run: Run) -> None:
     optimizer and RNG are restored after; with lr_finder.apply the suggestion becomes the base LR.
     A stop signal ends it within a step: nothing trained yet, so nothing saved (exit 75)."""
     plot = run.run_dir / "lr_finder.png" if run.proc.is_main else None
-    result = lr_range_test_for_run(run, plot, should_stop=lambda: stop_signal(run.device, agree=True))
+    result = lr_range_test_for_run(run, plot, step=train_step, should_stop=lambda: stop_signal(run.device, agree=True))
     if result.stopped_by:  # within a step of the signal; model and optimizer are as before the finder
         raise stopped_before_training(result.stopped_by, "during the LR finder")
     if plot:

@@ -199,3 +199,27 @@ class WithoutDeterministicKernel(NoNormCNN):
                 "or you can use the 'warn_only=True' option, if that's acceptable for your application."
             )
         return super().forward(x)
+
+
+class TokenTagger(nn.Module):
+    """Token ids [B, T] -> a class score a token [B, T, num_classes]: an embedding and a linear layer, each
+    token on its own (no normalization over the batch), so how a batch is cut cannot change its gradient."""
+
+    def __init__(self, vocab_size: int, num_classes: int, width: int = 8):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, width)
+        self.head = nn.Linear(width, num_classes)
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.embed(tokens.long())))
+
+
+class TableNet(nn.Module):
+    """Features [B, F] -> [B, num_classes]: one linear layer, for tabular data."""
+
+    def __init__(self, in_features: int, num_classes: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, num_classes)
+
+    def forward(self, x):
+        return self.linear(x)

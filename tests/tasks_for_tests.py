@@ -1,8 +1,11 @@
 """Tasks the tests select with task._target_=tasks_for_tests.<Name>."""
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from trainkit.tasks.classification import Classification
+from trainkit.tasks.task import Task
 
 
 class TenfoldLoss(Classification):
@@ -11,3 +14,63 @@ class TenfoldLoss(Classification):
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return 10 * super().loss(outputs, targets)
+
+
+class Regression(Task):
+    """The README's regression (one number a sample, mean squared error, mean absolute error), on float
+    targets as the data gives them: a task that weighs samples and does not mix batches."""
+
+    metric_names = ("mae",)
+    minimized_metrics = ("mae",)
+    headline_metric = "mae"
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return self.evaluation_loss(outputs, targets).mean()
+
+    def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return F.mse_loss(outputs.float().squeeze(1), targets, reduction="none")
+
+    def empty_metric_sums(self, device: torch.device) -> Tensor:
+        return torch.zeros(2, device=device)
+
+    def metric_sums(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        errors = (outputs.float().squeeze(1) - targets).abs()
+        return torch.stack([errors.sum(), errors.new_full((), errors.numel())])
+
+    def metrics(self, sums: Tensor) -> dict[str, float]:
+        error, count = sums.tolist()
+        return {"mae": error / max(count, 1)}
+
+    def predict(self, outputs: Tensor) -> dict[str, Tensor]:
+        return {"value": outputs.float().squeeze(1)}
+
+
+class TokenTagging(Task):
+    """A class a token: inputs [B, T] padded token ids, targets [B, T] with -100 where there is padding;
+    weighed by real tokens (the loss is their mean), as a language model is."""
+
+    metric_names = ("acc",)
+    headline_metric = "acc"
+    weighs = "tokens"
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(outputs.flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+    def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        real = targets.flatten() != -100
+        return F.cross_entropy(outputs.flatten(0, 1)[real], targets.flatten()[real], reduction="none")
+
+    def empty_metric_sums(self, device: torch.device) -> Tensor:
+        return torch.zeros(2, device=device)
+
+    def metric_sums(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        real = targets != -100
+        right = ((outputs.argmax(dim=-1) == targets) & real).sum()
+        return torch.stack([right, real.sum()]).float()
+
+    def metrics(self, sums: Tensor) -> dict[str, float]:
+        right, count = sums.tolist()
+        return {"acc": right / max(count, 1)}
+
+    def predict(self, outputs: Tensor) -> dict[str, Tensor]:
+        return {"class": outputs.argmax(dim=-1)}

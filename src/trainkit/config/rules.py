@@ -103,7 +103,7 @@ RULES: dict[str, Check] = {
     "device": device_name,
     "resume": text(null=True),
     "print_config": flag(),
-    "optimized_metric": text(),  # val/<metric> or test/<metric>, of the task's: a relation in trainkit.config
+    "optimized_metric": text(null=True),  # val/<metric> or test/<metric>, of the task's (null: filled in from the task)
     "required": required_keys,
     "sweep.catch_failures": flag(),
     "sweep.failed_trial_value": number(null=True),
@@ -132,7 +132,7 @@ RULES: dict[str, Check] = {
     "data.download": flag(),
     "data.channels": integer(1),
     "data.image_size": integer(1),
-    "data.num_classes": integer(2, null=True),
+    "data.num_classes": integer(1, null=True),  # the model's outputs: 1 for a regression
     "data.mirror_changes_label": flag(),
     "data.mean": numbers(),
     "data.std": numbers(above=0),
@@ -187,8 +187,9 @@ RULES: dict[str, Check] = {
     "regularization.ema.decay": number(above=0, below=1),
     "regularization.ema.warmup": flag(),
     "regularization.early_stopping.enabled": flag(),
-    "regularization.early_stopping.monitor": text(),  # val/<metric> of the task's: a relation in trainkit.config
-    "regularization.early_stopping.mode": one_of("min", "max"),
+    # val/<metric> of the task's: a relation in trainkit.config; null (and the mode null): the task's headline metric
+    "regularization.early_stopping.monitor": text(null=True),
+    "regularization.early_stopping.mode": one_of("min", "max", null=True),
     "regularization.early_stopping.patience": integer(1),
     "regularization.early_stopping.min_delta": number(0),
     # A missing or null augmentation key means "off".

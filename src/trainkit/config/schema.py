@@ -158,11 +158,11 @@ def flag(*, null: bool = False) -> Check:
     return check
 
 
-def one_of(*choices: str) -> Check:
+def one_of(*choices: str, null: bool = False) -> Check:
     def check(value: object) -> str | None:
-        if isinstance(value, str) and value in choices:
+        if (isinstance(value, str) and value in choices) or (null and value is None):
             return None
-        return f"must be one of {', '.join(choices)}; got {show(value)}"
+        return f"must be one of {', '.join(choices)}{' or null' if null else ''}; got {show(value)}"
 
     return check
 

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from trainkit.augment.batch_transform import active_ops
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
 from trainkit.config.schema import Relation, find_problems, show, unknown_keys
-from trainkit.data.datasets import ImageData, data_class
+from trainkit.data.datasets import Data, ImageData, data_class
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import higher_is_better, metric_names_of, task_class
@@ -49,7 +49,15 @@ def _required(cfg: DictConfig) -> Iterator[tuple[str, str]]:
             yield keys[0], f"is required; pass {keys[0]}=...{others}"
 
 
+def _images(cfg: DictConfig) -> bool:
+    """Whether the data option is an ImageData: the image rules (channels, statistics, flips) are its alone."""
+    data = _data_class(cfg)
+    return data is not None and issubclass(data, ImageData)
+
+
 def _statistics_per_channel(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if not _images(cfg):
+        return
     for key in ("mean", "std"):
         if len(cfg.data[key]) not in (1, cfg.data.channels):
             yield (
@@ -61,7 +69,7 @@ def _statistics_per_channel(cfg: DictConfig) -> Iterator[tuple[str, str]]:
             )
 
 
-def _data_class(cfg: DictConfig) -> type[ImageData] | None:
+def _data_class(cfg: DictConfig) -> type[Data] | None:
     """The class `data._target_` names, imported but not built: its fields are the keys a data option
     has, its class attributes what the data needs (None when it cannot be imported: _data_target says so)."""
     try:
@@ -108,7 +116,7 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         return
     if kind.needs_root and data.get("root") is None:
         yield "data.root", f"is required for {data.name}; pass data.root=... ({kind.needs_root})"
-    if kind.decodes_images and data.channels not in (1, 3):
+    if getattr(kind, "decodes_images", False) and data.channels not in (1, 3):
         yield (
             "data.channels",
             f"is {data.channels}, but images decode as greyscale (1) or RGB (3); set data.channels=1 or 3",
@@ -266,9 +274,11 @@ def _finder_ranges(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 def _micro_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
+    data = _data_class(cfg)
+    tokens = data is not None and data.kind == "tokens"  # a micro-batch of token data counts tokens, not sequences
     # Larger than the batch would be no split at all: say so rather than train whole batches silently.
     # (With the batch-size finder, data.batch_size is only known later; a larger N is then one part.)
-    if isinstance(micro, int) and micro > batch_size and not cfg.batch_size_finder.enabled:
+    if isinstance(micro, int) and micro > batch_size and not cfg.batch_size_finder.enabled and not tokens:
         yield (
             "trainer.micro_batch_size",
             f"is {micro}, larger than data.batch_size={batch_size}: nothing to split; set it to at most {batch_size}",
@@ -346,6 +356,36 @@ def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tup
             )
 
 
+def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """The augmentation group, flip TTA and a resize work on images; on other data (tokens, a table) they
+    would do nothing or garbage, so they are refused rather than ignored."""
+    data = _data_class(cfg)
+    if data is None or issubclass(data, ImageData):
+        return
+    what = f"{cfg.data.name} is {data.kind} data ({data.__name__}), not images"
+    active = active_ops(cfg.augmentation)
+    if active:
+        yield "augmentation", f"{', '.join(active)} transform images, but {what}; use augmentation=none"
+    if cfg.trainer.tta_flip:
+        yield "trainer.tta_flip", f"mirrors images, but {what}; set trainer.tta_flip=false"
+    if cfg.finetune.input_size is not None:
+        yield "finetune.input_size", f"resizes images, but {what}; leave it null"
+
+
+def _mixing_needs_a_task_that_mixes(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """MixUp/CutMix run in the task's augment(): a task that does not mix would ignore them in silence."""
+    task = _task(cfg)
+    if task is None or getattr(task, "mixes_batches", False):
+        return
+    mixing = [key for key in ("mixup_alpha", "cutmix_alpha") if key in active_ops(cfg.augmentation)]
+    if mixing:
+        yield (
+            f"augmentation.{mixing[0]}",
+            f"{' and '.join(mixing)} mix batches, but {task.__name__} does not mix (only a task with "
+            f"mixes_batches=True does, e.g. classification); use an augmentation without them (augmentation=none)",
+        )
+
+
 def _per_sample_needs_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     data = _data_class(cfg)
     if data is not None and data.in_memory and "per_sample" in active_ops(cfg.augmentation):
@@ -415,6 +455,8 @@ RELATIONS = (
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
     Relation(("data.mirror_changes_label", "trainer.tta_flip"), _no_flip_tta_where_mirroring_changes_the_label),
     Relation(("task._target_", "augmentation", "finetune.input_size", "data.mirror_changes_label"), _spatial_targets),
+    Relation(("data._target_", "augmentation", "trainer.tta_flip", "finetune.input_size"), _image_ops_need_images),
+    Relation(("task._target_", "augmentation"), _mixing_needs_a_task_that_mixes),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),
 )
@@ -424,7 +466,9 @@ RELATIONS = (
 
 
 def problems(cfg: DictConfig) -> dict[str, str]:
-    """{key: what is wrong and how to fix it} for every problem the config alone reveals."""
+    """{key: what is wrong and how to fix it} for every problem the config alone reveals, once the
+    task's defaults are filled in (fill_task_defaults)."""
+    fill_task_defaults(cfg)
     return find_problems(cfg, RULES, RELATIONS)
 
 
@@ -464,8 +508,28 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
     return ignored
 
 
+def fill_task_defaults(cfg: DictConfig) -> None:
+    """The keys whose default is the task's own (null in conf/): optimized_metric is val/<its headline metric>,
+    regularization.early_stopping.monitor the same, and its mode the metric's direction. Filled in the config
+    itself, so the run's saved config and every checkpoint name the metric used."""
+    task = _task(cfg)
+    if task is None:
+        return  # _task_metrics says why
+    headline = f"val/{getattr(task, 'headline_metric', 'loss')}"
+    if OmegaConf.select(cfg, "optimized_metric", default=None) is None:
+        cfg.optimized_metric = headline
+    stopping = OmegaConf.select(cfg, "regularization.early_stopping")
+    if stopping is None:
+        return
+    if stopping.get("monitor") is None:
+        stopping.monitor = headline
+    if stopping.get("mode") is None and isinstance(stopping.monitor, str):
+        stopping.mode = "max" if higher_is_better(task, stopping.monitor) else "min"
+
+
 def validate(cfg: DictConfig) -> None:
-    """Raise one ConfigError naming every problem of `cfg`; log the settings it ignores."""
+    """Fill in the task's defaults (fill_task_defaults), then raise one ConfigError naming every problem of
+    `cfg`; log the settings it ignores."""
     found = problems(cfg)
     if found:
         (key, message), *others = found.items()

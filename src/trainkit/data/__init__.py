@@ -2,30 +2,33 @@
 
     data = build_data(cfg.data, device, seed=cfg.seed, rank=rank, world_size=world_size)
     data.train.set_epoch(epoch)            # before every epoch, as with DistributedSampler
-    for images, labels in data.train: ...  # uint8 0..255 or float32 in [0, 1], [B, C, H, W]
+    for inputs, targets in data.train: ... # images: uint8 0..255 or float32 in [0, 1], [B, C, H, W]
+    transform = data.option.batch_transform(augmentation, input_size, channels_last, train=True)
 
-A data option (conf/data/<name>.yaml) names in `_target_` a dataclass derived from `ImageData`
-whose fields are the option's keys (see trainkit.data.datasets): `hydra.utils.instantiate(cfg.data)`
+A data option (conf/data/<name>.yaml) names in `_target_` a dataclass derived from `Data` (`ImageData`
+for images) whose fields are the option's keys (see trainkit.data.datasets): `hydra.utils.instantiate(cfg.data)`
 makes it, and its `splits()` the data. `Splits` of tensors (digits, synthetic, shapes, mnist,
-cifar10, cached) live on the device and batch by indexing; `FileSplits` of datasets (imagefolder)
-stream through DataLoader workers, and their batches arrive on the CPU. An option's heavy imports
-(torchvision) happen inside `splits()`, so they cost nothing to `--help` or a config error.
+cifar10, cached) live on the device and batch by indexing; `FileSplits` of datasets (imagefolder,
+text files) stream through DataLoader workers, batched by the option's `batch_sampler` and `collate`,
+and their batches arrive on the CPU. An option's heavy imports (torchvision) happen inside
+`splits()`, so they cost nothing to `--help` or a config error.
 """
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from trainkit.data.datasets import FileSplits, ImageData, Splits, data_class
+from trainkit.data.datasets import Data, FileSplits, ImageData, Splits, data_class, per_channel
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.data.loader_settings import file_loader_settings
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.errors import ConfigError
 
 __all__ = [
+    "Data",
     "DataBundle",
     "FileLoader",
     "FileSplits",
@@ -47,12 +50,26 @@ class DataBundle:
     train: TensorLoader | FileLoader
     val: TensorLoader | FileLoader
     test: TensorLoader | FileLoader
-    channels: int
-    image_size: int
     num_classes: int
-    mean: tuple[float, ...]  # one value per channel, for normalizing images scaled to [0, 1]
-    std: tuple[float, ...]
+    kind: str = "image"  # the option's kind: image | tokens | generic
+    pad_id: int | None = None  # token data: the padding id (real tokens are inputs != pad_id); None: no padding
+    channels: int | None = None  # images: their shape, and the statistics to normalize them with
+    image_size: int | None = None
+    mean: tuple[float, ...] | None = None  # one value per channel, for normalizing images scaled to [0, 1]
+    std: tuple[float, ...] | None = None
     fingerprint: dict = field(default_factory=dict)  # what the splits hold (trainkit.data.fingerprint): for a resume
+    option: Data | None = None  # the data option itself: its batch_transform is what train.py applies to batches
+
+    def transforms(
+        self, augmentation: Any, input_size: int | None, channels_last: bool, device: torch.device
+    ) -> tuple[torch.nn.Module, torch.nn.Module]:
+        """The data option's batch transforms, for training (augmenting) and for evaluation, on `device`."""
+        if self.option is None:  # a bundle made by hand (tests): batches as they are
+            return torch.nn.Identity(), torch.nn.Identity()
+        return (
+            self.option.batch_transform(augmentation, input_size, channels_last, train=True).to(device),
+            self.option.batch_transform(augmentation, input_size, channels_last, train=False).to(device),
+        )
 
 
 def build_data(
@@ -73,15 +90,27 @@ def build_data(
     test: TensorLoader | FileLoader
 
     made = make_splits(data)
+    images = isinstance(data, ImageData)
+    channels: int | None
+    image_size: int | None
     if isinstance(made, FileSplits):
-        channels, image_size = data.channels, data.image_size
+        channels, image_size = (data.channels, data.image_size) if isinstance(data, ImageData) else (None, None)
         files = file_loader_settings(data, device)  # data.num_workers / pin_memory `auto` resolved here
-        train = FileLoader(made.train, **train_args, **files)
-        val, test = (FileLoader(split, **eval_args, **files) for split in (made.val, made.test))
+        files["collate"] = data.collate
+
+        def batches(split: Any, train: bool) -> Any:  # the option's batch sampler (a token budget), or None
+            return data.batch_sampler(split, train=train, **shards)
+
+        train = FileLoader(made.train, **train_args, **files, batch_sampler=batches(made.train, True))
+        val, test = (
+            FileLoader(d, **eval_args, **files, batch_sampler=batches(d, False)) for d in [made.val, made.test]
+        )
     else:
-        channels, image_size = made.train[0].shape[1], made.train[0].shape[-1]
-        _check_matches(data, "channels", channels)
-        _check_matches(data, "image_size", image_size)
+        channels, image_size = None, None
+        if images:  # an image option's numbers are checked against its images
+            channels, image_size = made.train[0].shape[1], made.train[0].shape[-1]
+            _check_matches(data, "channels", channels)
+            _check_matches(data, "image_size", image_size)
         where, pin = _placement(made, device, rank)
         train = TensorLoader(*made.train, device=where, pin_memory=pin, **train_args)
         val = TensorLoader(*made.val, device=where, pin_memory=pin, **eval_args)
@@ -106,26 +135,29 @@ def build_data(
         train,
         val,
         test,
-        channels,
-        image_size,
         num_classes,
-        mean=_per_channel(data.mean, channels),
-        std=_per_channel(data.std, channels),
+        kind=data.kind,
+        pad_id=getattr(data, "pad_id", None),
+        channels=channels,
+        image_size=image_size,
+        mean=per_channel(data.mean, data.channels) if isinstance(data, ImageData) else None,
+        std=per_channel(data.std, data.channels) if isinstance(data, ImageData) else None,
         fingerprint=data_fingerprint(made),
+        option=data,
     )
 
 
-def make_data(cfg: Mapping) -> ImageData:
+def make_data(cfg: Mapping) -> Data:
     """`hydra.utils.instantiate(cfg)` of a data config, after a one-line error for a `_target_` that
-    names no ImageData subclass (the import happens here)."""
+    names no Data subclass (the import happens here)."""
     import hydra.utils
 
     data_class(cfg["_target_"])
-    data: ImageData = hydra.utils.instantiate(cfg)
+    data: Data = hydra.utils.instantiate(cfg)
     return data
 
 
-def make_splits(data: ImageData) -> Splits | FileSplits:
+def make_splits(data: Data) -> Splits | FileSplits:
     """`data.splits()`, checked: Splits or FileSplits, as the class's `in_memory` says."""
     made = data.splits()
     expected = Splits if data.in_memory else FileSplits
@@ -159,15 +191,8 @@ def _placement(splits: Splits, device: torch.device, rank: int) -> tuple[torch.d
     return torch.device("cpu"), True
 
 
-def _check_matches(data: ImageData, key: str, actual: int) -> None:
+def _check_matches(data: Data, key: str, actual: int) -> None:
     # The data decides these numbers; a config that disagrees would build a mismatched model.
     configured = getattr(data, key)
     if configured is not None and configured != actual:
         raise ConfigError(f"data.{key}", f"is {configured} but {data.name} has {actual}; set data.{key}={actual}")
-
-
-def _per_channel(values: Sequence[float], channels: int) -> tuple[float, ...]:
-    # One value for all, or one per channel: trainkit.config.validation held the length to data.channels,
-    # and _check_matches held data.channels to the data.
-    numbers = tuple(float(value) for value in values)
-    return numbers * channels if len(numbers) == 1 else numbers

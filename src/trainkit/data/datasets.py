@@ -1,15 +1,18 @@
-"""What a data option is (ImageData), what it returns (Splits, FileSplits), the seeded carving of
-splits, and the built-in in-memory datasets.
+"""What a data option is (Data, and ImageData for images), what it returns (Splits, FileSplits), the
+seeded carving of splits, and the built-in in-memory datasets.
 
-A data option (conf/data/<name>.yaml) names in `_target_` a dataclass derived from `ImageData`,
-whose fields are exactly the option's keys: `hydra.utils.instantiate(cfg.data)` makes it (in a
-notebook too), and its `splits()` makes the data:
-- `Splits` of `(images, labels)` tensors: images `[N, C, H, W]`, uint8 (0..255) or float32 in
-  [0, 1]; labels int64. build_data puts them on the device (TensorLoader); or
-- `FileSplits` of map-style datasets whose items are `(uint8 [C, S, S] tensor, label)`, decoded
-  in DataLoader workers (FileLoader), as trainkit.data.imagefolder does.
-Every split is a pure function of the fields, so every rank builds the same one without talking
-to the others.
+A data option (conf/data/<name>.yaml) names in `_target_` a dataclass derived from `Data` (images:
+from `ImageData`), whose fields are exactly the option's keys: `hydra.utils.instantiate(cfg.data)`
+makes it (in a notebook too), and its `splits()` makes the data:
+- `Splits` of `(inputs, targets)` tensors, e.g. images `[N, C, H, W]`, uint8 (0..255) or float32 in
+  [0, 1], and int64 labels; targets keep their dtype (float targets of a regression stay float).
+  build_data puts them on the device (TensorLoader); or
+- `FileSplits` of map-style datasets, e.g. items `(uint8 [C, S, S] tensor, label)`, decoded in
+  DataLoader workers (FileLoader) and batched by the option's `collate`, as trainkit.data.imagefolder does.
+The option also says how its batches are made (`batch_sampler`: fixed sizes, or a token budget) and
+what runs on them on the device (`batch_transform`: images scale, resize, augment and normalize;
+other data nothing). Every split is a pure function of the fields, so every rank builds the same one
+without talking to the others.
 """
 
 import importlib
@@ -20,7 +23,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from torch.utils.data import Dataset
+from torch import nn
+from torch.utils.data import Dataset, default_collate
 
 from trainkit.errors import ConfigError
 
@@ -47,9 +51,10 @@ class FileSplits:
 
 # kw_only: fields with defaults here may come before a subclass's fields without (Hydra passes keywords).
 @dataclass(kw_only=True)
-class ImageData:
-    """The keys every data option has: what build_data, the model, the augmentation and the config
-    check read. A subclass adds the keys of its own data and `splits()`.
+class Data:
+    """The keys every data option has, of any kind (images, token sequences, tables): what build_data,
+    the loaders and the config check read. A subclass adds the keys of its own data and `splits()`;
+    `ImageData` adds what images need (channels, size, normalization, mirroring).
 
     The class attributes say what the config check (trainkit.config.validation) needs to know of
     the data before anything is built. It reads them from the class `data._target_` names, so a
@@ -59,31 +64,93 @@ class ImageData:
     name: str  # a label for messages; the class decides what loads
     root: str | None = None  # the folder the data is read from (generated data has none)
     download: bool = False  # fetch the files into data.root when they are missing
-    channels: int  # checked against what splits() returns
-    image_size: int  # side length of the square images, checked likewise
-    num_classes: int | None  # null: as many as the data has (an image folder counts its class folders)
-    mirror_changes_label: bool  # true: a mirror image is another class, so flips are refused
-    mean: Sequence[float]  # per channel (or one for all), of the pixels scaled to [0, 1]
-    std: Sequence[float]
+    num_classes: int | None  # the model's outputs (classes; a vocabulary); null: as many as the data has
     batch_size: int  # per process
     eval_batch_size: int
     num_workers: int | str  # DataLoader workers for file data; auto: see trainkit.data.loader_settings
     drop_last: bool
     shuffle: bool  # reshuffle the training split every epoch
 
+    kind: ClassVar[str] = "generic"  # "image" | "tokens" | "generic": what the loop may do with a batch
     in_memory: ClassVar[bool] = True  # splits() gives Splits, held on the device; False: FileSplits
     needs_root: ClassVar[str] = ""  # what data.root must name, for data read from a folder ("": nothing)
     uses_root: ClassVar[bool] = True  # False: generated or shipped data, a data.root set is ignored
     downloadable: ClassVar[bool] = False  # data.download=true fetches the files
-    decodes_images: ClassVar[bool] = False  # images decode as greyscale or RGB: data.channels is 1 or 3
     needs_num_classes: ClassVar[bool] = False  # the data makes data.num_classes classes: it cannot be null
 
     def splits(self) -> Splits | FileSplits:
         raise NotImplementedError(f"{type(self).__name__} must define splits()")
 
+    def batch_transform(self, augmentation: Any, input_size: int | None, channels_last: bool, train: bool) -> nn.Module:
+        """What runs on the device between the loader and the model, on whole batches (train.py, evaluation,
+        eval.py and the finders apply it). None here: the batches go to the model as they are."""
+        return nn.Identity()
 
-def data_class(target: str) -> type[ImageData]:
-    """The ImageData subclass `data._target_` names, imported but not built (the config check reads
+    def collate(self, items: list[Any]) -> Any:
+        """A batch from a list of file-split items (FileLoader's workers): torch's default_collate here;
+        token sequences pad to the batch's longest."""
+        return default_collate(items)
+
+    def batch_sampler(self, dataset: Dataset, *, train: bool, seed: int, rank: int, world_size: int) -> Any:
+        """This rank's batches of a file split as lists of indices, or None (here): batches of data.batch_size
+        (data.eval_batch_size) drawn by the loaders' own samplers. An option with a `max_tokens` key set fills
+        batches up to that many tokens, sequences of similar length together (TokenBudgetBatches, from the
+        dataset's `lengths`), as many batches on every rank."""
+        max_tokens = getattr(self, "max_tokens", None)
+        if max_tokens is None:
+            return None
+        from trainkit.data.token_batches import TokenBudgetBatches
+
+        return TokenBudgetBatches(
+            dataset.lengths,  # type: ignore[attr-defined]  # a token dataset's item lengths (INTERFACE: lengths)
+            max_tokens,
+            self.batch_size if train else self.eval_batch_size,
+            shuffle=self.shuffle and train,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            drop_last=self.drop_last and train,
+        )
+
+
+@dataclass(kw_only=True)
+class ImageData(Data):
+    """Images `[N, C, S, S]`: the keys of every data option plus those of images. Its batch transform scales,
+    resizes, augments (training) and normalizes on the device (trainkit.augment.BatchTransform), and the
+    config check's image rules (statistics per channel, flips, image augmentation) apply to it alone."""
+
+    channels: int  # checked against what splits() returns
+    image_size: int  # side length of the square images, checked likewise
+    mirror_changes_label: bool  # true: a mirror image is another class, so flips are refused
+    mean: Sequence[float]  # per channel (or one for all), of the pixels scaled to [0, 1]
+    std: Sequence[float]
+
+    kind: ClassVar[str] = "image"
+    decodes_images: ClassVar[bool] = False  # images decode as greyscale or RGB: data.channels is 1 or 3
+
+    def batch_transform(self, augmentation: Any, input_size: int | None, channels_last: bool, train: bool) -> nn.Module:
+        from trainkit.augment.batch_transform import BatchTransform
+
+        mean, std = per_channel(self.mean, self.channels), per_channel(self.std, self.channels)
+        return BatchTransform(
+            mean,
+            std,
+            input_size or self.image_size,
+            augmentation if train else None,
+            train=train,
+            channels_last=channels_last,
+        )
+
+
+def per_channel(values: Sequence[float], channels: int) -> tuple[float, ...]:
+    """One value for all channels, or one per channel, as a tuple of one per channel (the config check
+    held the length to data.channels, and build_data data.channels to the data)."""
+    numbers = tuple(float(value) for value in values)
+    return numbers * channels if len(numbers) == 1 else numbers
+
+
+def data_class(target: str) -> type[Data]:
+    """The Data subclass `data._target_` names, imported but not built (the config check reads
     its fields and class attributes); a one-line ConfigError when there is none."""
     module_name, _, attribute = target.rpartition(".")
     try:
@@ -94,11 +161,11 @@ def data_class(target: str) -> type[ImageData]:
             "data._target_",
             f"cannot import {target!r} ({reason}); point it at module.Class, e.g. trainkit.data.datasets.Digits",
         ) from error
-    if not (isinstance(found, type) and issubclass(found, ImageData)):
+    if not (isinstance(found, type) and issubclass(found, Data)):
         raise ConfigError(
             "data._target_",
-            f"{target} is not a subclass of trainkit.data.ImageData; a data option names a dataclass derived "
-            f"from it, whose fields are the option's keys (README: Add your own dataset)",
+            f"{target} is not a subclass of trainkit.data.Data; a data option names a dataclass derived "
+            f"from it (ImageData for images), whose fields are the option's keys (README: Add your own data)",
         )
     return found
 

@@ -1,6 +1,6 @@
 """Loaders that shard a split across ranks: two sampler rules, two ways of fetching a batch.
 
-Both loaders share the contract train.py relies on: iterate for `(images, labels)`,
+Both loaders share the contract train.py relies on: iterate for `(inputs, targets)`,
 `len()` is this rank's batch count of a whole epoch, `num_samples` this rank's samples per
 epoch, and `set_epoch(epoch, start_batch)` reshuffles deterministically before each epoch and
 skips the batches a resumed run already trained.
@@ -11,6 +11,11 @@ sample on exactly one rank. `train` defaults to `shuffle`: a shuffled loader tra
 one evaluates, which is how build_data asks for them. `train=True, shuffle=False` trains on a
 fixed order every epoch (overfitting a few batches while debugging).
 
+Hooks of the data option, for file data (FileLoader): `collate` makes a batch of a list of items (token
+sequences pad to the longest), and a `batch_sampler` (a token budget: trainkit.data.token_batches) makes
+this rank's batches in place of the fixed-size ones; it keeps the contract above itself. In-memory data
+(TensorLoader) stays sliced on the device in fixed batches, targets in their own dtype.
+
 Unreadable files (FileLoader): a dataset item may be a `BadFile` (trainkit.data.imagefolder)
 instead of a sample. The worker's collate function sets such items aside, so no exception crosses
 the worker boundary; the main process then raises the file's one-line ConfigError, or, where the
@@ -20,10 +25,11 @@ rank 0 for its own shard (the files of other ranks' shards are not added up: tha
 collective; the same bad files turn up in rank 0's shard in other epochs).
 """
 
+import functools
 import itertools
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -173,7 +179,7 @@ class TensorLoader(ShardedLoader):
         super().__init__(sampler, batch_size, drop_last)
         self.pin_memory = pin_memory
         self.images = images.to(device)
-        self.labels = labels.to(device=device, dtype=torch.int64)
+        self.labels = labels.to(device)  # their own dtype: class ids, float targets, uint8 bytes (the task casts)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # One host-to-device copy of the epoch's indices, then every batch is a slice of it.
@@ -207,15 +213,23 @@ class FileLoader(ShardedLoader):
         rank: int = 0,
         world_size: int = 1,
         train: bool | None = None,
+        collate: Callable[[list[Any]], Any] = default_collate,
+        batch_sampler: Any = None,
     ):
         size = len(dataset)  # type: ignore[arg-type]  # a map-style dataset has a length; torch's Dataset stub has none
         sampler = shard_sampler(size, train=train, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
         super().__init__(sampler, batch_size, drop_last)
+        # A batch sampler of the data option's (a token budget) makes this rank's batches in place of the sampler's
+        # fixed-size ones; it shards, shuffles and resumes itself (set_epoch(epoch, start_batch), len, num_samples).
+        self.batch_sampler = batch_sampler
+        batching: dict[str, Any] = (
+            dict(batch_sampler=batch_sampler)
+            if batch_sampler is not None
+            else dict(batch_size=batch_size, sampler=sampler, drop_last=drop_last)
+        )
         self.loader = DataLoader(
             dataset,
-            batch_size=batch_size,
-            sampler=sampler,
-            drop_last=drop_last,
+            **batching,
             num_workers=num_workers,
             persistent_workers=num_workers > 0,
             prefetch_factor=prefetch_factor if num_workers > 0 else None,  # batches each worker keeps ready
@@ -223,10 +237,23 @@ class FileLoader(ShardedLoader):
             # DataLoader seeds worker i of this rank (torch, random, numpy) from a base seed
             # drawn from this generator plus i: different in every worker and on every rank.
             generator=torch.Generator().manual_seed(seed + rank),
-            collate_fn=collate_setting_aside_bad_files,
+            collate_fn=functools.partial(collate_setting_aside_bad_files, collate=collate),  # the option's collate
         )
         self.rank = rank
         self.bad_files: list[BadFile] = []  # skipped during the current (or last) pass
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        if self.batch_sampler is None:
+            return super().set_epoch(epoch, start_batch)
+        self.start_batch = start_batch
+        self.batch_sampler.set_epoch(epoch, start_batch=start_batch)
+
+    def __len__(self) -> int:
+        return super().__len__() if self.batch_sampler is None else len(self.batch_sampler)
+
+    @property
+    def num_samples(self) -> int:
+        return super().num_samples if self.batch_sampler is None else self.batch_sampler.num_samples
 
     def __iter__(self) -> Iterator[Any]:  # what the DataLoader collates: [images, labels]
         self.bad_files = []
@@ -261,8 +288,10 @@ class FileLoader(ShardedLoader):
         self.bad_files += bad_files
 
 
-def collate_setting_aside_bad_files(items: list[Any]) -> tuple[Any, list[BadFile]]:
-    """(the default collate of the readable items, or None if there are none; the BadFiles)."""
+def collate_setting_aside_bad_files(
+    items: list[Any], collate: Callable[[list[Any]], Any] = default_collate
+) -> tuple[Any, list[BadFile]]:
+    """(`collate` of the readable items, or None if there are none; the BadFiles)."""
     good = [item for item in items if not isinstance(item, BadFile)]
     bad = [item for item in items if isinstance(item, BadFile)]
-    return (default_collate(good) if good else None), bad
+    return (collate(good) if good else None), bad

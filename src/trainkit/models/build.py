@@ -41,9 +41,9 @@ from trainkit.models.submodules import find_modules, replace_module
 log = logging.getLogger(__name__)
 
 
-def build_model(model_config: Mapping, finetune: Mapping, image_size: int) -> tuple[nn.Module, int]:
+def build_model(model_config: Mapping, finetune: Mapping, image_size: int | None) -> tuple[nn.Module, int | None]:
     """Instantiate the configured model, load its weights and freeze what `finetune` says; return it
-    and the side length to resize batches to."""
+    and the side length to resize batches to (None for data that is not images: `image_size` None)."""
     import hydra.utils
 
     # _convert_="all": the factories get plain lists and dicts, not ListConfig.
@@ -52,6 +52,8 @@ def build_model(model_config: Mapping, finetune: Mapping, image_size: int) -> tu
         load_pretrained(model, finetune["pretrained_path"])
     # After loading: the head check sees the final model.
     freeze(model, finetune.get("freeze"), freeze_bn=finetune.get("freeze_bn", True))
+    if image_size is None:
+        return model, None
     return model, resolve_input_size(model_config, image_size, finetune.get("input_size"), model)
 
 

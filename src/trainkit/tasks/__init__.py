@@ -4,5 +4,15 @@ here and a conf/task/<name>.yaml."""
 
 from trainkit.tasks.evaluation import evaluate, model_outputs
 from trainkit.tasks.task import Task, higher_is_better, metric_names_of, task_class
+from trainkit.tasks.weighting import backward_scale, mean_over_update_tokens
 
-__all__ = ["Task", "evaluate", "higher_is_better", "metric_names_of", "model_outputs", "task_class"]
+__all__ = [
+    "Task",
+    "backward_scale",
+    "evaluate",
+    "higher_is_better",
+    "mean_over_update_tokens",
+    "metric_names_of",
+    "model_outputs",
+    "task_class",
+]

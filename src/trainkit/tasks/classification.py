@@ -20,6 +20,8 @@ from trainkit.tasks.task import Task
 
 class Classification(Task):
     metric_names = ("acc",)
+    headline_metric = "acc"
+    mixes_batches = True  # MixUp/CutMix, in augment()
 
     def __init__(
         self,

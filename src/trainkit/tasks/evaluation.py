@@ -29,10 +29,12 @@ def evaluate(
     tta_flip: bool = False,
 ) -> dict:
     """The task's plain loss and metrics over each sample exactly once: sums and counts are
-    all-reduced across ranks before dividing, never per-rank means. `tta_flip`: the outputs are
-    the mean of the image's and its mirror's (trainer.tta_flip)."""
+    all-reduced across ranks before dividing, never per-rank means. The loss is the mean over what
+    the task weighs (task.weight): samples, or real tokens (val/loss per token). `tta_flip`: the
+    outputs are the mean of the image's and its mirror's (trainer.tta_flip)."""
     model.eval()
-    loss_sum, count, sums = torch.zeros(1, device=device), 0, task.empty_metric_sums(device)
+    loss_sum, sums = torch.zeros(1, device=device), task.empty_metric_sums(device)
+    weight, samples = torch.zeros(1, device=device), 0
     with torch.no_grad():
         for i, batch in enumerate(loader):
             if limit is not None and i >= limit:
@@ -42,10 +44,12 @@ def evaluate(
                 outputs = model_outputs(model, transform(inputs), task, tta_flip)
             loss_sum += task.evaluation_loss(outputs.float(), targets).sum()
             sums += task.metric_sums(outputs, targets)
-            count += len(targets)
-    totals = all_reduce_sum(torch.cat([loss_sum, torch.full((1,), float(count), device=device), sums]))
-    loss_sum, count = totals[:2].tolist()
-    return {"loss": loss_sum / max(count, 1), **task.metrics(totals[2:]), "samples": int(count)}
+            weight += task.weight(targets)
+            samples += len(targets)
+    counts = torch.cat([weight, torch.full((1,), float(samples), device=device)])
+    totals = all_reduce_sum(torch.cat([loss_sum, counts, sums]))
+    loss_sum, weight_sum, samples_sum = totals[:3].tolist()
+    return {"loss": loss_sum / max(weight_sum, 1), **task.metrics(totals[3:]), "samples": int(samples_sum)}
 
 
 def model_outputs(model: nn.Module, inputs: torch.Tensor, task: Task, tta_flip: bool = False) -> torch.Tensor:

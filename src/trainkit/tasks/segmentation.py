@@ -27,6 +27,7 @@ from trainkit.tasks.task import Task
 
 class Segmentation(Task):
     metric_names = ("miou", "pixel_acc")
+    headline_metric = "miou"
     spatial_targets = True  # a target per pixel: what moves the image must move the mask
 
     def __init__(

@@ -5,8 +5,9 @@ one conf/task/<name>.yaml, with train.py left as it is:
 
     inputs, targets = task.inputs_and_targets(batch, device)   # a loader's batch, on the device
     inputs, targets = task.augment(inputs, targets)            # training batches, after the batch transform
-    loss = task.loss(outputs, targets)                         # the training loss, a mean: backward() of it
-    losses = task.evaluation_loss(outputs, targets)            # one plain loss a sample [B]: val/loss, test/loss
+    loss = task.loss(outputs, targets)                         # the training loss, a mean over what the task weighs
+    weight = task.weight(targets)                              # what the batch weighs: samples, or real tokens
+    losses = task.evaluation_loss(outputs, targets)            # one plain loss a weighed unit: val/loss, test/loss
     sums = task.metric_sums(outputs, targets)                  # 1-D, on the device: summed over batches and ranks
     task.metrics(sums)                                         # {"acc": ...}: from the sums of every rank
     task.mirror_outputs(outputs)                               # a mirrored input's outputs, unmirrored (tta_flip)
@@ -17,7 +18,14 @@ them across ranks once, so each sample counts exactly once and no rank's mean is
 another's. `metric_names`, a class attribute, names what val/ and test/ report besides loss; the
 config check reads it from the class (no model or data built yet) to check
 regularization.early_stopping.monitor and optimized_metric; every metric is maximized but the loss
-and the names in `minimized_metrics`.
+and the names in `minimized_metrics`. `headline_metric` is the default of both (val/<it>).
+
+How a batch is weighed (`weighs`): by its samples (classification, segmentation: a batch's loss is the
+mean over its samples, as today), or by its real target tokens (a language model, a padded sequence
+classifier: `loss` is the mean over the batch's real tokens, `weight` counts them, `evaluation_loss`
+gives one loss a real token). For "tokens" the loop makes an update's loss the mean over all real tokens
+of the update, across micro-batches, accumulated batches and ranks, and val/loss, test/loss and
+train/loss are per token.
 """
 
 from typing import Any, ClassVar
@@ -32,7 +40,10 @@ class Task:
 
     metric_names: ClassVar[tuple[str, ...]] = ()
     minimized_metrics: ClassVar[tuple[str, ...]] = ()  # of metric_names, those where lower is better (an error)
+    headline_metric: ClassVar[str] = "loss"  # the default of optimized_metric and the early-stopping monitor (val/<it>)
     spatial_targets: ClassVar[bool] = False  # a target per pixel: augmentation that moves the image alone is refused
+    mixes_batches: ClassVar[bool] = False  # its augment() runs MixUp/CutMix (augmentation.mixup_alpha, cutmix_alpha)
+    weighs: ClassVar[str] = "samples"  # "samples" | "tokens": what a batch's loss is the mean over
 
     def inputs_and_targets(self, batch: Any, device: torch.device) -> tuple[Tensor, Tensor]:
         inputs, targets = batch
@@ -43,6 +54,13 @@ class Task:
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         raise NotImplementedError
+
+    def weight(self, targets: Tensor) -> int | Tensor:
+        """What a batch weighs: its number of samples (known on the host, no sync); for a task that weighs
+        tokens, its real target tokens (targets != -100, the ignored index) as a 0-d tensor on the device."""
+        if self.weighs == "tokens":
+            return (targets != -100).sum()
+        return len(targets)
 
     def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         raise NotImplementedError

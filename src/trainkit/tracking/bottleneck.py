@@ -53,7 +53,7 @@ def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool, gpu_util:
             f"{data.name} is held in memory on the device, so workers and pinned memory do not apply: the wait is "
             f"the per-batch gather, large next to a step this short; raise data.batch_size (now {data.batch_size})"
         ]
-        if data_class(data._target_).decodes_images:  # in memory, from image files: the cache of data=cached
+        if getattr(data_class(data._target_), "decodes_images", False):  # in memory, from image files: data=cached
             advice.append(
                 "a cache too large for the device streams from its memory-mapped file: rebuild it with "
                 "scripts/preprocess.py at a smaller data.image_size so it fits on the device"

@@ -6,6 +6,12 @@ epoch's end.
     totals.add(loss.detach(), task.metric_sums(outputs.detach(), targets), len(targets))   # each batch
     totals.interval_mean_loss()            # a logging step, on every rank: the mean since the last one
     totals.epoch_metrics(task)             # after the loop: train/loss, train/<metric>, train/samples_per_sec
+
+train/loss is the mean over what the task weighs: `add(..., weight=task.weight(targets))` (real tokens
+for a task that weighs tokens; the samples otherwise). Token data (`EpochTotals(device, tokens=True,
+pad_id=...)`, `add` given each part's inputs) also reports train/tokens_per_sec (real tokens) and
+train/padding_fraction (the padded share of the batches' token slots). `update_weight()` is what the
+parts since the last update weigh: the loop divides a tokens task's gradients by it.
 """
 
 import time
@@ -17,19 +23,40 @@ from trainkit.tasks.task import Task
 
 
 class EpochTotals:
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, tokens: bool = False, pad_id: int | None = None) -> None:
         self.device = device
         # On the device, summed in place: few small ops a batch, nothing allocated for the sums.
         self.loss_sum = torch.zeros((), device=device)
+        self.weight_sum = torch.zeros((), device=device)  # what the losses weigh: samples, or real tokens
+        self.weight_at_last_update = torch.zeros((), device=device)
         self.metric_sums: torch.Tensor | None = None  # the task's sums; their shape is the task's
         self.interval_loss = torch.zeros((), device=device)  # the batches' mean losses since the last logging step
         # Known on the host without a sync: batch sizes are shapes.
         self.count = self.untimed_count = self.interval_batches = 0
+        # Token data: real tokens (on the device) and token slots (shapes: on the host), and those left untimed.
+        self.tokens, self.pad_id = tokens, pad_id
+        self.real_tokens = torch.zeros((), device=device)
+        self.untimed_tokens: torch.Tensor | None = None
+        self.token_slots = 0
         self.started = time.perf_counter()
 
-    def add(self, loss: torch.Tensor, metric_sums: torch.Tensor, size: int) -> None:
-        """One batch of `size` samples: `loss` is its mean, `metric_sums` the task's sums for it."""
-        self.loss_sum += loss * size
+    def add(
+        self,
+        loss: torch.Tensor,
+        metric_sums: torch.Tensor,
+        inputs: int | torch.Tensor,
+        weight: int | torch.Tensor | None = None,
+    ) -> None:
+        """One batch (or micro-batch part): its `inputs` (or their number of samples), `loss` its mean over
+        what it weighs (`weight`; None: its samples), `metric_sums` the task's sums for it. Token data counts
+        the real tokens and padding of the inputs."""
+        size = inputs if isinstance(inputs, int) else len(inputs)
+        if self.tokens and not isinstance(inputs, int):
+            self.real_tokens += inputs.numel() if self.pad_id is None else (inputs != self.pad_id).sum()
+            self.token_slots += inputs.numel()
+        weight = size if weight is None else weight
+        self.loss_sum += loss * weight
+        self.weight_sum += weight
         if self.metric_sums is None:
             self.metric_sums = metric_sums.clone()
         else:
@@ -38,12 +65,20 @@ class EpochTotals:
         self.interval_loss += loss  # a non-finite loss stays non-finite in the sum: found at the next logging step
         self.interval_batches += 1
 
+    def update_weight(self) -> torch.Tensor:
+        """What the batches added since the last call weigh together (an update's: samples, or real tokens),
+        on the device; the next update's count begins."""
+        weight = self.weight_sum - self.weight_at_last_update
+        self.weight_at_last_update = self.weight_sum.clone()
+        return weight
+
     def time_from_here(self) -> float:
         """Leave the samples so far out of train/samples_per_sec (torch.compile compiled in their
         step) and time from now on; returns the seconds left out."""
         now = time.perf_counter()
         seconds, self.started = now - self.started, now
         self.untimed_count = self.count
+        self.untimed_tokens = self.real_tokens.clone()
         return seconds
 
     def interval_mean_loss(self) -> float:
@@ -60,10 +95,18 @@ class EpochTotals:
         """The epoch's means over every rank's samples (a collective), and the samples a second."""
         metric_sums = self.metric_sums if self.metric_sums is not None else task.empty_metric_sums(self.device)
         local_counts = torch.tensor([self.count, self.untimed_count], dtype=torch.float32, device=self.device)
-        sums = all_reduce_sum(torch.cat([self.loss_sum.reshape(1), local_counts, metric_sums.float()]))
-        loss_sum, count, untimed = sums[:3].tolist()
-        return {
-            "train/loss": loss_sum / max(count, 1),
-            **{f"train/{name}": value for name, value in task.metrics(sums[3:]).items()},
-            "train/samples_per_sec": (count - untimed) / (time.perf_counter() - self.started),
+        untimed_tokens = self.untimed_tokens if self.untimed_tokens is not None else torch.zeros((), device=self.device)
+        token_counts = torch.stack([self.real_tokens, untimed_tokens, torch.tensor(float(self.token_slots))]).float()
+        totals = [self.loss_sum.reshape(1), self.weight_sum.reshape(1), local_counts, token_counts.to(self.device)]
+        sums = all_reduce_sum(torch.cat([*totals, metric_sums.float()]))
+        loss_sum, weight, count, untimed, real, untimed_real, slots = sums[:7].tolist()
+        seconds = time.perf_counter() - self.started
+        metrics = {
+            "train/loss": loss_sum / max(weight, 1),
+            **{f"train/{name}": value for name, value in task.metrics(sums[7:]).items()},
+            "train/samples_per_sec": (count - untimed) / seconds,
         }
+        if self.tokens:
+            metrics["train/tokens_per_sec"] = (real - untimed_real) / seconds
+            metrics["train/padding_fraction"] = 1 - real / max(slots, 1)
+        return metrics

@@ -62,8 +62,8 @@ def save_png(array: np.ndarray, path: str | Path) -> Path:
 def augmented_samples(
     loader: Iterable[Any],
     transform: Callable[[Tensor], Tensor],
-    mean: Sequence[float],
-    std: Sequence[float],
+    mean: Sequence[float] | None,
+    std: Sequence[float] | None,
     device: torch.device,
     count: int = 32,
     min_side: int = 32,

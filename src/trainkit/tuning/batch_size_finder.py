@@ -176,16 +176,19 @@ def find_batch_size(
 
 def training_step_probe(
     model: nn.Module,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
     images: torch.Tensor,
     labels: torch.Tensor,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     precision: str = "fp32",
     after_train: Callable[[nn.Module], None] | None = None,
+    step: Callable[[torch.Tensor, torch.Tensor], object] | None = None,
 ) -> Callable[[int], None]:
     """A try_step for find_batch_size: forward and backward of one training batch of the asked
     size, built by repeating the sample batch (`images`, `labels`, already on the model's
-    device), so shapes and dtypes are the real ones. No optimizer step: the weights do not
+    device), so shapes and dtypes are the real ones. `step(inputs, targets)`, when given, is that
+    forward and backward (train.py's, with its batch transform); else `loss_fn(model(transform(inputs)),
+    targets).backward()` under autocast. No optimizer step: the weights do not
     change, and after each try the buffers (BatchNorm statistics), gradients and train/eval modes
     are put back as they were when the probe was made, and torch's RNGs (CPU and the device's;
     dropout and augmentation draw from them) as they were before the try."""
@@ -203,6 +206,10 @@ def training_step_probe(
                 model.train()
                 if after_train is not None:
                     after_train(model)
+                if step is not None:
+                    step(images[index], labels[index])
+                    return
+                assert loss_fn is not None, "training_step_probe: pass loss_fn or step"
                 with autocast(precision, device):
                     logits = model(transform(images[index]) if transform is not None else images[index])
                     loss = loss_fn(logits.float(), labels[index])
@@ -237,19 +244,17 @@ def find_batch_size_for_run(
     model: nn.Module,
     task: Task,
     loader: TensorLoader | FileLoader,
-    transform: Callable[[torch.Tensor], torch.Tensor] | None,
-    precision: str,
-    device: torch.device,
+    step: Callable[[torch.Tensor, torch.Tensor], object],
 ) -> int:
-    """`batch_size_finder.*` (cfg) applied to train.py's model, task and data: the per-process batch
+    """`batch_size_finder.*` (cfg) applied to train.py's model (on its device), task, data and training step
+    (`step(inputs, targets)`: forward and backward of a batch, before its batch transform): the per-process batch
     size to use, the same on every rank (the smallest any rank found). At most this rank's share of
     the training split: a larger batch would repeat no sample, only make one short update an epoch."""
     from trainkit.models.finetune import apply_frozen_bn_eval
 
+    device = next(model.parameters()).device
     inputs, targets = task.inputs_and_targets(next(iter(loader)), device)
-    probe = training_step_probe(
-        model, task.loss, inputs, targets, transform, precision, after_train=apply_frozen_bn_eval
-    )
+    probe = training_step_probe(model, None, inputs, targets, after_train=apply_frozen_bn_eval, step=step)
     cap = None if cfg.memory_cap_gb is None else int(cfg.memory_cap_gb * 2**30)
     max_batch_size, max_batch_size_from = cfg.max_batch_size, "batch_size_finder.max_batch_size"
     share = len(loader.sampler)  # this rank's training samples an epoch: the split / the number of processes
@@ -265,4 +270,6 @@ def find_batch_size_for_run(
         device=device,
         max_batch_size_from=max_batch_size_from,
     )
-    return min_across_ranks(found, device)  # each rank searched on its own device
+    found = min_across_ranks(found, device)  # each rank searched on its own device
+    log.info(f"batch size finder: data.batch_size={found} per process")
+    return found

@@ -148,6 +148,7 @@ def lr_range_test(
     *,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     compute_loss: Callable[[nn.Module, object], torch.Tensor] | None = None,
+    forward_backward: Callable[[nn.Module, object], torch.Tensor] | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     grad_scaler: torch.amp.GradScaler | None = None,
     grad_clip: float | None = None,
@@ -164,7 +165,8 @@ def lr_range_test(
     """Sweep the base LR exponentially from `min_lr` to `max_lr` over `num_steps` optimizer
     updates, one batch each, and return the curve and a suggestion (see suggest_lr).
 
-    The loss of a step is `compute_loss(model, batch)` if given, else
+    The step is `forward_backward(model, batch)` if given (forward, loss and backward, train.py's own;
+    it returns the loss), else the loss of a step is `compute_loss(model, batch)` if given, else
     `loss_fn(model(transform(images)).float(), labels)` under autocast for `precision`, with
     (images, labels) = batch moved to `device` (default: the model's). `batches` is a loader (or
     any iterable, iterated again when it runs out) or a function returning a fresh iterator.
@@ -184,15 +186,15 @@ def lr_range_test(
     to end the sweep at once (SLURM's warning before a kill is short): the state is restored as
     after a whole sweep, `stopped_by` says why, and there is no suggestion.
     """
-    if compute_loss is None and loss_fn is None:
-        raise ValueError("lr_range_test: pass loss_fn (with an optional transform) or compute_loss")
+    if compute_loss is None and loss_fn is None and forward_backward is None:
+        raise ValueError("lr_range_test: pass loss_fn (with an optional transform), compute_loss or forward_backward")
     if device is None:
         device = next(model.parameters()).device
     device = torch.device(device)
-    if compute_loss is None:
+    if compute_loss is None and forward_backward is None:
         from trainkit.runtime import autocast
 
-        assert loss_fn is not None  # one of the two was given (checked above)
+        assert loss_fn is not None  # one of the three was given (checked above)
 
         def compute_loss(model: nn.Module, batch: Any) -> torch.Tensor:
             images, labels = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
@@ -215,8 +217,12 @@ def lr_range_test(
             for group, scale in zip(optimizer.param_groups, scales):
                 group["lr"] = lr * scale
             optimizer.zero_grad(set_to_none=True)
-            loss = compute_loss(model, next(stream))
-            (grad_scaler.scale(loss) if grad_scaler is not None else loss).backward()
+            if forward_backward is not None:
+                loss = forward_backward(model, next(stream))
+            else:
+                assert compute_loss is not None
+                loss = compute_loss(model, next(stream))
+                (grad_scaler.scale(loss) if grad_scaler is not None else loss).backward()
             if grad_clip:
                 if grad_scaler is not None:
                     grad_scaler.unscale_(optimizer)
@@ -251,27 +257,34 @@ def lr_range_test(
 
 
 def lr_range_test_for_run(
-    run: Any, plot_path: Path | None, should_stop: Callable[[], str | None] | None = None
+    run: Any,
+    plot_path: Path | None,
+    should_stop: Callable[[], str | None] | None = None,
+    step: Callable[..., tuple[torch.Tensor, Any]] | None = None,
 ) -> LRFinderResult:
     """`lr_finder.*` run on train.py's `Run` (its trained_model, optimizer, scheduler, scaler,
-    data.train, task, train_transform, device and cfg); on the rank that passes `plot_path`,
-    the plot is saved there (not after a stop: `should_stop`, see lr_range_test)."""
+    data.train, task, device and cfg) with train.py's training step: `step(run, inputs, targets)` is the
+    forward, loss and backward of a batch, returning (loss, what the batch weighs); a task that
+    weighs tokens then takes the mean over the batch's tokens, as the loop does. On the rank that
+    passes `plot_path`, the plot is saved there (not after a stop: `should_stop`, see lr_range_test)."""
     from trainkit.models.finetune import apply_frozen_bn_eval
-    from trainkit.runtime import autocast
+    from trainkit.tasks.weighting import mean_over_update_tokens
 
     cfg, task, precision = run.cfg, run.task, run.cfg.precision.name
+    assert step is not None, "lr_range_test_for_run: pass train.py's step"
+    world_size = torch.distributed.get_world_size() if is_distributed() else 1
 
-    def compute_loss(model: nn.Module, batch: Any) -> torch.Tensor:  # the task's training loss, unaugmented
-        inputs, targets = task.inputs_and_targets(batch, run.device)
-        with autocast(precision, run.device):
-            return task.loss(model(run.train_transform(inputs)).float(), targets)
+    def forward_backward(model: nn.Module, batch: Any) -> torch.Tensor:  # one update of one batch
+        loss, weight = step(run, *task.inputs_and_targets(batch, run.device))
+        mean_over_update_tokens(task, model, weight, world_size)
+        return loss
 
     settings = {key: cfg.lr_finder[key] for key in ("min_lr", "max_lr", "num_steps", "smoothing", "divergence_factor")}
     result = lr_range_test(
         run.trained_model,
         run.optimizer,
         run.data.train,
-        compute_loss=compute_loss,
+        forward_backward=forward_backward,
         scheduler=run.scheduler,
         grad_scaler=run.scaler,
         grad_clip=cfg.trainer.grad_clip,

@@ -2,7 +2,7 @@
 
     for inputs_part, targets_part, share in micro_batches(inputs, targets, trainer.micro_batch_size):
         loss = task.loss(model(inputs_part), targets_part)
-        (loss * share / group_size).backward()     # share: this part's samples / the batch's
+        (loss * share / group_size).backward()     # share: this part's samples / the batch's (train.py's train_step)
 
 A batch of B samples is cut into parts of N (the last may be smaller). The task's loss is a mean over
 its samples, so weighing each part's mean by its share of the batch and summing the gradients gives
@@ -10,10 +10,13 @@ the gradient of the whole batch's mean: the same update, the same number of upda
 schedule as without the split (unlike trainer.accumulate_grad_batches, which adds batches to an
 update). What differs: BatchNorm normalizes each part with that part's statistics (N samples, not
 B), and a part's activations are freed before the next part runs, which is the point (peak
-activation memory ~N/B of the whole batch's).
+activation memory ~N/B of the whole batch's). Token data ([B, T] sequences) is split by tokens: N
+counts tokens, a part holds N // T sequences, and a task that weighs tokens weighs each part by its
+real tokens (trainkit.tasks.weighting), so the update is the same however the batch is cut.
 
 `auto` (find_micro_batch_size_for_run): before training, the first batch is tried whole, then in
-halves, quarters, ... until one part's forward and backward fit in memory; every rank agrees at each
+halves, quarters, ... (of its tokens, for token data) until one part's forward and backward (train.py's
+step) fit in memory; every rank agrees at each
 try, so all ranks settle on the same size. The size found replaces `auto` in the run's config (and so
 in every checkpoint's config): a resume reuses it without searching again.
 """
@@ -28,7 +31,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from trainkit.data.loaders import FileLoader, TensorLoader
+from trainkit.data import DataBundle
 from trainkit.distributed.process_group import any_rank
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import Task
@@ -43,10 +46,15 @@ from trainkit.tuning.batch_size_finder import (
 log = logging.getLogger(__name__)
 
 
-def micro_batches(inputs: Tensor, targets: Tensor, size: int | None) -> list[tuple[Tensor, Tensor, float]]:
+def micro_batches(
+    inputs: Tensor, targets: Tensor, size: int | None, tokens: bool = False
+) -> list[tuple[Tensor, Tensor, float]]:
     """(inputs, targets, share of the batch) for each part of at most `size` samples; the whole batch
-    as its one part when `size` is None or not smaller than the batch (no copy, no extra op)."""
+    as its one part when `size` is None or not smaller than the batch (no copy, no extra op). `tokens`
+    (token data, inputs [B, T]): `size` counts tokens, a part holds size // T sequences (at least one)."""
     total = len(inputs)
+    if size is not None and tokens:
+        size = max(1, size // max(1, inputs[0].numel()))
     if size is None or size >= total:
         return [(inputs, targets, 1.0)]
     return [
@@ -107,22 +115,23 @@ def find_micro_batch_size_for_run(
     trainer: DictConfig,
     model: nn.Module,
     task: Task,
-    loader: TensorLoader | FileLoader,
-    transform: Callable[[Tensor], Tensor],
-    precision: str,
-    device: torch.device,
+    data: DataBundle,
+    step: Callable[[Tensor, Tensor], object],
 ) -> int:
     """trainer.micro_batch_size=auto for train.py: tried on the first training batch with the real
-    model (forward and backward, no update; the probe puts gradients, BatchNorm statistics, modes
-    and RNG streams back as they were, so the failed tries leave nothing behind and training starts
-    as it would have). Not in a part's measured memory: the optimizer's state and DDP's buckets, as
-    for the batch-size finder (trainkit.tuning.batch_size_finder)."""
+    model (on its device) and train.py's `step` (forward and backward of a part, no update; the probe puts gradients,
+    BatchNorm statistics, modes and RNG streams back as they were, so the failed tries leave nothing
+    behind and training starts as it would have). Token data (`data.kind` tokens): sizes count tokens,
+    and a part of N tokens holds N // T of the batch's sequences. Not in a part's measured memory: the
+    optimizer's state and DDP's buckets, as for the batch-size finder (trainkit.tuning.batch_size_finder)."""
     from trainkit.models.finetune import apply_frozen_bn_eval
 
-    inputs, targets = task.inputs_and_targets(next(iter(loader)), device)
-    probe = training_step_probe(
-        model, task.loss, inputs, targets, transform, precision, after_train=apply_frozen_bn_eval
-    )
+    device = next(model.parameters()).device
+    inputs, targets = task.inputs_and_targets(next(iter(data.train)), device)
+    per_sample = inputs[0].numel() if data.kind == "tokens" else 1
+    probe = training_step_probe(model, None, inputs, targets, after_train=apply_frozen_bn_eval, step=step)
     cap_mb = trainer.micro_batch_memory_cap_mb
     cap = None if cap_mb is None else int(cap_mb * 2**20)
-    return find_micro_batch_size(probe, len(inputs), device, cap)
+    found = find_micro_batch_size(lambda size: probe(max(1, size // per_sample)), len(inputs) * per_sample, device, cap)
+    log.info(f"trainer.micro_batch_size=auto: training in micro-batches of {found}")
+    return found

@@ -42,6 +42,9 @@ def test_data_root_is_per_dataset_and_trainkit_data_sets_the_default_of_file_dat
     kinds = {}  # data option -> bundled | required | environment
     for option in sorted(path.stem for path in (ROOT / "conf" / "data").glob("*.yaml")):
         data = composed(f"data={option}").data  # ${oc.env:...} is read when the key is read
+        if "root" not in list(data.keys()):  # may be left out (README): the default, None (`in` says no for ???)
+            kinds[option] = "bundled"
+            continue
         if OmegaConf.is_missing(data, "root"):
             kinds[option] = "required"
             continue

@@ -71,6 +71,12 @@ def test_every_group_option_composes_and_validates(compose_config, override):
 IMAGES = ["data=imagefolder", "data.root=/data/images"]
 SEGMENTATION = ["task=segmentation", "optimized_metric=val/miou", "data.mirror_changes_label=false"]
 
+TABLE = [  # the digits as a table (tests/data_for_tests.py): data that is not images, without their keys
+    "data._target_=data_for_tests.DigitsTable",
+    *(f"~data.{key}" for key in ("channels", "image_size", "mean", "std", "mirror_changes_label")),
+    "model.in_channels=64",  # model=cnn reads data.channels, which a table has not
+]
+
 # ---- one case per rule: (overrides, the key the error names) --------------------------------
 
 RULE_CASES = [
@@ -114,7 +120,7 @@ RULE_CASES = [
     (["data.channels=0"], "data.channels"),
     (["data.image_size=0"], "data.image_size"),
     (["data.mirror_changes_label=yes"], "data.mirror_changes_label"),
-    (["data.num_classes=1"], "data.num_classes"),
+    (["data.num_classes=0"], "data.num_classes"),  # 1 is a regression's one output
     (["data.mean=0.5"], "data.mean"),
     (["data.mean=[a]"], "data.mean"),
     (["data.std=[0]"], "data.std"),
@@ -320,6 +326,11 @@ RELATION_CASES = [
     ([*SEGMENTATION, "augmentation=shift"], "augmentation.crop_padding"),
     ([*SEGMENTATION, "finetune.input_size=16"], "finetune.input_size"),
     (["task=segmentation", "optimized_metric=val/miou"], "task.horizontal_flip"),  # digits: a mirrored 2 is no 2
+    # image operations on data that is not images, MixUp/CutMix with a task that does not mix
+    ([*TABLE, "augmentation=shift"], "augmentation"),
+    ([*TABLE, "trainer.tta_flip=true"], "trainer.tta_flip"),
+    ([*TABLE, "finetune.input_size=16"], "finetune.input_size"),
+    (["task._target_=tasks_for_tests.Regression", "augmentation=mixup"], "augmentation.mixup_alpha"),
     # a model with a class a pixel needs a task with a target a pixel
     (["model=unet"], "model._target_"),
     (["model=torchvision_segmentation"], "model._target_"),

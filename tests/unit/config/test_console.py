@@ -59,7 +59,7 @@ def test_prints_every_group_first_then_the_rest_and_saves_the_same_text(cfg, tmp
     assert "\x1b[" not in saved  # plain text, no colour codes
     for label in labels:
         assert label in printed
-    for key in ("lr: 0.001", "limit_train_batches: 3", "optimized_metric: val/acc", "seed: 0"):
+    for key in ("lr: 0.001", "limit_train_batches: 3", "optimized_metric: null", "seed: 0"):
         assert key in saved and key in printed
     assert printed.count("AdamW") == saved.count("AdamW") == 1
 

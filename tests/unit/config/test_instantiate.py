@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from torch import nn
 
 from conftest import ROOT, composed
-from trainkit.data import FileSplits, ImageData, Splits
+from trainkit.data import Data, FileSplits, ImageData, Splits
 from trainkit.tasks import Task
 
 # Data options that read a folder: data.root is `???` until given (nothing is read by instantiate).
@@ -31,6 +31,12 @@ def test_every_model_option_instantiates_to_a_module(option):
     cfg = composed(f"model={option}")  # timm and torchvision: resnet18, pretrained=false, no download
     model = instantiate(cfg.model)
     assert isinstance(model, nn.Module)
+    reads_images = "${data.channels}" in (ROOT / "conf" / "model" / f"{option}.yaml").read_text()
+    if not reads_images:  # a model of another kind of data (token sequences): token ids in, a score each out
+        with torch.no_grad():
+            outputs = model.eval()(torch.zeros(1, 8, dtype=torch.int64))
+        assert outputs.shape[0] == 1 and outputs.shape[-1] == cfg.model.get("num_classes", cfg.model.get("vocab_size"))
+        return
     with torch.no_grad():  # the network the config describes: the data's channels in, its classes out
         outputs = model.eval()(torch.zeros(1, cfg.data.channels, 32, 32))
     assert outputs.shape[:2] == (1, cfg.data.num_classes)
@@ -40,7 +46,7 @@ def test_every_model_option_instantiates_to_a_module(option):
 def test_every_data_option_instantiates_to_its_dataclass_with_the_options_keys(option):
     cfg = composed(f"data={option}", *NEEDS_A_FOLDER.get(option, []))
     data = instantiate(cfg.data)
-    assert isinstance(data, ImageData) and type(data).__name__ == cfg.data._target_.rsplit(".", 1)[1]
+    assert isinstance(data, Data) and type(data).__name__ == cfg.data._target_.rsplit(".", 1)[1]
     keys = {key for key in cfg.data if key != "_target_"}
     assert keys <= {field.name for field in dataclasses.fields(data)}
     assert {key: getattr(data, key) for key in keys} == {key: cfg.data[key] for key in keys}
@@ -48,7 +54,8 @@ def test_every_data_option_instantiates_to_its_dataclass_with_the_options_keys(o
         splits = data.splits()
         assert isinstance(splits, Splits if data.in_memory else FileSplits)
         images, labels = splits.train
-        assert images.shape[1:] == (cfg.data.channels, cfg.data.image_size, cfg.data.image_size)
+        if isinstance(data, ImageData):  # other data has no image keys to hold its shape to
+            assert images.shape[1:] == (cfg.data.channels, cfg.data.image_size, cfg.data.image_size)
         assert len(images) == len(labels) > 0 and splits.num_classes == (cfg.data.num_classes or splits.num_classes)
 
 

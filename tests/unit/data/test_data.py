@@ -429,7 +429,7 @@ def test_splits_of_another_kind_than_the_class_says_are_one_line_naming_data_tar
 def test_a_data_target_that_is_no_dataclass_of_the_template_is_one_line():
     with pytest.raises(ConfigError) as error:
         build_data(data_cfg("digits", _target_="trainkit.data.datasets.read_digits"), CPU, seed=0)
-    assert error.value.key == "data._target_" and "trainkit.data.ImageData" in error.value.message
+    assert error.value.key == "data._target_" and "trainkit.data.Data" in error.value.message
 
 
 @pytest.mark.parametrize("drop_last", [False, True])

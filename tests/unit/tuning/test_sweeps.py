@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT, run_here
 from helpers import cfg_for
+from trainkit.config.validation import fill_task_defaults
 from trainkit.errors import ConfigError
 from trainkit.tuning import sweeps
 
@@ -89,6 +90,7 @@ def test_multiruns_started_together_get_their_own_directories_and_joblib_runs_jo
 @pytest.mark.parametrize("search", sorted(p.stem for p in (ROOT / "conf" / "hparams_search").glob("*.yaml")))
 def test_optuna_search_config_composes_with_a_direction_that_matches_the_metric(compose_config, search):
     cfg = compose_config(group_override("hparams_search", search))
+    fill_task_defaults(cfg)  # optimized_metric null: the task's headline metric, as validate fills it in
     sweeper = cfg.hydra.sweeper
     assert "Optuna" in sweeper._target_ and cfg.hydra.mode.name == "MULTIRUN"
     assert sweeper.direction == ("maximize" if sweeps.maximize(cfg.optimized_metric) else "minimize")

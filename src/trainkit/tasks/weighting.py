@@ -1,0 +1,40 @@
+"""How the parts of an update weigh in its gradient: by samples (as a mean of batch means), or by real tokens.
+
+    scale = backward_scale(task, task.weight(part_targets), share, group_size)
+    scaler.scale(loss * scale).backward()                   # each micro-batch part of each batch of the update
+    mean_over_update_tokens(task, model, update_weight, world_size)   # at the update, before clipping and the step
+
+A task that weighs samples (classification, segmentation): a part's mean loss weighs its share of the batch
+and 1 / the batches of its update, exactly as before tokens were weighed. A task that weighs tokens (a
+language model, a padded sequence classifier): a part's mean loss times its real tokens is the sum of its
+token losses; at the update the gradients are divided by the real tokens of the whole update (all-reduced
+over the ranks) and multiplied by the number of ranks (DDP and FSDP average gradients over ranks), so the
+update's loss is the mean over every real token of it: across micro-batches, accumulated batches and ranks,
+however unevenly the tokens fall.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from trainkit.distributed.process_group import all_reduce_sum
+from trainkit.tasks.task import Task
+
+
+def backward_scale(task: Task, part_weight: int | Tensor, share: float, group_size: int) -> float | Tensor:
+    """What a part's mean loss is multiplied by before backward: its share of the batch over the batches of its
+    update (samples), or its real tokens (tokens: the update divides by them all, mean_over_update_tokens)."""
+    if task.weighs == "tokens":
+        return part_weight
+    return share / group_size
+
+
+def mean_over_update_tokens(task: Task, model: nn.Module, update_weight: int | Tensor, world_size: int) -> None:
+    """A tokens task: gradients summed over the update's token losses become their mean over all of the update's
+    real tokens, every rank's (one all-reduce; every rank calls it at the same update). Nothing for samples."""
+    if task.weighs != "tokens":
+        return
+    total = all_reduce_sum(torch.as_tensor(update_weight, dtype=torch.float32).reshape(1).clone())
+    factor = (world_size / total.clamp(min=1)).reshape(())
+    for param in model.parameters():
+        if param.grad is not None:
+            param.grad.mul_(factor)

@@ -1,0 +1,71 @@
+"""Beyond images on one loop: a table with float targets trains end to end (its targets untouched, no batch
+transform, no image logging), the task's own headline metric is what is optimized and monitored by
+default, and eval.py writes a vector a sample as a row."""
+
+from pathlib import Path
+
+import torch
+
+from conftest import composed
+from helpers import record_run
+from trainkit.config.validation import validate
+
+TABLE_RUN = (
+    "device=cpu",
+    "print_config=false",
+    "data._target_=data_for_tests.DigitsTable",
+    *(f"~data.{key}" for key in ("channels", "image_size", "mean", "std", "mirror_changes_label")),
+    "data.num_classes=1",  # one output: the number
+    "~model",
+    "+model._target_=models_for_tests.TableNet",
+    "+model.in_features=64",
+    "+model.num_classes=1",
+    "~task",
+    "+task._target_=tasks_for_tests.Regression",
+    "logger=tensorboard",  # log_images: true, which drew a grid of images at the start and crashed on a table
+    "regularization=none",
+    "trainer.max_epochs=2",
+    "optimizer.lr=0.01",
+)
+
+
+def test_a_table_with_float_targets_trains_and_is_tested_by_its_own_metric(tmp_path, monkeypatch):
+    recording = record_run(tmp_path, monkeypatch, *TABLE_RUN)
+    targets = torch.cat([targets for _, targets, _ in recording.losses])
+    assert targets.dtype == torch.float32 and (targets.frac() == 0.25).all()  # not cast to int64
+    assert all(torch.equal(images, transformed) for images, transformed in recording.transformed)  # no transform
+    summary = recording.summary
+    assert summary["optimized_metric"] == "val/mae" and summary["optimized_value"] == summary["best"]["val/mae"]
+    assert summary["test"]["test/mae"] < 2.5  # better than a constant guess of the median digit
+    assert not (tmp_path / "train_samples.png").exists()  # image logging is for images
+
+
+def test_the_monitor_and_optimized_metric_default_to_the_tasks_headline_metric():
+    segmentation = composed("experiment=shapes_segmentation", "debug=overfit", "optimized_metric=null")
+    validate(segmentation)  # regularization=none's monitor was val/acc: refused for segmentation
+    assert segmentation.regularization.early_stopping.monitor == "val/miou"
+    assert segmentation.regularization.early_stopping.mode == "max"
+    regression = composed(*TABLE_RUN, "regularization.early_stopping.monitor=null")
+    validate(regression)
+    assert regression.optimized_metric == "val/mae" and regression.regularization.early_stopping.mode == "min"
+    assert composed().optimized_metric is None  # the default: filled in from the task by validate
+    classification = composed()
+    validate(classification)
+    assert classification.optimized_metric == "val/acc"
+
+
+def test_eval_writes_a_vector_a_sample_as_one_column():
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT))
+    import eval as evaluation
+
+    rows = evaluation.write_predictions(
+        {"scores": torch.tensor([[0.5, 1.0], [2.0, -1.0]]), "value": torch.tensor([1.5, 2.5])},
+        [Path("a"), Path("b")],
+        [],
+        Path("unused"),
+    )
+    assert rows == [{"file": "a", "scores": "0.5 1", "value": 1.5}, {"file": "b", "scores": "2 -1", "value": 2.5}]
