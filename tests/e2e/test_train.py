@@ -102,12 +102,17 @@ def test_default_run_learns_and_writes_the_run_directory(run_train):
     assert "done in" in run.stderr + run.stdout
 
 
-@pytest.mark.slow  # trains in a subprocess
 def test_test_metrics_use_the_best_checkpoint(run_train):
     # Early stopping on val/loss with a huge min_delta: epoch 0 is the best and stays so. A constant
     # LR makes epoch 0 of this run identical to a 1-epoch run, whose test metrics are then those of
     # epoch 0's weights: the early-stopped run must report exactly them, not those of its last epoch.
-    overrides = ("scheduler=constant", "trainer.progress_bar=false", "print_config=false")
+    # 5 updates an epoch: quick, so the quick tier sees a test split not run on best.pt's weights.
+    overrides = (
+        "scheduler=constant",
+        "trainer.limit_train_batches=5",
+        "trainer.progress_bar=false",
+        "print_config=false",
+    )
     run = run_train(
         "trainer.max_epochs=6",
         "regularization.early_stopping.min_delta=100",
