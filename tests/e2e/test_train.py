@@ -1,4 +1,5 @@
-"""End to end: train.py in a subprocess, judged by its run directory."""
+"""End to end: train.py as `python train.py` runs it, judged by its run directory: in this process (run_train),
+or in a subprocess where the process itself is the point (a kill, DDP)."""
 
 import csv
 import math
