@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed
-from helpers import assert_same_training
+from helpers import assert_same_training, record_run
 from trainkit.config.validation import validate
 from trainkit.data import build_data
 from trainkit.distributed.process_group import ProcessInfo
@@ -76,6 +76,35 @@ def test_a_short_segmentation_run_reports_the_task_metrics_of_its_best_weights(r
     with torch.no_grad():
         untrained_loss = F.cross_entropy(untrained.eval()((images.float() - mean) / std), masks).item()
     assert test["test/loss"] < 0.8 * untrained_loss  # it learned
+
+
+def test_each_training_mask_moves_with_its_image(tmp_path, monkeypatch):
+    """What reaches the model and the loss in training: each image shifted and maybe mirrored by the task's
+    augmentation, its mask moved the same way. Each trained-on image is its training-split image moved by
+    one of the 2 x 5 x 5 flips and shifts (up to 2 pixels: crop_padding 0.125 of 16); its mask must be the
+    split's mask moved by that same one. A mask left in place, or moved otherwise, fails."""
+    overrides = (*SMALL, "data.batch_size=16", "trainer.max_epochs=1", "trainer.limit_train_batches=2")
+    recording = record_run(tmp_path, monkeypatch, *overrides, "trainer.limit_val_batches=1")
+    split_images, split_masks = (torch.cat(part) for part in zip(*recording.run.data.train))
+
+    def moved(x: torch.Tensor, flip: bool, down: int, right: int) -> torch.Tensor:
+        """x [..., H, W] shifted by (down, right) pixels, zeros coming in, then mirrored if `flip`."""
+        height, width = x.shape[-2:]
+        shifted = F.pad(x, (2, 2, 2, 2))[..., 2 - down : 2 - down + height, 2 - right : 2 - right + width]
+        return shifted.flip(-1) if flip else shifted
+
+    moves = [(flip, down, right) for flip in (False, True) for down in range(-2, 3) for right in range(-2, 3)]
+    found = []  # each trained-on sample's move
+    for (raw, normalized), forward, (_, masks, _) in zip(
+        recording.transformed, recording.training_forwards(), recording.losses
+    ):
+        for image, before, after, mask in zip(raw, normalized, forward.inputs, masks):
+            [index] = [i for i, split_image in enumerate(split_images) if torch.equal(split_image, image)]
+            [move] = [move for move in moves if torch.allclose(moved(before, *move), after)]
+            assert torch.equal(mask, moved(split_masks[index], *move)), (index, move)
+            found.append(move)
+    assert len(found) == 32  # 2 batches of 16
+    assert any(flip for flip, _, _ in found) and any(move[1:] != (0, 0) for move in found)  # really moved
 
 
 @pytest.mark.slow
