@@ -5,7 +5,10 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from omegaconf import OmegaConf
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel
 
 from conftest import ROOT
 from trainkit.data import DataBundle, TensorLoader
@@ -19,6 +22,13 @@ import train
 def run_one_epoch(
     num_samples: int, batch_size: int, accumulate: int, micro_batch_size: int | None = None
 ) -> tuple[torch.Tensor, int]:
+    run = one_epoch_run(num_samples, batch_size, accumulate, micro_batch_size)
+    train.train_one_epoch(run, show_progress=False)
+    return torch.cat([p.detach().flatten() for p in run.model.parameters()]), run.step
+
+
+def one_epoch_run(num_samples: int, batch_size: int, accumulate: int, micro_batch_size: int | None) -> train.Run:
+    """train.py's Run of a linear model on random images, ready for train.train_one_epoch."""
     torch.manual_seed(0)
     images = torch.rand(num_samples, 1, 4, 4, generator=torch.Generator().manual_seed(1))
     labels = torch.randint(0, 3, (num_samples,), generator=torch.Generator().manual_seed(2))
@@ -45,8 +55,7 @@ def run_one_epoch(
     run.optimizer = torch.optim.SGD(run.model.parameters(), lr=0.5)
     run.scheduler = torch.optim.lr_scheduler.LambdaLR(run.optimizer, lambda step: 1.0)
     run.scaler = torch.amp.GradScaler("cpu", enabled=False)
-    train.train_one_epoch(run, show_progress=False)
-    return torch.cat([p.detach().flatten() for p in run.model.parameters()]), run.step
+    return run
 
 
 def test_four_micro_batches_of_16_equal_one_batch_of_64():
@@ -78,3 +87,26 @@ def test_micro_batches_inside_accumulated_batches_make_the_same_update():
     split, split_steps = run_one_epoch(80, 16, accumulate=4, micro_batch_size=6)
     assert big_steps == split_steps == 2
     torch.testing.assert_close(split, big, rtol=1e-5, atol=1e-6)
+
+
+def test_ddp_all_reduces_once_an_update_on_its_last_micro_step():
+    """no_sync() around every forward and backward but the last of an update. A real DDP in this process
+    (a process group of one, gloo): its comm hook runs exactly when DDP all-reduces the gradients. 80 samples in
+    batches of 16, 2 batches an update, each batch in parts of 8: updates after batches 1, 3 and 4 (a short group)."""
+    events: list[str] = []
+
+    def counting_allreduce(state, bucket):
+        events.append("all-reduce")
+        return allreduce_hook(state, bucket)
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        run = one_epoch_run(80, 16, accumulate=2, micro_batch_size=8)
+        run.model.register_forward_pre_hook(lambda module, inputs: events.append("forward"))
+        run.trained_model = DistributedDataParallel(run.model)
+        run.trained_model.register_comm_hook(None, counting_allreduce)
+        train.train_one_epoch(run, show_progress=False)
+    finally:
+        dist.destroy_process_group()
+    no_update, update = ["forward"] * 2, ["forward", "forward", "all-reduce"]  # a batch: 2 parts
+    assert events == no_update + update + no_update + update + update and run.step == 3

@@ -8,8 +8,10 @@ theirs is written here, untrained, in a run directory as train.py leaves it.
 """
 
 import json
+import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -193,6 +195,19 @@ def test_a_run_without_best_pt_is_evaluated_from_its_last_pt(untrained_run, tmp_
     assert metrics["samples"] == 359 and metrics["run_summary_test"] is None and metrics["weights"] == "model"
     assert metrics["checkpoint"] == str((untrained_run / "checkpoints" / "last.pt").resolve())
     assert f"(checkpoints/last.pt of {untrained_run.resolve()})" in evaluation.stdout
+
+
+def test_a_run_directory_is_evaluated_from_its_best_pt_not_its_last_pt(untrained_run, tmp_path):
+    # train.py tested best.pt's weights; a run directory's last.pt may hold later, worse ones. Here best.pt
+    # holds other (zeroed) weights than last.pt: the metrics are best.pt's, and the output names it.
+    run_dir = tmp_path / "run"
+    shutil.copytree(untrained_run, run_dir)
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    state["model"] = {name: torch.zeros_like(tensor) for name, tensor in state["model"].items()}
+    save_checkpoint(run_dir / "checkpoints" / "best.pt", state)  # zero weights: every class equally likely
+    metrics = Evaluation(tmp_path / "out", f"checkpoint={run_dir}").metrics
+    assert metrics["checkpoint"] == str((run_dir / "checkpoints" / "best.pt").resolve())
+    assert metrics["test/loss"] == pytest.approx(math.log(10), rel=1e-6)  # uniform over 10 classes: log 10
 
 
 @pytest.mark.slow

@@ -10,11 +10,13 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed
-from helpers import assert_same_training
+from helpers import assert_same_training, record_run
 from trainkit.config.validation import validate
 from trainkit.data import build_data
 from trainkit.distributed.process_group import ProcessInfo
 from trainkit.models import build_model, ema_weights
+from trainkit.tasks import model_outputs
+from trainkit.tasks.segmentation import Segmentation
 
 # A few hundred small images: seconds a run, enough for the U-Net to learn something in 2 epochs.
 SMALL = [
@@ -31,22 +33,37 @@ SMALL = [
 
 def test_a_short_segmentation_run_reports_the_task_metrics_of_its_best_weights(run_train):
     ema = ["regularization.ema.enabled=true", "regularization.ema.decay=0.8"]
-    run = run_train(*SMALL, "trainer.max_epochs=3", "data.batch_size=8", *ema)
+    # min_delta=100: epoch 0 stays the best (val/loss never improves by 100), so best.pt is not the last
+    # epoch's weights, and testing those instead of best.pt's shows below. tta_flip: each test image's
+    # class map is the mean of its own and its mirror's, mirrored back.
+    best_epoch_first = ["regularization.early_stopping.min_delta=100", "trainer.tta_flip=true"]
+    run = run_train(*SMALL, "trainer.max_epochs=3", "data.batch_size=8", *ema, *best_epoch_first)
     summary = run.summary
     assert set(summary["test"]) == {"test/loss", "test/miou", "test/pixel_acc"}
     assert summary["optimized_metric"] == "val/miou" and summary["optimized_value"] == summary["best"]["val/miou"]
     assert "val/miou" in run.stdout + run.stderr  # the epoch line names the task's metrics
+    assert summary["best"]["epoch"] == 0 and summary["epochs"] == 3 and summary["test_weights"] == "best"
 
     # The summary's test metrics, computed here from best.pt's EMA weights without the task's code.
     state = torch.load(run.run_dir / "checkpoints" / "best.pt", weights_only=True)
+    last = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert (state["epoch"], last["epoch"]) == (0, 2)
+    assert any(not torch.equal(state["ema"][name], value) for name, value in last["ema"].items())
     cfg = OmegaConf.create(state["config"])
     data = build_data(cfg.data, device=torch.device("cpu"), seed=cfg.seed)
     model, _ = build_model(cfg.model, cfg.finetune, image_size=data.image_size)
     model.load_state_dict(ema_weights(state["ema"]))
     images, masks = (torch.cat(part) for part in zip(*data.test))
     mean, std = (torch.tensor(values).view(1, -1, 1, 1) for values in (data.mean, data.std))
+    normalized = (images.float() - mean) / std
     with torch.no_grad():
-        logits = model.eval()((images.float() - mean) / std)
+        logits = (model.eval()(normalized) + model(normalized.flip(-1)).flip(-1)) / 2  # the mirror's, mirrored back
+        # The task's outputs as evaluation sees them move with the image: a mirrored image gets the mirrored map.
+        task = Segmentation(num_classes=4)
+        outputs, mirrored = (
+            model_outputs(model, batch, task, tta_flip=True) for batch in (normalized, normalized.flip(-1))
+        )
+    assert torch.equal(mirrored.argmax(dim=1), outputs.argmax(dim=1).flip(-1))
     predicted = logits.argmax(dim=1)
     unions = [((predicted == k) | (masks == k)).sum().item() for k in range(4)]
     ious = [((predicted == k) & (masks == k)).sum().item() / union for k, union in enumerate(unions) if union]
@@ -59,6 +76,35 @@ def test_a_short_segmentation_run_reports_the_task_metrics_of_its_best_weights(r
     with torch.no_grad():
         untrained_loss = F.cross_entropy(untrained.eval()((images.float() - mean) / std), masks).item()
     assert test["test/loss"] < 0.8 * untrained_loss  # it learned
+
+
+def test_each_training_mask_moves_with_its_image(tmp_path, monkeypatch):
+    """What reaches the model and the loss in training: each image shifted and maybe mirrored by the task's
+    augmentation, its mask moved the same way. Each trained-on image is its training-split image moved by
+    one of the 2 x 5 x 5 flips and shifts (up to 2 pixels: crop_padding 0.125 of 16); its mask must be the
+    split's mask moved by that same one. A mask left in place, or moved otherwise, fails."""
+    overrides = (*SMALL, "data.batch_size=16", "trainer.max_epochs=1", "trainer.limit_train_batches=2")
+    recording = record_run(tmp_path, monkeypatch, *overrides, "trainer.limit_val_batches=1")
+    split_images, split_masks = (torch.cat(part) for part in zip(*recording.run.data.train))
+
+    def moved(x: torch.Tensor, flip: bool, down: int, right: int) -> torch.Tensor:
+        """x [..., H, W] shifted by (down, right) pixels, zeros coming in, then mirrored if `flip`."""
+        height, width = x.shape[-2:]
+        shifted = F.pad(x, (2, 2, 2, 2))[..., 2 - down : 2 - down + height, 2 - right : 2 - right + width]
+        return shifted.flip(-1) if flip else shifted
+
+    moves = [(flip, down, right) for flip in (False, True) for down in range(-2, 3) for right in range(-2, 3)]
+    found = []  # each trained-on sample's move
+    for (raw, normalized), forward, (_, masks, _) in zip(
+        recording.transformed, recording.training_forwards(), recording.losses
+    ):
+        for image, before, after, mask in zip(raw, normalized, forward.inputs, masks):
+            [index] = [i for i, split_image in enumerate(split_images) if torch.equal(split_image, image)]
+            [move] = [move for move in moves if torch.allclose(moved(before, *move), after)]
+            assert torch.equal(mask, moved(split_masks[index], *move)), (index, move)
+            found.append(move)
+    assert len(found) == 32  # 2 batches of 16
+    assert any(flip for flip, _, _ in found) and any(move[1:] != (0, 0) for move in found)  # really moved
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""End to end: train.py in a subprocess, judged by its run directory."""
+"""End to end: train.py as `python train.py` runs it, judged by its run directory: in this process (run_train),
+or in a subprocess where the process itself is the point (a kill, DDP)."""
 
 import csv
 import math
@@ -102,12 +103,17 @@ def test_default_run_learns_and_writes_the_run_directory(run_train):
     assert "done in" in run.stderr + run.stdout
 
 
-@pytest.mark.slow  # trains in a subprocess
 def test_test_metrics_use_the_best_checkpoint(run_train):
     # Early stopping on val/loss with a huge min_delta: epoch 0 is the best and stays so. A constant
     # LR makes epoch 0 of this run identical to a 1-epoch run, whose test metrics are then those of
     # epoch 0's weights: the early-stopped run must report exactly them, not those of its last epoch.
-    overrides = ("scheduler=constant", "trainer.progress_bar=false", "print_config=false")
+    # 5 updates an epoch: quick, so the quick tier sees a test split not run on best.pt's weights.
+    overrides = (
+        "scheduler=constant",
+        "trainer.limit_train_batches=5",
+        "trainer.progress_bar=false",
+        "print_config=false",
+    )
     run = run_train(
         "trainer.max_epochs=6",
         "regularization.early_stopping.min_delta=100",
@@ -130,7 +136,7 @@ def test_test_metrics_use_the_best_checkpoint(run_train):
     assert summary["test"] == pytest.approx(epoch_zero.summary["test"], rel=1e-6)
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_a_resume_without_best_pt_tests_the_last_weights_and_says_so(run_train):
     # min_delta=100: epoch 0 stays the best, so epoch 1 of the resume writes no new best.pt.
     tiny = ("trainer.limit_train_batches=3", "trainer.limit_val_batches=2", "trainer.progress_bar=false")
@@ -146,7 +152,7 @@ def test_a_resume_without_best_pt_tests_the_last_weights_and_says_so(run_train):
     assert not best.exists() and summary["epochs"] == 2
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_lr_schedule_warms_up_then_decays_per_update(run_train):
     run = run_train(
         "trainer.max_epochs=3", "trainer.log_every_n_steps=1", "scheduler.warmup_epochs=1", "trainer.progress_bar=false"
@@ -158,7 +164,7 @@ def test_lr_schedule_warms_up_then_decays_per_update(run_train):
     assert decay == sorted(decay, reverse=True) and decay[-1] < 1e-3
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_a_max_steps_run_shorter_than_the_warmup_still_reaches_the_peak_lr(run_train):
     # cosine's one warmup epoch is 20 updates; max_steps=7 cuts it to 3, so the LR peaks at 0.1, then decays.
     run = run_train("trainer.max_steps=7", "trainer.log_every_n_steps=1", "trainer.progress_bar=false")
@@ -171,7 +177,7 @@ def test_a_max_steps_run_shorter_than_the_warmup_still_reaches_the_peak_lr(run_t
     assert "mid-epoch checkpoints" not in output and "compile + first step" not in output  # options off: silent
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_mid_epoch_checkpoints_are_counted_in_the_log(run_train):
     # 20 updates an epoch, a save every 7 inside an epoch: epoch 0 at 7 and 14, epoch 1 at 21, 28 and 35.
     run = run_train("trainer.max_epochs=2", "trainer.checkpoint_every_n_steps=7", "trainer.progress_bar=false")
@@ -242,7 +248,7 @@ def test_resume_after_a_kill_continues_exactly_in_the_same_run_directory(run_tra
     assert_same_training(resumed, straight)
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_a_run_stopped_inside_an_epoch_resumes_at_the_next_batch(run_train):
     # A constant LR, so stopping early with max_steps does not change the schedule.
     overrides = [
@@ -270,7 +276,7 @@ def test_a_run_stopped_inside_an_epoch_resumes_at_the_next_batch(run_train):
     assert_same_training(resumed, straight)
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_resume_auto_starts_then_continues_and_overrides_take_effect(run_train, tmp_path):
     run_dir = tmp_path / "job"  # a fixed directory, as a requeued SLURM job names it by its job id
     tiny = (
@@ -294,7 +300,7 @@ def test_resume_auto_starts_then_continues_and_overrides_take_effect(run_train, 
     assert again.metrics == second.metrics  # nothing trained, nothing logged
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 @pytest.mark.parametrize("stop", ["max_epochs", "early_stopping"])
 def test_a_run_killed_during_its_test_is_tested_by_a_resume(run_train, stop):
     # A kill after the last checkpoint, before summary.json, leaves every checkpoint and maybe the test
@@ -326,7 +332,7 @@ def test_a_run_killed_during_its_test_is_tested_by_a_resume(run_train, stop):
     assert "has finished" in again.stdout + again.stderr and again.metrics == resumed.metrics
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains_on_cpu(run_train, precision):
     # One epoch of batches of 32 at a constant LR (half the samples of 2 default epochs: fp16 on a
@@ -345,7 +351,7 @@ def test_mixed_precision_trains_on_cpu(run_train, precision):
     assert warnings == (1 if precision == "fp16" and on_cpu else 0)
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_gradient_clipping_accumulation_and_max_steps_run_together(run_train):
     run = run_train(
         "trainer.max_epochs=3",
@@ -361,14 +367,14 @@ def test_gradient_clipping_accumulation_and_max_steps_run_together(run_train):
     assert (checkpoint["epoch"], checkpoint["step"], checkpoint["batches_done"]) == (1, 10, 9)
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_debug_fast_limits_batches(run_train):
     run = run_train("debug=fast")
     epochs = run.epoch_metrics()
     assert len(epochs) == 2 and epochs[-1]["step"] == 6
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_synthetic_data_with_csv_logger_and_adamw(run_train):
     run = run_train(
         "data=synthetic",
@@ -390,7 +396,7 @@ def test_synthetic_data_with_csv_logger_and_adamw(run_train):
     assert float(last_row["test/acc"]) == pytest.approx(run.summary["test"]["test/acc"])
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_a_resume_appends_to_the_csv_as_to_metrics_jsonl(run_train):
     # 4 updates an epoch: max_steps=6 stops inside epoch 1, after its validation and test lines; the
     # resume drops those (written after the checkpoint) from both files and appends the rest.
@@ -408,7 +414,7 @@ def test_a_resume_appends_to_the_csv_as_to_metrics_jsonl(run_train):
     ]
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_imagefolder_infers_its_classes(run_train, tmp_path):
     from PIL import Image
 
@@ -436,7 +442,7 @@ def test_imagefolder_infers_its_classes(run_train, tmp_path):
     assert config["data"]["num_classes"] == 3 and config["model"]["num_classes"] == 3
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 @pytest.mark.parametrize("model", ["timm", "torchvision"])
 def test_library_models_run_on_the_8x8_digits(run_train, model):
     run = run_train(
@@ -481,7 +487,7 @@ def test_help_lists_the_groups_and_cfg_prints_the_config(run_train):
     assert "max_epochs: 20" in config and "label_smoothing" in config
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_lr_finder_and_batch_size_finder_run_before_training(run_train):
     from PIL import Image
 

@@ -48,7 +48,6 @@ def refused(argv: list[str]) -> str:
     return str(error.value)
 
 
-@pytest.mark.slow  # trains in a subprocess
 def test_resume_runs_in_the_checkpoints_directory_with_its_overrides_replayed_first(tmp_path):
     last = make_run(tmp_path / "run", {}, overrides=["trainer.max_epochs=3", "resume=old", "optimizer.lr=0.2"])
     for target in (tmp_path / "run", last):  # the run directory or its last.pt

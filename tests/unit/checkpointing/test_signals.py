@@ -165,7 +165,7 @@ def strict_json(text: str) -> dict:
     return json.loads(text, parse_constant=refuse)
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_a_non_finite_loss_stops_at_the_next_logging_step_keeps_the_last_finite_checkpoint_and_exits_1(
     run_train, monkeypatch
 ):
@@ -263,7 +263,6 @@ def test_under_submitit_its_signal_stops_and_hands_over_to_its_requeue_after_the
     assert len(submitit_job.calls) == 2
 
 
-@pytest.mark.slow  # trains in a subprocess
 def test_when_submitit_declines_to_requeue_the_run_exits_75_saying_why(submitit_job, tmp_path, caplog):
     def declines(signum, frame):
         raise RuntimeError("Job not requeued because: timed-out too many times.")  # submitit's UncompletedJobError

@@ -26,7 +26,7 @@ def test_a_command_line_key_beats_every_group():
     assert cfg.optimizer.weight_decay == 0.1
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_debug_overfit_trains_the_same_batches_until_the_loss_is_near_zero(run_train):
     run = run_train("debug=overfit", "trainer.max_epochs=30", "print_config=false")
     losses = [m["train/loss"] for m in run.epoch_metrics()]

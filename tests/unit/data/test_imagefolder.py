@@ -142,7 +142,7 @@ def test_skip_bad_files_drops_them_from_their_batch_and_counts_them(tmp_path, ca
     assert all("data.skip_bad_files=true" in report for report in reports)
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_train_py_stops_on_an_unreadable_image_with_one_line_and_exit_1(tmp_path, run_train):
     write_classes(tmp_path / "images", per_class=6)
     (tmp_path / "images" / "train" / "b" / "2.png").write_bytes(b"\x89PNG broken")

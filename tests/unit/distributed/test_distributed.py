@@ -388,7 +388,6 @@ def test_self_launched_ddp_inside_a_hydra_multirun(tmp_path):
         assert torch.load(tmp_path / job / "checkpoints" / "last.pt", weights_only=True)["config"]["seed"] == seed
 
 
-@pytest.mark.slow  # trains in a subprocess
 def test_workers_get_the_config_unresolved_so_a_key_filled_later_reaches_its_interpolations():
     """The cause of the bug below, in-process: data.num_classes=null is filled from the image folder
     inside each worker, after the hand-off; model.num_classes interpolates it."""

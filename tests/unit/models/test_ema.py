@@ -122,7 +122,7 @@ def evaluate_weights(state: dict, weights: dict) -> float:
     return metrics["loss"]
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_a_run_with_ema_validates_with_it_and_resumes_it_exactly(run_train):
     overrides = [
         "regularization.ema.enabled=true",

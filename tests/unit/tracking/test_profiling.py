@@ -64,7 +64,7 @@ def test_data_over_a_third_of_the_compute_names_the_loader_as_the_bottleneck():
     assert "compute-bound" in describe(on_the_line)
 
 
-@pytest.mark.slow  # trains in a subprocess
+@pytest.mark.slow  # trains in this process (run_train)
 def test_debug_profile_writes_a_trace_of_the_training_loop(run_train):
     run = run_train(
         "debug=profile",

@@ -314,7 +314,6 @@ def test_slurm_launcher_config_prints_from_the_command_line():
 # --- W&B Sweeps ---------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # trains in a subprocess
 def test_wandb_sweep_config_drives_real_config_keys(compose_config):
     spec = yaml.safe_load((ROOT / "scripts" / "wandb_sweep.yaml").read_text())
     assert (ROOT / spec["program"]).exists()
