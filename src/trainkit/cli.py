@@ -3,7 +3,8 @@
 Before Hydra composes: register the config's resolvers, under torchrun let all ranks agree on one
 run directory, and for resume= check the checkpoint and run in its directory (trainkit.checkpointing.resume).
 After: report bad input as one line instead of a stack trace (set HYDRA_FULL_ERROR=1 to see the
-trace; unexpected errors, i.e. bugs, always keep theirs).
+trace; unexpected errors, i.e. bugs, always keep theirs), and leave the run directory as the call found it
+(trainkit.checkpointing.refusal).
 """
 
 import contextlib
@@ -20,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+from trainkit.checkpointing.refusal import undo_refused_call
 from trainkit.checkpointing.resume import is_multirun, rewrite_argv
 from trainkit.checkpointing.signals import Stopped
 from trainkit.checkpointing.sweep_continuation import remember_sweep_command, sweep_rerun_command
@@ -80,6 +82,8 @@ def report_config_errors(task: Callable) -> Callable:
                 raise
             sys.exit(1)
         except Exception as error:  # a ConfigError, or one wrapped by hydra.utils.instantiate
+            if caused_by_config_error(error):
+                undo_refused_call()  # the run directory as this call found it (trainkit.checkpointing.refusal)
             if _user_wants_trace or not caused_by_config_error(error):
                 raise
             print(f"error: {one_line(error)}", file=sys.stderr)
@@ -146,6 +150,7 @@ def _run_reporting_errors(hydra_main: Callable[[], object], resumes: bool) -> No
         with stop_the_whole_sweep(sweep_rerun_command) if whole_sweep else contextlib.nullcontext():
             hydra_main()
     except (ConfigError, HydraException, OmegaConfBaseException) as error:
+        undo_refused_call()  # raised inside a job (Hydra re-raises its error here): its directory as it was
         if wants_trace:
             raise
         print(f"error: {one_line(error)}", file=sys.stderr)
