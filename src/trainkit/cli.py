@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from trainkit.checkpointing.refusal import undo_refused_call
+from trainkit.checkpointing.refusal import start_call, undo_refused_call
 from trainkit.checkpointing.resume import is_multirun, rewrite_argv
 from trainkit.checkpointing.signals import Stopped
 from trainkit.checkpointing.sweep_continuation import remember_sweep_command, sweep_rerun_command
@@ -141,6 +141,7 @@ def _run_reporting_errors(hydra_main: Callable[[], object], resumes: bool) -> No
     global _user_wants_trace
     _user_wants_trace = wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
+    start_call()
     try:
         multirun = is_multirun(sys.argv)
         remember_sweep_command(sys.argv, multirun)  # for a stopped job's "continue with:"

@@ -30,19 +30,23 @@ trained keeps the record of what it trained. Under torchrun rank 0 alone does th
 write nothing of Hydra's).
 """
 
+import contextlib
 import dataclasses
+import fcntl
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from trainkit.checkpointing.run_lock import LOCK_FILE
+
 KEPT_BYTES = 64 * 2**20  # a record file up to this size is kept whole; a larger one by its length
 HYDRA_RECORD = ".hydra"
-WORK = ("checkpoints", "metrics.jsonl")  # a call that changed these did work: its record stays
 
 
 @dataclasses.dataclass
@@ -62,8 +66,9 @@ def _is_record(relative: str) -> bool:
     return parent in (".", HYDRA_RECORD)
 
 
-def take_snapshot(root: Path, only_record: bool = False) -> Snapshot:
-    """`root` as it is now. `only_record`: the record files alone (a sweep's many job directories)."""
+def take_snapshot(root: Path, before_hydra: bool = False) -> Snapshot:
+    """`root` as it is now. `before_hydra`: only what Hydra may change before the job starts (the names
+    at the top, the bytes in .hydra/), for the many job directories of a sweep."""
     root = root.absolute()
     created_from = root
     while not created_from.exists() and created_from != created_from.parent:
@@ -73,15 +78,16 @@ def take_snapshot(root: Path, only_record: bool = False) -> Snapshot:
         return snapshot
     for folder, subfolders, names in os.walk(root):
         relative_folder = Path(folder).relative_to(root)
-        if only_record and str(relative_folder) not in (".", HYDRA_RECORD):
+        if before_hydra and str(relative_folder) not in (".", HYDRA_RECORD):
             subfolders.clear()
             continue
         snapshot.folders.update(str(relative_folder / name) for name in subfolders)
         for name in names:
             relative = str(relative_folder / name)
+            keep = relative.startswith(f"{HYDRA_RECORD}/") if before_hydra else _is_record(relative)
             try:
                 stat = (root / relative).stat()
-                if _is_record(relative) and stat.st_size <= KEPT_BYTES:
+                if keep and stat.st_size <= KEPT_BYTES:
                     snapshot.contents[relative] = (root / relative).read_bytes()
             except OSError:  # gone meanwhile, or unreadable: not ours to put back
                 continue
@@ -123,10 +129,10 @@ class RunDirectoryGuard(Callback):
         if not _is_main_rank():
             return
         sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
-        self.sweep = take_snapshot(sweep_dir, only_record=True)
+        self.sweep = take_snapshot(sweep_dir, before_hydra=True)
         if sweep_dir.is_dir():
             for hydra_folder in sweep_dir.glob(f"**/{HYDRA_RECORD}"):  # a job directory of an earlier launch
-                self.before_hydra[hydra_folder.parent] = take_snapshot(hydra_folder.parent, only_record=True)
+                self.before_hydra[hydra_folder.parent] = take_snapshot(hydra_folder.parent, before_hydra=True)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _this_job
@@ -157,38 +163,64 @@ def _is_main_rank() -> bool:
 
 
 def did_work(snapshot: Snapshot) -> bool:
-    """Whether the call saved a checkpoint or logged a metric line since `snapshot`."""
-    root = snapshot.root
-    checkpoints_now = {
-        str(path.relative_to(root)): (path.stat().st_size, path.stat().st_mtime_ns)
-        for path in (root / "checkpoints").rglob("*")
-        if path.is_file()
-    }
-    checkpoints_then = {
-        relative: (stat.st_size, stat.st_mtime_ns)
-        for relative, stat in snapshot.files.items()
-        if relative.startswith("checkpoints/")
-    }
-    if checkpoints_now != checkpoints_then:
-        return True
+    """Whether the call saved a checkpoint or logged a metric line since `snapshot` (a torn temporary
+    file that a resume removed from checkpoints/ is no work: it stays removed)."""
+    root, then = snapshot.root, snapshot.files
+    for path in (root / "checkpoints").rglob("*"):
+        relative = str(path.relative_to(root))
+        if path.is_file() and (relative not in then or _changed(path.stat(), then[relative])):
+            return True
     metrics = root / "metrics.jsonl"
-    logged = metrics.read_bytes() if metrics.is_file() else b""
-    return not snapshot.contents.get("metrics.jsonl", b"").startswith(logged)
+    if not metrics.is_file():
+        return False
+    if "metrics.jsonl" in snapshot.contents:  # trimmed to the checkpoint is no work; a new line is
+        return not snapshot.contents["metrics.jsonl"].startswith(metrics.read_bytes())
+    return metrics.stat().st_size > then["metrics.jsonl"].st_size if "metrics.jsonl" in then else True
+
+
+def _changed(now: os.stat_result, then: os.stat_result) -> bool:
+    return (now.st_size, now.st_mtime_ns) != (then.st_size, then.st_mtime_ns)
+
+
+def start_call() -> None:
+    """Forget the job of an earlier call in this process (tests run many calls in one)."""
+    global _this_job
+    _this_job = None
 
 
 def undo_refused_call() -> None:
     """The job's directory as it was before this call, if the call did no work (see the module).
-    Called where a refusal is reported (trainkit.cli); does nothing outside a job, or a second time."""
+    Called where a refusal is reported (trainkit.cli); does nothing outside a job, or a second time.
+    A directory another run holds (its .lock: the refusal said so) is that run's: left as it is."""
     global _this_job
     snapshot, _this_job = _this_job, None
-    if snapshot is None or not snapshot.root.is_dir() or did_work(snapshot):
+    if snapshot is None or not snapshot.root.is_dir():
         return
-    _close_log_files_in(snapshot.root)  # nothing more is appended to a log this puts back
-    if not snapshot.existed:
-        shutil.rmtree(snapshot.root, ignore_errors=True)
-        _remove_empty_folders_between(snapshot.root.parent, snapshot.created_from)
+    with _unless_in_use(snapshot.root) as free:
+        if not free or did_work(snapshot):
+            return
+        _close_log_files_in(snapshot.root)  # nothing more is appended to a log this puts back
+        if snapshot.existed:
+            _put_back(snapshot)
+            return
+    shutil.rmtree(snapshot.root, ignore_errors=True)
+    _remove_empty_folders_between(snapshot.root.parent, snapshot.created_from)
+
+
+@contextlib.contextmanager
+def _unless_in_use(root: Path) -> Iterator[bool]:
+    """Hold the run directory's lock (trainkit.checkpointing.run_lock) while the block runs; False when
+    another process holds it."""
+    if not (root / LOCK_FILE).is_file():
+        yield True
         return
-    _put_back(snapshot)
+    with open(root / LOCK_FILE, "rb") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
 
 
 def _put_back(snapshot: Snapshot) -> None:
