@@ -36,6 +36,7 @@ import fcntl
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ class Snapshot:
     root: Path
     existed: bool
     created_from: Path  # the deepest existing folder above `root`: what this call made lies below it
+    taken_at: float = dataclasses.field(default_factory=time.time)
     files: dict[str, os.stat_result] = dataclasses.field(default_factory=dict)  # relative path -> stat
     contents: dict[str, bytes] = dataclasses.field(default_factory=dict)  # record files: relative path -> bytes
     folders: set[str] = dataclasses.field(default_factory=set)
@@ -69,7 +71,7 @@ def _is_record(relative: str) -> bool:
 def take_snapshot(root: Path, before_hydra: bool = False) -> Snapshot:
     """`root` as it is now. `before_hydra`: only what Hydra may change before the job starts (the names
     at the top, the bytes in .hydra/), for the many job directories of a sweep."""
-    root = root.absolute()
+    root = _absolute(root)
     created_from = root
     while not created_from.exists() and created_from != created_from.parent:
         created_from = created_from.parent
@@ -122,27 +124,33 @@ class RunDirectoryGuard(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if _is_main_rank():
-            run_dir = Path(str(config.hydra.run.dir)).absolute()
+            run_dir = _absolute(config.hydra.run.dir)
             self.before_hydra[run_dir] = take_snapshot(run_dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not _is_main_rank():
             return
-        sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
+        sweep_dir = _absolute(config.hydra.sweep.dir)
         self.sweep = take_snapshot(sweep_dir, before_hydra=True)
-        if sweep_dir.is_dir():
-            for hydra_folder in sweep_dir.glob(f"**/{HYDRA_RECORD}"):  # a job directory of an earlier launch
-                self.before_hydra[hydra_folder.parent] = take_snapshot(hydra_folder.parent, before_hydra=True)
+        # Any folder may become a job's directory (hydra.sweep.subdir decides): each is noted as it is, down to
+        # the job directories of an earlier launch (the folders holding a .hydra/).
+        for folder, subfolders, _ in os.walk(sweep_dir):
+            if Path(folder) != sweep_dir:
+                self.before_hydra[Path(folder)] = take_snapshot(Path(folder), before_hydra=True)
+            if HYDRA_RECORD in subfolders:
+                subfolders.clear()
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _this_job
         _this_job = None
         if not _is_main_rank():
             return
-        job_dir = Path(str(config.hydra.runtime.output_dir)).absolute()
+        job_dir = _absolute(config.hydra.runtime.output_dir)
         before = self.before_hydra.get(job_dir)
         if before is None and self.sweep is not None:  # a job directory this sweep makes now
-            before = Snapshot(job_dir, existed=False, created_from=self.sweep.created_from)
+            before = Snapshot(
+                job_dir, existed=False, created_from=self.sweep.created_from, taken_at=self.sweep.taken_at
+            )
             if self.sweep.existed:
                 before.created_from = self.sweep.root
         now = take_snapshot(job_dir)
@@ -154,6 +162,20 @@ class RunDirectoryGuard(Callback):
 
         if job_return.status == JobStatus.COMPLETED:  # a failed job's error may still be a refusal (trainkit.cli)
             _this_job = None
+
+
+def _absolute(path: object) -> Path:
+    """As Hydra names a job's directory (hydra.runtime.output_dir): absolute, with no `..` left."""
+    return Path(os.path.abspath(str(path)))
+
+
+def _made_since(root: Path, since: float) -> bool:
+    """Whether every file and folder in `root` is newer than `since`: a last check that a directory
+    about to be removed as this call's holds nothing older (a second of slack for coarse clocks)."""
+    try:
+        return all(path.lstat().st_mtime >= since - 1 for path in [root, *root.rglob("*")])
+    except OSError:  # changing under us: not removed
+        return False
 
 
 def _is_main_rank() -> bool:
@@ -202,6 +224,8 @@ def undo_refused_call() -> None:
         _close_log_files_in(snapshot.root)  # nothing more is appended to a log this puts back
         if snapshot.existed:
             _put_back(snapshot)
+            return
+        if not _made_since(snapshot.root, snapshot.taken_at):
             return
     shutil.rmtree(snapshot.root, ignore_errors=True)
     _remove_empty_folders_between(snapshot.root.parent, snapshot.created_from)
@@ -270,8 +294,10 @@ def _remove_empty_folders_between(folder: Path, created_from: Path) -> None:
 
 
 def _close_log_files_in(root: Path) -> None:
-    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
-        for handler in list(getattr(logger, "handlers", [])):
+    """Hydra's log file (train.log): a line logged after the undo would land in a file put back or removed."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in [each for each in loggers if isinstance(each, logging.Logger)]:  # not PlaceHolders
+        for handler in list(logger.handlers):
             filename = getattr(handler, "baseFilename", None)
             if filename and Path(filename).is_relative_to(root):
                 handler.close()
