@@ -1,5 +1,6 @@
 """Helpers that tests in several folders share (conftest holds the fixtures)."""
 
+import hashlib
 import importlib.util
 import json
 import pickle
@@ -16,6 +17,14 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed
+
+
+def hashes_of_every_file(run_dir: Path) -> dict[str, str]:
+    """Every file's SHA-256 and every folder, by its path in `run_dir`."""
+    return {
+        str(path.relative_to(run_dir)): hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "folder"
+        for path in run_dir.rglob("*")
+    }
 
 
 def load_script(name: str):

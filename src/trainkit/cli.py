@@ -3,7 +3,8 @@
 Before Hydra composes: register the config's resolvers, under torchrun let all ranks agree on one
 run directory, and for resume= check the checkpoint and run in its directory (trainkit.checkpointing.resume).
 After: report bad input as one line instead of a stack trace (set HYDRA_FULL_ERROR=1 to see the
-trace; unexpected errors, i.e. bugs, always keep theirs).
+trace; unexpected errors, i.e. bugs, always keep theirs), and leave the run directory as the call found it
+(trainkit.checkpointing.refusal).
 """
 
 import contextlib
@@ -21,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+from trainkit.checkpointing.refusal import start_call, undo_refused_call
 from trainkit.checkpointing.resume import is_multirun, rewrite_argv
 from trainkit.checkpointing.signals import Stopped
 from trainkit.checkpointing.sweep_continuation import remember_sweep_command, sweep_rerun_command
@@ -95,6 +97,8 @@ def report_config_errors(task: Callable) -> Callable:
                 raise
             sys.exit(1)
         except Exception as error:  # a ConfigError, or one wrapped by hydra.utils.instantiate
+            if caused_by_config_error(error):
+                undo_refused_call()  # the run directory as this call found it (trainkit.checkpointing.refusal)
             if _user_wants_trace or not caused_by_config_error(error):
                 raise
             print(f"error: {one_line(error)}", file=sys.stderr)
@@ -155,6 +159,7 @@ def _run_reporting_errors(hydra_main: Callable[[], object], resumes: bool) -> No
     global _user_wants_trace
     _user_wants_trace = wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
+    start_call()
     try:
         multirun = is_multirun(sys.argv)
         remember_sweep_command(sys.argv, multirun)  # for a stopped job's "continue with:"
@@ -164,6 +169,7 @@ def _run_reporting_errors(hydra_main: Callable[[], object], resumes: bool) -> No
         with stop_the_whole_sweep(sweep_rerun_command) if whole_sweep else contextlib.nullcontext():
             hydra_main()
     except (ConfigError, HydraException, OmegaConfBaseException) as error:
+        undo_refused_call()  # raised inside a job (Hydra re-raises its error here): its directory as it was
         if wants_trace:
             raise
         print(f"error: {one_line(error)}", file=sys.stderr)

@@ -20,11 +20,16 @@ import pytest
         (["data=mnist", "data.root=/no/such/folder"], ["data.root", "data.download=true"]),
         (["model=timm", "model.name=resnet1000"], ["model.name", "resnet1000", "did you mean"]),
         (["model=torchvision", "model.name=resnet1000"], ["model.name", "resnet1000"]),
+        (["trainer.max_epochs=-1"], ["trainer.max_epochs", ">= 1"]),
+        # the U-Net halves the size twice: found by the config check, not by UNet.forward's ValueError
+        (["experiment=shapes_segmentation", "data.image_size=30"], ["data.image_size", "divisible by 4", "28 or 32"]),
     ],
 )
 def test_bad_input_gives_one_clear_line(run_train, overrides, expected):
     run = run_train(*overrides, check=False)
     assert run.returncode == 1
+    # Refused before any work: the run directory Hydra made for it is gone again (trainkit.checkpointing.refusal).
+    assert not run.run_dir.exists() and not any(run.run_dir.parent.iterdir())
     assert "Traceback" not in run.stderr
     lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, run.stderr

@@ -186,7 +186,7 @@ def test_bad_input_is_one_line_naming_the_key(untrained_run, tmp_path, overrides
     assert evaluation.returncode == 1
     lines = evaluation.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {key}: "), evaluation.stderr
-    assert not (tmp_path / "out" / "metrics.json").exists()
+    assert not (tmp_path / "out").exists()  # a failed call leaves no output directory behind
 
 
 def test_a_run_without_best_pt_is_evaluated_from_its_last_pt(untrained_run, tmp_path):

@@ -7,6 +7,7 @@ import socket
 import pytest
 import torch
 
+from helpers import hashes_of_every_file
 from trainkit.checkpointing import own_run_directory
 
 QUICK = ("trainer.progress_bar=false", "print_config=false", "trainer.log_every_n_steps=1")
@@ -60,6 +61,18 @@ def test_a_run_directory_in_use_by_another_run_is_refused_in_one_line(run_train)
     assert (first.run_dir / "metrics.jsonl").read_text() == metrics  # nothing trimmed, nothing trained
     again = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)  # released: it trains
     assert [m["epoch"] for m in again.epoch_metrics()] == [0, 1]
+
+
+def test_a_refused_resume_leaves_every_file_of_the_run_as_it_was(run_train):
+    """Refused once the data is built (after .hydra/, .lock, provenance.json and metrics.jsonl were rewritten):
+    .hydra/ must not hold the refused settings for scripts/rerun.py and plot_runs.py to replay."""
+    first = run_train("debug=fast")
+    before = hashes_of_every_file(first.run_dir)
+    assert {".hydra/config.yaml", ".hydra/overrides.yaml", ".lock", "provenance.json", "train.log"} <= set(before)
+    for resume in (f"resume={first.run_dir}", "resume=auto"):
+        refused = run_train(resume, "trainer.max_epochs=3", "data.split_seed=5", run_dir=first.run_dir, check=False)
+        assert refused.returncode == 1 and refused.stderr.startswith("error: data: "), refused.stderr
+        assert hashes_of_every_file(first.run_dir) == before, resume  # no provenance_parts/ either
 
 
 def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_path):

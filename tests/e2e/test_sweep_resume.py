@@ -6,6 +6,7 @@ import signal
 import pytest
 
 from conftest import run_here
+from helpers import hashes_of_every_file
 from trainkit import checkpointing, tuning
 from trainkit.tuning.trial_gpus import gpus_for_this_trial as gpus
 
@@ -59,8 +60,11 @@ def test_rerunning_a_stopped_sweep_continues_it(tmp_path, sigterm_in_job_1):
     assert [s["steps"] for s in summaries] == [3, 3, 3]  # ... and the new job ran
     assert claims == [2, 3]  # the finished job claims nothing
 
-    # Job numbers must mean the same trials: another grid in the same directory is one line, before any training.
+    # Job numbers must mean the same trials: another grid in the same directory is one line, before any training,
+    # and the refused job's directory keeps every file as it was (its .hydra/ does not say seed=7).
+    refused_job = hashes_of_every_file(sweep_dir / "2")
     code, _, err = run_here("train.py", *command[:-2], "seed=1,2,7", command[-1])
     assert code == 1 and "error: hydra.sweep.dir:" in err and "(seed 3 -> 7)" in err, err[-2000:]
+    assert hashes_of_every_file(sweep_dir / "2") == refused_job
     code, _, err = run_here("train.py", *command, "sweep.continue_jobs=false")
     assert code == 1 and "error: sweep.continue_jobs: is false but" in err, err[-2000:]

@@ -13,6 +13,7 @@ exist, weights of another shape) is checked where it arises, in the same one-lin
 """
 
 import dataclasses
+import inspect
 import logging
 from collections.abc import Iterator
 
@@ -245,6 +246,34 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
     )
 
 
+def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """A model whose class says what its input's side must be divisible by (`input_size_multiple`,
+    a function of some of its constructor's arguments: the U-Net halves the size once a level) is
+    asked with the model option's values of those arguments; the side is finetune.input_size, else
+    data.image_size. Models that declare nothing are checked when they first see a batch."""
+    model = _model_class(cfg)
+    multiple_of = getattr(model, "input_size_multiple", None)
+    side = cfg.finetune.input_size if cfg.finetune.input_size is not None else cfg.data.get("image_size")
+    if not callable(multiple_of) or not isinstance(side, int):
+        return
+    arguments = inspect.signature(multiple_of).parameters
+    try:
+        given = {name: cfg.model[name] for name in arguments if name in cfg.model}
+        given = {name: OmegaConf.to_object(v) if OmegaConf.is_config(v) else v for name, v in given.items()}
+        multiple = int(multiple_of(**given))
+    except Exception:  # arguments the constructor would refuse too: building the model says why
+        return
+    if side % multiple:
+        key = "finetune.input_size" if cfg.finetune.input_size is not None else "data.image_size"
+        below, above = side - side % multiple, side - side % multiple + multiple
+        choices = f"{below} or {above}" if below else str(above)
+        yield (
+            key,
+            f"is {side}, but {cfg.model._target_} ({', '.join(f'model.{k}={v}' for k, v in given.items())}) "
+            f"takes sizes divisible by {multiple}; use {key}={choices}, or a model that halves the size fewer times",
+        )
+
+
 def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     stopping, task = cfg.regularization.early_stopping, _task(cfg)
     if task is None or stopping.monitor.rsplit("/", 1)[-1] not in metric_names_of(task):
@@ -459,6 +488,7 @@ RELATIONS = (
     Relation(("task._target_", "augmentation"), _mixing_needs_a_task_that_mixes),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),
+    Relation(("model._target_", "data.image_size", "finetune.input_size"), _input_size_fits_the_model),
 )
 
 

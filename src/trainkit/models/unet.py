@@ -30,6 +30,12 @@ class UNet(nn.Module):
 
     spatial_outputs: ClassVar[bool] = True  # a class a pixel: the config check refuses it with task=classification
 
+    @staticmethod
+    def input_size_multiple(widths: Sequence[int] = (16, 32, 64)) -> int:
+        """What H and W must be divisible by, from the constructor's arguments: the config check asks
+        it (trainkit.config.validation) before any directory or model exists."""
+        return 2 ** (len(widths) - 1)
+
     def __init__(
         self, in_channels: int, num_classes: int, widths: Sequence[int] = (16, 32, 64), dropout: float = 0.0
     ) -> None:
@@ -39,7 +45,7 @@ class UNet(nn.Module):
             raise ValueError(f"widths must be one or more positive channel counts, got {widths}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.size_multiple = 2 ** (len(widths) - 1)
+        self.size_multiple = self.input_size_multiple(widths)
         self.down = nn.ModuleList()
         channels = in_channels
         for width in widths:

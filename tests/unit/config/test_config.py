@@ -334,6 +334,8 @@ RELATION_CASES = [
     # a model with a class a pixel needs a task with a target a pixel
     (["model=unet"], "model._target_"),
     (["model=torchvision_segmentation"], "model._target_"),
+    # the U-Net halves the size once a level: its class says what the side must be divisible by
+    (["experiment=shapes_segmentation", "data.image_size=30"], "data.image_size"),
 ]
 
 
@@ -376,6 +378,17 @@ def test_every_rule_key_exists_in_some_option():
         cfg = composed(override, *REQUIRED_BY_OPTION.get(override, []))
         keys |= {key for key in RULES if OmegaConf.select(cfg, key, default=KeyError) is not KeyError}
     assert keys == set(RULES)
+
+
+def test_the_input_size_a_model_takes_comes_from_its_class_and_its_options_settings(compose_config):
+    """UNet.input_size_multiple(widths): 2 ** (levels - 1), asked with model.widths before any directory exists."""
+    deeper = compose_config(["experiment=shapes_segmentation", "model.widths=[8,16,32,64]", "data.image_size=36"])
+    assert problems(deeper) == {
+        "data.image_size": "is 36, but trainkit.models.unet.UNet (model.widths=[8, 16, 32, 64]) takes sizes divisible "
+        "by 8; use data.image_size=32 or 40, or a model that halves the size fewer times"
+    }
+    assert problems(compose_config(["experiment=shapes_segmentation", "model.widths=[8]", "data.image_size=30"])) == {}
+    assert problems(compose_config(["data.image_size=30"])) == {}  # model=cnn declares no multiple: any size
 
 
 def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(compose_config):
