@@ -172,6 +172,8 @@ def read_records(path: Path):
     from wandb.proto import wandb_internal_pb2
 
     data, block, position, pending = path.read_bytes(), 32768, 7, b""
+    if not data:  # created, nothing written yet: a service killed at once
+        return
     assert data[:4] == b":W&B"
     while position + 7 <= len(data):
         left = block - position % block
@@ -211,7 +213,8 @@ class OfflineRun:
     def __init__(self, directory: Path):
         self.directory = directory
         self.config, self.history, self.summary, self.exit_code, self.run_id = {}, [], {}, None, None
-        for record in read_records(next(directory.glob("run-*.wandb"))):
+        file = next(directory.glob("run-*.wandb"), None)  # none at all when its service was killed before writing
+        for record in read_records(file) if file else []:
             kind = record.WhichOneof("record_type")
             if kind == "run":
                 self.run_id = record.run.run_id

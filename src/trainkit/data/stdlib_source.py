@@ -1,0 +1,53 @@
+"""The Python standard library's own source: a text corpus on every machine, with nothing to download.
+
+    files = stdlib_files()                                   # sorted, test folders left out
+    parts = split_by_file(files, val_fraction=0.1, test_fraction=0.1, seed=0)   # {"train": [...], ...}
+    package_of(path)                                         # "email", "asyncio", ... or "" at the top level
+    corpus_version()                                         # "CPython 3.11.7": the corpus changes with it
+
+Both shipped text examples read it: data=stdlib_functions (one function a sample, labelled by its package)
+and data=text's default corpus (the files' bytes, packed into blocks for a language model). Splits are by
+file, so no file's text is in two splits, and the same seed picks the same files on every machine that
+runs the same Python version. Another Python version has other files and other text: the data
+fingerprint of a run records corpus_version(), so a resume under another Python is refused.
+"""
+
+import platform
+import sysconfig
+from pathlib import Path
+
+from trainkit.data.datasets import carve
+
+# Folders of tests and of installed packages: not the standard library's own code.
+LEFT_OUT = frozenset({"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"})
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_files(root: Path | None = None) -> list[Path]:
+    """The standard library's .py files outside its test folders, sorted by their path below `root`."""
+    root = root or stdlib_root()
+    return sorted(
+        path
+        for path in root.rglob("*.py")
+        if not LEFT_OUT.intersection(path.relative_to(root).parts[:-1]) and path.is_file()
+    )
+
+
+def package_of(path: Path, root: Path | None = None) -> str:
+    """The top-level package a file belongs to (`email/mime/text.py` -> "email"); "" for a top-level module."""
+    parts = path.relative_to(root or stdlib_root()).parts
+    return parts[0] if len(parts) > 1 else ""
+
+
+def corpus_version() -> str:
+    """What decides the corpus's text: the interpreter and its version."""
+    return f"{platform.python_implementation()} {platform.python_version()}"
+
+
+def split_by_file(files: list[Path], val_fraction: float, test_fraction: float, seed: int) -> dict[str, list[Path]]:
+    """Disjoint train/val/test lists of `files`, carved by `seed` (trainkit.data.datasets.carve), each in file order."""
+    parts = carve(len(files), {"test": test_fraction, "val": val_fraction}, seed)
+    return {name: [files[i] for i in parts[name].tolist()] for name in ("train", "val", "test")}
