@@ -141,6 +141,12 @@ def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
     of being pointed at the checkpoint's run directory."""
     try:
         _run_reporting_errors(hydra_main, resumes)
+    except KeyboardInterrupt:  # eval.py's Ctrl-C (train.py's stop handlers turn it into a clean stop)
+        if _user_wants_trace:
+            raise
+        print("interrupted (Ctrl-C): stopped before the end; what was written so far stays", file=sys.stderr)
+        exit_now_if_a_process_group_was_joined(130)
+        sys.exit(130)
     except SystemExit as stop:
         exit_now_if_a_process_group_was_joined(stop.code)
         raise

@@ -75,6 +75,24 @@ def test_a_refused_resume_leaves_every_file_of_the_run_as_it_was(run_train):
         assert hashes_of_every_file(first.run_dir) == before, resume  # no provenance_parts/ either
 
 
+@pytest.mark.slow  # starts DDP workers twice
+def test_a_resume_refused_inside_ddp_workers_is_one_line_and_leaves_every_file_as_it_was(run_train):
+    """The data's fingerprint is checked in the workers (they build the data): rank 0 hands its refusal back
+    to the parent, which refuses the call as one process would, not as a worker's exit code under Hydra's
+    "Error executing job" with the record rewritten."""
+    ddp = ("distributed=ddp", "distributed.nproc_per_node=2")
+    first = run_train("debug=fast", *ddp)
+    before = hashes_of_every_file(first.run_dir)
+    refused = run_train(
+        f"resume={first.run_dir}", "trainer.max_epochs=3", "data.split_seed=5", run_dir=first.run_dir, check=False
+    )
+    assert refused.returncode == 1
+    errors = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: data: the train split holds other values"), errors
+    assert "Error executing job" not in refused.stdout + refused.stderr
+    assert hashes_of_every_file(first.run_dir) == before
+
+
 def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_path):
     from PIL import Image
 

@@ -9,15 +9,23 @@ Stop signals (trainkit.checkpointing.signals): each training process stops clean
 SIGINT. The parent of self-started workers passes the signals on instead of torch's elastic agent
 (which would kill the workers), and a worker's clean stop (or a reported failure) comes back as
 rank 0's result and is raised again here, so the parent exits the way a single process would.
+
+Bad input a worker finds (a ConfigError: a resume's data changed, another number of processes inside an
+epoch) is handed back too: rank 0 writes it to a file the parent named (WORKER_ERROR_ENV) and exits 1, the
+agent stops the other ranks (one that never got there would wait forever), and the parent raises it again as
+its own, so the call is refused as a single process's would be: one line, and the run directory as it was
+(trainkit.checkpointing.refusal), not a worker's exit code under Hydra's "Error executing job".
 """
 
 import atexit
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import signal
 import sys
+import tempfile
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
@@ -49,6 +57,12 @@ from trainkit.runtime import nondeterministic_op_errors, pick_device, set_math_m
 
 log = logging.getLogger(__name__)
 
+# Where a worker's rank 0 writes the ConfigError it refused the run with, for the parent to raise again.
+WORKER_ERROR_ENV = "TRAINKIT_WORKER_CONFIG_ERROR"
+# torch's own lines about a worker that exited 1 (a traceback of its agent, the others terminated): noise for
+# a refusal the parent reports in one line.
+LAUNCH_LOGGERS = ("torch.distributed.elastic.multiprocessing.api", "torch.multiprocessing.spawn")
+
 # The format of conf/config.yaml's hydra.job_logging, for the workers Hydra does not configure.
 LOG_FORMAT, LOG_DATE_FORMAT = "[%(asctime)s] %(message)s", "%H:%M:%S"
 
@@ -66,10 +80,45 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[Dic
     with forward_to_workers():  # from the first second: the workers start with the stop signals blocked
         stop_if_requested_while_starting()  # no worker started yet
         log.info(f"launching {nproc} {cfg.distributed.name.upper()} processes -> {run_dir}")
-        result = launch_local_workers(nproc, script, function, worker_config(cfg), str(run_dir))[0]
+        with config_errors_from_workers():
+            result = launch_local_workers(nproc, script, function, worker_config(cfg), str(run_dir))[0]
         if isinstance(result, (Stopped, RunFailed)):  # the workers stopped cleanly and said why (inside: a
             raise result  # stop on submitit's signal then hands over to submitit's requeue)
     return result
+
+
+@contextlib.contextmanager
+def config_errors_from_workers() -> Iterator[None]:
+    """A ConfigError a worker's rank 0 refused the run with, raised here (in the parent) in place of torch's
+    ChildFailedError; torch's lines about that worker's exit are left out (the file names them as they happen)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    handle, name = tempfile.mkstemp(prefix="trainkit-worker-error-", suffix=".json")
+    os.close(handle)
+    error_file = Path(name)
+
+    def not_about_a_refusal(record: logging.LogRecord) -> bool:
+        return not (error_file.is_file() and error_file.stat().st_size > 0)
+
+    before = os.environ.get(WORKER_ERROR_ENV)
+    os.environ[WORKER_ERROR_ENV] = name  # the spawned workers inherit the environment
+    for name_ in LAUNCH_LOGGERS:
+        logging.getLogger(name_).addFilter(not_about_a_refusal)
+    try:
+        yield
+    except ChildFailedError:
+        refused = json.loads(error_file.read_text() or "null")
+        if refused is None:
+            raise
+        raise ConfigError(refused["key"], refused["message"]) from None
+    finally:
+        for name_ in LAUNCH_LOGGERS:
+            logging.getLogger(name_).removeFilter(not_about_a_refusal)
+        if before is None:
+            os.environ.pop(WORKER_ERROR_ENV, None)
+        else:
+            os.environ[WORKER_ERROR_ENV] = before
+        error_file.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -166,7 +215,7 @@ def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
         result = stop
     except ConfigError as error:  # bad input found late (e.g. a data file): one line, from rank 0
         if proc.is_main:
-            print(f"error: {error}", file=sys.stderr)
+            _hand_back(error)
         sys.exit(1)
     except Exception:
         # Every failing rank prints its own error, as under torchrun: the launcher shows only the first
@@ -177,6 +226,15 @@ def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
     # destructors (see distributed.exit_now_if_a_process_group_was_joined).
     atexit.register(exit_now_if_a_process_group_was_joined, 0)
     return result
+
+
+def _hand_back(error: ConfigError) -> None:
+    """Rank 0's ConfigError to the parent that started the workers (config_errors_from_workers), or printed."""
+    error_file = os.environ.get(WORKER_ERROR_ENV)
+    if not error_file:
+        print(f"error: {error}", file=sys.stderr)
+        return
+    Path(error_file).write_text(json.dumps({"key": error.key, "message": error.message}))
 
 
 def _load(script: str, function: str) -> Callable:

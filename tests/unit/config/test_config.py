@@ -643,3 +643,18 @@ def test_a_config_error_is_recognized_through_the_wrappers_around_it():
     except InstantiationException as wrapped:
         assert caused_by_config_error(wrapped)
     assert not caused_by_config_error(RuntimeError("a bug"))
+
+
+def test_ctrl_c_in_a_script_without_stop_handlers_is_one_line_and_exit_130(monkeypatch, capsys):
+    """eval.py has no stop handlers of train.py's: a Ctrl-C there is a line, not a KeyboardInterrupt traceback."""
+    from trainkit import cli
+
+    def interrupted_main():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "argv", ["eval.py"])
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(SystemExit) as stop:
+        cli.run(interrupted_main, resumes=False)
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == "interrupted (Ctrl-C): stopped before the end; what was written so far stays\n"
