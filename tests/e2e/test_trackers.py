@@ -95,6 +95,8 @@ def test_after_a_sigkill_and_a_resume_each_tracker_holds_every_step_once(run_tra
     parts = sorted((killed.run_dir / "wandb").glob("offline-run-*"))
     rows = [row for part in parts for row in OfflineRun(part).history]
     held = sorted((key, row["step"]) for row in rows for key in row if key in {key for key, _ in expected})
-    assert held == expected
+    on_disk = {str(file.relative_to(killed.run_dir)): file.stat().st_size for file in killed.run_dir.rglob("*.wandb")}
+    said = [line for line in (killed.run_dir / "train.log").read_text().splitlines() if "W&B" in line]
+    assert held == expected, f"W&B files {on_disk}; train.log says {said}"
     syncs = [part for part in parts if any(next(read_records(file), None) for file in part.glob("run-*.wandb"))]
     assert f"wandb sync {' '.join(map(str, syncs))}\n" in (killed.run_dir / "train.log").read_text()

@@ -653,7 +653,7 @@ def test_ctrl_c_in_a_script_without_stop_handlers_is_one_line_and_exit_130(monke
         raise KeyboardInterrupt
 
     monkeypatch.setattr(sys, "argv", ["eval.py"])
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # restored afterwards: cli.run sets it to 1 for Hydra
     with pytest.raises(SystemExit) as stop:
         cli.run(interrupted_main, resumes=False)
     assert stop.value.code == 130
