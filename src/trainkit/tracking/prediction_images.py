@@ -59,6 +59,10 @@ def log_predictions(
 ) -> None:
     """The model's predictions for the `shown` images (first_images), as evaluation sees them
     (eval mode, the eval transform, `tta_flip`), to the loggers, when the task predicts masks."""
+    if callable(sample := getattr(task, "sample_for_logging", None)):  # a language model: a sample of its text
+        if (text := sample(model, shown)) is not None:
+            loggers.log_text(*text, step)
+        return
     images, targets = shown
     model.eval()
     with torch.no_grad(), autocast(precision, device):
