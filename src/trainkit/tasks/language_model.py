@@ -16,6 +16,8 @@ random streams (dropout, shuffles) are left as they were.
 """
 
 import math
+from collections.abc import Mapping
+from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -131,3 +133,31 @@ def sample_text(model: nn.Module, prompt: str, max_new_tokens: int, temperature:
                 seed: int) -> str:
     """The prompt continued by `generate`, as text (the continuation alone)."""
     return decode(generate(model, encode(prompt), max_new_tokens, temperature, top_k, seed))
+
+
+def writes_text(cfg: Mapping) -> bool:
+    """Whether eval.py's predict= is a prompt to continue: the run's task samples text (this task, or one derived)."""
+    from trainkit.tasks.task import task_class
+
+    found = task_class(cfg["task"]["_target_"])
+    return isinstance(found, type) and issubclass(found, LanguageModel)
+
+
+def prompt_of(predict: str) -> str:
+    """eval.py's predict=: a text file's contents, or the text itself."""
+    path = Path(predict).expanduser()
+    try:
+        return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else predict
+    except OSError:  # a prompt too long or odd for a file name
+        return predict
+
+
+def write_samples(model: nn.Module, predict: str, sample: Mapping, path: Path) -> str:
+    """eval.py predict="<a prompt>" (or <a text file>): the prompt and its seeded continuation (`sample`: eval.yaml's
+    max_new_tokens, temperature, top_k, seed), written to `path` (samples.txt) and returned."""
+    prompt = prompt_of(predict)
+    continuation = sample_text(
+        model, prompt, sample["max_new_tokens"], sample["temperature"], sample["top_k"], sample["seed"]
+    )
+    path.write_text(prompt + continuation, encoding="utf-8")
+    return prompt + continuation
