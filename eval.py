@@ -343,7 +343,9 @@ def main(cfg: DictConfig) -> None:
         device = pick_device(cfg.device, 0)
         model, _ = trained_model(cfg, tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))[1], None, device)
         print(write_samples(model, cfg.predict, cfg.sample, out_dir / "samples.txt"))
-        log.info(f"sample of {cfg.sample.max_new_tokens} bytes (sample.seed={cfg.sample.seed}, {source}) -> samples.txt")
+        log.info(
+            f"sample of {cfg.sample.max_new_tokens} bytes (sample.seed={cfg.sample.seed}, {source}) -> samples.txt"
+        )
         return
     if cfg.predict is not None:
         written, count = predict_folder(cfg, out_dir)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -53,9 +54,9 @@ def arguments() -> argparse.Namespace:
 
 def blocks(args: argparse.Namespace) -> tuple:
     """data=text's train and val blocks (the stdlib; test files few: the template tests them at its end)."""
-    data = TextBlocks(name="text", root=None, pattern="*.py", num_classes=256, batch_size=args.batch_size,
-                      eval_batch_size=128, num_workers=0, drop_last=True, shuffle=True, block_size=args.block_size,
-                      val_fraction=0.05, test_fraction=0.01, split_seed=0)
+    options = OmegaConf.load(ROOT / "conf" / "data" / "text.yaml")  # data=text as train.py reads it
+    options.merge_with({"batch_size": args.batch_size, "block_size": args.block_size, "test_fraction": 0.01})
+    data = TextBlocks(**{key: value for key, value in OmegaConf.to_container(options).items() if key != "_target_"})
     splits = data.splits()
     return splits.train, splits.val
 
@@ -74,13 +75,16 @@ def bare_loop(args: argparse.Namespace, train: tuple, val: tuple) -> tuple[float
     model = GPT(256, args.block_size, args.n_layer, args.n_head, args.n_embd, 0.0).to(device)
     matrices = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embedding" not in n]
     others = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embedding" not in n)]
-    optimizer = torch.optim.AdamW([{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}],
-                                  lr=args.lr, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(
+        [{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+    )
     step_model = torch.compile(model) if args.compile else model
     inputs, targets = train[0].to(device), train[1].to(device)
     half, warmup = args.updates // 2, max(1, round(0.2 * args.updates / 2))
     generator, update, seconds = torch.Generator().manual_seed(0), 0, 0.0
-    for epoch in range(2):
+    for _ in range(2):  # two epochs of `half` updates: the second is timed
         order = torch.randperm(len(inputs), generator=generator).to(device)
         started = time.perf_counter()
         for batch in order.split(args.batch_size)[:half]:

@@ -19,7 +19,7 @@ from trainkit.models.gpt import GPT
 from trainkit.tasks.language_model import LanguageModel
 
 sys.path.insert(0, str(ROOT))
-import train  # noqa: E402
+import train
 
 TINY = (
     "experiment=stdlib_gpt",
@@ -169,7 +169,9 @@ def test_two_ranks_of_a_language_model_update_as_one_batch(tmp_path):
     import torch.multiprocessing as mp
 
     out = tmp_path / "weights.pt"
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+    )
     mp.spawn(_two_rank_update, args=(2, str(tmp_path / "init"), str(out)), nprocs=2, join=True)
     whole = weights_after_one_update(one_batch(lm_batches()), accumulate=1)
     torch.testing.assert_close(torch.load(out), whole, rtol=0, atol=1e-6)

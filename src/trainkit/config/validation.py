@@ -247,8 +247,9 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
 
 
 def _block_sizes_agree(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """model=gpt's sizes: the width splits into equal heads, and a model with a context length (model=gpt's block_size) reads blocks of that many tokens: data=text's
-    data.block_size must be the same (model=gpt follows it unless set apart)."""
+    """model=gpt's sizes: its width splits into equal heads, and a model with a context length (model=gpt's
+    block_size) reads blocks of that many tokens, so data=text's data.block_size must be the same (model=gpt
+    follows it unless set apart)."""
     width, heads = cfg.model.get("n_embd"), cfg.model.get("n_head")
     if isinstance(width, int) and isinstance(heads, int) and heads > 0 and width % heads:
         yield "model.n_embd", f"is {width}, not divisible by model.n_head={heads}: each head takes an equal share"

@@ -35,8 +35,14 @@ class LanguageModel(Task):
     headline_metric: ClassVar[str] = "bpb"
     weighs: ClassVar[str] = "tokens"
 
-    def __init__(self, sample_tokens: int = 200, sample_temperature: float = 0.8, sample_top_k: int | None = 40,
-                 sample_seed: int = 0, prompt_bytes: int = 64) -> None:
+    def __init__(
+        self,
+        sample_tokens: int = 200,
+        sample_temperature: float = 0.8,
+        sample_top_k: int | None = 40,
+        sample_seed: int = 0,
+        prompt_bytes: int = 64,
+    ) -> None:
         # The tracker's sample after each validation: the first `prompt_bytes` of the first validation block, continued.
         self.sample_tokens, self.sample_temperature, self.sample_top_k = sample_tokens, sample_temperature, sample_top_k
         self.sample_seed, self.prompt_bytes = sample_seed, prompt_bytes
@@ -75,14 +81,22 @@ class LanguageModel(Task):
         if not self.sample_tokens:
             return None
         prompt = shown[0][0, : self.prompt_bytes].tolist()
-        continuation = generate(model, prompt, self.sample_tokens, self.sample_temperature, self.sample_top_k,
-                                self.sample_seed)
+        continuation = generate(
+            model, prompt, self.sample_tokens, self.sample_temperature, self.sample_top_k, self.sample_seed
+        )
         return "val/sample", decode(prompt) + decode(continuation)
 
 
 @torch.no_grad()
-def generate(model: nn.Module, prompt: list[int], max_new_tokens: int, temperature: float = 1.0,
-             top_k: int | None = None, seed: int = 0, block_size: int | None = None) -> list[int]:
+def generate(
+    model: nn.Module,
+    prompt: list[int],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    block_size: int | None = None,
+) -> list[int]:
     """`max_new_tokens` ids that continue `prompt` (ids), drawn one at a time from the model's last logits:
     the context cropped to `block_size` (default: the model's `block_size`), divided by `temperature`
     (0: the most likely id), cut to the `top_k` most likely. A torch.Generator seeded by `seed` draws them:
@@ -113,8 +127,9 @@ def generate(model: nn.Module, prompt: list[int], max_new_tokens: int, temperatu
 
 def context_length(model: nn.Module) -> int | None:
     """The model's `block_size`, looked up through the wrappers that hide it (EMA's AveragedModel, DDP, compile)."""
-    while not hasattr(model, "block_size") and isinstance(inner := getattr(model, "module", None) or
-                                                          getattr(model, "_orig_mod", None), nn.Module):
+    while not hasattr(model, "block_size") and isinstance(
+        inner := getattr(model, "module", None) or getattr(model, "_orig_mod", None), nn.Module
+    ):
         model = inner
     return getattr(model, "block_size", None)
 
@@ -129,8 +144,9 @@ def decode(ids: list[int]) -> str:
     return bytes(ids).decode("utf-8", errors="replace")
 
 
-def sample_text(model: nn.Module, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None,
-                seed: int) -> str:
+def sample_text(
+    model: nn.Module, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None, seed: int
+) -> str:
     """The prompt continued by `generate`, as text (the continuation alone)."""
     return decode(generate(model, encode(prompt), max_new_tokens, temperature, top_k, seed))
 

@@ -60,8 +60,9 @@ def log_predictions(
     """The model's predictions for the `shown` images (first_images), as evaluation sees them
     (eval mode, the eval transform, `tta_flip`), to the loggers, when the task predicts masks."""
     if callable(sample := getattr(task, "sample_for_logging", None)):  # a language model: a sample of its text
-        if (text := sample(model, shown)) is not None:
-            loggers.log_text(*text, step)
+        if (logged := sample(model, shown)) is not None:
+            key, text = logged
+            loggers.log_text(key, text, step)
         return
     images, targets = shown
     model.eval()

@@ -10,9 +10,21 @@ from trainkit.errors import ConfigError
 
 
 def text_data(root, **keys) -> TextBlocks:
-    options = dict(name="text", root=None if root is None else str(root), pattern="*.txt", num_classes=256, batch_size=4, eval_batch_size=4,
-                   num_workers=0, drop_last=True, shuffle=True, block_size=8, val_fraction=0.2, test_fraction=0.2,
-                   split_seed=0)
+    options = dict(
+        name="text",
+        root=None if root is None else str(root),
+        pattern="*.txt",
+        num_classes=256,
+        batch_size=4,
+        eval_batch_size=4,
+        num_workers=0,
+        drop_last=True,
+        shuffle=True,
+        block_size=8,
+        val_fraction=0.2,
+        test_fraction=0.2,
+        split_seed=0,
+    )
     return TextBlocks(**{**options, **keys})
 
 
