@@ -6,6 +6,7 @@
     python eval.py checkpoint=<run> precision=bf16 trainer.tta_flip=true
     python eval.py checkpoint=<run> distributed=ddp distributed.nproc_per_node=2
     python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or one image file's)
+    python eval.py checkpoint=<run> predict="def fibonacci(n):"  # a language model: the prompt continued (sample.*)
 
 The config is the checkpoint's own (the resolved config the run trained with) with the keys this
 command line sets on top, as a resume takes it; so the data split, eval transform, precision,
@@ -53,6 +54,7 @@ from trainkit.errors import ConfigError
 from trainkit.models import build_model, ema_weights
 from trainkit.runtime import autocast, pick_device, seed_everything
 from trainkit.tasks import evaluate, model_outputs
+from trainkit.tasks.language_model import write_samples, writes_text
 from trainkit.tracking import quiet_known_noise, save_png
 from trainkit.tracking.evaluation_figures import predicted_on, save_figures
 from trainkit.tracking.loggers import strict_json
@@ -337,6 +339,14 @@ def main(cfg: DictConfig) -> None:
     checkpoint = Path(cfg.checkpoint)
     run_dir = run_dir_of(checkpoint)
     source = f"{checkpoint.parent.name}/{checkpoint.name} of {run_dir}" if run_dir else str(checkpoint)
+    if cfg.predict is not None and writes_text(cfg):  # a language model: the prompt (or a text file) continued
+        device = pick_device(cfg.device, 0)
+        model, _ = trained_model(cfg, tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))[1], None, device)
+        print(write_samples(model, cfg.predict, cfg.sample, out_dir / "samples.txt"))
+        log.info(
+            f"sample of {cfg.sample.max_new_tokens} bytes (sample.seed={cfg.sample.seed}, {source}) -> samples.txt"
+        )
+        return
     if cfg.predict is not None:
         written, count = predict_folder(cfg, out_dir)
         log.info(f"predictions for {count} image{'s' if count != 1 else ''} ({source}) -> {written}")

@@ -184,7 +184,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     accumulate, num_batches = trainer.accumulate_grad_batches, batches_per_epoch(run.cfg, run.data.train)
     progress = tqdm(total=num_batches, initial=run.batches_done, desc=f"epoch {run.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
-    totals = EpochTotals(device, run.data.kind == "tokens", run.data.pad_id)  # on the device until logged
+    totals = EpochTotals(device, run.data.kind == "tokens", run.data.pad_id, run.model)  # on the device until logged
     mid_epoch_saves, compile_seconds = 0, None
     run.timer.start_epoch(device, skip_first=compiling)  # trainkit.tracking.timing: no per-step host-device sync
     for i, batch in enumerate(run.data.train, start=run.batches_done):
@@ -346,7 +346,7 @@ def start_logging(run: Run, provenance: dict) -> None:
     if run.cfg.logger.get("log_images", False) and run.data.kind == "image" and not run.cfg.resume:  # once a run
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
         run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.step)
-    if run.cfg.logger.get("log_predictions", 0) and run.data.kind == "image":
+    if run.cfg.logger.get("log_predictions", 0) and run.data.kind in ("image", "tokens"):  # tokens: a text sample
         run.shown = first_images(run.data.val, run.task, run.cfg.logger.log_predictions, run.device)
 
 

@@ -120,6 +120,32 @@ else
   echo "FAIL micro_batch_auto_oom_halved: no caught CUDA out-of-memory error, or no size found (log: $out/micro_batch_auto_oom.log)"
   status=1
 fi
+# The language model (experiment=stdlib_gpt): flash attention in bf16, then a bf16 + compile run with train/mfu.
+if python -c "
+import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+q = torch.randn(8, 6, 256, 64, device='cuda', dtype=torch.bfloat16)
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    F.scaled_dot_product_attention(q, q, q, is_causal=True)
+" >"$out/lm_flash_attention.log" 2>&1
+then echo "PASS lm_flash_attention: scaled_dot_product_attention(is_causal=True) runs on the flash kernel in bf16"
+else echo "FAIL lm_flash_attention: no flash kernel for bf16 causal attention (log: $out/lm_flash_attention.log)"; status=1
+fi
+lm=$out/lm_bf16_compile
+if python train.py experiment=stdlib_gpt "hydra.run.dir=$lm" print_config=false trainer.progress_bar=false \
+     precision=bf16 trainer.compile=true data.batch_size=64 data.block_size=256 model.n_layer=6 model.n_head=6 \
+     model.n_embd=384 trainer.max_epochs=2 >"$lm.log" 2>&1 \
+   && line=$(python -c "
+import json
+s = json.load(open('$lm/summary.json')); f = s['final']
+assert 'train/mfu' in f, 'no train/mfu in summary.json'
+print(f\"test/bpb {s['test']['test/bpb']:.4f} {f['train/tokens_per_sec']:,.0f} tokens/s mfu {f['train/mfu']:.1%} {s['wall_seconds']:.0f}s\")
+")
+then echo "PASS lm_bf16_compile_mfu: $line"
+else echo "FAIL lm_bf16_compile_mfu (log: $lm.log)"; tail -5 "$lm.log"; status=1
+fi
+python scripts/lm_speed.py --device cuda --precision bf16 --compile --updates 200 --batch-size 64 \
+  || { echo "FAIL lm_speed"; status=1; }
 python scripts/benchmark_overhead.py --repeats 3 trainer.progress_bar=false
 # The optimization ladder (scripts/benchmark.py): the speed-run net on 40,000 synthetic 32x32 PNGs, baseline
 # file loader -> workers + pinned -> cached on the GPU -> bf16 -> channels_last -> compile -> DDP (2+ GPUs).

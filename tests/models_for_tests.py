@@ -11,6 +11,7 @@ from torch import nn
 
 from trainkit.checkpointing import signals
 from trainkit.distributed.process_group import process_info
+from trainkit.models.gpt import GPT
 from trainkit.models.small_cnn import SmallCNN
 
 
@@ -223,3 +224,18 @@ class TableNet(nn.Module):
 
     def forward(self, x):
         return self.linear(x)
+
+
+class PreemptedGPT(GPT):
+    """The GPT whose rank 0 sends itself SIGTERM in its `preempt_at`-th training forward pass (0: never)."""
+
+    def __init__(self, *args, preempt_at: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.train_calls, self.preempt_at = 0, preempt_at
+
+    def forward(self, tokens):
+        if self.training:
+            self.train_calls += 1
+            if process_info().rank == 0 and self.train_calls == self.preempt_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return super().forward(tokens)

@@ -151,6 +151,8 @@ RULES: dict[str, Check] = {
     "data.drop_last": flag(),
     "data.shuffle": flag(),
     "data.skip_bad_files": flag(),
+    "data.block_size": integer(1),  # data=text: bytes a block (the model's context)
+    "data.pattern": text(),  # data=text: the files under data.root (a recursive glob)
     "model.name": text(),
     "model.pretrained": flag(),
     "model.widths": numbers(1, whole=True),
@@ -160,6 +162,9 @@ RULES: dict[str, Check] = {
     "finetune.input_size": integer(1, null=True),
     "model.drop_path_rate": number(0, below=1),
     "model.stem_width": integer(1),
+    "model.n_layer": integer(1),  # model=gpt
+    "model.n_head": integer(1),
+    "model.n_embd": integer(1),
     "model.logit_scale": number(above=0),
     "optimizer.lr": number(above=0),
     "optimizer.weight_decay": number(0),

@@ -246,6 +246,22 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
     )
 
 
+def _block_sizes_agree(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """model=gpt's sizes: its width splits into equal heads, and a model with a context length (model=gpt's
+    block_size) reads blocks of that many tokens, so data=text's data.block_size must be the same (model=gpt
+    follows it unless set apart)."""
+    width, heads = cfg.model.get("n_embd"), cfg.model.get("n_head")
+    if isinstance(width, int) and isinstance(heads, int) and heads > 0 and width % heads:
+        yield "model.n_embd", f"is {width}, not divisible by model.n_head={heads}: each head takes an equal share"
+    model_block, data_block = cfg.model.get("block_size"), cfg.data.get("block_size")
+    if isinstance(model_block, int) and isinstance(data_block, int) and model_block != data_block:
+        yield (
+            "model.block_size",
+            f"is {model_block}, but data.block_size is {data_block}: the model's context is the data's block; "
+            f"set data.block_size={model_block} (model.block_size follows it)",
+        )
+
+
 def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A model whose class says what its input's side must be divisible by (`input_size_multiple`,
     a function of some of its constructor's arguments: the U-Net halves the size once a level) is
@@ -489,6 +505,7 @@ RELATIONS = (
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),
     Relation(("model._target_", "data.image_size", "finetune.input_size"), _input_size_fits_the_model),
+    Relation(("model.block_size", "data.block_size", "model.n_embd", "model.n_head"), _block_sizes_agree),
 )
 
 

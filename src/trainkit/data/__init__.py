@@ -142,7 +142,7 @@ def build_data(
         image_size=image_size,
         mean=per_channel(data.mean, data.channels) if isinstance(data, ImageData) else None,
         std=per_channel(data.std, data.channels) if isinstance(data, ImageData) else None,
-        fingerprint=data_fingerprint(made),
+        fingerprint=data_fingerprint(made, data.source()),
         option=data,
     )
 

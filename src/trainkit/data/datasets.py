@@ -81,6 +81,11 @@ class Data:
     def splits(self) -> Splits | FileSplits:
         raise NotImplementedError(f"{type(self).__name__} must define splits()")
 
+    def source(self) -> str | None:
+        """What decides the data besides its fields and files, for the run's data fingerprint (a resume elsewhere
+        compares it): the standard library's Python version for a corpus read from it; None here."""
+        return None
+
     def batch_transform(self, augmentation: Any, input_size: int | None, channels_last: bool, train: bool) -> nn.Module:
         """What runs on the device between the loader and the model, on whole batches (train.py, evaluation,
         eval.py and the finders apply it). None here: the batches go to the model as they are."""

@@ -28,11 +28,12 @@ CHECKED_SAMPLES = 10_000  # in-memory data: enough to notice other data, cheap o
 SPLITS = ("train", "val", "test")
 
 
-def data_fingerprint(splits: Any) -> dict:
+def data_fingerprint(splits: Any, source: str | None = None) -> dict:
     """The fingerprint of a Splits (tensors) or FileSplits (datasets): plain containers, as a
-    checkpoint holds them (torch.load(weights_only=True))."""
+    checkpoint holds them (torch.load(weights_only=True)). `source`: what else decides the data
+    (Data.source(): the Python version of the standard library's text), kept when given."""
     made = {name: getattr(splits, name) for name in SPLITS}
-    classes = {"classes": splits.num_classes}
+    classes = {"classes": splits.num_classes, **({"source": source} if source else {})}
     if all(isinstance(split, tuple) for split in made.values()):  # Splits: (images, labels) tensors
         return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
     if not all(hasattr(dataset, "samples") for dataset in made.values()):  # yours, without (path, label) samples
@@ -65,6 +66,8 @@ def check_same_data(saved: dict | None, now: dict) -> None:
     if not saved or not now:
         return
     changes = [change for name in SPLITS if (change := _change(name, saved.get(name, {}), now[name]))]
+    if saved.get("source", now.get("source")) != now.get("source"):  # the stdlib's text under another Python
+        changes.insert(0, f"the data is the {now.get('source')}, was the {saved.get('source')}")
     if saved.get("classes", now["classes"]) != now["classes"]:  # an image folder's class folders
         changes.insert(0, f"{now['classes']} classes where there were {saved['classes']}")
     if changes:

@@ -17,14 +17,19 @@ parts since the last update weigh: the loop divides a tokens task's gradients by
 import time
 
 import torch
+from torch import nn
 
 from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.tasks.task import Task
+from trainkit.tracking.mfu import flops_per_token, model_flops_utilization
 
 
 class EpochTotals:
-    def __init__(self, device: torch.device, tokens: bool = False, pad_id: int | None = None) -> None:
+    def __init__(
+        self, device: torch.device, tokens: bool = False, pad_id: int | None = None, model: nn.Module | None = None
+    ) -> None:
         self.device = device
+        self.flops_per_token = flops_per_token(model) if model is not None and device.type == "cuda" else None
         # On the device, summed in place: few small ops a batch, nothing allocated for the sums.
         self.loss_sum = torch.zeros((), device=device)
         self.weight_sum = torch.zeros((), device=device)  # what the losses weigh: samples, or real tokens
@@ -109,4 +114,8 @@ class EpochTotals:
         if self.tokens:
             metrics["train/tokens_per_sec"] = (real - untimed_real) / seconds
             metrics["train/padding_fraction"] = 1 - real / max(slots, 1)
+            world_size = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+            per_gpu = metrics["train/tokens_per_sec"] / world_size  # CUDA, a model with flops_per_token(): train/mfu
+            if (mfu := model_flops_utilization(per_gpu, self.flops_per_token, self.device)) is not None:
+                metrics["train/mfu"] = mfu
         return metrics

@@ -59,6 +59,11 @@ def log_predictions(
 ) -> None:
     """The model's predictions for the `shown` images (first_images), as evaluation sees them
     (eval mode, the eval transform, `tta_flip`), to the loggers, when the task predicts masks."""
+    if callable(sample := getattr(task, "sample_for_logging", None)):  # a language model: a sample of its text
+        if (logged := sample(model, shown)) is not None:
+            key, text = logged
+            loggers.log_text(key, text, step)
+        return
     images, targets = shown
     model.eval()
     with torch.no_grad(), autocast(precision, device):

@@ -57,9 +57,17 @@ def epoch_line(epoch: int, train_metrics: dict, val: dict, improved: bool) -> st
     val_metrics = "".join(f"  val/{name} {value:.4f}" for name, value in val.items() if name != "samples")
     return (
         f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}{val_metrics}  lr {train_metrics['lr']:.2e}  "
-        f"{train_metrics['train/samples_per_sec']:,.0f} samples/s{epoch_line_extras(train_metrics)}"
+        f"{throughput(train_metrics)}{epoch_line_extras(train_metrics)}"
         f"{'  *' if improved else ''}"
     )
+
+
+def throughput(train_metrics: dict) -> str:
+    """`N samples/s`; token data `N tokens/s`, and on CUDA for a model that counts its FLOPs `mfu N%`."""
+    if "train/tokens_per_sec" not in train_metrics:
+        return f"{train_metrics['train/samples_per_sec']:,.0f} samples/s"
+    mfu = f"  mfu {train_metrics['train/mfu']:.1%}" if "train/mfu" in train_metrics else ""
+    return f"{train_metrics['train/tokens_per_sec']:,.0f} tokens/s{mfu}"
 
 
 def write_summary(

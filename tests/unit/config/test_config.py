@@ -38,6 +38,8 @@ REQUIRED_BY_OPTION = {
     "augmentation=randaugment": ["data=imagefolder", "data.root=/data/images"],
     "augmentation=trivialaugment": ["data=imagefolder", "data.root=/data/images"],
     "experiment=finetune_imagefolder": ["data.root=/data/images", "finetune.pretrained_path=/weights/resnet18.pt"],
+    "model=gpt": ["data=text", "task=language_model"],  # its context is data=text's block_size
+    "data=text": ["model=gpt", "task=language_model"],  # bytes: model=cnn reads data.channels
 }
 
 
@@ -80,6 +82,11 @@ TABLE = [  # the digits as a table (tests/data_for_tests.py): data that is not i
 # ---- one case per rule: (overrides, the key the error names) --------------------------------
 
 RULE_CASES = [
+    (["experiment=stdlib_gpt", "data.block_size=0"], "data.block_size"),
+    (["experiment=stdlib_gpt", "data.pattern=3"], "data.pattern"),
+    (["experiment=stdlib_gpt", "model.n_layer=0"], "model.n_layer"),
+    (["experiment=stdlib_gpt", "model.n_head=0"], "model.n_head"),
+    (["experiment=stdlib_gpt", "model.n_embd=-1"], "model.n_embd"),
     (["seed=-1"], "seed"),
     (["seed=1.5"], "seed"),
     (["device=gpu"], "device"),
@@ -262,6 +269,10 @@ RULE_CASES = [
 
 # Keys that contradict each other, or settings the chosen options need.
 RELATION_CASES = [
+    (["experiment=stdlib_gpt", "model.block_size=64"], "model.block_size"),
+    (["experiment=stdlib_gpt", "model.n_head=3"], "model.n_embd"),
+    (["experiment=stdlib_gpt", "augmentation=shift"], "augmentation"),  # image augmentation on text
+    (["experiment=stdlib_gpt", "trainer.tta_flip=true"], "trainer.tta_flip"),
     (["required=[trainer.max_steps]"], "trainer.max_steps"),
     (["experiment=shapes_segmentation", "task.class_names=[background,circle]"], "task.class_names"),
     (["required=[trainer.max_stepz]"], "required"),

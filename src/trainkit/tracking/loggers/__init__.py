@@ -84,6 +84,10 @@ class Loggers:
         for logger in self.loggers:
             logger.log_masks(key, images, true_masks, predicted_masks, class_names, step)
 
+    def log_text(self, key: str, text: str, step: int) -> None:
+        for logger in self.loggers:
+            logger.log_text(key, text, step)
+
     def summary(self, values: dict) -> None:
         for logger in self.loggers:
             logger.summary(values)

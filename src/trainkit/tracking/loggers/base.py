@@ -82,6 +82,9 @@ class Logger:
     ) -> None:
         """`images`: uint8 RGB [N, H, W, 3]; the masks: class indices [N, H, W]; all on the CPU."""
 
+    def log_text(self, key: str, text: str, step: int) -> None:
+        """A piece of text at `step` (a language model's sample after each validation); nothing by default."""
+
     def summary(self, values: dict) -> None:
         pass
 

@@ -150,6 +150,15 @@ class MlflowLogger(Logger):
         except Exception as error:
             self._fail("image logging failed", error)
 
+    def log_text(self, key: str, text: str, step: int) -> None:
+        """An artifact a step: text/<key>_<step>.txt."""
+        if self.client is None:
+            return
+        try:
+            self.client.log_text(self.run_id, text, f"text/{key.replace('/', '_')}_{step}.txt")
+        except Exception as error:
+            self._fail("text logging failed", error)
+
     def summary(self, values: dict) -> None:
         self.last_values = values  # logged at finish, at the run's last step
 

@@ -60,6 +60,9 @@ class TensorBoardLogger(Logger):
                 image = np.asarray(picture.convert("RGB"))
         self.writer.add_image(key, image, step, dataformats="HWC")
 
+    def log_text(self, key: str, text: str, step: int) -> None:
+        self.writer.add_text(key, indented(text), step)  # verbatim (indented: not read as Markdown)
+
     def summary(self, values: dict) -> None:
         """The hyperparameters (the flattened config) beside the final metrics, in the HPARAMS tab.
         run_name is this run's own folder (an absolute path joined to the logdir is itself), not the

@@ -117,6 +117,16 @@ class WandbLogger(Logger):
             except Exception as error:
                 self._fail("image logging failed", error)
 
+    def log_text(self, key: str, text: str, step: int) -> None:
+        """The text as a preformatted block (W&B's HTML panel: its lines and spaces as they are)."""
+        if self.run is not None:
+            import html
+
+            try:
+                self.run.log({key: self.wandb.Html(f"<pre>{html.escape(text)}</pre>"), "step": step})
+            except Exception as error:
+                self._fail("text logging failed", error)
+
     def log_masks(
         self, key: str, images: Tensor, true_masks: Tensor, predicted_masks: Tensor, class_names: list[str], step: int
     ) -> None:

@@ -1,0 +1,179 @@
+"""A language model: next-token cross-entropy over every real token, bits per byte, and sampling.
+
+    task: language_model            # conf/task/language_model.yaml
+    inputs, targets                 # [B, T] token ids (data=text: bytes), targets the inputs shifted by one
+    loss                            # the mean over the batch's real tokens (targets != -100)
+    val/loss, val/bpb, val/token_acc  # per token: nats, bits (loss / ln 2; bytes: bits per byte), top-1 accuracy
+
+The task weighs tokens (`weighs = "tokens"`): an update's loss is the mean over all of its real tokens,
+across micro-batches, accumulated batches and ranks (trainkit.tasks.weighting). Token data may arrive as
+uint8 bytes; the task casts it to int64 ids on the device.
+
+Sampling (`generate`, `sample_text`): eval.py's `predict="<a prompt>"` and the text the trackers show
+after each validation (`logger.log_predictions`, `sample_for_logging`). A torch.Generator seeded by
+`sample.seed` draws every token, so a sample is the same for the same weights and seed, and the global
+random streams (dropout, shuffles) are left as they were.
+"""
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from trainkit.tasks.task import Task
+
+IGNORE = -100  # a target the loss and the metrics skip (padding)
+
+
+class LanguageModel(Task):
+    metric_names: ClassVar[tuple[str, ...]] = ("bpb", "token_acc")
+    minimized_metrics: ClassVar[tuple[str, ...]] = ("bpb",)
+    headline_metric: ClassVar[str] = "bpb"
+    weighs: ClassVar[str] = "tokens"
+
+    def __init__(
+        self,
+        sample_tokens: int = 200,
+        sample_temperature: float = 0.8,
+        sample_top_k: int | None = 40,
+        sample_seed: int = 0,
+        prompt_bytes: int = 64,
+    ) -> None:
+        # The tracker's sample after each validation: the first `prompt_bytes` of the first validation block, continued.
+        self.sample_tokens, self.sample_temperature, self.sample_top_k = sample_tokens, sample_temperature, sample_top_k
+        self.sample_seed, self.prompt_bytes = sample_seed, prompt_bytes
+
+    def inputs_and_targets(self, batch: tuple[Tensor, Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
+        inputs, targets = batch
+        return inputs.to(device, non_blocking=True).long(), targets.to(device, non_blocking=True).long()
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(outputs.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
+
+    def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        real = targets.flatten() != IGNORE
+        return F.cross_entropy(outputs.flatten(0, 1).float()[real], targets.flatten()[real], reduction="none")
+
+    def empty_metric_sums(self, device: torch.device) -> Tensor:
+        return torch.zeros(3, device=device)  # nats summed over real tokens, right predictions, real tokens
+
+    def metric_sums(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        flat_outputs, flat_targets = outputs.flatten(0, 1).float(), targets.flatten()
+        nats = F.cross_entropy(flat_outputs, flat_targets, ignore_index=IGNORE, reduction="sum")
+        real = flat_targets != IGNORE
+        right = ((flat_outputs.argmax(dim=-1) == flat_targets) & real).sum()
+        return torch.stack([nats, right.float(), real.sum().float()])
+
+    def metrics(self, sums: Tensor) -> dict[str, float]:
+        nats, right, count = sums.tolist()
+        return {"bpb": nats / max(count, 1) / math.log(2), "token_acc": right / max(count, 1)}
+
+    def predict(self, outputs: Tensor) -> dict[str, Tensor]:
+        return {"next_token": outputs.argmax(dim=-1)}
+
+    def sample_for_logging(self, model: nn.Module, shown: tuple[Tensor, Tensor]) -> tuple[str, str] | None:
+        """(the key, the text) the trackers show after each validation: the first `prompt_bytes` of the
+        first shown validation block and a seeded continuation; None when no sample is asked for."""
+        if not self.sample_tokens:
+            return None
+        prompt = shown[0][0, : self.prompt_bytes].tolist()
+        continuation = generate(
+            model, prompt, self.sample_tokens, self.sample_temperature, self.sample_top_k, self.sample_seed
+        )
+        return "val/sample", decode(prompt) + decode(continuation)
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    prompt: list[int],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    block_size: int | None = None,
+) -> list[int]:
+    """`max_new_tokens` ids that continue `prompt` (ids), drawn one at a time from the model's last logits:
+    the context cropped to `block_size` (default: the model's `block_size`), divided by `temperature`
+    (0: the most likely id), cut to the `top_k` most likely. A torch.Generator seeded by `seed` draws them:
+    the same ids for the same weights and seed, and no global random stream touched. Every id is < the
+    model's vocabulary (its logits' last dimension)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    limit = block_size or context_length(model)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    tokens = torch.tensor([prompt or [ord("\n")]], dtype=torch.long, device=device)  # an empty prompt: a newline
+    start = tokens.shape[1]
+    for _ in range(max_new_tokens):
+        context = tokens if limit is None else tokens[:, -limit:]
+        logits = model(context)[:, -1, :].float()
+        if temperature <= 0:
+            chosen = logits.argmax(dim=-1, keepdim=True)
+        else:
+            logits = logits / temperature
+            if top_k:
+                kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, -math.inf)
+            chosen = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
+        tokens = torch.cat([tokens, chosen], dim=1)
+    model.train(was_training)
+    return tokens[0, start:].tolist()
+
+
+def context_length(model: nn.Module) -> int | None:
+    """The model's `block_size`, looked up through the wrappers that hide it (EMA's AveragedModel, DDP, compile)."""
+    while not hasattr(model, "block_size") and isinstance(
+        inner := getattr(model, "module", None) or getattr(model, "_orig_mod", None), nn.Module
+    ):
+        model = inner
+    return getattr(model, "block_size", None)
+
+
+def encode(text: str) -> list[int]:
+    """Text as its UTF-8 bytes: the ids of data=text."""
+    return list(text.encode("utf-8"))
+
+
+def decode(ids: list[int]) -> str:
+    """Bytes as text; a byte sequence that is not UTF-8 (a model may cut a character) shows as U+FFFD."""
+    return bytes(ids).decode("utf-8", errors="replace")
+
+
+def sample_text(
+    model: nn.Module, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None, seed: int
+) -> str:
+    """The prompt continued by `generate`, as text (the continuation alone)."""
+    return decode(generate(model, encode(prompt), max_new_tokens, temperature, top_k, seed))
+
+
+def writes_text(cfg: Mapping) -> bool:
+    """Whether eval.py's predict= is a prompt to continue: the run's task samples text (this task, or one derived)."""
+    from trainkit.tasks.task import task_class
+
+    found = task_class(cfg["task"]["_target_"])
+    return isinstance(found, type) and issubclass(found, LanguageModel)
+
+
+def prompt_of(predict: str) -> str:
+    """eval.py's predict=: a text file's contents, or the text itself."""
+    path = Path(predict).expanduser()
+    try:
+        return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else predict
+    except OSError:  # a prompt too long or odd for a file name
+        return predict
+
+
+def write_samples(model: nn.Module, predict: str, sample: Mapping, path: Path) -> str:
+    """eval.py predict="<a prompt>" (or <a text file>): the prompt and its seeded continuation (`sample`: eval.yaml's
+    max_new_tokens, temperature, top_k, seed), written to `path` (samples.txt) and returned."""
+    prompt = prompt_of(predict)
+    continuation = sample_text(
+        model, prompt, sample["max_new_tokens"], sample["temperature"], sample["top_k"], sample["seed"]
+    )
+    path.write_text(prompt + continuation, encoding="utf-8")
+    return prompt + continuation

@@ -1,0 +1,204 @@
+"""experiment=stdlib_gpt end to end, on a tiny GPT and a small corpus: train.py trains it, eval.py gives the test
+bits per byte of summary.json and samples a prompt's continuation, seeded; an update's loss is the mean over its
+tokens however they fall into accumulated batches and ranks; resume, DDP and FSDP agree."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import ROOT, run_here
+from helpers import assert_same_training
+from trainkit.data import DataBundle
+from trainkit.data.stdlib_source import stdlib_files
+from trainkit.distributed.process_group import ProcessInfo
+from trainkit.models.gpt import GPT
+from trainkit.tasks.language_model import LanguageModel
+
+sys.path.insert(0, str(ROOT))
+import train
+
+TINY = (
+    "experiment=stdlib_gpt",
+    "data.block_size=32",
+    "data.batch_size=8",
+    "data.eval_batch_size=64",
+    "data.val_fraction=0.2",
+    "data.test_fraction=0.2",
+    "model.n_layer=1",
+    "model.n_head=2",
+    "model.n_embd=32",
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=6",
+    "trainer.limit_val_batches=2",
+    "trainer.progress_bar=false",
+    "print_config=false",
+)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """Twenty files of the standard library, copied: a corpus of ~0.3 MB."""
+    folder = tmp_path_factory.mktemp("corpus")
+    for k, path in enumerate(stdlib_files()[:20]):
+        (folder / f"{k:02d}_{path.name}").write_bytes(path.read_bytes())
+    return folder
+
+
+def tiny(corpus: Path, *overrides: str) -> tuple[str, ...]:
+    return (*TINY, f"data.root={corpus}", *overrides)
+
+
+def test_a_run_tests_in_bits_per_byte_and_eval_py_gives_the_same_and_samples_a_prompt(run_train, corpus, tmp_path):
+    run = run_train(*tiny(corpus))
+    assert run.summary["optimized_metric"] == "val/bpb"
+    epochs = run.epoch_metrics()
+    assert epochs[-1]["train/tokens_per_sec"] > 0 and epochs[-1]["train/padding_fraction"] == 0
+    assert epochs[-1]["val/bpb"] == pytest.approx(epochs[-1]["val/loss"] / 0.6931471805599453)
+    assert epochs[-1]["val/bpb"] < 8  # learning: ln(256) nats is 8 bits
+
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'eval'}", f"checkpoint={run.run_dir}")
+    assert code == 0, stderr[-3000:]
+    import json
+
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert {key: metrics[key] for key in run.summary["test"]} == pytest.approx(run.summary["test"], rel=1e-6)
+
+    def sample(name: str, *overrides: str) -> str:
+        out = tmp_path / name
+        code, stdout, stderr = run_here("eval.py", f"hydra.run.dir={out}", f"checkpoint={run.run_dir}", *overrides)
+        assert code == 0, stderr[-3000:]
+        text = (out / "samples.txt").read_text(encoding="utf-8")
+        assert text in stdout
+        return text
+
+    prompt = "def fibonacci(n):"
+    first = sample("s1", f"predict='{prompt}'", "sample.max_new_tokens=40")
+    assert first.startswith(prompt) and len(first.encode()) >= len(prompt) + 20  # 40 bytes, some may decode as one
+    assert sample("s2", f"predict='{prompt}'", "sample.max_new_tokens=40") == first
+    assert sample("s3", f"predict='{prompt}'", "sample.max_new_tokens=40", "sample.seed=1") != first
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text("import os\n")
+    assert sample("s4", f"predict={prompt_file}", "sample.max_new_tokens=10").startswith("import os\n")
+
+
+def test_the_trackers_get_a_text_sample_after_each_validation(run_train, corpus):
+    run = run_train(*tiny(corpus, "logger=tensorboard", "+logger.log_predictions=1", "task.sample_tokens=20"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run.run_dir), size_guidance={"tensors": 0})
+    events.Reload()
+    samples = events.Tensors("val/sample/text_summary")
+    assert [event.step for event in samples] == [6, 12]
+
+
+def test_image_augmentation_and_flips_are_refused_on_text_in_one_line(run_train, corpus):
+    refused = run_train(*tiny(corpus, "augmentation=shift"), check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: augmentation: ")
+
+
+# ---- the per-token weighting, through train.py's own loop --------------------------------------
+
+
+def lm_batches(seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Four batches of 16-byte blocks, their targets partly ignored (-100) so that batches weigh unevenly."""
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for rows, ignored in [(2, 10), (3, 0), (1, 15), (2, 4)]:
+        inputs = torch.randint(0, 256, (rows, 16), generator=generator)
+        targets = torch.randint(0, 256, (rows, 16), generator=generator)
+        targets[0, 16 - ignored :] = -100
+        out.append((inputs, targets))
+    return out
+
+
+def lm_run(batches, accumulate: int, micro_batch_size: int | None = None) -> train.Run:
+    trainer = {"accumulate_grad_batches": accumulate, "micro_batch_size": micro_batch_size, "grad_clip": None,
+               "limit_train_batches": None, "max_steps": None, "log_every_n_steps": 1000,
+               "checkpoint_every_n_steps": None}  # fmt: skip
+    cfg = OmegaConf.create({"trainer": trainer, "precision": {"name": "fp32"}})
+    run = train.Run(cfg, Path("unused"), ProcessInfo(), torch.device("cpu"))
+    run.data = DataBundle(batches, batches, batches, num_classes=256, kind="tokens", pad_id=None)
+    torch.manual_seed(0)
+    run.model = run.trained_model = GPT(block_size=16, n_layer=1, n_head=2, n_embd=16)
+    run.train_transform = run.eval_transform = torch.nn.Identity()
+    run.task = LanguageModel()
+    run.optimizer = torch.optim.SGD(run.model.parameters(), lr=1.0)
+    run.scheduler = torch.optim.lr_scheduler.LambdaLR(run.optimizer, lambda step: 1.0)
+    run.scaler = torch.amp.GradScaler("cpu", enabled=False)
+    return run
+
+
+def weights_after_one_update(batches, accumulate: int, micro_batch_size: int | None = None) -> torch.Tensor:
+    run = lm_run(batches, accumulate, micro_batch_size)
+    train.train_one_epoch(run, show_progress=False)
+    assert run.step == 1
+    return torch.cat([p.detach().flatten() for p in run.model.parameters()])
+
+
+def one_batch(batches) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(torch.cat([i for i, _ in batches]), torch.cat([t for _, t in batches]))]
+
+
+def test_accumulated_and_micro_batches_of_a_language_model_update_as_one_batch():
+    batches = lm_batches()
+    whole = weights_after_one_update(one_batch(batches), accumulate=1)
+    torch.testing.assert_close(weights_after_one_update(batches, accumulate=4), whole, rtol=0, atol=1e-6)
+    torch.testing.assert_close(weights_after_one_update(one_batch(batches), 1, 32), whole, rtol=0, atol=1e-6)
+
+
+def _two_rank_update(rank: int, world_size: int, init_file: str, out: str) -> None:
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        run = lm_run(lm_batches()[rank::2], accumulate=2)
+        run.proc = ProcessInfo(rank=rank, world_size=world_size)
+        run.trained_model = torch.nn.parallel.DistributedDataParallel(run.model)
+        train.train_one_epoch(run, show_progress=False)
+        if rank == 0:
+            torch.save(torch.cat([p.detach().flatten() for p in run.model.parameters()]), out)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow  # two processes
+def test_two_ranks_of_a_language_model_update_as_one_batch(tmp_path):
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "weights.pt"
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+    )
+    mp.spawn(_two_rank_update, args=(2, str(tmp_path / "init"), str(out)), nprocs=2, join=True)
+    whole = weights_after_one_update(one_batch(lm_batches()), accumulate=1)
+    torch.testing.assert_close(torch.load(out), whole, rtol=0, atol=1e-6)
+
+
+# ---- resume, DDP, FSDP ------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # three subprocess runs
+def test_a_language_model_stopped_by_sigterm_inside_an_epoch_resumes_exactly(run_train, corpus, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
+    preempting = tiny(corpus, "model._target_=models_for_tests.PreemptedGPT", "trainer.log_every_n_steps=1",
+                      "regularization.early_stopping.enabled=false")  # fmt: skip
+    straight = run_train(*preempting, "+model.preempt_at=0", isolated=True)
+    preempted = run_train(*preempting, "+model.preempt_at=9", isolated=True, check=False)
+    assert preempted.returncode == 75, preempted.stderr[-3000:]
+    resumed = run_train("resume=auto", *preempting, "+model.preempt_at=0", run_dir=preempted.run_dir, isolated=True)
+    assert "at epoch 1, batch 3, step 9" in resumed.stdout + resumed.stderr
+    assert_same_training(resumed, straight)
+
+
+@pytest.mark.slow  # two 2-process runs
+def test_fsdp_with_a_shard_unit_a_block_trains_as_ddp_does(run_train, corpus):
+    two = ("distributed.nproc_per_node=2", "regularization.early_stopping.enabled=false")
+    ddp = run_train(*tiny(corpus, "distributed=ddp", *two))
+    fsdp = run_train(*tiny(corpus, "distributed=fsdp", "distributed.blocks=[Block]", *two))
+    assert ddp.summary["world_size"] == fsdp.summary["world_size"] == 2
+    for key in ("val/loss", "val/bpb", "lr", "step"):
+        assert fsdp.epoch_metrics()[-1][key] == pytest.approx(ddp.epoch_metrics()[-1][key], rel=1e-5), key
+    assert fsdp.summary["test"] == pytest.approx(ddp.summary["test"], rel=1e-5)
