@@ -7,13 +7,14 @@
     python eval.py checkpoint=<run> distributed=ddp distributed.nproc_per_node=2
     python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or one image file's)
     python eval.py checkpoint=<run> predict="def fibonacci(n):"  # a language model: the prompt continued (sample.*)
+    python eval.py checkpoint=<run> predict=path/to/texts   # token data: each .txt file's class
 
 The config is the checkpoint's own (the resolved config the run trained with) with the keys this
 command line sets on top, as a resume takes it; so the data split, eval transform, precision,
 weights (the EMA where the run used one) and tta_flip are the run's, and the numbers equal its
 summary.json. Each call writes into a new directory, outputs/eval/<time>/: metrics.json and a
 picture of the predictions (confusion_matrix.png, or predictions.png for segmentation); with
-predict=, predictions.csv (a class an image) or masks/ (a class a pixel) instead.
+predict=, predictions.csv (a class an image, or a text file) or masks/ (a class a pixel) instead.
 """
 
 import csv
@@ -49,6 +50,7 @@ from trainkit.data.imagefolder import (
     open_image,
     resize_center_crop,
 )
+from trainkit.data.text import TEXT_EXTENSIONS, TextData, pad_to_longest, tokens_of
 from trainkit.distributed.launch import joined_process_group, start_processes
 from trainkit.errors import ConfigError
 from trainkit.models import build_model, ema_weights
@@ -199,6 +201,8 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
     (nearest), so every pixel of the image gets a class. One process: there is no split to share
     out. Returns where the predictions are and how many images they cover."""
     given = Path(cfg.predict).expanduser()
+    if issubclass(data_class(cfg.data._target_), TextData):
+        return predict_texts(cfg, out_dir, given)
     if given.is_file():
         if given.suffix.lower() not in image_extensions():
             raise ConfigError(
@@ -237,12 +241,59 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
         writer.write(predicted, start, [file_size for _, file_size in opened])
     if writer.maps_only:  # masks only: their PNGs are the predictions
         return out_dir / f"{next(iter(predicted))}s", len(files)
+    return write_table(writer, out_dir), len(files)
+
+
+def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, int]:
+    """predict=<folder or .txt file> for token data: every .txt file in it (sub-folders too) read as the run's
+    data reads a text (its UTF-8 bytes, a byte a token, cut at data.max_length), batches padded to their longest;
+    predictions.csv names each file's class (the data's class names: folders, packages). One process."""
+    if given.is_dir():
+        files = sorted(
+            path
+            for path in given.rglob("*")
+            if path.is_file()
+            and path.suffix.lower() in TEXT_EXTENSIONS
+            and not any(part.startswith(".") for part in path.relative_to(given).parts)
+        )
+    elif given.is_file():
+        files, given = [given], given.parent
+    else:
+        raise ConfigError("predict", f"'{given}' does not exist; give a text file or a folder of .txt files")
+    if not files:
+        raise ConfigError("predict", f"'{given}' holds no text files ({', '.join(TEXT_EXTENSIONS)})")
+    device = pick_device(cfg.device)
+    _, weights = tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))
+    model, _ = trained_model(cfg, weights, None, device)
+    data, task = make_data(cfg.data), instantiate(cfg.task)
+    assert isinstance(data, TextData)  # main() sends only token data here
+    writer = PredictionWriter(out_dir, [path.relative_to(given) for path in files], data.class_names())
+    for start in range(0, len(files), cfg.data.eval_batch_size):
+        batch = files[start : start + cfg.data.eval_batch_size]
+        inputs, _ = pad_to_longest([(tokens_of(read_text(path)[: cfg.data.max_length]), 0) for path in batch])
+        with torch.no_grad(), autocast(cfg.precision.name, device):
+            predicted = task.predict(model_outputs(model, inputs.to(device), task, False))
+        writer.write(predicted, start, [(0, 0)] * len(batch))  # no maps: sizes are for masks
+    return write_table(writer, out_dir), len(files)
+
+
+def read_text(path: Path) -> bytes:
+    """The file's bytes, refused in one line when they are not UTF-8 (as the data refuses such a file)."""
+    text = path.read_bytes()
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError("predict", f"cannot read text file '{path}' ({error}); save it as UTF-8") from error
+    return text
+
+
+def write_table(writer: "PredictionWriter", out_dir: Path) -> Path:
     table = out_dir / "predictions.csv"
     with table.open("w", newline="") as f:
         csv_writer = csv.DictWriter(f, fieldnames=list(writer.rows[0]))
         csv_writer.writeheader()
         csv_writer.writerows(writer.rows)
-    return table, len(files)
+    return table
 
 
 class PredictionWriter:
@@ -349,7 +400,8 @@ def main(cfg: DictConfig) -> None:
         return
     if cfg.predict is not None:
         written, count = predict_folder(cfg, out_dir)
-        log.info(f"predictions for {count} image{'s' if count != 1 else ''} ({source}) -> {written}")
+        what = "text file" if issubclass(data_class(cfg.data._target_), TextData) else "image"
+        log.info(f"predictions for {count} {what}{'s' if count != 1 else ''} ({source}) -> {written}")
         return
     # Here, or in the DDP processes started for this evaluation (each evaluates its shard).
     results = start_processes(cfg, out_dir, evaluate_process)

@@ -12,6 +12,7 @@ from torch import nn
 from trainkit.checkpointing import signals
 from trainkit.distributed.process_group import process_info
 from trainkit.models.gpt import GPT
+from trainkit.models.sequence import SequenceClassifier
 from trainkit.models.small_cnn import SmallCNN
 
 
@@ -226,8 +227,8 @@ class TableNet(nn.Module):
         return self.linear(x)
 
 
-class PreemptedGPT(GPT):
-    """The GPT whose rank 0 sends itself SIGTERM in its `preempt_at`-th training forward pass (0: never)."""
+class PreemptedAt:
+    """A model mixin: rank 0 sends itself SIGTERM in its `preempt_at`-th training forward pass (0: never)."""
 
     def __init__(self, *args, preempt_at: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
@@ -239,3 +240,11 @@ class PreemptedGPT(GPT):
             if process_info().rank == 0 and self.train_calls == self.preempt_at:
                 os.kill(os.getpid(), signal.SIGTERM)
         return super().forward(tokens)
+
+
+class PreemptedGPT(PreemptedAt, GPT):
+    """The GPT, preempted at `preempt_at`."""
+
+
+class PreemptedSequenceClassifier(PreemptedAt, SequenceClassifier):
+    """The SequenceClassifier, preempted at `preempt_at`."""

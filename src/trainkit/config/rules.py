@@ -84,6 +84,13 @@ def class_names(value: object) -> str | None:
     return f"must be null (the children of the model's top-level children) or a list of class names, got {show(value)}"
 
 
+def class_folders(value: object) -> str | None:
+    """data.class_folders (data=textfolder): null (every folder under train/) or at least two folder names."""
+    if value is None or (isinstance(value, ListConfig) and len(value) >= 2 and all(isinstance(n, str) for n in value)):
+        return None
+    return f"must be null (every folder under train/) or a list of at least two folder names, got {show(value)}"
+
+
 def tracker_choice(value: object) -> str | None:
     """logger.trackers: {name: true/false}; each conf/logger file adds its own, `logger=[a,b]` both.
     MLflow is an optional extra: a missing install is found here, before any data is read."""
@@ -153,9 +160,20 @@ RULES: dict[str, Check] = {
     "data.skip_bad_files": flag(),
     "data.block_size": integer(1),  # data=text: bytes a block (the model's context)
     "data.pattern": text(),  # data=text: the files under data.root (a recursive glob)
+    "data.max_length": integer(1),  # text: bytes (tokens) a sequence keeps
+    "data.max_tokens": integer(1, null=True),  # token data: a batch's tokens, padding included (>= data.max_length)
+    "data.class_folders": class_folders,
+    "data.packages": integer(2),  # data=stdlib_functions: the classes
     "model.name": text(),
     "model.pretrained": flag(),
     "model.widths": numbers(1, whole=True),
+    "model.vocabulary": integer(2),
+    "model.max_length": integer(1),
+    "model.width": integer(1),
+    "model.depth": integer(1),
+    "model.heads": integer(1),
+    "model.feedforward": integer(1),
+    "model.pad_id": integer(0),
     "finetune.pretrained_path": text(null=True),
     "finetune.freeze": freeze_spec,
     "finetune.freeze_bn": flag(),

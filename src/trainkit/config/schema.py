@@ -10,11 +10,15 @@ schema itself lives in trainkit.config.rules (the table of keys) and trainkit.co
 from __future__ import annotations
 
 import math
+import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeGuard, cast
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationKeyError
 
 Check = Callable[[object], "str | None"]
 Bound = float | None  # a limit of a range, or None: no limit
@@ -209,6 +213,9 @@ def find_problems(cfg: DictConfig, rules: Mapping[str, Check], relations: Sequen
     """{key: message} for every problem: required `???` keys still missing, then each key that
     fails its rule (keys absent from the config are skipped: rules cover every group's options),
     then contradictions between keys."""
+    unresolved = dict(_unresolved_interpolations(cfg, ""))
+    if unresolved:  # every other check would read a key that cannot be resolved
+        return unresolved
     problems = {key: f"is required; pass {key}=..." for key in sorted(OmegaConf.missing_keys(cfg))}
     for key, check in rules.items():
         if _has_problem(key, problems):
@@ -223,3 +230,39 @@ def find_problems(cfg: DictConfig, rules: Mapping[str, Check], relations: Sequen
         for key, message in relation.check(cfg):
             problems.setdefault(key, message)
     return problems
+
+
+def _unresolved_interpolations(node: DictConfig | ListConfig, prefix: str) -> Iterator[tuple[str, str]]:
+    """(key, message) for each `${...}` naming a key the config lacks: an option made for other data
+    (model=gpt reads data.block_size, which data=digits has not)."""
+    for key in node.keys() if isinstance(node, DictConfig) else range(len(node)):
+        full_key = f"{prefix}.{key}" if prefix else str(key)
+        child = node._get_node(key)
+        if child is not None and child._is_interpolation():
+            try:
+                node[key]
+            except InterpolationKeyError:
+                reads = str(child._value())
+                target = reads.removeprefix("${").removesuffix("}")
+                group, _, name = target.partition(".")
+                chosen = node._get_root().get(group)
+                option = chosen.get("name") if isinstance(chosen, DictConfig) else None
+                lacking = f"{group}={option} has no {target}" if option else f"the config has no {target}"
+                having = _options_with_key(group, name)
+                pick = f"pick {' or '.join(f'{group}={o}' for o in having)}" if having else "pick options made together"
+                yield (
+                    full_key,
+                    f"is {reads}, but {lacking}: the option setting {full_key} is made for other {group}; "
+                    f"{pick} (an experiment= pairs them), or set {full_key}=<value>",
+                )
+        elif isinstance(child, DictConfig | ListConfig):
+            yield from _unresolved_interpolations(child, full_key)
+
+
+def _options_with_key(group: str, key: str) -> list[str]:
+    """The options of `group` in the script's conf/ whose yaml sets `key` at its top level (for a hint)."""
+    folder = Path(sys.argv[0]).resolve().parent / "conf" / group
+    if not key.isidentifier() or not folder.is_dir():
+        return []
+    line = re.compile(rf"^{key}\s*:", re.MULTILINE)
+    return sorted(path.stem for path in folder.glob("*.yaml") if line.search(path.read_text(errors="replace")))

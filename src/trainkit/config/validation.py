@@ -415,6 +415,26 @@ def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "trainer.tta_flip", f"mirrors images, but {what}; set trainer.tta_flip=false"
     if cfg.finetune.input_size is not None:
         yield "finetune.input_size", f"resizes images, but {what}; leave it null"
+    if cfg.trainer.channels_last:
+        yield "trainer.channels_last", f"lays out image batches, but {what}; set trainer.channels_last=false"
+
+
+def _a_sequence_fits_the_budget(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """A sequence cut at data.max_length must fit a batch of data.max_tokens, and the model's positions."""
+    max_length, max_tokens = cfg.data.get("max_length"), cfg.data.get("max_tokens")
+    if isinstance(max_length, int) and isinstance(max_tokens, int) and max_tokens < max_length:
+        yield (
+            "data.max_tokens",
+            f"is {max_tokens}, below data.max_length={max_length}: a long sequence would fit no batch; "
+            f"set data.max_tokens to at least {max_length}",
+        )
+    positions = cfg.model.get("max_length") if isinstance(cfg.get("model"), DictConfig) else None
+    if isinstance(max_length, int) and isinstance(positions, int) and positions < max_length:
+        yield (
+            "model.max_length",
+            f"is {positions}, below data.max_length={max_length}: the model has no position for the tokens "
+            f"beyond; set model.max_length=${{data.max_length}}",
+        )
 
 
 def _mixing_needs_a_task_that_mixes(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -500,7 +520,11 @@ RELATIONS = (
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
     Relation(("data.mirror_changes_label", "trainer.tta_flip"), _no_flip_tta_where_mirroring_changes_the_label),
     Relation(("task._target_", "augmentation", "finetune.input_size", "data.mirror_changes_label"), _spatial_targets),
-    Relation(("data._target_", "augmentation", "trainer.tta_flip", "finetune.input_size"), _image_ops_need_images),
+    Relation(
+        ("data._target_", "augmentation", "trainer.tta_flip", "finetune.input_size", "trainer.channels_last"),
+        _image_ops_need_images,
+    ),
+    Relation(("data.max_length", "data.max_tokens", "model.max_length"), _a_sequence_fits_the_budget),
     Relation(("task._target_", "augmentation"), _mixing_needs_a_task_that_mixes),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),

@@ -47,6 +47,7 @@ class FileSplits:
     val: Dataset
     test: Dataset
     num_classes: int
+    source: str | None = None  # what decides the data beyond its files, e.g. "CPython 3.11.7": the fingerprint keeps it
 
 
 # kw_only: fields with defaults here may come before a subclass's fields without (Hydra passes keywords).
@@ -115,6 +116,7 @@ class Data:
             rank=rank,
             world_size=world_size,
             drop_last=self.drop_last and train,
+            train=train,  # training: as many batches on every rank; evaluation: each sample once
         )
 
 

@@ -32,6 +32,9 @@ REQUIRED_BY_OPTION = {
         "data.mirror_changes_label=false",
     ],
     "data=imagefolder": ["data.root=/data/images"],
+    "data=textfolder": ["data.root=/data/texts", "model=sequence"],
+    "data=stdlib_functions": ["model=sequence"],
+    "model=sequence": ["data=stdlib_functions"],
     "data=cached": ["data.root=/data/cache"],
     "augmentation=basic": ["data=cifar10"],
     "augmentation=strong": ["data=cifar10"],
@@ -71,6 +74,8 @@ def test_every_group_option_composes_and_validates(compose_config, override):
 
 
 IMAGES = ["data=imagefolder", "data.root=/data/images"]
+TEXTS = ["data=textfolder", "data.root=/data/texts", "model=sequence"]
+FUNCTIONS = ["experiment=stdlib_functions"]
 SEGMENTATION = ["task=segmentation", "optimized_metric=val/miou", "data.mirror_changes_label=false"]
 
 TABLE = [  # the digits as a table (tests/data_for_tests.py): data that is not images, without their keys
@@ -148,6 +153,17 @@ RULE_CASES = [
     (["data.drop_last=maybe"], "data.drop_last"),
     (["data.shuffle=maybe"], "data.shuffle"),
     ([*IMAGES, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
+    ([*TEXTS, "data.max_length=0", "model.max_length=1024"], "data.max_length"),
+    ([*TEXTS, "data.max_tokens=0"], "data.max_tokens"),
+    ([*TEXTS, "data.class_folders=[pos]"], "data.class_folders"),
+    ([*FUNCTIONS, "data.packages=1"], "data.packages"),
+    ([*FUNCTIONS, "model.vocabulary=1"], "model.vocabulary"),
+    ([*FUNCTIONS, "model.max_length=0"], "model.max_length"),
+    ([*FUNCTIONS, "model.width=0"], "model.width"),
+    ([*FUNCTIONS, "model.depth=0"], "model.depth"),
+    ([*FUNCTIONS, "model.heads=0"], "model.heads"),
+    ([*FUNCTIONS, "model.feedforward=0"], "model.feedforward"),
+    ([*FUNCTIONS, "model.pad_id=-1"], "model.pad_id"),
     (["model=timm", "model.name=3"], "model.name"),
     (["model=timm", "model.pretrained=yes"], "model.pretrained"),
     (["finetune.pretrained_path=3"], "finetune.pretrained_path"),
@@ -273,6 +289,10 @@ RELATION_CASES = [
     (["experiment=stdlib_gpt", "model.n_head=3"], "model.n_embd"),
     (["experiment=stdlib_gpt", "augmentation=shift"], "augmentation"),  # image augmentation on text
     (["experiment=stdlib_gpt", "trainer.tta_flip=true"], "trainer.tta_flip"),
+    ([*FUNCTIONS, "data.max_tokens=256"], "data.max_tokens"),
+    ([*FUNCTIONS, "model.max_length=256"], "model.max_length"),
+    ([*FUNCTIONS, "trainer.channels_last=true"], "trainer.channels_last"),
+    ([*FUNCTIONS, "augmentation=mixup"], "augmentation"),
     (["required=[trainer.max_steps]"], "trainer.max_steps"),
     (["experiment=shapes_segmentation", "task.class_names=[background,circle]"], "task.class_names"),
     (["required=[trainer.max_stepz]"], "required"),
@@ -432,10 +452,13 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
         (["experiment=finetune_imagefolder", "data.root=/data/images"], ["(or model.pretrained=true)"]),
         ([*IMAGES, "data.val_fraction=0"], ["best.pt", "data.val_fraction=0.02", "data.root/val/<class>/"]),
         ([*IMAGES, "data.test_fraction=0"], ["data.test_fraction=0.02", "data.root/test/<class>/"]),
+        (["model=gpt"], ["model.block_size: ", "${data.block_size}, but data=digits has no data.block_size"]),
+        (["model=sequence"], ["${data.max_length}", "model.max_length=<value>"]),
     ],
 )
 def test_messages_show_the_bad_value_and_the_way_out(compose_config, overrides, fragments):
-    message = next(iter(problems(compose_config(overrides)).values()))
+    key, message = next(iter(problems(compose_config(overrides)).items()))
+    message = f"{key}: {message}"
     for fragment in fragments:
         assert fragment in message, (fragment, message)
 

@@ -17,7 +17,11 @@ from trainkit.data import Data, FileSplits, ImageData, Splits
 from trainkit.tasks import Task
 
 # Data options that read a folder: data.root is `???` until given (nothing is read by instantiate).
-NEEDS_A_FOLDER = {"imagefolder": ["data.root=/nonexistent/images"], "cached": ["data.root=/nonexistent/cache"]}
+NEEDS_A_FOLDER = {
+    "imagefolder": ["data.root=/nonexistent/images"],
+    "cached": ["data.root=/nonexistent/cache"],
+    "textfolder": ["data.root=/nonexistent/texts"],
+}
 # In memory and without files: splits() runs here too.
 GENERATED_OR_SHIPPED = ("digits", "synthetic", "shapes")
 
@@ -26,9 +30,13 @@ def options(group: str) -> list[str]:
     return sorted(path.stem for path in (ROOT / "conf" / group).glob("*.yaml"))
 
 
+# Models of token data read their sizes from a data option of that kind (model=gpt: data.block_size).
+DATA_OF_MODEL = {"gpt": "data=text", "sequence": "data=stdlib_functions"}
+
+
 @pytest.mark.parametrize("option", options("model"))
 def test_every_model_option_instantiates_to_a_module(option):
-    cfg = composed(f"model={option}")  # timm and torchvision: resnet18, pretrained=false, no download
+    cfg = composed(f"model={option}", DATA_OF_MODEL.get(option, "data=digits"))  # timm, torchvision: resnet18
     model = instantiate(cfg.model)
     assert isinstance(model, nn.Module)
     reads_images = "${data.channels}" in (ROOT / "conf" / "model" / f"{option}.yaml").read_text()

@@ -129,6 +129,11 @@ def test_a_data_option_with_max_tokens_asks_for_token_budget_batches(monkeypatch
     monkeypatch.setattr("trainkit.data.make_data", lambda cfg: option)
     data = build_data({}, CPU, seed=3, rank=0, world_size=1)
     train_call, val_call, _ = made["calls"]
-    assert train_call == ([1, 2, 3, 4, 5, 6], 12, 4, dict(shuffle=True, seed=3, rank=0, world_size=1, drop_last=False))
+    assert train_call == (
+        [1, 2, 3, 4, 5, 6],
+        12,
+        4,
+        dict(shuffle=True, seed=3, rank=0, world_size=1, drop_last=False, train=True),
+    )
     assert val_call[2] == 8 and val_call[3]["shuffle"] is False
     assert [inputs.shape for inputs, _ in data.train] == [(1, 6), (2, 5), (3, 3)]  # the option's collate

@@ -1,0 +1,241 @@
+"""Text as token sequences, a byte a token: `data=textfolder` (your own text files, a folder a class) and the
+parts every byte-level text option shares (TextData: the padding id, the collate, data.max_length/max_tokens).
+
+    root/train/<class>/<file>.txt      one file a sample, labelled by its folder (aclImdb/train/{neg,pos})
+    root/val/..., root/test/...        optional, with the same class folders; missing ones are carved from
+                                       train/ by data.val_fraction / data.test_fraction and data.split_seed
+
+Tokens: the file's UTF-8 bytes, byte b as token b + 1, so token 0 is padding alone (PAD_ID, a NUL byte is
+token 1) and the vocabulary is 257 (VOCABULARY): no tokenizer, nothing to download. A sequence is cut at
+data.max_length bytes, and build says how many files were cut (never silently). A file that is not UTF-8 is
+refused naming it (no replacement characters: the bytes would no longer be the text's): its worker returns a
+BadTextFile, which FileLoader raises as one line, or skips and counts with data.skip_bad_files=true.
+
+Files are read in DataLoader workers; the listing stats them alone (sizes are the sequence lengths the token
+budget batches by, trainkit.data.token_batches), so a large folder starts fast. A batch pads to its longest
+sequence with PAD_ID: inputs int64 [B, T], labels int64 [B]; a model finds the real tokens as inputs != 0.
+"""
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch.utils.data import Dataset
+
+from trainkit.data.datasets import Data, FileSplits, carve
+from trainkit.data.imagefolder import BadFile, _check_root, _check_same_classes, _class_folders
+from trainkit.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PAD_ID = 0  # the padding token; byte b is token b + 1
+VOCABULARY = 257  # 256 bytes and the padding token
+TEXT_EXTENSIONS = (".txt",)
+
+
+@dataclass(frozen=True)
+class BadTextFile(BadFile):
+    """A file that is not UTF-8 (or cannot be read), set aside in the worker like an unreadable image."""
+
+    def error(self) -> ConfigError:
+        return ConfigError(
+            "data.root",
+            f"cannot read text file '{self.path}' ({self.reason}); save it as UTF-8, remove it, "
+            f"or pass data.skip_bad_files=true to skip it (counted in the log)",
+        )
+
+
+@dataclass(kw_only=True)
+class TextData(Data):
+    """Byte-level token sequences of any text option: data.max_length cuts them, data.max_tokens (when set)
+    fills batches up to that many tokens, padding included (Data.batch_sampler), data.batch_size capping the
+    sequences a batch; the collate pads to the batch's longest."""
+
+    max_length: int  # bytes (tokens) a sequence keeps; longer texts are cut, with a count in the log
+    max_tokens: int | None = None  # null: batches of data.batch_size; N: batches of up to N tokens, padding included
+
+    kind: ClassVar[str] = "tokens"
+    in_memory: ClassVar[bool] = False
+    pad_id: ClassVar[int] = PAD_ID
+    vocabulary: ClassVar[int] = VOCABULARY
+
+    def collate(self, items: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        return pad_to_longest(items)
+
+    def class_names(self) -> list[str]:
+        """The classes in label order (what eval.py's predictions name); [] where the data has no names."""
+        return []
+
+
+def pad_to_longest(items: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int64 [B, longest] tokens padded with PAD_ID, int64 [B] labels) of (tokens, label) items."""
+    longest = max(1, max(len(tokens) for tokens, _ in items))  # an empty text still makes a column
+    inputs = torch.full((len(items), longest), PAD_ID, dtype=torch.int64)
+    for row, (tokens, _) in enumerate(items):
+        inputs[row, : len(tokens)] = tokens
+    return inputs, torch.tensor([label for _, label in items], dtype=torch.int64)
+
+
+def tokens_of(text: bytes) -> torch.Tensor:
+    """Byte b as token b + 1 (int64): PAD_ID (0) never stands for a byte."""
+    return torch.frombuffer(bytearray(text), dtype=torch.uint8).to(torch.int64) + 1 if text else torch.zeros(0).long()
+
+
+def report_truncated(lengths: list[int], max_length: int, where: str) -> None:
+    """The log line that says how many texts data.max_length cuts (never a silent truncation)."""
+    cut = sum(length > max_length for length in lengths)
+    if cut:
+        log.info(
+            "%s: %d of %d texts are longer than data.max_length=%d bytes and are cut to it (longest: %d)",
+            where,
+            cut,
+            len(lengths),
+            max_length,
+            max(lengths),
+        )
+
+
+def report_majority(datasets: dict[str, Any], class_names: list[str]) -> None:
+    """The log line with the test split's majority-class accuracy: the bar a classifier of it must clear."""
+    labels = torch.tensor([label for _, label in datasets["test"].samples], dtype=torch.int64)
+    counts = torch.bincount(labels, minlength=len(class_names))
+    log.info(
+        "test split: majority class %s, %d of %d texts: majority-class accuracy %.3f (the bar to clear)",
+        class_names[int(counts.argmax())],
+        int(counts.max()),
+        len(labels),
+        float(counts.max()) / max(1, len(labels)),
+    )
+
+
+class TextFileDataset(Dataset):
+    """`(path, label)` samples that read as `(int64 tokens, label)`, or as a BadTextFile for a file that is not
+    UTF-8. `lengths`: each sample's tokens (its size in bytes, cut at max_length), what the token budget sorts."""
+
+    def __init__(self, samples: list[tuple[str, int]], sizes: list[int], max_length: int, skip_bad_files: bool):
+        self.samples = samples
+        self.lengths = torch.tensor([min(size, max_length) for size in sizes], dtype=torch.int64)
+        self.skip_bad_files = skip_bad_files
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | BadTextFile:
+        path, label = self.samples[index]
+        try:
+            text = Path(path).read_bytes()
+            text.decode("utf-8")  # refused, not replaced: see the module docstring
+        except (OSError, UnicodeDecodeError) as error:
+            return BadTextFile(path, f"{type(error).__name__}: {error}", self.skip_bad_files)
+        # Cut at the listed length: a file grown since the listing still fits the batch it was budgeted for.
+        return tokens_of(text[: int(self.lengths[index])]), label
+
+
+@dataclass(kw_only=True)
+class TextFolder(TextData):
+    """The `data=textfolder` option (conf/data/textfolder.yaml): see the module docstring."""
+
+    val_fraction: float
+    test_fraction: float
+    split_seed: int
+    class_folders: list[str] | None = None  # null: every folder under train/; a list: those alone (aclImdb: neg, pos)
+    skip_bad_files: bool = False  # skip files that are not UTF-8 (counted) instead of stopping, naming the file
+    prefetch_factor: int = 2  # batches each worker keeps ready (used only with workers)
+    pin_memory: bool | str = "auto"  # page-locked batches for asynchronous copies; auto: on with CUDA
+
+    needs_root: ClassVar[str] = "a folder holding train/<class>/<files>.txt"
+
+    def splits(self) -> FileSplits:
+        assert self.root is not None, "the config check requires data.root (needs_root)"
+        root = _check_root(self.root)
+        classes = self._classes(root / "train")
+        listed = {"train": _list_texts(root / "train", classes, allow_empty_classes=False)}
+        missing = {}
+        for split in ("val", "test"):
+            if (root / split).is_dir():
+                if self.class_folders is None:  # a list names the folders to read; others are left out
+                    _check_same_classes(root / split, classes)
+                listed[split] = _list_texts(root / split, classes, allow_empty_classes=True)
+            else:
+                missing[split] = self.val_fraction if split == "val" else self.test_fraction
+        if missing:
+            train = listed["train"]
+            for split, indices in carve(len(train), missing, self.split_seed).items():
+                listed[split] = [train[i] for i in indices.tolist()]
+            log.info(
+                "no %s under '%s': carved from the %d train/ files by data.split_seed=%s",
+                " or ".join(f"{split}/" for split in missing),
+                root,
+                len(train),
+                self.split_seed,
+            )
+        report_truncated([size for split in listed.values() for _, _, size in split], self.max_length, str(root))
+        datasets = {
+            split: TextFileDataset(
+                [(path, label) for path, label, _ in items],
+                [size for _, _, size in items],
+                self.max_length,
+                self.skip_bad_files,
+            )
+            for split, items in listed.items()
+        }
+        report_majority(datasets, classes)
+        return FileSplits(datasets["train"], datasets["val"], datasets["test"], num_classes=len(classes))
+
+    def class_names(self) -> list[str]:
+        assert self.root is not None, "the config check requires data.root (needs_root)"
+        return self._classes(Path(self.root).expanduser() / "train")
+
+    def _classes(self, train: Path) -> list[str]:
+        found = _class_folders(train)
+        classes = found if self.class_folders is None else list(self.class_folders)
+        absent = [name for name in classes if name not in found]
+        if absent:
+            raise ConfigError("data.class_folders", f"names {absent}, not folders of '{train}' (it has {found})")
+        if len(classes) < 2:
+            raise ConfigError(
+                "data.root",
+                f"'{train}' has {len(classes)} class folder(s) {classes}; classification needs at least two: "
+                "put each class's text files in its own train/<class>/ folder",
+            )
+        return classes
+
+
+def _list_texts(folder: Path, classes: list[str], allow_empty_classes: bool) -> list[tuple[str, int, int]]:
+    """(path, label, size in bytes) of the text files in each class folder of `folder`, sorted a class."""
+    samples, ignored = [], 0
+    for label, name in enumerate(classes):
+        files = []
+        for path in sorted((folder / name).iterdir()) if (folder / name).is_dir() else []:
+            if not path.name.startswith(".") and path.is_file() and path.suffix.lower() in TEXT_EXTENSIONS:
+                files.append((str(path), label, path.stat().st_size))
+            else:
+                ignored += 1
+        if not files and not allow_empty_classes:
+            raise ConfigError(
+                "data.root", f"class folder '{folder / name}' holds no text files ({', '.join(TEXT_EXTENSIONS)})"
+            )
+        samples += files
+    if ignored:
+        log.info("'%s': ignored %d hidden or non-text entries in its class folders", folder, ignored)
+    if not samples:
+        raise ConfigError("data.root", f"'{folder}' holds no text files ({', '.join(TEXT_EXTENSIONS)})")
+    return samples
+
+
+class TextDataset(Dataset):
+    """Texts held in memory (bytes) with a label each, as `(int64 tokens, label)` items cut at max_length;
+    `samples` names each text (a path and where in it) for the data fingerprint."""
+
+    def __init__(self, texts: list[bytes], samples: list[tuple[str, int]], max_length: int):
+        self.texts = [text[:max_length] for text in texts]
+        self.samples = samples
+        self.lengths = torch.tensor([len(text) for text in self.texts], dtype=torch.int64)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return tokens_of(self.texts[index]), self.samples[index][1]

@@ -1,0 +1,133 @@
+"""Batches filled to a token budget (`data.max_tokens`): sequences of similar length together, so a batch
+pads little, holds many short sequences or few long ones, and its padded size (longest x count) stays
+within the budget, which is what decides its memory.
+
+    batches = TokenBudgetBatches(dataset.lengths, max_tokens=8192, max_batch_size=128, seed=run_seed,
+                                 rank=rank, world_size=world_size)
+    batches.set_epoch(epoch, start_batch=0)    # before every epoch; start_batch > 0: a mid-epoch resume
+    for indices in batches: ...                # this rank's batches, as lists of dataset indices
+
+The contract is the loaders' (trainkit.data.loaders): `len()` this rank's batches an epoch, `num_samples`
+its samples, `set_epoch` reshuffles and skips. How the batches are made:
+- Buckets: the lengths, sorted, are cut where a bucket's longest would pass BUCKET_RATIO x its shortest
+  (or its shortest + BUCKET_SLACK tokens, for short sequences). A bucket's batches all hold
+  min(max_batch_size, max_tokens // its longest) sequences, so the number of batches an epoch is the same
+  every epoch whatever the shuffle (the schedule and a resume count batches), and the padding of a batch
+  is at most what its bucket's spread allows (about 5% of the tokens with a ratio of 1.1).
+- Training shuffles the sequences within each bucket and then the order of all batches, from
+  `seed + epoch` (the run seed, the same on every rank): every rank draws the same list, and rank r takes
+  every world_size-th batch from r on, after the list is trimmed to a multiple of world_size (the
+  trimmed batches differ every epoch), so every rank trains the same number of batches (a rank with
+  one batch fewer would leave the others waiting in the gradient all-reduce forever).
+- Evaluation (`train=False`) keeps the buckets' order and trims nothing: each sample is in exactly one
+  batch of one rank; ranks may differ by a batch, which evaluation's single reduction allows.
+A sequence longer than max_tokens fits no batch and is refused (text options truncate at data.max_length,
+and the config check holds data.max_tokens >= data.max_length).
+"""
+
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from trainkit.errors import ConfigError
+
+BUCKET_RATIO = 1.1  # a bucket's longest sequence is at most this times its shortest ...
+BUCKET_SLACK = 8  # ... or at most this many tokens longer (short sequences would make tiny buckets)
+
+
+class TokenBudgetBatches:
+    """This rank's batches of indices whose padded size fits `max_tokens` (see the module docstring)."""
+
+    def __init__(
+        self,
+        lengths: torch.Tensor | Sequence[int],
+        max_tokens: int,
+        max_batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        train: bool | None = None,
+    ):
+        sizes = torch.as_tensor(lengths, dtype=torch.int64)
+        longest = int(sizes.max()) if len(sizes) else 0
+        if longest > max_tokens:
+            raise ConfigError(
+                "data.max_tokens",
+                f"is {max_tokens}, but a sequence holds {longest} tokens and no batch could hold it; "
+                f"raise data.max_tokens to at least {longest}, or truncate the sequences (data.max_length)",
+            )
+        self.max_tokens, self.max_batch_size = max_tokens, max_batch_size
+        self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
+        self.train = shuffle if train is None else train
+        self.drop_last = drop_last
+        self._described = _buckets(sizes, max_tokens, max_batch_size)
+        self.buckets = [(indices, size) for indices, size, _ in self._described]  # (indices by length, a batch's size)
+        self.epoch, self.start_batch = 0, 0
+        self._batches: list[list[int]] | None = None  # this rank's, for self.epoch
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.epoch, self.start_batch, self._batches = epoch, start_batch, None
+
+    def batches(self) -> list[list[int]]:
+        """This rank's whole epoch of batches (before skipping start_batch), the same for the same epoch."""
+        if self._batches is None:
+            self._batches = self._rank_share(self._epoch_batches())
+        return self._batches
+
+    def _epoch_batches(self) -> list[list[int]]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch) if self.shuffle else None
+        batches = []
+        for indices, size in self.buckets:
+            members = indices[torch.randperm(len(indices), generator=generator)] if generator else indices
+            parts = list(members.split(size))
+            if self.drop_last and len(parts[-1]) < size:
+                parts.pop()
+            batches += [part.tolist() for part in parts]
+        if generator is not None:
+            batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+        return batches
+
+    def _rank_share(self, batches: list[list[int]]) -> list[list[int]]:
+        if self.train:  # every rank the same count: trimmed to a multiple of world_size
+            batches = batches[: len(batches) - len(batches) % self.world_size]
+        return batches[self.rank :: self.world_size]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches()[self.start_batch :])
+
+    def __len__(self) -> int:
+        total = sum(
+            len(indices) // size if self.drop_last else -(-len(indices) // size) for indices, size in self.buckets
+        )
+        if self.train:
+            return total // self.world_size
+        return len(range(self.rank, total, self.world_size))
+
+    @property
+    def num_samples(self) -> int:
+        """This rank's samples in the current epoch (all of them, including batches a resume skips)."""
+        return sum(len(batch) for batch in self.batches())
+
+    def bucket_sizes(self) -> list[tuple[int, int, int]]:
+        """(longest length, sequences a batch, sequences) of each bucket, shortest first: for a log line."""
+        return [(longest, size, len(indices)) for indices, size, longest in self._described]
+
+
+def _buckets(lengths: torch.Tensor, max_tokens: int, max_batch_size: int) -> list[tuple[torch.Tensor, int, int]]:
+    """(indices sorted by length, sequences a batch, longest length) of each bucket, shortest bucket first."""
+    order = torch.sort(lengths, stable=True).indices  # stable: the same buckets on every machine
+    sorted_lengths = lengths[order].tolist()
+    buckets, start = [], 0
+    while start < len(order):
+        shortest = max(sorted_lengths[start], 1)
+        limit = max(shortest * BUCKET_RATIO, shortest + BUCKET_SLACK)
+        end = start
+        while end < len(order) and sorted_lengths[end] <= limit:
+            end += 1
+        longest = max(sorted_lengths[end - 1], 1)
+        buckets.append((order[start:end], max(1, min(max_batch_size, max_tokens // longest)), longest))
+        start = end
+    return buckets

@@ -1,0 +1,44 @@
+"""`model=sequence`: a small classifier of token sequences (trainkit.data.text: bytes as tokens, 0 pads).
+
+Embedding (padding_idx=pad_id) plus learned positions, a small Transformer encoder (nn.TransformerEncoder,
+batch_first, pre-norm) that attends to the real tokens alone (src_key_padding_mask), the mean over the real
+tokens of each sequence, a linear head. Inputs int64 [B, T]; outputs logits [B, num_classes]. Attention costs
+T^2 a sequence, padding included: batches by a token budget (data.max_tokens) pad little and save most of it.
+"""
+
+import torch
+from torch import nn
+
+
+class SequenceClassifier(nn.Module):
+    def __init__(
+        self,
+        vocabulary: int,
+        num_classes: int,
+        max_length: int,
+        width: int = 64,
+        depth: int = 2,
+        heads: int = 4,
+        feedforward: int = 128,
+        dropout: float = 0.0,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        self.pad_id = pad_id
+        self.embedding = nn.Embedding(vocabulary, width, padding_idx=pad_id)
+        self.positions = nn.Parameter(torch.randn(max_length, width) * 0.02)
+        layer = nn.TransformerEncoderLayer(
+            width, heads, feedforward, dropout, activation="gelu", batch_first=True, norm_first=True
+        )
+        # enable_nested_tensor=False: the same kernels with and without padding (a fair budget benchmark, no warning)
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, num_classes))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        padding = tokens == self.pad_id  # [B, T], True where there is no token
+        x = self.embedding(tokens) + self.positions[: tokens.shape[1]]
+        x = self.norm(self.encoder(x, src_key_padding_mask=padding))
+        real = (~padding).unsqueeze(-1).to(x.dtype)
+        pooled = (x * real).sum(1) / real.sum(1).clamp(min=1)  # the mean over real tokens (an empty text: zeros)
+        return self.head(pooled)

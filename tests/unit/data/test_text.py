@@ -1,0 +1,138 @@
+"""Text as bytes: data=textfolder (listing, splits, the truncation line, its one-line errors, a file that is
+not UTF-8) and data=stdlib_functions (split by file, labelled by package, the Python version in the fingerprint)."""
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import composed
+from trainkit.data import FileLoader, FileSplits, build_data
+from trainkit.data.fingerprint import check_same_data, data_fingerprint
+from trainkit.data.text import PAD_ID, TextDataset, pad_to_longest, tokens_of
+from trainkit.errors import ConfigError
+
+CPU = torch.device("cpu")
+
+
+def text_folder(root: Path, texts: dict[str, list[bytes]], split: str = "train") -> Path:
+    for label, contents in texts.items():
+        (root / split / label).mkdir(parents=True, exist_ok=True)
+        for number, content in enumerate(contents):
+            (root / split / label / f"{number:03}.txt").write_bytes(content)
+    return root
+
+
+def textfolder_data(root: Path, *overrides: str):
+    cfg = composed("data=textfolder", f"data.root={root}", "data.num_workers=0", "model=sequence", *overrides)
+    return build_data(cfg.data, CPU, seed=0)
+
+
+def test_bytes_are_tokens_one_up_and_zero_pads():
+    assert tokens_of(b"\x00ab").tolist() == [1, 98, 99]  # a NUL byte is a token, not padding
+    inputs, labels = pad_to_longest([(tokens_of(b"abc"), 1), (tokens_of(b"a"), 0), (tokens_of(b""), 1)])
+    assert inputs.tolist() == [[98, 99, 100], [98, PAD_ID, PAD_ID], [PAD_ID] * 3] and labels.tolist() == [1, 0, 1]
+
+
+def test_a_text_folder_loads_carves_and_says_how_many_files_it_cuts(tmp_path, caplog):
+    root = text_folder(
+        tmp_path, {"neg": [b"bad " * n for n in range(1, 21)], "pos": [b"good " * n for n in range(1, 21)]}
+    )
+    text_folder(root, {"neg": [b"awful"], "pos": [b"great"]}, split="test")
+    with caplog.at_level(logging.INFO, logger="trainkit.data.text"):
+        data = textfolder_data(root, "data.max_length=16", "data.val_fraction=0.2")
+    assert "33 of 42 texts are longer than data.max_length=16 bytes and are cut to it" in caplog.text
+    assert "majority-class accuracy 0.500" in caplog.text
+    assert data.kind == "tokens" and data.pad_id == 0 and data.num_classes == 2
+    train, test = data.train.loader.dataset, data.test.loader.dataset
+    assert len(train) == 32 and len(data.val.loader.dataset) == 8 and len(test) == 2  # test/ is its own
+    assert int(train.lengths.max()) == 16 and [label for _, label in test.samples] == [0, 1]
+    inputs, labels = next(iter(data.test))
+    assert inputs.tolist()[1][:5] == [104, 115, 102, 98, 117] and labels.tolist() == [0, 1]  # "great" + 1
+    assert {"classes", "train", "val", "test"} <= data.fingerprint.keys()  # (path, label) samples: fingerprinted
+
+
+def test_class_folders_pick_the_labelled_ones(tmp_path):
+    root = text_folder(tmp_path, {"neg": [b"a", b"b"], "pos": [b"c", b"d"], "unsup": [b"e", b"f"]})
+    data = textfolder_data(root, "data.class_folders=[neg,pos]", "data.val_fraction=0.25", "data.test_fraction=0.25")
+    assert data.num_classes == 2
+
+
+@pytest.mark.parametrize(
+    ("layout", "fragment"),
+    [
+        (None, "does not exist"),
+        ({}, "has no train/ folder"),
+        ({"only": [b"x"]}, "has 1 class folder"),
+        ({"neg": [b"x"], "pos": []}, "holds no text files"),
+    ],
+)
+def test_a_bad_folder_is_one_line_naming_data_root(tmp_path, layout, fragment):
+    root = tmp_path / "texts"
+    if layout is not None:
+        (root / "elsewhere").mkdir(parents=True)
+        if layout:
+            text_folder(root, layout)
+            for name in layout:
+                (root / "train" / name).mkdir(parents=True, exist_ok=True)
+    with pytest.raises(ConfigError) as error:
+        textfolder_data(root)
+    assert error.value.key == "data.root" and fragment in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_file_that_is_not_utf8_is_refused_naming_it_or_skipped(tmp_path):
+    root = text_folder(tmp_path, {"neg": [b"fine", b"caf\xe9 latin-1"] * 5, "pos": [b"good"] * 10})
+    data = textfolder_data(root, "data.val_fraction=0.2", "data.test_fraction=0.2", "data.shuffle=false")
+    with pytest.raises(ConfigError, match=r"cannot read text file '.*neg/00[13579].txt'.*save it as UTF-8"):
+        for _ in data.train:
+            pass
+    skipping = textfolder_data(root, "data.val_fraction=0.2", "data.test_fraction=0.2", "data.skip_bad_files=true")
+    seen = sum(len(labels) for _, labels in skipping.train)
+    assert seen == len(skipping.train.loader.dataset) - sum(
+        b"\xe9" in Path(path).read_bytes() for path, _ in skipping.train.loader.dataset.samples
+    )
+
+
+def test_token_budget_batches_of_a_text_folder_fit_the_budget(tmp_path):
+    root = text_folder(tmp_path, {"neg": [b"n" * n for n in range(1, 80)], "pos": [b"p" * n for n in range(1, 80)]})
+    data = textfolder_data(root, "data.max_length=64", "data.max_tokens=256", "data.batch_size=16")
+    assert isinstance(data.train, FileLoader) and data.train.batch_sampler is not None
+    data.train.set_epoch(0)
+    shapes = [inputs.shape for inputs, _ in data.train]
+    assert all(rows * longest <= 256 and rows <= 16 for rows, longest in shapes)
+    assert sum(rows for rows, _ in shapes) == data.train.num_samples == len(data.train.loader.dataset)
+
+
+def test_a_changed_corpus_source_refuses_the_resume():
+    def splits(source):
+        dataset = TextDataset([b"def f(): pass"], [("/lib/a.py:1", 0)], 64)
+        return FileSplits(dataset, dataset, dataset, num_classes=1, source=source)
+
+    saved = data_fingerprint(splits("CPython 3.11.7"))
+    assert saved["source"] == "CPython 3.11.7"
+    check_same_data(saved, data_fingerprint(splits("CPython 3.11.7")))
+    with pytest.raises(ConfigError, match=re.escape("from CPython 3.12.1, the run's came from CPython 3.11.7")):
+        check_same_data(saved, data_fingerprint(splits("CPython 3.12.1")))
+
+
+def test_stdlib_functions_are_split_by_file_and_record_the_python_version(monkeypatch):
+    from trainkit.data import make_data
+    from trainkit.data.stdlib_source import corpus_version
+
+    option = make_data(OmegaConf.to_container(composed("experiment=stdlib_functions").data))
+    made = option.splits()
+    files = {
+        name: {path.rsplit(":", 1)[0] for path, _ in getattr(made, name).samples} for name in ("train", "val", "test")
+    }
+    assert not files["train"] & files["val"] and not files["train"] & files["test"] and not files["val"] & files["test"]
+    assert made.num_classes == 8 == len(option.class_names()) and made.source == corpus_version()
+    lengths = made.train.lengths
+    assert int(lengths.max()) == option.max_length and int(lengths.min()) < 64  # long-tailed, cut at max_length
+    first_text, first_label = made.train[0]
+    assert first_text.dtype == torch.int64 and (first_text > 0).all() and 0 <= first_label < 8
+    monkeypatch.setattr("trainkit.data.stdlib_functions.corpus_version", lambda: "CPython 3.99.0")
+    with pytest.raises(ConfigError, match=re.escape("CPython 3.99.0")):
+        check_same_data(data_fingerprint(made), data_fingerprint(option.splits()))

@@ -1,0 +1,79 @@
+"""TokenBudgetBatches: the budget, every sample once, equal batch counts across ranks, an exact evaluation
+split, a seeded shuffle, and the exact skip of a mid-epoch resume."""
+
+import pytest
+import torch
+
+from trainkit.data.token_batches import TokenBudgetBatches
+from trainkit.errors import ConfigError
+
+LENGTHS = (torch.rand(3000, generator=torch.Generator().manual_seed(0)) ** 3 * 600 + 5).long()
+
+
+def epoch(batches, number=0, start_batch=0):
+    batches.set_epoch(number, start_batch=start_batch)
+    return list(batches)
+
+
+def test_every_batch_fits_the_budget_and_the_cap_and_pads_little():
+    batches = epoch(TokenBudgetBatches(LENGTHS, 2048, 32, seed=0))
+    padded = [len(batch) * int(LENGTHS[batch].max()) for batch in batches]
+    assert max(padded) <= 2048 and max(len(batch) for batch in batches) == 32
+    assert 1 - int(LENGTHS.sum()) / sum(padded) < 0.10  # length-bucketed: little padding
+
+
+def test_one_rank_sees_every_sample_exactly_once_an_epoch():
+    batches = TokenBudgetBatches(LENGTHS, 2048, 32, seed=0)
+    for number in (0, 1):
+        seen = sorted(i for batch in epoch(batches, number) for i in batch)
+        assert seen == list(range(len(LENGTHS))) and batches.num_samples == len(LENGTHS)
+        assert len(batches) == len(epoch(batches, number))
+
+
+def test_training_ranks_get_as_many_batches_every_epoch_and_disjoint_ones():
+    for number in range(3):
+        shares = [epoch(TokenBudgetBatches(LENGTHS, 2048, 32, seed=4, rank=r, world_size=2), number) for r in (0, 1)]
+        assert len(shares[0]) == len(shares[1]) == len(TokenBudgetBatches(LENGTHS, 2048, 32, world_size=2))
+        first, second = ({i for batch in share for i in batch} for share in shares)
+        assert not first & second and len(first | second) > 0.95 * len(LENGTHS)  # at most a batch trimmed
+
+
+def test_evaluation_counts_every_sample_once_over_the_ranks():
+    for world_size in (1, 2, 3):
+        shares = [
+            epoch(TokenBudgetBatches(LENGTHS, 2048, 64, shuffle=False, rank=r, world_size=world_size))
+            for r in range(world_size)
+        ]
+        seen = sorted(i for share in shares for batch in share for i in batch)
+        assert seen == list(range(len(LENGTHS)))
+
+
+def test_the_shuffle_is_the_seeds_and_differs_every_epoch():
+    def make(seed):
+        return TokenBudgetBatches(LENGTHS, 2048, 32, seed=seed)
+
+    assert epoch(make(1), 0) == epoch(make(1), 0)
+    assert epoch(make(1), 0) != epoch(make(1), 1) and epoch(make(1), 0) != epoch(make(2), 0)
+    assert len(epoch(make(1), 0)) == len(epoch(make(1), 1))  # the count never depends on the shuffle
+    # shuffled within buckets too: a batch of epoch 1 is not a batch of epoch 0 in another place
+    assert {tuple(sorted(b)) for b in epoch(make(1), 0)} != {tuple(sorted(b)) for b in epoch(make(1), 1)}
+
+
+def test_a_resume_skips_exactly_the_batches_trained():
+    batches = TokenBudgetBatches(LENGTHS, 2048, 32, seed=3, rank=1, world_size=2)
+    whole = epoch(batches, 2)
+    assert epoch(batches, 2, start_batch=7) == whole[7:]
+    assert len(batches) == len(whole)  # len is the whole epoch's, as the loaders' is
+
+
+def test_drop_last_drops_the_short_batch_of_each_bucket():
+    batches = TokenBudgetBatches(LENGTHS, 2048, 32, seed=0, drop_last=True)
+    size_of = {int(i): size for indices, size in batches.buckets for i in indices}
+    made = epoch(batches)
+    assert len(made) == len(batches) and all(len(batch) == size_of[batch[0]] for batch in made)
+
+
+def test_a_sequence_longer_than_the_budget_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"data\.max_tokens") as error:
+        TokenBudgetBatches(torch.tensor([3, 700]), 512, 8)
+    assert "700" in str(error.value) and "\n" not in str(error.value)
