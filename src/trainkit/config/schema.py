@@ -235,28 +235,31 @@ def find_problems(cfg: DictConfig, rules: Mapping[str, Check], relations: Sequen
 def _unresolved_interpolations(node: DictConfig | ListConfig, prefix: str) -> Iterator[tuple[str, str]]:
     """(key, message) for each `${...}` naming a key the config lacks: an option made for other data
     (model=gpt reads data.block_size, which data=digits has not)."""
-    for key in node.keys() if isinstance(node, DictConfig) else range(len(node)):
+    keys: Iterable[Any] = node.keys() if isinstance(node, DictConfig) else range(len(node))
+    for key in keys:
         full_key = f"{prefix}.{key}" if prefix else str(key)
-        child = node._get_node(key)
+        child: Any = node._get_node(key)
         if child is not None and child._is_interpolation():
             try:
                 node[key]
             except InterpolationKeyError:
-                reads = str(child._value())
-                target = reads.removeprefix("${").removesuffix("}")
-                group, _, name = target.partition(".")
-                chosen = node._get_root().get(group)
-                option = chosen.get("name") if isinstance(chosen, DictConfig) else None
-                lacking = f"{group}={option} has no {target}" if option else f"the config has no {target}"
-                having = _options_with_key(group, name)
-                pick = f"pick {' or '.join(f'{group}={o}' for o in having)}" if having else "pick options made together"
-                yield (
-                    full_key,
-                    f"is {reads}, but {lacking}: the option setting {full_key} is made for other {group}; "
-                    f"{pick} (an experiment= pairs them), or set {full_key}=<value>",
-                )
+                yield full_key, _unresolved_message(full_key, str(child._value()), node._get_root())
         elif isinstance(child, DictConfig | ListConfig):
             yield from _unresolved_interpolations(child, full_key)
+
+
+def _unresolved_message(key: str, reads: str, root: Any) -> str:
+    target = reads.removeprefix("${").removesuffix("}")
+    group, _, name = target.partition(".")
+    chosen = root.get(group) if isinstance(root, DictConfig) else None
+    option = chosen.get("name") if isinstance(chosen, DictConfig) else None
+    lacking = f"{group}={option} has no {target}" if option else f"the config has no {target}"
+    having = _options_with_key(group, name)
+    pick = f"pick {' or '.join(f'{group}={o}' for o in having)}" if having else "pick options made together"
+    return (
+        f"is {reads}, but {lacking}: the option setting {key} is made for other {group}; "
+        f"{pick} (an experiment= pairs them), or set {key}=<value>"
+    )
 
 
 def _options_with_key(group: str, key: str) -> list[str]:
