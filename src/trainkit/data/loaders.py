@@ -267,7 +267,7 @@ class FileLoader(ShardedLoader):
                     if isinstance(sampler, ResumableDistributedSampler) and sampler.num_replicas > 1:
                         raise ConfigError(
                             "data.skip_bad_files",
-                            f"a whole batch of {self.batch_size} images was unreadable (e.g. '{bad_files[0].path}'), "
+                            f"a whole batch of {len(bad_files)} files was unreadable (e.g. '{bad_files[0].path}'), "
                             f"and ranks must train the same number of batches; remove the unreadable files",
                         )
                     continue
@@ -277,7 +277,7 @@ class FileLoader(ShardedLoader):
                 examples = ", ".join(f"'{bad.path}'" for bad in self.bad_files[:3])
                 where = "training epoch" if isinstance(self.sampler, ResumableDistributedSampler) else "evaluation"
                 log.warning(
-                    f"skipped {len(self.bad_files)} unreadable image(s) in this {where} (data.skip_bad_files=true), "
+                    f"skipped {len(self.bad_files)} unreadable file(s) in this {where} (data.skip_bad_files=true), "
                     f"e.g. {examples}; first error: {self.bad_files[0].reason}"
                 )
 

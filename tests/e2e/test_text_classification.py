@@ -1,0 +1,221 @@
+"""Text classification end to end: experiment=stdlib_functions's recipe (model=sequence, AdamW, batches by a token
+budget) on data=textfolder, a tiny corpus of three classes made here, and on its own data, the standard library's
+functions. train.py trains it and logs tokens and padding; eval.py gives summary.json's test metrics and names each
+.txt file's class; two DDP ranks train as many batches each and test exactly; a SIGTERM inside an epoch resumes
+exactly; bf16, the LR finder and a multirun run on it; what cannot work on text is refused in one line."""
+
+import csv
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import ROOT, composed, run_here
+from helpers import assert_same_training
+from trainkit.data import build_data, make_data
+from trainkit.data.token_batches import TokenBudgetBatches
+
+# Each class a byte pattern of its own, repeated to lengths of 3 to 90 bytes: learnable in a few updates.
+PATTERNS = {"letters": "abc ", "digits": "123 ", "marks": "!?. "}
+
+TINY_MODEL = ("model.width=16", "model.depth=1", "model.heads=2", "model.feedforward=32")
+TINY = (
+    "experiment=stdlib_functions",
+    "data=textfolder",
+    "data.num_workers=0",  # 135 small files: reading them in this process is quicker than starting a worker
+    "data.max_length=64",  # some files are longer: cut
+    "data.max_tokens=256",
+    "data.batch_size=16",
+    "data.val_fraction=0.2",
+    "data.test_fraction=0.2",
+    *TINY_MODEL,
+    "optimizer.lr=1e-2",
+    "trainer.max_epochs=2",
+    "trainer.progress_bar=false",
+    "print_config=false",
+)
+
+
+def write_texts(folder: Path, count: int, seed: int) -> Path:
+    """`count` files a class in <folder>/<class>/, each its class's pattern cut to a random length."""
+    generator = random.Random(seed)
+    for name, pattern in PATTERNS.items():
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        for number in range(count):
+            (folder / name / f"{number:02}.txt").write_text((pattern * 30)[: generator.randint(3, 90)])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """train/<class>/*.txt, 45 files a class; val/ and test/ are carved from it."""
+    root = tmp_path_factory.mktemp("texts")
+    write_texts(root / "train", 45, seed=0)
+    return root
+
+
+def tiny(corpus: Path, *overrides: str) -> tuple[str, ...]:
+    return (*TINY, f"data.root={corpus}", *overrides)
+
+
+def test_a_text_folder_trains_by_a_token_budget_and_eval_py_tests_and_predicts_the_same(run_train, corpus, tmp_path):
+    run = run_train(*tiny(corpus))
+    assert run.summary["test"]["test/acc"] > 0.9  # the majority class is a third
+    per_epoch = train_batches_an_epoch(corpus, world_size=1)
+    assert [epoch["step"] for epoch in run.epoch_metrics()] == [per_epoch, 2 * per_epoch]  # the budget's batches
+    for epoch in run.epoch_metrics():
+        assert epoch["train/tokens_per_sec"] > 0
+        # Length buckets pad ~5% here; batches of 16 texts of 3-64 bytes (data.max_tokens=null) pad ~34%.
+        assert 0 <= epoch["train/padding_fraction"] < 0.15
+
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'eval'}", f"checkpoint={run.run_dir}")
+    assert code == 0, stderr[-3000:]
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    for key in ("test/acc", "test/loss"):
+        assert metrics[key] == pytest.approx(run.summary["test"][key], rel=1e-6), key
+
+    # Files the run never saw, one in a sub-folder, and a file that is not text: a row for each .txt file.
+    unseen = tmp_path / "unseen"
+    for name, pattern in PATTERNS.items():
+        (unseen / "more").mkdir(parents=True, exist_ok=True)
+        (unseen / f"{name}.txt").write_text(pattern * 5)
+        (unseen / "more" / f"{name}.txt").write_text(pattern * 12)
+    (unseen / "notes.md").write_text("not a .txt file")
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={run.run_dir}",
+                               f"predict={unseen}")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    with (tmp_path / "out" / "predictions.csv").open() as f:
+        rows = {row["file"]: row["class"] for row in csv.DictReader(f)}
+    expected = {f"{folder}{name}.txt": name for name in PATTERNS for folder in ("", "more/")}
+    # Relative to the folder given, the .md left out, named by the class folders; and right: the files are read
+    # as training read them (byte b as token b + 1; as token b, the marks are called letters).
+    assert rows == expected
+
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'none'}", f"checkpoint={run.run_dir}",
+                               f"predict={tmp_path / 'no_such_folder'}")  # fmt: skip
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(errors) == 1 and errors[0].startswith("error: predict: "), stderr[-3000:]
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.slow  # ~20 s on 2 CPU cores: parsing the standard library, and a test split of ~800 functions, twice
+def test_the_stdlib_functions_experiment_trains_and_eval_py_names_a_package(run_train, tmp_path):
+    functions = ("experiment=stdlib_functions", "data.max_length=128", "data.max_tokens=2048")
+    run = run_train(*functions, *TINY_MODEL, "trainer.max_epochs=1", "trainer.limit_train_batches=4",
+                    "trainer.limit_val_batches=2", "trainer.progress_bar=false", "print_config=false")  # fmt: skip
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'eval'}", f"checkpoint={run.run_dir}")
+    assert code == 0, stderr[-3000:]
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert {key: metrics[key] for key in run.summary["test"]} == pytest.approx(run.summary["test"], rel=1e-6)
+    function = tmp_path / "function.txt"
+    function.write_text("async def main():\n    await asyncio.sleep(1)\n")
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={run.run_dir}",
+                               f"predict={function}")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    with (tmp_path / "out" / "predictions.csv").open() as f:
+        (row,) = list(csv.DictReader(f))
+    packages = make_data(OmegaConf.to_container(composed(*functions).data)).class_names()  # this Python's 8
+    assert row["file"] == "function.txt" and row["class"] in packages  # a package's name, not a number
+
+
+@pytest.mark.parametrize(
+    "overrides", [["precision=bf16"], ["lr_finder.enabled=true", "lr_finder.num_steps=8"]], ids=["bf16", "lr_finder"]
+)
+def test_bf16_and_the_lr_finder_run_on_text(run_train, corpus, overrides):
+    run = run_train(*tiny(corpus, "trainer.max_epochs=1", *overrides))
+    assert "test/acc" in run.summary["test"]
+    if "lr_finder.enabled=true" in overrides:
+        assert (run.run_dir / "lr_finder.png").is_file()
+        assert "lr range test: 8 steps" in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["data.max_tokens=32"], "data.max_tokens"),  # below data.max_length=64: a long text would fit no batch
+        (["augmentation=shift"], "augmentation"),  # image shifts on bytes
+    ],
+)
+def test_what_cannot_work_on_text_is_refused_in_one_line_before_the_run_directory(run_train, corpus, overrides, key):
+    run = run_train(*tiny(corpus, *overrides), check=False)
+    assert run.returncode == 1
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {key}: "), run.stderr[-3000:]
+    assert not run.run_dir.exists()  # refused by the config check, before any directory, data or model
+
+
+def test_a_file_that_is_not_utf8_stops_the_run_naming_it_unless_skipped(run_train, tmp_path):
+    root = tmp_path / "texts"
+    write_texts(root / "train", 20, seed=1)
+    bad = root / "train" / "letters" / "latin1.txt"
+    bad.write_bytes(b"caf\xe9 abc abc")
+    # val/ and test/ of their own: nothing is carved from train/, so the bad file is read in the first epoch.
+    write_texts(root / "test", 3, seed=2)
+    write_texts(root / "val", 3, seed=3)
+    stopped = run_train(*tiny(root), check=False)
+    errors = [line for line in stopped.stderr.splitlines() if line.startswith("error:")]
+    assert stopped.returncode == 1 and len(errors) == 1, stopped.stderr[-3000:]
+    assert str(bad) in errors[0] and "data.skip_bad_files=true" in errors[0] and "Traceback" not in stopped.stderr
+    skipped = run_train(*tiny(root, "data.skip_bad_files=true"))
+    assert "test/acc" in skipped.summary["test"]
+    assert "skipped 1 unreadable file(s) in this training epoch" in skipped.stdout + skipped.stderr  # counted
+
+
+@pytest.mark.slow  # two runs, ~15 s on 2 CPU cores
+def test_a_multirun_over_the_lr_finishes_both_jobs(corpus, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    code, _, stderr = run_here("train.py", "-m", *tiny(corpus, "optimizer.lr=1e-3,3e-3"),
+                               f"hydra.sweep.dir={sweep_dir}")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    summaries = [json.loads((sweep_dir / str(job) / "summary.json").read_text()) for job in (0, 1)]
+    assert all("test/acc" in summary["test"] for summary in summaries)
+    lrs = [OmegaConf.load(sweep_dir / str(job) / ".hydra" / "config.yaml").optimizer.lr for job in (0, 1)]
+    assert lrs == [1e-3, 3e-3]  # each job trained with its own value
+
+
+# ---- DDP and resume ----------------------------------------------------------------------------
+
+
+def train_batches_an_epoch(corpus: Path, world_size: int) -> int:
+    """What TokenBudgetBatches gives each rank of the tiny corpus's train split an epoch."""
+    import torch
+
+    cfg = composed(*tiny(corpus))
+    data = build_data(cfg.data, torch.device("cpu"), seed=0)
+    lengths = data.train.loader.dataset.lengths
+    return len(TokenBudgetBatches(lengths, cfg.data.max_tokens, cfg.data.batch_size, world_size=world_size))
+
+
+@pytest.mark.slow  # a 2-process run and an evaluation
+def test_two_ranks_train_as_many_batches_each_and_test_as_one_process_does(run_train, corpus, tmp_path):
+    two = ("distributed=ddp", "distributed.nproc_per_node=2", "regularization.early_stopping.enabled=false")
+    run = run_train(*tiny(corpus, *two))
+    assert run.summary["world_size"] == 2
+    # A rank with a batch fewer would wait in the gradient all-reduce forever: the run finishing says they agree,
+    # and the steps are the budget's count for one of two ranks.
+    per_epoch = train_batches_an_epoch(corpus, world_size=2)
+    assert per_epoch < train_batches_an_epoch(corpus, world_size=1)
+    assert [epoch["step"] for epoch in run.epoch_metrics()] == [per_epoch, 2 * per_epoch]
+    best = run.run_dir / "checkpoints" / "best.pt"
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'eval'}", f"checkpoint={best}")
+    assert code == 0, stderr[-3000:]
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert {key: metrics[key] for key in run.summary["test"]} == pytest.approx(run.summary["test"], rel=1e-6)
+
+
+@pytest.mark.slow  # three subprocess runs
+def test_a_text_classifier_stopped_by_sigterm_inside_an_epoch_resumes_exactly(run_train, corpus, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
+    preempting = tiny(corpus, "model._target_=models_for_tests.PreemptedSequenceClassifier",
+                      "trainer.log_every_n_steps=1", "regularization.early_stopping.enabled=false")  # fmt: skip
+    per_epoch = train_batches_an_epoch(corpus, world_size=1)
+    straight = run_train(*preempting, "+model.preempt_at=0", isolated=True)
+    # Three batches into the second epoch: the resume skips exactly the batches the token budget made first.
+    preempted = run_train(*preempting, f"+model.preempt_at={per_epoch + 3}", isolated=True, check=False)
+    assert preempted.returncode == 75, preempted.stderr[-3000:]
+    resumed = run_train("resume=auto", *preempting, "+model.preempt_at=0", run_dir=preempted.run_dir, isolated=True)
+    assert f"at epoch 1, batch 3, step {per_epoch + 3}" in resumed.stdout + resumed.stderr
+    assert_same_training(resumed, straight)
