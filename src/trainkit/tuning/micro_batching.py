@@ -68,8 +68,10 @@ def find_micro_batch_size(
     batch_size: int,
     device: torch.device,
     memory_cap_bytes: int | None = None,
+    smallest: int = 1,
 ) -> int:
-    """The largest of batch_size, ceil(batch_size / 2), ceil(batch_size / 4), ... down to 1 for which
+    """The largest of batch_size, ceil(batch_size / 2), ceil(batch_size / 4), ... down to `smallest` (one
+    sample: 1, or a sequence's tokens for token data, whose smaller parts are still one sequence) for which
     `try_step(size)` (one forward and backward of a part of that size) fits on every rank.
 
     "Does not fit": an out-of-memory error (CUDA's, the CPU allocator's "can't allocate memory"; see
@@ -85,13 +87,18 @@ def find_micro_batch_size(
             log.info(f"trainer.micro_batch_size=auto: {size} fits (batch of {batch_size})")
             return size
         log.info(f"trainer.micro_batch_size=auto: {size} does not fit ({reason or 'on another rank'}); halving")
-        if size == 1:
+        if size <= smallest:
+            one, shorter = (
+                ("1 sample", "finetune.input_size")
+                if smallest == 1
+                else (f"1 sequence ({smallest} tokens)", "shorter sequences")
+            )
             raise ConfigError(
                 "trainer.micro_batch_size",
-                "is auto, but even a micro-batch of 1 sample does not fit in memory; make the step smaller "
-                "(finetune.input_size, precision=bf16, a smaller model) or raise trainer.micro_batch_memory_cap_mb",
+                f"is auto, but even a micro-batch of {one} does not fit in memory; make the step smaller "
+                f"({shorter}, precision=bf16, a smaller model) or raise trainer.micro_batch_memory_cap_mb",
             )
-        size = math.ceil(size / 2)
+        size = max(smallest, math.ceil(size / 2))
 
 
 def _does_not_fit(try_step: Callable[[int], None], size: int, device: torch.device, cap: int | None) -> str | None:
@@ -132,6 +139,7 @@ def find_micro_batch_size_for_run(
     probe = training_step_probe(model, None, inputs, targets, after_train=apply_frozen_bn_eval, step=step)
     cap_mb = trainer.micro_batch_memory_cap_mb
     cap = None if cap_mb is None else int(cap_mb * 2**20)
-    found = find_micro_batch_size(lambda size: probe(max(1, size // per_sample)), len(inputs) * per_sample, device, cap)
+    total = len(inputs) * per_sample
+    found = find_micro_batch_size(lambda size: probe(max(1, size // per_sample)), total, device, cap, per_sample)
     log.info(f"trainer.micro_batch_size=auto: training in micro-batches of {found}")
     return found

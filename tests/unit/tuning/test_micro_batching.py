@@ -67,6 +67,18 @@ def test_auto_when_not_even_one_sample_fits_names_the_key():
     assert error.value.key == "trainer.micro_batch_size"
 
 
+def test_auto_on_token_data_stops_halving_at_one_sequence_and_says_so():
+    tried = []
+
+    def try_step(size: int) -> None:
+        tried.append(size)
+        torch.empty(2**50)
+
+    with pytest.raises(ConfigError, match=r"micro-batch of 1 sequence \(32 tokens\) does not fit.*shorter sequences"):
+        find_micro_batch_size(try_step, 256, CPU, smallest=32)  # 8 sequences of 32 tokens: a part is whole sequences
+    assert tried == [256, 128, 64, 32]  # not 16, 8, ... 1 tokens: each of those is the same one sequence again
+
+
 # With one rank of two out of memory, both halve: tests/unit/distributed/test_distributed.py (one spawn for all).
 
 
