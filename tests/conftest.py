@@ -77,7 +77,10 @@ def run_train(tmp_path):
 
 def _train_in_a_subprocess(run_dir: Path, overrides: tuple[str, ...], timeout: int) -> tuple[int, str, str]:
     command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides]
-    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    # Its own W&B service, as from a fresh shell: a W&B run earlier in this process set WANDB_SERVICE, and through
+    # it a killed part's stream would outlive it in this process's service ("run ID ... is in use" on resume).
+    environment = {key: value for key, value in os.environ.items() if key != "WANDB_SERVICE"}
+    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=environment)
     return process.returncode, process.stdout, process.stderr
 
 
