@@ -166,32 +166,57 @@ def load_image_folder(data: ImageFolder) -> tuple[dict[str, ImageFolderDataset],
             f"'{root / 'train'}' has one class folder ({classes[0]}); classification needs at least two: "
             "put each class's images in its own train/<class>/ folder",
         )
-    samples = {"train": _list_images(root / "train", classes, allow_empty_classes=False)}
-    missing = {}
-    for split in ("val", "test"):
-        folder = root / split
-        if folder.is_dir():
-            _check_same_classes(folder, classes)
-            samples[split] = _list_images(folder, classes, allow_empty_classes=True)
-        else:
-            missing[split] = data.val_fraction if split == "val" else data.test_fraction
-    if missing:
-        train = samples["train"]
-        for split, indices in carve(len(train), missing, data.split_seed).items():
-            samples[split] = [train[i] for i in indices.tolist()]
-        log.info(
-            "no %s under '%s': carved from the %d train/ images by data.split_seed=%s (%s)",
-            " or ".join(f"{split}/" for split in missing),
-            root,
-            len(train),
-            data.split_seed,
-            ", ".join(f"{split}: {len(samples[split])}" for split in ("train", *missing)),
-        )
+    samples = class_folder_splits(
+        root,
+        lambda folder, allow_empty: _list_images(folder, classes, allow_empty_classes=allow_empty),
+        lambda folder: _check_same_classes(folder, classes),
+        {"val": data.val_fraction, "test": data.test_fraction},
+        data.split_seed,
+        "images",
+    )
     datasets = {
         split: ImageFolderDataset(samples[split], data.channels, data.image_size, skip_bad_files=data.skip_bad_files)
         for split in samples
     }
     return datasets, classes
+
+
+def class_folder_splits(
+    root: Path,
+    list_files: Callable[[Path, bool], list],
+    check_classes: Callable[[Path], None] | None,
+    fractions: dict[str, float],
+    split_seed: int,
+    what: str,
+) -> dict[str, list]:
+    """The samples of root/train/, root/val/ and root/test/ (each a class folder a class), as `list_files(folder,
+    allow_empty_classes)` lists them (train/ may not leave a class empty); a missing val/ or test/ is carved from
+    train/ by its fraction and `split_seed` (trainkit.data.datasets.carve), with a line saying so. `check_classes`
+    holds a val/ or test/ folder to train/'s classes (None: it may hold others, which are not read)."""
+    listed = {"train": list_files(root / "train", False)}
+    missing = {}
+    for split in ("val", "test"):
+        folder = root / split
+        if folder.is_dir():
+            if check_classes is not None:
+                check_classes(folder)
+            listed[split] = list_files(folder, True)
+        else:
+            missing[split] = fractions[split]
+    if missing:
+        train = listed["train"]
+        for split, indices in carve(len(train), missing, split_seed).items():
+            listed[split] = [train[i] for i in indices.tolist()]
+        log.info(
+            "no %s under '%s': carved from the %d train/ %s by data.split_seed=%s (%s)",
+            " or ".join(f"{split}/" for split in missing),
+            root,
+            len(train),
+            what,
+            split_seed,
+            ", ".join(f"{split}: {len(listed[split])}" for split in ("train", *missing)),
+        )
+    return listed
 
 
 @cache

@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 import torch
 from torch.utils.data import Dataset
 
-from trainkit.data.datasets import Data, FileSplits, carve
-from trainkit.data.imagefolder import BadFile, _check_root, _check_same_classes, _class_folders
+from trainkit.data.datasets import Data, FileSplits
+from trainkit.data.imagefolder import BadFile, _check_root, _check_same_classes, _class_folders, class_folder_splits
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -151,26 +151,15 @@ class TextFolder(TextData):
         assert self.root is not None, "the config check requires data.root (needs_root)"
         root = _check_root(self.root)
         classes = self._classes(root / "train")
-        listed = {"train": _list_texts(root / "train", classes, allow_empty_classes=False)}
-        missing = {}
-        for split in ("val", "test"):
-            if (root / split).is_dir():
-                if self.class_folders is None:  # a list names the folders to read; others are left out
-                    _check_same_classes(root / split, classes)
-                listed[split] = _list_texts(root / split, classes, allow_empty_classes=True)
-            else:
-                missing[split] = self.val_fraction if split == "val" else self.test_fraction
-        if missing:
-            train = listed["train"]
-            for split, indices in carve(len(train), missing, self.split_seed).items():
-                listed[split] = [train[i] for i in indices.tolist()]
-            log.info(
-                "no %s under '%s': carved from the %d train/ files by data.split_seed=%s",
-                " or ".join(f"{split}/" for split in missing),
-                root,
-                len(train),
-                self.split_seed,
-            )
+        listed = class_folder_splits(
+            root,
+            lambda folder, allow_empty: _list_texts(folder, classes, allow_empty_classes=allow_empty),
+            # a list of class folders names those to read; a val/ or test/ may hold others (aclImdb's unsup/)
+            None if self.class_folders is not None else lambda folder: _check_same_classes(folder, classes),
+            {"val": self.val_fraction, "test": self.test_fraction},
+            self.split_seed,
+            "files",
+        )
         report_truncated([size for split in listed.values() for _, _, size in split], self.max_length, str(root))
         datasets = {
             split: TextFileDataset(
