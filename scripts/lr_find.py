@@ -22,27 +22,22 @@ import sys
 from pathlib import Path
 
 import hydra
-import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit import cli
-from trainkit.augment.batch_transform import BatchTransform
 from trainkit.config.validation import validate
-from trainkit.data import build_data
+from trainkit.distributed.process_group import ProcessInfo
 from trainkit.errors import ConfigError
-from trainkit.models.build import build_model
-from trainkit.models.finetune import apply_frozen_bn_eval
-from trainkit.optim import build_optimizer, scaled_lr
-from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
-from trainkit.tasks import Task
-from trainkit.tuning.lr_finder import lr_range_test
-from trainkit.tuning.lr_finder_plot import plot_lr_finder
+from trainkit.optim import scaled_lr
+from trainkit.runtime import pick_device, seed_everything
+from trainkit.tuning.lr_finder import lr_range_test_for_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import train  # the run is built and stepped as train.py builds and steps it
 
 log = logging.getLogger("lr_find")
 
-# Used where conf/config.yaml has no lr_finder section (or lacks a key).
 SETTINGS = ("min_lr", "max_lr", "num_steps", "smoothing", "divergence_factor")  # of lr_finder.* in conf/config.yaml
 
 
@@ -54,42 +49,14 @@ def main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     device = pick_device(cfg.device)
     seed_everything(cfg.seed)
+    # train.py's own construction (data, model, the data option's batch transforms, task, optimizer groups,
+    # schedule) and its training step (forward, the task's loss, backward; tokens weighed as the loop does).
+    run = train.build_run(cfg, run_dir, ProcessInfo(), device)
+    if settings["num_steps"] > len(run.data.train):
+        log.info(f"{settings['num_steps']} steps > {len(run.data.train)} batches per epoch: the data repeats")
+    result = lr_range_test_for_run(run, None, step=train.train_step)
+    from trainkit.tuning.lr_finder_plot import plot_lr_finder  # matplotlib: after the sweep
 
-    # The same construction as train.py (one process).
-    data = build_data(cfg.data, device=device, seed=cfg.seed)
-    if cfg.data.num_classes is None:
-        cfg.data.num_classes = data.num_classes
-    model, input_size = build_model(cfg.model, cfg.finetune, image_size=data.image_size)
-    channels_last = cfg.trainer.channels_last
-    model = model.to(device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
-    transform = BatchTransform(
-        data.mean, data.std, input_size, cfg.augmentation, train=True, channels_last=channels_last
-    ).to(device)
-    accumulate = cfg.trainer.accumulate_grad_batches
-    optimizer = build_optimizer(model, cfg.optimizer, batch_size=cfg.data.batch_size, accumulate=accumulate)
-    task: Task = instantiate(cfg.task)  # after the data: an image folder's class count is known
-    precision = cfg.precision.name
-
-    def compute_loss(model: torch.nn.Module, batch) -> torch.Tensor:  # the task's training loss, as train.py's
-        inputs, targets = task.inputs_and_targets(batch, device)
-        with autocast(precision, device):
-            return task.loss(model(transform(inputs)).float(), targets)
-
-    if settings["num_steps"] > len(data.train):
-        log.info(f"{settings['num_steps']} steps > {len(data.train)} batches per epoch: the data repeats")
-
-    result = lr_range_test(
-        model,
-        optimizer,
-        data.train,
-        compute_loss=compute_loss,
-        grad_scaler=grad_scaler(cfg.precision.name, device),
-        grad_clip=cfg.trainer.grad_clip,
-        precision=precision,
-        after_train=apply_frozen_bn_eval,
-        device=device,
-        **settings,
-    )
     plot = plot_lr_finder(result, run_dir / "lr_finder.png")
     suggestion = result.suggestion
     (run_dir / "lr_finder.json").write_text(json.dumps({**result.to_dict(), "settings": settings}, indent=2))
@@ -101,6 +68,7 @@ def main(cfg: DictConfig) -> float | None:
     # The sweep sets the effective base LR; with scale_lr_with_batch, optimizer.lr is before scaling.
     factor = 1.0
     if cfg.optimizer.get("scale_lr_with_batch", False):
+        accumulate = cfg.trainer.accumulate_grad_batches
         factor = scaled_lr(1.0, cfg.data.batch_size, 1, accumulate, cfg.optimizer.reference_batch_size)
     head_scale = cfg.optimizer.get("head_lr_scale", 1.0)
     head = f" (the head at {suggestion * head_scale:.2e}, x{head_scale:g})" if head_scale != 1.0 else ""

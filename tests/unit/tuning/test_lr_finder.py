@@ -305,6 +305,31 @@ def test_lr_find_script_sweeps_the_task_s_own_training_loss(tmp_path):
     assert min(saved["raw_losses"]) > 15, (returncode, stderr[-2000:])
 
 
+def test_lr_find_script_builds_and_steps_as_train_py_does_on_token_data(tmp_path):
+    # A language model: no image transform to build, a loss per token (it built an image BatchTransform and failed).
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.py").write_text("def f(x):\n    return x + 1\n" * 200)
+    (corpus / "b.py").write_text("class A:\n    pass\n" * 200)
+    (corpus / "c.py").write_text("import os\nprint(os.sep)\n" * 200)
+    run_dir = tmp_path / "run"
+    tiny = ("data.block_size=16", "data.batch_size=4", "data.val_fraction=0.34", "data.test_fraction=0.33")
+    returncode, _, stderr = run_here(
+        "scripts/lr_find.py",
+        f"hydra.run.dir={run_dir}",
+        "experiment=stdlib_gpt",
+        f"data.root={corpus}",
+        *tiny,
+        "model.n_layer=1",
+        "model.n_head=2",
+        "model.n_embd=16",
+        "++lr_finder.num_steps=8",
+    )
+    saved = json.loads((run_dir / "lr_finder.json").read_text())
+    assert len(saved["lrs"]) == 8, (returncode, stderr[-2000:])
+    assert 4.5 < saved["raw_losses"][0] < 6.5  # a mean over tokens, near ln(256) = 5.5 at initialization
+
+
 def test_lr_find_script_reports_bad_input_in_one_line(tmp_path):
     returncode, _, stderr = run_here("scripts/lr_find.py", f"hydra.run.dir={tmp_path}", "++lr_finder.max_lr=-1")
     assert returncode == 1
