@@ -437,6 +437,17 @@ def _a_sequence_fits_the_budget(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
+def _a_token_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """The batch-size finder searches data.batch_size; under data.max_tokens that is a cap, not a batch's size."""
+    if isinstance(cfg.data.get("max_tokens"), int) and cfg.batch_size_finder.enabled:
+        yield (
+            "batch_size_finder.enabled",
+            f"searches data.batch_size, but data.max_tokens={cfg.data.max_tokens} decides how much a batch holds "
+            "(data.batch_size only caps its sequences); set batch_size_finder.enabled=false and size the budget "
+            "(or trainer.micro_batch_size=auto under it), or set data.max_tokens=null to search fixed batches",
+        )
+
+
 def _mixing_needs_a_task_that_mixes(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """MixUp/CutMix run in the task's augment(): a task that does not mix would ignore them in silence."""
     task = _task(cfg)
@@ -525,6 +536,7 @@ RELATIONS = (
         _image_ops_need_images,
     ),
     Relation(("data.max_length", "data.max_tokens", "model.max_length"), _a_sequence_fits_the_budget),
+    Relation(("data.max_tokens", "batch_size_finder.enabled"), _a_token_budget_sizes_its_batches),
     Relation(("task._target_", "augmentation"), _mixing_needs_a_task_that_mixes),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),

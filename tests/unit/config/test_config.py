@@ -292,6 +292,7 @@ RELATION_CASES = [
     ([*FUNCTIONS, "data.max_tokens=256"], "data.max_tokens"),
     ([*FUNCTIONS, "model.max_length=256"], "model.max_length"),
     ([*FUNCTIONS, "trainer.channels_last=true"], "trainer.channels_last"),
+    ([*FUNCTIONS, "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),
     ([*FUNCTIONS, "augmentation=mixup"], "augmentation"),
     (["required=[trainer.max_steps]"], "trainer.max_steps"),
     (["experiment=shapes_segmentation", "task.class_names=[background,circle]"], "task.class_names"),
