@@ -38,7 +38,11 @@ class SequenceClassifier(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         padding = tokens == self.pad_id  # [B, T], True where there is no token
         x = self.embedding(tokens) + self.positions[: tokens.shape[1]]
-        x = self.norm(self.encoder(x, src_key_padding_mask=padding))
+        # An empty text masks every key, and attention over none is NaN (then the loss, and the run stops): its
+        # first position attends to itself instead; the mean below still counts no token of it.
+        attend = padding.clone()
+        attend[:, 0] &= ~padding.all(dim=1)
+        x = self.norm(self.encoder(x, src_key_padding_mask=attend))
         real = (~padding).unsqueeze(-1).to(x.dtype)
         pooled = (x * real).sum(1) / real.sum(1).clamp(min=1)  # the mean over real tokens (an empty text: zeros)
         return self.head(pooled)
