@@ -29,7 +29,15 @@ time.sleep(30)
 
 
 def run(program: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    # SIGINT as a terminal leaves it: a shell's background job (a CI script run with `&`) starts its children
+    # with SIGINT ignored, and startup rightly leaves an ignored signal ignored.
+    return subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def test_it_knows_the_same_stop_signals_and_exit_code_as_the_run():
