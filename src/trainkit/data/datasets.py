@@ -47,7 +47,6 @@ class FileSplits:
     val: Dataset
     test: Dataset
     num_classes: int
-    source: str | None = None  # what decides the data beyond its files, e.g. "CPython 3.11.7": the fingerprint keeps it
 
 
 # kw_only: fields with defaults here may come before a subclass's fields without (Hydra passes keywords).

@@ -8,8 +8,8 @@ The number of classes (an image folder counts its class folders). File data (an 
 each split's number of files and a digest of its file names (relative to the folder all the splits
 share, so a copy of the data elsewhere, on a node's local disk, is the same data) and labels, in
 order: an added, removed, renamed or relabelled file, or a file moved to another split, changes it.
-A `source` the splits name (FileSplits.source: the Python version whose standard library is the
-corpus) is kept too. Not the files' contents: reading every image at each start would cost minutes. In-memory data: each
+The data option's `source()` (the Python version whose standard library is the corpus) is kept too.
+Not the files' contents: reading every image at each start would cost minutes. In-memory data: each
 split's shape and a checksum of up to CHECKED_SAMPLES evenly spaced samples, in order.
 
 A changed dataset would resume into other splits (a new shuffle of a new file list puts test images
@@ -34,7 +34,6 @@ def data_fingerprint(splits: Any, source: str | None = None) -> dict:
     checkpoint holds them (torch.load(weights_only=True)). `source`: what else decides the data
     (Data.source(): the Python version of the standard library's text), kept when given."""
     made = {name: getattr(splits, name) for name in SPLITS}
-    source = source or getattr(splits, "source", None)  # e.g. the Python version whose standard library it is
     classes = {"classes": splits.num_classes, **({"source": source} if source else {})}
     if all(isinstance(split, tuple) for split in made.values()):  # Splits: (images, labels) tensors
         return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}

@@ -6,9 +6,8 @@ function nested in another is part of its text), from the def line to its last l
 token, trainkit.data.text). Its class: its file's top-level package, among the `data.packages` packages with
 the most functions (top-level modules and the other packages are left out). Files are split, not functions
 (trainkit.data.stdlib_source.split_by_file, a package at a time, so every split holds every class), so no
-file's functions are in two splits. The corpus changes with
-the Python version: FileSplits.source records corpus_version(), which the data fingerprint keeps, so a resume
-under another Python is refused.
+file's functions are in two splits. The corpus changes with the Python version: source() names
+corpus_version(), which the data fingerprint keeps, so a resume under another Python is refused.
 
 Parsing the ~750 files takes a few seconds, the same on every rank; it is kept for the life of the process
 (eval.py and a test that builds the data twice parse once), nothing is written to disk.
@@ -72,9 +71,11 @@ class StdlibFunctions(TextData):
             ", ".join(chosen),
         )
         report_majority(datasets, chosen)
-        return FileSplits(
-            datasets["train"], datasets["val"], datasets["test"], num_classes=len(chosen), source=corpus_version()
-        )
+        return FileSplits(datasets["train"], datasets["val"], datasets["test"], num_classes=len(chosen))
+
+    def source(self) -> str | None:
+        """The corpus's Python (the data fingerprint keeps it: a resume under another Python is refused)."""
+        return corpus_version()
 
     def class_names(self) -> list[str]:
         """The chosen packages in label order (sorted by name): what eval.py's predictions name."""

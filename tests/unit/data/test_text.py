@@ -107,15 +107,14 @@ def test_token_budget_batches_of_a_text_folder_fit_the_budget(tmp_path):
 
 
 def test_a_changed_corpus_source_refuses_the_resume():
-    def splits(source):
-        dataset = TextDataset([b"def f(): pass"], [("/lib/a.py:1", 0)], 64)
-        return FileSplits(dataset, dataset, dataset, num_classes=1, source=source)
+    dataset = TextDataset([b"def f(): pass"], [("/lib/a.py:1", 0)], 64)
+    splits = FileSplits(dataset, dataset, dataset, num_classes=1)
 
-    saved = data_fingerprint(splits("CPython 3.11.7"))
+    saved = data_fingerprint(splits, "CPython 3.11.7")
     assert saved["source"] == "CPython 3.11.7"
-    check_same_data(saved, data_fingerprint(splits("CPython 3.11.7")))
+    check_same_data(saved, data_fingerprint(splits, "CPython 3.11.7"))
     with pytest.raises(ConfigError, match=re.escape("from CPython 3.12.1, the run's came from CPython 3.11.7")):
-        check_same_data(saved, data_fingerprint(splits("CPython 3.12.1")))
+        check_same_data(saved, data_fingerprint(splits, "CPython 3.12.1"))
 
 
 def test_stdlib_functions_are_split_by_file_and_record_the_python_version(monkeypatch):
@@ -128,11 +127,11 @@ def test_stdlib_functions_are_split_by_file_and_record_the_python_version(monkey
         name: {path.rsplit(":", 1)[0] for path, _ in getattr(made, name).samples} for name in ("train", "val", "test")
     }
     assert not files["train"] & files["val"] and not files["train"] & files["test"] and not files["val"] & files["test"]
-    assert made.num_classes == 8 == len(option.class_names()) and made.source == corpus_version()
+    assert made.num_classes == 8 == len(option.class_names()) and option.source() == corpus_version()
     lengths = made.train.lengths
     assert int(lengths.max()) == option.max_length and int(lengths.min()) < 64  # long-tailed, cut at max_length
     first_text, first_label = made.train[0]
     assert first_text.dtype == torch.int64 and (first_text > 0).all() and 0 <= first_label < 8
     monkeypatch.setattr("trainkit.data.stdlib_functions.corpus_version", lambda: "CPython 3.99.0")
     with pytest.raises(ConfigError, match=re.escape("CPython 3.99.0")):
-        check_same_data(data_fingerprint(made), data_fingerprint(option.splits()))
+        check_same_data(data_fingerprint(made, corpus_version()), data_fingerprint(made, option.source()))
