@@ -63,8 +63,7 @@ class TokenBudgetBatches:
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.train = shuffle if train is None else train
         self.drop_last = drop_last
-        self._described = _buckets(sizes, max_tokens, max_batch_size)
-        self.buckets = [(indices, size) for indices, size, _ in self._described]  # (indices by length, a batch's size)
+        self.buckets = _buckets(sizes, max_tokens, max_batch_size)  # (indices by length, a batch's size)
         self.epoch, self.start_batch = 0, 0
         self._batches: list[list[int]] | None = None  # this rank's, for self.epoch
 
@@ -111,13 +110,9 @@ class TokenBudgetBatches:
         """This rank's samples in the current epoch (all of them, including batches a resume skips)."""
         return sum(len(batch) for batch in self.batches())
 
-    def bucket_sizes(self) -> list[tuple[int, int, int]]:
-        """(longest length, sequences a batch, sequences) of each bucket, shortest first: for a log line."""
-        return [(longest, size, len(indices)) for indices, size, longest in self._described]
 
-
-def _buckets(lengths: torch.Tensor, max_tokens: int, max_batch_size: int) -> list[tuple[torch.Tensor, int, int]]:
-    """(indices sorted by length, sequences a batch, longest length) of each bucket, shortest bucket first."""
+def _buckets(lengths: torch.Tensor, max_tokens: int, max_batch_size: int) -> list[tuple[torch.Tensor, int]]:
+    """(indices sorted by length, sequences a batch) of each bucket, shortest bucket first."""
     order = torch.sort(lengths, stable=True).indices  # stable: the same buckets on every machine
     sorted_lengths = lengths[order].tolist()
     buckets, start = [], 0
@@ -128,6 +123,6 @@ def _buckets(lengths: torch.Tensor, max_tokens: int, max_batch_size: int) -> lis
         while end < len(order) and sorted_lengths[end] <= limit:
             end += 1
         longest = max(sorted_lengths[end - 1], 1)
-        buckets.append((order[start:end], max(1, min(max_batch_size, max_tokens // longest)), longest))
+        buckets.append((order[start:end], max(1, min(max_batch_size, max_tokens // longest))))
         start = end
     return buckets
