@@ -45,6 +45,7 @@ from trainkit.data.datasets import ImageData, data_class
 from trainkit.data.imagefolder import (
     ImageFolder,
     class_names,
+    files_in,
     image_extensions,
     images_in,
     open_image,
@@ -249,13 +250,7 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
     data reads a text (its UTF-8 bytes, a byte a token, cut at data.max_length), batches padded to their longest;
     predictions.csv names each file's class (the data's class names: folders, packages). One process."""
     if given.is_dir():
-        files = sorted(
-            path
-            for path in given.rglob("*")
-            if path.is_file()
-            and path.suffix.lower() in TEXT_EXTENSIONS
-            and not any(part.startswith(".") for part in path.relative_to(given).parts)
-        )
+        files = files_in(given, TEXT_EXTENSIONS)
     elif given.is_file():
         files, given = [given], given.parent
     else:

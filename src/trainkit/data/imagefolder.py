@@ -17,7 +17,7 @@ Pillow is imported where images are opened: runs on in-memory data never load it
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -236,12 +236,17 @@ def class_names(root: str | Path) -> list[str]:
 
 def images_in(folder: str | Path) -> list[Path]:
     """Every image file under `folder` (sub-folders too), sorted; hidden files and others skipped."""
+    return files_in(folder, image_extensions())
+
+
+def files_in(folder: str | Path, extensions: Collection[str]) -> list[Path]:
+    """Every file under `folder` (sub-folders too) with one of `extensions` (lower case), sorted; hidden skipped."""
     root = Path(folder).expanduser()
     return sorted(
         path
         for path in root.rglob("*")
         if path.is_file()
-        and path.suffix.lower() in image_extensions()
+        and path.suffix.lower() in extensions
         and not any(part.startswith(".") for part in path.relative_to(root).parts)
     )
 
@@ -273,31 +278,39 @@ def _check_same_classes(folder: Path, classes: list[str]) -> None:
 
 
 def _list_images(folder: Path, classes: list[str], allow_empty_classes: bool) -> list[tuple[str, int]]:
-    # A small val/ or test/ may lack a class; train/ may not, and no split may be empty.
+    kind = ("images", "non-image entries (not a format Pillow opens)")
+    return class_files(folder, classes, image_extensions(), IMAGE_EXTENSIONS, kind, allow_empty_classes)
+
+
+def class_files(
+    folder: Path,
+    classes: list[str],
+    extensions: Collection[str],
+    shown: Sequence[str],
+    kind: tuple[str, str],
+    allow_empty_classes: bool,
+) -> list[tuple[str, int]]:
+    """(path, label) of the files with one of `extensions` in each class folder of `folder`, sorted a class; hidden
+    files and others are counted in the log, not read. `shown`: the extensions an error names; `kind`: what the files
+    are and what the others are, for the messages. A small val/ or test/ may lack a class (even its folder); train/
+    may not, and no split may be empty."""
     samples = []
     hidden, others = 0, 0  # ignored files, counted in the log
     for label, name in enumerate(classes):
         files = []
-        for path in (folder / name).iterdir():
+        for path in (folder / name).iterdir() if (folder / name).is_dir() else ():
             if path.name.startswith("."):  # .DS_Store, ._photo.jpg (macOS), editor swap files
                 hidden += 1
-            elif path.is_file() and path.suffix.lower() in image_extensions():
+            elif path.is_file() and path.suffix.lower() in extensions:
                 files.append(path)
             else:
                 others += 1  # notes, labels, sub-folders: not read
         files.sort()
         if not files and not allow_empty_classes:
-            raise ConfigError(
-                "data.root", f"class folder '{folder / name}' holds no images ({', '.join(IMAGE_EXTENSIONS)})"
-            )
+            raise ConfigError("data.root", f"class folder '{folder / name}' holds no {kind[0]} ({', '.join(shown)})")
         samples += [(str(path), label) for path in files]
     if hidden or others:
-        log.info(
-            "'%s': ignored %d hidden and %d non-image entries (not a format Pillow opens) in its class folders",
-            folder,
-            hidden,
-            others,
-        )
+        log.info("'%s': ignored %d hidden and %d %s in its class folders", folder, hidden, others, kind[1])
     if not samples:
-        raise ConfigError("data.root", f"'{folder}' holds no images ({', '.join(IMAGE_EXTENSIONS)})")
+        raise ConfigError("data.root", f"'{folder}' holds no {kind[0]} ({', '.join(shown)})")
     return samples

@@ -25,7 +25,14 @@ import torch
 from torch.utils.data import Dataset
 
 from trainkit.data.datasets import Data, FileSplits
-from trainkit.data.imagefolder import BadFile, _check_root, _check_same_classes, _class_folders, class_folder_splits
+from trainkit.data.imagefolder import (
+    BadFile,
+    _check_root,
+    _check_same_classes,
+    _class_folders,
+    class_files,
+    class_folder_splits,
+)
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -194,24 +201,9 @@ class TextFolder(TextData):
 
 def _list_texts(folder: Path, classes: list[str], allow_empty_classes: bool) -> list[tuple[str, int, int]]:
     """(path, label, size in bytes) of the text files in each class folder of `folder`, sorted a class."""
-    samples, ignored = [], 0
-    for label, name in enumerate(classes):
-        files = []
-        for path in sorted((folder / name).iterdir()) if (folder / name).is_dir() else []:
-            if not path.name.startswith(".") and path.is_file() and path.suffix.lower() in TEXT_EXTENSIONS:
-                files.append((str(path), label, path.stat().st_size))
-            else:
-                ignored += 1
-        if not files and not allow_empty_classes:
-            raise ConfigError(
-                "data.root", f"class folder '{folder / name}' holds no text files ({', '.join(TEXT_EXTENSIONS)})"
-            )
-        samples += files
-    if ignored:
-        log.info("'%s': ignored %d hidden or non-text entries in its class folders", folder, ignored)
-    if not samples:
-        raise ConfigError("data.root", f"'{folder}' holds no text files ({', '.join(TEXT_EXTENSIONS)})")
-    return samples
+    kind = ("text files", "non-text entries")
+    listed = class_files(folder, classes, TEXT_EXTENSIONS, TEXT_EXTENSIONS, kind, allow_empty_classes)
+    return [(path, label, Path(path).stat().st_size) for path, label in listed]
 
 
 class TextDataset(Dataset):
