@@ -6,8 +6,9 @@
     python eval.py checkpoint=<run> precision=bf16 trainer.tta_flip=true
     python eval.py checkpoint=<run> distributed=ddp distributed.nproc_per_node=2
     python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or one image file's)
-    python eval.py checkpoint=<run> predict="def fibonacci(n):"  # a language model: the prompt continued (sample.*)
     python eval.py checkpoint=<run> predict=path/to/texts   # token data: each .txt file's class
+    python eval.py checkpoint=<run> prompt="'def fibonacci(n):'"  # a language model: the text continued (sample.*)
+    python eval.py checkpoint=<run> predict=prompt.txt      # ... or a text file's text (a missing file: refused)
 
 The config is the checkpoint's own (the resolved config the run trained with) with the keys this
 command line sets on top, as a resume takes it; so the data split, eval transform, precision,
@@ -20,6 +21,7 @@ predict=, predictions.csv (a class an image, or a text file) or masks/ (a class 
 import csv
 import json
 import logging
+import random
 import sys
 from collections import Counter
 from itertools import islice
@@ -84,6 +86,9 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     if cfg.split not in SPLITS:
         raise ConfigError("split", f"must be one of {', '.join(SPLITS)}, got {cfg.split!r}")
     validate(cfg)  # every error the config alone can reveal, before any data or model is built
+    if cfg.prompt is not None and (cfg.predict is not None or not writes_text(cfg)):
+        reason = "predict= is given too; give one" if cfg.predict is not None else "this run is not one; drop it"
+        raise ConfigError("prompt", f"is the text a language model continues, but {reason}")
     check_data_fits(state["config"], cfg.data.get("channels"), cfg.data.num_classes)  # null: a folder counts later
     return cfg
 
@@ -282,6 +287,20 @@ def read_text(path: Path) -> bytes:
     return text
 
 
+def prompt_of(cfg: DictConfig) -> str:
+    """What a language model continues: prompt=<the text itself>, or the text of predict=<a text file> (never the
+    path itself: a mistyped file name is refused, not continued)."""
+    if cfg.prompt is not None:
+        return cfg.prompt
+    given = Path(str(cfg.predict)).expanduser()
+    if not given.is_file():
+        what = "is a folder" if given.is_dir() else "does not exist"
+        raise ConfigError(
+            "predict", f"'{given}' {what}; a language model continues a text file (predict=<file>) or prompt='<text>'"
+        )
+    return read_text(given).decode("utf-8")
+
+
 def write_table(writer: "PredictionWriter", out_dir: Path) -> Path:
     table = out_dir / "predictions.csv"
     with table.open("w", newline="") as f:
@@ -380,18 +399,21 @@ def resize_whole(image: Any, size: int) -> torch.Tensor:
 def main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     cfg = checkpoint_config(cfg)  # the checkpoint's config, this command's overrides on top
+    drawn = cfg.sample.seed is None  # sample.seed=null: a fresh seed, saved with the config and printed
+    if drawn:
+        cfg.sample.seed = random.SystemRandom().randrange(2**32)
     if (out_dir / ".hydra").is_dir():  # what is evaluated, not only what was typed (hydra.output_subdir=null: none)
         OmegaConf.save(cfg, out_dir / ".hydra" / "config.yaml")
     checkpoint = Path(cfg.checkpoint)
     run_dir = run_dir_of(checkpoint)
     source = f"{checkpoint.parent.name}/{checkpoint.name} of {run_dir}" if run_dir else str(checkpoint)
-    if cfg.predict is not None and writes_text(cfg):  # a language model: the prompt (or a text file) continued
+    if cfg.prompt is not None or (cfg.predict is not None and writes_text(cfg)):  # a language model continues text
+        prompt = prompt_of(cfg)
         device = pick_device(cfg.device, 0)
         model, _ = trained_model(cfg, tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))[1], None, device)
-        print(write_samples(model, cfg.predict, cfg.sample, out_dir / "samples.txt"))
-        log.info(
-            f"sample of {cfg.sample.max_new_tokens} bytes (sample.seed={cfg.sample.seed}, {source}) -> samples.txt"
-        )
+        print(write_samples(model, prompt, cfg.sample, out_dir / "samples.txt"))
+        seed = f"sample.seed={cfg.sample.seed}" + (" drawn: pass it to sample the same again" if drawn else "")
+        log.info(f"sample of {cfg.sample.max_new_tokens} bytes ({seed}, {source}) -> samples.txt")
         return
     if cfg.predict is not None:
         written, count = predict_folder(cfg, out_dir)
