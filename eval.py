@@ -13,9 +13,12 @@
 The config is the checkpoint's own (the resolved config the run trained with) with the keys this
 command line sets on top, as a resume takes it; so the data split, eval transform, precision,
 weights (the EMA where the run used one) and tta_flip are the run's, and the numbers equal its
-summary.json. Each call writes into a new directory, outputs/eval/<time>/: metrics.json and a
-picture of the predictions (confusion_matrix.png, or predictions.png for segmentation); with
-predict=, predictions.csv (a class an image, or a text file) or masks/ (a class a pixel) instead.
+summary.json. The run's own keys need no + (data.max_length=32: its .hydra/overrides.yaml is
+composed first); the model keeps the checkpoint's settings; of the config groups only precision=
+and distributed= may be chosen (data=, model=, ...: one line). Each call writes into a new
+directory, outputs/eval/<time>/: metrics.json and a picture of the predictions (confusion_matrix.png,
+or predictions.png for segmentation); with predict=, predictions.csv (a class an image, or a text
+file) or masks/ (a class a pixel) instead.
 """
 
 import csv
@@ -69,6 +72,29 @@ quiet_known_noise()
 
 CHECKPOINTS = ("best.pt", "last.pt")  # in a run directory: the weights train.py tested, else the latest
 SPLITS = ("test", "val")
+GROUPS = ("precision", "distributed")  # the config groups an evaluation may choose; the others are the run's
+_replayed: list[str] = []  # the run's own overrides, put before this command line's (with_the_runs_overrides)
+
+
+def with_the_runs_overrides(argv: list[str]) -> list[str]:
+    """argv with the checkpoint's run's own overrides (its .hydra/overrides.yaml) before this command line's, as a
+    resume replays them: Hydra then composes the run's groups (data=textfolder, model=sequence), so an override of
+    the run's own key (data.max_length=32) needs no +. Only this command line's are applied to the checkpoint's
+    config (checkpoint_config). A checkpoint= that cannot be read: as it is, for checkpoint_config to report."""
+    global _replayed
+    _replayed = []
+    if any(chosen_group(arg) for arg in argv[1:]):  # refused by checkpoint_config; no replay would compose with it
+        return argv
+    given = next((arg.split("=", 1)[1].strip("'\"") for arg in reversed(argv) if arg.startswith("checkpoint=")), None)
+    try:
+        run_dir = run_dir_of(find_checkpoint(given, key="checkpoint", names=CHECKPOINTS)) if given else None
+    except (ConfigError, OSError):
+        run_dir = None
+    saved = run_dir / ".hydra" / "overrides.yaml" if run_dir else None
+    overrides = [str(override) for override in OmegaConf.load(saved)] if saved and saved.is_file() else []
+    skipped = ("hydra.", "hydra/", "resume=", "hparams_search=")  # where the run was written, continued or swept
+    _replayed = [override for override in overrides if not override.lstrip("+~").startswith(skipped)]
+    return [argv[0], *_replayed, *argv[1:]]
 
 
 def checkpoint_config(cfg: DictConfig) -> DictConfig:
@@ -80,8 +106,11 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     if checkpoint.is_dir():  # distributed=fsdp's last/: every rank's shards, for a resume
         refuse_sharded_checkpoint(checkpoint)
     state = read_checkpoint(checkpoint, mmap=True, key="checkpoint")  # a trainkit checkpoint, of this format
-    overrides = list(HydraConfig.get().overrides.task)
-    cfg = config_with_overrides(state["config"], cfg, overrides, when="on top of a checkpoint's config")
+    overrides = list(HydraConfig.get().overrides.task)[len(_replayed) :]  # this command line's own
+    refuse_groups(overrides)
+    # The model stays the checkpoint's (its weights): data.max_length=32 cuts the texts, not the model's positions.
+    when = "on top of a checkpoint's config"
+    cfg = config_with_overrides(state["config"], cfg, overrides, when=when, relinked=lambda part: part != "model")
     cfg.checkpoint, cfg.resume = str(checkpoint), None  # (resume= itself is refused by cli.run)
     if cfg.split not in SPLITS:
         raise ConfigError("split", f"must be one of {', '.join(SPLITS)}, got {cfg.split!r}")
@@ -91,6 +120,24 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
         raise ConfigError("prompt", f"is the text a language model continues, but {reason}")
     check_data_fits(state["config"], cfg.data.get("channels"), cfg.data.num_classes)  # null: a folder counts later
     return cfg
+
+
+def chosen_group(override: str) -> str | None:
+    """The config group an override chooses (data=textfolder: data), where eval.py takes none (not GROUPS)."""
+    group = override.split("=", 1)[0].lstrip("+~")
+    choosable = group in GROUPS or group.startswith("hydra") or "." in group
+    return None if choosable or not (Path(__file__).parent / "conf" / group).is_dir() else group
+
+
+def refuse_groups(overrides: list[str]) -> None:
+    """A config group other than GROUPS (data=, model=, experiment=, ...) is one line: the run's config is evaluated."""
+    for group in filter(None, map(chosen_group, overrides)):
+        raise ConfigError(
+            group,
+            f"eval.py evaluates the run's own config (its checkpoint's), so {group}= cannot be chosen here; "
+            f"override the run's keys one by one (e.g. data.root=<folder>, data.max_length=32), or choose "
+            f"{' or '.join(f'{name}=' for name in GROUPS)}",
+        )
 
 
 def refuse_sharded_checkpoint(checkpoint: Path) -> None:
@@ -434,4 +481,5 @@ if __name__ == "__main__":
     if {"--help", "-h"} & set(sys.argv[1:]):  # this script's usage, not train.py's
         OmegaConf.register_new_resolver("script_doc", lambda: __doc__.strip() + "\n", replace=True)
         sys.argv.append("hydra/help=eval")
+    sys.argv = with_the_runs_overrides(sys.argv)
     cli.run(main, resumes=False)

@@ -173,11 +173,13 @@ def untrained_run(tmp_path_factory) -> Path:
         (["checkpoint={tmp}/foreign.pt"], "checkpoint"),
         (["checkpoint={run}", "predict=/no/such/folder"], "predict"),
         (["checkpoint={run}", "predict={tmp}"], "predict"),  # a folder without images
-        (["checkpoint={run}", "data=synthetic"], "data.channels"),  # 3 channels for a model of 1
-        (["checkpoint={run}", "data=synthetic", "data.channels=1", "data.num_classes=5"], "data.num_classes"),
+        (["checkpoint={run}", "data.channels=3"], "data.channels"),  # 3 channels for a model of 1
+        (["checkpoint={run}", "data.num_classes=5"], "data.num_classes"),
+        (["checkpoint={run}", "data=synthetic"], "data"),  # the run's data, model and task are its own
+        (["checkpoint={run}", "model=unet"], "model"),
         (["checkpoint={run}", "resume={run}"], "resume"),
     ],
-    ids=["no such path", "not a trainkit checkpoint", "no such folder", "no images", "channels", "classes", "resume"],
+    ids=["no such path", "foreign", "no such folder", "no images", "channels", "classes", "data=", "model=", "resume"],
 )
 def test_bad_input_is_one_line_naming_the_key(untrained_run, tmp_path, overrides, key):
     torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign.pt")

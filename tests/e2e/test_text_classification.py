@@ -15,8 +15,11 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT, composed, run_here
 from helpers import assert_same_training
+from trainkit.checkpointing import save_checkpoint
+from trainkit.config import to_dict
 from trainkit.data import build_data, make_data
 from trainkit.data.token_batches import TokenBudgetBatches
+from trainkit.models import build_model
 
 # Each class a byte pattern of its own, repeated to lengths of 3 to 90 bytes: learnable in a few updates.
 PATTERNS = {"letters": "abc ", "digits": "123 ", "marks": "!?. "}
@@ -99,6 +102,36 @@ def test_a_text_folder_trains_by_a_token_budget_and_eval_py_tests_and_predicts_t
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert code == 1 and len(errors) == 1 and errors[0].startswith("error: predict: "), stderr[-3000:]
     assert "Traceback" not in stderr
+
+
+@pytest.fixture(scope="module")
+def untrained_run(corpus, tmp_path_factory) -> Path:
+    """A run directory as train.py leaves it (.hydra/overrides.yaml, checkpoints/last.pt) of tiny(corpus), untrained."""
+    run_dir = tmp_path_factory.mktemp("untrained") / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(list(tiny(corpus))), run_dir / ".hydra" / "overrides.yaml")
+    config = to_dict(composed(*tiny(corpus), "data.num_classes=3"))  # the run counts the class folders
+    model, _ = build_model(config["model"], config["finetune"], image_size=None)
+    state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 0, "batches_done": 0}
+    save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "config": config})
+    return run_dir
+
+
+def test_eval_py_overrides_the_runs_own_keys_without_a_plus_and_refuses_a_group(untrained_run, tmp_path):
+    code, stdout, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'cut'}", f"checkpoint={untrained_run}",
+                                    "data.max_length=32")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    assert "are longer than data.max_length=32 bytes and are cut to it" in stdout  # the texts are cut at 32 ...
+    evaluated = OmegaConf.load(tmp_path / "cut" / ".hydra" / "config.yaml")
+    assert evaluated.data.max_length == 32 and evaluated.model.max_length == 64  # ... by the model of the checkpoint
+    for group in ("data=textfolder", "model=cnn"):
+        code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={untrained_run}", group)
+        lines = stderr.strip().splitlines()
+        name = group.split("=")[0]
+        assert code == 1 and len(lines) == 1, stderr
+        assert lines[0].startswith(f"error: {name}: eval.py evaluates the run's own config (its checkpoint's), so "
+                                   f"{name}= cannot be chosen here; override the run's keys one by one")  # fmt: skip
+        assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow  # ~20 s on 2 CPU cores: parsing the standard library, and a test split of ~800 functions, twice
