@@ -48,8 +48,6 @@ from trainkit.config.validation import validate
 from trainkit.data import build_data, make_data
 from trainkit.data.datasets import ImageData, data_class
 from trainkit.data.imagefolder import (
-    ImageFolder,
-    class_names,
     files_in,
     image_extensions,
     images_in,
@@ -164,11 +162,10 @@ def check_data_fits(saved: dict, channels: int | None, num_classes: int | None) 
             )
 
 
-def folder_class_names(cfg: DictConfig) -> list[str]:
-    """The class names of an image folder (its class folders' names, in label order); [] for other data."""
-    if issubclass(data_class(cfg.data._target_), ImageFolder) and cfg.data.root:
-        return class_names(cfg.data.root)
-    return []
+def predicted_class_names(cfg: DictConfig, state: dict) -> list[str]:
+    """What predictions call the classes (in label order; [] for numbers): the checkpoint keeps what the run's data
+    named them, so no data is read; a checkpoint from before it kept them: what the data names them now."""
+    return state["class_names"] if "class_names" in state else make_data(cfg.data).class_names()
 
 
 def tested_weights(cfg: DictConfig, state: dict) -> tuple[str, dict]:
@@ -224,7 +221,7 @@ def evaluate_process(cfg: DictConfig, out_dir: Path) -> dict:
         results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
         if proc.is_main:
             if shown is not None:
-                save_figures(shown, out_dir, folder_class_names(cfg))
+                save_figures(shown, out_dir, data.class_names)
             (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
         return results
 
@@ -272,8 +269,8 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
         raise ConfigError("predict", f"'{folder}' holds no images (.png, .jpg, ...); give a folder of images")
     names = [path.relative_to(folder) for path in files]
     device = pick_device(cfg.device)
-    _, weights = tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))
-    model, input_size = trained_model(cfg, weights, cfg.data.image_size, device)
+    state = load_checkpoint(cfg.checkpoint, device)
+    model, input_size = trained_model(cfg, tested_weights(cfg, state)[1], cfg.data.image_size, device)
     transform = make_data(cfg.data).batch_transform(None, input_size, cfg.trainer.channels_last, train=False).to(device)
     task = instantiate(cfg.task)
 
@@ -283,7 +280,7 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
             return task.predict(model_outputs(model, inputs, task, cfg.trainer.tta_flip))
 
     mode, size, batch_size = ("L" if cfg.data.channels == 1 else "RGB"), cfg.data.image_size, cfg.data.eval_batch_size
-    writer = PredictionWriter(out_dir, names, folder_class_names(cfg))
+    writer = PredictionWriter(out_dir, names, predicted_class_names(cfg, state))
     maps = False  # known after the first batch: whether the task predicts a map an image
     for start in range(0, len(files), batch_size):
         opened = [read_image(path, mode, size) for path in files[start : start + batch_size]]
@@ -300,7 +297,7 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
 def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, int]:
     """predict=<folder or .txt file> for token data: every .txt file in it (sub-folders too) read as the run's
     data reads a text (its UTF-8 bytes, a byte a token, cut at data.max_length), batches padded to their longest;
-    predictions.csv names each file's class (the data's class names: folders, packages). One process."""
+    predictions.csv names each file's class (the names the checkpoint keeps: folders, packages). One process."""
     if given.is_dir():
         files = files_in(given, TEXT_EXTENSIONS)
     elif given.is_file():
@@ -310,11 +307,10 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
     if not files:
         raise ConfigError("predict", f"'{given}' holds no text files ({', '.join(TEXT_EXTENSIONS)})")
     device = pick_device(cfg.device)
-    _, weights = tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))
-    model, _ = trained_model(cfg, weights, None, device)
-    data, task = make_data(cfg.data), instantiate(cfg.task)
-    assert isinstance(data, TextData)  # main() sends only token data here
-    writer = PredictionWriter(out_dir, [path.relative_to(given) for path in files], data.class_names())
+    state = load_checkpoint(cfg.checkpoint, device)
+    model, _ = trained_model(cfg, tested_weights(cfg, state)[1], None, device)
+    task = instantiate(cfg.task)
+    writer = PredictionWriter(out_dir, [path.relative_to(given) for path in files], predicted_class_names(cfg, state))
     for start in range(0, len(files), cfg.data.eval_batch_size):
         batch = files[start : start + cfg.data.eval_batch_size]
         inputs, _ = pad_to_longest([(tokens_of(read_text(path)[: cfg.data.max_length]), 0) for path in batch])

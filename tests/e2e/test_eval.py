@@ -154,6 +154,26 @@ def test_predict_writes_one_row_per_image(classification, tmp_path):
     assert "predictions for 12 images" in evaluation.stdout
 
 
+def test_predict_names_an_image_folders_classes_without_its_data(tmp_path):
+    """The checkpoint keeps the class names: predicting on another machine, without the training folder, names them."""
+    from PIL import Image
+
+    for index in range(24):  # two classes: dark and bright 8 x 8 images
+        folder = tmp_path / "images" / "train" / ("bright" if index % 2 else "dark")
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 8), (200 + index,) * 3 if index % 2 else (index,) * 3).save(folder / f"{index}.png")
+    image_folder = ("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=8", "data.num_workers=0")
+    run = train(tmp_path / "run", *image_folder, "trainer.max_epochs=1", "print_config=false")
+    shutil.move(tmp_path / "images", tmp_path / "elsewhere")  # the data is gone
+    (tmp_path / "new").mkdir()
+    Image.new("RGB", (8, 8), (250, 250, 250)).save(tmp_path / "new" / "white.png")
+    evaluation = Evaluation(tmp_path / "out", f"checkpoint={run.run_dir}", f"predict={tmp_path / 'new'}")
+    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
+    lines = (tmp_path / "out" / "predictions.csv").read_text().splitlines()
+    assert lines[0] == "file,class,probability" and len(lines) == 2
+    assert lines[1].split(",")[1] in ("bright", "dark")  # a class folder's name, not its label number
+
+
 @pytest.fixture(scope="module")
 def untrained_run(tmp_path_factory) -> Path:
     """A run directory with checkpoints/last.pt of the default config and an untrained model."""

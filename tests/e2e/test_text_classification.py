@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,23 @@ def test_a_text_folder_trains_by_a_token_budget_and_eval_py_tests_and_predicts_t
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert code == 1 and len(errors) == 1 and errors[0].startswith("error: predict: "), stderr[-3000:]
     assert "Traceback" not in stderr
+
+
+def test_eval_py_predicts_without_the_training_data(run_train, tmp_path):
+    """The checkpoint keeps the class names (and the config its tokenization): data.root may be gone."""
+    root = write_texts(tmp_path / "texts" / "train", 20, seed=4).parent
+    run = run_train(*tiny(root, "trainer.max_epochs=1", "data.class_folders=[marks,letters,digits]"))
+    shutil.move(root, tmp_path / "elsewhere")
+    unseen = tmp_path / "unseen"
+    unseen.mkdir()
+    for name, pattern in PATTERNS.items():
+        (unseen / f"{name}.txt").write_text(pattern * 5)
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={run.run_dir}",
+                               f"predict={unseen}")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    with (tmp_path / "out" / "predictions.csv").open() as f:
+        rows = {row["file"]: row["class"] for row in csv.DictReader(f)}
+    assert set(rows) == {f"{name}.txt" for name in PATTERNS} and set(rows.values()) <= set(PATTERNS)
 
 
 @pytest.fixture(scope="module")
