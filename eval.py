@@ -27,6 +27,7 @@ import logging
 import random
 import sys
 from collections import Counter
+from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -261,13 +262,13 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
         folder, files = given.parent, [given]
     elif given.is_dir():
         folder, files = given, images_in(given)
+        report_not_read(folder, files, "images")
     else:
         raise ConfigError("predict", f"'{given}' does not exist; give an image or a folder of images")
     if not issubclass(data_class(cfg.data._target_), ImageData):
         raise ConfigError("predict", f"reads images, but {cfg.data.name} is not images; evaluate a split")
     if not files:
         raise ConfigError("predict", f"'{folder}' holds no images (.png, .jpg, ...); give a folder of images")
-    names = [path.relative_to(folder) for path in files]
     device = pick_device(cfg.device)
     state = load_checkpoint(cfg.checkpoint, device)
     model, input_size = trained_model(cfg, tested_weights(cfg, state)[1], cfg.data.image_size, device)
@@ -280,18 +281,23 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
             return task.predict(model_outputs(model, inputs, task, cfg.trainer.tta_flip))
 
     mode, size, batch_size = ("L" if cfg.data.channels == 1 else "RGB"), cfg.data.image_size, cfg.data.eval_batch_size
-    writer = PredictionWriter(out_dir, names, predicted_class_names(cfg, state))
+    writer = PredictionWriter(out_dir, folder, files, predicted_class_names(cfg, state))
     maps = False  # known after the first batch: whether the task predicts a map an image
+    skipped: list[Path] = []
     for start in range(0, len(files), batch_size):
-        opened = [read_image(path, mode, size) for path in files[start : start + batch_size]]
-        predicted = predict([resize_center_crop(image, size) for image, _ in opened]) if not maps else {}
+        batch = files[start : start + batch_size]
+        opened = read_or_skip(batch, lambda path: read_image(path, mode, size), cfg, skipped)
+        if not opened:
+            continue
+        predicted = predict([resize_center_crop(image, size) for image, _ in opened.values()]) if not maps else {}
         maps = maps or any(values.dim() > 1 for values in predicted.values())
         if maps:  # the whole image, so that its map covers every pixel of it
-            predicted = predict([resize_whole(image, size) for image, _ in opened])
-        writer.write(predicted, start, [file_size for _, file_size in opened])
+            predicted = predict([resize_whole(image, size) for image, _ in opened.values()])
+        writer.write(predicted, list(opened), [file_size for _, file_size in opened.values()])
+    report_skipped(folder, files, skipped)
     if writer.maps_only:  # masks only: their PNGs are the predictions
-        return out_dir / f"{next(iter(predicted))}s", len(files)
-    return write_table(writer, out_dir), len(files)
+        return out_dir / f"{next(iter(predicted))}s", len(writer.rows)
+    return write_table(writer, out_dir), len(writer.rows)
 
 
 def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, int]:
@@ -300,6 +306,7 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
     predictions.csv names each file's class (the names the checkpoint keeps: folders, packages). One process."""
     if given.is_dir():
         files = files_in(given, TEXT_EXTENSIONS)
+        report_not_read(given, files, "text files")
     elif given.is_file():
         files, given = [given], given.parent
     else:
@@ -310,24 +317,64 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
     state = load_checkpoint(cfg.checkpoint, device)
     model, _ = trained_model(cfg, tested_weights(cfg, state)[1], None, device)
     task = instantiate(cfg.task)
-    writer = PredictionWriter(out_dir, [path.relative_to(given) for path in files], predicted_class_names(cfg, state))
-    for start in range(0, len(files), cfg.data.eval_batch_size):
-        batch = files[start : start + cfg.data.eval_batch_size]
-        inputs, _ = pad_to_longest([(tokens_of(read_text(path)[: cfg.data.max_length]), 0) for path in batch])
+    skipped: list[Path] = []
+    texts = read_or_skip(files, lambda path: read_utf8(path)[: cfg.data.max_length], cfg, skipped)  # all, checked
+    report_skipped(given, files, skipped)
+    writer = PredictionWriter(out_dir, given, list(texts), predicted_class_names(cfg, state))
+    readable = list(texts.items())
+    for start in range(0, len(readable), cfg.data.eval_batch_size):
+        batch = dict(readable[start : start + cfg.data.eval_batch_size])
+        inputs, _ = pad_to_longest([(tokens_of(text), 0) for text in batch.values()])
         with torch.no_grad(), autocast(cfg.precision.name, device):
             predicted = task.predict(model_outputs(model, inputs.to(device), task, False))
-        writer.write(predicted, start, [(0, 0)] * len(batch))  # no maps: sizes are for masks
-    return write_table(writer, out_dir), len(files)
+        writer.write(predicted, list(batch), [(0, 0)] * len(batch))  # no maps: sizes are for masks
+    return write_table(writer, out_dir), len(writer.rows)
 
 
-def read_text(path: Path) -> bytes:
-    """The file's bytes, refused in one line when they are not UTF-8 (as the data refuses such a file)."""
+def read_utf8(path: Path) -> bytes:
+    """The file's bytes; UnicodeDecodeError where they are not UTF-8 (as the data refuses such a file)."""
     text = path.read_bytes()
-    try:
-        text.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ConfigError("predict", f"cannot read text file '{path}' ({error}); save it as UTF-8") from error
+    text.decode("utf-8")
     return text
+
+
+def read_or_skip(paths: list[Path], read: Callable[[Path], Any], cfg: DictConfig, skipped: list) -> dict[Path, Any]:
+    """{path: what `read` makes of it} for each predict= file; one it cannot read is one line naming it, or, with
+    data.skip_bad_files=true (the run's, or this command line's), left out and added to `skipped`."""
+    read_files = {}
+    for path in paths:
+        try:
+            read_files[path] = read(path)
+        except Exception as error:  # whatever reading the file raises (Pillow's errors, UnicodeDecodeError) is its
+            if not cfg.data.get("skip_bad_files", False):
+                switch = ", or pass data.skip_bad_files=true to skip it" if "skip_bad_files" in cfg.data else ""
+                reason = f"{type(error).__name__}: {error}"
+                raise ConfigError("predict", f"cannot read '{path}' ({reason}); fix or remove it{switch}") from error
+            skipped.append(path)
+    return read_files
+
+
+def report_not_read(folder: Path, listed: list[Path], what: str) -> None:
+    """One log line counting and naming the files under a predict= folder that are not read: hidden ones and those
+    that are not `what` (files_in lists the others)."""
+    kept = set(listed)
+    others = sorted(path for path in folder.rglob("*") if path.is_file() and path not in kept)
+    if others:
+        log.info(f"'{folder}': {len(others)} file(s) not read (hidden, or not {what}): {named(others, folder)}")
+
+
+def report_skipped(folder: Path, files: list[Path], skipped: list[Path]) -> None:
+    """One warning line for the files data.skip_bad_files=true left out; a refusal when no file was left."""
+    if skipped and len(skipped) == len(files):
+        raise ConfigError("predict", f"none of the {len(files)} file(s) under '{folder}' could be read")
+    if skipped:
+        log.warning(f"skipped {len(skipped)} unreadable file(s) (data.skip_bad_files=true): {named(skipped, folder)}")
+
+
+def named(paths: list[Path], folder: Path, shown: int = 5) -> str:
+    """The first `shown` paths, relative to `folder`, and how many more."""
+    names = ", ".join(str(path.relative_to(folder)) for path in paths[:shown])
+    return names + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
 
 
 def prompt_of(cfg: DictConfig) -> str:
@@ -341,7 +388,10 @@ def prompt_of(cfg: DictConfig) -> str:
         raise ConfigError(
             "predict", f"'{given}' {what}; a language model continues a text file (predict=<file>) or prompt='<text>'"
         )
-    return read_text(given).decode("utf-8")
+    try:
+        return given.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError("predict", f"cannot read text file '{given}' ({error}); save it as UTF-8") from error
 
 
 def write_table(writer: "PredictionWriter", out_dir: Path) -> Path:
@@ -361,18 +411,18 @@ class PredictionWriter:
     added where two images would share that name (a.png, a.PNG and a.jpg: a.png.png, a.PNG.png,
     a.jpg.png); a name shared even so is one line naming both, before anything is predicted."""
 
-    def __init__(self, out_dir: Path, files: list[Path], class_names: list[str]):
-        self.out_dir, self.files, self.class_names = out_dir, files, class_names
-        self.map_names = distinct_map_names(files)
+    def __init__(self, out_dir: Path, folder: Path, files: list[Path], class_names: list[str]):
+        self.out_dir, self.folder, self.class_names = out_dir, folder, class_names
+        self.map_names = distinct_map_names([path.relative_to(folder) for path in files])
         self.rows: list[dict] = []
 
     @property
     def maps_only(self) -> bool:
         return len(self.rows[0]) == 1
 
-    def write(self, predicted: dict, start: int, image_sizes: list[tuple[int, int]]) -> None:
-        for i, (width, height) in enumerate(image_sizes):
-            name = self.files[start + i]
+    def write(self, predicted: dict, files: list[Path], image_sizes: list[tuple[int, int]]) -> None:
+        for i, (path, (width, height)) in enumerate(zip(files, image_sizes, strict=True)):
+            name = path.relative_to(self.folder)
             row: dict = {"file": str(name)}
             for key, values in predicted.items():
                 value = values[i].cpu()
@@ -417,16 +467,13 @@ def resize_map(values: torch.Tensor, height: int, width: int) -> torch.Tensor:
 
 def read_image(path: Path, mode: str, size: int) -> tuple[Any, tuple[int, int]]:
     """The image in `mode` as trainkit.data.imagefolder opens a training image (a PIL image; a JPEG
-    may be decoded at a reduced scale still at least `size`), and the file's own (width, height)."""
+    may be decoded at a reduced scale still at least `size`), and the file's own (width, height). Raises what Pillow
+    raises for a file it cannot read (read_or_skip reports it)."""
     from PIL import Image
 
-    try:
-        with Image.open(path) as file:
-            file_size = file.size
-        return open_image(str(path), mode, size), file_size
-    except Exception as error:  # whatever Pillow raises for a file it cannot read
-        reason = f"{type(error).__name__}: {error}"
-        raise ConfigError("predict", f"cannot read image '{path}' ({reason}); fix or remove it") from error
+    with Image.open(path) as file:
+        file_size = file.size
+    return open_image(str(path), mode, size), file_size
 
 
 def resize_whole(image: Any, size: int) -> torch.Tensor:

@@ -152,6 +152,32 @@ def test_eval_py_overrides_the_runs_own_keys_without_a_plus_and_refuses_a_group(
         assert not (tmp_path / "out").exists()
 
 
+def test_predict_counts_and_names_what_it_skips_and_honours_skip_bad_files(untrained_run, tmp_path):
+    folder = tmp_path / "texts"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text("abc abc")
+    (folder / "sub" / "b.txt").write_text("123 123")  # sub-folders are read
+    (folder / "latin1.txt").write_bytes(b"caf\xe9 abc")  # not UTF-8
+    (folder / "x.py").write_text("print(1)")  # not a .txt file
+    (folder / ".hidden.txt").write_text("abc")
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={untrained_run}",
+                               f"predict={folder}")  # fmt: skip
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(errors) == 1 and "Traceback" not in stderr, stderr
+    assert errors[0].startswith(f"error: predict: cannot read '{folder / 'latin1.txt'}' (UnicodeDecodeError: ")
+    assert errors[0].endswith("; fix or remove it, or pass data.skip_bad_files=true to skip it")
+    assert not (tmp_path / "out").exists()  # nothing predicted: every file is read before the first prediction
+
+    code, stdout, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={untrained_run}",
+                                    f"predict={folder}", "data.skip_bad_files=true")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    with (tmp_path / "out" / "predictions.csv").open() as f:
+        assert [row["file"] for row in csv.DictReader(f)] == ["a.txt", "sub/b.txt"]
+    assert f"'{folder}': 2 file(s) not read (hidden, or not text files): .hidden.txt, x.py" in stdout
+    assert "skipped 1 unreadable file(s) (data.skip_bad_files=true): latin1.txt" in stdout
+    assert "predictions for 2 text files" in stdout
+
+
 @pytest.mark.slow  # ~20 s on 2 CPU cores: parsing the standard library, and a test split of ~800 functions, twice
 def test_the_stdlib_functions_experiment_trains_and_eval_py_names_a_package(run_train, tmp_path):
     functions = ("experiment=stdlib_functions", "data.max_length=128", "data.max_tokens=2048")
