@@ -6,22 +6,28 @@
     python eval.py checkpoint=<run> precision=bf16 trainer.tta_flip=true
     python eval.py checkpoint=<run> distributed=ddp distributed.nproc_per_node=2
     python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or one image file's)
-    python eval.py checkpoint=<run> predict="def fibonacci(n):"  # a language model: the prompt continued (sample.*)
     python eval.py checkpoint=<run> predict=path/to/texts   # token data: each .txt file's class
+    python eval.py checkpoint=<run> prompt="'def fibonacci(n):'"  # a language model: the text continued (sample.*)
+    python eval.py checkpoint=<run> predict=prompt.txt      # ... or a text file's text (a missing file: refused)
 
 The config is the checkpoint's own (the resolved config the run trained with) with the keys this
 command line sets on top, as a resume takes it; so the data split, eval transform, precision,
 weights (the EMA where the run used one) and tta_flip are the run's, and the numbers equal its
-summary.json. Each call writes into a new directory, outputs/eval/<time>/: metrics.json and a
-picture of the predictions (confusion_matrix.png, or predictions.png for segmentation); with
-predict=, predictions.csv (a class an image, or a text file) or masks/ (a class a pixel) instead.
+summary.json. The run's own keys need no + (data.max_length=32: its .hydra/overrides.yaml is
+composed first); the model keeps the checkpoint's settings; of the config groups only precision=
+and distributed= may be chosen (data=, model=, ...: one line). Each call writes into a new
+directory, outputs/eval/<time>/: metrics.json and a picture of the predictions (confusion_matrix.png,
+or predictions.png for segmentation); with predict=, predictions.csv (a class an image, or a text
+file) or masks/ (a class a pixel) instead.
 """
 
 import csv
 import json
 import logging
+import random
 import sys
 from collections import Counter
+from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -43,8 +49,6 @@ from trainkit.config.validation import validate
 from trainkit.data import build_data, make_data
 from trainkit.data.datasets import ImageData, data_class
 from trainkit.data.imagefolder import (
-    ImageFolder,
-    class_names,
     files_in,
     image_extensions,
     images_in,
@@ -67,6 +71,29 @@ quiet_known_noise()
 
 CHECKPOINTS = ("best.pt", "last.pt")  # in a run directory: the weights train.py tested, else the latest
 SPLITS = ("test", "val")
+GROUPS = ("precision", "distributed")  # the config groups an evaluation may choose; the others are the run's
+_replayed: list[str] = []  # the run's own overrides, put before this command line's (with_the_runs_overrides)
+
+
+def with_the_runs_overrides(argv: list[str]) -> list[str]:
+    """argv with the checkpoint's run's own overrides (its .hydra/overrides.yaml) before this command line's, as a
+    resume replays them: Hydra then composes the run's groups (data=textfolder, model=sequence), so an override of
+    the run's own key (data.max_length=32) needs no +. Only this command line's are applied to the checkpoint's
+    config (checkpoint_config). A checkpoint= that cannot be read: as it is, for checkpoint_config to report."""
+    global _replayed
+    _replayed = []
+    if any(chosen_group(arg) for arg in argv[1:]):  # refused by checkpoint_config; no replay would compose with it
+        return argv
+    given = next((arg.split("=", 1)[1].strip("'\"") for arg in reversed(argv) if arg.startswith("checkpoint=")), None)
+    try:
+        run_dir = run_dir_of(find_checkpoint(given, key="checkpoint", names=CHECKPOINTS)) if given else None
+    except (ConfigError, OSError):
+        run_dir = None
+    saved = run_dir / ".hydra" / "overrides.yaml" if run_dir else None
+    overrides = [str(override) for override in OmegaConf.load(saved)] if saved and saved.is_file() else []
+    skipped = ("hydra.", "hydra/", "resume=", "hparams_search=")  # where the run was written, continued or swept
+    _replayed = [override for override in overrides if not override.lstrip("+~").startswith(skipped)]
+    return [argv[0], *_replayed, *argv[1:]]
 
 
 def checkpoint_config(cfg: DictConfig) -> DictConfig:
@@ -78,14 +105,38 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     if checkpoint.is_dir():  # distributed=fsdp's last/: every rank's shards, for a resume
         refuse_sharded_checkpoint(checkpoint)
     state = read_checkpoint(checkpoint, mmap=True, key="checkpoint")  # a trainkit checkpoint, of this format
-    overrides = list(HydraConfig.get().overrides.task)
-    cfg = config_with_overrides(state["config"], cfg, overrides, when="on top of a checkpoint's config")
+    overrides = list(HydraConfig.get().overrides.task)[len(_replayed) :]  # this command line's own
+    refuse_groups(overrides)
+    # The model stays the checkpoint's (its weights): data.max_length=32 cuts the texts, not the model's positions.
+    when = "on top of a checkpoint's config"
+    cfg = config_with_overrides(state["config"], cfg, overrides, when=when, relinked=lambda part: part != "model")
     cfg.checkpoint, cfg.resume = str(checkpoint), None  # (resume= itself is refused by cli.run)
     if cfg.split not in SPLITS:
         raise ConfigError("split", f"must be one of {', '.join(SPLITS)}, got {cfg.split!r}")
     validate(cfg)  # every error the config alone can reveal, before any data or model is built
+    if cfg.prompt is not None and (cfg.predict is not None or not writes_text(cfg)):
+        reason = "predict= is given too; give one" if cfg.predict is not None else "this run is not one; drop it"
+        raise ConfigError("prompt", f"is the text a language model continues, but {reason}")
     check_data_fits(state["config"], cfg.data.get("channels"), cfg.data.num_classes)  # null: a folder counts later
     return cfg
+
+
+def chosen_group(override: str) -> str | None:
+    """The config group an override chooses (data=textfolder: data), where eval.py takes none (not GROUPS)."""
+    group = override.split("=", 1)[0].lstrip("+~")
+    choosable = group in GROUPS or group.startswith("hydra") or "." in group
+    return None if choosable or not (Path(__file__).parent / "conf" / group).is_dir() else group
+
+
+def refuse_groups(overrides: list[str]) -> None:
+    """A config group other than GROUPS (data=, model=, experiment=, ...) is one line: the run's config is evaluated."""
+    for group in filter(None, map(chosen_group, overrides)):
+        raise ConfigError(
+            group,
+            f"eval.py evaluates the run's own config (its checkpoint's), so {group}= cannot be chosen here; "
+            f"override the run's keys one by one (e.g. data.root=<folder>, data.max_length=32), or choose "
+            f"{' or '.join(f'{name}=' for name in GROUPS)}",
+        )
 
 
 def refuse_sharded_checkpoint(checkpoint: Path) -> None:
@@ -112,11 +163,10 @@ def check_data_fits(saved: dict, channels: int | None, num_classes: int | None) 
             )
 
 
-def folder_class_names(cfg: DictConfig) -> list[str]:
-    """The class names of an image folder (its class folders' names, in label order); [] for other data."""
-    if issubclass(data_class(cfg.data._target_), ImageFolder) and cfg.data.root:
-        return class_names(cfg.data.root)
-    return []
+def predicted_class_names(cfg: DictConfig, state: dict) -> list[str]:
+    """What predictions call the classes (in label order; [] for numbers): the checkpoint keeps what the run's data
+    named them, so no data is read; a checkpoint from before it kept them: what the data names them now."""
+    return state["class_names"] if "class_names" in state else make_data(cfg.data).class_names()
 
 
 def tested_weights(cfg: DictConfig, state: dict) -> tuple[str, dict]:
@@ -172,7 +222,7 @@ def evaluate_process(cfg: DictConfig, out_dir: Path) -> dict:
         results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
         if proc.is_main:
             if shown is not None:
-                save_figures(shown, out_dir, folder_class_names(cfg))
+                save_figures(shown, out_dir, data.class_names)
             (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
         return results
 
@@ -212,16 +262,16 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
         folder, files = given.parent, [given]
     elif given.is_dir():
         folder, files = given, images_in(given)
+        report_not_read(folder, files, "images")
     else:
         raise ConfigError("predict", f"'{given}' does not exist; give an image or a folder of images")
     if not issubclass(data_class(cfg.data._target_), ImageData):
         raise ConfigError("predict", f"reads images, but {cfg.data.name} is not images; evaluate a split")
     if not files:
         raise ConfigError("predict", f"'{folder}' holds no images (.png, .jpg, ...); give a folder of images")
-    names = [path.relative_to(folder) for path in files]
     device = pick_device(cfg.device)
-    _, weights = tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))
-    model, input_size = trained_model(cfg, weights, cfg.data.image_size, device)
+    state = load_checkpoint(cfg.checkpoint, device)
+    model, input_size = trained_model(cfg, tested_weights(cfg, state)[1], cfg.data.image_size, device)
     transform = make_data(cfg.data).batch_transform(None, input_size, cfg.trainer.channels_last, train=False).to(device)
     task = instantiate(cfg.task)
 
@@ -231,26 +281,32 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
             return task.predict(model_outputs(model, inputs, task, cfg.trainer.tta_flip))
 
     mode, size, batch_size = ("L" if cfg.data.channels == 1 else "RGB"), cfg.data.image_size, cfg.data.eval_batch_size
-    writer = PredictionWriter(out_dir, names, folder_class_names(cfg))
+    writer = PredictionWriter(out_dir, folder, files, predicted_class_names(cfg, state))
     maps = False  # known after the first batch: whether the task predicts a map an image
+    skipped: list[Path] = []
     for start in range(0, len(files), batch_size):
-        opened = [read_image(path, mode, size) for path in files[start : start + batch_size]]
-        predicted = predict([resize_center_crop(image, size) for image, _ in opened]) if not maps else {}
+        batch = files[start : start + batch_size]
+        opened = read_or_skip(batch, lambda path: read_image(path, mode, size), cfg, skipped)
+        if not opened:
+            continue
+        predicted = predict([resize_center_crop(image, size) for image, _ in opened.values()]) if not maps else {}
         maps = maps or any(values.dim() > 1 for values in predicted.values())
         if maps:  # the whole image, so that its map covers every pixel of it
-            predicted = predict([resize_whole(image, size) for image, _ in opened])
-        writer.write(predicted, start, [file_size for _, file_size in opened])
+            predicted = predict([resize_whole(image, size) for image, _ in opened.values()])
+        writer.write(predicted, list(opened), [file_size for _, file_size in opened.values()])
+    report_skipped(folder, files, skipped)
     if writer.maps_only:  # masks only: their PNGs are the predictions
-        return out_dir / f"{next(iter(predicted))}s", len(files)
-    return write_table(writer, out_dir), len(files)
+        return out_dir / f"{next(iter(predicted))}s", len(writer.rows)
+    return write_table(writer, out_dir), len(writer.rows)
 
 
 def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, int]:
     """predict=<folder or .txt file> for token data: every .txt file in it (sub-folders too) read as the run's
     data reads a text (its UTF-8 bytes, a byte a token, cut at data.max_length), batches padded to their longest;
-    predictions.csv names each file's class (the data's class names: folders, packages). One process."""
+    predictions.csv names each file's class (the names the checkpoint keeps: folders, packages). One process."""
     if given.is_dir():
         files = files_in(given, TEXT_EXTENSIONS)
+        report_not_read(given, files, "text files")
     elif given.is_file():
         files, given = [given], given.parent
     else:
@@ -258,28 +314,84 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
     if not files:
         raise ConfigError("predict", f"'{given}' holds no text files ({', '.join(TEXT_EXTENSIONS)})")
     device = pick_device(cfg.device)
-    _, weights = tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))
-    model, _ = trained_model(cfg, weights, None, device)
-    data, task = make_data(cfg.data), instantiate(cfg.task)
-    assert isinstance(data, TextData)  # main() sends only token data here
-    writer = PredictionWriter(out_dir, [path.relative_to(given) for path in files], data.class_names())
-    for start in range(0, len(files), cfg.data.eval_batch_size):
-        batch = files[start : start + cfg.data.eval_batch_size]
-        inputs, _ = pad_to_longest([(tokens_of(read_text(path)[: cfg.data.max_length]), 0) for path in batch])
+    state = load_checkpoint(cfg.checkpoint, device)
+    model, _ = trained_model(cfg, tested_weights(cfg, state)[1], None, device)
+    task = instantiate(cfg.task)
+    skipped: list[Path] = []
+    texts = read_or_skip(files, lambda path: read_utf8(path)[: cfg.data.max_length], cfg, skipped)  # all, checked
+    report_skipped(given, files, skipped)
+    writer = PredictionWriter(out_dir, given, list(texts), predicted_class_names(cfg, state))
+    readable = list(texts.items())
+    for start in range(0, len(readable), cfg.data.eval_batch_size):
+        batch = dict(readable[start : start + cfg.data.eval_batch_size])
+        inputs, _ = pad_to_longest([(tokens_of(text), 0) for text in batch.values()])
         with torch.no_grad(), autocast(cfg.precision.name, device):
             predicted = task.predict(model_outputs(model, inputs.to(device), task, False))
-        writer.write(predicted, start, [(0, 0)] * len(batch))  # no maps: sizes are for masks
-    return write_table(writer, out_dir), len(files)
+        writer.write(predicted, list(batch), [(0, 0)] * len(batch))  # no maps: sizes are for masks
+    return write_table(writer, out_dir), len(writer.rows)
 
 
-def read_text(path: Path) -> bytes:
-    """The file's bytes, refused in one line when they are not UTF-8 (as the data refuses such a file)."""
+def read_utf8(path: Path) -> bytes:
+    """The file's bytes; UnicodeDecodeError where they are not UTF-8 (as the data refuses such a file)."""
     text = path.read_bytes()
-    try:
-        text.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ConfigError("predict", f"cannot read text file '{path}' ({error}); save it as UTF-8") from error
+    text.decode("utf-8")
     return text
+
+
+def read_or_skip(paths: list[Path], read: Callable[[Path], Any], cfg: DictConfig, skipped: list) -> dict[Path, Any]:
+    """{path: what `read` makes of it} for each predict= file; one it cannot read is one line naming it, or, with
+    data.skip_bad_files=true (the run's, or this command line's), left out and added to `skipped`."""
+    read_files = {}
+    for path in paths:
+        try:
+            read_files[path] = read(path)
+        except Exception as error:  # whatever reading the file raises (Pillow's errors, UnicodeDecodeError) is its
+            if not cfg.data.get("skip_bad_files", False):
+                switch = ", or pass data.skip_bad_files=true to skip it" if "skip_bad_files" in cfg.data else ""
+                reason = f"{type(error).__name__}: {error}"
+                raise ConfigError("predict", f"cannot read '{path}' ({reason}); fix or remove it{switch}") from error
+            skipped.append(path)
+    return read_files
+
+
+def report_not_read(folder: Path, listed: list[Path], what: str) -> None:
+    """One log line counting and naming the files under a predict= folder that are not read: hidden ones and those
+    that are not `what` (files_in lists the others)."""
+    kept = set(listed)
+    others = sorted(path for path in folder.rglob("*") if path.is_file() and path not in kept)
+    if others:
+        log.info(f"'{folder}': {len(others)} file(s) not read (hidden, or not {what}): {named(others, folder)}")
+
+
+def report_skipped(folder: Path, files: list[Path], skipped: list[Path]) -> None:
+    """One warning line for the files data.skip_bad_files=true left out; a refusal when no file was left."""
+    if skipped and len(skipped) == len(files):
+        raise ConfigError("predict", f"none of the {len(files)} file(s) under '{folder}' could be read")
+    if skipped:
+        log.warning(f"skipped {len(skipped)} unreadable file(s) (data.skip_bad_files=true): {named(skipped, folder)}")
+
+
+def named(paths: list[Path], folder: Path, shown: int = 5) -> str:
+    """The first `shown` paths, relative to `folder`, and how many more."""
+    names = ", ".join(str(path.relative_to(folder)) for path in paths[:shown])
+    return names + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+
+
+def prompt_of(cfg: DictConfig) -> str:
+    """What a language model continues: prompt=<the text itself>, or the text of predict=<a text file> (never the
+    path itself: a mistyped file name is refused, not continued)."""
+    if cfg.prompt is not None:
+        return cfg.prompt
+    given = Path(str(cfg.predict)).expanduser()
+    if not given.is_file():
+        what = "is a folder" if given.is_dir() else "does not exist"
+        raise ConfigError(
+            "predict", f"'{given}' {what}; a language model continues a text file (predict=<file>) or prompt='<text>'"
+        )
+    try:
+        return given.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError("predict", f"cannot read text file '{given}' ({error}); save it as UTF-8") from error
 
 
 def write_table(writer: "PredictionWriter", out_dir: Path) -> Path:
@@ -299,18 +411,18 @@ class PredictionWriter:
     added where two images would share that name (a.png, a.PNG and a.jpg: a.png.png, a.PNG.png,
     a.jpg.png); a name shared even so is one line naming both, before anything is predicted."""
 
-    def __init__(self, out_dir: Path, files: list[Path], class_names: list[str]):
-        self.out_dir, self.files, self.class_names = out_dir, files, class_names
-        self.map_names = distinct_map_names(files)
+    def __init__(self, out_dir: Path, folder: Path, files: list[Path], class_names: list[str]):
+        self.out_dir, self.folder, self.class_names = out_dir, folder, class_names
+        self.map_names = distinct_map_names([path.relative_to(folder) for path in files])
         self.rows: list[dict] = []
 
     @property
     def maps_only(self) -> bool:
         return len(self.rows[0]) == 1
 
-    def write(self, predicted: dict, start: int, image_sizes: list[tuple[int, int]]) -> None:
-        for i, (width, height) in enumerate(image_sizes):
-            name = self.files[start + i]
+    def write(self, predicted: dict, files: list[Path], image_sizes: list[tuple[int, int]]) -> None:
+        for i, (path, (width, height)) in enumerate(zip(files, image_sizes, strict=True)):
+            name = path.relative_to(self.folder)
             row: dict = {"file": str(name)}
             for key, values in predicted.items():
                 value = values[i].cpu()
@@ -355,16 +467,13 @@ def resize_map(values: torch.Tensor, height: int, width: int) -> torch.Tensor:
 
 def read_image(path: Path, mode: str, size: int) -> tuple[Any, tuple[int, int]]:
     """The image in `mode` as trainkit.data.imagefolder opens a training image (a PIL image; a JPEG
-    may be decoded at a reduced scale still at least `size`), and the file's own (width, height)."""
+    may be decoded at a reduced scale still at least `size`), and the file's own (width, height). Raises what Pillow
+    raises for a file it cannot read (read_or_skip reports it)."""
     from PIL import Image
 
-    try:
-        with Image.open(path) as file:
-            file_size = file.size
-        return open_image(str(path), mode, size), file_size
-    except Exception as error:  # whatever Pillow raises for a file it cannot read
-        reason = f"{type(error).__name__}: {error}"
-        raise ConfigError("predict", f"cannot read image '{path}' ({reason}); fix or remove it") from error
+    with Image.open(path) as file:
+        file_size = file.size
+    return open_image(str(path), mode, size), file_size
 
 
 def resize_whole(image: Any, size: int) -> torch.Tensor:
@@ -380,18 +489,21 @@ def resize_whole(image: Any, size: int) -> torch.Tensor:
 def main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     cfg = checkpoint_config(cfg)  # the checkpoint's config, this command's overrides on top
+    drawn = cfg.sample.seed is None  # sample.seed=null: a fresh seed, saved with the config and printed
+    if drawn:
+        cfg.sample.seed = random.SystemRandom().randrange(2**32)
     if (out_dir / ".hydra").is_dir():  # what is evaluated, not only what was typed (hydra.output_subdir=null: none)
         OmegaConf.save(cfg, out_dir / ".hydra" / "config.yaml")
     checkpoint = Path(cfg.checkpoint)
     run_dir = run_dir_of(checkpoint)
     source = f"{checkpoint.parent.name}/{checkpoint.name} of {run_dir}" if run_dir else str(checkpoint)
-    if cfg.predict is not None and writes_text(cfg):  # a language model: the prompt (or a text file) continued
+    if cfg.prompt is not None or (cfg.predict is not None and writes_text(cfg)):  # a language model continues text
+        prompt = prompt_of(cfg)
         device = pick_device(cfg.device, 0)
         model, _ = trained_model(cfg, tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))[1], None, device)
-        print(write_samples(model, cfg.predict, cfg.sample, out_dir / "samples.txt"))
-        log.info(
-            f"sample of {cfg.sample.max_new_tokens} bytes (sample.seed={cfg.sample.seed}, {source}) -> samples.txt"
-        )
+        print(write_samples(model, prompt, cfg.sample, out_dir / "samples.txt"))
+        seed = f"sample.seed={cfg.sample.seed}" + (" drawn: pass it to sample the same again" if drawn else "")
+        log.info(f"sample of {cfg.sample.max_new_tokens} bytes ({seed}, {source}) -> samples.txt")
         return
     if cfg.predict is not None:
         written, count = predict_folder(cfg, out_dir)
@@ -412,4 +524,5 @@ if __name__ == "__main__":
     if {"--help", "-h"} & set(sys.argv[1:]):  # this script's usage, not train.py's
         OmegaConf.register_new_resolver("script_doc", lambda: __doc__.strip() + "\n", replace=True)
         sys.argv.append("hydra/help=eval")
+    sys.argv = with_the_runs_overrides(sys.argv)
     cli.run(main, resumes=False)

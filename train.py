@@ -116,6 +116,7 @@ class Run:
             "rng": gather_objects(rng_states()),  # every rank's streams, in rank order
             "config": self.resolved_config,
             "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
+            "class_names": self.data.class_names,  # what eval.py's predictions call the classes, without the data
             "wandb_run_id": self.loggers.run_ids.get("wandb"),
             "mlflow_run_id": self.loggers.run_ids.get("mlflow"),
             "wall_seconds": self.earlier_seconds + time.perf_counter() - self.started,  # every part so far

@@ -62,10 +62,10 @@ def test_eval_writes_a_vector_a_sample_as_one_column():
     sys.path.insert(0, str(ROOT))
     import eval as evaluation
 
-    writer = evaluation.PredictionWriter(Path("unused"), [Path("a"), Path("b")], [])
-    writer.write(
-        {"scores": torch.tensor([[0.5, 1.0], [2.0, -1.0]]), "value": torch.tensor([1.5, 2.5])}, 0, [(8, 8), (8, 8)]
-    )
+    files = [Path("folder/a"), Path("folder/b")]
+    writer = evaluation.PredictionWriter(Path("unused"), Path("folder"), files, [])
+    scores, values = torch.tensor([[0.5, 1.0], [2.0, -1.0]]), torch.tensor([1.5, 2.5])
+    writer.write({"scores": scores, "value": values}, files, [(8, 8), (8, 8)])
     assert writer.rows == [
         {"file": "a", "scores": "0.5 1", "value": 1.5},
         {"file": "b", "scores": "2 -1", "value": 2.5},

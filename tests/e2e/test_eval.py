@@ -154,6 +154,38 @@ def test_predict_writes_one_row_per_image(classification, tmp_path):
     assert "predictions for 12 images" in evaluation.stdout
 
 
+def test_predict_names_an_image_folders_classes_without_its_data_and_skips_what_it_cannot_read(tmp_path):
+    """The checkpoint keeps the class names: predicting on another machine, without the training folder, names them.
+    An image it cannot read is one line, or skipped under data.skip_bad_files=true; what is skipped is named."""
+    from PIL import Image
+
+    for index in range(24):  # two classes: dark and bright 8 x 8 images
+        folder = tmp_path / "images" / "train" / ("bright" if index % 2 else "dark")
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 8), (200 + index,) * 3 if index % 2 else (index,) * 3).save(folder / f"{index}.png")
+    image_folder = ("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=8", "data.num_workers=0")
+    run = train(tmp_path / "run", *image_folder, "trainer.max_epochs=1", "print_config=false")
+    shutil.move(tmp_path / "images", tmp_path / "elsewhere")  # the data is gone
+    (tmp_path / "new").mkdir()
+    Image.new("RGB", (8, 8), (250, 250, 250)).save(tmp_path / "new" / "white.png")
+    (tmp_path / "new" / "broken.png").write_bytes(b"not a png")
+    (tmp_path / "new" / "notes.txt").write_text("not an image")
+    refused = Evaluation(tmp_path / "out", f"checkpoint={run.run_dir}", f"predict={tmp_path / 'new'}")
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 1 and len(errors) == 1, refused.stderr
+    assert errors[0].startswith(f"error: predict: cannot read '{tmp_path / 'new' / 'broken.png'}' (")
+    assert errors[0].endswith("fix or remove it, or pass data.skip_bad_files=true to skip it")
+    evaluation = Evaluation(
+        tmp_path / "out", f"checkpoint={run.run_dir}", f"predict={tmp_path / 'new'}", "data.skip_bad_files=true"
+    )
+    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
+    lines = (tmp_path / "out" / "predictions.csv").read_text().splitlines()
+    assert lines[0] == "file,class,probability" and len(lines) == 2 and lines[1].startswith("white.png,")
+    assert lines[1].split(",")[1] in ("bright", "dark")  # a class folder's name, not its label number
+    assert "1 file(s) not read (hidden, or not images): notes.txt" in evaluation.stdout
+    assert "skipped 1 unreadable file(s) (data.skip_bad_files=true): broken.png" in evaluation.stdout
+
+
 @pytest.fixture(scope="module")
 def untrained_run(tmp_path_factory) -> Path:
     """A run directory with checkpoints/last.pt of the default config and an untrained model."""
@@ -173,11 +205,13 @@ def untrained_run(tmp_path_factory) -> Path:
         (["checkpoint={tmp}/foreign.pt"], "checkpoint"),
         (["checkpoint={run}", "predict=/no/such/folder"], "predict"),
         (["checkpoint={run}", "predict={tmp}"], "predict"),  # a folder without images
-        (["checkpoint={run}", "data=synthetic"], "data.channels"),  # 3 channels for a model of 1
-        (["checkpoint={run}", "data=synthetic", "data.channels=1", "data.num_classes=5"], "data.num_classes"),
+        (["checkpoint={run}", "data.channels=3"], "data.channels"),  # 3 channels for a model of 1
+        (["checkpoint={run}", "data.num_classes=5"], "data.num_classes"),
+        (["checkpoint={run}", "data=synthetic"], "data"),  # the run's data, model and task are its own
+        (["checkpoint={run}", "model=unet"], "model"),
         (["checkpoint={run}", "resume={run}"], "resume"),
     ],
-    ids=["no such path", "not a trainkit checkpoint", "no such folder", "no images", "channels", "classes", "resume"],
+    ids=["no such path", "foreign", "no such folder", "no images", "channels", "classes", "data=", "model=", "resume"],
 )
 def test_bad_input_is_one_line_naming_the_key(untrained_run, tmp_path, overrides, key):
     torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign.pt")

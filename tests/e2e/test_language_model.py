@@ -3,6 +3,7 @@ bits per byte of summary.json and samples a prompt's continuation, seeded; an up
 tokens however they fall into accumulated batches and ranks; resume, DDP and FSDP agree."""
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -10,11 +11,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import ROOT, run_here
+from conftest import ROOT, composed, run_here
 from helpers import assert_same_training
+from trainkit.checkpointing import save_checkpoint
+from trainkit.config import to_dict
 from trainkit.data import DataBundle
 from trainkit.data.stdlib_source import stdlib_files
 from trainkit.distributed.process_group import ProcessInfo
+from trainkit.models import build_model
 from trainkit.models.gpt import GPT
 from trainkit.tasks.language_model import LanguageModel
 
@@ -76,13 +80,72 @@ def test_a_run_tests_in_bits_per_byte_and_eval_py_gives_the_same_and_samples_a_p
         return text
 
     prompt = "def fibonacci(n):"
-    first = sample("s1", f"predict='{prompt}'", "sample.max_new_tokens=40")
+    first = sample("s1", f"prompt='{prompt}'", "sample.max_new_tokens=40")
     assert first.startswith(prompt) and len(first.encode()) >= len(prompt) + 20  # 40 bytes, some may decode as one
-    assert sample("s2", f"predict='{prompt}'", "sample.max_new_tokens=40") == first
-    assert sample("s3", f"predict='{prompt}'", "sample.max_new_tokens=40", "sample.seed=1") != first
+    assert sample("s2", f"prompt='{prompt}'", "sample.max_new_tokens=40") == first
+    assert sample("s3", f"prompt='{prompt}'", "sample.max_new_tokens=40", "sample.seed=1") != first
     prompt_file = tmp_path / "prompt.txt"
     prompt_file.write_text("import os\n")
     assert sample("s4", f"predict={prompt_file}", "sample.max_new_tokens=10").startswith("import os\n")
+
+
+@pytest.fixture(scope="module")
+def untrained_gpt(corpus, tmp_path_factory) -> Path:
+    """A run directory as train.py leaves it (.hydra/overrides.yaml, checkpoints/last.pt), its tiny GPT untrained."""
+    run_dir = tmp_path_factory.mktemp("untrained_gpt") / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(list(tiny(corpus))), run_dir / ".hydra" / "overrides.yaml")
+    config = to_dict(composed(*tiny(corpus)))
+    model, _ = build_model(config["model"], config["finetune"], image_size=None)
+    state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 0, "batches_done": 0}
+    save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "config": config})
+    return run_dir
+
+
+def evaluate(run_dir: Path, out: Path, *overrides: str) -> tuple[int, str, str]:
+    return run_here("eval.py", f"hydra.run.dir={out}", f"checkpoint={run_dir}", *overrides)
+
+
+def test_predict_is_a_text_file_to_continue_and_a_path_that_is_not_one_is_refused(untrained_gpt, tmp_path):
+    (tmp_path / "prompt.txt").write_text("import os\n")
+    code, _, stderr = evaluate(untrained_gpt, tmp_path / "file", f"predict={tmp_path / 'prompt.txt'}",
+                                    "sample.max_new_tokens=5")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    assert (tmp_path / "file" / "samples.txt").read_text().startswith("import os\n")  # the file's text, continued
+    for given, what in ((tmp_path / "nope.txt", "does not exist"), (tmp_path, "is a folder")):
+        code, _, stderr = evaluate(untrained_gpt, tmp_path / "out", f"predict={given}")
+        lines = stderr.strip().splitlines()
+        assert code == 1 and lines == [
+            f"error: predict: '{given}' {what}; a language model continues a text file (predict=<file>) or "
+            "prompt='<text>'"
+        ], stderr
+        assert not (tmp_path / "out").exists()  # nothing sampled, no output directory
+    code, _, stderr = evaluate(untrained_gpt, tmp_path / "both", "prompt=x", f"predict={tmp_path / 'prompt.txt'}")
+    assert code == 1 and stderr.strip().startswith("error: prompt: ") and len(stderr.strip().splitlines()) == 1
+
+
+BAD_SAMPLE_OPTIONS = ["sample.max_new_tokens=abc", "sample.max_new_tokens=-1", "sample.temperature=-1",
+                      "sample.top_k=0", "sample.seed=-3", "sample.seed=1.5"]  # fmt: skip
+
+
+@pytest.mark.parametrize("override", BAD_SAMPLE_OPTIONS)
+def test_a_bad_sample_option_is_one_line_naming_it(untrained_gpt, tmp_path, override):
+    code, _, stderr = evaluate(untrained_gpt, tmp_path / "out", "prompt=import", override)
+    lines = stderr.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(f"error: {override.split('=')[0]}: "), stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_sample_seed_null_draws_a_seed_prints_it_and_that_seed_gives_the_same_sample(untrained_gpt, tmp_path):
+    code, stdout, stderr = evaluate(untrained_gpt, tmp_path / "drawn", "prompt=import", "sample.seed=null",
+                                    "sample.max_new_tokens=30")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    seed = int(re.search(r"sample\.seed=(\d+) drawn: pass it to sample the same again", stdout).group(1))
+    assert OmegaConf.load(tmp_path / "drawn" / ".hydra" / "config.yaml").sample.seed == seed  # what was sampled with
+    code, _, stderr = evaluate(untrained_gpt, tmp_path / "again", "prompt=import", f"sample.seed={seed}",
+                               "sample.max_new_tokens=30")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    assert (tmp_path / "again" / "samples.txt").read_text() == (tmp_path / "drawn" / "samples.txt").read_text()
 
 
 def test_the_trackers_get_a_text_sample_after_each_validation(run_train, corpus):

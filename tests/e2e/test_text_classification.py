@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,11 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT, composed, run_here
 from helpers import assert_same_training
+from trainkit.checkpointing import save_checkpoint
+from trainkit.config import to_dict
 from trainkit.data import build_data, make_data
 from trainkit.data.token_batches import TokenBudgetBatches
+from trainkit.models import build_model
 
 # Each class a byte pattern of its own, repeated to lengths of 3 to 90 bytes: learnable in a few updates.
 PATTERNS = {"letters": "abc ", "digits": "123 ", "marks": "!?. "}
@@ -99,6 +103,79 @@ def test_a_text_folder_trains_by_a_token_budget_and_eval_py_tests_and_predicts_t
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert code == 1 and len(errors) == 1 and errors[0].startswith("error: predict: "), stderr[-3000:]
     assert "Traceback" not in stderr
+
+
+def test_eval_py_predicts_without_the_training_data(run_train, tmp_path):
+    """The checkpoint keeps the class names (and the config its tokenization): data.root may be gone."""
+    root = write_texts(tmp_path / "texts" / "train", 20, seed=4).parent
+    run = run_train(*tiny(root, "trainer.max_epochs=1", "data.class_folders=[marks,letters,digits]"))
+    shutil.move(root, tmp_path / "elsewhere")
+    unseen = tmp_path / "unseen"
+    unseen.mkdir()
+    for name, pattern in PATTERNS.items():
+        (unseen / f"{name}.txt").write_text(pattern * 5)
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={run.run_dir}",
+                               f"predict={unseen}")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    with (tmp_path / "out" / "predictions.csv").open() as f:
+        rows = {row["file"]: row["class"] for row in csv.DictReader(f)}
+    assert set(rows) == {f"{name}.txt" for name in PATTERNS} and set(rows.values()) <= set(PATTERNS)
+
+
+@pytest.fixture(scope="module")
+def untrained_run(corpus, tmp_path_factory) -> Path:
+    """A run directory as train.py leaves it (.hydra/overrides.yaml, checkpoints/last.pt) of tiny(corpus), untrained."""
+    run_dir = tmp_path_factory.mktemp("untrained") / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(list(tiny(corpus))), run_dir / ".hydra" / "overrides.yaml")
+    config = to_dict(composed(*tiny(corpus), "data.num_classes=3"))  # the run counts the class folders
+    model, _ = build_model(config["model"], config["finetune"], image_size=None)
+    state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 0, "batches_done": 0}
+    save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "config": config})
+    return run_dir
+
+
+def test_eval_py_overrides_the_runs_own_keys_without_a_plus_and_refuses_a_group(untrained_run, tmp_path):
+    code, stdout, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'cut'}", f"checkpoint={untrained_run}",
+                                    "data.max_length=32")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    assert "are longer than data.max_length=32 bytes and are cut to it" in stdout  # the texts are cut at 32 ...
+    evaluated = OmegaConf.load(tmp_path / "cut" / ".hydra" / "config.yaml")
+    assert evaluated.data.max_length == 32 and evaluated.model.max_length == 64  # ... by the model of the checkpoint
+    for group in ("data=textfolder", "model=cnn"):
+        code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={untrained_run}", group)
+        lines = stderr.strip().splitlines()
+        name = group.split("=")[0]
+        assert code == 1 and len(lines) == 1, stderr
+        assert lines[0].startswith(f"error: {name}: eval.py evaluates the run's own config (its checkpoint's), so "
+                                   f"{name}= cannot be chosen here; override the run's keys one by one")  # fmt: skip
+        assert not (tmp_path / "out").exists()
+
+
+def test_predict_counts_and_names_what_it_skips_and_honours_skip_bad_files(untrained_run, tmp_path):
+    folder = tmp_path / "texts"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text("abc abc")
+    (folder / "sub" / "b.txt").write_text("123 123")  # sub-folders are read
+    (folder / "latin1.txt").write_bytes(b"caf\xe9 abc")  # not UTF-8
+    (folder / "x.py").write_text("print(1)")  # not a .txt file
+    (folder / ".hidden.txt").write_text("abc")
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={untrained_run}",
+                               f"predict={folder}")  # fmt: skip
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(errors) == 1 and "Traceback" not in stderr, stderr
+    assert errors[0].startswith(f"error: predict: cannot read '{folder / 'latin1.txt'}' (UnicodeDecodeError: ")
+    assert errors[0].endswith("; fix or remove it, or pass data.skip_bad_files=true to skip it")
+    assert not (tmp_path / "out").exists()  # nothing predicted: every file is read before the first prediction
+
+    code, stdout, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={untrained_run}",
+                                    f"predict={folder}", "data.skip_bad_files=true")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    with (tmp_path / "out" / "predictions.csv").open() as f:
+        assert [row["file"] for row in csv.DictReader(f)] == ["a.txt", "sub/b.txt"]
+    assert f"'{folder}': 2 file(s) not read (hidden, or not text files): .hidden.txt, x.py" in stdout
+    assert "skipped 1 unreadable file(s) (data.skip_bad_files=true): latin1.txt" in stdout
+    assert "predictions for 2 text files" in stdout
 
 
 @pytest.mark.slow  # ~20 s on 2 CPU cores: parsing the standard library, and a test split of ~800 functions, twice

@@ -11,6 +11,7 @@ an image folder's class count).
 """
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -57,7 +58,12 @@ def _touched(overrides: list[str], composed: DictConfig, explicit: bool, when: s
 
 
 def config_with_overrides(
-    saved_config: dict, composed: DictConfig, overrides: list[str], explicit: bool = True, when: str = "on a resume"
+    saved_config: dict,
+    composed: DictConfig,
+    overrides: list[str],
+    explicit: bool = True,
+    when: str = "on a resume",
+    relinked: Callable[[str], bool] = lambda section: True,
 ) -> DictConfig:
     """A checkpoint's config (plain, resolved containers) with the keys `overrides` set taken from
     `composed` (the config Hydra composed from the same command line): `a.b=1` sets a.b, a group
@@ -65,9 +71,10 @@ def config_with_overrides(
     keys (model.num_classes: ${data.num_classes}) are restored where the saved values still agree,
     so an override reaches the keys that follow it; keys the code added since the checkpoint take
     their composed defaults. `explicit`: overrides typed by hand, where a global group (experiment=)
-    is refused in one line that starts with `when`. Used by resume and by eval.py."""
+    is refused in one line that starts with `when`. `relinked(section)`: whether the links of a top-level section
+    are restored (eval.py keeps the model's values: its weights are the checkpoint's). Used by resume and eval.py."""
     config = OmegaConf.create(saved_config)
-    _relink(config, composed)
+    _relink(config, composed, relinked)
     for key, deleted in _touched(overrides, composed, explicit, when):
         if deleted:
             parent, _, leaf = key.rpartition(".")
@@ -80,14 +87,15 @@ def config_with_overrides(
     return config
 
 
-def _relink(resolved: DictConfig, composed: DictConfig) -> None:
+def _relink(resolved: DictConfig, composed: DictConfig, relinked: Callable[[str], bool]) -> None:
     """The checkpoint holds resolved values; where the config links a key to another (model.dropout:
     ${regularization.dropout}) and the checkpoint's values still agree, restore the link, so an
     override of the source reaches every key that follows it."""
     saved = flatten(OmegaConf.to_container(resolved))
     for key, value in flatten(OmegaConf.to_container(composed, resolve=False)).items():
         match = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
-        if match and key in saved and match.group(1) in saved and saved[key] == saved[match.group(1)]:
+        linked = match and key in saved and match.group(1) in saved and saved[key] == saved[match.group(1)]
+        if linked and relinked(key.split(".")[0]):
             OmegaConf.update(resolved, key, value, merge=False)
 
 

@@ -91,6 +91,13 @@ def class_folders(value: object) -> str | None:
     return f"must be null (every folder under train/) or a list of at least two folder names, got {show(value)}"
 
 
+def prompt_text(value: object) -> str | None:
+    """eval.py's prompt: text, or null. Hydra reads prompt=42 as a number: quoted, it is the text."""
+    if value is None or isinstance(value, str):
+        return None
+    return f"must be text, got {show(value)}; quote it: prompt=\"'{value}'\""
+
+
 def tracker_choice(value: object) -> str | None:
     """logger.trackers: {name: true/false}; each conf/logger file adds its own, `logger=[a,b]` both.
     MLflow is an optional extra: a missing install is found here, before any data is read."""
@@ -268,4 +275,10 @@ RULES: dict[str, Check] = {
     "logger.log_images": flag(),
     "logger.log_predictions": integer(minimum=0),
     "logger.init_timeout": number(above=0),
+    # eval.py's (conf/eval.yaml): a language model's sample
+    "prompt": prompt_text,
+    "sample.max_new_tokens": integer(1),
+    "sample.temperature": number(0),  # 0: the most likely byte each time
+    "sample.top_k": integer(1, null=True),  # null: from every byte
+    "sample.seed": integer(0, 2**64 - 1, null=True),  # null: a fresh seed, printed; torch's seeds fit in 64 bits
 }

@@ -58,6 +58,7 @@ class DataBundle:
     mean: tuple[float, ...] | None = None  # one value per channel, for normalizing images scaled to [0, 1]
     std: tuple[float, ...] | None = None
     fingerprint: dict = field(default_factory=dict)  # what the splits hold (trainkit.data.fingerprint): for a resume
+    class_names: list[str] = field(default_factory=list)  # Data.class_names(): what predictions call the classes
     option: Data | None = None  # the data option itself: its batch_transform is what train.py applies to batches
 
     def transforms(
@@ -143,6 +144,7 @@ def build_data(
         mean=per_channel(data.mean, data.channels) if isinstance(data, ImageData) else None,
         std=per_channel(data.std, data.channels) if isinstance(data, ImageData) else None,
         fingerprint=data_fingerprint(made, data.source()),
+        class_names=data.class_names(),
         option=data,
     )
 

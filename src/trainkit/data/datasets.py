@@ -81,6 +81,11 @@ class Data:
     def splits(self) -> Splits | FileSplits:
         raise NotImplementedError(f"{type(self).__name__} must define splits()")
 
+    def class_names(self) -> list[str]:
+        """The classes in label order, as predictions name them (an image folder's class folders); [] where the
+        data names none (labels are numbers). Every checkpoint keeps them, so eval.py's predict= needs no data."""
+        return []
+
     def source(self) -> str | None:
         """What decides the data besides its fields and files, for the run's data fingerprint (a resume elsewhere
         compares it): the standard library's Python version for a corpus read from it; None here."""

@@ -73,6 +73,9 @@ class ImageFolder(ImageData):
         datasets, classes = load_image_folder(self)
         return FileSplits(datasets["train"], datasets["val"], datasets["test"], num_classes=len(classes))
 
+    def class_names(self) -> list[str]:
+        return class_names(self.root) if self.root else []
+
 
 class ImageFolderDataset(Dataset):
     """`(path, label)` pairs that decode to `(uint8 [C, S, S] tensor, label)`, or to a `BadFile`.

@@ -9,7 +9,7 @@ The task weighs tokens (`weighs = "tokens"`): an update's loss is the mean over 
 across micro-batches, accumulated batches and ranks (trainkit.tasks.weighting). Token data may arrive as
 uint8 bytes; the task casts it to int64 ids on the device.
 
-Sampling (`generate`, `sample_text`): eval.py's `predict="<a prompt>"` and the text the trackers show
+Sampling (`generate`, `sample_text`): eval.py's `prompt="<text>"` and the text the trackers show
 after each validation (`logger.log_predictions`, `sample_for_logging`). A torch.Generator seeded by
 `sample.seed` draws every token, so a sample is the same for the same weights and seed, and the global
 random streams (dropout, shuffles) are left as they were.
@@ -152,26 +152,17 @@ def sample_text(
 
 
 def writes_text(cfg: Mapping) -> bool:
-    """Whether eval.py's predict= is a prompt to continue: the run's task samples text (this task, or one derived)."""
+    """Whether the run's task samples text (this task, or one derived): eval.py's predict= is then a text file
+    to continue."""
     from trainkit.tasks.task import task_class
 
     found = task_class(cfg["task"]["_target_"])
     return isinstance(found, type) and issubclass(found, LanguageModel)
 
 
-def prompt_of(predict: str) -> str:
-    """eval.py's predict=: a text file's contents, or the text itself."""
-    path = Path(predict).expanduser()
-    try:
-        return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else predict
-    except OSError:  # a prompt too long or odd for a file name
-        return predict
-
-
-def write_samples(model: nn.Module, predict: str, sample: Mapping, path: Path) -> str:
-    """eval.py predict="<a prompt>" (or <a text file>): the prompt and its seeded continuation (`sample`: eval.yaml's
+def write_samples(model: nn.Module, prompt: str, sample: Mapping, path: Path) -> str:
+    """eval.py's prompt=<text> (or predict=<text file>): the prompt and its seeded continuation (`sample`: eval.yaml's
     max_new_tokens, temperature, top_k, seed), written to `path` (samples.txt) and returned."""
-    prompt = prompt_of(predict)
     continuation = sample_text(
         model, prompt, sample["max_new_tokens"], sample["temperature"], sample["top_k"], sample["seed"]
     )

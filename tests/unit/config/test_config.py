@@ -93,6 +93,12 @@ RULE_CASES = [
     (["experiment=stdlib_gpt", "model.n_head=0"], "model.n_head"),
     (["experiment=stdlib_gpt", "model.n_embd=-1"], "model.n_embd"),
     (["seed=-1"], "seed"),
+    # eval.py's keys (conf/eval.yaml), added to train.py's config here
+    (["+prompt=42"], "prompt"),
+    (["+sample.max_new_tokens=0"], "sample.max_new_tokens"),
+    (["+sample.temperature=-1"], "sample.temperature"),
+    (["+sample.top_k=0"], "sample.top_k"),
+    (["+sample.seed=-1"], "sample.seed"),
     (["seed=1.5"], "seed"),
     (["device=gpu"], "device"),
     (["device=cuda:x"], "device"),
@@ -409,6 +415,8 @@ def test_every_rule_key_exists_in_some_option():
     for override in group_options():  # composed as test_every_group_option_composes_and_validates does
         cfg = composed(override, *REQUIRED_BY_OPTION.get(override, []))
         keys |= {key for key in RULES if OmegaConf.select(cfg, key, default=KeyError) is not KeyError}
+    eval_config = OmegaConf.load(CONF / "eval.yaml")  # eval.py's own keys (prompt, sample.*)
+    keys |= {key for key in RULES if OmegaConf.select(eval_config, key, default=KeyError) is not KeyError}
     assert keys == set(RULES)
 
 
