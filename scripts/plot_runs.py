@@ -9,8 +9,10 @@ by the optimized metric.
 
 Each PATH is a run directory or any directory above run directories (a run directory is one with a
 metrics.jsonl); symlinked directories are followed. The table is sorted by summary.json's
-`optimized_value` (or by `--metric`), higher first for accuracies, lower first for losses; runs
-without a summary.json (failed or still running) come last. `wall s` is summary.json's wall_seconds:
+`optimized_value` (or by `--metric`), best first as the task that made the runs says (summary.json's
+`higher_is_better`: accuracy and mIoU higher, a loss and bits per byte lower); runs without a summary.json
+(failed or still running) come last. Runs whose summary.json predates that record are ranked as every metric
+but a loss is by default, higher first, with a warning. `wall s` is summary.json's wall_seconds:
 a resumed run's counts every part (each checkpoint carries the time of the parts before it).
 """
 
@@ -36,8 +38,21 @@ class Run:
     overrides: list = field(default_factory=list)
 
 
-def higher_is_better(metric: str) -> bool:
-    return "acc" in metric.rsplit("/", 1)[-1]
+def higher_is_better(runs: list, metric: str) -> bool:
+    """Whether a larger `metric` ranks first, as summary.json's `higher_is_better` records the task's direction
+    (by the metric's own name: val/miou -> miou); no run recording it: a warning, and the default of every task."""
+    name = metric.rsplit("/", 1)[-1]
+    for run in runs:
+        recorded = (run.summary or {}).get("higher_is_better") or {}
+        if name in recorded:
+            return bool(recorded[name])
+    print(
+        f"warning: no summary.json here records whether a higher {metric} is better (runs from before it was "
+        f"recorded): ranked {'lower' if name == 'loss' else 'higher'} first, as every metric but a loss is by default; "
+        f'if that is wrong, add "higher_is_better": {{"{name}": {str(name == "loss").lower()}}} to their summary.json',
+        file=sys.stderr,
+    )
+    return name != "loss"
 
 
 def find_runs(root: Path) -> list:
@@ -115,9 +130,11 @@ def metric_value(run: Run, metric: str | None) -> float | None:
 def rank(runs: list, metric: str | None) -> list:
     """Best first; runs without a value last, in their original order."""
     name = metric or next((r.summary["optimized_metric"] for r in runs if r.summary), "val/acc")
-    sign = -1 if higher_is_better(name) else 1
     scored = [r for r in runs if metric_value(r, metric) is not None]
     unscored = [r for r in runs if metric_value(r, metric) is None]
+    if not scored:
+        return unscored
+    sign = -1 if higher_is_better(scored, name) else 1
     return sorted(scored, key=lambda r: sign * metric_value(r, metric)) + unscored
 
 

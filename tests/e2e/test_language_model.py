@@ -149,7 +149,8 @@ def test_sample_seed_null_draws_a_seed_prints_it_and_that_seed_gives_the_same_sa
 
 
 def test_the_trackers_get_a_text_sample_after_each_validation(run_train, corpus):
-    run = run_train(*tiny(corpus, "logger=tensorboard", "+logger.log_predictions=1", "task.sample_tokens=20"))
+    """By default, as W&B does: logger.log_predictions is on in every tracker that shows predictions."""
+    run = run_train(*tiny(corpus, "logger=tensorboard", "task.sample_tokens=20"))
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run.run_dir), size_guidance={"tensors": 0})

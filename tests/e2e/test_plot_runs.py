@@ -47,6 +47,7 @@ def make_run(path, overrides, val_acc, val_loss, test_acc=None, summary=True, me
                     "test": {"test/acc": test_acc, "test/loss": 0.5},
                     "optimized_metric": metric,
                     "optimized_value": best_metrics[metric],
+                    "higher_is_better": {"loss": False, "acc": True},  # the task's direction, as train.py records it
                     "epochs": len(val_acc),
                     "wall_seconds": 12.34,
                     "stop_reason": "max_epochs",
@@ -91,6 +92,44 @@ def test_a_loss_metric_ranks_lowest_first(sweep, tmp_path, capsys):
     rows = table_rows(capsys.readouterr().out)
     assert [r[1] for r in rows][:3] == ["1", "10", "0"] and rows[0][2] == "0.3000"
     assert out_png.read_bytes()[:8] == PNG_MAGIC
+
+
+def ranked_sweep(root, metric: str, values: list, higher_is_better: dict | None) -> None:
+    """Runs of another task, as summary.json alone says (no acc anywhere): `metric` at its best epoch."""
+    for k, value in enumerate(values):
+        (root / str(k)).mkdir(parents=True)
+        (root / str(k) / "metrics.jsonl").write_text(json.dumps({"epoch": 0, "step": 5, metric: value}) + "\n")
+        summary = {"best": {"epoch": 0, metric: value}, "optimized_metric": metric, "optimized_value": value}
+        if higher_is_better is not None:
+            summary["higher_is_better"] = higher_is_better
+        (root / str(k) / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.mark.parametrize(
+    "metric, direction, ranked",
+    [
+        ("val/miou", {"loss": False, "miou": True}, ["1", "2", "0"]),
+        ("val/bpb", {"loss": False, "bpb": False}, ["0", "2", "1"]),
+    ],
+    ids=["segmentation", "language_model"],
+)
+def test_runs_rank_in_the_direction_their_task_recorded_in_summary_json(tmp_path, capsys, metric, direction, ranked):
+    ranked_sweep(tmp_path, metric, [0.3, 0.8, 0.5], direction)
+    assert plot_runs.main([str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert [r[1] for r in table_rows(out)] == ranked and err == ""
+
+
+def test_runs_from_before_the_direction_was_recorded_rank_higher_first_with_a_warning(tmp_path, capsys):
+    ranked_sweep(tmp_path, "val/miou", [0.3, 0.8, 0.5], None)
+    assert plot_runs.main([str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert [r[1] for r in table_rows(out)] == ["1", "2", "0"]
+    assert err.splitlines() == [
+        "warning: no summary.json here records whether a higher val/miou is better (runs from before it was "
+        "recorded): ranked higher first, as every metric but a loss is by default; if that is wrong, add "
+        '"higher_is_better": {"miou": false} to their summary.json'
+    ]
 
 
 def test_test_metric_comes_from_the_test_section(sweep, capsys):

@@ -248,10 +248,13 @@ def files_in(folder: str | Path, extensions: Collection[str]) -> list[Path]:
     return sorted(
         path
         for path in root.rglob("*")
-        if path.is_file()
-        and path.suffix.lower() in extensions
-        and not any(part.startswith(".") for part in path.relative_to(root).parts)
+        if path.is_file() and path.suffix.lower() in extensions and not is_hidden(path, root)
     )
+
+
+def is_hidden(path: Path, root: Path) -> bool:
+    """A hidden file, or one below a hidden folder (.git/, .ipynb_checkpoints/), under `root`: never read."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
 def _check_root(root: str | Path) -> Path:

@@ -117,6 +117,16 @@ def report_majority(datasets: dict[str, Any], class_names: list[str]) -> None:
     )
 
 
+def read_utf8(path: str, skip: bool) -> bytes | BadTextFile:
+    """The file's bytes, or a BadTextFile (`skip`: data.skip_bad_files) when they are not UTF-8 or cannot be read."""
+    try:
+        text = Path(path).read_bytes()
+        text.decode("utf-8")  # refused, not replaced: see the module docstring
+    except (OSError, UnicodeDecodeError) as error:
+        return BadTextFile(path, f"{type(error).__name__}: {error}", skip)
+    return text
+
+
 class TextFileDataset(Dataset):
     """`(path, label)` samples that read as `(int64 tokens, label)`, or as a BadTextFile for a file that is not
     UTF-8. `lengths`: each sample's tokens (its size in bytes, cut at max_length), what the token budget sorts."""
@@ -131,11 +141,9 @@ class TextFileDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | BadTextFile:
         path, label = self.samples[index]
-        try:
-            text = Path(path).read_bytes()
-            text.decode("utf-8")  # refused, not replaced: see the module docstring
-        except (OSError, UnicodeDecodeError) as error:
-            return BadTextFile(path, f"{type(error).__name__}: {error}", self.skip_bad_files)
+        text = read_utf8(path, self.skip_bad_files)
+        if isinstance(text, BadTextFile):
+            return text
         # Cut at the listed length: a file grown since the listing still fits the batch it was budgeted for.
         return tokens_of(text[: int(self.lengths[index])]), label
 

@@ -3,19 +3,27 @@
     data=text                                   # the Python standard library's own source (no download)
     data=text data.root=~/corpus data.pattern="*.txt"   # your files: every match below the folder (recursive)
 
-The files are split by file (trainkit.data.stdlib_source.split_by_file: val and test are whole files no
-training block comes from), each split's files read as bytes in path order and joined with SEPARATOR
-between them (a blank line: a file's last line never runs into the next file's first), and the joined
-bytes cut into non-overlapping blocks of `block_size + 1` bytes; the few bytes left at a split's end are
-dropped. A block's first `block_size` bytes are the inputs, its last `block_size` the targets (the next
-byte of each input): uint8 [N, block_size] both, cast to ids by the task. No padding (pad_id None): every
-byte is a real token. The splits live in memory on the device (TensorLoader): each epoch a seeded
-shuffle of the training blocks, sharded across ranks.
+Files: a hidden file, or one below a hidden folder (.git/), is never read (imagefolder's rule), and the start
+line counts them. A file that is not UTF-8 (latin-1, a binary) stops the run in one line naming it (text.py's
+BadTextFile: no replacement characters); with data.skip_bad_files=true it is left out, counted and named.
+
+The files are split by bytes (split_by_bytes): in an order drawn from data.split_seed, each file goes to the
+held-out split (test, val) with the most room left among those it fits in (what is left of the split's fraction
+of all the bytes), else to train. A held-out split is never more than its share, so one big file cannot become
+it; val and test are whole files no training block comes from. Each split's files are joined in path order
+with SEPARATOR between them (a blank line: a file's last line never runs into the next file's first), and the
+joined bytes cut into non-overlapping blocks of `block_size + 1` bytes; the few bytes left at a split's end are
+dropped. The start line gives each split's files, bytes and blocks. A block's first `block_size` bytes are the
+inputs, its last `block_size` the targets (the next byte of each input): uint8 [N, block_size] both, cast to
+ids by the task. No padding (pad_id None): every byte is a real token. The splits live in memory on the device
+(TensorLoader): each epoch a seeded shuffle of the training blocks, sharded across ranks.
 
 A stdlib corpus differs from one Python version to another: `source()` puts corpus_version() into the
-run's data fingerprint, so a resume under another Python is refused in one line.
+run's data fingerprint, so a resume under another Python is refused in one line. The fingerprint checks the
+blocks themselves, so a resume on another split (other files, another seed or fraction) is refused too.
 """
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -23,8 +31,12 @@ from typing import ClassVar
 import torch
 
 from trainkit.data.datasets import Data, Split, Splits
-from trainkit.data.stdlib_source import corpus_version, split_by_file, stdlib_files
+from trainkit.data.imagefolder import is_hidden
+from trainkit.data.stdlib_source import corpus_version, stdlib_files
+from trainkit.data.text import BadTextFile, read_utf8
 from trainkit.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 SEPARATOR = b"\n\n"  # between two files of a split
 VOCAB_SIZE = 256  # bytes
@@ -34,41 +46,84 @@ VOCAB_SIZE = 256  # bytes
 class TextBlocks(Data):
     block_size: int  # bytes a model sees at once (model.block_size): a block holds one more, the last target
     pattern: str  # which files under data.root (recursive glob); the stdlib default reads its .py files
-    val_fraction: float  # of the files (not the bytes)
+    val_fraction: float  # of the bytes (whole files: split_by_bytes)
     test_fraction: float
     split_seed: int
+    skip_bad_files: bool = False  # leave out files that are not UTF-8 (counted and named) instead of stopping
 
     kind: ClassVar[str] = "tokens"
 
-    def files(self) -> list[Path]:
-        """The corpus's files, sorted: the standard library's (data.root null), or those matching data.pattern."""
+    def files(self) -> tuple[list[Path], int]:
+        """The corpus's files, sorted: the standard library's (data.root null), or those matching data.pattern;
+        and how many hidden ones were left out."""
         if self.root is None:
-            return stdlib_files()
+            return stdlib_files(), 0
         root = Path(self.root).expanduser()
         if not root.is_dir():
             raise ConfigError("data.root", f"'{root}' is not a folder; point data.root at a folder of text files")
-        files = sorted(path for path in root.rglob(self.pattern) if path.is_file())
+        matched = sorted(path for path in root.rglob(self.pattern) if path.is_file())
+        files = [path for path in matched if not is_hidden(path, root)]
         if not files:
             raise ConfigError(
-                "data.pattern", f"no file under '{root}' matches {self.pattern!r}; set data.pattern (e.g. '*.txt')"
+                "data.pattern",
+                f"no file under '{root}' matches {self.pattern!r}"
+                + (f" but {len(matched)} hidden one(s) (never read)" if matched else "")
+                + "; set data.pattern (e.g. '*.txt')",
             )
-        return files
+        return files, len(matched) - len(files)
 
     def source(self) -> str | None:
         """What the data fingerprint records besides the blocks: the Python version of the stdlib corpus."""
         return f"stdlib of {corpus_version()}" if self.root is None else None
 
     def splits(self) -> Splits:
-        files = self.files()
-        if len(files) < 3:
-            raise ConfigError("data.root", f"holds {len(files)} matching files; the train/val/test split is by file")
-        parts = split_by_file(files, self.val_fraction, self.test_fraction, self.split_seed)
-        train, val, test = (self.blocks(parts[name], name) for name in ("train", "val", "test"))
-        return Splits(train, val, test, num_classes=VOCAB_SIZE)
+        files, hidden = self.files()
+        texts, skipped = self.read(files)
+        if len(texts) < 3:
+            raise ConfigError(
+                "data.root",
+                f"'{self.root}' holds {len(texts)} readable file(s) matching {self.pattern!r}; the train/val/test "
+                "split is by whole files and needs at least 3",
+            )
+        parts = split_by_bytes(
+            [len(text) for text in texts], {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed
+        )
+        held = {name: [texts[i] for i in parts[name]] for name in ("train", "val", "test")}
+        made = {name: self.blocks(split_texts, name) for name, split_texts in held.items()}
+        where = f"'{self.root}'" if self.root is not None else f"the {corpus_version()} standard library"
+        left_out = f"; ignored {hidden} hidden files" if hidden else ""
+        if skipped:
+            named = ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+            left_out += f"; skipped {len(skipped)} files that are not UTF-8 (data.skip_bad_files=true): {named}"
+        log.info(
+            "text corpus %s, split by bytes (data.split_seed=%d): %s%s",
+            where,
+            self.split_seed,
+            "; ".join(
+                f"{name} {len(held[name])} files, {sum(map(len, held[name])):,} bytes, {len(made[name][0]):,} blocks"
+                for name in made
+            ),
+            left_out,
+        )
+        return Splits(made["train"], made["val"], made["test"], num_classes=VOCAB_SIZE)
 
-    def blocks(self, files: list[Path], split: str) -> Split:
-        """(inputs, targets), uint8 [N, block_size] each, from `files` joined by SEPARATOR."""
-        joined = SEPARATOR.join(path.read_bytes() for path in files)
+    def read(self, files: list[Path]) -> tuple[list[bytes], list[str]]:
+        """The bytes of each file that is UTF-8, in order, and the paths left out: a file that is not stops the run
+        in one line naming it, or with data.skip_bad_files=true is left out."""
+        texts, skipped = [], []
+        for path in files:
+            text = read_utf8(str(path), self.skip_bad_files)
+            if not isinstance(text, BadTextFile):
+                texts.append(text)
+            elif text.skip:
+                skipped.append(text.path)
+            else:
+                raise text.error()
+        return texts, skipped
+
+    def blocks(self, texts: list[bytes], split: str) -> Split:
+        """(inputs, targets), uint8 [N, block_size] each, from `texts` joined by SEPARATOR."""
+        joined = SEPARATOR.join(texts)
         span = self.block_size + 1
         count = len(joined) // span
         if count == 0:
@@ -76,7 +131,35 @@ class TextBlocks(Data):
             raise ConfigError(
                 "data.block_size",
                 f"{self.block_size} + 1 bytes is more than the {split} split's {len(joined)} bytes "
-                f"({len(files)} files); lower data.block_size (and model.block_size) or {more}",
+                f"({len(texts)} files); lower data.block_size (and model.block_size) or {more}",
             )
         packed = torch.frombuffer(bytearray(joined[: count * span]), dtype=torch.uint8).view(count, span)
         return packed[:, :-1].clone(), packed[:, 1:].clone()
+
+
+def split_by_bytes(sizes: list[int], fractions: dict[str, float], seed: int) -> dict[str, list[int]]:
+    """Sorted indices of the files (of `sizes` bytes) of each split in `fractions`, and "train" for the rest.
+
+    The files are taken in an order drawn from `seed`; each goes to the split of `fractions` with the most room left
+    (for its share) among those it fits in (what the split holds stays within its fraction of all the bytes), else to
+    train. So the held-out splits fill side by side, each near its share and never over it: a big file goes to train,
+    never becomes a split on its own. The same sizes, fractions and seed give the same split on every machine."""
+    order = torch.randperm(len(sizes), generator=torch.Generator().manual_seed(seed)).tolist()
+    total = sum(sizes)
+    room = {name: round(fraction * total) for name, fraction in fractions.items()}  # bytes a split may still take
+    parts: dict[str, list[int]] = {name: [] for name in (*fractions, "train")}
+    for index in order:
+        fits = [name for name in fractions if sizes[index] <= room[name]]
+        name = max(fits, key=lambda split: room[split] / fractions[split], default="train")  # a tie: the first
+        parts[name].append(index)
+        if name in room:
+            room[name] -= sizes[index]
+    for name, fraction in fractions.items():
+        if not parts[name]:
+            raise ConfigError(
+                f"data.{name}_fraction",
+                f"{fraction} of the corpus's {total:,} bytes ({round(fraction * total):,}) holds no whole file "
+                f"(the smallest has {min(sizes):,} bytes; a split is whole files); raise it, or split the corpus "
+                f"into smaller files",
+            )
+    return {name: sorted(indices) for name, indices in parts.items()}

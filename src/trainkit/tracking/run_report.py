@@ -4,8 +4,9 @@ and the closing line.
 
 summary.json is the result a sweep, scripts/plot_runs.py and `resume` of a finished run read:
 best (the best epoch's validation metrics), final (the last epoch's), test, test_weights (the
-weights tested: "best", or "last (best.pt missing)"), optimized_metric and its value, stop_reason,
-epochs, steps, wall_seconds, world_size, device, run_dir.
+weights tested: "best", or "last (best.pt missing)"), optimized_metric and its value, higher_is_better
+(the task's direction for each of its metrics by name: {"loss": false, "acc": true}, so a reader ranks runs
+without importing the task), stop_reason, epochs, steps, wall_seconds, world_size, device, run_dir.
 """
 
 import logging
@@ -15,6 +16,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from trainkit.tasks.task import higher_is_better
 from trainkit.tracking.bottleneck import epoch_line_extras
 from trainkit.tracking.loggers import strict_json
 
@@ -83,6 +85,7 @@ def write_summary(
         "test_weights": test_weights,
         "optimized_metric": run.cfg.optimized_metric,
         "optimized_value": {**best, **test_metrics}.get(run.cfg.optimized_metric),
+        "higher_is_better": {name: higher_is_better(run.task, name) for name in ("loss", *run.task.metric_names)},
         "stop_reason": stop_reason,
         "epochs": last_metrics.get("epoch", run.epoch - 1) + 1,
         "steps": run.step,

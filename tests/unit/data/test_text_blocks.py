@@ -1,11 +1,14 @@
-"""data=text: split by file, packed into blocks of block_size + 1 bytes, and its one-line errors."""
+"""data=text: split by bytes in whole files, packed into blocks of block_size + 1 bytes, what it reads and what it
+leaves out (hidden files, files that are not UTF-8), and its one-line errors."""
+
+import logging
 
 import pytest
 import torch
 
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.data.stdlib_source import corpus_version
-from trainkit.data.text_blocks import SEPARATOR, TextBlocks
+from trainkit.data.text_blocks import SEPARATOR, TextBlocks, split_by_bytes
 from trainkit.errors import ConfigError
 
 
@@ -48,25 +51,75 @@ def test_val_and_test_are_whole_files_never_seen_in_training(corpus):
     splits = text_data(corpus).splits()
     train, val, test = (letters(s) for s in (splits.train, splits.val, splits.test))
     assert not (train & val) and not (train & test) and not (val & test)
-    assert len(val) == len(test) == 2 and len(train) == 6  # 10 files: 2 + 2 held out
+    assert len(val) == len(test) == 2 and len(train) == 6  # 545 bytes: val and test 2 whole files each (<= 109 bytes)
     assert ord("z") not in train | val | test  # the pattern's files only, found below sub-folders too
     assert ord("J") in train | val | test  # deep/9.txt
     assert splits.num_classes == 256
 
 
-def test_blocks_are_non_overlapping_inputs_and_their_next_bytes(corpus):
-    data = text_data(corpus)
-    inputs, targets = data.splits().train
-    assert inputs.dtype == torch.uint8 and inputs.shape == targets.shape and inputs.shape[1] == 8
-    assert torch.equal(inputs[:, 1:], targets[:, :-1])
-    files = sorted(corpus.rglob("*.txt"))
-    from trainkit.data.stdlib_source import split_by_file
+def test_the_split_is_by_bytes_so_one_big_file_is_never_a_held_out_split(tmp_path, caplog):
+    """Thirty files of 100 bytes and one of 3,000 (02.txt, which the split by file count put in the test split: 3,500
+    of its 6,000 bytes): val and test each take whole files up to 20% of the bytes, the big file trains, and the start
+    line says what each split holds."""
+    for k in range(31):
+        (tmp_path / f"{k:02d}.txt").write_bytes(bytes([65 + k]) * (3000 if k == 2 else 100))
+    with caplog.at_level(logging.INFO, logger="trainkit.data.text_blocks"):
+        splits = text_data(tmp_path).splits()
+    train, val, test = (letters(s) for s in (splits.train, splits.val, splits.test))
+    assert ord("C") in train and len(val) == len(test) == 12 and len(train) == 7  # 1,200 bytes each: 12 files of 100
+    assert len(splits.test[0]) == (12 * 100 + 11 * 2) // 9 == len(splits.val[0])  # joined by blank lines, 9-byte blocks
+    assert caplog.messages == [
+        f"text corpus '{tmp_path}', split by bytes (data.split_seed=0): train 7 files, 3,600 bytes, 401 blocks; "
+        "val 12 files, 1,200 bytes, 135 blocks; test 12 files, 1,200 bytes, 135 blocks"
+    ]
 
-    joined = SEPARATOR.join(p.read_bytes() for p in split_by_file(files, 0.2, 0.2, 0)["train"])
-    count = len(joined) // 9
-    assert len(inputs) == count
-    packed = torch.tensor(list(joined[: count * 9])).view(count, 9)
-    assert torch.equal(inputs, packed[:, :-1].to(torch.uint8)) and torch.equal(targets, packed[:, 1:].to(torch.uint8))
+
+def test_split_by_bytes_fills_each_held_out_split_up_to_its_share_the_same_for_a_seed():
+    sizes = [5, 40, 7, 300, 12, 9, 60, 3, 25, 11, 8, 20]  # 500 bytes
+    parts = split_by_bytes(sizes, {"test": 0.1, "val": 0.2}, seed=3)
+    assert parts == split_by_bytes(sizes, {"test": 0.1, "val": 0.2}, seed=3)
+    assert sorted(parts["train"] + parts["val"] + parts["test"]) == list(range(12))
+    assert 3 in parts["train"]  # 300 bytes fit neither 50 nor 100
+    held = {name: sum(sizes[i] for i in parts[name]) for name in parts}
+    assert held["test"] <= 50 and held["val"] <= 100 and held["train"] == 500 - held["test"] - held["val"]
+    assert parts != split_by_bytes(sizes, {"test": 0.1, "val": 0.2}, seed=4)
+    with pytest.raises(ConfigError, match=r"^data.test_fraction: 0.01 of the corpus's 500 bytes \(5\) holds no whole"):
+        split_by_bytes([100, 200, 200], {"test": 0.01, "val": 0.2}, seed=0)
+
+
+def test_hidden_files_are_never_read_and_are_counted(corpus, caplog):
+    (corpus / ".hidden.txt").write_bytes(b"h" * 400)
+    (corpus / ".git").mkdir()
+    (corpus / ".git" / "x.txt").write_bytes(b"g" * 400)
+    with caplog.at_level(logging.INFO, logger="trainkit.data.text_blocks"):
+        splits = text_data(corpus).splits()
+    assert not {ord("h"), ord("g")} & (letters(splits.train) | letters(splits.val) | letters(splits.test))
+    assert caplog.messages[-1].endswith("blocks; ignored 2 hidden files")
+    (corpus / ".notes.md").write_text("x")
+    with pytest.raises(ConfigError, match=r"^data.pattern: no file under .* matches '\*.md' but 1 hidden one\(s\)"):
+        text_data(corpus, pattern="*.md").splits()
+
+
+@pytest.mark.parametrize(
+    "text", ["café au lait".encode("latin-1"), bytes(range(128, 256)) * 3], ids=["latin1", "bytes"]
+)
+def test_a_file_that_is_not_utf8_is_refused_naming_it_or_skipped_and_counted(corpus, caplog, text):
+    bad = corpus / "deep" / "latin.txt"
+    bad.write_bytes(text)
+    with pytest.raises(ConfigError) as refused:
+        text_data(corpus).splits()
+    assert str(refused.value).startswith(f"data.root: cannot read text file '{bad}' (UnicodeDecodeError: 'utf-8' codec")
+    assert str(refused.value).endswith("or pass data.skip_bad_files=true to skip it (counted in the log)")
+    assert "\n" not in str(refused.value)
+    with caplog.at_level(logging.INFO, logger="trainkit.data.text_blocks"):
+        skipped = text_data(corpus, skip_bad_files=True).splits()
+    assert caplog.messages[-1].endswith(f"blocks; skipped 1 files that are not UTF-8 (data.skip_bad_files=true): {bad}")
+    bad.unlink()
+    kept = text_data(corpus).splits()  # the same corpus without it
+    assert all(
+        torch.equal(a[0], b[0])
+        for a, b in zip((skipped.train, skipped.val, skipped.test), (kept.train, kept.val, kept.test))
+    )
 
 
 def test_a_missing_root_no_matching_file_and_a_split_shorter_than_a_block_are_one_line_each(corpus, tmp_path):
@@ -86,3 +139,10 @@ def test_the_stdlib_corpus_is_named_by_its_python_version_in_the_fingerprint(cor
     check_same_data(now, data_fingerprint(splits, "stdlib of CPython 3.11.7"))
     with pytest.raises(ConfigError, match=r"^data: the data comes from stdlib of CPython 3\.12\.1, the run's came"):
         check_same_data(now, data_fingerprint(splits, "stdlib of CPython 3.12.1"))
+
+
+def test_a_resume_on_another_split_is_refused_by_the_fingerprint_of_its_blocks(corpus):
+    saved = data_fingerprint(text_data(corpus).splits())
+    check_same_data(saved, data_fingerprint(text_data(corpus).splits()))
+    with pytest.raises(ConfigError, match=r"^data: the train split holds other values .* the test split holds other"):
+        check_same_data(saved, data_fingerprint(text_data(corpus, split_seed=1).splits()))

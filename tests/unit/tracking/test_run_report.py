@@ -1,10 +1,18 @@
-"""The start line says when micro-batches split each batch, and that BatchNorm then sees fewer samples."""
+"""The start line says when micro-batches split each batch, and that BatchNorm then sees fewer samples; summary.json
+records the task's direction of each metric."""
 
+import json
+from types import SimpleNamespace
+
+import pytest
 from omegaconf import OmegaConf
 
 from models_for_tests import NoNormCNN
 from trainkit.models.small_cnn import SmallCNN
-from trainkit.tracking.run_report import training_line
+from trainkit.tasks.language_model import LanguageModel
+from trainkit.tasks.segmentation import Segmentation
+from trainkit.tracking.loggers import Loggers
+from trainkit.tracking.run_report import training_line, write_summary
 
 
 def trainer(micro_batch_size):
@@ -23,3 +31,32 @@ def test_one_epoch_is_said_in_the_singular():
     one = OmegaConf.create({"max_epochs": 1, "max_steps": None, "micro_batch_size": None})
     assert " for 1 epoch (5 updates) -> run" in training_line(NoNormCNN(1, 10), one, 5, "cpu", "run")
     assert " for 2 epochs (5 updates each) -> run" in training_line(NoNormCNN(1, 10), trainer(None), 5, "cpu", "run")
+
+
+@pytest.mark.parametrize(
+    "task, test_metrics, direction",
+    [
+        (
+            Segmentation(num_classes=3),
+            {"test/loss": 0.4, "test/miou": 0.7},
+            {"loss": False, "miou": True, "pixel_acc": True},
+        ),
+        (LanguageModel(), {"test/loss": 1.9, "test/bpb": 2.7}, {"loss": False, "bpb": False, "token_acc": True}),
+    ],
+    ids=["segmentation", "language_model"],
+)
+def test_summary_json_records_the_tasks_direction_of_each_metric(tmp_path, task, test_metrics, direction):
+    """What scripts/plot_runs.py ranks by, without importing the task: higher_is_better by metric name."""
+    run = SimpleNamespace(
+        best_metrics={"epoch": 0},
+        cfg=OmegaConf.create({"optimized_metric": next(iter(test_metrics)).replace("test/", "val/")}),
+        task=task,
+        epoch=1,
+        step=10,
+        proc=SimpleNamespace(world_size=1, is_main=True),
+        device="cpu",
+        run_dir=tmp_path,
+        loggers=Loggers([]),
+    )
+    write_summary(run, {"epoch": 0}, test_metrics, "max_epochs", 1.0)
+    assert json.loads((tmp_path / "summary.json").read_text())["higher_is_better"] == direction

@@ -37,6 +37,14 @@ def test_logger_list_merges_the_trackers_of_each_file():
     assert tracker_names(OmegaConf.create({"name": "csv"})) == ["csv"]  # a config from before `trackers`
 
 
+def test_every_tracker_that_shows_predictions_shows_them_by_default():
+    """One default for every tracker (a language model's text sample: W&B, TensorBoard, MLflow); CSV shows none."""
+    for logger in ("wandb", "tensorboard", "mlflow", "[wandb,tensorboard,mlflow]"):
+        assert composed(f"logger={logger}").logger.log_predictions == 4, logger
+    assert composed("logger=[tensorboard,csv]", "logger.log_predictions=0").logger.log_predictions == 0
+    assert "log_predictions" not in composed("logger=csv").logger and "log_predictions" not in composed().logger
+
+
 def test_tensorboard_writes_scalars_images_text_and_hparams_in_the_run_folder(tmp_path):
     cfg = OmegaConf.create({"trackers": {"tensorboard": True}, "log_images": True})
     loggers = build_loggers(cfg, tmp_path, config=CONFIG, provenance=PROVENANCE)

@@ -309,7 +309,7 @@ def test_lr_find_script_builds_and_steps_as_train_py_does_on_token_data(tmp_path
     # A language model: no image transform to build, a loss per token (it built an image BatchTransform and failed).
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "a.py").write_text("def f(x):\n    return x + 1\n" * 200)
+    (corpus / "a.py").write_text("def f(x):\n    return x + 1\n" * 400)  # trains: over a third of the bytes
     (corpus / "b.py").write_text("class A:\n    pass\n" * 200)
     (corpus / "c.py").write_text("import os\nprint(os.sep)\n" * 200)
     run_dir = tmp_path / "run"
