@@ -139,6 +139,8 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
 def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, bool]:
     """The config to train with, and whether the run has finished already (then nothing is left to
     do: one line says how to extend it). Without resume: `composed` as it is."""
+    if composed.resume is None and not in_multirun():  # (a sweep's job continues its run: sweep_continuation)
+        refuse_a_new_run_over_another(run_dir)
     if not isinstance(composed.resume, str) or composed.resume == "":
         return composed, False  # null, or a wrong type that trainkit.config.validation reports
     from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
@@ -198,6 +200,37 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
         _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
         _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")
     return resolved, False
+
+
+def refuse_a_new_run_over_another(run_dir: Path) -> None:
+    """A new run (no resume=) in a directory that holds a run, finished or not (a checkpoint, metrics lines or
+    summary.json), would overwrite its checkpoints and append to its metrics.jsonl: one line naming resume= and
+    another directory instead. Before this run writes anything of its own (trainkit.checkpointing.refusal puts back
+    what Hydra wrote). A directory with only Hydra's record and a log (a run that stopped before its first metric
+    line) holds nothing to lose: a new run starts there."""
+    from trainkit.checkpointing.files import latest_checkpoint
+
+    checkpoints = run_dir / "checkpoints"
+    checkpoint = latest_checkpoint(checkpoints) or next(iter(sorted(checkpoints.glob("*.pt"))), None)
+    metrics = run_dir / "metrics.jsonl"
+    held = [
+        *([str(checkpoint.relative_to(run_dir))] if checkpoint else []),
+        *(["metrics.jsonl"] if metrics.is_file() and metrics.stat().st_size else []),
+        *(["summary.json"] if (run_dir / "summary.json").is_file() else []),
+    ]
+    if not held:
+        return
+    other = next(f"{run_dir}-{n}" for n in range(2, 10_000) if not Path(f"{run_dir}-{n}").exists())
+    way_out = f"continue it with resume={run_dir}, or start a new run elsewhere (e.g. hydra.run.dir={other})"
+    if latest_checkpoint(checkpoints) is None:  # nothing to resume from
+        way_out = (
+            f"it has no checkpoints/last.pt to resume from: start the new run elsewhere (e.g. hydra.run.dir={other})"
+        )
+    raise ConfigError(
+        "hydra.run.dir",
+        f"{run_dir} holds a run ({', '.join(held)}), and a new run there would overwrite its checkpoints and "
+        f"append to its metrics.jsonl; {way_out}",
+    )
 
 
 def _start_afresh(run_dir: Path) -> None:
