@@ -147,6 +147,15 @@ def test_what_cannot_work_on_text_is_refused_in_one_line_before_the_run_director
     assert not run.run_dir.exists()  # refused by the config check, before any directory, data or model
 
 
+def test_a_text_folder_without_a_model_names_the_model_made_for_it(run_train, corpus):
+    run = run_train("data=textfolder", f"data.root={corpus}", check=False)  # model=cnn, the default, reads images
+    assert run.returncode == 1 and not run.run_dir.exists()
+    assert run.stderr.strip().startswith(
+        "error: model.in_channels: is ${data.channels}, but data=textfolder has no data.channels: model=cnn is made "
+        "for other data; pick model=sequence (made for data=textfolder), or data=cached or data=cifar10 or "
+    )
+
+
 def test_a_file_that_is_not_utf8_stops_the_run_naming_it_unless_skipped(run_train, tmp_path):
     root = tmp_path / "texts"
     write_texts(root / "train", 20, seed=1)
