@@ -125,6 +125,12 @@ def build_data(
         )
     _check_matches(data, "num_classes", num_classes)
 
+    if len(train) == 0 and train.sampler.size < world_size:  # (a batch sampler with too few batches said so)
+        raise ConfigError(
+            "distributed.nproc_per_node",
+            f"{train.sampler.size} training samples for {world_size} processes leave some without a sample (every "
+            f"process trains as many); train with fewer processes, or on more data",
+        )
     if len(train) == 0:
         raise ConfigError(
             "data.batch_size",

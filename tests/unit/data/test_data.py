@@ -123,6 +123,16 @@ def test_epoch_batches_lists_an_epochs_batches_from_its_first_and_leaves_the_loa
     assert [labels.tolist() for _, labels in loader] == skipped  # still set to epoch 2, from batch 4
 
 
+def test_fewer_training_samples_than_processes_name_the_processes_not_drop_last():
+    cfg = data_cfg("synthetic", num_samples=1, val_samples=2, test_samples=2, image_size=4, drop_last=False)
+    with pytest.raises(ConfigError) as error:
+        build_data(cfg, CPU, seed=0, rank=0, world_size=2)
+    assert str(error.value) == (
+        "distributed.nproc_per_node: 1 training samples for 2 processes leave some without a sample (every process "
+        "trains as many); train with fewer processes, or on more data"
+    )
+
+
 def test_an_evaluation_loader_does_not_shuffle():
     assert isinstance(numbered(10, 4, shuffle=False).sampler, EvaluationSampler)
     assert isinstance(numbered(10, 4, shuffle=True).sampler, ResumableDistributedSampler)
