@@ -432,7 +432,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
         log.info(training_line(run.model, cfg.trainer, updates_per_epoch(cfg, run.data.train), device, run_dir,
-                               provenance.get("code"), batch_size=cfg.data.batch_size))
+                               provenance.get("code"), batch_size=cfg.data.batch_size, longest=run.data.longest))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = run.last_metrics  # {} unless resumed
