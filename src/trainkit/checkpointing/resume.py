@@ -392,8 +392,8 @@ def refuse_another_epoch_plan(state: dict, plan: dict, config: dict, rank: int, 
 
     if not any_rank(saved[rank] != plan, device):
         return
-    changes = [change.split(" ", 1) for change in _changes(state["config"], config)]
-    changes = [(key, values) for key, values in changes if key.startswith("data.") or key in EPOCH_PLAN_KEYS]
+    split = [change.split(" ", 1) for change in _changes(state["config"], config)]
+    changes = [(key, values) for key, values in split if key.startswith("data.") or key in EPOCH_PLAN_KEYS]
     keys = ", ".join(key for key, _ in changes) or "data"
     what = ", ".join(values for _, values in changes) or "its files changed since the checkpoint (other lengths)"
     epoch, done, before = state["epoch"], state["batches_done"], saved[rank]

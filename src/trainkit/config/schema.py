@@ -259,7 +259,8 @@ def _unresolved_message(key: str, reads: str, root: Any) -> str:
     lacking = f"{group}={option} has no {target}" if option else f"the config has no {target}"
     own_group = key.partition(".")[0]
     setter = f"{own_group}={mine}" if (mine := _chosen_option(own_group)) else f"the option setting {key}"
-    suiting = _options_reading_only(own_group, group, list(chosen.keys())) if isinstance(chosen, DictConfig) else []
+    keys = [str(k) for k in chosen] if isinstance(chosen, DictConfig) else []
+    suiting = _options_reading_only(own_group, group, keys) if keys else []
     made_for = f"{' or '.join(f'{own_group}={o}' for o in suiting)} (made for {group}={option}), or " if suiting else ""
     having = _options_with_key(group, name)
     pick = f"{' or '.join(f'{group}={o}' for o in having)} for {setter}" if having else "options made together"
