@@ -27,9 +27,10 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from trainkit.augment import attach_sample_transform
-from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, finished_value,
-                                    load_checkpoint, load_weights, own_run_directory, stop_after_the_test,
-                                    refuse_another_world_size_inside_an_epoch, restore_optimizer_and_schedule,
+from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, epoch_plan,
+                                    finished_value, load_checkpoint, load_weights, own_run_directory,
+                                    refuse_another_epoch_plan, refuse_another_world_size_inside_an_epoch,
+                                    restore_optimizer_and_schedule, stop_after_the_test,
                                     restore_rank_rng_states, resumed_config, rng_states, save_checkpoint, stop_signal,
                                     stopped, stopped_before_training, trained_to_the_end, unwrap_model)
 from trainkit.config import print_config, to_dict
@@ -113,6 +114,7 @@ class Run:
             "epoch": self.epoch,
             "step": self.step,
             "batches_done": self.batches_done if unfinished else 0,  # > 0: a resume finishes this epoch first
+            "epoch_plan": gather_objects(this_epochs_plan(self)) if unfinished else None,  # a resume must find it again
             "rng": gather_objects(rng_states()),  # every rank's streams, in rank order
             "config": self.resolved_config,
             "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
@@ -134,6 +136,8 @@ class Run:
         self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]
         self.epoch = state["epoch"] + (0 if self.batches_done else 1)  # the unfinished epoch, else the next
         refuse_another_world_size_inside_an_epoch(state, self.proc.world_size)
+        if self.batches_done:  # inside an epoch: the batches it skips must be those the checkpoint's run trained
+            refuse_another_epoch_plan(state, this_epochs_plan(self), self.resolved_config, self.proc.rank, self.device)
         self.scheduler = build_lr_schedule(self)  # from where the run stands: the updates an epoch may have changed
         restore_optimizer_and_schedule(self.optimizer, self.scheduler, state, self.cfg)
         self.scaler.load_state_dict(state["scaler"])
@@ -148,6 +152,13 @@ class Run:
 
 def batches_per_epoch(cfg: DictConfig, loader) -> int:
     return min(len(loader), cfg.trainer.limit_train_batches or len(loader))
+
+
+def this_epochs_plan(run: Run) -> dict:
+    """What epoch `run.epoch` trains on this rank, batch by batch and update by update (a digest)."""
+    cfg = run.cfg
+    return epoch_plan(run.data.train.epoch_batches(run.epoch), batches_per_epoch(cfg, run.data.train),
+                      cfg.trainer.accumulate_grad_batches)
 
 
 def updates_per_epoch(cfg: DictConfig, loader) -> int:
@@ -422,7 +433,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
         log.info(training_line(run.model, cfg.trainer, updates_per_epoch(cfg, run.data.train), device, run_dir,
-                               provenance.get("code"), batch_size=cfg.data.batch_size))
+                               provenance.get("code"), batch_size=cfg.data.batch_size, longest=run.data.longest))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = run.last_metrics  # {} unless resumed

@@ -2,6 +2,7 @@
 finds its run directory taken."""
 
 import os
+import shutil
 import socket
 
 import pytest
@@ -61,6 +62,30 @@ def test_a_run_directory_in_use_by_another_run_is_refused_in_one_line(run_train)
     assert (first.run_dir / "metrics.jsonl").read_text() == metrics  # nothing trimmed, nothing trained
     again = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)  # released: it trains
     assert [m["epoch"] for m in again.epoch_metrics()] == [0, 1]
+
+
+def test_a_new_run_in_a_directory_that_holds_a_run_is_refused_and_leaves_every_file_as_it_was(run_train):
+    first = run_train("debug=fast", *QUICK)
+    before, epochs = hashes_of_every_file(first.run_dir), [m["epoch"] for m in first.epoch_metrics()]
+    again = run_train("debug=fast", *QUICK, run_dir=first.run_dir, check=False)  # no resume=: it would start over
+    assert again.returncode == 1
+    assert again.stderr.strip() == (
+        f"error: hydra.run.dir: {first.run_dir} holds a run (checkpoints/last.pt, metrics.jsonl, summary.json), and a "
+        f"new run there would overwrite its checkpoints and append to its metrics.jsonl; continue it with "
+        f"resume={first.run_dir}, or start a new run elsewhere (e.g. hydra.run.dir={first.run_dir}-2)"
+    )
+    assert hashes_of_every_file(first.run_dir) == before  # no metrics line appended, no checkpoint overwritten
+    shutil.rmtree(first.run_dir / "checkpoints")
+    (first.run_dir / "summary.json").unlink()  # a run that logged, then crashed before its first checkpoint
+    logged = run_train("debug=fast", *QUICK, run_dir=first.run_dir, check=False)
+    assert logged.returncode == 1 and logged.stderr.strip().endswith(
+        f"holds a run (metrics.jsonl), and a new run there would overwrite its checkpoints and append to its "
+        f"metrics.jsonl; it has no checkpoints/last.pt to resume from: start the new run elsewhere (e.g. "
+        f"hydra.run.dir={first.run_dir}-2)"
+    )
+    (first.run_dir / "metrics.jsonl").unlink()  # Hydra's record and a log alone: nothing to lose, a new run starts
+    new = run_train("debug=fast", *QUICK, run_dir=first.run_dir)
+    assert [m["epoch"] for m in new.epoch_metrics()] == epochs  # its own lines alone
 
 
 def test_a_refused_resume_leaves_every_file_of_the_run_as_it_was(run_train):

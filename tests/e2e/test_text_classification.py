@@ -15,9 +15,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed, run_here
+<<<<<<< HEAD
 from helpers import assert_same_training
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
+=======
+from helpers import assert_same_training, hashes_of_every_file
+>>>>>>> rundirs
 from trainkit.data import build_data, make_data
 from trainkit.data.token_batches import TokenBudgetBatches
 from trainkit.models import build_model
@@ -224,6 +228,15 @@ def test_what_cannot_work_on_text_is_refused_in_one_line_before_the_run_director
     assert not run.run_dir.exists()  # refused by the config check, before any directory, data or model
 
 
+def test_a_text_folder_without_a_model_names_the_model_made_for_it(run_train, corpus):
+    run = run_train("data=textfolder", f"data.root={corpus}", check=False)  # model=cnn, the default, reads images
+    assert run.returncode == 1 and not run.run_dir.exists()
+    assert run.stderr.strip().startswith(
+        "error: model.in_channels: is ${data.channels}, but data=textfolder has no data.channels: model=cnn is made "
+        "for other data; pick model=sequence (made for data=textfolder), or data=cached or data=cifar10 or "
+    )
+
+
 def test_a_file_that_is_not_utf8_stops_the_run_naming_it_unless_skipped(run_train, tmp_path):
     root = tmp_path / "texts"
     write_texts(root / "train", 20, seed=1)
@@ -256,14 +269,20 @@ def test_a_multirun_over_the_lr_finishes_both_jobs(corpus, tmp_path):
 # ---- DDP and resume ----------------------------------------------------------------------------
 
 
-def train_batches_an_epoch(corpus: Path, world_size: int) -> int:
-    """What TokenBudgetBatches gives each rank of the tiny corpus's train split an epoch."""
+def train_lengths(corpus: Path):
+    """The tiny corpus's training texts' lengths, in tokens (as the token budget sees them)."""
     import torch
 
     cfg = composed(*tiny(corpus))
-    data = build_data(cfg.data, torch.device("cpu"), seed=0)
-    lengths = data.train.loader.dataset.lengths
-    return len(TokenBudgetBatches(lengths, cfg.data.max_tokens, cfg.data.batch_size, world_size=world_size))
+    return build_data(cfg.data, torch.device("cpu"), seed=0).train.loader.dataset.lengths
+
+
+def train_batches_an_epoch(corpus: Path, world_size: int) -> int:
+    """What TokenBudgetBatches gives each rank of the tiny corpus's train split an epoch."""
+    cfg = composed(*tiny(corpus))
+    return len(
+        TokenBudgetBatches(train_lengths(corpus), cfg.data.max_tokens, cfg.data.batch_size, world_size=world_size)
+    )
 
 
 @pytest.mark.slow  # a 2-process run and an evaluation
@@ -296,3 +315,32 @@ def test_a_text_classifier_stopped_by_sigterm_inside_an_epoch_resumes_exactly(ru
     resumed = run_train("resume=auto", *preempting, "+model.preempt_at=0", run_dir=preempted.run_dir, isolated=True)
     assert f"at epoch 1, batch 3, step {per_epoch + 3}" in resumed.stdout + resumed.stderr
     assert_same_training(resumed, straight)
+
+
+@pytest.mark.slow  # a run and four resumes, ~25 s on 2 CPU cores
+def test_a_resume_inside_an_epoch_refuses_other_batches_and_takes_them_at_the_epochs_end(run_train, corpus):
+    """What the epoch's batches are made of (the token budget, the texts' cut, the cap on texts a batch) may not
+    change while the checkpoint stands inside it: the resume would skip the first batches of another list."""
+    per_epoch = train_batches_an_epoch(corpus, world_size=1)
+    stopped = run_train(*tiny(corpus, f"trainer.max_steps={per_epoch + 3}"))  # 3 batches into epoch 1
+    before = hashes_of_every_file(stopped.run_dir)
+    halved = len(TokenBudgetBatches(train_lengths(corpus), 128, 16))
+    for change, refusal in (
+        (["data.max_tokens=128"], f"data.max_tokens: 256 -> 128 on a resume inside epoch 1 (after batch 3 of "
+                                  f"{per_epoch}): the epoch would hold other batches ({halved} batches, not "),
+        (["data.max_length=48", "model.max_length=64"], "data.max_length: 64 -> 48 on a resume inside epoch 1"),
+        (["data.batch_size=4"], "data.batch_size: 16 -> 4 on a resume inside epoch 1"),
+    ):  # fmt: skip
+        refused = run_train(f"resume={stopped.run_dir}", "trainer.max_steps=null", *change, run_dir=stopped.run_dir,
+                            check=False)  # fmt: skip
+        errors = [line for line in refused.stderr.splitlines() if line.strip()]
+        assert refused.returncode == 1 and len(errors) == 1, refused.stderr[-3000:]
+        assert errors[0].startswith(f"error: {refusal}") and "trainer.max_epochs=2), then with it" in errors[0]
+        assert hashes_of_every_file(stopped.run_dir) == before, change  # nothing trimmed, rewritten or trained
+    # The way out it names: the epoch finished as it began, then the change at the epoch's end.
+    run_train(f"resume={stopped.run_dir}", "trainer.max_steps=null", run_dir=stopped.run_dir)
+    changed = run_train(f"resume={stopped.run_dir}", "trainer.max_epochs=3", "data.max_tokens=128",
+                        run_dir=stopped.run_dir)  # fmt: skip
+    assert "changed: trainer.max_epochs 2 -> 3, data.max_tokens 256 -> 128" in changed.stdout + changed.stderr
+    steps = [epoch["step"] for epoch in changed.epoch_metrics()]
+    assert steps == [per_epoch, 2 * per_epoch, 2 * per_epoch + halved]  # epoch 2: the new budget's batches

@@ -44,8 +44,14 @@ def test_default_run_learns_and_writes_the_run_directory(run_train):
     for m in epochs:
         assert epoch_keys | device_keys <= set(m) <= epoch_keys | device_keys | {"train/gpu_util"}
         assert all(isinstance(m[key], (int, float)) for key in epoch_keys | device_keys)
-        assert 0 <= m["train/acc"] <= 1 and 0 <= m["val/acc"] <= 1 and m["train/samples_per_sec"] > 0
-        assert 0 <= m["train/data_wait_fraction"] <= 1 and m["train/step_ms"] > 0
+        # Accuracies count samples: the digits' 1258 training samples (20 batches of 64, the last 42) and 180 val.
+        for key, samples in (("train/acc", 1258), ("val/acc", 180)):
+            assert m[key] * samples == pytest.approx(round(m[key] * samples), abs=1e-3), key
+        # Both speeds measure the epoch's 20 steps: samples/s x ms/step is at most a step's mean 62.9 samples (the
+        # epoch's wall time holds the steps), and not far below it (little else happens in an epoch).
+        assert 0.5 * 1258 / 20 < m["train/samples_per_sec"] * m["train/step_ms"] / 1000 <= 1258 / 20 * 1.001
+        assert m["train/data_wait_fraction"] < 0.25  # in-memory batches are slices: not data-bound (see below)
+    assert [m["train/acc"] for m in epochs] == sorted(m["train/acc"] for m in epochs)  # it learns, epoch by epoch
     output = run.stderr + run.stdout
     assert re.search(r"epoch +0 .* samples/s  data \d+% of [0-9.]+ ms/step", output)
     assert "data-bound" not in output  # in-memory digits never wait for data: the default run stays silent

@@ -13,7 +13,12 @@ from trainkit.checkpointing.checkpoint import (
     unwrap_model,
 )
 from trainkit.checkpointing.continued_run import finished_value, trained_to_the_end
-from trainkit.checkpointing.resume import refuse_another_world_size_inside_an_epoch, resumed_config
+from trainkit.checkpointing.resume import (
+    epoch_plan,
+    refuse_another_epoch_plan,
+    refuse_another_world_size_inside_an_epoch,
+    resumed_config,
+)
 from trainkit.checkpointing.rng import restore_rank_rng_states, rng_states
 from trainkit.checkpointing.run_lock import own_run_directory
 from trainkit.checkpointing.signals import (
@@ -29,10 +34,12 @@ __all__ = [
     "STOP_SIGNAL_NAMES",
     "continue_sweep_job",
     "copy_checkpoint",
+    "epoch_plan",
     "finished_value",
     "load_checkpoint",
     "load_weights",
     "own_run_directory",
+    "refuse_another_epoch_plan",
     "refuse_another_world_size_inside_an_epoch",
     "restore_optimizer_and_schedule",
     "restore_rank_rng_states",

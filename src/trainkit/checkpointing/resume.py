@@ -20,6 +20,8 @@ Every rank resolves alike: self-started DDP workers receive the resolved config;
 each rank reads the same checkpoint and command line and computes the same result.
 """
 
+import hashlib
+import json
 import logging
 import os
 import re
@@ -40,8 +42,9 @@ from trainkit.tracking.loggers import tracker_names
 log = logging.getLogger(__name__)
 
 AUTO = "auto"
-# Changing these inside an epoch would skip the wrong batches of the half-trained epoch.
-POSITION_KEYS = ("data.batch_size", "trainer.accumulate_grad_batches", "trainer.limit_train_batches", "seed")
+# What an epoch's batches are made from, to name in refuse_another_epoch_plan's line: the data option and the run
+# seed (build_data's inputs), and how train.py cuts and groups the batches. The refusal compares the batches.
+EPOCH_PLAN_KEYS = ("seed", "trainer.limit_train_batches", "trainer.accumulate_grad_batches")
 _command_line: list[str] | None = None  # this command's own overrides, recorded by rewrite_argv
 INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion")
 
@@ -136,6 +139,8 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
 def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, bool]:
     """The config to train with, and whether the run has finished already (then nothing is left to
     do: one line says how to extend it). Without resume: `composed` as it is."""
+    if composed.resume is None and not in_multirun():  # (a sweep's job continues its run: sweep_continuation)
+        refuse_a_new_run_over_another(run_dir)
     if not isinstance(composed.resume, str) or composed.resume == "":
         return composed, False  # null, or a wrong type that trainkit.config.validation reports
     from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
@@ -158,7 +163,7 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     resolved = config_with_overrides(state["config"], composed, overrides, explicit)
     resolved.resume = str(checkpoint)
     changes = _changes(state["config"], OmegaConf.to_container(resolved, resolve=True))
-    _refuse_what_cannot_take_effect(state, resolved, changes)
+    _refuse_another_optimizer(state, resolved)
     if not explicit and in_multirun():  # a rerun sweep: job N must be the same trial as before
         refuse_another_trial(changes, overrides, run_dir)
     _refuse_another_checkpoint_layout(checkpoint, resolved)
@@ -195,6 +200,37 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
         _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
         _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")
     return resolved, False
+
+
+def refuse_a_new_run_over_another(run_dir: Path) -> None:
+    """A new run (no resume=) in a directory that holds a run, finished or not (a checkpoint, metrics lines or
+    summary.json), would overwrite its checkpoints and append to its metrics.jsonl: one line naming resume= and
+    another directory instead. Before this run writes anything of its own (trainkit.checkpointing.refusal puts back
+    what Hydra wrote). A directory with only Hydra's record and a log (a run that stopped before its first metric
+    line) holds nothing to lose: a new run starts there."""
+    from trainkit.checkpointing.files import latest_checkpoint
+
+    checkpoints = run_dir / "checkpoints"
+    checkpoint = latest_checkpoint(checkpoints) or next(iter(sorted(checkpoints.glob("*.pt"))), None)
+    metrics = run_dir / "metrics.jsonl"
+    held = [
+        *([str(checkpoint.relative_to(run_dir))] if checkpoint else []),
+        *(["metrics.jsonl"] if metrics.is_file() and metrics.stat().st_size else []),
+        *(["summary.json"] if (run_dir / "summary.json").is_file() else []),
+    ]
+    if not held:
+        return
+    other = next(f"{run_dir}-{n}" for n in range(2, 10_000) if not Path(f"{run_dir}-{n}").exists())
+    way_out = f"continue it with resume={run_dir}, or start a new run elsewhere (e.g. hydra.run.dir={other})"
+    if latest_checkpoint(checkpoints) is None:  # nothing to resume from
+        way_out = (
+            f"it has no checkpoints/last.pt to resume from: start the new run elsewhere (e.g. hydra.run.dir={other})"
+        )
+    raise ConfigError(
+        "hydra.run.dir",
+        f"{run_dir} holds a run ({', '.join(held)}), and a new run there would overwrite its checkpoints and "
+        f"append to its metrics.jsonl; {way_out}",
+    )
 
 
 def _start_afresh(run_dir: Path) -> None:
@@ -257,7 +293,7 @@ def _changes(saved: Any, resolved: Any) -> list[str]:
     return [f"{key} {before.get(key, '(new)')} -> {after.get(key, '(dropped)')}" for key in keys]
 
 
-def _refuse_what_cannot_take_effect(state: dict, resolved: DictConfig, changes: list[str]) -> None:
+def _refuse_another_optimizer(state: dict, resolved: DictConfig) -> None:
     saved = state["config"]
     if saved.get("optimizer", {}).get("_target_") != resolved.optimizer.get("_target_"):
         raise ConfigError(
@@ -265,14 +301,6 @@ def _refuse_what_cannot_take_effect(state: dict, resolved: DictConfig, changes: 
             f"is {resolved.optimizer.get('_target_')} but the checkpoint's optimizer state is "
             f"{saved.get('optimizer', {}).get('_target_')}'s; resume with the checkpoint's optimizer",
         )
-    if state["batches_done"]:
-        for key in POSITION_KEYS:
-            if any(change.startswith(f"{key} ") for change in changes):
-                raise ConfigError(
-                    key,
-                    f"changed on a resume inside epoch {state['epoch']} (after batch {state['batches_done']}): the "
-                    f"batches already trained would be miscounted; resume without it, or from an epoch's end",
-                )
 
 
 def _refuse_another_checkpoint_layout(checkpoint: Path, resolved: DictConfig) -> None:
@@ -335,6 +363,53 @@ def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> N
             f"{state['epoch']} (after batch {state['batches_done']}): the batches already trained would be "
             f"miscounted; resume with {processes(saved)}, or from an epoch's end",
         )
+
+
+def epoch_plan(batches: list[list[int]], num_batches: int, accumulate: int) -> dict:
+    """What an epoch trains on this rank: its first `num_batches` batches (the loader's epoch_batches, cut by
+    trainer.limit_train_batches) as a digest of the samples each holds, their count, and `accumulate` of them
+    to an update. A checkpoint written inside an epoch keeps every rank's (refuse_another_epoch_plan)."""
+    kept = batches[:num_batches]
+    return {
+        "digest": hashlib.sha256(json.dumps(kept).encode()).hexdigest(),
+        "batches": len(kept),
+        "accumulate": accumulate,
+    }
+
+
+def refuse_another_epoch_plan(state: dict, plan: dict, config: dict, rank: int, device: Any) -> None:
+    """A resume inside an epoch skips the batches the checkpoint's run trained of it: only right if the epoch is
+    the same batches in the same updates. So `plan` (this rank's epoch_plan of the checkpoint's epoch, made with
+    this run's data and config) must be the one the checkpoint kept, whatever made it differ (data.batch_size,
+    data.max_tokens, data.max_length, a data option's key of its own, the seed's shuffle, other lengths in the
+    same files, trainer.limit_train_batches, trainer.accumulate_grad_batches): else one line naming the changed
+    keys, on every rank alike (`config`: this run's resolved config). At an epoch's end nothing is skipped, and
+    every such change is taken."""
+    saved = state.get("epoch_plan") or []  # none at an epoch's end (and in checkpoints from before plans)
+    if not state["batches_done"] or rank >= len(saved):
+        return
+    from trainkit.distributed.process_group import any_rank
+
+    if not any_rank(saved[rank] != plan, device):
+        return
+    split = [change.split(" ", 1) for change in _changes(state["config"], config)]
+    changes = [(key, values) for key, values in split if key.startswith("data.") or key in EPOCH_PLAN_KEYS]
+    keys = ", ".join(key for key, _ in changes) or "data"
+    what = ", ".join(values for _, values in changes) or "its files changed since the checkpoint (other lengths)"
+    epoch, done, before = state["epoch"], state["batches_done"], saved[rank]
+    if before["digest"] != plan["digest"]:
+        count = before["batches"] != plan["batches"]
+        other = f"{plan['batches']} batches, not {before['batches']}" if count else "as many, of other samples"
+        why = f"hold other batches ({other}): skipping the {done} trained would train some samples twice, others never"
+    else:
+        grouped = f"{plan['accumulate']} batches to an update, not {before['accumulate']}"
+        why = f"group {grouped}: the updates trained would be miscounted"
+    raise ConfigError(
+        keys,
+        f"{what} on a resume inside epoch {epoch} (after batch {done} of {before['batches']}): the epoch would {why}; "
+        f"at an epoch's end it is taken: resume without it until epoch {epoch} ends (trainer.max_epochs={epoch + 1}), "
+        f"then with it, or resume from a checkpoint of an epoch's end (checkpoints/best.pt, if a whole epoch wrote it)",
+    )
 
 
 def _check_model_fits_early(weights: dict, cfg: DictConfig) -> None:

@@ -249,17 +249,44 @@ def _unresolved_interpolations(node: DictConfig | ListConfig, prefix: str) -> It
 
 
 def _unresolved_message(key: str, reads: str, root: Any) -> str:
+    """`key` reads `reads`, which the chosen option of its group lacks: name the options of `key`'s own group made
+    for that option (model=sequence for data=textfolder: every ${data.*} it reads, data=textfolder has), then
+    those of the other group that have the key, then a value to set."""
     target = reads.removeprefix("${").removesuffix("}")
     group, _, name = target.partition(".")
     chosen = root.get(group) if isinstance(root, DictConfig) else None
     option = chosen.get("name") if isinstance(chosen, DictConfig) else None
     lacking = f"{group}={option} has no {target}" if option else f"the config has no {target}"
+    own_group = key.partition(".")[0]
+    setter = f"{own_group}={mine}" if (mine := _chosen_option(own_group)) else f"the option setting {key}"
+    keys = [str(k) for k in chosen] if isinstance(chosen, DictConfig) else []
+    suiting = _options_reading_only(own_group, group, keys) if keys else []
+    made_for = f"{' or '.join(f'{own_group}={o}' for o in suiting)} (made for {group}={option}), or " if suiting else ""
     having = _options_with_key(group, name)
-    pick = f"pick {' or '.join(f'{group}={o}' for o in having)}" if having else "pick options made together"
+    pick = f"{' or '.join(f'{group}={o}' for o in having)} for {setter}" if having else "options made together"
     return (
-        f"is {reads}, but {lacking}: the option setting {key} is made for other {group}; "
-        f"{pick} (an experiment= pairs them), or set {key}=<value>"
+        f"is {reads}, but {lacking}: {setter} is made for other {group}; "
+        f"pick {made_for}{pick} (an experiment= pairs them), or set {key}=<value>"
     )
+
+
+def _chosen_option(group: str) -> str | None:
+    """The option of config group `group` this run composed (Hydra's choice), where Hydra says."""
+    from hydra.core.hydra_config import HydraConfig
+
+    choice = HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
+    return choice if isinstance(choice, str) else None
+
+
+def _options_reading_only(group: str, other: str, keys: Sequence[str]) -> list[str]:
+    """The options of `group` in the script's conf/ that read keys of group `other` (`${other.<key>}`), every
+    one of them among `keys`: those made for an option of `other` with those keys (for a hint)."""
+    folder = Path(sys.argv[0]).resolve().parent / "conf" / group
+    if group == other or not folder.is_dir():
+        return []
+    reference = re.compile(rf"\$\{{{re.escape(other)}\.(\w+)")
+    reads = {path.stem: set(reference.findall(path.read_text(errors="replace"))) for path in folder.glob("*.yaml")}
+    return sorted(option for option, read in reads.items() if read and read <= set(keys))
 
 
 def _options_with_key(group: str, key: str) -> list[str]:

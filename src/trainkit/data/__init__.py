@@ -53,6 +53,7 @@ class DataBundle:
     num_classes: int
     kind: str = "image"  # the option's kind: image | tokens | generic
     pad_id: int | None = None  # token data: the padding id (real tokens are inputs != pad_id); None: no padding
+    longest: int | None = None  # token data: the most tokens a training sequence holds (micro-batches count tokens)
     channels: int | None = None  # images: their shape, and the statistics to normalize them with
     image_size: int | None = None
     mean: tuple[float, ...] | None = None  # one value per channel, for normalizing images scaled to [0, 1]
@@ -126,6 +127,12 @@ def build_data(
         )
     _check_matches(data, "num_classes", num_classes)
 
+    if len(train) == 0 and train.sampler.size < world_size:  # (a batch sampler with too few batches said so)
+        raise ConfigError(
+            "distributed.nproc_per_node",
+            f"{train.sampler.size} training samples for {world_size} processes leave some without a sample (every "
+            f"process trains as many); train with fewer processes, or on more data",
+        )
     if len(train) == 0:
         raise ConfigError(
             "data.batch_size",
@@ -139,6 +146,7 @@ def build_data(
         num_classes,
         kind=data.kind,
         pad_id=getattr(data, "pad_id", None),
+        longest=_longest_sequence(made) if data.kind == "tokens" else None,
         channels=channels,
         image_size=image_size,
         mean=per_channel(data.mean, data.channels) if isinstance(data, ImageData) else None,
@@ -147,6 +155,15 @@ def build_data(
         class_names=data.class_names(),
         option=data,
     )
+
+
+def _longest_sequence(made: Splits | FileSplits) -> int | None:
+    """The tokens of the training split's longest sequence: a row of in-memory sequences [N, T], or the most of a
+    token dataset's `lengths` (what the token budget reads); None where the data does not say."""
+    if isinstance(made, Splits):
+        return made.train[0][0].numel() if len(made.train[0]) else None
+    lengths = getattr(made.train, "lengths", None)
+    return int(max(lengths)) if lengths is not None and len(lengths) else None
 
 
 def make_data(cfg: Mapping) -> Data:

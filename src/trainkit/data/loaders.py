@@ -2,8 +2,8 @@
 
 Both loaders share the contract train.py relies on: iterate for `(inputs, targets)`,
 `len()` is this rank's batch count of a whole epoch, `num_samples` this rank's samples per
-epoch, and `set_epoch(epoch, start_batch)` reshuffles deterministically before each epoch and
-skips the batches a resumed run already trained.
+epoch, `set_epoch(epoch, start_batch)` reshuffles deterministically before each epoch and
+skips the batches a resumed run already trained, and `epoch_batches(epoch)` lists an epoch's batches.
 
 Which rule shards a split: training loaders (`train=True`) use torch's DistributedSampler, the
 same number of samples on every rank; evaluation loaders (`train=False`) the exact split, each
@@ -131,13 +131,23 @@ class ShardedLoader:
         self.sampler = sampler
         self.batch_size = batch_size
         self.drop_last = drop_last
-        self.start_batch = 0
+        self.epoch, self.start_batch = 0, 0
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         """Reshuffle for `epoch`; `start_batch` > 0 skips the batches a resumed run already trained
         (the rest of the epoch is exactly what the interrupted run would have seen)."""
-        self.start_batch = start_batch
+        self.epoch, self.start_batch = epoch, start_batch
         self.sampler.set_epoch(epoch, skip=start_batch * self.batch_size)
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """This rank's batches of `epoch` from its first (those a resume skips too), as lists of sample indices,
+        whatever epoch the loader is set to: what a mid-epoch checkpoint records (trainkit.checkpointing.epoch_plan)."""
+        self.sampler.set_epoch(epoch, skip=0)
+        try:
+            indices = self.sampler.epoch_indices()
+        finally:
+            self.set_epoch(self.epoch, self.start_batch)
+        return [batch.tolist() for batch in indices.split(self.batch_size)[: len(self)]]
 
     def __len__(self) -> int:
         if self.drop_last:
@@ -245,8 +255,17 @@ class FileLoader(ShardedLoader):
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         if self.batch_sampler is None:
             return super().set_epoch(epoch, start_batch)
-        self.start_batch = start_batch
+        self.epoch, self.start_batch = epoch, start_batch
         self.batch_sampler.set_epoch(epoch, start_batch=start_batch)
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        if self.batch_sampler is None:
+            return super().epoch_batches(epoch)
+        self.batch_sampler.set_epoch(epoch, start_batch=0)  # only its contract: set_epoch, then iterate
+        try:
+            return [[int(index) for index in batch] for batch in self.batch_sampler]
+        finally:
+            self.batch_sampler.set_epoch(self.epoch, start_batch=self.start_batch)
 
     def __len__(self) -> int:
         return super().__len__() if self.batch_sampler is None else len(self.batch_sampler)

@@ -66,6 +66,36 @@ class TokenBudgetBatches:
         self.buckets = _buckets(sizes, max_tokens, max_batch_size)  # (indices by length, a batch's size)
         self.epoch, self.start_batch = 0, 0
         self._batches: list[list[int]] | None = None  # this rank's, for self.epoch
+        if self.train and len(sizes) > 0 and self.total_batches() < world_size:
+            raise self._too_few_batches(sizes)
+
+    def total_batches(self) -> int:
+        """The batches of an epoch, every rank's, before training's cut to a multiple of world_size."""
+        return _count(self.buckets, self.drop_last)
+
+    def _too_few_batches(self, sizes: torch.Tensor) -> ConfigError:
+        """Every training rank trains as many batches, so the list is cut to a multiple of world_size: fewer
+        batches than processes leave none. The fix: the largest halved cap on sequences a batch that makes enough."""
+        total, ranks = self.total_batches(), self.world_size
+        sequences = f"{len(sizes)} sequence{'s' if len(sizes) != 1 else ''}"
+        cap = self.max_batch_size // 2
+        while cap > 1 and _count(_buckets(sizes, self.max_tokens, cap), self.drop_last) < ranks:
+            cap //= 2
+        enough = cap >= 1 and _count(_buckets(sizes, self.max_tokens, cap), self.drop_last) >= ranks
+        fix = (
+            f"data.batch_size={cap} (the most sequences a batch holds) or a lower data.max_tokens, or train with fewer "
+            f"processes"
+            if enough
+            else f"train with fewer processes ({sequences} cannot make {ranks} batches)"
+        )
+        dropped = " (data.drop_last=true drops each length bucket's last, partial batch)" if self.drop_last else ""
+        return ConfigError(
+            "data.max_tokens",
+            f"{self.max_tokens} tokens a batch (data.batch_size={self.max_batch_size} sequences at most) make "
+            f"{total} training batch{'es' if total != 1 else ''} of the {sequences}{dropped}, fewer than "
+            f"the {ranks} processes: each trains as many batches, so the list is cut to a multiple of {ranks}, which "
+            f"leaves none; make at least {ranks}: {fix}",
+        )
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         self.epoch, self.start_batch, self._batches = epoch, start_batch, None
@@ -98,9 +128,7 @@ class TokenBudgetBatches:
         return iter(self.batches()[self.start_batch :])
 
     def __len__(self) -> int:
-        total = sum(
-            len(indices) // size if self.drop_last else -(-len(indices) // size) for indices, size in self.buckets
-        )
+        total = self.total_batches()
         if self.train:
             return total // self.world_size
         return len(range(self.rank, total, self.world_size))
@@ -109,6 +137,11 @@ class TokenBudgetBatches:
     def num_samples(self) -> int:
         """This rank's samples in the current epoch (all of them, including batches a resume skips)."""
         return sum(len(batch) for batch in self.batches())
+
+
+def _count(buckets: list[tuple[torch.Tensor, int]], drop_last: bool) -> int:
+    """The batches `buckets` make, every rank's (drop_last: each bucket's last partial batch left out)."""
+    return sum(len(indices) // size if drop_last else -(-len(indices) // size) for indices, size in buckets)
 
 
 def _buckets(lengths: torch.Tensor, max_tokens: int, max_batch_size: int) -> list[tuple[torch.Tensor, int]]:

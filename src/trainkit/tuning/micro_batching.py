@@ -141,5 +141,7 @@ def find_micro_batch_size_for_run(
     cap = None if cap_mb is None else int(cap_mb * 2**20)
     total = len(inputs) * per_sample
     found = find_micro_batch_size(lambda size: probe(max(1, size // per_sample)), total, device, cap, per_sample)
-    log.info(f"trainer.micro_batch_size=auto: training in micro-batches of {found}")
+    held = f" tokens ({max(1, found // per_sample)} of the first batch's sequences a part)"
+    unit = held if data.kind == "tokens" else ""
+    log.info(f"trainer.micro_batch_size=auto: training in micro-batches of {found}{unit}")
     return found

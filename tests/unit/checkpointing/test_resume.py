@@ -299,10 +299,31 @@ def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_pat
     with pytest.raises(ConfigError, match=r"^experiment: on a resume, give the keys to change one by one"):
         resume.resumed_config(compose_config(f"resume={last}", "experiment=mnist"), tmp_path)
 
-    inside = make_run(tmp_path / "inside", saved, batches_done=4, early_stopping={})
-    monkeypatch.setattr(resume, "_command_line", [f"resume={inside}", "data.batch_size=32"])
-    with pytest.raises(ConfigError, match=r"^data.batch_size: changed on a resume inside epoch 1 \(after batch 4\)"):
-        resume.resumed_config(compose_config(f"resume={inside}", "data.batch_size=32"), tmp_path / "inside")
+
+def test_another_plan_of_the_epoch_is_refused_inside_it_naming_what_changed(compose_config):
+    config = to_dict(compose_config())
+    batches = [[4, 1], [0, 3], [2, 5]]
+    plan = resume.epoch_plan(batches, num_batches=3, accumulate=1)
+    inside = {"config": config, "epoch": 1, "batches_done": 2, "epoch_plan": [plan]}
+    cpu = torch.device("cpu")
+    resume.refuse_another_epoch_plan(inside, resume.epoch_plan(batches, 3, 1), config, 0, cpu)  # the same: resumes
+    resume.refuse_another_epoch_plan(inside, resume.epoch_plan([*batches, [6, 7]], 3, 1), config, 0, cpu)  # cut
+    halved = {**config, "data": {**config["data"], "batch_size": 1}, "trainer": {**config["trainer"], "max_epochs": 9}}
+    with pytest.raises(ConfigError) as error:
+        resume.refuse_another_epoch_plan(inside, resume.epoch_plan([[4], [1], [0], [3]], 6, 1), halved, 0, cpu)
+    assert str(error.value) == (
+        "data.batch_size: 64 -> 1 on a resume inside epoch 1 (after batch 2 of 3): the epoch would hold other "
+        "batches (4 batches, not 3): skipping the 2 trained would train some samples twice, others never; at an "
+        "epoch's end it is taken: resume without it until epoch 1 ends (trainer.max_epochs=2), then with it, or "
+        "resume from a checkpoint of an epoch's end (checkpoints/best.pt, if a whole epoch wrote it)"
+    )  # trainer.max_epochs changed too, but makes no batch: not named
+    with pytest.raises(ConfigError, match=r"^data: its files changed since the checkpoint .* \(as many, of other "):
+        resume.refuse_another_epoch_plan(inside, resume.epoch_plan([[4, 1], [0, 5], [2, 3]], 3, 1), config, 0, cpu)
+    grouped = {**config, "trainer": {**config["trainer"], "accumulate_grad_batches": 2}}
+    with pytest.raises(ConfigError, match=r"^trainer.accumulate_grad_batches: 1 -> 2 .* would group 2 batches to an "):
+        resume.refuse_another_epoch_plan(inside, resume.epoch_plan(batches, 3, 2), grouped, 0, cpu)
+    at_the_end = {**inside, "batches_done": 0, "epoch_plan": None}  # an epoch's end: any batches are taken
+    resume.refuse_another_epoch_plan(at_the_end, resume.epoch_plan([[4]], 1, 1), halved, 0, cpu)
 
 
 def test_another_number_of_processes_is_refused_inside_an_epoch_only():

@@ -494,7 +494,11 @@ def test_a_signal_during_the_final_test_lets_it_finish_then_says_so_and_exits_75
         f"stopped by SIGTERM at epoch 0, step 2, after training to its end: its test finished and "
         f"{tmp_path.resolve() / 'summary.json'} is written (exit code 75); nothing is left to resume"
     )
-    assert json.loads((tmp_path / "summary.json").read_text())["test"]["test/acc"] >= 0
+    # The test ran to its end over the whole split: its line in metrics.jsonl is summary.json's, and test/acc counts
+    # the 359 test digits.
+    summary, run = json.loads((tmp_path / "summary.json").read_text()), TrainRun(code, "", stderr, tmp_path)
+    assert run.metrics[-1] == {"epoch": 0, "step": 2, **summary["test"]} and summary["stop_reason"] == "max_epochs"
+    assert summary["test"]["test/acc"] * 359 == pytest.approx(round(summary["test"]["test/acc"] * 359), abs=1e-3)
     code, _, stderr = run_here("train.py", f"hydra.run.dir={tmp_path}", f"resume={tmp_path}")
     assert code == 0 and "has finished" in (tmp_path / "train.log").read_text(), stderr[-3000:]
 

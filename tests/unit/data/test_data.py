@@ -113,6 +113,26 @@ def test_unshuffled_training_keeps_one_order_and_equal_shards():
     assert drain(ranks[1])[1].tolist() == orders[1][16:]
 
 
+def test_epoch_batches_lists_an_epochs_batches_from_its_first_and_leaves_the_loader_as_it_was():
+    loader = numbered(50, 8, shuffle=True, seed=3, drop_last=True)
+    loader.set_epoch(2, start_batch=4)  # a resumed epoch, 4 batches in
+    skipped = [labels.tolist() for _, labels in loader]
+    assert loader.epoch_batches(2)[4:] == skipped and len(loader.epoch_batches(2)) == 6  # 50 // 8
+    assert all(len(batch) == 8 for batch in loader.epoch_batches(2))
+    assert loader.epoch_batches(0) != loader.epoch_batches(2)  # another epoch, another shuffle
+    assert [labels.tolist() for _, labels in loader] == skipped  # still set to epoch 2, from batch 4
+
+
+def test_fewer_training_samples_than_processes_name_the_processes_not_drop_last():
+    cfg = data_cfg("synthetic", num_samples=1, val_samples=2, test_samples=2, image_size=4, drop_last=False)
+    with pytest.raises(ConfigError) as error:
+        build_data(cfg, CPU, seed=0, rank=0, world_size=2)
+    assert str(error.value) == (
+        "distributed.nproc_per_node: 1 training samples for 2 processes leave some without a sample (every process "
+        "trains as many); train with fewer processes, or on more data"
+    )
+
+
 def test_an_evaluation_loader_does_not_shuffle():
     assert isinstance(numbered(10, 4, shuffle=False).sampler, EvaluationSampler)
     assert isinstance(numbered(10, 4, shuffle=True).sampler, ResumableDistributedSampler)

@@ -104,6 +104,7 @@ def test_token_budget_batches_of_a_text_folder_fit_the_budget(tmp_path):
     shapes = [inputs.shape for inputs, _ in data.train]
     assert all(rows * longest <= 256 and rows <= 16 for rows, longest in shapes)
     assert sum(rows for rows, _ in shapes) == data.train.num_samples == len(data.train.loader.dataset)
+    assert data.longest == 64  # the longest training text, cut at data.max_length: what micro-batches of tokens hold
 
 
 def test_a_changed_corpus_source_refuses_the_resume():

@@ -77,3 +77,20 @@ def test_a_sequence_longer_than_the_budget_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"data\.max_tokens") as error:
         TokenBudgetBatches(torch.tensor([3, 700]), 512, 8)
     assert "700" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_fewer_budget_batches_than_training_ranks_name_the_budget_and_the_cap_that_makes_enough():
+    """8 texts of a length fill one batch of 4096 tokens: cut to a multiple of 2 ranks, none is left. The cause is
+    the budget (not data.drop_last, which is false) and the fix a cap that makes 2 batches."""
+    with pytest.raises(ConfigError) as error:
+        TokenBudgetBatches([100] * 8, 4096, 32, world_size=2, train=True)
+    assert str(error.value) == (
+        "data.max_tokens: 4096 tokens a batch (data.batch_size=32 sequences at most) make 1 training batch of the 8 "
+        "sequences, fewer than the 2 processes: each trains as many batches, so the list is cut to a multiple of 2, "
+        "which leaves none; make at least 2: data.batch_size=4 (the most sequences a batch holds) or a lower "
+        "data.max_tokens, or train with fewer processes"
+    )
+    assert len(TokenBudgetBatches([100] * 8, 4096, 4, world_size=2, train=True)) == 1  # the cap it names: one each
+    assert len(TokenBudgetBatches([100] * 8, 4096, 32, world_size=2, train=False)) == 1  # evaluation cuts nothing
+    with pytest.raises(ConfigError, match=r"make at least 2: train with fewer processes \(1 sequence cannot make 2"):
+        TokenBudgetBatches([100], 4096, 32, world_size=2, train=True)

@@ -1,7 +1,9 @@
-"""The start line says when micro-batches split each batch, and that BatchNorm then sees fewer samples; summary.json
-records the task's direction of each metric."""
+"""The start line says when micro-batches split each batch, and that BatchNorm then sees fewer samples; on token
+data, that they count tokens and how many sequences a part holds; summary.json records the task's direction of each
+metric."""
 
 import json
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -60,3 +62,30 @@ def test_summary_json_records_the_tasks_direction_of_each_metric(tmp_path, task,
     )
     write_summary(run, {"epoch": 0}, test_metrics, "max_epochs", 1.0)
     assert json.loads((tmp_path / "summary.json").read_text())["higher_is_better"] == direction
+
+
+def test_micro_batches_of_token_data_count_tokens_and_a_size_below_a_sequence_is_a_warning(caplog):
+    """trainer.micro_batch_size=8 on texts of up to 397 tokens: 8 tokens, so one text a part, 32 passes a batch."""
+    with caplog.at_level(logging.WARNING):
+        line = training_line(NoNormCNN(1, 10), trainer(8), 5, "cpu", "run", batch_size=32, longest=397)
+    assert line.endswith(
+        "for 2 epochs (5 updates each), each batch of up to 32 sequences in micro-batches of 8 tokens (a part holds "
+        "8 // the batch's padded length sequences, at least 1: 1 of the longest, 397 tokens) -> run"
+    )
+    assert [record.getMessage() for record in caplog.records] == [
+        "trainer.micro_batch_size=8 counts tokens on token data and is below one sequence: a part holds at least one "
+        "whole sequence, so a batch of sequences longer than 8 tokens trains one a part (up to 397 tokens each, 32 "
+        "forward passes a full batch); the smallest size parts keep to is 397 (the longest sequence): "
+        "trainer.micro_batch_size=397 or more"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        line = training_line(NoNormCNN(1, 10), trainer(1600), 5, "cpu", "run", batch_size=32, longest=397)
+    assert (
+        "micro-batches of 1600 tokens (a part holds 1600 // the batch's padded length sequences, at least 1: 4 " in line
+    )
+    assert not caplog.records  # at least one longest sequence a part: no warning
+    # 32 sequences of at most 128 tokens fit 4096 whole: no split
+    assert "micro-batches" not in training_line(
+        NoNormCNN(1, 10), trainer(4096), 5, "cpu", "run", batch_size=32, longest=128
+    )
