@@ -15,13 +15,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed, run_here
-<<<<<<< HEAD
-from helpers import assert_same_training
+from helpers import assert_same_training, hashes_of_every_file
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
-=======
-from helpers import assert_same_training, hashes_of_every_file
->>>>>>> rundirs
 from trainkit.data import build_data, make_data
 from trainkit.data.token_batches import TokenBudgetBatches
 from trainkit.models import build_model
