@@ -197,7 +197,11 @@ class TextFolder(TextData):
         classes = found if self.class_folders is None else list(self.class_folders)
         absent = [name for name in classes if name not in found]
         if absent:
-            raise ConfigError("data.class_folders", f"names {absent}, not folders of '{train}' (it has {found})")
+            raise ConfigError(
+                "data.class_folders",
+                f"names {', '.join(absent)}, not a folder of '{train}' (its folders: {', '.join(found)}); "
+                "name class folders of train/",
+            )
         if len(classes) < 2:
             raise ConfigError(
                 "data.root",

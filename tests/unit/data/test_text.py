@@ -61,6 +61,16 @@ def test_class_folders_pick_the_labelled_ones(tmp_path):
     assert data.num_classes == 2
 
 
+@pytest.mark.parametrize("names", ["[neg,nope]", "[neg,urls.txt]"])
+def test_class_folders_that_are_not_folders_of_train_are_one_line(tmp_path, names):
+    root = text_folder(tmp_path, {"neg": [b"a", b"b"], "pos": [b"c", b"d"]})
+    (root / "train" / "urls.txt").write_text("http://example.com")
+    with pytest.raises(ConfigError) as error:
+        textfolder_data(root, f"data.class_folders={names}")
+    assert error.value.key == "data.class_folders" and "\n" not in str(error.value)
+    assert f"names {names[5:-1]}, not a folder of '{root / 'train'}' (its folders: neg, pos)" in str(error.value)
+
+
 @pytest.mark.parametrize(
     ("layout", "fragment"),
     [
