@@ -257,14 +257,24 @@ def is_hidden(path: Path, root: Path) -> bool:
     return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
-def _check_root(root: str | Path) -> Path:
+def _check_root(root: str | Path, files: str = "<images>") -> Path:
+    """data.root as a Path, refused in one line where it holds no train/ folder; `files`: what a class folder holds."""
     root = Path(root).expanduser()  # never null: trainkit.config.validation requires data.root for image folders
     if not root.is_dir():
         raise ConfigError(
             "data.root", f"folder '{root}' does not exist; set data.root to a folder holding train/<class>/"
         )
     if not (root / "train").is_dir():
-        raise ConfigError("data.root", f"folder '{root}' has no train/ folder; expected {root}/train/<class>/<images>")
+        found = _class_folders(root)
+        if root.name in ("train", "val", "test"):  # aclImdb/train given for aclImdb
+            hint = f"; it looks like a split's folder itself: set data.root={root.parent}"
+        elif found:
+            hint = f"; if its folders ({', '.join(found[:5])}) are the classes, move them into {root}/train/"
+        else:
+            hint = ""
+        raise ConfigError(
+            "data.root", f"folder '{root}' has no train/ folder; expected {root}/train/<class>/{files}{hint}"
+        )
     return root
 
 

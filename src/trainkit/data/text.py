@@ -164,7 +164,7 @@ class TextFolder(TextData):
 
     def splits(self) -> FileSplits:
         assert self.root is not None, "the config check requires data.root (needs_root)"
-        root = _check_root(self.root)
+        root = _check_root(self.root, "<files>.txt")
         classes = self._classes(root / "train")
         listed = class_folder_splits(
             root,

@@ -161,6 +161,16 @@ def test_train_py_stops_on_an_unreadable_image_with_one_line_and_exit_1(tmp_path
     assert "2.png" in last_line and "data.skip_bad_files=true" in last_line and "Traceback" not in run.stderr
 
 
+def test_a_root_that_is_the_train_folder_itself_names_its_parent(tmp_path):
+    write_classes(tmp_path / "images")
+    with pytest.raises(ConfigError) as error:
+        build_data(folder_cfg(tmp_path / "images" / "train"), CPU, seed=0)
+    assert error.value.message.endswith(
+        f"expected {tmp_path}/images/train/train/<class>/<images>; it looks like a split's folder itself: "
+        f"set data.root={tmp_path / 'images'}"
+    )
+
+
 def test_a_folder_with_one_class_is_refused_in_one_line(tmp_path, run_train):
     folder = tmp_path / "images" / "train" / "cats"
     folder.mkdir(parents=True)

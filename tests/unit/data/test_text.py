@@ -93,6 +93,22 @@ def test_a_bad_folder_is_one_line_naming_data_root(tmp_path, layout, fragment):
     assert error.value.key == "data.root" and fragment in str(error.value) and "\n" not in str(error.value)
 
 
+def test_a_root_that_is_the_train_folder_itself_says_text_and_names_its_parent(tmp_path):
+    root = text_folder(tmp_path / "aclImdb", {"neg": [b"a"], "pos": [b"b"]})
+    with pytest.raises(ConfigError) as error:
+        textfolder_data(root / "train")
+    assert str(error.value) == (
+        f"data.root: folder '{root / 'train'}' has no train/ folder; expected {root / 'train'}/train/<class>/<files>.txt"
+        f"; it looks like a split's folder itself: set data.root={root}"
+    )
+    reviews = text_folder(tmp_path, {"neg": [b"a"], "pos": [b"b"]}, split="reviews") / "reviews"
+    with pytest.raises(ConfigError) as error:  # class folders straight under data.root, in no split's folder
+        textfolder_data(reviews)
+    assert str(error.value).endswith(
+        f"<files>.txt; if its folders (neg, pos) are the classes, move them into {reviews}/train/"
+    )
+
+
 def test_a_file_that_is_not_utf8_is_refused_naming_it_or_skipped(tmp_path):
     root = text_folder(tmp_path, {"neg": [b"fine", b"caf\xe9 latin-1"] * 5, "pos": [b"good"] * 10})
     data = textfolder_data(root, "data.val_fraction=0.2", "data.test_fraction=0.2", "data.shuffle=false")
