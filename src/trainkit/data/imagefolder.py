@@ -5,8 +5,9 @@ augmentation and normalization happen later, batched on the device (the training
 get per-sample torchvision transforms here, in the workers: trainkit.augment.sample_transforms).
 
 Any format Pillow opens is read (upper-case extensions too); greyscale, RGBA, palette and 16-bit
-images are converted to `data.channels` (16-bit scaled to 8, alpha dropped). Hidden files and
-other files are ignored with a count in the log. A file Pillow cannot read does not raise in the
+images are converted to `data.channels` (16-bit scaled to 8, alpha dropped). A class folder is read
+with its sub-folders (walk_files, the rule predict= folders follow too); hidden entries and other
+files are ignored with a count in the log. A file Pillow cannot read does not raise in the
 worker (torch would re-raise it in the main process as a multi-line RuntimeError): `__getitem__`
 returns a `BadFile` instead, and loaders.FileLoader raises its one-line ConfigError naming the
 file, or, with `data.skip_bad_files=true`, drops it from its batch and counts it.
@@ -17,6 +18,7 @@ Pillow is imported where images are opened: runs on in-memory data never load it
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -244,12 +246,27 @@ def images_in(folder: str | Path) -> list[Path]:
 
 def files_in(folder: str | Path, extensions: Collection[str]) -> list[Path]:
     """Every file under `folder` (sub-folders too) with one of `extensions` (lower case), sorted; hidden skipped."""
-    root = Path(folder).expanduser()
-    return sorted(
-        path
-        for path in root.rglob("*")
-        if path.is_file() and path.suffix.lower() in extensions and not is_hidden(path, root)
-    )
+    return walk_files(Path(folder).expanduser(), extensions)[0]
+
+
+def walk_files(folder: Path, extensions: Collection[str]) -> tuple[list[Path], int, int]:
+    """(the files under `folder`, sub-folders too, with one of `extensions` (lower case), sorted; the hidden entries
+    skipped, a hidden folder counted once and not entered; the other entries skipped): the one rule by which a class
+    folder (training) and a predict= folder are read."""
+    files, hidden, others = [], 0, 0
+    for top, folders, names in os.walk(folder):  # symlinked sub-folders are not entered, as Path.rglob does not
+        hidden += sum(name.startswith(".") for name in [*folders, *names])  # .DS_Store, ._photo.jpg, .git/
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        others += sum(os.path.islink(os.path.join(top, name)) for name in folders)
+        for name in names:
+            path = Path(top, name)
+            if name.startswith("."):
+                continue
+            if path.suffix.lower() in extensions and path.is_file():
+                files.append(path)
+            else:
+                others += 1  # notes, labels, files of another kind: not read
+    return sorted(files), hidden, others
 
 
 def is_hidden(path: Path, root: Path) -> bool:
@@ -306,24 +323,22 @@ def class_files(
     kind: tuple[str, str],
     allow_empty_classes: bool,
 ) -> list[tuple[str, int]]:
-    """(path, label) of the files with one of `extensions` in each class folder of `folder`, sorted a class; hidden
-    files and others are counted in the log, not read. `shown`: the extensions an error names; `kind`: what the files
-    are and what the others are, for the messages. A small val/ or test/ may lack a class (even its folder); train/
-    may not, and no split may be empty."""
+    """(path, label) of the files with one of `extensions` in each class folder of `folder` and its sub-folders
+    (walk_files), sorted a class; hidden entries and others are counted in the log, not read. `shown`: the extensions
+    an error names; `kind`: what the files are and what the others are, for the messages. A small val/ or test/ may
+    lack a class (even its folder); train/ may not, and no split may be empty."""
     samples = []
-    hidden, others = 0, 0  # ignored files, counted in the log
+    hidden, others = 0, 0  # ignored entries, counted in the log
     for label, name in enumerate(classes):
-        files = []
-        for path in (folder / name).iterdir() if (folder / name).is_dir() else ():
-            if path.name.startswith("."):  # .DS_Store, ._photo.jpg (macOS), editor swap files
-                hidden += 1
-            elif path.is_file() and path.suffix.lower() in extensions:
-                files.append(path)
-            else:
-                others += 1  # notes, labels, sub-folders: not read
-        files.sort()
+        files, hidden_here, others_here = (
+            walk_files(folder / name, extensions) if (folder / name).is_dir() else ([], 0, 0)
+        )
+        hidden, others = hidden + hidden_here, others + others_here
         if not files and not allow_empty_classes:
-            raise ConfigError("data.root", f"class folder '{folder / name}' holds no {kind[0]} ({', '.join(shown)})")
+            raise ConfigError(
+                "data.root",
+                f"class folder '{folder / name}' holds no {kind[0]} ({', '.join(shown)}), sub-folders included",
+            )
         samples += [(str(path), label) for path in files]
     if hidden or others:
         log.info("'%s': ignored %d hidden and %d %s in its class folders", folder, hidden, others, kind[1])

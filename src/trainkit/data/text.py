@@ -1,7 +1,8 @@
 """Text as token sequences, a byte a token: `data=textfolder` (your own text files, a folder a class) and the
 parts every byte-level text option shares (TextData: the padding id, the collate, data.max_length/max_tokens).
 
-    root/train/<class>/<file>.txt      one file a sample, labelled by its folder (aclImdb/train/{neg,pos})
+    root/train/<class>/<file>.txt      one file a sample, labelled by its folder (aclImdb/train/{neg,pos}),
+                                       its sub-folders too (hidden entries skipped: imagefolder.walk_files)
     root/val/..., root/test/...        optional, with the same class folders; missing ones are carved from
                                        train/ by data.val_fraction / data.test_fraction and data.split_seed
 

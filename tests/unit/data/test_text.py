@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 from conftest import composed
 from trainkit.data import FileLoader, FileSplits, build_data
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
-from trainkit.data.text import PAD_ID, TextDataset, pad_to_longest, tokens_of
+from trainkit.data.imagefolder import files_in
+from trainkit.data.text import PAD_ID, TEXT_EXTENSIONS, TextDataset, pad_to_longest, tokens_of
 from trainkit.errors import ConfigError
 
 CPU = torch.device("cpu")
@@ -61,6 +62,20 @@ def test_class_folders_pick_the_labelled_ones(tmp_path):
     assert data.num_classes == 2
 
 
+def test_sub_folders_of_a_class_are_read_as_predict_reads_them_and_hidden_ones_are_not(tmp_path):
+    root = text_folder(tmp_path, {"neg": [b"a", b"b", b"c"]})
+    text_folder(root / "train", {"2019": [b"d", b"e"], "2020": [b"f"], ".drafts": [b"never"]}, split="pos")
+    data = textfolder_data(root, "data.val_fraction=0.2", "data.test_fraction=0.2")
+    samples = [sample for loader in (data.train, data.val, data.test) for sample in loader.loader.dataset.samples]
+    positives = sorted(path for path, label in samples if label == 1)
+    assert positives == [str(path) for path in files_in(root / "train" / "pos", TEXT_EXTENSIONS)]  # one rule
+    assert [Path(path).relative_to(root / "train" / "pos").as_posix() for path in positives] == [
+        "2019/000.txt",
+        "2019/001.txt",
+        "2020/000.txt",
+    ]
+
+
 @pytest.mark.parametrize("names", ["[neg,nope]", "[neg,urls.txt]"])
 def test_class_folders_that_are_not_folders_of_train_are_one_line(tmp_path, names):
     root = text_folder(tmp_path, {"neg": [b"a", b"b"], "pos": [b"c", b"d"]})
@@ -98,8 +113,8 @@ def test_a_root_that_is_the_train_folder_itself_says_text_and_names_its_parent(t
     with pytest.raises(ConfigError) as error:
         textfolder_data(root / "train")
     assert str(error.value) == (
-        f"data.root: folder '{root / 'train'}' has no train/ folder; expected {root / 'train'}/train/<class>/<files>.txt"
-        f"; it looks like a split's folder itself: set data.root={root}"
+        f"data.root: folder '{root / 'train'}' has no train/ folder; expected "
+        f"{root / 'train'}/train/<class>/<files>.txt; it looks like a split's folder itself: set data.root={root}"
     )
     reviews = text_folder(tmp_path, {"neg": [b"a"], "pos": [b"b"]}, split="reviews") / "reviews"
     with pytest.raises(ConfigError) as error:  # class folders straight under data.root, in no split's folder
