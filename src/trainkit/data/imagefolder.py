@@ -173,6 +173,7 @@ def load_image_folder(data: ImageFolder) -> tuple[dict[str, ImageFolderDataset],
         )
     samples = class_folder_splits(
         root,
+        classes,
         lambda folder, allow_empty: _list_images(folder, classes, allow_empty_classes=allow_empty),
         lambda folder: _check_same_classes(folder, classes),
         {"val": data.val_fraction, "test": data.test_fraction},
@@ -188,6 +189,7 @@ def load_image_folder(data: ImageFolder) -> tuple[dict[str, ImageFolderDataset],
 
 def class_folder_splits(
     root: Path,
+    classes: list[str],
     list_files: Callable[[Path, bool], list],
     check_classes: Callable[[Path], None] | None,
     fractions: dict[str, float],
@@ -195,9 +197,11 @@ def class_folder_splits(
     what: str,
 ) -> dict[str, list]:
     """The samples of root/train/, root/val/ and root/test/ (each a class folder a class), as `list_files(folder,
-    allow_empty_classes)` lists them (train/ may not leave a class empty); a missing val/ or test/ is carved from
-    train/ by its fraction and `split_seed` (trainkit.data.datasets.carve), with a line saying so. `check_classes`
-    holds a val/ or test/ folder to train/'s classes (None: it may hold others, which are not read)."""
+    allow_empty_classes)` lists them as (path, label, ...) (train/ may not leave a class empty); a missing val/ or
+    test/ is carved from train/ by its fraction and `split_seed` (trainkit.data.datasets.carve), with a line saying
+    so. `check_classes` holds a val/ or test/ folder to train/'s classes (None: the classes were named, by
+    data.class_folders: it may hold others, which are not read, and lack some). A val or test split that holds no
+    file of one of `classes` is a warning naming both (warn_lacking_classes)."""
     listed = {"train": list_files(root / "train", False)}
     missing = {}
     for split in ("val", "test"):
@@ -221,7 +225,27 @@ def class_folder_splits(
             split_seed,
             ", ".join(f"{split}: {len(listed[split])}" for split in ("train", *missing)),
         )
+    for split in ("val", "test"):
+        warn_lacking_classes(split, listed[split], classes, f"'{root / split}'" if split not in missing else None)
     return listed
+
+
+def warn_lacking_classes(split: str, samples: list, classes: list[str], folder: str | None) -> None:
+    """One warning line for a val or test split (`samples`: (path, label, ...)) that holds no file of some of the
+    training classes: its metrics are over the other classes alone, and a split of one class scores 1.0 for a model
+    that always answers it. `folder`: the split's own folder; None for a split carved from train/."""
+    present = {sample[1] for sample in samples}
+    lacking = [name for label, name in enumerate(classes) if label not in present]
+    if not lacking:
+        return
+    others = [name for name in classes if name not in lacking]
+    where = folder or f"the {split} split carved from train/ (data.{split}_fraction)"
+    always = f" (a model that always answers {others[0]} scores {split}/acc 1.0)" if len(others) == 1 else ""
+    fix = "add some to it" if folder else f"raise data.{split}_fraction"
+    log.warning(
+        f"{where} holds no file of class {', '.join(lacking)}, which train/ has: its metrics cover "
+        f"{', '.join(others)} alone{always}; {fix}"
+    )
 
 
 @cache
@@ -299,14 +323,25 @@ def _class_folders(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.iterdir() if path.is_dir() and not path.name.startswith("."))
 
 
-def _check_same_classes(folder: Path, classes: list[str]) -> None:
+def _check_same_classes(folder: Path, classes: list[str], class_list_key: str | None = None) -> None:
+    """Refuses a val/ or test/ whose class folders are not train/'s: with no list of classes (data.class_folders),
+    train/'s folders declare them and a split that disagrees is a layout mistake (a typo, train/unsup/), not a
+    split that lacks a class; an empty class folder is a split that lacks it (a warning: warn_lacking_classes).
+    `class_list_key`: the key that names the classes to read (text: data.class_folders), suggested with those both
+    folders have."""
     found = _class_folders(folder)
     if found != classes:
         missing, extra = sorted(set(classes) - set(found)), sorted(set(found) - set(classes))
+        both = [name for name in classes if name in found]
+        hint = (
+            f", or name the classes to read: {class_list_key}=[{','.join(both)}]"
+            if class_list_key and len(both) > 1
+            else ""
+        )
         raise ConfigError(
             "data.root",
             f"class folders of '{folder}' differ from train/ (missing {missing}, extra {extra}); "
-            f"val/ and test/ need the same class folders as train/",
+            f"val/ and test/ need the same class folders as train/ (one may be empty: a warning){hint}",
         )
 
 

@@ -169,9 +169,12 @@ class TextFolder(TextData):
         classes = self._classes(root / "train")
         listed = class_folder_splits(
             root,
+            classes,
             lambda folder, allow_empty: _list_texts(folder, classes, allow_empty_classes=allow_empty),
             # a list of class folders names those to read; a val/ or test/ may hold others (aclImdb's unsup/)
-            None if self.class_folders is not None else lambda folder: _check_same_classes(folder, classes),
+            None
+            if self.class_folders is not None
+            else lambda folder: _check_same_classes(folder, classes, "data.class_folders"),
             {"val": self.val_fraction, "test": self.test_fraction},
             self.split_seed,
             "files",

@@ -165,6 +165,20 @@ def test_train_py_stops_on_an_unreadable_image_with_one_line_and_exit_1(tmp_path
     assert "2.png" in last_line and "data.skip_bad_files=true" in last_line and "Traceback" not in run.stderr
 
 
+def test_a_val_split_with_an_empty_class_folder_is_one_warning(tmp_path, caplog):
+    write_classes(tmp_path)
+    for split, name in [("val", "a"), ("test", "a"), ("test", "b")]:
+        (tmp_path / split / name).mkdir(parents=True)
+        Image.new("RGB", (9, 9)).save(tmp_path / split / name / "0.png")
+    (tmp_path / "val" / "b").mkdir()
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.imagefolder"):
+        build_data(folder_cfg(tmp_path), CPU, seed=0)
+    assert [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING] == [
+        f"'{tmp_path / 'val'}' holds no file of class b, which train/ has: its metrics cover a alone "
+        "(a model that always answers a scores val/acc 1.0); add some to it"
+    ]
+
+
 def test_a_root_that_is_the_train_folder_itself_names_its_parent(tmp_path):
     write_classes(tmp_path / "images")
     with pytest.raises(ConfigError) as error:

@@ -76,6 +76,41 @@ def test_sub_folders_of_a_class_are_read_as_predict_reads_them_and_hidden_ones_a
     ]
 
 
+@pytest.mark.parametrize("test_pos", ["missing", "empty"])
+def test_a_test_split_that_lacks_a_named_class_is_one_warning_naming_both(tmp_path, caplog, test_pos):
+    root = text_folder(tmp_path, {"neg": [b"a", b"b", b"c"], "pos": [b"d", b"e", b"f"], "unsup": [b"?"]})
+    text_folder(root, {"neg": [b"g", b"h"], "unsup": [b"?"]}, split="test")
+    if test_pos == "empty":
+        (root / "test" / "pos").mkdir()
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.imagefolder"):
+        data = textfolder_data(root, "data.class_folders=[neg,pos]", "data.val_fraction=0.3")
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert warnings == [
+        f"'{root / 'test'}' holds no file of class pos, which train/ has: its metrics cover neg alone "
+        "(a model that always answers neg scores test/acc 1.0); add some to it"
+    ]
+    assert [label for _, label in data.test.loader.dataset.samples] == [0, 0]
+
+
+def test_without_class_folders_an_empty_class_folder_warns_and_a_missing_one_is_refused(tmp_path, caplog):
+    root = text_folder(tmp_path, {"neg": [b"a", b"b", b"c"], "pos": [b"d", b"e", b"f"]})
+    text_folder(root, {"neg": [b"g", b"h"]}, split="test")
+    (root / "test" / "pos").mkdir()  # the folders agree with train/'s: the split lacks pos's files
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.imagefolder"):
+        textfolder_data(root, "data.val_fraction=0.3")
+    assert f"'{root / 'test'}' holds no file of class pos, which train/ has" in caplog.text
+    (root / "test" / "pos").rmdir()  # train/'s folders declare the classes, and test/ disagrees: a layout mistake
+    with pytest.raises(ConfigError) as error:
+        textfolder_data(root, "data.val_fraction=0.3")
+    assert str(error.value).endswith("(missing ['pos'], extra []); val/ and test/ need the same class folders as "
+                                     "train/ (one may be empty: a warning)")  # fmt: skip
+    text_folder(root, {"unsup": [b"i"]})
+    (root / "test" / "pos").mkdir()
+    with pytest.raises(ConfigError) as error:  # aclImdb's train/unsup/, which test/ lacks
+        textfolder_data(root, "data.val_fraction=0.3")
+    assert str(error.value).endswith("or name the classes to read: data.class_folders=[neg,pos]")
+
+
 @pytest.mark.parametrize("names", ["[neg,nope]", "[neg,urls.txt]"])
 def test_class_folders_that_are_not_folders_of_train_are_one_line(tmp_path, names):
     root = text_folder(tmp_path, {"neg": [b"a", b"b"], "pos": [b"c", b"d"]})
