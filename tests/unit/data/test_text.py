@@ -159,17 +159,40 @@ def test_a_root_that_is_the_train_folder_itself_says_text_and_names_its_parent(t
     )
 
 
-def test_a_file_that_is_not_utf8_is_refused_naming_it_or_skipped(tmp_path):
-    root = text_folder(tmp_path, {"neg": [b"fine", b"caf\xe9 latin-1"] * 5, "pos": [b"good"] * 10})
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_a_file_that_is_not_utf8_in_any_split_is_refused_at_start_naming_it_or_skipped(tmp_path, caplog, split):
+    root = text_folder(tmp_path, {"neg": [b"fine"] * 5, "pos": [b"good"] * 5})
+    text_folder(root, {"neg": [b"fine"] * 2, "pos": [b"good"] * 2}, split="test")
+    bad = root / split / "neg" / "cp1252.txt"
+    bad.write_bytes("caf\u00e9 \u201cquoted\u201d".encode("cp1252"))
+    with pytest.raises(ConfigError) as error:  # building the data reads every file: before any update
+        textfolder_data(root, "data.val_fraction=0.2")
+    assert str(error.value).startswith(f"data.root: cannot read text file '{bad}' (UnicodeDecodeError: 'utf-8' codec")
+    assert str(error.value).endswith("save it as UTF-8, remove it, or pass data.skip_bad_files=true to skip it "
+                                     "(counted in the log)")  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.text"):
+        skipping = textfolder_data(root, "data.val_fraction=0.2", "data.skip_bad_files=true")
+    assert (
+        f"'{root / split}': skipped 1 of {11 if split == 'train' else 5} text files that are not UTF-8" in caplog.text
+    )
+    listed = [
+        path for loader in (skipping.train, skipping.val, skipping.test) for path, _ in loader.loader.dataset.samples
+    ]
+    assert len(listed) == 14 and str(bad) not in listed
+    for path in list((root / "train" / "neg").iterdir()):
+        path.write_bytes(b"\xe9")  # every training file of a class: nothing of it is left to learn
+    with pytest.raises(ConfigError, match=re.escape(f"'{root / 'train'}': every text file of neg is not UTF-8")):
+        textfolder_data(root, "data.val_fraction=0.2", "data.skip_bad_files=true")
+
+
+def test_a_file_changed_after_the_start_is_refused_when_read_or_skipped(tmp_path):
+    root = text_folder(tmp_path, {"neg": [b"fine"] * 10, "pos": [b"good"] * 10})
     data = textfolder_data(root, "data.val_fraction=0.2", "data.test_fraction=0.2", "data.shuffle=false")
-    with pytest.raises(ConfigError, match=r"cannot read text file '.*neg/00[13579].txt'.*save it as UTF-8"):
+    bad = Path(data.train.loader.dataset.samples[1][0])
+    bad.write_bytes(b"caf\xe9 latin-1")
+    with pytest.raises(ConfigError, match=rf"cannot read text file '{re.escape(str(bad))}'.*save it as UTF-8"):
         for _ in data.train:
             pass
-    skipping = textfolder_data(root, "data.val_fraction=0.2", "data.test_fraction=0.2", "data.skip_bad_files=true")
-    seen = sum(len(labels) for _, labels in skipping.train)
-    assert seen == len(skipping.train.loader.dataset) - sum(
-        b"\xe9" in Path(path).read_bytes() for path, _ in skipping.train.loader.dataset.samples
-    )
 
 
 def test_token_budget_batches_of_a_text_folder_fit_the_budget(tmp_path):
