@@ -198,10 +198,10 @@ def class_folder_splits(
 ) -> dict[str, list]:
     """The samples of root/train/, root/val/ and root/test/ (each a class folder a class), as `list_files(folder,
     allow_empty_classes)` lists them as (path, label, ...) (train/ may not leave a class empty); a missing val/ or
-    test/ is carved from train/ by its fraction and `split_seed` (trainkit.data.datasets.carve), with a line saying
-    so. `check_classes` holds a val/ or test/ folder to train/'s classes (None: the classes were named, by
-    data.class_folders: it may hold others, which are not read, and lack some). A val or test split that holds no
-    file of one of `classes` is a warning naming both (warn_lacking_classes)."""
+    test/ is carved from train/ by its fraction and `split_seed`, stratified by class (trainkit.data.datasets.carve),
+    with a line saying so. `check_classes` holds a val/ or test/ folder to train/'s classes (None: the classes were
+    named, by data.class_folders: it may hold others, which are not read, and lack some). A val or test split that
+    holds no file of one of `classes` is a warning naming both (warn_lacking_classes)."""
     listed = {"train": list_files(root / "train", False)}
     missing = {}
     for split in ("val", "test"):
@@ -214,7 +214,7 @@ def class_folder_splits(
             missing[split] = fractions[split]
     if missing:
         train = listed["train"]
-        for split, indices in carve(len(train), missing, split_seed).items():
+        for split, indices in carve(len(train), missing, split_seed, [sample[1] for sample in train]).items():
             listed[split] = [train[i] for i in indices.tolist()]
         log.info(
             "no %s under '%s': carved from the %d train/ %s by data.split_seed=%s (%s)",

@@ -13,6 +13,7 @@ from conftest import composed
 from trainkit.data import FileLoader, FileSplits, build_data
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.data.imagefolder import files_in
+from trainkit.data.loaders import limited
 from trainkit.data.text import PAD_ID, TEXT_EXTENSIONS, TextDataset, pad_to_longest, tokens_of
 from trainkit.errors import ConfigError
 
@@ -204,6 +205,31 @@ def test_token_budget_batches_of_a_text_folder_fit_the_budget(tmp_path):
     assert all(rows * longest <= 256 and rows <= 16 for rows, longest in shapes)
     assert sum(rows for rows, _ in shapes) == data.train.num_samples == len(data.train.loader.dataset)
     assert data.longest == 64  # the longest training text, cut at data.max_length: what micro-batches of tokens hold
+
+
+@pytest.mark.parametrize("budget", [[], ["data.max_tokens=256"]])
+def test_a_limited_validation_is_a_seeded_sample_of_both_classes_and_carved_splits_are_stratified(tmp_path, budget):
+    from trainkit.tasks import evaluate
+    from trainkit.tasks.classification import Classification
+
+    class AlwaysNeg(torch.nn.Module):
+        def forward(self, inputs):
+            return torch.tensor([[1.0, 0.0]]).expand(len(inputs), 2)
+
+    # Texts of one length: one bucket, ordered as listed (class by class), and a val split carved from train/.
+    root = text_folder(tmp_path, {"neg": [b"n%09d" % i for i in range(40)], "pos": [b"p%09d" % i for i in range(40)]})
+    data = textfolder_data(root, "data.val_fraction=0.4", "data.test_fraction=0.1", "data.eval_batch_size=8", *budget)
+    val_labels = [label for _, label in data.val.loader.dataset.samples]
+    test_labels = [label for _, label in data.test.loader.dataset.samples]
+    assert (val_labels.count(0), val_labels.count(1), test_labels.count(0), test_labels.count(1)) == (16, 16, 4, 4)
+    assert next(iter(data.val))[1].tolist() == [0] * 8  # the whole split's first batch: neg alone
+    sampled = torch.cat([labels for _, labels in limited(data.val, 2)])
+    assert len(sampled) == 16 and 0 < int(sampled.sum()) < 16
+    task = Classification(num_classes=2)
+    for _ in range(2):  # two epochs' validations: the same sample
+        metrics = evaluate(AlwaysNeg(), data.val, lambda x: x, task, "fp32", CPU, limit=2)
+        assert metrics["samples"] == 16 and metrics["acc"] == pytest.approx(float((sampled == 0).float().mean()))
+    assert evaluate(AlwaysNeg(), data.val, lambda x: x, task, "fp32", CPU)["acc"] == 0.5  # whole: each text once
 
 
 def test_a_changed_corpus_source_refuses_the_resume():
