@@ -28,7 +28,6 @@ import random
 import sys
 from collections import Counter
 from collections.abc import Callable
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,7 @@ from trainkit.data.imagefolder import (
     open_image,
     resize_center_crop,
 )
+from trainkit.data.loaders import limited
 from trainkit.data.text import TEXT_EXTENSIONS, TextData, pad_to_longest, tokens_of
 from trainkit.distributed.launch import joined_process_group, start_processes
 from trainkit.errors import ConfigError
@@ -214,7 +214,7 @@ def evaluate_process(cfg: DictConfig, out_dir: Path) -> dict:
         metrics = evaluate(model, loader, transform, task, precision, device, limit, tta_flip)
         # A second pass for the picture (images only): confusion counts (all-reduced), or a few predicted masks.
         shown = (
-            predicted_on(model, islice(loader, limit), transform, task, precision, device, data.num_classes, tta_flip)
+            predicted_on(model, limited(loader, limit), transform, task, precision, device, data.num_classes, tta_flip)
             if data.kind == "image"
             else None
         )
@@ -516,8 +516,8 @@ def main(cfg: DictConfig) -> None:
     shown = " ".join(f"{key} {results[key]:.4f}" for key in [*metrics, f"{cfg.split}/loss"])
     limit = batch_limit(cfg)
     batches = f"{limit} batch{'es' if limit != 1 else ''}"
-    limited = f", the first {batches} per process (trainer.limit_val_batches={limit})" if limit else ""
-    log.info(f"{shown} on {results['samples']} samples{limited} ({source}) -> {out_dir}")
+    sampled = f", a seeded sample of {batches} per process (trainer.limit_val_batches={limit})" if limit else ""
+    log.info(f"{shown} on {results['samples']} samples{sampled} ({source}) -> {out_dir}")
 
 
 if __name__ == "__main__":

@@ -367,6 +367,6 @@ def test_the_validation_split_is_limited_as_the_run_validated(untrained_run, tmp
     limited = ("split=val", "trainer.limit_val_batches=2", "data.eval_batch_size=64")  # 128 of its 180 samples
     evaluation = Evaluation(tmp_path / "out", f"checkpoint={untrained_run}", *limited)
     assert evaluation.metrics["samples"] == 128 and evaluation.metrics["limit_val_batches"] == 2
-    assert "on 128 samples, the first 2 batches per process (trainer.limit_val_batches=2)" in evaluation.stdout
+    assert "on 128 samples, a seeded sample of 2 batches per process (trainer.limit_val_batches=2)" in evaluation.stdout
     whole = Evaluation(tmp_path / "test", f"checkpoint={untrained_run}", *limited[1:]).metrics
     assert whole["samples"] == 359 and "limit_val_batches" not in whole  # the test split: whole, as the run tested

@@ -233,21 +233,22 @@ def test_a_text_folder_without_a_model_names_the_model_made_for_it(run_train, co
     )
 
 
-def test_a_file_that_is_not_utf8_stops_the_run_naming_it_unless_skipped(run_train, tmp_path):
+def test_a_file_that_is_not_utf8_in_the_test_split_stops_the_run_before_training_unless_skipped(run_train, tmp_path):
     root = tmp_path / "texts"
     write_texts(root / "train", 20, seed=1)
-    bad = root / "train" / "letters" / "latin1.txt"
-    bad.write_bytes(b"caf\xe9 abc abc")
-    # val/ and test/ of their own: nothing is carved from train/, so the bad file is read in the first epoch.
     write_texts(root / "test", 3, seed=2)
     write_texts(root / "val", 3, seed=3)
+    bad = root / "test" / "letters" / "cp1252.txt"  # read last, after every epoch, when it was found in the test
+    bad.write_bytes("abc \u201cabc\u201d".encode("cp1252"))
     stopped = run_train(*tiny(root), check=False)
     errors = [line for line in stopped.stderr.splitlines() if line.startswith("error:")]
     assert stopped.returncode == 1 and len(errors) == 1, stopped.stderr[-3000:]
     assert str(bad) in errors[0] and "data.skip_bad_files=true" in errors[0] and "Traceback" not in stopped.stderr
+    assert "epoch   0" not in stopped.stdout + stopped.stderr and not stopped.run_dir.exists()  # before any update
     skipped = run_train(*tiny(root, "data.skip_bad_files=true"))
-    assert "test/acc" in skipped.summary["test"]
-    assert "skipped 1 unreadable file(s) in this training epoch" in skipped.stdout + skipped.stderr  # counted
+    log = skipped.stdout + skipped.stderr
+    assert f"'{root / 'test'}': skipped 1 of 10 text files that are not UTF-8 (data.skip_bad_files=true)" in log
+    assert "test split: majority class digits, 3 of 9 texts" in log and "test/acc" in skipped.summary["test"]
 
 
 @pytest.mark.slow  # two runs, ~15 s on 2 CPU cores

@@ -85,8 +85,14 @@ def class_names(value: object) -> str | None:
 
 
 def class_folders(value: object) -> str | None:
-    """data.class_folders (data=textfolder): null (every folder under train/) or at least two folder names."""
-    if value is None or (isinstance(value, ListConfig) and len(value) >= 2 and all(isinstance(n, str) for n in value)):
+    """data.class_folders (data=textfolder): null (every folder under train/) or at least two folder names, each once
+    (a name twice would list its files under two labels). Whether they are folders of train/ is the data's to say."""
+    if value is None:
+        return None
+    if isinstance(value, ListConfig) and len(value) >= 2 and all(isinstance(n, str) for n in value):
+        repeated = sorted({name for name in value if list(value).count(name) > 1})
+        if repeated:
+            return f"names {', '.join(repeated)} more than once, got {show(value)}; name each class folder once"
         return None
     return f"must be null (every folder under train/) or a list of at least two folder names, got {show(value)}"
 

@@ -181,14 +181,20 @@ def data_class(target: str) -> type[Data]:
     return found
 
 
-def carve(num_samples: int, fractions: dict[str, float], seed: int) -> dict[str, torch.Tensor]:
+def carve(
+    num_samples: int, fractions: dict[str, float], seed: int, labels: Sequence[int] | None = None
+) -> dict[str, torch.Tensor]:
     """Sorted, disjoint indices for each named split in `fractions`, and "train" for the rest.
 
     One permutation drawn from `seed` is cut in the order of `fractions`, so the same
     config gives the same split on every machine and every rank. trainkit.config.validation holds each
     fraction in (0, 1) and their sum below 1; what rounding leaves of `num_samples` is checked here.
+    With `labels` (one a sample) the cut is stratified: each split holds each class in its fraction, to within
+    one sample (a folder listed class by class would otherwise give a small split a class or two).
     """
     order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed))
+    if labels is not None:
+        order = _interleaved_by_class(order, torch.as_tensor(labels, dtype=torch.int64))
     parts, start = {}, 0
     for name, fraction in fractions.items():
         count = round(num_samples * fraction)
@@ -204,6 +210,17 @@ def carve(num_samples: int, fractions: dict[str, float], seed: int) -> dict[str,
         raise ConfigError(f"data.{next(iter(fractions))}_fraction", f"{keys} leave no training samples; lower them")
     parts["train"] = order[start:].sort().values
     return parts
+
+
+def _interleaved_by_class(order: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`order` rearranged so that every prefix holds each class in proportion: the k-th of a class's n samples (in
+    `order`) goes to (k + 0.5) / n of the way along, ties kept in `order`'s (random) order."""
+    ordered = labels[order]
+    position = torch.empty(len(order), dtype=torch.float64)
+    for label in ordered.unique():
+        members = (ordered == label).nonzero().flatten()
+        position[members] = (torch.arange(len(members), dtype=torch.float64) + 0.5) / len(members)
+    return order[torch.sort(position, stable=True).indices]
 
 
 @dataclass(kw_only=True)

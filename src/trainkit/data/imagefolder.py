@@ -5,8 +5,9 @@ augmentation and normalization happen later, batched on the device (the training
 get per-sample torchvision transforms here, in the workers: trainkit.augment.sample_transforms).
 
 Any format Pillow opens is read (upper-case extensions too); greyscale, RGBA, palette and 16-bit
-images are converted to `data.channels` (16-bit scaled to 8, alpha dropped). Hidden files and
-other files are ignored with a count in the log. A file Pillow cannot read does not raise in the
+images are converted to `data.channels` (16-bit scaled to 8, alpha dropped). A class folder is read
+with its sub-folders (walk_files, the rule predict= folders follow too); hidden entries and other
+files are ignored with a count in the log. A file Pillow cannot read does not raise in the
 worker (torch would re-raise it in the main process as a multi-line RuntimeError): `__getitem__`
 returns a `BadFile` instead, and loaders.FileLoader raises its one-line ConfigError naming the
 file, or, with `data.skip_bad_files=true`, drops it from its batch and counts it.
@@ -17,6 +18,7 @@ Pillow is imported where images are opened: runs on in-memory data never load it
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -171,6 +173,7 @@ def load_image_folder(data: ImageFolder) -> tuple[dict[str, ImageFolderDataset],
         )
     samples = class_folder_splits(
         root,
+        classes,
         lambda folder, allow_empty: _list_images(folder, classes, allow_empty_classes=allow_empty),
         lambda folder: _check_same_classes(folder, classes),
         {"val": data.val_fraction, "test": data.test_fraction},
@@ -186,6 +189,7 @@ def load_image_folder(data: ImageFolder) -> tuple[dict[str, ImageFolderDataset],
 
 def class_folder_splits(
     root: Path,
+    classes: list[str],
     list_files: Callable[[Path, bool], list],
     check_classes: Callable[[Path], None] | None,
     fractions: dict[str, float],
@@ -193,9 +197,11 @@ def class_folder_splits(
     what: str,
 ) -> dict[str, list]:
     """The samples of root/train/, root/val/ and root/test/ (each a class folder a class), as `list_files(folder,
-    allow_empty_classes)` lists them (train/ may not leave a class empty); a missing val/ or test/ is carved from
-    train/ by its fraction and `split_seed` (trainkit.data.datasets.carve), with a line saying so. `check_classes`
-    holds a val/ or test/ folder to train/'s classes (None: it may hold others, which are not read)."""
+    allow_empty_classes)` lists them as (path, label, ...) (train/ may not leave a class empty); a missing val/ or
+    test/ is carved from train/ by its fraction and `split_seed`, stratified by class (trainkit.data.datasets.carve),
+    with a line saying so. `check_classes` holds a val/ or test/ folder to train/'s classes (None: the classes were
+    named, by data.class_folders: it may hold others, which are not read, and lack some). A val or test split that
+    holds no file of one of `classes` is a warning naming both (warn_lacking_classes)."""
     listed = {"train": list_files(root / "train", False)}
     missing = {}
     for split in ("val", "test"):
@@ -208,7 +214,7 @@ def class_folder_splits(
             missing[split] = fractions[split]
     if missing:
         train = listed["train"]
-        for split, indices in carve(len(train), missing, split_seed).items():
+        for split, indices in carve(len(train), missing, split_seed, [sample[1] for sample in train]).items():
             listed[split] = [train[i] for i in indices.tolist()]
         log.info(
             "no %s under '%s': carved from the %d train/ %s by data.split_seed=%s (%s)",
@@ -219,7 +225,27 @@ def class_folder_splits(
             split_seed,
             ", ".join(f"{split}: {len(listed[split])}" for split in ("train", *missing)),
         )
+    for split in ("val", "test"):
+        warn_lacking_classes(split, listed[split], classes, f"'{root / split}'" if split not in missing else None)
     return listed
+
+
+def warn_lacking_classes(split: str, samples: list, classes: list[str], folder: str | None) -> None:
+    """One warning line for a val or test split (`samples`: (path, label, ...)) that holds no file of some of the
+    training classes: its metrics are over the other classes alone, and a split of one class scores 1.0 for a model
+    that always answers it. `folder`: the split's own folder; None for a split carved from train/."""
+    present = {sample[1] for sample in samples}
+    lacking = [name for label, name in enumerate(classes) if label not in present]
+    if not lacking:
+        return
+    others = [name for name in classes if name not in lacking]
+    where = folder or f"the {split} split carved from train/ (data.{split}_fraction)"
+    always = f" (a model that always answers {others[0]} scores {split}/acc 1.0)" if len(others) == 1 else ""
+    fix = "add some to it" if folder else f"raise data.{split}_fraction"
+    log.warning(
+        f"{where} holds no file of class {', '.join(lacking)}, which train/ has: its metrics cover "
+        f"{', '.join(others)} alone{always}; {fix}"
+    )
 
 
 @cache
@@ -244,12 +270,27 @@ def images_in(folder: str | Path) -> list[Path]:
 
 def files_in(folder: str | Path, extensions: Collection[str]) -> list[Path]:
     """Every file under `folder` (sub-folders too) with one of `extensions` (lower case), sorted; hidden skipped."""
-    root = Path(folder).expanduser()
-    return sorted(
-        path
-        for path in root.rglob("*")
-        if path.is_file() and path.suffix.lower() in extensions and not is_hidden(path, root)
-    )
+    return walk_files(Path(folder).expanduser(), extensions)[0]
+
+
+def walk_files(folder: Path, extensions: Collection[str]) -> tuple[list[Path], int, int]:
+    """(the files under `folder`, sub-folders too, with one of `extensions` (lower case), sorted; the hidden entries
+    skipped, a hidden folder counted once and not entered; the other entries skipped): the one rule by which a class
+    folder (training) and a predict= folder are read."""
+    files, hidden, others = [], 0, 0
+    for top, folders, names in os.walk(folder):  # symlinked sub-folders are not entered, as Path.rglob does not
+        hidden += sum(name.startswith(".") for name in [*folders, *names])  # .DS_Store, ._photo.jpg, .git/
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        others += sum(os.path.islink(os.path.join(top, name)) for name in folders)
+        for name in names:
+            path = Path(top, name)
+            if name.startswith("."):
+                continue
+            if path.suffix.lower() in extensions and path.is_file():
+                files.append(path)
+            else:
+                others += 1  # notes, labels, files of another kind: not read
+    return sorted(files), hidden, others
 
 
 def is_hidden(path: Path, root: Path) -> bool:
@@ -257,14 +298,24 @@ def is_hidden(path: Path, root: Path) -> bool:
     return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
-def _check_root(root: str | Path) -> Path:
+def _check_root(root: str | Path, files: str = "<images>") -> Path:
+    """data.root as a Path, refused in one line where it holds no train/ folder; `files`: what a class folder holds."""
     root = Path(root).expanduser()  # never null: trainkit.config.validation requires data.root for image folders
     if not root.is_dir():
         raise ConfigError(
             "data.root", f"folder '{root}' does not exist; set data.root to a folder holding train/<class>/"
         )
     if not (root / "train").is_dir():
-        raise ConfigError("data.root", f"folder '{root}' has no train/ folder; expected {root}/train/<class>/<images>")
+        found = _class_folders(root)
+        if root.name in ("train", "val", "test"):  # aclImdb/train given for aclImdb
+            hint = f"; it looks like a split's folder itself: set data.root={root.parent}"
+        elif found:
+            hint = f"; if its folders ({', '.join(found[:5])}) are the classes, move them into {root}/train/"
+        else:
+            hint = ""
+        raise ConfigError(
+            "data.root", f"folder '{root}' has no train/ folder; expected {root}/train/<class>/{files}{hint}"
+        )
     return root
 
 
@@ -272,14 +323,25 @@ def _class_folders(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.iterdir() if path.is_dir() and not path.name.startswith("."))
 
 
-def _check_same_classes(folder: Path, classes: list[str]) -> None:
+def _check_same_classes(folder: Path, classes: list[str], class_list_key: str | None = None) -> None:
+    """Refuses a val/ or test/ whose class folders are not train/'s: with no list of classes (data.class_folders),
+    train/'s folders declare them and a split that disagrees is a layout mistake (a typo, train/unsup/), not a
+    split that lacks a class; an empty class folder is a split that lacks it (a warning: warn_lacking_classes).
+    `class_list_key`: the key that names the classes to read (text: data.class_folders), suggested with those both
+    folders have."""
     found = _class_folders(folder)
     if found != classes:
         missing, extra = sorted(set(classes) - set(found)), sorted(set(found) - set(classes))
+        both = [name for name in classes if name in found]
+        hint = (
+            f", or name the classes to read: {class_list_key}=[{','.join(both)}]"
+            if class_list_key and len(both) > 1
+            else ""
+        )
         raise ConfigError(
             "data.root",
             f"class folders of '{folder}' differ from train/ (missing {missing}, extra {extra}); "
-            f"val/ and test/ need the same class folders as train/",
+            f"val/ and test/ need the same class folders as train/ (one may be empty: a warning){hint}",
         )
 
 
@@ -296,24 +358,22 @@ def class_files(
     kind: tuple[str, str],
     allow_empty_classes: bool,
 ) -> list[tuple[str, int]]:
-    """(path, label) of the files with one of `extensions` in each class folder of `folder`, sorted a class; hidden
-    files and others are counted in the log, not read. `shown`: the extensions an error names; `kind`: what the files
-    are and what the others are, for the messages. A small val/ or test/ may lack a class (even its folder); train/
-    may not, and no split may be empty."""
+    """(path, label) of the files with one of `extensions` in each class folder of `folder` and its sub-folders
+    (walk_files), sorted a class; hidden entries and others are counted in the log, not read. `shown`: the extensions
+    an error names; `kind`: what the files are and what the others are, for the messages. A small val/ or test/ may
+    lack a class (even its folder); train/ may not, and no split may be empty."""
     samples = []
-    hidden, others = 0, 0  # ignored files, counted in the log
+    hidden, others = 0, 0  # ignored entries, counted in the log
     for label, name in enumerate(classes):
-        files = []
-        for path in (folder / name).iterdir() if (folder / name).is_dir() else ():
-            if path.name.startswith("."):  # .DS_Store, ._photo.jpg (macOS), editor swap files
-                hidden += 1
-            elif path.is_file() and path.suffix.lower() in extensions:
-                files.append(path)
-            else:
-                others += 1  # notes, labels, sub-folders: not read
-        files.sort()
+        files, hidden_here, others_here = (
+            walk_files(folder / name, extensions) if (folder / name).is_dir() else ([], 0, 0)
+        )
+        hidden, others = hidden + hidden_here, others + others_here
         if not files and not allow_empty_classes:
-            raise ConfigError("data.root", f"class folder '{folder / name}' holds no {kind[0]} ({', '.join(shown)})")
+            raise ConfigError(
+                "data.root",
+                f"class folder '{folder / name}' holds no {kind[0]} ({', '.join(shown)}), sub-folders included",
+            )
         samples += [(str(path), label) for path in files]
     if hidden or others:
         log.info("'%s': ignored %d hidden and %d %s in its class folders", folder, hidden, others, kind[1])

@@ -29,7 +29,7 @@ import functools
 import itertools
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -83,7 +83,10 @@ class ResumableDistributedSampler(DistributedSampler):
 
 class EvaluationSampler(Sampler[int]):
     """Rank r takes `range(size)[r::world_size]`, untrimmed and unpadded: across ranks each
-    sample counts exactly once, and shares differ by at most one sample.
+    sample counts exactly once, and shares differ by at most one sample. With a `limit` (samples a
+    rank, set_limit), rank r takes the first `limit` of every world_size-th sample from r of one
+    permutation drawn from `seed` (the run seed: the same on every rank and every epoch), a seeded
+    sample of the split instead of its first files (a folder is listed class by class).
 
     Why not DistributedSampler here: it gives every rank the same count, padding the last round
     with repeated samples (or dropping the tail with drop_last). Training needs equal counts,
@@ -92,23 +95,32 @@ class EvaluationSampler(Sampler[int]):
     are fine, while a padded duplicate would be counted twice and shift the accuracy.
     """
 
-    def __init__(self, size: int, *, rank: int = 0, world_size: int = 1):
+    def __init__(self, size: int, *, rank: int = 0, world_size: int = 1, seed: int = 0):
         self.size = size
         self.rank = rank
         self.world_size = world_size
+        self.seed = seed
         self.skip = 0
+        self.limit: int | None = None  # samples this rank evaluates; None: its whole share, in order
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         self.skip = skip  # the same order every epoch
 
+    def set_limit(self, samples: int | None) -> None:
+        self.limit = samples
+
     def __iter__(self) -> Iterator[int]:
-        return iter(range(self.rank, self.size, self.world_size)[self.skip :])
+        return iter(self.epoch_indices().tolist())
 
     def __len__(self) -> int:
-        return len(range(self.rank, self.size, self.world_size))
+        share = len(range(self.rank, self.size, self.world_size))
+        return share if self.limit is None else min(share, self.limit)
 
     def epoch_indices(self) -> torch.Tensor:
-        return torch.arange(self.rank, self.size, self.world_size)[self.skip :]
+        if self.limit is None:
+            return torch.arange(self.rank, self.size, self.world_size)[self.skip :]
+        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed))
+        return order[self.rank :: self.world_size][: self.limit][self.skip :]
 
 
 def shard_sampler(
@@ -121,7 +133,7 @@ def shard_sampler(
         return ResumableDistributedSampler(size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
     if shuffle:
         raise ValueError("an evaluation loader (train=False) keeps its order: pass shuffle=False")
-    return EvaluationSampler(size, rank=rank, world_size=world_size)
+    return EvaluationSampler(size, rank=rank, world_size=world_size, seed=seed)
 
 
 class ShardedLoader:
@@ -154,11 +166,37 @@ class ShardedLoader:
             return len(self.sampler) // self.batch_size
         return math.ceil(len(self.sampler) / self.batch_size)
 
+    def __iter__(self) -> Iterator[Any]:
+        raise NotImplementedError
+
     @property
     def num_samples(self) -> int:
         if self.drop_last:
             return len(self) * self.batch_size
         return len(self.sampler)
+
+    def sample(self, batches: int) -> Iterator[Any]:
+        """At most `batches` batches of this rank: an evaluation loader's are a seeded sample of its split, the same
+        at every call and disjoint across ranks (EvaluationSampler.set_limit); a training loader's, its first."""
+        if not isinstance(self.sampler, EvaluationSampler):
+            yield from itertools.islice(self, batches)
+            return
+        self.sampler.set_limit(batches * self.batch_size)
+        try:
+            yield from self
+        finally:
+            self.sampler.set_limit(None)
+
+
+def limited(loader: Iterable[Any], batches: int | None) -> Iterable[Any]:
+    """What an evaluation limited to `batches` batches a process (trainer.limit_val_batches) reads: a seeded sample of
+    the split, the same every epoch (ShardedLoader.sample), not its first batches (a folder listed class by class, or
+    batches ordered by length, would be one class); a plain iterable (tests), its first. None: the whole loader."""
+    if batches is None:
+        return loader
+    if isinstance(loader, ShardedLoader):
+        return loader.sample(batches)
+    return itertools.islice(loader, batches)
 
 
 class TensorLoader(ShardedLoader):
@@ -273,6 +311,21 @@ class FileLoader(ShardedLoader):
     @property
     def num_samples(self) -> int:
         return super().num_samples if self.batch_sampler is None else self.batch_sampler.num_samples
+
+    def sample(self, batches: int) -> Iterator[Any]:
+        """As ShardedLoader.sample; a batch sampler of the option's draws its own sample where it can (a token
+        budget's `set_limit`: TokenBudgetBatches), else gives its first batches."""
+        if self.batch_sampler is None or not isinstance(self.sampler, EvaluationSampler):
+            yield from super().sample(batches)
+            return
+        if not hasattr(self.batch_sampler, "set_limit"):  # a batch sampler of your own that draws none
+            yield from itertools.islice(self, batches)
+            return
+        self.batch_sampler.set_limit(batches)
+        try:
+            yield from self
+        finally:
+            self.batch_sampler.set_limit(None)
 
     def __iter__(self) -> Iterator[Any]:  # what the DataLoader collates: [images, labels]
         self.bad_files = []

@@ -1,19 +1,23 @@
 """Text as token sequences, a byte a token: `data=textfolder` (your own text files, a folder a class) and the
 parts every byte-level text option shares (TextData: the padding id, the collate, data.max_length/max_tokens).
 
-    root/train/<class>/<file>.txt      one file a sample, labelled by its folder (aclImdb/train/{neg,pos})
+    root/train/<class>/<file>.txt      one file a sample, labelled by its folder (aclImdb/train/{neg,pos}),
+                                       its sub-folders too (hidden entries skipped: imagefolder.walk_files)
     root/val/..., root/test/...        optional, with the same class folders; missing ones are carved from
                                        train/ by data.val_fraction / data.test_fraction and data.split_seed
 
 Tokens: the file's UTF-8 bytes, byte b as token b + 1, so token 0 is padding alone (PAD_ID, a NUL byte is
 token 1) and the vocabulary is 257 (VOCABULARY): no tokenizer, nothing to download. A sequence is cut at
 data.max_length bytes, and build says how many files were cut (never silently). A file that is not UTF-8 is
-refused naming it (no replacement characters: the bytes would no longer be the text's): its worker returns a
-BadTextFile, which FileLoader raises as one line, or skips and counts with data.skip_bad_files=true.
+refused naming it (no replacement characters: the bytes would no longer be the text's), or skipped and counted
+with data.skip_bad_files=true.
 
-Files are read in DataLoader workers; the listing stats them alone (sizes are the sequence lengths the token
-budget batches by, trainkit.data.token_batches), so a large folder starts fast. A batch pads to its longest
-sequence with PAD_ID: inputs int64 [B, T], labels int64 [B]; a model finds the real tokens as inputs != 0.
+The listing reads every file of every split once (about 1.4 s for 20,000 small files; a progress bar where it
+takes over a second), so such a file stops the run before its first update, not when its split is first read,
+and its sizes are the sequence lengths the token budget batches by (trainkit.data.token_batches). DataLoader
+workers read the files again for the batches (a file changed since is a BadTextFile, which FileLoader raises
+as one line or skips). A batch pads to its longest sequence with PAD_ID: inputs int64 [B, T], labels int64
+[B]; a model finds the real tokens as inputs != 0.
 """
 
 import logging
@@ -164,13 +168,16 @@ class TextFolder(TextData):
 
     def splits(self) -> FileSplits:
         assert self.root is not None, "the config check requires data.root (needs_root)"
-        root = _check_root(self.root)
+        root = _check_root(self.root, "<files>.txt")
         classes = self._classes(root / "train")
         listed = class_folder_splits(
             root,
-            lambda folder, allow_empty: _list_texts(folder, classes, allow_empty_classes=allow_empty),
+            classes,
+            lambda folder, allow_empty: _list_texts(folder, classes, allow_empty, self.skip_bad_files),
             # a list of class folders names those to read; a val/ or test/ may hold others (aclImdb's unsup/)
-            None if self.class_folders is not None else lambda folder: _check_same_classes(folder, classes),
+            None
+            if self.class_folders is not None
+            else lambda folder: _check_same_classes(folder, classes, "data.class_folders"),
             {"val": self.val_fraction, "test": self.test_fraction},
             self.split_seed,
             "files",
@@ -197,7 +204,11 @@ class TextFolder(TextData):
         classes = found if self.class_folders is None else list(self.class_folders)
         absent = [name for name in classes if name not in found]
         if absent:
-            raise ConfigError("data.class_folders", f"names {absent}, not folders of '{train}' (it has {found})")
+            raise ConfigError(
+                "data.class_folders",
+                f"names {', '.join(absent)}, not a folder of '{train}' (its folders: {', '.join(found)}); "
+                "name class folders of train/",
+            )
         if len(classes) < 2:
             raise ConfigError(
                 "data.root",
@@ -207,11 +218,38 @@ class TextFolder(TextData):
         return classes
 
 
-def _list_texts(folder: Path, classes: list[str], allow_empty_classes: bool) -> list[tuple[str, int, int]]:
-    """(path, label, size in bytes) of the text files in each class folder of `folder`, sorted a class."""
+def _list_texts(
+    folder: Path, classes: list[str], allow_empty_classes: bool, skip_bad_files: bool
+) -> list[tuple[str, int, int]]:
+    """(path, label, size in bytes) of the text files in each class folder of `folder`, sorted a class. Every file
+    is read once here, so one that is not UTF-8 stops the run before its first update (or is left out and counted,
+    with data.skip_bad_files), in any split; a progress bar shows where that takes more than a second."""
+    from tqdm import tqdm
+
     kind = ("text files", "non-text entries")
     listed = class_files(folder, classes, TEXT_EXTENSIONS, TEXT_EXTENSIONS, kind, allow_empty_classes)
-    return [(path, label, Path(path).stat().st_size) for path, label in listed]
+    shown = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+    texts, bad = [], []
+    for path, label in tqdm(listed, f"checking {folder}", unit="file", delay=1, leave=False, disable=not shown):
+        text = read_utf8(path, skip_bad_files)
+        if isinstance(text, BadTextFile):
+            if not skip_bad_files:
+                raise text.error()
+            bad.append(text)
+        else:
+            texts.append((path, label, len(text)))
+    if bad:
+        log.warning(
+            f"'{folder}': skipped {len(bad)} of {len(listed)} text files that are not UTF-8 "
+            f"(data.skip_bad_files=true), e.g. {', '.join(repr(file.path) for file in bad[:3])}; "
+            f"first error: {bad[0].reason}"
+        )
+    lost = [classes[label] for label in sorted({label for _, label in listed} - {label for _, label, _ in texts})]
+    if (lost and not allow_empty_classes) or not texts:  # a split that lacks a class otherwise: class_folder_splits
+        raise ConfigError(
+            "data.root", f"'{folder}': every text file of {', '.join(lost)} is not UTF-8 (skipped); save them as UTF-8"
+        )
+    return texts
 
 
 class TextDataset(Dataset):

@@ -20,7 +20,11 @@ its samples, `set_epoch` reshuffles and skips. How the batches are made:
   trimmed batches differ every epoch), so every rank trains the same number of batches (a rank with
   one batch fewer would leave the others waiting in the gradient all-reduce forever).
 - Evaluation (`train=False`) keeps the buckets' order and trims nothing: each sample is in exactly one
-  batch of one rank; ranks may differ by a batch, which evaluation's single reduction allows.
+  batch of one rank; ranks may differ by a batch, which evaluation's single reduction allows. A limited
+  evaluation (`set_limit(n)`, trainer.limit_val_batches) would see the shortest texts alone, in batches of one
+  class (a folder is listed class by class): it shuffles within each bucket and the order of the batches from
+  `seed` alone (the same sample every epoch, on every rank) and keeps the first n x world_size batches, rank r
+  every world_size-th from r on.
 A sequence longer than max_tokens fits no batch and is refused (text options truncate at data.max_length,
 and the config check holds data.max_tokens >= data.max_length).
 """
@@ -65,6 +69,7 @@ class TokenBudgetBatches:
         self.drop_last = drop_last
         self.buckets = _buckets(sizes, max_tokens, max_batch_size)  # (indices by length, a batch's size)
         self.epoch, self.start_batch = 0, 0
+        self.limit: int | None = None  # evaluation: batches a rank, a seeded sample (set_limit); None: all
         self._batches: list[list[int]] | None = None  # this rank's, for self.epoch
         if self.train and len(sizes) > 0 and self.total_batches() < world_size:
             raise self._too_few_batches(sizes)
@@ -100,6 +105,11 @@ class TokenBudgetBatches:
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         self.epoch, self.start_batch, self._batches = epoch, start_batch, None
 
+    def set_limit(self, batches: int | None) -> None:
+        """Evaluation: `batches` a rank, drawn from the seed (the module docstring); None: every batch, in order."""
+        assert not self.train, "a training epoch is limited by trainer.limit_train_batches, in train.py"
+        self.limit, self._batches = batches, None
+
     def batches(self) -> list[list[int]]:
         """This rank's whole epoch of batches (before skipping start_batch), the same for the same epoch."""
         if self._batches is None:
@@ -107,7 +117,12 @@ class TokenBudgetBatches:
         return self._batches
 
     def _epoch_batches(self) -> list[list[int]]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch) if self.shuffle else None
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        elif self.limit is not None:  # a limited evaluation: the same sample every epoch
+            generator = torch.Generator().manual_seed(self.seed)
+        else:
+            generator = None
         batches = []
         for indices, size in self.buckets:
             members = indices[torch.randperm(len(indices), generator=generator)] if generator else indices
@@ -122,6 +137,8 @@ class TokenBudgetBatches:
     def _rank_share(self, batches: list[list[int]]) -> list[list[int]]:
         if self.train:  # every rank the same count: trimmed to a multiple of world_size
             batches = batches[: len(batches) - len(batches) % self.world_size]
+        elif self.limit is not None:
+            batches = batches[: self.limit * self.world_size]
         return batches[self.rank :: self.world_size]
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -131,7 +148,8 @@ class TokenBudgetBatches:
         total = self.total_batches()
         if self.train:
             return total // self.world_size
-        return len(range(self.rank, total, self.world_size))
+        share = len(range(self.rank, total, self.world_size))
+        return share if self.limit is None else min(share, self.limit)
 
     @property
     def num_samples(self) -> int:

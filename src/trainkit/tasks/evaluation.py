@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from trainkit.data.loaders import limited
 from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.runtime import autocast
 from trainkit.tasks.task import Task
@@ -36,9 +37,7 @@ def evaluate(
     loss_sum, sums = torch.zeros(1, device=device), task.empty_metric_sums(device)
     weight, samples = torch.zeros(1, device=device), 0
     with torch.no_grad():
-        for i, batch in enumerate(loader):
-            if limit is not None and i >= limit:
-                break
+        for batch in limited(loader, limit):  # limit: a seeded sample of so many batches a process, every call the same
             inputs, targets = task.inputs_and_targets(batch, device)
             with autocast(precision, device):
                 outputs = model_outputs(model, transform(inputs), task, tta_flip)

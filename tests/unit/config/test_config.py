@@ -162,6 +162,7 @@ RULE_CASES = [
     ([*TEXTS, "data.max_length=0", "model.max_length=1024"], "data.max_length"),
     ([*TEXTS, "data.max_tokens=0"], "data.max_tokens"),
     ([*TEXTS, "data.class_folders=[pos]"], "data.class_folders"),
+    ([*TEXTS, "data.class_folders=[neg,neg]"], "data.class_folders"),  # neg's files twice, as two labels
     ([*FUNCTIONS, "data.packages=1"], "data.packages"),
     ([*FUNCTIONS, "model.vocabulary=1"], "model.vocabulary"),
     ([*FUNCTIONS, "model.max_length=0"], "model.max_length"),
@@ -463,6 +464,7 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
         ([*IMAGES, "data.test_fraction=0"], ["data.test_fraction=0.02", "data.root/test/<class>/"]),
         (["model=gpt"], ["model.block_size: ", "${data.block_size}, but data=digits has no data.block_size"]),
         (["model=sequence"], ["${data.max_length}", "model.max_length=<value>"]),
+        ([*TEXTS, "data.class_folders=[neg,neg]"], ["names neg more than once", "name each class folder once"]),
     ],
 )
 def test_messages_show_the_bad_value_and_the_way_out(compose_config, overrides, fragments):

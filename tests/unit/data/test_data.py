@@ -1,5 +1,6 @@
 """Tests for trainkit.data: splits, sharding across ranks, and every dataset on tiny local files."""
 
+import itertools
 import logging
 import struct
 from pathlib import Path
@@ -15,7 +16,13 @@ from helpers import write_cifar
 from trainkit.data import DataBundle, build_data, datasets
 from trainkit.data.datasets import carve
 from trainkit.data.imagefolder import decode
-from trainkit.data.loaders import EvaluationSampler, FileLoader, ResumableDistributedSampler, TensorLoader
+from trainkit.data.loaders import (
+    EvaluationSampler,
+    FileLoader,
+    ResumableDistributedSampler,
+    TensorLoader,
+    limited,
+)
 from trainkit.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
@@ -145,6 +152,38 @@ def test_eval_shards_count_every_sample_once():
     seen = torch.cat([drain(loader)[1] for loader in ranks]).tolist()
     assert sorted(seen) == list(range(101))
     assert [loader.num_samples for loader in ranks] == [51, 50]
+
+
+def test_a_limited_evaluation_is_a_seeded_sample_the_same_every_time_disjoint_across_ranks():
+    ranks = [numbered(100, 10, shuffle=False, seed=5, rank=rank, world_size=2) for rank in range(2)]
+    samples = [drain(limited(loader, 2))[1].tolist() for loader in ranks]
+    assert [len(sample) for sample in samples] == [20, 20] and not set(samples[0]) & set(samples[1])
+    order = torch.randperm(100, generator=torch.Generator().manual_seed(5)).tolist()  # the run seed's, every epoch
+    assert samples == [order[0::2][:20], order[1::2][:20]]
+    assert [drain(limited(loader, 2))[1].tolist() for loader in ranks] == samples  # the next epoch's: the same
+    assert sorted(drain(ranks[0])[1].tolist() + drain(ranks[1])[1].tolist()) == list(range(100))  # whole, after
+    assert drain(limited(ranks[0], 99))[1].tolist() == order[0::2]  # more batches than there are: the whole share
+    assert drain(limited(numbered(100, 10, shuffle=True), 2))[1].tolist() != samples[0]  # training: its first
+
+
+def test_a_limited_evaluation_of_a_file_split_listed_class_by_class_holds_every_class(tmp_path):
+    write_folder(tmp_path, {"train": 2, "val": 8})  # val/ listed class by class: 8 birds, 8 cats, 8 dogs
+    data = build_data(folder_cfg(tmp_path, eval_batch_size=8, num_workers=1), CPU, seed=0)
+    assert drain(itertools.islice(data.val, 1))[1].tolist() == [0] * 8  # the first batch: one class
+    sampled = drain(limited(data.val, 1))[1]
+    assert len(sampled) == 8 and len(set(sampled.tolist())) > 1
+    assert torch.equal(drain(limited(data.val, 1))[1], sampled)
+
+
+def test_carving_with_labels_gives_each_split_each_class_in_its_fraction():
+    labels = [0] * 40 + [1] * 40 + [2] * 20  # listed class by class, as a folder is
+    parts = carve(100, {"val": 0.1, "test": 0.2}, seed=0, labels=labels)
+    counts = {name: torch.bincount(torch.tensor(labels)[parts[name]], minlength=3).tolist() for name in parts}
+    assert counts == {"val": [4, 4, 2], "test": [8, 8, 4], "train": [28, 28, 14]}
+    assert sorted(torch.cat(list(parts.values())).tolist()) == list(range(100))
+    again = carve(100, {"val": 0.1, "test": 0.2}, seed=0, labels=labels)
+    assert all(torch.equal(parts[name], again[name]) for name in parts)
+    assert not torch.equal(carve(100, {"val": 0.1, "test": 0.2}, seed=1, labels=labels)["val"], parts["val"])
 
 
 # --- digits ---------------------------------------------------------------------------------

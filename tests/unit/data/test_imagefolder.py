@@ -74,19 +74,23 @@ def test_every_mode_and_format_loads_into_the_configured_channels(tmp_path):
     assert (deep.int() - grey.int()).abs().max() <= 1 and deep.float().std() > 50
 
 
-def test_hidden_and_non_image_files_are_ignored_with_a_count(tmp_path, caplog):
+def test_sub_folders_are_read_hidden_and_non_image_entries_ignored_with_a_count(tmp_path, caplog):
     write_classes(tmp_path)
     (tmp_path / "train" / "a" / ".DS_Store").write_bytes(b"\0\1")
     (tmp_path / "train" / "a" / "._0.png").write_bytes(b"resource fork")
+    (tmp_path / "train" / "a" / ".git").mkdir()  # a hidden folder: counted once, not entered
+    Image.new("RGB", (9, 9)).save(tmp_path / "train" / "a" / ".git" / "object.png")
     (tmp_path / "train" / "b" / "notes.txt").write_text("labels by hand")
-    (tmp_path / "train" / "b" / "extra").mkdir()
+    (tmp_path / "train" / "b" / "extra" / "2019").mkdir(parents=True)  # a sub-folder of a class: read
+    Image.new("RGB", (9, 9)).save(tmp_path / "train" / "b" / "extra" / "2019" / "later.png")
     Image.new("RGB", (9, 9)).save(tmp_path / "train" / "b" / "SHOUTING.PNG")
     (tmp_path / "train" / ".ipynb_checkpoints").mkdir()
     (tmp_path / "train" / "README.txt").write_text("my photos")
     with caplog.at_level(logging.INFO, logger="trainkit.data.imagefolder"):
         data = build_data(folder_cfg(tmp_path, val_fraction=0.1, test_fraction=0.1), CPU, seed=0)
-    assert data.train.num_samples + data.val.num_samples + data.test.num_samples == 11
-    assert "ignored 2 hidden and 2 non-image entries" in caplog.text
+    listed = [path for loader in (data.train, data.val, data.test) for path, _ in loader.loader.dataset.samples]
+    assert len(listed) == 12 and str(tmp_path / "train" / "b" / "extra" / "2019" / "later.png") in listed
+    assert "ignored 3 hidden and 1 non-image entries" in caplog.text
     assert "ignored 2 entries that are not class folders" in caplog.text and data.num_classes == 2
 
 
@@ -159,6 +163,30 @@ def test_train_py_stops_on_an_unreadable_image_with_one_line_and_exit_1(tmp_path
     last_line = run.stderr.strip().splitlines()[-1]
     assert run.returncode == 1 and last_line.startswith("error: data.root: cannot read image '")
     assert "2.png" in last_line and "data.skip_bad_files=true" in last_line and "Traceback" not in run.stderr
+
+
+def test_a_val_split_with_an_empty_class_folder_is_one_warning(tmp_path, caplog):
+    write_classes(tmp_path)
+    for split, name in [("val", "a"), ("test", "a"), ("test", "b")]:
+        (tmp_path / split / name).mkdir(parents=True)
+        Image.new("RGB", (9, 9)).save(tmp_path / split / name / "0.png")
+    (tmp_path / "val" / "b").mkdir()
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.imagefolder"):
+        build_data(folder_cfg(tmp_path), CPU, seed=0)
+    assert [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING] == [
+        f"'{tmp_path / 'val'}' holds no file of class b, which train/ has: its metrics cover a alone "
+        "(a model that always answers a scores val/acc 1.0); add some to it"
+    ]
+
+
+def test_a_root_that_is_the_train_folder_itself_names_its_parent(tmp_path):
+    write_classes(tmp_path / "images")
+    with pytest.raises(ConfigError) as error:
+        build_data(folder_cfg(tmp_path / "images" / "train"), CPU, seed=0)
+    assert error.value.message.endswith(
+        f"expected {tmp_path}/images/train/train/<class>/<images>; it looks like a split's folder itself: "
+        f"set data.root={tmp_path / 'images'}"
+    )
 
 
 def test_a_folder_with_one_class_is_refused_in_one_line(tmp_path, run_train):

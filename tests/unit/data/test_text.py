@@ -12,7 +12,9 @@ from omegaconf import OmegaConf
 from conftest import composed
 from trainkit.data import FileLoader, FileSplits, build_data
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
-from trainkit.data.text import PAD_ID, TextDataset, pad_to_longest, tokens_of
+from trainkit.data.imagefolder import files_in
+from trainkit.data.loaders import limited
+from trainkit.data.text import PAD_ID, TEXT_EXTENSIONS, TextDataset, pad_to_longest, tokens_of
 from trainkit.errors import ConfigError
 
 CPU = torch.device("cpu")
@@ -61,6 +63,65 @@ def test_class_folders_pick_the_labelled_ones(tmp_path):
     assert data.num_classes == 2
 
 
+def test_sub_folders_of_a_class_are_read_as_predict_reads_them_and_hidden_ones_are_not(tmp_path):
+    root = text_folder(tmp_path, {"neg": [b"a", b"b", b"c"]})
+    text_folder(root / "train", {"2019": [b"d", b"e"], "2020": [b"f"], ".drafts": [b"never"]}, split="pos")
+    data = textfolder_data(root, "data.val_fraction=0.2", "data.test_fraction=0.2")
+    samples = [sample for loader in (data.train, data.val, data.test) for sample in loader.loader.dataset.samples]
+    positives = sorted(path for path, label in samples if label == 1)
+    assert positives == [str(path) for path in files_in(root / "train" / "pos", TEXT_EXTENSIONS)]  # one rule
+    assert [Path(path).relative_to(root / "train" / "pos").as_posix() for path in positives] == [
+        "2019/000.txt",
+        "2019/001.txt",
+        "2020/000.txt",
+    ]
+
+
+@pytest.mark.parametrize("test_pos", ["missing", "empty"])
+def test_a_test_split_that_lacks_a_named_class_is_one_warning_naming_both(tmp_path, caplog, test_pos):
+    root = text_folder(tmp_path, {"neg": [b"a", b"b", b"c"], "pos": [b"d", b"e", b"f"], "unsup": [b"?"]})
+    text_folder(root, {"neg": [b"g", b"h"], "unsup": [b"?"]}, split="test")
+    if test_pos == "empty":
+        (root / "test" / "pos").mkdir()
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.imagefolder"):
+        data = textfolder_data(root, "data.class_folders=[neg,pos]", "data.val_fraction=0.3")
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert warnings == [
+        f"'{root / 'test'}' holds no file of class pos, which train/ has: its metrics cover neg alone "
+        "(a model that always answers neg scores test/acc 1.0); add some to it"
+    ]
+    assert [label for _, label in data.test.loader.dataset.samples] == [0, 0]
+
+
+def test_without_class_folders_an_empty_class_folder_warns_and_a_missing_one_is_refused(tmp_path, caplog):
+    root = text_folder(tmp_path, {"neg": [b"a", b"b", b"c"], "pos": [b"d", b"e", b"f"]})
+    text_folder(root, {"neg": [b"g", b"h"]}, split="test")
+    (root / "test" / "pos").mkdir()  # the folders agree with train/'s: the split lacks pos's files
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.imagefolder"):
+        textfolder_data(root, "data.val_fraction=0.3")
+    assert f"'{root / 'test'}' holds no file of class pos, which train/ has" in caplog.text
+    (root / "test" / "pos").rmdir()  # train/'s folders declare the classes, and test/ disagrees: a layout mistake
+    with pytest.raises(ConfigError) as error:
+        textfolder_data(root, "data.val_fraction=0.3")
+    assert str(error.value).endswith("(missing ['pos'], extra []); val/ and test/ need the same class folders as "
+                                     "train/ (one may be empty: a warning)")  # fmt: skip
+    text_folder(root, {"unsup": [b"i"]})
+    (root / "test" / "pos").mkdir()
+    with pytest.raises(ConfigError) as error:  # aclImdb's train/unsup/, which test/ lacks
+        textfolder_data(root, "data.val_fraction=0.3")
+    assert str(error.value).endswith("or name the classes to read: data.class_folders=[neg,pos]")
+
+
+@pytest.mark.parametrize("names", ["[neg,nope]", "[neg,urls.txt]"])
+def test_class_folders_that_are_not_folders_of_train_are_one_line(tmp_path, names):
+    root = text_folder(tmp_path, {"neg": [b"a", b"b"], "pos": [b"c", b"d"]})
+    (root / "train" / "urls.txt").write_text("http://example.com")
+    with pytest.raises(ConfigError) as error:
+        textfolder_data(root, f"data.class_folders={names}")
+    assert error.value.key == "data.class_folders" and "\n" not in str(error.value)
+    assert f"names {names[5:-1]}, not a folder of '{root / 'train'}' (its folders: neg, pos)" in str(error.value)
+
+
 @pytest.mark.parametrize(
     ("layout", "fragment"),
     [
@@ -83,17 +144,56 @@ def test_a_bad_folder_is_one_line_naming_data_root(tmp_path, layout, fragment):
     assert error.value.key == "data.root" and fragment in str(error.value) and "\n" not in str(error.value)
 
 
-def test_a_file_that_is_not_utf8_is_refused_naming_it_or_skipped(tmp_path):
-    root = text_folder(tmp_path, {"neg": [b"fine", b"caf\xe9 latin-1"] * 5, "pos": [b"good"] * 10})
+def test_a_root_that_is_the_train_folder_itself_says_text_and_names_its_parent(tmp_path):
+    root = text_folder(tmp_path / "aclImdb", {"neg": [b"a"], "pos": [b"b"]})
+    with pytest.raises(ConfigError) as error:
+        textfolder_data(root / "train")
+    assert str(error.value) == (
+        f"data.root: folder '{root / 'train'}' has no train/ folder; expected "
+        f"{root / 'train'}/train/<class>/<files>.txt; it looks like a split's folder itself: set data.root={root}"
+    )
+    reviews = text_folder(tmp_path, {"neg": [b"a"], "pos": [b"b"]}, split="reviews") / "reviews"
+    with pytest.raises(ConfigError) as error:  # class folders straight under data.root, in no split's folder
+        textfolder_data(reviews)
+    assert str(error.value).endswith(
+        f"<files>.txt; if its folders (neg, pos) are the classes, move them into {reviews}/train/"
+    )
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_a_file_that_is_not_utf8_in_any_split_is_refused_at_start_naming_it_or_skipped(tmp_path, caplog, split):
+    root = text_folder(tmp_path, {"neg": [b"fine"] * 5, "pos": [b"good"] * 5})
+    text_folder(root, {"neg": [b"fine"] * 2, "pos": [b"good"] * 2}, split="test")
+    bad = root / split / "neg" / "cp1252.txt"
+    bad.write_bytes("caf\u00e9 \u201cquoted\u201d".encode("cp1252"))
+    with pytest.raises(ConfigError) as error:  # building the data reads every file: before any update
+        textfolder_data(root, "data.val_fraction=0.2")
+    assert str(error.value).startswith(f"data.root: cannot read text file '{bad}' (UnicodeDecodeError: 'utf-8' codec")
+    assert str(error.value).endswith("save it as UTF-8, remove it, or pass data.skip_bad_files=true to skip it "
+                                     "(counted in the log)")  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.text"):
+        skipping = textfolder_data(root, "data.val_fraction=0.2", "data.skip_bad_files=true")
+    assert (
+        f"'{root / split}': skipped 1 of {11 if split == 'train' else 5} text files that are not UTF-8" in caplog.text
+    )
+    listed = [
+        path for loader in (skipping.train, skipping.val, skipping.test) for path, _ in loader.loader.dataset.samples
+    ]
+    assert len(listed) == 14 and str(bad) not in listed
+    for path in list((root / "train" / "neg").iterdir()):
+        path.write_bytes(b"\xe9")  # every training file of a class: nothing of it is left to learn
+    with pytest.raises(ConfigError, match=re.escape(f"'{root / 'train'}': every text file of neg is not UTF-8")):
+        textfolder_data(root, "data.val_fraction=0.2", "data.skip_bad_files=true")
+
+
+def test_a_file_changed_after_the_start_is_refused_when_read_or_skipped(tmp_path):
+    root = text_folder(tmp_path, {"neg": [b"fine"] * 10, "pos": [b"good"] * 10})
     data = textfolder_data(root, "data.val_fraction=0.2", "data.test_fraction=0.2", "data.shuffle=false")
-    with pytest.raises(ConfigError, match=r"cannot read text file '.*neg/00[13579].txt'.*save it as UTF-8"):
+    bad = Path(data.train.loader.dataset.samples[1][0])
+    bad.write_bytes(b"caf\xe9 latin-1")
+    with pytest.raises(ConfigError, match=rf"cannot read text file '{re.escape(str(bad))}'.*save it as UTF-8"):
         for _ in data.train:
             pass
-    skipping = textfolder_data(root, "data.val_fraction=0.2", "data.test_fraction=0.2", "data.skip_bad_files=true")
-    seen = sum(len(labels) for _, labels in skipping.train)
-    assert seen == len(skipping.train.loader.dataset) - sum(
-        b"\xe9" in Path(path).read_bytes() for path, _ in skipping.train.loader.dataset.samples
-    )
 
 
 def test_token_budget_batches_of_a_text_folder_fit_the_budget(tmp_path):
@@ -105,6 +205,31 @@ def test_token_budget_batches_of_a_text_folder_fit_the_budget(tmp_path):
     assert all(rows * longest <= 256 and rows <= 16 for rows, longest in shapes)
     assert sum(rows for rows, _ in shapes) == data.train.num_samples == len(data.train.loader.dataset)
     assert data.longest == 64  # the longest training text, cut at data.max_length: what micro-batches of tokens hold
+
+
+@pytest.mark.parametrize("budget", [[], ["data.max_tokens=256"]])
+def test_a_limited_validation_is_a_seeded_sample_of_both_classes_and_carved_splits_are_stratified(tmp_path, budget):
+    from trainkit.tasks import evaluate
+    from trainkit.tasks.classification import Classification
+
+    class AlwaysNeg(torch.nn.Module):
+        def forward(self, inputs):
+            return torch.tensor([[1.0, 0.0]]).expand(len(inputs), 2)
+
+    # Texts of one length: one bucket, ordered as listed (class by class), and a val split carved from train/.
+    root = text_folder(tmp_path, {"neg": [b"n%09d" % i for i in range(40)], "pos": [b"p%09d" % i for i in range(40)]})
+    data = textfolder_data(root, "data.val_fraction=0.4", "data.test_fraction=0.1", "data.eval_batch_size=8", *budget)
+    val_labels = [label for _, label in data.val.loader.dataset.samples]
+    test_labels = [label for _, label in data.test.loader.dataset.samples]
+    assert (val_labels.count(0), val_labels.count(1), test_labels.count(0), test_labels.count(1)) == (16, 16, 4, 4)
+    assert next(iter(data.val))[1].tolist() == [0] * 8  # the whole split's first batch: neg alone
+    sampled = torch.cat([labels for _, labels in limited(data.val, 2)])
+    assert len(sampled) == 16 and 0 < int(sampled.sum()) < 16
+    task = Classification(num_classes=2)
+    for _ in range(2):  # two epochs' validations: the same sample
+        metrics = evaluate(AlwaysNeg(), data.val, lambda x: x, task, "fp32", CPU, limit=2)
+        assert metrics["samples"] == 16 and metrics["acc"] == pytest.approx(float((sampled == 0).float().mean()))
+    assert evaluate(AlwaysNeg(), data.val, lambda x: x, task, "fp32", CPU)["acc"] == 0.5  # whole: each text once
 
 
 def test_a_changed_corpus_source_refuses_the_resume():

@@ -48,6 +48,28 @@ def test_evaluation_counts_every_sample_once_over_the_ranks():
         assert seen == list(range(len(LENGTHS)))
 
 
+def test_a_limited_evaluation_is_a_seeded_sample_of_batches_the_same_every_epoch_disjoint_across_ranks():
+    def evaluation(rank, seed=7):
+        batches = TokenBudgetBatches(LENGTHS, 2048, 64, shuffle=False, seed=seed, rank=rank, world_size=2)
+        batches.set_limit(3)
+        return batches
+
+    shares = [epoch(evaluation(rank)) for rank in (0, 1)]
+    assert [len(share) for share in shares] == [3, 3] == [len(evaluation(rank)) for rank in (0, 1)]
+    assert not {i for batch in shares[0] for i in batch} & {i for batch in shares[1] for i in batch}
+    assert epoch(evaluation(0), 4) == shares[0] != epoch(evaluation(0, seed=8))  # the seed's, every epoch alike
+    whole = evaluation(0)
+    whole.set_limit(None)
+    shortest_first = int(LENGTHS[[i for batch in epoch(whole)[:3] for i in batch]].max())
+    assert max(int(LENGTHS[batch].max()) for batch in shares[0]) > shortest_first  # not the shortest texts alone
+    assert max(len(batch) * int(LENGTHS[batch].max()) for batch in shares[0]) <= 2048
+    everything = [TokenBudgetBatches(LENGTHS, 2048, 64, shuffle=False, seed=7, rank=r, world_size=2) for r in (0, 1)]
+    for batches in everything:
+        batches.set_limit(3)
+        batches.set_limit(None)  # a whole evaluation again: every sample once, as before any limit
+    assert sorted(i for batches in everything for batch in epoch(batches) for i in batch) == list(range(len(LENGTHS)))
+
+
 def test_the_shuffle_is_the_seeds_and_differs_every_epoch():
     def make(seed):
         return TokenBudgetBatches(LENGTHS, 2048, 32, seed=seed)
