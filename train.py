@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import hydra
 import torch
@@ -49,6 +50,7 @@ from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.runtime import (autocast, grad_scaler, nondeterministic_op_errors, pick_device, seed_everything,
                               set_math_modes)
 from trainkit.tasks import Task, backward_scale, evaluate, mean_over_update_tokens
+from trainkit.tasks.batches import detach
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
                                data_bound_advice, epoch_line, first_images, log_predictions, quiet_known_noise,
                                save_png, training_line, wandb_names, warn_if_data_bound, write_provenance,
@@ -166,23 +168,24 @@ def updates_per_epoch(cfg: DictConfig, loader) -> int:
     return math.ceil(batches_per_epoch(cfg, loader) / cfg.trainer.accumulate_grad_batches)
 
 
-def train_step(run: Run, inputs: torch.Tensor, targets: torch.Tensor, micro_batch_size: int | None = None,
-               group_size: int = 1, sync: bool = True, totals: EpochTotals | None = None) -> tuple:
-    """Forward, loss and backward of a batch in parts, weighed so the gradients sum to its update's (tasks.weighting).
-    The loop, both finders and micro_batch_size=auto call this: a change here (a second loss term) is theirs too."""
+def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_size: int = 1, sync: bool = True,
+               totals: EpochTotals | None = None) -> tuple:
+    """Forward, loss and backward of a batch (any nested tensors, on the device) in parts, weighed so the gradients
+    sum to its update's (tasks.weighting). task.step is what a part means: the model's forward and the loss.
+    The loop, both finders and micro_batch_size=auto call this: a change here is theirs too."""
+    task = run.task
     with autocast(run.precision, run.device):  # the whole batch: MixUp/CutMix mix across it
-        inputs, targets = run.task.augment(run.train_transform(inputs), targets)
-    parts = micro_batches(inputs, targets, micro_batch_size, tokens=run.data.kind == "tokens")  # tokens: N tokens
-    for n, (part_inputs, part_targets, share) in enumerate(parts, start=1):
+        batch = task.augment(task.transform(batch, run.train_transform))
+    parts = micro_batches(batch, micro_batch_size, tokens=run.data.kind == "tokens")  # tokens: N tokens
+    for n, (part, share) in enumerate(parts, start=1):
         with gradient_sync(run.trained_model, enabled=sync and n == len(parts)), autocast(run.precision, run.device):
-            outputs = run.trained_model(part_inputs)
-            loss = run.task.loss(outputs.float(), part_targets)
+            loss, outputs = task.step(run.trained_model, part)
             run.timer.phase("backward")
-            part_weight = run.task.weight(part_targets)  # samples, or real tokens
-            run.scaler.scale(loss * backward_scale(run.task, part_weight, share, group_size)).backward()
+            part_weight = task.weight(part)  # samples, or real tokens
+            run.scaler.scale(loss * backward_scale(task, part_weight, share, group_size)).backward()
         if totals is not None:
-            totals.add(loss.detach(), run.task.metric_sums(outputs.detach(), part_targets), part_inputs, part_weight)
-    return loss.detach(), run.task.weight(targets)  # the last part's loss, what the batch weighs
+            totals.add(loss.detach(), task.metric_sums(detach(outputs), task.targets(part)), part, part_weight)
+    return loss.detach(), task.weight(batch)  # the last part's loss, what the batch weighs
 
 
 def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> dict:
@@ -205,9 +208,9 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         group_start = i - i % accumulate  # an update's batches form a group; each weighs 1 / its real size:
         group_size = min(accumulate, num_batches - group_start)  # the epoch's last group may be short
         is_update = i - group_start == group_size - 1
-        inputs, targets = run.task.inputs_and_targets(batch, device)
+        batch = run.task.to_device(batch, device)
         run.timer.batch_ready()  # waiting for data (the loader, the copy) ends here; the rest is the step
-        loss, _ = train_step(run, inputs, targets, trainer.micro_batch_size, group_size, is_update, totals)
+        loss, _ = train_step(run, batch, trainer.micro_batch_size, group_size, is_update, totals)
         run.timer.phase("optimizer_step")
         if is_update:  # a tokens task: the mean over the update's real tokens, every rank's
             mean_over_update_tokens(run.task, model, totals.update_weight(), run.proc.world_size)

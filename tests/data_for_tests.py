@@ -44,3 +44,44 @@ class DigitsTable(Data):
         parts = carve(len(values), {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed)
         train, val, test = ((features[parts[s]], values[parts[s]]) for s in ("train", "val", "test"))
         return Splits(train, val, test, num_classes=1)
+
+
+class _Signals(torch.utils.data.Dataset):
+    def __init__(self, pixels: torch.Tensor, labels: torch.Tensor):
+        self.pixels, self.labels = pixels, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> dict:
+        length = 16 + index * 7 % 49  # 16 to 64 values: the digit's first rows of pixels
+        return {"signal": self.pixels[index, :length], "label": self.labels[index]}
+
+
+@dataclass(kw_only=True)
+class DigitSignals(Data):
+    """The digits as 1-D signals of uneven lengths (each a digit's first 16 to 64 pixels), read as file data is
+    (DataLoader, the option's collate): batches are dicts, {"signal": [B, T] zero-padded to the batch's longest,
+    "lengths": [B], "label": [B]}. A data kind whose batch is not an (inputs, targets) pair."""
+
+    val_fraction: float
+    test_fraction: float
+    split_seed: int
+
+    uses_root: ClassVar[bool] = False
+    in_memory: ClassVar[bool] = False
+
+    def splits(self) -> FileSplits:
+        pixels, target = read_digits()
+        signals, labels = torch.from_numpy(pixels).float().div_(16), torch.from_numpy(target).long()
+        parts = carve(len(labels), {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed)
+        train, val, test = (_Signals(signals[parts[s]], labels[parts[s]]) for s in ("train", "val", "test"))
+        return FileSplits(train, val, test, num_classes=10)
+
+    def collate(self, items: list[dict]) -> dict:
+        signals = [item["signal"] for item in items]
+        return {
+            "signal": torch.nn.utils.rnn.pad_sequence(signals, batch_first=True),
+            "lengths": torch.tensor([len(signal) for signal in signals]),
+            "label": torch.stack([item["label"] for item in items]),
+        }

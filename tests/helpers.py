@@ -149,7 +149,8 @@ def record_run(tmp_path: Path, monkeypatch, *overrides: str, prepare: Callable |
 
         def loss(outputs, targets):
             value = task_loss(outputs, targets)
-            recording.losses.append((outputs.detach().clone(), targets.clone(), value.detach().clone()))
+            if run.model.training:  # evaluation's task.step scores its batches too; val/ is evaluation_loss's
+                recording.losses.append((outputs.detach().clone(), targets.clone(), value.detach().clone()))
             return value
 
         run.model.register_forward_hook(on_forward)

@@ -248,3 +248,27 @@ class PreemptedGPT(PreemptedAt, GPT):
 
 class PreemptedSequenceClassifier(PreemptedAt, SequenceClassifier):
     """The SequenceClassifier, preempted at `preempt_at`."""
+
+
+class LengthsNet(nn.Module):
+    """A dict batch's model, two inputs: signals [B, T] zero-padded and their lengths [B] -> [B, num_classes].
+    What lies past a signal's length is masked out, and each position has its own weights (no normalization over
+    the batch), so neither the padding nor how a batch is cut can change a signal's outputs."""
+
+    def __init__(self, max_length: int, num_classes: int):
+        super().__init__()
+        self.max_length = max_length
+        self.linear = nn.Linear(max_length, num_classes)
+
+    def forward(self, signal, lengths):
+        real = torch.arange(signal.shape[1], device=signal.device) < lengths[:, None]
+        return self.linear(nn.functional.pad(signal * real, (0, self.max_length - signal.shape[1])))
+
+
+class WithAuxiliaryOutput(NoNormCNN):
+    """NoNormCNN returning (logits, aux): aux is the mean square of its pooled features, an intermediate
+    activation, for a task to add as an auxiliary loss."""
+
+    def forward(self, x):
+        features = self.body[:-1](x)
+        return self.body[-1](features), features.pow(2).mean()

@@ -58,7 +58,7 @@ class TokenTagging(Task):
 
     def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         real = targets.flatten() != -100
-        return F.cross_entropy(outputs.flatten(0, 1)[real], targets.flatten()[real], reduction="none")
+        return F.cross_entropy(outputs.float().flatten(0, 1)[real], targets.flatten()[real], reduction="none")
 
     def empty_metric_sums(self, device: torch.device) -> Tensor:
         return torch.zeros(2, device=device)
@@ -74,3 +74,36 @@ class TokenTagging(Task):
 
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:
         return {"class": outputs.argmax(dim=-1)}
+
+
+class SignalClassification(Classification):
+    """Classification of dict batches, {"signal": [B, T] zero-padded, "lengths": [B], "label": [B]} (data_for_tests.
+    DigitSignals): the model takes the signal and its lengths (models_for_tests.LengthsNet). What a dict batch
+    needs of a task: where the data's transform goes, what the model is given, what the outputs are scored against."""
+
+    def transform(self, batch: dict, transform) -> dict:
+        return {**batch, "signal": transform(batch["signal"])}
+
+    def augment(self, batch: dict) -> dict:
+        return batch  # nothing to mix
+
+    def step(self, model, batch: dict) -> tuple[Tensor, Tensor]:
+        outputs = model(batch["signal"], batch["lengths"])
+        return self.loss(outputs.float(), batch["label"]), outputs
+
+    def targets(self, batch: dict) -> Tensor:
+        return batch["label"]
+
+
+class AuxiliaryLoss(Classification):
+    """Classification of a model that returns (logits, aux) (models_for_tests.WithAuxiliaryOutput): trains on
+    cross-entropy + aux_weight x aux; the metrics, val/loss and predictions score the logits alone."""
+
+    def __init__(self, *args, aux_weight: float = 0.5, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.aux_weight = aux_weight
+
+    def step(self, model, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        inputs, targets = batch
+        logits, aux = model(inputs)
+        return self.loss(logits.float(), targets) + self.aux_weight * aux, logits

@@ -195,7 +195,7 @@ def test_add_your_own_task_recipe_trains_and_reports_the_task_metrics(tmp_path):
         metrics = task.metrics(task.metric_sums(outputs, test_targets))
         return {"test/loss": loss, **{f"test/{name}": value for name, value in metrics.items()}}
 
-    test_batches = [task.inputs_and_targets(batch, torch.device("cpu")) for batch in data.test]
+    test_batches = [task.to_device(batch, torch.device("cpu")) for batch in data.test]
     test_targets = torch.cat([targets for _, targets in test_batches])
     best = torch.load(run_dir / "checkpoints" / "best.pt", map_location="cpu", weights_only=True)["model"]
     trained, untrained = test_metrics(best), test_metrics(None)
@@ -204,6 +204,6 @@ def test_add_your_own_task_recipe_trains_and_reports_the_task_metrics(tmp_path):
         better = value > untrained[name] if higher_is_better(task, name) else value < untrained[name]
         assert better, f"{name}: {value} trained, {untrained[name]} untrained"
     if "mae" in task_class.metric_names:  # the README's regression: well within the best constant guess
-        train_targets = torch.cat([task.inputs_and_targets(batch, torch.device("cpu"))[1] for batch in data.train])
+        train_targets = torch.cat([task.targets(task.to_device(batch, torch.device("cpu"))) for batch in data.train])
         guess = (test_targets - train_targets.median()).abs().mean().item()
         assert trained["test/mae"] < guess / 2, f"test/mae {trained['test/mae']}, a constant guess {guess}"

@@ -1,9 +1,10 @@
 """Loaders that shard a split across ranks: two sampler rules, two ways of fetching a batch.
 
-Both loaders share the contract train.py relies on: iterate for `(inputs, targets)`,
-`len()` is this rank's batch count of a whole epoch, `num_samples` this rank's samples per
-epoch, `set_epoch(epoch, start_batch)` reshuffles deterministically before each epoch and
-skips the batches a resumed run already trained, and `epoch_batches(epoch)` lists an epoch's batches.
+Both loaders share the contract train.py relies on: iterate for batches (tensors: `(inputs, targets)`;
+files: what the option's collate makes), `len()` is this rank's batch count of a whole epoch, `num_samples`
+this rank's samples per epoch, and `set_epoch(epoch, start_batch)` reshuffles deterministically before each
+epoch and skips the batches a resumed run already trained, and `epoch_batches(epoch)` lists an epoch's
+batches.
 
 Which rule shards a split: training loaders (`train=True`) use torch's DistributedSampler, the
 same number of samples on every rank; evaluation loaders (`train=False`) the exact split, each

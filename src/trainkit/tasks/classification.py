@@ -34,14 +34,14 @@ class Classification(Task):
         self.label_smoothing = label_smoothing
         self.mixing = LabelMixing({"mixup_alpha": mixup_alpha, "cutmix_alpha": cutmix_alpha}, num_classes)
 
-    def augment(self, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-        return self.mixing(inputs, targets)
+    def augment(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        return self.mixing(*batch)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return F.cross_entropy(outputs, targets, label_smoothing=self.label_smoothing)
 
     def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        return F.cross_entropy(outputs, targets, reduction="none")
+        return F.cross_entropy(outputs.float(), targets, reduction="none")
 
     def empty_metric_sums(self, device: torch.device) -> Tensor:
         return torch.zeros(2, device=device)  # right predictions, samples

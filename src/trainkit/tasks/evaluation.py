@@ -8,6 +8,7 @@ calls it on its own shard (the evaluation sampler splits without padding): the s
 are all-reduced before dividing, never per-rank means.
 """
 
+import functools
 from collections.abc import Callable, Iterable
 
 import torch
@@ -16,6 +17,7 @@ from torch import nn
 from trainkit.data.loaders import limited
 from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.runtime import autocast
+from trainkit.tasks import batches
 from trainkit.tasks.task import Task
 
 
@@ -36,15 +38,17 @@ def evaluate(
     model.eval()
     loss_sum, sums = torch.zeros(1, device=device), task.empty_metric_sums(device)
     weight, samples = torch.zeros(1, device=device), 0
+    forward = functools.partial(model_outputs, model, task=task, tta_flip=True) if tta_flip else model  # images
     with torch.no_grad():
         for batch in limited(loader, limit):  # limit: a seeded sample of so many batches a process, every call the same
-            inputs, targets = task.inputs_and_targets(batch, device)
             with autocast(precision, device):
-                outputs = model_outputs(model, transform(inputs), task, tta_flip)
-            loss_sum += task.evaluation_loss(outputs.float(), targets).sum()
+                batch = task.transform(task.to_device(batch, device), transform)
+                _, outputs = task.step(forward, batch)  # the training loss, unused: val/loss is evaluation_loss's
+            targets = task.targets(batch)
+            loss_sum += task.evaluation_loss(outputs, targets).sum()
             sums += task.metric_sums(outputs, targets)
-            weight += task.weight(targets)
-            samples += len(targets)
+            weight += task.weight(batch)
+            samples += batches.samples(batch)
     counts = torch.cat([weight, torch.full((1,), float(samples), device=device)])
     totals = all_reduce_sum(torch.cat([loss_sum, counts, sums]))
     loss_sum, weight_sum, samples_sum = totals[:3].tolist()
@@ -53,8 +57,8 @@ def evaluate(
 
 def model_outputs(model: nn.Module, inputs: torch.Tensor, task: Task, tta_flip: bool = False) -> torch.Tensor:
     """The model's outputs for a transformed batch; with `tta_flip`, the mean of the batch's and
-    its mirror's (unmirrored by the task). Evaluation, eval.py's figures and its predictions share
-    it, so all three see the same outputs."""
+    its mirror's (unmirrored by the task). Evaluation (the model its task.step calls), eval.py's
+    figures and its predictions share it, so all three see the same outputs."""
     outputs = model(inputs)
     if tta_flip:
         outputs = (outputs + task.mirror_outputs(model(inputs.flip(-1)))) / 2

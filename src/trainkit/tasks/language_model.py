@@ -47,9 +47,9 @@ class LanguageModel(Task):
         self.sample_tokens, self.sample_temperature, self.sample_top_k = sample_tokens, sample_temperature, sample_top_k
         self.sample_seed, self.prompt_bytes = sample_seed, prompt_bytes
 
-    def inputs_and_targets(self, batch: tuple[Tensor, Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
-        inputs, targets = batch
-        return inputs.to(device, non_blocking=True).long(), targets.to(device, non_blocking=True).long()
+    def to_device(self, batch: tuple[Tensor, Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
+        inputs, targets = super().to_device(batch, device)
+        return inputs.long(), targets.long()
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return F.cross_entropy(outputs.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)

@@ -42,8 +42,8 @@ class Segmentation(Task):
         self.crop_padding = crop_padding
         self.class_names = list(class_names) if class_names else None  # index k names class k
 
-    def inputs_and_targets(self, batch: Any, device: torch.device) -> tuple[Tensor, Tensor]:
-        inputs, targets = super().inputs_and_targets(batch, device)
+    def to_device(self, batch: Any, device: torch.device) -> tuple[Tensor, Tensor]:
+        inputs, targets = super().to_device(batch, device)
         if targets.dim() != inputs.dim() - 1 or targets.is_floating_point():
             raise ConfigError(
                 "task",
@@ -52,8 +52,8 @@ class Segmentation(Task):
             )
         return inputs, targets
 
-    def augment(self, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-        return augment_image_and_mask(inputs, targets, self.horizontal_flip, self.crop_padding)
+    def augment(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        return augment_image_and_mask(*batch, self.horizontal_flip, self.crop_padding)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         check_per_pixel(outputs, targets)
@@ -61,7 +61,8 @@ class Segmentation(Task):
 
     def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         check_per_pixel(outputs, targets)
-        return F.cross_entropy(outputs, targets, reduction="none").flatten(1).mean(dim=1)  # each image's pixel mean
+        per_pixel = F.cross_entropy(outputs.float(), targets, reduction="none")
+        return per_pixel.flatten(1).mean(dim=1)  # each image's pixel mean
 
     def empty_metric_sums(self, device: torch.device) -> Tensor:
         return torch.zeros(self.num_classes**2, device=device)

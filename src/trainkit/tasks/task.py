@@ -3,15 +3,27 @@ measure. The loop, evaluation, both finders, eval.py and the summary call these 
 nothing else task-specific, so a new task (regression, multi-label, detection) is one class and
 one conf/task/<name>.yaml, with train.py left as it is:
 
-    inputs, targets = task.inputs_and_targets(batch, device)   # a loader's batch, on the device
-    inputs, targets = task.augment(inputs, targets)            # training batches, after the batch transform
-    loss = task.loss(outputs, targets)                         # the training loss, a mean over what the task weighs
-    weight = task.weight(targets)                              # what the batch weighs: samples, or real tokens
-    losses = task.evaluation_loss(outputs, targets)            # one plain loss a weighed unit: val/loss, test/loss
-    sums = task.metric_sums(outputs, targets)                  # 1-D, on the device: summed over batches and ranks
-    task.metrics(sums)                                         # {"acc": ...}: from the sums of every rank
-    task.mirror_outputs(outputs)                               # a mirrored input's outputs, unmirrored (tta_flip)
-    task.predict(outputs)                                      # what eval.py writes for predict=
+    batch = task.to_device(batch, device)        # a loader's batch (any nested tensors: trainkit.tasks.batches)
+    batch = task.transform(batch, transform)     # the data option's batch transform (images: on the inputs)
+    batch = task.augment(batch)                  # training batches, after the transform (MixUp/CutMix)
+    loss, outputs = task.step(model, batch)      # THE step: forward and the training loss, a mean over what it weighs
+    weight = task.weight(batch)                  # what the batch weighs: samples, real tokens, or a count of its own
+    targets = task.targets(batch)                # what the outputs are scored against
+    losses = task.evaluation_loss(outputs, targets)  # one plain loss a weighed unit: val/loss, test/loss
+    sums = task.metric_sums(outputs, targets)    # 1-D, on the device: summed over batches and ranks
+    task.metrics(sums)                           # {"acc": ...}: from the sums of every rank
+    task.mirror_outputs(outputs)                 # a mirrored input's outputs, unmirrored (tta_flip)
+    task.predict(outputs)                        # what eval.py writes for predict=
+
+A batch is whatever the data's loader yields (a pair, a dict, lengths beside values, several inputs);
+the loop moves, cuts into micro-batches and counts it without looking inside (trainkit.tasks.batches).
+`step` is the one place that gives a batch to the model: the loop, evaluation (with `tta_flip`, `model`
+averages an input's and its mirror's outputs), both finders and micro_batch_size=auto call it, on a
+micro-batch part as on a whole batch. Its `outputs` are what the scoring methods take. The defaults
+here are for (inputs, targets) pairs: `model(inputs)` and `loss(outputs, targets)`. A model that
+returns (logits, aux), an auxiliary loss, two views or a model that computes its own loss is a `step`
+of your own; a dict batch is a `step`, `targets` and `transform` of your own (tests/tasks_for_tests.py
+has both).
 
 Metrics are sums, never means: evaluation adds the batches' sums on the device and all-reduces
 them across ranks once, so each sample counts exactly once and no rank's mean is averaged with
@@ -25,18 +37,22 @@ mean over its samples, as today), or by its real target tokens (a language model
 classifier: `loss` is the mean over the batch's real tokens, `weight` counts them, `evaluation_loss`
 gives one loss a real token). For "tokens" the loop makes an update's loss the mean over all real tokens
 of the update, across micro-batches, accumulated batches and ranks, and val/loss, test/loss and
-train/loss are per token.
+train/loss are per token. A task weighing something else returns its count from `weight` and a loss
+that is the mean over it, with `weighs = "tokens"` (the update then means over that count).
 """
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from trainkit.tasks import batches
+
 
 class Task:
-    """The defaults a task may keep: batches are (inputs, targets) pairs, no task-level
-    augmentation, mirrored outputs mean what they meant. Subclasses implement the rest."""
+    """The defaults a task may keep: batches are (inputs, targets) pairs, the data's transform runs on the
+    inputs, no task-level augmentation, mirrored outputs mean what they meant. Subclasses implement the rest."""
 
     metric_names: ClassVar[tuple[str, ...]] = ()
     minimized_metrics: ClassVar[tuple[str, ...]] = ()  # of metric_names, those where lower is better (an error)
@@ -45,22 +61,35 @@ class Task:
     mixes_batches: ClassVar[bool] = False  # its augment() runs MixUp/CutMix (augmentation.mixup_alpha, cutmix_alpha)
     weighs: ClassVar[str] = "samples"  # "samples" | "tokens": what a batch's loss is the mean over
 
-    def inputs_and_targets(self, batch: Any, device: torch.device) -> tuple[Tensor, Tensor]:
-        inputs, targets = batch
-        return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+    def to_device(self, batch: Any, device: torch.device) -> Any:
+        return batches.to_device(batch, device)
 
-    def augment(self, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-        return inputs, targets
+    def transform(self, batch: Any, transform: Callable[[Tensor], Tensor]) -> Any:
+        inputs, targets = batch
+        return transform(inputs), targets
+
+    def augment(self, batch: Any) -> Any:
+        return batch
+
+    def step(self, model: Callable[..., Any], batch: Any) -> tuple[Tensor, Any]:
+        """The training loss of a batch (a mean over what it weighs) and what the scoring methods take: here the
+        model's outputs for the pair's inputs, scored in fp32 against its targets."""
+        inputs, targets = batch
+        outputs = model(inputs)
+        return self.loss(outputs.float(), targets), outputs
+
+    def targets(self, batch: Any) -> Any:
+        return batch[1]
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def weight(self, targets: Tensor) -> int | Tensor:
+    def weight(self, batch: Any) -> int | Tensor:
         """What a batch weighs: its number of samples (known on the host, no sync); for a task that weighs
         tokens, its real target tokens (targets != -100, the ignored index) as a 0-d tensor on the device."""
         if self.weighs == "tokens":
-            return (targets != -100).sum()
-        return len(targets)
+            return (self.targets(batch) != -100).sum()
+        return batches.samples(batch)
 
     def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         raise NotImplementedError

@@ -1,6 +1,6 @@
 """How the parts of an update weigh in its gradient: by samples (as a mean of batch means), or by real tokens.
 
-    scale = backward_scale(task, task.weight(part_targets), share, group_size)
+    scale = backward_scale(task, task.weight(part), share, group_size)
     scaler.scale(loss * scale).backward()                   # each micro-batch part of each batch of the update
     mean_over_update_tokens(task, model, update_weight, world_size)   # at the update, before clipping and the step
 

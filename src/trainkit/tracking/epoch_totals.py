@@ -3,23 +3,25 @@
 epoch's end.
 
     totals = EpochTotals(device)           # before the loop: samples/s is timed from here
-    totals.add(loss.detach(), task.metric_sums(outputs.detach(), targets), len(targets))   # each batch
+    totals.add(loss.detach(), task.metric_sums(outputs, targets), batch, weight)   # each batch (or its number)
     totals.interval_mean_loss()            # a logging step, on every rank: the mean since the last one
     totals.epoch_metrics(task)             # after the loop: train/loss, train/<metric>, train/samples_per_sec
 
-train/loss is the mean over what the task weighs: `add(..., weight=task.weight(targets))` (real tokens
+train/loss is the mean over what the task weighs: `add(..., weight=task.weight(batch))` (real tokens
 for a task that weighs tokens; the samples otherwise). Token data (`EpochTotals(device, tokens=True,
-pad_id=...)`, `add` given each part's inputs) also reports train/tokens_per_sec (real tokens) and
+pad_id=...)`, `add` given each part) also reports train/tokens_per_sec (real tokens) and
 train/padding_fraction (the padded share of the batches' token slots). `update_weight()` is what the
 parts since the last update weigh: the loop divides a tokens task's gradients by it.
 """
 
 import time
+from typing import Any
 
 import torch
 from torch import nn
 
 from trainkit.distributed.process_group import all_reduce_sum
+from trainkit.tasks import batches
 from trainkit.tasks.task import Task
 from trainkit.tracking.mfu import flops_per_token, model_flops_utilization
 
@@ -46,19 +48,16 @@ class EpochTotals:
         self.started = time.perf_counter()
 
     def add(
-        self,
-        loss: torch.Tensor,
-        metric_sums: torch.Tensor,
-        inputs: int | torch.Tensor,
-        weight: int | torch.Tensor | None = None,
+        self, loss: torch.Tensor, metric_sums: torch.Tensor, batch: Any, weight: int | torch.Tensor | None = None
     ) -> None:
-        """One batch (or micro-batch part): its `inputs` (or their number of samples), `loss` its mean over
-        what it weighs (`weight`; None: its samples), `metric_sums` the task's sums for it. Token data counts
-        the real tokens and padding of the inputs."""
-        size = inputs if isinstance(inputs, int) else len(inputs)
-        if self.tokens and not isinstance(inputs, int):
-            self.real_tokens += inputs.numel() if self.pad_id is None else (inputs != self.pad_id).sum()
-            self.token_slots += inputs.numel()
+        """One batch (or micro-batch part): the `batch` itself (any nested tensors; or its number of samples),
+        `loss` its mean over what it weighs (`weight`; None: its samples), `metric_sums` the task's sums for it.
+        Token data counts the real tokens and padding of the batch's ids (its first tensor)."""
+        size = batch if isinstance(batch, int) else batches.samples(batch)
+        if self.tokens and not isinstance(batch, int):
+            ids = batches.first_tensor(batch)
+            self.real_tokens += ids.numel() if self.pad_id is None else (ids != self.pad_id).sum()
+            self.token_slots += ids.numel()
         weight = size if weight is None else weight
         self.loss_sum += loss * weight
         self.weight_sum += weight

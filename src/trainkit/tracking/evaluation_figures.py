@@ -63,7 +63,7 @@ def predicted_on(
     masks = None
     with torch.no_grad():
         for batch in loader:
-            images, targets = task.inputs_and_targets(batch, device)
+            images, targets = task.to_device(batch, device)  # images: (images, targets) pairs
             with autocast(precision, device):
                 outputs = model_outputs(model, transform(images), task, tta_flip)
             predicted = task.predict(outputs)

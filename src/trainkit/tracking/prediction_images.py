@@ -36,7 +36,7 @@ def first_images(loader: Iterable, task: Task, count: int, device: torch.device)
     targets, on `device`: the images log_predictions shows every epoch."""
     images, targets, found = [], [], 0
     for batch in loader:
-        inputs, batch_targets = task.inputs_and_targets(batch, device)
+        inputs, batch_targets = task.to_device(batch, device)  # image and token data: (inputs, targets) pairs
         images.append(inputs[: count - found])
         targets.append(batch_targets[: count - found])
         found += len(images[-1])

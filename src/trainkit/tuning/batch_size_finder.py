@@ -2,7 +2,7 @@
 binary-search between the last fit and the first failure, keep a safety margin (none when even
 `max_batch_size` fits: then the cap, not memory, stopped the search).
 
-    probe = training_step_probe(model, loss_fn, images, labels, transform, precision)
+    probe = training_step_probe(model, (images, labels), loss_fn, transform, precision)
     batch_size = find_batch_size(probe, start=2, max_batch_size=4096, safety_margin=0.9, device=device)
 
 "Does not fit" means one of:
@@ -30,6 +30,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from omegaconf import DictConfig
@@ -38,6 +39,7 @@ from torch import nn
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.distributed.process_group import min_across_ranks
 from trainkit.errors import ConfigError
+from trainkit.tasks import batches
 from trainkit.tasks.task import Task
 
 log = logging.getLogger(__name__)
@@ -176,43 +178,43 @@ def find_batch_size(
 
 def training_step_probe(
     model: nn.Module,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
-    images: torch.Tensor,
-    labels: torch.Tensor,
+    batch: Any,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     precision: str = "fp32",
     after_train: Callable[[nn.Module], None] | None = None,
-    step: Callable[[torch.Tensor, torch.Tensor], object] | None = None,
+    step: Callable[[Any], object] | None = None,
 ) -> Callable[[int], None]:
     """A try_step for find_batch_size: forward and backward of one training batch of the asked
-    size, built by repeating the sample batch (`images`, `labels`, already on the model's
-    device), so shapes and dtypes are the real ones. `step(inputs, targets)`, when given, is that
-    forward and backward (train.py's, with its batch transform); else `loss_fn(model(transform(inputs)),
-    targets).backward()` under autocast. No optimizer step: the weights do not
-    change, and after each try the buffers (BatchNorm statistics), gradients and train/eval modes
-    are put back as they were when the probe was made, and torch's RNGs (CPU and the device's;
+    size, built by repeating the samples of `batch` (already on the model's device; any nested
+    tensors, trainkit.tasks.batches), so shapes and dtypes are the real ones. `step(batch)`, when given,
+    is that forward and backward (train.py's: its batch transform, task.step); else, for an (images, labels)
+    pair, `loss_fn(model(transform(images)), labels).backward()` under autocast. No optimizer step: the
+    weights do not change, and after each try the buffers (BatchNorm statistics), gradients and train/eval
+    modes are put back as they were when the probe was made, and torch's RNGs (CPU and the device's;
     dropout and augmentation draw from them) as they were before the try."""
     from trainkit.runtime import autocast
 
-    device = images.device
+    device = batches.first_tensor(batch).device
     buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
     grads = [(param, None if param.grad is None else param.grad.detach().clone()) for param in model.parameters()]
     modes = [(module, module.training) for module in model.modules()]
 
     def try_step(batch_size: int) -> None:
-        index = torch.arange(batch_size, device=device) % images.shape[0]
+        repeated = batches.rows(batch, torch.arange(batch_size, device=device) % batches.samples(batch))
         try:
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                 model.train()
                 if after_train is not None:
                     after_train(model)
                 if step is not None:
-                    step(images[index], labels[index])
+                    step(repeated)
                     return
                 assert loss_fn is not None, "training_step_probe: pass loss_fn or step"
+                images, labels = repeated
                 with autocast(precision, device):
-                    logits = model(transform(images[index]) if transform is not None else images[index])
-                    loss = loss_fn(logits.float(), labels[index])
+                    logits = model(transform(images) if transform is not None else images)
+                    loss = loss_fn(logits.float(), labels)
                 loss.backward()
         finally:
             with torch.no_grad():
@@ -244,17 +246,17 @@ def find_batch_size_for_run(
     model: nn.Module,
     task: Task,
     loader: TensorLoader | FileLoader,
-    step: Callable[[torch.Tensor, torch.Tensor], object],
+    step: Callable[[Any], object],
 ) -> int:
     """`batch_size_finder.*` (cfg) applied to train.py's model (on its device), task, data and training step
-    (`step(inputs, targets)`: forward and backward of a batch, before its batch transform): the per-process batch
+    (`step(batch)`: forward and backward of a batch on the device, before its batch transform): the per-process batch
     size to use, the same on every rank (the smallest any rank found). At most this rank's share of
     the training split: a larger batch would repeat no sample, only make one short update an epoch."""
     from trainkit.models.finetune import apply_frozen_bn_eval
 
     device = next(model.parameters()).device
-    inputs, targets = task.inputs_and_targets(next(iter(loader)), device)
-    probe = training_step_probe(model, None, inputs, targets, after_train=apply_frozen_bn_eval, step=step)
+    batch = task.to_device(next(iter(loader)), device)
+    probe = training_step_probe(model, batch, after_train=apply_frozen_bn_eval, step=step)
     cap = None if cfg.memory_cap_gb is None else int(cfg.memory_cap_gb * 2**30)
     max_batch_size, max_batch_size_from = cfg.max_batch_size, "batch_size_finder.max_batch_size"
     share = len(loader.sampler)  # this rank's training samples an epoch: the split / the number of processes

@@ -263,8 +263,8 @@ def lr_range_test_for_run(
     step: Callable[..., tuple[torch.Tensor, Any]] | None = None,
 ) -> LRFinderResult:
     """`lr_finder.*` run on train.py's `Run` (its trained_model, optimizer, scheduler, scaler,
-    data.train, task, device and cfg) with train.py's training step: `step(run, inputs, targets)` is the
-    forward, loss and backward of a batch, returning (loss, what the batch weighs); a task that
+    data.train, task, device and cfg) with train.py's training step: `step(run, batch)` is the forward,
+    loss and backward of a batch on the device (task.step's), returning (loss, what the batch weighs); a task that
     weighs tokens then takes the mean over the batch's tokens, as the loop does. On the rank that
     passes `plot_path`, the plot is saved there (not after a stop: `should_stop`, see lr_range_test)."""
     from trainkit.models.finetune import apply_frozen_bn_eval
@@ -275,7 +275,7 @@ def lr_range_test_for_run(
     world_size = torch.distributed.get_world_size() if is_distributed() else 1
 
     def forward_backward(model: nn.Module, batch: Any) -> torch.Tensor:  # one update of one batch
-        loss, weight = step(run, *task.inputs_and_targets(batch, run.device))
+        loss, weight = step(run, task.to_device(batch, run.device))
         mean_over_update_tokens(task, model, weight, world_size)
         return loss
 

@@ -1,7 +1,7 @@
 """trainer.micro_batch_size: one batch trained as several smaller forward/backward passes, one update.
 
-    for inputs_part, targets_part, share in micro_batches(inputs, targets, trainer.micro_batch_size):
-        loss = task.loss(model(inputs_part), targets_part)
+    for part, share in micro_batches(batch, trainer.micro_batch_size):   # any batch: a pair, a dict, ...
+        loss, outputs = task.step(model, part)
         (loss * share / group_size).backward()     # share: this part's samples / the batch's (train.py's train_step)
 
 A batch of B samples is cut into parts of N (the last may be smaller). The task's loss is a mean over
@@ -26,14 +26,16 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from omegaconf import DictConfig
-from torch import Tensor, nn
+from torch import nn
 
 from trainkit.data import DataBundle
 from trainkit.distributed.process_group import any_rank
 from trainkit.errors import ConfigError
+from trainkit.tasks import batches
 from trainkit.tasks.task import Task
 from trainkit.tuning.batch_size_finder import (
     free_memory,
@@ -46,21 +48,17 @@ from trainkit.tuning.batch_size_finder import (
 log = logging.getLogger(__name__)
 
 
-def micro_batches(
-    inputs: Tensor, targets: Tensor, size: int | None, tokens: bool = False
-) -> list[tuple[Tensor, Tensor, float]]:
-    """(inputs, targets, share of the batch) for each part of at most `size` samples; the whole batch
-    as its one part when `size` is None or not smaller than the batch (no copy, no extra op). `tokens`
-    (token data, inputs [B, T]): `size` counts tokens, a part holds size // T sequences (at least one)."""
-    total = len(inputs)
+def micro_batches(batch: Any, size: int | None, tokens: bool = False) -> list[tuple[Any, float]]:
+    """(part, share of the batch) for each part of at most `size` samples, cut from every tensor of the batch
+    (any nested structure: trainkit.tasks.batches.split); the whole batch as its one part when `size` is None
+    or not smaller than the batch (no copy, no extra op). `tokens` (token data: the batch's first tensor holds
+    the ids, [B, T]): `size` counts tokens, a part holds size // T sequences (at least one)."""
+    total = batches.samples(batch)
     if size is not None and tokens:
-        size = max(1, size // max(1, inputs[0].numel()))
+        size = max(1, size // max(1, batches.first_tensor(batch)[0].numel()))
     if size is None or size >= total:
-        return [(inputs, targets, 1.0)]
-    return [
-        (part_inputs, part_targets, len(part_inputs) / total)
-        for part_inputs, part_targets in zip(inputs.split(size), targets.split(size), strict=True)
-    ]
+        return [(batch, 1.0)]
+    return [(part, batches.samples(part) / total) for part in batches.split(batch, size)]
 
 
 def find_micro_batch_size(
@@ -123,23 +121,23 @@ def find_micro_batch_size_for_run(
     model: nn.Module,
     task: Task,
     data: DataBundle,
-    step: Callable[[Tensor, Tensor], object],
+    step: Callable[[Any], object],
 ) -> int:
     """trainer.micro_batch_size=auto for train.py: tried on the first training batch with the real
-    model (on its device) and train.py's `step` (forward and backward of a part, no update; the probe puts gradients,
-    BatchNorm statistics, modes and RNG streams back as they were, so the failed tries leave nothing
-    behind and training starts as it would have). Token data (`data.kind` tokens): sizes count tokens,
-    and a part of N tokens holds N // T of the batch's sequences. Not in a part's measured memory: the
+    model (on its device) and train.py's `step` (forward and backward of a part through task.step, no update;
+    the probe puts gradients, BatchNorm statistics, modes and RNG streams back as they were, so the failed
+    tries leave nothing behind and training starts as it would have). Token data (`data.kind` tokens): sizes
+    count tokens, and a part of N tokens holds N // T of the batch's sequences. Not in a part's measured memory: the
     optimizer's state and DDP's buckets, as for the batch-size finder (trainkit.tuning.batch_size_finder)."""
     from trainkit.models.finetune import apply_frozen_bn_eval
 
     device = next(model.parameters()).device
-    inputs, targets = task.inputs_and_targets(next(iter(data.train)), device)
-    per_sample = inputs[0].numel() if data.kind == "tokens" else 1
-    probe = training_step_probe(model, None, inputs, targets, after_train=apply_frozen_bn_eval, step=step)
+    batch = task.to_device(next(iter(data.train)), device)
+    per_sample = batches.first_tensor(batch)[0].numel() if data.kind == "tokens" else 1
+    probe = training_step_probe(model, batch, after_train=apply_frozen_bn_eval, step=step)
     cap_mb = trainer.micro_batch_memory_cap_mb
     cap = None if cap_mb is None else int(cap_mb * 2**20)
-    total = len(inputs) * per_sample
+    total = batches.samples(batch) * per_sample
     found = find_micro_batch_size(lambda size: probe(max(1, size // per_sample)), total, device, cap, per_sample)
     held = f" tokens ({max(1, found // per_sample)} of the first batch's sequences a part)"
     unit = held if data.kind == "tokens" else ""

@@ -66,9 +66,7 @@ def test_losses_are_per_pixel_and_tta_mirrors_the_class_map_back():
 
 def test_labels_instead_of_masks_are_one_line_naming_the_task():
     with pytest.raises(ConfigError, match=r"^task: needs an int64 mask"):
-        Segmentation(num_classes=4).inputs_and_targets(
-            (torch.rand(2, 3, 8, 8), torch.tensor([1, 2])), torch.device("cpu")
-        )
+        Segmentation(num_classes=4).to_device((torch.rand(2, 3, 8, 8), torch.tensor([1, 2])), torch.device("cpu"))
 
 
 def test_a_classifier_s_outputs_are_one_line_naming_the_model():
@@ -84,6 +82,6 @@ def test_training_augmentation_moves_image_and_mask_together():
     torch.manual_seed(0)
     masks = torch.randint(0, 4, (8, 16, 16))
     images = masks[:, None].float().expand(8, 3, 16, 16).clone()  # the image shows its mask
-    moved_images, moved_masks = Segmentation(4, horizontal_flip=True, crop_padding=0.25).augment(images, masks)
+    moved_images, moved_masks = Segmentation(4, horizontal_flip=True, crop_padding=0.25).augment((images, masks))
     assert torch.equal(moved_images[:, 0].round().long(), moved_masks)  # shifted-in border: 0 in both
     assert not torch.equal(moved_masks, masks)

@@ -107,7 +107,7 @@ def mlp_probe():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
     images, labels = torch.randn(8, 256), torch.randint(0, 10, (8,))
-    return model, training_step_probe(model, F.cross_entropy, images, labels)
+    return model, training_step_probe(model, (images, labels), F.cross_entropy)
 
 
 def measured(probe, batch_size: int) -> int:
@@ -144,7 +144,7 @@ def test_the_probe_leaves_model_buffers_gradients_modes_and_rng_untouched():
     model = SmallCNN(1, 10, widths=(4, 8, 8), dropout=0.5).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     images, labels = torch.randint(0, 256, (5, 1, 8, 8), dtype=torch.uint8), torch.randint(0, 10, (5,))
-    probe = training_step_probe(model, F.cross_entropy, images, labels, transform=lambda x: x.float() / 255)
+    probe = training_step_probe(model, (images, labels), F.cross_entropy, transform=lambda x: x.float() / 255)
     rng = torch.get_rng_state()
     probe(12)  # dropout draws random numbers, BatchNorm updates its statistics in train mode
     after = model.state_dict()
@@ -169,8 +169,8 @@ def test_the_search_stops_at_this_ranks_share_of_the_training_split_and_says_so(
     model, task = SmallCNN(1, 10, widths=(4, 8, 8)), Classification(num_classes=10)
     with caplog.at_level(logging.INFO):
 
-        def step(inputs, targets):  # train.py's train_step, in short
-            task.loss(model(inputs.float() / 255), targets).backward()
+        def step(batch):  # train.py's train_step, in short
+            task.step(model, task.transform(batch, lambda images: images.float() / 255))[0].backward()
 
         found = find_batch_size_for_run(cfg, model, task, loader, step)
     assert found == 50  # not 4096: a batch larger than a rank's share only makes one short update an epoch

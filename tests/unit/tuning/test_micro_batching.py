@@ -24,7 +24,7 @@ def gradients(micro_batch_size: int | None) -> torch.Tensor:
     torch.manual_seed(0)
     model = NoNormCNN(1, 10, widths=(8, 16))
     inputs, targets = batch()
-    for part_inputs, part_targets, share in micro_batches(inputs, targets, micro_batch_size):
+    for (part_inputs, part_targets), share in micro_batches((inputs, targets), micro_batch_size):
         (F.cross_entropy(model(part_inputs), part_targets) / (1 / share)).backward()
     return torch.cat([p.grad.flatten() for p in model.parameters()])
 
@@ -32,21 +32,20 @@ def gradients(micro_batch_size: int | None) -> torch.Tensor:
 @pytest.mark.parametrize("size", [8, 12])  # 12: parts of 12, 12 and 8 weigh by their shares
 def test_micro_batches_give_the_whole_batch_s_gradients(size):
     torch.testing.assert_close(gradients(size), gradients(None), rtol=0, atol=1e-6)
-    assert len(micro_batches(*batch(), size)) == -(-32 // size)
+    assert len(micro_batches(batch(), size)) == -(-32 // size)
 
 
 def test_no_size_or_one_not_below_the_batch_is_the_batch_itself():
-    inputs, targets = batch()
+    whole = batch()
     for size in (None, 32, 100):
-        [(part_inputs, part_targets, share)] = micro_batches(inputs, targets, size)
-        assert part_inputs is inputs and part_targets is targets and share == 1.0
+        [(part, share)] = micro_batches(whole, size)
+        assert part is whole and share == 1.0
 
 
 def test_auto_under_a_memory_cap_settles_on_the_largest_size_that_fits_and_leaves_no_trace():
     torch.manual_seed(0)
     model = SmallCNN(1, 10, widths=(8, 16))  # with BatchNorm: its statistics must be put back after each try
-    inputs, targets = batch()
-    probe = training_step_probe(model, F.cross_entropy, inputs, targets)
+    probe = training_step_probe(model, batch(), F.cross_entropy)
     with measure_step_memory(CPU) as at_8:
         probe(8)
     # Saved activations grow with the part's size: a cap between 8's and 16's lets 8 fit, not 16.
@@ -83,7 +82,7 @@ def test_auto_on_token_data_stops_halving_at_one_sequence_and_says_so():
 
 
 def test_a_small_memory_cap_is_said_in_a_unit_that_shows_it(caplog):
-    probe = training_step_probe(SmallCNN(1, 10, widths=(8, 16)), F.cross_entropy, *batch())
+    probe = training_step_probe(SmallCNN(1, 10, widths=(8, 16)), batch(), F.cross_entropy)
     with caplog.at_level("INFO", logger="trainkit.tuning.micro_batching"), pytest.raises(ConfigError):
         find_micro_batch_size(probe, 4, CPU, 2000)  # 2000 bytes: "0.0 MB" before
     said = [record.getMessage() for record in caplog.records if "does not fit" in record.getMessage()]

@@ -1,0 +1,150 @@
+"""Any batch: a batch is whatever the data's loader yields (here a dict, lengths beside values), and the task's
+`step` is what it means for training (train.py's train_step, evaluation). Micro-batches of a dict batch update
+as the whole batch; a model that returns (logits, aux) trains on the task's auxiliary loss and is scored on its
+logits; a data kind whose batches are dicts trains, validates and tests end to end."""
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+from helpers import record_run
+from models_for_tests import LengthsNet, WithAuxiliaryOutput
+from tasks_for_tests import AuxiliaryLoss, SignalClassification
+from trainkit.data import DataBundle
+from trainkit.distributed.process_group import ProcessInfo
+from trainkit.tasks.evaluation import evaluate
+
+sys.path.insert(0, str(ROOT))
+import train
+
+CPU = torch.device("cpu")
+LR = 0.5
+
+
+def make_run(batches: list, task, model, micro_batch_size: int | None = None) -> train.Run:
+    cfg = OmegaConf.create(
+        {
+            "trainer": {
+                "accumulate_grad_batches": 1,
+                "micro_batch_size": micro_batch_size,
+                "limit_train_batches": None,
+                "max_steps": None,
+                "grad_clip": None,
+                "log_every_n_steps": 1000,
+                "checkpoint_every_n_steps": None,
+            },
+            "precision": {"name": "fp32"},
+        }
+    )
+    run = train.Run(cfg, Path("unused"), ProcessInfo(), CPU)
+    run.data = DataBundle(batches, batches, batches, num_classes=10, kind="generic")
+    run.model = run.trained_model = model
+    run.train_transform = run.eval_transform = torch.nn.Identity()
+    run.task = task
+    run.optimizer = torch.optim.SGD(run.model.parameters(), lr=LR)
+    run.scheduler = torch.optim.lr_scheduler.LambdaLR(run.optimizer, lambda step: 1.0)
+    run.scaler = torch.amp.GradScaler("cpu", enabled=False)
+    return run
+
+
+def signals(count: int, seed: int = 0) -> dict:
+    """A dict batch of `count` signals of uneven lengths (3 to 9 values), zero-padded, as DigitSignals collates."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, 10, (count,), generator=generator)
+    signal = torch.rand(count, int(lengths.max()), generator=generator)
+    signal[torch.arange(signal.shape[1]) >= lengths[:, None]] = 0.0
+    return {"signal": signal, "lengths": lengths, "label": torch.randint(0, 10, (count,), generator=generator)}
+
+
+def weights(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def one_update(batch: dict, micro_batch_size: int | None) -> tuple[torch.Tensor, dict]:
+    torch.manual_seed(0)
+    run = make_run([batch], SignalClassification(num_classes=10), LengthsNet(9, 10), micro_batch_size)
+    metrics = train.train_one_epoch(run, show_progress=False)
+    assert run.step == 1
+    return weights(run.model), metrics
+
+
+def test_micro_batches_of_a_dict_batch_with_lengths_update_as_the_whole_batch():
+    batch = signals(12)
+    whole, whole_metrics = one_update(batch, None)
+    parts, parts_metrics = one_update(batch, 5)  # parts of 5, 5 and 2 signals, each a dict of all three
+    torch.testing.assert_close(parts, whole, rtol=0, atol=1e-6)
+    assert parts_metrics["train/loss"] == pytest.approx(whole_metrics["train/loss"], abs=1e-6)
+    assert parts_metrics["train/acc"] == whole_metrics["train/acc"]
+    # the update is plain SGD on the mean cross-entropy of the batch, the padding masked by its lengths
+    torch.manual_seed(0)
+    reference = LengthsNet(9, 10)
+    F.cross_entropy(reference(batch["signal"], batch["lengths"]), batch["label"]).backward()
+    torch.testing.assert_close(whole, torch.cat([(p - LR * p.grad).flatten() for p in reference.parameters()]))
+
+
+def test_a_model_returning_logits_and_an_auxiliary_loss_trains_on_the_task_s_loss_and_is_scored_on_its_logits():
+    generator = torch.Generator().manual_seed(0)
+    images, labels = torch.rand(8, 1, 8, 8, generator=generator), torch.randint(0, 10, (8,), generator=generator)
+    torch.manual_seed(0)
+    model = WithAuxiliaryOutput(1, 10, widths=(4, 8))
+    reference = copy.deepcopy(model)
+    run = make_run([(images, labels)], AuxiliaryLoss(num_classes=10, aux_weight=0.5), model, micro_batch_size=3)
+    train.train_one_epoch(run, show_progress=False)
+    logits, aux = reference(images)
+    (F.cross_entropy(logits, labels) + 0.5 * aux).backward()
+    expected = torch.cat([(p - LR * p.grad).flatten() for p in reference.parameters()])
+    torch.testing.assert_close(weights(run.model), expected, rtol=0, atol=1e-6)
+
+    result = evaluate(run.model, [(images, labels)], torch.nn.Identity(), run.task, "fp32", CPU)
+    with torch.no_grad():
+        logits, _ = run.model(images)
+    assert result["loss"] == pytest.approx(F.cross_entropy(logits, labels).item(), abs=1e-6)  # no aux in val/loss
+    assert result["acc"] == (logits.argmax(dim=1) == labels).float().mean().item()
+
+
+DICT_RUN = (
+    "device=cpu",
+    "print_config=false",
+    "data._target_=data_for_tests.DigitSignals",
+    *(f"~data.{key}" for key in ("channels", "image_size", "mean", "std", "mirror_changes_label")),
+    "~model",
+    "+model._target_=models_for_tests.LengthsNet",
+    "+model.max_length=64",
+    "+model.num_classes=10",
+    "~task",
+    "+task._target_=tasks_for_tests.SignalClassification",
+    "+task.num_classes=10",
+    "regularization=none",
+    "trainer.max_epochs=2",
+    "trainer.micro_batch_size=24",  # batches of 64 in parts of 24, 24 and 16
+)
+
+
+def test_a_data_kind_whose_batches_are_dicts_with_lengths_trains_and_is_tested_end_to_end(tmp_path, monkeypatch):
+    recording = record_run(tmp_path, monkeypatch, *DICT_RUN)
+    trained = recording.training_forwards()
+    sizes = [len(forward.inputs) for forward in trained]  # the signals, cut into micro-batches
+    assert sorted(set(sizes)) == [16, 18, 24] and sum(sizes) == 2 * 1258  # 19 batches of 64 and one of 42, twice
+    summary = recording.summary
+    assert summary["optimized_metric"] == "val/acc"
+    # test/ recomputed here from best.pt, batch by batch over the dicts the test loader yields
+    model = LengthsNet(64, 10)
+    model.load_state_dict(torch.load(tmp_path / "checkpoints" / "best.pt", weights_only=True)["model"])
+    nats, right, count = 0.0, 0, 0
+    with torch.no_grad():
+        for batch in recording.run.data.test:
+            assert set(batch) == {"signal", "lengths", "label"}
+            outputs = model(batch["signal"], batch["lengths"])
+            nats += F.cross_entropy(outputs, batch["label"], reduction="sum").item()
+            right += (outputs.argmax(dim=1) == batch["label"]).sum().item()
+            count += len(batch["label"])
+    assert count == 359  # 1797 digits: 359 to test, 180 to validate, 1258 to train
+    assert summary["test"]["test/loss"] == pytest.approx(nats / count, rel=1e-5)
+    assert summary["test"]["test/acc"] == right / count
+    assert summary["test"]["test/acc"] > 0.5  # a chance guess is 0.1: the signals and their lengths were learned
