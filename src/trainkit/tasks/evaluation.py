@@ -17,7 +17,7 @@ from torch import nn
 from trainkit.data.loaders import limited
 from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.runtime import autocast
-from trainkit.tasks import batches
+from trainkit.tasks.batches import samples
 from trainkit.tasks.task import Task
 
 
@@ -37,7 +37,7 @@ def evaluate(
     outputs are the mean of the image's and its mirror's (trainer.tta_flip)."""
     model.eval()
     loss_sum, sums = torch.zeros(1, device=device), task.empty_metric_sums(device)
-    weight, samples = torch.zeros(1, device=device), 0
+    weight, sample_count = torch.zeros(1, device=device), 0
     forward = functools.partial(model_outputs, model, task=task, tta_flip=True) if tta_flip else model  # images
     with torch.no_grad():
         for batch in limited(loader, limit):  # limit: a seeded sample of so many batches a process, every call the same
@@ -48,8 +48,8 @@ def evaluate(
             loss_sum += task.evaluation_loss(outputs, targets).sum()
             sums += task.metric_sums(outputs, targets)
             weight += task.weight(batch)
-            samples += batches.samples(batch)
-    counts = torch.cat([weight, torch.full((1,), float(samples), device=device)])
+            sample_count += samples(batch)
+    counts = torch.cat([weight, torch.full((1,), float(sample_count), device=device)])
     totals = all_reduce_sum(torch.cat([loss_sum, counts, sums]))
     loss_sum, weight_sum, samples_sum = totals[:3].tolist()
     return {"loss": loss_sum / max(weight_sum, 1), **task.metrics(totals[3:]), "samples": int(samples_sum)}

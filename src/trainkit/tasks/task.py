@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from trainkit.tasks import batches
+from trainkit.tasks.batches import samples, to_device
 
 
 class Task:
@@ -62,7 +62,7 @@ class Task:
     weighs: ClassVar[str] = "samples"  # "samples" | "tokens": what a batch's loss is the mean over
 
     def to_device(self, batch: Any, device: torch.device) -> Any:
-        return batches.to_device(batch, device)
+        return to_device(batch, device)
 
     def transform(self, batch: Any, transform: Callable[[Tensor], Tensor]) -> Any:
         inputs, targets = batch
@@ -89,7 +89,7 @@ class Task:
         tokens, its real target tokens (targets != -100, the ignored index) as a 0-d tensor on the device."""
         if self.weighs == "tokens":
             return (self.targets(batch) != -100).sum()
-        return batches.samples(batch)
+        return samples(batch)
 
     def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         raise NotImplementedError
