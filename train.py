@@ -7,7 +7,11 @@
 
 Hydra composes the config from conf/; the pieces this file calls live in src/trainkit/.
 """
-from trainkit import startup, cli  # noqa: F401  startup first: a stop signal while torch imports is one line, exit 75
+from trainkit import startup  # stdlib only: the program's first line, before torch and Hydra import for seconds
+
+if __name__ == "__main__":
+    startup.install()  # a stop signal while torch imports is one line, exit 75 (the run's handlers take it over)
+
 import contextlib
 import functools
 import logging
@@ -26,6 +30,7 @@ from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from trainkit import cli
 from trainkit.augment import attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, epoch_plan,
                                     finished_value, load_checkpoint, load_weights, own_run_directory,
