@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 from conftest import ROOT
-
 from trainkit import startup
 from trainkit.checkpointing import signals
 
