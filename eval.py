@@ -56,7 +56,8 @@ from trainkit.data.imagefolder import (
 )
 from trainkit.data.loaders import limited
 from trainkit.data.text import TEXT_EXTENSIONS, TextData, pad_to_longest, tokens_of
-from trainkit.distributed.launch import joined_process_group, start_processes
+from trainkit.distributed import ProcessInfo
+from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
 from trainkit.models import build_model, ema_weights
 from trainkit.runtime import autocast, pick_device, seed_everything
@@ -194,37 +195,36 @@ def trained_model(
     return model.to(device, memory_format=memory_format).eval(), input_size  # type: ignore[call-overload]
 
 
-def evaluate_process(cfg: DictConfig, out_dir: Path) -> dict:
+def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
     """Runs in every process (one, or each DDP rank): evaluate the split, each rank its shard, as
     train.py tests. Rank 0 writes metrics.json and the picture; every rank returns the metrics."""
-    with joined_process_group(cfg) as (proc, device):
-        seed_everything(cfg.seed + proc.rank)
-        data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
-        state = load_checkpoint(cfg.checkpoint, device)
-        check_data_fits(state["config"], data.channels, data.num_classes)
-        cfg.data.num_classes = data.num_classes  # an image folder counts its classes; model and task read this key
-        weights_name, weights = tested_weights(cfg, state)
-        # Not compiled even where the run was (trainer.compile): one pass over a split does not repay it.
-        model, input_size = trained_model(cfg, weights, data.image_size, device)
-        _, transform = data.transforms(None, input_size, cfg.trainer.channels_last, device)  # the option's, as tested
-        task = instantiate(cfg.task)
-        loader = data.test if cfg.split == "test" else data.val
-        limit = batch_limit(cfg)
-        precision, tta_flip = cfg.precision.name, cfg.trainer.tta_flip
-        metrics = evaluate(model, loader, transform, task, precision, device, limit, tta_flip)
-        # A second pass for the picture (images only): confusion counts (all-reduced), or a few predicted masks.
-        shown = (
-            predicted_on(model, limited(loader, limit), transform, task, precision, device, data.num_classes, tta_flip)
-            if data.kind == "image"
-            else None
-        )
-        results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
-        results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
-        if proc.is_main:
-            if shown is not None:
-                save_figures(shown, out_dir, data.class_names)
-            (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
-        return results
+    seed_everything(cfg.seed + proc.rank)
+    data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
+    state = load_checkpoint(cfg.checkpoint, device)
+    check_data_fits(state["config"], data.channels, data.num_classes)
+    cfg.data.num_classes = data.num_classes  # an image folder counts its classes; model and task read this key
+    weights_name, weights = tested_weights(cfg, state)
+    # Not compiled even where the run was (trainer.compile): one pass over a split does not repay it.
+    model, input_size = trained_model(cfg, weights, data.image_size, device)
+    _, transform = data.transforms(None, input_size, cfg.trainer.channels_last, device)  # the option's, as tested
+    task = instantiate(cfg.task)
+    loader = data.test if cfg.split == "test" else data.val
+    limit = batch_limit(cfg)
+    precision, tta_flip = cfg.precision.name, cfg.trainer.tta_flip
+    metrics = evaluate(model, loader, transform, task, precision, device, limit, tta_flip)
+    # A second pass for the picture (images only): confusion counts (all-reduced), or a few predicted masks.
+    shown = (
+        predicted_on(model, limited(loader, limit), transform, task, precision, device, data.num_classes, tta_flip)
+        if data.kind == "image"
+        else None
+    )
+    results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
+    results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
+    if proc.is_main:
+        if shown is not None:
+            save_figures(shown, out_dir, data.class_names)
+        (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
+    return results
 
 
 def batch_limit(cfg: DictConfig) -> int | None:

@@ -7,7 +7,11 @@
 
 Hydra composes the config from conf/; the pieces this file calls live in src/trainkit/.
 """
-from trainkit import startup, cli  # noqa: F401  startup first: a stop signal while torch imports is one line, exit 75
+from trainkit import startup  # stdlib only: the program's first line, before torch and Hydra import for seconds
+
+if __name__ == "__main__":
+    startup.install()  # a stop signal while torch imports is one line, exit 75 (the run's handlers take it over)
+
 import contextlib
 import functools
 import logging
@@ -27,6 +31,7 @@ from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from trainkit import cli
 from trainkit.augment import attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, epoch_plan,
                                     finished_value, load_checkpoint, load_weights, own_run_directory,
@@ -38,8 +43,7 @@ from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import DataBundle, build_data, check_same_data
 from trainkit.distributed import (ProcessInfo, any_rank, average_batchnorm_statistics, barrier,
-                                  broadcast_weights, destroy_process_group, gather_objects, gradient_sync,
-                                  init_process_group, process_info)
+                                  broadcast_weights, gather_objects, gradient_sync, process_info)
 from trainkit.distributed.fsdp import (autocast_precision, full_parameters, is_sharded, load_full_weights,
                                        load_sharded_checkpoint, save_sharded_checkpoints, shard_model)
 from trainkit.distributed.launch import start_processes
@@ -47,8 +51,7 @@ from trainkit.early_stopping import EarlyStopping
 from trainkit.errors import RunFailed
 from trainkit.models import apply_frozen_bn_eval, build_ema, build_model, restore_ema
 from trainkit.optim import build_optimizer, build_scheduler
-from trainkit.runtime import (autocast, grad_scaler, nondeterministic_op_errors, pick_device, seed_everything,
-                              set_math_modes)
+from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import Task, backward_scale, evaluate, mean_over_update_tokens
 from trainkit.tasks.batches import detach
 from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
@@ -407,7 +410,8 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str) -> dict:
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
-    """One process's part of the run: the only process, or one rank of many. Returns the summary."""
+    """One process's part of the run: the only process, or one rank of many (each DDP worker starts here,
+    inside the process group: trainkit.distributed.launch.start_processes). Returns the summary."""
     started = time.perf_counter()
     # Rank 0 records the code (commit, uncommitted changes), command, packages and machine: provenance.json.
     provenance = write_provenance(run_dir, Path(__file__).parent, cfg.seed, cfg.trainer.deterministic,
@@ -490,19 +494,6 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     return summary
 
 
-def run_process(cfg: DictConfig, run_dir: Path) -> float:
-    """Runs in every process: join the process group (if there is one), train, always leave it."""
-    proc = process_info()
-    device = pick_device(cfg.device, proc.local_rank)
-    set_math_modes(cfg.precision.tf32, cfg.trainer.cudnn_benchmark, device, cfg.trainer.deterministic)
-    init_process_group(proc, device, cfg.distributed.backend, cfg.distributed.timeout_seconds)
-    try:
-        with nondeterministic_op_errors():  # trainer.deterministic: an op without a deterministic kernel is one line
-            return train(cfg, run_dir, proc, device)["optimized_value"]
-    finally:
-        destroy_process_group()
-
-
 @hydra.main(version_base=None, config_path="conf", config_name="config")
 @cli.report_config_errors
 def main(cfg: DictConfig) -> float | None:
@@ -521,7 +512,7 @@ def main(cfg: DictConfig) -> float | None:
         # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial
         # reports sweep.failed_trial_value to the sweeper and the sweep goes on.
         with gpus_for_this_trial(cfg):  # parallel jobs on a machine with several GPUs: each its own (sweep.assign_gpus)
-            return run_trial(lambda cfg: start_processes(cfg, run_dir, run_process), cfg)
+            return run_trial(lambda cfg: start_processes(cfg, run_dir, train)["optimized_value"], cfg)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ paired ratios with their spread, in process CPU time and in wall time.
 - whole process (subprocesses): `python train.py` (the default run: 20 epochs, progress bar on a
   pseudo-terminal, metrics.jsonl, checkpoints, summary.json) against scripts/handwritten_digits.py
   (the same training with nothing else), start to exit, in ABBA pairs. Early stopping is switched
-  off for train.py, so both train all 20 epochs. Target: median ratio <= 1.10.
+  off for train.py, so both train all 20 epochs. Target: median ratio <= 1.10. `--also <checkout>`
+  times that checkout's train.py (with its own src/) in the same rotation, e.g. the main branch beside a
+  change: on a busy machine, two ratios from separate runs differ by the load, not by the code. The load
+  average is printed before and after.
 
 CPU time (this process's, or the finished child's, user + system, all threads) moves far less
 with other processes on the machine than wall time does, so it is the figure to trust on a shared
@@ -23,6 +26,7 @@ machine; wall time is shown beside it. Both sides run with one thread (OMP_NUM_T
 torch.set_num_threads(1)), so CPU time is the time of the work, not of idle spinning threads.
 
     python scripts/benchmark_overhead.py --blocks 40 --repeats 6
+    python scripts/benchmark_overhead.py --blocks 0 --repeats 6 --also ../main   # whole process, before and after
 """
 
 import argparse
@@ -53,23 +57,28 @@ def spread(ratios: list[float]) -> str:
     )
 
 
-def print_ratios(what: str, unit: str, cpu: dict, wall: dict, base: str, target: float) -> None:
+def print_ratios(what: str, unit: str, cpu: dict, wall: dict, base: str, target: float, ours: str = "train.py") -> None:
     """One line each for CPU and wall time: both medians, the paired ratios' spread, the fastest ratio."""
     for label, seconds in (("CPU", cpu), ("wall", wall)):
-        ratios = [ours / theirs for ours, theirs in zip(seconds["train.py"], seconds[base])]
+        ratios = [mine / theirs for mine, theirs in zip(seconds[ours], seconds[base])]
         print(
             f"{what}, {label:>4}: median {unit} {base} {statistics.median(seconds[base]):.3f} s, "
-            f"train.py {statistics.median(seconds['train.py']):.3f} s; train.py / {base} per pair: "
-            f"{spread(ratios)}; fastest {unit}s: {min(seconds['train.py']) / min(seconds[base]):.3f}"
+            f"{ours} {statistics.median(seconds[ours]):.3f} s; {ours} / {base} per pair: "
+            f"{spread(ratios)}; fastest {unit}s: {min(seconds[ours]) / min(seconds[base]):.3f}"
             f"  (target <= {target:.2f})",
             flush=True,
         )
 
 
-def run_on_terminal(command: list[str]) -> None:
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def run_on_terminal(command: list[str], cwd: Path = ROOT, env: dict | None = None) -> None:
     """Run `command` with stderr on a pseudo-terminal (drained here), stdout discarded."""
     controller, terminal = pty.openpty()
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=terminal)
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=terminal)
     os.close(terminal)
     try:
         while os.read(controller, 65536):
@@ -87,11 +96,13 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed_process(command: list[str], terminal: bool = False) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of `command`, start to exit."""
+def timed_process(
+    command: list[str], terminal: bool = False, cwd: Path = ROOT, env: dict | None = None
+) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of `command` (in `cwd`, with `env`), start to exit."""
     cpu, wall = children_cpu(), time.perf_counter()
     if terminal:
-        run_on_terminal(command)
+        run_on_terminal(command, cwd, env)
     else:
         subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return children_cpu() - cpu, time.perf_counter() - wall
@@ -180,29 +191,38 @@ def steady_state(blocks: int, run_dir: Path) -> None:
     print_ratios("steady state", "epoch", cpu, wall, base="minimal", target=1.02)
 
 
-def whole_process(repeats: int, tmp: str, overrides: list[str]) -> None:
-    cpu: dict[str, list[float]] = {"handwritten": [], "train.py": []}
-    wall: dict[str, list[float]] = {"handwritten": [], "train.py": []}
+def whole_process(repeats: int, tmp: str, overrides: list[str], also: list[Path]) -> None:
+    """ABBA pairs of the hand-written loop and train.py (and each `also` checkout's train.py, in the same rotation)."""
+    checkouts = {"train.py": ROOT, **{f"{path.name}/train.py": path for path in also}}
+    cpu: dict[str, list[float]] = {name: [] for name in ["handwritten", *checkouts]}
+    wall: dict[str, list[float]] = {name: [] for name in ["handwritten", *checkouts]}
+    print(f"whole process, {repeats} rounds: {load()}", flush=True)
     for i in range(repeats):
         same_work = "regularization.early_stopping.enabled=false"
-        command = [sys.executable, "train.py", f"hydra.run.dir={tmp}/run{i}", same_work, *overrides]
-        runs = [("handwritten", [sys.executable, "scripts/handwritten_digits.py"], False), ("train.py", command, True)]
-        for name, run_command, terminal in runs[:: 1 if i % 2 == 0 else -1]:  # ABBA: a drifting load hits both
-            cpu_seconds, wall_seconds = timed_process(run_command, terminal)
+        runs = [("handwritten", [sys.executable, "scripts/handwritten_digits.py"], ROOT, False)]
+        for name, checkout in checkouts.items():
+            command = [sys.executable, "train.py", f"hydra.run.dir={tmp}/run{i}-{len(runs)}", same_work, *overrides]
+            runs.append((name, command, checkout, True))
+        for name, command, checkout, terminal in runs[:: 1 if i % 2 == 0 else -1]:  # ABBA: a drifting load hits all
+            env = {**os.environ, "PYTHONPATH": str(checkout / "src")}  # each checkout its own trainkit
+            cpu_seconds, wall_seconds = timed_process(command, terminal, checkout, env)
             cpu[name].append(cpu_seconds)
             wall[name].append(wall_seconds)
         print(
-            f"pair {i + 1}/{repeats}: handwritten CPU {cpu['handwritten'][-1]:.2f}s wall {wall['handwritten'][-1]:.2f}s"
-            f"  train.py CPU {cpu['train.py'][-1]:.2f}s wall {wall['train.py'][-1]:.2f}s",
+            f"round {i + 1}/{repeats}: "
+            + "  ".join(f"{name} CPU {cpu[name][-1]:.2f}s wall {wall[name][-1]:.2f}s" for name in cpu),
             flush=True,
         )
-    print_ratios("whole process", "run", cpu, wall, base="handwritten", target=1.10)
+    for name in checkouts:
+        print_ratios("whole process", "run", cpu, wall, base="handwritten", target=1.10, ours=name)
+    print(f"whole process, after: {load()}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--blocks", type=int, default=40, help="steady-state blocks (one epoch of each side)")
     parser.add_argument("--repeats", type=int, default=6, help="whole-process pairs (0: steady state only)")
+    parser.add_argument("--also", type=Path, action="append", default=[], help="another checkout's train.py too")
     parser.add_argument("overrides", nargs="*", help="extra overrides for train.py (the baseline ignores them)")
     args = parser.parse_args()
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # before torch is imported, here and in every child
@@ -210,7 +230,7 @@ def main() -> None:
         if args.blocks:
             steady_state(args.blocks, Path(tmp, "steady"))
         if args.repeats:
-            whole_process(args.repeats, tmp, args.overrides)
+            whole_process(args.repeats, tmp, args.overrides, [path.resolve() for path in args.also])
 
 
 if __name__ == "__main__":

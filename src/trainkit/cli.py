@@ -1,7 +1,8 @@
-"""Run a Hydra entry point the way every trainkit script needs it run.
+"""Run a Hydra entry point the way every trainkit script needs it run: `cli.run(main)`.
 
 Before Hydra composes: register the config's resolvers, under torchrun let all ranks agree on one
-run directory, and for resume= check the checkpoint and run in its directory (trainkit.checkpointing.resume).
+run directory, and write into the command line what Hydra must know before it makes the run directory
+(`hydra_command_line`: for resume=, the checkpoint's run directory; trainkit.checkpointing.resume).
 After: report bad input as one line instead of a stack trace (set HYDRA_FULL_ERROR=1 to see the
 trace; unexpected errors, i.e. bugs, always keep theirs), and leave the run directory as the call found it
 (trainkit.checkpointing.refusal).
@@ -13,7 +14,7 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,13 +137,26 @@ def _list_app_groups_only() -> None:
 
 
 def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
-    """Call a @hydra.main function; bad input exits 1 with `error: <key>: <what to fix>`.
-    `resumes=False`: a script that continues no run (eval.py) refuses resume= in one line, instead
-    of being pointed at the checkpoint's run directory."""
+    """Call a @hydra.main function (a script's entry: `cli.run(main)`); bad input exits 1 with
+    `error: <key>: <what to fix>`. `resumes=False`: a script that continues no run (eval.py) refuses
+    resume= in one line, instead of being pointed at the checkpoint's run directory."""
+    global _user_wants_trace
+    _user_wants_trace = wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     try:
-        _run_reporting_errors(hydra_main, resumes)
+        OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True, replace=True)
+        if "--help" in sys.argv or "-h" in sys.argv:
+            _list_app_groups_only()
+        agree_on_launch_time()
+        os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
+        with _one_line_errors(wants_trace):
+            start_call()
+            sys.argv = hydra_command_line(sys.argv, resumes)
+            # A multirun stops as a whole on SIGTERM/SIGINT/SIGHUP: its worker processes save, then it exits 75.
+            multirun = is_multirun(sys.argv) and not any("launcher=slurm" in a or "submitit" in a for a in sys.argv)
+            with stop_the_whole_sweep(sweep_rerun_command) if multirun else contextlib.nullcontext():
+                hydra_main()
     except KeyboardInterrupt:  # eval.py's Ctrl-C (train.py's stop handlers turn it into a clean stop)
-        if _user_wants_trace:
+        if wants_trace:
             raise
         print("interrupted (Ctrl-C): stopped before the end; what was written so far stays", file=sys.stderr)
         exit_now_if_a_process_group_was_joined(130)
@@ -156,24 +170,22 @@ def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
     exit_now_if_a_process_group_was_joined(0)
 
 
-def _run_reporting_errors(hydra_main: Callable[[], object], resumes: bool) -> None:
-    OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True, replace=True)
-    if "--help" in sys.argv or "-h" in sys.argv:
-        _list_app_groups_only()
-    agree_on_launch_time()
-    sys.argv += hydra_overrides_for_this_rank()
-    global _user_wants_trace
-    _user_wants_trace = wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
-    start_call()
+def hydra_command_line(argv: list[str], resumes: bool) -> list[str]:
+    """The command line @hydra.main composes from. It reads sys.argv alone and makes the run directory from it
+    before any code of the script runs, so what must reach it by then is written in here, and nowhere else:
+    under torchrun, that ranks other than 0 write nothing of Hydra's; with resume=, the checkpoint's run directory
+    and its run's own overrides (trainkit.checkpointing.resume.rewrite_argv). A multirun's own command is kept for
+    its jobs' stop lines (trainkit.checkpointing.sweep_continuation)."""
+    argv = [*argv, *hydra_overrides_for_this_rank()]
+    remember_sweep_command(argv, is_multirun(argv))
+    return rewrite_argv(argv, resumes)
+
+
+@contextlib.contextmanager
+def _one_line_errors(wants_trace: bool) -> Iterator[None]:
+    """Bad input raised before Hydra or by it (and re-raised by it from a job): one line, exit 1."""
     try:
-        multirun = is_multirun(sys.argv)
-        remember_sweep_command(sys.argv, multirun)  # for a stopped job's "continue with:"
-        sys.argv = rewrite_argv(sys.argv, resumes)  # resume=: check the checkpoint, then run in its directory
-        # A multirun stops as a whole on SIGTERM/SIGINT/SIGHUP: its worker processes save, then it exits 75.
-        whole_sweep = multirun and not any("launcher=slurm" in arg or "submitit" in arg for arg in sys.argv)
-        with stop_the_whole_sweep(sweep_rerun_command) if whole_sweep else contextlib.nullcontext():
-            hydra_main()
+        yield
     except (ConfigError, HydraException, OmegaConfBaseException) as error:
         undo_refused_call()  # raised inside a job (Hydra re-raises its error here): its directory as it was
         if wants_trace:

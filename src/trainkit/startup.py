@@ -1,15 +1,20 @@
-"""A stop signal while train.py starts: imported first, before torch and Hydra, this module catches them.
+"""A stop signal while train.py starts: `install()`, called by the script itself before torch and Hydra import.
+
+    from trainkit import startup        # train.py's first lines
+    if __name__ == "__main__":
+        startup.install()
 
 Importing torch and Hydra takes seconds. Until the run's own handlers listen
 (trainkit.checkpointing.signals), Python's defaults would answer a Ctrl-C with a KeyboardInterrupt
-traceback from deep inside an import and a SIGTERM with a silent death. Importing this module installs,
-for each stop signal that nothing handles yet (Python's default; an ignored signal stays ignored, as
-`nohup` and a shell's background jobs set them), a handler that only records the request. The run takes it
-over when its handlers start (`take_over`), and stops before it trains: one line, exit 75. A second
-signal while starting (not the echo of the first, which torchrun's agent sends within a second) ends the
-process at once, in one line, exit 75 as well: nothing was trained or saved. Stdlib only, so that it costs
-nothing on `--help`. Only train.py imports it (eval.py has no stop to take a request over): other modules
-look for it in sys.modules.
+traceback from deep inside an import and a SIGTERM with a silent death. `install` puts, for each stop
+signal that nothing handles yet (Python's default; an ignored signal stays ignored, as `nohup` and a
+shell's background jobs set them), a handler that only records the request. The run takes it over when
+its handlers start (`take_over`), and stops before it trains: one line, exit 75. A second signal while
+starting (not the echo of the first, which torchrun's agent sends within a second) ends the process at
+once, in one line, exit 75 as well: nothing was trained or saved. Importing this module installs nothing
+(a test or a notebook that imports train.py for its functions keeps its own Ctrl-C). Stdlib only, so that
+it costs nothing on `--help`. Only train.py installs it (eval.py has no stop to take a request over):
+other modules look for it in sys.modules.
 """
 
 import os
@@ -59,18 +64,11 @@ def done() -> None:
     _originals.clear()
 
 
-def _imported_by_the_program() -> bool:
-    """Whether the module importing this one is the program itself (`python train.py`, run as __main__), not
-    a test or a notebook that imports train.py for its functions (their own Ctrl-C must stay theirs)."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and (frame.f_code.co_filename.startswith("<frozen") or frame.f_globals is globals()):
-        frame = frame.f_back  # importlib's own frames, then this module's
-    return frame is not None and frame.f_globals.get("__name__") == "__main__"
-
-
-def _install() -> None:
-    if not _imported_by_the_program():
-        return
+def install() -> None:
+    """Record the stop signals that nothing handles yet until the run's handlers `take_over` (from the
+    script's first lines: `python train.py` runs it; an import of train.py for its functions does not)."""
+    global _requested, _first_at
+    _requested, _first_at = None, None  # a new start (a test may run train.py's entry several times in one process)
     try:
         for signum in STOP_SIGNALS:
             handler = signal.getsignal(signum)
@@ -79,6 +77,3 @@ def _install() -> None:
                 signal.signal(signum, _record)
     except ValueError:  # not the main thread: signal handlers belong to the main thread
         _originals.clear()
-
-
-_install()

@@ -22,5 +22,5 @@ def test_train_py_main_pickles_by_value_as_the_submitit_and_joblib_launchers_nee
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)  # not in sys.modules: pickled by value, as `__main__` is
-    for name in ("main", "run_process", "train", "build_run", "train_one_epoch"):
+    for name in ("main", "train", "build_run", "train_one_epoch"):
         assert cloudpickle.loads(cloudpickle.dumps(getattr(script, name))).__name__ == name

@@ -1,10 +1,12 @@
 """trainkit.startup: the stop signals while train.py imports torch and Hydra, before the run's handlers listen.
-In subprocesses: the handlers are installed only when the program itself imports the module."""
+In subprocesses: the handlers are installed only when the program calls startup.install(), never by an import."""
 
+import ast
 import signal
 import subprocess
 import sys
 
+from conftest import ROOT
 from trainkit import startup
 from trainkit.checkpointing import signals
 
@@ -12,6 +14,7 @@ PROGRAM = """
 import os, signal, time
 signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup leaves it
 from trainkit import startup
+startup.install()
 print(signal.getsignal(signal.SIGINT) is startup._record, signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)
 os.kill(os.getpid(), signal.SIGINT)
 os.kill(os.getpid(), signal.SIGINT)  # the same Ctrl-C passed on by torchrun's agent: one request
@@ -21,6 +24,7 @@ print(startup.take_over(), signal.getsignal(signal.SIGINT) is signal.default_int
 SECOND = """
 import os, signal, time
 from trainkit import startup
+startup.install()
 os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(1.5)
 os.kill(os.getpid(), signal.SIGINT)  # an impatient second signal: out at once
@@ -62,3 +66,27 @@ def test_a_second_signal_while_starting_ends_the_process_at_once_in_one_line():
 
 def test_a_module_that_imports_it_for_its_functions_keeps_its_own_handlers():
     assert signal.getsignal(signal.SIGINT) is not startup._record  # imported by this test module, not a program
+
+
+IMPORT_ONLY = """
+import signal
+from trainkit import startup  # as the program itself (__main__) would import it
+print(signal.getsignal(signal.SIGINT) is startup._record)
+startup.install()
+print(signal.getsignal(signal.SIGINT) is startup._record)
+"""
+
+
+def test_importing_installs_nothing_the_program_calls_install():
+    result = run(IMPORT_ONLY)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"]
+
+
+def test_train_py_installs_the_handlers_in_its_first_lines_before_any_other_import():
+    """What train.py runs first, in the open: the stdlib-only import, then the call under `__main__` (the DDP
+    workers and tests that import train.py for its functions skip it), then torch and the rest."""
+    first, second, third = ast.parse((ROOT / "train.py").read_text()).body[1:4]  # after the docstring
+    assert ast.unparse(first) == "from trainkit import startup"
+    assert ast.unparse(second) == "if __name__ == '__main__':\n    startup.install()"
+    assert isinstance(third, (ast.Import, ast.ImportFrom))

@@ -6,11 +6,15 @@
 
 Two steps, because Hydra creates the run directory before train.py's main runs:
 
-- `rewrite_argv`, before Hydra (trainkit.cli.run): find and check the checkpoint, so a bad path
-  costs one line and leaves no directory behind; then point Hydra at the checkpoint's run directory
-  and replay that run's own overrides before the new ones (later overrides win).
-- `resolve`, in main: the config becomes the checkpoint's, with the keys this command line sets
-  taken from the composed config (trainkit.checkpointing.overrides), and one log line lists every
+- `rewrite_argv`, before Hydra (trainkit.cli.hydra_command_line): find and check the checkpoint, so a bad
+  path costs one line and leaves no directory behind; then point Hydra at the checkpoint's run directory
+  and replay that run's own overrides before the new ones (later overrides win), this command's
+  resume= first among its own. @hydra.main reads the command line alone (sys.argv), and makes the run
+  directory from it before any code of ours runs: the directory (hydra.run.dir) and the run's config
+  groups (model=timm, which a new model.* override needs to compose) can reach it no other way.
+- `resumed_config`, in main: the config becomes the checkpoint's, with the keys this command line sets
+  (Hydra's task overrides from resume= on) taken from the composed config (trainkit.checkpointing.overrides),
+  and one log line lists every
   key that differs. Values the run found itself (the batch-size finder's data.batch_size, an image
   folder's class count) stay.
   Overrides that cannot take effect are refused here, in one line; a finished run says so (a run
@@ -45,7 +49,6 @@ AUTO = "auto"
 # What an epoch's batches are made from, to name in refuse_another_epoch_plan's line: the data option and the run
 # seed (build_data's inputs), and how train.py cuts and groups the batches. The refusal compares the batches.
 EPOCH_PLAN_KEYS = ("seed", "trainer.limit_train_batches", "trainer.accumulate_grad_batches")
-_command_line: list[str] | None = None  # this command's own overrides, recorded by rewrite_argv
 INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion")
 
 
@@ -89,11 +92,10 @@ def is_multirun(argv: list[str]) -> bool:
 def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     """Before Hydra: the command line that resumes in the checkpoint's run directory. Checks the
     checkpoint and the output directory first; raises ConfigError (one line) when either is unusable.
-    `resumes=False`: the script continues no run, and resume= is refused."""
-    global _command_line
+    `resumes=False`: the script continues no run, and resume= is refused. A pure function of `argv`:
+    what resumed_config needs of the command line, Hydra hands it (its task overrides)."""
     argv = [argv[0], *map(_quoted_if_a_path, argv[1:])]
     overrides = [arg for arg in argv[1:] if not arg.startswith("-") and ("=" in arg or arg.startswith("~"))]
-    _command_line = overrides
     if any(arg in INFO_FLAGS for arg in argv):  # --help, --cfg job, ...: nothing is trained or written
         return argv
     resume = _value(overrides, "resume")
@@ -116,9 +118,9 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     checkpoint = find_checkpoint(resume)
     refuse_weights_only(checkpoint, read_checkpoint(checkpoint, mmap=True))  # readable, a training checkpoint, ...
     run_dir, given = run_dir_of(checkpoint), _value(overrides, "hydra.run.dir")
-    # Paths go to Hydra quoted: a directory named with commas, '=' or non-ASCII letters is one value.
-    own = [f"resume={hydra_quote(str(given_path))}" if arg.startswith("resume=") else arg for arg in argv[1:]]
-    _command_line = [f"resume={hydra_quote(str(given_path))}" if o.startswith("resume=") else o for o in overrides]
+    # Paths go to Hydra quoted: a directory named with commas, '=' or non-ASCII letters is one value. resume= comes
+    # first of this command's own overrides: what follows the replayed ones (own_overrides).
+    own = [f"resume={hydra_quote(str(given_path))}", *(arg for arg in argv[1:] if not arg.startswith("resume="))]
     if run_dir is None:  # a checkpoint outside a run directory: a new run directory continues it
         check_output_dir(given)
         return [argv[0], *own]
@@ -136,9 +138,17 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     return [argv[0], f"hydra.run.dir={hydra_quote(str(run_dir))}", "hydra.output_subdir=null", *replayed, *own]
 
 
-def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, bool]:
+def own_overrides(overrides: list[str]) -> list[str]:
+    """This command's own overrides, of the task overrides Hydra composed: from its resume= on (rewrite_argv put
+    the replayed run's overrides before it, and resume= first of the command's own)."""
+    starts = [i for i, override in enumerate(overrides) if override.startswith("resume=")]
+    return overrides[starts[-1] :] if starts else overrides
+
+
+def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> tuple[DictConfig, bool]:
     """The config to train with, and whether the run has finished already (then nothing is left to
-    do: one line says how to extend it). Without resume: `composed` as it is."""
+    do: one line says how to extend it). Without resume: `composed` as it is. `overrides`: the ones
+    `composed` was composed with (Hydra's task overrides, by default)."""
     if composed.resume is None and not in_multirun():  # (a sweep's job continues its run: sweep_continuation)
         refuse_a_new_run_over_another(run_dir)
     if not isinstance(composed.resume, str) or composed.resume == "":
@@ -159,7 +169,9 @@ def resumed_config(composed: DictConfig, run_dir: Path) -> tuple[DictConfig, boo
     state = read_checkpoint(checkpoint, mmap=True)
     refuse_weights_only(checkpoint, state)
     explicit = composed.resume != AUTO
-    overrides = _command_line if (_command_line is not None and explicit) else _hydra_task_overrides()
+    overrides = _hydra_task_overrides() if overrides is None else overrides
+    if explicit:  # resume=<path>: the keys typed on this command change the run; resume=auto: every override
+        overrides = own_overrides(overrides)
     resolved = config_with_overrides(state["config"], composed, overrides, explicit)
     resolved.resume = str(checkpoint)
     changes = _changes(state["config"], OmegaConf.to_container(resolved, resolve=True))

@@ -67,14 +67,18 @@ LAUNCH_LOGGERS = ("torch.distributed.elastic.multiprocessing.api", "torch.multip
 LOG_FORMAT, LOG_DATE_FORMAT = "[%(asctime)s] %(message)s", "%H:%M:%S"
 
 
-def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[[DictConfig, Path], Any]) -> Any:
-    """`train_process(cfg, run_dir)`, called here; or, with distributed=ddp and no processes yet, in
-    `distributed.nproc_per_node` worker processes started now, returning rank 0's result. The
-    workers import `train_process` by its script's path and name (it must be a module-level function)."""
+def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[..., Any]) -> Any:
+    """`train_process(cfg, run_dir, proc, device)` inside the run's process group (`joined_process_group`):
+    called here; or, with distributed=ddp and no processes yet, in `distributed.nproc_per_node` worker
+    processes started now, returning rank 0's result. The one function every process starts from, in one
+    or many: the workers import it by its script's path and its name (a module-level function)."""
     if cfg.distributed.name not in ("ddp", "fsdp") or launched_externally():
         with stop_on_signals():
             stop_if_requested_while_starting(agree_later=launched_externally())
-            return train_process(cfg, run_dir)
+            with joined_process_group(cfg) as (proc, device):
+                return train_process(cfg, run_dir, proc, device)
+    if train_process.__qualname__ != train_process.__name__:  # a lambda, a nested function: no name to import
+        raise TypeError(f"start_processes: {train_process.__qualname__} is not a module-level function of its script")
     nproc = processes_per_node(cfg.distributed)
     script, function = train_process.__code__.co_filename, train_process.__name__
     with forward_to_workers():  # from the first second: the workers start with the stop signals blocked
@@ -125,7 +129,7 @@ def config_errors_from_workers() -> Iterator[None]:
 def joined_process_group(cfg: DictConfig) -> Iterator[tuple[ProcessInfo, torch.device]]:
     """This process's place and device inside the run's process group (none for one process):
     the device from LOCAL_RANK and its math modes set before the group is joined; the group
-    always left. What a function given to start_processes (eval.py's) does first."""
+    always left. Around the function given to start_processes, in every process."""
     proc = process_info()
     device = pick_device(cfg.device, proc.local_rank)
     # The training's trainer.deterministic too (eval.py reads the checkpoint's config; older ones lack the key).
@@ -148,7 +152,7 @@ def worker_config(cfg: DictConfig) -> dict[str, Any]:
 
 
 def launch_local_workers(nproc: int, script: str, function: str, config: dict, run_dir: str) -> dict[int, object]:
-    """Run `function(config, run_dir)` from `script` in `nproc` processes forming one process group.
+    """Run `function(config, run_dir, proc, device)` from `script` in `nproc` processes forming one process group.
 
     Returns {rank: return value}. If any worker fails, the agent stops the others and this raises
     (torch's ChildFailedError names the rank and its error), so a crash never leaves a rank waiting.
@@ -210,7 +214,9 @@ def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
             if os.environ.get(STOP_ENV):
                 request(os.environ[STOP_ENV])
-            result = _load(script, function)(OmegaConf.create(config), Path(run_dir))
+            cfg = OmegaConf.create(config)
+            with joined_process_group(cfg) as (proc, device):
+                result = _load(script, function)(cfg, Path(run_dir), proc, device)
     except (Stopped, RunFailed) as stop:  # reported in one line already: the parent raises it again
         result = stop
     except ConfigError as error:  # bad input found late (e.g. a data file): one line, from rank 0

@@ -5,7 +5,7 @@ trainkit.cli.run calls these before Hydra starts:
 
     OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True)  # ${launch_time:%Y-%m-%d}
     agree_on_launch_time()                        # rank 0's clock, through torchrun's store
-    sys.argv += hydra_overrides_for_this_rank()   # ranks > 0: no .hydra/, no log file
+    argv += hydra_overrides_for_this_rank()       # ranks > 0: no .hydra/, no log file (cli.hydra_command_line)
 
 When train.py launches the processes itself, Hydra runs once (in the parent) and none of this
 matters; it is the price of letting torchrun start several copies of a Hydra app.

@@ -68,6 +68,21 @@ def test_resume_runs_in_the_checkpoints_directory_with_its_overrides_replayed_fi
     assert resume.rewrite_argv(["train.py", "-m", "resume=auto"]) == ["train.py", "-m", "resume=auto"]
 
 
+def test_this_commands_own_overrides_are_those_from_its_resume_on_wherever_it_was_typed(tmp_path):
+    """No state kept between the rewrite and main: Hydra's task overrides tell which keys this command sets."""
+    make_run(tmp_path / "run", {}, overrides=["trainer.max_epochs=3", "resume=old", "optimizer.lr=0.2"])
+    argv = resume.rewrite_argv(["train.py", "optimizer.lr=0.05", f"resume={tmp_path / 'run'}", "seed=4"])
+    task_overrides = [arg for arg in argv[1:] if not arg.startswith("hydra.")]  # what Hydra composes the task with
+    own = [f"resume='{tmp_path / 'run'}'", "optimizer.lr=0.05", "seed=4"]
+    assert task_overrides == ["trainer.max_epochs=3", "optimizer.lr=0.2", *own]
+    assert resume.own_overrides(task_overrides) == own
+    elsewhere = tmp_path / "elsewhere.pt"  # a checkpoint outside a run directory: nothing replayed
+    shutil.copy(tmp_path / "run" / "checkpoints" / "last.pt", elsewhere)
+    argv = resume.rewrite_argv(["train.py", "seed=4", f"resume={elsewhere}", f"hydra.run.dir={tmp_path / 'new'}"])
+    assert argv[1:] == [f"resume='{elsewhere}'", "seed=4", f"hydra.run.dir={tmp_path / 'new'}"]
+    assert resume.own_overrides(argv[1:3]) == argv[1:3]
+
+
 def test_each_unusable_checkpoint_is_one_line_before_hydra(tmp_path):
     good = make_run(tmp_path / "run", {})
     cases = {
@@ -271,33 +286,32 @@ def test_stale_temporary_files_are_removed(tmp_path):
     assert [path.name for path in tmp_path.iterdir()] == ["last.pt"]
 
 
-def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_path, compose_config, monkeypatch):
+def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_path, compose_config):
+    def resumed(run_dir, *overrides):  # as `python train.py <overrides>` composes and resumes
+        return resume.resumed_config(compose_config(*overrides), run_dir, overrides=list(overrides))
+
     original = compose_config("trainer.max_epochs=3", "batch_size_finder.enabled=true")
     saved = to_dict(original)
     saved["data"]["batch_size"] = 48  # what the batch-size finder chose: part of the checkpoint's config
     weights = build_model(original.model, original.finetune, image_size=8)[0].state_dict()
     last = make_run(tmp_path / "run", saved, model=weights, early_stopping={"epochs_without_improvement": 0})
     new = ["optimizer.lr=0.05", "trainer.max_epochs=5", "regularization.dropout=0.3"]
-    monkeypatch.setattr(resume, "_command_line", [f"resume={last}", *new])
-    cfg, finished = resume.resumed_config(compose_config(f"resume={last}", *new), tmp_path / "run")
+    cfg, finished = resumed(tmp_path / "run", f"resume={last}", *new)
     assert not finished and cfg.resume == str(last)
     assert (cfg.optimizer.lr, cfg.trainer.max_epochs, cfg.data.batch_size) == (0.05, 5, 48)
     assert cfg.model.dropout == 0.3  # follows regularization.dropout, as the config links it
     assert OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml").data.batch_size == 48
 
-    monkeypatch.setattr(resume, "_command_line", [f"resume={last}", "optimizer=adamw", "trainer.max_epochs=5"])
     with pytest.raises(
         ConfigError, match=r"^optimizer: is torch\.optim\.AdamW but the checkpoint's optimizer state is"
     ):
-        resume.resumed_config(compose_config(f"resume={last}", "optimizer=adamw", "trainer.max_epochs=5"), tmp_path)
+        resumed(tmp_path, f"resume={last}", "optimizer=adamw", "trainer.max_epochs=5")
     sized = make_run(tmp_path / "sized", saved, model=weights, early_stopping={})
-    monkeypatch.setattr(resume, "_command_line", [f"resume={sized}", "model.widths=[16,64,128]"])
     with pytest.raises(ConfigError, match=r"^model: features\.0\.weight is \[32, 1, 3, 3\] in the checkpoint but \[16"):
-        resume.resumed_config(compose_config(f"resume={sized}", "model.widths=[16,64,128]"), tmp_path / "sized")
+        resumed(tmp_path / "sized", f"resume={sized}", "model.widths=[16,64,128]")
     assert not (tmp_path / "sized" / ".hydra" / "config.yaml").exists()  # nothing written for a refused resume
-    monkeypatch.setattr(resume, "_command_line", [f"resume={last}", "experiment=mnist"])
     with pytest.raises(ConfigError, match=r"^experiment: on a resume, give the keys to change one by one"):
-        resume.resumed_config(compose_config(f"resume={last}", "experiment=mnist"), tmp_path)
+        resumed(tmp_path, f"resume={last}", "experiment=mnist")
 
 
 def test_another_plan_of_the_epoch_is_refused_inside_it_naming_what_changed(compose_config):

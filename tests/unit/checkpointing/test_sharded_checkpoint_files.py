@@ -100,9 +100,8 @@ def test_another_number_of_processes_inside_an_epoch_is_refused_before_workers_s
     sharded(last)  # written by 2 processes inside epoch 1, after batch 2
     rest = {**REST, "config": config, "rng": [{}, {}], "early_stopping": {}}
     torch.save({"format": CHECKPOINT_FORMAT, **rest}, last / "state.pt")
-    monkeypatch.setattr(resume, "_command_line", [f"resume={last}", *three])
     with pytest.raises(ConfigError) as error:  # in the parent: the checkpoint's state.pt and the config tell
-        resume.resumed_config(composed, run_dir)
+        resume.resumed_config(composed, run_dir, overrides=[f"resume={last}", *three])
     assert str(error.value).startswith(
         "distributed.nproc_per_node: this run has 3 processes but 2 processes wrote its checkpoint inside epoch 1 "
         "(after batch 2)"

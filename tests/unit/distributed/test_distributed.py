@@ -814,3 +814,30 @@ def test_eval_processes_honour_the_trainings_deterministic_switch(monkeypatch):
     with launch.joined_process_group(cfg):
         pass
     assert calls[0][-1] is True
+
+
+def test_every_process_starts_from_the_one_function_given_inside_its_process_group(monkeypatch, tmp_path):
+    """train.py's `train` (eval.py's `evaluate_process`) is what every process runs, one or many: start_processes
+    joins the process group around it (device, math modes), here or in each worker; a function the workers
+    could not import by name (a lambda) is refused before any worker starts."""
+    from trainkit.distributed import launch
+
+    cfg = OmegaConf.create(
+        {
+            "device": "cpu",
+            "precision": {"tf32": False},
+            "trainer": {"cudnn_benchmark": False, "deterministic": False},
+            "distributed": {"name": "none", "backend": "auto", "timeout_seconds": 60, "nproc_per_node": 2},
+        }
+    )
+    seen = []
+
+    def train_process(cfg, run_dir, proc, device):
+        seen.append((run_dir, proc.rank, proc.world_size, device))
+        return "summary"
+
+    assert launch.start_processes(cfg, tmp_path, train_process) == "summary"
+    assert seen == [(tmp_path, 0, 1, torch.device("cpu"))]
+    cfg.distributed.name = "ddp"
+    with pytest.raises(TypeError, match="is not a module-level function of its script"):
+        launch.start_processes(cfg, tmp_path, train_process)
