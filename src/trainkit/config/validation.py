@@ -1,7 +1,9 @@
 """Check the composed config in one pass, from one schema, before any data or model is built.
 
 RULES (trainkit.config.rules) says what each key may hold (type, range, choices); RELATIONS, here,
-catch keys that contradict each other; `???` keys still missing are required. Every problem the
+catch keys that contradict each other; the chosen model and data option add the checks they declare
+on their own arguments beside their code (`config_problems`: no name of theirs is written here);
+`???` keys still missing are required. Every problem the
 config alone reveals is found in the same pass, so a typo costs a second, not a run, and one try
 shows them all:
 
@@ -15,14 +17,15 @@ exist, weights of another shape) is checked where it arises, in the same one-lin
 import dataclasses
 import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.augment.batch_transform import active_ops
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
-from trainkit.config.schema import Relation, find_problems, show, unknown_keys
+from trainkit.config.schema import Relation, find_problems, show, to_dict, unknown_keys
 from trainkit.data.datasets import Data, ImageData, data_class
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
@@ -48,26 +51,6 @@ def _required(cfg: DictConfig) -> Iterator[tuple[str, str]]:
                 f" (or {key}={'true' if value is False else '...'})" for key, value in zip(keys[1:], values[1:])
             )
             yield keys[0], f"is required; pass {keys[0]}=...{others}"
-
-
-def _images(cfg: DictConfig) -> bool:
-    """Whether the data option is an ImageData: the image rules (channels, statistics, flips) are its alone."""
-    data = _data_class(cfg)
-    return data is not None and issubclass(data, ImageData)
-
-
-def _statistics_per_channel(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if not _images(cfg):
-        return
-    for key in ("mean", "std"):
-        if len(cfg.data[key]) not in (1, cfg.data.channels):
-            yield (
-                f"data.{key}",
-                (
-                    f"has {len(cfg.data[key])} values for data.channels={cfg.data.channels}; "
-                    f"give one per channel, or one for all"
-                ),
-            )
 
 
 def _data_class(cfg: DictConfig) -> type[Data] | None:
@@ -246,22 +229,6 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
     )
 
 
-def _block_sizes_agree(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """model=gpt's sizes: its width splits into equal heads, and a model with a context length (model=gpt's
-    block_size) reads blocks of that many tokens, so data=text's data.block_size must be the same (model=gpt
-    follows it unless set apart)."""
-    width, heads = cfg.model.get("n_embd"), cfg.model.get("n_head")
-    if isinstance(width, int) and isinstance(heads, int) and heads > 0 and width % heads:
-        yield "model.n_embd", f"is {width}, not divisible by model.n_head={heads}: each head takes an equal share"
-    model_block, data_block = cfg.model.get("block_size"), cfg.data.get("block_size")
-    if isinstance(model_block, int) and isinstance(data_block, int) and model_block != data_block:
-        yield (
-            "model.block_size",
-            f"is {model_block}, but data.block_size is {data_block}: the model's context is the data's block; "
-            f"set data.block_size={model_block} (model.block_size follows it)",
-        )
-
-
 def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A model whose class says what its input's side must be divisible by (`input_size_multiple`,
     a function of some of its constructor's arguments: the U-Net halves the size once a level) is
@@ -272,10 +239,13 @@ def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     side = cfg.finetune.input_size if cfg.finetune.input_size is not None else cfg.data.get("image_size")
     if not callable(multiple_of) or not isinstance(side, int):
         return
-    arguments = inspect.signature(multiple_of).parameters
+    stale, given = _not_taken(model, multiple_of), _arguments(model, multiple_of, cfg.model)
+    if stale:
+        yield "model._target_", stale
+        return
+    if given is None:
+        return  # an argument with no value: building the model says why
     try:
-        given = {name: cfg.model[name] for name in arguments if name in cfg.model}
-        given = {name: OmegaConf.to_object(v) if OmegaConf.is_config(v) else v for name, v in given.items()}
         multiple = int(multiple_of(**given))
     except Exception:  # arguments the constructor would refuse too: building the model says why
         return
@@ -288,6 +258,79 @@ def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
             f"is {side}, but {cfg.model._target_} ({', '.join(f'model.{k}={v}' for k, v in given.items())}) "
             f"takes sizes divisible by {multiple}; use {key}={choices}, or a model that halves the size fewer times",
         )
+
+
+# ---- checks declared beside their owners -------------------------------------------------------
+
+
+def _parameters(function: object) -> dict[str, inspect.Parameter]:
+    try:
+        return dict(inspect.signature(function).parameters)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # no signature to read: nothing is known of its arguments
+        return {}
+
+
+def _arguments(owner: object, declared: object, section: DictConfig, **extra: object) -> dict[str, object] | None:
+    """The arguments of `declared`, a check or a question an owner (the class or factory a `_target_`
+    names) declares beside its code, each named after one of the owner's own arguments: the config
+    section's value, else the owner's default (the declared one's for a name only it has); `extra` by name. None when
+    one has no value at all: building the owner says why."""
+    takes, given = _parameters(owner), {}
+    for name, parameter in _parameters(declared).items():
+        default = takes[name].default if name in takes else parameter.default
+        if name in extra:
+            given[name] = extra[name]
+        elif name in section:
+            value = section[name]
+            given[name] = OmegaConf.to_object(value) if OmegaConf.is_config(value) else value
+        elif default is not inspect.Parameter.empty:
+            given[name] = default
+        else:
+            return None
+    return given
+
+
+def _declared_checks(cfg: DictConfig) -> list[Relation]:
+    """The checks the chosen data option and model declare on their own arguments, beside their code:
+    `config_problems`, a function whose parameters are named after the owner's arguments (a model's may
+    also take `data`, the data section, for a relation between the two) yielding (key, message) like a
+    relation. Read as RELATIONS are: skipped while a key they read has a problem of its own. No check
+    here reads an owner's argument names: rename one, and its check is renamed beside it (or refused)."""
+    relations = []
+    for group, owner in (("data", _data_class(cfg)), ("model", _model_class(cfg))):
+        check = getattr(owner, "config_problems", None)
+        if callable(check):
+            extra = ("data",) if group == "model" else ()
+            reads = [name if name in extra else f"{group}.{name}" for name in _parameters(check)]
+            relations.append(Relation((f"{group}._target_", *reads), partial(_ask, owner, check, group, extra)))
+    return relations
+
+
+def _not_taken(owner: object, declared: object, extra: tuple[str, ...] = ()) -> str | None:
+    """What is wrong when `declared` names an argument its owner does not take: one renamed without its
+    check, which would otherwise be asked with a default and quietly stop checking."""
+    takes = _parameters(owner)
+    open_ended = any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in takes.values())
+    unknown = [name for name in _parameters(declared) if name not in takes and name not in extra]
+    if not takes or open_ended or not unknown:
+        return None
+    return (
+        f"{getattr(owner, '__qualname__', owner)}.{getattr(declared, '__name__', declared)} reads "
+        f"{', '.join(unknown)}, which {getattr(owner, '__name__', owner)} does not take; name its parameters "
+        f"after the arguments ({', '.join(takes)})"
+    )
+
+
+def _ask(
+    owner: object, check: Callable, group: str, extra: tuple[str, ...], cfg: DictConfig
+) -> Iterator[tuple[str, str]]:
+    stale = _not_taken(owner, check, extra)
+    if stale:
+        yield f"{group}._target_", stale
+        return
+    given = _arguments(owner, check, cfg[group], **{name: to_dict(cfg[name]) for name in extra})
+    if given is not None:
+        yield from check(**given)
 
 
 def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -419,24 +462,6 @@ def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "trainer.channels_last", f"lays out image batches, but {what}; set trainer.channels_last=false"
 
 
-def _a_sequence_fits_the_budget(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A sequence cut at data.max_length must fit a batch of data.max_tokens, and the model's positions."""
-    max_length, max_tokens = cfg.data.get("max_length"), cfg.data.get("max_tokens")
-    if isinstance(max_length, int) and isinstance(max_tokens, int) and max_tokens < max_length:
-        yield (
-            "data.max_tokens",
-            f"is {max_tokens}, below data.max_length={max_length}: a long sequence would fit no batch; "
-            f"set data.max_tokens to at least {max_length}",
-        )
-    positions = cfg.model.get("max_length") if isinstance(cfg.get("model"), DictConfig) else None
-    if isinstance(max_length, int) and isinstance(positions, int) and positions < max_length:
-        yield (
-            "model.max_length",
-            f"is {positions}, below data.max_length={max_length}: the model has no position for the tokens "
-            f"beyond; set model.max_length=${{data.max_length}}",
-        )
-
-
 def _a_token_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The batch-size finder searches data.batch_size; under data.max_tokens that is a cap, not a batch's size."""
     if isinstance(cfg.data.get("max_tokens"), int) and cfg.batch_size_finder.enabled:
@@ -486,7 +511,6 @@ def _no_flip_tta_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[
 
 RELATIONS = (
     Relation(("required",), _required),
-    Relation(("data.channels", "data.mean", "data.std"), _statistics_per_channel),
     Relation(("data._target_",), _data_target),
     Relation(("data._target_",), _data_keys),
     Relation(
@@ -535,13 +559,11 @@ RELATIONS = (
         ("data._target_", "augmentation", "trainer.tta_flip", "finetune.input_size", "trainer.channels_last"),
         _image_ops_need_images,
     ),
-    Relation(("data.max_length", "data.max_tokens", "model.max_length"), _a_sequence_fits_the_budget),
     Relation(("data.max_tokens", "batch_size_finder.enabled"), _a_token_budget_sizes_its_batches),
     Relation(("task._target_", "augmentation"), _mixing_needs_a_task_that_mixes),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),
     Relation(("model._target_", "data.image_size", "finetune.input_size"), _input_size_fits_the_model),
-    Relation(("model.block_size", "data.block_size", "model.n_embd", "model.n_head"), _block_sizes_agree),
 )
 
 
@@ -552,7 +574,7 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     """{key: what is wrong and how to fix it} for every problem the config alone reveals, once the
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
-    return find_problems(cfg, RULES, RELATIONS)
+    return find_problems(cfg, RULES, (*RELATIONS, *_declared_checks(cfg)))
 
 
 def ignored_keys(cfg: DictConfig) -> list[str]:

@@ -13,6 +13,7 @@ biases for trainkit.optim's groups: AdamW decays the matrices alone. FSDP shards
 """
 
 import math
+from collections.abc import Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -65,6 +66,20 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    @staticmethod
+    def config_problems(n_embd: int, n_head: int, block_size: int, data: Mapping) -> Iterator[tuple[str, str]]:
+        """Its width splits into equal heads, and its context is data=text's block (block_size follows
+        data.block_size unless set apart): the config check asks this (trainkit.config.validation) with
+        the model option's values, before any directory or model exists."""
+        if n_head > 0 and n_embd % n_head:
+            yield "model.n_embd", f"is {n_embd}, not divisible by model.n_head={n_head}: each head takes an equal share"
+        if isinstance(data.get("block_size"), int) and block_size != data["block_size"]:
+            yield (
+                "model.block_size",
+                f"is {block_size}, but data.block_size is {data['block_size']}: the model's context is the data's "
+                f"block; set data.block_size={block_size} (model.block_size follows it)",
+            )
+
     def __init__(
         self,
         vocab_size: int = 256,

@@ -6,11 +6,24 @@ tokens of each sequence, a linear head. Inputs int64 [B, T]; outputs logits [B, 
 T^2 a sequence, padding included: batches by a token budget (data.max_tokens) pad little and save most of it.
 """
 
+from collections.abc import Iterator, Mapping
+
 import torch
 from torch import nn
 
 
 class SequenceClassifier(nn.Module):
+    @staticmethod
+    def config_problems(max_length: int, data: Mapping) -> Iterator[tuple[str, str]]:
+        """A position a token: the data's longest sequence (data.max_length) needs as many (the config check
+        asks this, trainkit.config.validation, before any directory or model exists)."""
+        if isinstance(data.get("max_length"), int) and max_length < data["max_length"]:
+            yield (
+                "model.max_length",
+                f"is {max_length}, below data.max_length={data['max_length']}: the model has no position for the "
+                f"tokens beyond; set model.max_length=${{data.max_length}}",
+            )
+
     def __init__(
         self,
         vocabulary: int,

@@ -15,7 +15,7 @@ from conftest import composed, run_here
 from trainkit.cli import one_line
 from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems
-from trainkit.config.validation import RELATIONS, ignored_keys, problems, validate
+from trainkit.config.validation import RELATIONS, fill_task_defaults, ignored_keys, problems, validate
 from trainkit.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -292,12 +292,8 @@ RULE_CASES = [
 
 # Keys that contradict each other, or settings the chosen options need.
 RELATION_CASES = [
-    (["experiment=stdlib_gpt", "model.block_size=64"], "model.block_size"),
-    (["experiment=stdlib_gpt", "model.n_head=3"], "model.n_embd"),
     (["experiment=stdlib_gpt", "augmentation=shift"], "augmentation"),  # image augmentation on text
     (["experiment=stdlib_gpt", "trainer.tta_flip=true"], "trainer.tta_flip"),
-    ([*FUNCTIONS, "data.max_tokens=256"], "data.max_tokens"),
-    ([*FUNCTIONS, "model.max_length=256"], "model.max_length"),
     ([*FUNCTIONS, "trainer.channels_last=true"], "trainer.channels_last"),
     ([*FUNCTIONS, "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),
     ([*FUNCTIONS, "augmentation=mixup"], "augmentation"),
@@ -305,8 +301,6 @@ RELATION_CASES = [
     (["experiment=shapes_segmentation", "task.class_names=[background,circle]"], "task.class_names"),
     (["required=[trainer.max_stepz]"], "required"),
     (["experiment=finetune_imagefolder", "data.root=/data/images"], "finetune.pretrained_path"),
-    (["data.mean=[0.1,0.2]"], "data.mean"),
-    (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
     (["data=mnist", "data.root=null"], "data.root"),
     (["data=cached", "data.root=null"], "data.root"),
     (["data._target_=nowhere.load_images"], "data._target_"),
@@ -377,10 +371,20 @@ RELATION_CASES = [
     (["experiment=shapes_segmentation", "data.image_size=30"], "data.image_size"),
 ]
 
+# Checks a model or data option declares on its own arguments (`config_problems`, beside its code)
+DECLARED_CASES = [
+    (["experiment=stdlib_gpt", "model.block_size=64"], "model.block_size"),  # GPT
+    (["experiment=stdlib_gpt", "model.n_head=3"], "model.n_embd"),
+    ([*FUNCTIONS, "model.max_length=256"], "model.max_length"),  # SequenceClassifier
+    ([*FUNCTIONS, "data.max_tokens=256"], "data.max_tokens"),  # TextData
+    (["data.mean=[0.1,0.2]"], "data.mean"),  # ImageData
+    (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
+    (["model._target_=models_for_tests.HalvingCNN", "model.widths=[7,8]"], "model.widths"),  # one of yours
+]
+CASES = RULE_CASES + RELATION_CASES + DECLARED_CASES
 
-@pytest.mark.parametrize(
-    "overrides, key", RULE_CASES + RELATION_CASES, ids=[" ".join(o) for o, _ in RULE_CASES + RELATION_CASES]
-)
+
+@pytest.mark.parametrize("overrides, key", CASES, ids=[" ".join(o) for o, _ in CASES])
 def test_every_mistake_is_one_config_error_naming_its_key(compose_config, overrides, key):
     cfg = compose_config(overrides)
     assert list(problems(cfg)) == [key]  # exactly this one: nothing reported twice or as a knock-on
@@ -406,6 +410,25 @@ def test_every_relation_has_a_case_that_only_it_finds(compose_config):
         assert key not in find_problems(cfg, RULES, [])  # no single-key rule finds these
     for relation in RELATIONS:
         assert any(key in find_problems(cfg, {}, [relation]) for cfg, key in configs), relation
+
+
+@pytest.mark.parametrize("overrides, key", DECLARED_CASES, ids=[" ".join(o) for o, _ in DECLARED_CASES])
+def test_a_check_declared_beside_its_owner_is_gathered_and_none_in_config_reads_its_names(
+    compose_config, overrides, key
+):
+    cfg = compose_config(overrides)
+    fill_task_defaults(cfg)
+    assert key not in find_problems(cfg, RULES, RELATIONS)  # no check in trainkit.config finds it
+    assert key in problems(cfg)  # the owner's own, gathered
+
+
+def test_a_check_that_names_an_argument_its_model_does_not_take_is_refused_not_skipped(compose_config):
+    """An argument renamed without its check would otherwise have the check asked with a default: never run."""
+    cfg = compose_config(["model._target_=models_for_tests.RenamedWithoutItsCheck", "model.widths=[7,8]"])
+    assert problems(cfg) == {
+        "model._target_": "RenamedWithoutItsCheck.config_problems reads widths, which RenamedWithoutItsCheck does "
+        "not take; name its parameters after the arguments (in_channels, num_classes, channels, dropout)"
+    }
 
 
 def test_every_rule_key_exists_in_some_option():
