@@ -17,7 +17,7 @@ exist, weights of another shape) is checked where it arises, in the same one-lin
 import dataclasses
 import inspect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
 import torch
@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainkit.augment.batch_transform import active_ops
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
-from trainkit.config.schema import Relation, find_problems, show, to_dict, unknown_keys
+from trainkit.config.schema import Check, Relation, find_problems, show, to_dict, unknown_keys
 from trainkit.data.datasets import Data, ImageData, data_class
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
@@ -117,13 +117,15 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.finetune.pretrained_path and cfg.model.get("pretrained"):
+    """A file of weights for a model that loads its own: it declares `own_weights`, a function of its
+    arguments giving the key that asked for them (timm's: model.pretrained), or None."""
+    stale, key = _answer(_model_class(cfg), "own_weights", cfg.model)
+    if stale:
+        yield "model._target_", stale
+    elif cfg.finetune.pretrained_path and key:
         yield (
             "finetune.pretrained_path",
-            (
-                "is set together with model.pretrained=true; load weights one way: "
-                "set model.pretrained=false to use the file"
-            ),
+            f"is set together with {key}=true; load weights one way: set {key}=false to use the file",
         )
 
 
@@ -234,20 +236,13 @@ def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     a function of some of its constructor's arguments: the U-Net halves the size once a level) is
     asked with the model option's values of those arguments; the side is finetune.input_size, else
     data.image_size. Models that declare nothing are checked when they first see a batch."""
-    model = _model_class(cfg)
-    multiple_of = getattr(model, "input_size_multiple", None)
     side = cfg.finetune.input_size if cfg.finetune.input_size is not None else cfg.data.get("image_size")
-    if not callable(multiple_of) or not isinstance(side, int):
+    if not isinstance(side, int):
         return
-    stale, given = _not_taken(model, multiple_of), _arguments(model, multiple_of, cfg.model)
+    stale, multiple = _answer(_model_class(cfg), "input_size_multiple", cfg.model)
     if stale:
         yield "model._target_", stale
-        return
-    if given is None:
-        return  # an argument with no value: building the model says why
-    try:
-        multiple = int(multiple_of(**given))
-    except Exception:  # arguments the constructor would refuse too: building the model says why
+    if stale or not isinstance(multiple, int) or multiple < 1:
         return
     if side % multiple:
         key = "finetune.input_size" if cfg.finetune.input_size is not None else "data.image_size"
@@ -255,7 +250,7 @@ def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         choices = f"{below} or {above}" if below else str(above)
         yield (
             key,
-            f"is {side}, but {cfg.model._target_} ({', '.join(f'model.{k}={v}' for k, v in given.items())}) "
+            f"is {side}, but {cfg.model._target_} ({_settings(cfg, 'input_size_multiple')}) "
             f"takes sizes divisible by {multiple}; use {key}={choices}, or a model that halves the size fewer times",
         )
 
@@ -268,6 +263,29 @@ def _parameters(function: object) -> dict[str, inspect.Parameter]:
         return dict(inspect.signature(function).parameters)  # type: ignore[arg-type]
     except (TypeError, ValueError):  # no signature to read: nothing is known of its arguments
         return {}
+
+
+def _answer(owner: object, question: str, section: DictConfig) -> tuple[str | None, object]:
+    """(what is wrong, the answer) of a question an owner may declare beside its code (`input_size_multiple`,
+    `own_weights`), asked with the option's values of the arguments it names; no answer (None) where the
+    owner declares none, an argument has no value or the owner would refuse one (building it says why)."""
+    asked = getattr(owner, question, None)
+    if not callable(asked):
+        return None, None
+    stale, given = _not_taken(owner, _parameters(asked)), _arguments(owner, asked, section)
+    if stale or given is None:
+        return stale, None
+    try:
+        return None, asked(**given)
+    except Exception:  # arguments the constructor would refuse too: building the model says why
+        return None, None
+
+
+def _settings(cfg: DictConfig, question: str) -> str:
+    """model.<argument>=<value> for each argument the model's `question` was asked with."""
+    model = _model_class(cfg)
+    given = _arguments(model, getattr(model, question), cfg.model) or {}
+    return ", ".join(f"model.{name}={value}" for name, value in given.items())
 
 
 def _arguments(owner: object, declared: object, section: DictConfig, **extra: object) -> dict[str, object] | None:
@@ -290,44 +308,51 @@ def _arguments(owner: object, declared: object, section: DictConfig, **extra: ob
     return given
 
 
-def _declared_checks(cfg: DictConfig) -> list[Relation]:
+def _declared(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
     """The checks the chosen data option and model declare on their own arguments, beside their code:
-    `config_problems`, a function whose parameters are named after the owner's arguments (a model's may
-    also take `data`, the data section, for a relation between the two) yielding (key, message) like a
-    relation. Read as RELATIONS are: skipped while a key they read has a problem of its own. No check
-    here reads an owner's argument names: rename one, and its check is renamed beside it (or refused)."""
+    `config_rules`, {argument: a rule, as in RULES}, and `config_problems`, a function whose parameters
+    are named after the owner's arguments (a model's may also take `data`, the data section, for a
+    relation between the two) yielding (key, message) like a relation and read as RELATIONS are
+    (skipped while a key it reads has a problem of its own). No check here reads an owner's argument
+    names: rename one, and its checks are renamed beside it, or refused if they still name the old one."""
+    rules: dict[str, Check] = {}
     relations = []
     for group, owner in (("data", _data_class(cfg)), ("model", _model_class(cfg))):
-        check = getattr(owner, "config_problems", None)
+        own_rules, check = getattr(owner, "config_rules", {}), getattr(owner, "config_problems", None)
+        extra = ("data",) if group == "model" else ()
+        stale = _not_taken(owner, [*own_rules, *(_parameters(check) if callable(check) else ())], extra)
+        if stale:
+            relations.append(Relation((f"{group}._target_",), partial(_refuse, f"{group}._target_", stale)))
+            continue
+        rules |= {f"{group}.{name}": rule for name, rule in own_rules.items()}
         if callable(check):
-            extra = ("data",) if group == "model" else ()
             reads = [name if name in extra else f"{group}.{name}" for name in _parameters(check)]
             relations.append(Relation((f"{group}._target_", *reads), partial(_ask, owner, check, group, extra)))
-    return relations
+    return rules, relations
 
 
-def _not_taken(owner: object, declared: object, extra: tuple[str, ...] = ()) -> str | None:
-    """What is wrong when `declared` names an argument its owner does not take: one renamed without its
-    check, which would otherwise be asked with a default and quietly stop checking."""
+def _not_taken(owner: object, names: Iterable[str], extra: tuple[str, ...] = ()) -> str | None:
+    """What is wrong when a check declared beside `owner` names an argument it does not take: one renamed
+    without its check, which would otherwise check nothing, quietly."""
     takes = _parameters(owner)
     open_ended = any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in takes.values())
-    unknown = [name for name in _parameters(declared) if name not in takes and name not in extra]
+    unknown = [name for name in names if name not in takes and name not in extra]
     if not takes or open_ended or not unknown:
         return None
+    owner_name = getattr(owner, "__name__", owner)
     return (
-        f"{getattr(owner, '__qualname__', owner)}.{getattr(declared, '__name__', declared)} reads "
-        f"{', '.join(unknown)}, which {getattr(owner, '__name__', owner)} does not take; name its parameters "
-        f"after the arguments ({', '.join(takes)})"
+        f"{owner_name}'s config checks read {', '.join(unknown)}, which {owner_name} does not take; name them "
+        f"after its arguments ({', '.join(takes)})"
     )
+
+
+def _refuse(key: str, message: str, cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    yield key, message
 
 
 def _ask(
     owner: object, check: Callable, group: str, extra: tuple[str, ...], cfg: DictConfig
 ) -> Iterator[tuple[str, str]]:
-    stale = _not_taken(owner, check, extra)
-    if stale:
-        yield f"{group}._target_", stale
-        return
     given = _arguments(owner, check, cfg[group], **{name: to_dict(cfg[name]) for name in extra})
     if given is not None:
         yield from check(**given)
@@ -517,7 +542,7 @@ RELATIONS = (
         ("data._target_", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
         _dataset_needs,
     ),
-    Relation(("finetune.pretrained_path", "model.pretrained"), _pretrained_once),
+    Relation(("finetune.pretrained_path", "model._target_"), _pretrained_once),
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),
     Relation(("task._target_", "regularization.early_stopping"), _early_stopping_direction),
@@ -574,7 +599,8 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     """{key: what is wrong and how to fix it} for every problem the config alone reveals, once the
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
-    return find_problems(cfg, RULES, (*RELATIONS, *_declared_checks(cfg)))
+    rules, relations = _declared(cfg)
+    return find_problems(cfg, RULES | rules, (*RELATIONS, *relations))
 
 
 def ignored_keys(cfg: DictConfig) -> list[str]:

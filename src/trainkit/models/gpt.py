@@ -14,10 +14,13 @@ biases for trainkit.optim's groups: AdamW decays the matrices alone. FSDP shards
 
 import math
 from collections.abc import Iterator, Mapping
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from trainkit.config.schema import Check, integer
 
 
 class CausalSelfAttention(nn.Module):
@@ -66,6 +69,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    # What each argument may hold, and below what they must agree on: the config check (trainkit.config.validation)
+    # reads both from the class, before any directory or model exists.
+    config_rules: ClassVar[dict[str, Check]] = {"n_layer": integer(1), "n_head": integer(1), "n_embd": integer(1)}
+
     @staticmethod
     def config_problems(n_embd: int, n_head: int, block_size: int, data: Mapping) -> Iterator[tuple[str, str]]:
         """Its width splits into equal heads, and its context is data=text's block (block_size follows

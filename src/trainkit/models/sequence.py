@@ -7,12 +7,25 @@ T^2 a sequence, padding included: batches by a token budget (data.max_tokens) pa
 """
 
 from collections.abc import Iterator, Mapping
+from typing import ClassVar
 
 import torch
 from torch import nn
 
+from trainkit.config.schema import Check, integer
+
 
 class SequenceClassifier(nn.Module):
+    config_rules: ClassVar[dict[str, Check]] = {  # what each argument may hold (the config check reads it)
+        "vocabulary": integer(2),
+        "max_length": integer(1),
+        "width": integer(1),
+        "depth": integer(1),
+        "heads": integer(1),
+        "feedforward": integer(1),
+        "pad_id": integer(0),
+    }
+
     @staticmethod
     def config_problems(max_length: int, data: Mapping) -> Iterator[tuple[str, str]]:
         """A position a token: the data's longest sequence (data.max_length) needs as many (the config check

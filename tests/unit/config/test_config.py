@@ -89,9 +89,6 @@ TABLE = [  # the digits as a table (tests/data_for_tests.py): data that is not i
 RULE_CASES = [
     (["experiment=stdlib_gpt", "data.block_size=0"], "data.block_size"),
     (["experiment=stdlib_gpt", "data.pattern=3"], "data.pattern"),
-    (["experiment=stdlib_gpt", "model.n_layer=0"], "model.n_layer"),
-    (["experiment=stdlib_gpt", "model.n_head=0"], "model.n_head"),
-    (["experiment=stdlib_gpt", "model.n_embd=-1"], "model.n_embd"),
     (["seed=-1"], "seed"),
     # eval.py's keys (conf/eval.yaml), added to train.py's config here
     (["+prompt=42"], "prompt"),
@@ -164,25 +161,12 @@ RULE_CASES = [
     ([*TEXTS, "data.class_folders=[pos]"], "data.class_folders"),
     ([*TEXTS, "data.class_folders=[neg,neg]"], "data.class_folders"),  # neg's files twice, as two labels
     ([*FUNCTIONS, "data.packages=1"], "data.packages"),
-    ([*FUNCTIONS, "model.vocabulary=1"], "model.vocabulary"),
-    ([*FUNCTIONS, "model.max_length=0"], "model.max_length"),
-    ([*FUNCTIONS, "model.width=0"], "model.width"),
-    ([*FUNCTIONS, "model.depth=0"], "model.depth"),
-    ([*FUNCTIONS, "model.heads=0"], "model.heads"),
-    ([*FUNCTIONS, "model.feedforward=0"], "model.feedforward"),
-    ([*FUNCTIONS, "model.pad_id=-1"], "model.pad_id"),
-    (["model=timm", "model.name=3"], "model.name"),
-    (["model=timm", "model.pretrained=yes"], "model.pretrained"),
     (["finetune.pretrained_path=3"], "finetune.pretrained_path"),
     (["finetune.input_size=0"], "finetune.input_size"),
     (["finetune.input_size=abc"], "finetune.input_size"),
     (["finetune.freeze=head"], "finetune.freeze"),
     (["finetune.freeze=-1"], "finetune.freeze"),
     (["finetune.freeze_bn=1"], "finetune.freeze_bn"),
-    (["model.widths=[0,8]"], "model.widths"),
-    (["model=speedrun", "model.stem_width=0"], "model.stem_width"),
-    (["model=speedrun", "model.logit_scale=0"], "model.logit_scale"),
-    (["model=timm", "model.drop_path_rate=1"], "model.drop_path_rate"),
     (["optimizer.lr=0"], "optimizer.lr"),
     (["optimizer.lr=-1"], "optimizer.lr"),
     (["optimizer.lr=abc"], "optimizer.lr"),
@@ -380,6 +364,26 @@ DECLARED_CASES = [
     (["data.mean=[0.1,0.2]"], "data.mean"),  # ImageData
     (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
     (["model._target_=models_for_tests.HalvingCNN", "model.widths=[7,8]"], "model.widths"),  # one of yours
+    # each model's config_rules: what its arguments may hold
+    (["experiment=stdlib_gpt", "model.n_layer=0"], "model.n_layer"),
+    (["experiment=stdlib_gpt", "model.n_head=0"], "model.n_head"),
+    (["experiment=stdlib_gpt", "model.n_embd=-1"], "model.n_embd"),
+    ([*FUNCTIONS, "model.vocabulary=1"], "model.vocabulary"),
+    ([*FUNCTIONS, "model.max_length=0"], "model.max_length"),
+    ([*FUNCTIONS, "model.width=0"], "model.width"),
+    ([*FUNCTIONS, "model.depth=0"], "model.depth"),
+    ([*FUNCTIONS, "model.heads=0"], "model.heads"),
+    ([*FUNCTIONS, "model.feedforward=0"], "model.feedforward"),
+    ([*FUNCTIONS, "model.pad_id=-1"], "model.pad_id"),
+    (["model=timm", "model.name=3"], "model.name"),
+    (["model=timm", "model.pretrained=yes"], "model.pretrained"),
+    (["model.widths=[0,8]"], "model.widths"),
+    (["model=speedrun", "model.stem_width=0"], "model.stem_width"),
+    (["model=speedrun", "model.logit_scale=0"], "model.logit_scale"),
+    (["model=timm", "model.drop_path_rate=1"], "model.drop_path_rate"),
+    (["model=torchvision", "model.name=3"], "model.name"),
+    (["model=torchvision_segmentation", *SEGMENTATION, "model.name=3"], "model.name"),
+    (["experiment=shapes_segmentation", "model.widths=[0,8]"], "model.widths"),
 ]
 CASES = RULE_CASES + RELATION_CASES + DECLARED_CASES
 
@@ -426,8 +430,8 @@ def test_a_check_that_names_an_argument_its_model_does_not_take_is_refused_not_s
     """An argument renamed without its check would otherwise have the check asked with a default: never run."""
     cfg = compose_config(["model._target_=models_for_tests.RenamedWithoutItsCheck", "model.widths=[7,8]"])
     assert problems(cfg) == {
-        "model._target_": "RenamedWithoutItsCheck.config_problems reads widths, which RenamedWithoutItsCheck does "
-        "not take; name its parameters after the arguments (in_channels, num_classes, channels, dropout)"
+        "model._target_": "RenamedWithoutItsCheck's config checks read widths, which RenamedWithoutItsCheck does "
+        "not take; name them after its arguments (in_channels, num_classes, channels, dropout)"
     }
 
 
