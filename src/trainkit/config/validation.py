@@ -2,10 +2,9 @@
 
 RULES (trainkit.config.rules) says what each key may hold (type, range, choices); RELATIONS, here,
 catch keys that contradict each other; the chosen model and data option add the checks they declare
-on their own arguments beside their code (`config_problems`: no name of theirs is written here);
-`???` keys still missing are required. Every problem the
-config alone reveals is found in the same pass, so a typo costs a second, not a run, and one try
-shows them all:
+on their own arguments beside their code (`config_rules`, `config_problems`: no name of theirs is
+written here); `???` keys still missing are required. Every problem the config alone reveals is
+found in the same pass, so a typo costs a second, not a run, and one try shows them all:
 
     error: data.batch_size: must be a whole number >= 1, got 0; also optimizer.lr: must be ...
 
@@ -15,17 +14,16 @@ exist, weights of another shape) is checked where it arises, in the same one-lin
 """
 
 import dataclasses
-import inspect
 import logging
-from collections.abc import Callable, Iterable, Iterator
-from functools import partial
+from collections.abc import Iterator
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.augment.batch_transform import active_ops
+from trainkit.config.declared import answer, arguments, declared
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
-from trainkit.config.schema import Check, Relation, find_problems, show, to_dict, unknown_keys
+from trainkit.config.schema import Relation, find_problems, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, data_class
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
@@ -119,7 +117,7 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A file of weights for a model that loads its own: it declares `own_weights`, a function of its
     arguments giving the key that asked for them (timm's: model.pretrained), or None."""
-    stale, key = _answer(_model_class(cfg), "own_weights", cfg.model)
+    stale, key = answer(_model_class(cfg), "own_weights", cfg.model)
     if stale:
         yield "model._target_", stale
     elif cfg.finetune.pretrained_path and key:
@@ -239,7 +237,7 @@ def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     side = cfg.finetune.input_size if cfg.finetune.input_size is not None else cfg.data.get("image_size")
     if not isinstance(side, int):
         return
-    stale, multiple = _answer(_model_class(cfg), "input_size_multiple", cfg.model)
+    stale, multiple = answer(_model_class(cfg), "input_size_multiple", cfg.model)
     if stale:
         yield "model._target_", stale
     if stale or not isinstance(multiple, int) or multiple < 1:
@@ -255,107 +253,11 @@ def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-# ---- checks declared beside their owners -------------------------------------------------------
-
-
-def _parameters(function: object) -> dict[str, inspect.Parameter]:
-    try:
-        return dict(inspect.signature(function).parameters)  # type: ignore[arg-type]
-    except (TypeError, ValueError):  # no signature to read: nothing is known of its arguments
-        return {}
-
-
-def _answer(owner: object, question: str, section: DictConfig) -> tuple[str | None, object]:
-    """(what is wrong, the answer) of a question an owner may declare beside its code (`input_size_multiple`,
-    `own_weights`), asked with the option's values of the arguments it names; no answer (None) where the
-    owner declares none, an argument has no value or the owner would refuse one (building it says why)."""
-    asked = getattr(owner, question, None)
-    if not callable(asked):
-        return None, None
-    stale, given = _not_taken(owner, _parameters(asked)), _arguments(owner, asked, section)
-    if stale or given is None:
-        return stale, None
-    try:
-        return None, asked(**given)
-    except Exception:  # arguments the constructor would refuse too: building the model says why
-        return None, None
-
-
 def _settings(cfg: DictConfig, question: str) -> str:
     """model.<argument>=<value> for each argument the model's `question` was asked with."""
     model = _model_class(cfg)
-    given = _arguments(model, getattr(model, question), cfg.model) or {}
+    given = arguments(model, getattr(model, question), cfg.model) or {}
     return ", ".join(f"model.{name}={value}" for name, value in given.items())
-
-
-def _arguments(owner: object, declared: object, section: DictConfig, **extra: object) -> dict[str, object] | None:
-    """The arguments of `declared`, a check or a question an owner (the class or factory a `_target_`
-    names) declares beside its code, each named after one of the owner's own arguments: the config
-    section's value, else the owner's default (the declared one's for a name only it has); `extra` by name. None when
-    one has no value at all: building the owner says why."""
-    takes, given = _parameters(owner), {}
-    for name, parameter in _parameters(declared).items():
-        default = takes[name].default if name in takes else parameter.default
-        if name in extra:
-            given[name] = extra[name]
-        elif name in section:
-            value = section[name]
-            given[name] = OmegaConf.to_object(value) if OmegaConf.is_config(value) else value
-        elif default is not inspect.Parameter.empty:
-            given[name] = default
-        else:
-            return None
-    return given
-
-
-def _declared(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
-    """The checks the chosen data option and model declare on their own arguments, beside their code:
-    `config_rules`, {argument: a rule, as in RULES}, and `config_problems`, a function whose parameters
-    are named after the owner's arguments (a model's may also take `data`, the data section, for a
-    relation between the two) yielding (key, message) like a relation and read as RELATIONS are
-    (skipped while a key it reads has a problem of its own). No check here reads an owner's argument
-    names: rename one, and its checks are renamed beside it, or refused if they still name the old one."""
-    rules: dict[str, Check] = {}
-    relations = []
-    for group, owner in (("data", _data_class(cfg)), ("model", _model_class(cfg))):
-        own_rules, check = getattr(owner, "config_rules", {}), getattr(owner, "config_problems", None)
-        extra = ("data",) if group == "model" else ()
-        stale = _not_taken(owner, [*own_rules, *(_parameters(check) if callable(check) else ())], extra)
-        if stale:
-            relations.append(Relation((f"{group}._target_",), partial(_refuse, f"{group}._target_", stale)))
-            continue
-        rules |= {f"{group}.{name}": rule for name, rule in own_rules.items()}
-        if callable(check):
-            reads = [name if name in extra else f"{group}.{name}" for name in _parameters(check)]
-            relations.append(Relation((f"{group}._target_", *reads), partial(_ask, owner, check, group, extra)))
-    return rules, relations
-
-
-def _not_taken(owner: object, names: Iterable[str], extra: tuple[str, ...] = ()) -> str | None:
-    """What is wrong when a check declared beside `owner` names an argument it does not take: one renamed
-    without its check, which would otherwise check nothing, quietly."""
-    takes = _parameters(owner)
-    open_ended = any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in takes.values())
-    unknown = [name for name in names if name not in takes and name not in extra]
-    if not takes or open_ended or not unknown:
-        return None
-    owner_name = getattr(owner, "__name__", owner)
-    return (
-        f"{owner_name}'s config checks read {', '.join(unknown)}, which {owner_name} does not take; name them "
-        f"after its arguments ({', '.join(takes)})"
-    )
-
-
-def _refuse(key: str, message: str, cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    yield key, message
-
-
-def _ask(
-    owner: object, check: Callable, group: str, extra: tuple[str, ...], cfg: DictConfig
-) -> Iterator[tuple[str, str]]:
-    given = _arguments(owner, check, cfg[group], **{name: to_dict(cfg[name]) for name in extra})
-    if given is not None:
-        yield from check(**given)
 
 
 def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -599,7 +501,7 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     """{key: what is wrong and how to fix it} for every problem the config alone reveals, once the
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
-    rules, relations = _declared(cfg)
+    rules, relations = declared({"data": _data_class(cfg), "model": _model_class(cfg)})
     return find_problems(cfg, RULES | rules, (*RELATIONS, *relations))
 
 

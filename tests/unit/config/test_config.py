@@ -426,15 +426,6 @@ def test_a_check_declared_beside_its_owner_is_gathered_and_none_in_config_reads_
     assert key in problems(cfg)  # the owner's own, gathered
 
 
-def test_a_check_that_names_an_argument_its_model_does_not_take_is_refused_not_skipped(compose_config):
-    """An argument renamed without its check would otherwise have the check asked with a default: never run."""
-    cfg = compose_config(["model._target_=models_for_tests.RenamedWithoutItsCheck", "model.widths=[7,8]"])
-    assert problems(cfg) == {
-        "model._target_": "RenamedWithoutItsCheck's config checks read widths, which RenamedWithoutItsCheck does "
-        "not take; name them after its arguments (in_channels, num_classes, channels, dropout)"
-    }
-
-
 def test_every_rule_key_exists_in_some_option():
     """A rule on a key no config has would never run: a misspelt rule."""
     from omegaconf import OmegaConf
