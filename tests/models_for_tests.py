@@ -227,6 +227,23 @@ class TableNet(nn.Module):
         return self.linear(x)
 
 
+class HalvingCNN(NoNormCNN):
+    """NoNormCNN that declares a check on its own arguments beside its code, as a model of yours would: the
+    config check (trainkit.config.validation) gathers it, with no name of it written there."""
+
+    @staticmethod
+    def config_problems(widths):
+        if widths[0] % 2:
+            yield "model.widths", f"starts at {widths[0]}, but HalvingCNN halves its first width; start at an even one"
+
+
+class RenamedWithoutItsCheck(HalvingCNN):
+    """HalvingCNN with `widths` renamed `channels` in the constructor but not in the check it inherits."""
+
+    def __init__(self, in_channels: int, num_classes: int, channels=(16, 32), dropout: float = 0.0):
+        super().__init__(in_channels, num_classes, channels, dropout)
+
+
 class PreemptedAt:
     """A model mixin: rank 0 sends itself SIGTERM in its `preempt_at`-th training forward pass (0: never)."""
 

@@ -2,7 +2,8 @@
 
 The table trainkit.config.validation.validate checks every composed config against, written in the words of
 trainkit.config.schema. A new config option gets its rule here; keys that contradict each other are
-trainkit.config.validation's RELATIONS.
+trainkit.config.validation's RELATIONS. A model's arguments are its own: the class `model._target_` names
+declares their rules beside them (`config_rules`), and the config check gathers them.
 """
 
 import importlib.util
@@ -177,26 +178,10 @@ RULES: dict[str, Check] = {
     "data.max_tokens": integer(1, null=True),  # token data: a batch's tokens, padding included (>= data.max_length)
     "data.class_folders": class_folders,
     "data.packages": integer(2),  # data=stdlib_functions: the classes
-    "model.name": text(),
-    "model.pretrained": flag(),
-    "model.widths": numbers(1, whole=True),
-    "model.vocabulary": integer(2),
-    "model.max_length": integer(1),
-    "model.width": integer(1),
-    "model.depth": integer(1),
-    "model.heads": integer(1),
-    "model.feedforward": integer(1),
-    "model.pad_id": integer(0),
     "finetune.pretrained_path": text(null=True),
     "finetune.freeze": freeze_spec,
     "finetune.freeze_bn": flag(),
     "finetune.input_size": integer(1, null=True),
-    "model.drop_path_rate": number(0, below=1),
-    "model.stem_width": integer(1),
-    "model.n_layer": integer(1),  # model=gpt
-    "model.n_head": integer(1),
-    "model.n_embd": integer(1),
-    "model.logit_scale": number(above=0),
     "optimizer.lr": number(above=0),
     "optimizer.weight_decay": number(0),
     "optimizer.momentum": number(0, 1),

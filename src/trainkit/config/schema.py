@@ -3,7 +3,8 @@
 A check takes one value and returns what is wrong with it (a message that ends in the fix), or
 None. A relation reads several keys and yields (key, message) for each contradiction. Checks stay
 pure, so one pass can collect every problem of a config instead of stopping at the first; the
-schema itself lives in trainkit.config.rules (the table of keys) and trainkit.config.validation (the relations).
+schema itself lives in trainkit.config.rules (the table of keys) and trainkit.config.validation (the relations),
+and beside each model and data option (trainkit.config.declared gathers what they declare).
 `to_dict` gives a resolved config as the plain dict the rest of the package passes around.
 """
 

@@ -1,9 +1,10 @@
 """Check the composed config in one pass, from one schema, before any data or model is built.
 
 RULES (trainkit.config.rules) says what each key may hold (type, range, choices); RELATIONS, here,
-catch keys that contradict each other; `???` keys still missing are required. Every problem the
-config alone reveals is found in the same pass, so a typo costs a second, not a run, and one try
-shows them all:
+catch keys that contradict each other; the chosen model and data option add the checks they declare
+on their own arguments beside their code (`config_rules`, `config_problems`: no name of theirs is
+written here); `???` keys still missing are required. Every problem the config alone reveals is
+found in the same pass, so a typo costs a second, not a run, and one try shows them all:
 
     error: data.batch_size: must be a whole number >= 1, got 0; also optimizer.lr: must be ...
 
@@ -13,7 +14,6 @@ exist, weights of another shape) is checked where it arises, in the same one-lin
 """
 
 import dataclasses
-import inspect
 import logging
 from collections.abc import Iterator
 
@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.augment.batch_transform import active_ops
+from trainkit.config.declared import answer, arguments, declared
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
 from trainkit.config.schema import Relation, find_problems, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, data_class
@@ -48,26 +49,6 @@ def _required(cfg: DictConfig) -> Iterator[tuple[str, str]]:
                 f" (or {key}={'true' if value is False else '...'})" for key, value in zip(keys[1:], values[1:])
             )
             yield keys[0], f"is required; pass {keys[0]}=...{others}"
-
-
-def _images(cfg: DictConfig) -> bool:
-    """Whether the data option is an ImageData: the image rules (channels, statistics, flips) are its alone."""
-    data = _data_class(cfg)
-    return data is not None and issubclass(data, ImageData)
-
-
-def _statistics_per_channel(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if not _images(cfg):
-        return
-    for key in ("mean", "std"):
-        if len(cfg.data[key]) not in (1, cfg.data.channels):
-            yield (
-                f"data.{key}",
-                (
-                    f"has {len(cfg.data[key])} values for data.channels={cfg.data.channels}; "
-                    f"give one per channel, or one for all"
-                ),
-            )
 
 
 def _data_class(cfg: DictConfig) -> type[Data] | None:
@@ -134,13 +115,15 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.finetune.pretrained_path and cfg.model.get("pretrained"):
+    """A file of weights for a model that loads its own: it declares `own_weights`, a function of its
+    arguments giving the key that asked for them (timm's: model.pretrained), or None."""
+    stale, key = answer(_model_class(cfg), "own_weights", cfg.model)
+    if stale:
+        yield "model._target_", stale
+    elif cfg.finetune.pretrained_path and key:
         yield (
             "finetune.pretrained_path",
-            (
-                "is set together with model.pretrained=true; load weights one way: "
-                "set model.pretrained=false to use the file"
-            ),
+            f"is set together with {key}=true; load weights one way: set {key}=false to use the file",
         )
 
 
@@ -246,38 +229,18 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
     )
 
 
-def _block_sizes_agree(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """model=gpt's sizes: its width splits into equal heads, and a model with a context length (model=gpt's
-    block_size) reads blocks of that many tokens, so data=text's data.block_size must be the same (model=gpt
-    follows it unless set apart)."""
-    width, heads = cfg.model.get("n_embd"), cfg.model.get("n_head")
-    if isinstance(width, int) and isinstance(heads, int) and heads > 0 and width % heads:
-        yield "model.n_embd", f"is {width}, not divisible by model.n_head={heads}: each head takes an equal share"
-    model_block, data_block = cfg.model.get("block_size"), cfg.data.get("block_size")
-    if isinstance(model_block, int) and isinstance(data_block, int) and model_block != data_block:
-        yield (
-            "model.block_size",
-            f"is {model_block}, but data.block_size is {data_block}: the model's context is the data's block; "
-            f"set data.block_size={model_block} (model.block_size follows it)",
-        )
-
-
 def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A model whose class says what its input's side must be divisible by (`input_size_multiple`,
     a function of some of its constructor's arguments: the U-Net halves the size once a level) is
     asked with the model option's values of those arguments; the side is finetune.input_size, else
     data.image_size. Models that declare nothing are checked when they first see a batch."""
-    model = _model_class(cfg)
-    multiple_of = getattr(model, "input_size_multiple", None)
     side = cfg.finetune.input_size if cfg.finetune.input_size is not None else cfg.data.get("image_size")
-    if not callable(multiple_of) or not isinstance(side, int):
+    if not isinstance(side, int):
         return
-    arguments = inspect.signature(multiple_of).parameters
-    try:
-        given = {name: cfg.model[name] for name in arguments if name in cfg.model}
-        given = {name: OmegaConf.to_object(v) if OmegaConf.is_config(v) else v for name, v in given.items()}
-        multiple = int(multiple_of(**given))
-    except Exception:  # arguments the constructor would refuse too: building the model says why
+    stale, multiple = answer(_model_class(cfg), "input_size_multiple", cfg.model)
+    if stale:
+        yield "model._target_", stale
+    if stale or not isinstance(multiple, int) or multiple < 1:
         return
     if side % multiple:
         key = "finetune.input_size" if cfg.finetune.input_size is not None else "data.image_size"
@@ -285,9 +248,16 @@ def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         choices = f"{below} or {above}" if below else str(above)
         yield (
             key,
-            f"is {side}, but {cfg.model._target_} ({', '.join(f'model.{k}={v}' for k, v in given.items())}) "
+            f"is {side}, but {cfg.model._target_} ({_settings(cfg, 'input_size_multiple')}) "
             f"takes sizes divisible by {multiple}; use {key}={choices}, or a model that halves the size fewer times",
         )
+
+
+def _settings(cfg: DictConfig, question: str) -> str:
+    """model.<argument>=<value> for each argument the model's `question` was asked with."""
+    model = _model_class(cfg)
+    given = arguments(model, getattr(model, question), cfg.model) or {}
+    return ", ".join(f"model.{name}={value}" for name, value in given.items())
 
 
 def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -419,24 +389,6 @@ def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "trainer.channels_last", f"lays out image batches, but {what}; set trainer.channels_last=false"
 
 
-def _a_sequence_fits_the_budget(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A sequence cut at data.max_length must fit a batch of data.max_tokens, and the model's positions."""
-    max_length, max_tokens = cfg.data.get("max_length"), cfg.data.get("max_tokens")
-    if isinstance(max_length, int) and isinstance(max_tokens, int) and max_tokens < max_length:
-        yield (
-            "data.max_tokens",
-            f"is {max_tokens}, below data.max_length={max_length}: a long sequence would fit no batch; "
-            f"set data.max_tokens to at least {max_length}",
-        )
-    positions = cfg.model.get("max_length") if isinstance(cfg.get("model"), DictConfig) else None
-    if isinstance(max_length, int) and isinstance(positions, int) and positions < max_length:
-        yield (
-            "model.max_length",
-            f"is {positions}, below data.max_length={max_length}: the model has no position for the tokens "
-            f"beyond; set model.max_length=${{data.max_length}}",
-        )
-
-
 def _a_token_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The batch-size finder searches data.batch_size; under data.max_tokens that is a cap, not a batch's size."""
     if isinstance(cfg.data.get("max_tokens"), int) and cfg.batch_size_finder.enabled:
@@ -486,14 +438,13 @@ def _no_flip_tta_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[
 
 RELATIONS = (
     Relation(("required",), _required),
-    Relation(("data.channels", "data.mean", "data.std"), _statistics_per_channel),
     Relation(("data._target_",), _data_target),
     Relation(("data._target_",), _data_keys),
     Relation(
         ("data._target_", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
         _dataset_needs,
     ),
-    Relation(("finetune.pretrained_path", "model.pretrained"), _pretrained_once),
+    Relation(("finetune.pretrained_path", "model._target_"), _pretrained_once),
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),
     Relation(("task._target_", "regularization.early_stopping"), _early_stopping_direction),
@@ -535,13 +486,11 @@ RELATIONS = (
         ("data._target_", "augmentation", "trainer.tta_flip", "finetune.input_size", "trainer.channels_last"),
         _image_ops_need_images,
     ),
-    Relation(("data.max_length", "data.max_tokens", "model.max_length"), _a_sequence_fits_the_budget),
     Relation(("data.max_tokens", "batch_size_finder.enabled"), _a_token_budget_sizes_its_batches),
     Relation(("task._target_", "augmentation"), _mixing_needs_a_task_that_mixes),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),
     Relation(("model._target_", "data.image_size", "finetune.input_size"), _input_size_fits_the_model),
-    Relation(("model.block_size", "data.block_size", "model.n_embd", "model.n_head"), _block_sizes_agree),
 )
 
 
@@ -552,7 +501,8 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     """{key: what is wrong and how to fix it} for every problem the config alone reveals, once the
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
-    return find_problems(cfg, RULES, RELATIONS)
+    rules, relations = declared({"data": _data_class(cfg), "model": _model_class(cfg)})
+    return find_problems(cfg, RULES | rules, (*RELATIONS, *relations))
 
 
 def ignored_keys(cfg: DictConfig) -> list[str]:

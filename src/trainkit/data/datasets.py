@@ -17,7 +17,7 @@ without talking to the others.
 
 import importlib
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -138,6 +138,16 @@ class ImageData(Data):
 
     kind: ClassVar[str] = "image"
     decodes_images: ClassVar[bool] = False  # images decode as greyscale or RGB: data.channels is 1 or 3
+
+    @staticmethod
+    def config_problems(channels: int, mean: Sequence[float], std: Sequence[float]) -> Iterator[tuple[str, str]]:
+        """One statistic a channel, or one for all (the config check asks this, trainkit.config.validation)."""
+        for key, values in (("mean", mean), ("std", std)):
+            if len(values) not in (1, channels):
+                yield (
+                    f"data.{key}",
+                    f"has {len(values)} values for data.channels={channels}; give one per channel, or one for all",
+                )
 
     def batch_transform(self, augmentation: Any, input_size: int | None, channels_last: bool, train: bool) -> nn.Module:
         from trainkit.augment.batch_transform import BatchTransform

@@ -21,6 +21,7 @@ as one line or skips). A batch pads to its longest sequence with PAD_ID: inputs 
 """
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -71,6 +72,16 @@ class TextData(Data):
     in_memory: ClassVar[bool] = False
     pad_id: ClassVar[int] = PAD_ID
     vocabulary: ClassVar[int] = VOCABULARY
+
+    @staticmethod
+    def config_problems(max_length: int, max_tokens: int | None) -> Iterator[tuple[str, str]]:
+        """A sequence cut at data.max_length must fit a batch of data.max_tokens (the config check asks this)."""
+        if max_tokens is not None and max_tokens < max_length:
+            yield (
+                "data.max_tokens",
+                f"is {max_tokens}, below data.max_length={max_length}: a long sequence would fit no batch; "
+                f"set data.max_tokens to at least {max_length}",
+            )
 
     def collate(self, items: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
         return pad_to_longest(items)

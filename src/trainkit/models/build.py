@@ -32,6 +32,7 @@ from typing import Any
 
 from torch import nn
 
+from trainkit.config.schema import flag, number, text
 from trainkit.errors import ConfigError
 from trainkit.models.finetune import freeze
 from trainkit.models.input_size import resolve_input_size
@@ -94,6 +95,22 @@ def create_timm_model(
         # Offline (HF_HUB_OFFLINE=1 or no network) and not in the cache, or no weights exist.
         reason = str(error).split(". ")[0]
         raise _pretrained_error(name, f"{type(error).__name__}: {reason}") from error
+
+
+# What the arguments may hold, and the key that makes it load weights of its own (finetune.pretrained_path beside
+# it is refused): the config check (trainkit.config.validation) reads both from the function, before anything runs.
+create_timm_model.config_rules = {  # type: ignore[attr-defined]
+    "name": text(),
+    "pretrained": flag(),
+    "drop_path_rate": number(0, below=1),
+}
+
+
+def _timm_own_weights(pretrained: bool = False) -> str | None:
+    return "model.pretrained" if pretrained is True else None
+
+
+create_timm_model.own_weights = _timm_own_weights  # type: ignore[attr-defined]
 
 
 def _pretrained_error(name: str, reason: str) -> ConfigError:
@@ -197,6 +214,9 @@ def create_torchvision_model(
         linear_name, linear = linears[-1]
         replace_module(model, linear_name, nn.Sequential(nn.Dropout(dropout), linear))
     return model
+
+
+create_torchvision_model.config_rules = {"name": text()}  # type: ignore[attr-defined]  # read by the config check
 
 
 def _conv_like(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:

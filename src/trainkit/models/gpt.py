@@ -13,10 +13,14 @@ biases for trainkit.optim's groups: AdamW decays the matrices alone. FSDP shards
 """
 
 import math
+from collections.abc import Iterator, Mapping
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from trainkit.config.schema import Check, integer
 
 
 class CausalSelfAttention(nn.Module):
@@ -65,6 +69,24 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    # What each argument may hold, and below what they must agree on: the config check (trainkit.config.validation)
+    # reads both from the class, before any directory or model exists.
+    config_rules: ClassVar[dict[str, Check]] = {"n_layer": integer(1), "n_head": integer(1), "n_embd": integer(1)}
+
+    @staticmethod
+    def config_problems(n_embd: int, n_head: int, block_size: int, data: Mapping) -> Iterator[tuple[str, str]]:
+        """Its width splits into equal heads, and its context is data=text's block (block_size follows
+        data.block_size unless set apart): the config check asks this (trainkit.config.validation) with
+        the model option's values, before any directory or model exists."""
+        if n_head > 0 and n_embd % n_head:
+            yield "model.n_embd", f"is {n_embd}, not divisible by model.n_head={n_head}: each head takes an equal share"
+        if isinstance(data.get("block_size"), int) and block_size != data["block_size"]:
+            yield (
+                "model.block_size",
+                f"is {block_size}, but data.block_size is {data['block_size']}: the model's context is the data's "
+                f"block; set data.block_size={block_size} (model.block_size follows it)",
+            )
+
     def __init__(
         self,
         vocab_size: int = 256,

@@ -6,11 +6,37 @@ tokens of each sequence, a linear head. Inputs int64 [B, T]; outputs logits [B, 
 T^2 a sequence, padding included: batches by a token budget (data.max_tokens) pad little and save most of it.
 """
 
+from collections.abc import Iterator, Mapping
+from typing import ClassVar
+
 import torch
 from torch import nn
 
+from trainkit.config.schema import Check, integer
+
 
 class SequenceClassifier(nn.Module):
+    config_rules: ClassVar[dict[str, Check]] = {  # what each argument may hold (the config check reads it)
+        "vocabulary": integer(2),
+        "max_length": integer(1),
+        "width": integer(1),
+        "depth": integer(1),
+        "heads": integer(1),
+        "feedforward": integer(1),
+        "pad_id": integer(0),
+    }
+
+    @staticmethod
+    def config_problems(max_length: int, data: Mapping) -> Iterator[tuple[str, str]]:
+        """A position a token: the data's longest sequence (data.max_length) needs as many (the config check
+        asks this, trainkit.config.validation, before any directory or model exists)."""
+        if isinstance(data.get("max_length"), int) and max_length < data["max_length"]:
+            yield (
+                "model.max_length",
+                f"is {max_length}, below data.max_length={data['max_length']}: the model has no position for the "
+                f"tokens beyond; set model.max_length=${{data.max_length}}",
+            )
+
     def __init__(
         self,
         vocabulary: int,

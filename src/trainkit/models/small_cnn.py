@@ -2,14 +2,20 @@
 A model option is a class or function like this one, named by `_target_` in conf/model/<name>.yaml."""
 
 from collections.abc import Iterable
+from typing import ClassVar
 
 import torch
 from torch import nn
+
+from trainkit.config.schema import Check, numbers
 
 
 class SmallCNN(nn.Module):
     """Conv3x3-BN-ReLU blocks (one per width), a 2x2 max-pool after the second, global average
     pooling, dropout, linear. Any input of at least 1x1 works: 8x8 digits, 28x28, 32x32."""
+
+    # What an argument may hold: the config check (trainkit.config.validation) reads it before anything is built.
+    config_rules: ClassVar[dict[str, Check]] = {"widths": numbers(1, whole=True)}
 
     def __init__(self, in_channels: int, num_classes: int, widths: Iterable[int] = (32, 64, 128), dropout: float = 0.0):
         super().__init__()

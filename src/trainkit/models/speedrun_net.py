@@ -12,9 +12,12 @@ input of at least 1x1 (pooling uses ceil_mode, so 8x8 digits work too).
 """
 
 from collections.abc import Iterable
+from typing import ClassVar
 
 import torch
 from torch import nn
+
+from trainkit.config.schema import Check, integer, number, numbers
 
 
 def conv_bn_gelu(in_channels: int, out_channels: int, pool: bool = False) -> nn.Sequential:
@@ -38,6 +41,12 @@ class Stage(nn.Module):
 
 
 class SpeedrunNet(nn.Module):
+    config_rules: ClassVar[dict[str, Check]] = {  # what each argument may hold (the config check reads it)
+        "widths": numbers(1, whole=True),
+        "stem_width": integer(1),
+        "logit_scale": number(above=0),
+    }
+
     def __init__(
         self,
         in_channels: int,

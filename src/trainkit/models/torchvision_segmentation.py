@@ -19,6 +19,7 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
+from trainkit.config.schema import Check, text
 from trainkit.errors import ConfigError
 from trainkit.models.build import _conv_like, _did_you_mean
 from trainkit.models.submodules import find_modules, replace_module
@@ -28,6 +29,7 @@ class TorchvisionSegmentation(nn.Module):
     """See the module docstring. Returns logits: apply softmax/argmax over dim 1."""
 
     spatial_outputs: ClassVar[bool] = True  # a class a pixel: the config check refuses it with task=classification
+    config_rules: ClassVar[dict[str, Check]] = {"name": text()}  # what the config check holds it to
 
     def __init__(self, name: str, in_channels: int = 3, num_classes: int = 21) -> None:
         super().__init__()

@@ -24,11 +24,14 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from trainkit.config.schema import Check, numbers
+
 
 class UNet(nn.Module):
     """See the module docstring. Returns logits: apply softmax/argmax over dim 1."""
 
     spatial_outputs: ClassVar[bool] = True  # a class a pixel: the config check refuses it with task=classification
+    config_rules: ClassVar[dict[str, Check]] = {"widths": numbers(1, whole=True)}  # what the config check holds it to
 
     @staticmethod
     def input_size_multiple(widths: Sequence[int] = (16, 32, 64)) -> int:

@@ -15,7 +15,7 @@ from conftest import composed, run_here
 from trainkit.cli import one_line
 from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems
-from trainkit.config.validation import RELATIONS, ignored_keys, problems, validate
+from trainkit.config.validation import RELATIONS, fill_task_defaults, ignored_keys, problems, validate
 from trainkit.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -89,9 +89,6 @@ TABLE = [  # the digits as a table (tests/data_for_tests.py): data that is not i
 RULE_CASES = [
     (["experiment=stdlib_gpt", "data.block_size=0"], "data.block_size"),
     (["experiment=stdlib_gpt", "data.pattern=3"], "data.pattern"),
-    (["experiment=stdlib_gpt", "model.n_layer=0"], "model.n_layer"),
-    (["experiment=stdlib_gpt", "model.n_head=0"], "model.n_head"),
-    (["experiment=stdlib_gpt", "model.n_embd=-1"], "model.n_embd"),
     (["seed=-1"], "seed"),
     # eval.py's keys (conf/eval.yaml), added to train.py's config here
     (["+prompt=42"], "prompt"),
@@ -164,25 +161,12 @@ RULE_CASES = [
     ([*TEXTS, "data.class_folders=[pos]"], "data.class_folders"),
     ([*TEXTS, "data.class_folders=[neg,neg]"], "data.class_folders"),  # neg's files twice, as two labels
     ([*FUNCTIONS, "data.packages=1"], "data.packages"),
-    ([*FUNCTIONS, "model.vocabulary=1"], "model.vocabulary"),
-    ([*FUNCTIONS, "model.max_length=0"], "model.max_length"),
-    ([*FUNCTIONS, "model.width=0"], "model.width"),
-    ([*FUNCTIONS, "model.depth=0"], "model.depth"),
-    ([*FUNCTIONS, "model.heads=0"], "model.heads"),
-    ([*FUNCTIONS, "model.feedforward=0"], "model.feedforward"),
-    ([*FUNCTIONS, "model.pad_id=-1"], "model.pad_id"),
-    (["model=timm", "model.name=3"], "model.name"),
-    (["model=timm", "model.pretrained=yes"], "model.pretrained"),
     (["finetune.pretrained_path=3"], "finetune.pretrained_path"),
     (["finetune.input_size=0"], "finetune.input_size"),
     (["finetune.input_size=abc"], "finetune.input_size"),
     (["finetune.freeze=head"], "finetune.freeze"),
     (["finetune.freeze=-1"], "finetune.freeze"),
     (["finetune.freeze_bn=1"], "finetune.freeze_bn"),
-    (["model.widths=[0,8]"], "model.widths"),
-    (["model=speedrun", "model.stem_width=0"], "model.stem_width"),
-    (["model=speedrun", "model.logit_scale=0"], "model.logit_scale"),
-    (["model=timm", "model.drop_path_rate=1"], "model.drop_path_rate"),
     (["optimizer.lr=0"], "optimizer.lr"),
     (["optimizer.lr=-1"], "optimizer.lr"),
     (["optimizer.lr=abc"], "optimizer.lr"),
@@ -292,12 +276,8 @@ RULE_CASES = [
 
 # Keys that contradict each other, or settings the chosen options need.
 RELATION_CASES = [
-    (["experiment=stdlib_gpt", "model.block_size=64"], "model.block_size"),
-    (["experiment=stdlib_gpt", "model.n_head=3"], "model.n_embd"),
     (["experiment=stdlib_gpt", "augmentation=shift"], "augmentation"),  # image augmentation on text
     (["experiment=stdlib_gpt", "trainer.tta_flip=true"], "trainer.tta_flip"),
-    ([*FUNCTIONS, "data.max_tokens=256"], "data.max_tokens"),
-    ([*FUNCTIONS, "model.max_length=256"], "model.max_length"),
     ([*FUNCTIONS, "trainer.channels_last=true"], "trainer.channels_last"),
     ([*FUNCTIONS, "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),
     ([*FUNCTIONS, "augmentation=mixup"], "augmentation"),
@@ -305,8 +285,6 @@ RELATION_CASES = [
     (["experiment=shapes_segmentation", "task.class_names=[background,circle]"], "task.class_names"),
     (["required=[trainer.max_stepz]"], "required"),
     (["experiment=finetune_imagefolder", "data.root=/data/images"], "finetune.pretrained_path"),
-    (["data.mean=[0.1,0.2]"], "data.mean"),
-    (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
     (["data=mnist", "data.root=null"], "data.root"),
     (["data=cached", "data.root=null"], "data.root"),
     (["data._target_=nowhere.load_images"], "data._target_"),
@@ -377,10 +355,40 @@ RELATION_CASES = [
     (["experiment=shapes_segmentation", "data.image_size=30"], "data.image_size"),
 ]
 
+# Checks a model or data option declares on its own arguments (`config_problems`, beside its code)
+DECLARED_CASES = [
+    (["experiment=stdlib_gpt", "model.block_size=64"], "model.block_size"),  # GPT
+    (["experiment=stdlib_gpt", "model.n_head=3"], "model.n_embd"),
+    ([*FUNCTIONS, "model.max_length=256"], "model.max_length"),  # SequenceClassifier
+    ([*FUNCTIONS, "data.max_tokens=256"], "data.max_tokens"),  # TextData
+    (["data.mean=[0.1,0.2]"], "data.mean"),  # ImageData
+    (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
+    (["model._target_=models_for_tests.HalvingCNN", "model.widths=[7,8]"], "model.widths"),  # one of yours
+    # each model's config_rules: what its arguments may hold
+    (["experiment=stdlib_gpt", "model.n_layer=0"], "model.n_layer"),
+    (["experiment=stdlib_gpt", "model.n_head=0"], "model.n_head"),
+    (["experiment=stdlib_gpt", "model.n_embd=-1"], "model.n_embd"),
+    ([*FUNCTIONS, "model.vocabulary=1"], "model.vocabulary"),
+    ([*FUNCTIONS, "model.max_length=0"], "model.max_length"),
+    ([*FUNCTIONS, "model.width=0"], "model.width"),
+    ([*FUNCTIONS, "model.depth=0"], "model.depth"),
+    ([*FUNCTIONS, "model.heads=0"], "model.heads"),
+    ([*FUNCTIONS, "model.feedforward=0"], "model.feedforward"),
+    ([*FUNCTIONS, "model.pad_id=-1"], "model.pad_id"),
+    (["model=timm", "model.name=3"], "model.name"),
+    (["model=timm", "model.pretrained=yes"], "model.pretrained"),
+    (["model.widths=[0,8]"], "model.widths"),
+    (["model=speedrun", "model.stem_width=0"], "model.stem_width"),
+    (["model=speedrun", "model.logit_scale=0"], "model.logit_scale"),
+    (["model=timm", "model.drop_path_rate=1"], "model.drop_path_rate"),
+    (["model=torchvision", "model.name=3"], "model.name"),
+    (["model=torchvision_segmentation", *SEGMENTATION, "model.name=3"], "model.name"),
+    (["experiment=shapes_segmentation", "model.widths=[0,8]"], "model.widths"),
+]
+CASES = RULE_CASES + RELATION_CASES + DECLARED_CASES
 
-@pytest.mark.parametrize(
-    "overrides, key", RULE_CASES + RELATION_CASES, ids=[" ".join(o) for o, _ in RULE_CASES + RELATION_CASES]
-)
+
+@pytest.mark.parametrize("overrides, key", CASES, ids=[" ".join(o) for o, _ in CASES])
 def test_every_mistake_is_one_config_error_naming_its_key(compose_config, overrides, key):
     cfg = compose_config(overrides)
     assert list(problems(cfg)) == [key]  # exactly this one: nothing reported twice or as a knock-on
@@ -406,6 +414,16 @@ def test_every_relation_has_a_case_that_only_it_finds(compose_config):
         assert key not in find_problems(cfg, RULES, [])  # no single-key rule finds these
     for relation in RELATIONS:
         assert any(key in find_problems(cfg, {}, [relation]) for cfg, key in configs), relation
+
+
+@pytest.mark.parametrize("overrides, key", DECLARED_CASES, ids=[" ".join(o) for o, _ in DECLARED_CASES])
+def test_a_check_declared_beside_its_owner_is_gathered_and_none_in_config_reads_its_names(
+    compose_config, overrides, key
+):
+    cfg = compose_config(overrides)
+    fill_task_defaults(cfg)
+    assert key not in find_problems(cfg, RULES, RELATIONS)  # no check in trainkit.config finds it
+    assert key in problems(cfg)  # the owner's own, gathered
 
 
 def test_every_rule_key_exists_in_some_option():

@@ -78,3 +78,32 @@ def test_flops_a_token_follow_nanogpts_estimate_and_mfu_is_for_cuda_alone():
     non_embedding = sum(p.numel() for p in model.parameters()) - 32 * 32
     assert flops_per_token(model) == 6 * non_embedding + 12 * 2 * 2 * 16 * 32
     assert model_flops_utilization(1e6, flops_per_token(model), torch.device("cpu")) is None
+
+
+def test_a_copy_of_the_gpt_with_renamed_arguments_keeps_its_config_checks(tmp_path, monkeypatch):
+    """The checks on the GPT's sizes are the class's own (GPT.config_rules, GPT.config_problems), not a reading of
+    model.n_embd from trainkit.config: rename the arguments in a copy, and the copy's checks follow them."""
+    from pathlib import Path
+
+    from conftest import composed
+    from trainkit.config.validation import problems
+    from trainkit.models import gpt
+
+    source = Path(gpt.__file__).read_text()
+    for name, renamed in (("n_embd", "width"), ("n_head", "heads"), ("n_layer", "layers")):
+        source = source.replace(name, renamed)
+    (tmp_path / "renamed_gpt.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    renamed = ["experiment=stdlib_gpt", "model._target_=renamed_gpt.GPT", "~model.n_embd", "~model.n_head"]
+    renamed += ["~model.n_layer", "+model.layers=2"]
+    assert problems(composed(*renamed, "+model.width=130", "+model.heads=4")) == {
+        "model.width": "is 130, not divisible by model.heads=4: each head takes an equal share"
+    }
+    assert problems(composed(*renamed, "+model.width=128", "+model.heads=4", "model.block_size=64")) == {
+        "model.block_size": "is 64, but data.block_size is 128: the model's context is the data's block; "
+        "set data.block_size=64 (model.block_size follows it)"
+    }
+    assert problems(composed(*renamed, "+model.width=128", "+model.heads=4", "model.layers=0")) == {
+        "model.layers": "must be a whole number >= 1, got 0"
+    }
+    assert problems(composed(*renamed, "+model.width=128", "+model.heads=4")) == {}

@@ -29,3 +29,14 @@ def test_an_empty_text_scores_and_trains_without_nan():
     training = model().train()
     torch.nn.functional.cross_entropy(training(batch), labels).backward()
     assert all(torch.isfinite(p.grad).all() for p in training.parameters() if p.grad is not None)
+
+
+def test_its_config_check_wants_a_position_for_every_token_the_data_keeps():
+    """SequenceClassifier.config_problems, gathered by the config check: model.max_length >= data.max_length."""
+    from conftest import composed
+    from trainkit.config.validation import problems
+
+    assert problems(composed("experiment=stdlib_functions", "model.max_length=256")) == {
+        "model.max_length": "is 256, below data.max_length=512: the model has no position for the tokens beyond; "
+        "set model.max_length=${data.max_length}"
+    }

@@ -1,0 +1,38 @@
+"""trainkit.config.declared: what a model or data option declares about its own arguments (config_rules,
+config_problems, questions), read from the class `_target_` names without building it."""
+
+from omegaconf import OmegaConf
+
+from conftest import composed
+from models_for_tests import HalvingCNN, RenamedWithoutItsCheck
+from trainkit.config.declared import answer, arguments, declared
+from trainkit.config.validation import problems
+from trainkit.models.gpt import GPT
+from trainkit.models.unet import UNet
+
+
+def test_a_model_s_rules_go_under_its_group_and_its_check_reads_the_keys_it_names():
+    rules, [relation] = declared({"model": GPT})
+    assert set(rules) == {"model.n_layer", "model.n_head", "model.n_embd"}
+    assert relation.reads == ("model._target_", "model.n_embd", "model.n_head", "model.block_size", "data")
+    model = OmegaConf.create({"n_embd": 130, "n_head": 4, "block_size": 64})
+    assert list(relation.check(OmegaConf.create({"model": model, "data": {"block_size": 64}}))) == [
+        ("model.n_embd", "is 130, not divisible by model.n_head=4: each head takes an equal share")
+    ]
+
+
+def test_an_argument_the_option_leaves_out_is_the_owner_s_default():
+    assert arguments(HalvingCNN, HalvingCNN.config_problems, OmegaConf.create({})) == {"widths": (16, 32)}
+    assert answer(UNet, "input_size_multiple", OmegaConf.create({"widths": [8, 16, 32, 64]})) == (None, 8)
+    assert answer(UNet, "no_such_question", OmegaConf.create({})) == (None, None)
+
+
+def test_a_check_that_names_an_argument_its_model_does_not_take_is_refused_not_skipped():
+    """An argument renamed without its check would otherwise have the check asked with a default: never run."""
+    cfg = composed("model._target_=models_for_tests.RenamedWithoutItsCheck", "model.widths=[7,8]")
+    assert problems(cfg) == {
+        "model._target_": "RenamedWithoutItsCheck's config checks read widths, which RenamedWithoutItsCheck does "
+        "not take; name them after its arguments (in_channels, num_classes, channels, dropout)"
+    }
+    _, [refusal] = declared({"model": RenamedWithoutItsCheck})
+    assert refusal.reads == ("model._target_",)
