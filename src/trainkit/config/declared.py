@@ -1,6 +1,6 @@
 """Checks declared beside their owners: what the class (or function) a `_target_` names says about its
-own arguments, read without building it, so that no check in trainkit.config reads a model's or a data
-option's argument names from outside.
+own arguments, read without building it, so that no check in trainkit.config reads a model's, a data
+option's or a task's argument names from outside.
 
 An owner may declare
 - `config_rules`: {argument: rule}, rules in the words of trainkit.config.schema, applied with RULES;

@@ -501,7 +501,7 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     """{key: what is wrong and how to fix it} for every problem the config alone reveals, once the
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
-    rules, relations = declared({"data": _data_class(cfg), "model": _model_class(cfg)})
+    rules, relations = declared({"data": _data_class(cfg), "model": _model_class(cfg), "task": _task(cfg)})
     return find_problems(cfg, RULES | rules, (*RELATIONS, *relations))
 
 

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from trainkit.config.schema import Check, integer, number
 from trainkit.tasks.task import Task
 
 IGNORE = -100  # a target the loss and the metrics skip (padding)
@@ -34,6 +35,14 @@ class LanguageModel(Task):
     minimized_metrics: ClassVar[tuple[str, ...]] = ("bpb",)
     headline_metric: ClassVar[str] = "bpb"
     weighs: ClassVar[str] = "tokens"
+    # What the tracker's sample settings may hold, as eval.py's sample.* (the config check reads them from the class)
+    config_rules: ClassVar[dict[str, Check]] = {
+        "sample_tokens": integer(0),  # 0: no sample
+        "sample_temperature": number(0),  # 0: the most likely byte each time
+        "sample_top_k": integer(1, null=True),  # null: from every byte
+        "sample_seed": integer(0, 2**64 - 1),
+        "prompt_bytes": integer(1),
+    }
 
     def __init__(
         self,

@@ -13,13 +13,14 @@ split's counts, never a mean of per-batch IoUs.
 """
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from trainkit.augment.image_and_mask import augment_image_and_mask
+from trainkit.config.schema import Check, flag, number
 from trainkit.errors import ConfigError
 from trainkit.tasks.confusion import confusion_counts, miou_and_pixel_acc
 from trainkit.tasks.task import Task
@@ -29,6 +30,7 @@ class Segmentation(Task):
     metric_names = ("miou", "pixel_acc")
     headline_metric = "miou"
     spatial_targets = True  # a target per pixel: what moves the image must move the mask
+    config_rules: ClassVar[dict[str, Check]] = {"horizontal_flip": flag(), "crop_padding": number(0, below=1)}
 
     def __init__(
         self,

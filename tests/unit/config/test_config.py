@@ -384,6 +384,14 @@ DECLARED_CASES = [
     (["model=torchvision", "model.name=3"], "model.name"),
     (["model=torchvision_segmentation", *SEGMENTATION, "model.name=3"], "model.name"),
     (["experiment=shapes_segmentation", "model.widths=[0,8]"], "model.widths"),
+    # each task's config_rules: a silently greedy or unfiltered sample, a shift past the image
+    (["experiment=stdlib_gpt", "task.sample_temperature=-1"], "task.sample_temperature"),
+    (["experiment=stdlib_gpt", "task.sample_top_k=0"], "task.sample_top_k"),
+    (["experiment=stdlib_gpt", "task.sample_tokens=abc"], "task.sample_tokens"),
+    (["experiment=stdlib_gpt", "task.sample_seed=null"], "task.sample_seed"),
+    (["experiment=stdlib_gpt", "task.prompt_bytes=0"], "task.prompt_bytes"),
+    (["experiment=shapes_segmentation", "task.crop_padding=1"], "task.crop_padding"),
+    (["experiment=shapes_segmentation", "task.horizontal_flip=maybe"], "task.horizontal_flip"),
 ]
 CASES = RULE_CASES + RELATION_CASES + DECLARED_CASES
 
