@@ -34,6 +34,24 @@ def load_script(name: str):
     return module
 
 
+def loop_config(accumulate: int = 1, micro_batch_size: int | None = None):
+    """The config train.py's loop reads, for a Run a test builds by hand (train.train_one_epoch, train_step)."""
+    return OmegaConf.create(
+        {
+            "trainer": {
+                "accumulate_grad_batches": accumulate,
+                "micro_batch_size": micro_batch_size,
+                "limit_train_batches": None,
+                "max_steps": None,
+                "grad_clip": None,
+                "log_every_n_steps": 1000,
+                "checkpoint_every_n_steps": None,
+            },
+            "precision": {"name": "fp32"},
+        }
+    )
+
+
 def cfg_for(metric="val/acc", **sweep):
     return OmegaConf.create(
         {"optimized_metric": metric, "sweep": {"catch_failures": True, "failed_trial_value": None, **sweep}}

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from omegaconf import OmegaConf
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 
 from conftest import ROOT
+from helpers import loop_config
 from trainkit.data import DataBundle, TensorLoader
 from trainkit.distributed.process_group import ProcessInfo
 from trainkit.tasks.classification import Classification
@@ -32,20 +32,7 @@ def one_epoch_run(num_samples: int, batch_size: int, accumulate: int, micro_batc
     torch.manual_seed(0)
     images = torch.rand(num_samples, 1, 4, 4, generator=torch.Generator().manual_seed(1))
     labels = torch.randint(0, 3, (num_samples,), generator=torch.Generator().manual_seed(2))
-    cfg = OmegaConf.create(
-        {
-            "trainer": {
-                "accumulate_grad_batches": accumulate,
-                "micro_batch_size": micro_batch_size,
-                "limit_train_batches": None,
-                "max_steps": None,
-                "grad_clip": None,
-                "log_every_n_steps": 1000,
-                "checkpoint_every_n_steps": None,
-            },
-            "precision": {"name": "fp32"},
-        }
-    )
+    cfg = loop_config(accumulate, micro_batch_size)
     run = train.Run(cfg, Path("unused"), ProcessInfo(), torch.device("cpu"))
     loader = TensorLoader(images, labels, batch_size, shuffle=True, seed=0)
     run.data = DataBundle(loader, loader, loader, channels=1, image_size=4, num_classes=3, mean=(0.0,), std=(1.0,))

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 
 from conftest import ROOT
-from helpers import record_run
+from helpers import loop_config, record_run
 from models_for_tests import LengthsNet, WithAuxiliaryOutput
 from tasks_for_tests import AuxiliaryLoss, SignalClassification
 from trainkit.data import DataBundle
@@ -28,20 +27,7 @@ LR = 0.5
 
 
 def make_run(batches: list, task, model, micro_batch_size: int | None = None) -> train.Run:
-    cfg = OmegaConf.create(
-        {
-            "trainer": {
-                "accumulate_grad_batches": 1,
-                "micro_batch_size": micro_batch_size,
-                "limit_train_batches": None,
-                "max_steps": None,
-                "grad_clip": None,
-                "log_every_n_steps": 1000,
-                "checkpoint_every_n_steps": None,
-            },
-            "precision": {"name": "fp32"},
-        }
-    )
+    cfg = loop_config(1, micro_batch_size)
     run = train.Run(cfg, Path("unused"), ProcessInfo(), CPU)
     run.data = DataBundle(batches, batches, batches, num_classes=10, kind="generic")
     run.model = run.trained_model = model

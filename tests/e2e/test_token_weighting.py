@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from conftest import ROOT
+from helpers import loop_config
 from models_for_tests import TokenTagger
 from tasks_for_tests import TokenTagging
 from trainkit.data import DataBundle
@@ -51,20 +51,7 @@ def batches_of(items, sizes):
 
 
 def make_run(batches, accumulate: int, micro_batch_size: int | None = None) -> train.Run:
-    cfg = OmegaConf.create(
-        {
-            "trainer": {
-                "accumulate_grad_batches": accumulate,
-                "micro_batch_size": micro_batch_size,
-                "limit_train_batches": None,
-                "max_steps": None,
-                "grad_clip": None,
-                "log_every_n_steps": 1000,
-                "checkpoint_every_n_steps": None,
-            },
-            "precision": {"name": "fp32"},
-        }
-    )
+    cfg = loop_config(accumulate, micro_batch_size)
     run = train.Run(cfg, Path("unused"), ProcessInfo(), torch.device("cpu"))
     run.data = DataBundle(batches, batches, batches, num_classes=CLASSES, kind="tokens", pad_id=PAD)
     torch.manual_seed(0)
