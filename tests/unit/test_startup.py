@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, run_here
 from trainkit import startup
 from trainkit.checkpointing import signals
 
@@ -66,6 +66,15 @@ def test_a_second_signal_while_starting_ends_the_process_at_once_in_one_line():
 
 def test_a_module_that_imports_it_for_its_functions_keeps_its_own_handlers():
     assert signal.getsignal(signal.SIGINT) is not startup._record  # imported by this test module, not a program
+
+
+def test_a_run_in_this_process_leaves_the_handlers_it_found_not_the_recorders(tmp_path):
+    """The run's handlers take over from startup's recorders and put back what was there before them: a second run
+    (or a module-scoped fixture's) would otherwise start with this process's Ctrl-C recorded and kept."""
+    found = {signum: signal.getsignal(signum) for signum in startup.STOP_SIGNALS}
+    code, _, stderr = run_here("train.py", f"hydra.run.dir={tmp_path / 'run'}", "debug=fast", "logger=none")
+    assert code == 0, stderr
+    assert {signum: signal.getsignal(signum) for signum in startup.STOP_SIGNALS} == found
 
 
 IMPORT_ONLY = """

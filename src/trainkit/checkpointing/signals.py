@@ -200,10 +200,11 @@ def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None
     """`handler` for every stop signal, a fresh request state, and the previous handlers back after.
     A clean stop (Stopped) on submitit's signal leaves through submitit's handler (`hand_over`)."""
     global _requested, _first_ctrl_c, _requeue, _preempted, _saved
+    startup = sys.modules.get("trainkit.startup")  # train.py's handlers while it started: a request they took
+    # First: taking over puts back the handlers startup replaced, so those (not its recorders) are restored after.
+    _requested, _first_ctrl_c, _preempted = startup.take_over() if startup else None, None, False
     previous = {s: signal.getsignal(s) for s in handled_signals()}
     submitits = previous.get(submitit_signal())  # type: ignore[arg-type]  # None: not a submitit job
-    startup = sys.modules.get("trainkit.startup")  # train.py's handlers while it started: a request they took
-    _requested, _first_ctrl_c, _preempted = startup.take_over() if startup else None, None, False
     _requeue = submitits if callable(submitits) else None  # not SIG_DFL in DDP workers that submitit did not start
     for s in previous:
         signal.signal(s, handler)
