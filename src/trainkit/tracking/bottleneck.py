@@ -65,11 +65,12 @@ def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool, gpu_util:
         advice.append(f"data.prefetch_factor=4 (now {loader.loader.prefetch_factor}) evens out slow batches")
     if on_cuda and not loader.loader.pin_memory:
         advice.append("pinned memory: data.pin_memory=true (asynchronous host-to-device copies)")
-    advice.append(
-        f"decode once, offline: scripts/preprocess.py turns {data.root} into a uint8 cache at data.image_size, "
-        "and data=cached trains from it on the device with no per-image decoding"
-    )
-    advice.append(f"a smaller data.image_size (now {data.image_size}): less to decode, resize and copy")
+    if getattr(data_class(data._target_), "decodes_images", False):  # text, or a data kind of yours: no images
+        advice.append(
+            f"decode once, offline: scripts/preprocess.py turns {data.root} into a uint8 cache at data.image_size, "
+            "and data=cached trains from it on the device with no per-image decoding"
+        )
+        advice.append(f"a smaller data.image_size (now {data.image_size}): less to decode, resize and copy")
     return advice
 
 

@@ -64,6 +64,18 @@ def test_a_slow_dataset_fires_the_warning_once_a_run_with_advice_for_files(caplo
     assert "data.pin_memory=true" in on_cuda
 
 
+def test_file_data_that_is_not_images_gets_no_image_advice():
+    """A text folder (or a data kind of yours) read from files: workers apply, image sizes and the image cache do
+    not; the advice read data.image_size, which a text folder lacks, and the data-bound run ended in a traceback."""
+    data = OmegaConf.load(CONF / "textfolder.yaml")
+    data.root = "/data/texts"
+    advice = "\n".join(
+        data_bound_advice(FileLoader(SlowImages(), 2, shuffle=False, num_workers=0), data, on_cuda=False)
+    )
+    assert "data.num_workers=" in advice
+    assert "image_size" not in advice and "preprocess.py" not in advice
+
+
 @pytest.mark.parametrize("fraction, warns", [(0.25, False), (0.26, True)])
 def test_the_warning_fires_above_a_third_of_the_compute_time(fraction, warns, caplog):
     """A wait of 0.25 of the step is a third of the compute (0.25 / 0.75): on the line, no warning."""
