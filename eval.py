@@ -47,13 +47,7 @@ from trainkit.config import to_dict
 from trainkit.config.validation import validate
 from trainkit.data import build_data, make_data
 from trainkit.data.datasets import ImageData, data_class
-from trainkit.data.imagefolder import (
-    files_in,
-    image_extensions,
-    images_in,
-    open_image,
-    resize_center_crop,
-)
+from trainkit.data.imagefolder import image_extensions, open_image, resize_center_crop, walk_files
 from trainkit.data.loaders import limited
 from trainkit.data.text import TEXT_EXTENSIONS, TextData, pad_to_longest, tokens_of
 from trainkit.distributed import ProcessInfo
@@ -261,8 +255,8 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
             )
         folder, files = given.parent, [given]
     elif given.is_dir():
-        folder, files = given, images_in(given)
-        report_not_read(folder, files, "images")
+        folder, (files, hidden, others) = given, walk_files(given, image_extensions())
+        report_not_read(folder, [*hidden, *others], "images")
     else:
         raise ConfigError("predict", f"'{given}' does not exist; give an image or a folder of images")
     if not issubclass(data_class(cfg.data._target_), ImageData):
@@ -305,8 +299,8 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
     data reads a text (its UTF-8 bytes, a byte a token, cut at data.max_length), batches padded to their longest;
     predictions.csv names each file's class (the names the checkpoint keeps: folders, packages). One process."""
     if given.is_dir():
-        files = files_in(given, TEXT_EXTENSIONS)
-        report_not_read(given, files, "text files")
+        files, hidden, others = walk_files(given, TEXT_EXTENSIONS)
+        report_not_read(given, [*hidden, *others], "text files")
     elif given.is_file():
         files, given = [given], given.parent
     else:
@@ -354,13 +348,13 @@ def read_or_skip(paths: list[Path], read: Callable[[Path], Any], cfg: DictConfig
     return read_files
 
 
-def report_not_read(folder: Path, listed: list[Path], what: str) -> None:
-    """One log line counting and naming the files under a predict= folder that are not read: hidden ones and those
-    that are not `what` (files_in lists the others)."""
-    kept = set(listed)
-    others = sorted(path for path in folder.rglob("*") if path.is_file() and path not in kept)
-    if others:
-        log.info(f"'{folder}': {len(others)} file(s) not read (hidden, or not {what}): {named(others, folder)}")
+def report_not_read(folder: Path, not_read: list[Path], what: str) -> None:
+    """One log line counting and naming what a predict= folder holds that is not read: hidden entries (a hidden
+    folder once) and those that are not `what` (imagefolder.walk_files, the rule that lists the others)."""
+    if not_read:
+        log.info(
+            f"'{folder}': {len(not_read)} file(s) not read (hidden, or not {what}): {named(sorted(not_read), folder)}"
+        )
 
 
 def report_skipped(folder: Path, files: list[Path], skipped: list[Path]) -> None:

@@ -160,6 +160,8 @@ def test_predict_counts_and_names_what_it_skips_and_honours_skip_bad_files(untra
     (folder / "latin1.txt").write_bytes(b"caf\xe9 abc")  # not UTF-8
     (folder / "x.py").write_text("print(1)")  # not a .txt file
     (folder / ".hidden.txt").write_text("abc")
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD.txt").write_text("ref")  # inside a hidden folder: the folder is named, once
     code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={untrained_run}",
                                f"predict={folder}")  # fmt: skip
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
@@ -173,7 +175,7 @@ def test_predict_counts_and_names_what_it_skips_and_honours_skip_bad_files(untra
     assert code == 0, stderr[-3000:]
     with (tmp_path / "out" / "predictions.csv").open() as f:
         assert [row["file"] for row in csv.DictReader(f)] == ["a.txt", "sub/b.txt"]
-    assert f"'{folder}': 2 file(s) not read (hidden, or not text files): .hidden.txt, x.py" in stdout
+    assert f"'{folder}': 3 file(s) not read (hidden, or not text files): .git, .hidden.txt, x.py" in stdout
     assert "skipped 1 unreadable file(s) (data.skip_bad_files=true): latin1.txt" in stdout
     assert "predictions for 2 text files" in stdout
 

@@ -263,25 +263,15 @@ def class_names(root: str | Path) -> list[str]:
     return _class_folders(train) if train.is_dir() else []
 
 
-def images_in(folder: str | Path) -> list[Path]:
-    """Every image file under `folder` (sub-folders too), sorted; hidden files and others skipped."""
-    return files_in(folder, image_extensions())
-
-
-def files_in(folder: str | Path, extensions: Collection[str]) -> list[Path]:
-    """Every file under `folder` (sub-folders too) with one of `extensions` (lower case), sorted; hidden skipped."""
-    return walk_files(Path(folder).expanduser(), extensions)[0]
-
-
-def walk_files(folder: Path, extensions: Collection[str]) -> tuple[list[Path], int, int]:
+def walk_files(folder: Path, extensions: Collection[str]) -> tuple[list[Path], list[Path], list[Path]]:
     """(the files under `folder`, sub-folders too, with one of `extensions` (lower case), sorted; the hidden entries
-    skipped, a hidden folder counted once and not entered; the other entries skipped): the one rule by which a class
+    skipped, a hidden folder named once and not entered; the other entries skipped): the one rule by which a class
     folder (training) and a predict= folder are read."""
-    files, hidden, others = [], 0, 0
+    files, hidden, others = [], [], []
     for top, folders, names in os.walk(folder):  # symlinked sub-folders are not entered, as Path.rglob does not
-        hidden += sum(name.startswith(".") for name in [*folders, *names])  # .DS_Store, ._photo.jpg, .git/
+        hidden += [Path(top, name) for name in [*folders, *names] if name.startswith(".")]  # .DS_Store, .git/
         folders[:] = [name for name in folders if not name.startswith(".")]
-        others += sum(os.path.islink(os.path.join(top, name)) for name in folders)
+        others += [Path(top, name) for name in folders if os.path.islink(os.path.join(top, name))]
         for name in names:
             path = Path(top, name)
             if name.startswith("."):
@@ -289,7 +279,7 @@ def walk_files(folder: Path, extensions: Collection[str]) -> tuple[list[Path], i
             if path.suffix.lower() in extensions and path.is_file():
                 files.append(path)
             else:
-                others += 1  # notes, labels, files of another kind: not read
+                others.append(path)  # notes, labels, files of another kind: not read
     return sorted(files), hidden, others
 
 
@@ -366,9 +356,9 @@ def class_files(
     hidden, others = 0, 0  # ignored entries, counted in the log
     for label, name in enumerate(classes):
         files, hidden_here, others_here = (
-            walk_files(folder / name, extensions) if (folder / name).is_dir() else ([], 0, 0)
+            walk_files(folder / name, extensions) if (folder / name).is_dir() else ([], [], [])
         )
-        hidden, others = hidden + hidden_here, others + others_here
+        hidden, others = hidden + len(hidden_here), others + len(others_here)
         if not files and not allow_empty_classes:
             raise ConfigError(
                 "data.root",

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from PIL import Image, features
 
 from trainkit.data import build_data
-from trainkit.data.imagefolder import class_names, decode, images_in
+from trainkit.data.imagefolder import class_names, decode, image_extensions, walk_files
 from trainkit.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
@@ -101,7 +101,10 @@ def test_class_names_and_the_images_of_a_folder_are_sorted_and_skip_the_rest(tmp
     (tmp_path / "train" / "b" / ".hidden.png").write_bytes(b"")
     Image.new("L", (4, 4)).save(tmp_path / "train" / "b" / "UPPER.JPG")
     assert class_names(tmp_path) == ["a", "b"] and class_names(tmp_path / "nowhere") == []
-    found = [path.relative_to(tmp_path / "train").as_posix() for path in images_in(tmp_path / "train")]
+    found = [
+        path.relative_to(tmp_path / "train").as_posix()
+        for path in walk_files(tmp_path / "train", image_extensions())[0]
+    ]
     assert found == ["a/0.png", "a/1.png", "b/0.png", "b/1.png", "b/UPPER.JPG"]
 
 

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from conftest import composed
 from trainkit.data import FileLoader, FileSplits, build_data
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
-from trainkit.data.imagefolder import files_in
+from trainkit.data.imagefolder import walk_files
 from trainkit.data.loaders import limited
 from trainkit.data.text import PAD_ID, TEXT_EXTENSIONS, TextDataset, pad_to_longest, tokens_of
 from trainkit.errors import ConfigError
@@ -69,7 +69,7 @@ def test_sub_folders_of_a_class_are_read_as_predict_reads_them_and_hidden_ones_a
     data = textfolder_data(root, "data.val_fraction=0.2", "data.test_fraction=0.2")
     samples = [sample for loader in (data.train, data.val, data.test) for sample in loader.loader.dataset.samples]
     positives = sorted(path for path, label in samples if label == 1)
-    assert positives == [str(path) for path in files_in(root / "train" / "pos", TEXT_EXTENSIONS)]  # one rule
+    assert positives == [str(path) for path in walk_files(root / "train" / "pos", TEXT_EXTENSIONS)[0]]  # one rule
     assert [Path(path).relative_to(root / "train" / "pos").as_posix() for path in positives] == [
         "2019/000.txt",
         "2019/001.txt",
