@@ -90,7 +90,7 @@ def test_a_new_run_in_a_directory_that_holds_a_run_is_refused_and_leaves_every_f
 
 def test_a_refused_resume_leaves_every_file_of_the_run_as_it_was(run_train):
     """Refused once the data is built (after .hydra/, .lock, provenance.json and metrics.jsonl were rewritten):
-    .hydra/ must not hold the refused settings for scripts/rerun.py and plot_runs.py to replay."""
+    .hydra/ must not hold the refused settings for scripts/rerun.py and compare_runs.py to replay."""
     first = run_train("debug=fast")
     before = hashes_of_every_file(first.run_dir)
     assert {".hydra/config.yaml", ".hydra/overrides.yaml", ".lock", "provenance.json", "train.log"} <= set(before)

@@ -66,17 +66,24 @@ def check_same_data(saved: dict | None, now: dict) -> None:
     fingerprint (None or empty: a checkpoint from before fingerprints, or data without one: not checked)."""
     if not saved or not now:
         return
-    changes = [change for name in SPLITS if (change := _change(name, saved.get(name, {}), now[name]))]
-    if saved.get("classes", now["classes"]) != now["classes"]:  # an image folder's class folders
-        changes.insert(0, f"{now['classes']} classes where there were {saved['classes']}")
-    if saved.get("source", now.get("source")) != now.get("source"):  # the stdlib's text under another Python
-        changes.insert(0, f"the data comes from {now.get('source')}, the run's came from {saved.get('source')}")
+    changes = data_changes(saved, now)
     if changes:
         raise ConfigError(
             "data",
             f"{'; '.join(changes)} since the checkpoint: the resumed run would train and test on other splits; "
             f"resume with the data the run trained on, or start a new run",
         )
+
+
+def data_changes(saved: dict, now: dict) -> list[str]:
+    """What differs from the `saved` fingerprint to `now`, a phrase each ([] for the same data): also what
+    scripts/compare_runs.py --diff says of two runs' data."""
+    changes = [change for name in SPLITS if (change := _change(name, saved.get(name, {}), now.get(name, {})))]
+    if saved.get("classes", now.get("classes")) != now.get("classes"):  # an image folder's class folders
+        changes.insert(0, f"{now.get('classes')} classes where there were {saved.get('classes')}")
+    if saved.get("source", now.get("source")) != now.get("source"):  # the stdlib's text under another Python
+        changes.insert(0, f"the data comes from {now.get('source')}, the run's came from {saved.get('source')}")
+    return changes
 
 
 def _change(name: str, saved: dict, now: dict) -> str | None:

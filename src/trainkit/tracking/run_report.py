@@ -2,7 +2,7 @@
 epoch's results; and at its end, once tested, summary.json (strict JSON), the trackers' summary
 and the closing line.
 
-summary.json is the result a sweep, scripts/plot_runs.py and `resume` of a finished run read:
+summary.json is the result a sweep, scripts/compare_runs.py and `resume` of a finished run read:
 best (the best epoch's validation metrics), final (the last epoch's), test, test_weights (the
 weights tested: "best", or "last (best.pt missing)"), optimized_metric and its value, higher_is_better
 (the task's direction for each of its metrics by name: {"loss": false, "acc": true}, so a reader ranks runs

@@ -48,7 +48,7 @@ def test_one_epoch_is_said_in_the_singular():
     ids=["segmentation", "language_model"],
 )
 def test_summary_json_records_the_tasks_direction_of_each_metric(tmp_path, task, test_metrics, direction):
-    """What scripts/plot_runs.py ranks by, without importing the task: higher_is_better by metric name."""
+    """What scripts/compare_runs.py ranks by, without importing the task: higher_is_better by metric name."""
     run = SimpleNamespace(
         best_metrics={"epoch": 0},
         cfg=OmegaConf.create({"optimized_metric": next(iter(test_metrics)).replace("test/", "val/")}),

@@ -1,0 +1,693 @@
+"""Compare runs: seeds (and folds) of one setting averaged, with a 95% confidence interval, the settings ranked;
+a PNG per metric of each setting's mean curve; or two runs diffed.
+
+    python scripts/compare_runs.py outputs/multiruns/<time>                  # a sweep: each setting, seeds averaged
+    python scripts/compare_runs.py outputs/multiruns/<time> --format latex   # the table for a paper (or csv)
+    python scripts/compare_runs.py outputs/multiruns/<time> --metric test/acc --over seed
+    python scripts/compare_runs.py outputs/runs/<a> outputs/runs/<b> --out ab/   # several paths, a glob (quoted or not)
+    python scripts/compare_runs.py --diff outputs/runs/<a> outputs/runs/<b>  # config, code, packages, machine, data
+
+Each PATH is a run directory or any directory above run directories (a run directory is one with a metrics.jsonl);
+symlinked directories are followed. Runs whose resolved configs (.hydra/config.yaml) differ only in the `--over`
+keys (default `seed,data.fold`; a run without data.fold has none) form a group: one setting, n runs. Keys that say
+how a run is watched or resumed, not what it trains (NOT_SETTINGS), do not split groups. For each summary metric
+(test/*, the best epoch's val/*, wall seconds) a group has its mean, sample standard deviation and 95% confidence
+interval, mean +- t(0.975, n-1) * std / sqrt(n); a group of one says n=1 and has no interval. Groups are ranked by
+the runs' optimized_metric (or `--metric`) in the direction the task recorded in summary.json (`higher_is_better`);
+the best is marked, and so is every group whose interval overlaps the best's: "not separable" from it (the test
+is conservative: disjoint intervals are a difference, overlapping ones may still be one). Runs without a
+summary.json (failed or still running) or stopped by a non-finite loss are listed apart, never averaged. Runs of
+different tasks or data (IDENTITY) are refused. `wall s` is summary.json's wall_seconds: every part of a resumed run.
+"""
+
+import argparse
+import csv
+import glob
+import io
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+OVER = "seed,data.fold"  # what varies between the runs of one setting
+# Keys that say how a run is watched, stopped or resumed, not what it trains: runs differing in them are one setting.
+NOT_SETTINGS = ("resume", "print_config", "sweep", "logger", "trainer.progress_bar")
+IDENTITY = ("task._target_", "data._target_", "data.name", "data.root")  # runs that differ here are not comparable
+FAILED_STOPS = ("non-finite loss",)  # summary.json's stop_reason of a run that failed
+WALL = "wall_seconds"
+MAX_LEGEND = 12  # a legend with more lines hides the curves
+
+
+@dataclass
+class Run:
+    path: Path
+    name: str  # relative to PATH
+    epochs: dict = field(default_factory=dict)  # metric -> {epoch: value}
+    summary: dict | None = None
+    overrides: list = field(default_factory=list)
+    config: dict = field(default_factory=dict)  # resolved, flat: {"optimizer.lr": 0.1, ...}
+
+
+@dataclass
+class Stats:
+    """Mean, sample standard deviation and the 95% Student t interval of `values`."""
+
+    values: list
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / self.n
+
+    @property
+    def std(self) -> float | None:
+        if self.n < 2:
+            return None
+        return math.sqrt(sum((value - self.mean) ** 2 for value in self.values) / (self.n - 1))
+
+    @property
+    def half_width(self) -> float | None:
+        return None if self.std is None else t_quantile(self.n - 1) * self.std / math.sqrt(self.n)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        half = self.half_width
+        return None if half is None else (self.mean - half, self.mean + half)
+
+
+@cache
+def t_quantile(degrees_of_freedom: int) -> float:
+    """t(0.975, dof): the two-sided 95% quantile of Student's t distribution."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, degrees_of_freedom))
+
+
+@dataclass
+class Group:
+    settings: dict  # the keys that set this group apart from the others
+    runs: list
+
+    def stats(self, metric: str) -> Stats:
+        return Stats([value for run in self.runs if (value := metric_value(run, metric)) is not None])
+
+
+def higher_is_better(runs: list, metric: str) -> bool:
+    """Whether a larger `metric` ranks first, as summary.json's `higher_is_better` records the task's direction
+    (by the metric's own name: val/miou -> miou); no run recording it: a warning, and the default of every task."""
+    name = metric.rsplit("/", 1)[-1]
+    for run in runs:
+        recorded = (run.summary or {}).get("higher_is_better") or {}
+        if name in recorded:
+            return bool(recorded[name])
+    print(
+        f"warning: no summary.json here records whether a higher {metric} is better (runs from before it was "
+        f"recorded): ranked {'lower' if name == 'loss' else 'higher'} first, as every metric but a loss is by default; "
+        f'if that is wrong, add "higher_is_better": {{"{name}": {str(name == "loss").lower()}}} to their summary.json',
+        file=sys.stderr,
+    )
+    return name != "loss"
+
+
+def find_runs(root: Path) -> list:
+    """Every directory at or below `root` holding a metrics.jsonl, in path order (job 10 after 9);
+    symlinked directories are followed (a run linked into a comparison folder), each real one once."""
+    found, seen = [], set()
+    for folder, subfolders, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen or ".submitit" in Path(folder).parts:
+            subfolders.clear()  # a link back up the tree, or a directory reached twice
+            continue
+        seen.add(real)
+        if "metrics.jsonl" in files:
+            found.append(Path(folder))
+
+    def natural(path: Path):
+        return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.relative_to(root).parts]
+
+    return sorted(set(found), key=natural)
+
+
+def read_metrics(path: Path) -> dict:
+    """Per-epoch values from metrics.jsonl: {metric: {epoch: value}}. Later lines win (a resumed
+    run may repeat an epoch); unreadable lines (a run killed mid-write) are skipped."""
+    epochs: dict = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "epoch" not in row or "train/step_loss" in row:
+            continue  # step-level rows; the curves are per epoch
+        for key, value in row.items():
+            if key not in ("epoch", "step") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                epochs.setdefault(key, {})[row["epoch"]] = value
+    return epochs
+
+
+def read_config(path: Path) -> dict:
+    """The run's config as Hydra saved it (.hydra/config.yaml), resolved and flat ({"optimizer.lr": 0.1}); a run
+    without one: its overrides (.hydra/overrides.yaml) as {key: value}; neither: {}."""
+    from omegaconf import OmegaConf
+
+    saved = path / ".hydra" / "config.yaml"
+    if saved.is_file():
+        config = OmegaConf.load(saved)
+        try:
+            plain = OmegaConf.to_container(config, resolve=True)
+        except Exception:  # an interpolation this process cannot resolve (a resolver of yours): compare as written
+            plain = OmegaConf.to_container(config, resolve=False)
+        return flatten(plain)
+    overrides = path / ".hydra" / "overrides.yaml"
+    pairs = [str(o).partition("=") for o in OmegaConf.load(overrides)] if overrides.is_file() else []
+    return {key.lstrip("+~"): value for key, _, value in pairs}
+
+
+def flatten(tree: object, prefix: str = "") -> dict:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    flat: dict = {}
+    for key, value in tree.items():  # an empty section ({}) is a value of its own
+        flat.update(flatten(value, f"{prefix}{key}.") if value and isinstance(value, dict) else {prefix + key: value})
+    return flat
+
+
+def expand(paths: list) -> list:
+    """The PATH arguments, each glob pattern (one the shell left unexpanded, e.g. quoted) expanded."""
+    expanded = []
+    for path in paths:
+        matches = sorted(glob.glob(str(path))) if glob.has_magic(str(path)) else []
+        expanded += [Path(match) for match in matches] or [path]
+    return expanded
+
+
+def load_run(path: Path, root: Path, prefix: str = "") -> Run:
+    name = prefix + str(path.relative_to(root)) if path != root else path.name
+    run = Run(path=path, name=name, epochs=read_metrics(path / "metrics.jsonl"), config=read_config(path))
+    if (path / "summary.json").exists():
+        run.summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+    overrides = path / ".hydra" / "overrides.yaml"
+    if overrides.exists():
+        from omegaconf import OmegaConf
+
+        run.overrides = [str(o) for o in OmegaConf.load(overrides)]
+    return run
+
+
+def not_finished(run: Run) -> str | None:
+    """Why `run` is left out of the averages (no summary.json, a failure), or None for a finished run."""
+    if run.summary is None:
+        return "no summary.json: failed or still running"
+    if run.summary.get("stop_reason") in FAILED_STOPS:
+        return f"stop_reason: {run.summary['stop_reason']}"
+    return None
+
+
+def metric_value(run: Run, metric: str) -> float | None:
+    """A finished run's `metric`: the optimized metric's `optimized_value`, test/* from `test`, wall_seconds,
+    else the best epoch's (`best`, then `final`); None where it has none or it is not finite."""
+    summary = run.summary or {}
+    if metric == summary.get("optimized_metric"):
+        value = summary.get("optimized_value")
+    elif metric == WALL:
+        value = summary.get(WALL)
+    else:
+        section = summary.get("test", {}) if metric.startswith("test/") else summary.get("best", {})
+        value = section.get(metric, summary.get("final", {}).get(metric))
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return value if finite else None
+
+
+def summary_metrics(runs: list, first: str) -> list:
+    """The metrics a table reports: `first` (the one ranked by), each test/*, the best epoch's val/*, wall seconds."""
+    names = {first: None}
+    for run in runs:
+        summary = run.summary or {}
+        names.update(dict.fromkeys(summary.get("test", {})))
+    for run in runs:
+        names.update(dict.fromkeys(key for key in (run.summary or {}).get("best", {}) if key.startswith("val/")))
+    return [*names, WALL]
+
+
+def is_over(key: str, over: tuple) -> bool:
+    return any(key == name or key.startswith(name + ".") for name in over)
+
+
+def refuse_mixed(runs: list) -> str | None:
+    """One line naming two runs of different tasks or data (IDENTITY), or None when all are alike."""
+    known = [run for run in runs if "task._target_" in run.config]  # a Hydra config, not bare overrides
+    identities = {run.name: tuple(run.config.get(key) for key in IDENTITY) for run in known}
+    first = known[0] if known else None
+    for run in known[1:]:
+        if identities[run.name] != identities[first.name]:
+            differ = [k for k, a, b in zip(IDENTITY, identities[first.name], identities[run.name]) if a != b]
+            what = ", ".join(f"{k}={first.config.get(k)} vs {run.config.get(k)}" for k in differ)
+            return (
+                f"{first.name} and {run.name} are runs of different tasks or data ({what}): their metrics do not "
+                f"compare; give compare_runs.py the runs of one task and data"
+            )
+    return None
+
+
+def group_runs(runs: list, over: tuple) -> list:
+    """Runs that differ only in the `over` keys (and NOT_SETTINGS), in the order their first run comes."""
+    grouped: dict = {}
+    for run in runs:
+        setting = {k: v for k, v in run.config.items() if not is_over(k, over) and not is_over(k, NOT_SETTINGS)}
+        grouped.setdefault(json.dumps(setting, sort_keys=True, default=str), (setting, []))[1].append(run)
+    settings = [setting for setting, _ in grouped.values()]
+    keys = dict.fromkeys(key for setting in settings for key in setting)
+    differing = [key for key in keys if len({_text(setting.get(key)) for setting in settings}) > 1]
+    return [Group({k: setting.get(k) for k in differing}, members) for setting, members in grouped.values()]
+
+
+def rank(groups: list, metric: str, higher: bool) -> list:
+    """Best mean first; groups without a value last, in their order."""
+    scored = [g for g in groups if g.stats(metric).n]
+    sign = -1 if higher else 1
+    return sorted(scored, key=lambda g: sign * g.stats(metric).mean) + [g for g in groups if not g.stats(metric).n]
+
+
+def verdicts(ranked: list, metric: str) -> list:
+    """Each group against the first (the best): best, not separable (the intervals overlap), worse, or no interval."""
+    best = ranked[0].stats(metric).interval if ranked else None
+    marks = []
+    for i, group in enumerate(ranked):
+        own = group.stats(metric)
+        if i == 0:
+            marks.append("best")
+        elif not own.n:
+            marks.append("-")
+        elif best is None or own.interval is None:
+            marks.append("no interval (n=1)")
+        else:
+            low, high = own.interval
+            marks.append("not separable" if low <= best[1] and best[0] <= high else "worse")
+    return marks
+
+
+def _text(value) -> str:
+    """A config value as an override writes it (null, true, lists as JSON); Optuna's long floats shortened."""
+    if isinstance(value, float) and math.isfinite(value) and value != int(value):
+        return f"{value:.4g}"
+    return json.dumps(value) if value is None or isinstance(value, (bool, list, dict)) else str(value)
+
+
+def setting_label(group: Group) -> str:
+    return " ".join(f"{key}={_text(value)}" for key, value in group.settings.items()) or "(all runs)"
+
+
+def shared_overrides(runs: list, over: tuple) -> list:
+    """The overrides every run shares, less the `over` keys: what the whole table was run with."""
+    if not runs:
+        return []
+    common = set.intersection(*(set(run.overrides) for run in runs))
+    return [o for o in runs[0].overrides if o in common and not is_over(o.partition("=")[0].lstrip("+~"), over)]
+
+
+def _number(value, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if 0 < abs(value) < 1e-3 or abs(value) >= 1e4 else f"{value:.{digits}f}"
+    return str(value)
+
+
+def cell(stats: Stats, n: int, metric: str) -> str:
+    """`mean ± std [low, high]`; a group of one: `value (n=1)`; values from fewer runs than the group's: `(n=k)`."""
+    if not stats.n:
+        return "-"
+    digits = 1 if metric == WALL else 4
+    if stats.interval is None:
+        return f"{_number(stats.mean, digits)} (n=1)"
+    fewer = f" (n={stats.n})" if stats.n < n else ""
+    return f"{_number(stats.mean, digits)} ± {_number(stats.std, digits)} {bounds(stats, digits)}{fewer}"
+
+
+def bounds(stats: Stats, digits: int) -> str:
+    """The interval as `[low, high]`."""
+    low, high = stats.interval or (None, None)
+    return f"[{_number(low, digits)}, {_number(high, digits)}]"
+
+
+def header(metric: str) -> str:
+    return "wall s" if metric == WALL else metric
+
+
+def markdown_table(ranked: list, metrics: list, marks: list) -> str:
+    lines = [
+        f"| rank | setting | n | {' | '.join(header(m) for m in metrics)} | vs best |",
+        f"|---:|---|---:|{'---|' * len(metrics)}---|",
+    ]
+    for i, (group, mark) in enumerate(zip(ranked, marks), 1):
+        cells = " | ".join(cell(group.stats(m), len(group.runs), m) for m in metrics)
+        best = f"**{mark}**" if mark == "best" else mark
+        lines.append(f"| {i} | `{setting_label(group)}` | {len(group.runs)} | {cells} | {best} |")
+    return "\n".join(lines)
+
+
+def csv_table(ranked: list, metrics: list, marks: list) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    columns = [f"{m}{part}" for m in metrics for part in ("", "_std", "_ci_low", "_ci_high")]
+    writer.writerow(["rank", "setting", "n", *columns, "vs_best", "runs"])
+    for i, (group, mark) in enumerate(zip(ranked, marks), 1):
+        values = []
+        for metric in metrics:
+            stats = group.stats(metric)
+            interval = stats.interval or (None, None)
+            values += [stats.mean if stats.n else None, stats.std, *interval]
+        row = [i, setting_label(group), len(group.runs), *values, mark, " ".join(r.name for r in group.runs)]
+        writer.writerow(["" if value is None else value for value in row])
+    return out.getvalue().rstrip("\n")
+
+
+def latex_escape(text: str) -> str:
+    for char in "\\&%$#_{}":
+        text = text.replace(char, "\\" + char if char != "\\" else r"\textbackslash{}")
+    return text
+
+
+def latex_cell(stats: Stats, metric: str) -> str:
+    digits = 1 if metric == WALL else 4
+    if not stats.n:
+        return "--"
+    if stats.interval is None:
+        return f"${_number(stats.mean, digits)}$ ($n=1$)"
+    return f"${_number(stats.mean, digits)} \\pm {_number(stats.std, digits)}$ {bounds(stats, digits)}"
+
+
+def latex_table(ranked: list, metrics: list, marks: list, caption: str) -> str:
+    lines = [
+        f"% {caption}",
+        f"\\begin{{tabular}}{{rlr{'l' * len(metrics)}l}}",
+        "\\hline",
+        " & ".join(["Rank", "Setting", "$n$", *(latex_escape(header(m)) for m in metrics), "vs best"]) + " \\\\",
+        "\\hline",
+    ]
+    for i, (group, mark) in enumerate(zip(ranked, marks), 1):
+        cells = [latex_cell(group.stats(m), m) for m in metrics]
+        best = f"\\textbf{{{mark}}}" if mark == "best" else mark
+        row = [str(i), latex_escape(setting_label(group)), str(len(group.runs)), *cells, best]
+        lines.append(" & ".join(row) + " \\\\")
+    return "\n".join([*lines, "\\hline", "\\end{tabular}"])
+
+
+def curve_metrics(groups: list, extra: str | None) -> list:
+    """The per-epoch metrics drawn: train/loss, every val/* the runs logged, and `extra` if it has a curve."""
+    logged = list(dict.fromkeys(metric for group in groups for run in group.runs for metric in run.epochs))
+    curves = [m for m in logged if m == "train/loss"] + sorted((m for m in logged if m.startswith("val/")), key=len)
+    if extra and extra in logged and extra not in curves:
+        curves.append(extra)
+    return curves
+
+
+def mean_curve(group: Group, metric: str) -> list:
+    """[(epoch, mean, min, max)] over the group's runs that reached each epoch."""
+    by_epoch: dict = {}
+    for run in group.runs:
+        for epoch, value in run.epochs.get(metric, {}).items():
+            if math.isfinite(value):
+                by_epoch.setdefault(epoch, []).append(value)
+    return [(epoch, sum(v) / len(v), min(v), max(v)) for epoch, v in sorted(by_epoch.items())]
+
+
+def draw(groups: list, metric: str):
+    """One line a group, its mean at each epoch with a marker, in a band from its runs' lowest to highest value;
+    the x-axis covers whole epochs, so a 1-epoch run is a visible point at its epoch."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    figure, ax = plt.subplots(figsize=(6.5, 4.5), layout="constrained")
+    epochs = []
+    for color, group in enumerate(groups):
+        points = mean_curve(group, metric)
+        if not points:
+            continue
+        x, mean, low, high = (list(column) for column in zip(*points))
+        epochs += x
+        label = f"{setting_label(group)} (n={len(group.runs)})"
+        style = {"color": f"C{color % 10}", "marker": "o", "markersize": 3 if len(points) > 1 else 6}
+        ax.plot(x, mean, label=label if len(label) <= 90 else label[:87] + "...", **style)
+        ax.fill_between(x, low, high, color=f"C{color % 10}", alpha=0.2, linewidth=0)
+    ax.set_title(f"{metric}: mean of each setting's runs, band from lowest to highest")
+    ax.set_xlabel("epoch")
+    if epochs:  # half an epoch of room on each side; at least one epoch wide
+        ax.set_xlim(min(epochs) - 0.5, max(epochs) + 0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0] and len(groups) <= MAX_LEGEND:
+        ax.legend(fontsize="small", frameon=False)
+    return figure
+
+
+def plot(groups: list, out: Path, extra: str | None) -> list:
+    """A PNG a curve metric in `out` (val/acc -> val_acc.png); returns their paths."""
+    import matplotlib.pyplot as plt
+
+    written = []
+    for metric in curve_metrics(groups, extra):
+        figure = draw(groups, metric)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{metric.replace('/', '_')}.png"
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def compare(runs: list, over: tuple, metric: str | None, form: str, out: Path) -> int:
+    """Print the table (stdout) and the notes (stdout for markdown, else stderr: a csv or latex table pipes
+    into a file alone); write the curves."""
+    refusal = refuse_mixed(runs)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 1
+    finished = [run for run in runs if not_finished(run) is None]
+    apart = [run for run in runs if not_finished(run) is not None]
+    notes = []
+    if finished:
+        name = metric or finished[0].summary.get("optimized_metric") or "val/acc"
+        higher = higher_is_better(finished, name)
+        ranked = rank(group_runs(finished, over), name, higher)
+        metrics = summary_metrics(finished, name)
+        marks = verdicts(ranked, name)
+        shared = shared_overrides(runs, over)
+        caption = (
+            f"Each setting's runs over {', '.join(over) or 'nothing'}: mean ± sample std [95% CI, Student t, n-1 "
+            f"dof]; ranked by {name}, {'higher' if higher else 'lower'} is better; intervals that overlap the best's: "
+            f"not separable from it"
+        )
+        quote = "`" if form == "markdown" else ""
+        caption += f"; all runs: {quote}{' '.join(shared)}{quote}" if shared else ""
+        if form == "markdown":
+            print(caption + "\n")
+            print(markdown_table(ranked, metrics, marks))
+        elif form == "csv":
+            print(csv_table(ranked, metrics, marks))
+        else:
+            print(latex_table(ranked, metrics, marks, caption))
+        notes += [f"setting {i}: runs {', '.join(run.name for run in g.runs)}" for i, g in enumerate(ranked, 1)]
+        written = plot(ranked, out, metric)
+        if written:
+            notes.append(f"curves in {out}: {', '.join(path.name for path in written)}")
+    notes += [f"not averaged: {run.name} ({not_finished(run)})" for run in apart]
+    stream = sys.stdout if form == "markdown" else sys.stderr
+    print(("\n" if form == "markdown" else "") + "\n".join(notes), file=stream)
+    return 0
+
+
+# --- two runs diffed -----------------------------------------------------------------------------------------
+
+
+def columns(rows: list, indent: str = "  ") -> list:
+    """Rows of cells as aligned lines."""
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def config_differences(a: dict, b: dict) -> dict:
+    """{key: (A's value, B's value)} for each flat config key whose values differ (absent: "(absent)")."""
+    pairs = {key: (a.get(key, "(absent)"), b.get(key, "(absent)")) for key in dict.fromkeys([*a, *b])}
+    return {key: (x, y) for key, (x, y) in pairs.items() if _text(x) != _text(y)}
+
+
+def read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def code_lines(a: Path, b: Path) -> list:
+    """The commit of each (provenance.json) and whether their uncommitted changes (code.diff) differ."""
+    facts = [(read_json(run / "provenance.json") or {}).get("git") or {} for run in (a, b)]
+    commits = [fact.get("commit") for fact in facts]
+    if commits[0] == commits[1]:
+        commit = f"commit {commits[0][:7]} in both" if commits[0] else "no commit recorded in either"
+    else:
+        commit = f"commit {(commits[0] or 'none')[:7]} (A), {(commits[1] or 'none')[:7]} (B)"
+    diffs = [(run / "code.diff").read_bytes() if (run / "code.diff").is_file() else None for run in (a, b)]
+    if diffs[0] == diffs[1]:
+        changes = "the same uncommitted changes in both (code.diff)" if diffs[0] else "no uncommitted changes in either"
+    else:
+        sizes = [f"{len(d.splitlines())} lines of code.diff" if d else "none" for d in diffs]
+        changes = f"the uncommitted changes differ (A: {sizes[0]}; B: {sizes[1]})"
+    return [f"code: {commit}; {changes}"]
+
+
+def packages(run: Path) -> dict | None:
+    listed = run / "packages.txt"
+    if not listed.is_file():
+        return None
+    lines = listed.read_text(encoding="utf-8").splitlines()
+    return dict(line.split("==", 1) for line in lines if "==" in line)
+
+
+def package_lines(a: Path, b: Path) -> list:
+    found = [packages(a), packages(b)]
+    if None in found:
+        return [f"packages: not recorded in {' and '.join(str(r) for r, p in zip((a, b), found) if p is None)}"]
+    first, second = found
+    names = sorted(name for name in {*first, *second} if first.get(name) != second.get(name))
+    differ = [(name, first.get(name, "-"), second.get(name, "-")) for name in names]
+    if not differ:
+        return [f"packages: the same {len(first)} (packages.txt)"]
+    return [f"packages: {len(differ)} differ", *columns([("package", "A", "B"), *differ])]
+
+
+def machine(run: Path) -> dict:
+    facts = read_json(run / "provenance.json") or {}
+    torch_facts, cpu = facts.get("torch") or {}, facts.get("cpu") or {}
+    gpus = ", ".join(f"{g.get('name')} ({g.get('memory_gb')} GB)" for g in facts.get("gpus") or []) or "none"
+    return {
+        "hostname": facts.get("hostname"),
+        "cpu": cpu.get("model"),
+        "cores": f"{cpu.get('cores_usable')} of {cpu.get('cores')}",
+        "gpus": gpus,
+        "device": facts.get("device"),
+        "world_size": facts.get("world_size"),
+        "python": facts.get("python"),
+        "torch": torch_facts.get("version"),
+        "cuda": torch_facts.get("cuda"),
+        "cudnn": torch_facts.get("cudnn"),
+    }
+
+
+def machine_lines(a: Path, b: Path) -> list:
+    first, second = machine(a), machine(b)
+    differ = [(key, first[key], second[key]) for key in first if first[key] != second[key]]
+    if not differ:
+        return ["machine: the same (" + ", ".join(f"{key} {value}" for key, value in first.items()) + ")"]
+    return [f"machine: {len(differ)} facts differ", *columns([("fact", "A", "B"), *differ])]
+
+
+def fingerprint(run: Path) -> tuple[dict | None, str]:
+    """The data fingerprint a run's checkpoint keeps (last.pt, else best.pt; read lazily), and where it came from."""
+    from trainkit.checkpointing.files import latest_checkpoint, read_checkpoint
+    from trainkit.errors import ConfigError
+
+    checkpoints = run / "checkpoints"
+    path = latest_checkpoint(checkpoints) if checkpoints.is_dir() else None
+    path = path or (checkpoints / "best.pt" if (checkpoints / "best.pt").is_file() else None)
+    if path is None:
+        return None, f"no checkpoint in {checkpoints}"
+    try:
+        return read_checkpoint(path, mmap=True).get("data") or None, str(path.relative_to(run))
+    except ConfigError as error:
+        return None, str(error)
+
+
+def data_lines(a: Path, b: Path) -> list:
+    from trainkit.data.fingerprint import data_changes
+
+    (first, where_a), (second, where_b) = fingerprint(a), fingerprint(b)
+    if first is None or second is None:
+        return [f"data: no fingerprint to compare (A: {where_a}; B: {where_b})"]
+    changes = data_changes(first, second)
+    if not changes:
+        return [f"data: the same fingerprint ({where_a}, {where_b})"]
+    return [f"data: B's differs from A's: {'; '.join(changes)}"]
+
+
+def metric_lines(a: Run, b: Run) -> list:
+    gone = [f"{x} ({not_finished(run)})" for x, run in (("A", a), ("B", b)) if run.summary is None]
+    if gone:
+        return [f"metrics: none for {' and '.join(gone)}"]
+    first = a.summary.get("optimized_metric") or "val/acc"
+    rows = []
+    for metric in summary_metrics([a, b], first):
+        values = [metric_value(a, metric), metric_value(b, metric)]
+        digits = 1 if metric == WALL else 4
+        difference = values[1] - values[0] if None not in values else None
+        signed = "-" if difference is None else f"{'+' if difference >= 0 else ''}{_number(difference, digits)}"
+        rows.append((header(metric), _number(values[0], digits), _number(values[1], digits), signed))
+    rows.append(("epochs", a.summary.get("epochs", "-"), b.summary.get("epochs", "-"), ""))
+    return ["metrics (summary.json):", *columns([("metric", "A", "B", "B - A"), *rows])]
+
+
+def diff(a: Path, b: Path) -> str:
+    runs = [load_run(path, path) for path in (a, b)]
+    differ = config_differences(runs[0].config, runs[1].config)
+    rows = [(key, _text(x), _text(y)) for key, (x, y) in differ.items()]
+    count = "1 key differs" if len(differ) == 1 else f"{len(differ)} keys differ"
+    config = [f"config: {count} (.hydra/config.yaml, resolved)", *columns([("key", "A", "B"), *rows])]
+    if not differ:
+        config = ["config: the same (.hydra/config.yaml, resolved)"]
+    lines = [f"A: {a}", f"B: {b}", "", *config, *code_lines(a, b), *package_lines(a, b), *machine_lines(a, b)]
+    return "\n".join([*lines, *data_lines(a, b), *metric_lines(*runs)])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "paths", type=Path, nargs="*", metavar="PATH", help="run directories, directories above runs, or globs"
+    )
+    parser.add_argument("--diff", type=Path, nargs=2, metavar=("RUN_A", "RUN_B"), help="what differs between two runs")
+    parser.add_argument(
+        "--over", default=OVER, help=f"config keys whose values a setting's runs may differ in (default: {OVER})"
+    )
+    parser.add_argument(
+        "--metric", default=None, help="rank by this metric (val/loss, test/acc, ...); default: the optimized_metric"
+    )
+    parser.add_argument("--format", choices=("markdown", "csv", "latex"), default="markdown", help="the table's format")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="folder for the PNGs (default: PATH/compare; with several: ./compare)"
+    )
+    args = parser.parse_args(argv)
+    if bool(args.diff) == bool(args.paths):
+        parser.error("give PATH... to compare runs, or --diff RUN_A RUN_B (not both)")
+    paths = args.diff or expand(args.paths)
+    for path in paths:
+        if not path.is_dir():
+            parser.error(
+                f"{path}: no such directory"
+                + (" (the pattern matched nothing)" if path in args.paths and glob.has_magic(str(path)) else "")
+            )
+    if args.diff:
+        for run in args.diff:
+            if not (run / "metrics.jsonl").is_file() and not (run / ".hydra").is_dir():
+                parser.error(f"{run}: not a run directory (no metrics.jsonl, no .hydra/): --diff takes two runs")
+        print(diff(*args.diff))
+        return 0
+    several = len(paths) > 1  # names then start with their PATH's own name: two runs' "." differ
+    runs = [load_run(run, path, f"{path.name}/" if several else "") for path in paths for run in find_runs(path)]
+    if not runs:
+        where = " ".join(str(path) for path in paths)
+        print(f"error: no run directory (with a metrics.jsonl) at or below {where}", file=sys.stderr)
+        return 1
+    over = tuple(key.strip() for key in args.over.split(",") if key.strip())
+    out = args.out or (Path("compare") if several else paths[0] / "compare")
+    return compare(runs, over, args.metric, args.format, out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
