@@ -165,7 +165,7 @@ def test_a_text_folder_folds_its_train_folder(tmp_path):
     check_every_fold(cfg, folds=4)
 
 
-def test_a_cache_folds_the_rows_it_carved_from_train_and_refuses_a_val_folder_of_its_own(tmp_path):
+def test_a_cache_folds_the_rows_it_carved_from_train_and_refuses_a_val_folder_of_its_own(tmp_path, capsys):
     preprocess = load_script("preprocess")
     for name, splits in (("carved", ("train",)), ("own", ("train", "val"))):
         image_folder(tmp_path / f"{name}-images", splits)
@@ -173,6 +173,10 @@ def test_a_cache_folds_the_rows_it_carved_from_train_and_refuses_a_val_folder_of
         assert preprocess.main([*args, "data.val_fraction=0.2", "data.test_fraction=0.2", "--no-progress"]) == 0
     keys = dict(image_size=6, val_fraction=0.2, test_fraction=0.2)
     check_every_fold(option("cached", root=str(tmp_path / "carved"), **keys))
+    folded_cache = [str(tmp_path / "folded"), f"data.root={tmp_path / 'carved-images'}", "data.folds=3", "data.fold=0"]
+    capsys.readouterr()
+    assert preprocess.main(folded_cache) == 1 and not (tmp_path / "folded").exists()  # folds are cut when training
+    assert capsys.readouterr().err.startswith("error: data.folds: is 3, but a cache holds the splits as carved;")
     with pytest.raises(ConfigError, match=r"^data\.folds: is 3, but the cache .* a val split of its own"):
         splits_of(option("cached", root=str(tmp_path / "own"), **keys), folds=3, fold=0)
 
