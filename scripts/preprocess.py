@@ -54,6 +54,12 @@ def compose(overrides: list[str]):  # -> DictConfig; Hydra is imported here, aft
         raise ConfigError(key, message)
     if not issubclass(data_class(cfg.data._target_), ImageFolder):
         raise ConfigError("data", f"is {cfg.data.name}; preprocess.py caches an image folder: use data=imagefolder")
+    if cfg.data.get("folds") is not None:  # a cache holds the carve; the folds are cut from it when training
+        raise ConfigError(
+            "data.folds",
+            f"is {cfg.data.folds}, but a cache holds the splits as carved; cache without it, then train with "
+            f"data=cached data.folds={cfg.data.folds} data.fold=...",
+        )
     return cfg
 
 

@@ -6,11 +6,11 @@ from typing import ClassVar
 import torch
 
 from trainkit.data import Data, FileSplits, ImageData, Splits
-from trainkit.data.datasets import carve, read_digits
+from trainkit.data.datasets import Folds, carve, read_digits
 
 
 @dataclass(kw_only=True)
-class FolderOfMine(ImageData):
+class FolderOfMine(Folds, ImageData):
     """A dataset of your own with data=digits' keys, read from a folder and downloadable: the config
     check knows that from its class attributes alone, as it knows it of the built-in datasets."""
 
@@ -26,7 +26,7 @@ class FolderOfMine(ImageData):
 
 
 @dataclass(kw_only=True)
-class DigitsTable(Data):
+class DigitsTable(Folds, Data):
     """The digits as a table, not images: 64 pixel features a row, the digit as a float target (a regression),
     carved into train/val/test like the digits. A data option of kind "generic": no channels, size or
     normalization keys, no batch transform, float targets kept float."""
@@ -42,6 +42,7 @@ class DigitsTable(Data):
         features = torch.from_numpy(pixels).float().div_(16)  # [1797, 64]
         values = torch.from_numpy(target).float() + 0.25  # float targets: a cast to int64 would change them
         parts = carve(len(values), {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed)
+        parts = self.folded(parts, self.split_seed)  # data.folds: a regression has no classes to stratify by
         train, val, test = ((features[parts[s]], values[parts[s]]) for s in ("train", "val", "test"))
         return Splits(train, val, test, num_classes=1)
 
@@ -59,7 +60,7 @@ class _Signals(torch.utils.data.Dataset):
 
 
 @dataclass(kw_only=True)
-class DigitSignals(Data):
+class DigitSignals(Folds, Data):
     """The digits as 1-D signals of uneven lengths (each a digit's first 16 to 64 pixels), read as file data is
     (DataLoader, the option's collate): batches are dicts, {"signal": [B, T] zero-padded to the batch's longest,
     "lengths": [B], "label": [B]}. A data kind whose batch is not an (inputs, targets) pair."""
@@ -75,6 +76,7 @@ class DigitSignals(Data):
         pixels, target = read_digits()
         signals, labels = torch.from_numpy(pixels).float().div_(16), torch.from_numpy(target).long()
         parts = carve(len(labels), {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed)
+        parts = self.folded(parts, self.split_seed, labels)
         train, val, test = (_Signals(signals[parts[s]], labels[parts[s]]) for s in ("train", "val", "test"))
         return FileSplits(train, val, test, num_classes=10)
 

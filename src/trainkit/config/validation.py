@@ -78,8 +78,16 @@ def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if data is None:
         return
     fields = {field.name: field for field in dataclasses.fields(data)}
+    folding = [key for key in ("folds", "fold") if key in cfg.data and key not in fields]
+    if folding:  # k-fold cross-validation's keys, on data whose class does not cut folds
+        yield (
+            f"data.{folding[0]}",
+            f"is k-fold cross-validation's, which {data.__name__} ({cfg.data._target_}) does not take: it carves "
+            f"no val split from training data; remove {' and '.join(f'~data.{key}' for key in folding)} (or, for "
+            f"a class of yours that carves val, derive it from trainkit.data.datasets.Folds: docs/data.md)",
+        )
     for key in cfg.data:
-        if key != "_target_" and key not in fields:
+        if key != "_target_" and key not in fields and key not in folding:
             yield (
                 f"data.{key}",
                 f"is not a key of {data.__name__} ({cfg.data._target_}), which takes {', '.join(fields)}; "
@@ -112,6 +120,22 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
             f"data.{fractions[0]}",
             f"{keys} = {sum(data[key] for key in fractions):g} leaves no training samples; lower them",
         )
+
+
+def _folds(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """data.folds and data.fold (k-fold cross-validation, trainkit.data.datasets.Folds) go together, the fold one of
+    the folds."""
+    folds, fold = cfg.data.get("folds"), cfg.data.get("fold")
+    if folds is not None and fold is None:
+        yield (
+            "data.fold",
+            f"is null, but data.folds={folds}; pick the val fold, data.fold=0..{folds - 1} "
+            f"(every fold: -m data.folds={folds} 'data.fold=range({folds})')",
+        )
+    elif fold is not None and folds is None:
+        yield "data.fold", f"is {fold}, but data.folds is null; set data.folds=K (the number of folds, K > {fold})"
+    elif fold is not None and fold >= folds:
+        yield "data.fold", f"is {fold}, but data.folds={folds} numbers the folds 0..{folds - 1}; pick one of them"
 
 
 def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -444,6 +468,7 @@ RELATIONS = (
         ("data._target_", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
         _dataset_needs,
     ),
+    Relation(("data.folds", "data.fold"), _folds),
     Relation(("finetune.pretrained_path", "model._target_"), _pretrained_once),
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from trainkit.data.datasets import Data, FileSplits, ImageData, Splits, data_class, per_channel
+from trainkit.data.datasets import Data, FileSplits, Folds, ImageData, Splits, data_class, per_channel
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.data.loader_settings import file_loader_settings
 from trainkit.data.loaders import FileLoader, TensorLoader
@@ -151,7 +151,7 @@ def build_data(
         image_size=image_size,
         mean=per_channel(data.mean, data.channels) if isinstance(data, ImageData) else None,
         std=per_channel(data.std, data.channels) if isinstance(data, ImageData) else None,
-        fingerprint=data_fingerprint(made, data.source()),
+        fingerprint=data_fingerprint(made, data.source(), data.fold_name() if isinstance(data, Folds) else None),
         class_names=data.class_names(),
         option=data,
     )

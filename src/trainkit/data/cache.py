@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from trainkit.data.datasets import ImageData, Splits
+from trainkit.data.datasets import Folds, ImageData, Split, Splits
 from trainkit.data.imagefolder import ImageFolder, load_image_folder
 from trainkit.errors import ConfigError
 
@@ -130,7 +130,7 @@ def _write_arrays(data: ImageFolder, out: Path, num_workers: int, progress: bool
 
 
 @dataclass(kw_only=True)
-class Cached(ImageData):
+class Cached(Folds, ImageData):
     """The `data=cached` option: the cache at `data.root` as tensors (build_data moves them to the
     device), after checking that it was made with these image size, channels, classes and splits."""
 
@@ -147,7 +147,24 @@ class Cached(ImageData):
         meta = read_meta(root)
         check_made_with(self, meta, root)
         train, val, test = (_arrays(root, split) for split in SPLITS)
+        if self.folds is not None:
+            train, val = self._fold(train, val, meta, root)
         return Splits(train, val, test, num_classes=meta["num_classes"])
+
+    def _fold(self, train: Split, val: Split, meta: dict[str, Any], root: Path) -> tuple[Split, Split]:
+        """data.fold of data.folds of the cache's train and val rows together (Folds.folded): a cache carved its val
+        split from train/, or the image folder had a val/ of its own, which refuses folds."""
+        if "val" not in meta["carved"]:
+            raise ConfigError(
+                "data.folds",
+                f"is {self.folds}, but the cache '{root}' was made from {meta['source']}/val/, a val split of its "
+                f"own: folds are cut from train/ alone; remove data.folds, or remake the cache from a folder without "
+                f"val/",
+            )
+        images, labels = (torch.cat([train[i], val[i]]) for i in (0, 1))  # the pool, in memory
+        rows = {"train": torch.arange(len(train[1])), "val": torch.arange(len(train[1]), len(labels))}
+        parts = self.folded(rows, self.split_seed, labels)
+        return (images[parts["train"]], labels[parts["train"]]), (images[parts["val"]], labels[parts["val"]])
 
 
 def _arrays(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -222,6 +222,45 @@ def carve(
     return parts
 
 
+def folded(
+    parts: dict[str, torch.Tensor], folds: int | None, fold: int | None, seed: int, labels: Any = None
+) -> dict[str, torch.Tensor]:
+    """`parts` (carve's sorted indices, "train" and "val" among them) with the training pool, train and val together,
+    cut into `folds` folds by `seed`: fold `fold` is "val", the others "train". Every other split (test) is left as
+    it was, so a fold's test split is the one a run without folds has. `labels` (one a sample of what the indices
+    index): the folds are stratified, each class's count the same in every fold to within one. None folds (data.folds
+    null): `parts` as they are. Every data option that carves its val split cuts its folds here."""
+    if folds is None:
+        return parts
+    pool = torch.cat([torch.as_tensor(parts["train"]), torch.as_tensor(parts["val"])]).sort().values
+    order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))
+    if labels is not None:  # class by class, in the random order within each: a count runs on across the classes
+        order = order[torch.sort(torch.as_tensor(labels)[pool][order], stable=True).indices]
+    if len(pool) < folds:
+        raise ConfigError("data.folds", f"is {folds}, but the training pool holds {len(pool)} samples; lower it")
+    in_fold = torch.empty(len(pool), dtype=torch.int64)
+    in_fold[order] = torch.arange(len(pool)) % folds  # fold sizes, and each class's count a fold, within one
+    return {**parts, "train": pool[in_fold != fold], "val": pool[in_fold == fold]}
+
+
+@dataclass(kw_only=True)
+class Folds:
+    """The keys of k-fold cross-validation, for a data option that carves its val split from training data
+    (`class Digits(Folds, ImageData)`): `folded` cuts the folds (above); the config check holds the keys to each
+    other (trainkit.config.validation)."""
+
+    folds: int | None = None  # null: val is carved by data.val_fraction; K: the training pool in K folds
+    fold: int | None = None  # 0..folds-1: the fold that is the val split
+
+    def folded(self, parts: dict[str, torch.Tensor], seed: int, labels: Any = None) -> dict[str, torch.Tensor]:
+        return folded(parts, self.folds, self.fold, seed, labels)
+
+    def fold_name(self) -> str | None:
+        """What the data fingerprint keeps of the folds ("fold 2 of 5"; None without folds): a resume into another
+        fold is refused, naming both."""
+        return None if self.folds is None else f"fold {self.fold} of {self.folds}"
+
+
 def _interleaved_by_class(order: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """`order` rearranged so that every prefix holds each class in proportion: the k-th of a class's n samples (in
     `order`) goes to (k + 0.5) / n of the way along, ties kept in `order`'s (random) order."""
@@ -234,7 +273,7 @@ def _interleaved_by_class(order: torch.Tensor, labels: torch.Tensor) -> torch.Te
 
 
 @dataclass(kw_only=True)
-class Digits(ImageData):
+class Digits(Folds, ImageData):
     """scikit-learn's 1,797 8x8 digits, float32 in [0, 1], carved into train/val/test."""
 
     val_fraction: float
@@ -248,6 +287,7 @@ class Digits(ImageData):
         images = torch.from_numpy(pixels).float().div_(16).reshape(-1, 1, 8, 8)  # pixels are 0..16
         labels = torch.from_numpy(target).long()
         parts = carve(len(labels), {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed)
+        parts = self.folded(parts, self.split_seed, labels)
         train, val, test = ((images[parts[s]], labels[parts[s]]) for s in ("train", "val", "test"))
         return Splits(train, val, test, num_classes=10)
 
@@ -271,7 +311,7 @@ def read_digits() -> tuple[Any, Any]:
 
 
 @dataclass(kw_only=True)
-class MNIST(ImageData):
+class MNIST(Folds, ImageData):
     """torchvision's MNIST as uint8 `[N, 1, 28, 28]`; val is carved from the official train set."""
 
     val_fraction: float
@@ -287,11 +327,11 @@ class MNIST(ImageData):
             dataset = _open_torchvision(TorchvisionMNIST, "MNIST", "MNIST/raw/", self, train)
             return dataset.data.unsqueeze(1), dataset.targets.long()
 
-        return _carve_val(read(train=True), read(train=False), self.val_fraction, self.split_seed)
+        return _carve_val(read(train=True), read(train=False), self)
 
 
 @dataclass(kw_only=True)
-class CIFAR10(ImageData):
+class CIFAR10(Folds, ImageData):
     """torchvision's CIFAR-10 as uint8 `[N, 3, 32, 32]`; val is carved from the official train set."""
 
     val_fraction: float
@@ -308,7 +348,7 @@ class CIFAR10(ImageData):
             images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()  # stored NHWC
             return images, torch.tensor(dataset.targets, dtype=torch.int64)
 
-        return _carve_val(read(train=True), read(train=False), self.val_fraction, self.split_seed)
+        return _carve_val(read(train=True), read(train=False), self)
 
 
 @dataclass(kw_only=True)
@@ -418,9 +458,9 @@ def _flatten(error: BaseException) -> str:
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
-def _carve_val(train: Split, test: Split, val_fraction: float, split_seed: int) -> Splits:
-    parts = carve(len(train[1]), {"val": val_fraction}, split_seed)
+def _carve_val(train: Split, test: Split, data: "MNIST | CIFAR10") -> Splits:
     images, labels = train
+    parts = data.folded(carve(len(labels), {"val": data.val_fraction}, data.split_seed), data.split_seed, labels)
     return Splits(
         (images[parts["train"]], labels[parts["train"]]),
         (images[parts["val"]], labels[parts["val"]]),

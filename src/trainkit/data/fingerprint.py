@@ -8,7 +8,8 @@ The number of classes (an image folder counts its class folders). File data (an 
 each split's number of files and a digest of its file names (relative to the folder all the splits
 share, so a copy of the data elsewhere, on a node's local disk, is the same data) and labels, in
 order: an added, removed, renamed or relabelled file, or a file moved to another split, changes it.
-The data option's `source()` (the Python version whose standard library is the corpus) is kept too.
+The data option's `source()` (the Python version whose standard library is the corpus) is kept too, and
+its fold with data.folds ("fold 2 of 5": a resume into another fold is refused, naming both).
 Not the files' contents: reading every image at each start would cost minutes. In-memory data: each
 split's shape and a checksum of up to CHECKED_SAMPLES evenly spaced samples, in order.
 
@@ -29,12 +30,17 @@ CHECKED_SAMPLES = 10_000  # in-memory data: enough to notice other data, cheap o
 SPLITS = ("train", "val", "test")
 
 
-def data_fingerprint(splits: Any, source: str | None = None) -> dict:
+def data_fingerprint(splits: Any, source: str | None = None, fold: str | None = None) -> dict:
     """The fingerprint of a Splits (tensors) or FileSplits (datasets): plain containers, as a
     checkpoint holds them (torch.load(weights_only=True)). `source`: what else decides the data
-    (Data.source(): the Python version of the standard library's text), kept when given."""
+    (Data.source(): the Python version of the standard library's text), kept when given; `fold`
+    likewise (Folds.fold_name(): "fold 2 of 5")."""
     made = {name: getattr(splits, name) for name in SPLITS}
-    classes = {"classes": splits.num_classes, **({"source": source} if source else {})}
+    classes = {
+        "classes": splits.num_classes,
+        **({"source": source} if source else {}),
+        **({"fold": fold} if fold else {}),
+    }
     if all(isinstance(split, tuple) for split in made.values()):  # Splits: (images, labels) tensors
         return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
     if not all(hasattr(dataset, "samples") for dataset in made.values()):  # yours, without (path, label) samples
@@ -81,6 +87,11 @@ def data_changes(saved: dict, now: dict) -> list[str]:
     changes = [change for name in SPLITS if (change := _change(name, saved.get(name, {}), now.get(name, {})))]
     if saved.get("classes", now.get("classes")) != now.get("classes"):  # an image folder's class folders
         changes.insert(0, f"{now.get('classes')} classes where there were {saved.get('classes')}")
+    if saved.get("fold") != now.get("fold"):  # another fold: the splits differ because of it, one line says so
+        now_fold, saved_fold = (
+            fingerprint.get("fold") or "carved by data.val_fraction" for fingerprint in (now, saved)
+        )
+        changes = [f"the val split is {now_fold} (data.folds, data.fold), was {saved_fold}"]
     if saved.get("source", now.get("source")) != now.get("source"):  # the stdlib's text under another Python
         changes.insert(0, f"the data comes from {now.get('source')}, the run's came from {saved.get('source')}")
     return changes

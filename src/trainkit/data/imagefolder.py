@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from trainkit.data.datasets import FileSplits, ImageData, carve
+from trainkit.data.datasets import FileSplits, Folds, ImageData, carve
 from trainkit.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class BadFile:
 
 
 @dataclass(kw_only=True)
-class ImageFolder(ImageData):
+class ImageFolder(Folds, ImageData):
     """The `data=imagefolder` option (conf/data/imagefolder.yaml): `root/<split>/<class>/<file>`,
     decoded in DataLoader workers; a missing val/ or test/ is carved from train/ by the fractions."""
 
@@ -179,6 +179,7 @@ def load_image_folder(data: ImageFolder) -> tuple[dict[str, ImageFolderDataset],
         {"val": data.val_fraction, "test": data.test_fraction},
         data.split_seed,
         "images",
+        data,
     )
     datasets = {
         split: ImageFolderDataset(samples[split], data.channels, data.image_size, skip_bad_files=data.skip_bad_files)
@@ -195,18 +196,26 @@ def class_folder_splits(
     fractions: dict[str, float],
     split_seed: int,
     what: str,
+    folding: Folds,
 ) -> dict[str, list]:
     """The samples of root/train/, root/val/ and root/test/ (each a class folder a class), as `list_files(folder,
     allow_empty_classes)` lists them as (path, label, ...) (train/ may not leave a class empty); a missing val/ or
     test/ is carved from train/ by its fraction and `split_seed`, stratified by class (trainkit.data.datasets.carve),
     with a line saying so. `check_classes` holds a val/ or test/ folder to train/'s classes (None: the classes were
     named, by data.class_folders: it may hold others, which are not read, and lack some). A val or test split that
-    holds no file of one of `classes` is a warning naming both (warn_lacking_classes)."""
+    holds no file of one of `classes` is a warning naming both (warn_lacking_classes). With data.folds (`folding`) a
+    carved val split is a fold of train/ (Folds.folded); a val/ folder refuses them."""
     listed = {"train": list_files(root / "train", False)}
     missing = {}
     for split in ("val", "test"):
         folder = root / split
         if folder.is_dir():
+            if split == "val" and folding.folds is not None:
+                raise ConfigError(
+                    "data.folds",
+                    f"is {folding.folds}, but '{folder}' is a val split of its own: folds are cut from train/ alone "
+                    f"and one of them is val; remove data.folds, or move val/'s class folders into train/",
+                )
             if check_classes is not None:
                 check_classes(folder)
             listed[split] = list_files(folder, True)
@@ -214,15 +223,18 @@ def class_folder_splits(
             missing[split] = fractions[split]
     if missing:
         train = listed["train"]
-        for split, indices in carve(len(train), missing, split_seed, [sample[1] for sample in train]).items():
+        labels = [sample[1] for sample in train]
+        parts = folding.folded(carve(len(train), missing, split_seed, labels), split_seed, labels)
+        for split, indices in parts.items():
             listed[split] = [train[i] for i in indices.tolist()]
         log.info(
-            "no %s under '%s': carved from the %d train/ %s by data.split_seed=%s (%s)",
+            "no %s under '%s': carved from the %d train/ %s by data.split_seed=%s%s (%s)",
             " or ".join(f"{split}/" for split in missing),
             root,
             len(train),
             what,
             split_seed,
+            f", val {folding.fold_name()}" if folding.folds is not None else "",
             ", ".join(f"{split}: {len(listed[split])}" for split in ("train", *missing)),
         )
     for split in ("val", "test"):

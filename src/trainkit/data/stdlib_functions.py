@@ -6,7 +6,8 @@ function nested in another is part of its text), from the def line to its last l
 token, trainkit.data.text). Its class: its file's top-level package, among the `data.packages` packages with
 the most functions (top-level modules and the other packages are left out). Files are split, not functions
 (trainkit.data.stdlib_source.split_by_file, a package at a time, so every split holds every class), so no
-file's functions are in two splits. The corpus changes with the Python version: source() names
+file's functions are in two splits; data.folds folds each package's files the same way (so each fold holds each
+package's files, to within one). The corpus changes with the Python version: source() names
 corpus_version(), which the data fingerprint keeps, so a resume under another Python is refused.
 
 Parsing the ~750 files takes a few seconds, the same on every rank; it is kept for the life of the process
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from trainkit.data.datasets import FileSplits
+from trainkit.data.datasets import FileSplits, Folds
 from trainkit.data.stdlib_source import corpus_version, package_of, split_by_file, stdlib_files, stdlib_root
 from trainkit.data.text import TextData, TextDataset, report_majority, report_truncated
 from trainkit.errors import ConfigError
@@ -32,7 +33,7 @@ Function = tuple[str, int, bytes]  # (file, line of its def, source text)
 
 
 @dataclass(kw_only=True)
-class StdlibFunctions(TextData):
+class StdlibFunctions(Folds, TextData):
     packages: int  # the classes: this many of the packages with the most functions
     val_fraction: float  # of the files
     test_fraction: float
@@ -49,7 +50,7 @@ class StdlibFunctions(TextData):
         for package in chosen:
             files = [file for file in every_file if package_of(file) == package]
             for split, split_files in split_by_file(
-                files, self.val_fraction, self.test_fraction, self.split_seed
+                files, self.val_fraction, self.test_fraction, self.split_seed, self
             ).items():
                 parts[split] += split_files
         datasets = {}

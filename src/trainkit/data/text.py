@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch.utils.data import Dataset
 
-from trainkit.data.datasets import Data, FileSplits
+from trainkit.data.datasets import Data, FileSplits, Folds
 from trainkit.data.imagefolder import (
     BadFile,
     _check_root,
@@ -164,7 +164,7 @@ class TextFileDataset(Dataset):
 
 
 @dataclass(kw_only=True)
-class TextFolder(TextData):
+class TextFolder(Folds, TextData):
     """The `data=textfolder` option (conf/data/textfolder.yaml): see the module docstring."""
 
     val_fraction: float
@@ -192,6 +192,7 @@ class TextFolder(TextData):
             {"val": self.val_fraction, "test": self.test_fraction},
             self.split_seed,
             "files",
+            self,
         )
         report_truncated([size for split in listed.values() for _, _, size in split], self.max_length, str(root))
         datasets = {

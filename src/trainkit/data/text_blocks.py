@@ -10,13 +10,15 @@ BadTextFile: no replacement characters); with data.skip_bad_files=true it is lef
 The files are split by bytes (split_by_bytes): in an order drawn from data.split_seed, each file goes to the
 held-out split (test, val) with the most room left among those it fits in (what is left of the split's fraction
 of all the bytes), else to train. A held-out split is never more than its share, so one big file cannot become
-it; val and test are whole files no training block comes from. Each split's files are joined in path order
-with SEPARATOR between them (a blank line: a file's last line never runs into the next file's first), and the
-joined bytes cut into non-overlapping blocks of `block_size + 1` bytes; the few bytes left at a split's end are
-dropped. The start line gives each split's files, bytes and blocks. A block's first `block_size` bytes are the
-inputs, its last `block_size` the targets (the next byte of each input): uint8 [N, block_size] both, cast to
-ids by the task. No padding (pad_id None): every byte is a real token. The splits live in memory on the device
-(TensorLoader): each epoch a seeded shuffle of the training blocks, sharded across ranks.
+it; val and test are whole files no training block comes from. With data.folds the train and val files are cut
+into that many folds of as many files (not bytes: a fold's bytes vary with the files it draws), data.fold the val
+split. Each split's files are joined in path order with SEPARATOR between them (a blank line: a file's last line
+never runs into the next file's first), and the joined bytes cut into non-overlapping blocks of `block_size + 1`
+bytes; the few bytes left at a split's end are dropped. The start line gives each split's files, bytes and
+blocks. A block's first `block_size` bytes are the inputs, its last `block_size` the targets (the next byte of
+each input): uint8 [N, block_size] both, cast to ids by the task. No padding (pad_id None): every byte is a real
+token. The splits live in memory on the device (TensorLoader): each epoch a seeded shuffle of the training
+blocks, sharded across ranks.
 
 A stdlib corpus differs from one Python version to another: `source()` puts corpus_version() into the
 run's data fingerprint, so a resume under another Python is refused in one line. The fingerprint checks the
@@ -30,7 +32,7 @@ from typing import ClassVar
 
 import torch
 
-from trainkit.data.datasets import Data, Split, Splits
+from trainkit.data.datasets import Data, Folds, Split, Splits
 from trainkit.data.imagefolder import is_hidden
 from trainkit.data.stdlib_source import corpus_version, stdlib_files
 from trainkit.data.text import BadTextFile, read_utf8
@@ -43,7 +45,7 @@ VOCAB_SIZE = 256  # bytes
 
 
 @dataclass(kw_only=True)
-class TextBlocks(Data):
+class TextBlocks(Folds, Data):
     block_size: int  # bytes a model sees at once (model.block_size): a block holds one more, the last target
     pattern: str  # which files under data.root (recursive glob); the stdlib default reads its .py files
     val_fraction: float  # of the bytes (whole files: split_by_bytes)
@@ -88,7 +90,10 @@ class TextBlocks(Data):
         parts = split_by_bytes(
             [len(text) for text in texts], {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed
         )
-        held = {name: [texts[i] for i in parts[name]] for name in ("train", "val", "test")}
+        folded = self.folded(
+            {name: torch.tensor(indices, dtype=torch.int64) for name, indices in parts.items()}, self.split_seed
+        )
+        held = {name: [texts[i] for i in folded[name].tolist()] for name in ("train", "val", "test")}
         made = {name: self.blocks(split_texts, name) for name, split_texts in held.items()}
         where = f"'{self.root}'" if self.root is not None else f"the {corpus_version()} standard library"
         left_out = f"; ignored {hidden} hidden files" if hidden else ""
@@ -96,9 +101,10 @@ class TextBlocks(Data):
             named = ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else "")
             left_out += f"; skipped {len(skipped)} files that are not UTF-8 (data.skip_bad_files=true): {named}"
         log.info(
-            "text corpus %s, split by bytes (data.split_seed=%d): %s%s",
+            "text corpus %s, split by bytes (data.split_seed=%d%s): %s%s",
             where,
             self.split_seed,
+            f", val {self.fold_name()} of the train and val files" if self.folds is not None else "",
             "; ".join(
                 f"{name} {len(held[name])} files, {sum(map(len, held[name])):,} bytes, {len(made[name][0]):,} blocks"
                 for name in made

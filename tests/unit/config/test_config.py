@@ -142,6 +142,8 @@ RULE_CASES = [
     (["data.val_fraction=0"], "data.val_fraction"),
     (["data.test_fraction=1.5"], "data.test_fraction"),
     (["data.split_seed=-1"], "data.split_seed"),
+    (["data.folds=1", "data.fold=0"], "data.folds"),  # one fold would be the whole pool: nothing left to train on
+    (["data.folds=5", "data.fold=-1"], "data.fold"),
     (["data=synthetic", "data.num_samples=0"], "data.num_samples"),
     (["data=synthetic", "data.val_samples=0"], "data.val_samples"),
     (["data=synthetic", "data.test_samples=-5"], "data.test_samples"),
@@ -300,6 +302,11 @@ RELATION_CASES = [
     ),
     (["data=synthetic", "data.num_classes=null"], "data.num_classes"),
     (["data.val_fraction=0.5", "data.test_fraction=0.5"], "data.val_fraction"),
+    # k-fold cross-validation: the two keys go together, the fold one of the folds, on data that carves val
+    (["data.folds=5"], "data.fold"),
+    (["data.fold=2"], "data.fold"),
+    (["data.folds=5", "data.fold=5"], "data.fold"),
+    (["data=synthetic", "+data.folds=5", "+data.fold=0"], "data.folds"),
     (
         ["model=timm", "model.pretrained=true", "finetune.pretrained_path=/weights/resnet18.pt"],
         "finetune.pretrained_path",
@@ -491,6 +498,12 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
         (["model=gpt"], ["model.block_size: ", "${data.block_size}, but data=digits has no data.block_size"]),
         (["model=sequence"], ["${data.max_length}", "model.max_length=<value>"]),
         ([*TEXTS, "data.class_folders=[neg,neg]"], ["names neg more than once", "name each class folder once"]),
+        (["data.folds=5"], ["data.fold=0..4", "-m data.folds=5 'data.fold=range(5)'"]),
+        (["data.folds=5", "data.fold=5"], ["numbers the folds 0..4"]),
+        (
+            ["data=synthetic", "+data.folds=5", "+data.fold=0"],
+            ["carves no val split", "remove ~data.folds and ~data.fold"],
+        ),
     ],
 )
 def test_messages_show_the_bad_value_and_the_way_out(compose_config, overrides, fragments):

@@ -84,6 +84,24 @@ def test_multiruns_started_together_get_their_own_directories_and_joblib_runs_jo
     assert sorted("Joblib" in target for target in launchers) == [False, True]
 
 
+@pytest.mark.slow  # trains three jobs in a subprocess
+def test_k_fold_cross_validation_is_a_sweep_over_the_folds_in_parallel_too(tmp_path):
+    """-m data.folds=3 'data.fold=range(3)' with the joblib launcher: a job a fold, each validating on its own third
+    of the training pool (the checkpoint's data fingerprint), every one testing on the same test split."""
+    import torch
+
+    folds = ("data.folds=3", "data.fold=range(3)", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    train("-m", *FAST, *folds, f"hydra.sweep.dir={tmp_path}")
+    assert [overrides(job)[-2:] for job in jobs(tmp_path)] == [["data.folds=3", f"data.fold={i}"] for i in range(3)]
+    seen = [torch.load(job / "checkpoints" / "last.pt", weights_only=True)["data"] for job in jobs(tmp_path)]
+    assert [data["fold"] for data in seen] == [f"fold {i} of 3" for i in range(3)]
+    assert sum(data["val"]["shape"][0] for data in seen) == 1797 - 359  # the folds cover the pool: train and val
+    assert all(data["train"]["shape"][0] + data["val"]["shape"][0] == 1438 for data in seen)
+    assert {data["test"]["checksum"] for data in seen} == {seen[0]["test"]["checksum"]}  # the test split, untouched
+    assert len({data["val"]["checksum"] for data in seen}) == 3
+    assert all("test/acc" in json.loads((job / "summary.json").read_text())["test"] for job in jobs(tmp_path))
+
+
 # --- Optuna -------------------------------------------------------------------------------------
 
 

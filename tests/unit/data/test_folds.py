@@ -1,0 +1,231 @@
+"""k-fold cross-validation (data.folds, data.fold: trainkit.data.datasets.folded): the folds of the training pool
+are disjoint, cover it, hold each class in proportion and follow data.split_seed; the test split is the one a
+run without folds has; and every data option that carves its val split cuts its folds the same way."""
+
+import logging
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from PIL import Image
+
+from conftest import ROOT, composed
+from helpers import load_script, write_cifar
+from trainkit.data import FileSplits, Splits, make_data
+from trainkit.data.datasets import carve, folded
+from trainkit.errors import ConfigError
+
+# 37 + 41 + 22 samples listed class by class, as a folder is: no class divides evenly into the folds
+LABELS = torch.tensor([0] * 37 + [1] * 41 + [2] * 22)
+
+
+def test_the_folds_are_disjoint_cover_the_pool_and_hold_each_class_within_one():
+    parts = carve(len(LABELS), {"test": 0.2, "val": 0.1}, seed=0, labels=LABELS)
+    pool = torch.cat([parts["train"], parts["val"]]).sort().values
+    vals, counts = [], []
+    for fold in range(5):
+        made = folded(parts, 5, fold, seed=0, labels=LABELS)
+        assert torch.equal(made["test"], parts["test"])  # the test split is the one a run without folds has
+        assert torch.equal(torch.cat([made["train"], made["val"]]).sort().values, pool)  # train is the other folds
+        assert not set(made["train"].tolist()) & set(made["val"].tolist())
+        vals.append(made["val"])
+        counts.append(torch.bincount(LABELS[made["val"]], minlength=3))
+    assert torch.equal(torch.cat(vals).sort().values, pool)  # each sample of the pool is in exactly one fold
+    counts = torch.stack(counts)  # [fold, class]
+    assert (counts.max(0).values - counts.min(0).values <= 1).all(), counts  # stratified: within one a class
+    sizes = counts.sum(1)
+    assert sizes.max() - sizes.min() <= 1 and sizes.sum() == len(pool)
+
+
+def test_the_same_seed_gives_the_same_folds_and_another_seed_others():
+    parts = carve(len(LABELS), {"test": 0.2, "val": 0.1}, seed=0, labels=LABELS)
+    first = folded(parts, 5, 2, seed=0, labels=LABELS)
+    again = folded(parts, 5, 2, seed=0, labels=LABELS)
+    assert all(torch.equal(first[name], again[name]) for name in parts)
+    other = folded(parts, 5, 2, seed=1, labels=LABELS)
+    assert not torch.equal(other["val"], first["val"]) and torch.equal(other["test"], first["test"])
+    assert folded(parts, None, None, seed=0) is parts  # no folds: the carve as it was
+
+
+def test_more_folds_than_samples_is_one_line_naming_data_folds():
+    parts = carve(10, {"test": 0.2, "val": 0.2}, seed=0)
+    with pytest.raises(ConfigError, match=r"^data\.folds: is 9, but the training pool holds 8 samples; lower it$"):
+        folded(parts, 9, 0, seed=0)
+
+
+# ---- every data option that carves: a fold is the val split, the others train, test as without folds ----------
+
+
+def items(split) -> Counter:
+    """What a split holds, as a multiset: (path, label) of file data, (row bytes, label) of tensors."""
+    if hasattr(split, "samples"):
+        return Counter(map(tuple, split.samples))
+    if isinstance(split, tuple):  # Splits: (inputs, targets)
+        return Counter((row.numpy().tobytes(), float(label)) for row, label in zip(*split))
+    # DigitSignals: a signal's length depends on its place in the split; its first 16 values do not
+    return Counter((item["signal"][:16].numpy().tobytes(), int(item["label"])) for item in split)
+
+
+def labels_of(split) -> list[int]:
+    if hasattr(split, "samples"):
+        return [label for _, label in split.samples]
+    if isinstance(split, tuple):
+        return split[1].tolist()
+    return [int(item["label"]) for item in split]
+
+
+def splits_of(cfg: dict, **keys) -> Splits | FileSplits:
+    return make_data(OmegaConf.create({**cfg, **keys})).splits()
+
+
+def check_every_fold(cfg: dict, folds: int = 3, stratified: bool = True) -> None:
+    plain = splits_of(cfg)
+    pool = items(plain.train) + items(plain.val)
+    vals: Counter = Counter()
+    counts = []
+    for fold in range(folds):
+        made = splits_of(cfg, folds=folds, fold=fold)
+        assert items(made.test) == items(plain.test)  # untouched
+        assert items(made.train) + items(made.val) == pool  # the other folds train
+        vals += items(made.val)
+        counts.append(Counter(labels_of(made.val)))
+    assert vals == pool  # disjoint folds that cover the pool
+    if stratified:
+        for label in set().union(*counts):
+            per_fold = [count[label] for count in counts]
+            assert max(per_fold) - min(per_fold) <= 1, (label, per_fold)
+
+
+def option(name: str, **keys) -> dict:
+    return {**OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "data" / f"{name}.yaml")), **keys}
+
+
+def image_folder(root: Path, splits=("train",), per_class: int = 7) -> Path:
+    """Three classes of distinct tiny PNGs (a colour an image) under root/<split>/<class>/."""
+    for split in splits:
+        for label in range(3):
+            folder = root / split / f"class{label}"
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                Image.new("RGB", (6, 6), (40 * label, 10 * i, 99)).save(folder / f"{i}.png")
+    return root
+
+
+def text_folder(root: Path, per_class: int = 8) -> Path:
+    for label in ("neg", "pos"):
+        (root / "train" / label).mkdir(parents=True)
+        for i in range(per_class + (label == "pos")):
+            (root / "train" / label / f"{i}.txt").write_text(f"{label} {i} " * (i + 1))
+    return root
+
+
+def test_digits_fold_stratified_and_keep_the_test_split():
+    check_every_fold(option("digits"), folds=5)
+
+
+def test_mnist_and_cifar10_fold_the_official_training_set(tmp_path, monkeypatch):
+    import torchvision.datasets.cifar
+    from test_data import write_mnist
+
+    # The files are ours, not the real ones, so their md5 sums differ: accept any file that exists.
+    monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda path, md5=None: Path(path).is_file())
+    write_mnist(tmp_path, num_train=60, num_test=20)
+    check_every_fold(option("mnist", root=str(tmp_path)))
+    write_cifar(tmp_path, per_batch=12, num_test=10)
+    check_every_fold(option("cifar10", root=str(tmp_path)))
+
+
+def test_an_image_folder_folds_its_train_folder(tmp_path, caplog):
+    root = image_folder(tmp_path)
+    keys = dict(root=str(root), image_size=6, num_workers=0, val_fraction=0.2, test_fraction=0.2)
+    check_every_fold(option("imagefolder", **keys))
+    with caplog.at_level(logging.INFO, logger="trainkit.data.imagefolder"):
+        splits_of(option("imagefolder", **keys), folds=3, fold=1)
+    assert "by data.split_seed=0, val fold 1 of 3 (" in caplog.text
+
+
+def test_a_val_folder_of_its_own_refuses_folds_in_one_line(tmp_path):
+    root = image_folder(tmp_path, splits=("train", "val"))
+    cfg = option("imagefolder", root=str(root), image_size=6, num_workers=0)
+    with pytest.raises(ConfigError) as error:
+        splits_of(cfg, folds=3, fold=0)
+    assert str(error.value) == (
+        f"data.folds: is 3, but '{root / 'val'}' is a val split of its own: folds are cut from train/ alone and one "
+        f"of them is val; remove data.folds, or move val/'s class folders into train/"
+    )
+    splits_of(cfg)  # without folds it is the val split
+
+
+def test_a_text_folder_folds_its_train_folder(tmp_path):
+    cfg = option("textfolder", root=str(text_folder(tmp_path)), num_workers=0, val_fraction=0.2, test_fraction=0.2)
+    check_every_fold(cfg, folds=4)
+
+
+def test_a_cache_folds_the_rows_it_carved_from_train_and_refuses_a_val_folder_of_its_own(tmp_path, capsys):
+    preprocess = load_script("preprocess")
+    for name, splits in (("carved", ("train",)), ("own", ("train", "val"))):
+        image_folder(tmp_path / f"{name}-images", splits)
+        args = [str(tmp_path / name), f"data.root={tmp_path / f'{name}-images'}", "data.image_size=6"]
+        assert preprocess.main([*args, "data.val_fraction=0.2", "data.test_fraction=0.2", "--no-progress"]) == 0
+    keys = dict(image_size=6, val_fraction=0.2, test_fraction=0.2)
+    check_every_fold(option("cached", root=str(tmp_path / "carved"), **keys))
+    folded_cache = [str(tmp_path / "folded"), f"data.root={tmp_path / 'carved-images'}", "data.folds=3", "data.fold=0"]
+    capsys.readouterr()
+    assert preprocess.main(folded_cache) == 1 and not (tmp_path / "folded").exists()  # folds are cut when training
+    assert capsys.readouterr().err.startswith("error: data.folds: is 3, but a cache holds the splits as carved;")
+    with pytest.raises(ConfigError, match=r"^data\.folds: is 3, but the cache .* a val split of its own"):
+        splits_of(option("cached", root=str(tmp_path / "own"), **keys), folds=3, fold=0)
+
+
+def test_data_of_your_own_folds_with_its_class(tmp_path):
+    """tests/data_for_tests.py: a table (a regression: no classes to stratify by) and signals read as file data."""
+    table = {key: value for key, value in option("digits").items() if key not in ("channels", "image_size")}
+    for key in ("mean", "std", "mirror_changes_label"):
+        del table[key]
+    check_every_fold({**table, "_target_": "data_for_tests.DigitsTable", "num_classes": None}, stratified=False)
+    check_every_fold({**table, "_target_": "data_for_tests.DigitSignals"})
+
+
+def test_a_text_corpus_folds_its_files(tmp_path):
+    """data=text: val is whole files; a fold is a third of the train and val files (which file a block came from:
+    its marker, each file's first bytes)."""
+    for k in range(12):
+        (tmp_path / f"{k:02}.txt").write_bytes(f"<{k:02}>".encode() + bytes([97 + k]) * 40)
+    cfg = option("text", root=str(tmp_path), pattern="*.txt", block_size=8, val_fraction=0.2, test_fraction=0.2)
+
+    def files(split) -> set[str]:
+        inputs, targets = split
+        joined = b"".join(bytes(row) + bytes(last[-1:]) for row, last in zip(inputs.tolist(), targets.tolist()))
+        return {marker.decode() for marker in re.findall(rb"<\d\d>", joined)}
+
+    plain = splits_of(cfg)
+    pool = files(plain.train) | files(plain.val)
+    vals = []
+    for fold in range(3):
+        made = splits_of(cfg, folds=3, fold=fold)
+        assert files(made.test) == files(plain.test) and torch.equal(made.test[0], plain.test[0])
+        assert files(made.train) | files(made.val) == pool and not files(made.train) & files(made.val)
+        vals.append(files(made.val))
+    assert (
+        set().union(*vals) == pool and sum(map(len, vals)) == len(pool) and {len(v) for v in vals} == {3, 4}
+    )  # 10 files
+
+
+@pytest.mark.slow  # parses the standard library (a few seconds)
+def test_stdlib_functions_fold_each_packages_files():
+    cfg = OmegaConf.to_container(composed("experiment=stdlib_functions").data)
+    plain = make_data(cfg).splits()
+    made = make_data({**cfg, "folds": 3, "fold": 1}).splits()
+
+    def files(split) -> set[str]:
+        return {path.rsplit(":", 1)[0] for path, _ in split.samples}
+
+    assert files(made.test) == files(plain.test)
+    assert files(made.train) | files(made.val) == files(plain.train) | files(plain.val)
+    assert not files(made.train) & files(made.val) and made.num_classes == plain.num_classes
+    assert {label for _, label in made.val.samples} == set(range(made.num_classes))  # each package in the fold
+    assert np.isclose(len(files(made.val)), len(files(plain.train) | files(plain.val)) / 3, rtol=0.1)
