@@ -58,8 +58,11 @@ from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, au
                                data_bound_advice, epoch_line, first_images, log_predictions, quiet_known_noise,
                                save_png, training_line, wandb_names, warn_if_data_bound, write_provenance,
                                write_summary)
-from trainkit.tuning import (find_batch_size_for_run, find_micro_batch_size_for_run, gpus_for_this_trial,
-                             lr_range_test_for_run, micro_batches, run_trial, set_base_lr)
+from trainkit.tuning import gpus_for_this_trial, micro_batches, run_trial
+from trainkit.tuning.batch_size_finder import batch_size_that_fits
+from trainkit.tuning.lr_finder import LRFinderResult, lr_range_test, set_base_lr
+from trainkit.tuning.lr_finder_plot import plot_lr_finder
+from trainkit.tuning.micro_batching import micro_batch_size_that_fits
 
 log = logging.getLogger("train")
 quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
@@ -322,12 +325,16 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     run.train_transform, run.eval_transform = run.data.transforms(cfg.augmentation, input_size, channels_last, device)
     run.precision, run.scaler = autocast_precision(cfg, run.model), grad_scaler(cfg.precision.name, device)
     step = functools.partial(train_step, run)  # the finders train with the loop's own step
-    if cfg.batch_size_finder.enabled and not cfg.resume:
-        cfg.data.batch_size = find_batch_size_for_run(cfg.batch_size_finder, run.model, run.task, run.data.train, step)
+    if (finder := cfg.batch_size_finder).enabled and not cfg.resume:  # the largest batch a process fits
+        cfg.data.batch_size = batch_size_that_fits(
+            run.model, step, run.task, run.data.train, device, start=finder.start, max_batch_size=finder.max_batch_size,
+            safety_margin=finder.safety_margin, memory_cap_gb=finder.memory_cap_gb)
         run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
     attach_sample_transform(run.data.train, cfg.augmentation)  # image folders: torchvision per image, in the workers
     if cfg.trainer.micro_batch_size == "auto" and not cfg.resume:  # a resume reuses the size found: load_state_dict
-        cfg.trainer.micro_batch_size = find_micro_batch_size_for_run(cfg.trainer, run.model, run.task, run.data, step)
+        cfg.trainer.micro_batch_size = micro_batch_size_that_fits(
+            run.model, step, run.task, run.data.train, device, tokens=run.data.kind == "tokens",
+            memory_cap_mb=cfg.trainer.micro_batch_memory_cap_mb)
     run.optimizer = build_optimizer(run.model, cfg.optimizer, batch_size=cfg.data.batch_size,
                                     world_size=proc.world_size, accumulate=cfg.trainer.accumulate_grad_batches)
     run.scheduler = build_lr_schedule(run)
@@ -368,19 +375,24 @@ def start_logging(run: Run, provenance: dict) -> None:
         run.shown = first_images(run.data.val, run.task, run.cfg.logger.log_predictions, run.device)
 
 
-def find_lr(run: Run) -> None:
-    """LR range test on the real model and data (every rank takes part; rank 0 plots). Model,
-    optimizer and RNG are restored after; with lr_finder.apply the suggestion becomes the base LR.
+def find_lr(run: Run) -> LRFinderResult:
+    """LR range test on the real model and data, with the loop's step (every rank takes part; rank 0 plots).
+    Model, optimizer and RNG are restored after; with lr_finder.apply the suggestion becomes the base LR.
     A stop signal ends it within a step: nothing trained yet, so nothing saved (exit 75)."""
-    plot = run.run_dir / "lr_finder.png" if run.proc.is_main else None
-    result = lr_range_test_for_run(run, plot, step=train_step, should_stop=lambda: stop_signal(run.device, agree=True))
+    finder, step = run.cfg.lr_finder, functools.partial(train_step, run)
+    result = lr_range_test(run.trained_model, run.optimizer, step, run.task, run.data.train, run.device,
+                           scheduler=run.scheduler, grad_scaler=run.scaler, grad_clip=run.cfg.trainer.grad_clip,
+                           min_lr=finder.min_lr, max_lr=finder.max_lr, num_steps=finder.num_steps,
+                           smoothing=finder.smoothing, divergence_factor=finder.divergence_factor,
+                           should_stop=lambda: stop_signal(run.device, agree=True))
     if result.stopped_by:  # within a step of the signal; model and optimizer are as before the finder
         raise stopped_before_training(result.stopped_by, "during the LR finder")
-    if plot:
-        run.loggers.log_image("lr_finder", plot, run.step)
-    if run.cfg.lr_finder.apply and result.suggestion:
+    if run.proc.is_main:
+        run.loggers.log_image("lr_finder", plot_lr_finder(result, run.run_dir / "lr_finder.png"), run.step)
+    if finder.apply and result.suggestion:
         set_base_lr(run.optimizer, result.suggestion)  # each parameter group keeps its lr_scale
         run.scheduler = build_lr_schedule(run)
+    return result
 
 
 def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str) -> dict:

@@ -31,7 +31,6 @@ from trainkit.distributed.process_group import ProcessInfo
 from trainkit.errors import ConfigError
 from trainkit.optim import scaled_lr
 from trainkit.runtime import pick_device, seed_everything
-from trainkit.tuning.lr_finder import lr_range_test_for_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train  # the run is built and stepped as train.py builds and steps it
@@ -50,14 +49,13 @@ def main(cfg: DictConfig) -> float | None:
     device = pick_device(cfg.device)
     seed_everything(cfg.seed)
     # train.py's own construction (data, model, the data option's batch transforms, task, optimizer groups,
-    # schedule) and its training step (forward, the task's loss, backward; tokens weighed as the loop does).
+    # schedule) and its LR finder with its training step (forward, the task's loss, backward; tokens weighed as
+    # the loop does). lr_finder.apply changes only this run's optimizer, thrown away.
     run = train.build_run(cfg, run_dir, ProcessInfo(), device)
     if settings["num_steps"] > len(run.data.train):
         log.info(f"{settings['num_steps']} steps > {len(run.data.train)} batches per epoch: the data repeats")
-    result = lr_range_test_for_run(run, None, step=train.train_step)
-    from trainkit.tuning.lr_finder_plot import plot_lr_finder  # matplotlib: after the sweep
-
-    plot = plot_lr_finder(result, run_dir / "lr_finder.png")
+    result = train.find_lr(run)  # train.py's own call: the sweep, then lr_finder.png in the run directory
+    plot = run_dir / "lr_finder.png"
     suggestion = result.suggestion
     (run_dir / "lr_finder.json").write_text(json.dumps({**result.to_dict(), "settings": settings}, indent=2))
     if suggestion is None:

@@ -52,6 +52,19 @@ def loop_config(accumulate: int = 1, micro_batch_size: int | None = None):
     )
 
 
+def backward_step(model: torch.nn.Module, loss_fn: Callable, transform: Callable | None = None) -> Callable:
+    """A finder's `step` for (inputs, targets) batches, as train.py's train_step in short: forward, `loss_fn`,
+    backward; it returns (the loss, the batch's samples)."""
+
+    def step(batch: Any) -> tuple[torch.Tensor, int]:
+        inputs, targets = batch
+        loss = loss_fn(model(inputs if transform is None else transform(inputs)), targets)
+        loss.backward()
+        return loss, len(inputs)
+
+    return step
+
+
 def cfg_for(metric="val/acc", **sweep):
     return OmegaConf.create(
         {"optimized_metric": metric, "sweep": {"catch_failures": True, "failed_trial_value": None, **sweep}}
@@ -251,3 +264,34 @@ class OfflineRun:
 
     def rows_with(self, key: str) -> list[dict]:
         return [row for row in self.history if key in row]
+
+
+def config_check_tests(feature: Any, rule_cases: list, relation_cases: list) -> tuple[Callable, Callable]:
+    """The tests of an optional feature's config checks, declared beside its code (module `feature`: its
+    CONFIG_RULES and CONFIG_RELATIONS), for its test file to name test_*: each bad setting is found by the
+    feature's own check (a rule case by the rule of its key; a relation case by a relation and no single-key
+    rule), by no check in trainkit.config, and by the config check, which gathers the feature's; every rule has
+    a case, and every relation a case that it alone finds."""
+    from trainkit.config.rules import RULES
+    from trainkit.config.schema import find_problems
+    from trainkit.config.validation import RELATIONS, fill_task_defaults, problems
+
+    @pytest.mark.parametrize("overrides, key", rule_cases + relation_cases, ids=str)
+    def found_by_its_own_check(overrides: list, key: str) -> None:
+        cfg = composed(*overrides)
+        fill_task_defaults(cfg)
+        assert key not in find_problems(cfg, RULES, RELATIONS)  # trainkit.config reads none of the feature's keys
+        if (overrides, key) in rule_cases:
+            assert key in find_problems(cfg, {key: feature.CONFIG_RULES[key]}, [])
+        else:
+            assert key not in find_problems(cfg, RULES | feature.CONFIG_RULES, [])  # no single-key rule finds it
+            assert key in find_problems(cfg, {}, feature.CONFIG_RELATIONS)
+        assert key in problems(cfg)  # gathered
+
+    def every_check_has_a_case() -> None:
+        assert set(feature.CONFIG_RULES) <= {key for _, key in rule_cases}
+        configs = [(composed(*overrides), key) for overrides, key in relation_cases]
+        for relation in feature.CONFIG_RELATIONS:
+            assert any(key in find_problems(cfg, {}, [relation]) for cfg, key in configs), relation
+
+    return found_by_its_own_check, every_check_has_a_case

@@ -219,14 +219,16 @@ def test_head_lr_scale_holds_at_every_step(tmp_path, monkeypatch):
 
 def test_an_applied_lr_finder_suggestion_is_the_lr_trained_with(tmp_path, monkeypatch):
     """The range test itself is tested in tests/unit/tuning/test_lr_finder.py; here its answer is fixed."""
-    monkeypatch.setattr(train, "lr_range_test_for_run", lambda run, plot, **settings: LRFinderResult(suggestion=0.0123))
+    monkeypatch.setattr(
+        train, "lr_range_test", lambda *args, **settings: LRFinderResult([0.0123], [1.0], [1.0], 0.0123)
+    )
     recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "lr_finder.enabled=true", "lr_finder.apply=true")
     assert [lrs[0] for lrs in recording.lrs] == pytest.approx([0.0123] * 3)
 
 
 def test_the_batch_size_finders_choice_is_the_batch_trained_on(tmp_path, monkeypatch):
     """The search itself is tested in tests/unit/tuning/test_batch_size_finder.py; here its answer is fixed."""
-    monkeypatch.setattr(train, "find_batch_size_for_run", lambda *args: 5)
+    monkeypatch.setattr(train, "batch_size_that_fits", lambda *args, **settings: 5)
     recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "batch_size_finder.enabled=true")
     assert [len(forward.inputs) for forward in recording.training_forwards()] == [5, 5, 5]
 

@@ -3,7 +3,8 @@
 The table trainkit.config.validation.validate checks every composed config against, written in the words of
 trainkit.config.schema. A new config option gets its rule here; keys that contradict each other are
 trainkit.config.validation's RELATIONS. A model's arguments are its own: the class `model._target_` names
-declares their rules beside them (`config_rules`), and the config check gathers them.
+declares their rules beside them (`config_rules`), and the config check gathers them; an optional feature that is a
+config section (the finders) declares its own in its module (CONFIG_RULES: trainkit.config.validation.FEATURES).
 """
 
 import importlib.util
@@ -133,8 +134,6 @@ RULES: dict[str, Check] = {
     "trainer.max_epochs": integer(1),
     "trainer.max_steps": integer(1, null=True),
     "trainer.accumulate_grad_batches": integer(1),
-    "trainer.micro_batch_size": auto_or(integer(1, null=True)),
-    "trainer.micro_batch_memory_cap_mb": number(above=0, null=True),
     "trainer.grad_clip": number(above=0, null=True),
     "trainer.log_every_n_steps": integer(1),
     "trainer.checkpoint_every_n_steps": integer(1, null=True),
@@ -236,23 +235,11 @@ RULES: dict[str, Check] = {
     "augmentation.per_sample.policy": per_sample_policy,
     "augmentation.per_sample.num_ops": integer(1, null=True),
     "augmentation.per_sample.magnitude": integer(0, 30, null=True),
-    "lr_finder.enabled": flag(),
-    "lr_finder.apply": flag(),
-    "lr_finder.min_lr": number(above=0),
-    "lr_finder.max_lr": number(above=0),
-    "lr_finder.num_steps": integer(2),
-    "lr_finder.smoothing": number(0, below=1),
-    "lr_finder.divergence_factor": number(above=1),
     "profiler.enabled": flag(),
     "profiler.wait": integer(0),
     "profiler.warmup": integer(0),
     "profiler.active": integer(1),
     "profiler.row_limit": integer(1),
-    "batch_size_finder.enabled": flag(),
-    "batch_size_finder.start": integer(1),
-    "batch_size_finder.max_batch_size": integer(1),
-    "batch_size_finder.safety_margin": number(above=0, maximum=1),
-    "batch_size_finder.memory_cap_gb": number(above=0, null=True),
     "distributed.name": one_of("none", "ddp", "fsdp"),
     "distributed.nproc_per_node": integer(1, null=True),
     "distributed.backend": one_of("auto", "nccl", "gloo"),

@@ -14,8 +14,10 @@ exist, weights of another shape) is checked where it arises, in the same one-lin
 """
 
 import dataclasses
+import importlib
 import logging
 from collections.abc import Iterator
+from types import ModuleType
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -23,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from trainkit.augment.batch_transform import active_ops
 from trainkit.config.declared import answer, arguments, declared
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
-from trainkit.config.schema import Relation, find_problems, show, unknown_keys
+from trainkit.config.schema import Relation, find_problems, refused_under_fsdp, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, data_class
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
@@ -300,37 +302,6 @@ def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-def _finder_ranges(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.lr_finder.max_lr <= cfg.lr_finder.min_lr:
-        yield "lr_finder.max_lr", f"must be > lr_finder.min_lr={cfg.lr_finder.min_lr}, got {cfg.lr_finder.max_lr}"
-    finder = cfg.batch_size_finder
-    if finder.max_batch_size < finder.start:
-        yield (
-            "batch_size_finder.max_batch_size",
-            f"must be >= batch_size_finder.start={finder.start}, got {finder.max_batch_size}",
-        )
-
-
-def _micro_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
-    data = _data_class(cfg)
-    tokens = data is not None and data.kind == "tokens"  # a micro-batch of token data counts tokens, not sequences
-    # Larger than the batch would be no split at all: say so rather than train whole batches silently.
-    # (With the batch-size finder, data.batch_size is only known later; a larger N is then one part.)
-    if isinstance(micro, int) and micro > batch_size and not cfg.batch_size_finder.enabled and not tokens:
-        yield (
-            "trainer.micro_batch_size",
-            f"is {micro}, larger than data.batch_size={batch_size}: nothing to split; set it to at most {batch_size}",
-        )
-    if cfg.trainer.micro_batch_memory_cap_mb is not None and micro != "auto":
-        yield (
-            "trainer.micro_batch_memory_cap_mb",
-            f"is set, but trainer.micro_batch_size is {'null' if micro is None else micro}, not auto: the cap is only "
-            f"used by auto's search; "
-            f"set trainer.micro_batch_size=auto or the cap to null",
-        )
-
-
 def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     # device=auto picks CUDA when a GPU is visible here (see runtime.pick_device).
     cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())
@@ -353,24 +324,18 @@ def _what_fsdp_cannot_combine_with(cfg: DictConfig) -> Iterator[tuple[str, str]]
     """distributed=fsdp shards the parameters in place; these need whole, unsharded ones (or a GradScaler)."""
     if cfg.distributed.name != "fsdp":
         return
-    way_out = "train with distributed=ddp, or turn it off"
     refused = {
         "regularization.ema.enabled": (cfg.regularization.ema.enabled, "averages whole weights"),
-        "lr_finder.enabled": (cfg.lr_finder.enabled, "saves and restores whole weights around its trial steps"),
-        "batch_size_finder.enabled": (cfg.batch_size_finder.enabled, "measures the unsharded model"),
         "trainer.compile": (cfg.trainer.compile, "is not wired with fully_shard here"),
         "distributed.sync_batchnorm": (cfg.distributed.sync_batchnorm, "is not wired with fully_shard here"),
     }
     for key, (on, why) in refused.items():
         if on:
-            yield key, f"{why}, but distributed=fsdp shards the parameters; {way_out}"
+            yield key, refused_under_fsdp(why)
     if cfg.precision.name == "fp16":
         yield "precision", "fp16 needs a GradScaler, which distributed=fsdp does not shard here; use bf16 or fp32"
     if cfg.distributed.nproc_per_node == 1:
         yield "distributed.nproc_per_node", "is 1: one process has nothing to shard with; use distributed=none, or 2+"
-    if cfg.trainer.micro_batch_size == "auto":  # one rank out of memory in a sharded forward: the others wait
-        why = "auto searches on whole weights, but distributed=fsdp gathers them inside each forward"
-        yield "trainer.micro_batch_size", f"{why}; give a size (e.g. trainer.micro_batch_size=16)"
 
 
 def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -411,17 +376,6 @@ def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "finetune.input_size", f"resizes images, but {what}; leave it null"
     if cfg.trainer.channels_last:
         yield "trainer.channels_last", f"lays out image batches, but {what}; set trainer.channels_last=false"
-
-
-def _a_token_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """The batch-size finder searches data.batch_size; under data.max_tokens that is a cap, not a batch's size."""
-    if isinstance(cfg.data.get("max_tokens"), int) and cfg.batch_size_finder.enabled:
-        yield (
-            "batch_size_finder.enabled",
-            f"searches data.batch_size, but data.max_tokens={cfg.data.max_tokens} decides how much a batch holds "
-            "(data.batch_size only caps its sequences); set batch_size_finder.enabled=false and size the budget "
-            "(or trainer.micro_batch_size=auto under it), or set data.max_tokens=null to search fixed batches",
-        )
 
 
 def _mixing_needs_a_task_that_mixes(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -473,23 +427,11 @@ RELATIONS = (
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),
     Relation(("task._target_", "regularization.early_stopping"), _early_stopping_direction),
-    Relation(("lr_finder", "batch_size_finder"), _finder_ranges),
-    Relation(
-        (
-            "trainer.micro_batch_size",
-            "trainer.micro_batch_memory_cap_mb",
-            "data.batch_size",
-            "batch_size_finder.enabled",
-        ),
-        _micro_batches,
-    ),
     Relation(("device", "distributed.sync_batchnorm", "distributed.backend"), _cuda_only),
     Relation(
         (
             "distributed.name",
             "regularization.ema",
-            "lr_finder.enabled",
-            "batch_size_finder.enabled",
             "trainer.compile",
             "distributed.sync_batchnorm",
             "precision.name",
@@ -511,12 +453,21 @@ RELATIONS = (
         ("data._target_", "augmentation", "trainer.tta_flip", "finetune.input_size", "trainer.channels_last"),
         _image_ops_need_images,
     ),
-    Relation(("data.max_tokens", "batch_size_finder.enabled"), _a_token_budget_sizes_its_batches),
     Relation(("task._target_", "augmentation"), _mixing_needs_a_task_that_mixes),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),
     Relation(("model._target_", "data.image_size", "finetune.input_size"), _input_size_fits_the_model),
 )
+
+
+# Optional features that declare their config checks beside their code, as module-level tables: CONFIG_RULES
+# ({key: rule}, applied with RULES), CONFIG_RELATIONS (applied with RELATIONS) and, if any, ignored_settings(cfg)
+# (lines for ignored_keys). Deleting a feature deletes its line here with its module.
+FEATURES = ("trainkit.tuning.lr_finder", "trainkit.tuning.batch_size_finder", "trainkit.tuning.micro_batching")
+
+
+def features() -> list[ModuleType]:
+    return [importlib.import_module(name) for name in FEATURES]
 
 
 # ---- the pass ------------------------------------------------------------------------------
@@ -527,6 +478,9 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
     rules, relations = declared({"data": _data_class(cfg), "model": _model_class(cfg), "task": _task(cfg)})
+    for feature in features():
+        rules |= feature.CONFIG_RULES
+        relations += feature.CONFIG_RELATIONS
     return find_problems(cfg, RULES | rules, (*RELATIONS, *relations))
 
 
@@ -549,8 +503,7 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
         ignored.append(
             "scheduler.warmup_start_factor is ignored with scheduler.warmup_epochs=0; set a warmup or leave it null"
         )
-    if cfg.lr_finder.apply and not cfg.lr_finder.enabled:
-        ignored.append("lr_finder.apply=true is ignored while lr_finder.enabled=false; enable the test to apply it")
+    ignored += [line for feature in features() for line in getattr(feature, "ignored_settings", lambda cfg: ())(cfg)]
     ops = active_ops(cfg.augmentation)
     if cfg.augmentation.get("random_order") and not ("color_jitter" in ops and "affine" in ops):
         ignored.append(

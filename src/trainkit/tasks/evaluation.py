@@ -1,7 +1,7 @@
 """Evaluation: a model's loss and its task's metrics over a split, each sample counted exactly once.
 
     metrics = evaluate(model, data.val, eval_transform, task, precision, device)   # {"loss", "acc", ..., "samples"}
-    outputs = model_outputs(model, eval_transform(images), task, tta_flip)          # one batch, as evaluate sees it
+    batch, outputs = evaluation_outputs(model, batch, eval_transform, task, precision)  # a batch, as evaluate sees it
 
 train.py validates and tests with it; eval.py evaluates a trained checkpoint with it. Every rank
 calls it on its own shard (the evaluation sampler splits without padding): the sums and counts
@@ -10,6 +10,7 @@ are all-reduced before dividing, never per-rank means.
 
 import functools
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -17,7 +18,7 @@ from torch import nn
 from trainkit.data.loaders import limited
 from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.runtime import autocast
-from trainkit.tasks.batches import samples
+from trainkit.tasks.batches import first_tensor, samples
 from trainkit.tasks.task import Task
 
 
@@ -38,12 +39,11 @@ def evaluate(
     model.eval()
     loss_sum, sums = torch.zeros(1, device=device), task.empty_metric_sums(device)
     weight, sample_count = torch.zeros(1, device=device), 0
-    forward = functools.partial(model_outputs, model, task=task, tta_flip=True) if tta_flip else model  # images
     with torch.no_grad():
         for batch in limited(loader, limit):  # limit: a seeded sample of so many batches a process, every call the same
-            with autocast(precision, device):
-                batch = task.transform(task.to_device(batch, device), transform)
-                _, outputs = task.step(forward, batch)  # the training loss, unused: val/loss is evaluation_loss's
+            batch, outputs = evaluation_outputs(
+                model, task.to_device(batch, device), transform, task, precision, tta_flip
+            )
             targets = task.targets(batch)
             loss_sum += task.evaluation_loss(outputs, targets).sum()
             sums += task.metric_sums(outputs, targets)
@@ -53,6 +53,26 @@ def evaluate(
     totals = all_reduce_sum(torch.cat([loss_sum, counts, sums]))
     loss_sum, weight_sum, samples_sum = totals[:3].tolist()
     return {"loss": loss_sum / max(weight_sum, 1), **task.metrics(totals[3:]), "samples": int(samples_sum)}
+
+
+def evaluation_outputs(
+    model: nn.Module,
+    batch: Any,
+    transform: Callable[[torch.Tensor], torch.Tensor],
+    task: Task,
+    precision: str,
+    tta_flip: bool = False,
+) -> tuple[Any, Any]:
+    """(the batch transformed, its outputs) as evaluation sees them, for a batch on the device (any structure the
+    task knows: trainkit.tasks.task): the task's transform, then task.step's outputs (what scoring and predict
+    take), the model averaged with its mirror with `tta_flip`, under autocast for `precision`. Evaluation, the
+    tracker's prediction images and eval.py's figures share it. Call it under torch.no_grad(), in eval mode."""
+    forward = functools.partial(model_outputs, model, task=task, tta_flip=True) if tta_flip else model  # images
+    device = first_tensor(batch).device
+    with autocast(precision, device):
+        batch = task.transform(batch, transform)
+        _, outputs = task.step(forward, batch)  # the training loss, unused: val/loss is evaluation_loss's
+    return batch, outputs
 
 
 def model_outputs(model: nn.Module, inputs: torch.Tensor, task: Task, tta_flip: bool = False) -> torch.Tensor:

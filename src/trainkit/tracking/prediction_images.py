@@ -18,12 +18,14 @@ training that follows is the same whether pictures are logged or not.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils._pytree import tree_map, tree_map_only
 
-from trainkit.runtime import autocast
-from trainkit.tasks.evaluation import model_outputs
+from trainkit.tasks.batches import first_tensor, rows, samples
+from trainkit.tasks.evaluation import evaluation_outputs
 from trainkit.tasks.task import Task
 from trainkit.tracking.loggers import Loggers
 
@@ -31,24 +33,23 @@ from trainkit.tracking.loggers import Loggers
 MIN_SIDE = 128
 
 
-def first_images(loader: Iterable, task: Task, count: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """The first `count` images of `loader` (as loaded, before the eval transform) and their
-    targets, on `device`: the images log_predictions shows every epoch."""
-    images, targets, found = [], [], 0
+def first_images(loader: Iterable, task: Task, count: int, device: torch.device) -> Any:
+    """The first `count` samples of `loader` as one batch of its own structure (a pair, a dict, ...), as loaded
+    (before the eval transform), on `device`: the samples log_predictions shows every epoch."""
+    parts, found = [], 0
     for batch in loader:
-        inputs, batch_targets = task.to_device(batch, device)  # image and token data: (inputs, targets) pairs
-        images.append(inputs[: count - found])
-        targets.append(batch_targets[: count - found])
-        found += len(images[-1])
+        batch = task.to_device(batch, device)
+        parts.append(rows(batch, torch.arange(min(count - found, samples(batch)), device=device)))
+        found += samples(parts[-1])
         if found >= count:
             break
-    return torch.cat(images), torch.cat(targets)
+    return tree_map(lambda first, *rest: torch.cat([first, *rest]) if isinstance(first, Tensor) else first, *parts)
 
 
 def log_predictions(
     loggers: Loggers,
     model: nn.Module,
-    shown: tuple[Tensor, Tensor],
+    shown: Any,
     transform: Callable[[Tensor], Tensor],
     task: Task,
     precision: str,
@@ -57,23 +58,23 @@ def log_predictions(
     tta_flip: bool = False,
     key: str = "val/predictions",
 ) -> None:
-    """The model's predictions for the `shown` images (first_images), as evaluation sees them
-    (eval mode, the eval transform, `tta_flip`), to the loggers, when the task predicts masks."""
+    """The model's predictions for the `shown` samples (first_images), as evaluation sees them (eval mode, the
+    task's transform and step: trainkit.tasks.evaluation.evaluation_outputs, `tta_flip`), to the loggers, when
+    the task predicts masks (drawn over the batch's first tensor, its images)."""
     if callable(sample := getattr(task, "sample_for_logging", None)):  # a language model: a sample of its text
         if (logged := sample(model, shown)) is not None:
             key, text = logged
             loggers.log_text(key, text, step)
         return
-    images, targets = shown
     model.eval()
-    with torch.no_grad(), autocast(precision, device):
-        outputs = model_outputs(model, transform(images), task, tta_flip)
-    predicted = task.predict(outputs.float())
+    with torch.no_grad():
+        batch, outputs = evaluation_outputs(model, shown, transform, task, precision, tta_flip)
+    predicted = task.predict(tree_map_only(Tensor, Tensor.float, outputs))
     if "mask" not in predicted:  # a class an image (or your task's own kind): nothing to draw
         return
-    num_classes = outputs.shape[1]
+    num_classes = first_tensor(outputs).shape[1]
     class_names = list(getattr(task, "class_names", None) or [str(k) for k in range(num_classes)])
-    pictures, true_masks, predicted_masks = enlarged(images, targets, predicted["mask"])
+    pictures, true_masks, predicted_masks = enlarged(first_tensor(shown), task.targets(batch), predicted["mask"])
     loggers.log_masks(key, pictures, true_masks, predicted_masks, class_names, step)
 
 

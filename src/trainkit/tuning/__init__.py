@@ -1,20 +1,12 @@
-"""Searches around training: the LR range test, the batch-size finder, micro-batches (trainer.micro_batch_size,
-`auto` searching its size), and Hydra sweeps (one trial, its value back to the sweeper).
+"""Searches around training: the LR range test (lr_finder), the batch-size finder (batch_size_finder),
+micro-batches (micro_batching: trainer.micro_batch_size, `auto` searching its size), and Hydra sweeps (one
+trial, its value back to the sweeper).
 
-train.py imports from here; the modules inside import each other directly."""
+train.py imports each finder from its own module (deleting one touches no other); the modules inside import
+each other directly."""
 
-from trainkit.tuning.batch_size_finder import find_batch_size_for_run
-from trainkit.tuning.lr_finder import lr_range_test_for_run, set_base_lr
-from trainkit.tuning.micro_batching import find_micro_batch_size_for_run, micro_batches
+from trainkit.tuning.micro_batching import micro_batches
 from trainkit.tuning.sweeps import run_trial
 from trainkit.tuning.trial_gpus import gpus_for_this_trial
 
-__all__ = [
-    "find_batch_size_for_run",
-    "find_micro_batch_size_for_run",
-    "gpus_for_this_trial",
-    "lr_range_test_for_run",
-    "micro_batches",
-    "run_trial",
-    "set_base_lr",
-]
+__all__ = ["gpus_for_this_trial", "micro_batches", "run_trial"]

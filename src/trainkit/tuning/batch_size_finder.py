@@ -2,7 +2,7 @@
 binary-search between the last fit and the first failure, keep a safety margin (none when even
 `max_batch_size` fits: then the cap, not memory, stopped the search).
 
-    probe = training_step_probe(model, (images, labels), loss_fn, transform, precision)
+    probe = training_step_probe(model, batch, step)     # step(batch): forward and backward (train.py's)
     batch_size = find_batch_size(probe, start=2, max_batch_size=4096, safety_margin=0.9, device=device)
 
 "Does not fit" means one of:
@@ -36,9 +36,11 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from trainkit.config.schema import Check, Relation, flag, integer, number, refused_under_fsdp
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.distributed.process_group import min_across_ranks
 from trainkit.errors import ConfigError
+from trainkit.models.finetune import apply_frozen_bn_eval
 from trainkit.tasks import batches
 from trainkit.tasks.task import Task
 
@@ -176,25 +178,14 @@ def find_batch_size(
     return result
 
 
-def training_step_probe(
-    model: nn.Module,
-    batch: Any,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    precision: str = "fp32",
-    after_train: Callable[[nn.Module], None] | None = None,
-    step: Callable[[Any], object] | None = None,
-) -> Callable[[int], None]:
-    """A try_step for find_batch_size: forward and backward of one training batch of the asked
-    size, built by repeating the samples of `batch` (already on the model's device; any nested
-    tensors, trainkit.tasks.batches), so shapes and dtypes are the real ones. `step(batch)`, when given,
-    is that forward and backward (train.py's: its batch transform, task.step); else, for an (images, labels)
-    pair, `loss_fn(model(transform(images)), labels).backward()` under autocast. No optimizer step: the
-    weights do not change, and after each try the buffers (BatchNorm statistics), gradients and train/eval
-    modes are put back as they were when the probe was made, and torch's RNGs (CPU and the device's;
-    dropout and augmentation draw from them) as they were before the try."""
-    from trainkit.runtime import autocast
-
+def training_step_probe(model: nn.Module, batch: Any, step: Callable[[Any], object]) -> Callable[[int], None]:
+    """A try_step for find_batch_size: `step(batch)`, the forward and backward of one training batch (train.py's:
+    its batch transform, task.step), on a batch of the asked size built by repeating the samples of `batch`
+    (already on the model's device; any nested tensors, trainkit.tasks.batches), so shapes and dtypes are the
+    real ones. The model trains as the loop trains it (train mode, BatchNorm inside frozen layers in eval mode).
+    No optimizer step: the weights do not change, and after each try the buffers (BatchNorm statistics),
+    gradients and train/eval modes are put back as they were when the probe was made, and torch's RNGs (CPU
+    and the device's; dropout and augmentation draw from them) as they were before the try."""
     device = batches.first_tensor(batch).device
     buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
     grads = [(param, None if param.grad is None else param.grad.detach().clone()) for param in model.parameters()]
@@ -205,17 +196,8 @@ def training_step_probe(
         try:
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                 model.train()
-                if after_train is not None:
-                    after_train(model)
-                if step is not None:
-                    step(repeated)
-                    return
-                assert loss_fn is not None, "training_step_probe: pass loss_fn or step"
-                images, labels = repeated
-                with autocast(precision, device):
-                    logits = model(transform(images) if transform is not None else images)
-                    loss = loss_fn(logits.float(), labels)
-                loss.backward()
+                apply_frozen_bn_eval(model)
+                step(repeated)
         finally:
             with torch.no_grad():
                 for buffer, saved in buffers:
@@ -241,33 +223,35 @@ def readable_size(size: float) -> str:
     return f"{size:.0f} bytes"
 
 
-def find_batch_size_for_run(
-    cfg: DictConfig,
+def batch_size_that_fits(
     model: nn.Module,
+    step: Callable[[Any], object],
     task: Task,
     loader: TensorLoader | FileLoader,
-    step: Callable[[Any], object],
+    device: torch.device,
+    *,
+    start: int,
+    max_batch_size: int,
+    safety_margin: float,
+    memory_cap_gb: float | None,
 ) -> int:
-    """`batch_size_finder.*` (cfg) applied to train.py's model (on its device), task, data and training step
-    (`step(batch)`: forward and backward of a batch on the device, before its batch transform): the per-process batch
-    size to use, the same on every rank (the smallest any rank found). At most this rank's share of
-    the training split: a larger batch would repeat no sample, only make one short update an epoch."""
-    from trainkit.models.finetune import apply_frozen_bn_eval
-
-    device = next(model.parameters()).device
-    batch = task.to_device(next(iter(loader)), device)
-    probe = training_step_probe(model, batch, after_train=apply_frozen_bn_eval, step=step)
-    cap = None if cfg.memory_cap_gb is None else int(cfg.memory_cap_gb * 2**30)
-    max_batch_size, max_batch_size_from = cfg.max_batch_size, "batch_size_finder.max_batch_size"
+    """batch_size_finder.* for train.py: the per-process batch size to train with, searched (find_batch_size)
+    with `step(batch)`, the forward and backward of a batch on the device (train.py's: its batch transform,
+    task.step), on `loader`'s first batch moved to `device` (task.to_device) and repeated. The same on every
+    rank (the smallest any rank found). At most this rank's share of the training split: a larger batch would
+    repeat no sample, only make one short update an epoch."""
+    probe = training_step_probe(model, task.to_device(next(iter(loader)), device), step)
+    cap = None if memory_cap_gb is None else int(memory_cap_gb * 2**30)
+    max_batch_size_from = "batch_size_finder.max_batch_size"
     share = len(loader.sampler)  # this rank's training samples an epoch: the split / the number of processes
     if share < max_batch_size:
         max_batch_size = share
         max_batch_size_from = f"the training split per process: {share:,} of its {loader.sampler.size:,} samples"
     found = find_batch_size(
         probe,
-        start=min(cfg.start, max_batch_size),
+        start=min(start, max_batch_size),
         max_batch_size=max_batch_size,
-        safety_margin=cfg.safety_margin,
+        safety_margin=safety_margin,
         memory_cap_bytes=cap,
         device=device,
         max_batch_size_from=max_batch_size_from,
@@ -275,3 +259,46 @@ def find_batch_size_for_run(
     found = min_across_ranks(found, device)  # each rank searched on its own device
     log.info(f"batch size finder: data.batch_size={found} per process")
     return found
+
+
+# ---- its config checks (the config check gathers them: trainkit.config.validation.FEATURES) ----
+
+CONFIG_RULES: dict[str, Check] = {
+    "batch_size_finder.enabled": flag(),
+    "batch_size_finder.start": integer(1),
+    "batch_size_finder.max_batch_size": integer(1),
+    "batch_size_finder.safety_margin": number(above=0, maximum=1),
+    "batch_size_finder.memory_cap_gb": number(above=0, null=True),
+}
+
+
+def _a_range_to_search(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    finder = cfg.batch_size_finder
+    if finder.max_batch_size < finder.start:
+        yield (
+            "batch_size_finder.max_batch_size",
+            f"must be >= batch_size_finder.start={finder.start}, got {finder.max_batch_size}",
+        )
+
+
+def _whole_weights(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.batch_size_finder.enabled and cfg.distributed.name == "fsdp":
+        yield "batch_size_finder.enabled", refused_under_fsdp("measures the unsharded model")
+
+
+def _a_token_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """The finder searches data.batch_size; under data.max_tokens that is a cap, not a batch's size."""
+    if isinstance(cfg.data.get("max_tokens"), int) and cfg.batch_size_finder.enabled:
+        yield (
+            "batch_size_finder.enabled",
+            f"searches data.batch_size, but data.max_tokens={cfg.data.max_tokens} decides how much a batch holds "
+            "(data.batch_size only caps its sequences); set batch_size_finder.enabled=false and size the budget "
+            "(or trainer.micro_batch_size=auto under it), or set data.max_tokens=null to search fixed batches",
+        )
+
+
+CONFIG_RELATIONS = (
+    Relation(("batch_size_finder",), _a_range_to_search),
+    Relation(("batch_size_finder.enabled", "distributed.name"), _whole_weights),
+    Relation(("data.max_tokens", "batch_size_finder.enabled"), _a_token_budget_sizes_its_batches),
+)

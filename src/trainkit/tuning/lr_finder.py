@@ -1,8 +1,7 @@
 """The learning-rate range test (Smith, 2015; fastai's lr_find): train briefly while the LR grows
 exponentially, watch the loss, suggest the LR where it falls fastest. Everything is put back after.
 
-    result = lr_range_test(model, optimizer, data.train, loss_fn, transform=train_transform,
-                           min_lr=1e-7, max_lr=10, num_steps=100)
+    result = lr_range_test(model, optimizer, step, task, data.train, device, min_lr=1e-7, max_lr=10, num_steps=100)
     log.info(f"suggested lr {result.suggestion:.2e}")
     plot_lr_finder(result, run_dir / "lr_finder.png")     # rank 0 (trainkit.tuning.lr_finder_plot)
     set_base_lr(optimizer, result.suggestion)              # then rebuild the scheduler
@@ -19,15 +18,18 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 from torch import nn
 
+from trainkit.config.schema import Check, Relation, flag, integer, number, refused_under_fsdp
 from trainkit.distributed.process_group import all_reduce_sum, is_distributed
-from trainkit.tuning.lr_finder_plot import plot_lr_finder
+from trainkit.models.finetune import apply_frozen_bn_eval
+from trainkit.tasks.task import Task
+from trainkit.tasks.weighting import mean_over_update_tokens
 from trainkit.tuning.training_state import preserved_training_state
 
 log = logging.getLogger(__name__)
@@ -143,36 +145,31 @@ def _endless(batches: Iterable | Callable[[], Iterator]) -> Iterator:
 def lr_range_test(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
+    step: Callable[[Any], tuple[torch.Tensor, int | torch.Tensor]],
+    task: Task,
     batches: Iterable | Callable[[], Iterator],
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    device: torch.device,
     *,
-    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    compute_loss: Callable[[nn.Module, object], torch.Tensor] | None = None,
-    forward_backward: Callable[[nn.Module, object], torch.Tensor] | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     grad_scaler: torch.amp.GradScaler | None = None,
     grad_clip: float | None = None,
-    precision: str = "fp32",
-    after_train: Callable[[nn.Module], None] | None = None,
     min_lr: float = 1e-7,
     max_lr: float = 10.0,
     num_steps: int = 100,
     smoothing: float = 0.98,
     divergence_factor: float = 4.0,
-    device: torch.device | str | None = None,
     should_stop: Callable[[], str | None] | None = None,
 ) -> LRFinderResult:
     """Sweep the base LR exponentially from `min_lr` to `max_lr` over `num_steps` optimizer
     updates, one batch each, and return the curve and a suggestion (see suggest_lr).
 
-    The step is `forward_backward(model, batch)` if given (forward, loss and backward, train.py's own;
-    it returns the loss), else the loss of a step is `compute_loss(model, batch)` if given, else
-    `loss_fn(model(transform(images)).float(), labels)` under autocast for `precision`, with
-    (images, labels) = batch moved to `device` (default: the model's). `batches` is a loader (or
-    any iterable, iterated again when it runs out) or a function returning a fresh iterator.
-    The step is backward (through `grad_scaler` if given), clipping at `grad_clip`, optimizer
-    step: the loop of train.py, without accumulation. `after_train(model)` runs after
-    `model.train()` (pass trainkit.models.finetune.apply_frozen_bn_eval for a frozen model).
+    A batch of `batches` (a loader, or any iterable, iterated again when it runs out, or a function
+    returning a fresh iterator) is moved to `device` by `task.to_device`; `step(batch)` gives its gradients
+    and returns (its loss, what it weighs): forward, loss and backward (through `grad_scaler`, if given), as
+    train.py's train_step. A task that weighs tokens then takes the mean over the batch's tokens, every
+    rank's, as the loop does at an update (trainkit.tasks.weighting). Each update is then clipping at
+    `grad_clip` and the optimizer's step (through `grad_scaler`): the loop of train.py, without accumulation.
+    The model trains as the loop trains it: train mode, BatchNorm inside frozen layers in eval mode.
 
     Smoothing: avg = smoothing * avg + (1 - smoothing) * loss, reported as avg / (1 - smoothing^t)
     (bias-corrected, as Adam's moments). The sweep stops early once the smoothed loss is
@@ -186,43 +183,22 @@ def lr_range_test(
     to end the sweep at once (SLURM's warning before a kill is short): the state is restored as
     after a whole sweep, `stopped_by` says why, and there is no suggestion.
     """
-    if compute_loss is None and loss_fn is None and forward_backward is None:
-        raise ValueError("lr_range_test: pass loss_fn (with an optional transform), compute_loss or forward_backward")
-    if device is None:
-        device = next(model.parameters()).device
-    device = torch.device(device)
-    if compute_loss is None and forward_backward is None:
-        from trainkit.runtime import autocast
-
-        assert loss_fn is not None  # one of the three was given (checked above)
-
-        def compute_loss(model: nn.Module, batch: Any) -> torch.Tensor:
-            images, labels = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
-            with autocast(precision, device):
-                logits = model(transform(images) if transform is not None else images)
-                return loss_fn(logits.float(), labels)
-
     world_size = torch.distributed.get_world_size() if is_distributed() else 1
     growth = (max_lr / min_lr) ** (1 / (num_steps - 1))
     scales = group_scales(optimizer)
     result = LRFinderResult()
     with preserved_training_state(model, optimizer, scheduler, grad_scaler):
         model.train()
-        if after_train is not None:
-            after_train(model)
+        apply_frozen_bn_eval(model)
         stream = _endless(batches)
         average, best = 0.0, math.inf
-        for step in range(num_steps):
-            lr = min_lr * growth**step
+        for index in range(num_steps):
+            lr = min_lr * growth**index
             for group, scale in zip(optimizer.param_groups, scales):
                 group["lr"] = lr * scale
             optimizer.zero_grad(set_to_none=True)
-            if forward_backward is not None:
-                loss = forward_backward(model, next(stream))
-            else:
-                assert compute_loss is not None
-                loss = compute_loss(model, next(stream))
-                (grad_scaler.scale(loss) if grad_scaler is not None else loss).backward()
+            loss, weight = step(task.to_device(next(stream), device))
+            mean_over_update_tokens(task, model, weight, world_size)
             if grad_clip:
                 if grad_scaler is not None:
                     grad_scaler.unscale_(optimizer)
@@ -234,12 +210,12 @@ def lr_range_test(
                 optimizer.step()
             value = all_reduce_sum(loss.detach().float().reshape(1).clone()).item() / world_size
             average = smoothing * average + (1 - smoothing) * value
-            smoothed = average / (1 - smoothing ** (step + 1))
+            smoothed = average / (1 - smoothing ** (index + 1))
             result.lrs.append(lr)
             result.raw_losses.append(value)
             result.losses.append(smoothed)
             if not math.isfinite(smoothed) or smoothed > divergence_factor * best:
-                result.stopped_early = step < num_steps - 1
+                result.stopped_early = index < num_steps - 1
                 break
             best = min(best, smoothed)
             result.stopped_by = should_stop() if should_stop is not None else None
@@ -256,44 +232,35 @@ def lr_range_test(
     return result
 
 
-def lr_range_test_for_run(
-    run: Any,
-    plot_path: Path | None,
-    should_stop: Callable[[], str | None] | None = None,
-    step: Callable[..., tuple[torch.Tensor, Any]] | None = None,
-) -> LRFinderResult:
-    """`lr_finder.*` run on train.py's `Run` (its trained_model, optimizer, scheduler, scaler,
-    data.train, task, device and cfg) with train.py's training step: `step(run, batch)` is the forward,
-    loss and backward of a batch on the device (task.step's), returning (loss, what the batch weighs); a task that
-    weighs tokens then takes the mean over the batch's tokens, as the loop does. On the rank that
-    passes `plot_path`, the plot is saved there (not after a stop: `should_stop`, see lr_range_test)."""
-    from trainkit.models.finetune import apply_frozen_bn_eval
-    from trainkit.tasks.weighting import mean_over_update_tokens
+# ---- its config checks (the config check gathers them: trainkit.config.validation.FEATURES) ----
 
-    cfg, task, precision = run.cfg, run.task, run.cfg.precision.name
-    assert step is not None, "lr_range_test_for_run: pass train.py's step"
-    world_size = torch.distributed.get_world_size() if is_distributed() else 1
+CONFIG_RULES: dict[str, Check] = {
+    "lr_finder.enabled": flag(),
+    "lr_finder.apply": flag(),
+    "lr_finder.min_lr": number(above=0),
+    "lr_finder.max_lr": number(above=0),
+    "lr_finder.num_steps": integer(2),
+    "lr_finder.smoothing": number(0, below=1),
+    "lr_finder.divergence_factor": number(above=1),
+}
 
-    def forward_backward(model: nn.Module, batch: Any) -> torch.Tensor:  # one update of one batch
-        loss, weight = step(run, task.to_device(batch, run.device))
-        mean_over_update_tokens(task, model, weight, world_size)
-        return loss
 
-    settings = {key: cfg.lr_finder[key] for key in ("min_lr", "max_lr", "num_steps", "smoothing", "divergence_factor")}
-    result = lr_range_test(
-        run.trained_model,
-        run.optimizer,
-        run.data.train,
-        forward_backward=forward_backward,
-        scheduler=run.scheduler,
-        grad_scaler=run.scaler,
-        grad_clip=cfg.trainer.grad_clip,
-        precision=precision,
-        after_train=apply_frozen_bn_eval,
-        device=run.device,
-        should_stop=should_stop,
-        **settings,
-    )
-    if plot_path is not None and not result.stopped_by:
-        plot_lr_finder(result, plot_path)
-    return result
+def _a_range_to_sweep(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.lr_finder.max_lr <= cfg.lr_finder.min_lr:
+        yield "lr_finder.max_lr", f"must be > lr_finder.min_lr={cfg.lr_finder.min_lr}, got {cfg.lr_finder.max_lr}"
+
+
+def _whole_weights(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.lr_finder.enabled and cfg.distributed.name == "fsdp":
+        yield "lr_finder.enabled", refused_under_fsdp("saves and restores whole weights around its trial steps")
+
+
+CONFIG_RELATIONS = (
+    Relation(("lr_finder",), _a_range_to_sweep),
+    Relation(("lr_finder.enabled", "distributed.name"), _whole_weights),
+)
+
+
+def ignored_settings(cfg: DictConfig) -> Iterator[str]:
+    if cfg.lr_finder.apply and not cfg.lr_finder.enabled:
+        yield "lr_finder.apply=true is ignored while lr_finder.enabled=false; enable the test to apply it"

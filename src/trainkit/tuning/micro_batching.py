@@ -14,7 +14,7 @@ activation memory ~N/B of the whole batch's). Token data ([B, T] sequences) is s
 counts tokens, a part holds N // T sequences, and a task that weighs tokens weighs each part by its
 real tokens (trainkit.tasks.weighting), so the update is the same however the batch is cut.
 
-`auto` (find_micro_batch_size_for_run): before training, the first batch is tried whole, then in
+`auto` (micro_batch_size_that_fits): before training, the first batch is tried whole, then in
 halves, quarters, ... (of its tokens, for token data) until one part's forward and backward (train.py's
 step) fit in memory; every rank agrees at each
 try, so all ranks settle on the same size. The size found replaces `auto` in the run's config (and so
@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from trainkit.data import DataBundle
+from trainkit.config.schema import Check, Relation, auto_or, integer, number
+from trainkit.data.datasets import data_class
 from trainkit.distributed.process_group import any_rank
 from trainkit.errors import ConfigError
 from trainkit.tasks import batches
@@ -116,30 +117,81 @@ def _does_not_fit(try_step: Callable[[int], None], size: int, device: torch.devi
     return reason
 
 
-def find_micro_batch_size_for_run(
-    trainer: DictConfig,
+def micro_batch_size_that_fits(
     model: nn.Module,
-    task: Task,
-    data: DataBundle,
     step: Callable[[Any], object],
+    task: Task,
+    loader: Iterable,
+    device: torch.device,
+    *,
+    tokens: bool,
+    memory_cap_mb: float | None,
 ) -> int:
-    """trainer.micro_batch_size=auto for train.py: tried on the first training batch with the real
-    model (on its device) and train.py's `step` (forward and backward of a part through task.step, no update;
-    the probe puts gradients, BatchNorm statistics, modes and RNG streams back as they were, so the failed
-    tries leave nothing behind and training starts as it would have). Token data (`data.kind` tokens): sizes
-    count tokens, and a part of N tokens holds N // T of the batch's sequences. Not in a part's measured memory: the
-    optimizer's state and DDP's buckets, as for the batch-size finder (trainkit.tuning.batch_size_finder)."""
-    from trainkit.models.finetune import apply_frozen_bn_eval
-
-    device = next(model.parameters()).device
-    batch = task.to_device(next(iter(data.train)), device)
-    per_sample = batches.first_tensor(batch)[0].numel() if data.kind == "tokens" else 1
-    probe = training_step_probe(model, batch, after_train=apply_frozen_bn_eval, step=step)
-    cap_mb = trainer.micro_batch_memory_cap_mb
-    cap = None if cap_mb is None else int(cap_mb * 2**20)
+    """trainer.micro_batch_size=auto for train.py: searched (find_micro_batch_size) on `loader`'s first batch,
+    moved to `device` (task.to_device), with `step(part)`, the forward and backward of a part (train.py's: its
+    batch transform, task.step; no update). The probe puts gradients, BatchNorm statistics, modes and RNG
+    streams back as they were, so the failed tries leave nothing behind and training starts as it would have.
+    `tokens` (token data): sizes count tokens, and a part of N tokens holds N // T of the batch's sequences.
+    Not in a part's measured memory: the optimizer's state and DDP's buckets, as for the batch-size finder
+    (trainkit.tuning.batch_size_finder)."""
+    batch = task.to_device(next(iter(loader)), device)
+    per_sample = batches.first_tensor(batch)[0].numel() if tokens else 1
+    probe = training_step_probe(model, batch, step)
+    cap = None if memory_cap_mb is None else int(memory_cap_mb * 2**20)
     total = batches.samples(batch) * per_sample
     found = find_micro_batch_size(lambda size: probe(max(1, size // per_sample)), total, device, cap, per_sample)
-    held = f" tokens ({max(1, found // per_sample)} of the first batch's sequences a part)"
-    unit = held if data.kind == "tokens" else ""
+    unit = f" tokens ({max(1, found // per_sample)} of the first batch's sequences a part)" if tokens else ""
     log.info(f"trainer.micro_batch_size=auto: training in micro-batches of {found}{unit}")
     return found
+
+
+# ---- their config checks (the config check gathers them: trainkit.config.validation.FEATURES) ----
+
+CONFIG_RULES: dict[str, Check] = {
+    "trainer.micro_batch_size": auto_or(integer(1, null=True)),
+    "trainer.micro_batch_memory_cap_mb": number(above=0, null=True),
+}
+
+
+def _a_size_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
+    try:  # a micro-batch of token data counts tokens, not sequences (a data._target_ that does not import: its own)
+        tokens = data_class(str(cfg.data.get("_target_"))).kind == "tokens"
+    except ConfigError:
+        tokens = False
+    # Larger than the batch would be no split at all: say so rather than train whole batches silently.
+    # (With the batch-size finder, data.batch_size is only known later; a larger N is then one part.)
+    searched = OmegaConf.select(cfg, "batch_size_finder.enabled", default=False)
+    if isinstance(micro, int) and micro > batch_size and not searched and not tokens:
+        yield (
+            "trainer.micro_batch_size",
+            f"is {micro}, larger than data.batch_size={batch_size}: nothing to split; set it to at most {batch_size}",
+        )
+
+
+def _a_cap_for_auto(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    micro = cfg.trainer.micro_batch_size
+    if cfg.trainer.micro_batch_memory_cap_mb is not None and micro != "auto":
+        yield (
+            "trainer.micro_batch_memory_cap_mb",
+            f"is set, but trainer.micro_batch_size is {'null' if micro is None else micro}, not auto: the cap is only "
+            f"used by auto's search; "
+            f"set trainer.micro_batch_size=auto or the cap to null",
+        )
+
+
+def _auto_on_whole_weights(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """One rank out of memory in a sharded forward: the others would wait."""
+    if cfg.trainer.micro_batch_size == "auto" and cfg.distributed.name == "fsdp":
+        why = "auto searches on whole weights, but distributed=fsdp gathers them inside each forward"
+        yield "trainer.micro_batch_size", f"{why}; give a size (e.g. trainer.micro_batch_size=16)"
+
+
+CONFIG_RELATIONS = (
+    Relation(
+        ("trainer.micro_batch_size", "data.batch_size", "batch_size_finder.enabled"),
+        _a_size_below_the_batch,
+    ),
+    Relation(("trainer.micro_batch_size", "trainer.micro_batch_memory_cap_mb"), _a_cap_for_auto),
+    Relation(("trainer.micro_batch_size", "distributed.name"), _auto_on_whole_weights),
+)

@@ -7,8 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import backward_step, config_check_tests
 from trainkit.errors import ConfigError
 from trainkit.models.small_cnn import SmallCNN
+from trainkit.tuning import batch_size_finder
 from trainkit.tuning.batch_size_finder import (
     MemoryCapExceeded,
     find_batch_size,
@@ -107,7 +109,7 @@ def mlp_probe():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
     images, labels = torch.randn(8, 256), torch.randint(0, 10, (8,))
-    return model, training_step_probe(model, (images, labels), F.cross_entropy)
+    return model, training_step_probe(model, (images, labels), backward_step(model, F.cross_entropy))
 
 
 def measured(probe, batch_size: int) -> int:
@@ -144,7 +146,9 @@ def test_the_probe_leaves_model_buffers_gradients_modes_and_rng_untouched():
     model = SmallCNN(1, 10, widths=(4, 8, 8), dropout=0.5).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     images, labels = torch.randint(0, 256, (5, 1, 8, 8), dtype=torch.uint8), torch.randint(0, 10, (5,))
-    probe = training_step_probe(model, (images, labels), F.cross_entropy, transform=lambda x: x.float() / 255)
+    probe = training_step_probe(
+        model, (images, labels), backward_step(model, F.cross_entropy, lambda x: x.float() / 255)
+    )
     rng = torch.get_rng_state()
     probe(12)  # dropout draws random numbers, BatchNorm updates its statistics in train mode
     after = model.state_dict()
@@ -155,23 +159,41 @@ def test_the_probe_leaves_model_buffers_gradients_modes_and_rng_untouched():
 
 
 def test_the_search_stops_at_this_ranks_share_of_the_training_split_and_says_so(caplog):
-    from omegaconf import OmegaConf
-
     from trainkit.data.loaders import TensorLoader
     from trainkit.tasks.classification import Classification
-    from trainkit.tuning.batch_size_finder import find_batch_size_for_run
+    from trainkit.tuning.batch_size_finder import batch_size_that_fits
 
     torch.manual_seed(0)
     images, labels = torch.randint(0, 256, (101, 1, 8, 8), dtype=torch.uint8), torch.randint(0, 10, (101,))
     # rank 1 of 2: 50 samples an epoch (the odd one out is trimmed, as on every rank)
     loader = TensorLoader(images, labels, batch_size=4, shuffle=True, train=True, rank=1, world_size=2)
-    cfg = OmegaConf.create({"start": 2, "max_batch_size": 4096, "safety_margin": 0.9, "memory_cap_gb": None})
+    cfg = {"start": 2, "max_batch_size": 4096, "safety_margin": 0.9, "memory_cap_gb": None}
     model, task = SmallCNN(1, 10, widths=(4, 8, 8)), Classification(num_classes=10)
     with caplog.at_level(logging.INFO):
 
         def step(batch):  # train.py's train_step, in short
             task.step(model, task.transform(batch, lambda images: images.float() / 255))[0].backward()
 
-        found = find_batch_size_for_run(cfg, model, task, loader, step)
+        found = batch_size_that_fits(model, step, task, loader, CPU, **cfg)
     assert found == 50  # not 4096: a batch larger than a rank's share only makes one short update an epoch
     assert "largest batch size searched (50, the training split per process: 50 of its 101 samples) fits" in caplog.text
+
+
+# ---- its config checks, beside its code (trainkit.config.validation gathers them) ------------------------
+
+RULE_CASES = [
+    (["batch_size_finder.enabled=yes"], "batch_size_finder.enabled"),
+    (["batch_size_finder.start=0"], "batch_size_finder.start"),
+    (["batch_size_finder.max_batch_size=0"], "batch_size_finder.max_batch_size"),
+    (["batch_size_finder.safety_margin=0"], "batch_size_finder.safety_margin"),
+    (["batch_size_finder.safety_margin=1.5"], "batch_size_finder.safety_margin"),
+    (["batch_size_finder.memory_cap_gb=0"], "batch_size_finder.memory_cap_gb"),
+]
+RELATION_CASES = [
+    (["experiment=stdlib_functions", "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),  # a budget
+    (["batch_size_finder.start=64", "batch_size_finder.max_batch_size=32"], "batch_size_finder.max_batch_size"),
+    (["distributed=fsdp", "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),
+]
+test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
+    batch_size_finder, RULE_CASES, RELATION_CASES
+)

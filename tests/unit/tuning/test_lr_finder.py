@@ -3,6 +3,7 @@ every piece of state put back bit for bit, group scales respected, the script, D
 
 import gc
 import json
+import logging
 import math
 import random
 import socket
@@ -14,12 +15,18 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
-from conftest import ROOT, run_here
+from conftest import ROOT, composed, run_here
+from helpers import backward_step, config_check_tests
+from trainkit.config.validation import validate
 from trainkit.models.small_cnn import SmallCNN
 from trainkit.optim import LRSchedule, build_optimizer, build_scheduler
+from trainkit.tasks.task import Task
+from trainkit.tuning import lr_finder
 from trainkit.tuning.lr_finder import group_scales, lr_range_test, set_base_lr, suggest_lr
 
 CONF = ROOT / "conf"
+CPU = torch.device("cpu")
+TASK = Task()  # (inputs, targets) batches, weighed by their samples: what the finder moves and weighs
 
 
 def mse(prediction, target):
@@ -57,7 +64,9 @@ def test_suggestion_on_linear_regression_is_in_the_known_good_band(seed):
     torch.manual_seed(seed)
     model = nn.Linear(10, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    result = lr_range_test(model, optimizer, batches, mse, min_lr=1e-4, max_lr=10.0, num_steps=100)
+    result = lr_range_test(
+        model, optimizer, backward_step(model, mse), TASK, batches, CPU, min_lr=1e-4, max_lr=10.0, num_steps=100
+    )
     # Band [0.03, 0.5]: 30 SGD steps at either end bring the loss (about 10 at the start) below 0.5;
     # 0.01 is too slow, above ~1 SGD diverges. The rule lands at the start of the drop (~0.05-0.1).
     assert 0.03 <= result.suggestion <= 0.5
@@ -73,7 +82,9 @@ def test_huge_max_lr_stops_early_once_the_smoothed_loss_is_four_times_the_best()
     torch.manual_seed(0)
     model = nn.Linear(10, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    result = lr_range_test(model, optimizer, batches, mse, min_lr=1e-3, max_lr=1e6, num_steps=200)
+    result = lr_range_test(
+        model, optimizer, backward_step(model, mse), TASK, batches, CPU, min_lr=1e-3, max_lr=1e6, num_steps=200
+    )
     assert result.stopped_early
     last, best = result.losses[-1], min(result.losses[:-1])
     assert not math.isfinite(last) or last > 4.0 * best
@@ -85,7 +96,9 @@ def test_lrs_are_an_exponential_sweep_from_min_to_max():
     model = nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     batches = [(torch.zeros(4, 2), torch.zeros(4))]  # zero loss: never diverges
-    result = lr_range_test(model, optimizer, batches, mse, min_lr=1e-3, max_lr=1e1, num_steps=5)
+    result = lr_range_test(
+        model, optimizer, backward_step(model, mse), TASK, batches, CPU, min_lr=1e-3, max_lr=1e1, num_steps=5
+    )
     assert result.lrs == pytest.approx([1e-3, 1e-2, 1e-1, 1.0, 10.0])
     assert not result.stopped_early
 
@@ -170,10 +183,11 @@ def test_model_optimizer_scheduler_and_rng_are_restored_bit_for_bit(optimizer_na
     result = lr_range_test(
         model,
         optimizer,
+        backward_step(model, F.cross_entropy, transform=lambda x: x + 0.01 * torch.randn_like(x)),  # uses the RNG
+        TASK,
         batches,
-        F.cross_entropy,
+        CPU,
         scheduler=scheduler,
-        transform=lambda x: x + 0.01 * torch.randn_like(x),  # uses the RNG
         min_lr=1e-4,
         max_lr=1e4,
         num_steps=30,
@@ -196,18 +210,22 @@ def test_restored_even_when_the_loss_raises():
     weights = model.weight.detach().clone()
     calls = []
 
-    def compute_loss(model, batch):
+    def step(batch):
         calls.append(1)
         if len(calls) == 3:
             raise RuntimeError("boom")
-        return model(batch[0]).pow(2).mean()
+        loss = model(batch[0]).pow(2).mean()
+        loss.backward()
+        return loss, 4
 
     with pytest.raises(RuntimeError, match="boom"):
         lr_range_test(
             model,
             optimizer,
+            step,
+            TASK,
             [(torch.ones(4, 2), None)],
-            compute_loss=compute_loss,
+            CPU,
             min_lr=0.1,
             max_lr=1.0,
             num_steps=10,
@@ -227,15 +245,17 @@ def test_every_group_keeps_its_scale_during_the_sweep():
     assert group_scales(optimizer) == [1.0, 1.0, 10.0, 10.0]
     seen = []
 
-    def compute_loss(model, batch):
+    def step(batch):
         seen.append([group["lr"] for group in optimizer.param_groups])
-        return F.cross_entropy(model(batch[0]), batch[1])
+        return backward_step(model, F.cross_entropy)(batch)
 
     result = lr_range_test(
         model,
         optimizer,
+        step,
+        TASK,
         [(torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,)))],
-        compute_loss=compute_loss,
+        CPU,
         min_lr=1e-4,
         max_lr=1e-2,
         num_steps=3,
@@ -366,7 +386,8 @@ def _ddp_worker(rank: int, world_size: int, port: int, results: str):
         model = nn.parallel.DistributedDataParallel(nn.Linear(10, 1))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         batches = regression_batches(seed=rank)  # each rank its own shard: different losses
-        result = lr_range_test(model, optimizer, batches, mse, min_lr=1e-4, max_lr=100.0, num_steps=100)
+        step = backward_step(model, mse)
+        result = lr_range_test(model, optimizer, step, TASK, batches, CPU, min_lr=1e-4, max_lr=100.0, num_steps=100)
         torch.save(result.to_dict(), f"{results}.{rank}")
         del model, optimizer  # free DDP's reducer before its process group goes (else gloo may abort)
         gc.collect()
@@ -382,3 +403,30 @@ def test_under_ddp_all_ranks_see_the_same_smoothed_loss_and_stop_together(tmp_pa
     rank0, rank1 = (torch.load(tmp_path / f"result.{rank}") for rank in (0, 1))
     assert rank0 == rank1  # the same lrs, losses, suggestion and stop
     assert rank0["stopped_early"] and len(rank0["lrs"]) < 100
+
+
+# ---- its config checks, beside its code (trainkit.config.validation gathers them) ------------------------
+
+RULE_CASES = [
+    (["lr_finder.enabled=yes"], "lr_finder.enabled"),
+    (["lr_finder.apply=1"], "lr_finder.apply"),
+    (["lr_finder.min_lr=0"], "lr_finder.min_lr"),
+    (["lr_finder.max_lr=-1"], "lr_finder.max_lr"),
+    (["lr_finder.num_steps=1"], "lr_finder.num_steps"),
+    (["lr_finder.smoothing=1"], "lr_finder.smoothing"),
+    (["lr_finder.divergence_factor=1"], "lr_finder.divergence_factor"),
+]
+RELATION_CASES = [
+    (["lr_finder.max_lr=1e-8"], "lr_finder.max_lr"),
+    (["distributed=fsdp", "lr_finder.enabled=true"], "lr_finder.enabled"),
+]
+test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
+    lr_finder, RULE_CASES, RELATION_CASES
+)
+
+
+def test_apply_without_the_test_is_one_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="trainkit.config.validation"):
+        validate(composed("lr_finder.apply=true"))
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("lr_finder.apply=true is ignored"), warnings

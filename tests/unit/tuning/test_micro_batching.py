@@ -5,9 +5,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import backward_step, config_check_tests
 from models_for_tests import NoNormCNN
 from trainkit.errors import ConfigError
 from trainkit.models.small_cnn import SmallCNN
+from trainkit.tuning import micro_batching
 from trainkit.tuning.batch_size_finder import measure_step_memory, training_step_probe
 from trainkit.tuning.micro_batching import find_micro_batch_size, micro_batches
 
@@ -45,7 +47,7 @@ def test_no_size_or_one_not_below_the_batch_is_the_batch_itself():
 def test_auto_under_a_memory_cap_settles_on_the_largest_size_that_fits_and_leaves_no_trace():
     torch.manual_seed(0)
     model = SmallCNN(1, 10, widths=(8, 16))  # with BatchNorm: its statistics must be put back after each try
-    probe = training_step_probe(model, batch(), F.cross_entropy)
+    probe = training_step_probe(model, batch(), backward_step(model, F.cross_entropy))
     with measure_step_memory(CPU) as at_8:
         probe(8)
     # Saved activations grow with the part's size: a cap between 8's and 16's lets 8 fit, not 16.
@@ -82,8 +84,26 @@ def test_auto_on_token_data_stops_halving_at_one_sequence_and_says_so():
 
 
 def test_a_small_memory_cap_is_said_in_a_unit_that_shows_it(caplog):
-    probe = training_step_probe(SmallCNN(1, 10, widths=(8, 16)), batch(), F.cross_entropy)
+    model = SmallCNN(1, 10, widths=(8, 16))
+    probe = training_step_probe(model, batch(), backward_step(model, F.cross_entropy))
     with caplog.at_level("INFO", logger="trainkit.tuning.micro_batching"), pytest.raises(ConfigError):
         find_micro_batch_size(probe, 4, CPU, 2000)  # 2000 bytes: "0.0 MB" before
     said = [record.getMessage() for record in caplog.records if "does not fit" in record.getMessage()]
     assert said and all("KiB measured, above the cap of 1.95 KiB" in line for line in said), said
+
+
+# ---- its config checks, beside its code (trainkit.config.validation gathers them) ------------------------
+
+RULE_CASES = [
+    (["trainer.micro_batch_size=0"], "trainer.micro_batch_size"),
+    (["trainer.micro_batch_size=half"], "trainer.micro_batch_size"),
+    (["trainer.micro_batch_size=auto", "trainer.micro_batch_memory_cap_mb=0"], "trainer.micro_batch_memory_cap_mb"),
+]
+RELATION_CASES = [
+    (["data.batch_size=32", "trainer.micro_batch_size=48"], "trainer.micro_batch_size"),
+    (["trainer.micro_batch_size=16", "trainer.micro_batch_memory_cap_mb=100"], "trainer.micro_batch_memory_cap_mb"),
+    (["distributed=fsdp", "trainer.micro_batch_size=auto"], "trainer.micro_batch_size"),
+]
+test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
+    micro_batching, RULE_CASES, RELATION_CASES
+)
