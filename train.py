@@ -18,6 +18,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -58,8 +59,9 @@ from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, au
                                data_bound_advice, epoch_line, first_images, log_predictions, quiet_known_noise,
                                save_png, training_line, wandb_names, warn_if_data_bound, write_provenance,
                                write_summary)
-from trainkit.tuning import (find_batch_size_for_run, find_micro_batch_size_for_run, gpus_for_this_trial,
-                             lr_range_test_for_run, micro_batches, run_trial, set_base_lr)
+from trainkit.tuning import (find_batch_size_for_run, find_micro_batch_size_for_run, lr_range_test_for_run,
+                             micro_batches, run_trial, set_base_lr)
+from trainkit.tuning.trial_gpus import on_its_own_gpus  # feature: trial_gpus
 
 log = logging.getLogger("train")
 quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
@@ -509,10 +511,15 @@ def main(cfg: DictConfig) -> float | None:
         validate(cfg)  # every error the config alone can reveal, before any data or model is built
         if cfg.print_config:
             print_config(cfg, run_dir)
-        # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial
-        # reports sweep.failed_trial_value to the sweeper and the sweep goes on.
-        with gpus_for_this_trial(cfg):  # parallel jobs on a machine with several GPUs: each its own (sweep.assign_gpus)
-            return run_trial(lambda cfg: start_processes(cfg, run_dir, train)["optimized_value"], cfg)
+        # In a multirun, a crashing trial reports sweep.failed_trial_value to the sweeper and the sweep goes on.
+        trial: Callable[[DictConfig], float | None] = functools.partial(optimized_value, run_dir=run_dir)
+        trial = on_its_own_gpus(trial)  # feature: trial_gpus (parallel jobs on several GPUs: each its own)
+        return run_trial(trial, cfg)
+
+
+def optimized_value(cfg: DictConfig, run_dir: Path) -> float | None:
+    """Train here, or in the DDP processes started for this run: the value a sweeper optimizes."""
+    return start_processes(cfg, run_dir, train)["optimized_value"]
 
 
 if __name__ == "__main__":

@@ -129,7 +129,6 @@ RULES: dict[str, Check] = {
     "sweep.catch_failures": flag(),
     "sweep.failed_trial_value": number(null=True),
     "sweep.continue_jobs": flag(),
-    "sweep.assign_gpus": flag(),
     "trainer.max_epochs": integer(1),
     "trainer.max_steps": integer(1, null=True),
     "trainer.accumulate_grad_batches": integer(1),

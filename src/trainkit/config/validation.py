@@ -21,7 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.augment.batch_transform import active_ops
-from trainkit.config.declared import answer, arguments, declared
+from trainkit.config.declared import answer, arguments, declared, feature_checks
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
 from trainkit.config.schema import Relation, find_problems, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, data_class
@@ -502,7 +502,8 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
     rules, relations = declared({"data": _data_class(cfg), "model": _model_class(cfg), "task": _task(cfg)})
-    return find_problems(cfg, RULES | rules, (*RELATIONS, *relations))
+    feature_rules, feature_relations = feature_checks(cfg)  # each optional feature's, declared beside its code
+    return find_problems(cfg, RULES | rules | feature_rules, (*RELATIONS, *relations, *feature_relations))
 
 
 def ignored_keys(cfg: DictConfig) -> list[str]:

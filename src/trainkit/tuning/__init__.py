@@ -7,12 +7,10 @@ from trainkit.tuning.batch_size_finder import find_batch_size_for_run
 from trainkit.tuning.lr_finder import lr_range_test_for_run, set_base_lr
 from trainkit.tuning.micro_batching import find_micro_batch_size_for_run, micro_batches
 from trainkit.tuning.sweeps import run_trial
-from trainkit.tuning.trial_gpus import gpus_for_this_trial
 
 __all__ = [
     "find_batch_size_for_run",
     "find_micro_batch_size_for_run",
-    "gpus_for_this_trial",
     "lr_range_test_for_run",
     "micro_batches",
     "run_trial",

@@ -109,7 +109,6 @@ RULE_CASES = [
     (["sweep.failed_trial_value=nan"], "sweep.failed_trial_value"),
     (["sweep.failed_trial_value=worst"], "sweep.failed_trial_value"),
     (["sweep.continue_jobs=sometimes"], "sweep.continue_jobs"),
-    (["sweep.assign_gpus=2"], "sweep.assign_gpus"),
     (["trainer.max_epochs=abc"], "trainer.max_epochs"),
     (["trainer.max_epochs=0"], "trainer.max_epochs"),
     (["trainer.max_steps=0"], "trainer.max_steps"),
