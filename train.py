@@ -55,10 +55,10 @@ from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import Task, backward_scale, evaluate, mean_over_update_tokens
 from trainkit.tasks.batches import detach
-from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
-                               data_bound_advice, epoch_line, first_images, log_predictions, quiet_known_noise,
-                               save_png, training_line, wandb_names, warn_if_data_bound, write_provenance,
-                               write_summary)
+from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples,
+                               build_loggers, data_bound_advice, epoch_line, first_images, log_predictions,
+                               quiet_known_noise, run_names, save_png, training_line, warn_if_data_bound,
+                               write_provenance, write_summary)
 from trainkit.tuning import (find_batch_size_for_run, find_micro_batch_size_for_run, lr_range_test_for_run,
                              micro_batches, run_trial, set_base_lr)
 from trainkit.tuning.trial_gpus import on_its_own_gpus  # feature: trial_gpus
@@ -359,7 +359,7 @@ def start_logging(run: Run, provenance: dict) -> None:
     """Rank 0: metrics.jsonl plus the chosen trackers (given the config and provenance.json's facts; a resume
     continues their runs), a grid of augmented samples for them, and the validation images whose predictions
     they show after each validation."""
-    run_name, group = wandb_names(run_dir=run.run_dir)
+    run_name, group = run_names(run_dir=run.run_dir)
     run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.resolved_config, run_name=run_name,
                                 group=group, resume_ids=run.tracker_run_ids, provenance=provenance,
                                 resume_step=run.step if run.cfg.resume else None)
