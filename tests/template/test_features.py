@@ -92,9 +92,20 @@ def test_remove_key_keeps_the_rest_of_the_file():
 
 def test_the_table_lists_features_and_every_marked_line_belongs_to_one():
     assert FEATURES, f"no rows in {TABLE}"
-    for path in [ROOT / "train.py", ROOT / "eval.py", *ROOT.glob("scripts/*.py"), *ROOT.glob("src/**/*.py")]:
+    for path in marked_files(ROOT):
         for name in MARKER.findall(path.read_text(encoding="utf-8")):
             assert name in FEATURES, f"{path.relative_to(ROOT)} marks a line for {name}, which {TABLE.name} lacks"
+
+
+def marked_files(root: Path) -> list[Path]:
+    """Where a marked line may be: the entry points, the scripts (Python and shell), the package."""
+    return [
+        root / "train.py",
+        root / "eval.py",
+        *root.glob("scripts/*.py"),
+        *root.glob("scripts/*.sh"),
+        *root.glob("src/**/*.py"),
+    ]
 
 
 def copy_of_the_repository(destination: Path) -> Path:
@@ -125,7 +136,7 @@ def delete(copy: Path, name: str, feature: dict) -> None:
             text = remove_key(text, key)
         path.write_text(text, encoding="utf-8")
     marked = {}
-    for path in [copy / "train.py", copy / "eval.py", *copy.glob("scripts/*.py"), *copy.glob("src/**/*.py")]:
+    for path in marked_files(copy):
         lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
         kept = [line for line in lines if name not in MARKER.findall(line)]
         if len(kept) < len(lines):
@@ -135,20 +146,25 @@ def delete(copy: Path, name: str, feature: dict) -> None:
 
 
 def leftover_references(copy: Path, feature: dict) -> list[str]:
-    """Code still importing (or naming in a string, a YAML value) a module the feature's deletion removed; a
-    comment may still point at it."""
-    modules = []
+    """Code still importing (or naming in a string, a YAML value) a module or script the feature's deletion
+    removed, or a shell script still running it; a comment may still point at it."""
+    patterns = []
     for file in feature["files"]:
-        if file.startswith("src/") and not file.startswith("tests/"):
-            module = file.removeprefix("src/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-            modules.append(module)
+        if file.startswith("src/"):
+            module = re.escape(
+                file.removeprefix("src/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            )
+            patterns.append((module, rf"(import|from)\s+{module}\b|[\"']{module}\b", rf"\b{module}\b"))
+        elif file.startswith("scripts/") and file.endswith(".py"):
+            script = re.escape(Path(file).stem)
+            python = rf"(import|from)\s+{script}\b|load_script\([\"']{script}[\"']\)"
+            patterns.append((file, python, rf"^[^#]*\b{re.escape(file)}\b"))
     found = []
-    for path in [*copy.rglob("*.py"), *copy.rglob("*.yaml")]:
+    for path in [*copy.rglob("*.py"), *copy.rglob("*.yaml"), *copy.rglob("*.sh")]:
         text = path.read_text(encoding="utf-8")
-        for module in modules:
-            pattern = rf"(import|from)\s+{re.escape(module)}\b|[\"']{re.escape(module)}\b"
-            if re.search(pattern if path.suffix == ".py" else rf"\b{re.escape(module)}\b", text):
-                found.append(f"{path.relative_to(copy)} names {module}")
+        for name, in_python, elsewhere in patterns:
+            if re.search(in_python if path.suffix == ".py" else elsewhere, text, re.MULTILINE):
+                found.append(f"{path.relative_to(copy)} names {name}")
     return found
 
 
@@ -169,6 +185,8 @@ def test_deleting_the_feature_leaves_a_template_that_trains(name, tmp_path):
     assert leftover_references(copy, feature) == []
     lint = run([sys.executable, "-m", "ruff", "check", "--select", "F", "--quiet", "."], copy, 120)
     assert lint.returncode == 0, lint.stdout + lint.stderr
+    for script in copy.glob("scripts/*.sh"):
+        assert run(["bash", "-n", str(script)], copy, 60).returncode == 0, f"{script.name} is no longer valid shell"
     trained = run([sys.executable, "train.py", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'run'}"], copy, 600)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert (tmp_path / "run" / "summary.json").is_file()
