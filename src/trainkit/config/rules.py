@@ -3,7 +3,8 @@
 The table trainkit.config.validation.validate checks every composed config against, written in the words of
 trainkit.config.schema. A new config option gets its rule here; keys that contradict each other are
 trainkit.config.validation's RELATIONS. A model's arguments are its own: the class `model._target_` names
-declares their rules beside them (`config_rules`), and the config check gathers them.
+declares their rules beside them (`config_rules`), and the config check gathers them; so does an optional
+feature's module, which its config section names (`_checks_`: docs/features.md).
 """
 
 import re
@@ -199,9 +200,6 @@ RULES: dict[str, Check] = {
     "precision.tf32": flag(),
     "regularization.label_smoothing": number(0, 0.99),
     "regularization.dropout": number(0, 0.99),
-    "regularization.ema.enabled": flag(),
-    "regularization.ema.decay": number(above=0, below=1),
-    "regularization.ema.warmup": flag(),
     "regularization.early_stopping.enabled": flag(),
     # val/<metric> of the task's: a relation in trainkit.config; null (and the mode null): the task's headline metric
     "regularization.early_stopping.monitor": text(null=True),

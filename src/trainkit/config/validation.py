@@ -331,7 +331,6 @@ def _what_fsdp_cannot_combine_with(cfg: DictConfig) -> Iterator[tuple[str, str]]
         return
     way_out = "train with distributed=ddp, or turn it off"
     refused = {
-        "regularization.ema.enabled": (cfg.regularization.ema.enabled, "averages whole weights"),
         "lr_finder.enabled": (cfg.lr_finder.enabled, "saves and restores whole weights around its trial steps"),
         "batch_size_finder.enabled": (cfg.batch_size_finder.enabled, "measures the unsharded model"),
         "trainer.compile": (cfg.trainer.compile, "is not wired with fully_shard here"),
@@ -462,7 +461,6 @@ RELATIONS = (
     Relation(
         (
             "distributed.name",
-            "regularization.ema",
             "lr_finder.enabled",
             "batch_size_finder.enabled",
             "trainer.compile",

@@ -191,9 +191,6 @@ RULE_CASES = [
     (["optimizer.fused=always"], "optimizer.fused"),
     (["regularization.label_smoothing=1.5"], "regularization.label_smoothing"),
     (["regularization.dropout=1"], "regularization.dropout"),
-    (["regularization.ema.enabled=maybe"], "regularization.ema.enabled"),
-    (["regularization.ema.decay=1"], "regularization.ema.decay"),
-    (["regularization.ema.warmup=2"], "regularization.ema.warmup"),
     (["regularization.early_stopping.enabled=maybe"], "regularization.early_stopping.enabled"),
     (["regularization.early_stopping.monitor=3"], "regularization.early_stopping.monitor"),
     (["regularization.early_stopping.mode=up"], "regularization.early_stopping.mode"),
@@ -306,7 +303,6 @@ RELATION_CASES = [
     (["device=cpu", "distributed.sync_batchnorm=true"], "distributed.sync_batchnorm"),
     (["device=cpu", "distributed.backend=nccl"], "distributed.backend"),
     # distributed=fsdp shards the parameters in place: what needs whole ones (or a GradScaler) is refused
-    (["distributed=fsdp", "regularization.ema.enabled=true"], "regularization.ema.enabled"),
     (["distributed=fsdp", "lr_finder.enabled=true"], "lr_finder.enabled"),
     (["distributed=fsdp", "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),
     (["distributed=fsdp", "trainer.compile=true"], "trainer.compile"),
