@@ -18,6 +18,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -54,15 +55,16 @@ from trainkit.optim import build_optimizer, build_scheduler
 from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import Task, backward_scale, evaluate, mean_over_update_tokens
 from trainkit.tasks.batches import detach
-from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples, build_loggers,
-                               data_bound_advice, epoch_line, first_images, log_predictions, quiet_known_noise,
-                               save_png, training_line, wandb_names, warn_if_data_bound, write_provenance,
-                               write_summary)
-from trainkit.tuning import gpus_for_this_trial, micro_batches, run_trial
+from trainkit.tracking import (EpochTotals, Loggers, LoopTimer, StepProfiler, augmented_samples,
+                               build_loggers, data_bound_advice, epoch_line, first_images, log_predictions,
+                               quiet_known_noise, run_names, save_png, training_line, warn_if_data_bound,
+                               write_provenance, write_summary)
+from trainkit.tuning import micro_batches, run_trial
 from trainkit.tuning.batch_size_finder import batch_size_that_fits
 from trainkit.tuning.lr_finder import LRFinderResult, lr_range_test, set_base_lr
 from trainkit.tuning.lr_finder_plot import plot_lr_finder
 from trainkit.tuning.micro_batching import micro_batch_size_that_fits
+from trainkit.tuning.trial_gpus import on_its_own_gpus  # feature: trial_gpus
 
 log = logging.getLogger("train")
 quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
@@ -364,7 +366,7 @@ def start_logging(run: Run, provenance: dict) -> None:
     """Rank 0: metrics.jsonl plus the chosen trackers (given the config and provenance.json's facts; a resume
     continues their runs), a grid of augmented samples for them, and the validation images whose predictions
     they show after each validation."""
-    run_name, group = wandb_names(run_dir=run.run_dir)
+    run_name, group = run_names(run_dir=run.run_dir)
     run.loggers = build_loggers(run.cfg.logger, run.run_dir, config=run.resolved_config, run_name=run_name,
                                 group=group, resume_ids=run.tracker_run_ids, provenance=provenance,
                                 resume_step=run.step if run.cfg.resume else None)
@@ -521,10 +523,15 @@ def main(cfg: DictConfig) -> float | None:
         validate(cfg)  # every error the config alone can reveal, before any data or model is built
         if cfg.print_config:
             print_config(cfg, run_dir)
-        # Train here, or in the DDP processes started for this run. In a multirun, a crashing trial
-        # reports sweep.failed_trial_value to the sweeper and the sweep goes on.
-        with gpus_for_this_trial(cfg):  # parallel jobs on a machine with several GPUs: each its own (sweep.assign_gpus)
-            return run_trial(lambda cfg: start_processes(cfg, run_dir, train)["optimized_value"], cfg)
+        # In a multirun, a crashing trial reports sweep.failed_trial_value to the sweeper and the sweep goes on.
+        trial: Callable[[DictConfig], float | None] = functools.partial(optimized_value, run_dir=run_dir)
+        trial = on_its_own_gpus(trial)  # feature: trial_gpus (parallel jobs on several GPUs: each its own)
+        return run_trial(trial, cfg)
+
+
+def optimized_value(cfg: DictConfig, run_dir: Path) -> float | None:
+    """Train here, or in the DDP processes started for this run: the value a sweeper optimizes."""
+    return start_processes(cfg, run_dir, train)["optimized_value"]
 
 
 if __name__ == "__main__":

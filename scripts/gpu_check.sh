@@ -147,10 +147,10 @@ fi
 python scripts/lm_speed.py --device cuda --precision bf16 --compile --updates 200 --batch-size 64 \
   || { echo "FAIL lm_speed"; status=1; }
 python scripts/benchmark_overhead.py --repeats 3 trainer.progress_bar=false
-# The optimization ladder (scripts/benchmark.py): the speed-run net on 40,000 synthetic 32x32 PNGs, baseline
-# file loader -> workers + pinned -> cached on the GPU -> bf16 -> channels_last -> compile -> DDP (2+ GPUs).
-python scripts/benchmark.py --images 40000 --steps 50 --out "$out/ladder" model=speedrun data.image_size=32 \
-  data.batch_size=512 || { echo "FAIL benchmark ladder (logs: $out/ladder/runs)"; status=1; }
+# The optimization ladder (scripts/benchmark.py): the speed-run net on 40,000 synthetic 32x32 PNGs, baseline  # feature: ladder
+# file loader -> workers + pinned -> cached on the GPU -> bf16 -> channels_last -> compile -> DDP (2+ GPUs).   # feature: ladder
+ladder=(--images 40000 --steps 50 --out "$out/ladder" model=speedrun data.image_size=32 data.batch_size=512)  # feature: ladder
+python scripts/benchmark.py "${ladder[@]}" || { echo "FAIL benchmark ladder (logs: $out/ladder/runs)"; status=1; }  # feature: ladder
 # An epoch of experiment=cifar10_speedrun next to airbench94's loop on the same CIFAR-shaped data (goal: <= 1.3x).
 if python -c "import airbench" >/dev/null 2>&1; then
   python scripts/speedrun_vs_airbench.py --epochs 3 || { echo "FAIL speedrun_vs_airbench"; status=1; }

@@ -295,3 +295,16 @@ def config_check_tests(feature: Any, rule_cases: list, relation_cases: list) -> 
             assert any(key in find_problems(cfg, {}, [relation]) for cfg, key in configs), relation
 
     return found_by_its_own_check, every_check_has_a_case
+
+
+def assert_one_config_error(overrides: list[str], key: str) -> None:
+    """The config composed with `overrides` has one problem, at `key`, raised by the config check as one line:
+    what tests/unit/config/test_config.py asserts of the core's keys, for a feature's keys in its own tests."""
+    from trainkit.config.validation import problems, validate
+    from trainkit.errors import ConfigError
+
+    cfg = composed(*overrides)
+    assert list(problems(cfg)) == [key]
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    assert str(error.value).startswith(f"{key}: ") and "\n" not in str(error.value)

@@ -10,10 +10,13 @@ import torch
 from torch import nn
 
 from trainkit.checkpointing import signals
+from trainkit.config.schema import flag
 from trainkit.distributed.process_group import process_info
 from trainkit.models.gpt import GPT
 from trainkit.models.sequence import SequenceClassifier
 from trainkit.models.small_cnn import SmallCNN
+
+CONFIG_RULES = {"sweep.switch": flag()}  # a feature's checks, as `_checks_: models_for_tests` names them
 
 
 class NoNormCNN(nn.Module):

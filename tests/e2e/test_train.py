@@ -1,7 +1,6 @@
 """End to end: train.py as `python train.py` runs it, judged by its run directory: in this process (run_train),
 or in a subprocess where the process itself is the point (a kill, DDP)."""
 
-import csv
 import math
 import re
 import subprocess
@@ -378,46 +377,6 @@ def test_debug_fast_limits_batches(run_train):
     run = run_train("debug=fast")
     epochs = run.epoch_metrics()
     assert len(epochs) == 2 and epochs[-1]["step"] == 6
-
-
-@pytest.mark.slow  # trains in this process (run_train)
-def test_synthetic_data_with_csv_logger_and_adamw(run_train):
-    run = run_train(
-        "data=synthetic",
-        "data.image_size=16",
-        "data.num_samples=512",
-        "logger=csv",
-        "optimizer=adamw",
-        "scheduler=cosine_restarts",
-        "augmentation=strong",
-        "trainer.max_epochs=2",
-        "trainer.progress_bar=false",
-    )
-    assert run.summary["test"]["test/acc"] >= 0.4  # about 0.6 after 2 epochs; chance is 0.1
-    rows = (run.run_dir / "metrics.csv").read_text().splitlines()
-    header = rows[0].split(",")
-    assert {"epoch", "train/loss", "val/acc", "test/acc"} <= set(header)
-    assert len(rows) == 1 + len(run.metrics)  # the CSV has a row for every line of metrics.jsonl
-    last_row = dict(zip(header, rows[-1].split(",")))
-    assert float(last_row["test/acc"]) == pytest.approx(run.summary["test"]["test/acc"])
-
-
-@pytest.mark.slow  # trains in this process (run_train)
-def test_a_resume_appends_to_the_csv_as_to_metrics_jsonl(run_train):
-    # 4 updates an epoch: max_steps=6 stops inside epoch 1, after its validation and test lines; the
-    # resume drops those (written after the checkpoint) from both files and appends the rest.
-    tiny = ("trainer.limit_train_batches=4", "trainer.limit_val_batches=2", "trainer.log_every_n_steps=2")
-    stopped = run_train(
-        *tiny, "logger=csv", "trainer.max_epochs=3", "trainer.max_steps=6", "trainer.progress_bar=false"
-    )
-    resumed = run_train(f"resume={stopped.run_dir}", "trainer.max_steps=null", run_dir=stopped.run_dir)
-    with open(resumed.run_dir / "metrics.csv", newline="") as file:
-        rows = [{key: value for key, value in row.items() if value != ""} for row in csv.DictReader(file)]
-    lines = resumed.metrics
-    assert [m["epoch"] for m in resumed.epoch_metrics()] == [0, 1, 2]
-    assert [(int(row["epoch"]), int(row["step"]), set(row)) for row in rows] == [
-        (m["epoch"], m["step"], set(m)) for m in lines
-    ]
 
 
 @pytest.mark.slow  # trains in this process (run_train)

@@ -81,12 +81,12 @@ def commented_keys(path: Path) -> dict[str, bool]:
 
 
 def homes(key: str) -> list[Path]:
-    """The yaml files where a key lives: conf/config.yaml for top-level keys and sections, else the
-    options of its group (experiments, sweeps and debug presets override keys, they are not their home)."""
-    group = key.split(".")[0]
-    if (CONF / group).is_dir():
-        return sorted((CONF / group).glob("*.yaml"))
-    return [CONF / "config.yaml"]
+    """The yaml files where a key lives: conf/config.yaml for top-level keys and sections (a feature's own
+    section inside a group, as regularization.ema, too), and the options of its group (experiments, sweeps and
+    debug presets override keys, they are not their home)."""
+    options = sorted((CONF / key.split(".")[0]).glob("*.yaml"))
+    in_config = key in commented_keys(CONF / "config.yaml")
+    return [*options, CONF / "config.yaml"] if in_config or not options else options
 
 
 def test_the_readme_is_a_map_of_at_most_400_lines():

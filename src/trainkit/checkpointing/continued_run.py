@@ -1,9 +1,8 @@
 """What resuming finds in a run's directory: whether the run has finished (then one line says how
 to extend it, and a sweeper gets its value from summary.json) or trained to its end without writing
 summary.json (killed during its test: the resume tests it), and the metrics lines written after
-the checkpoint (in metrics.jsonl and logger=csv's table), which the resumed run writes again."""
+the checkpoint (in metrics.jsonl, and the files of trackers that trim their own), which the resumed run writes again."""
 
-import csv
 import json
 from pathlib import Path
 
@@ -70,35 +69,12 @@ def trim_metrics(path: Path, state: dict, retested: bool = False) -> None:
     if not path.is_file():
         return
     lines = path.read_text().splitlines()
-    kept = [line for line in lines if not _written_after(json.loads(line), state, retested)]
+    kept = [line for line in lines if not written_after(json.loads(line), state, retested)]
     if len(kept) != len(lines):
         path.write_text("".join(f"{line}\n" for line in kept))
 
 
-def trim_csv(path: Path, state: dict, retested: bool = False) -> None:
-    """The same for logger=csv's table, which has a row for each metrics.jsonl line (an empty cell
-    where a line has no such metric)."""
-    if not path.is_file():
-        return
-    with open(path, newline="", encoding="utf-8") as file:
-        reader = csv.DictReader(file)
-        columns, rows = list(reader.fieldnames or []), list(reader)
-    kept = []
-    for row in rows:
-        record: dict = {key: value for key, value in row.items() if value != ""}
-        for key in ("epoch", "step"):  # the two the rule compares; the rest only count by name
-            if key in record:
-                record[key] = int(record[key])
-        if not _written_after(record, state, retested):
-            kept.append(row)
-    if len(kept) != len(rows):
-        with open(path, "w", newline="", encoding="utf-8") as file:
-            writer = csv.DictWriter(file, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(kept)
-
-
-def _written_after(record: dict, state: dict, retested: bool) -> bool:
+def written_after(record: dict, state: dict, retested: bool) -> bool:
     later = record.get("step", 0) > state["step"]
     tested = any(key.startswith("test/") for key in record)
     if retested:

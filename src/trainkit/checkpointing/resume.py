@@ -24,6 +24,7 @@ Every rank resolves alike: self-started DDP workers receive the resolved config;
 each rank reads the same checkpoint and command line and computes the same result.
 """
 
+import functools
 import hashlib
 import json
 import logging
@@ -34,11 +35,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.checkpointing.continued_run import finished_message, has_summary, trim_csv, trim_metrics
+from trainkit.checkpointing.continued_run import finished_message, has_summary, trim_metrics, written_after
 from trainkit.checkpointing.overrides import config_with_overrides, flatten, hydra_quote
 from trainkit.checkpointing.sweep_continuation import in_multirun, refuse_another_trial
 from trainkit.errors import ConfigError
-from trainkit.tracking.loggers import tracker_names
+from trainkit.tracking.loggers import trim_tracker_files
 
 # torch-based modules (trainkit.checkpointing.checkpoint, checkpoint_files, distributed) are imported where used:
 # trainkit.cli imports this module for every command, `--help` included.
@@ -206,8 +207,7 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
     if stale:
         log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
     trim_metrics(run_dir / "metrics.jsonl", state, retested)
-    if "csv" in tracker_names(resolved.logger):  # the table it appends to
-        trim_csv(run_dir / resolved.logger.get("filename", "metrics.csv"), state, retested)
+    trim_tracker_files(resolved.logger, run_dir, functools.partial(written_after, state=state, retested=retested))
     if (run_dir / ".hydra").is_dir():  # what this run now trains with, and the overrides that compose it
         _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
         _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")

@@ -10,11 +10,18 @@ An owner may declare
   `own_weights`: trainkit.config.validation asks them with `answer`).
 Each is asked with the option's values (a key left out: the owner's default). One that names an argument
 the owner does not take (renamed without its check) is refused on one line, never skipped.
+
+An optional feature (docs/features.md) names the module that checks it in its own config section,
+`_checks_: <module>` (or {name: module} where several features share a section, as `sweep` does): that
+module's `CONFIG_RULES` ({key: rule}) and `CONFIG_RELATIONS` are gathered with the rest, so deleting the
+feature's section deletes its checks, and nothing in trainkit.config names a feature.
 """
 
+import importlib
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
+from types import ModuleType
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -110,3 +117,44 @@ def _ask(
     given = arguments(owner, check, cfg[group], **{name: to_dict(cfg[name]) for name in extra})
     if given is not None:
         yield from check(**given)
+
+
+def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
+    """(rules, relations) of the features the config holds: each section's `_checks_` names the module(s)
+    declaring them (`CONFIG_RULES`, `CONFIG_RELATIONS`). A module that cannot be imported (its feature
+    deleted, the section kept) is refused on one line naming the key."""
+    rules: dict[str, Check] = {}
+    relations: list[Relation] = []
+    for key, module in feature_modules(cfg):
+        if isinstance(module, str):
+            message = f"names {module!r}, which cannot be imported; remove the section of a feature you deleted"
+            relations.append(Relation((key,), partial(_refuse, key, message)))
+            continue
+        rules |= getattr(module, "CONFIG_RULES", {})
+        relations += getattr(module, "CONFIG_RELATIONS", ())
+    return rules, relations
+
+
+def feature_modules(cfg: DictConfig) -> list[tuple[str, ModuleType | str]]:
+    """(key, module) for each module a `_checks_` of the config names; its name where it cannot be imported.
+    A module may also declare `ignored_settings(cfg)`: lines for settings of its own that the config leaves
+    unused (trainkit.config.validation.ignored_keys prints them)."""
+    found: list[tuple[str, ModuleType | str]] = []
+    for key, module_name in _checks_named(cfg, ""):
+        try:
+            found.append((key, importlib.import_module(module_name)))
+        except ImportError:
+            found.append((key, module_name))
+    return found
+
+
+def _checks_named(node: DictConfig, prefix: str) -> Iterator[tuple[str, str]]:
+    """(key, module) for each `_checks_` in `node` and the sections below it (hydra's own left out)."""
+    for name, value in node.items_ex(resolve=False):  # an interpolation to a missing key is not this pass's to say
+        key = f"{prefix}{name!s}"
+        if name == "_checks_" and isinstance(value, str):
+            yield key, value
+        elif name == "_checks_" and isinstance(value, DictConfig):
+            yield from ((f"{key}.{feature!s}", str(module)) for feature, module in value.items())
+        elif isinstance(value, DictConfig) and key != "hydra":
+            yield from _checks_named(value, f"{key}.")

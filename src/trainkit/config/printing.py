@@ -29,14 +29,16 @@ if TYPE_CHECKING:
 
 
 def _choices(cfg: DictConfig) -> tuple:
-    """({top-level key: picked option} for the groups that fill a top-level key, in the config's
+    """({top-level key: picked option} for the groups that fill a top-level key, in the defaults list's
     order; {group: option} for the picked groups that only override others: experiment, debug,
     hparams_search). Outside a Hydra job: GROUPS without option names."""
     from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():
         choices = {g: o for g, o in HydraConfig.get().runtime.choices.items() if not g.startswith("hydra/")}
-        groups = {key: choices[key] for key in cfg if key in choices}
+        # Hydra lists its choices in the reverse of the defaults list: reversed, the order the groups compose in
+        # (a key conf/config.yaml also sets, regularization.ema, does not move its group to the front).
+        groups = {key: option for key, option in reversed(list(choices.items())) if key in cfg}
         if groups:
             overlays = {g: o for g, o in reversed(list(choices.items())) if o is not None and g not in cfg}
             return groups, overlays

@@ -3,11 +3,10 @@
 The table trainkit.config.validation.validate checks every composed config against, written in the words of
 trainkit.config.schema. A new config option gets its rule here; keys that contradict each other are
 trainkit.config.validation's RELATIONS. A model's arguments are its own: the class `model._target_` names
-declares their rules beside them (`config_rules`), and the config check gathers them; an optional feature that is a
-config section (the finders) declares its own in its module (CONFIG_RULES: trainkit.config.validation.FEATURES).
+declares their rules beside them (`config_rules`), and the config check gathers them; so does an optional
+feature's module, which its config section names (`_checks_`: docs/features.md).
 """
 
-import importlib.util
 import re
 from collections.abc import Mapping
 
@@ -16,8 +15,7 @@ from omegaconf import ListConfig, OmegaConf
 from trainkit.config.schema import Check, auto_or, flag, integer, interval, number, numbers, one_of, section, show, text
 from trainkit.optim import SCHEDULES
 from trainkit.runtime import PRECISIONS
-from trainkit.tracking.loggers import LOGGERS, WANDB_MODES
-from trainkit.tracking.loggers.mlflow_logger import MLFLOW_INSTALL
+from trainkit.tracking.loggers import trackers
 
 AUGMENTATION_KEYS = (
     "name",
@@ -107,16 +105,14 @@ def prompt_text(value: object) -> str | None:
 
 
 def tracker_choice(value: object) -> str | None:
-    """logger.trackers: {name: true/false}; each conf/logger file adds its own, `logger=[a,b]` both.
-    MLflow is an optional extra: a missing install is found here, before any data is read."""
-    names = ", ".join(name for name in LOGGERS if name != "none")
+    """logger.trackers: {name: true/false}; each conf/logger file adds its own, `logger=[a,b]` both. The trackers
+    are the modules of trainkit.tracking.loggers (a tracker's own checks are its module's)."""
+    names = ", ".join(trackers())
     if not isinstance(value, Mapping) or any(not isinstance(on, bool) for on in value.values()):
         return f"must map tracker names ({names}) to true or false; pick them with logger=<name> or logger=[a,b]"
-    unknown = [str(name) for name in value if name not in LOGGERS]
+    unknown = [str(name) for name in value if name != "none" and name not in trackers()]
     if unknown:
         return f"unknown tracker {', '.join(unknown)}; the trackers are {names}"
-    if value.get("mlflow") and importlib.util.find_spec("mlflow") is None:
-        return f"logger=mlflow needs MLflow, which is not installed: {MLFLOW_INSTALL}"
     return None
 
 
@@ -130,7 +126,6 @@ RULES: dict[str, Check] = {
     "sweep.catch_failures": flag(),
     "sweep.failed_trial_value": number(null=True),
     "sweep.continue_jobs": flag(),
-    "sweep.assign_gpus": flag(),
     "trainer.max_epochs": integer(1),
     "trainer.max_steps": integer(1, null=True),
     "trainer.accumulate_grad_batches": integer(1),
@@ -205,9 +200,6 @@ RULES: dict[str, Check] = {
     "precision.tf32": flag(),
     "regularization.label_smoothing": number(0, 0.99),
     "regularization.dropout": number(0, 0.99),
-    "regularization.ema.enabled": flag(),
-    "regularization.ema.decay": number(above=0, below=1),
-    "regularization.ema.warmup": flag(),
     "regularization.early_stopping.enabled": flag(),
     # val/<metric> of the task's: a relation in trainkit.config; null (and the mode null): the task's headline metric
     "regularization.early_stopping.monitor": text(null=True),
@@ -247,14 +239,8 @@ RULES: dict[str, Check] = {
     "distributed.timeout_seconds": number(above=0),
     "distributed.blocks": class_names,
     "logger.trackers": tracker_choice,
-    "logger.tracking_uri": text(),
-    "logger.experiment": text(),
-    "logger.mode": one_of(*WANDB_MODES),
-    "logger.filename": text(),
-    "logger.project": text(),
     "logger.log_images": flag(),
     "logger.log_predictions": integer(minimum=0),
-    "logger.init_timeout": number(above=0),
     # eval.py's (conf/eval.yaml): a language model's sample
     "prompt": prompt_text,
     "sample.max_new_tokens": integer(1),

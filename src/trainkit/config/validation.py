@@ -14,16 +14,14 @@ exist, weights of another shape) is checked where it arises, in the same one-lin
 """
 
 import dataclasses
-import importlib
 import logging
 from collections.abc import Iterator
-from types import ModuleType
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.augment.batch_transform import active_ops
-from trainkit.config.declared import answer, arguments, declared
+from trainkit.config.declared import answer, arguments, declared, feature_checks, feature_modules
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
 from trainkit.config.schema import Relation, find_problems, refused_under_fsdp, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, data_class
@@ -325,7 +323,6 @@ def _what_fsdp_cannot_combine_with(cfg: DictConfig) -> Iterator[tuple[str, str]]
     if cfg.distributed.name != "fsdp":
         return
     refused = {
-        "regularization.ema.enabled": (cfg.regularization.ema.enabled, "averages whole weights"),
         "trainer.compile": (cfg.trainer.compile, "is not wired with fully_shard here"),
         "distributed.sync_batchnorm": (cfg.distributed.sync_batchnorm, "is not wired with fully_shard here"),
     }
@@ -431,7 +428,6 @@ RELATIONS = (
     Relation(
         (
             "distributed.name",
-            "regularization.ema",
             "trainer.compile",
             "distributed.sync_batchnorm",
             "precision.name",
@@ -460,16 +456,6 @@ RELATIONS = (
 )
 
 
-# Optional features that declare their config checks beside their code, as module-level tables: CONFIG_RULES
-# ({key: rule}, applied with RULES), CONFIG_RELATIONS (applied with RELATIONS) and, if any, ignored_settings(cfg)
-# (lines for ignored_keys). Deleting a feature deletes its line here with its module.
-FEATURES = ("trainkit.tuning.lr_finder", "trainkit.tuning.batch_size_finder", "trainkit.tuning.micro_batching")
-
-
-def features() -> list[ModuleType]:
-    return [importlib.import_module(name) for name in FEATURES]
-
-
 # ---- the pass ------------------------------------------------------------------------------
 
 
@@ -478,10 +464,8 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
     rules, relations = declared({"data": _data_class(cfg), "model": _model_class(cfg), "task": _task(cfg)})
-    for feature in features():
-        rules |= feature.CONFIG_RULES
-        relations += feature.CONFIG_RELATIONS
-    return find_problems(cfg, RULES | rules, (*RELATIONS, *relations))
+    feature_rules, feature_relations = feature_checks(cfg)  # each optional feature's, declared beside its code
+    return find_problems(cfg, RULES | rules | feature_rules, (*RELATIONS, *relations, *feature_relations))
 
 
 def ignored_keys(cfg: DictConfig) -> list[str]:
@@ -503,7 +487,8 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
         ignored.append(
             "scheduler.warmup_start_factor is ignored with scheduler.warmup_epochs=0; set a warmup or leave it null"
         )
-    ignored += [line for feature in features() for line in getattr(feature, "ignored_settings", lambda cfg: ())(cfg)]
+    for _, feature in feature_modules(cfg):  # each optional feature's own (declared.feature_modules)
+        ignored += getattr(feature, "ignored_settings", lambda cfg: ())(cfg)
     ops = active_ops(cfg.augmentation)
     if cfg.augmentation.get("random_order") and not ("color_jitter" in ops and "affine" in ops):
         ignored.append(

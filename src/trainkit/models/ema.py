@@ -25,15 +25,35 @@ update, a small synchronous copy; the update itself is one foreach lerp over all
 """
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
+from omegaconf import DictConfig
 from torch import Tensor
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from trainkit.config.schema import Relation, flag, number
 from trainkit.distributed.process_group import broadcast_weights
 
 log = logging.getLogger(__name__)
+
+CONFIG_RULES = {  # gathered by the config check: conf/config.yaml's regularization.ema._checks_
+    "regularization.ema.enabled": flag(),
+    "regularization.ema.decay": number(above=0, below=1),
+    "regularization.ema.warmup": flag(),
+}
+
+
+def _whole_weights(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if cfg.regularization.ema.enabled and cfg.distributed.name == "fsdp":
+        yield (
+            "regularization.ema.enabled",
+            "averages whole weights, but distributed=fsdp shards the parameters; train with distributed=ddp, or "
+            "turn it off",
+        )
+
+
+CONFIG_RELATIONS = (Relation(("regularization.ema.enabled", "distributed.name"), _whole_weights),)
 
 ParamList = tuple[Tensor, ...] | list[Tensor]
 MultiAvgFn = Callable[[ParamList, ParamList, Tensor | int], None]

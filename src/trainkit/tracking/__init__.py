@@ -10,7 +10,7 @@ from trainkit.tracking.bottleneck import data_bound_advice, warn_if_data_bound
 from trainkit.tracking.epoch_totals import EpochTotals
 from trainkit.tracking.images import augmented_samples, save_png
 from trainkit.tracking.known_noise import quiet_known_noise
-from trainkit.tracking.loggers import Loggers, build_loggers, wandb_names
+from trainkit.tracking.loggers import Loggers, build_loggers, run_names
 from trainkit.tracking.prediction_images import first_images, log_predictions
 from trainkit.tracking.profiling import StepProfiler
 from trainkit.tracking.provenance import write_provenance
@@ -29,9 +29,9 @@ __all__ = [
     "first_images",
     "log_predictions",
     "quiet_known_noise",
+    "run_names",
     "save_png",
     "training_line",
-    "wandb_names",
     "warn_if_data_bound",
     "write_provenance",
     "write_summary",

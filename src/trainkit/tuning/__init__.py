@@ -7,6 +7,5 @@ each other directly."""
 
 from trainkit.tuning.micro_batching import micro_batches
 from trainkit.tuning.sweeps import run_trial
-from trainkit.tuning.trial_gpus import gpus_for_this_trial
 
-__all__ = ["gpus_for_this_trial", "micro_batches", "run_trial"]
+__all__ = ["micro_batches", "run_trial"]

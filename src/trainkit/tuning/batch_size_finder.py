@@ -261,7 +261,7 @@ def batch_size_that_fits(
     return found
 
 
-# ---- its config checks (the config check gathers them: trainkit.config.validation.FEATURES) ----
+# ---- its config checks (gathered by the config check: conf/config.yaml's batch_size_finder._checks_) ----
 
 CONFIG_RULES: dict[str, Check] = {
     "batch_size_finder.enabled": flag(),

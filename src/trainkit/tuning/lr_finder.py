@@ -232,7 +232,7 @@ def lr_range_test(
     return result
 
 
-# ---- its config checks (the config check gathers them: trainkit.config.validation.FEATURES) ----
+# ---- its config checks (gathered by the config check: conf/config.yaml's lr_finder._checks_) ----
 
 CONFIG_RULES: dict[str, Check] = {
     "lr_finder.enabled": flag(),

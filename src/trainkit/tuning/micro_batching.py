@@ -145,7 +145,7 @@ def micro_batch_size_that_fits(
     return found
 
 
-# ---- their config checks (the config check gathers them: trainkit.config.validation.FEATURES) ----
+# ---- their config checks (gathered by the config check: conf/config.yaml's trainer._checks_) ----
 
 CONFIG_RULES: dict[str, Check] = {
     "trainer.micro_batch_size": auto_or(integer(1, null=True)),

@@ -27,19 +27,32 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.checkpointing.sweep_continuation import in_multirun
+from trainkit.config.schema import flag
 from trainkit.distributed.process_group import launched_externally
 from trainkit.errors import ConfigError
+from trainkit.tuning.sweeps import in_multirun
 
 log = logging.getLogger("sweep")
 WAIT_SECONDS = 1.0  # between looks for a free GPU, while every one is claimed
+CONFIG_RULES = {"sweep.assign_gpus": flag()}  # gathered by the config check: conf/config.yaml's sweep._checks_
+Result = TypeVar("Result")
+
+
+def on_its_own_gpus(trial: Callable[[DictConfig], Result]) -> Callable[[DictConfig], Result]:
+    """`trial(cfg)` run inside gpus_for_this_trial(cfg): train.py's one call site."""
+
+    def claiming(cfg: DictConfig) -> Result:
+        with gpus_for_this_trial(cfg):
+            return trial(cfg)
+
+    return claiming
 
 
 def visible_gpus() -> list[str]:

@@ -5,7 +5,8 @@ from omegaconf import OmegaConf
 
 from conftest import composed
 from models_for_tests import HalvingCNN, RenamedWithoutItsCheck
-from trainkit.config.declared import answer, arguments, declared
+from trainkit.config.declared import answer, arguments, declared, feature_checks
+from trainkit.config.schema import find_problems
 from trainkit.config.validation import problems
 from trainkit.models.gpt import GPT
 from trainkit.models.unet import UNet
@@ -36,3 +37,17 @@ def test_a_check_that_names_an_argument_its_model_does_not_take_is_refused_not_s
     }
     _, [refusal] = declared({"model": RenamedWithoutItsCheck})
     assert refusal.reads == ("model._target_",)
+
+
+def test_a_features_checks_are_gathered_from_the_module_its_section_names():
+    """`_checks_` in a section (or {name: module} in a shared one) brings that module's CONFIG_RULES; a module
+    that is gone (the feature deleted, its section kept) is one line naming the key."""
+    cfg = OmegaConf.create({"sweep": {"switch": 2, "_checks_": {"switch": "models_for_tests"}}})
+    rules, relations = feature_checks(cfg)
+    assert set(rules) == {"sweep.switch"}
+    assert find_problems(cfg, rules, relations) == {"sweep.switch": "must be true or false, got 2"}
+    gone = OmegaConf.create({"ema": {"_checks_": "trainkit.no_such_feature"}})
+    assert find_problems(gone, *feature_checks(gone)) == {
+        "ema._checks_": "names 'trainkit.no_such_feature', which cannot be imported; remove the section of a "
+        "feature you deleted"
+    }

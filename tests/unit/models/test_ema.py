@@ -4,6 +4,7 @@ from omegaconf import OmegaConf
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from conftest import run_record
+from helpers import assert_one_config_error
 from trainkit.checkpointing.checkpoint import load_checkpoint, save_checkpoint
 from trainkit.models.ema import build_ema, ema_weights, warmup_decay
 from trainkit.tasks import evaluate
@@ -196,3 +197,16 @@ def test_every_ddp_rank_holds_the_same_ema():
     assert torch.equal(initial0, initial1)  # built from the same (rank 0's) weights
     for name, tensor in state0.items():
         assert torch.equal(state1[name], tensor), name
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["regularization.ema.enabled=maybe"], "regularization.ema.enabled"),
+        (["regularization.ema.decay=1"], "regularization.ema.decay"),
+        (["regularization.ema.warmup=2"], "regularization.ema.warmup"),
+        (["distributed=fsdp", "regularization.ema.enabled=true"], "regularization.ema.enabled"),
+    ],
+)
+def test_the_ema_keys_are_checked_beside_its_code(overrides, key):
+    assert_one_config_error(overrides, key)

@@ -1,22 +1,15 @@
 """metrics.jsonl (always) and the tracker chosen by `logger`."""
 
-import csv
 import json
 import math
 
 from omegaconf import OmegaConf
 
-from trainkit.tracking.loggers import CsvLogger, JsonlLogger, build_loggers
+from trainkit.tracking.loggers import JsonlLogger, build_loggers, run_names
 
 
 def read_jsonl(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def read_csv(path) -> tuple[list[str], list[dict]]:
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        return reader.fieldnames, list(reader)
 
 
 def test_jsonl_writes_one_object_per_line(tmp_path):
@@ -56,28 +49,6 @@ def test_jsonl_appends_to_an_existing_file(tmp_path):
     assert read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 1}, {"step": 2}]
 
 
-def test_csv_columns_grow_as_new_metrics_appear(tmp_path):
-    logger = CsvLogger(tmp_path / "metrics.csv")
-    logger.log({"epoch": 0, "train/loss": 1.5})
-    assert read_csv(tmp_path / "metrics.csv")[0] == ["epoch", "train/loss"]
-    logger.log({"epoch": 1, "val/acc": 0.75, "train/loss": 1.0})
-    logger.finish()
-    columns, rows = read_csv(tmp_path / "metrics.csv")
-    assert columns == ["epoch", "train/loss", "val/acc"]
-    assert rows == [
-        {"epoch": "0", "train/loss": "1.5", "val/acc": ""},
-        {"epoch": "1", "train/loss": "1.0", "val/acc": "0.75"},
-    ]
-
-
-def test_csv_logger_config_writes_jsonl_and_csv(tmp_path):
-    loggers = build_loggers(OmegaConf.create({"name": "csv", "filename": "table.csv"}), tmp_path)
-    loggers.log({"epoch": 0, "val/acc": 0.5})
-    loggers.finish()
-    assert read_jsonl(tmp_path / "metrics.jsonl") == [{"epoch": 0, "val/acc": 0.5}]
-    assert read_csv(tmp_path / "table.csv")[1] == [{"epoch": "0", "val/acc": "0.5"}]
-
-
 def test_none_logger_config_writes_only_jsonl(tmp_path):
     loggers = build_loggers(OmegaConf.create({"name": "none"}), tmp_path)
     loggers.log({"epoch": 0})
@@ -87,7 +58,7 @@ def test_none_logger_config_writes_only_jsonl(tmp_path):
 
 def test_local_loggers_ignore_images_and_summaries_and_have_no_run_id(tmp_path):
     # train.py makes every call on every logger; a logger with no use for one ignores it.
-    loggers = build_loggers(OmegaConf.create({"name": "csv"}), tmp_path)
+    loggers = build_loggers(OmegaConf.create({"name": "none"}), tmp_path)
     assert loggers.run_ids == {}
     loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
     loggers.log_image("train/samples", tmp_path / "missing.png", step=0)
@@ -95,7 +66,48 @@ def test_local_loggers_ignore_images_and_summaries_and_have_no_run_id(tmp_path):
     loggers.finish(failed=True)
     loggers.finish(failed=True)  # again, from a `finally`: harmless
     assert read_jsonl(tmp_path / "metrics.jsonl") == [{"epoch": 0, "step": 1, "val/acc": 0.5}]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.csv", "metrics.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
 
 
-# An unknown logger.name or logger.mode is the schema's to report: tests/unit/config/test_config.py.
+def test_run_names_from_hydra_config():
+    multirun = OmegaConf.create(
+        {
+            "mode": "MULTIRUN",
+            "sweep": {"dir": "outputs/multiruns/2026-01-02_03-04-05"},
+            "job": {"override_dirname": "optimizer.lr=0.1,seed=1"},
+            "runtime": {"output_dir": "/x/outputs/multiruns/2026-01-02_03-04-05/3"},
+        }
+    )
+    assert run_names(multirun) == ("optimizer.lr=0.1,seed=1", "2026-01-02_03-04-05")
+    single = OmegaConf.create(
+        {
+            "mode": "RUN",
+            "sweep": {"dir": "multirun/x"},
+            "job": {"override_dirname": ""},
+            "runtime": {"output_dir": "/x/outputs/runs/2026-01-02_03-04-05-123456"},
+        }
+    )
+    assert run_names(single) == ("2026-01-02_03-04-05-123456", None)
+    assert run_names({"job": {}}) == (None, None)
+    assert run_names() == (None, None)  # outside a Hydra app
+
+
+def test_run_names_reads_hydra_run_modes():
+    from hydra.types import RunMode
+
+    cfg = OmegaConf.create(
+        {"mode": RunMode.MULTIRUN, "sweep": {"dir": "ms/abc"}, "job": {"override_dirname": "seed=2"}}
+    )
+    assert run_names(cfg) == ("seed=2", "abc")
+
+
+def test_run_names_from_the_saved_hydra_config_in_a_worker_process(tmp_path):
+    # A DDP worker that train.py spawned has no HydraConfig; Hydra's .hydra/hydra.yaml is there.
+    job_dir = tmp_path / "multiruns" / "2026-01-02_03-04-05" / "1"
+    (job_dir / ".hydra").mkdir(parents=True)
+    (job_dir / ".hydra" / "hydra.yaml").write_text(
+        "hydra:\n  sweep:\n    dir: multiruns/${now:%Y-%m-%d_%H-%M-%S}\n  mode: MULTIRUN\n"
+        f"  job:\n    override_dirname: seed=1\n  runtime:\n    output_dir: {job_dir}\n"
+    )
+    assert run_names(run_dir=job_dir) == ("seed=1", "2026-01-02_03-04-05")
+    assert run_names(run_dir=tmp_path) == (None, None)  # no saved config

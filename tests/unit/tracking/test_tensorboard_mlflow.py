@@ -6,6 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import composed
+from helpers import assert_one_config_error
 from trainkit.tracking.loggers import build_loggers, tracker_names
 
 pytest.importorskip("tensorboard")
@@ -155,3 +156,14 @@ def test_mlflow_resume_does_not_log_again_what_a_killed_part_logged_after_the_ch
         (1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)
     ]  # fmt: skip
     assert sorted(m.step for m in client.get_metric_history(run_id, "epoch")) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["logger=mlflow", "logger.tracking_uri=3"], "logger.tracking_uri"),
+        (["logger=mlflow", "logger.experiment=3"], "logger.experiment"),
+    ],
+)
+def test_the_mlflow_keys_are_checked_beside_its_code(overrides, key):
+    assert_one_config_error(overrides, key)

@@ -18,12 +18,12 @@ from omegaconf import OmegaConf
 from PIL import Image as PILImage
 
 from conftest import ROOT
-from helpers import OfflineRun
+from helpers import OfflineRun, assert_one_config_error
 from trainkit.data import TensorLoader
 from trainkit.tasks.classification import Classification
 from trainkit.tasks.segmentation import Segmentation
 from trainkit.tracking.images import image_grid, save_png
-from trainkit.tracking.loggers import build_loggers, wandb_names
+from trainkit.tracking.loggers import build_loggers
 from trainkit.tracking.prediction_images import first_images, log_predictions
 
 wandb = pytest.importorskip("wandb")
@@ -342,38 +342,6 @@ def test_log_images_false_skips_images(run_dir):
     assert not (offline_run(run_dir).directory / "files" / "media").exists()
 
 
-def test_wandb_names_from_hydra_config():
-    multirun = OmegaConf.create(
-        {
-            "mode": "MULTIRUN",
-            "sweep": {"dir": "outputs/multiruns/2026-01-02_03-04-05"},
-            "job": {"override_dirname": "optimizer.lr=0.1,seed=1"},
-            "runtime": {"output_dir": "/x/outputs/multiruns/2026-01-02_03-04-05/3"},
-        }
-    )
-    assert wandb_names(multirun) == ("optimizer.lr=0.1,seed=1", "2026-01-02_03-04-05")
-    single = OmegaConf.create(
-        {
-            "mode": "RUN",
-            "sweep": {"dir": "multirun/x"},
-            "job": {"override_dirname": ""},
-            "runtime": {"output_dir": "/x/outputs/runs/2026-01-02_03-04-05-123456"},
-        }
-    )
-    assert wandb_names(single) == ("2026-01-02_03-04-05-123456", None)
-    assert wandb_names({"job": {}}) == (None, None)
-    assert wandb_names() == (None, None)  # outside a Hydra app
-
-
-def test_wandb_names_reads_hydra_run_modes():
-    from hydra.types import RunMode
-
-    cfg = OmegaConf.create(
-        {"mode": RunMode.MULTIRUN, "sweep": {"dir": "ms/abc"}, "job": {"override_dirname": "seed=2"}}
-    )
-    assert wandb_names(cfg) == ("seed=2", "abc")
-
-
 def test_image_grid_unnormalizes_tiles_and_frames():
     mean, std = (0.5, 0.25, 0.0), (0.5, 0.25, 1.0)
     raw = torch.rand(10, 3, 4, 5)
@@ -402,18 +370,6 @@ def test_save_png_round_trips(tmp_path):
     grid = image_grid(torch.rand(3, 1, 8, 8))
     path = save_png(grid, tmp_path / "images" / "grid.png")
     assert np.array_equal(np.asarray(Image.open(path).convert("RGB")), grid)
-
-
-def test_wandb_names_from_the_saved_hydra_config_in_a_worker_process(tmp_path):
-    # A DDP worker that train.py spawned has no HydraConfig; Hydra's .hydra/hydra.yaml is there.
-    job_dir = tmp_path / "multiruns" / "2026-01-02_03-04-05" / "1"
-    (job_dir / ".hydra").mkdir(parents=True)
-    (job_dir / ".hydra" / "hydra.yaml").write_text(
-        "hydra:\n  sweep:\n    dir: multiruns/${now:%Y-%m-%d_%H-%M-%S}\n  mode: MULTIRUN\n"
-        f"  job:\n    override_dirname: seed=1\n  runtime:\n    output_dir: {job_dir}\n"
-    )
-    assert wandb_names(run_dir=job_dir) == ("seed=1", "2026-01-02_03-04-05")
-    assert wandb_names(run_dir=tmp_path) == (None, None)  # no saved config
 
 
 def test_augmented_samples_enlarge_tiny_images_and_leave_training_randomness_alone():
@@ -502,3 +458,15 @@ def test_log_predictions_shows_nothing_for_a_class_an_image(run_dir):
     log_predictions(loggers, model, shown, lambda x: x, task, "fp32", torch.device("cpu"), step=1)
     loggers.finish()
     assert not offline_run(run_dir).rows_with("val/predictions")
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["logger=wandb", "logger.mode=ofline"], "logger.mode"),
+        (["logger=wandb", "logger.project=3"], "logger.project"),
+        (["logger=wandb", "logger.init_timeout=0"], "logger.init_timeout"),
+    ],
+)
+def test_the_wandb_keys_are_checked_beside_its_code(overrides, key):
+    assert_one_config_error(overrides, key)

@@ -6,7 +6,8 @@ import os
 import pytest
 import torch
 
-from helpers import cfg_for
+from conftest import run_here
+from helpers import assert_one_config_error, cfg_for
 from trainkit.errors import ConfigError
 from trainkit.tuning import trial_gpus
 
@@ -70,3 +71,18 @@ def test_no_gpus_are_assigned_outside_a_parallel_multirun(four_gpus, tmp_path):
         device = cfg.device
         with trial_gpus.gpus_for_this_trial(cfg, tmp_path, multirun=multirun):
             assert cfg.device == device
+
+
+def test_sweep_assign_gpus_is_checked_beside_its_code():
+    assert_one_config_error(["sweep.assign_gpus=2"], "sweep.assign_gpus")
+
+
+def test_each_trial_of_a_multirun_claims_its_gpus(tmp_path, monkeypatch):
+    """train.py's call site: every trial goes through the claim (none here: no GPU)."""
+    claims = []
+    claim = trial_gpus.gpus_for_this_trial
+    monkeypatch.setattr(trial_gpus, "gpus_for_this_trial", lambda cfg: claims.append(cfg.seed) or claim(cfg))
+    sweep = ("debug=fast", "trainer.max_epochs=1", "print_config=false", f"hydra.sweep.dir={tmp_path}")
+    code, _, err = run_here("train.py", "-m", *sweep, "seed=1,2")
+    assert code == 0, err[-3000:]
+    assert claims == [1, 2]

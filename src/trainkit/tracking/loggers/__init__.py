@@ -5,44 +5,62 @@ train.py talks to one `Loggers` object: `log(metrics)` for every metrics dict (e
 `epoch` and `step`), `log_image(key, image, step)`, `log_masks(...)` for images with their true and
 predicted masks (trainkit.tracking.prediction_images), `summary(values)` for the run's headline
 numbers, and `finish(failed=...)` in a `finally`. A tracker that has no use for a call ignores it.
-Each tracker is a module here, and imports its library only when it is chosen.
+Each tracker is a module here, `<name>_logger.py`, found by its name (logger.trackers' keys): it offers
+`build(cfg, run_dir, facts) -> Logger`, its config checks (`CONFIG_RULES`), and where it keeps a file of its own
+that a resume trims, `trim_to_checkpoint`. It imports its library only when it is chosen. Deleting one is
+deleting its module and its conf/logger file (docs/features.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from trainkit.tracking.loggers.base import Logger, finite_or_null, strict_json
-from trainkit.tracking.loggers.local import CsvLogger, JsonlLogger, read_jsonl
-from trainkit.tracking.loggers.mlflow_logger import MlflowLogger
-from trainkit.tracking.loggers.tensorboard_logger import TensorBoardLogger
-from trainkit.tracking.loggers.wandb_logger import WANDB_MODES, WandbLogger, wandb_names
+from trainkit.tracking.loggers.base import Logger, RunFacts, finite_or_null, run_names, strict_json
+from trainkit.tracking.loggers.local import JsonlLogger, read_jsonl
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-LOGGERS = ("none", "csv", "wandb", "tensorboard", "mlflow")
-
 __all__ = [
-    "LOGGERS",
-    "WANDB_MODES",
-    "CsvLogger",
     "JsonlLogger",
     "Logger",
     "Loggers",
-    "MlflowLogger",
-    "TensorBoardLogger",
-    "WandbLogger",
+    "RunFacts",
     "build_loggers",
     "finite_or_null",
+    "read_jsonl",
+    "run_names",
     "strict_json",
     "tracker_names",
-    "wandb_names",
+    "trackers",
+    "trim_tracker_files",
 ]
+
+
+def trackers() -> list[str]:
+    """The trackers there are: the `<name>_logger` modules beside this one."""
+    names = [module.name for module in pkgutil.iter_modules(__path__)]
+    return [name.removesuffix("_logger") for name in names if name.endswith("_logger")]
+
+
+def tracker(name: str) -> ModuleType:
+    return importlib.import_module(f"{__name__}.{name}_logger")
+
+
+def trim_tracker_files(cfg: DictConfig, run_dir: Path, written_after: Callable[[dict], bool]) -> None:
+    """A resume: each chosen tracker that keeps a file of its own in the run directory drops what was written
+    after the checkpoint (`written_after(record)`), as metrics.jsonl does."""
+    for name in tracker_names(cfg):
+        trim = getattr(tracker(name), "trim_to_checkpoint", None)
+        if trim is not None:
+            trim(cfg, run_dir, written_after)
 
 
 def tracker_names(cfg: DictConfig | Mapping) -> list[str]:
@@ -97,34 +115,11 @@ class Loggers:
             logger.finish(failed=failed)
 
 
-def build_loggers(
-    cfg: DictConfig,
-    run_dir: Path,
-    config: dict | None = None,
-    run_name: str | None = None,
-    group: str | None = None,
-    resume_ids: Mapping[str, str | None] | None = None,
-    provenance: dict | None = None,
-    resume_step: int | None = None,
-) -> Loggers:
-    """metrics.jsonl plus each tracker `tracker_names(cfg)` lists. `config` (a plain dict: the resolved
-    run config), `provenance` (provenance.json's facts), `run_name` and `group` (see `wandb_names`) go to the
-    trackers that keep them; `resume_ids` ({tracker: run id}, from the checkpoint) and `resume_step` (the
-    checkpoint's step) continue a resumed run's. trainkit.config.rules checked the names and keys."""
-    resume_ids = resume_ids or {}
+def build_loggers(cfg: DictConfig, run_dir: Path, **facts: Any) -> Loggers:
+    """metrics.jsonl plus each tracker `tracker_names(cfg)` lists, built by its module from `facts`: what a tracker
+    may keep of the run (RunFacts' fields: config, provenance, run_name, group, resume_ids, resume_step). The
+    config check checked the names and keys."""
     loggers: list[Logger] = [JsonlLogger(run_dir / "metrics.jsonl")]
-    names = ["jsonl"]
-    for name in tracker_names(cfg):
-        if name == "csv":
-            loggers.append(CsvLogger(run_dir / cfg.get("filename", "metrics.csv")))
-        elif name == "wandb":
-            w_config = {**(config or {}), "provenance": provenance} if provenance else config
-            resume_id = resume_ids.get(name)
-            history = read_jsonl(run_dir / "metrics.jsonl") if resume_id else None  # trimmed to the checkpoint
-            loggers.append(WandbLogger(cfg, run_dir, w_config, run_name, group, resume_id, history))
-        elif name == "tensorboard":
-            loggers.append(TensorBoardLogger(cfg, run_dir, config, provenance, resume_step))
-        elif name == "mlflow":
-            loggers.append(MlflowLogger(cfg, run_dir, config, provenance, run_name, resume_ids.get(name), resume_step))
-        names.append(name)
-    return Loggers(loggers, names)
+    names = tracker_names(cfg)
+    loggers += [tracker(name).build(cfg, run_dir, RunFacts(**facts)) for name in names]
+    return Loggers(loggers, ["jsonl", *names])

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf
 
 if TYPE_CHECKING:  # the config check imports this package for its names: it need not import torch
     from torch import Tensor
@@ -90,3 +94,56 @@ class Logger:
 
     def finish(self, failed: bool = False) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a tracker may keep of the run besides its metrics: the resolved config, provenance.json's facts, the
+    run's name and group (run_names), and on a resume the trackers' run ids ({tracker: id}, from the checkpoint)
+    and the checkpoint's step."""
+
+    config: dict | None = None
+    provenance: dict | None = None
+    run_name: str | None = None
+    group: str | None = None
+    resume_ids: Mapping[str, str | None] = field(default_factory=dict)
+    resume_step: int | None = None
+
+
+def run_names(hydra_cfg: Any = None, run_dir: Path | None = None) -> tuple[str | None, str | None]:
+    """(run name, group) for the trackers (W&B, MLflow) from Hydra's config: `HydraConfig.get()`, or None for
+    the current one, or else the `.hydra/hydra.yaml` Hydra wrote into `run_dir` (a DDP worker process that
+    train.py spawned has no HydraConfig of its own).
+
+    The run name is what the command line changed (`optimizer.lr=0.1,seed=1`), else the run
+    directory's name; the group is the sweep directory's name in a multirun, so a sweep's jobs
+    sit together, else None. With no Hydra config at all (tests, notebooks) both are None.
+    """
+    from_file = False
+    if hydra_cfg is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            hydra_cfg = HydraConfig.get()
+        elif run_dir is not None and (Path(run_dir) / ".hydra" / "hydra.yaml").is_file():
+            hydra_cfg, from_file = OmegaConf.load(Path(run_dir) / ".hydra" / "hydra.yaml").hydra, True
+        else:
+            return None, None
+    if not isinstance(hydra_cfg, DictConfig):
+        hydra_cfg = OmegaConf.create(hydra_cfg)
+    output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None)
+    run_name = OmegaConf.select(hydra_cfg, "job.override_dirname", default=None) or (
+        Path(str(output_dir)).name if output_dir else None
+    )
+    group = None
+    mode = OmegaConf.select(hydra_cfg, "mode", default=None)
+    if getattr(mode, "name", mode) == "MULTIRUN":
+        # The saved file keeps sweep.dir unresolved (`${now:...}` would give a new time): use the
+        # job directory's parent, which is the sweep directory for the default `subdir`.
+        sweep_dir = (
+            Path(str(output_dir)).parent
+            if from_file and output_dir
+            else (OmegaConf.select(hydra_cfg, "sweep.dir", default=None))
+        )
+        group = Path(str(sweep_dir)).name if sweep_dir else None
+    return run_name or None, group

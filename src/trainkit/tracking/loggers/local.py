@@ -1,8 +1,7 @@
-"""The loggers that write plain files into the run directory: metrics.jsonl (always) and logger=csv's table."""
+"""metrics.jsonl: the run's record, always written (the trackers are the modules beside this one)."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -33,26 +32,3 @@ def read_jsonl(path: Path) -> list[dict]:
         except ValueError:
             continue
     return rows
-
-
-class CsvLogger(Logger):
-    """A table with one column per metric. Columns appear as metrics do, so the file is rewritten
-    on each log; runs log at most a few thousand rows, which keeps that cheap. Appended to, as
-    metrics.jsonl is: a resume keeps the rows before it (resume trims those written after its checkpoint)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.rows: list[dict] = []
-        self.columns: list[str] = []
-        if path.is_file():  # the cells come back as text, and are written back unchanged
-            with open(path, newline="", encoding="utf-8") as f:
-                reader = csv.DictReader(f)
-                self.columns, self.rows = list(reader.fieldnames or []), list(reader)
-
-    def log(self, metrics: dict) -> None:
-        self.rows.append(metrics)
-        self.columns += [k for k in metrics if k not in self.columns]
-        with open(self.path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns)
-            writer.writeheader()
-            writer.writerows(self.rows)

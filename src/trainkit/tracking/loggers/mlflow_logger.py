@@ -4,15 +4,18 @@ no exit hooks; this logger alone decides when the run ends and how."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from trainkit.tracking.loggers.base import Logger, OncePerStep, flatten, is_number
+from trainkit.config.schema import Relation, text
+from trainkit.tracking.loggers.base import Logger, OncePerStep, RunFacts, flatten, is_number
 
 MLFLOW_INSTALL = "pip install 'trainkit[mlflow]' (or: pip install mlflow-skinny)"
 PARAM_LENGTH = 6000  # MLflow's limit on a param's value (its own check raises above it)
@@ -20,6 +23,23 @@ TAG_LENGTH = 5000
 BATCH = 100  # params or tags a log_batch call; MLflow refuses more
 
 log = logging.getLogger(__name__)
+
+
+CONFIG_RULES = {"logger.tracking_uri": text(), "logger.experiment": text()}  # conf/logger/mlflow.yaml's _checks_
+
+
+def _installed(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """MLflow is an optional extra: a missing install is found with the config, before any data is read."""
+    if cfg.logger.trackers.get("mlflow") and importlib.util.find_spec("mlflow") is None:
+        yield "logger.trackers", f"logger=mlflow needs MLflow, which is not installed: {MLFLOW_INSTALL}"
+
+
+CONFIG_RELATIONS = (Relation(("logger.trackers",), _installed),)
+
+
+def build(cfg: DictConfig, run_dir: Path, facts: RunFacts) -> Logger:
+    resume_id = facts.resume_ids.get("mlflow")
+    return MlflowLogger(cfg, run_dir, facts.config, facts.provenance, facts.run_name, resume_id, facts.resume_step)
 
 
 def store_uri(uri: str) -> str:

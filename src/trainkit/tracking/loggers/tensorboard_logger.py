@@ -10,7 +10,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.tracking.loggers.base import Logger, OncePerStep, flatten, is_number
+from trainkit.tracking.loggers.base import Logger, OncePerStep, RunFacts, flatten, is_number
+
+
+def build(cfg: DictConfig, run_dir: Path, facts: RunFacts) -> Logger:
+    return TensorBoardLogger(cfg, run_dir, facts.config, facts.provenance, facts.resume_step)
 
 
 def hparam_value(value: Any) -> int | float | str | bool:

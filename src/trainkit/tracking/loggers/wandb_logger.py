@@ -1,23 +1,38 @@
-"""Weights & Biases (logger=wandb), and the run name and group it gets from Hydra."""
+"""Weights & Biases (logger=wandb)."""
 
 from __future__ import annotations
 
 import logging
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from trainkit.tracking.loggers.base import Logger, OncePerStep
+from trainkit.config.schema import number, one_of, text
+from trainkit.tracking.loggers.base import Logger, OncePerStep, RunFacts
+from trainkit.tracking.loggers.local import read_jsonl
 from trainkit.tracking.loggers.wandb_files import held_history, holds_records
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 WANDB_MODES = ("offline", "online", "disabled")
+CONFIG_RULES = {  # gathered by the config check: conf/logger/wandb.yaml's _checks_
+    "logger.mode": one_of(*WANDB_MODES),
+    "logger.project": text(),
+    "logger.init_timeout": number(above=0),
+}
 
 log = logging.getLogger(__name__)
+
+
+def build(cfg: DictConfig, run_dir: Path, facts: RunFacts) -> Logger:
+    """A resumed run continues its W&B run, given metrics.jsonl's lines up to the checkpoint (trimmed by then)."""
+    config = {**(facts.config or {}), "provenance": facts.provenance} if facts.provenance else facts.config
+    resume_id = facts.resume_ids.get("wandb")
+    history = read_jsonl(run_dir / "metrics.jsonl") if resume_id else None
+    return WandbLogger(cfg, run_dir, config, facts.run_name, facts.group, resume_id, history)
 
 
 class WandbLogger(Logger):
@@ -181,42 +196,3 @@ class WandbLogger(Logger):
 def offline_parts(wandb_dir: Path, run_id: str) -> list[Path]:
     """The offline-run folders of one run, in the order they ran (their names start with their start time)."""
     return sorted(wandb_dir.glob(f"offline-run-*-{run_id}"))
-
-
-def wandb_names(hydra_cfg: Any = None, run_dir: Path | None = None) -> tuple[str | None, str | None]:
-    """(run name, group) for W&B from Hydra's config: `HydraConfig.get()`, or None for the current
-    one, or else the `.hydra/hydra.yaml` Hydra wrote into `run_dir` (a DDP worker process that
-    train.py spawned has no HydraConfig of its own).
-
-    The run name is what the command line changed (`optimizer.lr=0.1,seed=1`), else the run
-    directory's name; the group is the sweep directory's name in a multirun, so a sweep's jobs
-    sit together, else None. With no Hydra config at all (tests, notebooks) both are None.
-    """
-    from_file = False
-    if hydra_cfg is None:
-        from hydra.core.hydra_config import HydraConfig
-
-        if HydraConfig.initialized():
-            hydra_cfg = HydraConfig.get()
-        elif run_dir is not None and (Path(run_dir) / ".hydra" / "hydra.yaml").is_file():
-            hydra_cfg, from_file = OmegaConf.load(Path(run_dir) / ".hydra" / "hydra.yaml").hydra, True
-        else:
-            return None, None
-    if not isinstance(hydra_cfg, DictConfig):
-        hydra_cfg = OmegaConf.create(hydra_cfg)
-    output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None)
-    run_name = OmegaConf.select(hydra_cfg, "job.override_dirname", default=None) or (
-        Path(str(output_dir)).name if output_dir else None
-    )
-    group = None
-    mode = OmegaConf.select(hydra_cfg, "mode", default=None)
-    if getattr(mode, "name", mode) == "MULTIRUN":
-        # The saved file keeps sweep.dir unresolved (`${now:...}` would give a new time): use the
-        # job directory's parent, which is the sweep directory for the default `subdir`.
-        sweep_dir = (
-            Path(str(output_dir)).parent
-            if from_file and output_dir
-            else (OmegaConf.select(hydra_cfg, "sweep.dir", default=None))
-        )
-        group = Path(str(sweep_dir)).name if sweep_dir else None
-    return run_name or None, group
