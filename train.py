@@ -436,8 +436,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             if improved:
                 run.best_metrics = {"epoch": epoch, "step": run.step, **val_metrics}
             run.loggers.log(last_metrics)
-            shows = bool(cfg.logger.get("log_predictions", 0))
-            with run.parallel.full_parameters(run.model, enabled=shows):  # FSDP: on every rank, rank 0 shows
+            with run.parallel.full_parameters(run.model, enabled=bool(cfg.logger.get("log_predictions", 0))):
                 if run.shown is not None:  # rank 0 alone: the same images every epoch, what the task predicts for them
                     log_predictions(run.loggers, run.ema or run.model, run.shown, run.eval_transform, run.task,
                                     cfg.precision.name, device, run.step, cfg.trainer.tta_flip)
