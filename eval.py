@@ -96,9 +96,7 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     checkpoint= becomes the file found (a run directory's best.pt, else last.pt)."""
     if OmegaConf.is_missing(cfg, "checkpoint"):
         raise ConfigError("checkpoint", "is required; pass checkpoint=<run directory or .pt file>")
-    checkpoint = find_checkpoint(cfg.checkpoint, key="checkpoint", names=CHECKPOINTS)
-    if checkpoint.is_dir():  # distributed=fsdp's last/: every rank's shards, for a resume
-        refuse_sharded_checkpoint(checkpoint)
+    checkpoint = find_checkpoint(cfg.checkpoint, key="checkpoint", names=CHECKPOINTS, sharded=False)
     state = read_checkpoint(checkpoint, mmap=True, key="checkpoint")  # a trainkit checkpoint, of this format
     overrides = list(HydraConfig.get().overrides.task)[len(_replayed) :]  # this command line's own
     refuse_groups(overrides)
@@ -132,17 +130,6 @@ def refuse_groups(overrides: list[str]) -> None:
             f"override the run's keys one by one (e.g. data.root=<folder>, data.max_length=32), or choose "
             f"{' or '.join(f'{name}=' for name in GROUPS)}",
         )
-
-
-def refuse_sharded_checkpoint(checkpoint: Path) -> None:
-    """distributed=fsdp's checkpoints/last/ holds the weights as shards of each rank, to resume from;
-    the run writes its full weights to best.pt beside it, which eval.py reads in any number of processes."""
-    best = checkpoint.parent / "best.pt"
-    fix = f"evaluate {best} (its full weights), or the run directory" if best.is_file() else "it has no best.pt yet"
-    raise ConfigError(
-        "checkpoint",
-        f"{checkpoint} is distributed=fsdp's sharded checkpoint (for resuming), not one eval.py reads; {fix}",
-    )
 
 
 def check_data_fits(saved: dict, channels: int | None, num_classes: int | None) -> None:

@@ -29,25 +29,22 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig
-from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from trainkit import cli
 from trainkit.augment import attach_sample_transform
-from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, copy_checkpoint, epoch_plan,
-                                    finished_value, load_checkpoint, load_weights, own_run_directory,
-                                    refuse_another_epoch_plan, refuse_another_world_size_inside_an_epoch,
-                                    restore_optimizer_and_schedule, stop_after_the_test,
-                                    restore_rank_rng_states, resumed_config, rng_states, save_checkpoint, stop_signal,
-                                    stopped, stopped_before_training, trained_to_the_end, unwrap_model)
+from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, epoch_plan, finished_value,
+                                    load_checkpoint, load_weights, own_run_directory, refuse_another_epoch_plan,
+                                    refuse_another_world_size_inside_an_epoch, restore_optimizer_and_schedule,
+                                    stop_after_the_test, restore_rank_rng_states, resumed_config, rng_states,
+                                    stop_signal, stopped, stopped_before_training, trained_to_the_end, unwrap_model)
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import DataBundle, build_data, check_same_data
-from trainkit.distributed import (ProcessInfo, any_rank, average_batchnorm_statistics, barrier,
-                                  broadcast_weights, gather_objects, gradient_sync, process_info)
-from trainkit.distributed.fsdp import (autocast_precision, full_parameters, is_sharded, load_full_weights,
-                                       load_sharded_checkpoint, save_sharded_checkpoints, shard_model)
+from trainkit.distributed import (ProcessInfo, any_rank, average_batchnorm_statistics, barrier, gather_objects,
+                                  process_info)
 from trainkit.distributed.launch import start_processes
+from trainkit.distributed.parallel import Parallel, parallel_for
 from trainkit.early_stopping import EarlyStopping
 from trainkit.errors import RunFailed
 from trainkit.models import apply_frozen_bn_eval, build_ema, build_model, restore_ema
@@ -82,10 +79,9 @@ class Run:
     data: DataBundle = field(init=False)
     model: torch.nn.Module = field(init=False)  # the bare model: its weights are checkpointed
     trained_model: torch.nn.Module = field(init=False)  # the same, compiled and/or DDP-wrapped: what the loop calls
-    # (distributed=fsdp shards `model` itself, in place: model and trained_model are one sharded module)
+    parallel: Parallel = field(default_factory=Parallel)  # one process, DDP or FSDP: trainkit.distributed.parallel
     train_transform: torch.nn.Module = field(init=False)  # the data option's: images scale, resize, augment, normalize
     eval_transform: torch.nn.Module = field(init=False)  # (batched, on the device); tokens: nothing
-    precision: str = "fp32"  # what the step autocasts to (build_run: precision.name; fp32 under FSDP: its policy casts)
     task: Task = field(init=False)  # what a batch means: its loss, its metrics (classification, segmentation, yours)
     resolved_config: dict = field(init=False)  # cfg as plain containers, resolved once built: in every checkpoint
     optimizer: torch.optim.Optimizer = field(init=False)
@@ -182,11 +178,12 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
     sum to its update's (tasks.weighting). task.step is what a part means: the model's forward and the loss.
     The loop, both finders and micro_batch_size=auto call this: a change here is theirs too."""
     task = run.task
-    with autocast(run.precision, run.device):  # the whole batch: MixUp/CutMix mix across it
+    with autocast(run.parallel.precision, run.device):  # the whole batch: MixUp/CutMix mix across it
         batch = task.augment(task.transform(batch, run.train_transform))
     parts = micro_batches(batch, micro_batch_size, tokens=run.data.kind == "tokens")  # tokens: N tokens
     for n, (part, share) in enumerate(parts, start=1):
-        with gradient_sync(run.trained_model, enabled=sync and n == len(parts)), autocast(run.precision, run.device):
+        sync_part = sync and n == len(parts)  # DDP and FSDP reduce the gradients of an update's last part only
+        with run.parallel.gradient_sync(run.trained_model, sync_part), autocast(run.parallel.precision, run.device):
             loss, outputs = task.step(run.trained_model, part)
             run.timer.phase("backward")
             part_weight = task.weight(part)  # samples, or real tokens
@@ -257,7 +254,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     progress.close()
     if mid_epoch_saves and run.proc.is_main:
         log.info(f"epoch {run.epoch:>3}  {mid_epoch_saves} mid-epoch checkpoints "
-                 f"(every {trainer.checkpoint_every_n_steps} updates) -> checkpoints/last.pt")
+                 f"(every {trainer.checkpoint_every_n_steps} updates) -> checkpoints/{run.parallel.last}")
     if compile_seconds is not None and run.proc.is_main:
         log.info(f"compile + first step: {compile_seconds:.1f}s (left out of train/samples_per_sec)")
     return {**totals.epoch_metrics(run.task), "lr": optimizer.param_groups[0]["lr"], **run.timer.epoch_metrics()}
@@ -268,19 +265,9 @@ def save_checkpoints(run: Run, improved: bool = False) -> None:
     every rank's RNG streams go in; rank 0 alone writes, and never non-finite weights over a good
     checkpoint (the non-finite loss that caused them stops the run at the next logging step)."""
     state = run.state_dict()  # a collective: every rank's RNG streams are gathered
-    if is_sharded(run.model):  # distributed=fsdp: every rank writes its shards to checkpoints/last/
-        if not save_sharded_checkpoints(run.run_dir / "checkpoints", state, run.model, run.optimizer, improved,
-                                        run.proc.is_main) and run.proc.is_main:
-            log.warning(f"checkpoints/last/ not updated at step {run.step}: the weights are not finite")
-        return
-    weights = [tensor for tensor in state["model"].values() if tensor.is_floating_point()]
-    if run.proc.is_main and not torch.stack([tensor.isfinite().all() for tensor in weights]).all():
-        log.warning(f"checkpoints/last.pt not updated at step {run.step}: the weights are not finite")
-    elif run.proc.is_main:
-        last = run.run_dir / "checkpoints" / "last.pt"
-        save_checkpoint(last, state)
-        if improved:
-            copy_checkpoint(last, last.with_name("best.pt"))
+    written = run.parallel.save(run.run_dir / "checkpoints", state, run.model, run.optimizer, improved)
+    if not written and run.proc.is_main:
+        log.warning(f"checkpoints/{run.parallel.last} not updated at step {run.step}: the weights are not finite")
 
 
 def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) -> str | None:
@@ -315,17 +302,15 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     if cfg.data.num_classes is None:  # an image folder counts its classes; the model reads this key
         cfg.data.num_classes = run.data.num_classes
     model, input_size = build_model(cfg.model, cfg.finetune, image_size=run.data.image_size)
-    if cfg.distributed.sync_batchnorm and proc.world_size > 1:
-        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     channels_last = cfg.trainer.channels_last
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
-    run.model = run.trained_model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
-    if cfg.distributed.name == "fsdp":  # in place, before the optimizer takes the params
-        shard_model(run.model, cfg.distributed, cfg.precision.name, proc.world_size)
+    model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
+    run.parallel = parallel_for(cfg, proc, device)  # before the optimizer takes the params: FSDP shards them
+    run.model = run.trained_model = run.parallel.prepare(model)
     run.task = instantiate(cfg.task)  # after the data: an image folder's class count is known
     run.train_transform, run.eval_transform = run.data.transforms(cfg.augmentation, input_size, channels_last, device)
-    run.precision, run.scaler = autocast_precision(cfg, run.model), grad_scaler(cfg.precision.name, device)
+    run.scaler = grad_scaler(cfg.precision.name, device)
     step = functools.partial(train_step, run)  # the finders train with the loop's own step
     if (finder := cfg.batch_size_finder).enabled and not cfg.resume:  # the largest batch a process fits
         cfg.data.batch_size = batch_size_that_fits(
@@ -406,15 +391,8 @@ def test_and_summarize(run: Run, last_metrics: dict, stop_reason: str) -> dict:
     if best_missing and run.proc.is_main and run.best_metrics:  # no epoch validated (a non-finite loss): none to miss
         log.warning(f"{best_checkpoint} is missing: testing the last weights, not those of the best epoch")
     checkpoint = load_checkpoint(best_checkpoint, run.device) if run.proc.is_main and not best_missing else None
-    if is_sharded(run.model):  # FSDP: rank 0's full weights, scattered into every rank's shards
-        if not best_missing:
-            load_full_weights(run.model, checkpoint["model"] if checkpoint else {})
-    else:
-        if checkpoint:
-            unwrap_model(run.model).load_state_dict(checkpoint["model"])
-            restore_ema(run.ema, checkpoint)
-        broadcast_weights(unwrap_model(run.model) if run.ema is None else run.ema.module)
-    with full_parameters(run.model):  # FSDP: ranks may have unequal numbers of test batches
+    run.parallel.load_best(checkpoint, not best_missing, run.model, run.ema)  # rank 0's, on every rank
+    with run.parallel.full_parameters(run.model):  # FSDP: ranks may have unequal numbers of test batches
         test = evaluate(run.ema or run.trained_model, run.data.test, run.eval_transform, run.task,
                         run.cfg.precision.name, run.device, tta_flip=run.cfg.trainer.tta_flip)
     test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
@@ -434,17 +412,9 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     run = build_run(cfg, run_dir, proc, device)
     run.started = started
     if cfg.resume:  # continue exactly: weights, optimizer, schedule, position, every RNG stream
-        sharded = is_sharded(run.model)  # distributed=fsdp: checkpoints/last/, a directory of every rank's shards
-        run.load_state_dict(load_sharded_checkpoint(cfg.resume, run.model, run.optimizer) if sharded
-                            else load_checkpoint(cfg.resume, device))
+        run.load_state_dict(run.parallel.load(cfg.resume, run.model, run.optimizer, device))
         log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
-    # Order matters: compile the model on its device, then wrap it for DDP (which broadcasts
-    # rank 0's initial weights to every rank). torch.compile of a module is a module (OptimizedModule),
-    # though torch types its result as a plain callable.
-    run.trained_model = torch.compile(run.model) if cfg.trainer.compile else run.model  # type: ignore[assignment]
-    if proc.world_size > 1 and not is_sharded(run.model):
-        device_ids = [device.index] if device.type == "cuda" else None
-        run.trained_model = DistributedDataParallel(run.trained_model, device_ids=device_ids)
+    run.trained_model = run.parallel.wrap(run.model, compile=cfg.trainer.compile)  # compiled, then DDP's
 
     failed = True  # until the run ends normally: the tracker then marks it finished, else failed
     try:
@@ -471,7 +441,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
                 break
             for model in filter(None, (run.model, run.ema)):  # every rank's shard's statistics, before eval and save
                 average_batchnorm_statistics(model)
-            with full_parameters(run.model):  # FSDP: every rank holds the whole model (unequal batch counts)
+            with run.parallel.full_parameters(run.model):  # FSDP: every rank holds the whole model (uneven batches)
                 val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, run.task,
                                cfg.precision.name, device, cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
             val_metrics = {f"val/{name}": value for name, value in val.items() if name != "samples"}
@@ -480,7 +450,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             if improved:
                 run.best_metrics = {"epoch": epoch, "step": run.step, **val_metrics}
             run.loggers.log(last_metrics)
-            with full_parameters(run.model, enabled=bool(cfg.logger.get("log_predictions", 0))):  # on every rank
+            with run.parallel.full_parameters(run.model, enabled=bool(cfg.logger.get("log_predictions", 0))):
                 if run.shown is not None:  # rank 0 alone: the same images every epoch, what the task predicts for them
                     log_predictions(run.loggers, run.ema or run.model, run.shown, run.eval_transform, run.task,
                                     cfg.precision.name, device, run.step, cfg.trainer.tta_flip)

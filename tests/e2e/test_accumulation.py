@@ -7,11 +7,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-from torch.nn.parallel import DistributedDataParallel
 
 from conftest import ROOT
 from helpers import loop_config
 from trainkit.data import DataBundle, TensorLoader
+from trainkit.distributed.parallel import DDP
 from trainkit.distributed.process_group import ProcessInfo
 from trainkit.tasks.classification import Classification
 
@@ -90,7 +90,8 @@ def test_ddp_all_reduces_once_an_update_on_its_last_micro_step():
     try:
         run = one_epoch_run(80, 16, accumulate=2, micro_batch_size=8)
         run.model.register_forward_pre_hook(lambda module, inputs: events.append("forward"))
-        run.trained_model = DistributedDataParallel(run.model)
+        run.parallel = DDP("fp32", True, torch.device("cpu"))  # what train.py chooses for several processes
+        run.trained_model = run.parallel.wrap(run.model)
         run.trained_model.register_comm_hook(None, counting_allreduce)
         train.train_one_epoch(run, show_progress=False)
     finally:

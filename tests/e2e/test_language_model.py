@@ -17,6 +17,7 @@ from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.data import DataBundle
 from trainkit.data.stdlib_source import stdlib_files
+from trainkit.distributed.parallel import DDP
 from trainkit.distributed.process_group import ProcessInfo
 from trainkit.models import build_model
 from trainkit.models.gpt import GPT
@@ -242,7 +243,8 @@ def _two_rank_update(rank: int, world_size: int, init_file: str, out: str) -> No
     try:
         run = lm_run(lm_batches()[rank::2], accumulate=2)
         run.proc = ProcessInfo(rank=rank, world_size=world_size)
-        run.trained_model = torch.nn.parallel.DistributedDataParallel(run.model)
+        run.parallel = DDP("fp32", rank == 0, torch.device("cpu"))
+        run.trained_model = run.parallel.wrap(run.model)
         train.train_one_epoch(run, show_progress=False)
         if rank == 0:
             torch.save(torch.cat([p.detach().flatten() for p in run.model.parameters()]), out)

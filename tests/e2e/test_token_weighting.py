@@ -13,6 +13,7 @@ from helpers import loop_config
 from models_for_tests import TokenTagger
 from tasks_for_tests import TokenTagging
 from trainkit.data import DataBundle
+from trainkit.distributed.parallel import DDP
 from trainkit.distributed.process_group import ProcessInfo
 from trainkit.tasks.evaluation import evaluate
 
@@ -119,7 +120,8 @@ def _two_rank_update(rank: int, world_size: int, init_file: str, out: str) -> No
         mine = batches[rank::2]  # rank 0: 9 real tokens, rank 1: 28: as uneven as ranks get
         run = make_run(mine, accumulate=2)
         run.proc = ProcessInfo(rank=rank, world_size=world_size)
-        run.trained_model = torch.nn.parallel.DistributedDataParallel(run.model)
+        run.parallel = DDP("fp32", rank == 0, torch.device("cpu"))
+        run.trained_model = run.parallel.wrap(run.model)
         train.train_one_epoch(run, show_progress=False)
         if rank == 0:
             torch.save(torch.cat([p.detach().flatten() for p in run.model.parameters()]), out)

@@ -38,15 +38,18 @@ RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced th
 }
 
 
-def find_checkpoint(given: str | Path, key: str = "resume", names: tuple[str, ...] = ("last.pt",)) -> Path:
+def find_checkpoint(
+    given: str | Path, key: str = "resume", names: tuple[str, ...] = ("last.pt",), sharded: bool = True
+) -> Path:
     """The checkpoint file that config key `key` names: a .pt file, or a run directory (its
-    checkpoints/<name>, the first of `names` there: resume continues from last.pt, eval.py tests best.pt)."""
+    checkpoints/<name>, the first of `names` there: resume continues from last.pt, eval.py tests best.pt).
+    `sharded=False` (eval.py): distributed=fsdp's last/ is refused in one line naming best.pt beside it."""
     path = Path(given).expanduser()
     wanted = " or ".join(f"checkpoints/{name}" for name in names)
     if not path.exists():
         raise ConfigError(key, f"{path} does not exist; give a run directory or its {wanted}")
     if is_sharded_checkpoint(path):
-        return path
+        return whole_or_sharded(path, key, sharded)
     if path.is_dir():
         for name in names:
             for candidate in (path / "checkpoints" / name, path / name):
@@ -54,10 +57,22 @@ def find_checkpoint(given: str | Path, key: str = "resume", names: tuple[str, ..
                     return candidate
         if "last.pt" in names:  # distributed=fsdp's
             for checkpoints in (path / "checkpoints", path):
-                if sharded := latest_checkpoint(checkpoints):
-                    return sharded
+                if found := latest_checkpoint(checkpoints):
+                    return whole_or_sharded(found, key, sharded)
         raise ConfigError(key, f"{path} is a directory without {wanted}; give a run directory that saved a checkpoint")
     return path
+
+
+def whole_or_sharded(checkpoint: Path, key: str, sharded: bool) -> Path:
+    """distributed=fsdp's checkpoints/last/ holds the weights as shards of each rank, to resume from; the run
+    writes its full weights to best.pt beside it, which eval.py reads in any number of processes."""
+    if sharded or not checkpoint.is_dir():
+        return checkpoint
+    best = checkpoint.parent / "best.pt"
+    fix = f"evaluate {best} (its full weights), or the run directory" if best.is_file() else "it has no best.pt yet"
+    raise ConfigError(
+        key, f"{checkpoint} is distributed=fsdp's sharded checkpoint (for resuming), not one eval.py reads; {fix}"
+    )
 
 
 def is_sharded_checkpoint(path: Path) -> bool:

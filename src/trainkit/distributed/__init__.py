@@ -1,9 +1,11 @@
-"""Processes: the process group and its collectives (sums, agreement, weights), starting DDP workers
-for one run (launch), and torchrun under Hydra.
+"""Processes: the process group and its collectives (sums, agreement, weights), how a model is spread
+over them (parallel: one process, DDP, FSDP), starting DDP workers for one run (launch), and torchrun
+under Hydra.
 
-train.py imports the process group's functions from here, and start_processes from
-trainkit.distributed.launch (it stops on signals, which need the process group: importing it here
-would go round in a circle). The modules inside import each other directly."""
+train.py imports the process group's functions from here, and parallel_for and start_processes from
+their modules (they import trainkit.checkpointing, which needs the process group: importing them here
+would go round in a circle). The modules inside import each other directly, in one direction:
+process_group <- fsdp <- parallel; process_group <- launch."""
 
 from trainkit.distributed.process_group import (
     ProcessInfo,
@@ -14,7 +16,6 @@ from trainkit.distributed.process_group import (
     broadcast_weights,
     destroy_process_group,
     gather_objects,
-    gradient_sync,
     init_process_group,
     process_info,
 )
@@ -28,7 +29,6 @@ __all__ = [
     "broadcast_weights",
     "destroy_process_group",
     "gather_objects",
-    "gradient_sync",
     "init_process_group",
     "process_info",
 ]

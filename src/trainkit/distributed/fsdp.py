@@ -1,7 +1,9 @@
-"""distributed=fsdp: shard parameters, gradients and optimizer state across ranks (FSDP2's `fully_shard`).
+"""distributed=fsdp's mechanics: shard parameters, gradients and optimizer state across ranks (FSDP2's
+`fully_shard`). trainkit.distributed.parallel's FSDP calls these; train.py calls that.
 
     shard_model(model, cfg.distributed, cfg.precision.name)      # in place, before the optimizer is built
     with full_parameters(model): evaluate(...)                    # every rank holds the whole model to evaluate
+    with without_gradient_sync(model): loss.backward()            # a micro-step that does not update
     save_sharded_checkpoints(checkpoints_dir, state, model, ...)  # checkpoints/last/ (DCP), best.pt (full weights)
     state = load_sharded_checkpoint(directory, model, optimizer)  # resume: what Run.load_state_dict reads
 
@@ -16,7 +18,6 @@ so FSDP trains the same weights as DDP with the same seed, and every rank saves 
 import contextlib
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 from torch import nn
 
+from trainkit.distributed.process_group import any_rank
 from trainkit.errors import ConfigError
 
 # torch.distributed.fsdp and torch.distributed.checkpoint take ~1 s to import: every process of every run
@@ -37,16 +39,12 @@ REST = "state.pt"  # beside the shards: everything but the weights and the optim
 NO_OPTIMIZER_STATE: dict = {"state": {}, "param_groups": []}  # best.pt's: a resume continues from last/
 
 
-def is_sharded(model: nn.Module) -> bool:
-    fsdp = sys.modules.get("torch.distributed.fsdp")  # not imported: no model was sharded
-    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
-
-
 def shard_model(model: nn.Module, cfg: DictConfig, precision: str, world_size: int | None = None) -> nn.Module:
     """`fully_shard` each block, then the root, in place. bf16: parameters are gathered and run in
-    bf16, gradients reduced in fp32 (so no autocast: see autocast_precision). BatchNorm stays fp32 in
-    units of its own, as autocast keeps it (its fp32 buffers cannot meet bf16 weights). One process
-    (torchrun or SLURM started one; the config check refuses distributed.nproc_per_node=1) is refused.
+    bf16, gradients reduced in fp32 (so the step autocasts nothing: parallel.FSDP's precision is fp32).
+    BatchNorm stays fp32 in units of its own, as autocast keeps it (its fp32 buffers cannot meet bf16
+    weights). One process (torchrun or SLURM started one; the config check refuses
+    distributed.nproc_per_node=1) is refused.
     Rank 0's weights and buffers are broadcast first, so every rank shards the same model: the one a single
     process with the run seed builds."""
     world_size = dist.get_world_size() if world_size is None else world_size
@@ -110,17 +108,14 @@ def broadcast_buffers(model: nn.Module) -> None:
         dist.broadcast(buffer, src=0)
 
 
-def autocast_precision(cfg: DictConfig, model: nn.Module) -> str:
-    """The precision the loop autocasts to: fp32 (none) under FSDP, whose MixedPrecisionPolicy casts already."""
-    return "fp32" if is_sharded(model) else cfg.precision.name
-
-
 @contextlib.contextmanager
 def full_parameters(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     """Every rank holds the whole model while the block runs, so a rank may run forwards the others do
     not (one more evaluation batch; rank 0's prediction images) without waiting in an all-gather.
-    Evaluation then needs the memory of the whole model, as under DDP. A no-op for other models."""
-    units: list[Any] = [module for module in model.modules() if is_sharded(module)] if enabled else []  # FSDPModule
+    Evaluation then needs the memory of the whole model, as under DDP."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [module for module in model.modules() if isinstance(module, FSDPModule)] if enabled else []
     for unit in units:
         unit.unshard()
         unit.set_reshard_after_forward(False)
@@ -130,6 +125,17 @@ def full_parameters(model: nn.Module, enabled: bool = True) -> Iterator[None]:
         for unit in units:
             unit.reshard()
             unit.set_reshard_after_forward(True)
+
+
+@contextlib.contextmanager
+def without_gradient_sync(model: Any) -> Iterator[None]:
+    """DDP's `no_sync()` for a sharded model: unsharded gradients accumulate in the blocks, and are
+    reduce-scattered once, in the backward of the update's last micro-step."""
+    model.set_requires_gradient_sync(False)  # recurses into every sharded block
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
 
 
 def save_sharded_checkpoints(
@@ -144,7 +150,6 @@ def save_sharded_checkpoints(
 
     from trainkit.checkpointing.checkpoint import save_checkpoint
     from trainkit.checkpointing.files import CHECKPOINT_FORMAT
-    from trainkit.distributed.process_group import any_rank
 
     local = [tensor.to_local() if hasattr(tensor, "to_local") else tensor for tensor in model.state_dict().values()]
     finite = all(bool(tensor.isfinite().all()) for tensor in local if tensor.is_floating_point())

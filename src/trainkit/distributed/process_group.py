@@ -8,21 +8,17 @@ Three ways to get several processes, one code path once they run:
 Every helper here also works in a plain single process (world size 1, no process group).
 """
 
-import contextlib
 import datetime
 import logging
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
-
-from trainkit.distributed.fsdp import is_sharded
 
 
 @dataclass(frozen=True)
@@ -184,28 +180,6 @@ def average_batchnorm_statistics(model: torch.nn.Module) -> None:
                 assert buffer is not None  # track_running_stats: the buffers exist
                 dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
                 buffer /= dist.get_world_size()
-
-
-def gradient_sync(model: torch.nn.Module, enabled: bool) -> contextlib.AbstractContextManager[Any]:
-    """DDP's `no_sync()` for micro-steps that do not update: gradients accumulate locally and are
-    all-reduced once, on the last micro-step of the group. Under FSDP the same with
-    `set_requires_gradient_sync(False)`: unsharded gradients accumulate, reduce-scattered once."""
-    if enabled:
-        return contextlib.nullcontext()
-    if is_sharded(model):
-        return _without_fsdp_gradient_sync(model)
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return model.no_sync()
-    return contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _without_fsdp_gradient_sync(model: Any) -> Iterator[None]:
-    model.set_requires_gradient_sync(False)  # recurses into every sharded block
-    try:
-        yield
-    finally:
-        model.set_requires_gradient_sync(True)
 
 
 def gather_objects(obj: Any) -> list[Any]:

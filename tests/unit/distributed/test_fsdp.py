@@ -1,5 +1,6 @@
-"""distributed=fsdp's pieces on a 2-process gloo group: the same weights as DDP, gradient accumulation
-without a sync, clipping on the sharded gradients, the sharded checkpoint's round trip and best.pt."""
+"""distributed=fsdp on a 2-process gloo group, through trainkit.distributed.parallel's FSDP and DDP (what train.py
+calls): the same weights as DDP, gradient accumulation without a sync, clipping on the sharded gradients, the
+sharded checkpoint's round trip and best.pt."""
 
 import copy
 
@@ -13,19 +14,23 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule
 
 from trainkit.checkpointing import load_weights
-from trainkit.distributed.fsdp import (
-    autocast_precision,
-    full_parameters,
-    is_sharded,
-    load_sharded_checkpoint,
-    save_sharded_checkpoints,
-    shard_model,
-)
-from trainkit.distributed.process_group import gradient_sync
+from trainkit.distributed.parallel import DDP, FSDP, Parallel, parallel_for
+from trainkit.distributed.process_group import ProcessInfo
 from trainkit.errors import ConfigError
 from trainkit.models.small_cnn import SmallCNN
 
 DEFAULT_BLOCKS = OmegaConf.create({"blocks": None})
+CPU = torch.device("cpu")
+
+
+def _config(distributed: str):
+    return OmegaConf.create(
+        {"distributed": {"name": distributed, "sync_batchnorm": False, "blocks": None}, "precision": {"name": "fp32"}}
+    )
+
+
+def _fsdp(rank: int, precision: str = "fp32", blocks=DEFAULT_BLOCKS) -> FSDP:
+    return FSDP(precision, rank == 0, blocks, world_size=2)
 
 
 def _batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -36,12 +41,12 @@ def _batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     ]
 
 
-def _train(model, optimizer, batches, accumulate: int = 2, clip: float = 0.5) -> list[bool]:
+def _train(parallel: Parallel, model, optimizer, batches, accumulate: int = 2, clip: float = 0.5) -> list[bool]:
     """3 updates of 2 micro-batches, clipped; per micro-step, whether every parameter's .grad was None after it."""
     no_grads = []
     for index, (inputs, targets) in enumerate(batches):
         is_update = index % accumulate == accumulate - 1
-        with gradient_sync(model, enabled=is_update):
+        with parallel.gradient_sync(model, enabled=is_update):
             (torch.nn.functional.cross_entropy(model(inputs), targets) / accumulate).backward()
         no_grads.append(all(p.grad is None for p in model.parameters()))
         if is_update:
@@ -63,41 +68,50 @@ def _fsdp_checks(rank: int, port: int, directory, results) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         torch.manual_seed(rank)  # each rank its own initial weights, as train.py's seed + rank gives
-        own_init = shard_model(SmallCNN(1, 10, widths=(8, 16)), DEFAULT_BLOCKS, "fp32")
+        own_init = _fsdp(rank).prepare(SmallCNN(1, 10, widths=(8, 16)))
         own_init_full = get_model_state_dict(own_init, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         torch.manual_seed(0)
         bare = SmallCNN(1, 10, widths=(8, 16))
-        ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(bare))
-        fsdp = shard_model(copy.deepcopy(bare), DEFAULT_BLOCKS, "fp32")
+        proc = ProcessInfo(rank=rank, world_size=2)
+        ddp_parallel = parallel_for(_config("ddp"), proc, CPU)  # as train.py chooses them
+        fsdp_parallel = parallel_for(_config("fsdp"), proc, CPU)
+        assert type(ddp_parallel) is DDP and type(fsdp_parallel) is FSDP
+        ddp = ddp_parallel.wrap(ddp_parallel.prepare(copy.deepcopy(bare)))
+        fsdp = fsdp_parallel.wrap(fsdp_parallel.prepare(copy.deepcopy(bare)))  # sharded in place, not wrapped
         ddp_optimizer, fsdp_optimizer = _sgd(ddp), _sgd(fsdp)
-        _train(ddp, ddp_optimizer, _batches(rank))
-        no_grads = _train(fsdp, fsdp_optimizer, _batches(rank))
+        _train(ddp_parallel, ddp, ddp_optimizer, _batches(rank))
+        no_grads = _train(fsdp_parallel, fsdp, fsdp_optimizer, _batches(rank))
         full = get_model_state_dict(fsdp, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        with full_parameters(fsdp), torch.no_grad():  # one rank evaluates a batch more: nobody waits
+        with fsdp_parallel.full_parameters(fsdp), torch.no_grad():  # one rank evaluates a batch more: nobody waits
             for _ in range(2 + rank):
                 fsdp.eval()(torch.randn(4, 1, 8, 8))
         fsdp.train()
         state = {"config": {"seed": 0}, "step": 3, "epoch": 0, "batches_done": 6, "scheduler": {}}
         checkpoints = directory / "checkpoints"
-        save_sharded_checkpoints(checkpoints, state, fsdp, fsdp_optimizer, improved=True, is_main=rank == 0)
+        written = fsdp_parallel.save(checkpoints, state, fsdp, fsdp_optimizer, improved=True)
         torch.manual_seed(1)  # other weights, then the checkpoint's
-        restored = shard_model(SmallCNN(1, 10, widths=(8, 16)), DEFAULT_BLOCKS, "fp32")
+        restored = _fsdp(rank).prepare(SmallCNN(1, 10, widths=(8, 16)))
         restored_optimizer = _sgd(restored)
-        loaded = load_sharded_checkpoint(checkpoints / "last", restored, restored_optimizer)
+        loaded = _fsdp(rank).load(checkpoints / "last", restored, restored_optimizer, CPU)
+        best = torch.load(checkpoints / "best.pt", weights_only=True) if rank == 0 else None
+        torch.manual_seed(2)  # other weights again, then best.pt's: rank 0 reads it, every rank gets its shards
+        tested = _fsdp(rank).prepare(SmallCNN(1, 10, widths=(8, 16)))
+        _fsdp(rank).load_best(best, True, tested, None)
+        tested_full = get_model_state_dict(tested, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         shards = [_local(tensor) for tensor in fsdp.state_dict().values()]
         restored_shards = [_local(tensor) for tensor in restored.state_dict().values()]
         momentum = [s["momentum_buffer"].to_local() for s in fsdp_optimizer.state_dict()["state"].values()]
         restored_momentum = [s["momentum_buffer"].to_local() for s in restored_optimizer.state_dict()["state"].values()]
-        by_name = shard_model(SmallCNN(1, 10, widths=(8, 16)), OmegaConf.create({"blocks": ["Linear"]}), "fp32")
+        by_name = _fsdp(rank, blocks=OmegaConf.create({"blocks": ["Linear"]})).prepare(SmallCNN(1, 10, widths=(8, 16)))
         units = [name for name, module in by_name.named_modules() if isinstance(module, FSDPModule)]
-        bf16 = shard_model(SmallCNN(1, 10, widths=(8, 16)), DEFAULT_BLOCKS, "bf16")
-        bf16_cfg = OmegaConf.create({"precision": {"name": "bf16"}})
+        bf16_parallel = _fsdp(rank, "bf16")
+        bf16 = bf16_parallel.prepare(SmallCNN(1, 10, widths=(8, 16)))
         outputs = bf16(torch.randn(4, 1, 8, 8))
         outputs.float().sum().backward()
         results[rank] = {
             "units": [name for name, module in fsdp.named_modules() if isinstance(module, FSDPModule)],
             "units_by_name": units,
-            "bf16": (outputs.dtype, bf16.features[1].weight.grad.dtype, autocast_precision(bf16_cfg, bf16)),
+            "bf16": (outputs.dtype, bf16.features[1].weight.grad.dtype, bf16_parallel.precision),
             "ddp": {name: tensor.detach().clone() for name, tensor in ddp.module.state_dict().items()},
             "fsdp_full": full,
             "own_init_full": own_init_full,
@@ -105,6 +119,8 @@ def _fsdp_checks(rank: int, port: int, directory, results) -> None:
             "weights_equal": all(torch.equal(a, b) for a, b in zip(shards, restored_shards)),
             "momentum_equal": len(momentum) > 0 and all(torch.equal(a, b) for a, b in zip(momentum, restored_momentum)),
             "loaded_step": loaded["step"],
+            "written": written,
+            "tested_full": tested_full,
         }
     finally:
         dist.destroy_process_group()
@@ -168,6 +184,17 @@ def test_best_pt_of_two_ranks_loads_into_one_process(fsdp_checks):
 
 
 @pytest.mark.slow
+def test_best_pt_read_by_rank_0_is_what_every_rank_tests(fsdp_checks):
+    # load_best: rank 0's full weights scattered into other-seeded shards; gathered (from both ranks' shards, on
+    # rank 0), they are the trained weights best.pt holds.
+    _, ranks = fsdp_checks
+    assert all(rank["written"] for rank in ranks)
+    assert ranks[0]["tested_full"].keys() == ranks[0]["fsdp_full"].keys()
+    for name, tensor in ranks[0]["fsdp_full"].items():
+        assert torch.equal(ranks[0]["tested_full"][name], tensor), name
+
+
+@pytest.mark.slow
 def test_fsdp_bf16_runs_the_model_in_bf16_without_autocast_and_keeps_fp32_gradients(fsdp_checks):
     # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); BatchNorm's own unit stays fp32.
     for rank in fsdp_checks[1]:
@@ -187,5 +214,5 @@ def test_fsdp_in_one_process_is_refused_in_one_line_before_anything_is_sharded()
     # resume (distributed=fsdp reads checkpoints/last/) refuses.
     model = SmallCNN(1, 10, widths=(8, 16))
     with pytest.raises(ConfigError, match=r"^distributed.name: fsdp in 1 process has nothing to shard with"):
-        shard_model(model, DEFAULT_BLOCKS, "fp32", world_size=1)
-    assert not is_sharded(model)
+        FSDP("fp32", True, DEFAULT_BLOCKS, world_size=1).prepare(model)
+    assert not any(isinstance(module, FSDPModule) for module in model.modules())
