@@ -93,15 +93,13 @@ def test_a_classifier_from_a_config_trains_and_its_export_loads_back_with_the_sa
 def test_a_saved_model_fine_tunes_from_its_folder_and_predicts(run_train, corpus, saved_model, tmp_path):
     run = run_train(*texts(corpus, f"model.path={saved_model}"))
     assert run.summary["test"]["test/acc"] > 0.9  # its 2-class head rebuilt for the 3 classes
-    unseen = tmp_path / "unseen"
-    unseen.mkdir()
-    for name, pattern in PATTERNS.items():
-        (unseen / f"{name}.txt").write_text(pattern * 5)
+    unseen = write_texts(tmp_path / "unseen", 2, seed=5)  # texts it never saw, a folder a class
     code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={run.run_dir}",
                                f"predict={unseen}")  # fmt: skip
     assert code == 0, stderr[-3000:]
     rows = (tmp_path / "out" / "predictions.csv").read_text().splitlines()[1:]
-    assert {row.split(",")[0]: row.split(",")[1] for row in rows} == {f"{name}.txt": name for name in PATTERNS}
+    predicted = {row.split(",")[0]: row.split(",")[1] for row in rows}
+    assert predicted == {f"{name}/{number:02}.txt": name for name in PATTERNS for number in range(2)}
 
 
 def test_a_language_model_from_a_config_trains_samples_and_exports(run_train, tmp_path):
