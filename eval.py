@@ -9,6 +9,8 @@
     python eval.py checkpoint=<run> predict=path/to/texts   # token data: each .txt file's class
     python eval.py checkpoint=<run> prompt="'def fibonacci(n):'"  # a language model: the text continued (sample.*)
     python eval.py checkpoint=<run> predict=prompt.txt      # ... or a text file's text (a missing file: refused)
+    python eval.py checkpoint=<run> export=<folder>         # the tested weights for others: model=hf in the Hugging
+                                                            # Face format (from_pretrained), ours as safetensors + yaml
 
 The config is the checkpoint's own (the resolved config the run trained with) with the keys this
 command line sets on top, as a resume takes it; so the data split, eval transform, precision,
@@ -54,6 +56,7 @@ from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
 from trainkit.models import build_model, ema_weights
+from trainkit.models.export import copy_tokenizer, export_model
 from trainkit.runtime import autocast, pick_device, seed_everything
 from trainkit.tasks import evaluate, model_outputs
 from trainkit.tasks.language_model import write_samples, writes_text
@@ -206,6 +209,19 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
             save_figures(shown, out_dir, data.class_names)
         (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
     return results
+
+
+def export(cfg: DictConfig, folder: Path, source: str) -> None:
+    """export=<folder>: the weights the run tested (trainkit.models.export), and the run's tokenizer where it saved
+    one. One process, on the CPU: nothing is evaluated."""
+    if cfg.predict is not None or cfg.prompt is not None:
+        raise ConfigError("export", "writes the model alone; drop predict= and prompt= (or run eval.py twice)")
+    state = load_checkpoint(cfg.checkpoint, torch.device("cpu"))
+    model, _ = trained_model(cfg, tested_weights(cfg, state)[1], cfg.data.get("image_size"), torch.device("cpu"))
+    written = export_model(model, folder, to_dict(cfg.model), predicted_class_names(cfg, state))
+    log.info(f"exported the tested weights ({source}) to {folder} in {written}")
+    if not copy_tokenizer(run_dir_of(Path(cfg.checkpoint)), folder):
+        log.info("no tokenizer saved with the run (byte-level data: byte b is id b + 1, 0 pads): none exported")
 
 
 def batch_limit(cfg: DictConfig) -> int | None:
@@ -478,6 +494,9 @@ def main(cfg: DictConfig) -> None:
     checkpoint = Path(cfg.checkpoint)
     run_dir = run_dir_of(checkpoint)
     source = f"{checkpoint.parent.name}/{checkpoint.name} of {run_dir}" if run_dir else str(checkpoint)
+    if cfg.export is not None:
+        export(cfg, Path(cfg.export).expanduser(), source)
+        return
     if cfg.prompt is not None or (cfg.predict is not None and writes_text(cfg)):  # a language model continues text
         prompt = prompt_of(cfg)
         device = pick_device(cfg.device, 0)

@@ -270,6 +270,24 @@ class PreemptedSequenceClassifier(PreemptedAt, SequenceClassifier):
     """The SequenceClassifier, preempted at `preempt_at`."""
 
 
+def preempted_hf_model(preempt_at: int = 0, **arguments):
+    """model=hf's model (create_hf_model's arguments), rank 0 sending itself SIGTERM in its `preempt_at`-th training
+    forward pass (0: never), as PreemptedAt does."""
+    from trainkit.models.hf import create_hf_model
+
+    model = create_hf_model(**arguments)
+    calls = [0]
+
+    def count(module, inputs):
+        if module.training:
+            calls[0] += 1
+            if process_info().rank == 0 and calls[0] == preempt_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    model.register_forward_pre_hook(count)
+    return model
+
+
 class LengthsNet(nn.Module):
     """A dict batch's model, two inputs: signals [B, T] zero-padded and their lengths [B] -> [B, num_classes].
     What lies past a signal's length is masked out, and each position has its own weights (no normalization over

@@ -15,6 +15,7 @@ import sys
 from conftest import ROOT
 
 HEAVY = ("torchvision", "timm", "wandb", "optuna", "matplotlib", "sklearn", "scipy", "tensorboard", "mlflow")
+HEAVY += ("transformers", "safetensors")  # model=hf and eval.py's export=: imported where a run builds or writes one
 # distributed=fsdp's torch modules (~1 s): not on --help or a config error (a run's training step imports
 # torch._dynamo, which imports torch.distributed.fsdp itself)
 HEAVY_SUBMODULES = ("torch.distributed.fsdp", "torch.distributed.checkpoint")

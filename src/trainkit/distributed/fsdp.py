@@ -77,9 +77,11 @@ def shard_model(model: nn.Module, cfg: DictConfig, precision: str, world_size: i
 
 
 def blocks(model: nn.Module, names: list[str] | None) -> list[nn.Module]:
-    """The modules sharded one by one: those whose class is named in `names`, or by default each child
-    of the model's top-level children (a ResNet's residual blocks, a ViT's transformer blocks, SmallCNN's
-    layers); modules without parameters are left to the unit around them."""
+    """The modules sharded one by one: those whose class is named in `names`, else in the model's own
+    `block_names` (model=hf: transformers' layers, its _no_split_modules), or by default each child of the
+    model's top-level children (a ResNet's residual blocks, a ViT's transformer blocks, SmallCNN's layers);
+    modules without parameters are left to the unit around them."""
+    names = names or getattr(model, "block_names", None)
     if names:
         wanted = set(names)
         found = [module for module in model.modules() if type(module).__name__ in wanted and module is not model]

@@ -35,6 +35,7 @@ REQUIRED_BY_OPTION = {
     "data=textfolder": ["data.root=/data/texts", "model=sequence"],
     "data=stdlib_functions": ["model=sequence"],
     "model=sequence": ["data=stdlib_functions"],
+    "model=hf": ["data=stdlib_functions", "model.config={model_type: bert}"],  # a folder or a config: none by default
     "data=cached": ["data.root=/data/cache"],
     "augmentation=basic": ["data=cifar10"],
     "augmentation=strong": ["data=cifar10"],

@@ -31,19 +31,23 @@ def options(group: str) -> list[str]:
 
 
 # Models of token data read their sizes from a data option of that kind (model=gpt: data.block_size).
-DATA_OF_MODEL = {"gpt": "data=text", "sequence": "data=stdlib_functions"}
+DATA_OF_MODEL = {"gpt": "data=text", "sequence": "data=stdlib_functions", "hf": "data=stdlib_functions"}
+# A model that needs a key the option leaves for the command line (model=hf: model.path or model.config).
+TINY_BERT = "model.config={model_type: bert, hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2}"
+KEYS_OF_MODEL = {"hf": [TINY_BERT]}
 
 
 @pytest.mark.parametrize("option", options("model"))
 def test_every_model_option_instantiates_to_a_module(option):
-    cfg = composed(f"model={option}", DATA_OF_MODEL.get(option, "data=digits"))  # timm, torchvision: resnet18
+    cfg = composed(f"model={option}", DATA_OF_MODEL.get(option, "data=digits"), *KEYS_OF_MODEL.get(option, []))
     model = instantiate(cfg.model)
     assert isinstance(model, nn.Module)
     reads_images = "${data.channels}" in (ROOT / "conf" / "model" / f"{option}.yaml").read_text()
     if not reads_images:  # a model of another kind of data (token sequences): token ids in, a score each out
         with torch.no_grad():
             outputs = model.eval()(torch.zeros(1, 8, dtype=torch.int64))
-        assert outputs.shape[0] == 1 and outputs.shape[-1] == cfg.model.get("num_classes", cfg.model.get("vocab_size"))
+        classes = next(cfg.model[key] for key in ("num_classes", "num_labels", "vocab_size") if key in cfg.model)
+        assert outputs.shape[0] == 1 and outputs.shape[-1] == classes
         return
     with torch.no_grad():  # the network the config describes: the data's channels in, its classes out
         outputs = model.eval()(torch.zeros(1, cfg.data.channels, 32, 32))

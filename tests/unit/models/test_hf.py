@@ -1,0 +1,132 @@
+"""model=hf (trainkit.models.hf): the head follows the task, the padding is masked, a saved folder loads offline,
+the library's gradient checkpointing, what weight decay skips, the blocks FSDP shards, the export's round trip."""
+
+import pytest
+import torch
+
+from trainkit.distributed.fsdp import blocks
+from trainkit.errors import ConfigError
+from trainkit.models.export import export_model, load_exported
+from trainkit.models.hf import HuggingFaceModel, create_hf_model
+from trainkit.models.sequence import SequenceClassifier
+from trainkit.optim import param_groups
+
+CLASSIFICATION = "trainkit.tasks.classification.Classification"
+LANGUAGE_MODEL = "trainkit.tasks.language_model.LanguageModel"
+BERT = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64, "max_position_embeddings": 64}  # fmt: skip
+GPT2 = {"model_type": "GPT2Config", "n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 64,
+        "bos_token_id": None, "eos_token_id": None}  # fmt: skip  # a class name works as well as a model_type
+
+
+def classifier(**options) -> HuggingFaceModel:
+    torch.manual_seed(0)
+    return create_hf_model(CLASSIFICATION, num_labels=3, **{"config": BERT, **options})
+
+
+def language_model(**options) -> HuggingFaceModel:
+    torch.manual_seed(0)
+    return create_hf_model(LANGUAGE_MODEL, num_labels=256, **{"config": GPT2, **options})
+
+
+def test_the_head_follows_the_task_and_the_vocabulary_the_data():
+    model = classifier().eval()
+    assert type(model.model).__name__ == "BertForSequenceClassification"
+    assert model.model.get_input_embeddings().num_embeddings == 257  # bytes + the padding id
+    assert model(torch.randint(1, 257, (4, 10))).shape == (4, 3)  # logits, not a ModelOutput
+    lm = language_model().eval()
+    assert type(lm.model).__name__ == "GPT2LMHeadModel"
+    assert lm(torch.randint(0, 256, (2, 10))).shape == (2, 10, 256)  # data.num_classes: the bytes
+    assert lm.block_size == 64 and lm.pad_token_id is None  # sampling crops to its positions; no padding to mask
+    with pytest.raises(ConfigError, match=r"^model.task: is trainkit.tasks.segmentation.Segmentation, but model=hf"):
+        create_hf_model("trainkit.tasks.segmentation.Segmentation", num_labels=3, config=BERT)
+
+
+def test_padding_changes_no_classifiers_logits():
+    model = classifier(config={**BERT, "initializer_range": 1.0}).eval()  # large weights: the pads would show
+    text = torch.randint(1, 257, (1, 7))
+    padded = torch.cat([text, torch.zeros(1, 5, dtype=torch.long)], dim=1)  # 0 pads (trainkit.data.text.PAD_ID)
+    empty = torch.zeros(1, 12, dtype=torch.long)
+    with torch.no_grad():
+        torch.testing.assert_close(model(padded), model(text), rtol=1e-5, atol=1e-6)
+        assert model(empty).isfinite().all()  # a text with no token: finite logits, no NaN loss
+        unmasked = HuggingFaceModel(model.model, None, causal=False)(padded)  # no mask: the pads are attended to
+    assert (unmasked - model(text)).abs().max() > 1e-2
+
+
+def test_a_saved_model_loads_from_its_folder_offline_and_a_new_head_replaces_one_of_another_size(tmp_path):
+    saved = language_model()
+    saved.model.save_pretrained(tmp_path / "lm")
+    tokens = torch.randint(0, 256, (2, 9))
+    loaded = create_hf_model(LANGUAGE_MODEL, num_labels=256, path=str(tmp_path / "lm")).eval()
+    torch.testing.assert_close(loaded(tokens), saved.eval()(tokens))
+    # A causal LM's folder fine-tuned as a classifier: its body's weights, a new head of the data's classes.
+    as_classifier = create_hf_model(CLASSIFICATION, num_labels=5, path=str(tmp_path / "lm"), pad_token_id=0)
+    body = as_classifier.model.transformer.h[0].mlp.c_fc.weight
+    torch.testing.assert_close(body, saved.model.transformer.h[0].mlp.c_fc.weight)
+    assert as_classifier.model.config.pad_token_id == 0 and as_classifier(tokens).shape == (2, 5)
+    resized = create_hf_model(LANGUAGE_MODEL, num_labels=300, path=str(tmp_path / "lm"), vocab_size=300)
+    assert resized.eval()(tokens).shape == (2, 9, 300)
+    with pytest.raises(ConfigError, match=r"^model.path: '.*nowhere' holds no config.json"):
+        create_hf_model(LANGUAGE_MODEL, num_labels=256, path=str(tmp_path / "nowhere"))
+
+
+def test_gradient_checkpointing_is_the_librarys_and_gives_the_same_gradients():
+    tokens = torch.randint(1, 257, (4, 12))
+    grads = []
+    for checkpointing in (False, True):
+        model = classifier(
+            gradient_checkpointing=checkpointing,
+            config={**BERT, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+        )
+        assert model.model.is_gradient_checkpointing is checkpointing
+        model(tokens).sum().backward()
+        grads.append(model.model.bert.encoder.layer[0].intermediate.dense.weight.grad)
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_weight_decay_spares_its_norms_biases_and_embeddings():
+    model = classifier()
+    decayed, undecayed = (group["params"] for group in param_groups(model, weight_decay=0.1)[:2])
+    names = {id(param): name for name, param in model.named_parameters()}
+    decayed_names, undecayed_names = {names[id(p)] for p in decayed}, {names[id(p)] for p in undecayed}
+    assert decayed_names and all(name.endswith(".weight") and "LayerNorm" not in name for name in decayed_names)
+    assert all("embeddings" not in name for name in decayed_names)
+    assert {"model.bert.embeddings.LayerNorm.weight", "model.classifier.bias",
+            "model.bert.embeddings.word_embeddings.weight"} <= undecayed_names  # fmt: skip
+    assert "model.bert.encoder.layer.0.attention.self.query.weight" in decayed_names
+
+
+def test_fsdp_shards_the_models_transformer_layers():
+    found = blocks(classifier(), None)  # distributed.blocks=null: the model's own block_names
+    assert sorted({type(block).__name__ for block in found}) == ["BertEmbeddings", "BertLayer"]
+    assert sum(type(block).__name__ == "BertLayer" for block in found) == 2
+    assert {type(block).__name__ for block in blocks(language_model(), None)} == {"GPT2Block"}
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ConfigError, match=r"^model.config.model_type: transformers has no model type 'bret'; did you"):
+        create_hf_model(CLASSIFICATION, num_labels=3, config={**BERT, "model_type": "bret"})
+    with pytest.raises(ConfigError, match=r"^model.config: .*no AutoModelForCausalLM head"):
+        create_hf_model(LANGUAGE_MODEL, num_labels=256, config={"model_type": "clip_vision_model"})
+
+
+def test_an_export_loads_back_with_the_same_logits(tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    model = classifier().eval()
+    export_model(model, tmp_path / "hf", {}, ["a", "b", "c"])
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf", local_files_only=True).eval()
+    tokens = torch.tensor([[5, 6, 7, 0, 0], [8, 9, 10, 11, 12]])
+    with torch.no_grad():
+        logits = loaded(input_ids=tokens, attention_mask=(tokens != loaded.config.pad_token_id).long()).logits
+    torch.testing.assert_close(logits, model(tokens))
+    assert loaded.config.id2label == {0: "a", 1: "b", 2: "c"}
+    with pytest.raises(ConfigError, match=r"^export: '.*hf' is not empty; give a new folder"):
+        export_model(model, tmp_path / "hf", {}, [])
+    # Our own models: safetensors + the config that rebuilds them.
+    config = {"_target_": "trainkit.models.sequence.SequenceClassifier", "vocabulary": 257, "num_classes": 3,
+              "max_length": 16, "width": 16, "depth": 1, "heads": 2, "feedforward": 32}  # fmt: skip
+    ours = SequenceClassifier(**{key: value for key, value in config.items() if key != "_target_"}).eval()
+    export_model(ours, tmp_path / "ours", config, [])
+    torch.testing.assert_close(load_exported(tmp_path / "ours").eval()(tokens), ours(tokens))
