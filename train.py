@@ -179,7 +179,7 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
     task = run.task
     with autocast(run.precision, run.device):  # the whole batch: MixUp/CutMix mix across it
         batch = task.augment(task.transform(batch, run.train_transform))
-    parts = micro_batches(batch, micro_batch_size, tokens=run.data.kind == "tokens")  # tokens: N tokens
+    parts = micro_batches(batch, micro_batch_size, sized=run.data.size_unit is not None)  # sized: N units (tokens)
     for n, (part, share) in enumerate(parts, start=1):
         with gradient_sync(run.trained_model, enabled=sync and n == len(parts)), autocast(run.precision, run.device):
             loss, outputs = task.step(run.trained_model, part)
@@ -440,7 +440,8 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
         log.info(training_line(run.model, cfg.trainer, updates_per_epoch(cfg, run.data.train), device, run_dir,
-                               provenance.get("code"), batch_size=cfg.data.batch_size, longest=run.data.longest))
+                               provenance.get("code"), batch_size=cfg.data.batch_size, longest=run.data.longest,
+                               unit=run.data.size_unit))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = run.last_metrics  # {} unless resumed

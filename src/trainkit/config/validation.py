@@ -23,8 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from trainkit.augment.batch_transform import active_ops
 from trainkit.config.declared import answer, arguments, declared
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
-from trainkit.config.schema import Relation, find_problems, show, unknown_keys
-from trainkit.data.datasets import Data, ImageData, data_class
+from trainkit.config.schema import Relation, find_problems, integer, show, unknown_keys
+from trainkit.data.datasets import Data, ImageData, budget_key, data_class
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import higher_is_better, metric_names_of, task_class
@@ -290,10 +290,10 @@ def _finder_ranges(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 def _micro_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
     data = _data_class(cfg)
-    tokens = data is not None and data.kind == "tokens"  # a micro-batch of token data counts tokens, not sequences
+    sized = data is not None and data.size_unit is not None  # a micro-batch counts the items' units (tokens)
     # Larger than the batch would be no split at all: say so rather than train whole batches silently.
     # (With the batch-size finder, data.batch_size is only known later; a larger N is then one part.)
-    if isinstance(micro, int) and micro > batch_size and not cfg.batch_size_finder.enabled and not tokens:
+    if isinstance(micro, int) and micro > batch_size and not cfg.batch_size_finder.enabled and not sized:
         yield (
             "trainer.micro_batch_size",
             f"is {micro}, larger than data.batch_size={batch_size}: nothing to split; set it to at most {batch_size}",
@@ -389,14 +389,17 @@ def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "trainer.channels_last", f"lays out image batches, but {what}; set trainer.channels_last=false"
 
 
-def _a_token_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """The batch-size finder searches data.batch_size; under data.max_tokens that is a cap, not a batch's size."""
-    if isinstance(cfg.data.get("max_tokens"), int) and cfg.batch_size_finder.enabled:
+def _a_size_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """The batch-size finder searches data.batch_size; under a size budget (data.max_tokens) that is a cap, not a
+    batch's size."""
+    data = _data_class(cfg)
+    key = budget_key(data) if data is not None else None
+    if key and isinstance(cfg.data.get(key), int) and cfg.batch_size_finder.enabled:
         yield (
             "batch_size_finder.enabled",
-            f"searches data.batch_size, but data.max_tokens={cfg.data.max_tokens} decides how much a batch holds "
+            f"searches data.batch_size, but data.{key}={cfg.data[key]} decides how much a batch holds "
             "(data.batch_size only caps its sequences); set batch_size_finder.enabled=false and size the budget "
-            "(or trainer.micro_batch_size=auto under it), or set data.max_tokens=null to search fixed batches",
+            f"(or trainer.micro_batch_size=auto under it), or set data.{key}=null to search fixed batches",
         )
 
 
@@ -486,7 +489,7 @@ RELATIONS = (
         ("data._target_", "augmentation", "trainer.tta_flip", "finetune.input_size", "trainer.channels_last"),
         _image_ops_need_images,
     ),
-    Relation(("data.max_tokens", "batch_size_finder.enabled"), _a_token_budget_sizes_its_batches),
+    Relation(("data._target_", "batch_size_finder.enabled"), _a_size_budget_sizes_its_batches),
     Relation(("task._target_", "augmentation"), _mixing_needs_a_task_that_mixes),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),
@@ -501,8 +504,11 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     """{key: what is wrong and how to fix it} for every problem the config alone reveals, once the
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
-    rules, relations = declared({"data": _data_class(cfg), "model": _model_class(cfg), "task": _task(cfg)})
-    return find_problems(cfg, RULES | rules, (*RELATIONS, *relations))
+    data = _data_class(cfg)
+    rules, relations = declared({"data": data, "model": _model_class(cfg), "task": _task(cfg)})
+    key = budget_key(data) if data is not None else None  # a size budget: units a batch (data.max_tokens)
+    budget = {f"data.{key}": integer(1, null=True)} if key else {}
+    return find_problems(cfg, RULES | budget | rules, (*RELATIONS, *relations))
 
 
 def ignored_keys(cfg: DictConfig) -> list[str]:

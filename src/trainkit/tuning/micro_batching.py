@@ -48,13 +48,14 @@ from trainkit.tuning.batch_size_finder import (
 log = logging.getLogger(__name__)
 
 
-def micro_batches(batch: Any, size: int | None, tokens: bool = False) -> list[tuple[Any, float]]:
+def micro_batches(batch: Any, size: int | None, sized: bool = False) -> list[tuple[Any, float]]:
     """(part, share of the batch) for each part of at most `size` samples, cut from every tensor of the batch
     (any nested structure: trainkit.tasks.batches.split); the whole batch as its one part when `size` is None
-    or not smaller than the batch (no copy, no extra op). `tokens` (token data: the batch's first tensor holds
-    the ids, [B, T]): `size` counts tokens, a part holds size // T sequences (at least one)."""
+    or not smaller than the batch (no copy, no extra op). `sized` (items of many sizes, Data.size_unit: the
+    batch's first tensor holds them padded, [B, T]; token ids): `size` counts units (tokens), a part holds
+    size // T items (at least one)."""
     total = batches.samples(batch)
-    if size is not None and tokens:
+    if size is not None and sized:
         size = max(1, size // max(1, batches.first_tensor(batch)[0].numel()))
     if size is None or size >= total:
         return [(batch, 1.0)]
@@ -126,20 +127,20 @@ def find_micro_batch_size_for_run(
     """trainer.micro_batch_size=auto for train.py: tried on the first training batch with the real
     model (on its device) and train.py's `step` (forward and backward of a part through task.step, no update;
     the probe puts gradients, BatchNorm statistics, modes and RNG streams back as they were, so the failed
-    tries leave nothing behind and training starts as it would have). Token data (`data.kind` tokens): sizes
-    count tokens, and a part of N tokens holds N // T of the batch's sequences. Not in a part's measured memory: the
+    tries leave nothing behind and training starts as it would have). Sized data (`data.size_unit`, tokens): sizes
+    count units, and a part of N tokens holds N // T of the batch's sequences. Not in a part's measured memory: the
     optimizer's state and DDP's buckets, as for the batch-size finder (trainkit.tuning.batch_size_finder)."""
     from trainkit.models.finetune import apply_frozen_bn_eval
 
     device = next(model.parameters()).device
     batch = task.to_device(next(iter(data.train)), device)
-    per_sample = batches.first_tensor(batch)[0].numel() if data.kind == "tokens" else 1
+    per_sample = batches.first_tensor(batch)[0].numel() if data.size_unit else 1
     probe = training_step_probe(model, batch, after_train=apply_frozen_bn_eval, step=step)
     cap_mb = trainer.micro_batch_memory_cap_mb
     cap = None if cap_mb is None else int(cap_mb * 2**20)
     total = batches.samples(batch) * per_sample
     found = find_micro_batch_size(lambda size: probe(max(1, size // per_sample)), total, device, cap, per_sample)
-    held = f" tokens ({max(1, found // per_sample)} of the first batch's sequences a part)"
-    unit = held if data.kind == "tokens" else ""
+    held = f" {data.size_unit} ({max(1, found // per_sample)} of the first batch's sequences a part)"
+    unit = held if data.size_unit else ""
     log.info(f"trainer.micro_batch_size=auto: training in micro-batches of {found}{unit}")
     return found
