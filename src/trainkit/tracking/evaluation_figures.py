@@ -27,9 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from trainkit.distributed.process_group import all_reduce_sum
-from trainkit.runtime import autocast
 from trainkit.tasks.confusion import confusion_counts
-from trainkit.tasks.evaluation import model_outputs
+from trainkit.tasks.evaluation import batch_outputs
 from trainkit.tasks.task import Task
 
 ANNOTATED_CLASSES = 20  # above this many classes the cells are too small for their numbers
@@ -55,20 +54,18 @@ def predicted_on(
     tta_flip: bool = False,
     shown: int = 4,
 ) -> Predicted:
-    """One pass over `loader` with the outputs evaluation sees (trainkit.tasks.evaluation.model_outputs).
+    """One pass over `loader` with the outputs evaluation sees (trainkit.tasks.evaluation.batch_outputs).
     Every rank calls it: the confusion counts are all-reduced, a zero [K, K] where the task
     predicts no class, so every rank runs the same collective whatever its shard holds."""
     model.eval()
     counts = torch.zeros(num_classes, num_classes, dtype=torch.int64, device=device)
     masks = None
     with torch.no_grad():
-        for batch in loader:
-            images, targets = task.to_device(batch, device)  # images: (images, targets) pairs
-            with autocast(precision, device):
-                outputs = model_outputs(model, transform(images), task, tta_flip)
-            predicted = task.predict(outputs)
-            if "mask" in predicted:  # a class a pixel: the first few images are the picture
-                masks = (images[:shown].cpu(), targets[:shown].cpu(), predicted["mask"][:shown].cpu())
+        for loaded in loader:
+            batch, outputs = batch_outputs(model, loaded, transform, task, precision, device, tta_flip)
+            predicted, targets = task.predict(outputs), task.targets(batch)
+            if "mask" in predicted:  # a class a pixel: the first few images, as loaded, are the picture
+                masks = (loaded[0][:shown].cpu(), targets[:shown].cpu(), predicted["mask"][:shown].cpu())
                 break
             if "class" in predicted:
                 counts += confusion_counts(predicted["class"], targets, num_classes)
