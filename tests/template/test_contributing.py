@@ -290,6 +290,7 @@ def test_a_documented_recipe_under_ddp_resumes_exactly_after_sigterm_and_eval_py
         "trainer.max_epochs=2",
         "trainer.limit_train_batches=6",
         "regularization.early_stopping.enabled=false",
+        "trainer.log_every_n_steps=1",  # under DDP the ranks agree on a stop at logging steps
         "model._target_=preempted_recipe.Preempted",
     )
 
