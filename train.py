@@ -180,7 +180,7 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
     task = run.task
     with autocast(run.parallel.precision, run.device):  # the whole batch: MixUp/CutMix mix across it
         batch = task.augment(task.transform(batch, run.train_transform))
-    parts = micro_batches(batch, micro_batch_size, tokens=run.data.kind == "tokens")  # tokens: N tokens
+    parts = micro_batches(batch, micro_batch_size, sized=run.data.size_unit is not None)  # sized: N units (tokens)
     for n, (part, share) in enumerate(parts, start=1):
         sync_part = sync and n == len(parts)  # DDP and FSDP reduce the gradients of an update's last part only
         with run.parallel.gradient_sync(run.trained_model, sync_part), autocast(run.parallel.precision, run.device):
@@ -320,7 +320,7 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     attach_sample_transform(run.data.train, cfg.augmentation)  # image folders: torchvision per image, in the workers
     if cfg.trainer.micro_batch_size == "auto" and not cfg.resume:  # a resume reuses the size found: load_state_dict
         cfg.trainer.micro_batch_size = micro_batch_size_that_fits(
-            run.model, step, run.task, run.data.train, device, tokens=run.data.kind == "tokens",
+            run.model, step, run.task, run.data.train, device, unit=run.data.size_unit,
             memory_cap_mb=cfg.trainer.micro_batch_memory_cap_mb)
     run.optimizer = build_optimizer(run.model, cfg.optimizer, batch_size=cfg.data.batch_size,
                                     world_size=proc.world_size, accumulate=cfg.trainer.accumulate_grad_batches)
@@ -424,7 +424,8 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
         log.info(training_line(run.model, cfg.trainer, updates_per_epoch(cfg, run.data.train), device, run_dir,
-                               provenance.get("code"), batch_size=cfg.data.batch_size, longest=run.data.longest))
+                               provenance.get("code"), batch_size=cfg.data.batch_size, longest=run.data.longest,
+                               unit=run.data.size_unit))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         last_metrics = run.last_metrics  # {} unless resumed

@@ -12,7 +12,7 @@ run directory each, the same seed, the same data, model, optimizer and schedule)
 data.max_tokens=--max-tokens (default: the experiment's 8192; batches of functions of similar length, up to that
 many token slots, padding included, at most data.batch_size functions) and once with data.max_tokens=null and
 data.batch_size fixed at the budget run's mean functions a batch. That size is derived before training, from
-TokenBudgetBatches over the train split's lengths (cut at data.max_length), as train.py builds it: the train
+SizeBudgetBatches over the train split's lengths (cut at data.max_length), as train.py builds it: the train
 functions / the budget's batches an epoch, rounded. So both runs train about as many batches (the same
 number of updates: the warmup and cosine schedule, counted in updates, match) on the same functions; only how
 they are grouped, and so how much padding they carry, differs. With --rounds 2 or more the order alternates
@@ -112,9 +112,9 @@ class Plan:
 
 def plan(lengths, max_tokens: int, max_batch_size: int, fraction: float = 1.0) -> Plan:
     """The fixed batch size that matches the budget's mean batch (`lengths`: the train split's, cut)."""
-    from trainkit.data.token_batches import TokenBudgetBatches
+    from trainkit.data.size_budget import SizeBudgetBatches
 
-    budget_batches = len(TokenBudgetBatches(lengths, max_tokens, max_batch_size))
+    budget_batches = len(SizeBudgetBatches(lengths, max_tokens, max_batch_size))
     fixed = max(1, round(len(lengths) / budget_batches))
     limit = None if fraction >= 1 else max(1, round(fraction * min(budget_batches, -(-len(lengths) // fixed))))
     return Plan(len(lengths), max_tokens, max_batch_size, budget_batches, fixed, limit)
@@ -153,9 +153,9 @@ def samples_an_epoch(lengths, the_plan: Plan, seed: int, epochs: int) -> dict[st
     """The functions each run trains in each epoch (what train/samples_per_sec is over)."""
     if the_plan.limit is None:
         return {"budget": [the_plan.samples] * epochs, "fixed": [the_plan.samples] * epochs}
-    from trainkit.data.token_batches import TokenBudgetBatches
+    from trainkit.data.size_budget import SizeBudgetBatches
 
-    batches = TokenBudgetBatches(lengths, the_plan.max_tokens, the_plan.max_batch_size, seed=seed)
+    batches = SizeBudgetBatches(lengths, the_plan.max_tokens, the_plan.max_batch_size, seed=seed)
     budget = []
     for epoch in range(epochs):  # train.py: the run seed, set_epoch(epoch), the first `limit` batches
         batches.set_epoch(epoch)

@@ -254,12 +254,12 @@ class PreemptedAt:
         super().__init__(*args, **kwargs)
         self.train_calls, self.preempt_at = 0, preempt_at
 
-    def forward(self, tokens):
+    def forward(self, *inputs, **named_inputs):  # any model's inputs: a recipe's two views, a signal and its lengths
         if self.training:
             self.train_calls += 1
             if process_info().rank == 0 and self.train_calls == self.preempt_at:
                 os.kill(os.getpid(), signal.SIGTERM)
-        return super().forward(tokens)
+        return super().forward(*inputs, **named_inputs)
 
 
 class PreemptedGPT(PreemptedAt, GPT):

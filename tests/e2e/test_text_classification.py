@@ -19,7 +19,7 @@ from helpers import assert_same_training, hashes_of_every_file
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.data import build_data, make_data
-from trainkit.data.token_batches import TokenBudgetBatches
+from trainkit.data.size_budget import SizeBudgetBatches
 from trainkit.models import build_model
 
 # Each class a byte pattern of its own, repeated to lengths of 3 to 90 bytes: learnable in a few updates.
@@ -277,10 +277,10 @@ def train_lengths(corpus: Path):
 
 
 def train_batches_an_epoch(corpus: Path, world_size: int) -> int:
-    """What TokenBudgetBatches gives each rank of the tiny corpus's train split an epoch."""
+    """What SizeBudgetBatches gives each rank of the tiny corpus's train split an epoch."""
     cfg = composed(*tiny(corpus))
     return len(
-        TokenBudgetBatches(train_lengths(corpus), cfg.data.max_tokens, cfg.data.batch_size, world_size=world_size)
+        SizeBudgetBatches(train_lengths(corpus), cfg.data.max_tokens, cfg.data.batch_size, world_size=world_size)
     )
 
 
@@ -323,7 +323,7 @@ def test_a_resume_inside_an_epoch_refuses_other_batches_and_takes_them_at_the_ep
     per_epoch = train_batches_an_epoch(corpus, world_size=1)
     stopped = run_train(*tiny(corpus, f"trainer.max_steps={per_epoch + 3}"))  # 3 batches into epoch 1
     before = hashes_of_every_file(stopped.run_dir)
-    halved = len(TokenBudgetBatches(train_lengths(corpus), 128, 16))
+    halved = len(SizeBudgetBatches(train_lengths(corpus), 128, 16))
     for change, refusal in (
         (["data.max_tokens=128"], f"data.max_tokens: 256 -> 128 on a resume inside epoch 1 (after batch 3 of "
                                   f"{per_epoch}): the epoch would hold other batches ({halved} batches, not "),

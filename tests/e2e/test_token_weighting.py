@@ -85,7 +85,7 @@ def test_micro_batches_of_a_token_batch_are_cut_by_tokens_and_weigh_their_tokens
     items = sequences(1)
     batch = [padded(items)]  # 10 sequences x 7 tokens
     whole, _ = weights_after_one_update(batch, accumulate=1)
-    assert [len(p[0][0]) for p in train.micro_batches(batch[0], 21, tokens=True)] == [3, 3, 3, 1]  # 21 tokens: 3 rows
+    assert [len(p[0][0]) for p in train.micro_batches(batch[0], 21, sized=True)] == [3, 3, 3, 1]  # 21 tokens: 3 rows
     split, _ = weights_after_one_update(batch, accumulate=1, micro_batch_size=21)
     torch.testing.assert_close(split, whole, rtol=0, atol=1e-6)
 

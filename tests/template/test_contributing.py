@@ -1,4 +1,5 @@
-"""The README's recipes, "Add your own model", "Add your own dataset" and "Add your own task",
+"""The README's recipes, "Add your own model", "Add your own dataset" and "Add your own task", and those of
+docs/recipes.md (an auxiliary loss, a data kind of variable-length signals, two views and a contrastive loss),
 followed exactly as written on a copy of the repository.
 
 A recipe's files are the code blocks whose first line is `# file: <path>`; its command is the
@@ -25,6 +26,13 @@ ROOT = Path(__file__).resolve().parents[2]
 FENCED_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 FILE_MARKER = re.compile(r"#\s*file:\s*(\S+)")
 RECIPES = ("Add your own model", "Add your own dataset", "Add your own task")
+DOCUMENTED = "docs/recipes.md"
+# Each docs/recipes.md recipe: its section, and the micro-batch size its tests add (data=chirps: frames).
+DOCUMENTED_RECIPES = {
+    "An auxiliary loss from an intermediate activation": 24,
+    "A data kind of variable-length signals": 512,
+    "Two augmented views of each image and a contrastive loss": 24,
+}
 
 
 def section(markdown: str, title: str) -> str:
@@ -76,12 +84,11 @@ def load_module(path: Path):
     return module
 
 
-def follow(title: str, config_group: str, tmp_path: Path, timeout: int = 300) -> tuple[dict[str, str], Path, Path]:
-    """Write the recipe's files into a copy of the repository and run its one `python train.py`
-    line there; the recipe's files, the copy and the run directory."""
-    files, commands = recipe(title)
+def recipe_copy(title: str, tmp_path: Path, document: str = "README.md") -> tuple[dict[str, str], Path, list[str]]:
+    """A copy of the repository with the recipe's files written in: (the files, the copy, the arguments of the
+    recipe's one `python train.py` line)."""
+    files, commands = recipe(title, document)
     assert any(path.endswith(".py") for path in files), "the recipe writes no Python file"
-    assert any(path.startswith(f"conf/{config_group}/") for path in files), f"no conf/{config_group}/ yaml"
     train_commands = [command for command in commands if command[:2] == ["python", "train.py"]]
     assert len(train_commands) == 1, f"expected one `python train.py ...` line in the recipe, got {commands}"
 
@@ -91,13 +98,27 @@ def follow(title: str, config_group: str, tmp_path: Path, timeout: int = 300) ->
         assert not (repo / path).exists(), f"{path} already exists: the recipe would not be adding it"
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
+    return files, repo, train_commands[0][2:]
 
-    # The copy's src/ first: train.py must import the copy's trainkit, where the recipe put its file.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo / "src"), os.environ.get("PYTHONPATH")]))}
+
+def run_script(repo: Path, script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python <script> <args>` in the copy, with the copy's src/ first: train.py must import the copy's trainkit,
+    where the recipe put its files (and tests/, for the models that stop themselves)."""
+    paths = [str(repo / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    env.pop("WANDB_SERVICE", None)
+    command = [sys.executable, script, *args]
+    return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def follow(title: str, config_group: str, tmp_path: Path, timeout: int = 300) -> tuple[dict[str, str], Path, Path]:
+    """Write the recipe's files into a copy of the repository and run its one `python train.py`
+    line there; the recipe's files, the copy and the run directory."""
+    files, repo, arguments = recipe_copy(title, tmp_path)
+    assert any(path.startswith(f"conf/{config_group}/") for path in files), f"no conf/{config_group}/ yaml"
     run_dir = tmp_path / "run"
-    command = [sys.executable, *train_commands[0][1:], f"hydra.run.dir={run_dir}"]
-    process = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
-    assert process.returncode == 0, f"{shlex.join(train_commands[0])} failed:\n{process.stderr[-4000:]}"
+    process = run_script(repo, "train.py", *arguments, f"hydra.run.dir={run_dir}", timeout=timeout)
+    assert process.returncode == 0, f"python train.py {shlex.join(arguments)} failed:\n{process.stderr[-4000:]}"
     return files, repo, run_dir
 
 
@@ -126,10 +147,12 @@ def test_add_your_own_model_recipe_trains_the_new_model(tmp_path):
     assert {key: value.shape for key, value in trained.items()} == {key: value.shape for key, value in expected.items()}
 
 
-@pytest.mark.parametrize("title", RECIPES)
-def test_recipe_code_passes_lint_and_format(title):
+@pytest.mark.parametrize(
+    "title, document", [*((title, "README.md") for title in RECIPES), *((t, DOCUMENTED) for t in DOCUMENTED_RECIPES)]
+)
+def test_recipe_code_passes_lint_and_format(title, document):
     pytest.importorskip("ruff")
-    files, _ = recipe(title)
+    files, _ = recipe(title, document)
     for path, text in files.items():
         if path.endswith(".py"):
             for check in (["check"], ["format", "--check"]):
@@ -207,3 +230,81 @@ def test_add_your_own_task_recipe_trains_and_reports_the_task_metrics(tmp_path):
         train_targets = torch.cat([task.targets(task.to_device(batch, torch.device("cpu"))) for batch in data.train])
         guess = (test_targets - train_targets.median()).abs().mean().item()
         assert trained["test/mae"] < guess / 2, f"test/mae {trained['test/mae']}, a constant guess {guess}"
+
+
+# ---- docs/recipes.md: each recipe trains micro-batched, eval.py agrees, and under DDP a SIGTERM resumes exactly ----
+
+
+def eval_py_test_metrics(repo: Path, checkpoint: Path, out_dir: Path) -> dict:
+    process = run_script(repo, "eval.py", f"checkpoint={checkpoint}", f"hydra.run.dir={out_dir}")
+    assert process.returncode == 0, process.stderr[-4000:]
+    return json.loads((out_dir / "metrics.json").read_text())
+
+
+def assert_eval_py_gives_the_summary(repo: Path, run_dir: Path, out_dir: Path) -> None:
+    test = json.loads((run_dir / "summary.json").read_text())["test"]
+    assert sorted(test) == ["test/acc", "test/loss"] and math.isfinite(test["test/loss"])
+    metrics = eval_py_test_metrics(repo, run_dir / "checkpoints" / "best.pt", out_dir)
+    assert {key: metrics[key] for key in test} == pytest.approx(test, rel=1e-6)
+
+
+@pytest.mark.parametrize("title", DOCUMENTED_RECIPES)
+def test_a_documented_recipe_trains_in_micro_batches_and_eval_py_gives_its_summary(title, tmp_path):
+    _, repo, arguments = recipe_copy(title, tmp_path, DOCUMENTED)
+    micro = f"trainer.micro_batch_size={DOCUMENTED_RECIPES[title]}"
+    run_dir = tmp_path / "run"
+    short = ("trainer.max_epochs=1", "trainer.limit_train_batches=8")  # a few updates: the recipe's own run learns
+    process = run_script(repo, "train.py", *arguments, micro, *short, f"hydra.run.dir={run_dir}")
+    assert process.returncode == 0, f"python train.py {shlex.join(arguments)} failed:\n{process.stderr[-4000:]}"
+    assert "in micro-batches of" in process.stdout + process.stderr  # the start line: batches were cut
+    assert_eval_py_gives_the_summary(repo, run_dir, tmp_path / "eval")
+
+
+PREEMPTED = """from models_for_tests import PreemptedAt
+from {module} import {name}
+
+
+class Preempted(PreemptedAt, {name}):
+    pass
+"""
+
+
+@pytest.mark.slow  # three runs of two processes each, and eval.py
+@pytest.mark.parametrize("title", DOCUMENTED_RECIPES)
+def test_a_documented_recipe_under_ddp_resumes_exactly_after_sigterm_and_eval_py_gives_its_summary(title, tmp_path):
+    """The recipe's command under DDP (2 processes, gloo) in micro-batches: straight, and stopped by a SIGTERM inside
+    its first epoch then resumed, give the same epochs, test metrics and weights; eval.py gives its summary."""
+    from conftest import TrainRun
+    from helpers import assert_same_training
+
+    _, repo, arguments = recipe_copy(title, tmp_path, DOCUMENTED)
+    option = next(argument.split("=", 1)[1] for argument in arguments if argument.startswith("model="))
+    model = OmegaConf.load(repo / "conf" / "model" / f"{option}.yaml")._target_
+    module, name = model.rsplit(".", 1)  # the recipe's model (or the one it names), stopping itself on rank 0
+    (repo / "src" / "preempted_recipe.py").write_text(PREEMPTED.format(module=module, name=name))
+    shared = (
+        *arguments,
+        "distributed=ddp",
+        "distributed.nproc_per_node=2",
+        f"trainer.micro_batch_size={DOCUMENTED_RECIPES[title]}",
+        "trainer.max_epochs=2",
+        "trainer.limit_train_batches=6",
+        "regularization.early_stopping.enabled=false",
+        "trainer.log_every_n_steps=1",  # under DDP the ranks agree on a stop at logging steps
+        "model._target_=preempted_recipe.Preempted",
+    )
+
+    def train(run_dir: Path, *more: str) -> TrainRun:
+        process = run_script(repo, "train.py", *shared, *more, f"hydra.run.dir={run_dir}", timeout=600)
+        return TrainRun(process.returncode, process.stdout, process.stderr, run_dir)
+
+    straight = train(tmp_path / "straight", "+model.preempt_at=0")
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    assert straight.summary["world_size"] == 2
+    preempted = train(tmp_path / "preempted", "+model.preempt_at=5")  # rank 0's 5th forward: a few updates in
+    assert preempted.returncode == 75, preempted.stderr[-4000:]
+    resumed = train(preempted.run_dir, "resume=auto", "+model.preempt_at=0")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert re.search(r"at epoch 0, batch [1-9]\d*, step [1-9]", resumed.stdout + resumed.stderr)  # inside epoch 0
+    assert_same_training(resumed, straight)
+    assert_eval_py_gives_the_summary(repo, straight.run_dir, tmp_path / "eval")

@@ -171,7 +171,6 @@ RULES: dict[str, Check] = {
     "data.block_size": integer(1),  # data=text: bytes a block (the model's context)
     "data.pattern": text(),  # data=text: the files under data.root (a recursive glob)
     "data.max_length": integer(1),  # text: bytes (tokens) a sequence keeps
-    "data.max_tokens": integer(1, null=True),  # token data: a batch's tokens, padding included (>= data.max_length)
     "data.class_folders": class_folders,
     "data.packages": integer(2),  # data=stdlib_functions: the classes
     "finetune.pretrained_path": text(null=True),

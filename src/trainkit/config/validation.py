@@ -23,8 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from trainkit.augment.batch_transform import active_ops
 from trainkit.config.declared import answer, arguments, declared, feature_checks, feature_modules
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
-from trainkit.config.schema import Relation, find_problems, refused_under_fsdp, show, unknown_keys
-from trainkit.data.datasets import Data, ImageData, data_class
+from trainkit.config.schema import Relation, find_problems, integer, refused_under_fsdp, show, unknown_keys
+from trainkit.data.datasets import Data, ImageData, budget_key, data_class
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import higher_is_better, metric_names_of, task_class
@@ -463,9 +463,12 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     """{key: what is wrong and how to fix it} for every problem the config alone reveals, once the
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
-    rules, relations = declared({"data": _data_class(cfg), "model": _model_class(cfg), "task": _task(cfg)})
+    data = _data_class(cfg)
+    rules, relations = declared({"data": data, "model": _model_class(cfg), "task": _task(cfg)})
+    key = budget_key(data) if data is not None else None  # a size budget: units a batch (data.max_tokens)
+    budget = {f"data.{key}": integer(1, null=True)} if key else {}
     feature_rules, feature_relations = feature_checks(cfg)  # each optional feature's, declared beside its code
-    return find_problems(cfg, RULES | rules | feature_rules, (*RELATIONS, *relations, *feature_relations))
+    return find_problems(cfg, RULES | budget | rules | feature_rules, (*RELATIONS, *relations, *feature_relations))
 
 
 def ignored_keys(cfg: DictConfig) -> list[str]:

@@ -53,7 +53,8 @@ class DataBundle:
     num_classes: int
     kind: str = "image"  # the option's kind: image | tokens | generic
     pad_id: int | None = None  # token data: the padding id (real tokens are inputs != pad_id); None: no padding
-    longest: int | None = None  # token data: the most tokens a training sequence holds (micro-batches count tokens)
+    size_unit: str | None = None  # items of many sizes (Data.size_unit: tokens): micro-batches count it; None: samples
+    longest: int | None = None  # the most units (tokens) a training item holds, where the data says
     channels: int | None = None  # images: their shape, and the statistics to normalize them with
     image_size: int | None = None
     mean: tuple[float, ...] | None = None  # one value per channel, for normalizing images scaled to [0, 1]
@@ -100,7 +101,7 @@ def build_data(
         files = file_loader_settings(data, device)  # data.num_workers / pin_memory `auto` resolved here
         files["collate"] = data.collate
 
-        def batches(split: Any, train: bool) -> Any:  # the option's batch sampler (a token budget), or None
+        def batches(split: Any, train: bool) -> Any:  # the option's batch sampler (a size budget), or None
             return data.batch_sampler(split, train=train, **shards)
 
         train = FileLoader(made.train, **train_args, **files, batch_sampler=batches(made.train, True))
@@ -146,7 +147,8 @@ def build_data(
         num_classes,
         kind=data.kind,
         pad_id=getattr(data, "pad_id", None),
-        longest=_longest_sequence(made) if data.kind == "tokens" else None,
+        size_unit=data.size_unit,
+        longest=_longest_item(data, made) if data.size_unit else None,
         channels=channels,
         image_size=image_size,
         mean=per_channel(data.mean, data.channels) if isinstance(data, ImageData) else None,
@@ -157,13 +159,13 @@ def build_data(
     )
 
 
-def _longest_sequence(made: Splits | FileSplits) -> int | None:
-    """The tokens of the training split's longest sequence: a row of in-memory sequences [N, T], or the most of a
-    token dataset's `lengths` (what the token budget reads); None where the data does not say."""
+def _longest_item(data: Data, made: Splits | FileSplits) -> int | None:
+    """The units of the training split's largest item: a row of in-memory items [N, T], or the most of a file
+    split's item_sizes (what a size budget reads); None where the data does not say."""
     if isinstance(made, Splits):
         return made.train[0][0].numel() if len(made.train[0]) else None
-    lengths = getattr(made.train, "lengths", None)
-    return int(max(lengths)) if lengths is not None and len(lengths) else None
+    sizes = data.item_sizes(made.train)
+    return int(max(sizes)) if sizes is not None and len(sizes) else None
 
 
 def make_data(cfg: Mapping) -> Data:

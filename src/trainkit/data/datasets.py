@@ -9,12 +9,13 @@ makes it (in a notebook too), and its `splits()` makes the data:
   build_data puts them on the device (TensorLoader); or
 - `FileSplits` of map-style datasets, e.g. items `(uint8 [C, S, S] tensor, label)`, decoded in
   DataLoader workers (FileLoader) and batched by the option's `collate`, as trainkit.data.imagefolder does.
-The option also says how its batches are made (`batch_sampler`: fixed sizes, or a token budget) and
+The option also says how its batches are made (`batch_sampler`: fixed sizes, or a size budget) and
 what runs on them on the device (`batch_transform`: images scale, resize, augment and normalize;
 other data nothing). Every split is a pure function of the fields, so every rank builds the same one
 without talking to the others.
 """
 
+import dataclasses
 import importlib
 import importlib.util
 from collections.abc import Iterator, Sequence
@@ -72,6 +73,9 @@ class Data:
     shuffle: bool  # reshuffle the training split every epoch
 
     kind: ClassVar[str] = "generic"  # "image" | "tokens" | "generic": what the loop may do with a batch
+    # Items of many sizes, in this unit ("tokens"; a signal's "frames"): with a budget key named after it
+    # (max_<unit>) the option batches by a size budget, and trainer.micro_batch_size counts units. None: samples.
+    size_unit: ClassVar[str | None] = None
     in_memory: ClassVar[bool] = True  # splits() gives Splits, held on the device; False: FileSplits
     needs_root: ClassVar[str] = ""  # what data.root must name, for data read from a folder ("": nothing)
     uses_root: ClassVar[bool] = True  # False: generated or shipped data, a data.root set is ignored
@@ -101,19 +105,33 @@ class Data:
         token sequences pad to the batch's longest."""
         return default_collate(items)
 
-    def batch_sampler(self, dataset: Dataset, *, train: bool, seed: int, rank: int, world_size: int) -> Any:
-        """This rank's batches of a file split as lists of indices, or None (here): batches of data.batch_size
-        (data.eval_batch_size) drawn by the loaders' own samplers. An option with a `max_tokens` key set fills
-        batches up to that many tokens, sequences of similar length together (TokenBudgetBatches, from the
-        dataset's `lengths`), as many batches on every rank."""
-        max_tokens = getattr(self, "max_tokens", None)
-        if max_tokens is None:
-            return None
-        from trainkit.data.token_batches import TokenBudgetBatches
+    def item_sizes(self, dataset: Dataset) -> Sequence[int] | None:
+        """Each item's size in `size_unit`s, what it pads to in a batch (a text's tokens, a signal's frames): the
+        dataset's `sizes`, one an item; None where it declares none."""
+        return getattr(dataset, "sizes", None)
 
-        return TokenBudgetBatches(
-            dataset.lengths,  # type: ignore[attr-defined]  # a token dataset's item lengths (INTERFACE: lengths)
-            max_tokens,
+    def batch_sampler(self, dataset: Dataset, *, train: bool, seed: int, rank: int, world_size: int) -> Any:
+        """This rank's batches of a file split as lists of indices, or None: batches of data.batch_size
+        (data.eval_batch_size) drawn by the loaders' own samplers. An option whose items have sizes (`size_unit`)
+        and whose budget key data.max_<unit> is set fills batches up to that many units, items of similar size
+        together (SizeBudgetBatches, from item_sizes), data.batch_size capping the items a batch, as many batches
+        on every rank."""
+        key = budget_key(type(self))
+        budget = getattr(self, key, None) if key else None
+        if budget is None:
+            return None
+        sizes = self.item_sizes(dataset)
+        if sizes is None:
+            raise ConfigError(
+                f"data.{key}",
+                f"is set, but {type(dataset).__name__} declares no item sizes to batch by; give it `sizes` (one an "
+                f"item, in {self.size_unit}) or set data.{key}=null",
+            )
+        from trainkit.data.size_budget import SizeBudgetBatches
+
+        return SizeBudgetBatches(
+            sizes,
+            budget,
             self.batch_size if train else self.eval_batch_size,
             shuffle=self.shuffle and train,
             seed=seed,
@@ -121,7 +139,14 @@ class Data:
             world_size=world_size,
             drop_last=self.drop_last and train,
             train=train,  # training: as many batches on every rank; evaluation: each sample once
+            unit=str(self.size_unit),
         )
+
+
+def budget_key(data: type["Data"]) -> str | None:
+    """The key of a data option's size budget, max_<its size_unit> (text: max_tokens), if it has one."""
+    key = f"max_{data.size_unit}" if data.size_unit else None
+    return key if key in {field.name for field in dataclasses.fields(data)} else None
 
 
 @dataclass(kw_only=True)

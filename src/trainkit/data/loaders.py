@@ -13,7 +13,7 @@ one evaluates, which is how build_data asks for them. `train=True, shuffle=False
 fixed order every epoch (overfitting a few batches while debugging).
 
 Hooks of the data option, for file data (FileLoader): `collate` makes a batch of a list of items (token
-sequences pad to the longest), and a `batch_sampler` (a token budget: trainkit.data.token_batches) makes
+sequences pad to the longest), and a `batch_sampler` (a size budget: trainkit.data.size_budget) makes
 this rank's batches in place of the fixed-size ones; it keeps the contract above itself. In-memory data
 (TensorLoader) stays sliced on the device in fixed batches, targets in their own dtype.
 
@@ -268,7 +268,7 @@ class FileLoader(ShardedLoader):
         size = len(dataset)  # type: ignore[arg-type]  # a map-style dataset has a length; torch's Dataset stub has none
         sampler = shard_sampler(size, train=train, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
         super().__init__(sampler, batch_size, drop_last)
-        # A batch sampler of the data option's (a token budget) makes this rank's batches in place of the sampler's
+        # A batch sampler of the data option's (a size budget) makes this rank's batches in place of the sampler's
         # fixed-size ones; it shards, shuffles and resumes itself (set_epoch(epoch, start_batch), len, num_samples).
         self.batch_sampler = batch_sampler
         batching: dict[str, Any] = (
@@ -315,7 +315,7 @@ class FileLoader(ShardedLoader):
 
     def sample(self, batches: int) -> Iterator[Any]:
         """As ShardedLoader.sample; a batch sampler of the option's draws its own sample where it can (a token
-        budget's `set_limit`: TokenBudgetBatches), else gives its first batches."""
+        budget's `set_limit`: SizeBudgetBatches), else gives its first batches."""
         if self.batch_sampler is None or not isinstance(self.sampler, EvaluationSampler):
             yield from super().sample(batches)
             return

@@ -14,14 +14,14 @@ with data.skip_bad_files=true.
 
 The listing reads every file of every split once (about 1.4 s for 20,000 small files; a progress bar where it
 takes over a second), so such a file stops the run before its first update, not when its split is first read,
-and its sizes are the sequence lengths the token budget batches by (trainkit.data.token_batches). DataLoader
+and its sizes are the sequence lengths the token budget batches by (trainkit.data.size_budget). DataLoader
 workers read the files again for the batches (a file changed since is a BadTextFile, which FileLoader raises
 as one line or skips). A batch pads to its longest sequence with PAD_ID: inputs int64 [B, T], labels int64
 [B]; a model finds the real tokens as inputs != 0.
 """
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -69,6 +69,7 @@ class TextData(Data):
     max_tokens: int | None = None  # null: batches of data.batch_size; N: batches of up to N tokens, padding included
 
     kind: ClassVar[str] = "tokens"
+    size_unit: ClassVar[str] = "tokens"  # the size budget is data.max_tokens
     in_memory: ClassVar[bool] = False
     pad_id: ClassVar[int] = PAD_ID
     vocabulary: ClassVar[int] = VOCABULARY
@@ -85,6 +86,9 @@ class TextData(Data):
 
     def collate(self, items: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
         return pad_to_longest(items)
+
+    def item_sizes(self, dataset: Dataset) -> Sequence[int] | None:
+        return getattr(dataset, "lengths", None)  # a text's tokens, cut at data.max_length
 
     def class_names(self) -> list[str]:
         """The classes in label order (what eval.py's predictions name); [] where the data has no names."""

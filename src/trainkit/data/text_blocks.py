@@ -54,6 +54,7 @@ class TextBlocks(Folds, Data):
     skip_bad_files: bool = False  # leave out files that are not UTF-8 (counted and named) instead of stopping
 
     kind: ClassVar[str] = "tokens"
+    size_unit: ClassVar[str] = "tokens"  # blocks of block_size + 1: trainer.micro_batch_size counts tokens
 
     def files(self) -> tuple[list[Path], int]:
         """The corpus's files, sorted: the standard library's (data.root null), or those matching data.pattern;

@@ -10,6 +10,8 @@ they are, and train/acc counts a prediction right when it names the label with t
 of the mix. Evaluation never mixes: val/ and test/ are plain cross-entropy and accuracy.
 """
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -34,8 +36,8 @@ class Classification(Task):
         self.label_smoothing = label_smoothing
         self.mixing = LabelMixing({"mixup_alpha": mixup_alpha, "cutmix_alpha": cutmix_alpha}, num_classes)
 
-    def augment(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        return self.mixing(*batch)
+    def augment(self, batch: Any) -> Any:
+        return self.mixing(*batch) if self.mixing.enabled else batch  # any batch, unless it mixes (image pairs)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return F.cross_entropy(outputs, targets, label_smoothing=self.label_smoothing)

@@ -20,10 +20,10 @@ the loop moves, cuts into micro-batches and counts it without looking inside (tr
 `step` is the one place that gives a batch to the model: the loop, evaluation (with `tta_flip`, `model`
 averages an input's and its mirror's outputs), both finders and micro_batch_size=auto call it, on a
 micro-batch part as on a whole batch. Its `outputs` are what the scoring methods take. The defaults
-here are for (inputs, targets) pairs: `model(inputs)` and `loss(outputs, targets)`. A model that
-returns (logits, aux), an auxiliary loss, two views or a model that computes its own loss is a `step`
-of your own; a dict batch is a `step`, `targets` and `transform` of your own (tests/tasks_for_tests.py
-has both).
+here are for (inputs, targets) pairs, `model(inputs)` and `loss(outputs, targets)`, and for dict batches
+whose "targets" key holds the targets: `model(**the other keys)` (a signal and its lengths), the data's
+transform on the whole dict. A model that returns (logits, aux), an auxiliary loss, two views or a model
+that computes its own loss is a `step` of your own (tests/tasks_for_tests.py; docs/recipes.md).
 
 Metrics are sums, never means: evaluation adds the batches' sums on the device and all-reduces
 them across ranks once, so each sample counts exactly once and no rank's mean is averaged with
@@ -41,13 +41,15 @@ train/loss are per token. A task weighing something else returns its count from 
 that is the mean over it, with `weighs = "tokens"` (the update then means over that count).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from trainkit.tasks.batches import samples, to_device
+
+TARGETS = "targets"  # a dict batch's key for what the outputs are scored against; its other keys go to the model
 
 
 class Task:
@@ -64,7 +66,10 @@ class Task:
     def to_device(self, batch: Any, device: torch.device) -> Any:
         return to_device(batch, device)
 
-    def transform(self, batch: Any, transform: Callable[[Tensor], Tensor]) -> Any:
+    def transform(self, batch: Any, transform: Callable[[Any], Any]) -> Any:
+        """The data's batch transform: on a pair's inputs (images); a dict batch is the data's own, given whole."""
+        if isinstance(batch, Mapping):
+            return transform(batch)
         inputs, targets = batch
         return transform(inputs), targets
 
@@ -73,13 +78,17 @@ class Task:
 
     def step(self, model: Callable[..., Any], batch: Any) -> tuple[Tensor, Any]:
         """The training loss of a batch (a mean over what it weighs) and what the scoring methods take: here the
-        model's outputs for the pair's inputs, scored in fp32 against its targets."""
-        inputs, targets = batch
-        outputs = model(inputs)
-        return self.loss(outputs.float(), targets), outputs
+        model's outputs for the batch's inputs (a pair's first; a dict's other keys, as keyword arguments),
+        scored in fp32 against its targets."""
+        if isinstance(batch, Mapping):
+            outputs = model(**{key: value for key, value in batch.items() if key != TARGETS})
+        else:
+            outputs = model(batch[0])
+        return self.loss(outputs.float(), self.targets(batch)), outputs
 
     def targets(self, batch: Any) -> Any:
-        return batch[1]
+        """A pair's second; a dict batch's "targets"."""
+        return batch[TARGETS] if isinstance(batch, Mapping) else batch[1]
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         raise NotImplementedError

@@ -32,11 +32,12 @@ def training_line(
     code: str | None = None,
     batch_size: int | None = None,
     longest: int | None = None,
+    unit: str | None = "tokens",
 ) -> str:
     """`training N parameters on DEVICE for LENGTH[, MICRO-BATCHES] (code a1b2c3d+dirty) -> RUN_DIR`; the
     length is trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the commit, if
     known; micro-batches where trainer.micro_batch_size splits a batch of `batch_size` (data.batch_size), in
-    tokens for token data (`longest`: its longest training sequence's tokens)."""
+    units for sized data (`longest`: its longest training item's `unit`s, tokens)."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     epochs = trainer.max_epochs
     length = (
@@ -48,15 +49,16 @@ def training_line(
         length = f"{trainer.max_steps} updates (trainer.max_steps; {updates_per_epoch} updates an epoch)"
     micro = trainer.get("micro_batch_size")
     if isinstance(micro, int) and batch_size is not None:
-        length += micro_batches_part(micro, batch_size, longest, model)
+        length += micro_batches_part(micro, batch_size, longest, model, unit or "tokens")
     code_part = f" (code {code})" if code else ""
     return f"training {trainable:,} parameters on {device} for {length}{code_part} -> {run_dir}"
 
 
-def micro_batches_part(micro: int, batch_size: int, longest: int | None, model: nn.Module) -> str:
-    """What trainer.micro_batch_size=`micro` does to a batch, for the start line ("" where it splits none). Token
-    data (`longest` given) counts tokens: a part holds whole sequences, micro // the batch's padded length of them,
-    at least one, so a size below the longest sequence is a warning naming the smallest that a part keeps to."""
+def micro_batches_part(micro: int, batch_size: int, longest: int | None, model: nn.Module, unit: str = "tokens") -> str:
+    """What trainer.micro_batch_size=`micro` does to a batch, for the start line ("" where it splits none). Sized
+    data (`longest` given) counts its units (tokens): a part holds whole sequences, micro // the batch's padded
+    length of them, at least one, so a size below the longest sequence is a warning naming the smallest that a
+    part keeps to."""
     if longest is None:
         if micro >= batch_size:
             return ""
@@ -67,15 +69,15 @@ def micro_batches_part(micro: int, batch_size: int, longest: int | None, model: 
         return ""
     if micro < longest:
         log.warning(
-            f"trainer.micro_batch_size={micro} counts tokens on token data and is below one sequence: a part holds "
-            f"at least one whole sequence, so a batch of sequences longer than {micro} tokens trains one a part (up "
-            f"to {longest} tokens each, {batch_size} forward passes a full batch); the smallest size parts keep to is "
+            f"trainer.micro_batch_size={micro} counts {unit} on this data and is below one sequence: a part holds "
+            f"at least one whole sequence, so a batch of sequences longer than {micro} {unit} trains one a part (up "
+            f"to {longest} {unit} each, {batch_size} forward passes a full batch); the smallest size parts keep to is "
             f"{longest} (the longest sequence): trainer.micro_batch_size={longest} or more"
         )
     held = max(1, micro // longest)
     return (
-        f", each batch of up to {batch_size} sequences in micro-batches of {micro} tokens (a part holds {micro} // "
-        f"the batch's padded length sequences, at least 1: {held} of the longest, {longest} tokens)"
+        f", each batch of up to {batch_size} sequences in micro-batches of {micro} {unit} (a part holds {micro} // "
+        f"the batch's padded length sequences, at least 1: {held} of the longest, {longest} {unit})"
     )
 
 

@@ -37,6 +37,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from trainkit.config.schema import Check, Relation, flag, integer, number, refused_under_fsdp
+from trainkit.data.datasets import budget_key, data_class
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.distributed.process_group import min_across_ranks
 from trainkit.errors import ConfigError
@@ -286,19 +287,23 @@ def _whole_weights(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "batch_size_finder.enabled", refused_under_fsdp("measures the unsharded model")
 
 
-def _a_token_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """The finder searches data.batch_size; under data.max_tokens that is a cap, not a batch's size."""
-    if isinstance(cfg.data.get("max_tokens"), int) and cfg.batch_size_finder.enabled:
+def _a_size_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """The finder searches data.batch_size; under a size budget (data.max_tokens) that is a cap, not a batch's size."""
+    try:  # a data._target_ that does not import: its own problem
+        key = budget_key(data_class(str(cfg.data.get("_target_"))))
+    except ConfigError:
+        key = None
+    if key and isinstance(cfg.data.get(key), int) and cfg.batch_size_finder.enabled:
         yield (
             "batch_size_finder.enabled",
-            f"searches data.batch_size, but data.max_tokens={cfg.data.max_tokens} decides how much a batch holds "
-            "(data.batch_size only caps its sequences); set batch_size_finder.enabled=false and size the budget "
-            "(or trainer.micro_batch_size=auto under it), or set data.max_tokens=null to search fixed batches",
+            f"searches data.batch_size, but data.{key}={cfg.data[key]} decides how much a batch holds "
+            "(data.batch_size only caps its items); set batch_size_finder.enabled=false and size the budget "
+            f"(or trainer.micro_batch_size=auto under it), or set data.{key}=null to search fixed batches",
         )
 
 
 CONFIG_RELATIONS = (
     Relation(("batch_size_finder",), _a_range_to_search),
     Relation(("batch_size_finder.enabled", "distributed.name"), _whole_weights),
-    Relation(("data.max_tokens", "batch_size_finder.enabled"), _a_token_budget_sizes_its_batches),
+    Relation(("data._target_", "batch_size_finder.enabled"), _a_size_budget_sizes_its_batches),
 )

@@ -49,13 +49,14 @@ from trainkit.tuning.batch_size_finder import (
 log = logging.getLogger(__name__)
 
 
-def micro_batches(batch: Any, size: int | None, tokens: bool = False) -> list[tuple[Any, float]]:
+def micro_batches(batch: Any, size: int | None, sized: bool = False) -> list[tuple[Any, float]]:
     """(part, share of the batch) for each part of at most `size` samples, cut from every tensor of the batch
     (any nested structure: trainkit.tasks.batches.split); the whole batch as its one part when `size` is None
-    or not smaller than the batch (no copy, no extra op). `tokens` (token data: the batch's first tensor holds
-    the ids, [B, T]): `size` counts tokens, a part holds size // T sequences (at least one)."""
+    or not smaller than the batch (no copy, no extra op). `sized` (items of many sizes, Data.size_unit: the
+    batch's first tensor holds them padded, [B, T]; token ids): `size` counts units (tokens), a part holds
+    size // T items (at least one)."""
     total = batches.samples(batch)
-    if size is not None and tokens:
+    if size is not None and sized:
         size = max(1, size // max(1, batches.first_tensor(batch)[0].numel()))
     if size is None or size >= total:
         return [(batch, 1.0)]
@@ -124,24 +125,25 @@ def micro_batch_size_that_fits(
     loader: Iterable,
     device: torch.device,
     *,
-    tokens: bool,
+    unit: str | None,
     memory_cap_mb: float | None,
 ) -> int:
     """trainer.micro_batch_size=auto for train.py: searched (find_micro_batch_size) on `loader`'s first batch,
     moved to `device` (task.to_device), with `step(part)`, the forward and backward of a part (train.py's: its
     batch transform, task.step; no update). The probe puts gradients, BatchNorm statistics, modes and RNG
     streams back as they were, so the failed tries leave nothing behind and training starts as it would have.
-    `tokens` (token data): sizes count tokens, and a part of N tokens holds N // T of the batch's sequences.
+    `unit` (Data.size_unit, items of many sizes: tokens): sizes count units, and a part of N units holds
+    N // T of the batch's items (T: the first tensor's padded length).
     Not in a part's measured memory: the optimizer's state and DDP's buckets, as for the batch-size finder
     (trainkit.tuning.batch_size_finder)."""
     batch = task.to_device(next(iter(loader)), device)
-    per_sample = batches.first_tensor(batch)[0].numel() if tokens else 1
+    per_sample = batches.first_tensor(batch)[0].numel() if unit else 1
     probe = training_step_probe(model, batch, step)
     cap = None if memory_cap_mb is None else int(memory_cap_mb * 2**20)
     total = batches.samples(batch) * per_sample
     found = find_micro_batch_size(lambda size: probe(max(1, size // per_sample)), total, device, cap, per_sample)
-    unit = f" tokens ({max(1, found // per_sample)} of the first batch's sequences a part)" if tokens else ""
-    log.info(f"trainer.micro_batch_size=auto: training in micro-batches of {found}{unit}")
+    held = f" {unit} ({max(1, found // per_sample)} of the first batch's items a part)" if unit else ""
+    log.info(f"trainer.micro_batch_size=auto: training in micro-batches of {found}{held}")
     return found
 
 
@@ -155,14 +157,14 @@ CONFIG_RULES: dict[str, Check] = {
 
 def _a_size_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
-    try:  # a micro-batch of token data counts tokens, not sequences (a data._target_ that does not import: its own)
-        tokens = data_class(str(cfg.data.get("_target_"))).kind == "tokens"
+    try:  # a micro-batch of sized data counts units (tokens), not items (a data._target_ that does not import: its own)
+        sized = data_class(str(cfg.data.get("_target_"))).size_unit is not None
     except ConfigError:
-        tokens = False
+        sized = False
     # Larger than the batch would be no split at all: say so rather than train whole batches silently.
     # (With the batch-size finder, data.batch_size is only known later; a larger N is then one part.)
     searched = OmegaConf.select(cfg, "batch_size_finder.enabled", default=False)
-    if isinstance(micro, int) and micro > batch_size and not searched and not tokens:
+    if isinstance(micro, int) and micro > batch_size and not searched and not sized:
         yield (
             "trainer.micro_batch_size",
             f"is {micro}, larger than data.batch_size={batch_size}: nothing to split; set it to at most {batch_size}",

@@ -156,7 +156,6 @@ RULE_CASES = [
     (["data.shuffle=maybe"], "data.shuffle"),
     ([*IMAGES, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
     ([*TEXTS, "data.max_length=0", "model.max_length=1024"], "data.max_length"),
-    ([*TEXTS, "data.max_tokens=0"], "data.max_tokens"),
     ([*TEXTS, "data.class_folders=[pos]"], "data.class_folders"),
     ([*TEXTS, "data.class_folders=[neg,neg]"], "data.class_folders"),  # neg's files twice, as two labels
     ([*FUNCTIONS, "data.packages=1"], "data.packages"),
@@ -334,6 +333,8 @@ DECLARED_CASES = [
     (["experiment=stdlib_gpt", "model.n_head=3"], "model.n_embd"),
     ([*FUNCTIONS, "model.max_length=256"], "model.max_length"),  # SequenceClassifier
     ([*FUNCTIONS, "data.max_tokens=256"], "data.max_tokens"),  # TextData
+    ([*TEXTS, "data.max_tokens=0"], "data.max_tokens"),  # the size budget of a data option with a size_unit
+    ([*TEXTS, "data.max_tokens=many"], "data.max_tokens"),
     (["data.mean=[0.1,0.2]"], "data.mean"),  # ImageData
     (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
     (["model._target_=models_for_tests.HalvingCNN", "model.widths=[7,8]"], "model.widths"),  # one of yours

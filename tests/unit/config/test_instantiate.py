@@ -43,6 +43,11 @@ def test_every_model_option_instantiates_to_a_module(option):
     model = instantiate(cfg.model)
     assert isinstance(model, nn.Module)
     reads_images = "${data.channels}" in (ROOT / "conf" / "model" / f"{option}.yaml").read_text()
+    if option == "signal":  # 1-D signals of the data's channels and their lengths (docs/recipes.md), a score each out
+        with torch.no_grad():
+            outputs = model.eval()(signal=torch.zeros(1, cfg.data.channels, 8), lengths=torch.tensor([5]))
+        assert outputs.shape == (1, cfg.data.num_classes)
+        return
     if not reads_images:  # a model of another kind of data (token sequences): token ids in, a score each out
         with torch.no_grad():
             outputs = model.eval()(torch.zeros(1, 8, dtype=torch.int64))

@@ -86,7 +86,7 @@ def test_file_loader_takes_the_options_batch_sampler_and_collate():
     assert batches[1][0].tolist() == [[0, 1, 2, 3, 9], [0, 1, 2, 3, 4]]
 
 
-def test_a_data_option_with_max_tokens_asks_for_token_budget_batches(monkeypatch):
+def test_a_data_option_with_max_tokens_asks_for_size_budget_batches(monkeypatch):
     """The textdata sampler's stand-in records how build_data's batch-sampler hook builds it."""
     import sys
     import types
@@ -94,17 +94,17 @@ def test_a_data_option_with_max_tokens_asks_for_token_budget_batches(monkeypatch
 
     made = {}
 
-    class TokenBudgetBatches(LongestFirst):
-        def __init__(self, lengths, max_tokens, max_batch_size, **settings):
+    class SizeBudgetBatches(LongestFirst):
+        def __init__(self, sizes, budget, max_batch_size, **settings):
             super().__init__()
-            made.setdefault("calls", []).append((lengths.tolist(), max_tokens, max_batch_size, settings))
+            made.setdefault("calls", []).append((sizes.tolist(), budget, max_batch_size, settings))
 
-    module = types.ModuleType("trainkit.data.token_batches")
-    module.TokenBudgetBatches = TokenBudgetBatches
-    monkeypatch.setitem(sys.modules, "trainkit.data.token_batches", module)
+    module = types.ModuleType("trainkit.data.size_budget")
+    module.SizeBudgetBatches = SizeBudgetBatches
+    monkeypatch.setitem(sys.modules, "trainkit.data.size_budget", module)
 
     class Texts(torch.utils.data.Dataset):
-        lengths = torch.tensor([1, 2, 3, 4, 5, 6])
+        sizes = torch.tensor([1, 2, 3, 4, 5, 6])
 
         def __getitem__(self, i):
             return torch.arange(i + 1), i
@@ -116,6 +116,7 @@ def test_a_data_option_with_max_tokens_asks_for_token_budget_batches(monkeypatch
     class Budgeted(Data):
         max_tokens: int | None = 12
         in_memory = False
+        size_unit = "tokens"
 
         def splits(self):
             return FileSplits(Texts(), Texts(), Texts(), num_classes=6)
@@ -133,7 +134,66 @@ def test_a_data_option_with_max_tokens_asks_for_token_budget_batches(monkeypatch
         [1, 2, 3, 4, 5, 6],
         12,
         4,
-        dict(shuffle=True, seed=3, rank=0, world_size=1, drop_last=False, train=True),
+        dict(shuffle=True, seed=3, rank=0, world_size=1, drop_last=False, train=True, unit="tokens"),
     )
     assert val_call[2] == 8 and val_call[3]["shuffle"] is False
     assert [inputs.shape for inputs, _ in data.train] == [(1, 6), (2, 5), (3, 3)]  # the option's collate
+
+
+class Signals(torch.utils.data.Dataset):
+    """1-D signals of 3 to 40 values: their sizes declared, as the size budget asks."""
+
+    def __init__(self, count: int, declared: bool = True):
+        generator = torch.Generator().manual_seed(count)
+        self.signals = [torch.rand(int(n)) for n in torch.randint(3, 41, (count,), generator=generator)]
+        if declared:
+            self.sizes = [len(signal) for signal in self.signals]
+
+    def __getitem__(self, i):
+        return self.signals[i], i % 2
+
+    def __len__(self):
+        return len(self.signals)
+
+
+def test_a_data_kind_that_declares_its_item_sizes_is_batched_by_its_own_size_budget(monkeypatch):
+    """Not text: audio-like signals whose unit is frames. Declaring size_unit, a max_frames key and the datasets'
+    sizes is all it takes: padded batches within the budget, as many batches on every rank, and micro-batches
+    that count frames (DataBundle.size_unit); without sizes, one line naming the budget."""
+    from dataclasses import dataclass
+
+    import pytest
+
+    from trainkit.errors import ConfigError
+
+    @dataclass(kw_only=True)
+    class Clips(Data):
+        max_frames: int | None = 120
+        declared: bool = True
+        in_memory = False
+        size_unit = "frames"
+
+        def splits(self):
+            return FileSplits(*(Signals(n, self.declared) for n in (60, 20, 20)), num_classes=2)
+
+        def collate(self, items):
+            signals, labels = zip(*items)
+            padded = torch.nn.utils.rnn.pad_sequence(list(signals), batch_first=True)
+            return {"signal": padded, "lengths": torch.tensor([len(s) for s in signals]), "label": torch.tensor(labels)}
+
+    keys = dict(name="clips", num_classes=2, batch_size=16, eval_batch_size=16, num_workers=0, shuffle=True)
+    monkeypatch.setattr("trainkit.data.make_data", lambda cfg: Clips(**keys, drop_last=False, declared=cfg["sizes"]))
+    for world_size in (1, 2):
+        shards = [build_data({"sizes": True}, CPU, seed=0, rank=r, world_size=world_size) for r in range(world_size)]
+        assert len({len(data.train) for data in shards}) == 1  # every rank as many batches
+    data = build_data({"sizes": True}, CPU, seed=0)
+    assert data.size_unit == "frames" and data.longest == max(Signals(60).sizes)
+    batches = list(data.train)
+    assert all(batch["signal"].numel() <= 120 for batch in batches)
+    assert max(len(batch["lengths"]) for batch in batches) > 120 // 40  # short signals share a batch ...
+    assert {len(batch["lengths"]) for batch in batches} != {len(batches[0]["lengths"])}  # ... long ones fewer
+    assert sum(len(batch["label"]) for batch in data.val) == 20  # evaluation: each sample once
+
+    with pytest.raises(ConfigError) as error:
+        build_data({"sizes": False}, CPU, seed=0)
+    assert str(error.value).startswith("data.max_frames: is set, but Signals declares no item sizes")

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from helpers import load_script
-from trainkit.data.token_batches import TokenBudgetBatches
+from trainkit.data.size_budget import SizeBudgetBatches
 
 LENGTHS = (torch.rand(3000, generator=torch.Generator().manual_seed(0)) ** 3 * 600 + 5).long()
 
@@ -13,7 +13,7 @@ LENGTHS = (torch.rand(3000, generator=torch.Generator().manual_seed(0)) ** 3 * 6
 def test_the_fixed_batch_size_is_the_budget_runs_mean_batch():
     benchmark = load_script("token_budget_benchmark")
     the_plan = benchmark.plan(LENGTHS, 2048, 64)
-    batches = TokenBudgetBatches(LENGTHS, 2048, 64, seed=3)  # as train.py builds it: an epoch of one process
+    batches = SizeBudgetBatches(LENGTHS, 2048, 64, seed=3)  # as train.py builds it: an epoch of one process
     batches.set_epoch(0)
     trained = list(batches)
     assert the_plan.budget_batches == len(trained)

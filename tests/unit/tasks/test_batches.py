@@ -45,4 +45,4 @@ def test_micro_batches_of_a_dict_weigh_each_part_by_its_share_and_count_token_da
     assert [(batches.samples(part), share) for part, share in micro_batches(batch, 2)] == [(2, 0.4), (2, 0.4), (1, 0.2)]
     assert micro_batches(batch, 5) == [(batch, 1.0)]
     tokens = {"ids": torch.zeros(5, 4, dtype=torch.long), "targets": torch.zeros(5, 4, dtype=torch.long)}
-    assert [batches.samples(part) for part, _ in micro_batches(tokens, 8, tokens=True)] == [2, 2, 1]  # 8 tokens: 2 rows
+    assert [batches.samples(part) for part, _ in micro_batches(tokens, 8, sized=True)] == [2, 2, 1]  # 8 tokens: 2 rows

@@ -19,6 +19,28 @@ def not_blank(path) -> bool:
     return picture.ndim == 3 and picture[..., :3].reshape(-1, 3).std(axis=0).max() > 0.05
 
 
+class WithAuxiliaryLogits(nn.Module):
+    """Returns (its inputs as logits, auxiliary logits that would predict class 0 everywhere)."""
+
+    def forward(self, inputs):
+        return inputs, torch.zeros_like(inputs).index_fill_(1, torch.tensor([0]), 9.0)
+
+
+class AuxiliaryLoss(Classification):
+    def step(self, model, batch):
+        logits, aux_logits = model(batch[0])
+        return self.loss(logits, batch[1]) + self.loss(aux_logits, batch[1]), logits
+
+
+def test_the_counts_are_of_the_outputs_the_task_s_step_makes_of_a_model_with_two_outputs():
+    """The figures' pass reads the outputs as evaluation does (task.step): a model returning (logits, aux logits),
+    whose task scores the logits, is counted on its logits (a plain model(inputs) would be a tuple)."""
+    predictions, labels = torch.tensor([0, 1, 2, 2]), torch.tensor([0, 1, 2, 1])
+    batches = [(nn.functional.one_hot(predictions, 3).float(), labels)]
+    shown = predicted_on(WithAuxiliaryLogits(), batches, nn.Identity(), AuxiliaryLoss(3), "fp32", CPU, num_classes=3)
+    assert shown.counts.tolist() == [[1, 0, 0], [0, 1, 1], [0, 0, 1]]
+
+
 def test_a_class_an_image_gives_the_confusion_counts_of_every_batch(tmp_path):
     # The "model" returns its inputs as logits, so each prediction is the argmax of a one-hot input.
     predictions, labels = torch.tensor([0, 1, 1, 2, 2, 2, 0]), torch.tensor([0, 1, 2, 2, 2, 0, 0])

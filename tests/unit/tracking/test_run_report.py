@@ -73,7 +73,7 @@ def test_micro_batches_of_token_data_count_tokens_and_a_size_below_a_sequence_is
         "8 // the batch's padded length sequences, at least 1: 1 of the longest, 397 tokens) -> run"
     )
     assert [record.getMessage() for record in caplog.records] == [
-        "trainer.micro_batch_size=8 counts tokens on token data and is below one sequence: a part holds at least one "
+        "trainer.micro_batch_size=8 counts tokens on this data and is below one sequence: a part holds at least one "
         "whole sequence, so a batch of sequences longer than 8 tokens trains one a part (up to 397 tokens each, 32 "
         "forward passes a full batch); the smallest size parts keep to is 397 (the longest sequence): "
         "trainer.micro_batch_size=397 or more"

@@ -1,31 +1,33 @@
-"""Batches filled to a token budget (`data.max_tokens`): sequences of similar length together, so a batch
-pads little, holds many short sequences or few long ones, and its padded size (longest x count) stays
-within the budget, which is what decides its memory.
+"""Batches filled to a size budget: items of many sizes (token sequences, audio-like signals), those of similar
+size together, so a batch pads little, holds many short items or few long ones, and its padded size (longest x
+count) stays within the budget, which is what decides its memory. A data option asks for them by declaring the
+unit of its items' sizes and a budget key named after it (`size_unit = "tokens"`: data.max_tokens; trainkit.data.
+datasets.Data.batch_sampler), and its datasets' `sizes`.
 
-    batches = TokenBudgetBatches(dataset.lengths, max_tokens=8192, max_batch_size=128, seed=run_seed,
-                                 rank=rank, world_size=world_size)
+    batches = SizeBudgetBatches(dataset.sizes, budget=8192, max_batch_size=128, seed=run_seed,
+                                rank=rank, world_size=world_size, unit="tokens")
     batches.set_epoch(epoch, start_batch=0)    # before every epoch; start_batch > 0: a mid-epoch resume
     for indices in batches: ...                # this rank's batches, as lists of dataset indices
 
 The contract is the loaders' (trainkit.data.loaders): `len()` this rank's batches an epoch, `num_samples`
 its samples, `set_epoch` reshuffles and skips. How the batches are made:
-- Buckets: the lengths, sorted, are cut where a bucket's longest would pass BUCKET_RATIO x its shortest
-  (or its shortest + BUCKET_SLACK tokens, for short sequences). A bucket's batches all hold
-  min(max_batch_size, max_tokens // its longest) sequences, so the number of batches an epoch is the same
+- Buckets: the sizes, sorted, are cut where a bucket's longest would pass BUCKET_RATIO x its shortest
+  (or its shortest + BUCKET_SLACK, for short items). A bucket's batches all hold
+  min(max_batch_size, budget // its longest) items, so the number of batches an epoch is the same
   every epoch whatever the shuffle (the schedule and a resume count batches), and the padding of a batch
-  is at most what its bucket's spread allows (about 5% of the tokens with a ratio of 1.1).
-- Training shuffles the sequences within each bucket and then the order of all batches, from
+  is at most what its bucket's spread allows (about 5% of the slots with a ratio of 1.1).
+- Training shuffles the items within each bucket and then the order of all batches, from
   `seed + epoch` (the run seed, the same on every rank): every rank draws the same list, and rank r takes
   every world_size-th batch from r on, after the list is trimmed to a multiple of world_size (the
   trimmed batches differ every epoch), so every rank trains the same number of batches (a rank with
   one batch fewer would leave the others waiting in the gradient all-reduce forever).
 - Evaluation (`train=False`) keeps the buckets' order and trims nothing: each sample is in exactly one
   batch of one rank; ranks may differ by a batch, which evaluation's single reduction allows. A limited
-  evaluation (`set_limit(n)`, trainer.limit_val_batches) would see the shortest texts alone, in batches of one
+  evaluation (`set_limit(n)`, trainer.limit_val_batches) would see the shortest items alone, in batches of one
   class (a folder is listed class by class): it shuffles within each bucket and the order of the batches from
   `seed` alone (the same sample every epoch, on every rank) and keeps the first n x world_size batches, rank r
   every world_size-th from r on.
-A sequence longer than max_tokens fits no batch and is refused (text options truncate at data.max_length,
+An item larger than the budget fits no batch and is refused (text options truncate at data.max_length,
 and the config check holds data.max_tokens >= data.max_length).
 """
 
@@ -35,17 +37,18 @@ import torch
 
 from trainkit.errors import ConfigError
 
-BUCKET_RATIO = 1.1  # a bucket's longest sequence is at most this times its shortest ...
-BUCKET_SLACK = 8  # ... or at most this many tokens longer (short sequences would make tiny buckets)
+BUCKET_RATIO = 1.1  # a bucket's longest item is at most this times its shortest ...
+BUCKET_SLACK = 8  # ... or at most this many units longer (short items would make tiny buckets)
 
 
-class TokenBudgetBatches:
-    """This rank's batches of indices whose padded size fits `max_tokens` (see the module docstring)."""
+class SizeBudgetBatches:
+    """This rank's batches of indices whose padded size fits `budget` (see the module docstring): `sizes` one an
+    item, in `unit`s; the budget is data.max_<unit> (its errors name it)."""
 
     def __init__(
         self,
-        lengths: torch.Tensor | Sequence[int],
-        max_tokens: int,
+        sizes: torch.Tensor | Sequence[int],
+        budget: int,
         max_batch_size: int,
         *,
         shuffle: bool = True,
@@ -54,20 +57,22 @@ class TokenBudgetBatches:
         world_size: int = 1,
         drop_last: bool = False,
         train: bool | None = None,
+        unit: str = "tokens",
     ):
-        sizes = torch.as_tensor(lengths, dtype=torch.int64)
+        sizes = torch.as_tensor(sizes, dtype=torch.int64)
+        self.unit, self.key = unit, f"data.max_{unit}"
         longest = int(sizes.max()) if len(sizes) else 0
-        if longest > max_tokens:
+        if longest > budget:
             raise ConfigError(
-                "data.max_tokens",
-                f"is {max_tokens}, but a sequence holds {longest} tokens and no batch could hold it; "
-                f"raise data.max_tokens to at least {longest}, or truncate the sequences (data.max_length)",
+                self.key,
+                f"is {budget}, but a sequence holds {longest} {unit} and no batch could hold it; "
+                f"raise {self.key} to at least {longest}, or cut the sequences shorter",
             )
-        self.max_tokens, self.max_batch_size = max_tokens, max_batch_size
+        self.budget, self.max_batch_size = budget, max_batch_size
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.train = shuffle if train is None else train
         self.drop_last = drop_last
-        self.buckets = _buckets(sizes, max_tokens, max_batch_size)  # (indices by length, a batch's size)
+        self.buckets = _buckets(sizes, budget, max_batch_size)  # (indices by length, a batch's size)
         self.epoch, self.start_batch = 0, 0
         self.limit: int | None = None  # evaluation: batches a rank, a seeded sample (set_limit); None: all
         self._batches: list[list[int]] | None = None  # this rank's, for self.epoch
@@ -84,19 +89,19 @@ class TokenBudgetBatches:
         total, ranks = self.total_batches(), self.world_size
         sequences = f"{len(sizes)} sequence{'s' if len(sizes) != 1 else ''}"
         cap = self.max_batch_size // 2
-        while cap > 1 and _count(_buckets(sizes, self.max_tokens, cap), self.drop_last) < ranks:
+        while cap > 1 and _count(_buckets(sizes, self.budget, cap), self.drop_last) < ranks:
             cap //= 2
-        enough = cap >= 1 and _count(_buckets(sizes, self.max_tokens, cap), self.drop_last) >= ranks
+        enough = cap >= 1 and _count(_buckets(sizes, self.budget, cap), self.drop_last) >= ranks
         fix = (
-            f"data.batch_size={cap} (the most sequences a batch holds) or a lower data.max_tokens, or train with fewer "
+            f"data.batch_size={cap} (the most sequences a batch holds) or a lower {self.key}, or train with fewer "
             f"processes"
             if enough
             else f"train with fewer processes ({sequences} cannot make {ranks} batches)"
         )
         dropped = " (data.drop_last=true drops each length bucket's last, partial batch)" if self.drop_last else ""
         return ConfigError(
-            "data.max_tokens",
-            f"{self.max_tokens} tokens a batch (data.batch_size={self.max_batch_size} sequences at most) make "
+            self.key,
+            f"{self.budget} {self.unit} a batch (data.batch_size={self.max_batch_size} sequences at most) make "
             f"{total} training batch{'es' if total != 1 else ''} of the {sequences}{dropped}, fewer than "
             f"the {ranks} processes: each trains as many batches, so the list is cut to a multiple of {ranks}, which "
             f"leaves none; make at least {ranks}: {fix}",
@@ -162,10 +167,10 @@ def _count(buckets: list[tuple[torch.Tensor, int]], drop_last: bool) -> int:
     return sum(len(indices) // size if drop_last else -(-len(indices) // size) for indices, size in buckets)
 
 
-def _buckets(lengths: torch.Tensor, max_tokens: int, max_batch_size: int) -> list[tuple[torch.Tensor, int]]:
-    """(indices sorted by length, sequences a batch) of each bucket, shortest bucket first."""
-    order = torch.sort(lengths, stable=True).indices  # stable: the same buckets on every machine
-    sorted_lengths = lengths[order].tolist()
+def _buckets(sizes: torch.Tensor, budget: int, max_batch_size: int) -> list[tuple[torch.Tensor, int]]:
+    """(indices sorted by size, items a batch) of each bucket, smallest bucket first."""
+    order = torch.sort(sizes, stable=True).indices  # stable: the same buckets on every machine
+    sorted_lengths = sizes[order].tolist()
     buckets, start = [], 0
     while start < len(order):
         shortest = max(sorted_lengths[start], 1)
@@ -174,6 +179,6 @@ def _buckets(lengths: torch.Tensor, max_tokens: int, max_batch_size: int) -> lis
         while end < len(order) and sorted_lengths[end] <= limit:
             end += 1
         longest = max(sorted_lengths[end - 1], 1)
-        buckets.append((order[start:end], max(1, min(max_batch_size, max_tokens // longest))))
+        buckets.append((order[start:end], max(1, min(max_batch_size, budget // longest))))
         start = end
     return buckets
