@@ -306,9 +306,10 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     """Data, model, batch transforms, loss, optimizer and LR schedule, in that order."""
     run = Run(cfg, run_dir, proc, device)
     run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size,
-                          resumed_from=cfg.resume)
-    if cfg.data.num_classes is None:  # an image folder counts its classes; the model reads this key
-        cfg.data.num_classes = run.data.num_classes
+                          resumed_from=cfg.resume, run_dir=run_dir)  # data.tokenizer=bpe: trained and saved there
+    for key in ("vocabulary", "pad_id", "num_classes"):  # null: the data's (a tokenizer's ids, an image folder's
+        if key in cfg.data and cfg.data[key] is None:   # classes); the model reads these keys
+            cfg.data[key] = getattr(run.data, key)
     model, input_size = build_model(cfg.model, cfg.finetune, image_size=run.data.image_size)
     if cfg.distributed.sync_batchnorm and proc.world_size > 1:
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
@@ -319,12 +320,14 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     if cfg.distributed.name == "fsdp":  # in place, before the optimizer takes the params
         shard_model(run.model, cfg.distributed, cfg.precision.name, proc.world_size)
     run.task = instantiate(cfg.task)  # after the data: an image folder's class count is known
+    run.task.tokenizer = run.data.tokenizer  # text: what an id's bytes and text are (a language model's bpb, samples)
     run.train_transform, run.eval_transform = run.data.transforms(cfg.augmentation, input_size, channels_last, device)
     run.precision, run.scaler = autocast_precision(cfg, run.model), grad_scaler(cfg.precision.name, device)
     step = functools.partial(train_step, run)  # the finders train with the loop's own step
     if cfg.batch_size_finder.enabled and not cfg.resume:
         cfg.data.batch_size = find_batch_size_for_run(cfg.batch_size_finder, run.model, run.task, run.data.train, step)
-        run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
+        run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size,
+                              run_dir=run_dir)
     attach_sample_transform(run.data.train, cfg.augmentation)  # image folders: torchvision per image, in the workers
     if cfg.trainer.micro_batch_size == "auto" and not cfg.resume:  # a resume reuses the size found: load_state_dict
         cfg.trainer.micro_batch_size = find_micro_batch_size_for_run(cfg.trainer, run.model, run.task, run.data, step)

@@ -29,12 +29,14 @@ CHECKED_SAMPLES = 10_000  # in-memory data: enough to notice other data, cheap o
 SPLITS = ("train", "val", "test")
 
 
-def data_fingerprint(splits: Any, source: str | None = None) -> dict:
+def data_fingerprint(splits: Any, source: str | None = None, tokenizer: str | None = None) -> dict:
     """The fingerprint of a Splits (tensors) or FileSplits (datasets): plain containers, as a
     checkpoint holds them (torch.load(weights_only=True)). `source`: what else decides the data
-    (Data.source(): the Python version of the standard library's text), kept when given."""
+    (Data.source(): the Python version of the standard library's text), kept when given; `tokenizer`: a text
+    option's tokenizer, other than bytes (its name and a digest of its tokenizer.json)."""
     made = {name: getattr(splits, name) for name in SPLITS}
     classes = {"classes": splits.num_classes, **({"source": source} if source else {})}
+    classes |= {"tokenizer": tokenizer} if tokenizer else {}
     if all(isinstance(split, tuple) for split in made.values()):  # Splits: (images, labels) tensors
         return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
     if not all(hasattr(dataset, "samples") for dataset in made.values()):  # yours, without (path, label) samples
@@ -71,6 +73,8 @@ def check_same_data(saved: dict | None, now: dict) -> None:
         changes.insert(0, f"{now['classes']} classes where there were {saved['classes']}")
     if saved.get("source", now.get("source")) != now.get("source"):  # the stdlib's text under another Python
         changes.insert(0, f"the data comes from {now.get('source')}, the run's came from {saved.get('source')}")
+    if saved.get("tokenizer") != now.get("tokenizer"):  # bytes (none), a BPE the run trained, a folder's
+        changes.insert(0, f"the tokenizer is {now.get('tokenizer', 'bytes')}, was {saved.get('tokenizer', 'bytes')}")
     if changes:
         raise ConfigError(
             "data",
