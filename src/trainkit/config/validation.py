@@ -77,7 +77,7 @@ def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     data = _data_class(cfg)
     if data is None:
         return
-    fields = {field.name: field for field in dataclasses.fields(data)}
+    fields = {field.name: field for field in dataclasses.fields(data) if field.init}  # not what splits() sets
     for key in cfg.data:
         if key != "_target_" and key not in fields:
             yield (

@@ -141,6 +141,7 @@ def test_a_local_tokenizer_folder_gives_the_ids_the_vocabulary_and_the_padding(t
         (["data.tokenizer=bpe", "data.vocab_size=200"], r"^data.vocab_size: is 200; a byte-level BPE holds <pad>"),
         (["data.tokenizer={empty}"], r"^data.tokenizer: '.*empty' holds no tokenizer.json or tokenizer_config.json"),
         (["data.vocabulary=0"], r"(^|also )data.vocabulary: must be a whole number >= 1 or null, got 0"),
+        (["+data.saved_in=/tmp"], r"^data.saved_in: is not a key of \w+ \([\w.]+\), which takes (?!.*saved_in)"),
     ],
 )
 def test_a_tokenizer_that_cannot_be_is_one_line_before_anything_is_built(tmp_path, overrides, message):
