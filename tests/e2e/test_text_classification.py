@@ -134,7 +134,8 @@ def untrained_run(corpus, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("untrained") / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     OmegaConf.save(OmegaConf.create(list(tiny(corpus))), run_dir / ".hydra" / "overrides.yaml")
-    config = to_dict(composed(*tiny(corpus), "data.num_classes=3"))  # the run counts the class folders
+    # The run counts the class folders and fills in its tokenizer's ids and padding: as train.py leaves the config.
+    config = to_dict(composed(*tiny(corpus), "data.num_classes=3", "data.vocabulary=257", "data.pad_id=0"))
     model, _ = build_model(config["model"], config["finetune"], image_size=None)
     state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 0, "batches_done": 0}
     save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "config": config})
