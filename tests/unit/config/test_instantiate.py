@@ -21,6 +21,7 @@ NEEDS_A_FOLDER = {
     "imagefolder": ["data.root=/nonexistent/images"],
     "cached": ["data.root=/nonexistent/cache"],
     "textfolder": ["data.root=/nonexistent/texts"],
+    "hf": ["data.path=/nonexistent/reviews.jsonl"],
 }
 # In memory and without files: splits() runs here too.
 GENERATED_OR_SHIPPED = ("digits", "synthetic", "shapes")
@@ -30,13 +31,17 @@ def options(group: str) -> list[str]:
     return sorted(path.stem for path in (ROOT / "conf" / group).glob("*.yaml"))
 
 
-# Models of token data read their sizes from a data option of that kind (model=gpt: data.block_size).
-DATA_OF_MODEL = {"gpt": "data=text", "sequence": "data=stdlib_functions"}
+# Models of token data read their sizes from a data option of that kind (model=gpt: data.block_size), and the ids
+# and padding of its tokenizer, which building the data fills in (null until then): bytes' here.
+DATA_OF_MODEL = {
+    "gpt": ["data=text", "data.vocabulary=256"],
+    "sequence": ["data=stdlib_functions", "data.vocabulary=257", "data.pad_id=0"],
+}
 
 
 @pytest.mark.parametrize("option", options("model"))
 def test_every_model_option_instantiates_to_a_module(option):
-    cfg = composed(f"model={option}", DATA_OF_MODEL.get(option, "data=digits"))  # timm, torchvision: resnet18
+    cfg = composed(f"model={option}", *DATA_OF_MODEL.get(option, ["data=digits"]))  # timm, torchvision: resnet18
     model = instantiate(cfg.model)
     assert isinstance(model, nn.Module)
     reads_images = "${data.channels}" in (ROOT / "conf" / "model" / f"{option}.yaml").read_text()
