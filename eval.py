@@ -51,7 +51,8 @@ from trainkit.data import build_data, make_data
 from trainkit.data.datasets import ImageData, data_class
 from trainkit.data.imagefolder import image_extensions, open_image, resize_center_crop, walk_files
 from trainkit.data.loaders import limited
-from trainkit.data.text import TEXT_EXTENSIONS, TextData, pad_to_longest, tokens_of
+from trainkit.data.text import TEXT_EXTENSIONS, TextData, pad_to_longest
+from trainkit.data.tokenizing import Tokenized, Tokens
 from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
@@ -183,7 +184,15 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
     """Runs in every process (one, or each DDP rank): evaluate the split, each rank its shard, as
     train.py tests. Rank 0 writes metrics.json and the picture; every rank returns the metrics."""
     seed_everything(cfg.seed + proc.rank)
-    data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
+    data = build_data(
+        cfg.data,
+        device=device,
+        seed=cfg.seed,
+        rank=proc.rank,
+        world_size=proc.world_size,
+        run_dir=run_dir_of(Path(cfg.checkpoint)),
+        trains_tokenizer=False,
+    )  # bpe: the run's own
     state = load_checkpoint(cfg.checkpoint, device)
     check_data_fits(state["config"], data.channels, data.num_classes)
     cfg.data.num_classes = data.num_classes  # an image folder counts its classes; model and task read this key
@@ -192,6 +201,7 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
     model, input_size = trained_model(cfg, weights, data.image_size, device)
     _, transform = data.transforms(None, input_size, cfg.trainer.channels_last, device)  # the option's, as tested
     task = instantiate(cfg.task)
+    task.tokenizer = data.tokenizer
     loader = data.test if cfg.split == "test" else data.val
     limit = batch_limit(cfg)
     precision, tta_flip = cfg.precision.name, cfg.trainer.tta_flip
@@ -314,18 +324,31 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
     state = load_checkpoint(cfg.checkpoint, device)
     model, _ = trained_model(cfg, tested_weights(cfg, state)[1], None, device)
     task = instantiate(cfg.task)
+    tokens = runs_tokenizer(cfg)
+    assert tokens is not None and tokens.pad_id is not None, "text classification data pads (TextData)"
     skipped: list[Path] = []
-    texts = read_or_skip(files, lambda path: read_utf8(path)[: cfg.data.max_length], cfg, skipped)  # all, checked
+    texts = read_or_skip(files, read_utf8, cfg, skipped)  # all, checked
     report_skipped(given, files, skipped)
     writer = PredictionWriter(out_dir, given, list(texts), predicted_class_names(cfg, state))
     readable = list(texts.items())
     for start in range(0, len(readable), cfg.data.eval_batch_size):
         batch = dict(readable[start : start + cfg.data.eval_batch_size])
-        inputs, _ = pad_to_longest([(tokens_of(text), 0) for text in batch.values()])
+        inputs, _ = pad_to_longest(
+            [(tokens.encode(text)[: cfg.data.max_length], 0) for text in batch.values()], tokens.pad_id
+        )
         with torch.no_grad(), autocast(cfg.precision.name, device):
             predicted = task.predict(model_outputs(model, inputs.to(device), task, False))
         writer.write(predicted, list(batch), [(0, 0)] * len(batch))  # no maps: sizes are for masks
     return write_table(writer, out_dir), len(writer.rows)
+
+
+def runs_tokenizer(cfg: DictConfig) -> Tokens | None:
+    """The run's data.tokenizer (bpe: the one it saved in its directory, never trained here); None: not text."""
+    data = make_data(cfg.data)
+    if not isinstance(data, Tokenized):
+        return None
+    data.saved_in, data.trains = run_dir_of(Path(cfg.checkpoint)), False
+    return data.make_tokenizer(list)
 
 
 def read_utf8(path: Path) -> bytes:
@@ -501,7 +524,7 @@ def main(cfg: DictConfig) -> None:
         prompt = prompt_of(cfg)
         device = pick_device(cfg.device, 0)
         model, _ = trained_model(cfg, tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))[1], None, device)
-        print(write_samples(model, prompt, cfg.sample, out_dir / "samples.txt"))
+        print(write_samples(model, prompt, cfg.sample, out_dir / "samples.txt", runs_tokenizer(cfg)))
         seed = f"sample.seed={cfg.sample.seed}" + (" drawn: pass it to sample the same again" if drawn else "")
         log.info(f"sample of {cfg.sample.max_new_tokens} bytes ({seed}, {source}) -> samples.txt")
         return

@@ -298,9 +298,10 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     """Data, model, batch transforms, loss, optimizer and LR schedule, in that order."""
     run = Run(cfg, run_dir, proc, device)
     run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size,
-                          resumed_from=cfg.resume)
-    if cfg.data.num_classes is None:  # an image folder counts its classes; the model reads this key
-        cfg.data.num_classes = run.data.num_classes
+                          resumed_from=cfg.resume, run_dir=run_dir)  # data.tokenizer=bpe: trained and saved there
+    for key in ("vocabulary", "pad_id", "num_classes"):  # null: the data's (a tokenizer's ids, an image folder's
+        if key in cfg.data and cfg.data[key] is None:   # classes); the model reads these keys
+            cfg.data[key] = getattr(run.data, key)
     model, input_size = build_model(cfg.model, cfg.finetune, image_size=run.data.image_size)
     channels_last = cfg.trainer.channels_last
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
@@ -309,6 +310,7 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     run.parallel = parallel_for(cfg, proc, device)  # before the optimizer takes the params: FSDP shards them
     run.model = run.trained_model = run.parallel.prepare(model)
     run.task = instantiate(cfg.task)  # after the data: an image folder's class count is known
+    run.task.tokenizer = run.data.tokenizer  # text: what an id's bytes and text are (a language model's bpb, samples)
     run.train_transform, run.eval_transform = run.data.transforms(cfg.augmentation, input_size, channels_last, device)
     run.scaler = grad_scaler(cfg.precision.name, device)
     step = functools.partial(train_step, run)  # the finders train with the loop's own step
@@ -316,7 +318,8 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
         cfg.data.batch_size = batch_size_that_fits(
             run.model, step, run.task, run.data.train, device, start=finder.start, max_batch_size=finder.max_batch_size,
             safety_margin=finder.safety_margin, memory_cap_gb=finder.memory_cap_gb)
-        run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size)
+        run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size,
+                              run_dir=run_dir)
     attach_sample_transform(run.data.train, cfg.augmentation)  # image folders: torchvision per image, in the workers
     if cfg.trainer.micro_batch_size == "auto" and not cfg.resume:  # a resume reuses the size found: load_state_dict
         cfg.trainer.micro_batch_size = micro_batch_size_that_fits(

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed, run_here
@@ -105,11 +106,8 @@ def test_a_text_folder_trains_by_a_token_budget_and_eval_py_tests_and_predicts_t
     assert "Traceback" not in stderr
 
 
-def test_eval_py_predicts_without_the_training_data(run_train, tmp_path):
-    """The checkpoint keeps the class names (and the config its tokenization): data.root may be gone."""
-    root = write_texts(tmp_path / "texts" / "train", 20, seed=4).parent
-    run = run_train(*tiny(root, "trainer.max_epochs=1", "data.class_folders=[marks,letters,digits]"))
-    shutil.move(root, tmp_path / "elsewhere")
+def predicted_classes(run, tmp_path: Path) -> dict[str, str]:
+    """eval.py predict= on a file of each class's pattern: {file: the class predicted}."""
     unseen = tmp_path / "unseen"
     unseen.mkdir()
     for name, pattern in PATTERNS.items():
@@ -118,7 +116,15 @@ def test_eval_py_predicts_without_the_training_data(run_train, tmp_path):
                                f"predict={unseen}")  # fmt: skip
     assert code == 0, stderr[-3000:]
     with (tmp_path / "out" / "predictions.csv").open() as f:
-        rows = {row["file"]: row["class"] for row in csv.DictReader(f)}
+        return {row["file"]: row["class"] for row in csv.DictReader(f)}
+
+
+def test_eval_py_predicts_without_the_training_data(run_train, tmp_path):
+    """The checkpoint keeps the class names (and the config its tokenization): data.root may be gone."""
+    root = write_texts(tmp_path / "texts" / "train", 20, seed=4).parent
+    run = run_train(*tiny(root, "trainer.max_epochs=1", "data.class_folders=[marks,letters,digits]"))
+    shutil.move(root, tmp_path / "elsewhere")
+    rows = predicted_classes(run, tmp_path)
     assert set(rows) == {f"{name}.txt" for name in PATTERNS} and set(rows.values()) <= set(PATTERNS)
 
 
@@ -128,7 +134,8 @@ def untrained_run(corpus, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("untrained") / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     OmegaConf.save(OmegaConf.create(list(tiny(corpus))), run_dir / ".hydra" / "overrides.yaml")
-    config = to_dict(composed(*tiny(corpus), "data.num_classes=3"))  # the run counts the class folders
+    # The run counts the class folders and fills in its tokenizer's ids and padding: as train.py leaves the config.
+    config = to_dict(composed(*tiny(corpus), "data.num_classes=3", "data.vocabulary=257", "data.pad_id=0"))
     model, _ = build_model(config["model"], config["finetune"], image_size=None)
     state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 0, "batches_done": 0}
     save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "config": config})
@@ -343,3 +350,56 @@ def test_a_resume_inside_an_epoch_refuses_other_batches_and_takes_them_at_the_ep
     assert "changed: trainer.max_epochs 2 -> 3, data.max_tokens 256 -> 128" in changed.stdout + changed.stderr
     steps = [epoch["step"] for epoch in changed.epoch_metrics()]
     assert steps == [per_epoch, 2 * per_epoch, 2 * per_epoch + halved]  # epoch 2: the new budget's batches
+
+
+# ---- tokenizers and data=hf --------------------------------------------------------------------
+
+
+def eval_py_gives_the_summarys_test(run, out: Path) -> None:
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={out}", f"checkpoint={run.run_dir}")
+    assert code == 0, stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("test/acc", "test/loss"):
+        assert metrics[key] == pytest.approx(run.summary["test"][key], rel=1e-6), key
+
+
+def test_a_bpe_is_learned_once_and_reused_by_a_resume_eval_py_and_predict(run_train, corpus, tmp_path):
+    bpe = ("data.tokenizer=bpe", "data.vocab_size=300", "data.max_length=24", "data.max_tokens=96")
+    first = run_train(*tiny(corpus, *bpe, "trainer.max_epochs=1"))
+    saved = first.run_dir / "tokenizer" / "tokenizer.json"
+    assert "ids learned from the training split" in first.stdout + first.stderr and saved.is_file()
+    learned = saved.read_bytes()
+    resumed = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)
+    assert f"{saved} (saved by the run)" in resumed.stdout + resumed.stderr and saved.read_bytes() == learned
+    assert resumed.summary["test"]["test/acc"] > 0.9
+    eval_py_gives_the_summarys_test(resumed, tmp_path / "eval")
+    assert predicted_classes(first, tmp_path) == {f"{name}.txt": name for name in PATTERNS}
+
+
+def test_a_local_tokenizer_folder_trains_and_eval_py_tests_the_same(run_train, corpus, tmp_path):
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from trainkit.data.tokenizing import train_bpe
+
+    folder = tmp_path / "tokenizer"
+    tokenizer = train_bpe(400, [pattern * 40 for pattern in PATTERNS.values()])
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>").save_pretrained(str(folder))
+    run = run_train(*tiny(corpus, f"data.tokenizer={folder}", "trainer.max_epochs=3"))
+    assert run.summary["test"]["test/acc"] > 0.9
+    checkpoint = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["config"]["data"]["vocabulary"] == len(AutoTokenizer.from_pretrained(str(folder)))
+    assert checkpoint["config"]["model"]["pad_id"] == tokenizer.token_to_id("<pad>")
+    eval_py_gives_the_summarys_test(run, tmp_path / "eval")
+
+
+def test_data_hf_trains_on_a_jsonl_file_in_workers_by_a_token_budget(run_train, tmp_path):
+    rows = [{"body": (pattern * 30)[: random.Random(k).randint(3, 60)], "kind": name}
+            for k in range(40) for name, pattern in PATTERNS.items()]  # fmt: skip
+    file = tmp_path / "texts.jsonl"
+    file.write_text("\n".join(json.dumps(row) for row in rows))
+    hf = ("data=hf", f"data.path={file}", "data.text_column=body", "data.label_column=kind",
+          f"data.cache_dir={tmp_path / 'cache'}", "data.num_workers=1", "data.max_length=64")  # fmt: skip
+    recipe = [override for override in TINY if override not in ("data=textfolder", "data.num_workers=0")]
+    run = run_train(*recipe, *hf)
+    assert run.summary["test"]["test/acc"] > 0.9
+    eval_py_gives_the_summarys_test(run, tmp_path / "eval")

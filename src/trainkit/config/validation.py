@@ -77,7 +77,7 @@ def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     data = _data_class(cfg)
     if data is None:
         return
-    fields = {field.name: field for field in dataclasses.fields(data)}
+    fields = {field.name: field for field in dataclasses.fields(data) if field.init}  # not what splits() sets
     folding = [key for key in ("folds", "fold") if key in cfg.data and key not in fields]
     if folding:  # k-fold cross-validation's keys, on data whose class does not cut folds
         yield (

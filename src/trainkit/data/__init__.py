@@ -17,6 +17,7 @@ and their batches arrive on the CPU. An option's heavy imports (torchvision) hap
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ from trainkit.data.datasets import Data, FileSplits, Folds, ImageData, Splits, d
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.data.loader_settings import file_loader_settings
 from trainkit.data.loaders import FileLoader, TensorLoader
+from trainkit.data.tokenizing import Tokenized, Tokens
 from trainkit.errors import ConfigError
 
 __all__ = [
@@ -53,6 +55,8 @@ class DataBundle:
     num_classes: int
     kind: str = "image"  # the option's kind: image | tokens | generic
     pad_id: int | None = None  # token data: the padding id (real tokens are inputs != pad_id); None: no padding
+    tokenizer: Tokens | None = None  # text: data.tokenizer's (trainkit.data.tokenizing): ids, their bytes and text
+    vocabulary: int | None = None  # text: the ids a model embeds (data.vocabulary: the tokenizer's)
     size_unit: str | None = None  # items of many sizes (Data.size_unit: tokens): micro-batches count it; None: samples
     longest: int | None = None  # the most units (tokens) a training item holds, where the data says
     channels: int | None = None  # images: their shape, and the statistics to normalize them with
@@ -76,13 +80,23 @@ class DataBundle:
 
 
 def build_data(
-    cfg: Mapping, device: torch.device, seed: int, rank: int = 0, world_size: int = 1, resumed_from: str | None = None
+    cfg: Mapping,
+    device: torch.device,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    resumed_from: str | None = None,
+    run_dir: Path | None = None,
+    trains_tokenizer: bool = True,
 ) -> DataBundle:
     """Loaders for train/val/test of this rank, from the data config `cfg` (cfg.data). `seed` must be
     the same on every rank (the run seed, not seed + rank): it fixes the train shuffle that all ranks
     share. `cfg` was checked by trainkit.config.validation; what only the data can tell (files, sizes,
-    class counts) is checked here. `resumed_from`: the checkpoint `cfg` came from; its model keeps its class count."""
+    class counts) is checked here. `resumed_from`: the checkpoint `cfg` came from; its model keeps its class count.
+    `run_dir`: where data.tokenizer=bpe is saved (trained unless `trains_tokenizer` is False: eval.py), or read."""
     data = make_data(cfg)
+    if isinstance(data, Tokenized):
+        data.saved_in, data.trains = run_dir, trains_tokenizer
     shards = dict(seed=seed, rank=rank, world_size=world_size)
     train_args: dict[str, Any] = dict(
         batch_size=data.batch_size, train=True, shuffle=data.shuffle, drop_last=data.drop_last, **shards
@@ -93,6 +107,7 @@ def build_data(
     test: TensorLoader | FileLoader
 
     made = make_splits(data)
+    tokens = data.tokens if isinstance(data, Tokenized) else None  # text: the tokenizer its splits() made
     images = isinstance(data, ImageData)
     channels: int | None
     image_size: int | None
@@ -146,14 +161,21 @@ def build_data(
         test,
         num_classes,
         kind=data.kind,
-        pad_id=getattr(data, "pad_id", None),
+        pad_id=data.padding_id() if isinstance(data, Tokenized) else getattr(data, "pad_id", None),
+        tokenizer=tokens,
+        vocabulary=tokens.vocabulary if tokens else None,
         size_unit=data.size_unit,
         longest=_longest_item(data, made) if data.size_unit else None,
         channels=channels,
         image_size=image_size,
         mean=per_channel(data.mean, data.channels) if isinstance(data, ImageData) else None,
         std=per_channel(data.std, data.channels) if isinstance(data, ImageData) else None,
-        fingerprint=data_fingerprint(made, data.source(), data.fold_name() if isinstance(data, Folds) else None),
+        fingerprint=data_fingerprint(
+            made,
+            data.source(),
+            fold=data.fold_name() if isinstance(data, Folds) else None,
+            tokenizer=tokens.fingerprint() if tokens else None,
+        ),
         class_names=data.class_names(),
         option=data,
     )

@@ -30,16 +30,20 @@ CHECKED_SAMPLES = 10_000  # in-memory data: enough to notice other data, cheap o
 SPLITS = ("train", "val", "test")
 
 
-def data_fingerprint(splits: Any, source: str | None = None, fold: str | None = None) -> dict:
+def data_fingerprint(
+    splits: Any, source: str | None = None, fold: str | None = None, tokenizer: str | None = None
+) -> dict:
     """The fingerprint of a Splits (tensors) or FileSplits (datasets): plain containers, as a
     checkpoint holds them (torch.load(weights_only=True)). `source`: what else decides the data
     (Data.source(): the Python version of the standard library's text), kept when given; `fold`
-    likewise (Folds.fold_name(): "fold 2 of 5")."""
+    likewise (Folds.fold_name(): "fold 2 of 5"); `tokenizer`: a text option's tokenizer, other than bytes (its
+    name and a digest of its tokenizer.json)."""
     made = {name: getattr(splits, name) for name in SPLITS}
     classes = {
         "classes": splits.num_classes,
         **({"source": source} if source else {}),
         **({"fold": fold} if fold else {}),
+        **({"tokenizer": tokenizer} if tokenizer else {}),
     }
     if all(isinstance(split, tuple) for split in made.values()):  # Splits: (images, labels) tensors
         return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
@@ -94,6 +98,8 @@ def data_changes(saved: dict, now: dict) -> list[str]:
         changes = [f"the val split is {now_fold} (data.folds, data.fold), was {saved_fold}"]
     if saved.get("source", now.get("source")) != now.get("source"):  # the stdlib's text under another Python
         changes.insert(0, f"the data comes from {now.get('source')}, the run's came from {saved.get('source')}")
+    if saved.get("tokenizer") != now.get("tokenizer"):  # bytes (none), a BPE the run trained, a folder's
+        changes.insert(0, f"the tokenizer is {now.get('tokenizer', 'bytes')}, was {saved.get('tokenizer', 'bytes')}")
     return changes
 
 

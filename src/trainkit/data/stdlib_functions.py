@@ -53,16 +53,19 @@ class StdlibFunctions(Folds, TextData):
                 files, self.val_fraction, self.test_fraction, self.split_seed, self
             ).items():
                 parts[split] += split_files
+        kept = {split: list(_functions(tuple(sorted(split_files)))) for split, split_files in parts.items()}
+        tokens = self.make_tokenizer(lambda: [text for _, _, text in kept["train"]])
         datasets = {}
-        for split, split_files in parts.items():
-            kept = list(_functions(tuple(sorted(split_files))))
+        for split, functions in kept.items():
             datasets[split] = TextDataset(
-                [text for _, _, text in kept],
-                [(f"{file}:{line}", label[package_of(Path(file))]) for file, line, _ in kept],
+                [text for _, _, text in functions],
+                [(f"{file}:{line}", label[package_of(Path(file))]) for file, line, _ in functions],
                 self.max_length,
+                tokens,
             )
             if split == "train":
-                report_truncated([len(text) for _, _, text in kept], self.max_length, f"{corpus_version()} train")
+                train = datasets[split]
+                report_truncated(train.full_lengths, self.max_length, f"{corpus_version()} train", train.unit)
         log.info(
             "%s: %s functions of %s (train/val/test), %d classes: %s",
             stdlib_root(),

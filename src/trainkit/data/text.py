@@ -1,27 +1,29 @@
-"""Text as token sequences, a byte a token: `data=textfolder` (your own text files, a folder a class) and the
-parts every byte-level text option shares (TextData: the padding id, the collate, data.max_length/max_tokens).
+"""Text as token sequences: `data=textfolder` (your own text files, a folder a class) and the parts every text
+classification option shares (TextData: the tokenizer, the padding id, the collate, data.max_length/max_tokens).
 
     root/train/<class>/<file>.txt      one file a sample, labelled by its folder (aclImdb/train/{neg,pos}),
                                        its sub-folders too (hidden entries skipped: imagefolder.walk_files)
     root/val/..., root/test/...        optional, with the same class folders; missing ones are carved from
                                        train/ by data.val_fraction / data.test_fraction and data.split_seed
 
-Tokens: the file's UTF-8 bytes, byte b as token b + 1, so token 0 is padding alone (PAD_ID, a NUL byte is
-token 1) and the vocabulary is 257 (VOCABULARY): no tokenizer, nothing to download. A sequence is cut at
-data.max_length bytes, and build says how many files were cut (never silently). A file that is not UTF-8 is
+Tokens (data.tokenizer, trainkit.data.tokenizing): by default the file's UTF-8 bytes, byte b as token b + 1, so
+token 0 is padding alone (PAD_ID, a NUL byte is token 1) and the vocabulary is 257 (VOCABULARY): no tokenizer,
+nothing to download; or a BPE trained on the training split, or a local tokenizer folder. A sequence is cut at
+data.max_length tokens, and build says how many texts were cut (never silently). A file that is not UTF-8 is
 refused naming it (no replacement characters: the bytes would no longer be the text's), or skipped and counted
 with data.skip_bad_files=true.
 
 The listing reads every file of every split once (about 1.4 s for 20,000 small files; a progress bar where it
 takes over a second), so such a file stops the run before its first update, not when its split is first read,
-and its sizes are the sequence lengths the token budget batches by (trainkit.data.size_budget). DataLoader
-workers read the files again for the batches (a file changed since is a BadTextFile, which FileLoader raises
-as one line or skips). A batch pads to its longest sequence with PAD_ID: inputs int64 [B, T], labels int64
-[B]; a model finds the real tokens as inputs != 0.
+and its sizes are the sequence lengths the token budget batches by (trainkit.data.size_budget; a tokenizer
+other than bytes encodes every file once more to count its tokens). DataLoader workers read (and encode) the
+files again for the batches (a file changed since is a BadTextFile, which FileLoader raises as one line or
+skips). A batch pads to its longest sequence with the padding id: inputs int64 [B, T], labels int64 [B]; a
+model finds the real tokens as inputs != data.pad_id.
 """
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,7 +31,8 @@ from typing import Any, ClassVar
 import torch
 from torch.utils.data import Dataset
 
-from trainkit.data.datasets import Data, FileSplits, Folds
+from trainkit.config.schema import Check, integer
+from trainkit.data.datasets import FileSplits, Folds
 from trainkit.data.imagefolder import (
     BadFile,
     _check_root,
@@ -38,6 +41,7 @@ from trainkit.data.imagefolder import (
     class_files,
     class_folder_splits,
 )
+from trainkit.data.tokenizing import ByteTokens, Tokenized, Tokens, tokenizer_problems
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -60,32 +64,47 @@ class BadTextFile(BadFile):
 
 
 @dataclass(kw_only=True)
-class TextData(Data):
-    """Byte-level token sequences of any text option: data.max_length cuts them, data.max_tokens (when set)
-    fills batches up to that many tokens, padding included (Data.batch_sampler), data.batch_size capping the
-    sequences a batch; the collate pads to the batch's longest."""
+class TextData(Tokenized):
+    """Token sequences of any text classification option (data.tokenizer's tokens): data.max_length cuts them,
+    data.max_tokens (when set) fills batches up to that many tokens, padding included (Data.batch_sampler),
+    data.batch_size capping the sequences a batch; the collate pads to the batch's longest with data.pad_id."""
 
-    max_length: int  # bytes (tokens) a sequence keeps; longer texts are cut, with a count in the log
+    max_length: int  # tokens a sequence keeps; longer texts are cut, with a count in the log
     max_tokens: int | None = None  # null: batches of data.batch_size; N: batches of up to N tokens, padding included
+    pad_id: int | None = None  # the id batches pad with; null: the tokenizer's, filled in when the data is built
 
     kind: ClassVar[str] = "tokens"
     size_unit: ClassVar[str] = "tokens"  # the size budget is data.max_tokens
     in_memory: ClassVar[bool] = False
-    pad_id: ClassVar[int] = PAD_ID
-    vocabulary: ClassVar[int] = VOCABULARY
+    config_rules: ClassVar[dict[str, Check]] = {**Tokenized.config_rules, "pad_id": integer(0, null=True)}
 
     @staticmethod
-    def config_problems(max_length: int, max_tokens: int | None) -> Iterator[tuple[str, str]]:
-        """A sequence cut at data.max_length must fit a batch of data.max_tokens (the config check asks this)."""
+    def config_problems(
+        max_length: int, max_tokens: int | None, tokenizer: str, vocab_size: int
+    ) -> Iterator[tuple[str, str]]:
+        """A sequence cut at data.max_length must fit a batch of data.max_tokens, and data.tokenizer must name a
+        tokenizer (the config check asks this)."""
         if max_tokens is not None and max_tokens < max_length:
             yield (
                 "data.max_tokens",
                 f"is {max_tokens}, below data.max_length={max_length}: a long sequence would fit no batch; "
                 f"set data.max_tokens to at least {max_length}",
             )
+        yield from tokenizer_problems(tokenizer, vocab_size)
+
+    def make_tokenizer(self, training_texts: Callable[[], Iterable[bytes]]) -> Tokens:
+        tokens = super().make_tokenizer(training_texts)
+        if self.pad_id is not None and self.pad_id != tokens.pad_id:
+            raise ConfigError(
+                "data.pad_id",
+                f"is {self.pad_id}, but data.tokenizer={self.tokenizer} pads with {tokens.pad_id}; set "
+                f"data.pad_id=null (the tokenizer's)",
+            )
+        return tokens
 
     def collate(self, items: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        return pad_to_longest(items)
+        assert self.tokens is not None and self.tokens.pad_id is not None, "splits() made a tokenizer that pads"
+        return pad_to_longest(items, self.tokens.pad_id)
 
     def item_sizes(self, dataset: Dataset) -> Sequence[int] | None:
         return getattr(dataset, "lengths", None)  # a text's tokens, cut at data.max_length
@@ -95,32 +114,44 @@ class TextData(Data):
         return []
 
 
-def pad_to_longest(items: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(int64 [B, longest] tokens padded with PAD_ID, int64 [B] labels) of (tokens, label) items."""
+def pad_to_longest(items: list[tuple[torch.Tensor, int]], pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int64 [B, longest] tokens padded with `pad_id`, int64 [B] labels) of (tokens, label) items."""
     longest = max(1, max(len(tokens) for tokens, _ in items))  # an empty text still makes a column
-    inputs = torch.full((len(items), longest), PAD_ID, dtype=torch.int64)
+    inputs = torch.full((len(items), longest), pad_id, dtype=torch.int64)
     for row, (tokens, _) in enumerate(items):
         inputs[row, : len(tokens)] = tokens
     return inputs, torch.tensor([label for _, label in items], dtype=torch.int64)
 
 
 def tokens_of(text: bytes) -> torch.Tensor:
-    """Byte b as token b + 1 (int64): PAD_ID (0) never stands for a byte."""
-    return torch.frombuffer(bytearray(text), dtype=torch.uint8).to(torch.int64) + 1 if text else torch.zeros(0).long()
+    """Byte b as token b + 1 (int64): PAD_ID (0) never stands for a byte (data.tokenizer=bytes)."""
+    return BYTE_TOKENS.encode(text)
 
 
-def report_truncated(lengths: list[int], max_length: int, where: str) -> None:
+BYTE_TOKENS = ByteTokens(offset=1)
+
+
+def report_truncated(lengths: list[int], max_length: int, where: str, unit: str = "bytes") -> None:
     """The log line that says how many texts data.max_length cuts (never a silent truncation)."""
     cut = sum(length > max_length for length in lengths)
     if cut:
         log.info(
-            "%s: %d of %d texts are longer than data.max_length=%d bytes and are cut to it (longest: %d)",
+            "%s: %d of %d texts are longer than data.max_length=%d %s and are cut to it (longest: %d)",
             where,
             cut,
             len(lengths),
             max_length,
+            unit,
             max(lengths),
         )
+
+
+def token_lengths(tokens: Tokens, texts: list[bytes], max_length: int, where: str) -> list[int]:
+    """Each text's tokens, cut at max_length (logged: report_truncated); bytes count without encoding."""
+    unit = "bytes" if isinstance(tokens, ByteTokens) else "tokens"
+    lengths = [len(text) for text in texts] if unit == "bytes" else [len(ids) for ids in tokens.encode_many(texts)]
+    report_truncated(lengths, max_length, where, unit)
+    return [min(length, max_length) for length in lengths]
 
 
 def report_majority(datasets: dict[str, Any], class_names: list[str]) -> None:
@@ -148,12 +179,15 @@ def read_utf8(path: str, skip: bool) -> bytes | BadTextFile:
 
 class TextFileDataset(Dataset):
     """`(path, label)` samples that read as `(int64 tokens, label)`, or as a BadTextFile for a file that is not
-    UTF-8. `lengths`: each sample's tokens (its size in bytes, cut at max_length), what the token budget sorts."""
+    UTF-8. `lengths`: each sample's tokens, cut at max_length (token_lengths), what the token budget sorts."""
 
-    def __init__(self, samples: list[tuple[str, int]], sizes: list[int], max_length: int, skip_bad_files: bool):
+    def __init__(
+        self, samples: list[tuple[str, int]], lengths: list[int], skip_bad_files: bool, tokens: Tokens = BYTE_TOKENS
+    ):
         self.samples = samples
-        self.lengths = torch.tensor([min(size, max_length) for size in sizes], dtype=torch.int64)
+        self.lengths = torch.tensor(lengths, dtype=torch.int64)
         self.skip_bad_files = skip_bad_files
+        self.tokens = tokens
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -164,7 +198,10 @@ class TextFileDataset(Dataset):
         if isinstance(text, BadTextFile):
             return text
         # Cut at the listed length: a file grown since the listing still fits the batch it was budgeted for.
-        return tokens_of(text[: int(self.lengths[index])]), label
+        length = int(self.lengths[index])
+        if isinstance(self.tokens, ByteTokens):  # cut before encoding: the bytes are the tokens
+            return self.tokens.encode(text[:length]), label
+        return self.tokens.encode(text)[:length], label
 
 
 @dataclass(kw_only=True)
@@ -198,16 +235,21 @@ class TextFolder(Folds, TextData):
             "files",
             self,
         )
-        report_truncated([size for split in listed.values() for _, _, size in split], self.max_length, str(root))
-        datasets = {
-            split: TextFileDataset(
-                [(path, label) for path, label, _ in items],
-                [size for _, _, size in items],
-                self.max_length,
-                self.skip_bad_files,
+        tokens = self.make_tokenizer(lambda: (Path(path).read_bytes() for path, _, _ in listed["train"]))
+        every = [item for split in listed.values() for item in split]
+        if isinstance(tokens, ByteTokens):  # the sizes listed are the tokens: no file read again
+            lengths = [min(size, self.max_length) for _, _, size in every]
+            report_truncated([size for _, _, size in every], self.max_length, str(root))
+        else:
+            lengths = token_lengths(
+                tokens, [Path(path).read_bytes() for path, _, _ in every], self.max_length, str(root)
             )
-            for split, items in listed.items()
-        }
+        datasets, start = {}, 0
+        for split, items in listed.items():
+            split_lengths, start = lengths[start : start + len(items)], start + len(items)
+            datasets[split] = TextFileDataset(
+                [(path, label) for path, label, _ in items], split_lengths, self.skip_bad_files, tokens
+            )
         report_majority(datasets, classes)
         return FileSplits(datasets["train"], datasets["val"], datasets["test"], num_classes=len(classes))
 
@@ -269,16 +311,24 @@ def _list_texts(
 
 
 class TextDataset(Dataset):
-    """Texts held in memory (bytes) with a label each, as `(int64 tokens, label)` items cut at max_length;
-    `samples` names each text (a path and where in it) for the data fingerprint."""
+    """Texts held in memory with a label each, as `(int64 tokens, label)` items cut at max_length; `samples` names
+    each text (a path and where in it) for the data fingerprint. Bytes are kept as bytes (encoded per item); other
+    tokens are encoded once, here."""
 
-    def __init__(self, texts: list[bytes], samples: list[tuple[str, int]], max_length: int):
-        self.texts = [text[:max_length] for text in texts]
+    def __init__(
+        self, texts: list[bytes], samples: list[tuple[str, int]], max_length: int, tokens: Tokens = BYTE_TOKENS
+    ):
         self.samples = samples
+        self.tokens = tokens
+        encoded = texts if isinstance(tokens, ByteTokens) else tokens.encode_many(texts)
+        self.unit = "bytes" if isinstance(tokens, ByteTokens) else "tokens"
+        self.full_lengths = [len(text) for text in encoded]  # before the cut: report_truncated's
+        self.texts: list = [text[:max_length] for text in encoded]
         self.lengths = torch.tensor([len(text) for text in self.texts], dtype=torch.int64)
 
     def __len__(self) -> int:
         return len(self.texts)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        return tokens_of(self.texts[index]), self.samples[index][1]
+        text = self.texts[index]
+        return self.tokens.encode(text) if isinstance(text, bytes) else text, self.samples[index][1]

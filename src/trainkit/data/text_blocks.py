@@ -26,27 +26,28 @@ blocks themselves, so a resume on another split (other files, another seed or fr
 """
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 
-from trainkit.data.datasets import Data, Folds, Split, Splits
+from trainkit.data.datasets import Folds, Split, Splits
 from trainkit.data.imagefolder import is_hidden
 from trainkit.data.stdlib_source import corpus_version, stdlib_files
 from trainkit.data.text import BadTextFile, read_utf8
+from trainkit.data.tokenizing import ByteTokens, Tokenized, Tokens, tokenizer_problems
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 SEPARATOR = b"\n\n"  # between two files of a split
-VOCAB_SIZE = 256  # bytes
 
 
 @dataclass(kw_only=True)
-class TextBlocks(Folds, Data):
-    block_size: int  # bytes a model sees at once (model.block_size): a block holds one more, the last target
+class TextBlocks(Folds, Tokenized):
+    block_size: int  # tokens a model sees at once (model.block_size): a block holds one more, the last target
     pattern: str  # which files under data.root (recursive glob); the stdlib default reads its .py files
     val_fraction: float  # of the bytes (whole files: split_by_bytes)
     test_fraction: float
@@ -55,6 +56,12 @@ class TextBlocks(Folds, Data):
 
     kind: ClassVar[str] = "tokens"
     size_unit: ClassVar[str] = "tokens"  # blocks of block_size + 1: trainer.micro_batch_size counts tokens
+    byte_offset: ClassVar[int] = 0  # bytes: a byte is its own id (256 ids)
+    pads: ClassVar[bool] = False  # blocks are full: no padding
+
+    @staticmethod
+    def config_problems(tokenizer: str, vocab_size: int) -> Iterator[tuple[str, str]]:
+        yield from tokenizer_problems(tokenizer, vocab_size)
 
     def files(self) -> tuple[list[Path], int]:
         """The corpus's files, sorted: the standard library's (data.root null), or those matching data.pattern;
@@ -95,14 +102,15 @@ class TextBlocks(Folds, Data):
             {name: torch.tensor(indices, dtype=torch.int64) for name, indices in parts.items()}, self.split_seed
         )
         held = {name: [texts[i] for i in folded[name].tolist()] for name in ("train", "val", "test")}
-        made = {name: self.blocks(split_texts, name) for name, split_texts in held.items()}
+        tokens = self.make_tokenizer(lambda: held["train"])  # bpe: learned from the training files alone
+        made = {name: self.blocks(split_texts, name, tokens) for name, split_texts in held.items()}
         where = f"'{self.root}'" if self.root is not None else f"the {corpus_version()} standard library"
         left_out = f"; ignored {hidden} hidden files" if hidden else ""
         if skipped:
             named = ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else "")
             left_out += f"; skipped {len(skipped)} files that are not UTF-8 (data.skip_bad_files=true): {named}"
         log.info(
-            "text corpus %s, split by bytes (data.split_seed=%d%s): %s%s",
+            "text corpus %s, split by bytes (data.split_seed=%d%s): %s%s%s",
             where,
             self.split_seed,
             f", val {self.fold_name()} of the train and val files" if self.folds is not None else "",
@@ -111,8 +119,9 @@ class TextBlocks(Folds, Data):
                 for name in made
             ),
             left_out,
+            "" if isinstance(tokens, ByteTokens) else f"; blocks of {self.block_size} + 1 tokens of {tokens.name}",
         )
-        return Splits(made["train"], made["val"], made["test"], num_classes=VOCAB_SIZE)
+        return Splits(made["train"], made["val"], made["test"], num_classes=tokens.vocabulary)
 
     def read(self, files: list[Path]) -> tuple[list[bytes], list[str]]:
         """The bytes of each file that is UTF-8, in order, and the paths left out: a file that is not stops the run
@@ -128,19 +137,29 @@ class TextBlocks(Folds, Data):
                 raise text.error()
         return texts, skipped
 
-    def blocks(self, texts: list[bytes], split: str) -> Split:
-        """(inputs, targets), uint8 [N, block_size] each, from `texts` joined by SEPARATOR."""
-        joined = SEPARATOR.join(texts)
+    def blocks(self, texts: list[bytes], split: str, tokens: Tokens) -> Split:
+        """(inputs, targets) [N, block_size] each, from `texts` joined by SEPARATOR: uint8 bytes, or int32 ids of
+        another tokenizer (each file encoded apart, the separator's ids between them)."""
         span = self.block_size + 1
-        count = len(joined) // span
-        if count == 0:
+        if isinstance(tokens, ByteTokens):
+            joined = SEPARATOR.join(texts)
+            count = len(joined) // span
+            ids = torch.frombuffer(bytearray(joined[: count * span]), dtype=torch.uint8) if count else None
+        else:
+            separator, *files = tokens.encode_many([SEPARATOR, *texts])
+            parts = [part for index, file in enumerate(files) for part in ((separator, file) if index else (file,))]
+            every = torch.cat(parts).to(torch.int32)
+            count = len(every) // span
+            ids = every[: count * span]
+        if ids is None or count == 0:
             more = f"raise data.{split}_fraction" if split != "train" else "lower data.val_fraction, test_fraction"
+            unit = "bytes" if isinstance(tokens, ByteTokens) else "tokens"
             raise ConfigError(
                 "data.block_size",
-                f"{self.block_size} + 1 bytes is more than the {split} split's {len(joined)} bytes "
-                f"({len(texts)} files); lower data.block_size (and model.block_size) or {more}",
+                f"{self.block_size} + 1 {unit} is more than the {split} split's {sum(map(len, texts))} bytes "
+                f"({len(texts)} files) hold; lower data.block_size (and model.block_size) or {more}",
             )
-        packed = torch.frombuffer(bytearray(joined[: count * span]), dtype=torch.uint8).view(count, span)
+        packed = ids.view(count, span)
         return packed[:, :-1].clone(), packed[:, 1:].clone()
 
 

@@ -17,13 +17,13 @@ from trainkit.config.schema import Check, integer
 
 class SequenceClassifier(nn.Module):
     config_rules: ClassVar[dict[str, Check]] = {  # what each argument may hold (the config check reads it)
-        "vocabulary": integer(2),
+        "vocabulary": integer(2, null=True),  # null until the data's tokenizer fills data.vocabulary in
         "max_length": integer(1),
         "width": integer(1),
         "depth": integer(1),
         "heads": integer(1),
         "feedforward": integer(1),
-        "pad_id": integer(0),
+        "pad_id": integer(0, null=True),  # likewise data.pad_id
     }
 
     @staticmethod

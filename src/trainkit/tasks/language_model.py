@@ -3,14 +3,19 @@
     task: language_model            # conf/task/language_model.yaml
     inputs, targets                 # [B, T] token ids (data=text: bytes), targets the inputs shifted by one
     loss                            # the mean over the batch's real tokens (targets != -100)
-    val/loss, val/bpb, val/token_acc  # per token: nats, bits (loss / ln 2; bytes: bits per byte), top-1 accuracy
+    val/loss, val/bpb, val/token_acc  # nats a token, bits per byte of the text, top-1 accuracy a token
+
+Bits per byte: the nats of every real target token, summed, over the bytes of text those tokens stand for (the
+tokenizer's `token_bytes`), / ln 2. With bytes for tokens it is loss / ln 2; with a BPE (data.tokenizer=bpe) a
+token covers several bytes, and bpb still compares the two runs on one scale, where the loss per token does not.
 
 The task weighs tokens (`weighs = "tokens"`): an update's loss is the mean over all of its real tokens,
 across micro-batches, accumulated batches and ranks (trainkit.tasks.weighting). Token data may arrive as
 uint8 bytes; the task casts it to int64 ids on the device.
 
 Sampling (`generate`, `sample_text`): eval.py's `prompt="<text>"` and the text the trackers show
-after each validation (`logger.log_predictions`, `sample_for_logging`). A torch.Generator seeded by
+after each validation (`logger.log_predictions`, `sample_for_logging`), encoded and decoded by the data's
+tokenizer (`Task.tokenizer`; None: bytes). A torch.Generator seeded by
 `sample.seed` draws every token, so a sample is the same for the same weights and seed, and the global
 random streams (dropout, shuffles) are left as they were.
 """
@@ -18,7 +23,7 @@ random streams (dropout, shuffles) are left as they were.
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -68,18 +73,27 @@ class LanguageModel(Task):
         return F.cross_entropy(outputs.flatten(0, 1).float()[real], targets.flatten()[real], reduction="none")
 
     def empty_metric_sums(self, device: torch.device) -> Tensor:
-        return torch.zeros(3, device=device)  # nats summed over real tokens, right predictions, real tokens
+        return torch.zeros(4, device=device)  # nats summed over real tokens, right predictions, real tokens, bytes
 
     def metric_sums(self, outputs: Tensor, targets: Tensor) -> Tensor:
         flat_outputs, flat_targets = outputs.flatten(0, 1).float(), targets.flatten()
         nats = F.cross_entropy(flat_outputs, flat_targets, ignore_index=IGNORE, reduction="sum")
         real = flat_targets != IGNORE
         right = ((flat_outputs.argmax(dim=-1) == flat_targets) & real).sum()
-        return torch.stack([nats, right.float(), real.sum().float()])
+        count = real.sum().float()
+        covered = count if self.tokenizer is None else self._token_bytes(targets.device)[flat_targets[real]].sum()
+        return torch.stack([nats, right.float(), count, covered])
 
     def metrics(self, sums: Tensor) -> dict[str, float]:
-        nats, right, count = sums.tolist()
-        return {"bpb": nats / max(count, 1) / math.log(2), "token_acc": right / max(count, 1)}
+        nats, right, count, covered = sums.tolist()
+        return {"bpb": nats / max(covered, 1) / math.log(2), "token_acc": right / max(count, 1)}
+
+    def _token_bytes(self, device: torch.device) -> Tensor:
+        """The bytes each id stands for, on `device` (made once: a lookup a batch)."""
+        cached = getattr(self, "_bytes_of_ids", None)
+        if cached is None or cached.device != device:
+            self._bytes_of_ids = cached = self.tokenizer.token_bytes().to(device)
+        return cached
 
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:
         return {"next_token": outputs.argmax(dim=-1)}
@@ -93,7 +107,7 @@ class LanguageModel(Task):
         continuation = generate(
             model, prompt, self.sample_tokens, self.sample_temperature, self.sample_top_k, self.sample_seed
         )
-        return "val/sample", decode(prompt) + decode(continuation)
+        return "val/sample", decode(prompt, self.tokenizer) + decode(continuation, self.tokenizer)
 
 
 @torch.no_grad()
@@ -143,21 +157,33 @@ def context_length(model: nn.Module) -> int | None:
     return getattr(model, "block_size", None)
 
 
-def encode(text: str) -> list[int]:
-    """Text as its UTF-8 bytes: the ids of data=text."""
-    return list(text.encode("utf-8"))
+def encode(text: str, tokenizer: Any = None) -> list[int]:
+    """Text as the tokenizer's ids (trainkit.data.tokenizing); None: its UTF-8 bytes, the ids of data=text."""
+    if tokenizer is None:
+        return list(text.encode("utf-8"))
+    return tokenizer.encode(text.encode("utf-8")).tolist()
 
 
-def decode(ids: list[int]) -> str:
-    """Bytes as text; a byte sequence that is not UTF-8 (a model may cut a character) shows as U+FFFD."""
-    return bytes(ids).decode("utf-8", errors="replace")
+def decode(ids: list[int], tokenizer: Any = None) -> str:
+    """Ids as text; None: bytes, where a byte sequence that is not UTF-8 (a model may cut a character) shows as
+    U+FFFD."""
+    if tokenizer is None:
+        return bytes(ids).decode("utf-8", errors="replace")
+    return tokenizer.decode(ids)
 
 
 def sample_text(
-    model: nn.Module, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None, seed: int
+    model: nn.Module,
+    prompt: str,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+    tokenizer: Any = None,
 ) -> str:
     """The prompt continued by `generate`, as text (the continuation alone)."""
-    return decode(generate(model, encode(prompt), max_new_tokens, temperature, top_k, seed))
+    ids = generate(model, encode(prompt or "\n", tokenizer), max_new_tokens, temperature, top_k, seed)
+    return decode(ids, tokenizer)
 
 
 def writes_text(cfg: Mapping) -> bool:
@@ -169,11 +195,12 @@ def writes_text(cfg: Mapping) -> bool:
     return isinstance(found, type) and issubclass(found, LanguageModel)
 
 
-def write_samples(model: nn.Module, prompt: str, sample: Mapping, path: Path) -> str:
+def write_samples(model: nn.Module, prompt: str, sample: Mapping, path: Path, tokenizer: Any = None) -> str:
     """eval.py's prompt=<text> (or predict=<text file>): the prompt and its seeded continuation (`sample`: eval.yaml's
-    max_new_tokens, temperature, top_k, seed), written to `path` (samples.txt) and returned."""
+    max_new_tokens, temperature, top_k, seed; `tokenizer`: the run's data's), written to `path` (samples.txt) and
+    returned."""
     continuation = sample_text(
-        model, prompt, sample["max_new_tokens"], sample["temperature"], sample["top_k"], sample["seed"]
+        model, prompt, sample["max_new_tokens"], sample["temperature"], sample["top_k"], sample["seed"], tokenizer
     )
     path.write_text(prompt + continuation, encoding="utf-8")
     return prompt + continuation

@@ -62,6 +62,9 @@ class Task:
     spatial_targets: ClassVar[bool] = False  # a target per pixel: augmentation that moves the image alone is refused
     mixes_batches: ClassVar[bool] = False  # its augment() runs MixUp/CutMix (augmentation.mixup_alpha, cutmix_alpha)
     weighs: ClassVar[str] = "samples"  # "samples" | "tokens": what a batch's loss is the mean over
+    # Text: the data's tokenizer (trainkit.data.tokenizing), set once the data is built (train.py, eval.py); a
+    # language model reads each id's bytes (bits per byte) and text (samples) from it. None: not text.
+    tokenizer: Any = None
 
     def to_device(self, batch: Any, device: torch.device) -> Any:
         return to_device(batch, device)

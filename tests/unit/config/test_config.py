@@ -34,6 +34,7 @@ REQUIRED_BY_OPTION = {
     "data=imagefolder": ["data.root=/data/images"],
     "data=textfolder": ["data.root=/data/texts", "model=sequence"],
     "data=stdlib_functions": ["model=sequence"],
+    "data=hf": ["data.path=/data/reviews.jsonl", "model=sequence"],
     "model=sequence": ["data=stdlib_functions"],
     "model=hf": ["data=stdlib_functions", "model.config={model_type: bert}"],  # a folder or a config: none by default
     "data=cached": ["data.root=/data/cache"],
@@ -462,7 +463,7 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
         ([*IMAGES, "data.val_fraction=0"], ["best.pt", "data.val_fraction=0.02", "data.root/val/<class>/"]),
         ([*IMAGES, "data.test_fraction=0"], ["data.test_fraction=0.02", "data.root/test/<class>/"]),
         (["model=gpt"], ["model.block_size: ", "${data.block_size}, but data=digits has no data.block_size"]),
-        (["model=sequence"], ["${data.max_length}", "model.max_length=<value>"]),
+        (["model=sequence"], ["${data.vocabulary}", "model.vocabulary=<value>"]),
         ([*TEXTS, "data.class_folders=[neg,neg]"], ["names neg more than once", "name each class folder once"]),
         (["data.folds=5"], ["data.fold=0..4", "-m data.folds=5 'data.fold=range(5)'"]),
         (["data.folds=5", "data.fold=5"], ["numbers the folds 0..4"]),

@@ -21,6 +21,7 @@ NEEDS_A_FOLDER = {
     "imagefolder": ["data.root=/nonexistent/images"],
     "cached": ["data.root=/nonexistent/cache"],
     "textfolder": ["data.root=/nonexistent/texts"],
+    "hf": ["data.path=/nonexistent/reviews.jsonl"],
 }
 # In memory and without files: splits() runs here too.
 GENERATED_OR_SHIPPED = ("digits", "synthetic", "shapes")
@@ -30,8 +31,13 @@ def options(group: str) -> list[str]:
     return sorted(path.stem for path in (ROOT / "conf" / group).glob("*.yaml"))
 
 
-# Models of token data read their sizes from a data option of that kind (model=gpt: data.block_size).
-DATA_OF_MODEL = {"gpt": "data=text", "sequence": "data=stdlib_functions", "hf": "data=stdlib_functions"}
+# Models of token data read their sizes from a data option of that kind (model=gpt: data.block_size), and the ids
+# and padding of its tokenizer, which building the data fills in (null until then): bytes' here.
+DATA_OF_MODEL = {
+    "gpt": ["data=text", "data.vocabulary=256"],
+    "sequence": ["data=stdlib_functions", "data.vocabulary=257", "data.pad_id=0"],
+    "hf": ["data=stdlib_functions", "data.vocabulary=257", "data.pad_id=0"],
+}
 # A model that needs a key the option leaves for the command line (model=hf: model.path or model.config).
 TINY_BERT = "model.config={model_type: bert, hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2}"
 KEYS_OF_MODEL = {"hf": [TINY_BERT]}
@@ -39,7 +45,7 @@ KEYS_OF_MODEL = {"hf": [TINY_BERT]}
 
 @pytest.mark.parametrize("option", options("model"))
 def test_every_model_option_instantiates_to_a_module(option):
-    cfg = composed(f"model={option}", DATA_OF_MODEL.get(option, "data=digits"), *KEYS_OF_MODEL.get(option, []))
+    cfg = composed(f"model={option}", *DATA_OF_MODEL.get(option, ["data=digits"]), *KEYS_OF_MODEL.get(option, []))
     model = instantiate(cfg.model)
     assert isinstance(model, nn.Module)
     reads_images = "${data.channels}" in (ROOT / "conf" / "model" / f"{option}.yaml").read_text()

@@ -1,0 +1,306 @@
+"""`data.tokenizer`: what a text option's tokens are, for every text option (textfolder, stdlib_functions, text, hf).
+
+    bytes          a byte a token (the default): no tokenizer, nothing to train or download. The classifiers' text
+                   options shift byte b to id b + 1 so that id 0 pads (257 ids); data=text's blocks are the bytes
+                   themselves (256 ids, no padding)
+    bpe            a byte-level BPE of data.vocab_size ids (`<pad>` = id 0 and the 256 bytes among them), trained
+                   with the `tokenizers` library on the training split alone, in seconds. Rank 0 trains it and
+                   saves <run>/tokenizer/tokenizer.json; a resume and eval.py read that file back (never train
+                   again), and every rank gets rank 0's, so nodes need not share a disk
+    <folder>       a local tokenizer: its tokenizer.json, or what transformers' AutoTokenizer reads there
+                   (local_files_only: nothing is downloaded). Its padding id is the pad_token of its
+                   tokenizer_config.json, else its tokenizer.json's padding; text classification needs one
+
+The tokenizer decides the model's vocabulary (`data.vocabulary`, null: filled in with the tokenizer's when the data is
+built, as an image folder's data.num_classes) and its padding id (`data.pad_id`); data.max_length, data.max_tokens and
+data=text's blocks count its tokens. A language model still reports bits per *byte*: each id's bytes (`token_bytes`)
+turn the loss per token into a loss per byte of the text, so runs with different tokenizers compare on one scale.
+Byte-level tokenizers (ours, GPT-2's) give every id its exact bytes; for other tokenizers the bytes of an id are
+those of its decoded text (word-piece prefixes such as ## count).
+
+The data fingerprint names a tokenizer that is not bytes by a digest of its tokenizer.json, so a resume under another
+tokenizer is refused. `tokenizers` and `transformers` are imported inside the functions that use them.
+"""
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from trainkit.config.schema import Check, integer, text
+from trainkit.data.datasets import Data
+from trainkit.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+BYTES = "bytes"
+BPE = "bpe"
+SAVED_FOLDER = "tokenizer"  # <run>/tokenizer/tokenizer.json: data.tokenizer=bpe's file
+PAD_TOKEN = "<pad>"  # the BPE's id 0
+
+
+class ByteTokens:
+    """A byte a token: byte b is id b + `offset` (offset 1: id 0 pads; offset 0: every id a byte, no padding)."""
+
+    name = BYTES
+
+    def __init__(self, offset: int):
+        self.offset = offset
+        self.vocabulary = 256 + offset
+        self.pad_id = 0 if offset else None
+
+    def encode(self, text: bytes) -> torch.Tensor:
+        if not text:
+            return torch.zeros(0, dtype=torch.int64)
+        return torch.frombuffer(bytearray(text), dtype=torch.uint8).to(torch.int64) + self.offset
+
+    def encode_many(self, texts: list[bytes]) -> list[torch.Tensor]:
+        return [self.encode(text) for text in texts]
+
+    def decode(self, ids: list[int]) -> str:
+        """The bytes of the ids as text (a model may cut a character: U+FFFD), padding left out."""
+        return bytes(i - self.offset for i in ids if 0 <= i - self.offset < 256).decode("utf-8", errors="replace")
+
+    def token_bytes(self) -> torch.Tensor:
+        """The bytes each id stands for: 1, the padding id 0."""
+        counts = torch.ones(self.vocabulary)
+        counts[: self.offset] = 0
+        return counts
+
+    def fingerprint(self) -> str | None:
+        return None  # bytes: the fingerprint of every run before tokenizers, unchanged
+
+
+class TextTokens:
+    """A `tokenizers.Tokenizer` (our BPE, or a local folder's), with the padding id the data pads with."""
+
+    def __init__(self, tokenizer: Any, name: str, pad_id: int | None):
+        self.tokenizer, self.name, self.pad_id = tokenizer, name, pad_id
+        if name == BPE:
+            tokenizer.encode_special_tokens = True  # "<pad>" written in a text is text, not the padding id
+        self.vocabulary = tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: bytes) -> torch.Tensor:
+        return torch.tensor(self.tokenizer.encode(text.decode("utf-8")).ids, dtype=torch.int64)
+
+    def encode_many(self, texts: list[bytes]) -> list[torch.Tensor]:
+        """Every text's ids, the batch encoded in parallel by the library."""
+        encoded = self.tokenizer.encode_batch([text.decode("utf-8") for text in texts])
+        return [torch.tensor(encoding.ids, dtype=torch.int64) for encoding in encoded]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token_bytes(self) -> torch.Tensor:
+        """The bytes of the text each id stands for (special tokens: 0). A byte-level tokenizer writes each byte as
+        one character of its alphabet, so an id's bytes are its token's characters; others: its decoded text's."""
+        from tokenizers import decoders
+
+        byte_level = isinstance(self.tokenizer.decoder, decoders.ByteLevel)
+        special = {token.content for token in self.tokenizer.get_added_tokens_decoder().values() if token.special}
+        counts = torch.zeros(self.vocabulary)
+        for token, index in self.tokenizer.get_vocab(with_added_tokens=True).items():
+            if token not in special:
+                counts[index] = len(token) if byte_level else len(self.tokenizer.decode([index]).encode("utf-8"))
+        return counts
+
+    def fingerprint(self) -> str | None:
+        return f"{self.name} sha256:{hashlib.sha256(self.tokenizer.to_str().encode()).hexdigest()[:16]}"
+
+    def __getstate__(self) -> dict:  # DataLoader workers get the tokenizer as its JSON
+        return {"json": self.tokenizer.to_str(), "name": self.name, "pad_id": self.pad_id}
+
+    def __setstate__(self, state: dict) -> None:
+        from tokenizers import Tokenizer
+
+        self.__init__(Tokenizer.from_str(state["json"]), state["name"], state["pad_id"])  # type: ignore[misc]
+
+
+Tokens = ByteTokens | TextTokens
+
+
+def tokenizer_problems(tokenizer: str, vocab_size: int) -> Iterator[tuple[str, str]]:
+    """What the config check asks of data.tokenizer and data.vocab_size (a folder's files, not its tokens)."""
+    if tokenizer in (BYTES, BPE):
+        if tokenizer == BPE and vocab_size <= 257:
+            yield "data.vocab_size", f"is {vocab_size}; a byte-level BPE holds <pad> and the 256 bytes: set more"
+        return
+    folder = Path(tokenizer).expanduser()
+    if not folder.is_dir():
+        yield (
+            "data.tokenizer",
+            f"is {tokenizer!r}: neither bytes, bpe nor a folder; give bytes, bpe, or a local tokenizer folder "
+            f"(one saved with save_pretrained, holding tokenizer.json)",
+        )
+    elif not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        yield (
+            "data.tokenizer",
+            f"'{folder}' holds no tokenizer.json or tokenizer_config.json; point it at a folder a tokenizer was "
+            f"saved to (tokenizer.save_pretrained(folder))",
+        )
+
+
+def text_tokenizer(
+    spec: str,
+    vocab_size: int,
+    offset: int,
+    training_texts: Callable[[], Iterable[bytes]] | None,
+    saved_in: Path | None,
+    needs_padding: bool,
+) -> Tokens:
+    """The tokenizer data.tokenizer names. bpe: <saved_in>/tokenizer/tokenizer.json where it exists (a resume,
+    eval.py), else trained on `training_texts()` by rank 0 and saved there (None: never trained, the file must be
+    there); every rank gets rank 0's."""
+    if spec == BYTES:
+        return ByteTokens(offset)
+    if spec == BPE:
+        from tokenizers import Tokenizer
+
+        from trainkit.distributed import gather_objects, process_info
+
+        rank_0s = _bpe_json(vocab_size, training_texts, saved_in) if process_info().is_main else None
+        tokenizer = Tokenizer.from_str(gather_objects(rank_0s)[0])
+        return TextTokens(tokenizer, BPE, tokenizer.token_to_id(PAD_TOKEN))
+    return folder_tokenizer(Path(spec).expanduser(), needs_padding)
+
+
+def saved_tokenizer(run_dir: Path) -> Path:
+    return run_dir / SAVED_FOLDER / "tokenizer.json"
+
+
+def _bpe_json(vocab_size: int, training_texts: Callable[[], Iterable[bytes]] | None, saved_in: Path | None) -> str:
+    saved = saved_tokenizer(saved_in) if saved_in is not None else None
+    if saved is not None and saved.is_file():
+        log.info("data.tokenizer=bpe: %s (saved by the run)", saved)
+        return saved.read_text(encoding="utf-8")
+    if saved is None or training_texts is None:
+        where = f"there is no {saved}" if saved is not None else "this checkpoint is not inside a run directory"
+        raise ConfigError(
+            "data.tokenizer",
+            f"is bpe, trained by the run and saved in its directory (tokenizer/tokenizer.json), but {where}; "
+            f"evaluate the checkpoint in the run directory that holds it",
+        )
+    import time
+
+    started = time.perf_counter()
+    tokenizer = train_bpe(vocab_size, (sample.decode("utf-8") for sample in training_texts()))
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(saved))
+    log.info(
+        "data.tokenizer=bpe: %d ids learned from the training split in %.1fs -> %s",
+        tokenizer.get_vocab_size(),
+        time.perf_counter() - started,
+        saved,
+    )
+    return saved.read_text(encoding="utf-8")
+
+
+def train_bpe(vocab_size: int, texts: Iterable[str]) -> Any:
+    """A byte-level BPE of at most `vocab_size` ids: <pad> (id 0), the 256 bytes, then merges (fewer on a text too
+    short to have that many). Deterministic for the same texts."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return tokenizer
+
+
+def folder_tokenizer(folder: Path, needs_padding: bool) -> TextTokens:
+    """A local folder's tokenizer: tokenizer.json read with `tokenizers` (fast, no transformers import), else what
+    AutoTokenizer reads there (local_files_only). Its padding id: tokenizer_config.json's pad_token, else the
+    padding of tokenizer.json; one line where text classification needs one and there is none."""
+    file = folder / "tokenizer.json"
+    if file.is_file():
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(file))
+    else:
+        from transformers import AutoTokenizer
+
+        try:
+            loaded = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        except (OSError, ValueError) as error:
+            reason = str(error).strip().splitlines()[0]
+            raise ConfigError("data.tokenizer", f"cannot read a tokenizer from '{folder}' ({reason})") from error
+        if not getattr(loaded, "is_fast", False):
+            raise ConfigError(
+                "data.tokenizer",
+                f"'{folder}' holds a slow tokenizer only; save it as a fast one "
+                f"(AutoTokenizer.from_pretrained(..., use_fast=True).save_pretrained(folder) writes tokenizer.json)",
+            )
+        tokenizer = loaded.backend_tokenizer
+    pad_id = _pad_id(folder, tokenizer)
+    if pad_id is None and needs_padding:
+        raise ConfigError(
+            "data.tokenizer",
+            f"'{folder}' names no padding token (tokenizer_config.json's pad_token), and text classification pads; "
+            f"set one (tokenizer.pad_token = tokenizer.eos_token; tokenizer.save_pretrained(folder))",
+        )
+    return TextTokens(tokenizer, str(folder), pad_id)
+
+
+def _pad_id(folder: Path, tokenizer: Any) -> int | None:
+    config = folder / "tokenizer_config.json"
+    pad = json.loads(config.read_text(encoding="utf-8")).get("pad_token") if config.is_file() else None
+    if isinstance(pad, dict):  # an AddedToken written out
+        pad = pad.get("content")
+    if isinstance(pad, str) and tokenizer.token_to_id(pad) is not None:
+        return int(tokenizer.token_to_id(pad))
+    padding = tokenizer.padding
+    return int(padding["pad_id"]) if padding else None
+
+
+@dataclass(kw_only=True)
+class Tokenized(Data):
+    """The keys of every text option's tokens (data.tokenizer, data.vocab_size, data.vocabulary) and the tokenizer
+    they make, built by the option's splits() with `make_tokenizer` (after its training split is known)."""
+
+    tokenizer: str = BYTES  # bytes | bpe | a local tokenizer folder (the module docstring)
+    vocab_size: int = 8192  # tokenizer=bpe: the ids it learns, <pad> and the 256 bytes included
+    vocabulary: int | None = None  # the ids a model embeds; null: the tokenizer's, filled in when the data is built
+    tokens: Tokens | None = field(default=None, init=False, repr=False)  # made by splits()
+    saved_in: Path | None = field(default=None, init=False, repr=False)  # build_data's: where bpe is saved, or read
+    trains: bool = field(default=True, init=False, repr=False)  # False (eval.py): bpe is read back, never trained
+
+    byte_offset: ClassVar[int] = 1  # bytes: byte b is id b + 1 (0 pads); data=text: 0
+    pads: ClassVar[bool] = True  # its batches pad to the longest sequence (a tokenizer needs a padding id)
+    config_rules: ClassVar[dict[str, Check]] = {
+        "tokenizer": text(),
+        "vocab_size": integer(1),
+        "vocabulary": integer(1, null=True),
+    }
+
+    def make_tokenizer(self, training_texts: Callable[[], Iterable[bytes]]) -> Tokens:
+        """data.tokenizer's tokenizer (bpe: trained on `training_texts()`, the training split's, unless saved)."""
+        self.tokens = text_tokenizer(
+            self.tokenizer,
+            self.vocab_size,
+            self.byte_offset,
+            training_texts if self.trains else None,
+            self.saved_in,
+            self.pads,
+        )
+        if self.vocabulary is not None and self.vocabulary != self.tokens.vocabulary:
+            raise ConfigError(
+                "data.vocabulary",
+                f"is {self.vocabulary}, but data.tokenizer={self.tokenizer} has {self.tokens.vocabulary} ids; set "
+                f"data.vocabulary=null (the tokenizer's)",
+            )
+        return self.tokens
+
+    def padding_id(self) -> int | None:
+        """The id batches pad with (None: they do not pad)."""
+        return self.tokens.pad_id if self.pads and self.tokens is not None else None

@@ -1,0 +1,114 @@
+"""data=hf: a `datasets` dataset from local files the test writes (a jsonl file, parquet files with their own
+splits, a save_to_disk folder), its classes, its splits or carved ones, tokens cached by datasets.map, the files in
+the fingerprint, and the one-line errors. Nothing is downloaded."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import composed
+from trainkit.config.validation import validate
+from trainkit.data import build_data
+from trainkit.errors import ConfigError
+
+CPU = torch.device("cpu")
+
+
+def reviews(count: int, seed: int) -> list[dict]:
+    generator = random.Random(seed)
+    return [
+        {"review": ("great " if k % 2 else "awful ") * generator.randint(1, 30), "stars": "pos" if k % 2 else "neg"}
+        for k in range(count)
+    ]
+
+
+def hf_data(tmp_path: Path, path: Path, *overrides: str, run_dir: Path | None = None):
+    cfg = composed(
+        "data=hf", f"data.path={path}", "data.text_column=review", "data.label_column=stars", "model=sequence",
+        "data.num_workers=0", f"data.cache_dir={tmp_path / 'cache'}", "data.max_length=32", *overrides,
+    )  # fmt: skip
+    validate(cfg)
+    return build_data(cfg.data, CPU, seed=0, run_dir=run_dir)
+
+
+def test_a_jsonl_file_is_carved_by_class_and_named_in_the_fingerprint(tmp_path):
+    file = tmp_path / "reviews.jsonl"
+    file.write_text("\n".join(json.dumps(row) for row in reviews(100, seed=0)))
+    data = hf_data(tmp_path, file, "data.max_tokens=64")
+    assert data.class_names == ["neg", "pos"] and data.num_classes == 2 and data.vocabulary == 257
+    assert [len(loader.loader.dataset) for loader in (data.train, data.val, data.test)] == [80, 10, 10]
+    assert sorted(label for _, label in data.test.loader.dataset.samples) == [0] * 5 + [1] * 5  # stratified
+    assert data.fingerprint["source"] == f"hf: reviews.jsonl ({file.stat().st_size} bytes)"
+    for inputs, labels in data.train:
+        assert inputs.numel() <= 64 and inputs.shape[1] <= 32  # the token budget, texts cut at max_length
+        for row, label in zip(inputs.tolist(), labels.tolist(), strict=True):
+            text = bytes(token - 1 for token in row if token).decode()  # bytes: b + 1, 0 pads
+            assert text.startswith(["awful", "great"][label])  # each text with its own label
+
+    file.write_text("\n".join(json.dumps(row) for row in reviews(101, seed=0)))  # a row more: other data
+    assert hf_data(tmp_path, file).fingerprint["source"] != data.fingerprint["source"]
+
+
+def test_parquet_files_keep_their_own_splits_and_a_classlabels_names(tmp_path):
+    import datasets
+
+    features = datasets.Features(
+        {"review": datasets.Value("string"), "stars": datasets.ClassLabel(names=["neg", "pos"])}
+    )
+    folder = tmp_path / "parquet"
+    folder.mkdir()
+    for split, count in (("train", 40), ("validation", 8), ("test", 6)):
+        rows = [{**row, "stars": int(row["stars"] == "pos")} for row in reviews(count, seed=len(split))]
+        datasets.Dataset.from_list(rows, features=features).to_parquet(str(folder / f"{split}.parquet"))
+    data = hf_data(tmp_path, folder, "data.tokenizer=bpe", "data.vocab_size=300", run_dir=tmp_path / "run")
+    assert data.class_names == ["neg", "pos"]
+    assert [len(loader.loader.dataset) for loader in (data.train, data.val, data.test)] == [40, 8, 6]  # its own
+    assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").is_file() and data.pad_id == 0
+    inputs, _ = next(iter(data.test))
+    assert data.tokenizer is not None and data.tokenizer.decode(inputs[0].tolist()).split()[0] in ("great", "awful")
+    assert data.fingerprint["tokenizer"].startswith("bpe sha256:")
+    assert data.fingerprint["source"].startswith("hf: test.parquet (")
+
+
+def test_a_save_to_disk_folder_loads_and_its_tokens_are_cached(tmp_path):
+    import datasets
+
+    splits = {"train": reviews(30, seed=1), "test": reviews(10, seed=2)}
+    saved = tmp_path / "saved"
+    datasets.DatasetDict({split: datasets.Dataset.from_list(rows) for split, rows in splits.items()}).save_to_disk(
+        str(saved)
+    )
+    data = hf_data(tmp_path, saved, "data.val_fraction=0.2")
+    assert [len(loader.loader.dataset) for loader in (data.train, data.val, data.test)] == [24, 6, 10]
+    cached = {path.name for path in saved.rglob("cache-*.arrow")}
+    assert cached  # datasets.map wrote the tokens beside the saved dataset ...
+    again = hf_data(tmp_path, saved, "data.val_fraction=0.2")
+    assert {path.name for path in saved.rglob("cache-*.arrow")} == cached  # ... and read them back
+    assert again.fingerprint == data.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["data.text_column=body"],
+            r"^data.text_column: is 'body', not a column of '.*' \(its columns: review, stars\)",
+        ),
+        (["data.label_column=label"], r"^data.label_column: is 'label', not a column of"),
+        (["data.path={missing}"], r"^data.path: '.*nowhere.jsonl' does not exist; give a data file or folder"),
+    ],
+)
+def test_what_the_dataset_lacks_is_one_line(tmp_path, overrides, message):
+    file = tmp_path / "reviews.jsonl"
+    file.write_text("\n".join(json.dumps(row) for row in reviews(20, seed=0)))
+    given = [override.format(missing=tmp_path / "nowhere.jsonl") for override in overrides]
+    with pytest.raises(ConfigError, match=message):
+        hf_data(tmp_path, file, *given)
+
+
+def test_data_path_is_required_before_anything_is_read():
+    with pytest.raises(ConfigError, match=r"data.path"):
+        validate(composed("data=hf", "model=sequence"))
