@@ -94,6 +94,7 @@ RULE_CASES = [
     (["seed=-1"], "seed"),
     # eval.py's keys (conf/eval.yaml), added to train.py's config here
     (["+prompt=42"], "prompt"),
+    (["+export=42"], "export"),
     (["+sample.max_new_tokens=0"], "sample.max_new_tokens"),
     (["+sample.temperature=-1"], "sample.temperature"),
     (["+sample.top_k=0"], "sample.top_k"),
