@@ -46,12 +46,12 @@ from trainkit.models import apply_frozen_bn_eval, build_ema, build_model
 from trainkit.optim import build_optimizer
 from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, test_and_summarize
 from trainkit.runtime import autocast, grad_scaler, seed_everything
-from trainkit.tasks import backward_scale, evaluate, mean_over_update_tokens
+from trainkit.tasks import backward_scale, evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.batches import detach
 from trainkit.tracking import (EpochTotals, LoopTimer, StepProfiler, data_bound_advice, epoch_line, log_epoch_notes,
                                log_predictions, quiet_known_noise, show_step, start_logging, warn_if_data_bound,
                                write_provenance)
-from trainkit.tuning import micro_batches, run_trial
+from trainkit.tuning import run_trial
 from trainkit.tuning.batch_size_finder import batch_size_that_fits
 from trainkit.tuning.lr_finder import LRFinderResult, lr_range_test, set_base_lr
 from trainkit.tuning.lr_finder_plot import plot_lr_finder
