@@ -1,7 +1,7 @@
 """Atomic, format-versioned checkpoints that load with torch.load(weights_only=True), the bare
 model inside DDP / torch.compile whose state dict they hold, and the pieces of a resume that take
 more than a load_state_dict (weights that must fit, an optimizer whose settings changed). What a
-checkpoint holds is train.py's `Run.state_dict()`; RNG snapshots: trainkit.checkpointing.rng."""
+checkpoint holds is `Run.state_dict()` (trainkit/run.py); RNG snapshots: trainkit.checkpointing.rng."""
 
 import errno
 import os

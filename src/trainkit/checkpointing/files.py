@@ -16,8 +16,8 @@ import torch
 
 from trainkit.errors import ConfigError
 
-# The layout of what train.py's Run.state_dict() writes (save_checkpoint adds this). Raise it when that layout changes
-# in a way older code cannot read; checkpoints written before versioning hold the same keys as 1.
+# The layout of what trainkit.run's Run.state_dict() writes (save_checkpoint adds this). Raise it when that layout
+# changes in a way older code cannot read; checkpoints written before versioning hold the same keys as 1.
 CHECKPOINT_FORMAT = 1
 REQUIRED_KEYS = ("model", "optimizer", "scheduler", "epoch", "step", "batches_done", "config")
 # distributed=fsdp's checkpoints/last/: a directory of every rank's shards (torch.distributed.checkpoint), which

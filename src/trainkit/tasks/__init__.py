@@ -4,7 +4,7 @@ here and a conf/task/<name>.yaml."""
 
 from trainkit.tasks.evaluation import evaluate, model_outputs
 from trainkit.tasks.task import Task, higher_is_better, metric_names_of, task_class
-from trainkit.tasks.weighting import backward_scale, mean_over_update_tokens
+from trainkit.tasks.weighting import backward_scale, mean_over_update_tokens, micro_batches
 
 __all__ = [
     "Task",
@@ -13,6 +13,7 @@ __all__ = [
     "higher_is_better",
     "mean_over_update_tokens",
     "metric_names_of",
+    "micro_batches",
     "model_outputs",
     "task_class",
 ]

@@ -1,5 +1,7 @@
-"""How the parts of an update weigh in its gradient: by samples (as a mean of batch means), or by real tokens.
+"""A batch's parts (trainer.micro_batch_size) and how the parts of an update weigh in its gradient: by samples (as a
+mean of batch means), or by real tokens.
 
+    for part, share in micro_batches(batch, micro_batch_size, sized):   # the whole batch, or parts of N samples
     scale = backward_scale(task, task.weight(part), share, group_size)
     scaler.scale(loss * scale).backward()                   # each micro-batch part of each batch of the update
     mean_over_update_tokens(task, model, update_weight, world_size)   # at the update, before clipping and the step
@@ -13,11 +15,28 @@ update's loss is the mean over every real token of it: across micro-batches, acc
 however unevenly the tokens fall.
 """
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
 from trainkit.distributed.process_group import all_reduce_sum
+from trainkit.tasks import batches
 from trainkit.tasks.task import Task
+
+
+def micro_batches(batch: Any, size: int | None, sized: bool = False) -> list[tuple[Any, float]]:
+    """(part, share of the batch) for each part of at most `size` samples, cut from every tensor of the batch
+    (any nested structure: trainkit.tasks.batches.split); the whole batch as its one part when `size` is None
+    or not smaller than the batch (no copy, no extra op). `sized` (items of many sizes, Data.size_unit: the
+    batch's first tensor holds them padded, [B, T]; token ids): `size` counts units (tokens), a part holds
+    size // T items (at least one)."""
+    total = batches.samples(batch)
+    if size is not None and sized:
+        size = max(1, size // max(1, batches.first_tensor(batch)[0].numel()))
+    if size is None or size >= total:
+        return [(batch, 1.0)]
+    return [(part, batches.samples(part) / total) for part in batches.split(batch, size)]
 
 
 def backward_scale(task: Task, part_weight: int | Tensor, share: float, group_size: int) -> float | Tensor:

@@ -14,7 +14,8 @@ from trainkit.tracking.loggers import Loggers, build_loggers, run_names
 from trainkit.tracking.prediction_images import first_images, log_predictions
 from trainkit.tracking.profiling import StepProfiler
 from trainkit.tracking.provenance import write_provenance
-from trainkit.tracking.run_report import epoch_line, training_line, write_summary
+from trainkit.tracking.run_report import epoch_line, log_epoch_notes, show_step, training_line, write_summary
+from trainkit.tracking.run_start import start_logging
 from trainkit.tracking.timing import LoopTimer
 
 __all__ = [
@@ -27,10 +28,13 @@ __all__ = [
     "data_bound_advice",
     "epoch_line",
     "first_images",
+    "log_epoch_notes",
     "log_predictions",
     "quiet_known_noise",
     "run_names",
     "save_png",
+    "show_step",
+    "start_logging",
     "training_line",
     "warn_if_data_bound",
     "write_provenance",

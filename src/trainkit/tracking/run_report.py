@@ -103,7 +103,7 @@ def throughput(train_metrics: dict) -> str:
 def write_summary(
     run: Any, last_metrics: dict, test_metrics: dict, stop_reason: str, wall_seconds: float, test_weights: str = "best"
 ) -> dict:
-    """summary.json from train.py's `Run` (every rank builds it; rank 0 alone writes it and logs),
+    """summary.json from `Run` (trainkit/run.py) (every rank builds it; rank 0 alone writes it and logs),
     the test metrics as the run's last metrics line, and the trackers' summary. Returns the summary."""
     best = run.best_metrics
     summary = {
@@ -137,3 +137,27 @@ def write_summary(
         test = test_metrics[f"test/{name}"]
         log.info(f"done in {wall_seconds:.1f}s: test/{name} {test:.4f} ({best_epoch}) -> {run.run_dir}")
     return summary
+
+
+def show_step(
+    progress: Any, batch: int, num_batches: int, loss: torch.Tensor, optimizer: torch.optim.Optimizer
+) -> None:
+    """The epoch's progress bar (tqdm, disabled unless shown) one batch on; every 10 batches and at the last, its loss
+    and LR, drawn at tqdm's next timed refresh: no extra terminal write (and the loss's device sync only when shown)."""
+    progress.update()
+    if not progress.disable and (batch % 10 == 0 or batch == num_batches - 1):
+        progress.set_postfix(loss=f"{loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}", refresh=False)
+
+
+def log_epoch_notes(run: Any, mid_epoch_saves: int, compile_seconds: float | None) -> None:
+    """Rank 0, after train.py's epoch: its mid-epoch checkpoints, and torch.compile's time (compile + first step)."""
+    if not run.proc.is_main:
+        return
+    if mid_epoch_saves:
+        every = run.cfg.trainer.checkpoint_every_n_steps
+        log.info(
+            f"epoch {run.epoch:>3}  {mid_epoch_saves} mid-epoch checkpoints "
+            f"(every {every} updates) -> checkpoints/{run.parallel.last}"
+        )
+    if compile_seconds is not None:
+        log.info(f"compile + first step: {compile_seconds:.1f}s (left out of train/samples_per_sec)")

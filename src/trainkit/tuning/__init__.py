@@ -5,7 +5,6 @@ trial, its value back to the sweeper).
 train.py imports each finder from its own module (deleting one touches no other); the modules inside import
 each other directly."""
 
-from trainkit.tuning.micro_batching import micro_batches
 from trainkit.tuning.sweeps import run_trial
 
-__all__ = ["micro_batches", "run_trial"]
+__all__ = ["run_trial"]

@@ -2,7 +2,7 @@
 
     for part, share in micro_batches(batch, trainer.micro_batch_size):   # any batch: a pair, a dict, ...
         loss, outputs = task.step(model, part)
-        (loss * share / group_size).backward()     # share: this part's samples / the batch's (train.py's train_step)
+        (loss * share / group_size).backward()     # share: this part's samples / the batch's (trainkit.tasks.weighting)
 
 A batch of B samples is cut into parts of N (the last may be smaller). The task's loss is a mean over
 its samples, so weighing each part's mean by its share of the batch and summing the gradients gives
@@ -47,20 +47,6 @@ from trainkit.tuning.batch_size_finder import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def micro_batches(batch: Any, size: int | None, sized: bool = False) -> list[tuple[Any, float]]:
-    """(part, share of the batch) for each part of at most `size` samples, cut from every tensor of the batch
-    (any nested structure: trainkit.tasks.batches.split); the whole batch as its one part when `size` is None
-    or not smaller than the batch (no copy, no extra op). `sized` (items of many sizes, Data.size_unit: the
-    batch's first tensor holds them padded, [B, T]; token ids): `size` counts units (tokens), a part holds
-    size // T items (at least one)."""
-    total = batches.samples(batch)
-    if size is not None and sized:
-        size = max(1, size // max(1, batches.first_tensor(batch)[0].numel()))
-    if size is None or size >= total:
-        return [(batch, 1.0)]
-    return [(part, batches.samples(part) / total) for part in batches.split(batch, size)]
 
 
 def find_micro_batch_size(

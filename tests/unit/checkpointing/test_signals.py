@@ -475,6 +475,7 @@ def test_a_signal_during_the_final_test_lets_it_finish_then_says_so_and_exits_75
     tmp_path, monkeypatch, stop_handlers_back
 ):
     from conftest import run_here
+    from trainkit import run as run_module
     from trainkit import tasks
 
     real, calls = tasks.evaluate, iter(range(1000))
@@ -484,7 +485,8 @@ def test_a_signal_during_the_final_test_lets_it_finish_then_says_so_and_exits_75
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tasks, "evaluate", signalled_in_the_test)  # train.py imports it anew
+    monkeypatch.setattr(tasks, "evaluate", signalled_in_the_test)  # train.py imports it anew: the validation
+    monkeypatch.setattr(run_module, "evaluate", signalled_in_the_test)  # the test (trainkit.run.test_and_summarize)
     one_epoch = [*OVERRIDES, "trainer.max_epochs=1", "trainer.limit_train_batches=2", "logger=csv"]
     code, _, stderr = run_here("train.py", f"hydra.run.dir={tmp_path}", *one_epoch)
     log = (tmp_path / "train.log").read_text()

@@ -6,7 +6,7 @@ import torch
 
 from trainkit.errors import ConfigError
 from trainkit.tasks import batches
-from trainkit.tuning.micro_batching import micro_batches
+from trainkit.tasks.weighting import micro_batches
 
 
 def nested(count: int = 5) -> dict:

@@ -9,9 +9,10 @@ from helpers import backward_step, config_check_tests
 from models_for_tests import NoNormCNN
 from trainkit.errors import ConfigError
 from trainkit.models.small_cnn import SmallCNN
+from trainkit.tasks.weighting import micro_batches
 from trainkit.tuning import micro_batching
 from trainkit.tuning.batch_size_finder import measure_step_memory, training_step_probe
-from trainkit.tuning.micro_batching import find_micro_batch_size, micro_batches
+from trainkit.tuning.micro_batching import find_micro_batch_size
 
 CPU = torch.device("cpu")
 

@@ -1,0 +1,206 @@
+"""train.py's `Run`: one process's share of a run, a plain record the loop fills, reads and moves forward;
+what a checkpoint holds of it (state_dict, load_state_dict), the counts an epoch's plan and LR schedule read,
+and the run's end: its test with the best weights and summary.json.
+
+Plumbing train.py calls and a researcher rarely changes: a field you add to Run that a resume needs goes into
+state_dict and load_state_dict here."""
+
+import logging
+import math
+import time
+from collections.abc import Sized
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from trainkit.checkpointing import (
+    epoch_plan,
+    load_checkpoint,
+    load_weights,
+    refuse_another_epoch_plan,
+    refuse_another_world_size_inside_an_epoch,
+    restore_optimizer_and_schedule,
+    restore_rank_rng_states,
+    rng_states,
+    trained_to_the_end,
+    unwrap_model,
+)
+from trainkit.data import DataBundle, check_same_data
+from trainkit.distributed import ProcessInfo, any_rank, gather_objects
+from trainkit.distributed.parallel import Parallel
+from trainkit.early_stopping import EarlyStopping
+from trainkit.models import restore_ema
+from trainkit.optim import build_scheduler
+from trainkit.tasks import Task, evaluate
+from trainkit.tracking import Loggers, LoopTimer, training_line, write_summary
+
+log = logging.getLogger("train")  # train.py's logger: these are its lines
+
+
+@dataclass
+class Run:
+    """One process's share of a run: what it trains with, and where it stands. A plain record,
+    not a trainer: the functions below fill it, read it and move it forward, in the open."""
+
+    cfg: DictConfig
+    run_dir: Path
+    proc: ProcessInfo
+    device: torch.device
+    # The pieces, made by build_run:
+    data: DataBundle = field(init=False)
+    model: torch.nn.Module = field(init=False)  # the bare model: its weights are checkpointed
+    trained_model: torch.nn.Module = field(init=False)  # the same, compiled and/or DDP-wrapped: what the loop calls
+    parallel: Parallel = field(default_factory=Parallel)  # one process, DDP or FSDP: trainkit.distributed.parallel
+    train_transform: torch.nn.Module = field(init=False)  # the data option's: images scale, resize, augment, normalize
+    eval_transform: torch.nn.Module = field(init=False)  # (batched, on the device); tokens: nothing
+    task: Task = field(init=False)  # what a batch means: its loss, its metrics (classification, segmentation, yours)
+    resolved_config: dict = field(init=False)  # cfg as plain containers, resolved once built: in every checkpoint
+    optimizer: torch.optim.Optimizer = field(init=False)
+    scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
+    scaler: torch.amp.GradScaler = field(init=False)
+    early_stopping: EarlyStopping = field(init=False)
+    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest; debug=profile
+    ema: torch.optim.swa_utils.AveragedModel | None = None  # regularization.ema: evaluated in place of the weights
+    loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
+    shown: tuple[torch.Tensor, torch.Tensor] | None = None  # rank 0, logger.log_predictions: val images and targets
+    # Where the run stands (what a checkpoint restores):
+    epoch: int = 0
+    step: int = 0  # optimizer updates so far: the LR schedule's clock
+    batches_done: int = 0  # batches of `epoch` trained; > 0 after a mid-epoch resume
+    best_metrics: dict = field(default_factory=dict)
+    last_metrics: dict = field(default_factory=dict)  # the last validated epoch's: summary.json's "final"
+    tracker_run_ids: dict = field(default_factory=dict)  # {wandb/mlflow: its run id}: a resume continues those runs
+    started: float = field(default_factory=time.perf_counter)  # this process's part of the run began
+    earlier_seconds: float = 0.0  # the wall time of the parts before a resume, up to their last checkpoint
+    stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
+
+    def state_dict(self) -> dict:
+        """What a checkpoint holds: everything a resume needs, as plain containers and tensors
+        (torch.load(weights_only=True) reads them back). Every rank calls it: each rank's RNG streams
+        go in. A field you add to Run that a resume needs goes here and into load_state_dict."""
+        unfinished = self.batches_done < batches_per_epoch(self.cfg, self.data.train)
+        return {
+            "model": unwrap_model(self.model).state_dict(),  # no module. / _orig_mod. prefixes
+            "ema": None if self.ema is None else self.ema.state_dict(),  # AveragedModel's: module.<name>, n_averaged
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "early_stopping": self.early_stopping.state_dict(),
+            "best_metrics": self.best_metrics,
+            "last_metrics": self.last_metrics,
+            "epoch": self.epoch,
+            "step": self.step,
+            "batches_done": self.batches_done if unfinished else 0,  # > 0: a resume finishes this epoch first
+            "epoch_plan": gather_objects(this_epochs_plan(self)) if unfinished else None,  # a resume must find it again
+            "rng": gather_objects(rng_states()),  # every rank's streams, in rank order
+            "config": self.resolved_config,
+            "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
+            "class_names": self.data.class_names,  # what eval.py's predictions call the classes, without the data
+            "wandb_run_id": self.loggers.run_ids.get("wandb"),
+            "mlflow_run_id": self.loggers.run_ids.get("mlflow"),
+            "wall_seconds": self.earlier_seconds + time.perf_counter() - self.started,  # every part so far
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue where a checkpoint stands: weights and EMA, optimizer and schedule (this config's
+        hyperparameters where they changed), scaler, early stopping, position, W&B run, RNG streams."""
+        check_same_data(state.get("data"), self.data.fingerprint)  # one line naming what changed since
+        if self.cfg.trainer.micro_batch_size == "auto":  # the size this run found, not a new search
+            self.cfg.trainer.micro_batch_size = state["config"]["trainer"].get("micro_batch_size")
+            self.resolved_config["trainer"]["micro_batch_size"] = self.cfg.trainer.micro_batch_size
+        load_weights(self.model, state["model"])
+        restore_ema(self.ema, state)
+        self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]
+        self.epoch = state["epoch"] + (0 if self.batches_done else 1)  # the unfinished epoch, else the next
+        refuse_another_world_size_inside_an_epoch(state, self.proc.world_size)
+        if self.batches_done:  # inside an epoch: the batches it skips must be those the checkpoint's run trained
+            refuse_another_epoch_plan(state, this_epochs_plan(self), self.resolved_config, self.proc.rank, self.device)
+        self.scheduler = build_lr_schedule(self)  # from where the run stands: the updates an epoch may have changed
+        restore_optimizer_and_schedule(self.optimizer, self.scheduler, state, self.cfg)
+        self.scaler.load_state_dict(state["scaler"])
+        self.early_stopping.load_state_dict(state["early_stopping"])
+        self.last_metrics = state.get("last_metrics", {})  # older checkpoints lack it
+        self.tracker_run_ids = {"wandb": state.get("wandb_run_id"), "mlflow": state.get("mlflow_run_id")}
+        self.earlier_seconds = state.get("wall_seconds", 0.0)  # older checkpoints lack it
+        self.stopping = trained_to_the_end(state, self.cfg)  # killed during its test, before summary.json: test only
+        reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams
+        restore_rank_rng_states(state["rng"], self.proc.rank, self.proc.world_size, reseed)
+
+
+def batches_per_epoch(cfg: DictConfig, loader: Sized) -> int:
+    """Batches an epoch trains: the loader's, or trainer.limit_train_batches where fewer."""
+    return min(len(loader), cfg.trainer.limit_train_batches or len(loader))
+
+
+def this_epochs_plan(run: Run) -> dict:
+    """What epoch `run.epoch` trains on this rank, batch by batch and update by update (a digest)."""
+    cfg = run.cfg
+    return epoch_plan(
+        run.data.train.epoch_batches(run.epoch),
+        batches_per_epoch(cfg, run.data.train),
+        cfg.trainer.accumulate_grad_batches,
+    )
+
+
+def updates_per_epoch(cfg: DictConfig, loader: Sized) -> int:
+    """Optimizer updates an epoch: the last group of micro-batches updates too, even when short."""
+    return math.ceil(batches_per_epoch(cfg, loader) / cfg.trainer.accumulate_grad_batches)
+
+
+def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
+    """A multiplier of each group's LR, stepped once per optimizer update (warmup and decay are
+    counted in updates), so a resume continues the curve exactly.
+
+    Its clock counts epochs: where a resume changed the updates an epoch (data.batch_size, the number
+    of processes, accumulate_grad_batches, limit_train_batches: allowed at an epoch's end), the updates
+    trained before count as the epochs they trained, so the curve goes on from that epoch and still
+    ends on the run's last update. Without such a change, `shift` is 0: the clock is the update count."""
+    trainer = run.cfg.trainer
+    updates = updates_per_epoch(run.cfg, run.data.train)
+    position = run.epoch * updates + run.batches_done // trainer.accumulate_grad_batches
+    shift = position - run.step
+    total_updates = min(updates * trainer.max_epochs, trainer.max_steps + shift if trainer.max_steps else math.inf)
+    return build_scheduler(run.optimizer, run.cfg.scheduler, updates, total_updates, shift)
+
+
+def test_and_summarize(run: Run, stop_reason: str) -> dict:
+    """Test with the best weights, then write summary.json. Rank 0 reads best.pt and sends the
+    weights to every rank, so nodes need not share a file system. Without best.pt (deleted before a
+    resume; no finite epoch) the last weights are tested: one warning, and summary.json says so."""
+    best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
+    best_missing = any_rank(run.proc.is_main and not best_checkpoint.exists(), run.device)  # every rank alike
+    if best_missing and run.proc.is_main and run.best_metrics:  # no epoch validated (a non-finite loss): none to miss
+        log.warning(f"{best_checkpoint} is missing: testing the last weights, not those of the best epoch")
+    checkpoint = load_checkpoint(best_checkpoint, run.device) if run.proc.is_main and not best_missing else None
+    run.parallel.load_best(checkpoint, not best_missing, run.model, run.ema)  # rank 0's, on every rank
+    with run.parallel.full_parameters(run.model):  # FSDP: ranks may have unequal numbers of test batches
+        test = evaluate(
+            run.ema or run.trained_model,
+            run.data.test,
+            run.eval_transform,
+            run.task,
+            run.cfg.precision.name,
+            run.device,
+            tta_flip=run.cfg.trainer.tta_flip,
+        )
+    test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
+    test_weights = "best" if not best_missing else "last (best.pt missing)" if run.best_metrics else "last (no epoch)"
+    wall_seconds = run.earlier_seconds + time.perf_counter() - run.started  # every part of a resumed run
+    return write_summary(run, run.last_metrics, test_metrics, stop_reason, wall_seconds, test_weights)
+
+
+def start_line(run: Run, code: str | None) -> str:
+    """The run's first line: what trains, where, for how long (tracking.run_report.training_line)."""
+    return training_line(
+        run.model,
+        run.cfg.trainer,
+        updates_per_epoch(run.cfg, run.data.train),
+        run.device,
+        run.run_dir,
+        code,
+        batch_size=run.cfg.data.batch_size,
+        longest=run.data.longest,
+        unit=run.data.size_unit,
+    )

@@ -1,0 +1,29 @@
+"""What rank 0 sets up for a run's reports before it trains: the loggers (metrics.jsonl and the chosen trackers;
+a resume continues their runs), a grid of augmented samples, and the validation images whose predictions the
+trackers show after each validation."""
+
+from typing import Any
+
+from trainkit.tracking.images import augmented_samples, save_png
+from trainkit.tracking.loggers import build_loggers, run_names
+from trainkit.tracking.prediction_images import first_images
+
+
+def start_logging(run: Any, provenance: dict) -> None:
+    """Rank 0: run.loggers (given the config and provenance.json's facts) and run.shown, of `Run` (trainkit/run.py)."""
+    run_name, group = run_names(run_dir=run.run_dir)
+    run.loggers = build_loggers(
+        run.cfg.logger,
+        run.run_dir,
+        config=run.resolved_config,
+        run_name=run_name,
+        group=group,
+        resume_ids=run.tracker_run_ids,
+        provenance=provenance,
+        resume_step=run.step if run.cfg.resume else None,
+    )
+    if run.cfg.logger.get("log_images", False) and run.data.kind == "image" and not run.cfg.resume:  # once a run
+        samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
+        run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.step)
+    if run.cfg.logger.get("log_predictions", 0) and run.data.kind in ("image", "tokens"):  # tokens: a text sample
+        run.shown = first_images(run.data.val, run.task, run.cfg.logger.log_predictions, run.device)
