@@ -52,12 +52,12 @@ from trainkit.data.datasets import ImageData, data_class
 from trainkit.data.imagefolder import image_extensions, open_image, resize_center_crop, walk_files
 from trainkit.data.loaders import limited
 from trainkit.data.text import TEXT_EXTENSIONS, TextData, pad_to_longest
-from trainkit.data.tokenizing import Tokenized, Tokens
+from trainkit.data.tokenizing import BYTES, Tokenized, Tokens
 from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
 from trainkit.models import build_model, ema_weights
-from trainkit.models.export import copy_tokenizer, export_model
+from trainkit.models.export import export_model, export_tokenizer
 from trainkit.runtime import autocast, pick_device, seed_everything
 from trainkit.tasks import evaluate, model_outputs
 from trainkit.tasks.language_model import write_samples, writes_text
@@ -222,7 +222,7 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
 
 
 def export(cfg: DictConfig, folder: Path, source: str) -> None:
-    """export=<folder>: the weights the run tested (trainkit.models.export), and the run's tokenizer where it saved
+    """export=<folder>: the weights the run tested (trainkit.models.export), and the run's tokenizer where it has
     one. One process, on the CPU: nothing is evaluated."""
     if cfg.predict is not None or cfg.prompt is not None:
         raise ConfigError("export", "writes the model alone; drop predict= and prompt= (or run eval.py twice)")
@@ -230,7 +230,9 @@ def export(cfg: DictConfig, folder: Path, source: str) -> None:
     model, _ = trained_model(cfg, tested_weights(cfg, state)[1], cfg.data.get("image_size"), torch.device("cpu"))
     written = export_model(model, folder, to_dict(cfg.model), predicted_class_names(cfg, state))
     log.info(f"exported the tested weights ({source}) to {folder} in {written}")
-    if not copy_tokenizer(run_dir_of(Path(cfg.checkpoint)), folder):
+    if export_tokenizer(cfg.data.get("tokenizer", BYTES), run_dir_of(Path(cfg.checkpoint)), folder):
+        log.info(f"exported the run's tokenizer (data.tokenizer={cfg.data.tokenizer}): AutoTokenizer loads it")
+    else:
         log.info("no tokenizer saved with the run (byte-level data: byte b is id b + 1, 0 pads): none exported")
 
 

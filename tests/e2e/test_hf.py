@@ -193,3 +193,42 @@ def test_two_processes_train_it_and_test_as_one_process_does(run_train, corpus, 
     assert run.summary["world_size"] == 2 and run.summary["test"]["test/acc"] > 0.9
     metrics = evaluated(run.run_dir / "checkpoints" / "best.pt", tmp_path / "eval")
     assert {key: metrics[key] for key in run.summary["test"]} == pytest.approx(run.summary["test"], rel=1e-6)
+
+
+def test_the_stdlib_functions_hf_experiment_trains_and_exports_its_bpe_with_the_model(run_train, tmp_path):
+    """experiment=stdlib_functions_hf, its sizes cut down to a few updates; its export: the BPE the run learned and
+    the BERT, which AutoTokenizer and AutoModelForSequenceClassification load back (offline) to the run's logits."""
+    import inspect
+
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from trainkit.checkpointing import load_checkpoint
+    from trainkit.models import build_model
+
+    run = run_train("experiment=stdlib_functions_hf", "data.vocab_size=400", "data.max_length=64",
+                    "data.max_tokens=1024", "model.config.hidden_size=32", "model.config.intermediate_size=64",
+                    "model.config.max_position_embeddings=64", "trainer.max_epochs=1", "trainer.limit_train_batches=4",
+                    "trainer.limit_val_batches=2", "trainer.progress_bar=false", "print_config=false")  # fmt: skip
+    assert 0 <= run.summary["test"]["test/acc"] <= 1
+    best = load_checkpoint(run.run_dir / "checkpoints" / "best.pt", torch.device("cpu"))
+    assert best["config"]["model"]["config"]["model_type"] == "bert"
+    assert best["config"]["model"]["vocab_size"] == 400  # the BPE's ids, the bytes' 257 no more
+    code, stdout, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'x'}", f"checkpoint={run.run_dir}",
+                                    f"export={tmp_path / 'export'}")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    assert "exported the run's tokenizer (data.tokenizer=bpe)" in stdout
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "export", local_files_only=True)
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "export", local_files_only=True).eval()
+    texts = [inspect.getsource(json.dumps), "def f(x):\n    return x"]
+    encoded = tokenizer(texts, padding=True, truncation=True, max_length=64, return_tensors="pt")
+    trained = Tokenizer.from_file(str(run.run_dir / "tokenizer" / "tokenizer.json"))  # as the data encoded them
+    assert encoded["input_ids"][1][: encoded["attention_mask"][1].sum()].tolist() == trained.encode(texts[1]).ids
+    assert encoded["input_ids"][1][-1] == tokenizer.pad_token_id == best["config"]["model"]["pad_token_id"] == 0
+    model, _ = build_model(best["config"]["model"], {}, image_size=None)
+    model.load_state_dict(best["model"])
+    with torch.no_grad():
+        logits = loaded(**encoded).logits
+        torch.testing.assert_close(logits, model.eval()(encoded["input_ids"]))
+    assert sorted(loaded.config.id2label.values())[:2] == ["asyncio", "distutils"]  # the packages, as classes

@@ -390,6 +390,11 @@ def test_a_local_tokenizer_folder_trains_and_eval_py_tests_the_same(run_train, c
     assert checkpoint["config"]["data"]["vocabulary"] == len(AutoTokenizer.from_pretrained(str(folder)))
     assert checkpoint["config"]["model"]["pad_id"] == tokenizer.token_to_id("<pad>")
     eval_py_gives_the_summarys_test(run, tmp_path / "eval")
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'x'}", f"checkpoint={run.run_dir}",
+                               f"export={tmp_path / 'export'}")  # fmt: skip
+    assert code == 0, stderr[-3000:]  # the folder's tokenizer goes with the weights, as AutoTokenizer reads it
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "export"), local_files_only=True)
+    assert exported("abc 123")["input_ids"] == tokenizer.encode("abc 123").ids and exported.pad_token == "<pad>"
 
 
 def test_data_hf_trains_on_a_jsonl_file_in_workers_by_a_token_budget(run_train, tmp_path):

@@ -4,21 +4,22 @@
     our own models:  model.safetensors (safetensors.torch.save_model) + model.yaml (the model config, `_target_`
                      and arguments): `load_exported(folder)` rebuilds it, or hydra.utils.instantiate + load_model
 
-The weights are those the run tested (the EMA where it used one). A tokenizer the run saved in its directory
-(`tokenizer/`) is copied beside them; byte-level data has none (byte b is id b + 1, 0 pads: trainkit.data.text).
+The weights are those the run tested (the EMA where it used one). The run's tokenizer (data.tokenizer: bpe, saved
+in its directory, or a folder) is saved beside them for AutoTokenizer.from_pretrained; byte-level data has none
+(byte b is id b + 1, 0 pads: trainkit.data.text).
 """
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 
+from trainkit.data.tokenizing import BPE, BYTES, PAD_TOKEN, folder_tokenizer, saved_tokenizer
 from trainkit.errors import ConfigError
 from trainkit.models.hf import HuggingFaceModel
 
 WEIGHTS, CONFIG = "model.safetensors", "model.yaml"
-TOKENIZER = "tokenizer"  # the folder in a run directory that holds the tokenizer the run trained or read
 
 
 def export_model(model: nn.Module, folder: Path, model_config: Mapping, class_names: list[str]) -> str:
@@ -38,14 +39,30 @@ def export_model(model: nn.Module, folder: Path, model_config: Mapping, class_na
     return f"{WEIGHTS} and {CONFIG}: trainkit.models.export.load_exported rebuilds it"
 
 
-def copy_tokenizer(run_dir: Path | None, folder: Path) -> bool:
-    """The run's tokenizer files beside the exported weights; False where the run saved none."""
-    saved = run_dir / TOKENIZER if run_dir else None
-    if saved is None or not saved.is_dir():
+def export_tokenizer(spec: str, run_dir: Path | None, folder: Path) -> bool:
+    """The run's data.tokenizer beside the exported weights, as `AutoTokenizer.from_pretrained(folder)` reads it
+    (a tokenizer_config.json naming the class and the padding beside tokenizer.json: a bare tokenizer.json beside a
+    BERT's config.json would be read as BERT's own WordPiece). bpe: the one the run saved in its directory; a
+    folder: its tokenizer as transformers saves it. False for bytes: there is no tokenizer to export."""
+    if spec == BYTES:
         return False
-    for file in saved.iterdir():
-        if file.is_file():
-            shutil.copy2(file, folder / file.name)
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    source = Path(spec).expanduser()
+    tokenizer: Any
+    if spec == BPE:
+        saved = saved_tokenizer(run_dir) if run_dir is not None else None
+        if saved is None or not saved.is_file():
+            raise ConfigError("export", f"data.tokenizer is bpe, but the run saved no tokenizer.json ({saved})")
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(saved)), pad_token=PAD_TOKEN)
+    elif (source / "tokenizer_config.json").is_file() or not (source / "tokenizer.json").is_file():
+        tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
+    else:  # a bare tokenizer.json: its padding (if any) named, as the run read it (folder_tokenizer)
+        read = folder_tokenizer(source, needs_padding=False)
+        pad = read.tokenizer.id_to_token(read.pad_id) if read.pad_id is not None else None
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=read.tokenizer, pad_token=pad)
+    tokenizer.save_pretrained(str(folder))
     return True
 
 
