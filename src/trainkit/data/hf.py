@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch.utils.data import Dataset
 
-from trainkit.data.datasets import FileSplits, carve
+from trainkit.data.datasets import FileSplits, Folds, carve
 from trainkit.data.imagefolder import is_hidden
 from trainkit.data.text import TextData, report_majority, report_truncated
 from trainkit.data.tokenizing import Tokens
@@ -42,7 +42,7 @@ SPLIT_NAMES = {"train": ("train",), "val": ("validation", "val", "valid", "dev")
 
 
 @dataclass(kw_only=True)
-class HFText(TextData):
+class HFText(Folds, TextData):
     """The `data=hf` option (conf/data/hf.yaml): see the module docstring."""
 
     path: str  # a local file or folder (or a save_to_disk folder), or a hub name
@@ -77,32 +77,41 @@ class HFText(TextData):
                     f"name the column that holds the {'text' if key == 'data.text_column' else 'class'}",
                 )
         classes = class_names_of(train, self.label_column)
-        tokens = self.make_tokenizer(lambda: (str(text).encode("utf-8") for text in train[self.text_column]))
+        label_of = {name: index for index, name in enumerate(classes)} if _plain_labels(train, self) else None
+        missing = {split: getattr(self, f"{split}_fraction") for split in ("val", "test") if split not in parts}
+        if self.folds is not None and "val" in parts:
+            raise ConfigError(
+                "data.folds",
+                f"is {self.folds}, but '{self.path}' has a {found['val']} split of its own, which is the val split: "
+                "there is no training pool to cut into folds; remove data.folds and data.fold",
+            )
+        if missing or self.folds is not None:  # carved (and folded) before the tokenizer learns from train alone
+            rows = train[self.label_column]
+            labels = rows if label_of is None else [label_of[str(value)] for value in rows]
+            carved = self.folded(carve(len(train), missing, self.split_seed, labels), self.split_seed, labels)
+            parts |= {split: train.select(indices.tolist()) for split, indices in carved.items()}
+            log.info(
+                "no %s split in '%s': carved from its %d training rows by data.split_seed=%d%s (%s)",
+                " or ".join(missing),
+                self.path,
+                len(train),
+                self.split_seed,
+                f", val {self.fold_name()} of the train and val rows" if self.folds is not None else "",
+                ", ".join(f"{split}: {len(parts[split])}" for split in ("train", *missing)),
+            )
+        tokens = self.make_tokenizer(lambda: (str(text).encode("utf-8") for text in parts["train"][self.text_column]))
         encode = functools.partial(
             encode_rows,
             tokens=tokens,
             text_column=self.text_column,
             label_column=self.label_column,
-            label_of={name: index for index, name in enumerate(classes)} if _plain_labels(train, self) else None,
+            label_of=label_of,
             max_length=self.max_length,
         )
         tokenized = {
             split: rows.map(encode, batched=True, remove_columns=rows.column_names, desc=f"tokenizing {split}")
             for split, rows in parts.items()
         }
-        missing = {split: getattr(self, f"{split}_fraction") for split in ("val", "test") if split not in tokenized}
-        if missing:
-            whole = tokenized["train"]
-            carved = carve(len(whole), missing, self.split_seed, whole["label"])
-            tokenized |= {split: whole.select(indices.tolist()) for split, indices in carved.items()}
-            log.info(
-                "no %s split in '%s': carved from its %d training rows by data.split_seed=%d (%s)",
-                " or ".join(missing),
-                self.path,
-                len(whole),
-                self.split_seed,
-                ", ".join(f"{split}: {len(tokenized[split])}" for split in ("train", *missing)),
-            )
         report_truncated(tokenized["train"]["full_length"], self.max_length, f"{self.path} train", "tokens")
         datasets = {split: TokenizedRows(tokenized[split], split) for split in ("train", "val", "test")}
         report_majority(datasets, classes)

@@ -112,3 +112,36 @@ def test_what_the_dataset_lacks_is_one_line(tmp_path, overrides, message):
 def test_data_path_is_required_before_anything_is_read():
     with pytest.raises(ConfigError, match=r"data.path"):
         validate(composed("data=hf", "model=sequence"))
+
+
+def test_folds_cut_the_training_pool_by_class_the_test_rows_stay_and_a_validation_split_refuses_them(tmp_path):
+    file = tmp_path / "numbered.jsonl"
+    rows = [
+        {"review": f"row {k} " + ("great" if k % 3 else "awful"), "stars": "pos" if k % 3 else "neg"} for k in range(90)
+    ]
+    file.write_text("\n".join(json.dumps(row) for row in rows))
+
+    def texts(dataset) -> list[str]:  # bytes: id b + 1, 0 pads
+        return [bytes(token - 1 for token in dataset[i][0].tolist()).decode() for i in range(len(dataset))]
+
+    runs = [hf_data(tmp_path, file, "data.folds=3", f"data.fold={fold}") for fold in range(3)]
+    splits = [{name: texts(getattr(data, name).loader.dataset) for name in ("train", "val", "test")} for data in runs]
+    plain = hf_data(tmp_path, file)
+    pool = sorted(texts(plain.train.loader.dataset) + texts(plain.val.loader.dataset))
+    vals = [split["val"] for split in splits]
+    assert sorted(text for val in vals for text in val) == pool  # the folds cover the pool, each row in one
+    for split, val in zip(splits, vals):
+        assert sorted(split["train"] + val) == pool and not set(split["train"]) & set(val)
+        assert split["test"] == texts(plain.test.loader.dataset)  # the test rows are the run without folds'
+        for word in ("awful", "great"):  # stratified: each class's count a fold within one of a third of the pool's
+            assert abs(sum(text.endswith(word) for text in val) - sum(text.endswith(word) for text in pool) / 3) <= 1
+    assert runs[0].fingerprint["fold"] == "fold 0 of 3" and runs[0].fingerprint != runs[1].fingerprint
+
+    import datasets
+
+    folder = tmp_path / "own_validation"
+    folder.mkdir()
+    for split in ("train", "validation"):
+        datasets.Dataset.from_list(rows[:30]).to_json(str(folder / f"{split}.jsonl"))
+    with pytest.raises(ConfigError, match=r"^data.folds: is 3, but .* has a validation split of its own"):
+        hf_data(tmp_path, folder, "data.folds=3", "data.fold=0")
