@@ -57,6 +57,26 @@ def saved_model(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def handed_over(tmp_path_factory) -> Path:
+    """A "pretrained" model and its tokenizer in one folder, as save_pretrained writes them: a BPE learned here, a
+    tiny BERT of its vocabulary with a 2-class head (the data has 3 classes)."""
+    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+    from trainkit.data.tokenizing import train_bpe
+
+    folder = tmp_path_factory.mktemp("handed_over") / "bert"
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=train_bpe(400, [p * 40 for p in PATTERNS.values()]),
+                                        pad_token="<pad>")  # fmt: skip
+    tokenizer.save_pretrained(str(folder))
+    torch.manual_seed(1)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, num_labels=2,
+                        pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    BertForSequenceClassification(config).save_pretrained(folder)
+    return folder
+
+
 def evaluated(run_dir: Path, out: Path, *overrides: str) -> dict:
     code, _, stderr = run_here("eval.py", f"hydra.run.dir={out}", f"checkpoint={run_dir}", *overrides)
     assert code == 0, stderr[-3000:]
@@ -100,6 +120,24 @@ def test_a_saved_model_fine_tunes_from_its_folder_and_predicts(run_train, corpus
     rows = (tmp_path / "out" / "predictions.csv").read_text().splitlines()[1:]
     predicted = {row.split(",")[0]: row.split(",")[1] for row in rows}
     assert predicted == {f"{name}/{number:02}.txt": name for name in PATTERNS for number in range(2)}
+
+
+def test_a_saved_model_and_its_tokenizer_fine_tune_from_one_folder(run_train, corpus, handed_over, tmp_path):
+    """What a colleague hands over: save_pretrained's model and tokenizer in one folder, named by model.path and
+    data.tokenizer alike; eval.py gives summary.json's test metrics and exports both again."""
+    from transformers import AutoTokenizer
+
+    folder = handed_over
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    run = run_train(*texts(corpus, f"model.path={folder}", f"data.tokenizer={folder}"))
+    assert run.summary["test"]["test/acc"] > 0.9
+    metrics = evaluated(run.run_dir, tmp_path / "eval")
+    assert {key: metrics[key] for key in run.summary["test"]} == pytest.approx(run.summary["test"], rel=1e-6)
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'x'}", f"checkpoint={run.run_dir}",
+                               f"export={tmp_path / 'export'}")  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "export"), local_files_only=True)
+    assert exported("abc 123")["input_ids"] == tokenizer("abc 123")["input_ids"]
 
 
 def test_a_language_model_from_a_config_trains_samples_and_exports(run_train, tmp_path):
@@ -172,9 +210,10 @@ def test_a_config_that_cannot_work_is_one_line_before_the_run_directory(run_trai
 
 
 @pytest.mark.slow  # three subprocess runs
-def test_stopped_by_sigterm_inside_an_epoch_it_resumes_exactly(run_train, corpus, monkeypatch):
+def test_stopped_by_sigterm_inside_an_epoch_it_resumes_exactly(run_train, corpus, handed_over, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
-    preempting = texts(corpus, TINY_BERT, "model._target_=models_for_tests.preempted_hf_model",
+    folder = (f"model.path={handed_over}", f"data.tokenizer={handed_over}")  # a saved model and its tokenizer
+    preempting = texts(corpus, *folder, "model._target_=models_for_tests.preempted_hf_model",
                        "trainer.log_every_n_steps=1", "regularization.early_stopping.enabled=false")  # fmt: skip
     straight = run_train(*preempting, "+model.preempt_at=0", isolated=True)
     per_epoch = straight.epoch_metrics()[0]["step"]
@@ -187,9 +226,9 @@ def test_stopped_by_sigterm_inside_an_epoch_it_resumes_exactly(run_train, corpus
 
 @pytest.mark.slow  # 2-process runs and their evaluations
 @pytest.mark.parametrize("distributed", ["ddp", "fsdp"])
-def test_two_processes_train_it_and_test_as_one_process_does(run_train, corpus, saved_model, tmp_path, distributed):
+def test_two_processes_train_it_and_test_as_one_process_does(run_train, corpus, handed_over, tmp_path, distributed):
     two = (f"distributed={distributed}", "distributed.nproc_per_node=2", "regularization.early_stopping.enabled=false")
-    run = run_train(*texts(corpus, f"model.path={saved_model}", *two))
+    run = run_train(*texts(corpus, f"model.path={handed_over}", f"data.tokenizer={handed_over}", *two))
     assert run.summary["world_size"] == 2 and run.summary["test"]["test/acc"] > 0.9
     metrics = evaluated(run.run_dir / "checkpoints" / "best.pt", tmp_path / "eval")
     assert {key: metrics[key] for key in run.summary["test"]} == pytest.approx(run.summary["test"], rel=1e-6)
