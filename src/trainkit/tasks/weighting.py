@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from trainkit.distributed.process_group import all_reduce_sum
-from trainkit.tasks import batches
+from trainkit.tasks.batches import first_tensor, samples, split
 from trainkit.tasks.task import Task
 
 
@@ -31,12 +31,12 @@ def micro_batches(batch: Any, size: int | None, sized: bool = False) -> list[tup
     or not smaller than the batch (no copy, no extra op). `sized` (items of many sizes, Data.size_unit: the
     batch's first tensor holds them padded, [B, T]; token ids): `size` counts units (tokens), a part holds
     size // T items (at least one)."""
-    total = batches.samples(batch)
+    total = samples(batch)
     if size is not None and sized:
-        size = max(1, size // max(1, batches.first_tensor(batch)[0].numel()))
+        size = max(1, size // max(1, first_tensor(batch)[0].numel()))
     if size is None or size >= total:
         return [(batch, 1.0)]
-    return [(part, batches.samples(part) / total) for part in batches.split(batch, size)]
+    return [(part, samples(part) / total) for part in split(batch, size)]
 
 
 def backward_scale(task: Task, part_weight: int | Tensor, share: float, group_size: int) -> float | Tensor:
