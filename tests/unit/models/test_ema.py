@@ -147,12 +147,15 @@ def test_a_run_with_ema_validates_tests_with_it_and_resumes_it_exactly_and_eval_
     averaged = averaged_weights(straight_state["averaged"])
     assert evaluate_weights(straight_state, averaged) == pytest.approx(logged, rel=1e-6)
     assert evaluate_weights(straight_state, straight_state["model"]) != pytest.approx(logged, rel=1e-3)
-    # eval.py evaluates the weights the run tested (the checkpoint's averaged ones), and gives summary.json's numbers
-    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'eval'}", f"checkpoint={straight.run_dir}")
-    assert code == 0, stderr[-3000:]
-    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert metrics["weights"] == "averaged"
-    assert {key: metrics[key] for key in straight.summary["test"]} == straight.summary["test"]  # float equality
+    # eval.py evaluates the weights the run evaluated (best.pt's averaged ones): summary.json's numbers, exactly
+    for split, summarized in (("test", straight.summary["test"]), ("val", straight.summary["best"])):
+        out, checkpoint = tmp_path / split, f"checkpoint={straight.run_dir}"
+        code, _, stderr = run_here("eval.py", f"hydra.run.dir={out}", checkpoint, f"split={split}")
+        assert code == 0, stderr[-3000:]
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["weights"] == "averaged"
+        keys = (f"{split}/loss", f"{split}/acc")
+        assert {key: metrics[key] for key in keys} == {key: summarized[key] for key in keys}  # float equality
 
 
 def _ema_under_ddp(rank: int, world_size: int, port: int, results) -> None:
