@@ -42,7 +42,8 @@ from trainkit.distributed.launch import start_processes
 from trainkit.distributed.parallel import parallel_for
 from trainkit.early_stopping import EarlyStopping
 from trainkit.errors import RunFailed
-from trainkit.models import apply_frozen_bn_eval, build_ema, build_model
+from trainkit.models import apply_frozen_bn_eval, build_model
+from trainkit.models.ema import build_ema, update_ema  # feature: ema
 from trainkit.optim import build_optimizer
 from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, test_and_summarize
 from trainkit.runtime import autocast, grad_scaler, seed_everything
@@ -84,7 +85,7 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
 
 
 def update(run: Run, totals: EpochTotals, grad_clip: float | None) -> None:
-    """The optimizer update, once an update's micro-batches are backpropagated: then the schedule and EMA step."""
+    """The optimizer update, once an update's micro-batches are backpropagated: then the schedule steps."""
     model, optimizer = run.trained_model, run.optimizer
     mean_over_update_tokens(run.task, model, totals.update_weight(), run.proc.world_size)  # tokens: every rank's
     if grad_clip:
@@ -95,8 +96,7 @@ def update(run: Run, totals: EpochTotals, grad_clip: float | None) -> None:
     optimizer.zero_grad(set_to_none=True)
     run.scheduler.step()
     run.step += 1
-    if run.ema is not None:
-        run.ema.update_parameters(run.model)
+    update_ema(run.averaged, run.model)  # feature: ema (the average takes in the new weights)
 
 
 def log_update(run: Run, totals: EpochTotals, every: int) -> float | None:
@@ -225,7 +225,7 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
                                     world_size=proc.world_size, accumulate=cfg.trainer.accumulate_grad_batches)
     run.scheduler = build_lr_schedule(run)
     run.early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
-    run.ema = build_ema(run.model, cfg.regularization.ema)  # on the device, before compile and DDP
+    run.averaged = build_ema(run.model, cfg.regularization.ema)  # feature: ema (on the device, before compile, DDP)
     run.resolved_config = to_dict(cfg)  # the config is complete now (num_classes, batch size); nothing changes it later
     return run
 
@@ -255,13 +255,13 @@ def find_lr(run: Run) -> LRFinderResult:
 
 
 def validate_epoch(run: Run, train_metrics: dict) -> bool:
-    """After an epoch: validate (EMA's weights where kept), count it for early stopping, log it and the tracked
+    """After an epoch: validate (the averaged weights where kept), count it for early stopping, log it and the tracked
     images' predictions. Returns whether the monitored metric improved (best.pt is then saved)."""
     cfg = run.cfg
-    for model in filter(None, (run.model, run.ema)):  # every rank's shard's statistics, before eval and save
+    for model in filter(None, (run.model, run.averaged)):  # every rank's shard's statistics, before eval and save
         average_batchnorm_statistics(model)
     with run.parallel.full_parameters(run.model):  # FSDP: every rank holds the whole model (uneven batches)
-        val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, run.task,
+        val = evaluate(run.averaged or run.trained_model, run.data.val, run.eval_transform, run.task,
                        cfg.precision.name, run.device, cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
     val_metrics = {f"val/{name}": value for name, value in val.items() if name != "samples"}
     run.last_metrics = {"epoch": run.epoch, "step": run.step, **train_metrics, **val_metrics}
@@ -271,7 +271,7 @@ def validate_epoch(run: Run, train_metrics: dict) -> bool:
     run.loggers.log(run.last_metrics)
     with run.parallel.full_parameters(run.model, enabled=bool(cfg.logger.get("log_predictions", 0))):
         if run.shown is not None:  # rank 0 alone: the same images every epoch, what the task predicts for them
-            log_predictions(run.loggers, run.ema or run.model, run.shown, run.eval_transform, run.task,
+            log_predictions(run.loggers, run.averaged or run.model, run.shown, run.eval_transform, run.task,
                             cfg.precision.name, run.device, run.step, cfg.trainer.tta_flip)
     if run.proc.is_main:
         log.info(epoch_line(run.epoch, train_metrics, val, improved))

@@ -9,7 +9,7 @@ mechanics in trainkit.distributed.fsdp).
     with parallel.full_parameters(model): evaluate(...)  # every rank holds the whole model
     parallel.save(checkpoints, state, model, optimizer, improved)   # last.pt and best.pt, or FSDP's last/
     state = parallel.load(checkpoint, model, optimizer, device)     # a resume: what Run.load_state_dict reads
-    parallel.load_best(best, found, model, ema)      # rank 0's best.pt on every rank, for the test
+    parallel.load_best(best, found, model, averaged) # rank 0's best.pt on every rank, for the test
 
 A strategy of your own (tensor parallel, a CPU offload) is one more subclass and one more line in parallel_for.
 """
@@ -23,10 +23,15 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel
 
-from trainkit.checkpointing.checkpoint import copy_checkpoint, load_checkpoint, save_checkpoint, unwrap_model
+from trainkit.checkpointing.checkpoint import (
+    copy_checkpoint,
+    load_checkpoint,
+    restore_averaged,
+    save_checkpoint,
+    unwrap_model,
+)
 from trainkit.distributed import fsdp
 from trainkit.distributed.process_group import ProcessInfo, broadcast_weights
-from trainkit.models.ema import restore_ema
 
 
 class Parallel:
@@ -79,13 +84,13 @@ class Parallel:
         """The checkpoint a resume continues from, as Run.load_state_dict reads it."""
         return load_checkpoint(checkpoint, device)
 
-    def load_best(self, checkpoint: dict | None, found: bool, model: nn.Module, ema: AveragedModel | None) -> None:
-        """best.pt's weights (and EMA) on every rank: `checkpoint` is rank 0's (None on the others); `found`
-        is the same on every rank, false where rank 0 has none (then the last weights are tested)."""
+    def load_best(self, checkpoint: dict | None, found: bool, model: nn.Module, averaged: AveragedModel | None) -> None:
+        """best.pt's weights (and their average, Run.averaged) on every rank: `checkpoint` is rank 0's (None on the
+        others); `found` is the same on every rank, false where rank 0 has none (then the last weights are tested)."""
         if checkpoint:
             unwrap_model(model).load_state_dict(checkpoint["model"])
-            restore_ema(ema, checkpoint)
-        broadcast_weights(unwrap_model(model) if ema is None else ema.module)  # nodes need not share files
+            restore_averaged(averaged, checkpoint)
+        broadcast_weights(unwrap_model(model) if averaged is None else averaged.module)  # nodes need not share files
 
 
 class DDP(Parallel):
@@ -139,8 +144,8 @@ class FSDP(Parallel):
     ) -> dict:
         return fsdp.load_sharded_checkpoint(checkpoint, model, optimizer)
 
-    def load_best(self, checkpoint: dict | None, found: bool, model: nn.Module, ema: AveragedModel | None) -> None:
-        if found:  # rank 0's full weights, scattered into every rank's shards (EMA is refused with fsdp)
+    def load_best(self, checkpoint: dict | None, found: bool, model: nn.Module, averaged: AveragedModel | None) -> None:
+        if found:  # rank 0's full weights, scattered into every rank's shards (an average of whole weights: refused)
             fsdp.load_full_weights(model, checkpoint["model"] if checkpoint else {})
 
 
