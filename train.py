@@ -32,8 +32,9 @@ from tqdm import tqdm
 
 from trainkit import cli
 from trainkit.augment import attach_sample_transform
-from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, finished_value, own_run_directory,
-                                    resumed_config, stop_after_the_test, stop_signal, stopped, stopped_before_training)
+from trainkit.checkpointing import (STOP_SIGNAL_NAMES, finished_value, own_run_directory, resumed_config,
+                                    stop_after_the_test, stop_signal, stopped, stopped_before_training)
+from trainkit.checkpointing import sweep_continuation  # feature: sweep_continuation
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import build_data
@@ -350,7 +351,7 @@ def main(cfg: DictConfig) -> float | None:
     # before a resume trims metrics.jsonl; a second run started there gets one line naming the owner.
     owns = process_info().is_main
     with own_run_directory(run_dir, "resume" if cfg.resume else "hydra.run.dir") if owns else contextlib.nullcontext():
-        continue_sweep_job(cfg, run_dir)  # a rerun multirun: a job whose directory holds a run continues it
+        sweep_continuation.continue_sweep_job(cfg, run_dir)  # feature: sweep_continuation (a rerun sweep continues)
         cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides
         if finished:  # nothing left to train; one line said how to extend the run
             return finished_value(run_dir)
@@ -369,4 +370,5 @@ def optimized_value(cfg: DictConfig, run_dir: Path) -> float | None:
 
 
 if __name__ == "__main__":
+    sweep_continuation.remember_sweep_command(sys.argv)  # feature: sweep_continuation (for the stop lines)
     cli.run(main)

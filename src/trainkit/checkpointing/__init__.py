@@ -28,11 +28,9 @@ from trainkit.checkpointing.signals import (
     stopped,
     stopped_before_training,
 )
-from trainkit.checkpointing.sweep_continuation import continue_sweep_job
 
 __all__ = [
     "STOP_SIGNAL_NAMES",
-    "continue_sweep_job",
     "copy_checkpoint",
     "epoch_plan",
     "finished_value",
