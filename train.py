@@ -50,8 +50,8 @@ from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import backward_scale, evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.batches import detach
 from trainkit.tracking import (EpochTotals, LoopTimer, StepProfiler, data_bound_advice, epoch_line, log_epoch_notes,
-                               log_predictions, quiet_known_noise, show_step, start_logging, warn_if_data_bound,
-                               write_provenance)
+                               log_predictions, quiet_known_noise, show_step, start_logging, warn_if_data_bound)
+from trainkit.tracking.provenance import record_provenance  # feature: provenance
 from trainkit.tuning import run_trial
 from trainkit.tuning.batch_size_finder import batch_size_that_fits
 from trainkit.tuning.lr_finder import LRFinderResult, lr_range_test, set_base_lr
@@ -280,12 +280,10 @@ def validate_epoch(run: Run, train_metrics: dict) -> bool:
     return improved
 
 
-def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> tuple[Run, dict]:
-    """The run built and, with cfg.resume, restored, ready to train; provenance.json's facts (rank 0)."""
+def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> Run:
+    """The run built and, with cfg.resume, restored, ready to train."""
     started = time.perf_counter()
-    # Rank 0 records the code (commit, uncommitted changes), command, packages and machine: provenance.json.
-    provenance = write_provenance(run_dir, Path(__file__).parent, cfg.seed, cfg.trainer.deterministic,
-                                  proc.world_size, device) if proc.is_main else {}
+    record_provenance(cfg, run_dir, Path(__file__).parent, proc, device)  # feature: provenance (rank 0: code, machine)
     seed_everything(cfg.seed + proc.rank)  # each rank draws its own augmentation and dropout
     run = build_run(cfg, run_dir, proc, device)
     run.started = started
@@ -293,21 +291,21 @@ def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
         run.load_state_dict(run.parallel.load(cfg.resume, run.model, run.optimizer, device))
         log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
     run.trained_model = run.parallel.wrap(run.model, compile=cfg.trainer.compile)  # compiled, then DDP's
-    return run, provenance
+    return run
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
     """One process's part of the run: the only process, or one rank of many (each DDP worker starts here,
     inside the process group: trainkit.distributed.launch.start_processes). Returns the summary."""
-    run, provenance = start_run(cfg, run_dir, proc, device)
+    run = start_run(cfg, run_dir, proc, device)
     failed = True  # until the run ends normally: the tracker then marks it finished, else failed
     try:
         if proc.is_main:
-            start_logging(run, provenance)
+            start_logging(run)
         if cfg.lr_finder.enabled and not cfg.resume:
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
-        log.info(start_line(run, provenance.get("code")))
+        log.info(start_line(run))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
