@@ -32,8 +32,9 @@ from tqdm import tqdm
 
 from trainkit import cli
 from trainkit.augment import attach_sample_transform
-from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, finished_value, own_run_directory,
-                                    resumed_config, stop_after_the_test, stop_signal, stopped, stopped_before_training)
+from trainkit.checkpointing import (STOP_SIGNAL_NAMES, finished_value, own_run_directory, resumed_config,
+                                    stop_after_the_test, stop_signal, stopped, stopped_before_training)
+from trainkit.checkpointing import sweep_continuation  # feature: sweep_continuation
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import build_data
@@ -50,8 +51,8 @@ from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import backward_scale, evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.batches import detach
 from trainkit.tracking import (EpochTotals, LoopTimer, StepProfiler, data_bound_advice, epoch_line, log_epoch_notes,
-                               log_predictions, quiet_known_noise, show_step, start_logging, warn_if_data_bound,
-                               write_provenance)
+                               log_predictions, quiet_known_noise, show_step, start_logging, warn_if_data_bound)
+from trainkit.tracking.provenance import record_provenance  # feature: provenance
 from trainkit.tuning import run_trial
 from trainkit.tuning.batch_size_finder import batch_size_that_fits
 from trainkit.tuning.lr_finder import LRFinderResult, lr_range_test, set_base_lr
@@ -279,12 +280,10 @@ def validate_epoch(run: Run, train_metrics: dict) -> bool:
     return improved
 
 
-def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> tuple[Run, dict]:
-    """The run built and, with cfg.resume, restored, ready to train; provenance.json's facts (rank 0)."""
+def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> Run:
+    """The run built and, with cfg.resume, restored, ready to train."""
     started = time.perf_counter()
-    # Rank 0 records the code (commit, uncommitted changes), command, packages and machine: provenance.json.
-    provenance = write_provenance(run_dir, Path(__file__).parent, cfg.seed, cfg.trainer.deterministic,
-                                  proc.world_size, device) if proc.is_main else {}
+    record_provenance(cfg, run_dir, Path(__file__).parent, proc, device)  # feature: provenance (rank 0: code, machine)
     seed_everything(cfg.seed + proc.rank)  # each rank draws its own augmentation and dropout
     run = build_run(cfg, run_dir, proc, device)
     run.started = started
@@ -292,21 +291,21 @@ def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
         run.load_state_dict(run.parallel.load(cfg.resume, run.model, run.optimizer, device))
         log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
     run.trained_model = run.parallel.wrap(run.model, compile=cfg.trainer.compile)  # compiled, then DDP's
-    return run, provenance
+    return run
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
     """One process's part of the run: the only process, or one rank of many (each DDP worker starts here,
     inside the process group: trainkit.distributed.launch.start_processes). Returns the summary."""
-    run, provenance = start_run(cfg, run_dir, proc, device)
+    run = start_run(cfg, run_dir, proc, device)
     failed = True  # until the run ends normally: the tracker then marks it finished, else failed
     try:
         if proc.is_main:
-            start_logging(run, provenance)
+            start_logging(run)
         if cfg.lr_finder.enabled and not cfg.resume:
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
-        log.info(start_line(run, provenance.get("code")))
+        log.info(start_line(run))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
@@ -350,7 +349,7 @@ def main(cfg: DictConfig) -> float | None:
     # before a resume trims metrics.jsonl; a second run started there gets one line naming the owner.
     owns = process_info().is_main
     with own_run_directory(run_dir, "resume" if cfg.resume else "hydra.run.dir") if owns else contextlib.nullcontext():
-        continue_sweep_job(cfg, run_dir)  # a rerun multirun: a job whose directory holds a run continues it
+        sweep_continuation.continue_sweep_job(cfg, run_dir)  # feature: sweep_continuation (a rerun sweep continues)
         cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides
         if finished:  # nothing left to train; one line said how to extend the run
             return finished_value(run_dir)
@@ -369,4 +368,5 @@ def optimized_value(cfg: DictConfig, run_dir: Path) -> float | None:
 
 
 if __name__ == "__main__":
+    sweep_continuation.remember_sweep_command(sys.argv)  # feature: sweep_continuation (for the stop lines)
     cli.run(main)

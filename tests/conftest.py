@@ -101,7 +101,8 @@ def run_here(script: str, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
     saved_argv, saved_cwd, saved_hydra_config = sys.argv, os.getcwd(), HydraConfig.instance().cfg
     # cli.run writes these into os.environ; each run starts from the test's own values.
     environment = {
-        key: os.environ.get(key) for key in ("TRAINKIT_LAUNCH_TIME", "HYDRA_FULL_ERROR", "TRAINKIT_SWEEP_ARGV")
+        key: os.environ.get(key)
+        for key in ("TRAINKIT_LAUNCH_TIME", "HYDRA_FULL_ERROR", "TRAINKIT_SWEEP_ARGV", "TRAINKIT_CONTINUE_WITH")
     }
     # Hydra points the root logger at the run's train.log and this run's output: later tests log elsewhere.
     root = logging.getLogger()

@@ -34,7 +34,7 @@ from trainkit.distributed.parallel import Parallel
 from trainkit.early_stopping import EarlyStopping
 from trainkit.optim import build_scheduler
 from trainkit.tasks import Task, evaluate
-from trainkit.tracking import Loggers, LoopTimer, training_line, write_summary
+from trainkit.tracking import Loggers, LoopTimer, recorded_origin, training_line, write_summary
 
 log = logging.getLogger("train")  # train.py's logger: these are its lines
 
@@ -193,15 +193,16 @@ def test_and_summarize(run: Run, stop_reason: str) -> dict:
     return write_summary(run, run.last_metrics, test_metrics, stop_reason, wall_seconds, test_weights)
 
 
-def start_line(run: Run, code: str | None) -> str:
-    """The run's first line: what trains, where, for how long (tracking.run_report.training_line)."""
+def start_line(run: Run) -> str:
+    """The run's first line: what trains, where, for how long, which code where it is recorded (rank 0's
+    provenance.json; tracking.run_report.training_line)."""
     return training_line(
         run.model,
         run.cfg.trainer,
         updates_per_epoch(run.cfg, run.data.train),
         run.device,
         run.run_dir,
-        code,
+        recorded_origin(run.run_dir).get("code") if run.proc.is_main else None,
         batch_size=run.cfg.data.batch_size,
         longest=run.data.longest,
         unit=run.data.size_unit,

@@ -30,12 +30,10 @@ from trainkit.checkpointing.signals import (
     stopped,
     stopped_before_training,
 )
-from trainkit.checkpointing.sweep_continuation import continue_sweep_job
 
 __all__ = [
     "STOP_SIGNAL_NAMES",
     "averaged_weights",
-    "continue_sweep_job",
     "copy_checkpoint",
     "epoch_plan",
     "finished_value",
