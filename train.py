@@ -48,9 +48,9 @@ from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, 
 from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import backward_scale, evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.batches import detach
-from trainkit.tracking import (EpochTotals, LoopTimer, StepProfiler, data_bound_advice, epoch_line, log_epoch_notes,
-                               log_predictions, quiet_known_noise, show_step, start_logging, warn_if_data_bound,
-                               write_provenance)
+from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise, show_step,
+                               start_logging, warn_if_data_bound, write_provenance)
+from trainkit.tracking.profiling import profiled_timer  # feature: profiler
 from trainkit.tuning import run_trial
 from trainkit.tuning.batch_size_finder import batch_size_that_fits
 from trainkit.tuning.lr_finder import LRFinderResult, lr_range_test, set_base_lr
@@ -310,8 +310,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
-        advice = data_bound_advice(run.data.train, cfg.data, device.type == "cuda") if cfg.profiler.enabled else []
-        run.timer = LoopTimer(StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device, advice))  # rank 0
+        run.timer = profiler = profiled_timer(run)  # feature: profiler (debug=profile: torch.profiler, rank 0)
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
             if run.stopping:  # decided at the last epoch's end, or before a resume of a run trained to its end
                 break
@@ -330,7 +329,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             if run.batches_done:
                 save_checkpoints(run)
             raise stopped(reason, run_dir, run.epoch, run.step, proc.is_main)
-        run.timer.profiler.close()
+        profiler.close()  # feature: profiler (its trace, where training ended inside its window)
         summary = test_and_summarize(run, reason)  # with the best weights (best.pt): summary.json
         if not (failed := reason == "non-finite loss"):  # a stop signal in the last epoch or the test: exit 75 now
             stop_after_the_test(run_dir, run.epoch, run.step, device, proc.is_main)

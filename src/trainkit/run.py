@@ -61,7 +61,7 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
     scaler: torch.amp.GradScaler = field(init=False)
     early_stopping: EarlyStopping = field(init=False)
-    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest; debug=profile
+    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest
     ema: torch.optim.swa_utils.AveragedModel | None = None  # regularization.ema: evaluated in place of the weights
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
     shown: tuple[torch.Tensor, torch.Tensor] | None = None  # rank 0, logger.log_predictions: val images and targets
