@@ -33,7 +33,7 @@ from tqdm import tqdm
 from trainkit import cli
 from trainkit.augment import attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, finished_value, own_run_directory, resumed_config,
-                                    stop_after_the_test, stop_signal, stopped, stopped_before_training)
+                                    stop_after_the_test, stop_signal, stopped)
 from trainkit.checkpointing import sweep_continuation  # feature: sweep_continuation
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
@@ -50,13 +50,13 @@ from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, 
 from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import backward_scale, evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.batches import detach
-from trainkit.tracking import (EpochTotals, LoopTimer, StepProfiler, data_bound_advice, epoch_line, log_epoch_notes,
-                               log_predictions, quiet_known_noise, show_step, start_logging, warn_if_data_bound)
+from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise, show_step,
+                               start_logging, warn_if_data_bound)
+from trainkit.tracking.profiling import profiled_timer  # feature: profiler
 from trainkit.tracking.provenance import record_provenance  # feature: provenance
 from trainkit.tuning import run_trial
 from trainkit.tuning.batch_size_finder import batch_size_that_fits
-from trainkit.tuning.lr_finder import LRFinderResult, lr_range_test, set_base_lr
-from trainkit.tuning.lr_finder_plot import plot_lr_finder
+from trainkit.tuning.lr_finder import find_lr_before_training  # feature: lr_finder
 from trainkit.tuning.micro_batching import micro_batch_size_that_fits
 from trainkit.tuning.trial_gpus import on_its_own_gpus  # feature: trial_gpus
 
@@ -68,7 +68,7 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
                totals: EpochTotals | None = None) -> tuple:
     """Forward, loss and backward of a batch (any nested tensors, on the device) in parts, weighed so the gradients
     sum to its update's (tasks.weighting). task.step is what a part means: the model's forward and the loss.
-    The loop, both finders and micro_batch_size=auto call this: a change here is theirs too."""
+    The loop, the finders and micro_batch_size=auto call this: a change here is theirs too."""
     task = run.task
     with autocast(run.parallel.precision, run.device):  # the whole batch: MixUp/CutMix mix across it
         batch = task.augment(task.transform(batch, run.train_transform))
@@ -231,30 +231,6 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     return run
 
 
-
-
-def find_lr(run: Run) -> LRFinderResult:
-    """LR range test on the real model and data, with the loop's step (every rank takes part; rank 0 plots).
-    Model, optimizer and RNG are restored after; with lr_finder.apply the suggestion becomes the base LR.
-    A stop signal ends it within a step: nothing trained yet, so nothing saved (exit 75)."""
-    finder, step = run.cfg.lr_finder, functools.partial(train_step, run)
-    result = lr_range_test(run.trained_model, run.optimizer, step, run.task, run.data.train, run.device,
-                           scheduler=run.scheduler, grad_scaler=run.scaler, grad_clip=run.cfg.trainer.grad_clip,
-                           min_lr=finder.min_lr, max_lr=finder.max_lr, num_steps=finder.num_steps,
-                           smoothing=finder.smoothing, divergence_factor=finder.divergence_factor,
-                           should_stop=lambda: stop_signal(run.device, agree=True))
-    if result.stopped_by:  # within a step of the signal; model and optimizer are as before the finder
-        raise stopped_before_training(result.stopped_by, "during the LR finder")
-    if run.proc.is_main:
-        run.loggers.log_image("lr_finder", plot_lr_finder(result, run.run_dir / "lr_finder.png"), run.step)
-    if finder.apply and result.suggestion:
-        set_base_lr(run.optimizer, result.suggestion)  # each parameter group keeps its lr_scale
-        run.scheduler = build_lr_schedule(run)
-    return result
-
-
-
-
 def validate_epoch(run: Run, train_metrics: dict) -> bool:
     """After an epoch: validate (the averaged weights where kept), count it for early stopping, log it and the tracked
     images' predictions. Returns whether the monitored metric improved (best.pt is then saved)."""
@@ -302,15 +278,13 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     try:
         if proc.is_main:
             start_logging(run)
-        if cfg.lr_finder.enabled and not cfg.resume:
-            find_lr(run)
+        find_lr_before_training(run, functools.partial(train_step, run))  # feature: lr_finder
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
         log.info(start_line(run))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
-        advice = data_bound_advice(run.data.train, cfg.data, device.type == "cuda") if cfg.profiler.enabled else []
-        run.timer = LoopTimer(StepProfiler(cfg.profiler, run_dir if proc.is_main else None, device, advice))  # rank 0
+        run.timer = profiler = profiled_timer(run)  # feature: profiler (debug=profile: torch.profiler, rank 0)
         for epoch in range(run.epoch, cfg.trainer.max_epochs):
             if run.stopping:  # decided at the last epoch's end, or before a resume of a run trained to its end
                 break
@@ -329,7 +303,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             if run.batches_done:
                 save_checkpoints(run)
             raise stopped(reason, run_dir, run.epoch, run.step, proc.is_main)
-        run.timer.profiler.close()
+        profiler.close()  # feature: profiler (its trace, where training ended inside its window)
         summary = test_and_summarize(run, reason)  # with the best weights (best.pt): summary.json
         if not (failed := reason == "non-finite loss"):  # a stop signal in the last epoch or the test: exit 75 now
             stop_after_the_test(run_dir, run.epoch, run.step, device, proc.is_main)

@@ -5,8 +5,8 @@
 # Each train.py check is a real run on the bundled digits (or synthetic data) with a few epochs.
 #
 # What one GPU can and cannot check:
-# - fp32/bf16/fp16 (GradScaler + clipping), channels_last + torch.compile, a timm model, the LR and
-#   batch-size finders: fully, on one GPU.
+# - fp32/bf16/fp16 (GradScaler + clipping), channels_last + torch.compile, a timm model, the batch-size
+#   finder, the tests marked `cuda` (each feature's own, e.g. the LR finder's): fully, on one GPU.
 # - DDP with one process (`ddp_self_launch_1`): train.py's own launcher starting a worker that picks
 #   its GPU from LOCAL_RANK. With a world size of 1 train.py creates no process group at all, so this
 #   says nothing about NCCL or gradient all-reduce.
@@ -106,7 +106,12 @@ else
   echo "SKIP ddp_nccl_2, ddp_syncbn_2, fsdp_nccl_2_bf16, sweep_one_gpu_per_trial: $gpus GPU visible; they need 2 or more"
 fi
 check timm_resnet18_synthetic data=synthetic data.image_size=64 model=timm model.name=resnet18 precision=bf16 trainer.channels_last=true trainer.max_epochs=2
-check lr_and_batch_finders lr_finder.enabled=true batch_size_finder.enabled=true batch_size_finder.max_batch_size=1024 trainer.max_epochs=2
+check batch_size_finder batch_size_finder.enabled=true batch_size_finder.max_batch_size=1024 trainer.max_epochs=2
+# Each optional feature's own CUDA checks live in its test files (docs/features.md), marked `cuda`.
+if python -m pytest -q -p no:cacheprovider -m cuda tests >"$out/pytest_cuda.log" 2>&1
+then echo "PASS pytest_cuda: $(grep -E '[0-9]+ passed' "$out/pytest_cuda.log" | tail -1)"
+else echo "FAIL pytest_cuda (log: $out/pytest_cuda.log)"; tail -5 "$out/pytest_cuda.log"; status=1
+fi
 # trainer.micro_batch_size=auto against real CUDA out-of-memory errors: one batch of 4,096 512x512 images through
 # the small CNN needs ~1 TB of activations (~0.3 GB a sample), so the whole batch, its half, ... do not fit; the
 # search halves until a part fits (a few hundred samples on an 80-141 GB GPU) and trains the batch in those parts.

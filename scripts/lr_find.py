@@ -16,6 +16,7 @@ average k batches, and a k times larger LR (the linear rule) is a fair starting 
 under DDP, train.py's lr_finder.enabled=true runs the same test on every rank.
 """
 
+import functools
 import json
 import logging
 import sys
@@ -31,6 +32,7 @@ from trainkit.distributed.process_group import ProcessInfo
 from trainkit.errors import ConfigError
 from trainkit.optim import scaled_lr
 from trainkit.runtime import pick_device, seed_everything
+from trainkit.tuning.lr_finder import find_lr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train  # the run is built and stepped as train.py builds and steps it
@@ -54,7 +56,7 @@ def main(cfg: DictConfig) -> float | None:
     run = train.build_run(cfg, run_dir, ProcessInfo(), device)
     if settings["num_steps"] > len(run.data.train):
         log.info(f"{settings['num_steps']} steps > {len(run.data.train)} batches per epoch: the data repeats")
-    result = train.find_lr(run)  # train.py's own call: the sweep, then lr_finder.png in the run directory
+    result = find_lr(run, functools.partial(train.train_step, run))  # train.py's: the sweep, then lr_finder.png
     plot = run_dir / "lr_finder.png"
     suggestion = result.suggestion
     (run_dir / "lr_finder.json").write_text(json.dumps({**result.to_dict(), "settings": settings}, indent=2))

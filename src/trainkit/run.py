@@ -61,7 +61,7 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
     scaler: torch.amp.GradScaler = field(init=False)
     early_stopping: EarlyStopping = field(init=False)
-    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest; debug=profile
+    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest
     # A feature's average of the weights (regularization.ema's), evaluated in their place: validation, best.pt,
     # the test, predictions, eval.py. None: the model is evaluated.
     averaged: torch.optim.swa_utils.AveragedModel | None = None

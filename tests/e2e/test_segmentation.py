@@ -1,5 +1,5 @@
 """task=segmentation end to end: experiment=shapes_segmentation trains, reports the task's metrics,
-and works with what classification has (the LR finder, DDP, an exact resume) and with
+and works with what classification has (DDP, an exact resume) and with
 torchvision's segmentation models."""
 
 import sys
@@ -107,7 +107,7 @@ def test_each_training_mask_moves_with_its_image(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_segmentation_under_ddp_resumes_exactly_and_runs_the_lr_finder(run_train):
+def test_segmentation_under_ddp_resumes_exactly(run_train):  # the LR finder on it: tests/e2e/test_lr_finder_runs.py
     # a constant LR: the first run's schedule, sized for 1 epoch, is then the straight run's first epoch
     ddp = [
         "distributed=ddp",
@@ -120,8 +120,6 @@ def test_segmentation_under_ddp_resumes_exactly_and_runs_the_lr_finder(run_train
     first = run_train(*SMALL, *ddp, "trainer.max_epochs=1")
     resumed = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)
     assert_same_training(resumed, straight)
-    finder = run_train(*SMALL, "trainer.max_epochs=1", "lr_finder.enabled=true", "lr_finder.num_steps=8")
-    assert (finder.run_dir / "lr_finder.png").is_file() and "lr range test: 8 steps" in finder.stdout + finder.stderr
 
 
 @pytest.mark.slow  # about 20-60 s on 2 busy CPU cores: the dilated depthwise convolutions train slowly there

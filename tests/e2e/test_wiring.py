@@ -23,7 +23,6 @@ from helpers import record_run
 from trainkit.models import build_model
 from trainkit.models.finetune import freeze
 from trainkit.tuning.batch_size_finder import measure_step_memory
-from trainkit.tuning.lr_finder import LRFinderResult
 
 sys.path.insert(0, str(ROOT))
 import train
@@ -215,15 +214,6 @@ def test_head_lr_scale_holds_at_every_step(tmp_path, monkeypatch):
     assert {len(lrs) for lrs in recording.lrs} == {4}  # backbone decayed / not, head decayed / not
     for backbone, _, head, _ in recording.lrs:
         assert head == pytest.approx(10 * backbone)
-
-
-def test_an_applied_lr_finder_suggestion_is_the_lr_trained_with(tmp_path, monkeypatch):
-    """The range test itself is tested in tests/unit/tuning/test_lr_finder.py; here its answer is fixed."""
-    monkeypatch.setattr(
-        train, "lr_range_test", lambda *args, **settings: LRFinderResult([0.0123], [1.0], [1.0], 0.0123)
-    )
-    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "lr_finder.enabled=true", "lr_finder.apply=true")
-    assert [lrs[0] for lrs in recording.lrs] == pytest.approx([0.0123] * 3)
 
 
 def test_the_batch_size_finders_choice_is_the_batch_trained_on(tmp_path, monkeypatch):

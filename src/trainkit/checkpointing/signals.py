@@ -322,7 +322,7 @@ def stop_if_requested_while_starting(agree_later: bool = False) -> None:
 
 
 def stopped_before_training(name: str, when: str) -> Stopped:
-    """A stop before the first update (during the LR finder, while DDP workers start): nothing
+    """A stop before the first update (during a finder, while DDP workers start): nothing
     was trained, so nothing is saved. One line says so and how to start again; exit 75 as any stop.
     The caller raises the result (on every rank, where the ranks agreed on the stop)."""
     global _saved

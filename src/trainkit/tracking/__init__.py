@@ -1,10 +1,11 @@
 """What a run reports: where it came from (provenance.json, where trainkit.tracking.provenance wrote it), the loggers
 (metrics.jsonl; csv, W&B, TensorBoard, MLflow: tracking/loggers/), the start, epoch and closing lines, summary.json,
-the timing of data wait vs compute, the profiler, pictures of batches and of predictions during
+the timing of data wait vs compute, pictures of batches and of predictions during
 training; eval.py's pictures of a model's predictions (a confusion matrix, predicted masks) are in
 trainkit.tracking.evaluation_figures.
 
-train.py imports from here; the modules inside import each other directly."""
+train.py imports from here; the modules inside import each other directly. The profiler (debug=profile,
+trainkit.tracking.profiling) is an optional feature, imported by its own module (docs/features.md)."""
 
 from trainkit.tracking.bottleneck import data_bound_advice, warn_if_data_bound
 from trainkit.tracking.epoch_totals import EpochTotals
@@ -12,7 +13,6 @@ from trainkit.tracking.images import augmented_samples, save_png
 from trainkit.tracking.known_noise import quiet_known_noise
 from trainkit.tracking.loggers import Loggers, build_loggers, run_names
 from trainkit.tracking.prediction_images import first_images, log_predictions
-from trainkit.tracking.profiling import StepProfiler
 from trainkit.tracking.run_report import (
     epoch_line,
     log_epoch_notes,
@@ -28,7 +28,6 @@ __all__ = [
     "EpochTotals",
     "Loggers",
     "LoopTimer",
-    "StepProfiler",
     "augmented_samples",
     "build_loggers",
     "data_bound_advice",

@@ -1,9 +1,12 @@
 """debug=profile: torch.profiler over a window of training steps, each step's phases labelled.
 
     python train.py debug=profile                  # -> <run dir>/profile/trace.json, top_ops.txt
+    run.timer = profiler = profiled_timer(run)     # train.py: the loop's timer, its marks driving the profiler
+    profiler.close()                               # after the loop: the trace, if training ended in the window
 
-The training loop marks where each phase of a step begins (`phase("forward")`, ...) and where the
-step ends (`step()`); the phases are `data` (waiting for the next batch and moving it to the
+The training loop marks, on its timer (trainkit.tracking.timing's LoopTimer), where each phase of a step
+begins (`phase("forward")`, ...) and where the step ends (`step_done()`); ProfiledTimer is that timer, passing
+the marks on to a StepProfiler. The phases are `data` (waiting for the next batch and moving it to the
 device), `forward`, `backward`, `optimizer_step` and `bookkeeping` (metrics, logging, checkpoints).
 With `profiler.enabled` (rank 0 only) they become `record_function` ranges in a torch.profiler
 trace; the schedule skips `wait` steps (start-up, compile, warm caches), traces `warmup` steps it
@@ -23,16 +26,24 @@ Both lines say which steps they cover.
 Off (the default), every call returns at its first line: no profiler, no record_function.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainkit.config.schema import Check, flag, integer
 from trainkit.data.loader_settings import data_bound
+from trainkit.tracking.bottleneck import data_bound_advice
+from trainkit.tracking.timing import LoopTimer
+
+if TYPE_CHECKING:
+    from trainkit.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +149,56 @@ class StepProfiler:
         log.info(f"profiler: {describe(shares, (self.window[0], last), self.advice)} -> {trace}")
 
 
+class ProfiledTimer(LoopTimer):
+    """The loop's timer (LoopTimer: the data wait, the step time), its marks also driving `profiler`'s phases
+    and steps; the epoch's metrics also count the steps under it (train/profiled_steps)."""
+
+    def __init__(self, profiler: StepProfiler) -> None:
+        super().__init__()
+        self.profiler = profiler
+        self.profiled_steps = 0  # steps of this epoch inside the profiler's window
+
+    def start_epoch(self, device: torch.device, skip_first: bool = False) -> None:
+        super().start_epoch(device, skip_first)
+        self.profiled_steps = 0
+
+    def batch_ready(self) -> None:
+        super().batch_ready()
+        self.profiler.phase("forward")  # the profiler's phase so far: "data" (waiting for the batch, moving it)
+
+    def phase(self, name: str) -> None:
+        self.profiler.phase(name)
+
+    def step_done(self) -> None:
+        super().step_done()
+        if self.profiler.profile is None:
+            return
+        self.profiled_steps += self.profiler.recording
+        self.profiler.step()
+        # The profiler's own work here (its schedule; at the window's end, writing the trace: seconds) is no wait
+        # for data: the next wait is measured from here.
+        self.not_waiting()
+
+    def epoch_metrics(self) -> dict[str, float]:
+        self.profiler.pause()  # after the loop: what follows (validation) is no phase of a step
+        metrics = super().epoch_metrics()
+        if self.profiled_steps and "train/data_wait_fraction" in metrics:  # the epoch line names them: the
+            metrics["train/profiled_steps"] = self.profiled_steps  # profiler slows these steps' compute
+        return metrics
+
+    def close(self) -> None:
+        """The end of training: the trace is written if the window was reached (else one warning)."""
+        self.profiler.close()
+
+
+def profiled_timer(run: Run) -> ProfiledTimer:
+    """train.py's: the run's timer, with profiler.enabled profiling its window on rank 0; its line names what
+    helps for the run's data option when the window is data-bound (trainkit.tracking.bottleneck's advice)."""
+    cfg, on_cuda = run.cfg, run.device.type == "cuda"
+    advice = data_bound_advice(run.data.train, cfg.data, on_cuda) if cfg.profiler.enabled else []
+    return ProfiledTimer(StepProfiler(cfg.profiler, run.run_dir if run.proc.is_main else None, run.device, advice))
+
+
 def phase_shares(times: Mapping[str, float]) -> dict[str, float]:
     """Each phase's share of the profiled steps' time (the phases' CPU wall time, which on a GPU
     includes the waits for it), from record_function totals by name."""
@@ -160,3 +221,15 @@ def describe(shares: Mapping[str, float], window: tuple[int, int] | None = None,
         f"share of {steps} under the profiler: {parts}; {verdict} (the profiler's per-op recording slows "
         "forward and backward, so data's share reads lower here than on the epoch line, which is the whole epoch)"
     )
+
+
+# ---- its config checks (gathered by the config check: conf/config.yaml's profiler._checks_) ----
+
+CONFIG_RULES: dict[str, Check] = {
+    "profiler.enabled": flag(),
+    "profiler.wait": integer(0),
+    "profiler.warmup": integer(0),
+    "profiler.active": integer(1),
+    "profiler.row_limit": integer(1),
+}
+CONFIG_RELATIONS = ()

@@ -1,17 +1,18 @@
 """Where an epoch's time goes: waiting for the next batch vs the rest of the step, measured
 without a host-device synchronisation per step; plus peak memory and CPU or GPU utilization.
 
-    timer = LoopTimer(profiler)            # once a run; the profiler (debug=profile) is optional
+    timer = LoopTimer()                    # once a run
     timer.start_epoch(device)              # before the loop
     for images, labels in loader:          # waiting: blocked in the loader's __next__ ...
         images = images.to(device, non_blocking=True)   # ... and the host-to-device copy
-        timer.batch_ready()                # the profiler's "data" phase ends, "forward" begins
+        timer.batch_ready()                # the waiting ends, the step begins
         ...                                # the rest of the step, in phases: timer.phase("backward"), ...
-        timer.step_done()                  # the profiler's step ends too
+        timer.step_done()
     timer.epoch_metrics()                  # after the loop (which ends with a sync of its own)
 
-The loop marks each point once, here; the timer passes the marks on to the trainkit.tracking.profiling
-StepProfiler it holds (off by default: then each pass returns at once).
+The loop marks each point once, here. The phases are not timed here: they are the loop's names for the
+parts of a step, for a timer that does more with them (the profiler's, trainkit.tracking.profiling,
+labels its trace with them).
 
 What is measured. On the CPU (and MPS) the host's wall clock: the time from one step's end to the
 next batch being on the device is waiting, the rest is the step. On the CPU the work is synchronous,
@@ -31,8 +32,6 @@ once a run, and longer with more workers, so no sign of a slow loader) and the r
     train/step_ms            = (waiting + step time) / steps       (milliseconds)
     train/peak_memory_gb     CUDA: torch.cuda.max_memory_allocated during the training pass, GiB
     train/gpu_util           CUDA with pynvml: torch.cuda.utilization() sampled about once a second, 0..1
-    train/profiled_steps     debug=profile: the epoch's steps under the profiler (its per-op recording slows
-                             their compute; its own work at a step's end, the trace it writes, is not counted)
     train/cpu_util           CPU: this process's CPU time (all its threads; DataLoader workers are other
                              processes and not counted) / wall time / cores available to it, 0..1
 """
@@ -44,7 +43,6 @@ from collections import deque
 import torch
 
 from trainkit.data.loader_settings import available_cores
-from trainkit.tracking.profiling import StepProfiler
 
 GPU_UTIL_EVERY_SECONDS = 1.0  # NVML averages over its own sample period (1/6 s to 1 s)
 
@@ -56,10 +54,9 @@ def can_read_gpu_util() -> bool:
 
 
 class LoopTimer:
-    """The per-epoch measure above, for one run; it drives `profiler`'s phases and steps."""
+    """The per-epoch measure above, for one run."""
 
-    def __init__(self, profiler: StepProfiler | None = None) -> None:
-        self.profiler = profiler or StepProfiler()  # the default is off
+    def __init__(self) -> None:
         self.warned_data_bound = False  # trainkit.tracking.bottleneck warns once a run
         self.read_gpu_util: bool | None = None  # known at the first CUDA epoch
 
@@ -70,7 +67,6 @@ class LoopTimer:
         if self.read_gpu_util is None:
             self.read_gpu_util = self.cuda and can_read_gpu_util()
         self.gpu_util_samples: list[float] = []
-        self.profiled_steps = 0  # debug=profile: steps of this epoch inside the profiler's window
         self._restart()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -103,27 +99,12 @@ class LoopTimer:
             now = time.perf_counter()
             self.waiting += 0.0 if first else now - self.mark
             self.mark = now
-        self.profiler.phase("forward")  # the profiler's phase so far: "data" (waiting for the batch, moving it)
 
     def phase(self, name: str) -> None:
-        """A phase of the step begins (debug=profile labels the trace with it; not timed here)."""
-        self.profiler.phase(name)
+        """A phase of the step begins: not timed here (see the module docstring)."""
 
     def step_done(self) -> None:
         """Everything the step does is queued (or, off CUDA, done)."""
-        self._time_step()
-        if self.profiler.profile is None:
-            return
-        self.profiled_steps += self.profiler.recording
-        self.profiler.step()
-        # The profiler's own work here (its schedule; at the window's end, writing the trace: seconds) is no wait
-        # for data: the next wait is measured from here.
-        if self.cuda:
-            self.events[-1] = self._record()
-        else:
-            self.mark = time.perf_counter()
-
-    def _time_step(self) -> None:
         if self.skip_first:  # compile + first step: measured from here on
             self.skip_first = False
             self._restart()
@@ -140,6 +121,14 @@ class LoopTimer:
             now = time.perf_counter()
             self.stepping += now - self.mark
             self.mark = now
+
+    def not_waiting(self) -> None:
+        """What ran since the step's end was no wait for data (a profiler's own work): the wait is measured
+        from here."""
+        if self.cuda:
+            self.events[-1] = self._record()
+        else:
+            self.mark = time.perf_counter()
 
     def _sum_finished_events(self, wait: bool = False) -> None:
         events = self.events
@@ -158,7 +147,6 @@ class LoopTimer:
 
     def epoch_metrics(self) -> dict[str, float]:
         """The epoch's measures under their metric names (see the module docstring)."""
-        self.profiler.pause()  # after the loop: what follows (validation) is no phase of a step
         wall = time.perf_counter() - self.wall_start
         metrics = {}
         if self.cuda:
@@ -173,6 +161,4 @@ class LoopTimer:
         total = self.waiting + self.stepping
         if self.steps == 0 or total <= 0:
             return metrics
-        if self.profiled_steps:  # the epoch line names them: the profiler slows these steps' compute
-            metrics["train/profiled_steps"] = self.profiled_steps
         return {"train/data_wait_fraction": self.waiting / total, "train/step_ms": 1000 * total / self.steps, **metrics}

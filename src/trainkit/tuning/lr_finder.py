@@ -6,6 +6,9 @@ exponentially, watch the loss, suggest the LR where it falls fastest. Everything
     plot_lr_finder(result, run_dir / "lr_finder.png")     # rank 0 (trainkit.tuning.lr_finder_plot)
     set_base_lr(optimizer, result.suggestion)              # then rebuild the scheduler
 
+train.py calls `find_lr_before_training(run, step)` (with lr_finder.enabled): `find_lr` runs the test on the run's
+own model, data and optimizer with the loop's step; scripts/lr_find.py calls `find_lr` alone.
+
 The sweep sets the *base* LR (what `optimizer.lr` means); each parameter group keeps its
 relative scale (`lr_scale`, e.g. the classifier head's `optimizer.head_lr_scale`), see
 `group_scales`. Under DDP every rank runs the same steps on its own shard, the loss is averaged
@@ -18,19 +21,25 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from trainkit.checkpointing import stop_signal, stopped_before_training
 from trainkit.config.schema import Check, Relation, flag, integer, number, refused_under_fsdp
 from trainkit.distributed.process_group import all_reduce_sum, is_distributed
 from trainkit.models.finetune import apply_frozen_bn_eval
+from trainkit.run import build_lr_schedule
 from trainkit.tasks.task import Task
 from trainkit.tasks.weighting import mean_over_update_tokens
+from trainkit.tuning.lr_finder_plot import plot_lr_finder
 from trainkit.tuning.training_state import preserved_training_state
+
+if TYPE_CHECKING:
+    from trainkit.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +48,8 @@ log = logging.getLogger(__name__)
 SKIP_START = 0.1
 MIN_FALL = 0.1
 SLOPE_WINDOW = 0.05
+
+Step = Callable[[Any], tuple[torch.Tensor, int | torch.Tensor]]  # a batch -> its gradients; (its loss, its weight)
 
 
 @dataclass
@@ -145,7 +156,7 @@ def _endless(batches: Iterable | Callable[[], Iterator]) -> Iterator:
 def lr_range_test(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    step: Callable[[Any], tuple[torch.Tensor, int | torch.Tensor]],
+    step: Step,
     task: Task,
     batches: Iterable | Callable[[], Iterator],
     device: torch.device,
@@ -229,6 +240,38 @@ def lr_range_test(
     stop = f"stopped early at lr {result.lrs[-1]:.2e} (loss diverged)" if result.stopped_early else "ran to max_lr"
     found = f"suggested lr {result.suggestion:.2e}" if result.suggestion else "no suggestion (the loss never fell)"
     log.info(f"lr range test: {len(result.lrs)} steps from {min_lr:.1e}, {stop}; {found}")
+    return result
+
+
+# ---- on the run: train.py's call and scripts/lr_find.py's ----
+
+
+def find_lr_before_training(run: Run, step: Step) -> None:
+    """train.py's call, before the first update: the test with lr_finder.enabled, never on a resume (the run
+    goes on at the LR its checkpoint holds)."""
+    if run.cfg.lr_finder.enabled and not run.cfg.resume:
+        find_lr(run, step)
+
+
+def find_lr(run: Run, step: Step) -> LRFinderResult:
+    """The range test on the run's model, data and optimizer with the loop's `step` (every rank takes part;
+    rank 0 plots lr_finder.png). Model, optimizer and RNG are restored after; with lr_finder.apply the
+    suggestion becomes the base LR. A stop signal ends it within a step: nothing trained yet, so nothing
+    saved (exit 75)."""
+    finder = run.cfg.lr_finder
+    result = lr_range_test(
+        run.trained_model, run.optimizer, step, run.task, run.data.train, run.device,
+        scheduler=run.scheduler, grad_scaler=run.scaler, grad_clip=run.cfg.trainer.grad_clip,
+        min_lr=finder.min_lr, max_lr=finder.max_lr, num_steps=finder.num_steps, smoothing=finder.smoothing,
+        divergence_factor=finder.divergence_factor, should_stop=lambda: stop_signal(run.device, agree=True),
+    )  # fmt: skip
+    if result.stopped_by:  # within a step of the signal; model and optimizer are as before the finder
+        raise stopped_before_training(result.stopped_by, "during the LR finder")
+    if run.proc.is_main:
+        run.loggers.log_image("lr_finder", plot_lr_finder(result, run.run_dir / "lr_finder.png"), run.step)
+    if finder.apply and result.suggestion:
+        set_base_lr(run.optimizer, result.suggestion)  # each parameter group keeps its lr_scale
+        run.scheduler = build_lr_schedule(run)
     return result
 
 

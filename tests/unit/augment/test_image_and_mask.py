@@ -97,6 +97,7 @@ def test_half_precision_images_keep_large_class_values_exact():
     assert set(new_masks.unique().tolist()) <= {0, 1, 1001, 2001, 3001}
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_a_gpu_everything_stays_there_and_still_matches():
     images, masks = coded_batch()

@@ -432,28 +432,6 @@ def test_ddp_workers_start_with_the_stop_signals_blocked_until_they_listen(tmp_p
     assert not set(signals.STOP_SIGNALS) & set(signal.pthread_sigmask(signal.SIG_BLOCK, []))  # not this process
 
 
-def test_a_signal_during_the_lr_finder_stops_it_within_a_step_and_saves_nothing(
-    run_train, monkeypatch, stop_handlers_back
-):
-    from trainkit.tuning import lr_finder
-
-    endless = lr_finder._endless
-
-    def signalled_at_the_fourth_batch(batches):
-        for index, batch in enumerate(endless(batches)):
-            if index == 3:
-                os.kill(os.getpid(), signal.SIGTERM)  # SLURM's warning: little time left
-            yield batch
-
-    monkeypatch.setattr(lr_finder, "_endless", signalled_at_the_fourth_batch)
-    run = run_train("lr_finder.enabled=true", "lr_finder.num_steps=300", *OVERRIDES, check=False)
-    log = (run.run_dir / "train.log").read_text()
-    assert run.returncode == signals.EXIT_STOPPED, (run.stderr + log)[-3000:]
-    assert "lr range test: stopped by SIGTERM after 4 of 300 steps" in log
-    assert "stopped by SIGTERM during the LR finder, before training: nothing trained or saved (exit code 75)" in log
-    assert not (run.run_dir / "checkpoints").exists() and not (run.run_dir / "lr_finder.png").exists()
-
-
 def test_a_run_directory_named_with_commas_and_non_ascii_stops_and_resumes_with_the_printed_command(
     tmp_path, monkeypatch, stop_handlers_back
 ):

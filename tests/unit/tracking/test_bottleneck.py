@@ -12,7 +12,6 @@ from torch.utils.data import Dataset
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.tracking import bottleneck
 from trainkit.tracking.bottleneck import data_bound_advice, epoch_line_extras, warn_if_data_bound, worker_advice
-from trainkit.tracking.profiling import describe
 from trainkit.tracking.timing import LoopTimer
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
@@ -145,16 +144,3 @@ def test_the_epoch_line_extras_are_compact():
     assert epoch_line_extras({}) == ""
     profiled = {"train/data_wait_fraction": 0.05, "train/step_ms": 80.0, "train/profiled_steps": 7}
     assert epoch_line_extras(profiled) == "  data 5% of 80.0 ms/step (the epoch, 7 of its steps under the profiler)"
-
-
-def test_the_profiler_s_line_names_its_steps_and_gives_the_advice_for_the_data_option():
-    """Digits in memory: a data-bound window advises the batch size, not workers, pinned memory or a cache."""
-    data = OmegaConf.load(CONF / "digits.yaml")
-    loader = TensorLoader(torch.zeros(64, 1, 8, 8), torch.zeros(64, dtype=torch.int64), 8, shuffle=True)
-    shares = {"data": 0.4, "forward": 0.3, "backward": 0.3}
-    line = describe(shares, (7, 11), data_bound_advice(loader, data, on_cuda=False))
-    assert line.startswith("share of steps 7-11 under the profiler: data 40%")
-    assert "data loading is the bottleneck" in line and "raise data.batch_size (now 64)" in line
-    assert "workers and pinned memory do not apply" in line and "num_workers=" not in line
-    assert "preprocess.py" not in line and "a cache" not in line
-    assert "reads lower here than on the epoch line" in line

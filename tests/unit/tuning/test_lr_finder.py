@@ -5,7 +5,9 @@ import gc
 import json
 import logging
 import math
+import os
 import random
+import signal
 import socket
 
 import numpy as np
@@ -17,6 +19,7 @@ from torch import nn
 
 from conftest import ROOT, composed, run_here
 from helpers import backward_step, config_check_tests
+from trainkit.checkpointing import signals
 from trainkit.config.validation import validate
 from trainkit.models.small_cnn import SmallCNN
 from trainkit.optim import LRSchedule, build_optimizer, build_scheduler
@@ -25,6 +28,7 @@ from trainkit.tuning import lr_finder
 from trainkit.tuning.lr_finder import group_scales, lr_range_test, set_base_lr, suggest_lr
 
 CONF = ROOT / "conf"
+SIGNALLED_RUN = ("augmentation=shift", "trainer.progress_bar=false", "print_config=false")  # stopped before training
 CPU = torch.device("cpu")
 TASK = Task()  # (inputs, targets) batches, weighed by their samples: what the finder moves and weighs
 
@@ -365,6 +369,28 @@ def test_lr_find_script_help_is_its_own_usage_not_train_py_s(tmp_path):
     assert "train a model (classification" not in stdout  # train.py's own help header
     assert "== Config groups (group=option) ==" in stdout and "lr_finder:" in stdout
     assert not list(tmp_path.iterdir())  # --help runs nothing and writes no run directory
+
+
+# ---- a stop signal during the sweep, in train.py ----------------------------------------------------
+
+
+def test_a_signal_during_the_lr_finder_stops_it_within_a_step_and_saves_nothing(run_train, monkeypatch):
+    endless = lr_finder._endless
+
+    def signalled_at_the_fourth_batch(batches):
+        for index, batch in enumerate(endless(batches)):
+            if index == 3:
+                os.kill(os.getpid(), signal.SIGTERM)  # SLURM's warning: little time left
+            yield batch
+
+    monkeypatch.setattr(lr_finder, "_endless", signalled_at_the_fourth_batch)
+    # (conftest's stop_signals_as_they_were gives this process its handlers back after the stop)
+    run = run_train("lr_finder.enabled=true", "lr_finder.num_steps=300", *SIGNALLED_RUN, check=False)
+    log = (run.run_dir / "train.log").read_text()
+    assert run.returncode == signals.EXIT_STOPPED, (run.stderr + log)[-3000:]
+    assert "lr range test: stopped by SIGTERM after 4 of 300 steps" in log
+    assert "stopped by SIGTERM during the LR finder, before training: nothing trained or saved (exit code 75)" in log
+    assert not (run.run_dir / "checkpoints").exists() and not (run.run_dir / "lr_finder.png").exists()
 
 
 # ---- DDP: every rank sees the same curve and stops at the same step ----------------------------

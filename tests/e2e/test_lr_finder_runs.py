@@ -1,0 +1,113 @@
+"""The LR finder (lr_finder.enabled) in train.py's runs: before training, its suggestion the LR trained with, on
+every kind of data and task (images, a segmentation, classified text, a language model, a Hugging Face model).
+The range test itself: tests/unit/tuning/test_lr_finder.py."""
+
+import re
+
+import pytest
+import torch
+from PIL import Image
+from test_hf import TINY_BERT, texts, write_texts
+from test_language_model import tiny as lm_run
+from test_segmentation import SMALL
+from test_text_classification import tiny as text_run
+from test_wiring import SHORT_RUN
+
+from helpers import record_run
+from trainkit.data.stdlib_source import stdlib_files
+from trainkit.tuning import lr_finder
+from trainkit.tuning.lr_finder import LRFinderResult
+
+
+@pytest.fixture(scope="module")
+def texts_corpus(tmp_path_factory):
+    """train/<class>/*.txt, 45 files a class of three byte patterns (test_text_classification's, test_hf's)."""
+    return write_texts(tmp_path_factory.mktemp("texts") / "train", 45, seed=0).parent
+
+
+@pytest.fixture(scope="module")
+def code_corpus(tmp_path_factory):
+    """Twenty files of the standard library (test_language_model's)."""
+    folder = tmp_path_factory.mktemp("corpus")
+    for k, path in enumerate(stdlib_files()[:20]):
+        (folder / f"{k:02d}_{path.name}").write_bytes(path.read_bytes())
+    return folder
+
+
+@pytest.mark.slow  # trains in this process (run_train)
+def test_lr_finder_and_batch_size_finder_run_before_training(run_train):
+    run = run_train(
+        "debug=fast",
+        "lr_finder.enabled=true",
+        "lr_finder.apply=true",
+        "lr_finder.num_steps=20",
+        "batch_size_finder.enabled=true",
+        "batch_size_finder.max_batch_size=128",
+        "scheduler=constant",
+    )
+    with Image.open(run.run_dir / "lr_finder.png") as plot:
+        assert plot.format == "PNG" and min(plot.size) > 100
+    checkpoint = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    # On CPU without a cap every size fits: the search stops at max_batch_size, which is used as it is
+    # (the safety margin is for memory, not for the cap).
+    assert checkpoint["config"]["data"]["batch_size"] == 128
+    # The suggestion is logged with 3 significant digits; the schedule (constant, no warmup) must
+    # train at exactly one LR, the suggestion, in every epoch and as the scheduler's base LR.
+    suggested = re.findall(r"suggested lr ([0-9.]+e[+-][0-9]+)", run.stderr + run.stdout)
+    assert len(suggested) == 1, "no suggestion logged"
+    lrs = {m["lr"] for m in run.epoch_metrics()}
+    assert len(lrs) == 1
+    lr = lrs.pop()
+    assert f"{lr:.2e}" == suggested[0]
+    assert checkpoint["scheduler"]["base_lrs"] == [lr] * len(checkpoint["optimizer"]["param_groups"])
+
+
+def test_an_applied_lr_finder_suggestion_is_the_lr_trained_with(tmp_path, monkeypatch):
+    """The range test itself is tested in tests/unit/tuning/test_lr_finder.py; here its answer is fixed."""
+    monkeypatch.setattr(
+        lr_finder, "lr_range_test", lambda *args, **settings: LRFinderResult([0.0123], [1.0], [1.0], 0.0123)
+    )
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "lr_finder.enabled=true", "lr_finder.apply=true")
+    assert [lrs[0] for lrs in recording.lrs] == pytest.approx([0.0123] * 3)
+
+
+def test_the_lr_finder_runs_on_text(run_train, texts_corpus):
+    run = run_train(*text_run(texts_corpus, "trainer.max_epochs=1", "lr_finder.enabled=true", "lr_finder.num_steps=8"))
+    assert "test/acc" in run.summary["test"]
+    assert (run.run_dir / "lr_finder.png").is_file()
+    assert "lr range test: 8 steps" in run.stdout + run.stderr
+
+
+def test_the_lr_finder_runs_before_a_language_model_trains(run_train, code_corpus):
+    run = run_train(*lm_run(code_corpus, "lr_finder.enabled=true", "lr_finder.num_steps=12", "lr_finder.apply=true"))
+    assert run.summary["test"]["test/bpb"] < 8  # learning: ln(256) nats is 8 bits
+    log = (run.run_dir / "train.log").read_text()
+    assert (run.run_dir / "lr_finder.png").is_file() and "suggest" in log
+
+
+@pytest.mark.slow
+def test_the_lr_finder_runs_on_a_segmentation(run_train):
+    finder = run_train(*SMALL, "trainer.max_epochs=1", "lr_finder.enabled=true", "lr_finder.num_steps=8")
+    assert (finder.run_dir / "lr_finder.png").is_file() and "lr range test: 8 steps" in finder.stdout + finder.stderr
+
+
+def test_the_lr_finder_and_the_batch_size_finder_run_on_a_hugging_face_model(run_train, texts_corpus):
+    overrides = [
+        "lr_finder.enabled=true",
+        "lr_finder.num_steps=6",
+        "batch_size_finder.enabled=true",
+        "batch_size_finder.max_batch_size=16",
+        "data.max_tokens=null",
+    ]  # the batch size finder: fixed batches
+    run = run_train(*texts(texts_corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))
+    assert 0 <= run.summary["test"]["test/acc"] <= 1 and run.summary["test_weights"] == "best"
+    assert (run.run_dir / "lr_finder.png").is_file()
+
+
+@pytest.mark.cuda  # scripts/gpu_check.sh
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_lr_finder_after_the_batch_size_finder_on_a_gpu(run_train):
+    overrides = ["batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=1024", "lr_finder.enabled=true"]
+    run = run_train("device=cuda", "trainer.max_epochs=2", "trainer.progress_bar=false", *overrides)
+    assert run.summary["device"].startswith("cuda") and (run.run_dir / "lr_finder.png").is_file()
+    assert "suggested lr" in (run.run_dir / "train.log").read_text()
