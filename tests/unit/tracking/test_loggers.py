@@ -120,7 +120,7 @@ def test_run_names_from_the_saved_hydra_config_in_a_worker_process(tmp_path):
 
 def test_a_logger_list_merges_the_trackers_and_the_keys_of_each_file():
     names = sorted(trackers(), reverse=True)  # an order of our own, not the modules' or the files'
-    cfg = composed(f"logger=[none,{','.join(names)}]")
+    cfg = composed(f"logger=[{','.join(['none', *names])}]")
     assert tracker_names(cfg.logger) == names
     merged = OmegaConf.to_container(cfg.logger, resolve=False)
     for name in names:  # each file's own keys and values, e.g. logger=wandb's project, logger=mlflow's experiment
@@ -139,7 +139,7 @@ def test_every_tracker_that_shows_predictions_shows_them_by_default():
     shows = [name for name in trackers() if "log_predictions" in OmegaConf.load(LOGGER_CONF / f"{name}.yaml")]
     for name in shows:
         assert composed(f"logger={name}").logger.log_predictions == 4, name
-    every = f"logger=[none,{','.join(trackers())}]"
+    every = f"logger=[{','.join(['none', *trackers()])}]"
     assert composed(every).logger.get("log_predictions", 4) == 4
     assert composed(every, "++logger.log_predictions=0").logger.log_predictions == 0
     assert "log_predictions" not in composed().logger
