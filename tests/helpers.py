@@ -2,9 +2,8 @@
 
 import hashlib
 import importlib.util
-import json
+import os
 import pickle
-import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +15,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import ROOT, composed
+from conftest import ROOT, TrainRun, composed
+from trainkit.tracking.loggers import Logger
 
 
 def hashes_of_every_file(run_dir: Path) -> dict[str, str]:
@@ -194,76 +194,54 @@ def record_run(tmp_path: Path, monkeypatch, *overrides: str, prepare: Callable |
     return recording
 
 
-# ---- W&B offline runs, read back from their `.wandb` files -------------------------------------------
-# The LevelDB log format: 32 KiB blocks of checksummed chunks, each a protobuf `Record` (or a part of one).
-# Decoded here independently of trainkit.tracking.loggers.wandb_files, so the tests do not trust the code.
+class TrackerCalls(Logger):
+    """A tracker that keeps every call the loggers make on it, in order, as (method, arguments): what train.py hands
+    each tracker, seen without one (each tracker's own tests read back what it makes of them)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple]] = []
+
+    def log(self, metrics: dict) -> None:
+        self.calls.append(("log", (metrics,)))
+
+    def log_image(self, key: str, image: object, step: int) -> None:
+        self.calls.append(("log_image", (key, image, step)))
+
+    def log_masks(self, key, images, true_masks, predicted_masks, class_names, step) -> None:
+        self.calls.append(("log_masks", (key, images, true_masks, predicted_masks, class_names, step)))
+
+    def log_text(self, key: str, text: str, step: int) -> None:
+        self.calls.append(("log_text", (key, text, step)))
+
+    def summary(self, values: dict) -> None:
+        self.calls.append(("summary", (values,)))
+
+    def finish(self, failed: bool = False) -> None:
+        self.calls.append(("finish", (failed,)))
 
 
-def read_records(path: Path):
-    """The protobuf records of a `.wandb` file, in order."""
-    from wandb.proto import wandb_internal_pb2
-
-    data, block, position, pending = path.read_bytes(), 32768, 7, b""
-    if not data:  # created, nothing written yet: a service killed at once
-        return
-    assert data[:4] == b":W&B"
-    while position + 7 <= len(data):
-        left = block - position % block
-        if left < 7:  # a block's tail too short for a chunk header is zero padding
-            position += left
-            continue
-        _checksum, length, kind = struct.unpack("<IHB", data[position : position + 7])
-        if kind == 0 and length == 0:
-            position += left
-            continue
-        if position + 7 + length > len(data):  # still being written
-            return
-        pending += data[position + 7 : position + 7 + length]
-        position += 7 + length
-        if kind in (1, 4):  # FULL, or LAST of FIRST/MIDDLE/LAST
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
-            pending = b""
-            yield record
-
-
-def unflatten(items) -> dict:
-    """Record items ({key or nested_key path, value_json}) -> a nested dict."""
-    result = {}
-    for item in items:
-        *parents, last = [item.key] if item.key else list(item.nested_key)
-        target = result
-        for name in parents:
-            target = target.setdefault(name, {})
-        target[last] = json.loads(item.value_json)
-    return result
-
-
-class OfflineRun:
-    """What an offline run directory holds: config, history rows, final summary, exit code."""
-
-    def __init__(self, directory: Path):
-        self.directory = directory
-        self.config, self.history, self.summary, self.exit_code, self.run_id = {}, [], {}, None, None
-        file = next(directory.glob("run-*.wandb"), None)  # none at all when its service was killed before writing
-        for record in read_records(file) if file else []:
-            kind = record.WhichOneof("record_type")
-            if kind == "run":
-                self.run_id = record.run.run_id
-                self.display_name, self.group = record.run.display_name, record.run.run_group
-                self.tags = list(record.run.tags)
-                self.config.update(unflatten(record.run.config.update))
-            elif kind == "config":
-                self.config.update(unflatten(record.config.update))
-            elif kind == "history":
-                self.history.append(unflatten(record.history.item))
-            elif kind == "summary":
-                self.summary.update(unflatten(record.summary.update))
-            elif kind == "exit":
-                self.exit_code = record.exit.exit_code
-
-    def rows_with(self, key: str) -> list[dict]:
-        return [row for row in self.history if key in row]
+def killed_and_resumed(run_train: Callable, monkeypatch, *overrides: str) -> tuple[TrainRun, TrainRun, list]:
+    """A run with `overrides` (its trackers) killed by SIGKILL (no handler, no `finally`) two updates after epoch 1's
+    checkpoint, then resumed: (the killed run, the resumed one, every (metric, step) of metrics.jsonl with a value),
+    which each tracker's test finds in its files once, however little of the killed part the tracker had written."""
+    tiny = ("trainer.limit_val_batches=1", "trainer.progress_bar=false")
+    per_epoch = ("trainer.limit_train_batches=4", "trainer.log_every_n_steps=1", "trainer.max_epochs=3")
+    killer = ("model._target_=models_for_tests.KilledCNN", "+model.kill_at=11")  # the 3rd update of epoch 2
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
+    killed = run_train(*tiny, *per_epoch, *overrides, "print_config=false", *killer, isolated=True, check=False)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert max(m["step"] for m in killed.metrics) == 10  # steps 9 and 10 logged after epoch 1's checkpoint (step 8)
+    resumed = run_train(f"resume={killed.run_dir}", run_dir=killed.run_dir, isolated=True)
+    expected = sorted(
+        {
+            (key, m["step"])
+            for m in resumed.metrics
+            for key, value in m.items()
+            if key not in ("epoch", "step") and value is not None
+        }
+    )  # a set: metrics.jsonl has `lr` in an epoch's last step line and again in its epoch line
+    assert max(step for _, step in expected) == 12
+    return killed, resumed, expected
 
 
 def config_check_tests(feature: Any, rule_cases: list, relation_cases: list) -> tuple[Callable, Callable]:
@@ -308,14 +286,3 @@ def assert_one_config_error(overrides: list[str], key: str) -> None:
     with pytest.raises(ConfigError) as error:
         validate(cfg)
     assert str(error.value).startswith(f"{key}: ") and "\n" not in str(error.value)
-
-
-def all_trackers_here(tmp_path: Path, monkeypatch) -> tuple[str, ...]:
-    """The overrides of a run with every tracker (logger=[tensorboard,mlflow,wandb]) writing under `tmp_path`
-    (MLflow's store: tmp_path/mlruns, experiment e2e; W&B offline), and this process's environment to read them."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for the reader here (trainkit sets it in the runs)
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
-    return ("logger=[tensorboard,mlflow,wandb]", f"logger.tracking_uri={tmp_path / 'mlruns'}", "logger.experiment=e2e")

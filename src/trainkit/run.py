@@ -73,7 +73,7 @@ class Run:
     batches_done: int = 0  # batches of `epoch` trained; > 0 after a mid-epoch resume
     best_metrics: dict = field(default_factory=dict)
     last_metrics: dict = field(default_factory=dict)  # the last validated epoch's: summary.json's "final"
-    tracker_run_ids: dict = field(default_factory=dict)  # {wandb/mlflow: its run id}: a resume continues those runs
+    tracker_run_ids: dict = field(default_factory=dict)  # {tracker: its run id}: a resume continues those runs
     started: float = field(default_factory=time.perf_counter)  # this process's part of the run began
     earlier_seconds: float = 0.0  # the wall time of the parts before a resume, up to their last checkpoint
     stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
@@ -100,14 +100,13 @@ class Run:
             "config": self.resolved_config,
             "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
             "class_names": self.data.class_names,  # what eval.py's predictions call the classes, without the data
-            "wandb_run_id": self.loggers.run_ids.get("wandb"),
-            "mlflow_run_id": self.loggers.run_ids.get("mlflow"),
+            **{f"{name}_run_id": run_id for name, run_id in self.loggers.run_ids.items()},  # "wandb_run_id", ...
             "wall_seconds": self.earlier_seconds + time.perf_counter() - self.started,  # every part so far
         }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue where a checkpoint stands: weights and their average, optimizer and schedule (this config's
-        hyperparameters where they changed), scaler, early stopping, position, W&B run, RNG streams."""
+        hyperparameters where they changed), scaler, early stopping, position, trackers' runs, RNG streams."""
         check_same_data(state.get("data"), self.data.fingerprint)  # one line naming what changed since
         if self.cfg.trainer.micro_batch_size == "auto":  # the size this run found, not a new search
             self.cfg.trainer.micro_batch_size = state["config"]["trainer"].get("micro_batch_size")
@@ -124,7 +123,9 @@ class Run:
         self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.last_metrics = state.get("last_metrics", {})  # older checkpoints lack it
-        self.tracker_run_ids = {"wandb": state.get("wandb_run_id"), "mlflow": state.get("mlflow_run_id")}
+        self.tracker_run_ids = {
+            key.removesuffix("_run_id"): value for key, value in state.items() if key.endswith("_run_id")
+        }
         self.earlier_seconds = state.get("wall_seconds", 0.0)  # older checkpoints lack it
         self.stopping = trained_to_the_end(state, self.cfg)  # killed during its test, before summary.json: test only
         reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams

@@ -4,12 +4,16 @@ import time
 
 import pytest
 
+from conftest import ROOT
+
+LOGGERS = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "logger").glob("*.yaml")))  # none and the trackers
+
 
 @pytest.mark.parametrize(
     "overrides, expected",
     [
         (["data=nope"], ["data=nope", "digits"]),
-        (["logger=[wandb,tensorbord]"], ["logger=tensorbord: no such option; choose one of", "tensorboard"]),
+        (["logger=[none,nonee]"], [f"logger=nonee: no such option; choose one of {LOGGERS}"]),
         (["optimizer.lrr=0.1"], ["optimizer.lrr", "did you mean optimizer.lr"]),
         # The schema's mistakes, found in one pass: one run shows all three on the one line.
         (

@@ -1,5 +1,5 @@
 """What a run reports: where it came from (provenance.json, where trainkit.tracking.provenance wrote it), the loggers
-(metrics.jsonl; csv, W&B, TensorBoard, MLflow: tracking/loggers/), the start, epoch and closing lines, summary.json,
+(metrics.jsonl and the trackers: tracking/loggers/), the start, epoch and closing lines, summary.json,
 the timing of data wait vs compute, pictures of batches and of predictions during
 training; eval.py's pictures of a model's predictions (a confusion matrix, predicted masks) are in
 trainkit.tracking.evaluation_figures.

@@ -17,6 +17,7 @@ from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems
 from trainkit.config.validation import RELATIONS, fill_task_defaults, ignored_keys, problems, validate
 from trainkit.errors import ConfigError
+from trainkit.tracking.loggers import trackers
 
 ROOT = Path(__file__).resolve().parents[3]
 CONF = ROOT / "conf"
@@ -240,10 +241,10 @@ RULE_CASES = [
     (["distributed.timeout_seconds=0"], "distributed.timeout_seconds"),
     (["distributed=fsdp", "distributed.blocks=[]"], "distributed.blocks"),
     (["distributed=fsdp", "distributed.blocks=Block"], "distributed.blocks"),
-    (["+logger.trackers.tensorboardz=true"], "logger.trackers"),
-    (["logger=tensorboard", "logger.trackers.tensorboard=yes"], "logger.trackers"),
-    (["logger=wandb", "logger.log_predictions=-1"], "logger.log_predictions"),
-    (["logger=wandb", "logger.log_images=yes"], "logger.log_images"),
+    (["+logger.trackers.nosuch=true"], "logger.trackers"),
+    (["+logger.trackers.none=yes"], "logger.trackers"),
+    (["+logger.log_predictions=-1"], "logger.log_predictions"),
+    (["+logger.log_images=yes"], "logger.log_images"),
 ]
 
 # Keys that contradict each other, or settings the chosen options need.
@@ -443,7 +444,7 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
     "overrides, fragments",
     [
         (["scheduler.name=linear"], ["'linear'", "cosine, cosine_restarts, step, constant"]),
-        (["+logger.trackers.tensorboardz=true"], ["tracker tensorboardz", "tensorboard"]),
+        (["+logger.trackers.nosuch=true"], ["unknown tracker nosuch", f"the trackers are {', '.join(trackers())}"]),
         (["device=gpu"], ["'gpu'", "cuda:N"]),
         (["trainer.max_epochs=abc"], ["a whole number >= 1", "'abc' (str)"]),
         (["data.std=[0]"], ["numbers > 0", "[0]"]),

@@ -434,24 +434,15 @@ def test_self_launched_ddp_on_an_image_folder_counts_its_classes(tmp_path):
 @pytest.mark.slow
 def test_torchrun_single_node_shares_one_run_directory(tmp_path):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    result = run(
-        [*torchrun, str(ROOT / "train.py"), *QUICK, "logger=wandb", "logger.mode=offline"],
-        cwd=tmp_path,
-        WANDB_SILENT="true",
-        WANDB_CONFIG_DIR=str(tmp_path / "wandb-home"),
-        WANDB_CACHE_DIR=str(tmp_path / "wandb-home"),
-        WANDB_DATA_DIR=str(tmp_path / "wandb-home"),
-    )
+    result = run([*torchrun, str(ROOT / "train.py"), *QUICK], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dirs = list((tmp_path / "outputs" / "runs").iterdir())
     assert len(run_dirs) == 1, run_dirs  # no directory per rank
     summary, metrics = read_run(run_dirs[0])
     assert summary["world_size"] == 2
-    assert OmegaConf.load(run_dirs[0] / ".hydra" / "config.yaml").logger.trackers.wandb
-    # Rank 0 alone writes: 2 epochs + the test line, one "done" line in train.log, one W&B run.
+    # Rank 0 alone writes: 2 epochs + the test line, one "done" line in train.log (a tracker's run: its own tests).
     assert [m["epoch"] for m in metrics] == [0, 1, 1] and "test/acc" in metrics[-1]
     assert (run_dirs[0] / "train.log").read_text().count("done in") == 1
-    assert len(list((run_dirs[0] / "wandb").glob("offline-run-*"))) == 1
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
+from conftest import composed
 from helpers import assert_one_config_error
 from trainkit.tracking.loggers import build_loggers
 from trainkit.tracking.loggers.csv_logger import CsvLogger
@@ -41,6 +42,11 @@ def test_csv_logger_config_writes_jsonl_and_csv(tmp_path):
     loggers.finish()
     assert read_jsonl(tmp_path / "metrics.jsonl") == [{"epoch": 0, "val/acc": 0.5}]
     assert read_csv(tmp_path / "table.csv")[1] == [{"epoch": "0", "val/acc": "0.5"}]
+
+
+def test_csv_shows_no_predictions():
+    """A table of numbers: no text sample and no pictures after each validation (no logger.log_predictions)."""
+    assert "log_predictions" not in composed("logger=csv").logger
 
 
 def test_logger_filename_is_checked_beside_its_code():

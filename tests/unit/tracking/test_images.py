@@ -1,13 +1,14 @@
-"""Image grids: torchvision's make_grid does the tiling, imported only when a grid is made.
-(More grid tests, with W&B logging, are in test_wandb.py.)"""
+"""Image grids (a tracker's training samples): torchvision's make_grid does the tiling, imported only when a grid is
+made; the grid unnormalizes, clamps and frames; save_png; the augmented samples leave training's randomness alone."""
 
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
-from trainkit.tracking.images import image_grid
+from trainkit.tracking.images import image_grid, save_png
 
 
 def test_a_single_image_keeps_its_frame():
@@ -31,3 +32,48 @@ def test_importing_images_does_not_import_torchvision():
     code = "import sys, trainkit.tracking.images; print('torchvision' in sys.modules)"
     process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert process.stdout.strip() == "False", process.stderr[-2000:]
+
+
+def test_image_grid_unnormalizes_tiles_and_frames():
+    mean, std = (0.5, 0.25, 0.0), (0.5, 0.25, 1.0)
+    raw = torch.rand(10, 3, 4, 5)
+    normalized = (raw - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+    grid = image_grid(normalized, mean, std, columns=4)
+    assert grid.dtype == np.uint8 and grid.shape == (3 * 5 + 1, 4 * 6 + 1, 3)
+    expected = (raw.permute(0, 2, 3, 1) * 255).round().numpy()
+    assert np.abs(grid[1:5, 1:6].astype(float) - expected[0]).max() <= 1  # first tile
+    assert np.abs(grid[6:10, 7:12].astype(float) - expected[5]).max() <= 1  # row 1, column 1
+    assert (grid[0] == 128).all() and (grid[:, 0] == 128).all() and (grid[5] == 128).all()
+    assert (grid[11:15, 13:] == 128).all()  # the empty cells of the last row
+
+
+def test_image_grid_clamps_and_repeats_grayscale():
+    images = torch.tensor([[-5.0, 0.0], [0.5, 5.0]]).view(1, 1, 2, 2)
+    grid = image_grid(images, mean=[0.0], std=[1.0], border=0)
+    assert grid.shape == (2, 2, 3)
+    assert grid[..., 0].tolist() == [[0, 0], [128, 255]] and (grid[..., 0] == grid[..., 2]).all()
+    with pytest.raises(ValueError):
+        image_grid(torch.zeros(2, 4, 3, 3))
+
+
+def test_save_png_round_trips(tmp_path):
+    from PIL import Image
+
+    grid = image_grid(torch.rand(3, 1, 8, 8))
+    path = save_png(grid, tmp_path / "images" / "grid.png")
+    assert np.array_equal(np.asarray(Image.open(path).convert("RGB")), grid)
+
+
+def test_augmented_samples_enlarge_tiny_images_and_leave_training_randomness_alone():
+    from trainkit.augment.batch_transform import BatchTransform
+    from trainkit.data import TensorLoader
+    from trainkit.tracking.images import augmented_samples
+
+    loader = TensorLoader(torch.rand(40, 1, 8, 8), torch.zeros(40, dtype=torch.long), 16, shuffle=False)
+    transform = BatchTransform((0.5,), (0.5,), 8, {"name": "shift", "crop_padding": 0.25}, train=True)
+    torch.manual_seed(0)
+    expected_next_draw = torch.rand(1)
+    torch.manual_seed(0)
+    grid = augmented_samples(loader, transform, (0.5,), (0.5,), torch.device("cpu"))
+    assert torch.equal(torch.rand(1), expected_next_draw)  # the forked RNG left the stream untouched
+    assert grid.shape == (2 * (32 + 1) + 1, 8 * (32 + 1) + 1, 3)  # 16 tiles of 8x8 shown at 32x32

@@ -1,11 +1,16 @@
-"""metrics.jsonl (always) and the tracker chosen by `logger`."""
+"""metrics.jsonl (always) and the trackers chosen by `logger`: their names, their config files merged, every call
+fanned out to each. Each tracker's own tests are its own files (docs/features.md)."""
 
 import json
 import math
 
 from omegaconf import OmegaConf
 
-from trainkit.tracking.loggers import JsonlLogger, build_loggers, run_names
+from conftest import ROOT, composed
+from helpers import TrackerCalls
+from trainkit.tracking.loggers import JsonlLogger, Loggers, build_loggers, run_names, tracker_names, trackers
+
+LOGGER_CONF = ROOT / "conf" / "logger"
 
 
 def read_jsonl(path) -> list[dict]:
@@ -111,3 +116,53 @@ def test_run_names_from_the_saved_hydra_config_in_a_worker_process(tmp_path):
     )
     assert run_names(run_dir=job_dir) == ("seed=1", "2026-01-02_03-04-05")
     assert run_names(run_dir=tmp_path) == (None, None)  # no saved config
+
+
+def test_a_logger_list_merges_the_trackers_and_the_keys_of_each_file():
+    names = sorted(trackers(), reverse=True)  # an order of our own, not the modules' or the files'
+    cfg = composed(f"logger=[{','.join(['none', *names])}]")
+    assert tracker_names(cfg.logger) == names
+    merged = OmegaConf.to_container(cfg.logger, resolve=False)
+    for name in names:  # each file's own keys and values, e.g. logger=wandb's project, logger=mlflow's experiment
+        own = OmegaConf.to_container(OmegaConf.load(LOGGER_CONF / f"{name}.yaml"), resolve=False)
+        assert {key: merged[key] for key in own if key not in ("trackers", "_checks_")} == {
+            key: value for key, value in own.items() if key not in ("trackers", "_checks_")
+        }, name
+        assert merged["_checks_"][name] == own["_checks_"][name] == f"trainkit.tracking.loggers.{name}_logger"
+    assert tracker_names(composed("logger=none").logger) == []
+    assert tracker_names(OmegaConf.create({"name": "csv"})) == ["csv"]  # a config from before `trackers`
+
+
+def test_every_tracker_that_shows_predictions_shows_them_by_default():
+    """One default, 4, in each tracker file that has logger.log_predictions (each tracker's test names its own);
+    with several trackers one value, which the command line sets for all; no tracker, no key."""
+    shows = [name for name in trackers() if "log_predictions" in OmegaConf.load(LOGGER_CONF / f"{name}.yaml")]
+    for name in shows:
+        assert composed(f"logger={name}").logger.log_predictions == 4, name
+    every = f"logger=[{','.join(['none', *trackers()])}]"
+    assert composed(every).logger.get("log_predictions", 4) == 4
+    assert composed(every, "++logger.log_predictions=0").logger.log_predictions == 0
+    assert "log_predictions" not in composed().logger
+
+
+def test_every_call_reaches_every_tracker(tmp_path):
+    first, second = TrackerCalls(), TrackerCalls()
+    second.run_id = "abc"
+    loggers = Loggers([first, second], ["first", "second"])
+    assert loggers.run_ids == {"second": "abc"}  # the trackers that keep a run a resume continues
+    loggers.log({"epoch": 0, "step": 1, "val/acc": 0.5})
+    loggers.log_image("train/samples", tmp_path / "samples.png", step=0)
+    loggers.log_text("val/sample", "import os", step=1)
+    loggers.summary({"best/val/acc": 0.5})
+    loggers.finish(failed=True)
+    assert (
+        first.calls
+        == second.calls
+        == [
+            ("log", ({"epoch": 0, "step": 1, "val/acc": 0.5},)),
+            ("log_image", ("train/samples", tmp_path / "samples.png", 0)),
+            ("log_text", ("val/sample", "import os", 1)),
+            ("summary", ({"best/val/acc": 0.5},)),
+            ("finish", (True,)),
+        ]
+    )

@@ -327,26 +327,3 @@ def test_slurm_launcher_config_prints_from_the_command_line():
     assert (
         printed["_target_"].endswith("SlurmLauncher") and printed["tasks_per_node"] == "${distributed.nproc_per_node}"
     )
-
-
-# --- W&B Sweeps ---------------------------------------------------------------------------------
-
-
-def test_wandb_sweep_config_drives_real_config_keys(compose_config):
-    spec = yaml.safe_load((ROOT / "scripts" / "wandb_sweep.yaml").read_text())
-    assert (ROOT / spec["program"]).exists()
-    assert spec["command"][:3] == ["${env}", "${interpreter}", "${program}"] and "${args_no_hyphens}" in spec["command"]
-    assert spec["method"] in ("bayes", "random", "grid")
-    metric = spec["metric"]
-    assert metric["name"] in ("val/acc", "val/loss")  # what train.py logs each epoch
-    assert metric["goal"] == ("maximize" if sweeps.maximize(metric["name"]) else "minimize")
-    # One value of every parameter, with the fixed overrides of `command`, must compose.
-    fixed = [arg for arg in spec["command"] if not arg.startswith("${")]
-    sampled = []
-    for key, parameter in spec["parameters"].items():
-        value = parameter["values"][0] if "values" in parameter else parameter.get("value", parameter.get("min"))
-        sampled.append(f"{key}={value}")
-    cfg = compose_config(*fixed, *sampled)
-    for key in spec["parameters"]:
-        assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", f"{key}: not a config key"
-    assert cfg.optimizer.lr == spec["parameters"]["optimizer.lr"]["min"]

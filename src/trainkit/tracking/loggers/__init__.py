@@ -1,5 +1,5 @@
-"""Where metrics go: metrics.jsonl always (the run's record), plus the trackers chosen by `logger`:
-csv, wandb, tensorboard, mlflow, several at once (`logger=[wandb,tensorboard]`).
+"""Where metrics go: metrics.jsonl always (the run's record), plus the trackers chosen by `logger` (the modules
+beside this one), several at once (`logger=[a,b]`).
 
 train.py talks to one `Loggers` object: `log(metrics)` for every metrics dict (each carries
 `epoch` and `step`), `log_image(key, image, step)`, `log_masks(...)` for images with their true and
@@ -65,7 +65,7 @@ def trim_tracker_files(cfg: DictConfig, run_dir: Path, written_after: Callable[[
 
 def tracker_names(cfg: DictConfig | Mapping) -> list[str]:
     """The trackers a logger config turns on: each conf/logger file adds itself to `trackers`
-    (a mapping, so `logger=[wandb,tensorboard]` merges both). A config with `name` alone (a
+    (a mapping, so `logger=[a,b]` merges both). A config with `name` alone (a
     checkpoint's from before `trackers`, one written by hand) names one."""
     trackers = cfg.get("trackers")
     if trackers is None:

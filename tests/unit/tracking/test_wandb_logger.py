@@ -1,8 +1,5 @@
-"""W&B tracking with the real wandb in offline mode (no account, no network), and image grids.
-
-wandb 0.31 writes no files/config.yaml or files/wandb-summary.json for an offline run: all of it
-lives in the run's `.wandb` file, which helpers.OfflineRun decodes, as `wandb sync` would.
-"""
+"""logger=wandb with the real wandb in offline mode (no account, no network), read back from the run's `.wandb`
+file (wandb_offline.OfflineRun, as `wandb sync` would); scripts/wandb_sweep.yaml."""
 
 import json
 import logging
@@ -14,27 +11,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from omegaconf import OmegaConf
 from PIL import Image as PILImage
 
-from conftest import ROOT
-from helpers import OfflineRun, assert_one_config_error
+from conftest import ROOT, composed
+from helpers import assert_one_config_error
 from trainkit.data import TensorLoader
-from trainkit.tasks.classification import Classification
 from trainkit.tasks.segmentation import Segmentation
 from trainkit.tracking.images import image_grid, save_png
 from trainkit.tracking.loggers import build_loggers
 from trainkit.tracking.prediction_images import first_images, log_predictions
+from trainkit.tuning import sweeps
+from wandb_offline import OfflineRun, local_wandb, offline_run
 
 wandb = pytest.importorskip("wandb")
 
 
 @pytest.fixture(autouse=True)
 def quiet_local_wandb(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+    local_wandb(monkeypatch, tmp_path / "wandb-home")
 
 
 @pytest.fixture
@@ -59,18 +55,6 @@ def wandb_cfg(**overrides):
         "init_timeout": 90,
     }
     return OmegaConf.create({**cfg, **overrides})
-
-
-def offline_run(run_dir: Path, timeout: float = 20.0) -> OfflineRun:
-    """The finished offline run in `run_dir`. `run.finish()` returns once wandb-core has handled
-    the exit record, but the core writes the `.wandb` file a moment later (at the latest when the
-    process exits), so wait for the exit record to land."""
-    directories = sorted((run_dir / "wandb").glob("offline-run-*"))
-    assert len(directories) == 1, directories
-    deadline = time.monotonic() + timeout
-    while (run := OfflineRun(directories[0])).exit_code is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return run
 
 
 def test_offline_run_lands_in_the_run_directory_with_config_history_and_summary(run_dir):
@@ -318,6 +302,7 @@ def test_wandb_config_defaults_to_offline(monkeypatch):
     with initialize_config_dir(config_dir=str(conf), version_base=None):
         cfg = compose("config", overrides=["logger=wandb"])
     assert cfg.logger.trackers.wandb and cfg.logger.mode == "offline" and cfg.logger.log_images is True
+    assert cfg.logger.log_predictions == 4  # a text sample, or masks, after each validation: on by default
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert cfg.logger.mode == "disabled"
 
@@ -340,51 +325,6 @@ def test_log_images_false_skips_images(run_dir):
     loggers.log_image("train/samples", np.zeros((4, 4, 3), np.uint8), step=0)
     loggers.finish()
     assert not (offline_run(run_dir).directory / "files" / "media").exists()
-
-
-def test_image_grid_unnormalizes_tiles_and_frames():
-    mean, std = (0.5, 0.25, 0.0), (0.5, 0.25, 1.0)
-    raw = torch.rand(10, 3, 4, 5)
-    normalized = (raw - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
-    grid = image_grid(normalized, mean, std, columns=4)
-    assert grid.dtype == np.uint8 and grid.shape == (3 * 5 + 1, 4 * 6 + 1, 3)
-    expected = (raw.permute(0, 2, 3, 1) * 255).round().numpy()
-    assert np.abs(grid[1:5, 1:6].astype(float) - expected[0]).max() <= 1  # first tile
-    assert np.abs(grid[6:10, 7:12].astype(float) - expected[5]).max() <= 1  # row 1, column 1
-    assert (grid[0] == 128).all() and (grid[:, 0] == 128).all() and (grid[5] == 128).all()
-    assert (grid[11:15, 13:] == 128).all()  # the empty cells of the last row
-
-
-def test_image_grid_clamps_and_repeats_grayscale():
-    images = torch.tensor([[-5.0, 0.0], [0.5, 5.0]]).view(1, 1, 2, 2)
-    grid = image_grid(images, mean=[0.0], std=[1.0], border=0)
-    assert grid.shape == (2, 2, 3)
-    assert grid[..., 0].tolist() == [[0, 0], [128, 255]] and (grid[..., 0] == grid[..., 2]).all()
-    with pytest.raises(ValueError):
-        image_grid(torch.zeros(2, 4, 3, 3))
-
-
-def test_save_png_round_trips(tmp_path):
-    from PIL import Image
-
-    grid = image_grid(torch.rand(3, 1, 8, 8))
-    path = save_png(grid, tmp_path / "images" / "grid.png")
-    assert np.array_equal(np.asarray(Image.open(path).convert("RGB")), grid)
-
-
-def test_augmented_samples_enlarge_tiny_images_and_leave_training_randomness_alone():
-    from trainkit.augment.batch_transform import BatchTransform
-    from trainkit.data import TensorLoader
-    from trainkit.tracking.images import augmented_samples
-
-    loader = TensorLoader(torch.rand(40, 1, 8, 8), torch.zeros(40, dtype=torch.long), 16, shuffle=False)
-    transform = BatchTransform((0.5,), (0.5,), 8, {"name": "shift", "crop_padding": 0.25}, train=True)
-    torch.manual_seed(0)
-    expected_next_draw = torch.rand(1)
-    torch.manual_seed(0)
-    grid = augmented_samples(loader, transform, (0.5,), (0.5,), torch.device("cpu"))
-    assert torch.equal(torch.rand(1), expected_next_draw)  # the forked RNG left the stream untouched
-    assert grid.shape == (2 * (32 + 1) + 1, 8 * (32 + 1) + 1, 3)  # 16 tiles of 8x8 shown at 32x32
 
 
 @pytest.mark.slow  # trains in a subprocess
@@ -447,16 +387,6 @@ def test_log_predictions_draws_true_and_predicted_masks_over_fixed_validation_im
     assert names == {"0": "background", "1": "disc", "2": "bar"}
 
 
-def test_log_predictions_shows_nothing_for_a_class_an_image(run_dir):
-    task = Classification(num_classes=3)
-    shown = (torch.rand(4, 1, 8, 8), torch.randint(0, 3, (4,)))
-    loggers = build_loggers(wandb_cfg(), run_dir)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 3))
-    log_predictions(loggers, model, shown, lambda x: x, task, "fp32", torch.device("cpu"), step=1)
-    loggers.finish()
-    assert not offline_run(run_dir).rows_with("val/predictions")
-
-
 @pytest.mark.parametrize(
     "overrides, key",
     [
@@ -467,3 +397,23 @@ def test_log_predictions_shows_nothing_for_a_class_an_image(run_dir):
 )
 def test_the_wandb_keys_are_checked_beside_its_code(overrides, key):
     assert_one_config_error(overrides, key)
+
+
+def test_wandb_sweep_config_drives_real_config_keys():
+    spec = yaml.safe_load((ROOT / "scripts" / "wandb_sweep.yaml").read_text())
+    assert (ROOT / spec["program"]).exists()
+    assert spec["command"][:3] == ["${env}", "${interpreter}", "${program}"] and "${args_no_hyphens}" in spec["command"]
+    assert spec["method"] in ("bayes", "random", "grid")
+    metric = spec["metric"]
+    assert metric["name"] in ("val/acc", "val/loss")  # what train.py logs each epoch
+    assert metric["goal"] == ("maximize" if sweeps.maximize(metric["name"]) else "minimize")
+    # One value of every parameter, with the fixed overrides of `command`, must compose.
+    fixed = [arg for arg in spec["command"] if not arg.startswith("${")]
+    sampled = []
+    for key, parameter in spec["parameters"].items():
+        value = parameter["values"][0] if "values" in parameter else parameter.get("value", parameter.get("min"))
+        sampled.append(f"{key}={value}")
+    cfg = composed(*fixed, *sampled)
+    for key in spec["parameters"]:
+        assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", f"{key}: not a config key"
+    assert cfg.optimizer.lr == spec["parameters"]["optimizer.lr"]["min"]

@@ -1,27 +1,17 @@
-"""logger=tensorboard and logger=mlflow, each read back with its own reader: TensorBoard's
-EventAccumulator, MLflow's client on the local file store."""
+"""logger=mlflow, read back with MLflow's own client on the local file store."""
 
-import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
 from conftest import composed
 from helpers import assert_one_config_error
-from trainkit.tracking.loggers import build_loggers, tracker_names
+from trainkit.tracking.loggers import build_loggers
 
-pytest.importorskip("tensorboard")
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
 CONFIG = {"seed": 0, "optimizer": {"lr": 0.1, "name": "sgd"}, "data": {"mean": [0.5]}, "resume": None}
 PROVENANCE = {"code": "abc1234+dirty", "git": {"commit": "abc1234" * 5, "branch": "main", "dirty": True}}
-
-
-def events(run_dir) -> EventAccumulator:
-    accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0, "tensors": 0})
-    accumulator.Reload()
-    return accumulator
 
 
 def mlflow_cfg(tmp_path, **more):
@@ -30,52 +20,9 @@ def mlflow_cfg(tmp_path, **more):
     )
 
 
-def test_logger_list_merges_the_trackers_of_each_file():
-    cfg = composed("logger=[wandb,tensorboard,mlflow]")
-    assert tracker_names(cfg.logger) == ["wandb", "tensorboard", "mlflow"]
-    assert cfg.logger.project == "trainkit" and cfg.logger.experiment == "trainkit"  # each file's own keys
-    assert tracker_names(composed("logger=none").logger) == []
-    assert tracker_names(OmegaConf.create({"name": "csv"})) == ["csv"]  # a config from before `trackers`
-
-
-def test_every_tracker_that_shows_predictions_shows_them_by_default():
-    """One default for every tracker (a language model's text sample: W&B, TensorBoard, MLflow); CSV shows none."""
-    for logger in ("wandb", "tensorboard", "mlflow", "[wandb,tensorboard,mlflow]"):
-        assert composed(f"logger={logger}").logger.log_predictions == 4, logger
-    assert composed("logger=[tensorboard,csv]", "logger.log_predictions=0").logger.log_predictions == 0
-    assert "log_predictions" not in composed("logger=csv").logger and "log_predictions" not in composed().logger
-
-
-def test_tensorboard_writes_scalars_images_text_and_hparams_in_the_run_folder(tmp_path):
-    cfg = OmegaConf.create({"trackers": {"tensorboard": True}, "log_images": True})
-    loggers = build_loggers(cfg, tmp_path, config=CONFIG, provenance=PROVENANCE)
-    loggers.log({"epoch": 0, "step": 5, "train/step_loss": 2.0, "lr": 0.1})
-    loggers.log({"epoch": 0, "step": 10, "val/acc": 0.5, "val/loss": float("nan")})
-    loggers.log_image("train/samples", np.zeros((8, 12, 3), dtype=np.uint8), step=0)
-    loggers.summary({"best/val/acc": 0.5, "test/acc": 0.75, "stop_reason": "max_epochs"})
-    loggers.finish()
-    assert [p.parent for p in tmp_path.rglob("events.out.tfevents.*")] == [tmp_path, tmp_path]  # no subfolder
-    found = events(tmp_path)
-    assert [(e.step, e.value) for e in found.Scalars("train/step_loss")] == [(5, 2.0)]
-    assert [(e.step, e.value) for e in found.Scalars("val/acc")] == [(10, 0.5)]
-    assert "epoch" not in found.Tags()["scalars"]
-    assert found.Scalars("hparam/test/acc")[0].value == 0.75
-    image = found.Images("train/samples")[0]
-    assert (image.width, image.height) == (12, 8)
-    text = {tag: found.Tensors(tag)[0].tensor_proto.string_val[0].decode() for tag in found.Tags()["tensors"]}
-    assert "lr: 0.1" in text["config/text_summary"] and "abc1234+dirty" in text["provenance/text_summary"]
-
-
-def test_tensorboard_resume_appends_and_hides_what_the_first_part_logged_after_the_checkpoint(tmp_path):
-    cfg = OmegaConf.create({"trackers": {"tensorboard": True}})
-    first = build_loggers(cfg, tmp_path)
-    for step in (1, 2, 3):
-        first.log({"epoch": 0, "step": step, "train/step_loss": float(step)})
-    first.finish()
-    second = build_loggers(cfg, tmp_path, resume_step=1)  # the checkpoint stood at step 1
-    second.log({"epoch": 0, "step": 2, "train/step_loss": 20.0})
-    second.finish()
-    assert [(e.step, e.value) for e in events(tmp_path).Scalars("train/step_loss")] == [(1, 1.0), (2, 20.0)]
+def test_mlflow_shows_predictions_by_default():
+    """A language model's text sample after each validation (task.sample_tokens), as an artifact."""
+    assert composed("logger=mlflow").logger.log_predictions == 4
 
 
 def test_mlflow_records_params_metrics_tags_artifacts_and_a_failed_status(tmp_path):
@@ -129,14 +76,12 @@ def test_mlflow_that_cannot_start_warns_and_training_goes_on(tmp_path, caplog):
 def test_a_value_logged_again_at_the_same_step_is_held_once(tmp_path):
     """An epoch's last update logs `lr` with its step loss and again with the epoch metrics; the test
     metrics come with the last metrics line and again in the summary."""
-    cfg = mlflow_cfg(tmp_path, trackers={"tensorboard": True, "mlflow": True})
-    loggers = build_loggers(cfg, tmp_path)
+    loggers = build_loggers(mlflow_cfg(tmp_path), tmp_path)
     loggers.log({"epoch": 0, "step": 8, "lr": 0.1, "train/step_loss": 2.0})
     loggers.log({"epoch": 0, "step": 8, "lr": 0.1, "train/loss": 1.9, "val/acc": 0.5})
     loggers.log({"epoch": 0, "step": 8, "test/acc": 0.75})
     loggers.summary({"best/val/acc": 0.5, "test/acc": 0.75, "stop_reason": "max_epochs"})
     loggers.finish()
-    assert [e.step for e in events(tmp_path).Scalars("lr")] == [8]
     client, run_id = MlflowClient(f"file:{tmp_path / 'mlruns'}"), loggers.run_ids["mlflow"]
     for key in ("lr", "epoch", "test/acc", "best/val/acc"):
         assert [m.step for m in client.get_metric_history(run_id, key)] == [8], key
