@@ -35,7 +35,7 @@ from trainkit.augment import attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, finished_value, own_run_directory, resumed_config,
                                     stop_after_the_test, stop_signal, stopped)
 from trainkit.checkpointing import sweep_continuation  # feature: sweep_continuation
-from trainkit.config import print_config, to_dict
+from trainkit.config import print_config, resolved, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import build_data
 from trainkit.distributed import ProcessInfo, any_rank, average_batchnorm_statistics, barrier, process_info
@@ -55,9 +55,9 @@ from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_pre
 from trainkit.tracking.profiling import profiled_timer  # feature: profiler
 from trainkit.tracking.provenance import record_provenance  # feature: provenance
 from trainkit.tuning import run_trial
-from trainkit.tuning.batch_size_finder import batch_size_that_fits
+from trainkit.tuning.batch_size_finder import searched_batch_size  # feature: batch_size_finder
 from trainkit.tuning.lr_finder import find_lr_before_training  # feature: lr_finder
-from trainkit.tuning.micro_batching import micro_batch_size_that_fits
+from trainkit.tuning.micro_batching import searched_micro_batch_size  # feature: micro_batch_auto
 from trainkit.tuning.trial_gpus import on_its_own_gpus  # feature: trial_gpus
 
 log = logging.getLogger("train")
@@ -191,43 +191,41 @@ def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) ->
     return stop_signal(run.device, agree=train_loss is not None)  # SIGTERM, SIGUSR1, SIGINT: save and exit 75
 
 
-def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> Run:
-    """Data, model, batch transforms, loss, optimizer and LR schedule, in that order."""
+def build_run(composed: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> Run:
+    """Data, model, batch transforms, loss, optimizer and LR schedule, in that order. The config as `composed` is
+    never written: what the run finds (the data's values, then the sizes searched with the model) goes into
+    `found`, and run.cfg is `composed` with it, resolved and read-only (trainkit.config.resolved)."""
+    data = build_data(composed.data, device=device, seed=composed.seed, rank=proc.rank, world_size=proc.world_size,
+                      resumed_from=composed.resume, run_dir=run_dir)  # data.tokenizer=bpe: trained and saved there
+    found = {f"data.{key}": getattr(data, key) for key in ("vocabulary", "pad_id", "num_classes")
+             if key in composed.data and composed.data[key] is None}  # null: the data's (a tokenizer's, a folder's)
+    cfg = resolved(composed, found)  # the model and the task read those keys
     run = Run(cfg, run_dir, proc, device)
-    run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size,
-                          resumed_from=cfg.resume, run_dir=run_dir)  # data.tokenizer=bpe: trained and saved there
-    for key in ("vocabulary", "pad_id", "num_classes"):  # null: the data's (a tokenizer's ids, an image folder's
-        if key in cfg.data and cfg.data[key] is None:   # classes); the model reads these keys
-            cfg.data[key] = getattr(run.data, key)
-    model, input_size = build_model(cfg.model, cfg.finetune, image_size=run.data.image_size)
-    channels_last = cfg.trainer.channels_last
+    run.data, channels_last = data, cfg.trainer.channels_last
+    model, input_size = build_model(cfg.model, cfg.finetune, image_size=data.image_size)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
     model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
     run.parallel = parallel_for(cfg, proc, device)  # before the optimizer takes the params: FSDP shards them
     run.model = run.trained_model = run.parallel.prepare(model)
     run.task = instantiate(cfg.task)  # after the data: an image folder's class count is known
-    run.task.tokenizer = run.data.tokenizer  # text: what an id's bytes and text are (a language model's bpb, samples)
-    run.train_transform, run.eval_transform = run.data.transforms(cfg.augmentation, input_size, channels_last, device)
+    run.task.tokenizer = data.tokenizer  # text: what an id's bytes and text are (a language model's bpb, samples)
+    run.train_transform, run.eval_transform = data.transforms(cfg.augmentation, input_size, channels_last, device)
     run.scaler = grad_scaler(cfg.precision.name, device)
-    step = functools.partial(train_step, run)  # the finders train with the loop's own step
-    if (finder := cfg.batch_size_finder).enabled and not cfg.resume:  # the largest batch a process fits
-        cfg.data.batch_size = batch_size_that_fits(
-            run.model, step, run.task, run.data.train, device, start=finder.start, max_batch_size=finder.max_batch_size,
-            safety_margin=finder.safety_margin, memory_cap_gb=finder.memory_cap_gb)
+    step, model, task = functools.partial(train_step, run), run.model, run.task  # the searches train with the step
+    found |= searched_batch_size(cfg, model, step, task, data.train, device)  # feature: batch_size_finder
+    found |= searched_micro_batch_size(cfg, model, step, task, data, device)  # feature: micro_batch_auto
+    run.cfg = cfg = resolved(composed, found)  # complete: read-only from here on, and what every checkpoint holds
+    if cfg.data.batch_size != data.train.batch_size:  # a searched batch size: loaders that batch by it
         run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size,
                               run_dir=run_dir)
     attach_sample_transform(run.data.train, cfg.augmentation)  # image folders: torchvision per image, in the workers
-    if cfg.trainer.micro_batch_size == "auto" and not cfg.resume:  # a resume reuses the size found: load_state_dict
-        cfg.trainer.micro_batch_size = micro_batch_size_that_fits(
-            run.model, step, run.task, run.data.train, device, unit=run.data.size_unit,
-            memory_cap_mb=cfg.trainer.micro_batch_memory_cap_mb)
     run.optimizer = build_optimizer(run.model, cfg.optimizer, batch_size=cfg.data.batch_size,
                                     world_size=proc.world_size, accumulate=cfg.trainer.accumulate_grad_batches)
     run.scheduler = build_lr_schedule(run)
     run.early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
     run.averaged = build_ema(run.model, cfg.regularization.ema)  # feature: ema (on the device, before compile, DDP)
-    run.resolved_config = to_dict(cfg)  # the config is complete now (num_classes, batch size); nothing changes it later
+    run.resolved_config = to_dict(cfg)  # once: every checkpoint holds it
     return run
 
 
@@ -262,7 +260,7 @@ def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     record_provenance(cfg, run_dir, Path(__file__).parent, proc, device)  # feature: provenance (rank 0: code, machine)
     seed_everything(cfg.seed + proc.rank)  # each rank draws its own augmentation and dropout
     run = build_run(cfg, run_dir, proc, device)
-    run.started = started
+    run.started, cfg = started, run.cfg
     if cfg.resume:  # continue exactly: weights, optimizer, schedule, position, every RNG stream
         run.load_state_dict(run.parallel.load(cfg.resume, run.model, run.optimizer, device))
         log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
@@ -274,6 +272,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     """One process's part of the run: the only process, or one rank of many (each DDP worker starts here,
     inside the process group: trainkit.distributed.launch.start_processes). Returns the summary."""
     run = start_run(cfg, run_dir, proc, device)
+    cfg = run.cfg  # resolved: what the data and the searches found
     failed = True  # until the run ends normally: the tracker then marks it finished, else failed
     try:
         if proc.is_main:

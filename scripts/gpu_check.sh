@@ -5,8 +5,8 @@
 # Each train.py check is a real run on the bundled digits (or synthetic data) with a few epochs.
 #
 # What one GPU can and cannot check:
-# - fp32/bf16/fp16 (GradScaler + clipping), channels_last + torch.compile, a timm model, the batch-size
-#   finder, the tests marked `cuda` (each feature's own, e.g. the LR finder's): fully, on one GPU.
+# - fp32/bf16/fp16 (GradScaler + clipping), channels_last + torch.compile, a timm model and the optional features'
+#   own checks (their tests marked `cuda`; scripts/gpu_checks/: the batch-size finder, micro_batch_size=auto): fully.
 # - DDP with one process (`ddp_self_launch_1`): train.py's own launcher starting a worker that picks
 #   its GPU from LOCAL_RANK. With a world size of 1 train.py creates no process group at all, so this
 #   says nothing about NCCL or gradient all-reduce.
@@ -106,25 +106,13 @@ else
   echo "SKIP ddp_nccl_2, ddp_syncbn_2, fsdp_nccl_2_bf16, sweep_one_gpu_per_trial: $gpus GPU visible; they need 2 or more"
 fi
 check timm_resnet18_synthetic data=synthetic data.image_size=64 model=timm model.name=resnet18 precision=bf16 trainer.channels_last=true trainer.max_epochs=2
-check batch_size_finder batch_size_finder.enabled=true batch_size_finder.max_batch_size=1024 trainer.max_epochs=2
 # Each optional feature's own CUDA checks live in its test files (docs/features.md), marked `cuda`.
 if python -m pytest -q -p no:cacheprovider -m cuda tests >"$out/pytest_cuda.log" 2>&1
 then echo "PASS pytest_cuda: $(grep -E '[0-9]+ passed' "$out/pytest_cuda.log" | tail -1)"
 else echo "FAIL pytest_cuda (log: $out/pytest_cuda.log)"; tail -5 "$out/pytest_cuda.log"; status=1
 fi
-# trainer.micro_batch_size=auto against real CUDA out-of-memory errors: one batch of 4,096 512x512 images through
-# the small CNN needs ~1 TB of activations (~0.3 GB a sample), so the whole batch, its half, ... do not fit; the
-# search halves until a part fits (a few hundred samples on an 80-141 GB GPU) and trains the batch in those parts.
-check micro_batch_auto_oom data=synthetic data.image_size=512 data.num_samples=4096 data.val_samples=64 \
-  data.test_samples=64 data.batch_size=4096 data.eval_batch_size=64 trainer.micro_batch_size=auto \
-  trainer.max_epochs=1 trainer.limit_train_batches=1
-if grep -q "micro_batch_size=auto: 4096 does not fit (CUDA out of memory" "$out/micro_batch_auto_oom.log" 2>/dev/null \
-  && found=$(grep -o "training in micro-batches of [0-9]*" "$out/micro_batch_auto_oom.log"); then
-  echo "PASS micro_batch_auto_oom_halved: a real CUDA out-of-memory error at 4096 was caught; $found"
-else
-  echo "FAIL micro_batch_auto_oom_halved: no caught CUDA out-of-memory error, or no size found (log: $out/micro_batch_auto_oom.log)"
-  status=1
-fi
+# An optional feature's own GPU checks (docs/features.md): scripts/gpu_checks/<feature>.sh, gone with the feature.
+for feature_check in scripts/gpu_checks/*.sh; do [ -e "$feature_check" ] && source "$feature_check"; done
 # The language model (experiment=stdlib_gpt): flash attention in bf16, then a bf16 + compile run with train/mfu.
 if python -c "
 import torch, torch.nn.functional as F

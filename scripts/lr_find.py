@@ -54,6 +54,7 @@ def main(cfg: DictConfig) -> float | None:
     # schedule) and its LR finder with its training step (forward, the task's loss, backward; tokens weighed as
     # the loop does). lr_finder.apply changes only this run's optimizer, thrown away.
     run = train.build_run(cfg, run_dir, ProcessInfo(), device)
+    cfg = run.cfg  # resolved: a searched batch size (batch_size_finder) is in it
     if settings["num_steps"] > len(run.data.train):
         log.info(f"{settings['num_steps']} steps > {len(run.data.train)} batches per epoch: the data repeats")
     result = find_lr(run, functools.partial(train.train_step, run))  # train.py's: the sweep, then lr_finder.png

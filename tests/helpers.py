@@ -248,7 +248,8 @@ def config_check_tests(feature: Any, rule_cases: list, relation_cases: list) -> 
     """The tests of an optional feature's config checks, declared beside its code (module `feature`: its
     CONFIG_RULES and CONFIG_RELATIONS), for its test file to name test_*: each bad setting is found by the
     feature's own check (a rule case by the rule of its key; a relation case by a relation and no single-key
-    rule), by no check in trainkit.config, and by the config check, which gathers the feature's; every rule has
+    rule), by no check in trainkit.config (but where the feature widens a core key's rule: a size, or auto), and by
+    the config check, which gathers the feature's; every rule has
     a case, and every relation a case that it alone finds."""
     from trainkit.config.rules import RULES
     from trainkit.config.schema import find_problems
@@ -258,7 +259,8 @@ def config_check_tests(feature: Any, rule_cases: list, relation_cases: list) -> 
     def found_by_its_own_check(overrides: list, key: str) -> None:
         cfg = composed(*overrides)
         fill_task_defaults(cfg)
-        assert key not in find_problems(cfg, RULES, RELATIONS)  # trainkit.config reads none of the feature's keys
+        widened = key in RULES and key in feature.CONFIG_RULES  # a core key whose rule the feature widens
+        assert widened or key not in find_problems(cfg, RULES, RELATIONS)  # trainkit.config reads no feature key
         if (overrides, key) in rule_cases:
             assert key in find_problems(cfg, {key: feature.CONFIG_RULES[key]}, [])
         else:
@@ -286,3 +288,30 @@ def assert_one_config_error(overrides: list[str], key: str) -> None:
     with pytest.raises(ConfigError) as error:
         validate(cfg)
     assert str(error.value).startswith(f"{key}: ") and "\n" not in str(error.value)
+
+
+def out_of_memory_errors() -> list[BaseException]:
+    """Every kind of error a size search (trainkit.tuning.step_memory.is_out_of_memory) reads as out of memory."""
+    from trainkit.tuning.step_memory import MemoryCapExceeded
+
+    return [
+        torch.cuda.OutOfMemoryError("CUDA out of memory."),
+        RuntimeError("MPS backend out of memory"),
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1GB"),
+        MemoryCapExceeded("over the cap"),
+    ]
+
+
+def on_two_ranks(worker: Callable, *args: Any) -> dict:
+    """{rank: what `worker(rank, port, results, *args)` put in results[rank]}, run in 2 spawned processes that may
+    form a gloo group at tcp://127.0.0.1:port (a free port)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(worker, args=(port, results, *args), nprocs=2)
+    return dict(results)

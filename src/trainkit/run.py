@@ -108,9 +108,6 @@ class Run:
         """Continue where a checkpoint stands: weights and their average, optimizer and schedule (this config's
         hyperparameters where they changed), scaler, early stopping, position, trackers' runs, RNG streams."""
         check_same_data(state.get("data"), self.data.fingerprint)  # one line naming what changed since
-        if self.cfg.trainer.micro_batch_size == "auto":  # the size this run found, not a new search
-            self.cfg.trainer.micro_batch_size = state["config"]["trainer"].get("micro_batch_size")
-            self.resolved_config["trainer"]["micro_batch_size"] = self.cfg.trainer.micro_batch_size
         load_weights(self.model, state["model"])
         restore_averaged(self.averaged, state)
         self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]

@@ -450,13 +450,3 @@ def test_help_lists_the_groups_and_cfg_prints_the_config(run_train):
     assert "digits" in help_text and "cifar10" in help_text
     config = run_train("--cfg", "job").stdout
     assert "max_epochs: 20" in config and "label_smoothing" in config
-
-
-@pytest.mark.slow  # trains in this process (run_train)
-def test_the_batch_size_finder_runs_before_training(run_train):
-    # (with the LR finder after it: tests/e2e/test_lr_finder_runs.py)
-    run = run_train("debug=fast", "batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=128")
-    checkpoint = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
-    # On CPU without a cap every size fits: the search stops at max_batch_size, which is used as it is
-    # (the safety margin is for memory, not for the cap).
-    assert checkpoint["config"]["data"]["batch_size"] == 128

@@ -11,21 +11,15 @@ so the loop itself runs unchanged.
 
 import logging
 import math
-import sys
 import time
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT, composed
+from conftest import composed
 from helpers import record_run
-from trainkit.models import build_model
 from trainkit.models.finetune import freeze
-from trainkit.tuning.batch_size_finder import measure_step_memory
-
-sys.path.insert(0, str(ROOT))
-import train
 
 # A narrow CNN, three batches of 8 digits and one validation batch: a run takes about a second.
 SHORT_RUN = (
@@ -184,7 +178,7 @@ def test_per_sample_transforms_of_an_image_folder_reach_the_training_batches(tmp
     assert any(image in mirrored - plain for image in seen)
 
 
-# ---- what the optimizer step sees: clipping, schedules, LR and batch-size finders, head LR -----------
+# ---- what the optimizer step sees: clipping, schedules, the LR finder, head LR, micro-batches ----------
 
 
 def test_grad_clip_bounds_the_gradient_norm_at_every_step(tmp_path, monkeypatch):
@@ -216,13 +210,6 @@ def test_head_lr_scale_holds_at_every_step(tmp_path, monkeypatch):
         assert head == pytest.approx(10 * backbone)
 
 
-def test_the_batch_size_finders_choice_is_the_batch_trained_on(tmp_path, monkeypatch):
-    """The search itself is tested in tests/unit/tuning/test_batch_size_finder.py; here its answer is fixed."""
-    monkeypatch.setattr(train, "batch_size_that_fits", lambda *args, **settings: 5)
-    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "batch_size_finder.enabled=true")
-    assert [len(forward.inputs) for forward in recording.training_forwards()] == [5, 5, 5]
-
-
 def test_micro_batch_size_splits_each_batch_and_the_optimizer_steps_once_a_batch(tmp_path, monkeypatch):
     recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "trainer.micro_batch_size=3")
     forwards = recording.training_forwards()
@@ -230,32 +217,6 @@ def test_micro_batch_size_splits_each_batch_and_the_optimizer_steps_once_a_batch
     assert len(recording.grad_norms) == 3  # one update a batch of 8
     for batch, (_, transformed) in enumerate(recording.transformed):  # the parts are the augmented batch, in order
         torch.testing.assert_close(torch.cat([f.inputs for f in forwards[3 * batch : 3 * batch + 3]]), transformed)
-
-
-def test_auto_micro_batch_size_trains_with_the_size_under_the_cap_and_a_resume_reuses_it(tmp_path, monkeypatch):
-    """The search itself is tested in tests/unit/tuning/test_micro_batching.py. Here the cap lies between
-    the saved activations of a part of 4 and of 8 (the whole batch): the run trains in parts of 4."""
-    cfg = composed(*SHORT_RUN)
-    model, _ = build_model(cfg.model, cfg.finetune, image_size=8)
-    with measure_step_memory("cpu") as whole_batch:
-        F.cross_entropy(model(torch.rand(8, 1, 8, 8)), torch.zeros(8, dtype=torch.int64)).backward()
-    cap = f"trainer.micro_batch_memory_cap_mb={0.75 * whole_batch.peak_bytes / 2**20}"
-    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "trainer.micro_batch_size=auto", cap)
-    assert [len(forward.inputs) for forward in recording.training_forwards()] == [4, 4] * 3
-    checkpoint = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
-    assert checkpoint["config"]["trainer"]["micro_batch_size"] == 4
-    # A cap no part fits under: a new search would fail. The resume trains on in parts of 4.
-    (tmp_path / "resumed").mkdir()
-    resumed = record_run(
-        tmp_path / "resumed",
-        monkeypatch,
-        *SHORT_RUN,
-        "trainer.max_epochs=2",
-        f"resume={tmp_path}/checkpoints/last.pt",
-        "trainer.micro_batch_size=auto",
-        "trainer.micro_batch_memory_cap_mb=1e-9",
-    )
-    assert [len(forward.inputs) for forward in resumed.training_forwards()] == [4, 4] * 3
 
 
 # ---- the weights: freezing (EMA: test_ema.py); and when training stops ------------------------------

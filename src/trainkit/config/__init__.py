@@ -6,6 +6,6 @@ the modules they check (schedules, loggers, precisions), which themselves import
 importing it here would go round in a circle. The modules inside import each other directly."""
 
 from trainkit.config.printing import print_config
-from trainkit.config.schema import to_dict
+from trainkit.config.schema import resolved, to_dict
 
-__all__ = ["print_config", "to_dict"]
+__all__ = ["print_config", "resolved", "to_dict"]

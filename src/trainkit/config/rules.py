@@ -128,6 +128,7 @@ RULES: dict[str, Check] = {
     "trainer.max_epochs": integer(1),
     "trainer.max_steps": integer(1, null=True),
     "trainer.accumulate_grad_batches": integer(1),
+    "trainer.micro_batch_size": integer(1, null=True),  # N samples (units: tokens) a part; null: whole batches
     "trainer.grad_clip": number(above=0, null=True),
     "trainer.log_every_n_steps": integer(1),
     "trainer.checkpoint_every_n_steps": integer(1, null=True),

@@ -50,6 +50,20 @@ def to_dict(cfg: DictConfig) -> dict[str, Any]:
     return cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=True))
 
 
+def resolved(cfg: DictConfig, found: Mapping[str, Any]) -> DictConfig:
+    """A new config: `cfg` (left as it is) with what a run found itself set (`found`, by dotted key: an image
+    folder's data.num_classes, a searched data.batch_size), every interpolation resolved after that (a key that
+    follows another, model.num_classes: ${data.num_classes}, takes the found value), and read-only: a later
+    write raises instead of changing the run behind its checkpoint's back."""
+    config = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    for key, value in found.items():
+        OmegaConf.update(config, key, value, merge=False)
+    config = OmegaConf.create(to_dict(cast("DictConfig", config)))
+    OmegaConf.set_struct(config, True)  # as Hydra composes it: reading a key it lacks is an error
+    OmegaConf.set_readonly(config, True)
+    return config
+
+
 def _is_number(value: object, whole: bool = False) -> TypeGuard[float]:
     if isinstance(value, bool):  # YAML's true is an int to Python, never a number here
         return False

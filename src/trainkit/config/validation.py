@@ -411,6 +411,20 @@ def _no_flip_tta_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[
         )
 
 
+def _a_micro_batch_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """Larger than the batch would be no split at all: say so rather than train whole batches silently."""
+    micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
+    data = _data_class(cfg)  # a micro-batch of sized data counts units (tokens), not items
+    sized = data is not None and data.size_unit is not None
+    # A searched data.batch_size (batch_size_finder.enabled) is only known later; a larger N is then one part.
+    searched = OmegaConf.select(cfg, "batch_size_finder.enabled", default=False)
+    if isinstance(micro, int) and micro > batch_size and not searched and not sized:
+        yield (
+            "trainer.micro_batch_size",
+            f"is {micro}, larger than data.batch_size={batch_size}: nothing to split; set it to at most {batch_size}",
+        )
+
+
 RELATIONS = (
     Relation(("required",), _required),
     Relation(("data._target_",), _data_target),
@@ -420,6 +434,7 @@ RELATIONS = (
         _dataset_needs,
     ),
     Relation(("data.folds", "data.fold"), _folds),
+    Relation(("trainer.micro_batch_size", "data.batch_size"), _a_micro_batch_below_the_batch),
     Relation(("finetune.pretrained_path", "model._target_"), _pretrained_once),
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),

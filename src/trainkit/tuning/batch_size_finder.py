@@ -5,18 +5,10 @@ binary-search between the last fit and the first failure, keep a safety margin (
     probe = training_step_probe(model, batch, step)     # step(batch): forward and backward (train.py's)
     batch_size = find_batch_size(probe, start=2, max_batch_size=4096, safety_margin=0.9, device=device)
 
-"Does not fit" means one of:
-- the step raises an out-of-memory error (torch.cuda.OutOfMemoryError, or a RuntimeError saying
-  "out of memory" / "can't allocate memory": CUDA, MPS, the CPU allocator);
-- the step raises MemoryCapExceeded (a try_step that measures memory its own way can raise it);
-- `memory_cap_bytes` is set and the step's measured memory is above it. Measured how:
-  on CUDA, the allocator's peak (torch.cuda.max_memory_allocated, after resetting it) - the
-  true peak of the step, parameters included; elsewhere (CPU, MPS), the bytes of the tensors
-  autograd saves for backward during the step (the activations, each storage counted once,
-  parameters excluded) - the part of the step's memory that grows with the batch, a lower
-  bound on the whole (parameters, gradients, optimizer state and temporaries are not in it).
-  On a CPU, set a cap or a max_batch_size: Linux usually kills a process that asks for too
-  much memory instead of raising an error the search could catch.
+"Does not fit": an out-of-memory error, or a measured memory above `memory_cap_bytes` (how it is measured:
+trainkit.tuning.step_memory, shared with trainer.micro_batch_size=auto). On a CPU, set a cap or a
+max_batch_size: Linux usually kills a process that asks for too much memory instead of raising an error the
+search could catch.
 
 Not in the probe's peak: optimizer state (built later, e.g. 2 x parameters for Adam) and DDP's
 gradient buckets (about 1 x parameters); the safety margin is there for them and for memory
@@ -25,11 +17,9 @@ fragmentation over a long run.
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -41,67 +31,16 @@ from trainkit.data.datasets import budget_key, data_class
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.distributed.process_group import min_across_ranks
 from trainkit.errors import ConfigError
-from trainkit.models.finetune import apply_frozen_bn_eval
-from trainkit.tasks import batches
 from trainkit.tasks.task import Task
+from trainkit.tuning.step_memory import (
+    free_memory,
+    is_out_of_memory,
+    measure_step_memory,
+    readable_size,
+    training_step_probe,
+)
 
 log = logging.getLogger(__name__)
-
-
-class MemoryCapExceeded(RuntimeError):
-    """A step used more memory than the configured cap (treated like an out-of-memory error)."""
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    if isinstance(error, (MemoryCapExceeded, torch.cuda.OutOfMemoryError)):
-        return True
-    message = str(error)
-    return isinstance(error, RuntimeError) and ("out of memory" in message or "can't allocate memory" in message)
-
-
-def free_memory(device: torch.device | str | None = None) -> None:
-    """Drop what a failed step left behind on an accelerator: Python garbage (reference cycles
-    holding tensors), then CUDA's cached blocks. On the CPU reference counting has freed the
-    tensors already, and a full garbage collection costs more than the step."""
-    if device is not None and torch.device(device).type == "cpu":
-        return
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-class _Measurement:
-    peak_bytes: int | None = None
-
-
-@contextmanager
-def measure_step_memory(device: torch.device | str | None) -> Iterator[_Measurement]:
-    """Measure the memory of the code inside (see the module docstring): `.peak_bytes` afterwards."""
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    measurement = _Measurement()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        try:
-            yield measurement
-        finally:
-            torch.cuda.synchronize(device)
-            measurement.peak_bytes = torch.cuda.max_memory_allocated(device)
-        return
-    seen: dict[tuple, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        base = tensor._base if tensor._base is not None else tensor  # a weight is often saved as a view (w.t())
-        if not (base.is_leaf and base.requires_grad):  # parameters are not activations
-            storage = tensor.untyped_storage()
-            seen[(storage.device.type, storage.data_ptr())] = storage.nbytes()
-        return tensor
-
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            yield measurement
-    finally:
-        measurement.peak_bytes = sum(seen.values())
 
 
 def find_batch_size(
@@ -179,49 +118,8 @@ def find_batch_size(
     return result
 
 
-def training_step_probe(model: nn.Module, batch: Any, step: Callable[[Any], object]) -> Callable[[int], None]:
-    """A try_step for find_batch_size: `step(batch)`, the forward and backward of one training batch (train.py's:
-    its batch transform, task.step), on a batch of the asked size built by repeating the samples of `batch`
-    (already on the model's device; any nested tensors, trainkit.tasks.batches), so shapes and dtypes are the
-    real ones. The model trains as the loop trains it (train mode, BatchNorm inside frozen layers in eval mode).
-    No optimizer step: the weights do not change, and after each try the buffers (BatchNorm statistics),
-    gradients and train/eval modes are put back as they were when the probe was made, and torch's RNGs (CPU
-    and the device's; dropout and augmentation draw from them) as they were before the try."""
-    device = batches.first_tensor(batch).device
-    buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
-    grads = [(param, None if param.grad is None else param.grad.detach().clone()) for param in model.parameters()]
-    modes = [(module, module.training) for module in model.modules()]
-
-    def try_step(batch_size: int) -> None:
-        repeated = batches.rows(batch, torch.arange(batch_size, device=device) % batches.samples(batch))
-        try:
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                model.train()
-                apply_frozen_bn_eval(model)
-                step(repeated)
-        finally:
-            with torch.no_grad():
-                for buffer, saved in buffers:
-                    buffer.copy_(saved)
-            for param, grad in grads:
-                param.grad = None if grad is None else grad.clone()
-            for module, training in modes:
-                module.training = training
-
-    return try_step
-
-
 def _gib(size: int | None) -> str:
     return "n/a" if size is None else readable_size(size)
-
-
-def readable_size(size: float) -> str:
-    """A number of bytes in the unit that shows it with 3 significant digits: 1.50 GiB, 312 MiB, 4.10 KiB
-    (never "0.0 MB": a small cap and what it was compared with stay distinguishable)."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= scale:
-            return f"{size / scale:.3g} {unit}" if size / scale < 1000 else f"{size / scale:.0f} {unit}"
-    return f"{size:.0f} bytes"
 
 
 def batch_size_that_fits(
@@ -260,6 +158,18 @@ def batch_size_that_fits(
     found = min_across_ranks(found, device)  # each rank searched on its own device
     log.info(f"batch size finder: data.batch_size={found} per process")
     return found
+
+
+def searched_batch_size(
+    cfg: DictConfig, model: nn.Module, step: Callable[[Any], object], task: Task, loader: Any, device: torch.device
+) -> dict[str, int]:
+    """train.py's call: {"data.batch_size": the size found} with batch_size_finder.enabled (batch_size_that_fits,
+    with its settings); nothing when it is off, or on a resume: the checkpoint's config holds the size its run found."""
+    finder = cfg.batch_size_finder
+    if not finder.enabled or cfg.resume:
+        return {}
+    settings = {key: finder[key] for key in ("start", "max_batch_size", "safety_margin", "memory_cap_gb")}
+    return {"data.batch_size": batch_size_that_fits(model, step, task, loader, device, **settings)}
 
 
 # ---- its config checks (gathered by the config check: conf/config.yaml's batch_size_finder._checks_) ----

@@ -1,24 +1,14 @@
-"""trainer.micro_batch_size: one batch trained as several smaller forward/backward passes, one update.
+"""trainer.micro_batch_size=auto: the largest micro-batch size whose forward and backward fit in memory.
 
-    for part, share in micro_batches(batch, trainer.micro_batch_size):   # any batch: a pair, a dict, ...
-        loss, outputs = task.step(model, part)
-        (loss * share / group_size).backward()     # share: this part's samples / the batch's (trainkit.tasks.weighting)
+    trainer.micro_batch_size: auto     # conf/config.yaml; trainer.micro_batch_memory_cap_mb: a cap of its own
 
-A batch of B samples is cut into parts of N (the last may be smaller). The task's loss is a mean over
-its samples, so weighing each part's mean by its share of the batch and summing the gradients gives
-the gradient of the whole batch's mean: the same update, the same number of updates and the same LR
-schedule as without the split (unlike trainer.accumulate_grad_batches, which adds batches to an
-update). What differs: BatchNorm normalizes each part with that part's statistics (N samples, not
-B), and a part's activations are freed before the next part runs, which is the point (peak
-activation memory ~N/B of the whole batch's). Token data ([B, T] sequences) is split by tokens: N
-counts tokens, a part holds N // T sequences, and a task that weighs tokens weighs each part by its
-real tokens (trainkit.tasks.weighting), so the update is the same however the batch is cut.
-
-`auto` (micro_batch_size_that_fits): before training, the first batch is tried whole, then in
-halves, quarters, ... (of its tokens, for token data) until one part's forward and backward (train.py's
-step) fit in memory; every rank agrees at each
-try, so all ranks settle on the same size. The size found replaces `auto` in the run's config (and so
-in every checkpoint's config): a resume reuses it without searching again.
+A fixed size N is the core's (trainkit.tasks.weighting.micro_batches cuts a batch into parts of N, weighed so
+the update is the whole batch's). `auto` searches N before training (micro_batch_size_that_fits): the first
+batch is tried whole, then in halves, quarters, ... (of its tokens, for token data) until one part's forward
+and backward (train.py's step) fit; every rank agrees at each try, so all ranks settle on the same size. The
+size found is set in the run's config (train.py resolves it once), so every checkpoint's config holds it: a
+resume reuses it without searching again (searched_micro_batch_size). Deleting this module (docs/features.md)
+leaves N and null: the core's config check then refuses `auto` in one line.
 """
 
 from __future__ import annotations
@@ -26,19 +16,20 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
+from trainkit.checkpointing.files import read_checkpoint
 from trainkit.config.schema import Check, Relation, auto_or, integer, number
-from trainkit.data.datasets import data_class
 from trainkit.distributed.process_group import any_rank
 from trainkit.errors import ConfigError
 from trainkit.tasks import batches
 from trainkit.tasks.task import Task
-from trainkit.tuning.batch_size_finder import (
+from trainkit.tuning.step_memory import (
     free_memory,
     is_out_of_memory,
     measure_step_memory,
@@ -61,8 +52,8 @@ def find_micro_batch_size(
     `try_step(size)` (one forward and backward of a part of that size) fits on every rank.
 
     "Does not fit": an out-of-memory error (CUDA's, the CPU allocator's "can't allocate memory"; see
-    batch_size_finder.is_out_of_memory) or, with `memory_cap_bytes`, a measured step memory above the
-    cap (batch_size_finder.measure_step_memory: CUDA's allocator peak; on a CPU the activations
+    step_memory.is_out_of_memory) or, with `memory_cap_bytes`, a measured step memory above the
+    cap (step_memory.measure_step_memory: CUDA's allocator peak; on a CPU the activations
     autograd saves). Each try ends with one all-reduce of a did-not-fit flag (any_rank), so a rank
     that ran out of memory and one that did not both halve: nobody waits alone in a collective. Any
     other error re-raises."""
@@ -133,28 +124,29 @@ def micro_batch_size_that_fits(
     return found
 
 
-# ---- their config checks (gathered by the config check: conf/config.yaml's trainer._checks_) ----
+def searched_micro_batch_size(
+    cfg: DictConfig, model: nn.Module, step: Callable[[Any], object], task: Task, data: Any, device: torch.device
+) -> dict[str, int]:
+    """train.py's call: {"trainer.micro_batch_size": the size} for trainer.micro_batch_size=auto: searched on the
+    training data's first batch (micro_batch_size_that_fits), or on a resume the size the checkpoint's run found
+    (a new search could settle elsewhere, and the resumed updates would not be the ones it trained); nothing for
+    a size or null."""
+    if cfg.trainer.micro_batch_size != "auto":
+        return {}
+    if cfg.resume:
+        saved = read_checkpoint(Path(cfg.resume), mmap=True)["config"]["trainer"]
+        return {"trainer.micro_batch_size": saved["micro_batch_size"]}
+    cap = cfg.trainer.micro_batch_memory_cap_mb
+    found = micro_batch_size_that_fits(model, step, task, data.train, device, unit=data.size_unit, memory_cap_mb=cap)
+    return {"trainer.micro_batch_size": found}
+
+
+# ---- its config checks (gathered by the config check: conf/config.yaml's trainer._checks_) ----
 
 CONFIG_RULES: dict[str, Check] = {
-    "trainer.micro_batch_size": auto_or(integer(1, null=True)),
+    "trainer.micro_batch_size": auto_or(integer(1, null=True)),  # the core's rule (a size or null), and auto
     "trainer.micro_batch_memory_cap_mb": number(above=0, null=True),
 }
-
-
-def _a_size_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
-    try:  # a micro-batch of sized data counts units (tokens), not items (a data._target_ that does not import: its own)
-        sized = data_class(str(cfg.data.get("_target_"))).size_unit is not None
-    except ConfigError:
-        sized = False
-    # Larger than the batch would be no split at all: say so rather than train whole batches silently.
-    # (With the batch-size finder, data.batch_size is only known later; a larger N is then one part.)
-    searched = OmegaConf.select(cfg, "batch_size_finder.enabled", default=False)
-    if isinstance(micro, int) and micro > batch_size and not searched and not sized:
-        yield (
-            "trainer.micro_batch_size",
-            f"is {micro}, larger than data.batch_size={batch_size}: nothing to split; set it to at most {batch_size}",
-        )
 
 
 def _a_cap_for_auto(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -176,10 +168,6 @@ def _auto_on_whole_weights(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 CONFIG_RELATIONS = (
-    Relation(
-        ("trainer.micro_batch_size", "data.batch_size", "batch_size_finder.enabled"),
-        _a_size_below_the_batch,
-    ),
     Relation(("trainer.micro_batch_size", "trainer.micro_batch_memory_cap_mb"), _a_cap_for_auto),
     Relation(("trainer.micro_batch_size", "distributed.name"), _auto_on_whole_weights),
 )

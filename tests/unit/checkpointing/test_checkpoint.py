@@ -167,12 +167,14 @@ def test_a_checkpoint_of_a_finished_epoch_resumes_with_the_next_one(tmp_path):
     assert (fresh.epoch, fresh.batches_done) == (6, 0)
 
 
-def test_build_run_resolves_the_config_once_and_every_checkpoint_holds_that(tmp_path):
+def test_build_run_resolves_the_config_once_read_only_and_every_checkpoint_holds_that(tmp_path):
     """Resolving the config at each save cost more than writing the weights: build_run resolves it
-    once, when it is complete (here the batch-size finder's batch size is in it)."""
+    once, when it is complete, into run.cfg, read-only; the config as composed is left as it was."""
     import sys
 
     from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ReadonlyConfigError
 
     from conftest import ROOT
     from trainkit.config.schema import to_dict
@@ -181,14 +183,16 @@ def test_build_run_resolves_the_config_once_and_every_checkpoint_holds_that(tmp_
     sys.path.insert(0, str(ROOT))
     import train
 
-    finder = ["batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=16"]
-    overrides = ["data=synthetic", "data.num_samples=64", "data.image_size=8", *finder]
+    overrides = ["data=synthetic", "data.num_samples=64", "data.image_size=8"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose("config", overrides=overrides)
+    composed = to_dict(cfg)
     run = train.build_run(cfg, tmp_path, ProcessInfo(), torch.device("cpu"))
     config = run.resolved_config
-    assert config == to_dict(cfg) and config["data"]["batch_size"] == 16  # the finder's choice, in it
-    assert config["model"]["dropout"] == 0.0  # interpolations resolved: ${regularization.dropout}
+    assert config == to_dict(run.cfg) == composed and to_dict(cfg) == composed  # nothing found: as composed
+    assert run.cfg.model.dropout == 0.0 and "${" not in str(OmegaConf.to_container(run.cfg))  # resolved once
+    with pytest.raises(ReadonlyConfigError):
+        run.cfg.data.batch_size = 16  # a write after the run is built fails at once
     assert run.state_dict()["config"] is config
 
 

@@ -290,9 +290,9 @@ def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_pat
     def resumed(run_dir, *overrides):  # as `python train.py <overrides>` composes and resumes
         return resume.resumed_config(compose_config(*overrides), run_dir, overrides=list(overrides))
 
-    original = compose_config("trainer.max_epochs=3", "batch_size_finder.enabled=true")
+    original = compose_config("trainer.max_epochs=3")
     saved = to_dict(original)
-    saved["data"]["batch_size"] = 48  # what the batch-size finder chose: part of the checkpoint's config
+    saved["data"]["batch_size"] = 48  # a value the run found itself (a searched batch size): in its checkpoint
     weights = build_model(original.model, original.finetune, image_size=8)[0].state_dict()
     last = make_run(tmp_path / "run", saved, model=weights, early_stopping={"epochs_without_improvement": 0})
     new = ["optimizer.lr=0.05", "trainer.max_epochs=5", "regularization.dropout=0.3"]

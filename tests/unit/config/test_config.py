@@ -62,6 +62,21 @@ def test_default_config_validates(compose_config):
     assert cfg.data.name == "digits"  # the no-download default
 
 
+def test_resolved_sets_what_a_run_found_before_resolving_and_is_read_only(compose_config):
+    from omegaconf.errors import ReadonlyConfigError
+
+    from trainkit.config.schema import resolved
+
+    cfg = compose_config(["data.num_classes=null"])
+    run_cfg = resolved(cfg, {"data.num_classes": 7, "data.batch_size": 5})
+    assert (run_cfg.data.num_classes, run_cfg.model.num_classes, run_cfg.data.batch_size) == (7, 7, 5)
+    assert cfg.data.num_classes is None and cfg.data.batch_size == 64  # the composed config is left as it was
+    with pytest.raises(ReadonlyConfigError):
+        run_cfg.trainer.micro_batch_size = 4
+    with pytest.raises(AttributeError):
+        run_cfg.trainer.no_such_key  # noqa: B018  # struct, as Hydra composes it: a typo is an error
+
+
 def group_options() -> list[str]:
     return [
         f"{group.name}={option.stem}"
@@ -93,6 +108,7 @@ RULE_CASES = [
     (["experiment=stdlib_gpt", "data.block_size=0"], "data.block_size"),
     (["experiment=stdlib_gpt", "data.pattern=3"], "data.pattern"),
     (["seed=-1"], "seed"),
+    (["trainer.micro_batch_size=0"], "trainer.micro_batch_size"),  # a size or null; auto: micro_batch_auto widens it
     # eval.py's keys (conf/eval.yaml), added to train.py's config here
     (["+prompt=42"], "prompt"),
     (["+export=42"], "export"),
@@ -251,6 +267,7 @@ RULE_CASES = [
 RELATION_CASES = [
     (["experiment=stdlib_gpt", "augmentation=shift"], "augmentation"),  # image augmentation on text
     (["experiment=stdlib_gpt", "trainer.tta_flip=true"], "trainer.tta_flip"),
+    (["data.batch_size=32", "trainer.micro_batch_size=48"], "trainer.micro_batch_size"),  # nothing to split
     ([*FUNCTIONS, "trainer.channels_last=true"], "trainer.channels_last"),
     ([*FUNCTIONS, "augmentation=mixup"], "augmentation"),
     (["required=[trainer.max_steps]"], "trainer.max_steps"),

@@ -3,7 +3,9 @@ its structure and what is not a tensor kept; micro_batches cuts such a batch as 
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from models_for_tests import NoNormCNN
 from trainkit.errors import ConfigError
 from trainkit.tasks import batches
 from trainkit.tasks.weighting import micro_batches
@@ -46,3 +48,34 @@ def test_micro_batches_of_a_dict_weigh_each_part_by_its_share_and_count_token_da
     assert micro_batches(batch, 5) == [(batch, 1.0)]
     tokens = {"ids": torch.zeros(5, 4, dtype=torch.long), "targets": torch.zeros(5, 4, dtype=torch.long)}
     assert [batches.samples(part) for part, _ in micro_batches(tokens, 8, sized=True)] == [2, 2, 1]  # 8 tokens: 2 rows
+
+
+# ---- trainer.micro_batch_size=N: the parts' gradients sum to the whole batch's ----------------------------
+
+
+def batch(size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return torch.rand(size, 1, 8, 8, generator=generator), torch.randint(0, 10, (size,), generator=generator)
+
+
+def gradients(micro_batch_size: int | None) -> torch.Tensor:
+    """The gradient of one batch's mean loss, the batch trained in parts as train.py's loop does."""
+    torch.manual_seed(0)
+    model = NoNormCNN(1, 10, widths=(8, 16))
+    inputs, targets = batch()
+    for (part_inputs, part_targets), share in micro_batches((inputs, targets), micro_batch_size):
+        (F.cross_entropy(model(part_inputs), part_targets) / (1 / share)).backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("size", [8, 12])  # 12: parts of 12, 12 and 8 weigh by their shares
+def test_micro_batches_give_the_whole_batch_s_gradients(size):
+    torch.testing.assert_close(gradients(size), gradients(None), rtol=0, atol=1e-6)
+    assert len(micro_batches(batch(), size)) == -(-32 // size)
+
+
+def test_no_size_or_one_not_below_the_batch_is_the_batch_itself():
+    whole = batch()
+    for size in (None, 32, 100):
+        [(part, share)] = micro_batches(whole, size)
+        assert part is whole and share == 1.0

@@ -7,17 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import backward_step, config_check_tests
+from helpers import backward_step, config_check_tests, out_of_memory_errors, record_run
 from trainkit.errors import ConfigError
 from trainkit.models.small_cnn import SmallCNN
 from trainkit.tuning import batch_size_finder
-from trainkit.tuning.batch_size_finder import (
-    MemoryCapExceeded,
-    find_batch_size,
-    is_out_of_memory,
-    measure_step_memory,
-    training_step_probe,
-)
+from trainkit.tuning.batch_size_finder import find_batch_size
+from trainkit.tuning.step_memory import measure_step_memory, training_step_probe
 
 CPU = torch.device("cpu")
 
@@ -46,17 +41,8 @@ def test_converges_on_the_exact_limit_then_keeps_the_safety_margin(caplog):
     assert "batch size 512: does not fit" in caplog.text and "using 270" in caplog.text
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        torch.cuda.OutOfMemoryError("CUDA out of memory."),
-        RuntimeError("MPS backend out of memory"),
-        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1GB"),
-        MemoryCapExceeded("over the cap"),
-    ],
-)
+@pytest.mark.parametrize("error", out_of_memory_errors())
 def test_every_kind_of_out_of_memory_error_counts_as_not_fitting(error):
-    assert is_out_of_memory(error)
     try_step, _ = simulated_limit(100, error)
     assert find_batch_size(try_step, start=4, safety_margin=1.0, device="cpu") == 100
 
@@ -67,7 +53,6 @@ def test_other_errors_are_bugs_and_propagate():
 
     with pytest.raises(ValueError, match="shape mismatch"):
         find_batch_size(try_step)
-    assert not is_out_of_memory(RuntimeError("expected scalar type Float"))
 
 
 def test_max_batch_size_bounds_the_search_and_takes_no_memory_margin(caplog):
@@ -118,15 +103,6 @@ def measured(probe, batch_size: int) -> int:
     return measurement.peak_bytes
 
 
-def test_cpu_measurement_counts_the_activations_and_grows_with_the_batch():
-    _, probe = mlp_probe()
-    # Saved for backward per sample: the input (256 floats), the hidden layer (512: ReLU's output,
-    # which the second linear keeps too, counted once), the log-softmax (10) and the label (int64);
-    # plus one scalar. The weights (or their transposed views) are parameters, not counted.
-    for batch_size in (1, 10, 100):
-        assert measured(probe, batch_size) == batch_size * ((256 + 512 + 10) * 4 + 8) + 4
-
-
 def test_stays_under_a_memory_cap():
     _, probe = mlp_probe()
     cap = 1_000_000  # bytes of activations: 3120 per sample -> 320 samples fit
@@ -139,23 +115,6 @@ def test_stays_under_a_memory_cap():
         probe, start=2, max_batch_size=10_000, safety_margin=0.9, memory_cap_bytes=cap, device="cpu"
     )
     assert with_margin == int(result * 0.9)
-
-
-def test_the_probe_leaves_model_buffers_gradients_modes_and_rng_untouched():
-    torch.manual_seed(0)
-    model = SmallCNN(1, 10, widths=(4, 8, 8), dropout=0.5).eval()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    images, labels = torch.randint(0, 256, (5, 1, 8, 8), dtype=torch.uint8), torch.randint(0, 10, (5,))
-    probe = training_step_probe(
-        model, (images, labels), backward_step(model, F.cross_entropy, lambda x: x.float() / 255)
-    )
-    rng = torch.get_rng_state()
-    probe(12)  # dropout draws random numbers, BatchNorm updates its statistics in train mode
-    after = model.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)
-    assert all(p.grad is None for p in model.parameters())
-    assert not any(m.training for m in model.modules())
-    assert torch.equal(torch.get_rng_state(), rng)
 
 
 def test_the_search_stops_at_this_ranks_share_of_the_training_split_and_says_so(caplog):
@@ -177,6 +136,28 @@ def test_the_search_stops_at_this_ranks_share_of_the_training_split_and_says_so(
         found = batch_size_that_fits(model, step, task, loader, CPU, **cfg)
     assert found == 50  # not 4096: a batch larger than a rank's share only makes one short update an epoch
     assert "largest batch size searched (50, the training split per process: 50 of its 101 samples) fits" in caplog.text
+
+
+def test_build_run_trains_with_the_size_found_and_every_checkpoint_holds_it(tmp_path, monkeypatch):
+    """The search itself is tested above; here its answer is fixed: train.py's loaders batch by it, the resolved
+    config (what every checkpoint holds) says it, and the config as composed is left as it was."""
+    monkeypatch.setattr(batch_size_finder, "batch_size_that_fits", lambda *args, **settings: 5)
+    short = ("device=cpu", "print_config=false", "data.batch_size=8", "data.eval_batch_size=128", "model.widths=[8,16]",
+             "trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1")  # fmt: skip
+    recording = record_run(tmp_path, monkeypatch, *short, "batch_size_finder.enabled=true")
+    assert [len(forward.inputs) for forward in recording.training_forwards()] == [5, 5, 5]
+    assert recording.run.resolved_config["data"]["batch_size"] == 5 == recording.run.cfg.data.batch_size
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["config"]["data"]["batch_size"] == 5
+
+
+@pytest.mark.slow  # trains in this process (run_train)
+def test_train_py_searches_before_training_and_trains_with_the_size(run_train):
+    run = run_train("debug=fast", "batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=128")
+    checkpoint = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    # On CPU without a cap every size fits: the search stops at max_batch_size, which is used as it is
+    # (the safety margin is for memory, not for the cap).
+    assert checkpoint["config"]["data"]["batch_size"] == 128
 
 
 # ---- its config checks, beside its code (trainkit.config.validation gathers them) ------------------------
