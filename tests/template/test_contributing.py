@@ -287,7 +287,7 @@ def assert_eval_py_predicts_what_the_model_does(title: str, files: dict, repo: P
 @pytest.mark.parametrize("title", DOCUMENTED_RECIPES)
 def test_a_documented_recipe_trains_in_micro_batches_and_eval_py_gives_its_summary(title, tmp_path):
     """The recipe trains in micro-batches and eval.py gives its summary; eval.py predict= gives an image recipe's
-    model's predictions (through its task)."""
+    model's predictions (through its task); the signals' epochs report their frames a second (Data.size_unit)."""
     files, repo, arguments = recipe_copy(title, tmp_path, DOCUMENTED)
     micro = f"trainer.micro_batch_size={DOCUMENTED_RECIPES[title]}"
     run_dir = tmp_path / "run"
@@ -298,6 +298,11 @@ def test_a_documented_recipe_trains_in_micro_batches_and_eval_py_gives_its_summa
     assert_eval_py_gives_the_summary(repo, run_dir, tmp_path / "eval")
     if title in MODEL_PREDICTS:
         assert_eval_py_predicts_what_the_model_does(title, files, repo, run_dir, tmp_path)
+    else:
+        epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        trained = [epoch for epoch in epochs if "train/samples_per_sec" in epoch]
+        assert trained and all(epoch["train/frames_per_sec"] > epoch["train/samples_per_sec"] for epoch in trained)
+        assert re.search(r"epoch +0 .* [\d,]+ frames/s", process.stdout + process.stderr)  # the epoch line's rate
 
 
 PREEMPTED = """from models_for_tests import PreemptedAt
