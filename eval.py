@@ -58,8 +58,9 @@ from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
 from trainkit.models import build_model
 from trainkit.models.export import export_model, export_tokenizer
-from trainkit.runtime import autocast, pick_device, seed_everything
-from trainkit.tasks import evaluate, model_outputs
+from trainkit.runtime import pick_device, seed_everything
+from trainkit.tasks import evaluate, evaluation_outputs
+from trainkit.tasks.batches import to_device
 from trainkit.tasks.language_model import write_samples, writes_text
 from trainkit.tracking import quiet_known_noise, save_png
 from trainkit.tracking.evaluation_figures import predicted_on, save_figures
@@ -285,9 +286,7 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
     task = instantiate(cfg.task)
 
     def predict(images: list[torch.Tensor]) -> dict:
-        with torch.no_grad(), autocast(cfg.precision.name, device):
-            inputs = transform(torch.stack(images).to(device))
-            return task.predict(model_outputs(model, inputs, task, cfg.trainer.tta_flip))
+        return task_predictions(model, (torch.stack(images), None), transform, task, cfg, device)
 
     mode, size, batch_size = ("L" if cfg.data.channels == 1 else "RGB"), cfg.data.image_size, cfg.data.eval_batch_size
     writer = PredictionWriter(out_dir, folder, files, predicted_class_names(cfg, state))
@@ -338,10 +337,22 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
         inputs, _ = pad_to_longest(
             [(tokens.encode(text)[: cfg.data.max_length], 0) for text in batch.values()], tokens.pad_id
         )
-        with torch.no_grad(), autocast(cfg.precision.name, device):
-            predicted = task.predict(model_outputs(model, inputs.to(device), task, False))
+        predicted = task_predictions(model, (inputs, None), torch.nn.Identity(), task, cfg, device)  # text: none
         writer.write(predicted, list(batch), [(0, 0)] * len(batch))  # no maps: sizes are for masks
     return write_table(writer, out_dir), len(writer.rows)
+
+
+def task_predictions(
+    model: torch.nn.Module, batch: tuple, transform: Callable, task: Any, cfg: DictConfig, device: torch.device
+) -> dict:
+    """What the task predicts for a batch read from predict= files, (inputs, None: no targets), as evaluation sees
+    a test batch (evaluation_outputs: the task's transform and outputs, precision, tta_flip), so a model of several
+    inputs or outputs predicts as its task scores it."""
+    with torch.no_grad():
+        _, outputs = evaluation_outputs(
+            model, to_device(batch, device), transform, task, cfg.precision.name, cfg.trainer.tta_flip
+        )
+    return task.predict(outputs)
 
 
 def runs_tokenizer(cfg: DictConfig) -> Tokens | None:

@@ -121,7 +121,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     accumulate, num_batches = trainer.accumulate_grad_batches, batches_per_epoch(run.cfg, run.data.train)
     progress = tqdm(total=num_batches, initial=run.batches_done, desc=f"epoch {run.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
-    totals = EpochTotals(run.device, run.data.kind == "tokens", run.data.pad_id, run.model)  # on the device
+    totals = EpochTotals(run.device, run.data.size_unit, run.data.pad_id, run.model)  # on the device
     mid_epoch_saves, compile_seconds = 0, None
     run.timer.start_epoch(run.device, skip_first=compiling)  # trainkit.tracking.timing: no per-step host-device sync
     for i, batch in enumerate(run.data.train, start=run.batches_done):

@@ -79,7 +79,8 @@ class TokenTagging(Task):
 class SignalClassification(Classification):
     """Classification of dict batches, {"signal": [B, T] zero-padded, "lengths": [B], "label": [B]} (data_for_tests.
     DigitSignals): the model takes the signal and its lengths (models_for_tests.LengthsNet). What a dict batch
-    needs of a task: where the data's transform goes, what the model is given, what the outputs are scored against."""
+    needs of a task: where the data's transform goes, what the model is given (outputs: the default step trains on
+    them), what the outputs are scored against."""
 
     def transform(self, batch: dict, transform) -> dict:
         return {**batch, "signal": transform(batch["signal"])}
@@ -87,9 +88,8 @@ class SignalClassification(Classification):
     def augment(self, batch: dict) -> dict:
         return batch  # nothing to mix
 
-    def step(self, model, batch: dict) -> tuple[Tensor, Tensor]:
-        outputs = model(batch["signal"], batch["lengths"])
-        return self.loss(outputs.float(), batch["label"]), outputs
+    def outputs(self, model, batch: dict) -> Tensor:
+        return model(batch["signal"], batch["lengths"])  # step: the loss of these against targets(batch)
 
     def targets(self, batch: dict) -> Tensor:
         return batch["label"]
@@ -107,3 +107,6 @@ class AuxiliaryLoss(Classification):
         inputs, targets = batch
         logits, aux = model(inputs)
         return self.loss(logits.float(), targets) + self.aux_weight * aux, logits
+
+    def outputs(self, model, batch: tuple[Tensor, Tensor]) -> Tensor:
+        return model(batch[0])[0]  # evaluation and predictions: the logits

@@ -15,7 +15,7 @@ from trainkit.config.validation import validate
 from trainkit.data import build_data
 from trainkit.distributed.process_group import ProcessInfo
 from trainkit.models import build_model
-from trainkit.tasks import model_outputs
+from trainkit.tasks.evaluation import with_mirror
 from trainkit.tasks.segmentation import Segmentation
 from trainkit.tracking.loggers import Loggers
 
@@ -60,9 +60,7 @@ def test_a_short_segmentation_run_reports_the_task_metrics_of_its_best_weights(r
         logits = (model.eval()(normalized) + model(normalized.flip(-1)).flip(-1)) / 2  # the mirror's, mirrored back
         # The task's outputs as evaluation sees them move with the image: a mirrored image gets the mirrored map.
         task = Segmentation(num_classes=4)
-        outputs, mirrored = (
-            model_outputs(model, batch, task, tta_flip=True) for batch in (normalized, normalized.flip(-1))
-        )
+        outputs, mirrored = (with_mirror(model, task)(batch) for batch in (normalized, normalized.flip(-1)))
     assert torch.equal(mirrored.argmax(dim=1), outputs.argmax(dim=1).flip(-1))
     predicted = logits.argmax(dim=1)
     unions = [((predicted == k) | (masks == k)).sum().item() for k in range(4)]

@@ -33,6 +33,11 @@ DOCUMENTED_RECIPES = {
     "A data kind of variable-length signals": 512,
     "Two augmented views of each image and a contrastive loss": 24,
 }
+# What an image recipe's model predicts for images, called directly: the main head; the image as both views.
+MODEL_PREDICTS = {
+    "An auxiliary loss from an intermediate activation": lambda model, images: model(images)[0],
+    "Two augmented views of each image and a contrastive loss": lambda model, images: model(images, images)[0],
+}
 
 
 def section(markdown: str, title: str) -> str:
@@ -248,9 +253,42 @@ def assert_eval_py_gives_the_summary(repo: Path, run_dir: Path, out_dir: Path) -
     assert {key: metrics[key] for key in test} == pytest.approx(test, rel=1e-6)
 
 
+def assert_eval_py_predicts_what_the_model_does(title: str, files: dict, repo: Path, run_dir: Path, tmp_path: Path):
+    """eval.py predict= on a few digits saved as PNGs gives each the class and probability of the recipe's model
+    (its checkpoint, the data's eval transform), called as the recipe's task calls it: through the task."""
+    from PIL import Image
+
+    from trainkit.data import make_data
+    from trainkit.data.datasets import read_digits
+
+    pixels, _ = read_digits()
+    images = torch.from_numpy((pixels[:6].reshape(6, 1, 8, 8) * 255 / 16).round().astype("uint8"))
+    (tmp_path / "images").mkdir()
+    for i, image in enumerate(images):
+        Image.fromarray(image[0].numpy(), mode="L").save(tmp_path / "images" / f"{i}.png")
+    out_dir = tmp_path / "predicted"
+    process = run_script(
+        repo, "eval.py", f"checkpoint={run_dir}", f"predict={tmp_path / 'images'}", f"hydra.run.dir={out_dir}"
+    )
+    assert process.returncode == 0, process.stderr[-4000:]
+    rows = sorted(line.split(",") for line in (out_dir / "predictions.csv").read_text().splitlines()[1:])
+    config = run_config(run_dir)
+    model_class = recipe_class(files, repo, config["model"]["_target_"])
+    model = model_class(**{key: value for key, value in config["model"].items() if key != "_target_"})
+    model.load_state_dict(torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["model"])
+    transform = make_data(OmegaConf.create(config["data"])).batch_transform(None, None, False, train=False)
+    with torch.no_grad():
+        probability, label = MODEL_PREDICTS[title](model.eval(), transform(images)).softmax(dim=1).max(dim=1)
+    assert [name for name, _, _ in rows] == [f"{i}.png" for i in range(6)]
+    assert [int(predicted) for _, predicted, _ in rows] == label.tolist()
+    assert [float(value) for _, _, value in rows] == pytest.approx(probability.tolist(), rel=1e-5)
+
+
 @pytest.mark.parametrize("title", DOCUMENTED_RECIPES)
 def test_a_documented_recipe_trains_in_micro_batches_and_eval_py_gives_its_summary(title, tmp_path):
-    _, repo, arguments = recipe_copy(title, tmp_path, DOCUMENTED)
+    """The recipe trains in micro-batches and eval.py gives its summary; eval.py predict= gives an image recipe's
+    model's predictions (through its task); the signals' epochs report their frames a second (Data.size_unit)."""
+    files, repo, arguments = recipe_copy(title, tmp_path, DOCUMENTED)
     micro = f"trainer.micro_batch_size={DOCUMENTED_RECIPES[title]}"
     run_dir = tmp_path / "run"
     short = ("trainer.max_epochs=1", "trainer.limit_train_batches=8")  # a few updates: the recipe's own run learns
@@ -258,6 +296,13 @@ def test_a_documented_recipe_trains_in_micro_batches_and_eval_py_gives_its_summa
     assert process.returncode == 0, f"python train.py {shlex.join(arguments)} failed:\n{process.stderr[-4000:]}"
     assert "in micro-batches of" in process.stdout + process.stderr  # the start line: batches were cut
     assert_eval_py_gives_the_summary(repo, run_dir, tmp_path / "eval")
+    if title in MODEL_PREDICTS:
+        assert_eval_py_predicts_what_the_model_does(title, files, repo, run_dir, tmp_path)
+    else:
+        epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        trained = [epoch for epoch in epochs if "train/samples_per_sec" in epoch]
+        assert trained and all(epoch["train/frames_per_sec"] > epoch["train/samples_per_sec"] for epoch in trained)
+        assert re.search(r"epoch +0 .* [\d,]+ frames/s", process.stdout + process.stderr)  # the epoch line's rate
 
 
 PREEMPTED = """from models_for_tests import PreemptedAt

@@ -2,7 +2,7 @@
 the contract). `task=classification` (the default) and `task=segmentation` ship; yours is a class
 here and a conf/task/<name>.yaml."""
 
-from trainkit.tasks.evaluation import evaluate, model_outputs
+from trainkit.tasks.evaluation import evaluate, evaluation_outputs
 from trainkit.tasks.task import Task, higher_is_better, metric_names_of, task_class
 from trainkit.tasks.weighting import backward_scale, mean_over_update_tokens, micro_batches
 
@@ -10,10 +10,10 @@ __all__ = [
     "Task",
     "backward_scale",
     "evaluate",
+    "evaluation_outputs",
     "higher_is_better",
     "mean_over_update_tokens",
     "metric_names_of",
     "micro_batches",
-    "model_outputs",
     "task_class",
 ]

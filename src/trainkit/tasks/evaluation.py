@@ -8,15 +8,16 @@ calls it on its own shard (the evaluation sampler splits without padding): the s
 are all-reduced before dividing, never per-rank means.
 """
 
-import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
 from trainkit.data.loaders import limited
 from trainkit.distributed.process_group import all_reduce_sum
+from trainkit.errors import ConfigError
 from trainkit.runtime import autocast
 from trainkit.tasks.batches import first_tensor, samples
 from trainkit.tasks.task import Task
@@ -64,22 +65,49 @@ def evaluation_outputs(
     tta_flip: bool = False,
 ) -> tuple[Any, Any]:
     """(the batch transformed, its outputs) as evaluation sees them, for a batch on the device (any structure the
-    task knows: trainkit.tasks.task): the task's transform, then task.step's outputs (what scoring and predict
-    take), the model averaged with its mirror with `tta_flip`, under autocast for `precision`. Evaluation, the
-    tracker's prediction images and eval.py's figures share it. Call it under torch.no_grad(), in eval mode."""
-    forward = functools.partial(model_outputs, model, task=task, tta_flip=True) if tta_flip else model  # images
+    task knows: trainkit.tasks.task; eval.py's predict= batches have None for targets): the task's transform, then
+    task.outputs (what scoring and predict take), the model averaged with its mirror with `tta_flip`, under
+    autocast for `precision`. Evaluation, the tracker's prediction images, eval.py's figures and its predictions
+    share it. Call it under torch.no_grad(), in eval mode."""
+    forward = with_mirror(model, task) if tta_flip else model  # images
     device = first_tensor(batch).device
     with autocast(precision, device):
         batch = task.transform(batch, transform)
-        _, outputs = task.step(forward, batch)  # the training loss, unused: val/loss is evaluation_loss's
+        outputs = task.outputs(forward, batch)
     return batch, outputs
 
 
-def model_outputs(model: nn.Module, inputs: torch.Tensor, task: Task, tta_flip: bool = False) -> torch.Tensor:
-    """The model's outputs for a transformed batch; with `tta_flip`, the mean of the batch's and
-    its mirror's (unmirrored by the task). Evaluation (the model its task.step calls), eval.py's
-    figures and its predictions share it, so all three see the same outputs."""
-    outputs = model(inputs)
-    if tta_flip:
-        outputs = (outputs + task.mirror_outputs(model(inputs.flip(-1)))) / 2
-    return outputs
+def with_mirror(model: Callable[..., Any], task: Task) -> Callable[..., Any]:
+    """`model` averaged with its mirror (trainer.tta_flip), called as the model is: the model's outputs and those of
+    the same call with every image batch among its arguments ([B, C, H, W], any number of them) mirrored along its
+    width, unmirrored by the task (task.mirror_outputs), their mean leaf by leaf, so a tuple or dict of outputs
+    (logits and embeddings, several heads) is averaged as one tensor is. Other arguments (lengths, token ids) are
+    given as they are. One line naming trainer.tta_flip where nothing is mirrored or an output is not floating point
+    (a class id has no mean)."""
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        images = [leaf for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor) and leaf.dim() == 4]
+        if not images:
+            raise ConfigError(
+                "trainer.tta_flip", "mirrors image batches [B, C, H, W], but the model is given none; set it to false"
+            )
+        outputs = model(*args, **kwargs)
+        mirrored_args, mirrored_kwargs = tree_map_only(
+            torch.Tensor, lambda leaf: leaf.flip(-1) if leaf.dim() == 4 else leaf, (args, kwargs)
+        )
+        mirrored = task.mirror_outputs(model(*mirrored_args, **mirrored_kwargs))
+        return tree_map(mean_of_two, outputs, mirrored)
+
+    return forward
+
+
+def mean_of_two(output: Any, mirrored: Any) -> Any:
+    if not isinstance(output, torch.Tensor):
+        return output  # not a tensor (a None, a count): the same for both
+    if not output.is_floating_point():
+        raise ConfigError(
+            "trainer.tta_flip",
+            f"averages the model's outputs with its mirror's, but one is {output.dtype}, which has no mean; "
+            f"return scores, or set it to false",
+        )
+    return (output + mirrored) / 2

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils._pytree import tree_map_only
 
 from trainkit.augment.image_and_mask import augment_image_and_mask
 from trainkit.config.schema import Check, flag, number
@@ -76,8 +77,10 @@ class Segmentation(Task):
         miou, pixel_acc = miou_and_pixel_acc(sums.view(self.num_classes, self.num_classes))
         return {"miou": miou.item(), "pixel_acc": pixel_acc.item()}
 
-    def mirror_outputs(self, outputs: Tensor) -> Tensor:
-        return outputs.flip(-1)  # the mirrored image's class map, mirrored back onto the image
+    def mirror_outputs(self, outputs: Any) -> Any:
+        """The mirrored image's class maps (every output of 3 or more dimensions), mirrored back onto the image;
+        a score an image (an auxiliary classifier's [B, K]) means what it meant."""
+        return tree_map_only(Tensor, lambda output: output.flip(-1) if output.dim() >= 3 else output, outputs)
 
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:
         return {"mask": outputs.argmax(dim=1)}

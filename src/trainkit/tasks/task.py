@@ -7,23 +7,27 @@ one conf/task/<name>.yaml, with train.py left as it is:
     batch = task.transform(batch, transform)     # the data option's batch transform (images: on the inputs)
     batch = task.augment(batch)                  # training batches, after the transform (MixUp/CutMix)
     loss, outputs = task.step(model, batch)      # THE step: forward and the training loss, a mean over what it weighs
+    outputs = task.outputs(model, batch)         # what the model predicts for a batch, targets unread (evaluation)
     weight = task.weight(batch)                  # what the batch weighs: samples, real tokens, or a count of its own
     targets = task.targets(batch)                # what the outputs are scored against
     losses = task.evaluation_loss(outputs, targets)  # one plain loss a weighed unit: val/loss, test/loss
     sums = task.metric_sums(outputs, targets)    # 1-D, on the device: summed over batches and ranks
     task.metrics(sums)                           # {"acc": ...}: from the sums of every rank
-    task.mirror_outputs(outputs)                 # a mirrored input's outputs, unmirrored (tta_flip)
+    task.mirror_outputs(outputs)                 # a mirrored input's model outputs, unmirrored (tta_flip)
     task.predict(outputs)                        # what eval.py writes for predict=
 
 A batch is whatever the data's loader yields (a pair, a dict, lengths beside values, several inputs);
 the loop moves, cuts into micro-batches and counts it without looking inside (trainkit.tasks.batches).
-`step` is the one place that gives a batch to the model: the loop, evaluation (with `tta_flip`, `model`
-averages an input's and its mirror's outputs), both finders and micro_batch_size=auto call it, on a
-micro-batch part as on a whole batch. Its `outputs` are what the scoring methods take. The defaults
-here are for (inputs, targets) pairs, `model(inputs)` and `loss(outputs, targets)`, and for dict batches
-whose "targets" key holds the targets: `model(**the other keys)` (a signal and its lengths), the data's
-transform on the whole dict. A model that returns (logits, aux), an auxiliary loss, two views or a model
-that computes its own loss is a `step` of your own (tests/tasks_for_tests.py; docs/recipes.md).
+Two methods give a batch to the model. `step` trains: the loop, both finders and micro_batch_size=auto
+call it, on a micro-batch part as on a whole batch. `outputs` is what the model predicts for a batch,
+its targets unread: evaluation (with `tta_flip`, `model` averages an input's and its mirror's outputs),
+its figures, the tracker's prediction images and eval.py's predict= (whose batches have None for
+targets) call it, so what val/ and test/ score is what a prediction is. The defaults here are for
+(inputs, targets) pairs, `model(inputs)` and `loss(outputs, targets)`, and for dict batches whose
+"targets" key holds the targets: `model(**the other keys)` (a signal and its lengths), the data's
+transform on the whole dict; `step` is then the loss of `outputs`. A model that returns (logits, aux),
+an auxiliary loss, two views or a model that computes its own loss is a `step` of your own, and an
+`outputs` picking what is scored (tests/tasks_for_tests.py; docs/recipes.md).
 
 Metrics are sums, never means: evaluation adds the batches' sums on the device and all-reduces
 them across ranks once, so each sample counts exactly once and no rank's mean is averaged with
@@ -47,6 +51,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from trainkit.errors import ConfigError
 from trainkit.tasks.batches import samples, to_device
 
 TARGETS = "targets"  # a dict batch's key for what the outputs are scored against; its other keys go to the model
@@ -81,16 +86,30 @@ class Task:
 
     def step(self, model: Callable[..., Any], batch: Any) -> tuple[Tensor, Any]:
         """The training loss of a batch (a mean over what it weighs) and what the scoring methods take: here the
-        model's outputs for the batch's inputs (a pair's first; a dict's other keys, as keyword arguments),
-        scored in fp32 against its targets."""
+        loss of `outputs`, scored in fp32 against the batch's targets."""
+        outputs = self.outputs(model, batch)
+        return self.loss(outputs.float(), self.targets(batch)), outputs
+
+    def outputs(self, model: Callable[..., Any], batch: Any) -> Any:
+        """What the model predicts for a batch, its targets unread (eval.py's predict= gives None): what the scoring
+        methods and `predict` take. Here the model's output for the batch's inputs (a pair's first; a dict's other
+        keys, as keyword arguments), which must be one tensor: a model returning more says which part is scored in
+        a task of its own."""
         if isinstance(batch, Mapping):
             outputs = model(**{key: value for key, value in batch.items() if key != TARGETS})
         else:
             outputs = model(batch[0])
-        return self.loss(outputs.float(), self.targets(batch)), outputs
+        if not isinstance(outputs, Tensor):
+            raise ConfigError(
+                "task",
+                f"scores the model's output as one tensor, but the model returns a {type(outputs).__name__}; give "
+                f"the task an outputs(model, batch) that picks what is scored (and a step for the loss: "
+                f"docs/recipes.md)",
+            )
+        return outputs
 
     def targets(self, batch: Any) -> Any:
-        """A pair's second; a dict batch's "targets"."""
+        """A pair's second (None in eval.py's predict= batches); a dict batch's "targets"."""
         return batch[TARGETS] if isinstance(batch, Mapping) else batch[1]
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
@@ -116,7 +135,9 @@ class Task:
     def metrics(self, sums: Tensor) -> dict[str, float]:
         raise NotImplementedError
 
-    def mirror_outputs(self, outputs: Tensor) -> Tensor:
+    def mirror_outputs(self, outputs: Any) -> Any:
+        """The model's outputs for a mirrored input, unmirrored (any structure): per-image scores mean what they
+        meant; a task predicting a map flips it back."""
         return outputs
 
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:

@@ -8,10 +8,13 @@ epoch's end.
     totals.epoch_metrics(task)             # after the loop: train/loss, train/<metric>, train/samples_per_sec
 
 train/loss is the mean over what the task weighs: `add(..., weight=task.weight(batch))` (real tokens
-for a task that weighs tokens; the samples otherwise). Token data (`EpochTotals(device, tokens=True,
-pad_id=...)`, `add` given each part) also reports train/tokens_per_sec (real tokens) and
-train/padding_fraction (the padded share of the batches' token slots). `update_weight()` is what the
-parts since the last update weigh: the loop divides a tokens task's gradients by it.
+for a task that weighs tokens; the samples otherwise). Data whose items have sizes (`EpochTotals(device,
+unit=Data.size_unit, pad_id=...)`, `add` given each part) also reports train/<unit>_per_sec: the units of
+the batches' first tensor (its elements, [B, T] a batch), those equal to pad_id left out: text's
+train/tokens_per_sec counts real tokens, a signal's train/frames_per_sec its frames, padding included (a
+zero-padded signal's zeros may be real values). Token data also reports train/padding_fraction (the padded
+share of the token slots), and on CUDA, for a model that counts its FLOPs, train/mfu. `update_weight()` is
+what the parts since the last update weigh: the loop divides a tokens task's gradients by it.
 """
 
 import time
@@ -28,7 +31,7 @@ from trainkit.tracking.mfu import flops_per_token, model_flops_utilization
 
 class EpochTotals:
     def __init__(
-        self, device: torch.device, tokens: bool = False, pad_id: int | None = None, model: nn.Module | None = None
+        self, device: torch.device, unit: str | None = None, pad_id: int | None = None, model: nn.Module | None = None
     ) -> None:
         self.device = device
         self.flops_per_token = flops_per_token(model) if model is not None and device.type == "cuda" else None
@@ -40,11 +43,11 @@ class EpochTotals:
         self.interval_loss = torch.zeros((), device=device)  # the batches' mean losses since the last logging step
         # Known on the host without a sync: batch sizes are shapes.
         self.count = self.untimed_count = self.interval_batches = 0
-        # Token data: real tokens (on the device) and token slots (shapes: on the host), and those left untimed.
-        self.tokens, self.pad_id = tokens, pad_id
-        self.real_tokens = torch.zeros((), device=device)
-        self.untimed_tokens: torch.Tensor | None = None
-        self.token_slots = 0
+        # Sized data: real units (on the device) and unit slots (shapes: on the host), and those left untimed.
+        self.unit, self.pad_id = unit, pad_id
+        self.real_units = torch.zeros((), device=device)
+        self.untimed_units: torch.Tensor | None = None
+        self.unit_slots = 0
         self.started = time.perf_counter()
 
     def add(
@@ -52,12 +55,12 @@ class EpochTotals:
     ) -> None:
         """One batch (or micro-batch part): the `batch` itself (any nested tensors; or its number of samples),
         `loss` its mean over what it weighs (`weight`; None: its samples), `metric_sums` the task's sums for it.
-        Token data counts the real tokens and padding of the batch's ids (its first tensor)."""
+        Sized data counts the units and padding of the batch's first tensor (token data: its ids)."""
         size = batch if isinstance(batch, int) else batches.samples(batch)
-        if self.tokens and not isinstance(batch, int):
+        if self.unit and not isinstance(batch, int):
             ids = batches.first_tensor(batch)
-            self.real_tokens += ids.numel() if self.pad_id is None else (ids != self.pad_id).sum()
-            self.token_slots += ids.numel()
+            self.real_units += ids.numel() if self.pad_id is None else (ids != self.pad_id).sum()
+            self.unit_slots += ids.numel()
         weight = size if weight is None else weight
         self.loss_sum += loss * weight
         self.weight_sum += weight
@@ -82,7 +85,7 @@ class EpochTotals:
         now = time.perf_counter()
         seconds, self.started = now - self.started, now
         self.untimed_count = self.count
-        self.untimed_tokens = self.real_tokens.clone()
+        self.untimed_units = self.real_units.clone()
         return seconds
 
     def interval_mean_loss(self) -> float:
@@ -99,9 +102,9 @@ class EpochTotals:
         """The epoch's means over every rank's samples (a collective), and the samples a second."""
         metric_sums = self.metric_sums if self.metric_sums is not None else task.empty_metric_sums(self.device)
         local_counts = torch.tensor([self.count, self.untimed_count], dtype=torch.float32, device=self.device)
-        untimed_tokens = self.untimed_tokens if self.untimed_tokens is not None else torch.zeros((), device=self.device)
-        token_counts = torch.stack([self.real_tokens, untimed_tokens, torch.tensor(float(self.token_slots))]).float()
-        totals = [self.loss_sum.reshape(1), self.weight_sum.reshape(1), local_counts, token_counts.to(self.device)]
+        untimed_units = self.untimed_units if self.untimed_units is not None else torch.zeros((), device=self.device)
+        unit_counts = torch.stack([self.real_units, untimed_units, torch.tensor(float(self.unit_slots))]).float()
+        totals = [self.loss_sum.reshape(1), self.weight_sum.reshape(1), local_counts, unit_counts.to(self.device)]
         sums = all_reduce_sum(torch.cat([*totals, metric_sums.float()]))
         loss_sum, weight, count, untimed, real, untimed_real, slots = sums[:7].tolist()
         seconds = time.perf_counter() - self.started
@@ -110,11 +113,13 @@ class EpochTotals:
             **{f"train/{name}": value for name, value in task.metrics(sums[7:]).items()},
             "train/samples_per_sec": (count - untimed) / seconds,
         }
-        if self.tokens:
+        if self.unit == "tokens":
             metrics["train/tokens_per_sec"] = (real - untimed_real) / seconds
             metrics["train/padding_fraction"] = 1 - real / max(slots, 1)
             world_size = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
             per_gpu = metrics["train/tokens_per_sec"] / world_size  # CUDA, a model with flops_per_token(): train/mfu
             if (mfu := model_flops_utilization(per_gpu, self.flops_per_token, self.device)) is not None:
                 metrics["train/mfu"] = mfu
+        elif self.unit:
+            metrics[f"train/{self.unit}_per_sec"] = (real - untimed_real) / seconds
         return metrics

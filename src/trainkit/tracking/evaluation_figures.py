@@ -56,7 +56,7 @@ def predicted_on(
     shown: int = 4,
 ) -> Predicted:
     """One pass over `loader` with the outputs evaluation sees (trainkit.tasks.evaluation.evaluation_outputs: the
-    task's batch, any structure, through its transform and step; a mask's picture is the batch's first tensor).
+    task's batch, any structure, through its transform and outputs; a mask's picture is the batch's first tensor).
     Every rank calls it: the confusion counts are all-reduced, a zero [K, K] where the task
     predicts no class, so every rank runs the same collective whatever its shard holds."""
     model.eval()

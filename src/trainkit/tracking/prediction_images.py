@@ -59,7 +59,7 @@ def log_predictions(
     key: str = "val/predictions",
 ) -> None:
     """The model's predictions for the `shown` samples (first_images), as evaluation sees them (eval mode, the
-    task's transform and step: trainkit.tasks.evaluation.evaluation_outputs, `tta_flip`), to the loggers, when
+    task's transform and outputs: trainkit.tasks.evaluation.evaluation_outputs, `tta_flip`), to the loggers, when
     the task predicts masks (drawn over the batch's first tensor, its images)."""
     if callable(sample := getattr(task, "sample_for_logging", None)):  # a language model: a sample of its text
         if (logged := sample(model, shown)) is not None:

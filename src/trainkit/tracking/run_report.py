@@ -102,11 +102,14 @@ def epoch_line(epoch: int, train_metrics: dict, val: dict, improved: bool) -> st
 
 
 def throughput(train_metrics: dict) -> str:
-    """`N samples/s`; token data `N tokens/s`, and on CUDA for a model that counts its FLOPs `mfu N%`."""
-    if "train/tokens_per_sec" not in train_metrics:
+    """`N samples/s`; data whose items have sizes `N <unit>/s` (tokens/s, frames/s), and on CUDA for a model that
+    counts its FLOPs `mfu N%`."""
+    rates = [key for key in train_metrics if key.endswith("_per_sec") and key != "train/samples_per_sec"]
+    if not rates:
         return f"{train_metrics['train/samples_per_sec']:,.0f} samples/s"
     mfu = f"  mfu {train_metrics['train/mfu']:.1%}" if "train/mfu" in train_metrics else ""
-    return f"{train_metrics['train/tokens_per_sec']:,.0f} tokens/s{mfu}"
+    unit = rates[0].removeprefix("train/").removesuffix("_per_sec")
+    return f"{train_metrics[rates[0]]:,.0f} {unit}/s{mfu}"
 
 
 def write_summary(

@@ -39,3 +39,23 @@ def test_an_epoch_of_one_finite_batch():
     totals.add(torch.tensor(0.5), sums(torch.tensor([[1.0, 0.0], [1.0, 0.0]]), [0, 1]), 2)
     metrics = totals.epoch_metrics(TASK)
     assert metrics["train/loss"] == 0.5 and metrics["train/acc"] == 0.5
+
+
+def test_throughput_counts_the_data_s_size_unit_tokens_without_padding_and_signals_frames(monkeypatch):
+    """train/<unit>_per_sec follows Data.size_unit: text's real tokens (pad_id left out, with the padded share), a
+    dict batch of signals' frames (the padded signal's elements: its zeros may be real), images none."""
+    clock = {"now": 0.0}
+    monkeypatch.setattr(epoch_totals.time, "perf_counter", lambda: clock["now"])
+    ids = torch.tensor([[5, 6, 0, 0], [7, 8, 9, 0]])  # 5 real tokens of 8 slots, 0 pads
+    text = EpochTotals(CPU, unit="tokens", pad_id=0)
+    text.add(torch.tensor(1.0), sums(torch.zeros(2, 2), [0, 1]), (ids, torch.tensor([0, 1])))
+    signals = {"signal": torch.rand(3, 10), "lengths": torch.tensor([10, 4, 7]), "targets": torch.tensor([0, 1, 1])}
+    frames, images = EpochTotals(CPU, unit="frames"), EpochTotals(CPU)
+    for totals in (frames, images):
+        totals.add(torch.tensor(1.0), sums(torch.zeros(3, 2), [0, 1, 1]), signals)
+    clock["now"] += 2
+    text_metrics, frame_metrics, image_metrics = (totals.epoch_metrics(TASK) for totals in (text, frames, images))
+    assert text_metrics["train/tokens_per_sec"] == 5 / 2 and text_metrics["train/padding_fraction"] == 3 / 8
+    assert frame_metrics["train/frames_per_sec"] == 30 / 2 and frame_metrics["train/samples_per_sec"] == 3 / 2
+    assert "train/padding_fraction" not in frame_metrics and "train/tokens_per_sec" not in frame_metrics
+    assert sorted(image_metrics) == ["train/acc", "train/loss", "train/samples_per_sec"]
