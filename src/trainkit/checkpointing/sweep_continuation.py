@@ -48,7 +48,7 @@ def in_multirun() -> bool:
 def continue_sweep_job(composed: DictConfig, run_dir: Path) -> None:
     """In a multirun job whose directory holds a checkpoint (a rerun of the sweep): resume it as
     resume=auto does (sets composed.resume), or refuse in one line with sweep.continue_jobs=false."""
-    checkpoint = latest_checkpoint(run_dir / "checkpoints")  # last.pt, or distributed=fsdp's last/
+    checkpoint = latest_checkpoint(run_dir / "checkpoints")  # last.pt, or a sharded last/
     if composed.get("resume") is not None or not in_multirun() or checkpoint is None:
         return
     if not OmegaConf.select(composed, "sweep.continue_jobs", default=True):
