@@ -14,7 +14,7 @@
 
 The config is the checkpoint's own (the resolved config the run trained with) with the keys this
 command line sets on top, as a resume takes it; so the data split, eval transform, precision,
-weights (the EMA where the run used one) and tta_flip are the run's, and the numbers equal its
+weights (their average where the run evaluated one) and tta_flip are the run's, and the numbers equal its
 summary.json. The run's own keys need no + (data.max_length=32: its .hydra/overrides.yaml is
 composed first); the model keeps the checkpoint's settings; of the config groups only precision=
 and distributed= may be chosen (data=, model=, ...: one line). Each call writes into a new
@@ -41,7 +41,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit import cli
-from trainkit.checkpointing import load_checkpoint, load_weights
+from trainkit.checkpointing import averaged_weights, load_checkpoint, load_weights
 from trainkit.checkpointing.files import find_checkpoint, read_checkpoint
 from trainkit.checkpointing.overrides import config_with_overrides
 from trainkit.checkpointing.resume import run_dir_of
@@ -56,7 +56,7 @@ from trainkit.data.tokenizing import BYTES, Tokenized, Tokens
 from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
-from trainkit.models import build_model, ema_weights
+from trainkit.models import build_model
 from trainkit.models.export import export_model, export_tokenizer
 from trainkit.runtime import autocast, pick_device, seed_everything
 from trainkit.tasks import evaluate, model_outputs
@@ -155,11 +155,11 @@ def predicted_class_names(cfg: DictConfig, state: dict) -> list[str]:
     return state["class_names"] if "class_names" in state else make_data(cfg.data).class_names()
 
 
-def tested_weights(cfg: DictConfig, state: dict) -> tuple[str, dict]:
-    """("ema", the EMA weights) where the run tested with them (regularization.ema.enabled, and the
-    checkpoint holds an EMA), else ("model", the trained weights)."""
-    if cfg.regularization.ema.enabled and state.get("ema") is not None:
-        return "ema", ema_weights(state["ema"])
+def tested_weights(state: dict) -> tuple[str, dict]:
+    """("averaged", the average of the weights) where the run evaluated one in their place (the checkpoint holds
+    it: Run.averaged, kept by a feature such as regularization.ema), else ("model", the trained weights)."""
+    if state.get("averaged") is not None:
+        return "averaged", averaged_weights(state["averaged"])
     return "model", state["model"]
 
 
@@ -196,7 +196,7 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
     state = load_checkpoint(cfg.checkpoint, device)
     check_data_fits(state["config"], data.channels, data.num_classes)
     cfg.data.num_classes = data.num_classes  # an image folder counts its classes; model and task read this key
-    weights_name, weights = tested_weights(cfg, state)
+    weights_name, weights = tested_weights(state)
     # Not compiled even where the run was (trainer.compile): one pass over a split does not repay it.
     model, input_size = trained_model(cfg, weights, data.image_size, device)
     _, transform = data.transforms(None, input_size, cfg.trainer.channels_last, device)  # the option's, as tested
@@ -227,7 +227,7 @@ def export(cfg: DictConfig, folder: Path, source: str) -> None:
     if cfg.predict is not None or cfg.prompt is not None:
         raise ConfigError("export", "writes the model alone; drop predict= and prompt= (or run eval.py twice)")
     state = load_checkpoint(cfg.checkpoint, torch.device("cpu"))
-    model, _ = trained_model(cfg, tested_weights(cfg, state)[1], cfg.data.get("image_size"), torch.device("cpu"))
+    model, _ = trained_model(cfg, tested_weights(state)[1], cfg.data.get("image_size"), torch.device("cpu"))
     written = export_model(model, folder, to_dict(cfg.model), predicted_class_names(cfg, state))
     log.info(f"exported the tested weights ({source}) to {folder} in {written}")
     if export_tokenizer(cfg.data.get("tokenizer", BYTES), run_dir_of(Path(cfg.checkpoint)), folder):
@@ -280,7 +280,7 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
         raise ConfigError("predict", f"'{folder}' holds no images (.png, .jpg, ...); give a folder of images")
     device = pick_device(cfg.device)
     state = load_checkpoint(cfg.checkpoint, device)
-    model, input_size = trained_model(cfg, tested_weights(cfg, state)[1], cfg.data.image_size, device)
+    model, input_size = trained_model(cfg, tested_weights(state)[1], cfg.data.image_size, device)
     transform = make_data(cfg.data).batch_transform(None, input_size, cfg.trainer.channels_last, train=False).to(device)
     task = instantiate(cfg.task)
 
@@ -324,7 +324,7 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
         raise ConfigError("predict", f"'{given}' holds no text files ({', '.join(TEXT_EXTENSIONS)})")
     device = pick_device(cfg.device)
     state = load_checkpoint(cfg.checkpoint, device)
-    model, _ = trained_model(cfg, tested_weights(cfg, state)[1], None, device)
+    model, _ = trained_model(cfg, tested_weights(state)[1], None, device)
     task = instantiate(cfg.task)
     tokens = runs_tokenizer(cfg)
     assert tokens is not None and tokens.pad_id is not None, "text classification data pads (TextData)"
@@ -525,7 +525,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.prompt is not None or (cfg.predict is not None and writes_text(cfg)):  # a language model continues text
         prompt = prompt_of(cfg)
         device = pick_device(cfg.device, 0)
-        model, _ = trained_model(cfg, tested_weights(cfg, load_checkpoint(cfg.checkpoint, device))[1], None, device)
+        model, _ = trained_model(cfg, tested_weights(load_checkpoint(cfg.checkpoint, device))[1], None, device)
         print(write_samples(model, prompt, cfg.sample, out_dir / "samples.txt", runs_tokenizer(cfg)))
         seed = f"sample.seed={cfg.sample.seed}" + (" drawn: pass it to sample the same again" if drawn else "")
         log.info(f"sample of {cfg.sample.max_new_tokens} bytes ({seed}, {source}) -> samples.txt")

@@ -32,8 +32,9 @@ from tqdm import tqdm
 
 from trainkit import cli
 from trainkit.augment import attach_sample_transform
-from trainkit.checkpointing import (STOP_SIGNAL_NAMES, continue_sweep_job, finished_value, own_run_directory,
-                                    resumed_config, stop_after_the_test, stop_signal, stopped, stopped_before_training)
+from trainkit.checkpointing import (STOP_SIGNAL_NAMES, finished_value, own_run_directory, resumed_config,
+                                    stop_after_the_test, stop_signal, stopped, stopped_before_training)
+from trainkit.checkpointing import sweep_continuation  # feature: sweep_continuation
 from trainkit.config import print_config, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import build_data
@@ -42,15 +43,16 @@ from trainkit.distributed.launch import start_processes
 from trainkit.distributed.parallel import parallel_for
 from trainkit.early_stopping import EarlyStopping
 from trainkit.errors import RunFailed
-from trainkit.models import apply_frozen_bn_eval, build_ema, build_model
+from trainkit.models import apply_frozen_bn_eval, build_model
+from trainkit.models.ema import build_ema, update_ema  # feature: ema
 from trainkit.optim import build_optimizer
 from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, test_and_summarize
 from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import backward_scale, evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.batches import detach
 from trainkit.tracking import (EpochTotals, LoopTimer, StepProfiler, data_bound_advice, epoch_line, log_epoch_notes,
-                               log_predictions, quiet_known_noise, show_step, start_logging, warn_if_data_bound,
-                               write_provenance)
+                               log_predictions, quiet_known_noise, show_step, start_logging, warn_if_data_bound)
+from trainkit.tracking.provenance import record_provenance  # feature: provenance
 from trainkit.tuning import run_trial
 from trainkit.tuning.batch_size_finder import batch_size_that_fits
 from trainkit.tuning.lr_finder import LRFinderResult, lr_range_test, set_base_lr
@@ -84,7 +86,7 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
 
 
 def update(run: Run, totals: EpochTotals, grad_clip: float | None) -> None:
-    """The optimizer update, once an update's micro-batches are backpropagated: then the schedule and EMA step."""
+    """The optimizer update, once an update's micro-batches are backpropagated: then the schedule steps."""
     model, optimizer = run.trained_model, run.optimizer
     mean_over_update_tokens(run.task, model, totals.update_weight(), run.proc.world_size)  # tokens: every rank's
     if grad_clip:
@@ -95,8 +97,7 @@ def update(run: Run, totals: EpochTotals, grad_clip: float | None) -> None:
     optimizer.zero_grad(set_to_none=True)
     run.scheduler.step()
     run.step += 1
-    if run.ema is not None:
-        run.ema.update_parameters(run.model)
+    update_ema(run.averaged, run.model)  # feature: ema (the average takes in the new weights)
 
 
 def log_update(run: Run, totals: EpochTotals, every: int) -> float | None:
@@ -225,7 +226,7 @@ def build_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
                                     world_size=proc.world_size, accumulate=cfg.trainer.accumulate_grad_batches)
     run.scheduler = build_lr_schedule(run)
     run.early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
-    run.ema = build_ema(run.model, cfg.regularization.ema)  # on the device, before compile and DDP
+    run.averaged = build_ema(run.model, cfg.regularization.ema)  # feature: ema (on the device, before compile, DDP)
     run.resolved_config = to_dict(cfg)  # the config is complete now (num_classes, batch size); nothing changes it later
     return run
 
@@ -255,13 +256,13 @@ def find_lr(run: Run) -> LRFinderResult:
 
 
 def validate_epoch(run: Run, train_metrics: dict) -> bool:
-    """After an epoch: validate (EMA's weights where kept), count it for early stopping, log it and the tracked
+    """After an epoch: validate (the averaged weights where kept), count it for early stopping, log it and the tracked
     images' predictions. Returns whether the monitored metric improved (best.pt is then saved)."""
     cfg = run.cfg
-    for model in filter(None, (run.model, run.ema)):  # every rank's shard's statistics, before eval and save
+    for model in filter(None, (run.model, run.averaged)):  # every rank's shard's statistics, before eval and save
         average_batchnorm_statistics(model)
     with run.parallel.full_parameters(run.model):  # FSDP: every rank holds the whole model (uneven batches)
-        val = evaluate(run.ema or run.trained_model, run.data.val, run.eval_transform, run.task,
+        val = evaluate(run.averaged or run.trained_model, run.data.val, run.eval_transform, run.task,
                        cfg.precision.name, run.device, cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
     val_metrics = {f"val/{name}": value for name, value in val.items() if name != "samples"}
     run.last_metrics = {"epoch": run.epoch, "step": run.step, **train_metrics, **val_metrics}
@@ -271,7 +272,7 @@ def validate_epoch(run: Run, train_metrics: dict) -> bool:
     run.loggers.log(run.last_metrics)
     with run.parallel.full_parameters(run.model, enabled=bool(cfg.logger.get("log_predictions", 0))):
         if run.shown is not None:  # rank 0 alone: the same images every epoch, what the task predicts for them
-            log_predictions(run.loggers, run.ema or run.model, run.shown, run.eval_transform, run.task,
+            log_predictions(run.loggers, run.averaged or run.model, run.shown, run.eval_transform, run.task,
                             cfg.precision.name, run.device, run.step, cfg.trainer.tta_flip)
     if run.proc.is_main:
         log.info(epoch_line(run.epoch, train_metrics, val, improved))
@@ -279,12 +280,10 @@ def validate_epoch(run: Run, train_metrics: dict) -> bool:
     return improved
 
 
-def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> tuple[Run, dict]:
-    """The run built and, with cfg.resume, restored, ready to train; provenance.json's facts (rank 0)."""
+def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> Run:
+    """The run built and, with cfg.resume, restored, ready to train."""
     started = time.perf_counter()
-    # Rank 0 records the code (commit, uncommitted changes), command, packages and machine: provenance.json.
-    provenance = write_provenance(run_dir, Path(__file__).parent, cfg.seed, cfg.trainer.deterministic,
-                                  proc.world_size, device) if proc.is_main else {}
+    record_provenance(cfg, run_dir, Path(__file__).parent, proc, device)  # feature: provenance (rank 0: code, machine)
     seed_everything(cfg.seed + proc.rank)  # each rank draws its own augmentation and dropout
     run = build_run(cfg, run_dir, proc, device)
     run.started = started
@@ -292,21 +291,21 @@ def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
         run.load_state_dict(run.parallel.load(cfg.resume, run.model, run.optimizer, device))
         log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
     run.trained_model = run.parallel.wrap(run.model, compile=cfg.trainer.compile)  # compiled, then DDP's
-    return run, provenance
+    return run
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
     """One process's part of the run: the only process, or one rank of many (each DDP worker starts here,
     inside the process group: trainkit.distributed.launch.start_processes). Returns the summary."""
-    run, provenance = start_run(cfg, run_dir, proc, device)
+    run = start_run(cfg, run_dir, proc, device)
     failed = True  # until the run ends normally: the tracker then marks it finished, else failed
     try:
         if proc.is_main:
-            start_logging(run, provenance)
+            start_logging(run)
         if cfg.lr_finder.enabled and not cfg.resume:
             find_lr(run)
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
-        log.info(start_line(run, provenance.get("code")))
+        log.info(start_line(run))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         first_epoch = run.epoch  # torch.compile compiles in this process's first step
@@ -350,7 +349,7 @@ def main(cfg: DictConfig) -> float | None:
     # before a resume trims metrics.jsonl; a second run started there gets one line naming the owner.
     owns = process_info().is_main
     with own_run_directory(run_dir, "resume" if cfg.resume else "hydra.run.dir") if owns else contextlib.nullcontext():
-        continue_sweep_job(cfg, run_dir)  # a rerun multirun: a job whose directory holds a run continues it
+        sweep_continuation.continue_sweep_job(cfg, run_dir)  # feature: sweep_continuation (a rerun sweep continues)
         cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides
         if finished:  # nothing left to train; one line said how to extend the run
             return finished_value(run_dir)
@@ -369,4 +368,5 @@ def optimized_value(cfg: DictConfig, run_dir: Path) -> float | None:
 
 
 if __name__ == "__main__":
+    sweep_continuation.remember_sweep_command(sys.argv)  # feature: sweep_continuation (for the stop lines)
     cli.run(main)

@@ -101,7 +101,8 @@ def run_here(script: str, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
     saved_argv, saved_cwd, saved_hydra_config = sys.argv, os.getcwd(), HydraConfig.instance().cfg
     # cli.run writes these into os.environ; each run starts from the test's own values.
     environment = {
-        key: os.environ.get(key) for key in ("TRAINKIT_LAUNCH_TIME", "HYDRA_FULL_ERROR", "TRAINKIT_SWEEP_ARGV")
+        key: os.environ.get(key)
+        for key in ("TRAINKIT_LAUNCH_TIME", "HYDRA_FULL_ERROR", "TRAINKIT_SWEEP_ARGV", "TRAINKIT_CONTINUE_WITH")
     }
     # Hydra points the root logger at the run's train.log and this run's output: later tests log elsewhere.
     root = logging.getLogger()
@@ -182,9 +183,9 @@ def _composed_groups(overrides: tuple[str, ...]):
     return _COMPOSED[overrides]
 
 
-def run_record(model, seed: int, ema=None):
-    """train.py's Run around `model` (and its EMA), with the pieces a checkpoint saves and restores
-    and a 10-sample training split of 5 batches, for in-process checkpoint round trips."""
+def run_record(model, seed: int, averaged=None):
+    """train.py's Run around `model` (and `averaged`, an average of its weights: Run.averaged), with the pieces a
+    checkpoint saves and restores and a 10-sample training split of 5 batches, for in-process checkpoint round trips."""
     import sys
 
     import torch
@@ -217,7 +218,7 @@ def run_record(model, seed: int, ema=None):
     run = train.Run(cfg, Path("unused"), ProcessInfo(), torch.device("cpu"))
     loader = TensorLoader(torch.zeros(10, 1, 2, 2), torch.zeros(10, dtype=torch.long), 2, shuffle=False)
     run.data = DataBundle(loader, loader, loader, channels=1, image_size=2, num_classes=2, mean=(0.0,), std=(1.0,))
-    run.model, run.ema, run.resolved_config = model, ema, {"seed": seed}
+    run.model, run.averaged, run.resolved_config = model, averaged, {"seed": seed}
     run.optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     run.scheduler = torch.optim.lr_scheduler.LambdaLR(run.optimizer, lambda step: 1.0 / (step + 1))
     run.scaler = torch.amp.GradScaler("cpu", enabled=False)

@@ -320,3 +320,14 @@ def assert_one_config_error(overrides: list[str], key: str) -> None:
     with pytest.raises(ConfigError) as error:
         validate(cfg)
     assert str(error.value).startswith(f"{key}: ") and "\n" not in str(error.value)
+
+
+def all_trackers_here(tmp_path: Path, monkeypatch) -> tuple[str, ...]:
+    """The overrides of a run with every tracker (logger=[tensorboard,mlflow,wandb]) writing under `tmp_path`
+    (MLflow's store: tmp_path/mlruns, experiment e2e; W&B offline), and this process's environment to read them."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for the reader here (trainkit sets it in the runs)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+    return ("logger=[tensorboard,mlflow,wandb]", f"logger.tracking_uri={tmp_path / 'mlruns'}", "logger.experiment=e2e")

@@ -25,8 +25,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from trainkit.checkpointing.refusal import start_call, undo_refused_call
 from trainkit.checkpointing.resume import is_multirun, rewrite_argv
-from trainkit.checkpointing.signals import Stopped
-from trainkit.checkpointing.sweep_continuation import remember_sweep_command, sweep_rerun_command
+from trainkit.checkpointing.signals import Stopped, continue_command_instead
 from trainkit.distributed.process_group import exit_now_if_a_process_group_was_joined
 from trainkit.distributed.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError, RunFailed, caused_by_config_error, causes
@@ -153,7 +152,7 @@ def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
             sys.argv = hydra_command_line(sys.argv, resumes)
             # A multirun stops as a whole on SIGTERM/SIGINT/SIGHUP: its worker processes save, then it exits 75.
             multirun = is_multirun(sys.argv) and not any("launcher=slurm" in a or "submitit" in a for a in sys.argv)
-            with stop_the_whole_sweep(sweep_rerun_command) if multirun else contextlib.nullcontext():
+            with stop_the_whole_sweep(continue_command_instead) if multirun else contextlib.nullcontext():
                 hydra_main()
     except KeyboardInterrupt:  # eval.py's Ctrl-C (train.py's stop handlers turn it into a clean stop)
         if wants_trace:
@@ -174,10 +173,8 @@ def hydra_command_line(argv: list[str], resumes: bool) -> list[str]:
     """The command line @hydra.main composes from. It reads sys.argv alone and makes the run directory from it
     before any code of the script runs, so what must reach it by then is written in here, and nowhere else:
     under torchrun, that ranks other than 0 write nothing of Hydra's; with resume=, the checkpoint's run directory
-    and its run's own overrides (trainkit.checkpointing.resume.rewrite_argv). A multirun's own command is kept for
-    its jobs' stop lines (trainkit.checkpointing.sweep_continuation)."""
+    and its run's own overrides (trainkit.checkpointing.resume.rewrite_argv)."""
     argv = [*argv, *hydra_overrides_for_this_rank()]
-    remember_sweep_command(argv, is_multirun(argv))
     return rewrite_argv(argv, resumes)
 
 

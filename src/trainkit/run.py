@@ -21,6 +21,7 @@ from trainkit.checkpointing import (
     load_weights,
     refuse_another_epoch_plan,
     refuse_another_world_size_inside_an_epoch,
+    restore_averaged,
     restore_optimizer_and_schedule,
     restore_rank_rng_states,
     rng_states,
@@ -31,10 +32,9 @@ from trainkit.data import DataBundle, check_same_data
 from trainkit.distributed import ProcessInfo, any_rank, gather_objects
 from trainkit.distributed.parallel import Parallel
 from trainkit.early_stopping import EarlyStopping
-from trainkit.models import restore_ema
 from trainkit.optim import build_scheduler
 from trainkit.tasks import Task, evaluate
-from trainkit.tracking import Loggers, LoopTimer, training_line, write_summary
+from trainkit.tracking import Loggers, LoopTimer, recorded_origin, training_line, write_summary
 
 log = logging.getLogger("train")  # train.py's logger: these are its lines
 
@@ -62,7 +62,9 @@ class Run:
     scaler: torch.amp.GradScaler = field(init=False)
     early_stopping: EarlyStopping = field(init=False)
     timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest; debug=profile
-    ema: torch.optim.swa_utils.AveragedModel | None = None  # regularization.ema: evaluated in place of the weights
+    # A feature's average of the weights (regularization.ema's), evaluated in their place: validation, best.pt,
+    # the test, predictions, eval.py. None: the model is evaluated.
+    averaged: torch.optim.swa_utils.AveragedModel | None = None
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
     shown: tuple[torch.Tensor, torch.Tensor] | None = None  # rank 0, logger.log_predictions: val images and targets
     # Where the run stands (what a checkpoint restores):
@@ -83,7 +85,7 @@ class Run:
         unfinished = self.batches_done < batches_per_epoch(self.cfg, self.data.train)
         return {
             "model": unwrap_model(self.model).state_dict(),  # no module. / _orig_mod. prefixes
-            "ema": None if self.ema is None else self.ema.state_dict(),  # AveragedModel's: module.<name>, n_averaged
+            "averaged": None if self.averaged is None else self.averaged.state_dict(),  # module.<name>, n_averaged
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -104,14 +106,14 @@ class Run:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue where a checkpoint stands: weights and EMA, optimizer and schedule (this config's
+        """Continue where a checkpoint stands: weights and their average, optimizer and schedule (this config's
         hyperparameters where they changed), scaler, early stopping, position, W&B run, RNG streams."""
         check_same_data(state.get("data"), self.data.fingerprint)  # one line naming what changed since
         if self.cfg.trainer.micro_batch_size == "auto":  # the size this run found, not a new search
             self.cfg.trainer.micro_batch_size = state["config"]["trainer"].get("micro_batch_size")
             self.resolved_config["trainer"]["micro_batch_size"] = self.cfg.trainer.micro_batch_size
         load_weights(self.model, state["model"])
-        restore_ema(self.ema, state)
+        restore_averaged(self.averaged, state)
         self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]
         self.epoch = state["epoch"] + (0 if self.batches_done else 1)  # the unfinished epoch, else the next
         refuse_another_world_size_inside_an_epoch(state, self.proc.world_size)
@@ -174,10 +176,10 @@ def test_and_summarize(run: Run, stop_reason: str) -> dict:
     if best_missing and run.proc.is_main and run.best_metrics:  # no epoch validated (a non-finite loss): none to miss
         log.warning(f"{best_checkpoint} is missing: testing the last weights, not those of the best epoch")
     checkpoint = load_checkpoint(best_checkpoint, run.device) if run.proc.is_main and not best_missing else None
-    run.parallel.load_best(checkpoint, not best_missing, run.model, run.ema)  # rank 0's, on every rank
+    run.parallel.load_best(checkpoint, not best_missing, run.model, run.averaged)  # rank 0's, on every rank
     with run.parallel.full_parameters(run.model):  # FSDP: ranks may have unequal numbers of test batches
         test = evaluate(
-            run.ema or run.trained_model,
+            run.averaged or run.trained_model,
             run.data.test,
             run.eval_transform,
             run.task,
@@ -191,15 +193,16 @@ def test_and_summarize(run: Run, stop_reason: str) -> dict:
     return write_summary(run, run.last_metrics, test_metrics, stop_reason, wall_seconds, test_weights)
 
 
-def start_line(run: Run, code: str | None) -> str:
-    """The run's first line: what trains, where, for how long (tracking.run_report.training_line)."""
+def start_line(run: Run) -> str:
+    """The run's first line: what trains, where, for how long, which code where it is recorded (rank 0's
+    provenance.json; tracking.run_report.training_line)."""
     return training_line(
         run.model,
         run.cfg.trainer,
         updates_per_epoch(run.cfg, run.data.train),
         run.device,
         run.run_dir,
-        code,
+        recorded_origin(run.run_dir).get("code") if run.proc.is_main else None,
         batch_size=run.cfg.data.batch_size,
         longest=run.data.longest,
         unit=run.data.size_unit,

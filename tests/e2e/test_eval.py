@@ -1,10 +1,10 @@
 """eval.py end to end: a checkpoint evaluated as `python eval.py` would, judged by what it writes.
 
 The tests that train share one short run per task, made once for the module and marked slow: a
-classification run on digits that tests with its EMA weights, and a small
-experiment=shapes_segmentation run that tests with flip TTA, the two settings a re-evaluation
-most easily gets wrong. The bad-input tests need a checkpoint, not a trained one:
-theirs is written here, untrained, in a run directory as train.py leaves it.
+classification run on digits, and a small experiment=shapes_segmentation run that tests with flip
+TTA, a setting a re-evaluation easily gets wrong (the other, EMA's weights: test_ema.py). The
+bad-input tests need a checkpoint, not a trained one: theirs is written here, untrained, in a run
+directory as train.py leaves it.
 """
 
 import json
@@ -27,11 +27,7 @@ from trainkit.data import make_data
 from trainkit.data.datasets import read_digits
 from trainkit.models import build_model
 
-CLASSIFICATION = (
-    "trainer.max_epochs=2",  # 40 updates: about 0.95 test accuracy
-    "regularization.ema.enabled=true",
-    "regularization.ema.decay=0.9",  # an average of the last ~10 updates, not the first ones
-)
+CLASSIFICATION = ("trainer.max_epochs=2",)  # 40 updates: about 0.95 test accuracy
 SEGMENTATION = (
     "experiment=shapes_segmentation",
     "data.num_samples=192",
@@ -97,7 +93,7 @@ def test_eval_gives_exactly_the_runs_test_metrics(classification, classification
     metrics, summary = classification_eval.metrics, classification.summary
     assert {key: metrics[key] for key in summary["test"]} == summary["test"]  # float equality, not approx
     assert metrics["run_summary_test"] == summary["test"]
-    assert metrics["weights"] == "ema" and metrics["samples"] == 359 and metrics["split"] == "test"
+    assert metrics["weights"] == "model" and metrics["samples"] == 359 and metrics["split"] == "test"
     assert metrics["checkpoint"] == str((classification.run_dir / "checkpoints" / "best.pt").resolve())
     line = f"test/acc {metrics['test/acc']:.4f} test/loss {metrics['test/loss']:.4f} on 359 samples"
     expected = rf"{re.escape(line)} \(checkpoints/best\.pt of {re.escape(str(classification.run_dir.resolve()))}\)"

@@ -1,8 +1,8 @@
 """model=hf end to end: a transformers model from a config trains a text classifier and a language model on the loop;
 a model saved with save_pretrained to a folder (made here: nothing is downloaded) fine-tunes from it; eval.py gives
 summary.json's test metrics and exports a folder from_pretrained loads with the same logits; bf16, micro-batches,
-EMA, gradient checkpointing and the finders run on it; a SIGTERM inside an epoch resumes exactly; DDP runs it in 2
-processes (FSDP: test_fsdp_runs.py); a config that cannot work is one line before the run directory."""
+gradient checkpointing and the finders run on it (EMA too: test_ema.py); a SIGTERM inside an epoch resumes exactly;
+DDP runs it in 2 processes (FSDP: test_fsdp_runs.py); a config that cannot work is one line before the run directory."""
 
 import json
 import os
@@ -174,12 +174,11 @@ def test_a_language_model_from_a_config_trains_samples_and_exports(run_train, tm
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["precision=bf16", "trainer.micro_batch_size=64", "regularization.ema.enabled=true",
-         "model.gradient_checkpointing=true"],
+        ["precision=bf16", "trainer.micro_batch_size=64", "model.gradient_checkpointing=true"],  # EMA: test_ema.py
         ["lr_finder.enabled=true", "lr_finder.num_steps=6", "batch_size_finder.enabled=true",
          "batch_size_finder.max_batch_size=16", "data.max_tokens=null"],  # the batch size finder: fixed batches
     ],
-    ids=["bf16_micro_batches_ema_checkpointing", "finders"],
+    ids=["bf16_micro_batches_checkpointing", "finders"],
 )  # fmt: skip
 def test_the_loops_features_run_on_it(run_train, corpus, overrides):
     run = run_train(*texts(corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))

@@ -93,7 +93,7 @@ def test_a_refused_resume_leaves_every_file_of_the_run_as_it_was(run_train):
     .hydra/ must not hold the refused settings for scripts/rerun.py and compare_runs.py to replay."""
     first = run_train("debug=fast")
     before = hashes_of_every_file(first.run_dir)
-    assert {".hydra/config.yaml", ".hydra/overrides.yaml", ".lock", "provenance.json", "train.log"} <= set(before)
+    assert {".hydra/config.yaml", ".hydra/overrides.yaml", ".lock", "metrics.jsonl", "train.log"} <= set(before)
     for resume in (f"resume={first.run_dir}", "resume=auto"):
         refused = run_train(resume, "trainer.max_epochs=3", "data.split_seed=5", run_dir=first.run_dir, check=False)
         assert refused.returncode == 1 and refused.stderr.startswith("error: data: "), refused.stderr

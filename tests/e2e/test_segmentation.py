@@ -1,5 +1,5 @@
 """task=segmentation end to end: experiment=shapes_segmentation trains, reports the task's metrics,
-and works with what classification has (EMA, the LR finder, DDP, an exact resume) and with
+and works with what classification has (the LR finder, DDP, an exact resume) and with
 torchvision's segmentation models."""
 
 import sys
@@ -14,7 +14,7 @@ from helpers import assert_same_training, record_run
 from trainkit.config.validation import validate
 from trainkit.data import build_data
 from trainkit.distributed.process_group import ProcessInfo
-from trainkit.models import build_model, ema_weights
+from trainkit.models import build_model
 from trainkit.tasks import model_outputs
 from trainkit.tasks.segmentation import Segmentation
 
@@ -32,27 +32,26 @@ SMALL = [
 
 
 def test_a_short_segmentation_run_reports_the_task_metrics_of_its_best_weights(run_train):
-    ema = ["regularization.ema.enabled=true", "regularization.ema.decay=0.8"]
     # min_delta=100: epoch 0 stays the best (val/loss never improves by 100), so best.pt is not the last
     # epoch's weights, and testing those instead of best.pt's shows below. tta_flip: each test image's
     # class map is the mean of its own and its mirror's, mirrored back.
     best_epoch_first = ["regularization.early_stopping.min_delta=100", "trainer.tta_flip=true"]
-    run = run_train(*SMALL, "trainer.max_epochs=3", "data.batch_size=8", *ema, *best_epoch_first)
+    run = run_train(*SMALL, "trainer.max_epochs=3", "data.batch_size=8", *best_epoch_first)
     summary = run.summary
     assert set(summary["test"]) == {"test/loss", "test/miou", "test/pixel_acc"}
     assert summary["optimized_metric"] == "val/miou" and summary["optimized_value"] == summary["best"]["val/miou"]
     assert "val/miou" in run.stdout + run.stderr  # the epoch line names the task's metrics
     assert summary["best"]["epoch"] == 0 and summary["epochs"] == 3 and summary["test_weights"] == "best"
 
-    # The summary's test metrics, computed here from best.pt's EMA weights without the task's code.
+    # The summary's test metrics, computed here from best.pt's weights without the task's code.
     state = torch.load(run.run_dir / "checkpoints" / "best.pt", weights_only=True)
     last = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert (state["epoch"], last["epoch"]) == (0, 2)
-    assert any(not torch.equal(state["ema"][name], value) for name, value in last["ema"].items())
+    assert any(not torch.equal(state["model"][name], value) for name, value in last["model"].items())
     cfg = OmegaConf.create(state["config"])
     data = build_data(cfg.data, device=torch.device("cpu"), seed=cfg.seed)
     model, _ = build_model(cfg.model, cfg.finetune, image_size=data.image_size)
-    model.load_state_dict(ema_weights(state["ema"]))
+    model.load_state_dict(state["model"])
     images, masks = (torch.cat(part) for part in zip(*data.test))
     mean, std = (torch.tensor(values).view(1, -1, 1, 1) for values in (data.mean, data.std))
     normalized = (images.float() - mean) / std

@@ -1,7 +1,6 @@
 """End to end: a run with two trackers at once (logger=[tensorboard,mlflow]), stopped and resumed,
 each tracker read back with its own reader."""
 
-import json
 import os
 
 import pytest
@@ -33,17 +32,15 @@ def test_tensorboard_and_mlflow_in_one_run_continue_on_resume(run_train, tmp_pat
     assert run.info.status == "FINISHED" and run.data.params["trainer.max_epochs"] == "1"
     assert [m.step for m in client.get_metric_history(run_id, "val/acc")] == [2, 4]
     assert run.data.metrics["test/acc"] == resumed.summary["test"]["test/acc"]
-    provenance = json.loads((first.run_dir / "provenance.json").read_text())
-    assert run.data.tags["mlflow.source.git.commit"] == (provenance["git"] or {}).get("commit", "")
-    artifacts = {artifact.path for artifact in client.list_artifacts(run_id)}
-    assert {"summary.json", "provenance.json", "train_samples.png", "hydra"} <= artifacts
+    artifacts = {artifact.path for artifact in client.list_artifacts(run_id)}  # provenance's: test_run_provenance.py
+    assert {"summary.json", "train_samples.png", "hydra"} <= artifacts
 
     events = EventAccumulator(str(first.run_dir))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("val/acc")] == [
         (m["step"], pytest.approx(m["val/acc"])) for m in resumed.metrics if "val/acc" in m
     ]
-    assert "train/samples" in events.Tags()["images"] and "provenance/text_summary" in events.Tags()["tensors"]
+    assert "train/samples" in events.Tags()["images"] and "config/text_summary" in events.Tags()["tensors"]
     assert events.Scalars("hparam/test/acc")[-1].value == pytest.approx(resumed.summary["test"]["test/acc"])
     assert not [p for p in os.listdir(first.run_dir) if p.replace(".", "").isdigit()]  # no timestamped hparams folder
 
@@ -54,15 +51,9 @@ def test_after_a_sigkill_and_a_resume_each_tracker_holds_every_step_once(run_tra
     TensorBoard, MLflow and the W&B offline run files each hold every metric of every step of
     metrics.jsonl once, however little of the killed part W&B's service had written to disk."""
     pytest.importorskip("wandb")
-    from helpers import OfflineRun, read_records
+    from helpers import OfflineRun, all_trackers_here, read_records
 
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for the reader here (trainkit sets it in the runs)
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
-    store = tmp_path / "mlruns"
-    trackers = ("logger=[tensorboard,mlflow,wandb]", f"logger.tracking_uri={store}", "logger.experiment=e2e")
+    store, trackers = tmp_path / "mlruns", all_trackers_here(tmp_path, monkeypatch)
     per_epoch = ("trainer.limit_train_batches=4", "trainer.log_every_n_steps=1", "trainer.max_epochs=3")
     killer = ("model._target_=models_for_tests.KilledCNN", "+model.kill_at=11")  # the 3rd update of epoch 2
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))

@@ -268,13 +268,7 @@ def test_auto_micro_batch_size_trains_with_the_size_under_the_cap_and_a_resume_r
     assert [len(forward.inputs) for forward in resumed.training_forwards()] == [4, 4] * 3
 
 
-# ---- the weights: EMA, freezing; and when training stops --------------------------------------------
-
-
-def test_ema_is_updated_every_step_and_is_what_is_evaluated(tmp_path, monkeypatch):
-    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "regularization.ema.enabled=true")
-    assert recording.run.ema.n_averaged.item() == 3  # one update a step
-    assert len(recording.training_forwards()) == 3 and recording.eval_forwards() == []  # the EMA copy evaluates
+# ---- the weights: freezing (EMA: test_ema.py); and when training stops ------------------------------
 
 
 def test_a_frozen_backbone_and_its_batchnorm_statistics_do_not_move_in_the_loop(tmp_path, monkeypatch):

@@ -5,9 +5,11 @@ step, exit 75). What a checkpoint holds is listed in trainkit/run.py, next to th
 train.py imports from here; the modules inside import each other directly."""
 
 from trainkit.checkpointing.checkpoint import (
+    averaged_weights,
     copy_checkpoint,
     load_checkpoint,
     load_weights,
+    restore_averaged,
     restore_optimizer_and_schedule,
     save_checkpoint,
     unwrap_model,
@@ -28,11 +30,10 @@ from trainkit.checkpointing.signals import (
     stopped,
     stopped_before_training,
 )
-from trainkit.checkpointing.sweep_continuation import continue_sweep_job
 
 __all__ = [
     "STOP_SIGNAL_NAMES",
-    "continue_sweep_job",
+    "averaged_weights",
     "copy_checkpoint",
     "epoch_plan",
     "finished_value",
@@ -41,6 +42,7 @@ __all__ = [
     "own_run_directory",
     "refuse_another_epoch_plan",
     "refuse_another_world_size_inside_an_epoch",
+    "restore_averaged",
     "restore_optimizer_and_schedule",
     "restore_rank_rng_states",
     "resumed_config",

@@ -1,9 +1,11 @@
 """Atomic, format-versioned checkpoints that load with torch.load(weights_only=True), the bare
 model inside DDP / torch.compile whose state dict they hold, and the pieces of a resume that take
-more than a load_state_dict (weights that must fit, an optimizer whose settings changed). What a
-checkpoint holds is `Run.state_dict()` (trainkit/run.py); RNG snapshots: trainkit.checkpointing.rng."""
+more than a load_state_dict (weights that must fit, an optimizer whose settings changed, an average
+of the weights evaluated in their place). What a checkpoint holds is `Run.state_dict()`
+(trainkit/run.py); RNG snapshots: trainkit.checkpointing.rng."""
 
 import errno
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -12,6 +14,7 @@ from typing import Any, cast
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch.optim.swa_utils import AveragedModel
 
 from trainkit.checkpointing.files import (
     CHECKPOINT_FORMAT,
@@ -20,6 +23,8 @@ from trainkit.checkpointing.files import (
     load_optimizer_state,
 )
 from trainkit.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -91,6 +96,28 @@ def load_weights(model: torch.nn.Module, weights: dict) -> None:
     """A checkpoint's weights into the bare model, after a one-line check that they fit it."""
     check_model_fits(weights, model)
     model.load_state_dict(weights)
+
+
+def restore_averaged(averaged: AveragedModel | None, state: dict) -> None:
+    """A checkpoint's average of the weights (`averaged`: Run.averaged's, a feature's) back in place. A checkpoint
+    without one (the feature switched on since) starts the average from its weights; one this run keeps none of
+    is not used."""
+    if averaged is None:
+        if state.get("averaged") is not None:
+            log.info("the checkpoint's averaged weights are not used: no feature averages the weights in this run")
+        return
+    if state.get("averaged") is None:
+        log.info("the checkpoint has no averaged weights: the average starts from its weights")
+        averaged.module.load_state_dict(state["model"])
+        averaged.n_averaged.zero_()
+        return
+    averaged.load_state_dict(state["averaged"])
+
+
+def averaged_weights(state: dict) -> dict:
+    """The bare model's state dict inside a checkpoint's `averaged` entry (AveragedModel's: `module.<name>` and its
+    count), to load into a plain model: `model.load_state_dict(averaged_weights(checkpoint["averaged"]))`."""
+    return {key.removeprefix("module."): value for key, value in state.items() if key.startswith("module.")}
 
 
 def optimization_changed(cfg: DictConfig, saved_config: dict) -> bool:

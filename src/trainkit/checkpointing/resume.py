@@ -37,7 +37,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainkit.checkpointing.continued_run import finished_message, has_summary, trim_metrics, written_after
 from trainkit.checkpointing.overrides import config_with_overrides, flatten, hydra_quote
-from trainkit.checkpointing.sweep_continuation import in_multirun, refuse_another_trial
 from trainkit.errors import ConfigError
 from trainkit.tracking.loggers import trim_tracker_files
 
@@ -50,6 +49,9 @@ AUTO = "auto"
 # What an epoch's batches are made from, to name in refuse_another_epoch_plan's line: the data option and the run
 # seed (build_data's inputs), and how train.py cuts and groups the batches. The refusal compares the batches.
 EPOCH_PLAN_KEYS = ("seed", "trainer.limit_train_batches", "trainer.accumulate_grad_batches")
+# What a rerun of a sweep with resume=auto may change in every job: how long the trials train. Anything else a job's
+# overrides set differently means another trial than the one in its directory (refuse_another_trial).
+EXTENDING_KEYS = ("trainer.max_epochs", "trainer.max_steps", "regularization.early_stopping")
 INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion")
 
 
@@ -88,6 +90,14 @@ def is_multirun(argv: list[str]) -> bool:
     """Whether this command line starts a multirun (-m, or a search config, which sets hydra.mode)."""
     overrides = [arg for arg in argv[1:] if "=" in arg]
     return any(arg in ("-m", "--multirun") for arg in argv) or _value(overrides, "hparams_search") is not None
+
+
+def in_multirun() -> bool:
+    """True inside a job launched by `-m` / `hydra.mode=MULTIRUN` (any sweeper, any launcher)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
@@ -150,7 +160,7 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
     """The config to train with, and whether the run has finished already (then nothing is left to
     do: one line says how to extend it). Without resume: `composed` as it is. `overrides`: the ones
     `composed` was composed with (Hydra's task overrides, by default)."""
-    if composed.resume is None and not in_multirun():  # (a sweep's job continues its run: sweep_continuation)
+    if composed.resume is None:  # a sweep's job too: its directory holds another run where a sweep is rerun
         refuse_a_new_run_over_another(run_dir)
     if not isinstance(composed.resume, str) or composed.resume == "":
         return composed, False  # null, or a wrong type that trainkit.config.validation reports
@@ -212,6 +222,22 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
         _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
         _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")
     return resolved, False
+
+
+def refuse_another_trial(changes: list[str], overrides: list[str], run_dir: Path) -> None:
+    """In a multirun with resume=auto: a key this job's overrides set that changed since the checkpoint (other than
+    how long to train) means job N is another trial now; one line, before anything is trained or returned."""
+    set_here = [o.split("=", 1)[0].lstrip("+~").replace("/", ".") for o in overrides if "=" in o]
+    set_here = [key for key in set_here if not key.startswith("hydra") and key != "resume"]
+    for change in changes:
+        key = change.split(" ", 1)[0]
+        chosen = any(key == s or key.startswith(f"{s}.") for s in set_here)
+        if chosen and not any(key == e or key.startswith(f"{e}.") for e in EXTENDING_KEYS):
+            raise ConfigError(
+                "hydra.sweep.dir",
+                f"{run_dir} holds a trial with other settings than this sweep's job there ({change}): the "
+                "sweep's parameters changed; rerun it as it was to continue it, or choose a new hydra.sweep.dir",
+            )
 
 
 def refuse_a_new_run_over_another(run_dir: Path) -> None:

@@ -60,6 +60,10 @@ EXIT_ABORTED = 130  # a second Ctrl-C: what a shell reports for a process ended 
 SAME_CTRL_C_SECONDS = 1.0
 # Set by the parent of self-started DDP workers on a stop signal: a worker spawned after it stops too.
 STOP_ENV = "TRAINKIT_STOP_REQUESTED"
+# A command that continues more than this run (a rerun of the whole sweep: trainkit.checkpointing.sweep_continuation
+# sets it where a rerun continues the jobs): the stop lines name it instead of this run's resume=. In the environment,
+# as the sweep's worker processes and DDP workers inherit it.
+CONTINUE_WITH_ENV = "TRAINKIT_CONTINUE_WITH"
 
 
 # submitit's signal before a timeout or on a preemption (submitit.JobEnvironment.USR_SIG): USR2 unless
@@ -298,7 +302,7 @@ def stop_after_the_test(run_dir: Path, epoch: int, step: int, device: torch.devi
     _saved = True  # summary.json and every checkpoint are written: a second Ctrl-C no longer aborts
     leaving = hand_over()  # submitit requeues the job: its resume finds the run finished
     if is_main:
-        sweep = _sweep_command()
+        sweep = continue_command_instead()
         then = f"; continue the sweep with: {sweep}" if sweep else "; nothing is left to resume"
         log.warning(
             f"stopped by {name} at epoch {epoch}, step {step}, after training to its end: its test finished and "
@@ -332,12 +336,11 @@ def stopped_before_training(name: str, when: str) -> Stopped:
 
 
 def _continue_command(checkpoint: Path) -> str:
-    """A single run resumes its checkpoint; a multirun's job is continued by rerunning the whole sweep
-    (trainkit.checkpointing.sweep_continuation): the finished jobs are not trained again."""
-    return _sweep_command() or f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted as it is
+    """A single run resumes its checkpoint; a multirun's job, where a rerun of the sweep continues its jobs
+    (CONTINUE_WITH_ENV), by rerunning the whole sweep: the finished jobs are not trained again."""
+    return continue_command_instead() or f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted as it is
 
 
-def _sweep_command() -> str | None:
-    from trainkit.checkpointing.sweep_continuation import sweep_rerun_command
-
-    return sweep_rerun_command()
+def continue_command_instead() -> str | None:
+    """The command that continues more than this run, where one was named (CONTINUE_WITH_ENV), else None."""
+    return os.environ.get(CONTINUE_WITH_ENV) or None

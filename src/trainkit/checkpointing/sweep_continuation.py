@@ -10,12 +10,18 @@ interrupted one continues from last.pt), and a job without one starts. The plain
 not `resume=auto`: a job directory that holds a run can only mean the same trial again, and starting it
 afresh would mix two runs' metrics.jsonl and overwrite the first one's checkpoints.
 
-Job numbers must mean the same trials: a rerun whose job N sets another value of a key than the run in
-job N's directory trained with (another grid, an Optuna study sampling anew without its storage) is
-refused in one line. Extending every trial (a higher trainer.max_epochs) is a change a resume takes.
+A rerun whose job N sets another value of a key than the run in job N's directory trained with (another
+grid, an Optuna study sampling anew without its storage) is refused in one line. Extending every trial (a
+higher trainer.max_epochs) is a change a resume takes.
 
-A stopped job's "continue with:" line names this sweep command (recorded by trainkit.cli before Hydra
-runs, in TRAINKIT_SWEEP_ARGV: parallel jobs run in worker processes that inherit the environment).
+A stopped job's "continue with:" line names this sweep command: train.py records the command line before
+Hydra runs (`remember_sweep_command`, in TRAINKIT_SWEEP_ARGV), and each job, once it knows its sweep directory,
+names the rerun in the core's CONTINUE_WITH_ENV (trainkit.checkpointing.signals), which the stop lines read:
+parallel jobs run in worker processes, and DDP workers start from a job, all of them inheriting the environment.
+Job numbers must mean the same trials; the core refuses another trial in job N's directory
+(trainkit.checkpointing.resume.refuse_another_trial), as it does for `-m ... resume=auto`.
+Without this module a rerun of a sweep into the same hydra.sweep.dir is refused in one line (a job directory
+holds a run), and a stopped job's line names its own resume=.
 """
 
 import json
@@ -27,29 +33,26 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.checkpointing.files import latest_checkpoint
+from trainkit.checkpointing.resume import in_multirun, is_multirun
+from trainkit.checkpointing.signals import CONTINUE_WITH_ENV
+from trainkit.config.schema import flag
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 SWEEP_ARGV = "TRAINKIT_SWEEP_ARGV"
-# What a rerun may change in every job: how long the trials train. Anything else a job's overrides set
-# differently means another trial than the one in the directory.
-EXTENDING_KEYS = ("trainer.max_epochs", "trainer.max_steps", "regularization.early_stopping")
-
-
-def in_multirun() -> bool:
-    """True inside a job launched by `-m` / `hydra.mode=MULTIRUN` (any sweeper, any launcher)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+CONFIG_RULES = {"sweep.continue_jobs": flag()}  # gathered by the config check: conf/config.yaml's sweep._checks_
 
 
 def continue_sweep_job(composed: DictConfig, run_dir: Path) -> None:
-    """In a multirun job whose directory holds a checkpoint (a rerun of the sweep): resume it as
-    resume=auto does (sets composed.resume), or refuse in one line with sweep.continue_jobs=false."""
+    """In a multirun job: name the sweep's rerun for its stop lines; where its directory holds a checkpoint (a
+    rerun of the sweep), resume it as resume=auto does (sets composed.resume), or refuse in one line with
+    sweep.continue_jobs=false."""
+    if not in_multirun():
+        return
+    _name_the_rerun()
     checkpoint = latest_checkpoint(run_dir / "checkpoints")  # last.pt, or a sharded last/
-    if composed.get("resume") is not None or not in_multirun() or checkpoint is None:
+    if composed.get("resume") is not None or checkpoint is None:
         return
     if not OmegaConf.select(composed, "sweep.continue_jobs", default=True):
         raise ConfigError(
@@ -61,26 +64,16 @@ def continue_sweep_job(composed: DictConfig, run_dir: Path) -> None:
     composed.resume = "auto"
 
 
-def refuse_another_trial(changes: list[str], overrides: list[str], run_dir: Path) -> None:
-    """In a multirun: a key this job's overrides set that changed since the checkpoint (other than how
-    long to train) means job N is another trial now; one line, before anything is trained or returned."""
-    set_here = [o.split("=", 1)[0].lstrip("+~").replace("/", ".") for o in overrides if "=" in o]
-    set_here = [key for key in set_here if not key.startswith("hydra") and key != "resume"]
-    for change in changes:
-        key = change.split(" ", 1)[0]
-        chosen = any(key == s or key.startswith(f"{s}.") for s in set_here)
-        if chosen and not any(key == e or key.startswith(f"{e}.") for e in EXTENDING_KEYS):
-            raise ConfigError(
-                "hydra.sweep.dir",
-                f"{run_dir} holds a trial with other settings than this sweep's job there ({change}): the "
-                "sweep's parameters changed; rerun it as it was to continue it, or choose a new hydra.sweep.dir",
-            )
-
-
-def remember_sweep_command(argv: list[str], multirun: bool) -> None:
+def remember_sweep_command(argv: list[str]) -> None:
     """Before Hydra, in the process that launches a multirun: its command line, for the jobs' stop lines."""
-    if multirun:
+    if is_multirun(argv):
         os.environ[SWEEP_ARGV] = json.dumps(argv)
+        _name_the_rerun()
+
+
+def _name_the_rerun() -> None:
+    if command := sweep_rerun_command():
+        os.environ[CONTINUE_WITH_ENV] = command
 
 
 def sweep_rerun_command() -> str | None:

@@ -118,7 +118,6 @@ RULES: dict[str, Check] = {
     "required": required_keys,
     "sweep.catch_failures": flag(),
     "sweep.failed_trial_value": number(null=True),
-    "sweep.continue_jobs": flag(),
     "trainer.max_epochs": integer(1),
     "trainer.max_steps": integer(1, null=True),
     "trainer.accumulate_grad_batches": integer(1),

@@ -78,8 +78,8 @@ class FSDP(Parallel):
     ) -> dict:
         return load_sharded_checkpoint(checkpoint, model, optimizer)
 
-    def load_best(self, checkpoint: dict | None, found: bool, model: nn.Module, ema: AveragedModel | None) -> None:
-        if found:  # rank 0's full weights, scattered into every rank's shards (EMA is refused with fsdp)
+    def load_best(self, checkpoint: dict | None, found: bool, model: nn.Module, averaged: AveragedModel | None) -> None:
+        if found:  # rank 0's full weights, scattered into every rank's shards (an average of whole weights: refused)
             load_full_weights(model, checkpoint["model"] if checkpoint else {})
 
 

@@ -10,7 +10,7 @@ the strategy's own module (this one imports none: deleting one deletes its modul
     with parallel.full_parameters(model): evaluate(...)  # every rank holds the whole model
     parallel.save(checkpoints, state, model, optimizer, improved)   # last.pt and best.pt, or a sharded last/
     state = parallel.load(checkpoint, model, optimizer, device)     # a resume: what Run.load_state_dict reads
-    parallel.load_best(best, found, model, ema)      # rank 0's best.pt on every rank, for the test
+    parallel.load_best(best, found, model, averaged) # rank 0's best.pt on every rank, for the test
 
 A strategy of your own (tensor parallel, a CPU offload) is a subclass of Parallel in a module of its own, with a
 `for_run(cfg, proc, device)` class method that builds it, named by `distributed.parallel` in a conf/distributed
@@ -27,10 +27,15 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel
 
-from trainkit.checkpointing.checkpoint import copy_checkpoint, load_checkpoint, save_checkpoint, unwrap_model
+from trainkit.checkpointing.checkpoint import (
+    copy_checkpoint,
+    load_checkpoint,
+    restore_averaged,
+    save_checkpoint,
+    unwrap_model,
+)
 from trainkit.distributed.process_group import ProcessInfo, broadcast_weights
 from trainkit.errors import ConfigError
-from trainkit.models.ema import restore_ema
 
 
 class Parallel:
@@ -91,13 +96,13 @@ class Parallel:
         """The checkpoint a resume continues from, as Run.load_state_dict reads it."""
         return load_checkpoint(checkpoint, device)
 
-    def load_best(self, checkpoint: dict | None, found: bool, model: nn.Module, ema: AveragedModel | None) -> None:
-        """best.pt's weights (and EMA) on every rank: `checkpoint` is rank 0's (None on the others); `found`
-        is the same on every rank, false where rank 0 has none (then the last weights are tested)."""
+    def load_best(self, checkpoint: dict | None, found: bool, model: nn.Module, averaged: AveragedModel | None) -> None:
+        """best.pt's weights (and their average, Run.averaged) on every rank: `checkpoint` is rank 0's (None on the
+        others); `found` is the same on every rank, false where rank 0 has none (then the last weights are tested)."""
         if checkpoint:
             unwrap_model(model).load_state_dict(checkpoint["model"])
-            restore_ema(ema, checkpoint)
-        broadcast_weights(unwrap_model(model) if ema is None else ema.module)  # nodes need not share files
+            restore_averaged(averaged, checkpoint)
+        broadcast_weights(unwrap_model(model) if averaged is None else averaged.module)  # nodes need not share files
 
 
 class DDP(Parallel):

@@ -1,5 +1,10 @@
 """An exponential moving average (EMA) of the weights, evaluated and tested in place of the raw ones.
 
+A feature (docs/features.md): train.py's lines marked `# feature: ema` build it as `Run.averaged` and
+update it after each optimizer step; the core evaluates `Run.averaged` where it exists and keeps it in
+checkpoints, without naming EMA. Delete this module, its tests and `regularization.ema`, and the run
+evaluates its own weights.
+
 torch's own `AveragedModel` holds the copy and does the averaging; this module only chooses its
 averaging function. With `use_buffers=True` the BatchNorm running statistics are averaged too,
 so the EMA model's statistics match its weights. `regularization.ema` in conf/regularization/:
@@ -18,13 +23,13 @@ agrees on (rank 0's are broadcast first), before compile and the DDP wrap; updat
 optimizer step from the bare model. Every rank then averages the same weights and holds the same
 EMA; BatchNorm statistics, which differ per rank, are averaged across ranks each epoch like the
 raw model's. Its `state_dict()` (the averaged model's weights as `module.<name>`, plus
-`n_averaged`) goes into checkpoints under `ema`, so a resume continues the average exactly.
+`n_averaged`) goes into checkpoints under `averaged` (trainkit/run.py), so a resume continues the
+average exactly, and eval.py evaluates those weights (trainkit.checkpointing.averaged_weights).
 
 Cost on a GPU: AveragedModel keeps `n_averaged` on the CPU and copies it to the device at every
 update, a small synchronous copy; the update itself is one foreach lerp over all weights.
 """
 
-import logging
 from collections.abc import Callable, Mapping
 
 import torch
@@ -33,8 +38,6 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from trainkit.config.schema import flag, number
 from trainkit.distributed.process_group import broadcast_weights
-
-log = logging.getLogger(__name__)
 
 CONFIG_RULES = {  # gathered by the config check: conf/config.yaml's regularization.ema._checks_
     "regularization.ema.enabled": flag(),
@@ -84,22 +87,7 @@ def build_ema(model: torch.nn.Module, cfg: Mapping) -> AveragedModel | None:
     return AveragedModel(model, multi_avg_fn=fn, use_buffers=True)
 
 
-def restore_ema(ema: AveragedModel | None, state: dict) -> None:
-    """Put a checkpoint's EMA back. A checkpoint without one (EMA switched on at a resume) starts
-    the average from the resumed weights; a checkpoint's EMA is dropped when EMA is now off."""
-    if ema is None:
-        if state.get("ema") is not None:
-            log.info("regularization.ema.enabled=false: the checkpoint's EMA weights are not used")
-        return
-    if state.get("ema") is None:
-        log.info("the checkpoint has no EMA weights: the EMA starts from the resumed weights")
-        ema.module.load_state_dict(state["model"])
-        ema.n_averaged.zero_()
-        return
-    ema.load_state_dict(state["ema"])
-
-
-def ema_weights(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """The bare model's state dict inside a checkpoint's `ema` entry: load it into a plain model,
-    `model.load_state_dict(ema_weights(torch.load(path, weights_only=True)["ema"]))`."""
-    return {key.removeprefix("module."): value for key, value in state.items() if key.startswith("module.")}
+def update_ema(ema: AveragedModel | None, model: torch.nn.Module) -> None:
+    """After each optimizer update: the average takes in the bare model's new weights (none kept: nothing)."""
+    if ema is not None:
+        ema.update_parameters(model)

@@ -1,4 +1,4 @@
-"""What a run reports: where it came from (provenance.json: code, command, packages, machine), the loggers
+"""What a run reports: where it came from (provenance.json, where trainkit.tracking.provenance wrote it), the loggers
 (metrics.jsonl; csv, W&B, TensorBoard, MLflow: tracking/loggers/), the start, epoch and closing lines, summary.json,
 the timing of data wait vs compute, the profiler, pictures of batches and of predictions during
 training; eval.py's pictures of a model's predictions (a confusion matrix, predicted masks) are in
@@ -13,8 +13,14 @@ from trainkit.tracking.known_noise import quiet_known_noise
 from trainkit.tracking.loggers import Loggers, build_loggers, run_names
 from trainkit.tracking.prediction_images import first_images, log_predictions
 from trainkit.tracking.profiling import StepProfiler
-from trainkit.tracking.provenance import write_provenance
-from trainkit.tracking.run_report import epoch_line, log_epoch_notes, show_step, training_line, write_summary
+from trainkit.tracking.run_report import (
+    epoch_line,
+    log_epoch_notes,
+    recorded_origin,
+    show_step,
+    training_line,
+    write_summary,
+)
 from trainkit.tracking.run_start import start_logging
 from trainkit.tracking.timing import LoopTimer
 
@@ -31,12 +37,12 @@ __all__ = [
     "log_epoch_notes",
     "log_predictions",
     "quiet_known_noise",
+    "recorded_origin",
     "run_names",
     "save_png",
     "show_step",
     "start_logging",
     "training_line",
     "warn_if_data_bound",
-    "write_provenance",
     "write_summary",
 ]

@@ -27,7 +27,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.distributed.process_group import ProcessInfo
 
 log = logging.getLogger("train")  # train.py's logger: its lines
 
@@ -37,6 +39,16 @@ PROVENANCE_FILES = ("provenance.json", "packages.txt", "code.diff")  # what a ru
 # results left in the checkout do not.
 SOURCE_SUFFIXES = (".py", ".pyi", ".pyx", ".ipynb", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".sh",
                    ".c", ".cc", ".cpp", ".cu", ".h", ".hpp")  # fmt: skip
+
+
+def record_provenance(
+    cfg: DictConfig, run_dir: Path, repository: Path, proc: ProcessInfo, device: torch.device
+) -> None:
+    """train.py's call, on every rank: rank 0 records the code (commit, uncommitted changes), command, packages and
+    machine (write_provenance) before the run is built; the start line and the trackers read provenance.json back
+    (trainkit.tracking.run_report.recorded_origin)."""
+    if proc.is_main:
+        write_provenance(run_dir, repository, cfg.seed, cfg.trainer.deterministic, proc.world_size, device)
 
 
 def write_provenance(

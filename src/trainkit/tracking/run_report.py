@@ -9,7 +9,9 @@ weights tested: "best", or "last (best.pt missing)"), optimized_metric and its v
 without importing the task), stop_reason, epochs, steps, wall_seconds, world_size, device, run_dir.
 """
 
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +23,13 @@ from trainkit.tracking.bottleneck import epoch_line_extras
 from trainkit.tracking.loggers import strict_json
 
 log = logging.getLogger("train")  # train.py's logger: these are its lines
+
+
+def recorded_origin(run_dir: Path) -> dict:
+    """Where the run came from, as its directory records it: provenance.json's facts (written by rank 0 before the
+    run is built, where the optional trainkit.tracking.provenance runs), or {} where none are recorded."""
+    path = run_dir / "provenance.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def training_line(

@@ -7,10 +7,12 @@ from typing import Any
 from trainkit.tracking.images import augmented_samples, save_png
 from trainkit.tracking.loggers import build_loggers, run_names
 from trainkit.tracking.prediction_images import first_images
+from trainkit.tracking.run_report import recorded_origin
 
 
-def start_logging(run: Any, provenance: dict) -> None:
-    """Rank 0: run.loggers (given the config and provenance.json's facts) and run.shown, of `Run` (trainkit/run.py)."""
+def start_logging(run: Any) -> None:
+    """Rank 0: run.loggers (given the config and provenance.json's facts, where recorded) and run.shown, of `Run`
+    (trainkit/run.py)."""
     run_name, group = run_names(run_dir=run.run_dir)
     run.loggers = build_loggers(
         run.cfg.logger,
@@ -19,7 +21,7 @@ def start_logging(run: Any, provenance: dict) -> None:
         run_name=run_name,
         group=group,
         resume_ids=run.tracker_run_ids,
-        provenance=provenance,
+        provenance=recorded_origin(run.run_dir),
         resume_step=run.step if run.cfg.resume else None,
     )
     if run.cfg.logger.get("log_images", False) and run.data.kind == "image" and not run.cfg.resume:  # once a run

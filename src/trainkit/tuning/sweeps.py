@@ -24,6 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit.checkpointing.resume import in_multirun
 from trainkit.errors import ConfigError, caused_by_config_error
 from trainkit.tasks.task import Task, higher_is_better, task_class
 
@@ -74,14 +75,6 @@ def check_direction(cfg: DictConfig, direction: str | None) -> None:
             f"is {direction} but optimized_metric={cfg.optimized_metric} "
             f"should be {wanted}d; set hydra.sweeper.direction={wanted}",
         )
-
-
-def in_multirun() -> bool:
-    """True inside a job launched by `-m` / `hydra.mode=MULTIRUN` (any sweeper, any launcher)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: bool | None = None) -> Any:

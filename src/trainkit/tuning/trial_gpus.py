@@ -34,10 +34,10 @@ from typing import IO, TypeVar
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit.checkpointing.resume import in_multirun
 from trainkit.config.schema import flag
 from trainkit.distributed.process_group import launched_externally
 from trainkit.errors import ConfigError
-from trainkit.tuning.sweeps import in_multirun
 
 log = logging.getLogger("sweep")
 WAIT_SECONDS = 1.0  # between looks for a free GPU, while every one is claimed

@@ -1,4 +1,5 @@
-"""Checkpoints: atomic writes, weights_only-loadable contents, unprefixed state dicts."""
+"""Checkpoints: atomic writes, weights_only-loadable contents, unprefixed state dicts, what a resume restores
+(the average of the weights a feature evaluates in their place, too)."""
 
 import pickle
 import socket
@@ -6,9 +7,10 @@ import socket
 import pytest
 import torch
 import torch.distributed as dist
+from torch.optim.swa_utils import AveragedModel
 
 from conftest import run_record
-from trainkit.checkpointing.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
+from trainkit.checkpointing.checkpoint import averaged_weights, load_checkpoint, save_checkpoint, unwrap_model
 
 
 def small_model() -> torch.nn.Module:
@@ -188,3 +190,62 @@ def test_build_run_resolves_the_config_once_and_every_checkpoint_holds_that(tmp_
     assert config == to_dict(cfg) and config["data"]["batch_size"] == 16  # the finder's choice, in it
     assert config["model"]["dropout"] == 0.0  # interpolations resolved: ${regularization.dropout}
     assert run.state_dict()["config"] is config
+
+
+# ---- an average of the weights a feature evaluates in their place (Run.averaged) -------------------
+
+
+def _run_with_average(seed: int):
+    torch.manual_seed(seed)
+    model = small_model()
+    return run_record(model, seed, averaged=AveragedModel(model, use_buffers=True))  # torch's, an equal average
+
+
+def _train(run, steps: int, seed: int = 0) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        run.model(torch.randn(5, 3, generator=generator)).square().mean().backward()
+        run.optimizer.step()
+        run.optimizer.zero_grad()
+        if run.averaged is not None:
+            run.averaged.update_parameters(run.model)
+
+
+def test_a_checkpoint_keeps_the_average_of_the_weights_and_a_resume_continues_it_bit_for_bit(tmp_path):
+    straight = _run_with_average(seed=1)
+    _train(straight, steps=3)
+    save_checkpoint(tmp_path / "last.pt", straight.state_dict())
+    _train(straight, steps=2, seed=1)
+
+    resumed = _run_with_average(seed=2)
+    state = load_checkpoint(tmp_path / "last.pt", torch.device("cpu"))  # weights_only=True
+    resumed.load_state_dict(state)
+    assert int(resumed.averaged.n_averaged) == 3
+    _train(resumed, steps=2, seed=1)
+    for name, tensor in straight.averaged.state_dict().items():
+        assert torch.equal(resumed.averaged.state_dict()[name], tensor), name
+    plain = small_model()  # what eval.py evaluates: the averaged weights, in a bare model
+    plain.load_state_dict(averaged_weights(state["averaged"]))
+    assert torch.equal(plain[0].weight, state["averaged"]["module.0.weight"])
+    assert not torch.equal(plain[0].weight, state["model"]["0.weight"])  # an average, not the trained weights
+
+
+def test_resuming_a_checkpoint_without_an_average_starts_it_from_its_weights():
+    without = _run_with_average(seed=1)
+    without.averaged = None  # the feature was off in the checkpoint's run
+    _train(without, steps=2)
+    assert without.state_dict()["averaged"] is None
+    resumed = _run_with_average(seed=2)
+    resumed.load_state_dict(without.state_dict())
+    assert torch.equal(resumed.averaged.module[0].weight, without.model[0].weight)
+    assert int(resumed.averaged.n_averaged) == 0
+
+
+def test_an_average_this_run_does_not_keep_is_left_in_the_checkpoint():
+    averaging = _run_with_average(seed=1)
+    _train(averaging, steps=2)
+    resumed = _run_with_average(seed=2)
+    resumed.averaged = None  # the feature is off now: the trained weights resume, and are evaluated
+    resumed.load_state_dict(averaging.state_dict())
+    assert torch.equal(resumed.model[0].weight, averaging.model[0].weight)
+    assert resumed.state_dict()["averaged"] is None

@@ -441,3 +441,14 @@ def test_a_patience_of_one_epoch_is_said_in_the_singular(compose_config):
     cfg = compose_config("trainer.max_epochs=3", "regularization.early_stopping.patience=1")
     state = {"epoch": 1, "step": 60, "batches_done": 0, "early_stopping": {"epochs_without_improvement": 1}}
     assert "(early stopping: no improvement for 1 epoch); " in continued_run.finished_message(state, cfg, Path("run"))
+
+
+def test_a_sweeps_job_resumed_with_another_value_of_a_key_its_overrides_set_is_another_trial(tmp_path):
+    """`-m ... resume=auto` (and a rerun sweep): job N's directory must hold the same trial; training longer is the
+    one change every job may take, and a key the overrides do not set is the resume's to change."""
+    with pytest.raises(ConfigError, match=r"^hydra\.sweep\.dir: .*\(seed 3 -> 7\)"):
+        resume.refuse_another_trial(["seed 3 -> 7"], ["seed=7", "resume=auto"], tmp_path)
+    resume.refuse_another_trial(["trainer.max_epochs 1 -> 2"], ["seed=3", "trainer.max_epochs=2"], tmp_path)
+    resume.refuse_another_trial(["optimizer.lr 0.1 -> 0.2"], ["seed=3"], tmp_path)
+    with pytest.raises(ConfigError, match=r"\(model\.width 8 -> 16\)"):  # a group chosen anew
+        resume.refuse_another_trial(["model.width 8 -> 16"], ["model=other"], tmp_path)

@@ -276,6 +276,22 @@ def test_when_submitit_declines_to_requeue_the_run_exits_75_saying_why(submitit_
     assert f"continue with: python train.py resume={tmp_path.resolve() / 'checkpoints' / 'last.pt'}" in caplog.text
 
 
+def test_a_stop_line_names_its_resume_unless_a_command_that_continues_more_is_named(tmp_path, caplog, monkeypatch):
+    """A job of a sweep that a rerun continues names the rerun (CONTINUE_WITH_ENV, set by sweep continuation);
+    without one, any stopped run names its own resume=."""
+    monkeypatch.delenv(signals.CONTINUE_WITH_ENV, raising=False)
+    with signals.stop_on_signals():
+        assert isinstance(signals.stopped("SIGTERM", tmp_path, 0, 3, is_main=True), signals.Stopped)
+    assert caplog.text.rstrip().endswith(
+        f"continue with: python train.py resume={tmp_path.resolve()}/checkpoints/last.pt"
+    )
+    caplog.clear()
+    monkeypatch.setenv(signals.CONTINUE_WITH_ENV, "python train.py -m seed=1,2 hydra.sweep.dir=/sweep")
+    with signals.stop_on_signals():
+        signals.stopped("SIGTERM", tmp_path, 0, 3, is_main=True)
+    assert caplog.text.rstrip().endswith("continue with: python train.py -m seed=1,2 hydra.sweep.dir=/sweep")
+
+
 def test_outside_submitit_its_signal_is_left_alone(monkeypatch):
     monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
     before = signal.getsignal(signal.SIGUSR2)

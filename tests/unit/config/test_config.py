@@ -111,7 +111,6 @@ RULE_CASES = [
     (["sweep.catch_failures=maybe"], "sweep.catch_failures"),
     (["sweep.failed_trial_value=nan"], "sweep.failed_trial_value"),
     (["sweep.failed_trial_value=worst"], "sweep.failed_trial_value"),
-    (["sweep.continue_jobs=sometimes"], "sweep.continue_jobs"),
     (["trainer.max_epochs=abc"], "trainer.max_epochs"),
     (["trainer.max_epochs=0"], "trainer.max_epochs"),
     (["trainer.max_steps=0"], "trainer.max_steps"),

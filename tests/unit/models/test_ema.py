@@ -1,12 +1,15 @@
+import json
+
 import pytest
 import torch
 from omegaconf import OmegaConf
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from conftest import run_record
+from conftest import run_here, run_record
 from helpers import assert_one_config_error
-from trainkit.checkpointing.checkpoint import load_checkpoint, save_checkpoint
-from trainkit.models.ema import build_ema, ema_weights, warmup_decay
+from template.test_readme import test_every_everyday_key_is_explained_by_a_comment_in_its_yaml as explained
+from trainkit.checkpointing.checkpoint import averaged_weights, load_checkpoint, save_checkpoint
+from trainkit.models.ema import build_ema, update_ema, warmup_decay
 from trainkit.tasks import evaluate
 from trainkit.tasks.classification import Classification
 
@@ -26,7 +29,7 @@ def train_steps(model, ema, optimizer, steps: int, seed: int = 0) -> None:
         optimizer.step()
         optimizer.zero_grad()
         for average in ema if isinstance(ema, list) else [ema]:
-            average.update_parameters(model)
+            update_ema(average, model)  # as train.py does after each update
 
 
 def ema_config(decay=0.9, warmup=True, enabled=True):
@@ -34,7 +37,11 @@ def ema_config(decay=0.9, warmup=True, enabled=True):
 
 
 def test_ema_is_off_unless_enabled():
-    assert build_ema(bn_model(), ema_config(enabled=False)) is None
+    model = bn_model()
+    assert build_ema(model, ema_config(enabled=False)) is None
+    before = [tensor.clone() for tensor in model.state_dict().values()]
+    update_ema(None, model)  # train.py's update line with none kept: nothing happens
+    assert all(torch.equal(a, b) for a, b in zip(before, model.state_dict().values()))
 
 
 def test_without_warmup_it_is_torchs_ema_of_weights_and_batchnorm_statistics():
@@ -71,38 +78,27 @@ def test_warmup_ramps_the_decay_with_the_update_count():
 def run_with_ema(seed: int):
     torch.manual_seed(seed)
     model = bn_model()
-    return run_record(model, seed, ema=build_ema(model, ema_config(decay=0.99)))
+    return run_record(model, seed, averaged=build_ema(model, ema_config(decay=0.99)))
 
 
 def test_a_checkpoint_keeps_the_ema_and_a_resume_continues_it_bit_for_bit(tmp_path):
 
     straight = run_with_ema(seed=1)
-    train_steps(straight.model, straight.ema, straight.optimizer, steps=4)
+    train_steps(straight.model, straight.averaged, straight.optimizer, steps=4)
     save_checkpoint(tmp_path / "last.pt", straight.state_dict())
-    train_steps(straight.model, straight.ema, straight.optimizer, steps=3, seed=1)
+    train_steps(straight.model, straight.averaged, straight.optimizer, steps=3, seed=1)
 
     resumed = run_with_ema(seed=2)
     state = load_checkpoint(tmp_path / "last.pt", torch.device("cpu"))  # weights_only=True
     resumed.load_state_dict(state)
-    assert int(resumed.ema.n_averaged) == 4
-    train_steps(resumed.model, resumed.ema, resumed.optimizer, steps=3, seed=1)
-    for name, tensor in straight.ema.state_dict().items():
-        assert torch.equal(resumed.ema.state_dict()[name], tensor), name
+    assert int(resumed.averaged.n_averaged) == 4
+    train_steps(resumed.model, resumed.averaged, resumed.optimizer, steps=3, seed=1)
+    for name, tensor in straight.averaged.state_dict().items():
+        assert torch.equal(resumed.averaged.state_dict()[name], tensor), name
 
     plain = bn_model()  # the EMA weights load into a bare model for inference
-    plain.load_state_dict(ema_weights(state["ema"]))
-    assert torch.equal(plain[0].weight, state["ema"]["module.0.weight"])
-
-
-def test_resuming_a_checkpoint_without_ema_starts_the_average_from_its_weights(tmp_path):
-
-    without = run_with_ema(seed=1)
-    without.ema = None
-    train_steps(without.model, [], without.optimizer, steps=2)
-    resumed = run_with_ema(seed=2)
-    resumed.load_state_dict(without.state_dict())
-    assert torch.equal(resumed.ema.module[0].weight, without.model[0].weight)
-    assert int(resumed.ema.n_averaged) == 0
+    plain.load_state_dict(averaged_weights(state["averaged"]))
+    assert torch.equal(plain[0].weight, state["averaged"]["module.0.weight"])
 
 
 def evaluate_weights(state: dict, weights: dict) -> float:
@@ -124,7 +120,7 @@ def evaluate_weights(state: dict, weights: dict) -> float:
 
 
 @pytest.mark.slow  # trains in this process (run_train)
-def test_a_run_with_ema_validates_with_it_and_resumes_it_exactly(run_train):
+def test_a_run_with_ema_validates_tests_with_it_and_resumes_it_exactly_and_eval_py_evaluates_it(run_train, tmp_path):
     overrides = [
         "regularization.ema.enabled=true",
         "regularization.ema.decay=0.9",
@@ -142,14 +138,24 @@ def test_a_run_with_ema_validates_with_it_and_resumes_it_exactly(run_train):
     straight_state, resumed_state = (
         torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True) for run in (straight, resumed)
     )
-    for name, tensor in straight_state["ema"].items():
-        assert torch.equal(resumed_state["ema"][name], tensor), name
+    for name, tensor in straight_state["averaged"].items():
+        assert torch.equal(resumed_state["averaged"][name], tensor), name
     assert resumed.epoch_metrics()[-1]["val/loss"] == straight.epoch_metrics()[-1]["val/loss"]
     assert resumed.summary["test"] == straight.summary["test"]
     # val/loss was measured with the EMA weights, not the raw ones
     logged = straight.epoch_metrics()[-1]["val/loss"]
-    assert evaluate_weights(straight_state, ema_weights(straight_state["ema"])) == pytest.approx(logged, rel=1e-6)
+    averaged = averaged_weights(straight_state["averaged"])
+    assert evaluate_weights(straight_state, averaged) == pytest.approx(logged, rel=1e-6)
     assert evaluate_weights(straight_state, straight_state["model"]) != pytest.approx(logged, rel=1e-3)
+    # eval.py evaluates the weights the run evaluated (best.pt's averaged ones): summary.json's numbers, exactly
+    for split, summarized in (("test", straight.summary["test"]), ("val", straight.summary["best"])):
+        out, checkpoint = tmp_path / split, f"checkpoint={straight.run_dir}"
+        code, _, stderr = run_here("eval.py", f"hydra.run.dir={out}", checkpoint, f"split={split}")
+        assert code == 0, stderr[-3000:]
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["weights"] == "averaged"
+        keys = (f"{split}/loss", f"{split}/acc")
+        assert {key: metrics[key] for key in keys} == {key: summarized[key] for key in keys}  # float equality
 
 
 def _ema_under_ddp(rank: int, world_size: int, port: int, results) -> None:
@@ -173,7 +179,7 @@ def _ema_under_ddp(rank: int, world_size: int, port: int, results) -> None:
             torch.nn.functional.cross_entropy(ddp(inputs), targets).backward()
             optimizer.step()
             optimizer.zero_grad()
-            ema.update_parameters(model)
+            update_ema(ema, model)
         average_batchnorm_statistics(ema)  # as train.py does after each epoch
         results[rank] = gather_objects((initial, {k: v.clone() for k, v in ema.state_dict().items()}))
         del ddp
@@ -209,3 +215,8 @@ def test_every_ddp_rank_holds_the_same_ema():
 )
 def test_the_ema_keys_are_checked_beside_its_code(overrides, key):
     assert_one_config_error(overrides, key)
+
+
+@pytest.mark.parametrize("key", ["regularization.ema.enabled", "regularization.ema.decay", "regularization.ema.warmup"])
+def test_the_ema_keys_are_explained_by_a_comment_in_conf_config_yaml(key):
+    explained(key)  # as test_readme.py checks the everyday keys

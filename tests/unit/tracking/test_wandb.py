@@ -415,9 +415,6 @@ def test_multirun_jobs_are_wandb_runs_of_one_group_named_after_their_overrides(t
         assert run.summary["best/val/acc"] == summary["best"]["val/acc"]
         assert run.summary["stop_reason"] == summary["stop_reason"]
         assert run.config["seed"] == int(run.display_name.rsplit("seed=", 1)[-1])
-        provenance = json.loads((sweep / job / "provenance.json").read_text())  # its facts in the W&B config too
-        assert run.config["provenance"]["code"] == provenance["code"]
-        assert run.config["provenance"]["seed"] == run.config["seed"]
         epochs = [json.loads(line) for line in (sweep / job / "metrics.jsonl").read_text().splitlines()]
         assert [row["val/acc"] for row in run.rows_with("val/acc")] == [m["val/acc"] for m in epochs if "val/acc" in m]
         # The console names each job's offline run and the command that uploads it.
