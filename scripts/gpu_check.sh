@@ -16,9 +16,9 @@
 #   with one rank SyncBatchNorm computes plain BatchNorm: the cross-rank statistics are not tested.
 # - Real cross-rank NCCL and SyncBatchNorm need 2+ GPUs: `ddp_nccl_2` and `ddp_syncbn_2` run only
 #   when at least two are visible, and print SKIP otherwise; so does `sweep_one_gpu_per_trial`. (The CPU tests cover the DDP loop
-#   itself with gloo: tests/unit/distributed/test_distributed.py.) So do `fsdp_nccl_2_bf16` (FSDP2
-#   with bf16 MixedPrecisionPolicy over NCCL) and `fsdp_best_pt_one_process` (its best.pt in eval.py);
-#   FSDP's CPU tests: tests/unit/distributed/test_fsdp.py, tests/e2e/test_fsdp_resume.py.
+#   itself with gloo: tests/unit/distributed/test_distributed.py.)
+# - So do `fsdp_nccl_2_bf16` (FSDP2 with bf16 MixedPrecisionPolicy over NCCL) and `fsdp_best_pt_one_process`  # feature: fsdp
+#   (its best.pt in eval.py); FSDP's CPU tests: tests/unit/distributed/test_fsdp.py, tests/e2e/test_fsdp_runs.py.  # feature: fsdp
 set -u
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 WANDB_MODE=disabled
@@ -84,15 +84,15 @@ fi
 if [ "$gpus" -ge 2 ]; then
   check ddp_nccl_2 distributed=ddp distributed.nproc_per_node=2 trainer.max_epochs=3
   check ddp_syncbn_2 distributed=ddp distributed.nproc_per_node=2 distributed.sync_batchnorm=true trainer.max_epochs=3
-  # FSDP2 over NCCL, bf16 through MixedPrecisionPolicy: sharded checkpoints/last/, and best.pt (full weights)
-  # read back by eval.py in one process must give the run's own test/acc.
-  check fsdp_nccl_2_bf16 distributed=fsdp distributed.nproc_per_node=2 precision=bf16 trainer.max_epochs=3
-  if [ -f "$out/fsdp_nccl_2_bf16/checkpoints/last/.metadata" ] \
-    && python eval.py "checkpoint=$out/fsdp_nccl_2_bf16" "hydra.run.dir=$out/fsdp_eval" >"$out/fsdp_eval.log" 2>&1 \
-    && python -c "import json,sys; a=json.load(open('$out/fsdp_eval/metrics.json'))['test/acc']; b=json.load(open('$out/fsdp_nccl_2_bf16/summary.json'))['test']['test/acc']; sys.exit(abs(a-b)>1e-6)"
-  then echo "PASS fsdp_best_pt_one_process: eval.py on the 2-rank FSDP run's best.pt gives its test/acc"
-  else echo "FAIL fsdp_best_pt_one_process (log: $out/fsdp_eval.log)"; status=1
-  fi
+  # FSDP2 over NCCL, bf16 through MixedPrecisionPolicy: sharded checkpoints/last/, and best.pt (full weights)  # feature: fsdp
+  # read back by eval.py in one process must give the run's own test/acc.  # feature: fsdp
+  check fsdp_nccl_2_bf16 distributed=fsdp distributed.nproc_per_node=2 precision=bf16 trainer.max_epochs=3  # feature: fsdp
+  if [ -f "$out/fsdp_nccl_2_bf16/checkpoints/last/.metadata" ] &&  # feature: fsdp
+    python eval.py "checkpoint=$out/fsdp_nccl_2_bf16" "hydra.run.dir=$out/fsdp_eval" >"$out/fsdp_eval.log" 2>&1 &&  # feature: fsdp
+    python -c "import json,sys; a=json.load(open('$out/fsdp_eval/metrics.json'))['test/acc']; b=json.load(open('$out/fsdp_nccl_2_bf16/summary.json'))['test']['test/acc']; sys.exit(abs(a-b)>1e-6)"  # feature: fsdp
+  then echo "PASS fsdp_best_pt_one_process: eval.py on the 2-rank FSDP run's best.pt gives its test/acc"  # feature: fsdp
+  else echo "FAIL fsdp_best_pt_one_process (log: $out/fsdp_eval.log)"; status=1  # feature: fsdp
+  fi  # feature: fsdp
   # One GPU per sweep trial (sweep.assign_gpus): two joblib jobs at once, long enough to overlap, on two GPUs.
   sweep=$out/sweep_gpus
   if python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 "hydra.sweep.dir=$sweep" print_config=false \
@@ -103,7 +103,8 @@ if [ "$gpus" -ge 2 ]; then
   else echo "FAIL sweep_one_gpu_per_trial: not two distinct GPUs (log: $sweep.log)"; tail -5 "$sweep.log"; status=1
   fi
 else
-  echo "SKIP ddp_nccl_2, ddp_syncbn_2, fsdp_nccl_2_bf16, sweep_one_gpu_per_trial: $gpus GPU visible; they need 2 or more"
+  echo "SKIP ddp_nccl_2, ddp_syncbn_2, sweep_one_gpu_per_trial: $gpus GPU visible; they need 2 or more"
+  echo "SKIP fsdp_nccl_2_bf16: $gpus GPU visible; it needs 2 or more"  # feature: fsdp
 fi
 check timm_resnet18_synthetic data=synthetic data.image_size=64 model=timm model.name=resnet18 precision=bf16 trainer.channels_last=true trainer.max_epochs=2
 # Each optional feature's own CUDA checks live in its test files (docs/features.md), marked `cuda`.

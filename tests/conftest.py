@@ -55,8 +55,8 @@ def run_train(tmp_path):
 
     In this process, as `python train.py` would (Hydra, the one-line errors, the exit code): a
     subprocess would pay ~4 s of imports a run. `isolated=True`: in a subprocess, where the process itself is the
-    point (a kill, a signal, the environment it starts with); DDP and FSDP runs (`distributed=ddp|fsdp`) always
-    get one, since their workers are processes of their own."""
+    point (a kill, a signal, the environment it starts with); runs of several processes (`distributed=` anything but
+    none) always get one, since their workers are processes of their own."""
     counter = iter(range(1000))
 
     def run(
@@ -64,7 +64,7 @@ def run_train(tmp_path):
     ) -> TrainRun:
         """`run_dir`: train there (e.g. resume=auto in an existing run), instead of a fresh directory."""
         run_dir = run_dir or tmp_path / f"run{next(counter)}"
-        if isolated or "distributed=ddp" in overrides or "distributed=fsdp" in overrides:
+        if isolated or any(o.startswith("distributed=") and o != "distributed=none" for o in overrides):
             returncode, stdout, stderr = _train_in_a_subprocess(run_dir, overrides, timeout)
         else:
             returncode, stdout, stderr = run_here("train.py", f"hydra.run.dir={run_dir}", *overrides)

@@ -71,8 +71,20 @@ def cfg_for(metric="val/acc", **sweep):
     )
 
 
+def sharded_checkpoint(directory: Path, rest: dict, metadata: bool = True) -> Path:
+    """checkpoints/last/ as a strategy that shards the model writes it, its shards left out: state.pt (all but the
+    weights and the optimizer state) and, once every shard is written, torch.distributed.checkpoint's .metadata."""
+    from trainkit.checkpointing.files import CHECKPOINT_FORMAT, SHARDED_METADATA, SHARDED_REST
+
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.save({"format": CHECKPOINT_FORMAT, **rest}, directory / SHARDED_REST)
+    if metadata:
+        (directory / SHARDED_METADATA).write_bytes(b"")
+    return directory
+
+
 def final_weights(run) -> dict:
-    sharded = run.run_dir / "checkpoints" / "last"  # distributed=fsdp's: shards, gathered into one file here
+    sharded = run.run_dir / "checkpoints" / "last"  # a sharded run's: every rank's shards, gathered into one file here
     if sharded.is_dir():
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 

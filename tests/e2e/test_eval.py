@@ -343,10 +343,10 @@ def test_predict_takes_a_single_image_file(untrained_run, tmp_path):
     assert "predictions for 1 image " in evaluation.stdout
 
 
-def test_a_sharded_fsdp_checkpoint_is_one_line_pointing_to_best_pt(untrained_run, tmp_path):
-    run_dir = tmp_path / "fsdp_run"
+def test_a_sharded_checkpoint_is_one_line_pointing_to_best_pt(untrained_run, tmp_path):
+    run_dir = tmp_path / "sharded_run"
     (run_dir / ".hydra").mkdir(parents=True)
-    last = run_dir / "checkpoints" / "last"  # as distributed=fsdp leaves it: state.pt beside DCP's shards
+    last = run_dir / "checkpoints" / "last"  # as a sharded run leaves it: state.pt beside DCP's shards
     last.mkdir(parents=True)
     state = torch.load(untrained_run / "checkpoints" / "last.pt", weights_only=True)
     torch.save({key: value for key, value in state.items() if key not in ("model", "optimizer")}, last / "state.pt")
@@ -355,7 +355,7 @@ def test_a_sharded_fsdp_checkpoint_is_one_line_pointing_to_best_pt(untrained_run
     evaluation = Evaluation(tmp_path / "out", f"checkpoint={last}")
     assert evaluation.returncode == 1
     lines = evaluation.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: checkpoint: {last} is distributed=fsdp's sharded"), lines
+    assert len(lines) == 1 and lines[0].startswith(f"error: checkpoint: {last} is a sharded checkpoint"), lines
     assert f"evaluate {run_dir / 'checkpoints' / 'best.pt'} (its full weights)" in lines[0]
 
 

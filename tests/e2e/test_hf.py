@@ -2,7 +2,7 @@
 a model saved with save_pretrained to a folder (made here: nothing is downloaded) fine-tunes from it; eval.py gives
 summary.json's test metrics and exports a folder from_pretrained loads with the same logits; bf16, micro-batches,
 gradient checkpointing and the finders run on it (EMA too: test_ema.py); a SIGTERM inside an epoch resumes exactly;
-DDP and FSDP run it in 2 processes; a config that cannot work is one line before the run directory."""
+DDP runs it in 2 processes (FSDP: test_fsdp_runs.py); a config that cannot work is one line before the run directory."""
 
 import json
 import os
@@ -221,10 +221,15 @@ def test_stopped_by_sigterm_inside_an_epoch_it_resumes_exactly(run_train, corpus
     assert_same_training(resumed, straight)  # dropout's random streams too: BERT's hidden_dropout_prob is 0.1
 
 
-@pytest.mark.slow  # 2-process runs and their evaluations
-@pytest.mark.parametrize("distributed", ["ddp", "fsdp"])
-def test_two_processes_train_it_and_test_as_one_process_does(run_train, corpus, handed_over, tmp_path, distributed):
-    two = (f"distributed={distributed}", "distributed.nproc_per_node=2", "regularization.early_stopping.enabled=false")
+@pytest.mark.slow  # a 2-process run and its evaluation
+def test_two_processes_train_it_and_test_as_one_process_does(run_train, corpus, handed_over, tmp_path):
+    trains_in_two_processes_and_tests_as_one(run_train, corpus, handed_over, tmp_path, "distributed=ddp")
+
+
+def trains_in_two_processes_and_tests_as_one(run_train, corpus: Path, handed_over: Path, tmp_path, distributed: str):
+    """`distributed` (distributed=ddp here, =fsdp in test_fsdp_runs.py) in 2 processes: trained, and tested by eval.py
+    in one process to the test metrics the run wrote."""
+    two = (distributed, "distributed.nproc_per_node=2", "regularization.early_stopping.enabled=false")
     run = run_train(*texts(corpus, f"model.path={handed_over}", f"data.tokenizer={handed_over}", *two))
     assert run.summary["world_size"] == 2 and run.summary["test"]["test/acc"] > 0.9
     metrics = evaluated(run.run_dir / "checkpoints" / "best.pt", tmp_path / "eval")

@@ -76,7 +76,7 @@ def _write_atomically(path: Path, write: Callable[[Path], object]) -> None:
 
 def remove_stale_temporary_files(checkpoint_dir: Path) -> list[str]:
     """Delete `*.tmp` files a kill during a save left behind (never read: the rename had not
-    happened), and distributed=fsdp's last.tmp/ (and a last.old/ beside a complete last/); returns their names."""
+    happened), and a sharded checkpoint's last.tmp/ (and a last.old/ beside a complete last/); returns their names."""
     stale = sorted(checkpoint_dir.glob("*.tmp")) if checkpoint_dir.is_dir() else []
     if is_sharded_checkpoint(checkpoint_dir / "last") and (checkpoint_dir / "last.old").is_dir():
         stale.append(checkpoint_dir / "last.old")

@@ -20,8 +20,9 @@ from trainkit.errors import ConfigError
 # changes in a way older code cannot read; checkpoints written before versioning hold the same keys as 1.
 CHECKPOINT_FORMAT = 1
 REQUIRED_KEYS = ("model", "optimizer", "scheduler", "epoch", "step", "batches_done", "config")
-# distributed=fsdp's checkpoints/last/: a directory of every rank's shards (torch.distributed.checkpoint), which
-# counts once DCP wrote its metadata, and state.pt beside them: the rest, read here without the shards.
+# A sharded checkpoint, checkpoints/last/ of a strategy that shards the model: a directory of every rank's shards
+# (torch.distributed.checkpoint), which counts once DCP wrote its metadata, and state.pt beside them: the rest, read
+# here without the shards (the strategy loads those into its sharded model: trainkit.distributed.parallel).
 SHARDED_METADATA, SHARDED_REST = ".metadata", "state.pt"
 # What format-1 checkpoints written before the model and data nodes became plain constructor
 # arguments hold, and what it is now: read_checkpoint moves it, so a run from before the change
@@ -43,7 +44,7 @@ def find_checkpoint(
 ) -> Path:
     """The checkpoint file that config key `key` names: a .pt file, or a run directory (its
     checkpoints/<name>, the first of `names` there: resume continues from last.pt, eval.py tests best.pt).
-    `sharded=False` (eval.py): distributed=fsdp's last/ is refused in one line naming best.pt beside it."""
+    `sharded=False` (eval.py): a sharded last/ is refused in one line naming best.pt beside it."""
     path = Path(given).expanduser()
     wanted = " or ".join(f"checkpoints/{name}" for name in names)
     if not path.exists():
@@ -55,7 +56,7 @@ def find_checkpoint(
             for candidate in (path / "checkpoints" / name, path / name):
                 if candidate.is_file():
                     return candidate
-        if "last.pt" in names:  # distributed=fsdp's
+        if "last.pt" in names:  # or a sharded last/
             for checkpoints in (path / "checkpoints", path):
                 if found := latest_checkpoint(checkpoints):
                     return whole_or_sharded(found, key, sharded)
@@ -64,14 +65,14 @@ def find_checkpoint(
 
 
 def whole_or_sharded(checkpoint: Path, key: str, sharded: bool) -> Path:
-    """distributed=fsdp's checkpoints/last/ holds the weights as shards of each rank, to resume from; the run
-    writes its full weights to best.pt beside it, which eval.py reads in any number of processes."""
+    """A sharded checkpoints/last/ holds the weights as shards of each rank, to resume from; the run writes its
+    full weights to best.pt beside it, which eval.py reads in any number of processes."""
     if sharded or not checkpoint.is_dir():
         return checkpoint
     best = checkpoint.parent / "best.pt"
     fix = f"evaluate {best} (its full weights), or the run directory" if best.is_file() else "it has no best.pt yet"
     raise ConfigError(
-        key, f"{checkpoint} is distributed=fsdp's sharded checkpoint (for resuming), not one eval.py reads; {fix}"
+        key, f"{checkpoint} is a sharded checkpoint (every rank's shards, for resuming), not one eval.py reads; {fix}"
     )
 
 
@@ -80,8 +81,8 @@ def is_sharded_checkpoint(path: Path) -> bool:
 
 
 def latest_checkpoint(checkpoints: Path) -> Path | None:
-    """The checkpoint a resume continues from in a checkpoints/ folder: last.pt, or distributed=fsdp's
-    last/ (last.old/ where a kill came between the two renames that replace it); None if there is none."""
+    """The checkpoint a resume continues from in a checkpoints/ folder: last.pt, or a sharded last/ (last.old/
+    where a kill came between the two renames that replace it); None if there is none."""
     if (checkpoints / "last.pt").is_file():
         return checkpoints / "last.pt"
     sharded = [checkpoints / "last", checkpoints / "last.old"]
@@ -94,7 +95,7 @@ def read_checkpoint(
     """torch.load(weights_only=True), with each way the file can be unusable said in one line that
     names `key`, the config key that gave the path. `mmap=True` reads lazily: a cheap check of a
     large checkpoint before anything is built. A sharded checkpoint (a directory): its state.pt, all but the
-    weights and the optimizer state (trainkit.distributed.fsdp loads those into the sharded model)."""
+    weights and the optimizer state (the strategy that wrote it loads those into its sharded model)."""
     required: tuple[str, ...] = REQUIRED_KEYS
     if path.is_dir():
         if not is_sharded_checkpoint(path):

@@ -169,7 +169,7 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
     from trainkit.distributed.process_group import process_info
 
     if composed.resume == AUTO:
-        existing = latest_checkpoint(run_dir / "checkpoints")  # last.pt, or distributed=fsdp's last/
+        existing = latest_checkpoint(run_dir / "checkpoints")  # last.pt, or a sharded last/
         if existing is None:
             _start_afresh(run_dir)
             composed.resume = None
@@ -189,7 +189,7 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
     _refuse_another_optimizer(state, resolved)
     if not explicit and in_multirun():  # a rerun sweep: job N must be the same trial as before
         refuse_another_trial(changes, overrides, run_dir)
-    _refuse_another_checkpoint_layout(checkpoint, resolved)
+    _refuse_another_checkpoint_layout(checkpoint, state, resolved)
     new_model = any(change.startswith(("model.", "data.channels ", "data.num_classes ")) for change in changes)
     if new_model and "model" in state:  # a sharded checkpoint's weights are checked as they load
         _check_model_fits_early(state["model"], resolved)
@@ -341,27 +341,30 @@ def _refuse_another_optimizer(state: dict, resolved: DictConfig) -> None:
         )
 
 
-def _refuse_another_checkpoint_layout(checkpoint: Path, resolved: DictConfig) -> None:
-    """distributed=fsdp writes checkpoints/last/ (shards), the others last.pt: neither loads the other's
-    optimizer state (FSDP's is keyed by parameter name and sharded, torch's by position and whole)."""
-    sharded, fsdp = checkpoint.is_dir(), resolved.distributed.name == "fsdp"
-    if sharded != fsdp:
-        wrote = "distributed=fsdp" if sharded else "a run without distributed=fsdp"
+def _refuse_another_checkpoint_layout(checkpoint: Path, state: dict, resolved: DictConfig) -> None:
+    """A strategy that shards writes checkpoints/last/ (every rank's shards), the others last.pt: neither loads
+    the other's optimizer state (a sharded one is keyed by parameter name and sharded, torch's by position)."""
+    from trainkit.distributed.parallel import strategy
+
+    sharded = strategy(resolved.distributed.get("parallel")).last.endswith("/")
+    if checkpoint.is_dir() != sharded:
+        wrote = state["config"].get("distributed", {}).get("name")
         raise ConfigError(
             "distributed",
-            f"is {resolved.distributed.name}, but {wrote} wrote {checkpoint}; resume with the distributed setting that "
-            f"wrote it (to change, start a new run with finetune.pretrained_path=<its best.pt>)",
+            f"is {resolved.distributed.name}, but distributed={wrote} wrote {checkpoint} "
+            f"({'a folder of shards' if checkpoint.is_dir() else 'one file'}); resume with the distributed setting "
+            f"that wrote it (to change, start a new run with finetune.pretrained_path=<its best.pt>)",
         )
 
 
 def refuse_weights_only(checkpoint: Path, state: dict) -> None:
-    """distributed=fsdp's best.pt holds the full weights without the optimizer state (that stays sharded in
+    """A sharded run's best.pt holds the full weights without the optimizer state (that stays sharded in
     checkpoints/last/): for eval.py and fine-tuning, not to continue from."""
     optimizer = state.get("optimizer")  # (a sharded checkpoint's state.pt holds none: its shards do)
     if isinstance(optimizer, dict) and optimizer.get("param_groups") == []:
         raise ConfigError(
             "resume",
-            f"{checkpoint} holds weights without optimizer state (distributed=fsdp's best.pt), so it cannot be "
+            f"{checkpoint} holds weights without optimizer state (a sharded run's best.pt), so it cannot be "
             f"resumed; resume the run directory (its checkpoints/last/), or start a new run with "
             f"finetune.pretrained_path={checkpoint}",
         )
@@ -374,7 +377,7 @@ def _planned_world_size(cfg: DictConfig) -> int | None:
 
     if launched_externally():
         return process_info().world_size
-    if cfg.distributed.name not in ("ddp", "fsdp"):
+    if cfg.distributed.name == "none":
         return 1
     nproc = cfg.distributed.get("nproc_per_node")
     if nproc is None:  # one per visible GPU, as trainkit.distributed.launch counts them

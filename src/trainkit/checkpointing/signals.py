@@ -278,7 +278,7 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
     leaving = hand_over()
     if is_main:
         checkpoints = run_dir.resolve() / "checkpoints"
-        checkpoint = latest_checkpoint(checkpoints) or checkpoints / "last.pt"  # distributed=fsdp: last/
+        checkpoint = latest_checkpoint(checkpoints) or checkpoints / "last.pt"  # or a sharded last/
         if leaving:
             how = f"checkpoint saved; submitit requeued the job: it continues from {checkpoint} with resume=auto"
         else:

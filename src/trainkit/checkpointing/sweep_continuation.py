@@ -51,7 +51,7 @@ def continue_sweep_job(composed: DictConfig, run_dir: Path) -> None:
     if not in_multirun():
         return
     _name_the_rerun()
-    checkpoint = latest_checkpoint(run_dir / "checkpoints")  # last.pt, or distributed=fsdp's last/
+    checkpoint = latest_checkpoint(run_dir / "checkpoints")  # last.pt, or a sharded last/
     if composed.get("resume") is not None or checkpoint is None:
         return
     if not OmegaConf.select(composed, "sweep.continue_jobs", default=True):

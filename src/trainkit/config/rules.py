@@ -77,13 +77,6 @@ def required_keys(value: object) -> str | None:
     return f"must be a list of keys (an entry may be a list of alternatives), got {show(value)}"
 
 
-def class_names(value: object) -> str | None:
-    """distributed.blocks: null, or a list of module class names (trainkit.distributed.fsdp.blocks)."""
-    if value is None or (isinstance(value, ListConfig) and len(value) and all(isinstance(n, str) for n in value)):
-        return None
-    return f"must be null (the children of the model's top-level children) or a list of class names, got {show(value)}"
-
-
 def class_folders(value: object) -> str | None:
     """data.class_folders (data=textfolder): null (every folder under train/) or at least two folder names, each once
     (a name twice would list its files under two labels). Whether they are folders of train/ is the data's to say."""
@@ -226,12 +219,12 @@ RULES: dict[str, Check] = {
     "augmentation.per_sample.policy": per_sample_policy,
     "augmentation.per_sample.num_ops": integer(1, null=True),
     "augmentation.per_sample.magnitude": integer(0, 30, null=True),
-    "distributed.name": one_of("none", "ddp", "fsdp"),
+    "distributed.name": text(),  # none, ddp, or a strategy's own that distributed.parallel names (validation)
+    "distributed.parallel": text(null=True),  # module.Class: trainkit.distributed.parallel.strategy
     "distributed.nproc_per_node": integer(1, null=True),
     "distributed.backend": one_of("auto", "nccl", "gloo"),
     "distributed.sync_batchnorm": flag(),
     "distributed.timeout_seconds": number(above=0),
-    "distributed.blocks": class_names,
     "logger.trackers": tracker_choice,
     "logger.log_images": flag(),
     "logger.log_predictions": integer(minimum=0),

@@ -218,11 +218,6 @@ def unknown_keys(prefix: str, known: Sequence[str]) -> Relation:
     return Relation((prefix,), check)
 
 
-def refused_under_fsdp(why: str) -> str:
-    """What a setting that needs whole, unsharded parameters says under distributed=fsdp (`why`: what it does)."""
-    return f"{why}, but distributed=fsdp shards the parameters; train with distributed=ddp, or turn it off"
-
-
 def _has_problem(key: str, problems: Mapping[str, str]) -> bool:
     """`key`, a section above it or a key inside it is already wrong: a check that reads it would
     judge a value that means nothing, and report the same mistake twice."""

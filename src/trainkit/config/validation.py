@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from trainkit.augment.batch_transform import active_ops
 from trainkit.config.declared import answer, arguments, declared, feature_checks, feature_modules
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
-from trainkit.config.schema import Relation, find_problems, integer, refused_under_fsdp, show, unknown_keys
+from trainkit.config.schema import Relation, find_problems, integer, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, budget_key, data_class
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
@@ -318,21 +318,23 @@ def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-def _what_fsdp_cannot_combine_with(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """distributed=fsdp shards the parameters in place; these need whole, unsharded ones (or a GradScaler)."""
-    if cfg.distributed.name != "fsdp":
+def _strategy(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """A conf/distributed option of a strategy of its own names its class in distributed.parallel (and checks its
+    own keys beside that class: `_checks_`); without one, the processes replicate the model (ddp), or one trains it."""
+    from trainkit.distributed.parallel import strategy
+
+    named = cfg.distributed.get("parallel")
+    if not named and cfg.distributed.name not in ("none", "ddp"):
+        yield (
+            "distributed.name",
+            f"is {cfg.distributed.name}, which is none or ddp unless distributed.parallel names its strategy; "
+            "pick one with distributed=<option of conf/distributed>",
+        )
         return
-    refused = {
-        "trainer.compile": (cfg.trainer.compile, "is not wired with fully_shard here"),
-        "distributed.sync_batchnorm": (cfg.distributed.sync_batchnorm, "is not wired with fully_shard here"),
-    }
-    for key, (on, why) in refused.items():
-        if on:
-            yield key, refused_under_fsdp(why)
-    if cfg.precision.name == "fp16":
-        yield "precision", "fp16 needs a GradScaler, which distributed=fsdp does not shard here; use bf16 or fp32"
-    if cfg.distributed.nproc_per_node == 1:
-        yield "distributed.nproc_per_node", "is 1: one process has nothing to shard with; use distributed=none, or 2+"
+    try:
+        strategy(named)
+    except ConfigError as error:
+        yield error.key, error.message
 
 
 def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -440,16 +442,7 @@ RELATIONS = (
     Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),
     Relation(("task._target_", "regularization.early_stopping"), _early_stopping_direction),
     Relation(("device", "distributed.sync_batchnorm", "distributed.backend"), _cuda_only),
-    Relation(
-        (
-            "distributed.name",
-            "trainer.compile",
-            "distributed.sync_batchnorm",
-            "precision.name",
-            "distributed.nproc_per_node",
-        ),
-        _what_fsdp_cannot_combine_with,
-    ),
+    Relation(("distributed.name", "distributed.parallel"), _strategy),
     unknown_keys("augmentation", AUGMENTATION_KEYS),
     unknown_keys("augmentation.color_jitter", COLOR_JITTER_KEYS),
     unknown_keys("augmentation.affine", AFFINE_KEYS),

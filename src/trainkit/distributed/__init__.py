@@ -1,11 +1,11 @@
 """Processes: the process group and its collectives (sums, agreement, weights), how a model is spread
-over them (parallel: one process, DDP, FSDP), starting DDP workers for one run (launch), and torchrun
-under Hydra.
+over them (parallel: one process, DDP, or a strategy of its own in a module of its own, which
+distributed.parallel names), starting the workers of one run (launch), and torchrun under Hydra.
 
 train.py imports the process group's functions from here, and parallel_for and start_processes from
 their modules (they import trainkit.checkpointing, which needs the process group: importing them here
 would go round in a circle). The modules inside import each other directly, in one direction:
-process_group <- fsdp <- parallel; process_group <- launch."""
+process_group <- parallel <- a strategy's own module; process_group <- launch."""
 
 from trainkit.distributed.process_group import (
     ProcessInfo,

@@ -1,5 +1,7 @@
-"""distributed=fsdp's mechanics: shard parameters, gradients and optimizer state across ranks (FSDP2's
-`fully_shard`). trainkit.distributed.parallel's FSDP calls these; train.py calls that.
+"""distributed=fsdp: shard parameters, gradients and optimizer state across ranks (FSDP2's `fully_shard`).
+conf/distributed/fsdp.yaml names the class here, `FSDP` (distributed.parallel), which train.py calls through
+trainkit.distributed.parallel's interface, and this module as the one that checks its keys (`_checks_`):
+deleting this file, its yaml, its script (scripts/fsdp_memory.py) and its tests deletes FSDP (docs/features.md).
 
     shard_model(model, cfg.distributed, cfg.precision.name)      # in place, before the optimizer is built
     with full_parameters(model): evaluate(...)                    # every rank holds the whole model to evaluate
@@ -24,24 +26,127 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
+from torch.optim.swa_utils import AveragedModel
 
-from trainkit.distributed.process_group import any_rank
+from trainkit.checkpointing.checkpoint import save_checkpoint
+from trainkit.checkpointing.files import CHECKPOINT_FORMAT, SHARDED_REST
+from trainkit.config.schema import Relation, show
+from trainkit.distributed.parallel import Parallel
+from trainkit.distributed.process_group import ProcessInfo, any_rank
 from trainkit.errors import ConfigError
 
 # torch.distributed.fsdp and torch.distributed.checkpoint take ~1 s to import: every process of every run
 # imports train.py, so they are imported where a sharded model needs them, not here.
 
-PARAM_DTYPES = {"bf16": torch.bfloat16, "fp32": None}  # fp16 is refused by trainkit.config.validation
-METADATA = ".metadata"  # DCP writes it last: a directory without it is no checkpoint
-REST = "state.pt"  # beside the shards: everything but the weights and the optimizer state (rank 0's)
+PARAM_DTYPES = {"bf16": torch.bfloat16, "fp32": None}  # fp16 is refused by the checks below
 NO_OPTIMIZER_STATE: dict = {"state": {}, "param_groups": []}  # best.pt's: a resume continues from last/
+
+
+class FSDP(Parallel):
+    """distributed=fsdp: each rank holds 1/N of every parameter, gradient and optimizer state. The step
+    autocasts nothing: the sharding's MixedPrecisionPolicy runs the blocks in `precision` already.
+    Checkpoints: checkpoints/last/, every rank's shards; best.pt, the full weights."""
+
+    last = "last/"
+
+    def __init__(self, precision: str, is_main: bool, distributed: DictConfig, world_size: int):
+        super().__init__("fp32", is_main)
+        self.parameter_precision, self.distributed, self.world_size = precision, distributed, world_size
+
+    @classmethod
+    def for_run(cls, cfg: DictConfig, proc: ProcessInfo, device: torch.device) -> "FSDP":
+        return cls(cfg.precision.name, proc.is_main, cfg.distributed, proc.world_size)
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        return shard_model(model, self.distributed, self.parameter_precision, self.world_size)  # in place
+
+    def gradient_sync(self, model: nn.Module, enabled: bool) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext() if enabled else without_gradient_sync(model)
+
+    def full_parameters(self, model: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
+        return full_parameters(model, enabled)
+
+    def save(
+        self, checkpoints: Path, state: dict, model: nn.Module, optimizer: torch.optim.Optimizer, improved: bool
+    ) -> bool:
+        return save_sharded_checkpoints(checkpoints, state, model, optimizer, improved, self.is_main)
+
+    def load(
+        self, checkpoint: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+    ) -> dict:
+        return load_sharded_checkpoint(checkpoint, model, optimizer)
+
+    def load_best(self, checkpoint: dict | None, found: bool, model: nn.Module, averaged: AveragedModel | None) -> None:
+        if found:  # rank 0's full weights, scattered into every rank's shards (an average of whole weights: refused)
+            load_full_weights(model, checkpoint["model"] if checkpoint else {})
+
+
+# ---- its config checks (conf/distributed/fsdp.yaml's _checks_: gathered by trainkit.config) -----------------
+
+
+def class_names(value: object) -> str | None:
+    """distributed.blocks: null, or a list of module class names (`blocks` below)."""
+    if value is None or (isinstance(value, ListConfig) and len(value) and all(isinstance(n, str) for n in value)):
+        return None
+    return f"must be null (the children of the model's top-level children) or a list of class names, got {show(value)}"
+
+
+def refused_under_fsdp(why: str) -> str:
+    """What a setting that needs whole, unsharded parameters says under distributed=fsdp (`why`: what it does)."""
+    return f"{why}, but distributed=fsdp shards the parameters; train with distributed=ddp, or turn it off"
+
+
+# What other features do with whole weights, refused here: {key: (the setting refused, what is wrong)}. A feature
+# deleted takes its key with it, and nothing is refused.
+WHOLE_WEIGHTS = {
+    "regularization.ema.enabled": (True, refused_under_fsdp("averages whole weights")),
+    "lr_finder.enabled": (True, refused_under_fsdp("saves and restores whole weights around its trial steps")),
+    "batch_size_finder.enabled": (True, refused_under_fsdp("measures the unsharded model")),
+    "trainer.micro_batch_size": (  # one rank out of memory in a sharded forward: the others would wait
+        "auto",
+        "auto searches on whole weights, but distributed=fsdp gathers them inside each forward; give a size "
+        "(e.g. trainer.micro_batch_size=16)",
+    ),
+}
+
+
+def _what_needs_whole_weights(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    for key, (refused, message) in WHOLE_WEIGHTS.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value == refused and type(value) is type(refused):
+            yield key, message
+
+
+def _what_fsdp_cannot_combine_with(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """fully_shard shards the parameters in place; these need whole, unsharded ones (or a GradScaler)."""
+    refused = {
+        "trainer.compile": (cfg.trainer.compile, "is not wired with fully_shard here"),
+        "distributed.sync_batchnorm": (cfg.distributed.sync_batchnorm, "is not wired with fully_shard here"),
+    }
+    for key, (on, why) in refused.items():
+        if on:
+            yield key, refused_under_fsdp(why)
+    if cfg.precision.name == "fp16":
+        yield "precision", "fp16 needs a GradScaler, which distributed=fsdp does not shard here; use bf16 or fp32"
+    if cfg.distributed.nproc_per_node == 1:
+        yield "distributed.nproc_per_node", "is 1: one process has nothing to shard with; use distributed=none, or 2+"
+
+
+CONFIG_RULES = {"distributed.blocks": class_names}
+CONFIG_RELATIONS = (
+    Relation(
+        ("trainer.compile", "distributed.sync_batchnorm", "precision.name", "distributed.nproc_per_node"),
+        _what_fsdp_cannot_combine_with,
+    ),
+    Relation(tuple(WHOLE_WEIGHTS), _what_needs_whole_weights),
+)
 
 
 def shard_model(model: nn.Module, cfg: DictConfig, precision: str, world_size: int | None = None) -> nn.Module:
     """`fully_shard` each block, then the root, in place. bf16: parameters are gathered and run in
-    bf16, gradients reduced in fp32 (so the step autocasts nothing: parallel.FSDP's precision is fp32).
+    bf16, gradients reduced in fp32 (so the step autocasts nothing: FSDP's precision, above, is fp32).
     BatchNorm stays fp32 in units of its own, as autocast keeps it (its fp32 buffers cannot meet bf16
     weights). One process (torchrun or SLURM started one; the config check refuses
     distributed.nproc_per_node=1) is refused.
@@ -150,9 +255,6 @@ def save_sharded_checkpoints(
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
 
-    from trainkit.checkpointing.checkpoint import save_checkpoint
-    from trainkit.checkpointing.files import CHECKPOINT_FORMAT
-
     local = [tensor.to_local() if hasattr(tensor, "to_local") else tensor for tensor in model.state_dict().values()]
     finite = all(bool(tensor.isfinite().all()) for tensor in local if tensor.is_floating_point())
     if any_rank(not finite, next(model.parameters()).device):
@@ -163,7 +265,7 @@ def save_sharded_checkpoints(
     if is_main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        torch.save({"format": CHECKPOINT_FORMAT, **rest}, tmp / REST)
+        torch.save({"format": CHECKPOINT_FORMAT, **rest}, tmp / SHARDED_REST)
     dist.barrier()
     weights, optimizer_state = get_state_dict(model, optimizer)
     dcp.save({"model": weights, "optimizer": optimizer_state}, checkpoint_id=tmp)  # .metadata last, then a barrier
@@ -196,7 +298,7 @@ def load_sharded_checkpoint(directory: str | Path, model: nn.Module, optimizer: 
 
 def read_rest(directory: Path) -> dict:
     """state.pt of a sharded checkpoint directory: config, position, RNG streams, schedule, ..."""
-    return torch.load(directory / REST, map_location="cpu", weights_only=True)
+    return torch.load(directory / SHARDED_REST, map_location="cpu", weights_only=True)
 
 
 def load_full_weights(model: nn.Module, weights: dict) -> None:

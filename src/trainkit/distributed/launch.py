@@ -72,7 +72,7 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[...,
     called here; or, with distributed=ddp and no processes yet, in `distributed.nproc_per_node` worker
     processes started now, returning rank 0's result. The one function every process starts from, in one
     or many: the workers import it by its script's path and its name (a module-level function)."""
-    if cfg.distributed.name not in ("ddp", "fsdp") or launched_externally():
+    if cfg.distributed.name == "none" or launched_externally():
         with stop_on_signals():
             stop_if_requested_while_starting(agree_later=launched_externally())
             with joined_process_group(cfg) as (proc, device):

@@ -1,20 +1,24 @@
-"""How a model is spread over the processes of a run: one process, DDP or FSDP, behind one interface.
-train.py calls these methods and never asks which one runs; what differs between them is here (FSDP's
-mechanics in trainkit.distributed.fsdp).
+"""How a model is spread over the processes of a run: one process, DDP, or a strategy of its own that
+`distributed.parallel` names (a conf/distributed option's: one that shards the model), behind one interface.
+train.py calls these methods and never asks which one runs; what differs between them is here, or in
+the strategy's own module (this one imports none: deleting one deletes its module and its yaml).
 
-    parallel = parallel_for(cfg, proc, device)      # distributed.name and the number of processes choose
-    model = parallel.prepare(model)                  # before the optimizer takes the parameters (FSDP shards)
+    parallel = parallel_for(cfg, proc, device)      # distributed.parallel and the number of processes choose
+    model = parallel.prepare(model)                  # before the optimizer takes the parameters (a sharding one shards)
     trained = parallel.wrap(model, compile)          # what the loop calls: compiled, then DDP-wrapped
     with parallel.gradient_sync(trained, enabled), autocast(parallel.precision, device): ...  # a micro-step
     with parallel.full_parameters(model): evaluate(...)  # every rank holds the whole model
-    parallel.save(checkpoints, state, model, optimizer, improved)   # last.pt and best.pt, or FSDP's last/
+    parallel.save(checkpoints, state, model, optimizer, improved)   # last.pt and best.pt, or a sharded last/
     state = parallel.load(checkpoint, model, optimizer, device)     # a resume: what Run.load_state_dict reads
     parallel.load_best(best, found, model, averaged) # rank 0's best.pt on every rank, for the test
 
-A strategy of your own (tensor parallel, a CPU offload) is one more subclass and one more line in parallel_for.
+A strategy of your own (tensor parallel, a CPU offload) is a subclass of Parallel in a module of its own, with a
+`for_run(cfg, proc, device)` class method that builds it, named by `distributed.parallel` in a conf/distributed
+file of its own (docs/distributed.md).
 """
 
 import contextlib
+import importlib
 from pathlib import Path
 
 import torch
@@ -30,19 +34,27 @@ from trainkit.checkpointing.checkpoint import (
     save_checkpoint,
     unwrap_model,
 )
-from trainkit.distributed import fsdp
 from trainkit.distributed.process_group import ProcessInfo, broadcast_weights
+from trainkit.errors import ConfigError
 
 
 class Parallel:
     """One process: the model as it is, the step autocast to `precision`, checkpoints written by rank 0.
-    DDP and FSDP below change what they need; every method is a no-op or the plain thing here."""
+    DDP below, and a strategy of its own, change what they need; every method is a no-op or the plain thing here."""
 
-    last = "last.pt"  # what save writes for a resume, under checkpoints/
+    last = "last.pt"  # what save writes for a resume, under checkpoints/ ("last/": a folder of every rank's shards)
 
     def __init__(self, precision: str = "fp32", is_main: bool = True):
         self.precision = precision  # what the step autocasts to (trainkit.runtime.autocast)
         self.is_main = is_main  # rank 0: it alone writes a checkpoint file
+
+    @classmethod
+    def for_run(cls, cfg: DictConfig, proc: ProcessInfo, device: torch.device) -> "Parallel":
+        """Built for this run: several processes (distributed=ddp, or torchrun's or SLURM's, whatever
+        distributed.name says) replicate the model, one trains it as it is. A strategy of its own overrides this."""
+        if proc.world_size > 1:
+            return DDP(cfg.precision.name, proc.is_main, device, cfg.distributed.sync_batchnorm)
+        return Parallel(cfg.precision.name)
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """The model the optimizer is built on (it is on its device already)."""
@@ -114,46 +126,26 @@ class DDP(Parallel):
         return contextlib.nullcontext() if enabled else model.no_sync()
 
 
-class FSDP(Parallel):
-    """distributed=fsdp (trainkit.distributed.fsdp): each rank holds 1/N of every parameter, gradient and
-    optimizer state. The step autocasts nothing: the sharding's MixedPrecisionPolicy runs the blocks in
-    `precision` already. Checkpoints: checkpoints/last/, every rank's shards; best.pt, the full weights."""
-
-    last = "last/"
-
-    def __init__(self, precision: str, is_main: bool, distributed: DictConfig, world_size: int):
-        super().__init__("fp32", is_main)
-        self.parameter_precision, self.distributed, self.world_size = precision, distributed, world_size
-
-    def prepare(self, model: nn.Module) -> nn.Module:
-        return fsdp.shard_model(model, self.distributed, self.parameter_precision, self.world_size)  # in place
-
-    def gradient_sync(self, model: nn.Module, enabled: bool) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext() if enabled else fsdp.without_gradient_sync(model)
-
-    def full_parameters(self, model: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
-        return fsdp.full_parameters(model, enabled)
-
-    def save(
-        self, checkpoints: Path, state: dict, model: nn.Module, optimizer: torch.optim.Optimizer, improved: bool
-    ) -> bool:
-        return fsdp.save_sharded_checkpoints(checkpoints, state, model, optimizer, improved, self.is_main)
-
-    def load(
-        self, checkpoint: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
-    ) -> dict:
-        return fsdp.load_sharded_checkpoint(checkpoint, model, optimizer)
-
-    def load_best(self, checkpoint: dict | None, found: bool, model: nn.Module, averaged: AveragedModel | None) -> None:
-        if found:  # rank 0's full weights, scattered into every rank's shards (an average of whole weights: refused)
-            fsdp.load_full_weights(model, checkpoint["model"] if checkpoint else {})
-
-
 def parallel_for(cfg: DictConfig, proc: ProcessInfo, device: torch.device) -> Parallel:
-    """distributed=fsdp shards; several processes (distributed=ddp, or torchrun's or SLURM's, whatever
-    distributed.name says) replicate; one process trains the model as it is."""
-    if cfg.distributed.name == "fsdp":
-        return FSDP(cfg.precision.name, proc.is_main, cfg.distributed, proc.world_size)
-    if proc.world_size > 1:
-        return DDP(cfg.precision.name, proc.is_main, device, cfg.distributed.sync_batchnorm)
-    return Parallel(cfg.precision.name)
+    """This run's: the class `distributed.parallel` names builds itself (a strategy of its own); without one,
+    Parallel.for_run replicates the model over several processes or trains it as it is in one."""
+    return strategy(cfg.distributed.get("parallel")).for_run(cfg, proc, device)
+
+
+def strategy(named: str | None) -> type[Parallel]:
+    """The class `distributed.parallel` names (`module.Class`), imported, not built: Parallel where it names none
+    (one process or DDP, by the number of processes). One that cannot be imported is refused in one line."""
+    if not named:
+        return Parallel
+    module, _, name = named.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name, None) if module else None
+    except ImportError:
+        found = None
+    if not (isinstance(found, type) and issubclass(found, Parallel)):
+        raise ConfigError(
+            "distributed.parallel",
+            f"names {named}, which is no subclass of trainkit.distributed.parallel.Parallel that can be imported; "
+            "use a conf/distributed option (distributed=ddp), or name one as module.Class",
+        )
+    return found

@@ -30,14 +30,13 @@ Cost on a GPU: AveragedModel keeps `n_averaged` on the CPU and copies it to the 
 update, a small synchronous copy; the update itself is one foreach lerp over all weights.
 """
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 import torch
-from omegaconf import DictConfig
 from torch import Tensor
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from trainkit.config.schema import Relation, flag, number
+from trainkit.config.schema import flag, number
 from trainkit.distributed.process_group import broadcast_weights
 
 CONFIG_RULES = {  # gathered by the config check: conf/config.yaml's regularization.ema._checks_
@@ -46,17 +45,6 @@ CONFIG_RULES = {  # gathered by the config check: conf/config.yaml's regularizat
     "regularization.ema.warmup": flag(),
 }
 
-
-def _whole_weights(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.regularization.ema.enabled and cfg.distributed.name == "fsdp":
-        yield (
-            "regularization.ema.enabled",
-            "averages whole weights, but distributed=fsdp shards the parameters; train with distributed=ddp, or "
-            "turn it off",
-        )
-
-
-CONFIG_RELATIONS = (Relation(("regularization.ema.enabled", "distributed.name"), _whole_weights),)
 
 ParamList = tuple[Tensor, ...] | list[Tensor]
 MultiAvgFn = Callable[[ParamList, ParamList, Tensor | int], None]

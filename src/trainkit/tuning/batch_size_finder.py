@@ -26,7 +26,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from trainkit.config.schema import Check, Relation, flag, integer, number, refused_under_fsdp
+from trainkit.config.schema import Check, Relation, flag, integer, number
 from trainkit.data.datasets import budget_key, data_class
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.distributed.process_group import min_across_ranks
@@ -192,11 +192,6 @@ def _a_range_to_search(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-def _whole_weights(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.batch_size_finder.enabled and cfg.distributed.name == "fsdp":
-        yield "batch_size_finder.enabled", refused_under_fsdp("measures the unsharded model")
-
-
 def _a_size_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The finder searches data.batch_size; under a size budget (data.max_tokens) that is a cap, not a batch's size."""
     try:  # a data._target_ that does not import: its own problem
@@ -214,6 +209,5 @@ def _a_size_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str
 
 CONFIG_RELATIONS = (
     Relation(("batch_size_finder",), _a_range_to_search),
-    Relation(("batch_size_finder.enabled", "distributed.name"), _whole_weights),
     Relation(("data._target_", "batch_size_finder.enabled"), _a_size_budget_sizes_its_batches),
 )

@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from trainkit.checkpointing import stop_signal, stopped_before_training
-from trainkit.config.schema import Check, Relation, flag, integer, number, refused_under_fsdp
+from trainkit.config.schema import Check, Relation, flag, integer, number
 from trainkit.distributed.process_group import all_reduce_sum, is_distributed
 from trainkit.models.finetune import apply_frozen_bn_eval
 from trainkit.run import build_lr_schedule
@@ -293,15 +293,7 @@ def _a_range_to_sweep(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "lr_finder.max_lr", f"must be > lr_finder.min_lr={cfg.lr_finder.min_lr}, got {cfg.lr_finder.max_lr}"
 
 
-def _whole_weights(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.lr_finder.enabled and cfg.distributed.name == "fsdp":
-        yield "lr_finder.enabled", refused_under_fsdp("saves and restores whole weights around its trial steps")
-
-
-CONFIG_RELATIONS = (
-    Relation(("lr_finder",), _a_range_to_sweep),
-    Relation(("lr_finder.enabled", "distributed.name"), _whole_weights),
-)
+CONFIG_RELATIONS = (Relation(("lr_finder",), _a_range_to_sweep),)
 
 
 def ignored_settings(cfg: DictConfig) -> Iterator[str]:

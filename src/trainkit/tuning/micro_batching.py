@@ -160,14 +160,4 @@ def _a_cap_for_auto(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-def _auto_on_whole_weights(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """One rank out of memory in a sharded forward: the others would wait."""
-    if cfg.trainer.micro_batch_size == "auto" and cfg.distributed.name == "fsdp":
-        why = "auto searches on whole weights, but distributed=fsdp gathers them inside each forward"
-        yield "trainer.micro_batch_size", f"{why}; give a size (e.g. trainer.micro_batch_size=16)"
-
-
-CONFIG_RELATIONS = (
-    Relation(("trainer.micro_batch_size", "trainer.micro_batch_memory_cap_mb"), _a_cap_for_auto),
-    Relation(("trainer.micro_batch_size", "distributed.name"), _auto_on_whole_weights),
-)
+CONFIG_RELATIONS = (Relation(("trainer.micro_batch_size", "trainer.micro_batch_memory_cap_mb"), _a_cap_for_auto),)

@@ -1,10 +1,12 @@
-"""distributed=fsdp's checkpoints/last/ directory as resume sees it: found once DCP's metadata is written,
-read without its shards, torn copies removed, and refused under another distributed setting (no process group)."""
+"""A sharded checkpoints/last/ directory (a strategy that shards the model writes it: every rank's shards and
+state.pt) as resume sees it: found once DCP's metadata is written, read without its shards, torn copies removed,
+refused where the run's strategy writes last.pt, and its weights-only best.pt refused as a resume (no process group).
+What distributed=fsdp itself refuses: tests/unit/distributed/test_fsdp.py."""
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 
+from helpers import sharded_checkpoint
 from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
 from trainkit.checkpointing.files import CHECKPOINT_FORMAT, find_checkpoint, latest_checkpoint, read_checkpoint
 from trainkit.checkpointing.resume import _refuse_another_checkpoint_layout
@@ -14,11 +16,7 @@ REST = {"scheduler": {}, "epoch": 1, "step": 6, "batches_done": 2, "config": {"s
 
 
 def sharded(directory, metadata: bool = True):
-    directory.mkdir(parents=True)
-    torch.save({"format": CHECKPOINT_FORMAT, **REST}, directory / "state.pt")
-    if metadata:  # DCP writes it last
-        (directory / ".metadata").write_bytes(b"")
-    return directory
+    return sharded_checkpoint(directory, REST, metadata)
 
 
 def test_resume_finds_last_only_once_its_metadata_is_written(tmp_path):
@@ -55,54 +53,29 @@ def test_torn_and_replaced_sharded_checkpoints_are_removed(tmp_path):
     assert [path.name for path in checkpoints.iterdir()] == ["last"]
 
 
-@pytest.mark.parametrize("name, directory", [("none", True), ("ddp", True), ("fsdp", False)])
-def test_another_checkpoint_layout_is_refused_in_one_line(tmp_path, name, directory):
-    checkpoint = sharded(tmp_path / "last") if directory else tmp_path / "last.pt"
+@pytest.mark.parametrize("name", ["none", "ddp"])
+def test_a_sharded_checkpoint_is_refused_in_one_line_where_the_run_writes_last_pt(tmp_path, name):
+    resolved = OmegaConf.create({"distributed": {"name": name, "parallel": None}})
     with pytest.raises(ConfigError) as error:
-        _refuse_another_checkpoint_layout(checkpoint, OmegaConf.create({"distributed": {"name": name}}))
-    assert str(error.value).startswith(f"distributed: is {name}, but ") and "\n" not in str(error.value)
+        _refuse_another_checkpoint_layout(
+            sharded(tmp_path / "last"), {"config": {"distributed": {"name": "x"}}}, resolved
+        )
+    assert str(error.value).startswith(f"distributed: is {name}, but distributed=x wrote ") and "\n" not in str(
+        error.value
+    )
 
 
 def test_a_weights_only_best_pt_is_refused_as_a_resume_before_hydra(tmp_path):
     from trainkit.checkpointing.checkpoint import save_checkpoint
     from trainkit.checkpointing.resume import rewrite_argv
-    from trainkit.distributed.fsdp import NO_OPTIMIZER_STATE
 
-    best = tmp_path / "run" / "checkpoints" / "best.pt"  # as distributed=fsdp writes it: the full weights alone
-    save_checkpoint(best, {"format": CHECKPOINT_FORMAT, **REST, "model": {}, "optimizer": NO_OPTIMIZER_STATE})
+    best = tmp_path / "run" / "checkpoints" / "best.pt"  # as a sharded run writes it: the full weights alone
+    no_optimizer_state = {"state": {}, "param_groups": []}
+    save_checkpoint(best, {"format": CHECKPOINT_FORMAT, **REST, "model": {}, "optimizer": no_optimizer_state})
     with pytest.raises(ConfigError) as error:
         rewrite_argv(["train.py", f"resume={best}"])
     assert str(error.value) == (
-        f"resume: {best} holds weights without optimizer state (distributed=fsdp's best.pt), so it cannot be "
+        f"resume: {best} holds weights without optimizer state (a sharded run's best.pt), so it cannot be "
         f"resumed; resume the run directory (its checkpoints/last/), or start a new run with "
         f"finetune.pretrained_path={best}"
-    )
-
-
-def test_another_number_of_processes_inside_an_epoch_is_refused_before_workers_start(tmp_path, monkeypatch):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from conftest import ROOT
-    from trainkit.checkpointing import resume
-    from trainkit.config.schema import to_dict
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        two = ["distributed=fsdp", "distributed.nproc_per_node=2"]
-        config = to_dict(compose("config", overrides=two))
-        three = [*two[:1], "distributed.nproc_per_node=3"]
-        run_dir = tmp_path / "run"
-        last = run_dir / "checkpoints" / "last"
-        composed = compose("config", overrides=[f"resume={last}", *three])
-    GlobalHydra.instance().clear()
-    (run_dir / ".hydra").mkdir(parents=True)
-    sharded(last)  # written by 2 processes inside epoch 1, after batch 2
-    rest = {**REST, "config": config, "rng": [{}, {}], "early_stopping": {}}
-    torch.save({"format": CHECKPOINT_FORMAT, **rest}, last / "state.pt")
-    with pytest.raises(ConfigError) as error:  # in the parent: the checkpoint's state.pt and the config tell
-        resume.resumed_config(composed, run_dir, overrides=[f"resume={last}", *three])
-    assert str(error.value).startswith(
-        "distributed.nproc_per_node: this run has 3 processes but 2 processes wrote its checkpoint inside epoch 1 "
-        "(after batch 2)"
     )

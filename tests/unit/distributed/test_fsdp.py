@@ -1,6 +1,7 @@
-"""distributed=fsdp on a 2-process gloo group, through trainkit.distributed.parallel's FSDP and DDP (what train.py
+"""distributed=fsdp (trainkit.distributed.fsdp) on a 2-process gloo group, through its FSDP and DDP (what train.py
 calls): the same weights as DDP, gradient accumulation without a sync, clipping on the sharded gradients, the
-sharded checkpoint's round trip and best.pt."""
+sharded checkpoint's round trip and best.pt; and without processes: its config checks (beside its code), the blocks
+it shards of a Hugging Face model, what a resume of a sharded run refuses."""
 
 import copy
 
@@ -13,8 +14,13 @@ from test_distributed import free_port
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
 
+from conftest import ROOT, composed
+from helpers import config_check_tests, sharded_checkpoint
 from trainkit.checkpointing import load_weights
-from trainkit.distributed.parallel import DDP, FSDP, Parallel, parallel_for
+from trainkit.checkpointing.resume import _refuse_another_checkpoint_layout
+from trainkit.distributed import fsdp as fsdp_module
+from trainkit.distributed.fsdp import FSDP, blocks
+from trainkit.distributed.parallel import DDP, Parallel, parallel_for
 from trainkit.distributed.process_group import ProcessInfo
 from trainkit.errors import ConfigError
 from trainkit.models.small_cnn import SmallCNN
@@ -24,8 +30,12 @@ CPU = torch.device("cpu")
 
 
 def _config(distributed: str):
+    parallel = {"fsdp": "trainkit.distributed.fsdp.FSDP"}.get(distributed)  # as conf/distributed/<name>.yaml says
     return OmegaConf.create(
-        {"distributed": {"name": distributed, "sync_batchnorm": False, "blocks": None}, "precision": {"name": "fp32"}}
+        {
+            "distributed": {"name": distributed, "parallel": parallel, "sync_batchnorm": False, "blocks": None},
+            "precision": {"name": "fp32"},
+        }
     )
 
 
@@ -216,3 +226,84 @@ def test_fsdp_in_one_process_is_refused_in_one_line_before_anything_is_sharded()
     with pytest.raises(ConfigError, match=r"^distributed.name: fsdp in 1 process has nothing to shard with"):
         FSDP("fp32", True, DEFAULT_BLOCKS, world_size=1).prepare(model)
     assert not any(isinstance(module, FSDPModule) for module in model.modules())
+
+
+# ---- its config checks, declared beside its code (conf/distributed/fsdp.yaml's _checks_) ----------------------
+
+RULE_CASES = [
+    (["distributed=fsdp", "distributed.blocks=[]"], "distributed.blocks"),
+    (["distributed=fsdp", "distributed.blocks=Block"], "distributed.blocks"),
+]
+# fsdp shards the parameters in place: what needs whole ones (or a GradScaler) is refused; other features' settings
+# among them only where the feature is there (one deleted from this copy of the template has no key, and no case)
+WHOLE_WEIGHTS_OF_OTHER_FEATURES = [
+    (["distributed=fsdp", "regularization.ema.enabled=true"], "regularization.ema.enabled"),
+    (["distributed=fsdp", "lr_finder.enabled=true"], "lr_finder.enabled"),
+    (["distributed=fsdp", "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),
+]
+RELATION_CASES = [
+    (["distributed=fsdp", "trainer.compile=true"], "trainer.compile"),
+    (["distributed=fsdp", "precision=fp16"], "precision"),
+    (["distributed=fsdp", "distributed.nproc_per_node=1"], "distributed.nproc_per_node"),
+    (["distributed=fsdp", "trainer.micro_batch_size=auto"], "trainer.micro_batch_size"),
+    *[case for case in WHOLE_WEIGHTS_OF_OTHER_FEATURES if OmegaConf.select(composed(), case[1]) is not None],
+]
+test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
+    fsdp_module, RULE_CASES, RELATION_CASES
+)
+
+
+def test_fsdp_shards_a_hugging_face_models_transformer_layers():
+    from trainkit.models.hf import create_hf_model
+
+    bert = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+            "intermediate_size": 64, "max_position_embeddings": 64}  # fmt: skip
+    gpt2 = {"model_type": "GPT2Config", "n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 64,
+            "bos_token_id": None, "eos_token_id": None}  # fmt: skip
+    classifier = create_hf_model("trainkit.tasks.classification.Classification", num_labels=3, config=bert)
+    found = blocks(classifier, None)  # distributed.blocks=null: the model's own block_names
+    assert sorted({type(block).__name__ for block in found}) == ["BertEmbeddings", "BertLayer"]
+    assert sum(type(block).__name__ == "BertLayer" for block in found) == 2
+    language_model = create_hf_model("trainkit.tasks.language_model.LanguageModel", num_labels=256, config=gpt2)
+    assert {type(block).__name__ for block in blocks(language_model, None)} == {"GPT2Block"}
+
+
+# ---- a resume of a sharded run (no process group) ---------------------------------------------------------------
+
+REST = {"scheduler": {}, "epoch": 1, "step": 6, "batches_done": 2, "config": {"seed": 0}}
+
+
+def test_a_sharded_run_refuses_a_last_pt_in_one_line(tmp_path):
+    resolved = OmegaConf.create({"distributed": {"name": "fsdp", "parallel": "trainkit.distributed.fsdp.FSDP"}})
+    with pytest.raises(ConfigError) as error:
+        _refuse_another_checkpoint_layout(tmp_path / "last.pt", {"config": {"distributed": {"name": "ddp"}}}, resolved)
+    assert str(error.value).startswith("distributed: is fsdp, but distributed=ddp wrote ") and "\n" not in str(
+        error.value
+    )
+
+
+def test_another_number_of_processes_inside_an_epoch_is_refused_before_workers_start(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from trainkit.checkpointing import resume
+    from trainkit.config.schema import to_dict
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        two = ["distributed=fsdp", "distributed.nproc_per_node=2"]
+        config = to_dict(compose("config", overrides=two))
+        three = [*two[:1], "distributed.nproc_per_node=3"]
+        run_dir = tmp_path / "run"
+        last = run_dir / "checkpoints" / "last"
+        composed_config = compose("config", overrides=[f"resume={last}", *three])
+    GlobalHydra.instance().clear()
+    (run_dir / ".hydra").mkdir(parents=True)
+    # written by 2 processes inside epoch 1, after batch 2
+    sharded_checkpoint(last, {**REST, "config": config, "rng": [{}, {}], "early_stopping": {}})
+    with pytest.raises(ConfigError) as error:  # in the parent: the checkpoint's state.pt and the config tell
+        resume.resumed_config(composed_config, run_dir, overrides=[f"resume={last}", *three])
+    assert str(error.value).startswith(
+        "distributed.nproc_per_node: this run has 3 processes but 2 processes wrote its checkpoint inside epoch 1 "
+        "(after batch 2)"
+    )

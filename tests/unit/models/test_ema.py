@@ -211,7 +211,6 @@ def test_every_ddp_rank_holds_the_same_ema():
         (["regularization.ema.enabled=maybe"], "regularization.ema.enabled"),
         (["regularization.ema.decay=1"], "regularization.ema.decay"),
         (["regularization.ema.warmup=2"], "regularization.ema.warmup"),
-        (["distributed=fsdp", "regularization.ema.enabled=true"], "regularization.ema.enabled"),
     ],
 )
 def test_the_ema_keys_are_checked_beside_its_code(overrides, key):

@@ -1,10 +1,10 @@
 """model=hf (trainkit.models.hf): the head follows the task, the padding is masked, a saved folder loads offline,
-the library's gradient checkpointing, what weight decay skips, the blocks FSDP shards, the export's round trip."""
+the library's gradient checkpointing, what weight decay skips, the export's round trip (the blocks FSDP shards:
+tests/unit/distributed/test_fsdp.py)."""
 
 import pytest
 import torch
 
-from trainkit.distributed.fsdp import blocks
 from trainkit.errors import ConfigError
 from trainkit.models.export import export_model, load_exported
 from trainkit.models.hf import HuggingFaceModel, create_hf_model
@@ -95,13 +95,6 @@ def test_weight_decay_spares_its_norms_biases_and_embeddings():
     assert {"model.bert.embeddings.LayerNorm.weight", "model.classifier.bias",
             "model.bert.embeddings.word_embeddings.weight"} <= undecayed_names  # fmt: skip
     assert "model.bert.encoder.layer.0.attention.self.query.weight" in decayed_names
-
-
-def test_fsdp_shards_the_models_transformer_layers():
-    found = blocks(classifier(), None)  # distributed.blocks=null: the model's own block_names
-    assert sorted({type(block).__name__ for block in found}) == ["BertEmbeddings", "BertLayer"]
-    assert sum(type(block).__name__ == "BertLayer" for block in found) == 2
-    assert {type(block).__name__ for block in blocks(language_model(), None)} == {"GPT2Block"}
 
 
 def test_config_errors_name_the_key():

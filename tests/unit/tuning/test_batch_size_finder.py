@@ -173,7 +173,6 @@ RULE_CASES = [
 RELATION_CASES = [
     (["experiment=stdlib_functions", "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),  # a budget
     (["batch_size_finder.start=64", "batch_size_finder.max_batch_size=32"], "batch_size_finder.max_batch_size"),
-    (["distributed=fsdp", "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),
 ]
 test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
     batch_size_finder, RULE_CASES, RELATION_CASES

@@ -444,7 +444,6 @@ RULE_CASES = [
 ]
 RELATION_CASES = [
     (["lr_finder.max_lr=1e-8"], "lr_finder.max_lr"),
-    (["distributed=fsdp", "lr_finder.enabled=true"], "lr_finder.enabled"),
 ]
 test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
     lr_finder, RULE_CASES, RELATION_CASES

@@ -78,7 +78,6 @@ RULE_CASES = [
 ]
 RELATION_CASES = [
     (["trainer.micro_batch_size=16", "trainer.micro_batch_memory_cap_mb=100"], "trainer.micro_batch_memory_cap_mb"),
-    (["distributed=fsdp", "trainer.micro_batch_size=auto"], "trainer.micro_batch_size"),
 ]
 test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
     micro_batching, RULE_CASES, RELATION_CASES

@@ -1,14 +1,21 @@
 """train.py with distributed=fsdp, 2 processes on gloo: a run preempted inside an epoch (SIGTERM) resumes
 from its sharded checkpoints/last/ exactly (with 3 processes it is refused before they start), and its best.pt
-(full weights) is read by eval.py in one process."""
+(full weights) is read by eval.py in one process; a GPT sharded a Block a unit trains as DDP does; a Hugging Face
+model trains and tests as one process does (the cases of test_language_model.py and test_hf.py, under fsdp)."""
 
 import json
 import os
 
 import pytest
+from test_hf import corpus as text_folders
+from test_hf import handed_over, trains_in_two_processes_and_tests_as_one
+from test_language_model import corpus as python_files
+from test_language_model import tiny
 
 from conftest import ROOT, run_here
 from helpers import assert_same_training
+
+__all__ = ["handed_over", "python_files", "text_folders"]  # the fixtures of those files, used here
 
 # 2 ranks x 4 batches of 64 digits an epoch, BatchNorm included; rank 0 is preempted in its 6th training
 # step (inside epoch 1) or never.
@@ -50,3 +57,21 @@ def test_fsdp_preempted_inside_an_epoch_resumes_exactly_and_its_best_pt_evaluate
     assert code == 0, stderr[-3000:]
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert {key: metrics[key] for key in straight.summary["test"]} == pytest.approx(straight.summary["test"], rel=1e-6)
+
+
+@pytest.mark.slow  # two 2-process runs
+def test_fsdp_with_a_shard_unit_a_block_trains_as_ddp_does(run_train, python_files):
+    two = ("distributed.nproc_per_node=2", "regularization.early_stopping.enabled=false")
+    ddp = run_train(*tiny(python_files, "distributed=ddp", *two))
+    fsdp = run_train(*tiny(python_files, "distributed=fsdp", "distributed.blocks=[Block]", *two))
+    assert ddp.summary["world_size"] == fsdp.summary["world_size"] == 2
+    for key in ("val/loss", "val/bpb", "lr", "step"):
+        assert fsdp.epoch_metrics()[-1][key] == pytest.approx(ddp.epoch_metrics()[-1][key], rel=1e-5), key
+    assert fsdp.summary["test"] == pytest.approx(ddp.summary["test"], rel=1e-5)
+
+
+@pytest.mark.slow  # a 2-process run and its evaluation
+def test_a_hugging_face_model_in_two_fsdp_processes_tests_as_one_process_does(
+    run_train, text_folders, handed_over, tmp_path
+):
+    trains_in_two_processes_and_tests_as_one(run_train, text_folders, handed_over, tmp_path, "distributed=fsdp")
