@@ -52,11 +52,20 @@ def _yaml(node: Any, resolve: bool) -> str:
         return OmegaConf.to_yaml(node, resolve=False).rstrip()
 
 
-def build_tree(cfg: DictConfig, resolve: bool = True) -> "Tree":
+def build_tree(cfg: DictConfig, resolve: bool = True, highlight: bool = True) -> "Tree":
     """A rich Tree: one branch a config group (label `group: option`), then the other sections,
-    then the top-level scalar keys in one last branch."""
-    from rich.syntax import Syntax
+    then the top-level scalar keys in one last branch. `highlight`: the YAML in syntax colours
+    (pygments); without, plain text that renders to the same characters, for a console that shows
+    no colour (a file, a log, a pipe), which then needs neither pygments' import nor its lexing."""
+    from rich.text import Text
     from rich.tree import Tree
+
+    def body(text: str) -> Any:
+        if not highlight:  # as Syntax lays it out: long lines cropped, not wrapped
+            return Text(text, no_wrap=True, overflow="crop")
+        from rich.syntax import Syntax
+
+        return Syntax(text, "yaml", theme="ansi_dark", background_color="default")
 
     choices, overlays = _choices(cfg)
     title = "config" + "".join(f"  [bold]{g}[/bold]=[cyan]{o}[/cyan]" for g, o in overlays.items())
@@ -69,12 +78,9 @@ def build_tree(cfg: DictConfig, resolve: bool = True) -> "Tree":
         branch = tree.add(label)
         text = _yaml(cfg[key], resolve)
         if text and text != "{}":
-            branch.add(Syntax(text, "yaml", theme="ansi_dark", background_color="default"))
+            branch.add(body(text))
     if scalars:
-        rest = OmegaConf.masked_copy(cfg, scalars)
-        tree.add("[bold]top level[/bold]").add(
-            Syntax(_yaml(rest, resolve), "yaml", theme="ansi_dark", background_color="default")
-        )
+        tree.add("[bold]top level[/bold]").add(body(_yaml(OmegaConf.masked_copy(cfg, scalars), resolve)))
     return tree
 
 
@@ -100,7 +106,8 @@ def print_config(cfg: DictConfig, path: str | Path | None = None, resolve: bool 
         return
     from rich.console import Console
 
-    tree = build_tree(cfg, resolve=resolve)
+    console = Console()
+    tree = build_tree(cfg, resolve=resolve, highlight=console.color_system is not None)  # colours: a terminal's
     target = None
     if path is not None:
         path = Path(path)
@@ -110,7 +117,7 @@ def print_config(cfg: DictConfig, path: str | Path | None = None, resolve: bool 
             Console(file=file, color_system=None, width=120, soft_wrap=True).print(tree)
     job = _multirun_job()
     if job is None or job[0] == 0:
-        Console().print(tree)
+        console.print(tree)
     else:
         number, overrides = job
         saved = f" (whole config: {target})" if target else ""

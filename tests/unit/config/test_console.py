@@ -1,6 +1,7 @@
 """The config tree: groups first (with the option picked), every key shown, a plain-text copy saved."""
 
 import re
+import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -106,3 +107,27 @@ def test_later_jobs_of_a_multirun_print_one_line_and_still_save_the_tree(in_mult
 def test_the_first_job_of_a_multirun_prints_the_whole_tree(in_multirun_job, tmp_path, capsys):
     print_config(in_multirun_job, tmp_path)
     assert "lr: 0.03" in capsys.readouterr().out
+
+
+def test_without_colour_the_tree_needs_no_syntax_highlighting_and_reads_the_same(cfg, tmp_path, capsys, monkeypatch):
+    """A file, a log or a pipe shows no colour: the YAML goes in as plain text, not through pygments (its import
+    and lexing were ~half of print_config's time in a default run), and renders to the same characters."""
+    import io
+
+    from rich.console import Console
+
+    from trainkit.config.printing import build_tree
+
+    OmegaConf.update(cfg, "data.root", "/a/long/path/" * 12, force_add=True)  # wider than 80 columns: cropped
+
+    def rendered(tree, **settings) -> str:
+        text = io.StringIO()
+        Console(file=text, color_system=None, **settings).print(tree)
+        return text.getvalue()
+
+    highlighted, plain = build_tree(cfg), build_tree(cfg, highlight=False)
+    for settings in ({"width": 120, "soft_wrap": True}, {"width": 80}):  # the saved file's; a log's
+        assert rendered(plain, **settings) == rendered(highlighted, **settings)
+    monkeypatch.setitem(sys.modules, "rich.syntax", None)  # importing it now fails
+    print_config(cfg, tmp_path)  # capsys: stdout is no terminal
+    assert capsys.readouterr().out == rendered(highlighted)
