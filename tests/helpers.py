@@ -260,9 +260,10 @@ def config_check_tests(feature: Any, rule_cases: list, relation_cases: list) -> 
     """The tests of an optional feature's config checks, declared beside its code (module `feature`: its
     CONFIG_RULES and CONFIG_RELATIONS), for its test file to name test_*: each bad setting is found by the
     feature's own check (a rule case by the rule of its key; a relation case by a relation and no single-key
-    rule), by no check in trainkit.config (but where the feature widens a core key's rule: a size, or auto), and by
+    rule), by no check in trainkit.config (but where a feature widens a core key's rule: a size, or auto), and by
     the config check, which gathers the feature's; every rule has
     a case, and every relation a case that it alone finds."""
+    from trainkit.config.declared import feature_checks
     from trainkit.config.rules import RULES
     from trainkit.config.schema import find_problems
     from trainkit.config.validation import RELATIONS, fill_task_defaults, problems
@@ -271,12 +272,13 @@ def config_check_tests(feature: Any, rule_cases: list, relation_cases: list) -> 
     def found_by_its_own_check(overrides: list, key: str) -> None:
         cfg = composed(*overrides)
         fill_task_defaults(cfg)
-        widened = key in RULES and key in feature.CONFIG_RULES  # a core key whose rule the feature widens
+        rules = RULES | feature_checks(cfg)[0]  # the core's, widened by the features the config declares
+        widened = key in RULES and rules[key] is not RULES[key]  # a core key whose rule a feature widens (auto)
         assert widened or key not in find_problems(cfg, RULES, RELATIONS)  # trainkit.config reads no feature key
         if (overrides, key) in rule_cases:
             assert key in find_problems(cfg, {key: feature.CONFIG_RULES[key]}, [])
         else:
-            assert key not in find_problems(cfg, RULES | feature.CONFIG_RULES, [])  # no single-key rule finds it
+            assert key not in find_problems(cfg, rules | feature.CONFIG_RULES, [])  # no single-key rule finds it
             assert key in find_problems(cfg, {}, feature.CONFIG_RELATIONS)
         assert key in problems(cfg)  # gathered
 
