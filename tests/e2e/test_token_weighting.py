@@ -54,7 +54,7 @@ def batches_of(items, sizes):
 def make_run(batches, accumulate: int, micro_batch_size: int | None = None) -> train.Run:
     cfg = loop_config(accumulate, micro_batch_size)
     run = train.Run(cfg, Path("unused"), ProcessInfo(), torch.device("cpu"))
-    run.data = DataBundle(batches, batches, batches, num_classes=CLASSES, kind="tokens", pad_id=PAD)
+    run.data = DataBundle(batches, batches, batches, num_classes=CLASSES, kind="tokens", pad_id=PAD, size_unit="tokens")
     torch.manual_seed(0)
     run.model = run.trained_model = TokenTagger(VOCAB, CLASSES)
     run.train_transform = run.eval_transform = torch.nn.Identity()
