@@ -96,36 +96,38 @@ def update(run: Run, totals: EpochTotals, grad_clip: float | None) -> None:
     run.scaler.update()
     optimizer.zero_grad(set_to_none=True)
     run.scheduler.step()
-    run.step += 1
+    run.state.step += 1
     update_ema(run.averaged, run.model)  # feature: ema (the average takes in the new weights)
 
 
 def log_update(run: Run, totals: EpochTotals, every: int) -> float | None:
     """At a logging step (every `every` updates): the mean loss since the last one, over all ranks, logged and
     returned (stop_reason checks it is finite); None between logging steps."""
-    if run.step % every:
+    state = run.state
+    if state.step % every:
         return None
     loss = totals.interval_mean_loss()
-    run.loggers.log({"epoch": run.epoch, "step": run.step, "lr": run.optimizer.param_groups[0]["lr"],
+    run.loggers.log({"epoch": state.epoch, "step": state.step, "lr": run.optimizer.param_groups[0]["lr"],
                      "train/step_loss": loss})
     return loss
 
 
 def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> dict:
-    """One pass over this rank's shard, from batch `run.batches_done` (a mid-epoch resume).
-    Moves run.step and run.batches_done forward; returns the epoch's training metrics. `compiling`:
+    """One pass over this rank's shard, from batch `run.state.batches_done` (a mid-epoch resume).
+    Moves run.state.step and run.state.batches_done forward; returns the epoch's training metrics. `compiling`:
     torch.compile compiles in the first step, which is timed apart from train/samples_per_sec."""
+    state = run.state
     trainer = SimpleNamespace(**to_dict(run.cfg.trainer))  # plain values: an OmegaConf read costs ~20 us a step
     run.trained_model.train()
     apply_frozen_bn_eval(run.trained_model)  # BatchNorm inside frozen layers keeps its statistics
     accumulate, num_batches = trainer.accumulate_grad_batches, batches_per_epoch(run.cfg, run.data.train)
-    progress = tqdm(total=num_batches, initial=run.batches_done, desc=f"epoch {run.epoch}", leave=False,
+    progress = tqdm(total=num_batches, initial=state.batches_done, desc=f"epoch {state.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
     totals = EpochTotals(run.device, run.data.size_unit, run.data.pad_id, run.model)  # on the device
     mid_epoch_saves, compile_seconds = 0, None
     run.timer.start_epoch(run.device, skip_first=compiling)  # trainkit.tracking.timing: no per-step host-device sync
-    for i, batch in enumerate(run.data.train, start=run.batches_done):
-        if i >= num_batches or (trainer.max_steps and run.step >= trainer.max_steps):
+    for i, batch in enumerate(run.data.train, start=state.batches_done):
+        if i >= num_batches or (trainer.max_steps and state.step >= trainer.max_steps):
             break
         group_start = i - i % accumulate  # an update's batches form a group; each weighs 1 / its real size:
         group_size = min(accumulate, num_batches - group_start)  # the epoch's last group may be short
@@ -137,17 +139,17 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         if is_update:
             update(run, totals, trainer.grad_clip)
         run.timer.phase("bookkeeping")
-        run.batches_done = i + 1
+        state.batches_done = i + 1
         if compiling and compile_seconds is None:  # compile + first step: throughput is measured from here
             loss.item()  # waits for the device, so this step's work is counted in its own time
             compile_seconds = totals.time_from_here()
         if is_update:
             logged_loss = log_update(run, totals, trainer.log_every_n_steps)  # None between logging steps
-            if run.batches_done < num_batches:  # at the epoch's last batch, train() decides
-                run.stopping = stop_reason(run, logged_loss)  # a stop signal or a non-finite loss
-                if run.stopping:
+            if state.batches_done < num_batches:  # at the epoch's last batch, train() decides
+                state.stopping = stop_reason(run, logged_loss)  # a stop signal or a non-finite loss
+                if state.stopping:
                     break
-                if (every := trainer.checkpoint_every_n_steps) and run.step % every == 0:
+                if (every := trainer.checkpoint_every_n_steps) and state.step % every == 0:
                     save_checkpoints(run)  # mid-epoch: a long epoch survives preemption
                     mid_epoch_saves += 1
         show_step(progress, i, num_batches, loss, run.optimizer)  # the bar's loss and LR, every 10 batches
@@ -161,10 +163,10 @@ def save_checkpoints(run: Run, improved: bool = False) -> None:
     """checkpoints/last.pt (and best.pt when `improved`), atomically. Every rank calls this, since
     every rank's RNG streams go in; rank 0 alone writes, and never non-finite weights over a good
     checkpoint (the non-finite loss that caused them stops the run at the next logging step)."""
-    state = run.state_dict()  # a collective: every rank's RNG streams are gathered
-    written = run.parallel.save(run.run_dir / "checkpoints", state, run.model, run.optimizer, improved)
+    checkpoint = run.state_dict()  # a collective: every rank's RNG streams are gathered
+    written = run.parallel.save(run.run_dir / "checkpoints", checkpoint, run.model, run.optimizer, improved)
     if not written and run.proc.is_main:
-        log.warning(f"checkpoints/{run.parallel.last} not updated at step {run.step}: the weights are not finite")
+        log.warning(f"checkpoints/{run.parallel.last} not updated at step {run.state.step}: the weights are not finite")
 
 
 def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) -> str | None:
@@ -172,11 +174,12 @@ def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) ->
     a non-finite loss, seen at logging steps) and after each epoch (also early stopping, max_steps,
     max_epochs, which win over a signal: a finished run finishes). `train_loss` is all-reduced (None
     between logging steps), so every rank gets the same answer and no rank waits alone in a collective."""
+    state = run.state
     if train_loss is not None and not math.isfinite(train_loss):
         if run.proc.is_main:  # last.pt never holds non-finite weights (save_checkpoints); there may be none yet
             kept = ("checkpoints/last.pt keeps the last finite weights"
                     if (run.run_dir / "checkpoints" / "last.pt").exists() else "no checkpoint was saved before it")
-            log.error(f"train/loss is not finite at epoch {run.epoch}, step {run.step}: lower optimizer.lr or set "
+            log.error(f"train/loss is not finite at epoch {state.epoch}, step {state.step}: lower optimizer.lr or set "
                       f"trainer.grad_clip ({kept})")
         return "non-finite loss"
     if epoch_done:  # (inside an epoch, no config read: one costs ~20 us, a step ~10 ms)
@@ -184,9 +187,9 @@ def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) ->
         if any_rank(stopping.should_stop, run.device):
             log.info(stopping.stop_line())
             return "early_stopping"
-        if trainer.max_steps and run.step >= trainer.max_steps:
+        if trainer.max_steps and state.step >= trainer.max_steps:
             return "max_steps"
-        if run.epoch + 1 >= trainer.max_epochs:
+        if state.epoch + 1 >= trainer.max_epochs:
             return "max_epochs"
     return stop_signal(run.device, agree=train_loss is not None)  # SIGTERM, SIGUSR1, SIGINT: save and exit 75
 
@@ -232,6 +235,7 @@ def build_run(composed: DictConfig, run_dir: Path, proc: ProcessInfo, device: to
 def validate_epoch(run: Run, train_metrics: dict) -> bool:
     """After an epoch: validate (the averaged weights where kept), count it for early stopping, log it and the tracked
     images' predictions. Returns whether the monitored metric improved (best.pt is then saved)."""
+    state = run.state
     cfg = run.cfg
     for model in filter(None, (run.model, run.averaged)):  # every rank's shard's statistics, before eval and save
         average_batchnorm_statistics(model)
@@ -239,17 +243,17 @@ def validate_epoch(run: Run, train_metrics: dict) -> bool:
         val = evaluate(run.averaged or run.trained_model, run.data.val, run.eval_transform, run.task,
                        cfg.precision.name, run.device, cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
     val_metrics = {f"val/{name}": value for name, value in val.items() if name != "samples"}
-    run.last_metrics = {"epoch": run.epoch, "step": run.step, **train_metrics, **val_metrics}
-    improved = run.early_stopping.update(run.last_metrics[run.early_stopping.monitor], run.epoch)
+    state.last_metrics = {"epoch": state.epoch, "step": state.step, **train_metrics, **val_metrics}
+    improved = run.early_stopping.update(state.last_metrics[run.early_stopping.monitor], state.epoch)
     if improved:
-        run.best_metrics = {"epoch": run.epoch, "step": run.step, **val_metrics}
-    run.loggers.log(run.last_metrics)
+        state.best_metrics = {"epoch": state.epoch, "step": state.step, **val_metrics}
+    run.loggers.log(state.last_metrics)
     with run.parallel.full_parameters(run.model, enabled=bool(cfg.logger.get("log_predictions", 0))):
         if run.shown is not None:  # rank 0 alone: the same images every epoch, what the task predicts for them
             log_predictions(run.loggers, run.averaged or run.model, run.shown, run.eval_transform, run.task,
-                            cfg.precision.name, run.device, run.step, cfg.trainer.tta_flip)
+                            cfg.precision.name, run.device, state.step, cfg.trainer.tta_flip)
     if run.proc.is_main:
-        log.info(epoch_line(run.epoch, train_metrics, val, improved))
+        log.info(epoch_line(state.epoch, train_metrics, val, improved))
         warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)  # once a run, with advice
     return improved
 
@@ -263,7 +267,8 @@ def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     run.started, cfg = started, run.cfg
     if cfg.resume:  # continue exactly: weights, optimizer, schedule, position, every RNG stream
         run.load_state_dict(run.parallel.load(cfg.resume, run.model, run.optimizer, device))
-        log.info(f"resumed from {cfg.resume} at epoch {run.epoch}, batch {run.batches_done}, step {run.step}")
+        state = run.state
+        log.info(f"resumed from {cfg.resume} at epoch {state.epoch}, batch {state.batches_done}, step {state.step}")
     run.trained_model = run.parallel.wrap(run.model, compile=cfg.trainer.compile)  # compiled, then DDP's
     return run
 
@@ -272,6 +277,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     """One process's part of the run: the only process, or one rank of many (each DDP worker starts here,
     inside the process group: trainkit.distributed.launch.start_processes). Returns the summary."""
     run = start_run(cfg, run_dir, proc, device)
+    state = run.state  # where the run stands: the loop below moves it forward
     cfg = run.cfg  # resolved: what the data and the searches found
     failed = True  # until the run ends normally: the tracker then marks it finished, else failed
     try:
@@ -282,30 +288,30 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         log.info(start_line(run))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
-        first_epoch = run.epoch  # torch.compile compiles in this process's first step
+        first_epoch = state.epoch  # torch.compile compiles in this process's first step
         run.timer = profiler = profiled_timer(run)  # feature: profiler (debug=profile: torch.profiler, rank 0)
-        for epoch in range(run.epoch, cfg.trainer.max_epochs):
-            if run.stopping:  # decided at the last epoch's end, or before a resume of a run trained to its end
+        for epoch in range(state.epoch, cfg.trainer.max_epochs):
+            if state.stopping:  # decided at the last epoch's end, or before a resume of a run trained to its end
                 break
-            run.epoch = epoch
-            run.data.train.set_epoch(epoch, start_batch=run.batches_done)  # a resume skips what it trained
+            state.epoch = epoch
+            run.data.train.set_epoch(epoch, start_batch=state.batches_done)  # a resume skips what it trained
             train_metrics = train_one_epoch(run, show_progress, compiling=cfg.trainer.compile and epoch == first_epoch)
-            if run.stopping:  # inside the epoch (a stop signal, a non-finite loss): no validation
+            if state.stopping:  # inside the epoch (a stop signal, a non-finite loss): no validation
                 break
             improved = validate_epoch(run, train_metrics)
-            run.stopping = stop_reason(run, train_metrics["train/loss"], epoch_done=True)
-            if run.stopping != "non-finite loss":  # non-finite weights never overwrite the last good checkpoint
+            state.stopping = stop_reason(run, train_metrics["train/loss"], epoch_done=True)
+            if state.stopping != "non-finite loss":  # non-finite weights never overwrite the last good checkpoint
                 save_checkpoints(run, improved)
-            run.batches_done = 0
-        reason = run.stopping or "max_epochs"  # a resumed run that had finished trains no epoch
+            state.batches_done = 0
+        reason = state.stopping or "max_epochs"  # a resumed run that had finished trains no epoch
         if reason in STOP_SIGNAL_NAMES:  # a checkpoint at this exact update, one line saying how to resume, exit 75
-            if run.batches_done:
+            if state.batches_done:
                 save_checkpoints(run)
-            raise stopped(reason, run_dir, run.epoch, run.step, proc.is_main)
+            raise stopped(reason, run_dir, state.epoch, state.step, proc.is_main)
         profiler.close()  # feature: profiler (its trace, where training ended inside its window)
         summary = test_and_summarize(run, reason)  # with the best weights (best.pt): summary.json
         if not (failed := reason == "non-finite loss"):  # a stop signal in the last epoch or the test: exit 75 now
-            stop_after_the_test(run_dir, run.epoch, run.step, device, proc.is_main)
+            stop_after_the_test(run_dir, state.epoch, state.step, device, proc.is_main)
     finally:
         run.loggers.finish(failed=failed)
     if failed:  # logged in one line by stop_reason; exit 1 once rank 0 wrote summary.json (srun --kill-on-bad-exit)

@@ -145,9 +145,9 @@ def steady_state(blocks: int, run_dir: Path) -> None:
 
     def train_py_epoch() -> None:
         metrics = train.train_one_epoch(run, show_progress=True)
-        run.loggers.log({"epoch": run.epoch, "step": run.step, **metrics})
+        run.loggers.log({"epoch": run.state.epoch, "step": run.state.step, **metrics})
         train.save_checkpoints(run, improved=True)
-        run.batches_done, run.epoch = 0, run.epoch + 1
+        run.state.batches_done, run.state.epoch = 0, run.state.epoch + 1
 
     def work(epoch: Callable[[], None]) -> tuple[int, int, list[torch.Tensor]]:
         """(forward passes, optimizer updates, weights after) of one epoch from the same start."""

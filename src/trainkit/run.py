@@ -40,9 +40,48 @@ log = logging.getLogger("train")  # train.py's logger: these are its lines
 
 
 @dataclass
+class TrainState:
+    """Where a run stands: the one part of `Run` the loop writes, and what a checkpoint holds of its position."""
+
+    epoch: int = 0
+    step: int = 0  # optimizer updates so far: the LR schedule's clock
+    batches_done: int = 0  # batches of `epoch` trained; > 0 after a mid-epoch resume
+    best_metrics: dict = field(default_factory=dict)
+    last_metrics: dict = field(default_factory=dict)  # the last validated epoch's: summary.json's "final"
+    tracker_run_ids: dict = field(default_factory=dict)  # {tracker: its run id}: a resume continues those runs
+    earlier_seconds: float = 0.0  # the wall time of the parts before a resume, up to their last checkpoint
+    stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
+
+    def state_dict(self, unfinished: bool, seconds_here: float) -> dict:
+        """Its part of a checkpoint. `unfinished`: saved inside an epoch, which a resume finishes first;
+        `seconds_here`: this process's part of the run so far."""
+        return {
+            "best_metrics": self.best_metrics,
+            "last_metrics": self.last_metrics,
+            "epoch": self.epoch,
+            "step": self.step,
+            "batches_done": self.batches_done if unfinished else 0,
+            "wall_seconds": self.earlier_seconds + seconds_here,  # every part so far
+        }
+
+    def load_state_dict(self, checkpoint: dict, cfg: DictConfig) -> None:
+        """Stand where `checkpoint` stood: in its unfinished epoch, else at the start of the next."""
+        self.best_metrics, self.step = checkpoint["best_metrics"], checkpoint["step"]
+        self.batches_done = checkpoint["batches_done"]
+        self.epoch = checkpoint["epoch"] + (0 if self.batches_done else 1)
+        self.last_metrics = checkpoint.get("last_metrics", {})  # older checkpoints lack it
+        self.tracker_run_ids = {
+            key.removesuffix("_run_id"): value for key, value in checkpoint.items() if key.endswith("_run_id")
+        }
+        self.earlier_seconds = checkpoint.get("wall_seconds", 0.0)  # older checkpoints lack it
+        self.stopping = trained_to_the_end(checkpoint, cfg)  # killed during its test, before summary.json: test only
+
+
+@dataclass
 class Run:
-    """One process's share of a run: what it trains with, and where it stands. A plain record,
-    not a trainer: the functions below fill it, read it and move it forward, in the open."""
+    """One process's share of a run: what it trains with, built before the loop (build_run, start_run and the
+    setup at the top of train.py's train), and `state`, where it stands: the only part the loop writes. A plain
+    record, not a trainer: the functions below fill it, read it and move it forward, in the open."""
 
     cfg: DictConfig
     run_dir: Path
@@ -67,22 +106,14 @@ class Run:
     averaged: torch.optim.swa_utils.AveragedModel | None = None
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
     shown: tuple[torch.Tensor, torch.Tensor] | None = None  # rank 0, logger.log_predictions: val images and targets
-    # Where the run stands (what a checkpoint restores):
-    epoch: int = 0
-    step: int = 0  # optimizer updates so far: the LR schedule's clock
-    batches_done: int = 0  # batches of `epoch` trained; > 0 after a mid-epoch resume
-    best_metrics: dict = field(default_factory=dict)
-    last_metrics: dict = field(default_factory=dict)  # the last validated epoch's: summary.json's "final"
-    tracker_run_ids: dict = field(default_factory=dict)  # {tracker: its run id}: a resume continues those runs
     started: float = field(default_factory=time.perf_counter)  # this process's part of the run began
-    earlier_seconds: float = 0.0  # the wall time of the parts before a resume, up to their last checkpoint
-    stopping: str | None = None  # why training ends (stop_reason's answer), once it is decided
+    state: TrainState = field(default_factory=lambda: TrainState())  # where it stands: the loop moves it forward
 
     def state_dict(self) -> dict:
         """What a checkpoint holds: everything a resume needs, as plain containers and tensors
         (torch.load(weights_only=True) reads them back). Every rank calls it: each rank's RNG streams
         go in. A field you add to Run that a resume needs goes here and into load_state_dict."""
-        unfinished = self.batches_done < batches_per_epoch(self.cfg, self.data.train)
+        unfinished = self.state.batches_done < batches_per_epoch(self.cfg, self.data.train)
         return {
             "model": unwrap_model(self.model).state_dict(),  # no module. / _orig_mod. prefixes
             "averaged": None if self.averaged is None else self.averaged.state_dict(),  # module.<name>, n_averaged
@@ -90,43 +121,32 @@ class Run:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "early_stopping": self.early_stopping.state_dict(),
-            "best_metrics": self.best_metrics,
-            "last_metrics": self.last_metrics,
-            "epoch": self.epoch,
-            "step": self.step,
-            "batches_done": self.batches_done if unfinished else 0,  # > 0: a resume finishes this epoch first
+            **self.state.state_dict(unfinished, time.perf_counter() - self.started),
             "epoch_plan": gather_objects(this_epochs_plan(self)) if unfinished else None,  # a resume must find it again
             "rng": gather_objects(rng_states()),  # every rank's streams, in rank order
             "config": self.resolved_config,
             "data": self.data.fingerprint,  # what the splits held: a resume refuses other data
             "class_names": self.data.class_names,  # what eval.py's predictions call the classes, without the data
             **{f"{name}_run_id": run_id for name, run_id in self.loggers.run_ids.items()},  # "wandb_run_id", ...
-            "wall_seconds": self.earlier_seconds + time.perf_counter() - self.started,  # every part so far
         }
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue where a checkpoint stands: weights and their average, optimizer and schedule (this config's
-        hyperparameters where they changed), scaler, early stopping, position, trackers' runs, RNG streams."""
-        check_same_data(state.get("data"), self.data.fingerprint)  # one line naming what changed since
-        load_weights(self.model, state["model"])
-        restore_averaged(self.averaged, state)
-        self.best_metrics, self.step, self.batches_done = state["best_metrics"], state["step"], state["batches_done"]
-        self.epoch = state["epoch"] + (0 if self.batches_done else 1)  # the unfinished epoch, else the next
-        refuse_another_world_size_inside_an_epoch(state, self.proc.world_size)
-        if self.batches_done:  # inside an epoch: the batches it skips must be those the checkpoint's run trained
-            refuse_another_epoch_plan(state, this_epochs_plan(self), self.resolved_config, self.proc.rank, self.device)
+    def load_state_dict(self, checkpoint: dict) -> None:
+        """Continue where a checkpoint stands: weights and their average, position, optimizer and schedule (this
+        config's hyperparameters where they changed), scaler, early stopping, trackers' runs, RNG streams."""
+        check_same_data(checkpoint.get("data"), self.data.fingerprint)  # one line naming what changed since
+        load_weights(self.model, checkpoint["model"])
+        restore_averaged(self.averaged, checkpoint)
+        self.state.load_state_dict(checkpoint, self.cfg)
+        refuse_another_world_size_inside_an_epoch(checkpoint, self.proc.world_size)
+        if self.state.batches_done:  # inside an epoch: the batches it skips must be those the checkpoint's run trained
+            plan = this_epochs_plan(self)
+            refuse_another_epoch_plan(checkpoint, plan, self.resolved_config, self.proc.rank, self.device)
         self.scheduler = build_lr_schedule(self)  # from where the run stands: the updates an epoch may have changed
-        restore_optimizer_and_schedule(self.optimizer, self.scheduler, state, self.cfg)
-        self.scaler.load_state_dict(state["scaler"])
-        self.early_stopping.load_state_dict(state["early_stopping"])
-        self.last_metrics = state.get("last_metrics", {})  # older checkpoints lack it
-        self.tracker_run_ids = {
-            key.removesuffix("_run_id"): value for key, value in state.items() if key.endswith("_run_id")
-        }
-        self.earlier_seconds = state.get("wall_seconds", 0.0)  # older checkpoints lack it
-        self.stopping = trained_to_the_end(state, self.cfg)  # killed during its test, before summary.json: test only
-        reseed = self.cfg.seed + self.proc.rank + 1000 * self.epoch  # another number of ranks: fresh, distinct streams
-        restore_rank_rng_states(state["rng"], self.proc.rank, self.proc.world_size, reseed)
+        restore_optimizer_and_schedule(self.optimizer, self.scheduler, checkpoint, self.cfg)
+        self.scaler.load_state_dict(checkpoint["scaler"])
+        self.early_stopping.load_state_dict(checkpoint["early_stopping"])
+        reseed = self.cfg.seed + self.proc.rank + 1000 * self.state.epoch  # another number of ranks: fresh streams
+        restore_rank_rng_states(checkpoint["rng"], self.proc.rank, self.proc.world_size, reseed)
 
 
 def batches_per_epoch(cfg: DictConfig, loader: Sized) -> int:
@@ -135,10 +155,10 @@ def batches_per_epoch(cfg: DictConfig, loader: Sized) -> int:
 
 
 def this_epochs_plan(run: Run) -> dict:
-    """What epoch `run.epoch` trains on this rank, batch by batch and update by update (a digest)."""
+    """What epoch `run.state.epoch` trains on this rank, batch by batch and update by update (a digest)."""
     cfg = run.cfg
     return epoch_plan(
-        run.data.train.epoch_batches(run.epoch),
+        run.data.train.epoch_batches(run.state.epoch),
         batches_per_epoch(cfg, run.data.train),
         cfg.trainer.accumulate_grad_batches,
     )
@@ -159,8 +179,8 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
     ends on the run's last update. Without such a change, `shift` is 0: the clock is the update count."""
     trainer = run.cfg.trainer
     updates = updates_per_epoch(run.cfg, run.data.train)
-    position = run.epoch * updates + run.batches_done // trainer.accumulate_grad_batches
-    shift = position - run.step
+    position = run.state.epoch * updates + run.state.batches_done // trainer.accumulate_grad_batches
+    shift = position - run.state.step
     total_updates = min(updates * trainer.max_epochs, trainer.max_steps + shift if trainer.max_steps else math.inf)
     return build_scheduler(run.optimizer, run.cfg.scheduler, updates, total_updates, shift)
 
@@ -171,7 +191,9 @@ def test_and_summarize(run: Run, stop_reason: str) -> dict:
     resume; no finite epoch) the last weights are tested: one warning, and summary.json says so."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
     best_missing = any_rank(run.proc.is_main and not best_checkpoint.exists(), run.device)  # every rank alike
-    if best_missing and run.proc.is_main and run.best_metrics:  # no epoch validated (a non-finite loss): none to miss
+    if (
+        best_missing and run.proc.is_main and run.state.best_metrics
+    ):  # no epoch validated (a non-finite loss): none to miss
         log.warning(f"{best_checkpoint} is missing: testing the last weights, not those of the best epoch")
     checkpoint = load_checkpoint(best_checkpoint, run.device) if run.proc.is_main and not best_missing else None
     run.parallel.load_best(checkpoint, not best_missing, run.model, run.averaged)  # rank 0's, on every rank
@@ -186,9 +208,11 @@ def test_and_summarize(run: Run, stop_reason: str) -> dict:
             tta_flip=run.cfg.trainer.tta_flip,
         )
     test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
-    test_weights = "best" if not best_missing else "last (best.pt missing)" if run.best_metrics else "last (no epoch)"
-    wall_seconds = run.earlier_seconds + time.perf_counter() - run.started  # every part of a resumed run
-    return write_summary(run, run.last_metrics, test_metrics, stop_reason, wall_seconds, test_weights)
+    test_weights = (
+        "best" if not best_missing else "last (best.pt missing)" if run.state.best_metrics else "last (no epoch)"
+    )
+    wall_seconds = run.state.earlier_seconds + time.perf_counter() - run.started  # every part of a resumed run
+    return write_summary(run, run.state.last_metrics, test_metrics, stop_reason, wall_seconds, test_weights)
 
 
 def start_line(run: Run) -> str:

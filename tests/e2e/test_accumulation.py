@@ -24,7 +24,7 @@ def run_one_epoch(
 ) -> tuple[torch.Tensor, int]:
     run = one_epoch_run(num_samples, batch_size, accumulate, micro_batch_size)
     train.train_one_epoch(run, show_progress=False)
-    return torch.cat([p.detach().flatten() for p in run.model.parameters()]), run.step
+    return torch.cat([p.detach().flatten() for p in run.model.parameters()]), run.state.step
 
 
 def one_epoch_run(num_samples: int, batch_size: int, accumulate: int, micro_batch_size: int | None) -> train.Run:
@@ -97,4 +97,4 @@ def test_ddp_all_reduces_once_an_update_on_its_last_micro_step():
     finally:
         dist.destroy_process_group()
     no_update, update = ["forward"] * 2, ["forward", "forward", "all-reduce"]  # a batch: 2 parts
-    assert events == no_update + update + no_update + update + update and run.step == 3
+    assert events == no_update + update + no_update + update + update and run.state.step == 3

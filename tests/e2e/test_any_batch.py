@@ -62,7 +62,7 @@ def one_update(batch: dict, micro_batch_size: int | None) -> tuple[torch.Tensor,
     torch.manual_seed(0)
     run = make_run([batch], SignalClassification(num_classes=10), LengthsNet(9, 10), micro_batch_size)
     metrics = train.train_one_epoch(run, show_progress=False)
-    assert run.step == 1
+    assert run.state.step == 1
     return weights(run.model), metrics
 
 

@@ -221,7 +221,7 @@ def lm_run(batches, accumulate: int, micro_batch_size: int | None = None) -> tra
 def weights_after_one_update(batches, accumulate: int, micro_batch_size: int | None = None) -> torch.Tensor:
     run = lm_run(batches, accumulate, micro_batch_size)
     train.train_one_epoch(run, show_progress=False)
-    assert run.step == 1
+    assert run.state.step == 1
     return torch.cat([p.detach().flatten() for p in run.model.parameters()])
 
 

@@ -68,7 +68,7 @@ def make_run(batches, accumulate: int, micro_batch_size: int | None = None) -> t
 def weights_after_one_update(batches, accumulate: int, micro_batch_size: int | None = None):
     run = make_run(batches, accumulate, micro_batch_size)
     metrics = train.train_one_epoch(run, show_progress=False)
-    assert run.step == 1
+    assert run.state.step == 1
     return torch.cat([p.detach().flatten() for p in run.model.parameters()]), metrics
 
 

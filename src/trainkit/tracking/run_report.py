@@ -117,7 +117,7 @@ def write_summary(
 ) -> dict:
     """summary.json from `Run` (trainkit/run.py) (every rank builds it; rank 0 alone writes it and logs),
     the test metrics as the run's last metrics line, and the trackers' summary. Returns the summary."""
-    best = run.best_metrics
+    best = run.state.best_metrics
     summary = {
         "best": best,
         "final": last_metrics,
@@ -127,14 +127,14 @@ def write_summary(
         "optimized_value": {**best, **test_metrics}.get(run.cfg.optimized_metric),
         "higher_is_better": {name: higher_is_better(run.task, name) for name in ("loss", *run.task.metric_names)},
         "stop_reason": stop_reason,
-        "epochs": last_metrics.get("epoch", run.epoch - 1) + 1,
-        "steps": run.step,
+        "epochs": last_metrics.get("epoch", run.state.epoch - 1) + 1,
+        "steps": run.state.step,
         "wall_seconds": wall_seconds,
         "world_size": run.proc.world_size,
         "device": str(run.device),
         "run_dir": str(run.run_dir.resolve()),
     }
-    run.loggers.log({"epoch": summary["epochs"] - 1, "step": run.step, **test_metrics})
+    run.loggers.log({"epoch": summary["epochs"] - 1, "step": run.state.step, **test_metrics})
     run.loggers.summary(
         {**{f"best/{key}": value for key, value in best.items()}, **test_metrics, "stop_reason": stop_reason}
     )
@@ -168,7 +168,7 @@ def log_epoch_notes(run: Any, mid_epoch_saves: int, compile_seconds: float | Non
     if mid_epoch_saves:
         every = run.cfg.trainer.checkpoint_every_n_steps
         log.info(
-            f"epoch {run.epoch:>3}  {mid_epoch_saves} mid-epoch checkpoints "
+            f"epoch {run.state.epoch:>3}  {mid_epoch_saves} mid-epoch checkpoints "
             f"(every {every} updates) -> checkpoints/{run.parallel.last}"
         )
     if compile_seconds is not None:

@@ -20,12 +20,12 @@ def start_logging(run: Any) -> None:
         config=run.resolved_config,
         run_name=run_name,
         group=group,
-        resume_ids=run.tracker_run_ids,
+        resume_ids=run.state.tracker_run_ids,
         provenance=recorded_origin(run.run_dir),
-        resume_step=run.step if run.cfg.resume else None,
+        resume_step=run.state.step if run.cfg.resume else None,
     )
     if run.cfg.logger.get("log_images", False) and run.data.kind == "image" and not run.cfg.resume:  # once a run
         samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
-        run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.step)
+        run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.state.step)
     if run.cfg.logger.get("log_predictions", 0) and run.data.kind in ("image", "tokens"):  # tokens: a text sample
         run.shown = first_images(run.data.val, run.task, run.cfg.logger.log_predictions, run.device)

@@ -268,7 +268,7 @@ def find_lr(run: Run, step: Step) -> LRFinderResult:
     if result.stopped_by:  # within a step of the signal; model and optimizer are as before the finder
         raise stopped_before_training(result.stopped_by, "during the LR finder")
     if run.proc.is_main:
-        run.loggers.log_image("lr_finder", plot_lr_finder(result, run.run_dir / "lr_finder.png"), run.step)
+        run.loggers.log_image("lr_finder", plot_lr_finder(result, run.run_dir / "lr_finder.png"), run.state.step)
     if finder.apply and result.suggestion:
         set_base_lr(run.optimizer, result.suggestion)  # each parameter group keeps its lr_scale
         run.scheduler = build_lr_schedule(run)

@@ -141,8 +141,8 @@ def test_a_saved_training_state_restores_every_piece_and_the_position(tmp_path):
     trained.optimizer.step()
     trained.scheduler.step()
     trained.early_stopping.update(0.5, epoch=3)
-    trained.epoch, trained.step, trained.best_metrics = 3, 7, {"epoch": 3, "val/loss": 0.5}
-    trained.batches_done = 4  # of the epoch's 5
+    trained.state.epoch, trained.state.step, trained.state.best_metrics = 3, 7, {"epoch": 3, "val/loss": 0.5}
+    trained.state.batches_done = 4  # of the epoch's 5
     save_checkpoint(tmp_path / "last.pt", trained.state_dict())
     expected_draw = torch.rand(3)  # what the restored RNG must draw next
 
@@ -154,17 +154,17 @@ def test_a_saved_training_state_restores_every_piece_and_the_position(tmp_path):
         trained.optimizer.state_dict()["state"][0]["momentum_buffer"]
     )
     assert fresh.scheduler.last_epoch == 1 and fresh.early_stopping.best == 0.5
-    assert (fresh.epoch, fresh.step, fresh.batches_done) == (3, 7, 4)  # unfinished epoch 3: resume inside it
-    assert fresh.best_metrics == {"epoch": 3, "val/loss": 0.5}
+    assert (fresh.state.epoch, fresh.state.step, fresh.state.batches_done) == (3, 7, 4)  # unfinished epoch 3: inside it
+    assert fresh.state.best_metrics == {"epoch": 3, "val/loss": 0.5}
     assert torch.equal(torch.rand(3), expected_draw)
 
 
 def test_a_checkpoint_of_a_finished_epoch_resumes_with_the_next_one(tmp_path):
     trained = _run_like(seed=1)
-    trained.epoch, trained.batches_done = 5, 5  # all 5 batches: the epoch is done
+    trained.state.epoch, trained.state.batches_done = 5, 5  # all 5 batches: the epoch is done
     fresh = _run_like(seed=2)
     fresh.load_state_dict(trained.state_dict())
-    assert (fresh.epoch, fresh.batches_done) == (6, 0)
+    assert (fresh.state.epoch, fresh.state.batches_done) == (6, 0)
 
 
 def test_build_run_resolves_the_config_once_read_only_and_every_checkpoint_holds_that(tmp_path):

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from models_for_tests import NoNormCNN
 from trainkit.models.small_cnn import SmallCNN
+from trainkit.run import TrainState
 from trainkit.tasks.language_model import LanguageModel
 from trainkit.tasks.segmentation import Segmentation
 from trainkit.tracking.loggers import Loggers
@@ -50,11 +51,9 @@ def test_one_epoch_is_said_in_the_singular():
 def test_summary_json_records_the_tasks_direction_of_each_metric(tmp_path, task, test_metrics, direction):
     """What scripts/compare_runs.py ranks by, without importing the task: higher_is_better by metric name."""
     run = SimpleNamespace(
-        best_metrics={"epoch": 0},
+        state=TrainState(epoch=1, step=10, best_metrics={"epoch": 0}),
         cfg=OmegaConf.create({"optimized_metric": next(iter(test_metrics)).replace("test/", "val/")}),
         task=task,
-        epoch=1,
-        step=10,
         proc=SimpleNamespace(world_size=1, is_main=True),
         device="cpu",
         run_dir=tmp_path,
