@@ -6,7 +6,7 @@ images [B, C, H, W] float, masks [B, H, W] int64, on any device; returns tensors
 shapes and dtypes and never changes the inputs (with both ops off, it returns the inputs). Per
 sample, drawn from torch's global RNG on the batch's device, with no Python loop over samples:
 - shift: pad by round(crop_padding * H) pixels (at least 1 when crop_padding > 0), then crop back
-  at a random offset, as trainkit.augment.random_translate (an exact integer shift per axis);
+  at a random offset, as trainkit.augment.batch_transform.random_translate (an exact integer shift per axis);
 - horizontal flip: mirror a random half of the samples.
 What the shift brings in from outside is zeros in the image and `mask_fill` in the mask: 0, the
 background, by default; pass the loss's ignore_index instead to keep those pixels out of the loss

@@ -40,7 +40,7 @@ from trainkit.checkpointing.overrides import config_with_overrides, flatten, hyd
 from trainkit.errors import ConfigError
 from trainkit.tracking.loggers import trim_tracker_files
 
-# torch-based modules (trainkit.checkpointing.checkpoint, checkpoint_files, distributed) are imported where used:
+# torch-based modules (trainkit.checkpointing.checkpoint, .files, trainkit.distributed) are imported where used:
 # trainkit.cli imports this module for every command, `--help` included.
 
 log = logging.getLogger(__name__)

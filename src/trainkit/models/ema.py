@@ -7,7 +7,7 @@ evaluates its own weights.
 
 torch's own `AveragedModel` holds the copy and does the averaging; this module only chooses its
 averaging function. With `use_buffers=True` the BatchNorm running statistics are averaged too,
-so the EMA model's statistics match its weights. `regularization.ema` in conf/regularization/:
+so the EMA model's statistics match its weights. `regularization.ema` in conf/config.yaml:
 
     enabled: false   # evaluate, pick best.pt and test with the EMA weights
     decay: 0.999     # per optimizer update; the average spans about 1 / (1 - decay) updates
