@@ -97,6 +97,19 @@ def test_the_table_lists_features_and_every_marked_line_belongs_to_one():
             assert name in FEATURES, f"{path.relative_to(ROOT)} marks a line for {name}, which {TABLE.name} lacks"
 
 
+def test_the_config_check_names_no_feature():
+    """trainkit.config checks the core's keys and gathers each feature's checks from the module its section names
+    (`_checks_`): a feature's name, module or config key there would outlive deleting the feature."""
+    names = set()
+    for name, feature in FEATURES.items():
+        names |= {name, *(Path(file).stem for file in feature["files"] if file.endswith(".py"))}
+        names |= {key.split(".")[-1] for keys in feature["config"].values() for key in keys}
+    for path in sorted((ROOT / "src" / "trainkit" / "config").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        named = sorted(name for name in names if re.search(rf"\b{re.escape(name)}\b", text))
+        assert not named, f"{path.relative_to(ROOT)} names {', '.join(named)}"
+
+
 def marked_files(root: Path) -> list[Path]:
     """Where a marked line may be: the entry points, the scripts (Python and shell), the package."""
     return [
