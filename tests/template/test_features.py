@@ -196,6 +196,29 @@ def test_deleting_the_feature_leaves_a_template_that_trains(name, tmp_path):
     copy = copy_of_the_repository(tmp_path / "repository")
     delete(copy, name, feature)
     assert leftover_references(copy, feature) == []
+    assert_a_template_that_trains(copy, tmp_path)
+
+
+# Every key a rule of the core checks exists with no tracker at all (a rule on a key no option has fails it).
+NO_TRACKER_TESTS = ("tests/unit/config/test_config.py::test_every_rule_key_exists_in_some_option",)
+
+
+@pytest.mark.slow
+@pytest.mark.template
+def test_deleting_every_tracker_at_once_leaves_a_template_that_trains(tmp_path):
+    """The trackers are each deletable, and so are all of them: nothing the core reads lives only in their files."""
+    names = [name for name in FEATURES if FEATURES[name]["files"][0].startswith("src/trainkit/tracking/loggers/")]
+    assert sorted(names) == ["csv", "mlflow", "tensorboard", "wandb"]
+    copy = copy_of_the_repository(tmp_path / "repository")
+    for name in names:
+        delete(copy, name, FEATURES[name])
+        assert leftover_references(copy, FEATURES[name]) == []
+    assert_a_template_that_trains(copy, tmp_path, NO_TRACKER_TESTS)
+
+
+def assert_a_template_that_trains(copy: Path, tmp_path: Path, more_tests: tuple[str, ...] = ()) -> None:
+    """In `copy`: ruff finds no unused import or undefined name, each shell script parses, `python train.py`
+    trains one epoch, and the core's quick tests (and `more_tests`) pass."""
     lint = run([sys.executable, "-m", "ruff", "check", "--select", "F", "--quiet", "."], copy, 120)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     for script in copy.glob("scripts/*.sh"):
@@ -203,6 +226,6 @@ def test_deleting_the_feature_leaves_a_template_that_trains(name, tmp_path):
     trained = run([sys.executable, "train.py", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'run'}"], copy, 600)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert (tmp_path / "run" / "summary.json").is_file()
-    tests = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", *CORE_TESTS]
-    core = run(tests, copy, 900)
+    pytest_quick = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow"]
+    core = run([*pytest_quick, *CORE_TESTS, *more_tests], copy, 900)
     assert core.returncode == 0, core.stdout[-3000:]

@@ -258,8 +258,8 @@ RULE_CASES = [
     (["distributed.timeout_seconds=0"], "distributed.timeout_seconds"),
     (["+logger.trackers.nosuch=true"], "logger.trackers"),
     (["+logger.trackers.none=yes"], "logger.trackers"),
-    (["+logger.log_predictions=-1"], "logger.log_predictions"),
-    (["+logger.log_images=yes"], "logger.log_images"),
+    (["logger.log_predictions=-1"], "logger.log_predictions"),
+    (["logger.log_images=yes"], "logger.log_images"),
 ]
 
 # Keys that contradict each other, or settings the chosen options need.
@@ -431,6 +431,14 @@ def test_every_rule_key_exists_in_some_option():
     eval_config = OmegaConf.load(CONF / "eval.yaml")  # eval.py's own keys (prompt, sample.*)
     keys |= {key for key in RULES if OmegaConf.select(eval_config, key, default=KeyError) is not KeyError}
     assert keys == set(RULES)
+
+
+def test_the_logger_keys_the_run_reads_are_the_core_s_own():
+    """trainkit.tracking.run_start reads logger.log_images and logger.log_predictions: conf/config.yaml holds them
+    (off), so with no tracker at all (each deletable: docs/features.md) every logger rule still has its key."""
+    logger = composed("logger=none").logger
+    assert {key for key in RULES if key.startswith("logger.")} == {f"logger.{key}" for key in logger}
+    assert logger.log_images is False and logger.log_predictions == 0  # no tracker to show them: no work
 
 
 def test_the_input_size_a_model_takes_comes_from_its_class_and_its_options_settings(compose_config):
