@@ -158,7 +158,7 @@ def test_the_trackers_get_a_text_sample_after_each_validation(run_train, corpus,
     every tracker, seen without one; each tracker's own test reads the text back from its files."""
     sent = []
     monkeypatch.setattr(Loggers, "log_text", lambda self, *arguments: sent.append(arguments))
-    run_train(*tiny(corpus, "+logger.log_predictions=4", "task.sample_tokens=20"))
+    run_train(*tiny(corpus, "logger.log_predictions=4", "task.sample_tokens=20"))
     assert [(key, step) for key, _, step in sent] == [("val/sample", 6), ("val/sample", 12)]
     assert all(len(text.encode()) >= 20 for _, text, _ in sent)  # a prompt and its 20 sampled bytes
 
