@@ -473,7 +473,6 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
         (["data.std=[0]"], ["numbers > 0", "[0]"]),
         (["augmentation=basic", "+augmentation.flip=true"], ["unknown key", "horizontal_flip"]),
         (["data=mnist", "data.root=null"], ["is required for mnist", "data.root="]),
-        (["trainer.micro_batch_memory_cap_mb=100"], ["trainer.micro_batch_size is null, not auto"]),
         (
             ["augmentation=basic"],
             ["data.mirror_changes_label=true", "augmentation=shift", "data.mirror_changes_label=false"],
