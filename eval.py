@@ -51,7 +51,7 @@ from trainkit.data import build_data, make_data
 from trainkit.data.datasets import ImageData, data_class
 from trainkit.data.imagefolder import image_extensions, open_image, resize_center_crop, walk_files
 from trainkit.data.loaders import limited
-from trainkit.data.text import TEXT_EXTENSIONS, TextData, pad_to_longest
+from trainkit.data.text import TEXT_EXTENSIONS, TextData, pad_to_longest, utf8_bytes
 from trainkit.data.tokenizing import BYTES, Tokenized, Tokens
 from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
@@ -328,7 +328,7 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
     tokens = runs_tokenizer(cfg)
     assert tokens is not None and tokens.pad_id is not None, "text classification data pads (TextData)"
     skipped: list[Path] = []
-    texts = read_or_skip(files, read_utf8, cfg, skipped)  # all, checked
+    texts = read_or_skip(files, utf8_bytes, cfg, skipped)  # all, checked (as the data reads its files)
     report_skipped(given, files, skipped)
     writer = PredictionWriter(out_dir, given, list(texts), predicted_class_names(cfg, state))
     readable = list(texts.items())
@@ -362,13 +362,6 @@ def runs_tokenizer(cfg: DictConfig) -> Tokens | None:
         return None
     data.saved_in, data.trains = run_dir_of(Path(cfg.checkpoint)), False
     return data.make_tokenizer(list)
-
-
-def read_utf8(path: Path) -> bytes:
-    """The file's bytes; UnicodeDecodeError where they are not UTF-8 (as the data refuses such a file)."""
-    text = path.read_bytes()
-    text.decode("utf-8")
-    return text
 
 
 def read_or_skip(paths: list[Path], read: Callable[[Path], Any], cfg: DictConfig, skipped: list) -> dict[Path, Any]:

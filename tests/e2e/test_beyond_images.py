@@ -22,7 +22,7 @@ TABLE_RUN = (
     "+model.num_classes=1",
     "~task",
     "+task._target_=tasks_for_tests.Regression",
-    "+logger.log_images=true",  # which drew a grid of images at the start and crashed on a table
+    "logger.log_images=true",  # which drew a grid of images at the start and crashed on a table
     "regularization=none",
     "trainer.max_epochs=2",
     "optimizer.lr=0.01",

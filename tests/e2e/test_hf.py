@@ -1,7 +1,7 @@
 """model=hf end to end: a transformers model from a config trains a text classifier and a language model on the loop;
 a model saved with save_pretrained to a folder (made here: nothing is downloaded) fine-tunes from it; eval.py gives
 summary.json's test metrics and exports a folder from_pretrained loads with the same logits; bf16, micro-batches,
-gradient checkpointing and the finders run on it (EMA too: test_ema.py); a SIGTERM inside an epoch resumes exactly;
+gradient checkpointing run on it (EMA and the finders: their own test files); a SIGTERM inside an epoch resumes exactly;
 DDP runs it in 2 processes (FSDP: test_fsdp_runs.py); a config that cannot work is one line before the run directory."""
 
 import json
@@ -171,16 +171,9 @@ def test_a_language_model_from_a_config_trains_samples_and_exports(run_train, tm
         torch.testing.assert_close(loaded(input_ids=tokens).logits, ours(tokens))
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        ["precision=bf16", "trainer.micro_batch_size=64", "model.gradient_checkpointing=true"],  # EMA: test_ema.py
-        ["batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=16",
-         "data.max_tokens=null"],  # the batch size finder: fixed batches (the LR finder: test_lr_finder_runs.py)
-    ],
-    ids=["bf16_micro_batches_checkpointing", "batch_size_finder"],
-)  # fmt: skip
-def test_the_loops_features_run_on_it(run_train, corpus, overrides):
+def test_the_loops_features_run_on_it(run_train, corpus):
+    # (EMA and the finders on it: test_ema_runs.py, test_lr_finder_runs.py, test_batch_size_finder_runs.py)
+    overrides = ["precision=bf16", "trainer.micro_batch_size=64", "model.gradient_checkpointing=true"]
     run = run_train(*texts(corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))
     assert 0 <= run.summary["test"]["test/acc"] <= 1 and run.summary["test_weights"] == "best"
 

@@ -87,14 +87,9 @@ def test_the_lr_finder_runs_on_a_segmentation(run_train):
     assert (finder.run_dir / "lr_finder.png").is_file() and "lr range test: 8 steps" in finder.stdout + finder.stderr
 
 
-def test_the_lr_finder_and_the_batch_size_finder_run_on_a_hugging_face_model(run_train, texts_corpus):
-    overrides = [
-        "lr_finder.enabled=true",
-        "lr_finder.num_steps=6",
-        "batch_size_finder.enabled=true",
-        "batch_size_finder.max_batch_size=16",
-        "data.max_tokens=null",
-    ]  # the batch size finder: fixed batches
+def test_the_lr_finder_runs_on_a_hugging_face_model(run_train, texts_corpus):
+    # (the batch-size finder on it: tests/e2e/test_batch_size_finder_runs.py)
+    overrides = ["lr_finder.enabled=true", "lr_finder.num_steps=6"]
     run = run_train(*texts(texts_corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))
     assert 0 <= run.summary["test"]["test/acc"] <= 1 and run.summary["test_weights"] == "best"
     assert (run.run_dir / "lr_finder.png").is_file()
@@ -102,8 +97,8 @@ def test_the_lr_finder_and_the_batch_size_finder_run_on_a_hugging_face_model(run
 
 @pytest.mark.cuda  # scripts/gpu_check.sh
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_the_lr_finder_after_the_batch_size_finder_on_a_gpu(run_train):
-    overrides = ["batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=1024", "lr_finder.enabled=true"]
-    run = run_train("device=cuda", "trainer.max_epochs=2", "trainer.progress_bar=false", *overrides)
+def test_the_lr_finder_runs_on_a_gpu(run_train):
+    # (the batch-size finder on a GPU: scripts/gpu_checks/batch_size_finder.sh)
+    run = run_train("device=cuda", "trainer.max_epochs=2", "trainer.progress_bar=false", "lr_finder.enabled=true")
     assert run.summary["device"].startswith("cuda") and (run.run_dir / "lr_finder.png").is_file()
     assert "suggested lr" in (run.run_dir / "train.log").read_text()

@@ -156,7 +156,7 @@ def test_each_validation_hands_the_trackers_the_images_with_true_and_predicted_m
 
     sent = []
     monkeypatch.setattr(Loggers, "log_masks", lambda self, *arguments: sent.append(arguments))
-    shown = ("+logger.log_predictions=3", "data.batch_size=8")  # no tracker: the key alone turns them on
+    shown = ("logger.log_predictions=3", "data.batch_size=8")  # no tracker: the key alone turns them on
     cfg = composed(*SMALL, *shown, "trainer.max_epochs=2", "trainer.limit_train_batches=2")
     validate(cfg)
     run_dir = tmp_path / "run"

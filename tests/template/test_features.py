@@ -97,6 +97,19 @@ def test_the_table_lists_features_and_every_marked_line_belongs_to_one():
             assert name in FEATURES, f"{path.relative_to(ROOT)} marks a line for {name}, which {TABLE.name} lacks"
 
 
+def test_the_config_check_names_no_feature():
+    """trainkit.config checks the core's keys and gathers each feature's checks from the module its section names
+    (`_checks_`): a feature's name, module or config key there would outlive deleting the feature."""
+    names = set()
+    for name, feature in FEATURES.items():
+        names |= {name, *(Path(file).stem for file in feature["files"] if file.endswith(".py"))}
+        names |= {key.split(".")[-1] for keys in feature["config"].values() for key in keys}
+    for path in sorted((ROOT / "src" / "trainkit" / "config").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        named = sorted(name for name in names if re.search(rf"\b{re.escape(name)}\b", text))
+        assert not named, f"{path.relative_to(ROOT)} names {', '.join(named)}"
+
+
 def marked_files(root: Path) -> list[Path]:
     """Where a marked line may be: the entry points, the scripts (Python and shell), the package."""
     return [
@@ -183,6 +196,29 @@ def test_deleting_the_feature_leaves_a_template_that_trains(name, tmp_path):
     copy = copy_of_the_repository(tmp_path / "repository")
     delete(copy, name, feature)
     assert leftover_references(copy, feature) == []
+    assert_a_template_that_trains(copy, tmp_path)
+
+
+# Every key a rule of the core checks exists with no tracker at all (a rule on a key no option has fails it).
+NO_TRACKER_TESTS = ("tests/unit/config/test_config.py::test_every_rule_key_exists_in_some_option",)
+
+
+@pytest.mark.slow
+@pytest.mark.template
+def test_deleting_every_tracker_at_once_leaves_a_template_that_trains(tmp_path):
+    """The trackers are each deletable, and so are all of them: nothing the core reads lives only in their files."""
+    names = [name for name in FEATURES if FEATURES[name]["files"][0].startswith("src/trainkit/tracking/loggers/")]
+    assert sorted(names) == ["csv", "mlflow", "tensorboard", "wandb"]
+    copy = copy_of_the_repository(tmp_path / "repository")
+    for name in names:
+        delete(copy, name, FEATURES[name])
+        assert leftover_references(copy, FEATURES[name]) == []
+    assert_a_template_that_trains(copy, tmp_path, NO_TRACKER_TESTS)
+
+
+def assert_a_template_that_trains(copy: Path, tmp_path: Path, more_tests: tuple[str, ...] = ()) -> None:
+    """In `copy`: ruff finds no unused import or undefined name, each shell script parses, `python train.py`
+    trains one epoch, and the core's quick tests (and `more_tests`) pass."""
     lint = run([sys.executable, "-m", "ruff", "check", "--select", "F", "--quiet", "."], copy, 120)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     for script in copy.glob("scripts/*.sh"):
@@ -190,6 +226,6 @@ def test_deleting_the_feature_leaves_a_template_that_trains(name, tmp_path):
     trained = run([sys.executable, "train.py", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'run'}"], copy, 600)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert (tmp_path / "run" / "summary.json").is_file()
-    tests = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", *CORE_TESTS]
-    core = run(tests, copy, 900)
+    pytest_quick = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow"]
+    core = run([*pytest_quick, *CORE_TESTS, *more_tests], copy, 900)
     assert core.returncode == 0, core.stdout[-3000:]

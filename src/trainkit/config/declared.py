@@ -138,7 +138,7 @@ def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
 def feature_modules(cfg: DictConfig) -> list[tuple[str, ModuleType | str]]:
     """(key, module) for each module a `_checks_` of the config names; its name where it cannot be imported.
     A module may also declare `ignored_settings(cfg)`: lines for settings of its own that the config leaves
-    unused (trainkit.config.validation.ignored_keys prints them)."""
+    unused (trainkit.config.validation.ignored_keys prints them), and `searched_keys(cfg)` (searched_keys)."""
     found: list[tuple[str, ModuleType | str]] = []
     for key, module_name in _checks_named(cfg, ""):
         try:
@@ -146,6 +146,15 @@ def feature_modules(cfg: DictConfig) -> list[tuple[str, ModuleType | str]]:
         except ImportError:
             found.append((key, module_name))
     return found
+
+
+def searched_keys(cfg: DictConfig) -> set[str]:
+    """The core's keys whose value a feature the config holds searches before training (its module's
+    `searched_keys(cfg)`), so that the configured value is only where the search starts: a check comparing
+    it with another key (a micro-batch no larger than the batch) cannot hold it to that value."""
+    return {
+        key for _, feature in feature_modules(cfg) for key in getattr(feature, "searched_keys", lambda cfg: ())(cfg)
+    }
 
 
 def _checks_named(node: DictConfig, prefix: str) -> Iterator[tuple[str, str]]:

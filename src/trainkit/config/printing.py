@@ -37,7 +37,7 @@ def _choices(cfg: DictConfig) -> tuple:
     if HydraConfig.initialized():
         choices = {g: o for g, o in HydraConfig.get().runtime.choices.items() if not g.startswith("hydra/")}
         # Hydra lists its choices in the reverse of the defaults list: reversed, the order the groups compose in
-        # (a key conf/config.yaml also sets, regularization.ema, does not move its group to the front).
+        # (a group conf/config.yaml also sets keys of, as it does regularization's, does not move to the front).
         groups = {key: option for key, option in reversed(list(choices.items())) if key in cfg}
         if groups:
             overlays = {g: o for g, o in reversed(list(choices.items())) if o is not None and g not in cfg}

@@ -21,7 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.augment.batch_transform import active_ops
-from trainkit.config.declared import answer, arguments, declared, feature_checks, feature_modules
+from trainkit.config.declared import answer, arguments, declared, feature_checks, feature_modules, searched_keys
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
 from trainkit.config.schema import Relation, find_problems, integer, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, budget_key, data_class
@@ -418,8 +418,9 @@ def _a_micro_batch_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]
     micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
     data = _data_class(cfg)  # a micro-batch of sized data counts units (tokens), not items
     sized = data is not None and data.size_unit is not None
-    # A searched data.batch_size (batch_size_finder.enabled) is only known later; a larger N is then one part.
-    searched = OmegaConf.select(cfg, "batch_size_finder.enabled", default=False)
+    # A data.batch_size a feature searches before training (searched_keys) is only known later; a larger N is
+    # then one part.
+    searched = "data.batch_size" in searched_keys(cfg)
     if isinstance(micro, int) and micro > batch_size and not searched and not sized:
         yield (
             "trainer.micro_batch_size",

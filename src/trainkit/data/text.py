@@ -167,14 +167,20 @@ def report_majority(datasets: dict[str, Any], class_names: list[str]) -> None:
     )
 
 
+def utf8_bytes(path: str | Path) -> bytes:
+    """The file's bytes; OSError where it cannot be read, UnicodeDecodeError where they are not UTF-8 (refused, not
+    replaced: see the module docstring). The data's files (read_utf8) and eval.py's predict= files read alike."""
+    text = Path(path).read_bytes()
+    text.decode("utf-8")
+    return text
+
+
 def read_utf8(path: str, skip: bool) -> bytes | BadTextFile:
     """The file's bytes, or a BadTextFile (`skip`: data.skip_bad_files) when they are not UTF-8 or cannot be read."""
     try:
-        text = Path(path).read_bytes()
-        text.decode("utf-8")  # refused, not replaced: see the module docstring
+        return utf8_bytes(path)
     except (OSError, UnicodeDecodeError) as error:
         return BadTextFile(path, f"{type(error).__name__}: {error}", skip)
-    return text
 
 
 class TextFileDataset(Dataset):

@@ -207,6 +207,12 @@ def _a_size_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str
         )
 
 
+def searched_keys(cfg: DictConfig) -> tuple[str, ...]:
+    """data.batch_size while the search is on (the config check's searched_keys): the configured size is not the
+    one trained with, so the core's check of a micro-batch larger than it does not apply."""
+    return ("data.batch_size",) if cfg.batch_size_finder.get("enabled") is True else ()
+
+
 CONFIG_RELATIONS = (
     Relation(("batch_size_finder",), _a_range_to_search),
     Relation(("data._target_", "batch_size_finder.enabled"), _a_size_budget_sizes_its_batches),

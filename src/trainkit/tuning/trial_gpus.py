@@ -3,8 +3,9 @@
     python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=4 optimizer.lr=0.1,0.05,0.02,0.01
 
 On a machine with G >= 2 visible GPUs, each job of a multirun claims free GPUs before it trains
-(`sweep.assign_gpus`, on by default): one, or `distributed.nproc_per_node` for a `distributed=ddp`
-trial (null: all G); a trial that wants more than G is refused in one line. A job that finds none
+(`sweep.assign_gpus`, on by default): one, or `distributed.nproc_per_node` for a trial that starts
+several processes (any `distributed` but `none`, as trainkit.distributed.launch starts them; null: all G);
+a trial that wants more than G is refused in one line. A job that finds none
 free waits for one (n_jobs > G). The claim is an flock on `<sweep dir>/.gpus/<index>.lock`, held
 while the job runs:
 
@@ -14,8 +15,8 @@ while the job runs:
 - it is visible: `<index>.lock` names the process that holds it.
 
 A one-process trial trains on `device=cuda:<index>` (set in its config: a reused worker may have
-touched CUDA already, after which CUDA_VISIBLE_DEVICES no longer counts); a DDP trial starts its
-workers with CUDA_VISIBLE_DEVICES set to its GPUs, so local rank r uses the r-th of them. Nothing is
+touched CUDA already, after which CUDA_VISIBLE_DEVICES no longer counts); a multi-process trial starts
+its workers with CUDA_VISIBLE_DEVICES set to its GPUs, so local rank r uses the r-th of them. Nothing is
 assigned under torchrun or a multi-task SLURM step (the processes have their devices), in submitit's
 jobs (SLURM gives each its own GPUs), with one GPU or none, or with an explicit `device=cuda:N`.
 Two sweeps with different sweep directories on one machine do not see each other's claims: run
@@ -72,12 +73,12 @@ def gpus_for_this_trial(cfg: DictConfig, sweep_dir: Path | None = None, multirun
         yield
         return
     gpus = visible_gpus()
-    ddp = cfg.distributed.name == "ddp"
-    wanted = (cfg.distributed.nproc_per_node or len(gpus)) if ddp else 1
+    several = cfg.distributed.name != "none"  # every other strategy starts nproc_per_node processes (launch.py)
+    wanted = (cfg.distributed.nproc_per_node or len(gpus)) if several else 1
     if wanted > len(gpus):
         raise ConfigError(
             "distributed.nproc_per_node",
-            f"is {wanted}: a DDP trial of this sweep takes {wanted} GPUs but this machine has {len(gpus)}; "
+            f"is {wanted}: a trial of this sweep takes {wanted} GPUs but this machine has {len(gpus)}; "
             f"set distributed.nproc_per_node<={len(gpus)}",
         )
     if sweep_dir is None:
@@ -87,12 +88,12 @@ def gpus_for_this_trial(cfg: DictConfig, sweep_dir: Path | None = None, multirun
     with claimed(sweep_dir / ".gpus", len(gpus), wanted) as indices:
         names = [gpus[index] for index in indices]
         log.info(f"this trial trains on GPU {','.join(names)} (claimed in {sweep_dir / '.gpus'}; sweep.assign_gpus)")
-        if not ddp:
+        if not several:
             cfg.device = f"cuda:{indices[0]}"
             yield
             return
         before = os.environ.get("CUDA_VISIBLE_DEVICES")
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(names)  # the DDP workers, started now, see these alone
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(names)  # the workers, started now, see these alone
         try:
             yield
         finally:
@@ -114,7 +115,7 @@ def _assigns(cfg: DictConfig, multirun: bool) -> bool:
 def claimed(lock_dir: Path, count: int, wanted: int) -> Iterator[list[int]]:
     """`wanted` of the indices 0..count-1 that no other process holds, held (flock) while the block
     runs; waits while fewer are free. All or none: a trial never holds some GPUs while it waits for more,
-    so two DDP trials cannot block each other."""
+    so two multi-process trials cannot block each other."""
     lock_dir.mkdir(parents=True, exist_ok=True)
     waiting_said = False
     while True:

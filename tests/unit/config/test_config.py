@@ -258,8 +258,8 @@ RULE_CASES = [
     (["distributed.timeout_seconds=0"], "distributed.timeout_seconds"),
     (["+logger.trackers.nosuch=true"], "logger.trackers"),
     (["+logger.trackers.none=yes"], "logger.trackers"),
-    (["+logger.log_predictions=-1"], "logger.log_predictions"),
-    (["+logger.log_images=yes"], "logger.log_images"),
+    (["logger.log_predictions=-1"], "logger.log_predictions"),
+    (["logger.log_images=yes"], "logger.log_images"),
 ]
 
 # Keys that contradict each other, or settings the chosen options need.
@@ -433,6 +433,14 @@ def test_every_rule_key_exists_in_some_option():
     assert keys == set(RULES)
 
 
+def test_the_logger_keys_the_run_reads_are_the_core_s_own():
+    """trainkit.tracking.run_start reads logger.log_images and logger.log_predictions: conf/config.yaml holds them
+    (off), so with no tracker at all (each deletable: docs/features.md) every logger rule still has its key."""
+    logger = composed("logger=none").logger
+    assert {key for key in RULES if key.startswith("logger.")} == {f"logger.{key}" for key in logger}
+    assert logger.log_images is False and logger.log_predictions == 0  # no tracker to show them: no work
+
+
 def test_the_input_size_a_model_takes_comes_from_its_class_and_its_options_settings(compose_config):
     """UNet.input_size_multiple(widths): 2 ** (levels - 1), asked with model.widths before any directory exists."""
     deeper = compose_config(["experiment=shapes_segmentation", "model.widths=[8,16,32,64]", "data.image_size=36"])
@@ -465,7 +473,6 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
         (["data.std=[0]"], ["numbers > 0", "[0]"]),
         (["augmentation=basic", "+augmentation.flip=true"], ["unknown key", "horizontal_flip"]),
         (["data=mnist", "data.root=null"], ["is required for mnist", "data.root="]),
-        (["trainer.micro_batch_memory_cap_mb=100"], ["trainer.micro_batch_size is null, not auto"]),
         (
             ["augmentation=basic"],
             ["data.mirror_changes_label=true", "augmentation=shift", "data.mirror_changes_label=false"],

@@ -18,6 +18,7 @@ from conftest import ROOT, composed
 from helpers import config_check_tests, sharded_checkpoint
 from trainkit.checkpointing import load_weights
 from trainkit.checkpointing.resume import _refuse_another_checkpoint_layout
+from trainkit.config.validation import problems
 from trainkit.distributed import fsdp as fsdp_module
 from trainkit.distributed.fsdp import FSDP, blocks
 from trainkit.distributed.parallel import DDP, Parallel, parallel_for
@@ -235,18 +236,29 @@ RULE_CASES = [
     (["distributed=fsdp", "distributed.blocks=Block"], "distributed.blocks"),
 ]
 # fsdp shards the parameters in place: what needs whole ones (or a GradScaler) is refused; other features' settings
-# among them only where the feature is there (one deleted from this copy of the template has no key, and no case)
+# among them only where the feature is there (one deleted from this copy of the template has no key, or leaves a
+# value of a core key that only it took, micro_batch_size=auto: no case)
 WHOLE_WEIGHTS_OF_OTHER_FEATURES = [
-    (["distributed=fsdp", "regularization.ema.enabled=true"], "regularization.ema.enabled"),
-    (["distributed=fsdp", "lr_finder.enabled=true"], "lr_finder.enabled"),
-    (["distributed=fsdp", "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),
+    "regularization.ema.enabled=true",
+    "lr_finder.enabled=true",
+    "batch_size_finder.enabled=true",
+    "trainer.micro_batch_size=auto",
 ]
+
+
+def taken_here(setting: str) -> bool:
+    """Whether this copy of the template takes `setting` without distributed=fsdp: its key exists, and no check
+    refuses its value."""
+    key = setting.partition("=")[0]
+    there = OmegaConf.select(composed(), key, default=KeyError) is not KeyError
+    return there and key not in problems(composed(setting))
+
+
 RELATION_CASES = [
     (["distributed=fsdp", "trainer.compile=true"], "trainer.compile"),
     (["distributed=fsdp", "precision=fp16"], "precision"),
     (["distributed=fsdp", "distributed.nproc_per_node=1"], "distributed.nproc_per_node"),
-    (["distributed=fsdp", "trainer.micro_batch_size=auto"], "trainer.micro_batch_size"),
-    *[case for case in WHOLE_WEIGHTS_OF_OTHER_FEATURES if OmegaConf.select(composed(), case[1]) is not None],
+    *[(["distributed=fsdp", s], s.partition("=")[0]) for s in WHOLE_WEIGHTS_OF_OTHER_FEATURES if taken_here(s)],
 ]
 test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
     fsdp_module, RULE_CASES, RELATION_CASES

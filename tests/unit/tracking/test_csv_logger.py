@@ -45,8 +45,9 @@ def test_csv_logger_config_writes_jsonl_and_csv(tmp_path):
 
 
 def test_csv_shows_no_predictions():
-    """A table of numbers: no text sample and no pictures after each validation (no logger.log_predictions)."""
-    assert "log_predictions" not in composed("logger=csv").logger
+    """A table of numbers: no text sample and no pictures after each validation (conf/config.yaml's 0 and false)."""
+    logger = composed("logger=csv").logger
+    assert logger.log_predictions == 0 and logger.log_images is False
 
 
 def test_logger_filename_is_checked_beside_its_code():

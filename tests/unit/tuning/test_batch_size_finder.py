@@ -7,7 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from conftest import composed
 from helpers import backward_step, config_check_tests, out_of_memory_errors, record_run
+from trainkit.config.validation import problems
 from trainkit.errors import ConfigError
 from trainkit.models.small_cnn import SmallCNN
 from trainkit.tuning import batch_size_finder
@@ -177,3 +179,11 @@ RELATION_CASES = [
 test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
     batch_size_finder, RULE_CASES, RELATION_CASES
 )
+
+
+def test_a_micro_batch_larger_than_the_configured_batch_is_allowed_while_the_batch_is_searched():
+    """The core refuses trainer.micro_batch_size above data.batch_size (test_config); with the search on, the
+    configured size is only where the search starts, and the size found may be larger: this module says so."""
+    overrides = ["data.batch_size=32", "trainer.micro_batch_size=48"]
+    assert "trainer.micro_batch_size" in problems(composed(*overrides))
+    assert problems(composed(*overrides, "batch_size_finder.enabled=true")) == {}

@@ -84,6 +84,13 @@ test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = conf
 )
 
 
+def test_a_cap_without_auto_says_what_the_size_is():
+    from trainkit.config.validation import problems
+
+    key, message = next(iter(problems(composed("trainer.micro_batch_memory_cap_mb=100")).items()))
+    assert "trainer.micro_batch_size is null, not auto" in f"{key}: {message}"
+
+
 def test_auto_is_this_feature_s_alone_the_core_takes_a_size_or_null():
     from trainkit.config.rules import RULES
     from trainkit.config.schema import find_problems

@@ -64,6 +64,18 @@ def test_a_ddp_trial_wanting_more_gpus_than_the_machine_has_is_one_line(four_gpu
         too_many.__enter__()
 
 
+def test_a_trial_of_any_strategy_that_starts_several_processes_claims_one_gpu_a_process(four_gpus, tmp_path):
+    """Not only ddp: every distributed option but none starts nproc_per_node processes (a strategy of its own,
+    distributed.parallel, is launched as ddp is), and each needs a GPU."""
+    cfg = trial_config(nproc=2)
+    cfg.distributed.name = "a_strategy_of_its_own"
+    with trial_gpus.gpus_for_this_trial(cfg, tmp_path, multirun=True):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1" and cfg.device == "auto"
+    cfg.distributed.nproc_per_node = 5
+    with pytest.raises(ConfigError, match=r"distributed.nproc_per_node: is 5: .* this machine has 4; set"):
+        trial_gpus.gpus_for_this_trial(cfg, tmp_path, multirun=True).__enter__()
+
+
 def test_no_gpus_are_assigned_outside_a_parallel_multirun(four_gpus, tmp_path):
     for multirun, overrides in [(False, {}), (True, {"device": "cuda:2"}), (True, {"sweep": {"assign_gpus": False}})]:
         cfg = trial_config()

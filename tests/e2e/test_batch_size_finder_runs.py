@@ -1,0 +1,17 @@
+"""The batch-size finder (batch_size_finder.enabled) in train.py's run of a Hugging Face model; the search itself and
+its run on the default model: tests/unit/tuning/test_batch_size_finder.py."""
+
+import pytest
+from test_hf import TINY_BERT, texts, write_texts
+
+
+@pytest.fixture(scope="module")
+def texts_corpus(tmp_path_factory):
+    """train/<class>/*.txt, 45 files a class of three byte patterns (test_hf's)."""
+    return write_texts(tmp_path_factory.mktemp("texts") / "train", 45, seed=0).parent
+
+
+def test_the_batch_size_finder_runs_on_a_hugging_face_model(run_train, texts_corpus):
+    overrides = ["batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=16", "data.max_tokens=null"]
+    run = run_train(*texts(texts_corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))  # max_tokens: fixed batches
+    assert 0 <= run.summary["test"]["test/acc"] <= 1 and run.summary["test_weights"] == "best"
