@@ -481,7 +481,7 @@ def test_a_signal_during_the_final_test_lets_it_finish_then_says_so_and_exits_75
 
     monkeypatch.setattr(tasks, "evaluate", signalled_in_the_test)  # train.py imports it anew: the validation
     monkeypatch.setattr(run_module, "evaluate", signalled_in_the_test)  # the test (trainkit.run.test_and_summarize)
-    one_epoch = [*OVERRIDES, "trainer.max_epochs=1", "trainer.limit_train_batches=2", "logger=csv"]
+    one_epoch = [*OVERRIDES, "trainer.max_epochs=1", "trainer.limit_train_batches=2"]
     code, _, stderr = run_here("train.py", f"hydra.run.dir={tmp_path}", *one_epoch)
     log = (tmp_path / "train.log").read_text()
     assert code == signals.EXIT_STOPPED, (stderr + log)[-3000:]
