@@ -14,6 +14,7 @@ if __name__ == "__main__":
 
 import contextlib
 import functools
+import gc
 import logging
 import math
 import sys
@@ -342,4 +343,5 @@ def optimized_value(cfg: DictConfig, run_dir: Path) -> float | None:
 
 if __name__ == "__main__":
     sweep_continuation.remember_sweep_command(sys.argv)  # feature: sweep_continuation (for the stop lines)
+    gc.freeze()  # the imports' ~200k objects live to the end: no garbage collection, nor the one at exit, walks them
     cli.run(main)
