@@ -273,6 +273,8 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     """One process's part of the run: the only process, or one rank of many (each DDP worker starts here,
     inside the process group: trainkit.distributed.launch.start_processes). Returns the summary."""
     run = start_run(cfg, run_dir, proc, device)
+    if gc.get_freeze_count():  # `python train.py` froze its imports (its last lines): what the run built lives on too
+        gc.freeze()
     cfg = run.cfg  # resolved: what the data and the searches found
     failed = True  # until the run ends normally: the tracker then marks it finished, else failed
     try:

@@ -61,9 +61,11 @@ def test_help_a_config_error_and_the_default_run_import_no_heavy_library(tmp_pat
     # --help lists the app's config groups alone: Hydra's listing of its own ~20 groups as well
     # (not shown by conf/hydra/help/trainkit.yaml) took 116 look-ups, about half a second; now 26
     assert results["help"].pop("group_lookups") < 60, results
-    # train.py freezes what its imports made out of the garbage collector: every full collection, and the one at
-    # exit, walked those ~200k objects again (about 0.5 s of the default run's ~8 s of CPU)
-    assert min(results[name].pop("frozen") for name in results) > 100_000, results
+    # train.py freezes what its imports made out of the garbage collector, and a run what it built (torch._dynamo,
+    # which the math modes import, ~150k more): every full collection, and those at exit, walked them all again
+    # (about 0.8 s of the default run's ~8.5 s of CPU)
+    frozen = {name: result.pop("frozen") for name, result in results.items()}
+    assert frozen["help"] > 100_000 and frozen["default_run"] > frozen["config_error"] + 100_000, frozen
     assert {name: {"exit": result["exit"], "heavy": result["heavy"]} for name, result in results.items()} == {
         "help": {"exit": 0, "heavy": []},
         "config_error": {"exit": 1, "heavy": []},
