@@ -14,6 +14,7 @@ if __name__ == "__main__":
 
 import contextlib
 import functools
+import gc
 import logging
 import math
 import sys
@@ -277,6 +278,8 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     """One process's part of the run: the only process, or one rank of many (each DDP worker starts here,
     inside the process group: trainkit.distributed.launch.start_processes). Returns the summary."""
     run = start_run(cfg, run_dir, proc, device)
+    if gc.get_freeze_count():  # `python train.py` froze its imports (its last lines): what the run built lives on too
+        gc.freeze()
     state = run.state  # where the run stands: the loop below moves it forward
     cfg = run.cfg  # resolved: what the data and the searches found
     failed = True  # until the run ends normally: the tracker then marks it finished, else failed
@@ -348,4 +351,5 @@ def optimized_value(cfg: DictConfig, run_dir: Path) -> float | None:
 
 if __name__ == "__main__":
     sweep_continuation.remember_sweep_command(sys.argv)  # feature: sweep_continuation (for the stop lines)
+    gc.freeze()  # the imports' ~200k objects live to the end: no garbage collection, nor the one at exit, walks them
     cli.run(main)

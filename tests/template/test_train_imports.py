@@ -5,7 +5,8 @@ or more to import; they are imported inside the functions that use them (the def
 read from scikit-learn's file without importing it), so these three paths cost little more than
 torch and Hydra. One process runs all three in turn (train.py's main, as `python train.py` calls it)
 and lists the heavy modules loaded after each: what one path imports stays loaded, so each list
-covers the paths before it too.
+covers the paths before it too. Each also finds what train.py's imports made frozen out of the garbage
+collector (gc.freeze), which no collection then walks again.
 """
 
 import json
@@ -20,7 +21,7 @@ HEAVY += ("transformers", "safetensors")  # model=hf and eval.py's export=: impo
 # torch._dynamo, which imports torch.distributed.fsdp itself)
 HEAVY_SUBMODULES = ("torch.distributed.fsdp", "torch.distributed.checkpoint")
 PROBE = """
-import json, os, runpy, sys
+import gc, json, os, runpy, sys
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.global_hydra import GlobalHydra
 
@@ -47,6 +48,7 @@ for name, args in paths.items():
     GlobalHydra.instance().clear()
     results[name] = {"exit": code, "heavy": sorted(({m.split(".")[0] for m in sys.modules} | set(sys.modules)) & heavy)}
     results[name]["group_lookups"], lookups[:] = len(lookups), []
+    results[name]["frozen"] = gc.get_freeze_count()
 print(json.dumps(results))
 """
 
@@ -59,6 +61,11 @@ def test_help_a_config_error_and_the_default_run_import_no_heavy_library(tmp_pat
     # --help lists the app's config groups alone: Hydra's listing of its own ~20 groups as well
     # (not shown by conf/hydra/help/trainkit.yaml) took 116 look-ups, about half a second; now 26
     assert results["help"].pop("group_lookups") < 60, results
+    # train.py freezes what its imports made out of the garbage collector, and a run what it built (torch._dynamo,
+    # which the math modes import, ~150k more): every full collection, and those at exit, walked them all again
+    # (about 0.8 s of the default run's ~8.5 s of CPU)
+    frozen = {name: result.pop("frozen") for name, result in results.items()}
+    assert frozen["help"] > 100_000 and frozen["default_run"] > frozen["config_error"] + 100_000, frozen
     assert {name: {"exit": result["exit"], "heavy": result["heavy"]} for name, result in results.items()} == {
         "help": {"exit": 0, "heavy": []},
         "config_error": {"exit": 1, "heavy": []},
