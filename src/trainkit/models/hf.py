@@ -135,7 +135,10 @@ def create_hf_model(
                 "model.gradient_checkpointing",
                 f"is true, but transformers' {type(model).__name__} has no gradient checkpointing; set it false",
             )
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # its name since transformers 5.x; the old one warns
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return HuggingFaceModel(model, None if causal else pad_token_id, causal)
 
 
