@@ -107,7 +107,7 @@ class Run:
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
     shown: tuple[torch.Tensor, torch.Tensor] | None = None  # rank 0, logger.log_predictions: val images and targets
     started: float = field(default_factory=time.perf_counter)  # this process's part of the run began
-    state: TrainState = field(default_factory=lambda: TrainState())  # where it stands: the loop moves it forward
+    state: TrainState = field(default_factory=TrainState)  # where it stands: the loop moves it forward
 
     def state_dict(self) -> dict:
         """What a checkpoint holds: everything a resume needs, as plain containers and tensors
