@@ -14,7 +14,6 @@ one conf/task/<name>.yaml, with train.py left as it is:
     sums = task.metric_sums(outputs, targets)    # 1-D, on the device: summed over batches and ranks
     task.metrics(sums)                           # {"acc": ...}: from the sums of every rank
     task.mirror_outputs(outputs)                 # a mirrored input's model outputs, unmirrored (tta_flip)
-    task.shown_images(batch)                     # the images trackers show of a batch; None: none
     task.predict(outputs)                        # what eval.py writes for predict=
 
 A batch is whatever the data's loader yields (a pair, a dict, lengths beside values, several inputs);
@@ -85,14 +84,6 @@ class Task:
     def augment(self, batch: Any) -> Any:
         return batch
 
-    def shown_images(self, batch: Any) -> Tensor | None:
-        """The images of a batch that trackers show (logger.log_images' grid, prediction pictures), [B, C, H, W] with
-        C 1 or 3, or None: nothing to show, and nothing is. Here a pair's inputs where they are such images; a dict
-        batch shows none unless its task says which entry holds them (`return batch["image"]`)."""
-        inputs = None if isinstance(batch, Mapping) else batch[0]
-        is_images = isinstance(inputs, Tensor) and inputs.dim() == 4 and inputs.shape[1] in (1, 3)
-        return inputs if is_images else None
-
     def step(self, model: Callable[..., Any], batch: Any) -> tuple[Tensor, Any]:
         """The training loss of a batch (a mean over what it weighs) and what the scoring methods take: here the
         loss of `outputs`, scored in fp32 against the batch's targets."""
@@ -151,6 +142,14 @@ class Task:
 
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:
         raise NotImplementedError
+
+    def shown_images(self, batch: Any) -> Tensor | None:
+        """The images of a batch that trackers show (logger.log_images' grid, prediction pictures), [B, C, H, W] with
+        C 1 or 3, or None: nothing to show, and nothing is. Here a pair's inputs where they are such images; a dict
+        batch shows none unless its task says which entry holds them (`return batch["image"]`)."""
+        inputs = None if isinstance(batch, Mapping) else batch[0]
+        is_images = isinstance(inputs, Tensor) and inputs.dim() == 4 and inputs.shape[1] in (1, 3)
+        return inputs if is_images else None
 
 
 def metric_names_of(task_class: type) -> tuple[str, ...]:
