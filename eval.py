@@ -7,6 +7,7 @@
     python eval.py checkpoint=<run> distributed=ddp distributed.nproc_per_node=2
     python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or one image file's)
     python eval.py checkpoint=<run> predict=path/to/texts   # token data: each .txt file's class
+    python eval.py checkpoint=<run> predict=rows.csv        # other data: the files its option reads (a table's rows)
     python eval.py checkpoint=<run> prompt="'def fibonacci(n):'"  # a language model: the text continued (sample.*)
     python eval.py checkpoint=<run> predict=prompt.txt      # ... or a text file's text (a missing file: refused)
     python eval.py checkpoint=<run> export=<folder>         # the tested weights for others: model=hf in the Hugging
@@ -47,11 +48,11 @@ from trainkit.checkpointing.overrides import config_with_overrides
 from trainkit.checkpointing.resume import run_dir_of
 from trainkit.config import to_dict
 from trainkit.config.validation import validate
-from trainkit.data import build_data, make_data
+from trainkit.data import Data, build_data, make_data
 from trainkit.data.datasets import ImageData, data_class
 from trainkit.data.imagefolder import image_extensions, open_image, resize_center_crop, walk_files
 from trainkit.data.loaders import limited
-from trainkit.data.text import TEXT_EXTENSIONS, TextData, pad_to_longest, utf8_bytes
+from trainkit.data.text import TEXT_EXTENSIONS, TextData, utf8_bytes
 from trainkit.data.tokenizing import BYTES, Tokenized, Tokens
 from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
@@ -62,6 +63,7 @@ from trainkit.runtime import pick_device, seed_everything
 from trainkit.tasks import evaluate, evaluation_outputs
 from trainkit.tasks.batches import to_device
 from trainkit.tasks.language_model import write_samples, writes_text
+from trainkit.tasks.task import Task
 from trainkit.tracking import quiet_known_noise, save_png
 from trainkit.tracking.evaluation_figures import predicted_on, save_figures
 from trainkit.tracking.loggers import strict_json
@@ -262,8 +264,11 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
     (nearest), so every pixel of the image gets a class. One process: there is no split to share
     out. Returns where the predictions are and how many images they cover."""
     given = Path(cfg.predict).expanduser()
-    if issubclass(data_class(cfg.data._target_), TextData):
+    kind = data_class(cfg.data._target_)
+    if issubclass(kind, TextData):
         return predict_texts(cfg, out_dir, given)
+    if not issubclass(kind, ImageData):
+        return predict_files(cfg, out_dir, given)
     if given.is_file():
         if given.suffix.lower() not in image_extensions():
             raise ConfigError(
@@ -275,18 +280,22 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
         report_not_read(folder, [*hidden, *others], "images")
     else:
         raise ConfigError("predict", f"'{given}' does not exist; give an image or a folder of images")
-    if not issubclass(data_class(cfg.data._target_), ImageData):
-        raise ConfigError("predict", f"reads images, but {cfg.data.name} is not images; evaluate a split")
     if not files:
         raise ConfigError("predict", f"'{folder}' holds no images (.png, .jpg, ...); give a folder of images")
-    device = pick_device(cfg.device)
-    state = load_checkpoint(cfg.checkpoint, device)
-    model, input_size = trained_model(cfg, tested_weights(state)[1], cfg.data.image_size, device)
-    transform = make_data(cfg.data).batch_transform(None, input_size, cfg.trainer.channels_last, train=False).to(device)
-    task = instantiate(cfg.task)
+    data = make_data(cfg.data)
+    assert isinstance(data, ImageData), "predict_folder sends other data to predict_texts or predict_files"
+    if data.image_entries and type(data).prediction_batch is ImageData.prediction_batch:
+        raise ConfigError(
+            "predict",
+            f"reads images, but {type(data).__name__} (data._target_) makes dict batches (image_entries), whose "
+            f"form predict= cannot guess; give it a prediction_batch(images) that makes one of its batches "
+            f"(without targets) from a list of images (docs/data.md)",
+        )
+    task, device, state, (model, input_size) = predicting(cfg, cfg.data.image_size)
+    transform = data.batch_transform(None, input_size, cfg.trainer.channels_last, train=False).to(device)
 
     def predict(images: list[torch.Tensor]) -> dict:
-        return task_predictions(model, (torch.stack(images), None), transform, task, cfg, device)
+        return task_predictions(model, data.prediction_batch(images), transform, task, cfg, device)
 
     mode, size, batch_size = ("L" if cfg.data.channels == 1 else "RGB"), cfg.data.image_size, cfg.data.eval_batch_size
     writer = PredictionWriter(out_dir, folder, files, predicted_class_names(cfg, state))
@@ -321,12 +330,10 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
         raise ConfigError("predict", f"'{given}' does not exist; give a text file or a folder of .txt files")
     if not files:
         raise ConfigError("predict", f"'{given}' holds no text files ({', '.join(TEXT_EXTENSIONS)})")
-    device = pick_device(cfg.device)
-    state = load_checkpoint(cfg.checkpoint, device)
-    model, _ = trained_model(cfg, tested_weights(state)[1], None, device)
-    task = instantiate(cfg.task)
-    tokens = runs_tokenizer(cfg)
-    assert tokens is not None and tokens.pad_id is not None, "text classification data pads (TextData)"
+    task, device, state, (model, _) = predicting(cfg)
+    data = runs_data(cfg)
+    assert isinstance(data, TextData) and data.tokens is not None, "text classification data (TextData) tokenizes"
+    tokens = data.tokens
     skipped: list[Path] = []
     texts = read_or_skip(files, utf8_bytes, cfg, skipped)  # all, checked (as the data reads its files)
     report_skipped(given, files, skipped)
@@ -334,12 +341,74 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
     readable = list(texts.items())
     for start in range(0, len(readable), cfg.data.eval_batch_size):
         batch = dict(readable[start : start + cfg.data.eval_batch_size])
-        inputs, _ = pad_to_longest(
-            [(tokens.encode(text)[: cfg.data.max_length], 0) for text in batch.values()], tokens.pad_id
-        )
-        predicted = task_predictions(model, (inputs, None), torch.nn.Identity(), task, cfg, device)  # text: none
+        ids = [tokens.encode(text)[: cfg.data.max_length] for text in batch.values()]
+        predicted = task_predictions(model, data.prediction_batch(ids), torch.nn.Identity(), task, cfg, device)
         writer.write(predicted, list(batch), [(0, 0)] * len(batch))  # no maps: sizes are for masks
     return write_table(writer, out_dir), len(writer.rows)
+
+
+def predict_files(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, int]:
+    """predict=<folder or file> for data that is neither images nor text: the files the data option reads
+    (`prediction_files`, sub-folders too), each read into samples by its `read_for_prediction` (a table: a sample a
+    row), in batches of data.eval_batch_size of its own form (`prediction_batch`); predictions.csv has a row a
+    sample, naming its file and its row in the file. One process. Data without `prediction_files`: one line."""
+    data = make_data(cfg.data)
+    extensions = type(data).prediction_files
+    if not extensions:
+        raise ConfigError(
+            "predict",
+            f"reads files as the data option says, but {type(data).__name__} (data._target_) does not say how; give "
+            f"it prediction_files (the extensions read) and read_for_prediction(path) (docs/data.md), or evaluate "
+            f"a split",
+        )
+    named = ", ".join(extensions)
+    if given.is_dir():
+        files, hidden, others = walk_files(given, extensions)
+        report_not_read(given, [*hidden, *others], f"{named} files")
+    elif given.is_file() and given.suffix.lower() in extensions:
+        files, given = [given], given.parent
+    else:
+        what = "is not one of them" if given.is_file() else "does not exist"
+        raise ConfigError("predict", f"'{given}' {what}; give a {named} file or a folder of them")
+    if not files:
+        raise ConfigError("predict", f"'{given}' holds no {named} files; give a folder of them")
+    task, device, state, (model, _) = predicting(cfg)
+    transform = data.batch_transform(None, None, cfg.trainer.channels_last, train=False).to(device)
+    skipped: list[Path] = []
+    read = read_or_skip(files, lambda path: list(data.read_for_prediction(path)), cfg, skipped)
+    report_skipped(given, files, skipped)
+    samples = [(path, row, sample) for path, found in read.items() for row, sample in enumerate(found)]
+    if not samples:
+        raise ConfigError("predict", f"the files under '{given}' hold no samples; give files with rows")
+    writer = PredictionWriter(out_dir, given, list(read), predicted_class_names(cfg, state))
+    for start in range(0, len(samples), cfg.data.eval_batch_size):
+        part = samples[start : start + cfg.data.eval_batch_size]
+        batch = data.prediction_batch([sample for _, _, sample in part])
+        predicted = task_predictions(model, batch, transform, task, cfg, device)
+        writer.write(predicted, [path for path, _, _ in part], [(0, 0)] * len(part), [row for _, row, _ in part])
+    return write_table(writer, out_dir), len(writer.rows)
+
+
+def predicting_task(cfg: DictConfig) -> Any:
+    """The run's task, where it says what a prediction is (`predict(outputs)`); one line naming what to add where
+    it does not."""
+    task = instantiate(cfg.task)
+    if getattr(type(task), "predict", Task.predict) is Task.predict:
+        raise ConfigError(
+            "task",
+            f"{type(task).__name__} (task._target_) says not what predict= writes of a sample; give it a "
+            f'predict(outputs) returning a dict of a tensor a sample, e.g. {{"class": outputs.argmax(dim=1)}}',
+        )
+    return task
+
+
+def predicting(cfg: DictConfig, image_size: int | None = None) -> tuple[Any, torch.device, dict, tuple]:
+    """What predict= predicts with: the run's task (predicting_task), the device, the checkpoint's state, and the
+    tested model on the device with the side length its batches are resized to (trained_model)."""
+    task = predicting_task(cfg)
+    device = pick_device(cfg.device)
+    state = load_checkpoint(cfg.checkpoint, device)
+    return task, device, state, trained_model(cfg, tested_weights(state)[1], image_size, device)
 
 
 def task_predictions(
@@ -357,11 +426,18 @@ def task_predictions(
 
 def runs_tokenizer(cfg: DictConfig) -> Tokens | None:
     """The run's data.tokenizer (bpe: the one it saved in its directory, never trained here); None: not text."""
+    data = runs_data(cfg)
+    return data.tokens if isinstance(data, Tokenized) else None
+
+
+def runs_data(cfg: DictConfig) -> Data:
+    """The run's data option, not its data (nothing is read); text: with the run's data.tokenizer made (bpe: the one
+    it saved in its directory, never trained here)."""
     data = make_data(cfg.data)
-    if not isinstance(data, Tokenized):
-        return None
-    data.saved_in, data.trains = run_dir_of(Path(cfg.checkpoint)), False
-    return data.make_tokenizer(list)
+    if isinstance(data, Tokenized):
+        data.saved_in, data.trains = run_dir_of(Path(cfg.checkpoint)), False
+        data.make_tokenizer(list)
+    return data
 
 
 def read_or_skip(paths: list[Path], read: Callable[[Path], Any], cfg: DictConfig, skipped: list) -> dict[Path, Any]:
@@ -446,10 +522,13 @@ class PredictionWriter:
     def maps_only(self) -> bool:
         return len(self.rows[0]) == 1
 
-    def write(self, predicted: dict, files: list[Path], image_sizes: list[tuple[int, int]]) -> None:
+    def write(
+        self, predicted: dict, files: list[Path], image_sizes: list[tuple[int, int]], rows: list[int] | None = None
+    ) -> None:
+        """`rows`: each sample's row in its file (a table's), a column of its own; None: a sample a file."""
         for i, (path, (width, height)) in enumerate(zip(files, image_sizes, strict=True)):
             name = path.relative_to(self.folder)
-            row: dict = {"file": str(name)}
+            row: dict = {"file": str(name)} | ({"row": rows[i]} if rows is not None else {})
             for key, values in predicted.items():
                 value = values[i].cpu()
                 if value.dim() == 2:
@@ -536,7 +615,8 @@ def main(cfg: DictConfig) -> None:
         return
     if cfg.predict is not None:
         written, count = predict_folder(cfg, out_dir)
-        what = "text file" if issubclass(data_class(cfg.data._target_), TextData) else "image"
+        kind = data_class(cfg.data._target_)
+        what = "text file" if issubclass(kind, TextData) else "image" if issubclass(kind, ImageData) else "sample"
         log.info(f"predictions for {count} {what}{'s' if count != 1 else ''} ({source}) -> {written}")
         return
     # Here, or in the DDP processes started for this evaluation (each evaluates its shard).

@@ -1,12 +1,15 @@
 """Data options that only tests need, importable by `_target_` (the tests put this folder on PYTHONPATH)."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import torch
 
 from trainkit.data import Data, FileSplits, ImageData, Splits
 from trainkit.data.datasets import Folds, carve, read_digits
+from trainkit.data.feature_rows import read_feature_rows
 
 
 @dataclass(kw_only=True)
@@ -36,6 +39,7 @@ class DigitsTable(Folds, Data):
     split_seed: int
 
     uses_root: ClassVar[bool] = False
+    prediction_files: ClassVar[tuple[str, ...]] = (".csv", ".npy")  # predict=: a CSV or .npy file of 64-pixel rows
 
     def splits(self) -> Splits:
         pixels, target = read_digits()
@@ -45,6 +49,9 @@ class DigitsTable(Folds, Data):
         parts = self.folded(parts, self.split_seed)  # data.folds: a regression has no classes to stratify by
         train, val, test = ((features[parts[s]], values[parts[s]]) for s in ("train", "val", "test"))
         return Splits(train, val, test, num_classes=1)
+
+    def read_for_prediction(self, path: Path) -> Sequence[torch.Tensor]:
+        return read_feature_rows(path, columns=64).div_(16)  # the features as splits() scales them
 
 
 class _Signals(torch.utils.data.Dataset):
@@ -87,3 +94,50 @@ class DigitSignals(Folds, Data):
             "lengths": torch.tensor([len(signal) for signal in signals]),
             "label": torch.stack([item["label"] for item in items]),
         }
+
+
+CAPTIONS = [torch.tensor(list(text.ljust(20).encode())) for text in ("a digit", "a handwritten digit", "scanned")]
+
+
+class _Captioned(torch.utils.data.Dataset):
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> dict:
+        return {"image": self.images[index], "caption": CAPTIONS[index % 3], "targets": self.labels[index]}
+
+
+@dataclass(kw_only=True)
+class CaptionedDigitsWithoutPredictionBatch(Folds, ImageData):
+    """The digits as image + text dict batches, {"image": [B, 1, 8, 8] uint8, "caption": [B, 20] byte ids,
+    "targets": [B]}, read as file data is: the batch transform applies to the "image" entry alone (image_entries).
+    It does not say how predict= images make one of its batches (CaptionedDigits does)."""
+
+    val_fraction: float
+    test_fraction: float
+    split_seed: int
+
+    uses_root: ClassVar[bool] = False
+    in_memory: ClassVar[bool] = False
+    image_entries: ClassVar[tuple[str, ...]] = ("image",)
+
+    def splits(self) -> FileSplits:
+        pixels, target = read_digits()
+        images = torch.from_numpy(pixels).mul(255 / 16).round().to(torch.uint8).reshape(-1, 1, 8, 8)
+        labels = torch.from_numpy(target).long()
+        parts = carve(len(labels), {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed)
+        parts = self.folded(parts, self.split_seed, labels)
+        train, val, test = (_Captioned(images[parts[s]], labels[parts[s]]) for s in ("train", "val", "test"))
+        return FileSplits(train, val, test, num_classes=10)
+
+
+@dataclass(kw_only=True)
+class CaptionedDigits(CaptionedDigitsWithoutPredictionBatch):
+    """Image + text dict batches whose predict= batches are of the same form: images from files, each with the
+    caption "a digit"."""
+
+    def prediction_batch(self, samples: list) -> dict:
+        return {"image": torch.stack(samples), "caption": CAPTIONS[0].expand(len(samples), -1)}

@@ -310,3 +310,16 @@ class WithAuxiliaryOutput(NoNormCNN):
     def forward(self, x):
         features = self.body[:-1](x)
         return self.body[-1](features), features.pow(2).mean()
+
+
+class ImageAndCaption(nn.Module):
+    """Two inputs by name, an image batch [B, C, H, W] and a caption's byte ids [B, T] -> [B, num_classes]: the
+    model of an image + text dict batch (data_for_tests.CaptionedDigits)."""
+
+    def __init__(self, in_channels: int, num_classes: int):
+        super().__init__()
+        self.image = SmallCNN(in_channels, num_classes, widths=(16, 32))
+        self.caption = nn.EmbeddingBag(256, num_classes)
+
+    def forward(self, image, caption):
+        return self.image(image) + self.caption(caption.long())

@@ -110,3 +110,12 @@ class AuxiliaryLoss(Classification):
 
     def outputs(self, model, batch: tuple[Tensor, Tensor]) -> Tensor:
         return model(batch[0])[0]  # evaluation and predictions: the logits
+
+
+class CaptionedClassification(Classification):
+    """Classification of image + text dict batches, {"image", "caption", "targets"} (data_for_tests.CaptionedDigits,
+    models_for_tests.ImageAndCaption): the defaults train and score it (the model takes the entries by name); the
+    trackers show its images."""
+
+    def shown_images(self, batch: dict) -> Tensor:
+        return batch["image"]

@@ -4,9 +4,12 @@ as the whole batch; a model that returns (logits, aux) trains on the task's auxi
 logits; a data kind whose batches are dicts trains, validates and tests end to end."""
 
 import copy
+import csv
+import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -213,3 +216,84 @@ def test_tta_flip_refuses_outputs_without_a_mean_and_a_batch_without_images_in_o
     with pytest.raises(ConfigError, match=r"^trainer\.tta_flip: mirrors image batches .* given none"):
         task = SignalClassification(num_classes=10)
         evaluate(LengthsNet(9, 10), [signals(4)], torch.nn.Identity(), task, "fp32", CPU, tta_flip=True)
+
+
+CAPTIONED_RUN = (
+    "device=cpu",
+    "print_config=false",
+    "trainer.progress_bar=false",
+    "data._target_=data_for_tests.CaptionedDigits",  # {"image", "caption", "targets"}; the digits' image keys
+    "~model",
+    "+model._target_=models_for_tests.ImageAndCaption",
+    "+model.in_channels=1",
+    "+model.num_classes=10",
+    "task._target_=tasks_for_tests.CaptionedClassification",
+    "trainer.max_epochs=2",
+    "logger=tensorboard",  # logs images by default: a grid of the augmented training samples the task shows
+)
+
+
+@pytest.mark.slow  # trains for two epochs
+def test_an_image_and_text_dict_batch_trains_with_tensorboard_and_predict_makes_batches_of_its_form(tmp_path):
+    """Before: logger=tensorboard took a dict batch's [0] (KeyError), the image transform took the whole dict
+    (AttributeError), and predict= gave the task (images, None) (TypeError: the model's caption missing)."""
+    from PIL import Image
+
+    from conftest import run_here
+    from data_for_tests import CAPTIONS
+    from models_for_tests import ImageAndCaption
+    from trainkit.data.datasets import read_digits
+
+    run_dir = tmp_path / "run"
+    returncode, _, stderr = run_here("train.py", f"hydra.run.dir={run_dir}", *CAPTIONED_RUN)
+    assert returncode == 0, stderr[-4000:]
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    grid = np.asarray(Image.open(run_dir / "train_samples.png"))
+    assert grid.shape == (4 * (32 + 1) + 1, 8 * (32 + 1) + 1, 3)  # the first 32 images, 8x8 enlarged to 32x32
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["test"]["test/acc"] > 0.5  # a chance guess is 0.1
+
+    pixels, _ = read_digits()
+    images = torch.from_numpy(pixels[:6]).mul(255 / 16).round().to(torch.uint8).reshape(6, 1, 8, 8)
+    (tmp_path / "new").mkdir()
+    for index, image in enumerate(images):
+        Image.fromarray(image[0].numpy()).save(tmp_path / "new" / f"{index}.png")
+    out = tmp_path / "out"
+    returncode, stdout, stderr = run_here(
+        "eval.py", f"hydra.run.dir={out}", f"checkpoint={run_dir}", f"predict={tmp_path / 'new'}"
+    )
+    assert returncode == 0, stderr[-4000:]
+    assert "predictions for 6 images" in stdout
+    with (out / "predictions.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    model = ImageAndCaption(1, 10)
+    model.load_state_dict(torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["model"])
+    with torch.no_grad():  # the batch CaptionedDigits makes of images: each with the caption "a digit"
+        logits = model.eval()((images.float() / 255 - 0.305) / 0.376, CAPTIONS[0].expand(6, -1))
+    probabilities, classes = logits.softmax(dim=1).max(dim=1)
+    assert [row["file"] for row in rows] == [f"{index}.png" for index in range(6)]
+    assert [int(row["class"]) for row in rows] == classes.tolist()
+    assert [float(row["probability"]) for row in rows] == pytest.approx(probabilities.tolist(), abs=1e-6)
+
+
+def test_predict_refuses_in_one_line_a_data_option_or_a_task_that_does_not_say_how(tmp_path):
+    from omegaconf import OmegaConf, open_dict
+
+    from conftest import composed
+
+    sys.path.insert(0, str(ROOT))
+    import eval as evaluation
+
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "a.png").write_bytes(b"")  # not read: the refusal comes first
+    signals = composed(*DICT_RUN)  # dict batches of signals: no prediction_files
+    captioned = composed(*CAPTIONED_RUN, "data._target_=data_for_tests.CaptionedDigitsWithoutPredictionBatch")
+    for cfg in (signals, captioned):
+        with open_dict(cfg):
+            cfg.predict = str(tmp_path / "new")
+    with pytest.raises(ConfigError, match=r"^predict: reads files as the data option says, but DigitSignals"):
+        evaluation.predict_folder(signals, tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"makes dict batches \(image_entries\), .* give it a prediction_batch"):
+        evaluation.predict_folder(captioned, tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"^task: Task \(task._target_\) says not what predict= writes of a sample"):
+        evaluation.predicting_task(OmegaConf.create({"task": {"_target_": "trainkit.tasks.task.Task"}}))

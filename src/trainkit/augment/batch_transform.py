@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from trainkit.errors import ConfigError
+
 # ITU-R 601 luma weights, as torchvision's rgb_to_grayscale.
 LUMA = (0.299, 0.587, 0.114)
 
@@ -44,7 +46,8 @@ class BatchTransform(nn.Module):
     or one for all.
     It only runs in training mode: `train=False` builds the module in eval mode, and
     `.train()` / `.eval()` switch it like any module. `channels_last=True` returns NHWC batches
-    for a model converted to channels_last.
+    for a model converted to channels_last. A dict batch (image + text, two views) is transformed in the
+    `entries` that hold its images (the data option's `image_entries`); its other entries pass as they are.
     """
 
     mean: Tensor  # buffers, registered in __init__
@@ -58,8 +61,10 @@ class BatchTransform(nn.Module):
         augmentation: Mapping | None = None,
         train: bool = False,
         channels_last: bool = False,
+        entries: Sequence[str] = (),
     ):
         super().__init__()
+        self.entries = tuple(entries)
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"size must be a positive integer, got {size!r}")
         self.size = size
@@ -77,7 +82,26 @@ class BatchTransform(nn.Module):
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.train(train)
 
-    def forward(self, images: Tensor) -> Tensor:
+    def forward(self, batch: Tensor | Mapping[str, Any]) -> Any:
+        if isinstance(batch, Mapping):
+            return {key: self.images(value) if key in self.entries else value for key, value in self.named(batch)}
+        return self.images(batch)
+
+    def named(self, batch: Mapping[str, Any]) -> Any:
+        """A dict batch's items, once its entries of images are known to be there: a dict with none named, or
+        without one named, is one line (the data option's class names them in image_entries)."""
+        missing = [key for key in self.entries if key not in batch]
+        if not self.entries or missing:
+            what = f"names {missing[0]!r}, which the batch lacks" if missing else "names none"
+            raise ConfigError(
+                "data._target_",
+                f"makes dict batches (keys {', '.join(map(str, batch))}), and its image transform applies to the "
+                f"entries its class's image_entries names, but it {what}; name the entries that hold images "
+                f'(image_entries = ("image",))',
+            )
+        return batch.items()
+
+    def images(self, images: Tensor) -> Tensor:
         x = images.float() / 255 if images.dtype == torch.uint8 else images.float()
         if x.shape[-2:] != (self.size, self.size):
             downscaling = x.shape[-2] > self.size or x.shape[-1] > self.size

@@ -81,9 +81,25 @@ class Data:
     uses_root: ClassVar[bool] = True  # False: generated or shipped data, a data.root set is ignored
     downloadable: ClassVar[bool] = False  # data.download=true fetches the files
     needs_num_classes: ClassVar[bool] = False  # the data makes data.num_classes classes: it cannot be null
+    # The extensions of the files eval.py's predict= reads with read_for_prediction (a table: (".csv", ".npy")).
+    # (): predict= is refused, naming these. Images and text files are read as their options read them.
+    prediction_files: ClassVar[tuple[str, ...]] = ()
 
     def splits(self) -> Splits | FileSplits:
         raise NotImplementedError(f"{type(self).__name__} must define splits()")
+
+    def read_for_prediction(self, path: Path) -> Sequence[Any]:
+        """The samples one predict= file holds (a file of `prediction_files`), each as `prediction_batch` takes it and
+        as the splits hold it (a table's file: a row of features each, scaled as splits() scales them). Raise for a
+        file that cannot be read (eval.py names it; data.skip_bad_files skips it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define read_for_prediction() for its prediction_files")
+
+    def prediction_batch(self, samples: list[Any]) -> Any:
+        """A batch of predict= samples in this data's own form, without targets, as `task.outputs` takes it: here
+        an (inputs, None) pair of the samples stacked (images [B, C, S, S] as read, a table's rows [B, F]). Data of
+        dict batches makes its dict (without the targets): eval.py refuses image data with `image_entries` that
+        keeps this one."""
+        return torch.stack(samples), None
 
     def class_names(self) -> list[str]:
         """The classes in label order, as predictions name them (an image folder's class folders); [] where the
@@ -163,6 +179,9 @@ class ImageData(Data):
 
     kind: ClassVar[str] = "image"
     decodes_images: ClassVar[bool] = False  # images decode as greyscale or RGB: data.channels is 1 or 3
+    # Dict batches: the entries that hold images, which the batch transform scales, resizes, augments and
+    # normalizes; the others (a caption's ids, lengths, the targets) pass as they are. Pairs: their inputs.
+    image_entries: ClassVar[tuple[str, ...]] = ()
 
     @staticmethod
     def config_problems(channels: int, mean: Sequence[float], std: Sequence[float]) -> Iterator[tuple[str, str]]:
@@ -185,6 +204,7 @@ class ImageData(Data):
             augmentation if train else None,
             train=train,
             channels_last=channels_last,
+            entries=self.image_entries,
         )
 
 

@@ -109,6 +109,11 @@ class TextData(Tokenized):
     def item_sizes(self, dataset: Dataset) -> Sequence[int] | None:
         return getattr(dataset, "lengths", None)  # a text's tokens, cut at data.max_length
 
+    def prediction_batch(self, samples: list[Any]) -> tuple[torch.Tensor, None]:
+        """predict= texts (token ids, cut at data.max_length) padded to the longest, as a batch without targets."""
+        inputs, _ = self.collate([(ids, 0) for ids in samples])
+        return inputs, None
+
     def class_names(self) -> list[str]:
         """The classes in label order (what eval.py's predictions name); [] where the data has no names."""
         return []

@@ -143,6 +143,14 @@ class Task:
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:
         raise NotImplementedError
 
+    def shown_images(self, batch: Any) -> Tensor | None:
+        """The images of a batch that trackers show (logger.log_images' grid, prediction pictures), [B, C, H, W] with
+        C 1 or 3, or None: nothing to show, and nothing is. Here a pair's inputs where they are such images; a dict
+        batch shows none unless its task says which entry holds them (`return batch["image"]`)."""
+        inputs = None if isinstance(batch, Mapping) else batch[0]
+        is_images = isinstance(inputs, Tensor) and inputs.dim() == 4 and inputs.shape[1] in (1, 3)
+        return inputs if is_images else None
+
 
 def metric_names_of(task_class: type) -> tuple[str, ...]:
     """val/ and test/ metric names a task class reports: loss, then its own."""

@@ -18,6 +18,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from trainkit.tasks.batches import rows, samples
+from trainkit.tasks.task import Task
+
 
 def image_grid(
     images: Tensor,
@@ -61,21 +64,29 @@ def save_png(array: np.ndarray, path: str | Path) -> Path:
 
 def augmented_samples(
     loader: Iterable[Any],
-    transform: Callable[[Tensor], Tensor],
+    transform: Callable[[Any], Any],
     mean: Sequence[float] | None,
     std: Sequence[float] | None,
     device: torch.device,
     count: int = 32,
     min_side: int = 32,
-) -> np.ndarray:
-    """A grid of the first training batch exactly as the model sees it after augmentation.
+    task: Task | None = None,
+) -> np.ndarray | None:
+    """A grid of the first training batch's first `count` samples exactly as the model sees them after
+    augmentation (`task.transform`), of the images the task shows of a batch (`task.shown_images`; a pair's
+    inputs): None where it shows none (a batch without images).
 
     The random draws happen in a forked RNG, so showing the samples does not change training.
     Tiles smaller than `min_side` pixels (8x8 digits) are enlarged by whole pixels, so they can be seen.
     """
-    images = next(iter(loader))[0][:count].to(device)
+    task = task or Task()
+    batch = task.to_device(next(iter(loader)), device)
+    batch = rows(batch, torch.arange(min(count, samples(batch)), device=device))
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        augmented = transform(images).float()
+        images = task.shown_images(task.transform(batch, transform))
+    if images is None:
+        return None
+    augmented = images.float()
     scale = math.ceil(min_side / min(augmented.shape[-2:]))
     if scale > 1:
         augmented = torch.nn.functional.interpolate(augmented, scale_factor=scale, mode="nearest")

@@ -60,7 +60,7 @@ def log_predictions(
 ) -> None:
     """The model's predictions for the `shown` samples (first_images), as evaluation sees them (eval mode, the
     task's transform and outputs: trainkit.tasks.evaluation.evaluation_outputs, `tta_flip`), to the loggers, when
-    the task predicts masks (drawn over the batch's first tensor, its images)."""
+    the task predicts masks (drawn over the images the task shows of the batch: task.shown_images)."""
     if callable(sample := getattr(task, "sample_for_logging", None)):  # a language model: a sample of its text
         if (logged := sample(model, shown)) is not None:
             key, text = logged
@@ -70,11 +70,12 @@ def log_predictions(
     with torch.no_grad():
         batch, outputs = evaluation_outputs(model, shown, transform, task, precision, tta_flip)
     predicted = task.predict(tree_map_only(Tensor, Tensor.float, outputs))
-    if "mask" not in predicted:  # a class an image (or your task's own kind): nothing to draw
+    images = task.shown_images(shown)
+    if "mask" not in predicted or images is None:  # a class an image (or your task's own kind): nothing to draw
         return
     num_classes = first_tensor(outputs).shape[1]
     class_names = list(getattr(task, "class_names", None) or [str(k) for k in range(num_classes)])
-    pictures, true_masks, predicted_masks = enlarged(first_tensor(shown), task.targets(batch), predicted["mask"])
+    pictures, true_masks, predicted_masks = enlarged(images, task.targets(batch), predicted["mask"])
     loggers.log_masks(key, pictures, true_masks, predicted_masks, class_names, step)
 
 

@@ -25,7 +25,9 @@ def start_logging(run: Any) -> None:
         resume_step=run.state.step if run.cfg.resume else None,
     )
     if run.cfg.logger.get("log_images", False) and run.data.kind == "image" and not run.cfg.resume:  # once a run
-        samples = augmented_samples(run.data.train, run.train_transform, run.data.mean, run.data.std, run.device)
-        run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.state.step)
+        data, task = run.data, run.task
+        samples = augmented_samples(data.train, run.train_transform, data.mean, data.std, run.device, task=task)
+        if samples is not None:  # what the task shows of a batch: none where it holds no images
+            run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.state.step)
     if run.cfg.logger.get("log_predictions", 0) and run.data.kind in ("image", "tokens"):  # tokens: a text sample
         run.shown = first_images(run.data.val, run.task, run.cfg.logger.log_predictions, run.device)

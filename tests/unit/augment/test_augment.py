@@ -212,3 +212,30 @@ def test_random_erasing_zeroes_one_rectangle_in_about_its_share_of_samples():
     torch.manual_seed(0)
     assert torch.equal(transform(images), out)  # the same seed, the same boxes
     assert not torch.equal(transform(images), out)  # the next draw (or another rank's seed): others
+
+
+def test_a_dict_batch_is_transformed_in_the_entries_its_data_names_and_refused_in_one_line_where_none_are():
+    from trainkit.data.datasets import Digits, ImageData
+    from trainkit.errors import ConfigError
+
+    images = torch.randint(0, 256, (6, 1, 8, 8), dtype=torch.uint8)
+    caption, targets = torch.randint(0, 256, (6, 20), dtype=torch.uint8), torch.arange(6)
+    keys = dict(name="digits", num_classes=10, batch_size=4, eval_batch_size=4, num_workers=0, drop_last=False)
+    keys |= dict(shuffle=False, channels=1, image_size=8, mirror_changes_label=True, mean=[0.3], std=[0.4])
+    keys |= dict(val_fraction=0.1, test_fraction=0.2, split_seed=0)
+
+    class Captioned(Digits):
+        image_entries = ("image",)
+
+    transform = Captioned(**keys).batch_transform(None, None, False, train=False)
+    transformed = transform({"image": images, "caption": caption, "targets": targets})
+    assert torch.equal(transformed["image"], (images.float() / 255 - 0.3) / 0.4)  # as the pair's inputs would be
+    assert transformed["caption"] is caption and transformed["targets"] is targets  # the others as they are
+    assert ImageData.image_entries == ()  # pairs: their inputs
+    unnamed = Digits(**keys).batch_transform(None, None, False, train=False)
+    with pytest.raises(
+        ConfigError, match=r"^data\._target_: makes dict batches \(keys image, caption\), .* names none"
+    ):
+        unnamed({"image": images, "caption": caption})
+    with pytest.raises(ConfigError, match=r"names 'image', which the batch lacks; name the entries that hold images"):
+        transform({"picture": images})

@@ -77,3 +77,25 @@ def test_augmented_samples_enlarge_tiny_images_and_leave_training_randomness_alo
     grid = augmented_samples(loader, transform, (0.5,), (0.5,), torch.device("cpu"))
     assert torch.equal(torch.rand(1), expected_next_draw)  # the forked RNG left the stream untouched
     assert grid.shape == (2 * (32 + 1) + 1, 8 * (32 + 1) + 1, 3)  # 16 tiles of 8x8 shown at 32x32
+
+
+def test_augmented_samples_show_what_the_task_shows_of_a_dict_batch_and_nothing_of_one_without_images():
+    from tasks_for_tests import CaptionedClassification, SignalClassification
+    from trainkit.augment.batch_transform import BatchTransform
+    from trainkit.tracking.images import augmented_samples
+
+    images, labels = torch.randint(0, 256, (40, 1, 8, 8), dtype=torch.uint8), torch.zeros(40, dtype=torch.long)
+    pairs = [(images, labels)]
+    dicts = [{"image": images, "caption": torch.zeros(40, 20, dtype=torch.uint8), "targets": labels}]
+    cpu = torch.device("cpu")
+
+    def transform(entries=()):
+        return BatchTransform((0.5,), (0.5,), 8, {"name": "shift", "crop_padding": 0.25}, train=True, entries=entries)
+
+    torch.manual_seed(0)
+    of_pairs = augmented_samples(pairs, transform(), (0.5,), (0.5,), cpu)
+    torch.manual_seed(0)  # the same draws: the dict's image entry alone is augmented, as the pair's inputs
+    of_dicts = augmented_samples(dicts, transform(("image",)), (0.5,), (0.5,), cpu, task=CaptionedClassification(10))
+    assert of_dicts is not None and np.array_equal(of_dicts, of_pairs)
+    signals = [{"signal": torch.rand(40, 9), "lengths": torch.full((40,), 9), "label": labels}]
+    assert augmented_samples(signals, torch.nn.Identity(), None, None, cpu, task=SignalClassification(10)) is None

@@ -1,0 +1,49 @@
+"""Rows of features read from a file: what a table's data option gives eval.py's predict= (Data.read_for_prediction),
+
+    prediction_files: ClassVar[tuple[str, ...]] = (".csv", ".npy")
+
+    def read_for_prediction(self, path: Path) -> Sequence[torch.Tensor]:
+        return read_feature_rows(path, columns=64) / 16  # the features as splits() scales them
+
+a CSV file of numbers (a header line skipped) or a NumPy .npy array, a sample a row.
+"""
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def read_feature_rows(path: str | Path, columns: int) -> torch.Tensor:
+    """float32 [N, columns]: the rows of a CSV file of comma-separated numbers (a first line that is not numbers, a
+    header, is skipped) or of a .npy array [N, columns] ([columns]: one row). A row of another length, or a value that
+    is not a number, raises ValueError naming it (eval.py's one line names the file)."""
+    path = Path(path)
+    if path.suffix.lower() == ".npy":
+        array = np.load(path, allow_pickle=False)
+        rows = [list(array)] if array.ndim == 1 else list(array) if array.ndim == 2 else None
+        if rows is None:
+            raise ValueError(f"holds an array of {array.ndim} dimensions; save rows of features, [N, {columns}]")
+        numbered = list(enumerate(rows))
+    else:
+        with path.open(newline="") as file:
+            lines = [(number, row) for number, row in enumerate(csv.reader(file), start=1) if row]
+        if lines and not all(_is_number(value) for value in lines[0][1]):
+            lines = lines[1:]  # the column names
+        numbered = lines
+    for number, row in numbered:
+        if len(row) != columns:
+            raise ValueError(f"row {number} has {len(row)} values, but the data's rows have {columns}")
+    try:
+        return torch.tensor(np.asarray([row for _, row in numbered], dtype=np.float32).reshape(-1, columns))
+    except ValueError as error:
+        raise ValueError(f"holds a value that is not a number ({error})") from error
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
