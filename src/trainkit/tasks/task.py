@@ -52,7 +52,7 @@ import torch
 from torch import Tensor
 
 from trainkit.errors import ConfigError
-from trainkit.tasks.batches import samples, to_device
+from trainkit.tasks.batches import Shared, samples, to_device
 
 TARGETS = "targets"  # a dict batch's key for what the outputs are scored against; its other keys go to the model
 
@@ -93,10 +93,11 @@ class Task:
     def outputs(self, model: Callable[..., Any], batch: Any) -> Any:
         """What the model predicts for a batch, its targets unread (eval.py's predict= gives None): what the scoring
         methods and `predict` take. Here the model's output for the batch's inputs (a pair's first; a dict's other
-        keys, as keyword arguments), which must be one tensor: a model returning more says which part is scored in
-        a task of its own."""
+        keys, as keyword arguments, a Shared entry as its tensor), which must be one tensor: a model returning more
+        says which part is scored in a task of its own."""
         if isinstance(batch, Mapping):
-            outputs = model(**{key: value for key, value in batch.items() if key != TARGETS})
+            inputs = {key: value.tensor if isinstance(value, Shared) else value for key, value in batch.items()}
+            outputs = model(**{key: value for key, value in inputs.items() if key != TARGETS})
         else:
             outputs = model(batch[0])
         if not isinstance(outputs, Tensor):
