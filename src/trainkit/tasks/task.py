@@ -67,6 +67,11 @@ class Task:
     spatial_targets: ClassVar[bool] = False  # a target per pixel: augmentation that moves the image alone is refused
     mixes_batches: ClassVar[bool] = False  # its augment() runs MixUp/CutMix (augmentation.mixup_alpha, cutmix_alpha)
     weighs: ClassVar[str] = "samples"  # "samples" | "tokens": what a batch's loss is the mean over
+    # A loss that couples the samples of a batch (a contrastive loss: every other sample is a negative): a part of
+    # the batch would train on another loss, so trainer.micro_batch_size is refused. `gathers_across_ranks`: its
+    # step gathers every rank's samples (all_gather), so under DDP the coupled batch is the global one.
+    couples_batch: ClassVar[bool] = False
+    gathers_across_ranks: ClassVar[bool] = False
     # Text: the data's tokenizer (trainkit.data.tokenizing), set once the data is built (train.py, eval.py); a
     # language model reads each id's bytes (bits per byte) and text (samples) from it. None: not text.
     tokenizer: Any = None
