@@ -119,3 +119,17 @@ class CaptionedClassification(Classification):
 
     def shown_images(self, batch: dict) -> Tensor:
         return batch["image"]
+
+
+class InBatchContrastive(Classification):
+    """Classification plus a contrastive term over the batch (each sample's outputs against every other sample's):
+    a loss that couples the samples of a batch, as its class says (couples_batch), each rank's batch alone."""
+
+    couples_batch = True
+
+    def step(self, model, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        inputs, targets = batch
+        outputs = model(inputs).float()
+        similarity = F.normalize(outputs, dim=1) @ F.normalize(outputs, dim=1).T
+        same = torch.arange(len(outputs), device=outputs.device)
+        return self.loss(outputs, targets) + F.cross_entropy(similarity, same), outputs

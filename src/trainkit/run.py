@@ -228,4 +228,6 @@ def start_line(run: Run) -> str:
         batch_size=run.cfg.data.batch_size,
         longest=run.data.longest,
         unit=run.data.size_unit,
+        task=run.task,
+        world_size=run.proc.world_size,
     )

@@ -1,6 +1,6 @@
 """The README's recipes, "Add your own model", "Add your own dataset" and "Add your own task", and those of
-docs/recipes.md (an auxiliary loss, a data kind of variable-length signals, two views and a contrastive loss),
-followed exactly as written on a copy of the repository.
+docs/recipes.md (an auxiliary loss, a data kind of variable-length signals, two views and a contrastive loss, images
+and texts in one space), followed exactly as written on a copy of the repository.
 
 A recipe's files are the code blocks whose first line is `# file: <path>`; its command is the
 `python train.py ...` line of its bash blocks (a line may continue after a trailing backslash).
@@ -27,11 +27,15 @@ FENCED_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 FILE_MARKER = re.compile(r"#\s*file:\s*(\S+)")
 RECIPES = ("Add your own model", "Add your own dataset", "Add your own task")
 DOCUMENTED = "docs/recipes.md"
-# Each docs/recipes.md recipe: its section, and the micro-batch size its tests add (data=chirps: frames).
+SIGNALS = "A data kind of variable-length signals"
+IMAGE_TEXT = "Images and texts in one space: a contrastive loss over every rank's batch"
+# Each docs/recipes.md recipe: its section, and the micro-batch size its tests add (data=chirps: frames; None: its
+# loss couples a batch's samples, and micro-batches are refused).
 DOCUMENTED_RECIPES = {
     "An auxiliary loss from an intermediate activation": 24,
-    "A data kind of variable-length signals": 512,
+    SIGNALS: 512,
     "Two augmented views of each image and a contrastive loss": 24,
+    IMAGE_TEXT: None,
 }
 # What an image recipe's model predicts for images, called directly: the main head; the image as both views.
 MODEL_PREDICTS = {
@@ -286,23 +290,112 @@ def assert_eval_py_predicts_what_the_model_does(title: str, files: dict, repo: P
 
 @pytest.mark.parametrize("title", DOCUMENTED_RECIPES)
 def test_a_documented_recipe_trains_in_micro_batches_and_eval_py_gives_its_summary(title, tmp_path):
-    """The recipe trains in micro-batches and eval.py gives its summary; eval.py predict= gives an image recipe's
-    model's predictions (through its task); the signals' epochs report their frames a second (Data.size_unit)."""
+    """The recipe trains in micro-batches (where its loss allows them) and eval.py gives its summary; eval.py
+    predict= gives an image recipe's model's predictions (through its task); the signals' epochs report their frames
+    a second (Data.size_unit)."""
     files, repo, arguments = recipe_copy(title, tmp_path, DOCUMENTED)
-    micro = f"trainer.micro_batch_size={DOCUMENTED_RECIPES[title]}"
+    size = DOCUMENTED_RECIPES[title]
+    micro = () if size is None else (f"trainer.micro_batch_size={size}",)
     run_dir = tmp_path / "run"
     short = ("trainer.max_epochs=1", "trainer.limit_train_batches=8")  # a few updates: the recipe's own run learns
-    process = run_script(repo, "train.py", *arguments, micro, *short, f"hydra.run.dir={run_dir}")
+    process = run_script(repo, "train.py", *arguments, *micro, *short, f"hydra.run.dir={run_dir}")
     assert process.returncode == 0, f"python train.py {shlex.join(arguments)} failed:\n{process.stderr[-4000:]}"
-    assert "in micro-batches of" in process.stdout + process.stderr  # the start line: batches were cut
+    assert ("in micro-batches of" in process.stdout + process.stderr) == bool(micro)  # the start line: batches cut
     assert_eval_py_gives_the_summary(repo, run_dir, tmp_path / "eval")
     if title in MODEL_PREDICTS:
         assert_eval_py_predicts_what_the_model_does(title, files, repo, run_dir, tmp_path)
-    else:
+    elif title == SIGNALS:
         epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         trained = [epoch for epoch in epochs if "train/samples_per_sec" in epoch]
         assert trained and all(epoch["train/frames_per_sec"] > epoch["train/samples_per_sec"] for epoch in trained)
         assert re.search(r"epoch +0 .* [\d,]+ frames/s", process.stdout + process.stderr)  # the epoch line's rate
+
+
+def test_the_image_text_recipe_refuses_micro_batches_in_one_line(tmp_path):
+    """Its loss couples the samples of a batch (couples_batch): a fixed micro-batch size and auto are refused by the
+    config check, in one line naming the key and the way out, and no run directory is left."""
+    _, repo, arguments = recipe_copy(IMAGE_TEXT, tmp_path, DOCUMENTED)
+    for size in ("16", "auto"):
+        run_dir = tmp_path / f"run_{size}"
+        process = run_script(
+            repo, "train.py", *arguments, f"trainer.micro_batch_size={size}", f"hydra.run.dir={run_dir}"
+        )
+        assert process.returncode == 1 and not run_dir.exists()
+        assert process.stderr.strip() == (
+            f"error: trainer.micro_batch_size: is {size}, but ImageText's loss couples the samples of a batch "
+            f"(couples_batch: each sample's loss reads the others), so micro-batches would train on another loss; set "
+            f"trainer.micro_batch_size=null (a smaller data.batch_size or precision=bf16 saves memory)"
+        )
+
+
+GATHERED = """import json
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from helpers import on_two_ranks
+from trainkit.data.digit_names import name_ids
+from trainkit.models.image_text import ImageTextEncoder
+from trainkit.tasks.image_text import ImageText
+
+PARTS = (slice(0, 8), slice(8, 13))  # rank 1 holds a short last batch
+
+
+def global_batch() -> dict:
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 10, (13,), generator=generator)
+    return {"image": torch.rand(13, 1, 8, 8, generator=generator), "text": name_ids(labels), "targets": labels}
+
+
+def loss_and_gradients(model, batch) -> tuple[float, list]:
+    loss, _ = ImageText(10).step(model, batch)
+    loss.backward()
+    return loss.item(), [parameter.grad.flatten().tolist() for parameter in model.parameters()]
+
+
+def model():
+    torch.manual_seed(0)
+    return ImageTextEncoder(1).eval()  # BatchNorm's running statistics: the same forward on any split of the batch
+
+
+def on_a_rank(rank, port, results):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        part = {key: value[PARTS[rank]] for key, value in global_batch().items()}
+        results[rank] = loss_and_gradients(DistributedDataParallel(model()), part)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    batch = global_batch()
+    ranks = on_two_ranks(on_a_rank)
+    alone = [ImageText(10).step(model(), {key: value[part] for key, value in batch.items()})[0] for part in PARTS]
+    per_rank = sum(len(range(13)[part]) * loss.item() for part, loss in zip(PARTS, alone)) / 13
+    print(json.dumps({"one_process": loss_and_gradients(model(), batch), "ranks": ranks, "per_rank": per_rank}))
+"""
+
+
+def test_the_image_text_recipe_under_two_processes_gives_the_one_process_loss_and_gradients(tmp_path):
+    """The recipe's task gathers every rank's embeddings with their gradients: two processes (gloo, DDP) holding 8
+    and 5 samples (a short last batch) give the loss of one process on the 13 to 1e-6, and its gradients to float32's
+    rounding (summed in another order); each rank's own negatives alone (the mean of its batch's losses) would give
+    another loss."""
+    _, repo, _ = recipe_copy(IMAGE_TEXT, tmp_path, DOCUMENTED)
+    (repo / "gathered_check.py").write_text(GATHERED)
+    process = run_script(repo, "gathered_check.py")
+    assert process.returncode == 0, process.stderr[-4000:]
+    found = json.loads(process.stdout.splitlines()[-1])
+    loss, gradients = found["one_process"]
+    assert len(found["ranks"]) == 2
+    for rank_loss, rank_gradients in found["ranks"].values():  # each rank's loss is the global batch's
+        assert abs(rank_loss - loss) < 1e-6, (rank_loss, loss)
+        for rank_gradient, gradient in zip(rank_gradients, gradients, strict=True):
+            torch.testing.assert_close(torch.tensor(rank_gradient), torch.tensor(gradient), rtol=1e-4, atol=1e-6)
+    assert abs(found["per_rank"] - loss) > 0.05  # the negatives of each rank's batch alone: another loss
+    differences = [abs(rank_loss - loss) for rank_loss, _ in found["ranks"].values()]
+    print(f"loss: one process {loss}, two ranks gathered {differences} apart, each rank alone {found['per_rank']}")
 
 
 PREEMPTED = """from models_for_tests import PreemptedAt
@@ -327,11 +420,12 @@ def test_a_documented_recipe_under_ddp_resumes_exactly_after_sigterm_and_eval_py
     model = OmegaConf.load(repo / "conf" / "model" / f"{option}.yaml")._target_
     module, name = model.rsplit(".", 1)  # the recipe's model (or the one it names), stopping itself on rank 0
     (repo / "src" / "preempted_recipe.py").write_text(PREEMPTED.format(module=module, name=name))
+    size = DOCUMENTED_RECIPES[title]
     shared = (
         *arguments,
         "distributed=ddp",
         "distributed.nproc_per_node=2",
-        f"trainer.micro_batch_size={DOCUMENTED_RECIPES[title]}",
+        *(() if size is None else (f"trainer.micro_batch_size={size}",)),
         "trainer.max_epochs=2",
         "trainer.limit_train_batches=6",
         "regularization.early_stopping.enabled=false",
@@ -346,6 +440,8 @@ def test_a_documented_recipe_under_ddp_resumes_exactly_after_sigterm_and_eval_py
     straight = train(tmp_path / "straight", "+model.preempt_at=0")
     assert straight.returncode == 0, straight.stderr[-4000:]
     assert straight.summary["world_size"] == 2
+    if title == IMAGE_TEXT:  # the start line: the loss couples every rank's batch
+        assert "the loss couples all 2 ranks' batches of 64 (gathered" in straight.stdout + straight.stderr
     preempted = train(tmp_path / "preempted", "+model.preempt_at=5")  # rank 0's 5th forward: a few updates in
     assert preempted.returncode == 75, preempted.stderr[-4000:]
     resumed = train(preempted.run_dir, "resume=auto", "+model.preempt_at=0")

@@ -428,6 +428,18 @@ def _a_micro_batch_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]
         )
 
 
+def _a_coupled_batch_is_not_cut(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """A task whose loss couples a batch's samples (couples_batch) trains on another loss in parts of it."""
+    task, micro = _task(cfg), cfg.trainer.micro_batch_size
+    if task is not None and getattr(task, "couples_batch", False) and micro is not None:
+        yield (
+            "trainer.micro_batch_size",
+            f"is {micro}, but {task.__name__}'s loss couples the samples of a batch (couples_batch: each sample's "
+            f"loss reads the others), so micro-batches would train on another loss; set trainer.micro_batch_size=null "
+            f"(a smaller data.batch_size or precision=bf16 saves memory)",
+        )
+
+
 RELATIONS = (
     Relation(("required",), _required),
     Relation(("data._target_",), _data_target),
@@ -438,6 +450,7 @@ RELATIONS = (
     ),
     Relation(("data.folds", "data.fold"), _folds),
     Relation(("trainer.micro_batch_size", "data.batch_size"), _a_micro_batch_below_the_batch),
+    Relation(("task._target_", "trainer.micro_batch_size"), _a_coupled_batch_is_not_cut),
     Relation(("finetune.pretrained_path", "model._target_"), _pretrained_once),
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),

@@ -6,8 +6,13 @@ any such batch (torch's pytree utilities walk it); what a batch means is the tas
     samples(batch)                             # its samples: the first dimension of its tensors
     rows(batch, index)                         # the same samples of every tensor (the finders repeat a batch)
     split(batch, size)                         # parts of `size` samples (the last may be smaller)
+
+A tensor that the whole batch shares rather than one row per sample (the class names' prompts beside a batch of
+images) is the task's or the model's, or an entry the data wraps as `Shared(tensor)`: moved with the batch, in every
+part of it, never cut or counted. Any other batch whose tensors disagree in their rows is refused in one line.
 """
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,8 +22,24 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only, tree_u
 from trainkit.errors import ConfigError
 
 
+@dataclass(frozen=True)
+class Shared:
+    """A tensor of a batch shared by all its samples, not one row per sample: to_device moves it; samples, split and
+    rows leave it whole; the default task gives the model its tensor."""
+
+    tensor: Tensor
+
+    def pin_memory(self) -> "Shared":  # the DataLoader's pin_memory=True calls it
+        return Shared(self.tensor.pin_memory())
+
+
 def to_device(batch: Any, device: torch.device) -> Any:
-    return tree_map_only(Tensor, lambda tensor: tensor.to(device, non_blocking=True), batch)
+    def move(leaf: Tensor | Shared) -> Tensor | Shared:
+        if isinstance(leaf, Shared):
+            return Shared(leaf.tensor.to(device, non_blocking=True))
+        return leaf.to(device, non_blocking=True)
+
+    return tree_map_only((Tensor, Shared), move, batch)
 
 
 def detach(outputs: Any) -> Any:
@@ -26,12 +47,25 @@ def detach(outputs: Any) -> Any:
 
 
 def first_tensor(batch: Any) -> Tensor:
-    """The batch's first tensor (a pair's inputs; a dict's first value): token data's ids."""
+    """The batch's first tensor (a pair's inputs; a dict's first value; a Shared entry is not one): token data's ids."""
     return next(leaf for leaf in tree_leaves(batch) if isinstance(leaf, Tensor))
 
 
 def samples(batch: Any) -> int:
-    return len(first_tensor(batch))
+    """The batch's samples: the rows of its tensors, which must agree (Shared entries aside)."""
+    return _rows(tree_leaves(batch))
+
+
+def _rows(leaves: list[Any]) -> int:
+    lengths = [len(leaf) if leaf.dim() else 0 for leaf in leaves if isinstance(leaf, Tensor)]
+    if len(set(lengths)) > 1:
+        raise ConfigError(
+            "data._target_",
+            f"yields batches whose tensors have {list(dict.fromkeys(lengths))} rows, but each holds one row per sample "
+            f"(what a batch weighs and how it is cut); keep a tensor the whole batch shares in the task or the model, "
+            f"or wrap it in the batch as trainkit.tasks.batches.Shared(tensor) (never cut or counted)",
+        )
+    return lengths[0]
 
 
 def rows(batch: Any, index: Tensor) -> Any:
@@ -39,17 +73,11 @@ def rows(batch: Any, index: Tensor) -> Any:
 
 
 def split(batch: Any, size: int) -> list[Any]:
-    """The batch in parts of `size` samples, each the batch's structure; what is not a tensor is in every part."""
+    """The batch in parts of `size` samples, each the batch's structure; what is not a tensor (a Shared entry too)
+    is in every part."""
     leaves, spec = tree_flatten(batch)
-    lengths = {len(leaf) for leaf in leaves if isinstance(leaf, Tensor)}
-    if len(lengths) != 1:
-        raise ConfigError(
-            "trainer.micro_batch_size",
-            f"cuts a batch along its first dimension, but this batch's tensors have {sorted(lengths)} rows; "
-            f"give every tensor of a batch one row a sample, or set trainer.micro_batch_size=null",
-        )
+    count = -(-_rows(leaves) // size)
     parts = [leaf.split(size) if isinstance(leaf, Tensor) else None for leaf in leaves]
-    count = -(-lengths.pop() // size)
     return [
         tree_unflatten([leaf if part is None else part[n] for leaf, part in zip(leaves, parts)], spec)
         for n in range(count)

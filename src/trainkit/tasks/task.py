@@ -52,7 +52,7 @@ import torch
 from torch import Tensor
 
 from trainkit.errors import ConfigError
-from trainkit.tasks.batches import samples, to_device
+from trainkit.tasks.batches import Shared, samples, to_device
 
 TARGETS = "targets"  # a dict batch's key for what the outputs are scored against; its other keys go to the model
 
@@ -67,6 +67,11 @@ class Task:
     spatial_targets: ClassVar[bool] = False  # a target per pixel: augmentation that moves the image alone is refused
     mixes_batches: ClassVar[bool] = False  # its augment() runs MixUp/CutMix (augmentation.mixup_alpha, cutmix_alpha)
     weighs: ClassVar[str] = "samples"  # "samples" | "tokens": what a batch's loss is the mean over
+    # A loss that couples the samples of a batch (a contrastive loss: every other sample is a negative): a part of
+    # the batch would train on another loss, so trainer.micro_batch_size is refused. `gathers_across_ranks`: its
+    # step gathers every rank's samples (all_gather), so under DDP the coupled batch is the global one.
+    couples_batch: ClassVar[bool] = False
+    gathers_across_ranks: ClassVar[bool] = False
     # Text: the data's tokenizer (trainkit.data.tokenizing), set once the data is built (train.py, eval.py); a
     # language model reads each id's bytes (bits per byte) and text (samples) from it. None: not text.
     tokenizer: Any = None
@@ -93,10 +98,11 @@ class Task:
     def outputs(self, model: Callable[..., Any], batch: Any) -> Any:
         """What the model predicts for a batch, its targets unread (eval.py's predict= gives None): what the scoring
         methods and `predict` take. Here the model's output for the batch's inputs (a pair's first; a dict's other
-        keys, as keyword arguments), which must be one tensor: a model returning more says which part is scored in
-        a task of its own."""
+        keys, as keyword arguments, a Shared entry as its tensor), which must be one tensor: a model returning more
+        says which part is scored in a task of its own."""
         if isinstance(batch, Mapping):
-            outputs = model(**{key: value for key, value in batch.items() if key != TARGETS})
+            inputs = {key: value.tensor if isinstance(value, Shared) else value for key, value in batch.items()}
+            outputs = model(**{key: value for key, value in inputs.items() if key != TARGETS})
         else:
             outputs = model(batch[0])
         if not isinstance(outputs, Tensor):

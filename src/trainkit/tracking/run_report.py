@@ -42,11 +42,14 @@ def training_line(
     batch_size: int | None = None,
     longest: int | None = None,
     unit: str | None = "tokens",
+    task: Any = None,
+    world_size: int = 1,
 ) -> str:
-    """`training N parameters on DEVICE for LENGTH[, MICRO-BATCHES] (code a1b2c3d+dirty) -> RUN_DIR`; the
-    length is trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the commit, if
+    """`training N parameters on DEVICE for LENGTH[, MICRO-BATCHES][, COUPLED] (code a1b2c3d+dirty) -> RUN_DIR`;
+    the length is trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the commit, if
     known; micro-batches where trainer.micro_batch_size splits a batch of `batch_size` (data.batch_size), in
-    units for sized data (`longest`: its longest training item's `unit`s, tokens)."""
+    units for sized data (`longest`: its longest training item's `unit`s, tokens); under several processes, which
+    batch a `task` whose loss couples a batch's samples couples (coupled_batch_part)."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     epochs = trainer.max_epochs
     length = (
@@ -59,6 +62,8 @@ def training_line(
     micro = trainer.get("micro_batch_size")
     if isinstance(micro, int) and batch_size is not None:
         length += micro_batches_part(micro, batch_size, longest, model, unit or "tokens")
+    if batch_size is not None:
+        length += coupled_batch_part(task, world_size, batch_size)
     code_part = f" (code {code})" if code else ""
     return f"training {trainable:,} parameters on {device} for {length}{code_part} -> {run_dir}"
 
@@ -87,6 +92,19 @@ def micro_batches_part(micro: int, batch_size: int, longest: int | None, model: 
     return (
         f", each batch of up to {batch_size} sequences in micro-batches of {micro} {unit} (a part holds {micro} // "
         f"the batch's padded length sequences, at least 1: {held} of the longest, {longest} {unit})"
+    )
+
+
+def coupled_batch_part(task: Any, world_size: int, batch_size: int) -> str:
+    """For the start line under several processes, a task whose loss couples a batch's samples (Task.couples_batch,
+    a contrastive loss's negatives): whether it couples each rank's batch alone or, gathered, every rank's."""
+    if world_size == 1 or not getattr(task, "couples_batch", False):
+        return ""
+    if getattr(task, "gathers_across_ranks", False):
+        return f", the loss couples all {world_size} ranks' batches of {batch_size} (gathered across ranks)"
+    return (
+        f", the loss couples each rank's batch of {batch_size} alone, not all {world_size * batch_size} samples of "
+        f"the {world_size} ranks (per rank: gather them in the task's step, docs/recipes.md)"
     )
 
 

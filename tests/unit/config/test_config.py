@@ -267,6 +267,7 @@ RELATION_CASES = [
     (["experiment=stdlib_gpt", "augmentation=shift"], "augmentation"),  # image augmentation on text
     (["experiment=stdlib_gpt", "trainer.tta_flip=true"], "trainer.tta_flip"),
     (["data.batch_size=32", "trainer.micro_batch_size=48"], "trainer.micro_batch_size"),  # nothing to split
+    (["task._target_=tasks_for_tests.InBatchContrastive", "trainer.micro_batch_size=16"], "trainer.micro_batch_size"),
     ([*FUNCTIONS, "trainer.channels_last=true"], "trainer.channels_last"),
     ([*FUNCTIONS, "augmentation=mixup"], "augmentation"),
     (["required=[trainer.max_steps]"], "trainer.max_steps"),
@@ -726,3 +727,16 @@ def test_ctrl_c_in_a_script_without_stop_handlers_is_one_line_and_exit_130(monke
         cli.run(interrupted_main, resumes=False)
     assert stop.value.code == 130
     assert capsys.readouterr().err == "interrupted (Ctrl-C): stopped before the end; what was written so far stays\n"
+
+
+@pytest.mark.parametrize("size", ["16", "auto"])
+def test_a_task_whose_loss_couples_the_batch_refuses_micro_batches_fixed_or_auto(size):
+    """Parts of a batch would train on another loss (fewer negatives): the config check says so, for a size and auto."""
+    coupled = "task._target_=tasks_for_tests.InBatchContrastive"
+    assert problems(composed(coupled, f"trainer.micro_batch_size={size}")) == {
+        "trainer.micro_batch_size": f"is {size}, but InBatchContrastive's loss couples the samples of a batch "
+        f"(couples_batch: each sample's loss reads the others), so micro-batches would train on another loss; set "
+        f"trainer.micro_batch_size=null (a smaller data.batch_size or precision=bf16 saves memory)"
+    }
+    assert problems(composed(coupled)) == {}
+    assert problems(composed(f"trainer.micro_batch_size={size}")) == {}  # classification's loss does not couple

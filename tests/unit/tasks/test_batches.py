@@ -1,5 +1,6 @@
 """trainkit.tasks.batches: any nested structure of tensors is moved, counted, repeated and cut along its samples,
-its structure and what is not a tensor kept; micro_batches cuts such a batch as it cuts a pair."""
+its structure and what is not a tensor kept (a tensor the batch shares too); micro_batches cuts such a batch as it
+cuts a pair; tensors that disagree in their rows are refused in one line."""
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ import torch.nn.functional as F
 from models_for_tests import NoNormCNN
 from trainkit.errors import ConfigError
 from trainkit.tasks import batches
+from trainkit.tasks.classification import Classification
 from trainkit.tasks.weighting import micro_batches
 
 
@@ -36,10 +38,39 @@ def test_a_nested_batch_is_cut_into_parts_of_its_samples_each_of_the_batch_s_str
     assert repeated["lengths"].tolist() == [4, 4, 0] and torch.equal(repeated["views"][0][2], batch["views"][0][0])
 
 
-def test_tensors_that_do_not_share_their_samples_are_one_line_naming_the_key():
-    with pytest.raises(ConfigError, match=r"this batch's tensors have \[2, 5\] rows") as error:
-        batches.split({"values": torch.zeros(5, 3), "table": torch.zeros(2)}, 2)
-    assert error.value.key == "trainer.micro_batch_size"
+def class_prompts_beside_images(prompts) -> dict:
+    """A dict batch whose first entry is the 10 class names' prompts, beside 64 images and their labels."""
+    return {"prompts": prompts, "image": torch.rand(64, 1, 8, 8), "targets": torch.arange(64) % 10}
+
+
+def test_a_batch_whose_tensors_disagree_in_their_rows_is_refused_in_one_line_wherever_it_is_counted_or_cut():
+    batch = class_prompts_beside_images(torch.zeros(10, 5, dtype=torch.long))  # the prompts are not marked shared
+    for count in (
+        batches.samples,
+        Classification(10).weight,
+        lambda b: micro_batches(b, None),
+        lambda b: micro_batches(b, 16),
+    ):
+        with pytest.raises(ConfigError) as error:
+            count(batch)
+        assert error.value.key == "data._target_" and "\n" not in str(error.value)
+        assert str(error.value).startswith("data._target_: yields batches whose tensors have [10, 64] rows, but each ")
+        assert "trainkit.tasks.batches.Shared(tensor)" in str(error.value)  # the way out
+
+
+def test_a_tensor_the_batch_shares_is_moved_and_given_to_the_model_but_never_cut_or_counted():
+    prompts = batches.Shared(torch.zeros(10, 5, dtype=torch.long))
+    batch = class_prompts_beside_images(prompts)
+    assert batches.samples(batch) == Classification(10).weight(batch) == 64  # the images, not the 10 prompts
+    parts = micro_batches(batch, 16)
+    assert [(batches.samples(part), share) for part, share in parts] == [(16, 0.25)] * 4
+    assert all(part["prompts"] is prompts for part, _ in parts)  # whole in every part
+    assert batches.rows(batch, torch.tensor([3, 1]))["prompts"] is prompts
+    moved = batches.to_device(batch, torch.device("meta"))
+    assert moved["prompts"].tensor.device.type == moved["image"].device.type == "meta"
+    given = {}
+    Classification(10).outputs(lambda **inputs: given.update(inputs) or torch.zeros(64, 10), batch)
+    assert set(given) == {"prompts", "image"} and given["prompts"] is prompts.tensor  # the tensor, not the wrapper
 
 
 def test_micro_batches_of_a_dict_weigh_each_part_by_its_share_and_count_token_data_s_size_in_tokens():

@@ -1,6 +1,6 @@
 """The start line says when micro-batches split each batch, and that BatchNorm then sees fewer samples; on token
-data, that they count tokens and how many sequences a part holds; summary.json records the task's direction of each
-metric."""
+data, that they count tokens and how many sequences a part holds; under several processes, which batch a loss that
+couples a batch's samples couples; summary.json records the task's direction of each metric."""
 
 import json
 import logging
@@ -10,6 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from models_for_tests import NoNormCNN
+from tasks_for_tests import InBatchContrastive
 from trainkit.models.small_cnn import SmallCNN
 from trainkit.run import TrainState
 from trainkit.tasks.language_model import LanguageModel
@@ -28,6 +29,23 @@ def test_the_start_line_names_the_micro_batches_and_what_batchnorm_sees():
     assert "BatchNorm" not in training_line(NoNormCNN(1, 10), trainer(16), 5, "cpu", "run", batch_size=64)
     for micro in (None, 64):  # no split
         assert "micro-batches" not in training_line(SmallCNN(1, 10), trainer(micro), 5, "cpu", "run", batch_size=64)
+
+
+class GatheredContrastive(InBatchContrastive):
+    gathers_across_ranks = True
+
+
+def test_the_start_line_under_several_processes_says_whether_a_coupled_loss_gathers_every_rank_s_batch():
+    def line(task, world_size):
+        model = NoNormCNN(1, 10)
+        return training_line(model, trainer(None), 5, "cpu", "run", batch_size=64, task=task, world_size=world_size)
+
+    per_rank = ", the loss couples each rank's batch of 64 alone, not all 128 samples of the 2 ranks (per rank: "
+    assert per_rank in line(InBatchContrastive(10), 2)
+    gathered = ", the loss couples all 2 ranks' batches of 64 (gathered across ranks) -> run"
+    assert gathered in line(GatheredContrastive(10), 2)
+    for task, world_size in ((InBatchContrastive(10), 1), (Segmentation(3), 2)):  # one process; a loss per sample
+        assert "couples" not in line(task, world_size)
 
 
 def test_one_epoch_is_said_in_the_singular():
