@@ -12,9 +12,9 @@ diffs runs on what was set and lists what was filled in apart, never as a differ
 """
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 FILLED_IN = "filled_in.yaml"  # in the run's .hydra/, beside config.yaml
 _ABSENT = object()
@@ -27,7 +27,7 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: tree}
 
 
-def resolved_leaves(config: DictConfig) -> dict[str, Any]:
+def resolved_leaves(config: DictConfig | ListConfig) -> dict[str, Any]:
     """{"a.b": value} for every leaf of `config`, resolved; a leaf whose interpolation cannot be resolved here (a
     resolver of Hydra's outside its run) keeps its text."""
     try:
@@ -36,7 +36,8 @@ def resolved_leaves(config: DictConfig) -> dict[str, Any]:
         leaves = {}
         for key, value in flatten(OmegaConf.to_container(config, resolve=False)).items():
             try:
-                leaves[key] = OmegaConf.to_container(OmegaConf.create({"v": OmegaConf.select(config, key)}))["v"]
+                leaf = OmegaConf.select(config, key)
+                leaves[key] = OmegaConf.to_container(leaf, resolve=True) if OmegaConf.is_config(leaf) else leaf
             except Exception:
                 leaves[key] = value
         return leaves
@@ -68,7 +69,7 @@ def as_set(resolved: DictConfig, composed: DictConfig, run_dir: Path) -> DictCon
         keys = list(flatten(OmegaConf.to_container(OmegaConf.load(record)) or {}))
     else:
         keys = [key for key, value in leaves.items() if value is None or value == "auto"]
-    config = OmegaConf.create(OmegaConf.to_container(resolved, resolve=True))
+    config = cast("DictConfig", OmegaConf.create(OmegaConf.to_container(resolved, resolve=True)))
     for key in keys:
         if key in leaves and OmegaConf.select(config, key, default=_ABSENT) is not _ABSENT:
             OmegaConf.update(config, key, leaves[key], merge=False)
