@@ -36,7 +36,7 @@ from trainkit.augment import attach_sample_transform
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, finished_value, own_run_directory, resumed_config,
                                     stop_after_the_test, stop_signal, stopped)
 from trainkit.checkpointing import sweep_continuation  # feature: sweep_continuation
-from trainkit.config import print_config, resolved, to_dict
+from trainkit.config import print_config, record_filled_in, resolved, to_dict
 from trainkit.config.validation import validate
 from trainkit.data import build_data
 from trainkit.distributed import ProcessInfo, any_rank, average_batchnorm_statistics, barrier, process_info
@@ -230,6 +230,7 @@ def build_run(composed: DictConfig, run_dir: Path, proc: ProcessInfo, device: to
     run.early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
     run.averaged = build_ema(run.model, cfg.regularization.ema)  # feature: ema (on the device, before compile, DDP)
     run.resolved_config = to_dict(cfg)  # once: every checkpoint holds it
+    record_filled_in(cfg, run_dir, proc.is_main)  # .hydra/filled_in.yaml: what the run filled in, apart from the set
     return run
 
 

@@ -4,25 +4,39 @@ a PNG per metric of each setting's mean curve; or two runs diffed.
     python scripts/compare_runs.py outputs/multiruns/<time>                  # a sweep: each setting, seeds averaged
     python scripts/compare_runs.py outputs/multiruns/<time> --format latex   # the table for a paper (or csv)
     python scripts/compare_runs.py outputs/multiruns/<time> --metric test/acc --over seed
+    python scripts/compare_runs.py outputs/multiruns/<time> --pool-code      # runs of other code as one setting
     python scripts/compare_runs.py outputs/runs/<a> outputs/runs/<b> --out ab/   # several paths, a glob (quoted or not)
     python scripts/compare_runs.py --diff outputs/runs/<a> outputs/runs/<b>  # config, code, packages, machine, data
 
-Each PATH is a run directory or any directory above run directories (a run directory is one with a metrics.jsonl);
-symlinked directories are followed. Runs whose resolved configs (.hydra/config.yaml) differ only in the `--over`
-keys (default `seed,data.fold`; a run without data.fold has none) form a group: one setting, n runs. Keys that say
-how a run is watched or resumed, not what it trains (NOT_SETTINGS), do not split groups. For each summary metric
-(test/*, the best epoch's val/*, wall seconds) a group has its mean, sample standard deviation and 95% confidence
-interval, mean +- t(0.975, n-1) * std / sqrt(n); a group of one says n=1 and has no interval. Groups are ranked by
-the runs' optimized_metric (or `--metric`) in the direction the task recorded in summary.json (`higher_is_better`);
-the best is marked, and so is every group whose interval overlaps the best's: "not separable" from it (the test
-is conservative: disjoint intervals are a difference, overlapping ones may still be one). Runs without a
-summary.json (failed or still running) or stopped by a non-finite loss are listed apart, never averaged. Runs of
-different tasks or data (IDENTITY) are refused. `wall s` is summary.json's wall_seconds: every part of a resumed run.
+Each PATH is a run directory or any directory above run directories (a run directory is one with a metrics.jsonl
+or Hydra's .hydra/); symlinked directories are followed. Runs whose configs as set (.hydra/config.yaml, resolved)
+differ only in the `--over` keys (default `seed,data.fold`; a run without data.fold has none) form a group: one
+setting, n runs. Keys that say how a run is watched or resumed, not what it trains (NOT_SETTINGS), do not split
+groups, nor does what a run filled in itself (.hydra/filled_in.yaml: optimized_metric, the data's class count,
+model.num_labels, a searched batch size), listed apart as "filled in by the runs"; runs recorded before that file
+are read through KNOWN_FILLED_IN. Runs of other code (provenance.json's commit, code.diff) are settings apart unless
+`--pool-code`; a run continued across commits is mixed code, a run without provenance unknown code, and a seed that
+repeats within a setting is named. For each summary metric (test/*, the best epoch's val/*, wall seconds) a group
+has its mean, sample standard deviation and 95% confidence interval, mean +- t(0.975, n-1) * std / sqrt(n); the
+folds of a k-fold setting use the corrected resampled t (Nadeau and Bengio 2003), std * sqrt(1/n + n_val/n_train)
+with the split sizes the runs recorded (else 1/(k-1)); the interval column says which. An interval is clipped to
+its metric's range where summary.json records the task's (`metric_ranges`; wall seconds >= 0), marked and
+footnoted. A group of one says n=1 and has no interval. Groups are ranked by the runs' optimized_metric (or
+`--metric`, refused in one line where no finished run has it) in the direction the task recorded in summary.json
+(`higher_is_better`); the best is marked. A group that shares its seeds (or folds) with the best gets the paired
+difference (its mean and interval) and is judged by it: "not separable" where the interval holds 0; any other is
+"not separable" where its interval overlaps the best's (the test is conservative: disjoint intervals are a
+difference, overlapping ones may still be one). Every run named or found is averaged or listed under "not averaged"
+with why: failed before its first epoch (no metrics.jsonl), unfinished (no summary.json), diverged (a non-finite
+loss). Runs of different tasks or data (IDENTITY) are refused. `wall s` is summary.json's wall_seconds: every part
+of a resumed run. The PNGs go to `--out`, by default PATH/compare, with several PATHs ./compare; the notes give the
+absolute path written.
 """
 
 import argparse
 import csv
 import glob
+import hashlib
 import io
 import json
 import math
@@ -36,9 +50,30 @@ OVER = "seed,data.fold"  # what varies between the runs of one setting
 # Keys that say how a run is watched, stopped or resumed, not what it trains: runs differing in them are one setting.
 NOT_SETTINGS = ("resume", "print_config", "sweep", "logger", "trainer.progress_bar")
 IDENTITY = ("task._target_", "data._target_", "data.name", "data.root")  # runs that differ here are not comparable
-FAILED_STOPS = ("non-finite loss",)  # summary.json's stop_reason of a run that failed
+FAILED_STOPS = ("non-finite loss",)  # summary.json's stop_reason of a run that diverged
 WALL = "wall_seconds"
+WALL_RANGE = (0, None)  # seconds are never negative, whatever the task
 MAX_LEGEND = 12  # a legend with more lines hides the curves
+FILLED_IN = ".hydra/filled_in.yaml"  # what a run filled in itself, apart from .hydra/config.yaml (what was set)
+# The keys a run fills in where they are left to it (trainkit.config.filled_in): a run recorded before
+# .hydra/filled_in.yaml is read through them, each a setting only where its own overrides set it.
+KNOWN_FILLED_IN = (
+    "optimized_metric",
+    "regularization.early_stopping.monitor",
+    "regularization.early_stopping.mode",
+    "data.vocabulary",
+    "data.pad_id",
+    "data.num_classes",
+    "trainer.micro_batch_size",
+    "task.num_classes",
+    "model.num_classes",
+    "model.num_labels",
+    "model.vocabulary",
+    "model.vocab_size",
+    "model.pad_id",
+    "model.pad_token_id",
+)
+CLIPPED = "†"  # marks an interval clipped to its metric's range
 
 
 @dataclass
@@ -48,14 +83,22 @@ class Run:
     epochs: dict = field(default_factory=dict)  # metric -> {epoch: value}
     summary: dict | None = None
     overrides: list = field(default_factory=list)
-    config: dict = field(default_factory=dict)  # resolved, flat: {"optimizer.lr": 0.1, ...}
+    config: dict = field(default_factory=dict)  # what was set, resolved and flat: {"optimizer.lr": 0.1, ...}
+    filled: dict = field(default_factory=dict)  # what the run filled in itself (never a setting), flat
+    unknown: set = field(default_factory=set)  # keys an older run cannot say were set or filled in: not compared
+    code: str | None = None  # the code version it ran (commit, uncommitted changes); None: unknown
 
 
 @dataclass
 class Stats:
-    """Mean, sample standard deviation and the 95% Student t interval of `values`."""
+    """Mean, sample standard deviation and the 95% interval of `values`: Student t, or with `ratio` (the val split's
+    size over the training split's, folds) the corrected resampled t of Nadeau and Bengio (2003), whose variance is
+    std^2 * (1/n + ratio): folds share most of their training data, so their results are not independent. The
+    interval is clipped to `bounds`, the metric's range ((low, high), None: no limit)."""
 
     values: list
+    bounds: tuple = (None, None)
+    ratio: float | None = None
 
     @property
     def n(self) -> int:
@@ -73,12 +116,26 @@ class Stats:
 
     @property
     def half_width(self) -> float | None:
-        return None if self.std is None else t_quantile(self.n - 1) * self.std / math.sqrt(self.n)
+        if self.std is None:
+            return None
+        return t_quantile(self.n - 1) * self.std * math.sqrt(1 / self.n + (self.ratio or 0))
+
+    @property
+    def unclipped(self) -> tuple[float, float] | None:
+        half = self.half_width
+        return None if half is None else (self.mean - half, self.mean + half)
 
     @property
     def interval(self) -> tuple[float, float] | None:
-        half = self.half_width
-        return None if half is None else (self.mean - half, self.mean + half)
+        """The interval within the metric's range."""
+        if self.unclipped is None:
+            return None
+        (low, high), (least, most) = self.unclipped, self.bounds
+        return (low if least is None else max(low, float(least)), high if most is None else min(high, float(most)))
+
+    @property
+    def clipped(self) -> bool:
+        return self.interval != self.unclipped
 
 
 @cache
@@ -93,9 +150,40 @@ def t_quantile(degrees_of_freedom: int) -> float:
 class Group:
     settings: dict  # the keys that set this group apart from the others
     runs: list
+    ratio: float | None = None  # folds: the corrected resampled t's n_val / n_train (fold_ratio)
+    interval_kind: str = "t"  # which interval its rows use, as the table says it
 
     def stats(self, metric: str) -> Stats:
-        return Stats([value for run in self.runs if (value := metric_value(run, metric)) is not None])
+        values = [value for run in self.runs if (value := metric_value(run, metric)) is not None]
+        return Stats(values, metric_range(self.runs, metric), self.ratio)
+
+
+def metric_range(runs: list, metric: str) -> tuple:
+    """(low, high) a metric lies in, as summary.json's `metric_ranges` records its task's (by the metric's name:
+    val/acc -> acc); wall seconds >= 0; (None, None) where no run records one."""
+    if metric == WALL:
+        return WALL_RANGE
+    name = metric.rsplit("/", 1)[-1]
+    for run in runs:
+        recorded = (run.summary or {}).get("metric_ranges") or {}
+        if name in recorded:
+            return tuple(recorded[name])
+    return (None, None)
+
+
+def fold_ratio(runs: list) -> tuple[float | None, str]:
+    """For runs that are folds of one k-fold split (data.fold differs): the corrected resampled t's n_val / n_train,
+    from the split sizes each run recorded (summary.json's split_sizes), else 1/(k-1) for data.folds=k; and which
+    interval that is. Other runs: (None, "t")."""
+    folds = {run.config.get("data.fold") for run in runs}
+    k = next((run.config.get("data.folds") for run in runs if run.config.get("data.folds")), None)
+    if len(runs) < 2 or len(folds) < 2 or None in folds or not k:
+        return None, "t"
+    sizes = [(run.summary or {}).get("split_sizes") or {} for run in runs]
+    if all(size.get("train") and size.get("val") for size in sizes):
+        ratio = sum(size["val"] / size["train"] for size in sizes) / len(sizes)
+        return ratio, f"corrected t (folds; n_val/n_train {ratio:.3f}, recorded)"
+    return 1 / (k - 1), f"corrected t (folds; 1/(k-1) for k={k}: split sizes not recorded)"
 
 
 def higher_is_better(runs: list, metric: str) -> bool:
@@ -116,8 +204,9 @@ def higher_is_better(runs: list, metric: str) -> bool:
 
 
 def find_runs(root: Path) -> list:
-    """Every directory at or below `root` holding a metrics.jsonl, in path order (job 10 after 9);
-    symlinked directories are followed (a run linked into a comparison folder), each real one once."""
+    """Every run directory at or below `root` (one holding a metrics.jsonl, or Hydra's .hydra/ record: a run that
+    failed before its first epoch is one too), in path order (job 10 after 9); symlinked directories are followed
+    (a run linked into a comparison folder), each real one once."""
     found, seen = [], set()
     for folder, subfolders, files in os.walk(root, followlinks=True):
         real = os.path.realpath(folder)
@@ -125,7 +214,7 @@ def find_runs(root: Path) -> list:
             subfolders.clear()  # a link back up the tree, or a directory reached twice
             continue
         seen.add(real)
-        if "metrics.jsonl" in files:
+        if "metrics.jsonl" in files or (".hydra" in subfolders and not evaluated_only(Path(folder))):
             found.append(Path(folder))
 
     def natural(path: Path):
@@ -134,11 +223,19 @@ def find_runs(root: Path) -> list:
     return sorted(set(found), key=natural)
 
 
+def evaluated_only(folder: Path) -> bool:
+    """Whether `folder`'s .hydra/ is the record of an eval.py job (hydra.job.name), not of a run."""
+    from omegaconf import OmegaConf
+
+    hydra = folder / ".hydra" / "hydra.yaml"
+    return hydra.is_file() and OmegaConf.select(OmegaConf.load(hydra), "hydra.job.name") == "eval"
+
+
 def read_metrics(path: Path) -> dict:
     """Per-epoch values from metrics.jsonl: {metric: {epoch: value}}. Later lines win (a resumed
-    run may repeat an epoch); unreadable lines (a run killed mid-write) are skipped."""
+    run may repeat an epoch); unreadable lines (a run killed mid-write) are skipped; no file: {}."""
     epochs: dict = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
@@ -152,8 +249,8 @@ def read_metrics(path: Path) -> dict:
 
 
 def read_config(path: Path) -> dict:
-    """The run's config as Hydra saved it (.hydra/config.yaml), resolved and flat ({"optimizer.lr": 0.1}); a run
-    without one: its overrides (.hydra/overrides.yaml) as {key: value}; neither: {}."""
+    """The run's config as set (.hydra/config.yaml: as composed, and as a resume rewrites it), resolved and flat
+    ({"optimizer.lr": 0.1}); a run without one: its overrides (.hydra/overrides.yaml) as {key: value}; neither: {}."""
     from omegaconf import OmegaConf
 
     saved = path / ".hydra" / "config.yaml"
@@ -193,19 +290,43 @@ def load_run(path: Path, root: Path, prefix: str = "") -> Run:
     if (path / "summary.json").exists():
         run.summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
     overrides = path / ".hydra" / "overrides.yaml"
-    if overrides.exists():
-        from omegaconf import OmegaConf
+    from omegaconf import OmegaConf
 
+    if overrides.exists():
         run.overrides = [str(o) for o in OmegaConf.load(overrides)]
+    if (path / FILLED_IN).is_file():
+        run.filled = flatten(OmegaConf.to_container(OmegaConf.load(path / FILLED_IN)) or {})
+    elif (path / ".hydra" / "config.yaml").is_file():  # recorded before filled_in.yaml: set, or filled in?
+        set_here = {override.partition("=")[0].lstrip("+~") for override in run.overrides}
+        run.unknown = {key for key in KNOWN_FILLED_IN if key in run.config and key not in set_here}
+    versions = code_versions(path)
+    run.code = None if None in versions else ", then ".join(dict.fromkeys(versions))
     return run
 
 
+def code_versions(run: Path) -> list:
+    """The code each part of a run ran, first part first (provenance_parts/<n>/, then the run's own record): its
+    commit, and a digest of code.diff where it had uncommitted changes; None for a part whose provenance.json is
+    missing or records no commit."""
+    parts = sorted((p for p in (run / "provenance_parts").glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
+    versions = []
+    for part in [*parts, run]:
+        commit = ((read_json(part / "provenance.json") or {}).get("git") or {}).get("commit")
+        diff = part / "code.diff"
+        changes = f"+diff {hashlib.sha256(diff.read_bytes()).hexdigest()[:7]}" if diff.is_file() else ""
+        versions.append(commit[:7] + changes if commit else None)
+    return versions
+
+
 def not_finished(run: Run) -> str | None:
-    """Why `run` is left out of the averages (no summary.json, a failure), or None for a finished run."""
+    """Why `run` is left out of the averages (failed before its first epoch, unfinished, diverged), or None for a
+    finished run."""
+    if not (run.path / "metrics.jsonl").is_file():
+        return "failed before its first epoch (or is still starting): no metrics.jsonl"
     if run.summary is None:
-        return "no summary.json: failed or still running"
+        return "unfinished (stopped, failed or still running): no summary.json"
     if run.summary.get("stop_reason") in FAILED_STOPS:
-        return f"stop_reason: {run.summary['stop_reason']}"
+        return f"diverged: summary.json's stop_reason is {run.summary['stop_reason']}"
     return None
 
 
@@ -255,16 +376,31 @@ def refuse_mixed(runs: list) -> str | None:
     return None
 
 
-def group_runs(runs: list, over: tuple) -> list:
-    """Runs that differ only in the `over` keys (and NOT_SETTINGS), in the order their first run comes."""
+def settings_of(run: Run, over: tuple, unknown: set) -> dict:
+    """What was set for `run` that may set it apart: its config less the `over` keys, NOT_SETTINGS and `unknown`
+    (keys an older run cannot say were set)."""
+    return {
+        key: value
+        for key, value in run.config.items()
+        if not is_over(key, over) and not is_over(key, NOT_SETTINGS) and key not in unknown
+    }
+
+
+def group_runs(runs: list, over: tuple, pool_code: bool = False) -> list:
+    """Runs that differ only in the `over` keys (and NOT_SETTINGS, and what each run filled in), in the order their
+    first run comes; runs of other code (commit, uncommitted changes) apart unless `pool_code`."""
+    unknown = set().union(*(run.unknown for run in runs))
     grouped: dict = {}
     for run in runs:
-        setting = {k: v for k, v in run.config.items() if not is_over(k, over) and not is_over(k, NOT_SETTINGS)}
+        setting = settings_of(run, over, unknown) | ({} if pool_code else {"code": run.code or "unknown"})
         grouped.setdefault(json.dumps(setting, sort_keys=True, default=str), (setting, []))[1].append(run)
     settings = [setting for setting, _ in grouped.values()]
     keys = dict.fromkeys(key for setting in settings for key in setting)
     differing = [key for key in keys if len({_text(setting.get(key)) for setting in settings}) > 1]
-    return [Group({k: setting.get(k) for k in differing}, members) for setting, members in grouped.values()]
+    groups = [Group({k: setting.get(k) for k in differing}, members) for setting, members in grouped.values()]
+    for group in groups:
+        group.ratio, group.interval_kind = fold_ratio(group.runs)
+    return groups
 
 
 def rank(groups: list, metric: str, higher: bool) -> list:
@@ -274,22 +410,53 @@ def rank(groups: list, metric: str, higher: bool) -> list:
     return sorted(scored, key=lambda g: sign * g.stats(metric).mean) + [g for g in groups if not g.stats(metric).n]
 
 
-def verdicts(ranked: list, metric: str) -> list:
-    """Each group against the first (the best): best, not separable (the intervals overlap), worse, or no interval."""
+def over_values(run: Run, over: tuple) -> str:
+    """The run's `over` keys and values (its seed, its fold): what pairs it with a run of another setting."""
+    return " ".join(f"{key}={_text(value)}" for key, value in sorted(run.config.items()) if is_over(key, over))
+
+
+def paired(best: Group, group: Group, metric: str, over: tuple) -> Stats | None:
+    """`group`'s values less the best's, run by run where both settings have a run of the same seed (and fold):
+    the paired difference, with the best's interval kind (folds: corrected); None where fewer than two runs pair, or
+    a seed repeats within a setting (which of its runs would pair is not defined)."""
+    values = []
+    for members in (best.runs, group.runs):
+        keyed = {over_values(run, over): metric_value(run, metric) for run in members}
+        if len(keyed) < len(members):
+            return None
+        values.append({key: value for key, value in keyed.items() if value is not None})
+    shared = [key for key in values[0] if key in values[1]]
+    if len(shared) < 2:
+        return None
+    return Stats([values[1][key] - values[0][key] for key in shared], ratio=best.ratio)
+
+
+def verdicts(ranked: list, metric: str, over: tuple, higher: bool) -> tuple[list, list]:
+    """Each group against the first (the best): best, not separable, worse (or better, where the runs it pairs with
+    the best's say so), or no interval (its own or the best's); and the paired difference where the runs pair (or
+    None). Paired runs are judged by their difference's interval (does it hold 0?); others by whether their
+    intervals overlap."""
     best = ranked[0].stats(metric).interval if ranked else None
-    marks = []
+    marks, pairs = [], []
     for i, group in enumerate(ranked):
         own = group.stats(metric)
+        pair = paired(ranked[0], group, metric, over) if i else None
+        pairs.append(pair)
         if i == 0:
             marks.append("best")
         elif not own.n:
             marks.append("-")
-        elif best is None or own.interval is None:
+        elif pair is not None and pair.interval is not None:
+            low, high = pair.interval
+            marks.append("not separable" if low <= 0 <= high else "worse" if (low > 0) != higher else "better")
+        elif own.interval is None:
             marks.append("no interval (n=1)")
+        elif best is None:
+            marks.append("the best has no interval (n=1)")
         else:
             low, high = own.interval
             marks.append("not separable" if low <= best[1] and best[0] <= high else "worse")
-    return marks
+    return marks, pairs
 
 
 def _text(value) -> str:
@@ -330,40 +497,61 @@ def cell(stats: Stats, n: int, metric: str) -> str:
     return f"{_number(stats.mean, digits)} ± {_number(stats.std, digits)} {bounds(stats, digits)}{fewer}"
 
 
-def bounds(stats: Stats, digits: int) -> str:
-    """The interval as `[low, high]`."""
+def bounds(stats: Stats, digits: int, mark: str = CLIPPED) -> str:
+    """The interval as `[low, high]`, marked where it is clipped to the metric's range."""
     low, high = stats.interval or (None, None)
-    return f"[{_number(low, digits)}, {_number(high, digits)}]"
+    return f"[{_number(low, digits)}, {_number(high, digits)}]" + (mark if stats.clipped else "")
+
+
+def paired_cell(pair: Stats | None, metric: str) -> str:
+    """The paired difference against the best: `signed mean [low, high] (n=k)`, or `-`."""
+    if pair is None or pair.interval is None:
+        return "-"
+    digits = 1 if metric == WALL else 4
+    signed = f"{'+' if pair.mean >= 0 else ''}{_number(pair.mean, digits)}"
+    return f"{signed} {bounds(pair, digits)} (n={pair.n})"
 
 
 def header(metric: str) -> str:
     return "wall s" if metric == WALL else metric
 
 
-def markdown_table(ranked: list, metrics: list, marks: list) -> str:
+def interval_kind(group: Group) -> str:
+    return group.interval_kind if len(group.runs) > 1 else "-"
+
+
+def markdown_table(ranked: list, metrics: list, marks: list, pairs: list) -> str:
     lines = [
-        f"| rank | setting | n | {' | '.join(header(m) for m in metrics)} | vs best |",
-        f"|---:|---|---:|{'---|' * len(metrics)}---|",
+        f"| rank | setting | n | {' | '.join(header(m) for m in metrics)} | interval | paired vs best | vs best |",
+        f"|---:|---|---:|{'---|' * len(metrics)}---|---|---|",
     ]
-    for i, (group, mark) in enumerate(zip(ranked, marks), 1):
+    for i, (group, mark, pair) in enumerate(zip(ranked, marks, pairs), 1):
         cells = " | ".join(cell(group.stats(m), len(group.runs), m) for m in metrics)
         best = f"**{mark}**" if mark == "best" else mark
-        lines.append(f"| {i} | `{setting_label(group)}` | {len(group.runs)} | {cells} | {best} |")
+        paired_text = paired_cell(pair, metrics[0])
+        lines.append(
+            f"| {i} | `{setting_label(group)}` | {len(group.runs)} | {cells} | {interval_kind(group)} | {paired_text} "
+            f"| {best} |"
+        )
     return "\n".join(lines)
 
 
-def csv_table(ranked: list, metrics: list, marks: list) -> str:
+def csv_table(ranked: list, metrics: list, marks: list, pairs: list) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     columns = [f"{m}{part}" for m in metrics for part in ("", "_std", "_ci_low", "_ci_high")]
-    writer.writerow(["rank", "setting", "n", *columns, "vs_best", "runs"])
-    for i, (group, mark) in enumerate(zip(ranked, marks), 1):
+    paired_columns = ["paired_vs_best", "paired_ci_low", "paired_ci_high", "paired_n"]
+    writer.writerow(["rank", "setting", "n", *columns, "interval", *paired_columns, "vs_best", "runs"])
+    for i, (group, mark, pair) in enumerate(zip(ranked, marks, pairs), 1):
         values = []
         for metric in metrics:
             stats = group.stats(metric)
             interval = stats.interval or (None, None)
             values += [stats.mean if stats.n else None, stats.std, *interval]
-        row = [i, setting_label(group), len(group.runs), *values, mark, " ".join(r.name for r in group.runs)]
+        has_pair = pair is not None and pair.interval is not None
+        difference = [pair.mean, *pair.interval, pair.n] if has_pair else [None] * 4
+        runs = " ".join(r.name for r in group.runs)
+        row = [i, setting_label(group), len(group.runs), *values, interval_kind(group), *difference, mark, runs]
         writer.writerow(["" if value is None else value for value in row])
     return out.getvalue().rstrip("\n")
 
@@ -380,21 +568,24 @@ def latex_cell(stats: Stats, metric: str) -> str:
         return "--"
     if stats.interval is None:
         return f"${_number(stats.mean, digits)}$ ($n=1$)"
-    return f"${_number(stats.mean, digits)} \\pm {_number(stats.std, digits)}$ {bounds(stats, digits)}"
+    clipped = bounds(stats, digits, mark="$^\\dagger$")
+    return f"${_number(stats.mean, digits)} \\pm {_number(stats.std, digits)}$ {clipped}"
 
 
-def latex_table(ranked: list, metrics: list, marks: list, caption: str) -> str:
+def latex_table(ranked: list, metrics: list, marks: list, pairs: list, caption: str) -> str:
+    headers = ["Rank", "Setting", "$n$", *(latex_escape(header(m)) for m in metrics), "Interval", "Paired vs best"]
     lines = [
         f"% {caption}",
-        f"\\begin{{tabular}}{{rlr{'l' * len(metrics)}l}}",
+        f"\\begin{{tabular}}{{rlr{'l' * len(metrics)}lll}}",
         "\\hline",
-        " & ".join(["Rank", "Setting", "$n$", *(latex_escape(header(m)) for m in metrics), "vs best"]) + " \\\\",
+        " & ".join([*headers, "vs best"]) + " \\\\",
         "\\hline",
     ]
-    for i, (group, mark) in enumerate(zip(ranked, marks), 1):
+    for i, (group, mark, pair) in enumerate(zip(ranked, marks, pairs), 1):
         cells = [latex_cell(group.stats(m), m) for m in metrics]
         best = f"\\textbf{{{mark}}}" if mark == "best" else mark
-        row = [str(i), latex_escape(setting_label(group)), str(len(group.runs)), *cells, best]
+        extra = [latex_escape(interval_kind(group)), latex_escape(paired_cell(pair, metrics[0]))]
+        row = [str(i), latex_escape(setting_label(group)), str(len(group.runs)), *cells, *extra, best]
         lines.append(" & ".join(row) + " \\\\")
     return "\n".join([*lines, "\\hline", "\\end{tabular}"])
 
@@ -465,9 +656,9 @@ def plot(groups: list, out: Path, extra: str | None) -> list:
     return written
 
 
-def compare(runs: list, over: tuple, metric: str | None, form: str, out: Path) -> int:
+def compare(runs: list, over: tuple, metric: str | None, form: str, out: Path, pool_code: bool = False) -> int:
     """Print the table (stdout) and the notes (stdout for markdown, else stderr: a csv or latex table pipes
-    into a file alone); write the curves."""
+    into a file alone); write the curves. Every run is in the table or in a `not averaged` note."""
     refusal = refuse_mixed(runs)
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
@@ -476,34 +667,126 @@ def compare(runs: list, over: tuple, metric: str | None, form: str, out: Path) -
     apart = [run for run in runs if not_finished(run) is not None]
     notes = []
     if finished:
-        name = metric or finished[0].summary.get("optimized_metric") or "val/acc"
+        optimized = finished[0].summary.get("optimized_metric") or "val/acc"
+        if metric and all(metric_value(run, metric) is None for run in finished):
+            have = ", ".join(summary_metrics(finished, optimized))
+            print(f"error: --metric {metric}: no finished run here has it; theirs are {have}", file=sys.stderr)
+            return 1
+        name = metric or optimized
         higher = higher_is_better(finished, name)
-        ranked = rank(group_runs(finished, over), name, higher)
+        ranked = rank(group_runs(finished, over, pool_code), name, higher)
         metrics = summary_metrics(finished, name)
-        marks = verdicts(ranked, name)
+        marks, pairs = verdicts(ranked, name, over, higher)
         shared = shared_overrides(runs, over)
         caption = (
-            f"Each setting's runs over {', '.join(over) or 'nothing'}: mean ± sample std [95% CI, Student t, n-1 "
-            f"dof]; ranked by {name}, {'higher' if higher else 'lower'} is better; intervals that overlap the best's: "
-            f"not separable from it"
+            f"Each setting's runs over {', '.join(over) or 'nothing'}: mean ± sample std [95% CI: Student t, n-1 "
+            f"dof; folds: the corrected resampled t, as the interval column says]; ranked by {name}, "
+            f"{'higher' if higher else 'lower'} is better; vs best: by the paired difference where runs share their "
+            f"{', '.join(over) or 'keys'}, else intervals that overlap the best's are not separable from it"
         )
+        caption += "; runs of other code pooled (--pool-code)" if pool_code else ""
         quote = "`" if form == "markdown" else ""
         caption += f"; all runs: {quote}{' '.join(shared)}{quote}" if shared else ""
         if form == "markdown":
             print(caption + "\n")
-            print(markdown_table(ranked, metrics, marks))
+            print(markdown_table(ranked, metrics, marks, pairs))
         elif form == "csv":
-            print(csv_table(ranked, metrics, marks))
+            print(csv_table(ranked, metrics, marks, pairs))
         else:
-            print(latex_table(ranked, metrics, marks, caption))
+            print(latex_table(ranked, metrics, marks, pairs, caption))
+        notes += clipped_notes(ranked, metrics)
         notes += [f"setting {i}: runs {', '.join(run.name for run in g.runs)}" for i, g in enumerate(ranked, 1)]
+        notes += code_notes(ranked, pool_code) + repeat_notes(ranked, over) + filled_notes(finished)
         written = plot(ranked, out, metric)
         if written:
-            notes.append(f"curves in {out}: {', '.join(path.name for path in written)}")
-    notes += [f"not averaged: {run.name} ({not_finished(run)})" for run in apart]
+            notes.append(f"curves in {out.resolve()}: {', '.join(path.name for path in written)}")
+    notes += [f"not averaged: {run.name}: {not_finished(run)}" for run in apart]
     stream = sys.stdout if form == "markdown" else sys.stderr
     print(("\n" if form == "markdown" else "") + "\n".join(notes), file=stream)
     return 0
+
+
+def clipped_notes(ranked: list, metrics: list) -> list:
+    """The footnote for intervals clipped to their metric's range, naming each such metric's range."""
+    clipped = [m for m in metrics if any(group.stats(m).clipped for group in ranked)]
+    if not clipped:
+        return []
+    runs = [run for group in ranked for run in group.runs]
+    ranges = []
+    for metric in clipped:
+        low, high = metric_range(runs, metric)
+        limits = f"in [{low}, {high}]" if None not in (low, high) else f">= {low}" if low is not None else f"<= {high}"
+        ranges.append(f"{header(metric)} {limits}")
+    return [
+        f"{CLIPPED} interval clipped to the metric's range ({'; '.join(ranges)}; the task's, as summary.json records "
+        "it): the t-interval itself runs past it"
+    ]
+
+
+def code_notes(ranked: list, pool_code: bool) -> list:
+    """Runs continued across code versions, runs whose code is unknown, and with --pool-code the settings that
+    pool runs of several code versions."""
+    notes = []
+    runs = [run for group in ranked for run in group.runs]
+    for run in runs:
+        if run.code and ", then " in run.code:
+            notes.append(f"mixed code: {run.name} was continued across code versions ({run.code})")
+    unknown = [run.name for run in runs if run.code is None]
+    if unknown:
+        notes.append(
+            f"code versions unknown for {', '.join(unknown)} (no provenance.json, or no commit in it): the table "
+            "cannot tell whether they ran the same code"
+        )
+    for i, group in enumerate(ranked, 1):
+        versions: dict = {}
+        for run in group.runs:
+            versions.setdefault(run.code or "unknown", []).append(run.name)
+        if pool_code and len(versions) > 1:
+            listed = "; ".join(f"{code} ({', '.join(names)})" for code, names in versions.items())
+            notes.append(f"setting {i} pools {len(versions)} code versions (--pool-code): {listed}")
+    return notes
+
+
+def repeat_notes(ranked: list, over: tuple) -> list:
+    """A seed (and fold) that repeats within a setting: those runs are not independent samples."""
+    notes = []
+    for i, group in enumerate(ranked, 1):
+        seen: dict = {}
+        for run in group.runs:
+            seen.setdefault(over_values(run, over) or "(no seed set)", []).append(run.name)
+        for values, names in seen.items():
+            if len(names) > 1:
+                notes.append(
+                    f"setting {i}: {values} repeats in runs {', '.join(names)}: they are not independent samples"
+                )
+    return notes
+
+
+def filled_notes(runs: list) -> list:
+    """What the runs filled in themselves, listed apart from the settings: `key=value` where every run has the
+    same value, else each value with its runs; and the keys not compared for runs recorded before filled_in.yaml."""
+    older = [run.name for run in runs if run.unknown]
+    notes = []
+    if older:
+        keys = ", ".join(key for key in KNOWN_FILLED_IN if any(key in run.unknown for run in runs))
+        notes.append(
+            f"{len(older)} run{'s' if len(older) > 1 else ''} recorded before {FILLED_IN} ({', '.join(older)}): "
+            f"{keys} (keys a run may fill in itself) not compared"
+        )
+    keys = dict.fromkeys(key for run in runs for key in run.filled)
+    if not keys:
+        return notes
+    parts = []
+    for key in keys:
+        values: dict = {}
+        for run in runs:
+            if key in run.filled:
+                values.setdefault(_text(run.filled[key]), []).append(run.name)
+        if len(values) == 1:
+            parts.append(f"{key}={next(iter(values))}")
+        else:
+            parts.append(f"{key}: " + ", ".join(f"{value} ({' '.join(names)})" for value, names in values.items()))
+    return [*notes, f"filled in by the runs, not settings: {'; '.join(parts)}"]
 
 
 # --- two runs diffed -----------------------------------------------------------------------------------------
@@ -632,16 +915,33 @@ def metric_lines(a: Run, b: Run) -> list:
     return ["metrics (summary.json):", *columns([("metric", "A", "B", "B - A"), *rows])]
 
 
+def filled_lines(a: Run, b: Run) -> list:
+    """What each run filled in itself (.hydra/filled_in.yaml; an older run: the keys known to be filled in), apart
+    from the settings: one line where both filled in the same, else a row a key."""
+    keys = list(dict.fromkeys([*a.filled, *b.filled]))
+    if not keys:
+        return []
+    if all(key in a.filled and key in b.filled and _text(a.filled[key]) == _text(b.filled[key]) for key in keys):
+        return ["filled in by the run, not settings: " + ", ".join(f"{key}={_text(a.filled[key])}" for key in keys)]
+    rows = [(key, *(_text(run.filled[key]) if key in run.filled else "-" for run in (a, b))) for key in keys]
+    return ["filled in by the run, not settings:", *columns([("key", "A", "B"), *rows])]
+
+
 def diff(a: Path, b: Path) -> str:
     runs = [load_run(path, path) for path in (a, b)]
-    differ = config_differences(runs[0].config, runs[1].config)
+    unknown = runs[0].unknown | runs[1].unknown
+    differ = config_differences(*(settings_of(run, (), unknown) for run in runs))
     rows = [(key, _text(x), _text(y)) for key, (x, y) in differ.items()]
     count = "1 key differs" if len(differ) == 1 else f"{len(differ)} keys differ"
-    config = [f"config: {count} (.hydra/config.yaml, resolved)", *columns([("key", "A", "B"), *rows])]
+    source = ".hydra/config.yaml, resolved: what was set"
+    config = [f"config: {count} ({source})", *columns([("key", "A", "B"), *rows])]
     if not differ:
-        config = ["config: the same (.hydra/config.yaml, resolved)"]
-    lines = [f"A: {a}", f"B: {b}", "", *config, *code_lines(a, b), *package_lines(a, b), *machine_lines(a, b)]
-    return "\n".join([*lines, *data_lines(a, b), *metric_lines(*runs)])
+        config = [f"config: the same ({source})"]
+    watched = [key for key in config_differences(runs[0].config, runs[1].config) if is_over(key, NOT_SETTINGS)]
+    if watched:
+        config.append(f"also differ, not settings (how a run is watched or resumed): {', '.join(watched)}")
+    lines = [f"A: {a}", f"B: {b}", "", *config, *filled_lines(*runs), *code_lines(a, b), *package_lines(a, b)]
+    return "\n".join([*lines, *machine_lines(a, b), *data_lines(a, b), *metric_lines(*runs)])
 
 
 def main(argv=None) -> int:
@@ -660,7 +960,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--format", choices=("markdown", "csv", "latex"), default="markdown", help="the table's format")
     parser.add_argument(
-        "--out", type=Path, default=None, help="folder for the PNGs (default: PATH/compare; with several: ./compare)"
+        "--out", type=Path, default=None, help="folder for the PNGs (default: PATH/compare; several PATHs: ./compare)"
+    )
+    parser.add_argument(
+        "--pool-code",
+        action="store_true",
+        help="average runs of other code (commit, uncommitted changes) as one setting; the table says it did",
     )
     args = parser.parse_args(argv)
     if bool(args.diff) == bool(args.paths):
@@ -682,11 +987,11 @@ def main(argv=None) -> int:
     runs = [load_run(run, path, f"{path.name}/" if several else "") for path in paths for run in find_runs(path)]
     if not runs:
         where = " ".join(str(path) for path in paths)
-        print(f"error: no run directory (with a metrics.jsonl) at or below {where}", file=sys.stderr)
+        print(f"error: no run directory (with a metrics.jsonl or .hydra/) at or below {where}", file=sys.stderr)
         return 1
     over = tuple(key.strip() for key in args.over.split(",") if key.strip())
     out = args.out or (Path("compare") if several else paths[0] / "compare")
-    return compare(runs, over, args.metric, args.format, out)
+    return compare(runs, over, args.metric, args.format, out, args.pool_code)
 
 
 if __name__ == "__main__":

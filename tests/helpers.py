@@ -329,3 +329,22 @@ def on_two_ranks(worker: Callable, *args: Any) -> dict:
     results = mp.Manager().dict()
     mp.spawn(worker, args=(port, results, *args), nprocs=2)
     return dict(results)
+
+
+def sigterm_in_job(monkeypatch, job: int) -> None:
+    """Sweep job `job` receives SIGTERM at its first update, as a preempted sweep would: it saves and stops the
+    sweep (exit 75). `monkeypatch.undo()` lets the rerun continue."""
+    import signal
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from trainkit import checkpointing
+
+    original = checkpointing.stop_signal
+
+    def stop_signal(device, agree):
+        if HydraConfig.get().job.num == job:
+            signal.raise_signal(signal.SIGTERM)  # the handler of trainkit.checkpointing.signals records it
+        return original(device, agree)
+
+    monkeypatch.setattr(checkpointing, "stop_signal", stop_signal)  # train.py imports it from here when it runs

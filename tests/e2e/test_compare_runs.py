@@ -2,15 +2,17 @@
 separability, the formats, refusals, unfinished runs, the PNGs, --diff) and once on a real multirun."""
 
 import csv
+import hashlib
 import io
 import json
+import shutil
 
 import pytest
 import yaml
 from omegaconf import OmegaConf
 
 from conftest import run_here
-from helpers import load_script
+from helpers import load_script, sigterm_in_job
 
 compare_runs = load_script("compare_runs")
 
@@ -70,10 +72,11 @@ def make_run(path, overrides, val_acc, val_loss, test_acc=None, summary=True, me
         (path / "summary.json").write_text(json.dumps({**facts, **summary_extra}))
 
 
-def seeds(root, lr, values, first_job):
-    """One setting (optimizer.lr=`lr`) trained with a seed per value: its best val/acc is the value."""
+def seeds(root, lr, values, first_job, first_seed=0):
+    """One setting (optimizer.lr=`lr`) trained with a seed per value (from `first_seed`): its best val/acc is the
+    value."""
     for k, value in enumerate(values):
-        overrides = [f"seed={k}", f"optimizer.lr={lr}", "trainer.max_epochs=2"]
+        overrides = [f"seed={first_seed + k}", f"optimizer.lr={lr}", "trainer.max_epochs=2"]
         make_run(root / str(first_job + k), overrides, [value - 0.1, value], [1.0, 1 - value], test_acc=value)
 
 
@@ -116,11 +119,13 @@ def test_seeds_of_one_setting_are_averaged_and_unfinished_runs_listed_apart(swee
     rows = table_rows(out)
     assert [row[:3] for row in rows] == [["1", "`optimizer.lr=0.1`", "3"], ["2", "`optimizer.lr=0.03`", "3"]]
     assert rows[0][3] == "0.9100 ± 0.0100 [0.8852, 0.9348]"  # 4.3027 * 0.01 / sqrt(3) = 0.0248
-    assert rows[0][-1] == "**best**" and rows[1][-1] == "not separable"
+    # Their intervals overlap, but each seed of lr=0.03 is 0.01 below the same seed of lr=0.1: paired, it is worse.
+    assert rows[0][-3:] == ["t", "-", "**best**"]
+    assert rows[1][-3:] == ["t", "-0.0100 [-0.0100, -0.0100] (n=3)", "worse"]
     assert "ranked by val/acc, higher is better" in out and "all runs: `trainer.max_epochs=2`" in out
     assert "setting 1: runs 0, 1, 2" in out and "setting 2: runs 3, 4, 5" in out
-    assert "not averaged: 6 (no summary.json: failed or still running)" in out
-    assert "not averaged: 7 (stop_reason: non-finite loss)" in out
+    assert "not averaged: 6: unfinished (stopped, failed or still running): no summary.json" in out
+    assert "not averaged: 7: diverged: summary.json's stop_reason is non-finite loss" in out
     for curve in ("train_loss", "val_loss", "val_acc"):
         assert (sweep / "compare" / f"{curve}.png").read_bytes()[:8] == PNG_MAGIC
 
@@ -134,7 +139,7 @@ def test_groups_form_over_the_over_keys_and_a_run_without_data_fold_has_none(tmp
     assert compare_runs.main([str(root)]) == 0
     rows = table_rows(capsys.readouterr().out)
     assert [(row[1], row[2]) for row in rows] == [("`data.folds=3`", "4"), ("`data.folds=null`", "1")]
-    assert rows[1][3] == "0.7000 (n=1)" and rows[1][-1] == "no interval (n=1)"
+    assert rows[1][3] == "0.7000 (n=1)" and rows[1][-3:] == ["-", "-", "no interval (n=1)"]
     assert compare_runs.main([str(root), "--over", "data.fold"]) == 0  # seeds now set settings apart
     rows = table_rows(capsys.readouterr().out)
     assert [(row[1], row[2]) for row in rows] == [
@@ -146,10 +151,11 @@ def test_groups_form_over_the_over_keys_and_a_run_without_data_fold_has_none(tmp
 
 def test_ranking_marks_the_best_and_what_is_not_separable_from_it(tmp_path, capsys):
     root = tmp_path / "sweep"
-    seeds(root, 0.5, [0.50, 0.51, 0.52], 0)  # far below the best: separable, worse
-    seeds(root, 0.1, [0.90, 0.91, 0.92], 3)  # the best
-    seeds(root, 0.03, [0.89, 0.90, 0.91], 6)  # its interval overlaps the best's
-    seeds(root, 0.01, [0.70], 9)  # one run: no interval
+    # Each setting its own seeds: nothing pairs, the intervals decide.
+    seeds(root, 0.5, [0.50, 0.51, 0.52], 0, first_seed=0)  # far below the best: separable, worse
+    seeds(root, 0.1, [0.90, 0.91, 0.92], 3, first_seed=3)  # the best
+    seeds(root, 0.03, [0.89, 0.90, 0.91], 6, first_seed=6)  # its interval overlaps the best's
+    seeds(root, 0.01, [0.70], 9, first_seed=9)  # one run: no interval
     assert compare_runs.main([str(root)]) == 0
     rows = table_rows(capsys.readouterr().out)
     assert [(row[1], row[-1]) for row in rows] == [
@@ -190,7 +196,7 @@ def test_the_csv_and_latex_tables_hold_the_known_numbers(one_to_five, capsys):
 
     assert compare_runs.main([str(one_to_five), "--format", "latex", "--metric", "test/acc"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[1] == r"\begin{tabular}{rlrllllll}" and out.rstrip().endswith(r"\end{tabular}")
+    assert out.splitlines()[1] == r"\begin{tabular}{rlrllllllll}" and out.rstrip().endswith(r"\end{tabular}")
     assert r"1 & data.batch\_size=32 & 5 & $3.0000 \pm 1.5811$ [1.0368, 4.9632] & " in out
     assert r"\textbf{best} \\" in out and r"$0.5000$ ($n=1$)" in out
 
@@ -325,7 +331,7 @@ def test_diff_names_exactly_the_keys_packages_and_code_that_differ(tmp_path, cap
     assert differ == {"seed": (0, 1), "data.batch_size": (64, 32), "model.width": ("(absent)", 8)}
     assert compare_runs.main(["--diff", str(a), str(b)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    config = lines[lines.index("config: 3 keys differ (.hydra/config.yaml, resolved)") + 1 :][:4]
+    config = lines[lines.index("config: 3 keys differ (.hydra/config.yaml, resolved: what was set)") + 1 :][:4]
     assert [line.split() for line in config] == [
         ["key", "A", "B"],
         ["seed", "0", "1"],
@@ -351,7 +357,7 @@ def test_diff_of_a_run_with_itself_says_the_same(tmp_path, capsys):
     provenance(tmp_path / "a", None, {"torch": "2.4.0"})
     assert compare_runs.main(["--diff", str(tmp_path / "a"), str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
-    assert "config: the same (.hydra/config.yaml, resolved)" in out
+    assert "config: the same (.hydra/config.yaml, resolved: what was set)" in out
     assert "code: no commit recorded in either; no uncommitted changes in either" in out
     assert "packages: the same 1 (packages.txt)" in out
     with pytest.raises(SystemExit):  # a sweep is not a run
@@ -378,8 +384,191 @@ def test_a_real_multirun_gives_two_settings_of_two_seeds_and_its_runs_diff(tmp_p
     code, out, err = run_here("scripts/compare_runs.py", "--diff", str(sweep / "0"), str(sweep / "3"))
     assert code == 0, err
     lines = out.splitlines()
-    config = lines[lines.index("config: 2 keys differ (.hydra/config.yaml, resolved)") + 2 :][:2]
-    assert sorted(line.split()[0] for line in config) == ["optimizer.lr", "seed"]
-    assert lines[lines.index("config: 2 keys differ (.hydra/config.yaml, resolved)") + 4].startswith("code: ")
+    header = lines.index("config: 2 keys differ (.hydra/config.yaml, resolved: what was set)")
+    assert sorted(line.split()[0] for line in lines[header + 2 :][:2]) == ["optimizer.lr", "seed"]
+    assert lines[header + 4] == "filled in by the run, not settings: optimized_metric=val/acc"
+    assert lines[header + 5].startswith("code: ")
     assert "packages: the same " in out and "machine: the same (" in out
     assert "data: the same fingerprint (checkpoints/last.pt, checkpoints/last.pt)" in out
+
+
+@pytest.mark.slow
+def test_a_continued_sweep_is_one_setting_and_a_continued_run_diffs_as_its_twin(tmp_path, monkeypatch):
+    """`train.py -m seed=1,2,3`, job 1 stopped by SIGTERM (exit 75) and the same command rerun to continue it: one
+    setting of n=3 whose mean is that of the three summary.json values; job 1 and a run of seed=2 that never
+    stopped differ in no setting, and what the run filled in is listed apart."""
+    sweep, twin = tmp_path / "sweep", tmp_path / "twin"
+    tiny = ("debug=fast", "trainer.max_epochs=1", "data.batch_size=8", "print_config=false")
+    command = ("-m", *tiny, "seed=1,2,3", f"hydra.sweep.dir={sweep}")
+    sigterm_in_job(monkeypatch, 1)
+    assert run_here("train.py", *command)[0] == 75
+    monkeypatch.undo()
+    code, _, err = run_here("train.py", *command)  # the documented way to continue
+    assert code == 0, err[-3000:]
+    code, out, err = run_here("scripts/compare_runs.py", str(sweep))
+    assert code == 0, err
+    values = [json.loads((sweep / str(job) / "summary.json").read_text())["optimized_value"] for job in range(3)]
+    (row,) = table_rows(out)
+    assert row[1:3] == ["`(all runs)`", "3"] and row[3].startswith(f"{sum(values) / 3:.4f} ± ")
+    assert "setting 1: runs 0, 1, 2" in out
+    code, _, err = run_here("train.py", *tiny, "seed=2", f"hydra.run.dir={twin}")
+    assert code == 0, err[-3000:]
+    code, out, err = run_here("scripts/compare_runs.py", "--diff", str(twin), str(sweep / "1"))
+    assert code == 0, err
+    assert "config: the same (.hydra/config.yaml, resolved: what was set)" in out.splitlines()
+    assert "filled in by the run, not settings: optimized_metric=val/acc" in out
+
+
+def filled_in(run, values):
+    """What train.py records a run filled in itself (.hydra/filled_in.yaml)."""
+    (run / ".hydra" / "filled_in.yaml").write_text(yaml.safe_dump(values))
+
+
+def test_what_a_run_filled_in_is_no_setting_in_the_table_or_the_diff(tmp_path, capsys):
+    """A continued run's config.yaml from before filled_in.yaml holds what the run filled in (optimized_metric,
+    data.vocabulary) where its siblings hold null: it is read through the keys known to be filled in. Runs that
+    record filled_in.yaml are grouped on what was set and list the rest apart."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    for k in range(3):
+        continued = ["+optimized_metric=val/acc", "+data.vocabulary=257"] if k == 1 else []
+        make_run(old / str(k), [f"seed={k}"], [0.5, 0.9], [1.0, 0.5], 0.9)
+        config = OmegaConf.load(old / str(k) / ".hydra" / "config.yaml")
+        for override in continued or ["+optimized_metric=null", "+data.vocabulary=null"]:
+            key, _, value = override.lstrip("+").partition("=")
+            OmegaConf.update(config, key, yaml.safe_load(value), force_add=True)
+        OmegaConf.save(config, old / str(k) / ".hydra" / "config.yaml")
+        make_run(new / str(k), [f"seed={k}", "+optimized_metric=null"], [0.5, 0.9], [1.0, 0.5], 0.9)
+        filled_in(new / str(k), {"optimized_metric": "val/acc", "data": {"vocabulary": 257 + (k == 2)}})
+    assert compare_runs.main([str(old)]) == 0
+    out = capsys.readouterr().out
+    assert [row[1:3] for row in table_rows(out)] == [["`(all runs)`", "3"]]
+    assert (
+        "3 runs recorded before .hydra/filled_in.yaml (0, 1, 2): optimized_metric, data.vocabulary, data.num_classes, "
+        "task.num_classes (keys a run may fill in itself) not compared"
+    ) in out.splitlines()
+    assert compare_runs.main([str(new)]) == 0
+    out = capsys.readouterr().out
+    assert [row[1:3] for row in table_rows(out)] == [["`(all runs)`", "3"]]
+    assert (
+        "filled in by the runs, not settings: data.vocabulary: 257 (0 1), 258 (2); optimized_metric=val/acc"
+    ) in out.splitlines()
+    for a, b in ((old / "0", old / "1"), (new / "0", new / "1")):
+        assert compare_runs.main(["--diff", str(a), str(b)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[3:6] == ["config: 1 key differs (.hydra/config.yaml, resolved: what was set)", *lines[4:6]]
+        assert [line.split() for line in lines[4:6]] == [["key", "A", "B"], ["seed", "0", "1"]]
+    assert lines[6] == "filled in by the run, not settings: data.vocabulary=257, optimized_metric=val/acc"
+
+
+def test_runs_of_other_code_are_settings_apart_unless_pooled_and_a_repeated_seed_is_named(tmp_path, capsys):
+    """Runs at two commits and one with uncommitted changes, seed 0 three times: split by code, or pooled with
+    --pool-code and said; a run continued across commits is mixed code; a run without provenance is unknown code."""
+    root = tmp_path / "runs"
+    for job, (seed, commit, diff) in enumerate([(0, "a", None), (0, "a", None), (1, "b", None), (0, "a", "+x\n")]):
+        make_run(root / str(job), [f"seed={seed}"], [0.5, 0.9 + job / 100], [1.0, 0.5], 0.9)
+        provenance(root / str(job), commit * 40, {"torch": "2.4.0"}, diff=diff)
+    assert compare_runs.main([str(root)]) == 0
+    out = capsys.readouterr().out
+    digest = hashlib.sha256(b"+x\n").hexdigest()[:7]
+    assert [(row[1], row[2]) for row in table_rows(out)] == [
+        (f"`code=aaaaaaa+diff {digest}`", "1"),
+        ("`code=bbbbbbb`", "1"),
+        ("`code=aaaaaaa`", "2"),
+    ]
+    assert "setting 3: seed=0 repeats in runs 0, 1: they are not independent samples" in out.splitlines()
+    assert compare_runs.main([str(root), "--pool-code"]) == 0
+    out = capsys.readouterr().out
+    assert [row[1:3] for row in table_rows(out)] == [["`(all runs)`", "4"]]
+    assert "runs of other code pooled (--pool-code)" in out
+    assert (
+        f"setting 1 pools 3 code versions (--pool-code): aaaaaaa (0, 1); bbbbbbb (2); aaaaaaa+diff {digest} (3)"
+    ) in out
+    assert "setting 1: seed=0 repeats in runs 0, 1, 3: they are not independent samples" in out
+
+    (root / "2" / "provenance_parts" / "1").mkdir(parents=True)  # job 2 began at commit a, continued at b
+    provenance(root / "2" / "provenance_parts" / "1", "a" * 40, {"torch": "2.4.0"})
+    (root / "3" / "provenance.json").unlink()
+    assert compare_runs.main([str(root)]) == 0
+    out = capsys.readouterr().out
+    assert ("`code=aaaaaaa, then bbbbbbb`", "1") in [(row[1], row[2]) for row in table_rows(out)]
+    assert "mixed code: 2 was continued across code versions (aaaaaaa, then bbbbbbb)" in out
+    assert (
+        "code versions unknown for 3 (no provenance.json, or no commit in it): the table cannot tell whether they "
+        "ran the same code"
+    ) in out
+
+
+def test_every_run_named_or_found_is_averaged_or_said_why_not(sweep, capsys, monkeypatch, tmp_path):
+    """A run named on the command line that failed before its first epoch (.hydra/, no metrics.jsonl) is listed."""
+    (sweep / "8" / ".hydra").mkdir(parents=True)
+    shutil.copy(sweep / "0" / ".hydra" / "config.yaml", sweep / "8" / ".hydra" / "config.yaml")
+    monkeypatch.chdir(tmp_path)  # several PATHs: the curves go to ./compare
+    assert compare_runs.main([str(sweep / "0"), str(sweep / "6"), str(sweep / "7"), str(sweep / "8")]) == 0
+    out = capsys.readouterr().out
+    assert [row[1:3] for row in table_rows(out)] == [["`(all runs)`", "1"]]
+    assert out.splitlines()[-3:] == [
+        "not averaged: 6: unfinished (stopped, failed or still running): no summary.json",
+        "not averaged: 7: diverged: summary.json's stop_reason is non-finite loss",
+        "not averaged: 8: failed before its first epoch (or is still starting): no metrics.jsonl",
+    ]
+    (sweep / "9" / ".hydra").mkdir(parents=True)  # found below PATH: eval.py's record is no run
+    (sweep / "9" / ".hydra" / "hydra.yaml").write_text("hydra:\n  job:\n    name: eval\n")
+    assert compare_runs.main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "not averaged: 8: failed before its first epoch (or is still starting): no metrics.jsonl" in out
+    assert "not averaged: 9" not in out
+
+
+def test_a_metric_no_run_has_is_refused_naming_theirs(sweep, capsys):
+    assert compare_runs.main([str(sweep), "--metric", "val/f1"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        "error: --metric val/f1: no finished run here has it; theirs are val/acc, test/loss, test/acc, val/loss, "
+        "wall_seconds"
+    ]
+    assert not (sweep / "compare").exists()
+
+
+def test_an_interval_is_clipped_to_the_range_its_task_records_with_a_footnote(tmp_path, capsys):
+    ranges = {"acc": [0, 1], "loss": [0, None]}
+    for k, (acc, wall) in enumerate([(0.98, 1.0), (1.0, 1.0), (1.0, 30.0)]):
+        make_run(tmp_path / str(k), [f"seed={k}"], [0.5, acc], [1.0, 0.5], acc, metric_ranges=ranges, wall_seconds=wall)
+    assert compare_runs.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (row,) = table_rows(out)
+    assert row[3] == "0.9933 ± 0.0115 [0.9646, 1.0000]†"  # the t-interval's high is 1.0220
+    assert row[7] == "10.7 ± 16.7 [0.0, 52.3]†"  # its low: -30.8
+    assert (
+        "† interval clipped to the metric's range (val/acc in [0, 1]; test/acc in [0, 1]; wall s >= 0; the task's, "
+        "as summary.json records it): the t-interval itself runs past it"
+    ) in out.splitlines()
+
+
+def test_the_default_out_with_several_paths_is_the_current_folder_and_its_path_is_printed(
+    sweep, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    assert compare_runs.main([str(sweep / "0"), str(sweep / "3")]) == 0
+    assert f"curves in {tmp_path / 'compare'}: train_loss.png, val_acc.png, val_loss.png" in capsys.readouterr().out
+    assert (tmp_path / "compare" / "val_acc.png").is_file() and not (sweep / "0" / "compare").exists()
+
+
+def test_folds_use_the_corrected_resampled_t_and_shared_folds_a_paired_difference(tmp_path, capsys):
+    """5 folds of two settings: the interval is mean +- t(0.975, 4) * std * sqrt(1/5 + n_val/n_train) with the split
+    sizes each run recorded (Nadeau and Bengio 2003), or 1/(k-1) without; the folds pair the settings."""
+    for fold, acc in enumerate([0.80, 0.82, 0.84, 0.86, 0.88]):
+        for lr, shift in ((0.1, 0.0), (0.03, -0.01 - fold / 1000)):
+            overrides = ["+data.folds=5", f"+data.fold={fold}", f"optimizer.lr={lr}"]
+            sizes = {"train": 90, "val": 10} if lr == 0.1 else {}
+            make_run(tmp_path / f"{lr}-{fold}", overrides, [0.5, acc + shift], [1, 0.5], 0.8, split_sizes=sizes)
+    assert compare_runs.main([str(tmp_path)]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    half = 2.7764 * 0.031623 * (1 / 5 + 10 / 90) ** 0.5  # 0.0490; a plain t: 0.0393
+    low, high = (float(x) for x in rows[0][3].split("[")[1].rstrip("]").split(", "))
+    assert (low, high) == pytest.approx((0.84 - half, 0.84 + half), abs=1e-4)
+    assert rows[0][-3] == "corrected t (folds; n_val/n_train 0.111, recorded)"
+    assert rows[1][-3] == "corrected t (folds; 1/(k-1) for k=5: split sizes not recorded)"
+    assert rows[1][3] == "0.8280 ± 0.0300 [0.7720, 0.8840]"  # 2.7764 * 0.030042 * sqrt(1/5 + 1/4) = 0.0560
+    # Each fold of lr=0.03 is 0.010 to 0.014 below the same fold of lr=0.1: the differences' std is 0.0015811, and
+    # 2.7764 * 0.0015811 * sqrt(1/5 + 10/90) = 0.0024 (the best's folds: their recorded sizes).
+    assert rows[1][-2:] == ["-0.0120 [-0.0144, -0.0096] (n=5)", "worse"]

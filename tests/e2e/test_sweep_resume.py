@@ -1,13 +1,11 @@
 """A multirun that resumes: the same command with the same hydra.sweep.dir continues a stopped sweep."""
 
 import json
-import signal
 
 import pytest
 
 from conftest import run_here
-from helpers import hashes_of_every_file
-from trainkit import checkpointing
+from helpers import hashes_of_every_file, sigterm_in_job
 
 SWEEP = ("debug=fast", "trainer.max_epochs=1", "data.batch_size=8", "print_config=false", "seed=1,2,3")
 
@@ -15,16 +13,7 @@ SWEEP = ("debug=fast", "trainer.max_epochs=1", "data.batch_size=8", "print_confi
 @pytest.fixture
 def sigterm_in_job_1(monkeypatch):
     """Job 1 receives SIGTERM at its first update, as a preempted sweep would: it saves and stops the sweep."""
-    from hydra.core.hydra_config import HydraConfig
-
-    original = checkpointing.stop_signal
-
-    def stop_signal(device, agree):
-        if HydraConfig.get().job.num == 1:
-            signal.raise_signal(signal.SIGTERM)  # the handler of trainkit.checkpointing.signals records it
-        return original(device, agree)
-
-    monkeypatch.setattr(checkpointing, "stop_signal", stop_signal)  # train.py imports it from here when it runs
+    sigterm_in_job(monkeypatch, 1)
     return monkeypatch
 
 

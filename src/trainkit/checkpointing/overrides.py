@@ -12,10 +12,10 @@ an image folder's class count).
 
 import re
 from collections.abc import Callable
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit.config.filled_in import flatten
 from trainkit.errors import ConfigError
 
 
@@ -27,13 +27,6 @@ def hydra_quote(value: str) -> str:
     and `${` would interpolate."""
     escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
     return "'" + escaped.replace("${", "\\${") + "'"
-
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """{"a.b": value} for every leaf of nested dicts (an empty dict is a leaf)."""
-    if isinstance(tree, dict) and tree:
-        return {k: v for key, value in tree.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
-    return {prefix[:-1]: tree}
 
 
 def _touched(overrides: list[str], composed: DictConfig, explicit: bool, when: str) -> list[tuple[str, bool]]:

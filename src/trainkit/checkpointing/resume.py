@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainkit.checkpointing.continued_run import finished_message, has_summary, trim_metrics, written_after
 from trainkit.checkpointing.overrides import config_with_overrides, flatten, hydra_quote
+from trainkit.config.filled_in import as_set
 from trainkit.errors import ConfigError
 from trainkit.tracking.loggers import trim_tracker_files
 
@@ -218,8 +219,8 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
         log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
     trim_metrics(run_dir / "metrics.jsonl", state, retested)
     trim_tracker_files(resolved.logger, run_dir, functools.partial(written_after, state=state, retested=retested))
-    if (run_dir / ".hydra").is_dir():  # what this run now trains with, and the overrides that compose it
-        _save_atomically(resolved, run_dir / ".hydra" / "config.yaml")
+    if (run_dir / ".hydra").is_dir():  # the config as set (what the run fills in: record_filled_in), its overrides
+        _save_atomically(as_set(resolved, composed, run_dir), run_dir / ".hydra" / "config.yaml")
         _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")
     return resolved, False
 

@@ -5,7 +5,8 @@ train.py imports from here, and `validate` from trainkit.config.validation: the 
 the modules they check (schedules, loggers, precisions), which themselves import from here, so
 importing it here would go round in a circle. The modules inside import each other directly."""
 
+from trainkit.config.filled_in import record_filled_in
 from trainkit.config.printing import print_config
 from trainkit.config.schema import resolved, to_dict
 
-__all__ = ["print_config", "resolved", "to_dict"]
+__all__ = ["print_config", "record_filled_in", "resolved", "to_dict"]

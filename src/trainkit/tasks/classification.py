@@ -10,7 +10,7 @@ they are, and train/acc counts a prediction right when it names the label with t
 of the mix. Evaluation never mixes: val/ and test/ are plain cross-entropy and accuracy.
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +23,7 @@ from trainkit.tasks.task import Task
 class Classification(Task):
     metric_names = ("acc",)
     headline_metric = "acc"
+    metric_ranges: ClassVar[dict[str, tuple[float | None, float | None]]] = {"acc": (0, 1), "loss": (0, None)}
     mixes_batches = True  # MixUp/CutMix, in augment()
 
     def __init__(

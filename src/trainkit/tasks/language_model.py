@@ -39,6 +39,11 @@ class LanguageModel(Task):
     metric_names: ClassVar[tuple[str, ...]] = ("bpb", "token_acc")
     minimized_metrics: ClassVar[tuple[str, ...]] = ("bpb",)
     headline_metric: ClassVar[str] = "bpb"
+    metric_ranges: ClassVar[dict[str, tuple[float | None, float | None]]] = {
+        "bpb": (0, None),
+        "token_acc": (0, 1),
+        "loss": (0, None),
+    }
     weighs: ClassVar[str] = "tokens"
     # What the tracker's sample settings may hold, as eval.py's sample.* (the config check reads them from the class)
     config_rules: ClassVar[dict[str, Check]] = {

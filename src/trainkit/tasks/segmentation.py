@@ -30,6 +30,11 @@ from trainkit.tasks.task import Task
 class Segmentation(Task):
     metric_names = ("miou", "pixel_acc")
     headline_metric = "miou"
+    metric_ranges: ClassVar[dict[str, tuple[float | None, float | None]]] = {
+        "miou": (0, 1),
+        "pixel_acc": (0, 1),
+        "loss": (0, None),
+    }
     spatial_targets = True  # a target per pixel: what moves the image must move the mask
     config_rules: ClassVar[dict[str, Check]] = {"horizontal_flip": flag(), "crop_padding": number(0, below=1)}
 

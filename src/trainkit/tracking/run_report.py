@@ -6,7 +6,9 @@ summary.json is the result a sweep, scripts/compare_runs.py and `resume` of a fi
 best (the best epoch's validation metrics), final (the last epoch's), test, test_weights (the
 weights tested: "best", or "last (best.pt missing)"), optimized_metric and its value, higher_is_better
 (the task's direction for each of its metrics by name: {"loss": false, "acc": true}, so a reader ranks runs
-without importing the task), stop_reason, epochs, steps, wall_seconds, world_size, device, run_dir.
+without importing the task), metric_ranges (the task's range of each metric that has one: {"acc": [0, 1]}),
+split_sizes (the samples of the train and val splits: a k-fold comparison's corrected interval), stop_reason,
+epochs, steps, wall_seconds, world_size, device, run_dir.
 """
 
 import json
@@ -130,6 +132,11 @@ def throughput(train_metrics: dict) -> str:
     return f"{train_metrics[rates[0]]:,.0f} {unit}/s{mfu}"
 
 
+def split_size(loader: Any) -> int | None:
+    """The samples of a loader's whole split (every rank's), or None where its sampler does not say."""
+    return getattr(getattr(loader, "sampler", None), "size", None)
+
+
 def write_summary(
     run: Any, last_metrics: dict, test_metrics: dict, stop_reason: str, wall_seconds: float, test_weights: str = "best"
 ) -> dict:
@@ -144,6 +151,8 @@ def write_summary(
         "optimized_metric": run.cfg.optimized_metric,
         "optimized_value": {**best, **test_metrics}.get(run.cfg.optimized_metric),
         "higher_is_better": {name: higher_is_better(run.task, name) for name in ("loss", *run.task.metric_names)},
+        "metric_ranges": {name: list(bounds) for name, bounds in getattr(run.task, "metric_ranges", {}).items()},
+        "split_sizes": {name: split_size(getattr(getattr(run, "data", None), name, None)) for name in ("train", "val")},
         "stop_reason": stop_reason,
         "epochs": last_metrics.get("epoch", run.state.epoch - 1) + 1,
         "steps": run.state.step,

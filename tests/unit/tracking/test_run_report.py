@@ -55,19 +55,28 @@ def test_one_epoch_is_said_in_the_singular():
 
 
 @pytest.mark.parametrize(
-    "task, test_metrics, direction",
+    "task, test_metrics, direction, ranges",
     [
         (
             Segmentation(num_classes=3),
             {"test/loss": 0.4, "test/miou": 0.7},
             {"loss": False, "miou": True, "pixel_acc": True},
+            {"miou": [0, 1], "pixel_acc": [0, 1], "loss": [0, None]},
         ),
-        (LanguageModel(), {"test/loss": 1.9, "test/bpb": 2.7}, {"loss": False, "bpb": False, "token_acc": True}),
+        (
+            LanguageModel(),
+            {"test/loss": 1.9, "test/bpb": 2.7},
+            {"loss": False, "bpb": False, "token_acc": True},
+            {"bpb": [0, None], "token_acc": [0, 1], "loss": [0, None]},
+        ),
     ],
     ids=["segmentation", "language_model"],
 )
-def test_summary_json_records_the_tasks_direction_of_each_metric(tmp_path, task, test_metrics, direction):
-    """What scripts/compare_runs.py ranks by, without importing the task: higher_is_better by metric name."""
+def test_summary_json_records_the_tasks_direction_and_range_of_each_metric(
+    tmp_path, task, test_metrics, direction, ranges
+):
+    """What scripts/compare_runs.py ranks by and clips an interval to, without importing the task: higher_is_better
+    and metric_ranges by metric name."""
     run = SimpleNamespace(
         state=TrainState(epoch=1, step=10, best_metrics={"epoch": 0}),
         cfg=OmegaConf.create({"optimized_metric": next(iter(test_metrics)).replace("test/", "val/")}),
@@ -78,7 +87,8 @@ def test_summary_json_records_the_tasks_direction_of_each_metric(tmp_path, task,
         loggers=Loggers([]),
     )
     write_summary(run, {"epoch": 0}, test_metrics, "max_epochs", 1.0)
-    assert json.loads((tmp_path / "summary.json").read_text())["higher_is_better"] == direction
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["higher_is_better"] == direction and summary["metric_ranges"] == ranges
 
 
 def test_micro_batches_of_token_data_count_tokens_and_a_size_below_a_sequence_is_a_warning(caplog):

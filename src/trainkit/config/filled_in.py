@@ -1,0 +1,76 @@
+"""What a run set and what it filled in, recorded apart.
+
+    <run>/.hydra/config.yaml      # the config as composed: what the command line, conf/ and an experiment set
+    <run>/.hydra/filled_in.yaml   # {dotted key: value} for each key the run filled in itself
+
+A run fills in keys left to it: the task's optimized_metric and early-stopping monitor, the data's
+vocabulary, padding id and class count (and every key that follows them: model.num_labels), a searched
+data.batch_size or trainer.micro_batch_size. Hydra writes the first file as the run starts; a resume
+rewrites it from the checkpoint's config with the keys the run filled in put back as they were set, so a
+continued run records the same settings as a run that never stopped. scripts/compare_runs.py groups and
+diffs runs on what was set and lists what was filled in apart, never as a difference of settings.
+"""
+
+from pathlib import Path
+from typing import Any, cast
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+FILLED_IN = "filled_in.yaml"  # in the run's .hydra/, beside config.yaml
+_ABSENT = object()
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a.b": value} for every leaf of nested dicts (an empty dict is a leaf)."""
+    if isinstance(tree, dict) and tree:
+        return {k: v for key, value in tree.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: tree}
+
+
+def resolved_leaves(config: DictConfig | ListConfig) -> dict[str, Any]:
+    """{"a.b": value} for every leaf of `config`, resolved; a leaf whose interpolation cannot be resolved here (a
+    resolver of Hydra's outside its run) keeps its text."""
+    try:
+        return flatten(OmegaConf.to_container(config, resolve=True))
+    except Exception:  # one key at a time: only the unresolvable keep their text
+        leaves = {}
+        for key, value in flatten(OmegaConf.to_container(config, resolve=False)).items():
+            try:
+                leaf = OmegaConf.select(config, key)
+                leaves[key] = OmegaConf.to_container(leaf, resolve=True) if OmegaConf.is_config(leaf) else leaf
+            except Exception:
+                leaves[key] = value
+        return leaves
+
+
+def filled_in(as_set: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """The leaves of `run` (flat) whose value is not the one `as_set` (flat) gives them."""
+    return {key: value for key, value in run.items() if as_set.get(key, _ABSENT) != value}
+
+
+def record_filled_in(cfg: DictConfig, run_dir: Path, is_main: bool = True) -> None:
+    """train.py's call once the run's config is complete: rank 0 (`is_main`) writes `.hydra/filled_in.yaml`, each
+    key whose value in `cfg` is not the one .hydra/config.yaml sets. Nothing where Hydra wrote no record (a run
+    started by train(cfg))."""
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not is_main or not saved.is_file():
+        return
+    filled = filled_in(resolved_leaves(OmegaConf.load(saved)), resolved_leaves(cfg))
+    OmegaConf.save(OmegaConf.create(filled), saved.with_name(FILLED_IN))
+
+
+def as_set(resolved: DictConfig, composed: DictConfig, run_dir: Path) -> DictConfig:
+    """A resume's config as it was set: `resolved` (the checkpoint's config with this command's overrides) with each
+    key its run filled in (.hydra/filled_in.yaml) taken from `composed`, the config Hydra composed from this command
+    line. A run recorded before filled_in.yaml: the keys `composed` leaves null or auto (the data's, the task's)."""
+    record = run_dir / ".hydra" / FILLED_IN
+    leaves = resolved_leaves(composed)
+    if record.is_file():
+        keys = list(flatten(OmegaConf.to_container(OmegaConf.load(record)) or {}))
+    else:
+        keys = [key for key, value in leaves.items() if value is None or value == "auto"]
+    config = cast("DictConfig", OmegaConf.create(OmegaConf.to_container(resolved, resolve=True)))
+    for key in keys:
+        if key in leaves and OmegaConf.select(config, key, default=_ABSENT) is not _ABSENT:
+            OmegaConf.update(config, key, leaves[key], merge=False)
+    return config
