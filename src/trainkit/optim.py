@@ -109,6 +109,7 @@ def build_optimizer(
     scale_with_batch = options.pop("scale_lr_with_batch", False)
     reference = options.pop("reference_batch_size", 256)
     fused = options.pop("fused", "auto")
+    options.pop("_checks_", None)  # the module that checks the option's keys (optimizer=muon)
     if scale_with_batch:
         if batch_size is None:
             raise ValueError(
@@ -124,11 +125,15 @@ def build_optimizer(
     device = next(model.parameters()).device
     optimizer_class = get_class(options["_target_"])
     options.update(implementation_options(fused, optimizer_class, device))
+    if "model" in inspect.signature(optimizer_class).parameters:  # one that splits the model (optimizer=muon)
+        options["model"] = _unwrap(model)
     optimizer = instantiate(options, params=groups, _convert_="all")
     if process_info().is_main:
         setting = str(fused).lower()  # as typed: auto, true, false
+        split = f": {optimizer.split()}" if callable(getattr(optimizer, "split", None)) else ""
         log.info(
             f"optimizer: {optimizer_class.__name__}, {implementation(optimizer, device)} (optimizer.fused={setting})"
+            f"{split}"
         )
     return optimizer
 
