@@ -1,4 +1,4 @@
-"""Optimizer with weight-decay (and backbone/head) groups, and the LR schedule (trainkit.schedules) stepped per update.
+"""The optimizer, with weight-decay (and backbone/head) groups (the LR schedule: trainkit.schedules).
 
 Keys of conf/optimizer/*.yaml that are not the optimizer's own arguments, handled here:
 
@@ -9,13 +9,12 @@ Keys of conf/optimizer/*.yaml that are not the optimizer's own arguments, handle
 """
 
 import fnmatch
-import functools
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import torch
-from hydra.utils import get_class, get_object, instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
 from trainkit.config.schema import to_dict
@@ -177,40 +176,3 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     from trainkit.checkpointing.checkpoint import unwrap_model
 
     return unwrap_model(model)
-
-
-def lr_schedule(cfg: Mapping, updates_per_epoch: int, total_updates: int) -> tuple[Callable[[int], float], list[str]]:
-    """The schedule `cfg` (conf/scheduler/*.yaml) names, as a function of the update index alone (its own
-    arguments and the run's totals bound), and the notices it gives for a run of this length
-    (trainkit.schedules: a warmup cut to half the run, a drop that never comes)."""
-    arguments = to_dict(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
-    schedule = get_object(arguments.pop("_target_"))
-    totals = {"updates_per_epoch": updates_per_epoch, "total_updates": total_updates}
-    notices = getattr(schedule, "notices", None)
-    return functools.partial(schedule, **totals, **arguments), list(notices(**totals, **arguments)) if notices else []
-
-
-def build_scheduler(
-    optimizer: torch.optim.Optimizer, cfg: DictConfig, updates_per_epoch: int, total_updates: int, shift: int = 0
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR to be stepped once per optimizer update (not per micro-batch, not per epoch).
-
-    The multiplier goes in as a plain function, which LambdaLR leaves out of its state dict: a
-    checkpoint keeps only the update count, and a resumed run rebuilds the schedule from its config.
-    `shift`: the schedule's position minus the update count (0 unless a resume changed the updates an
-    epoch: then the updates trained before count as the epochs they trained, see train.py).
-    """
-    schedule, notices = lr_schedule(cfg, updates_per_epoch, total_updates)
-    for notice in notices:
-        _warn_once(notice)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda update: schedule(update + shift))
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    """A warning from rank 0, once per process (the schedule is rebuilt after an applied LR range test)."""
-    if message not in _warned and process_info().is_main:
-        _warned.add(message)
-        log.warning(message)

@@ -14,7 +14,8 @@ from trainkit.config.validation import problems
 from trainkit.models.gpt import GPT
 from trainkit.models.small_cnn import SmallCNN
 from trainkit.muon import MuonWithAdamW
-from trainkit.optim import build_optimizer, build_scheduler
+from trainkit.optim import build_optimizer
+from trainkit.schedules import build_scheduler
 
 MUON = OmegaConf.load(ROOT / "conf" / "optimizer" / "muon.yaml")
 WSD = OmegaConf.load(ROOT / "conf" / "scheduler" / "wsd.yaml")

@@ -10,8 +10,9 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from trainkit import optim
-from trainkit.optim import build_optimizer, build_scheduler, lr_schedule, param_groups
+from trainkit import schedules
+from trainkit.optim import build_optimizer, param_groups
+from trainkit.schedules import build_scheduler, lr_schedule
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -228,9 +229,9 @@ def test_a_schedule_that_cannot_lower_the_lr_in_the_run_warns_once(caplog, monke
     """step_epochs=10 at 4 updates an epoch: the first drop is update 40, which a 40-update run never reaches.
     A cosine_restarts cycle longer than the run is still a cosine: no warning; a run that ends 4 updates after a
     restart (cycles of 20 updates, then 40) ends near the peak LR: one line naming the keys and the epochs to end on."""
-    monkeypatch.setattr(optim, "_warned", set())
+    monkeypatch.setattr(schedules, "_warned", set())
     optimizer = torch.optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
-    with caplog.at_level("WARNING", logger="trainkit.optim"):
+    with caplog.at_level("WARNING", logger="trainkit.schedules"):
         for _ in range(2):  # rebuilt (an applied LR range test rebuilds it): still one warning
             build_scheduler(optimizer, load_conf("scheduler", name), updates_per_epoch=4, total_updates=total)
     warnings = [record.getMessage() for record in caplog.records]

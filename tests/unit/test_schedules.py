@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from conftest import ROOT, composed
 from trainkit.checkpointing.files import upgrade_config
 from trainkit.config.validation import problems
-from trainkit.optim import build_scheduler
+from trainkit.schedules import build_scheduler
 
 CONF = ROOT / "conf"
 

@@ -17,7 +17,8 @@ from trainkit.models.build import build_model
 from trainkit.models.finetune import apply_frozen_bn_eval, freeze, head_parameters, stages
 from trainkit.models.pretrained import adapt_input_channels
 from trainkit.models.small_cnn import SmallCNN
-from trainkit.optim import build_optimizer, build_scheduler, lr_schedule, param_groups, scaled_lr
+from trainkit.optim import build_optimizer, param_groups, scaled_lr
+from trainkit.schedules import build_scheduler, lr_schedule
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 CONF = Path(__file__).resolve().parents[3] / "conf"

@@ -22,7 +22,8 @@ from helpers import backward_step, config_check_tests
 from trainkit.checkpointing import signals
 from trainkit.config.validation import validate
 from trainkit.models.small_cnn import SmallCNN
-from trainkit.optim import build_optimizer, build_scheduler, lr_schedule
+from trainkit.optim import build_optimizer
+from trainkit.schedules import build_scheduler, lr_schedule
 from trainkit.tasks.task import Task
 from trainkit.tuning import lr_finder
 from trainkit.tuning.lr_finder import group_scales, lr_range_test, set_base_lr, suggest_lr
