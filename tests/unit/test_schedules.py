@@ -95,7 +95,7 @@ def test_a_schedule_of_your_own_is_one_function_and_one_yaml(run_train, tmp_path
 def test_a_key_the_schedule_does_not_take_is_refused_naming_its_arguments():
     assert problems(composed("scheduler=step", "+scheduler.min_lr_ratio=0.1")) == {
         "scheduler.min_lr_ratio": "is not an argument of trainkit.schedules.step, which takes warmup_epochs, "
-        "warmup_start_factor, step_epochs, gamma"
+        "warmup_start_factor, step_epochs, gamma; remove it (~scheduler.min_lr_ratio) or pick a schedule that takes it"
     }
 
 

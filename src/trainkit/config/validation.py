@@ -284,7 +284,8 @@ def _schedule_arguments(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         if key != "_target_" and str(key) not in own:
             yield (
                 f"scheduler.{key}",
-                f"is not an argument of {target}, which takes {', '.join(own) or 'none of its own'}",
+                f"is not an argument of {target}, which takes {', '.join(own) or 'none of its own'}; remove it "
+                f"(~scheduler.{key}) or pick a schedule that takes it",
             )
 
 
