@@ -211,7 +211,7 @@ def run_record(model, seed: int, averaged=None):
         {
             "seed": seed,
             "trainer": trainer,
-            "scheduler": {"name": "constant"},
+            "scheduler": {"_target_": "trainkit.schedules.constant"},
             "regularization": {"early_stopping": early_stopping},
         }
     )

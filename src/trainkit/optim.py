@@ -1,4 +1,4 @@
-"""Optimizer with weight-decay (and backbone/head) groups, and LR schedules counted in optimizer updates.
+"""The optimizer, with weight-decay (and backbone/head) groups (the LR schedule: trainkit.schedules).
 
 Keys of conf/optimizer/*.yaml that are not the optimizer's own arguments, handled here:
 
@@ -11,7 +11,6 @@ Keys of conf/optimizer/*.yaml that are not the optimizer's own arguments, handle
 import fnmatch
 import inspect
 import logging
-import math
 from collections.abc import Mapping
 
 import torch
@@ -23,8 +22,6 @@ from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-SCHEDULES = ("cosine", "cosine_restarts", "step", "constant")
 
 
 def param_groups(
@@ -111,6 +108,7 @@ def build_optimizer(
     scale_with_batch = options.pop("scale_lr_with_batch", False)
     reference = options.pop("reference_batch_size", 256)
     fused = options.pop("fused", "auto")
+    options.pop("_checks_", None)  # the module that checks the option's keys (optimizer=muon)
     if scale_with_batch:
         if batch_size is None:
             raise ValueError(
@@ -126,11 +124,15 @@ def build_optimizer(
     device = next(model.parameters()).device
     optimizer_class = get_class(options["_target_"])
     options.update(implementation_options(fused, optimizer_class, device))
+    if "model" in inspect.signature(optimizer_class).parameters:  # one that splits the model (optimizer=muon)
+        options["model"] = _unwrap(model)
     optimizer = instantiate(options, params=groups, _convert_="all")
     if process_info().is_main:
         setting = str(fused).lower()  # as typed: auto, true, false
+        split = f": {optimizer.split()}" if callable(getattr(optimizer, "split", None)) else ""
         log.info(
             f"optimizer: {optimizer_class.__name__}, {implementation(optimizer, device)} (optimizer.fused={setting})"
+            f"{split}"
         )
     return optimizer
 
@@ -174,110 +176,3 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     from trainkit.checkpointing.checkpoint import unwrap_model
 
     return unwrap_model(model)
-
-
-class LRSchedule:
-    """The LR multiplier as a pure function of the update count, so a resume lands exactly.
-
-    Every length is given in epochs in the config and converted here to optimizer updates. The
-    values were checked by trainkit.config.validation (`name` is one of SCHEDULES). A warmup longer than half
-    the run (a short `trainer.max_steps`, or `max_epochs` close to `warmup_epochs`) is cut to half
-    of it, so the LR reaches its peak and the schedule has updates left to run; `notices` says so,
-    and says when the schedule cannot change the LR within the run (a `step` drop after its end).
-    """
-
-    def __init__(self, cfg: DictConfig, updates_per_epoch: int, total_updates: int):
-        self.name = cfg.name
-        self.notices: list[str] = []  # what build_scheduler logs: the run is too short for the config
-        warmup_epochs = cfg.get("warmup_epochs", 0)
-        wanted = round(warmup_epochs * updates_per_epoch)
-        self.warmup = min(wanted, total_updates // 2)
-        if self.warmup < wanted:
-            self.notices.append(
-                f"scheduler.warmup_epochs={warmup_epochs:g} is {wanted} updates, more than half of this run's "
-                f"{total_updates}: warming up over {self.warmup} updates instead, so the LR reaches its peak"
-            )
-        # null: warm up as (update + 1) / warmup; a number f: linearly from f (update 0) to 1 (update = warmup).
-        self.warmup_start_factor = cfg.get("warmup_start_factor", None)
-        self.total = max(total_updates, self.warmup + 1)
-        self.min_ratio = cfg.get("min_lr_ratio", 0.0)
-        self.cycle = max(1, round(cfg.get("cycle_epochs", 1) * updates_per_epoch))
-        self.cycle_mult = cfg.get("cycle_mult", 1)
-        self.step_length = max(1, round(cfg.get("step_epochs", 1) * updates_per_epoch))
-        self.gamma = cfg.get("gamma", 1.0)
-        if self.name == "step" and self.warmup + self.step_length >= total_updates:
-            self.notices.append(
-                f"scheduler=step never lowers the LR in this run: the first drop (after scheduler.step_epochs="
-                f"{cfg.step_epochs:g}, {self.step_length} updates) comes after its {total_updates} updates, so it "
-                f"trains as scheduler=constant would; lower scheduler.step_epochs or train longer"
-            )
-
-        if self.name == "cosine_restarts":
-            self._notice_a_cut_cycle(cfg, updates_per_epoch, total_updates)
-
-    def _notice_a_cut_cycle(self, cfg: DictConfig, updates_per_epoch: int, total_updates: int) -> None:
-        """SGDR's LR jumps back to its peak at each restart: a run that ends early in a cycle ends at a high
-        LR, and its last weights (the test's, with early stopping off) are those of a hot, noisy phase."""
-        ends, length = [self.warmup + self.cycle], self.cycle  # the updates at which cycles end
-        while ends[-1] < total_updates:
-            length *= self.cycle_mult
-            ends.append(ends[-1] + length)
-        final = self(total_updates - 1)
-        # A first cycle longer than the run is a cosine cut short; after a restart, warn unless past mid-cycle.
-        if len(ends) == 1 or final - self.min_ratio <= 0.5 * (1 - self.min_ratio):
-            return
-        self.notices.append(
-            f"scheduler=cosine_restarts ends this run at {final:.0%} of the peak LR: its last cycle restarted at the "
-            f"peak {total_updates - ends[-2]} updates before the end (scheduler.cycle_epochs="
-            f"{cfg.get('cycle_epochs', 1):g}, cycle_mult={self.cycle_mult:g}); end on a cycle's end, "
-            f"trainer.max_epochs={' or '.join(f'{end / updates_per_epoch:g}' for end in ends[-2:])}, "
-            "or use scheduler=cosine"
-        )
-
-    def _cosine(self, position: float, length: float) -> float:
-        progress = min(position / length, 1.0)
-        return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    def __call__(self, update: int) -> float:
-        if update < self.warmup:
-            if self.warmup_start_factor is None:
-                return (update + 1) / self.warmup
-            return self.warmup_start_factor + (1 - self.warmup_start_factor) * update / self.warmup
-        since_warmup = update - self.warmup
-        if self.name == "cosine":
-            return self._cosine(since_warmup, self.total - self.warmup)
-        if self.name == "cosine_restarts":
-            length = self.cycle
-            while since_warmup >= length:
-                since_warmup -= length
-                length *= self.cycle_mult
-            return self._cosine(since_warmup, length)
-        if self.name == "step":
-            return self.gamma ** (since_warmup // self.step_length)
-        return 1.0
-
-
-def build_scheduler(
-    optimizer: torch.optim.Optimizer, cfg: DictConfig, updates_per_epoch: int, total_updates: int, shift: int = 0
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR to be stepped once per optimizer update (not per micro-batch, not per epoch).
-
-    The multiplier goes in as a plain function, which LambdaLR leaves out of its state dict: a
-    checkpoint keeps only the update count, and a resumed run rebuilds the schedule from its config.
-    `shift`: the schedule's position minus the update count (0 unless a resume changed the updates an
-    epoch: then the updates trained before count as the epochs they trained, see train.py).
-    """
-    schedule = LRSchedule(cfg, updates_per_epoch, total_updates)
-    for notice in schedule.notices:
-        _warn_once(notice)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda update: schedule(update + shift))
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    """A warning from rank 0, once per process (the schedule is rebuilt after an applied LR range test)."""
-    if message not in _warned and process_info().is_main:
-        _warned.add(message)
-        log.warning(message)

@@ -32,7 +32,7 @@ from trainkit.data import DataBundle, check_same_data
 from trainkit.distributed import ProcessInfo, any_rank, gather_objects
 from trainkit.distributed.parallel import Parallel
 from trainkit.early_stopping import EarlyStopping
-from trainkit.optim import build_scheduler
+from trainkit.schedules import build_scheduler
 from trainkit.tasks import Task, evaluate
 from trainkit.tracking import Loggers, LoopTimer, recorded_origin, training_line, write_summary
 

@@ -10,8 +10,9 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from trainkit import optim
-from trainkit.optim import LRSchedule, build_optimizer, build_scheduler, param_groups
+from trainkit import schedules
+from trainkit.optim import build_optimizer, param_groups
+from trainkit.schedules import build_scheduler, lr_schedule
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -21,6 +22,13 @@ def load_conf(group: str, name: str, **overrides):
     for key, value in overrides.items():
         cfg[key] = value
     return cfg
+
+
+def schedule_of(cfg, updates_per_epoch, total_updates):
+    """The schedule `cfg` names as a function of the update index, with the notices it gives as `.notices`."""
+    schedule, notices = lr_schedule(cfg, updates_per_epoch, total_updates)
+    schedule.notices = notices
+    return schedule
 
 
 class SmallNet(torch.nn.Module):
@@ -145,7 +153,7 @@ def test_built_optimizer_updates_the_model_own_parameters():
 
 
 def test_warmup_is_linear_and_reaches_one_at_the_end_of_warmup():
-    schedule = LRSchedule(load_conf("scheduler", "cosine", warmup_epochs=2), updates_per_epoch=5, total_updates=100)
+    schedule = schedule_of(load_conf("scheduler", "cosine", warmup_epochs=2), updates_per_epoch=5, total_updates=100)
     warmup = [schedule(u) for u in range(10)]
     assert warmup == pytest.approx([(u + 1) / 10 for u in range(10)])
     assert schedule(9) == pytest.approx(1.0)
@@ -154,7 +162,7 @@ def test_warmup_is_linear_and_reaches_one_at_the_end_of_warmup():
 
 
 def test_fractional_warmup_epochs_are_rounded_to_updates():
-    schedule = LRSchedule(load_conf("scheduler", "cosine", warmup_epochs=0.5), updates_per_epoch=8, total_updates=80)
+    schedule = schedule_of(load_conf("scheduler", "cosine", warmup_epochs=0.5), updates_per_epoch=8, total_updates=80)
     assert schedule(0) == pytest.approx(1 / 4)
     assert schedule(3) == pytest.approx(1.0)
 
@@ -162,7 +170,7 @@ def test_fractional_warmup_epochs_are_rounded_to_updates():
 @pytest.mark.parametrize("min_lr_ratio", [0.0, 0.1])
 def test_cosine_decays_to_min_lr_ratio_at_total_updates(min_lr_ratio):
     cfg = load_conf("scheduler", "cosine", warmup_epochs=1, min_lr_ratio=min_lr_ratio)
-    schedule = LRSchedule(cfg, updates_per_epoch=10, total_updates=110)
+    schedule = schedule_of(cfg, updates_per_epoch=10, total_updates=110)
     values = [schedule(u) for u in range(10, 111)]
     assert all(a >= b for a, b in itertools.pairwise(values))  # monotone after warmup
     assert schedule(60) == pytest.approx(min_lr_ratio + (1 - min_lr_ratio) * 0.5)  # half-way
@@ -173,7 +181,7 @@ def test_cosine_decays_to_min_lr_ratio_at_total_updates(min_lr_ratio):
 def test_cosine_restarts_jump_back_to_one_with_growing_cycles():
     cfg = load_conf("scheduler", "cosine_restarts")  # cycle_epochs 5, cycle_mult 2, no warmup
     assert (cfg.cycle_epochs, cfg.cycle_mult, cfg.warmup_epochs) == (5, 2, 0)
-    schedule = LRSchedule(cfg, updates_per_epoch=10, total_updates=1000)
+    schedule = schedule_of(cfg, updates_per_epoch=10, total_updates=1000)
     boundaries = [0, 50, 150, 350]  # cycles of 50, 100, 200 updates
     for start, end in itertools.pairwise(boundaries):
         length = end - start
@@ -185,7 +193,7 @@ def test_cosine_restarts_jump_back_to_one_with_growing_cycles():
 
 def test_step_multiplies_by_gamma_every_step_epochs():
     cfg = load_conf("scheduler", "step")  # step_epochs 10, gamma 0.1
-    schedule = LRSchedule(cfg, updates_per_epoch=4, total_updates=200)
+    schedule = schedule_of(cfg, updates_per_epoch=4, total_updates=200)
     step = cfg.step_epochs * 4
     assert [schedule(u) for u in (0, step - 1)] == pytest.approx([1.0, 1.0])
     assert [schedule(u) for u in (step, 2 * step - 1)] == pytest.approx([cfg.gamma, cfg.gamma])
@@ -194,23 +202,23 @@ def test_step_multiplies_by_gamma_every_step_epochs():
 
 
 def test_constant_is_flat():
-    schedule = LRSchedule(load_conf("scheduler", "constant"), updates_per_epoch=7, total_updates=70)
+    schedule = schedule_of(load_conf("scheduler", "constant"), updates_per_epoch=7, total_updates=70)
     assert {schedule(u) for u in range(200)} == {1.0}
 
 
 def test_a_warmup_longer_than_half_the_run_is_cut_so_the_lr_reaches_its_peak():
     # trainer.max_steps=7 with cosine's one warmup epoch of 20 updates: uncut, all 7 updates would warm up.
-    schedule = LRSchedule(load_conf("scheduler", "cosine"), updates_per_epoch=20, total_updates=7)
+    schedule = schedule_of(load_conf("scheduler", "cosine"), updates_per_epoch=20, total_updates=7)
     lrs = [schedule(u) for u in range(7)]
-    assert schedule.warmup == 3 and lrs[:3] == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert lrs[:3] == pytest.approx([1 / 3, 2 / 3, 1.0])
     assert max(lrs) == pytest.approx(1.0) and lrs[3:] == sorted(lrs[3:], reverse=True) and lrs[-1] < 0.2
     assert len(schedule.notices) == 1 and "is 20 updates" in schedule.notices[0]
     assert "warming up over 3 updates" in schedule.notices[0]
 
 
 def test_a_warmup_within_half_the_run_is_kept_and_says_nothing():
-    schedule = LRSchedule(load_conf("scheduler", "cosine"), updates_per_epoch=20, total_updates=40)
-    assert schedule.warmup == 20 and schedule.notices == []
+    schedule = schedule_of(load_conf("scheduler", "cosine"), updates_per_epoch=20, total_updates=40)
+    assert [schedule(u) for u in (0, 19, 20)] == pytest.approx([1 / 20, 1.0, 1.0]) and schedule.notices == []
 
 
 @pytest.mark.parametrize(
@@ -221,9 +229,9 @@ def test_a_schedule_that_cannot_lower_the_lr_in_the_run_warns_once(caplog, monke
     """step_epochs=10 at 4 updates an epoch: the first drop is update 40, which a 40-update run never reaches.
     A cosine_restarts cycle longer than the run is still a cosine: no warning; a run that ends 4 updates after a
     restart (cycles of 20 updates, then 40) ends near the peak LR: one line naming the keys and the epochs to end on."""
-    monkeypatch.setattr(optim, "_warned", set())
+    monkeypatch.setattr(schedules, "_warned", set())
     optimizer = torch.optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
-    with caplog.at_level("WARNING", logger="trainkit.optim"):
+    with caplog.at_level("WARNING", logger="trainkit.schedules"):
         for _ in range(2):  # rebuilt (an applied LR range test rebuilds it): still one warning
             build_scheduler(optimizer, load_conf("scheduler", name), updates_per_epoch=4, total_updates=total)
     warnings = [record.getMessage() for record in caplog.records]
@@ -253,7 +261,7 @@ def make_optimizer_and_scheduler(scheduler_name="cosine", base_lr=0.5):
 @pytest.mark.parametrize("name", ["cosine", "cosine_restarts", "step", "constant"])
 def test_scheduler_stepped_n_times_gives_the_lr_of_update_n(name):
     _, optimizer, scheduler = make_optimizer_and_scheduler(name)
-    schedule = LRSchedule(load_conf("scheduler", name), updates_per_epoch=4, total_updates=40)
+    schedule = schedule_of(load_conf("scheduler", name), updates_per_epoch=4, total_updates=40)
     for update in range(40):
         assert optimizer.param_groups[0]["lr"] == pytest.approx(0.5 * schedule(update))
         optimizer.step()

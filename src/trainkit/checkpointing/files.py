@@ -139,13 +139,16 @@ def read_checkpoint(
 
 def upgrade_config(config: dict[str, Any]) -> None:
     """Move, in place, what an older checkpoint's config keeps where this code no longer reads it
-    (MOVED_MODEL_KEYS, RENAMED_DATA_TARGETS); a config written by this code is left as it is."""
+    (MOVED_MODEL_KEYS, RENAMED_DATA_TARGETS, scheduler.name); a config written by this code is left as it is."""
     model, data = config.get("model", {}), config.get("data", {})
     moved = {key: model.pop(key) for key in MOVED_MODEL_KEYS if key in model}
     if moved:
         config["finetune"] = {**moved, **config.get("finetune", {})}
     if data.get("_target_") in RENAMED_DATA_TARGETS:
         data["_target_"] = RENAMED_DATA_TARGETS[data["_target_"]]
+    scheduler = config.get("scheduler", {})
+    if "_target_" not in scheduler and "name" in scheduler:  # a schedule by name, now the function of that name
+        scheduler["_target_"] = f"trainkit.schedules.{scheduler.pop('name')}"
 
 
 def check_model_fits(model_state: dict, model: torch.nn.Module) -> None:

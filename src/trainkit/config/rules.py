@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from omegaconf import ListConfig, OmegaConf
 
 from trainkit.config.schema import Check, auto_or, flag, integer, interval, number, numbers, one_of, section, show, text
-from trainkit.optim import SCHEDULES
 from trainkit.runtime import PRECISIONS
 from trainkit.tracking.loggers import trackers
 
@@ -180,14 +179,6 @@ RULES: dict[str, Check] = {
     "optimizer.head_lr_scale": number(0),
     "optimizer.scale_lr_with_batch": flag(),
     "optimizer.reference_batch_size": integer(1),
-    "scheduler.name": one_of(*SCHEDULES),
-    "scheduler.warmup_epochs": number(0),
-    "scheduler.warmup_start_factor": number(0, 1, null=True),
-    "scheduler.min_lr_ratio": number(0, 1),
-    "scheduler.cycle_epochs": number(above=0),
-    "scheduler.cycle_mult": integer(1),
-    "scheduler.step_epochs": number(above=0),
-    "scheduler.gamma": number(0, 1),
     "precision.name": one_of(*PRECISIONS),
     "precision.tf32": flag(),
     "regularization.label_smoothing": number(0, 0.99),

@@ -21,7 +21,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.augment.batch_transform import active_ops
-from trainkit.config.declared import answer, arguments, declared, feature_checks, feature_modules, searched_keys
+from trainkit.config.declared import (
+    answer,
+    arguments,
+    declared,
+    feature_checks,
+    feature_modules,
+    parameters,
+    searched_keys,
+)
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
 from trainkit.config.schema import Relation, find_problems, integer, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, budget_key, data_class
@@ -236,6 +244,49 @@ def _model_class(cfg: DictConfig) -> object | None:
         return get_object(cfg.model._target_)
     except Exception:  # hydra raises several kinds for a path it cannot import
         return None
+
+
+SCHEDULE_GIVEN = ("update", "updates_per_epoch", "total_updates")  # what trainkit.optim.lr_schedule passes
+
+
+def _schedule(cfg: DictConfig) -> object | None:
+    """The function `scheduler._target_` names, imported but not called; None if it cannot be imported."""
+    from hydra.utils import get_object
+
+    try:
+        return get_object(cfg.scheduler._target_)
+    except Exception:  # hydra raises several kinds for a path it cannot import
+        return None
+
+
+def _schedule_arguments(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """scheduler._target_ names a function of the update index and the run's totals (trainkit.schedules), and
+    the scheduler's other keys are that function's own arguments."""
+    target, schedule = cfg.scheduler.get("_target_"), _schedule(cfg)
+    if not callable(schedule):
+        yield (
+            "scheduler._target_",
+            f"{show(target)} is not a function that can be imported; name a schedule such as "
+            "trainkit.schedules.cosine (conf/scheduler/ lists them)",
+        )
+        return
+    takes = parameters(schedule)
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in takes.values()):
+        return
+    missing = [name for name in SCHEDULE_GIVEN if name not in takes]
+    if missing:
+        yield (
+            "scheduler._target_",
+            f"{target} does not take {', '.join(missing)}; a schedule takes {', '.join(SCHEDULE_GIVEN)}",
+        )
+    own = [name for name in takes if name not in SCHEDULE_GIVEN]
+    for key in cfg.scheduler:
+        if key != "_target_" and str(key) not in own:
+            yield (
+                f"scheduler.{key}",
+                f"is not an argument of {target}, which takes {', '.join(own) or 'none of its own'}; remove it "
+                f"(~scheduler.{key}) or pick a schedule that takes it",
+            )
 
 
 def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -475,6 +526,7 @@ RELATIONS = (
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),
     Relation(("model._target_", "data.image_size", "finetune.input_size"), _input_size_fits_the_model),
+    Relation(("scheduler",), _schedule_arguments),
 )
 
 
@@ -486,7 +538,9 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
     data = _data_class(cfg)
-    rules, relations = declared({"data": data, "model": _model_class(cfg), "task": _task(cfg)})
+    rules, relations = declared(
+        {"data": data, "model": _model_class(cfg), "task": _task(cfg), "scheduler": _schedule(cfg)}
+    )
     key = budget_key(data) if data is not None else None  # a size budget: units a batch (data.max_tokens)
     budget = {f"data.{key}": integer(1, null=True)} if key else {}
     feature_rules, feature_relations = feature_checks(cfg)  # each optional feature's, declared beside its code

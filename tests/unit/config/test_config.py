@@ -195,14 +195,6 @@ RULE_CASES = [
     (["optimizer.head_lr_scale=-1"], "optimizer.head_lr_scale"),
     (["optimizer.scale_lr_with_batch=yes"], "optimizer.scale_lr_with_batch"),
     (["optimizer.reference_batch_size=0"], "optimizer.reference_batch_size"),
-    (["scheduler.name=linear"], "scheduler.name"),
-    (["scheduler.warmup_epochs=-1"], "scheduler.warmup_epochs"),
-    (["scheduler.warmup_start_factor=1.5"], "scheduler.warmup_start_factor"),
-    (["scheduler.min_lr_ratio=2"], "scheduler.min_lr_ratio"),
-    (["scheduler=cosine_restarts", "scheduler.cycle_epochs=0"], "scheduler.cycle_epochs"),
-    (["scheduler=cosine_restarts", "scheduler.cycle_mult=1.5"], "scheduler.cycle_mult"),
-    (["scheduler=step", "scheduler.step_epochs=0"], "scheduler.step_epochs"),
-    (["scheduler=step", "scheduler.gamma=2"], "scheduler.gamma"),
     (["precision.name=fp8"], "precision.name"),
     (["precision.tf32=1"], "precision.tf32"),
     (["optimizer.fused=always"], "optimizer.fused"),
@@ -265,6 +257,9 @@ RULE_CASES = [
 # Keys that contradict each other, or settings the chosen options need.
 RELATION_CASES = [
     (["experiment=stdlib_gpt", "augmentation=shift"], "augmentation"),  # image augmentation on text
+    # a schedule is the function scheduler._target_ names; the section's other keys are its arguments
+    (["+scheduler.name=linear"], "scheduler.name"),
+    (["scheduler._target_=trainkit.schedules.nowhere"], "scheduler._target_"),
     (["experiment=stdlib_gpt", "trainer.tta_flip=true"], "trainer.tta_flip"),
     (["data.batch_size=32", "trainer.micro_batch_size=48"], "trainer.micro_batch_size"),  # nothing to split
     (["task._target_=tasks_for_tests.InBatchContrastive", "trainer.micro_batch_size=16"], "trainer.micro_batch_size"),
@@ -379,6 +374,16 @@ DECLARED_CASES = [
     (["experiment=stdlib_gpt", "task.prompt_bytes=0"], "task.prompt_bytes"),
     (["experiment=shapes_segmentation", "task.crop_padding=1"], "task.crop_padding"),
     (["experiment=shapes_segmentation", "task.horizontal_flip=maybe"], "task.horizontal_flip"),
+    # each schedule's config_rules (trainkit.schedules)
+    (["scheduler.warmup_epochs=-1"], "scheduler.warmup_epochs"),
+    (["scheduler.warmup_start_factor=1.5"], "scheduler.warmup_start_factor"),
+    (["scheduler.min_lr_ratio=2"], "scheduler.min_lr_ratio"),
+    (["scheduler=cosine_restarts", "scheduler.cycle_epochs=0"], "scheduler.cycle_epochs"),
+    (["scheduler=cosine_restarts", "scheduler.cycle_mult=1.5"], "scheduler.cycle_mult"),
+    (["scheduler=step", "scheduler.step_epochs=0"], "scheduler.step_epochs"),
+    (["scheduler=step", "scheduler.gamma=2"], "scheduler.gamma"),
+    (["scheduler=wsd", "scheduler.decay_fraction=1.5"], "scheduler.decay_fraction"),
+    (["scheduler=wsd", "scheduler.decay_shape=sqrt"], "scheduler.decay_shape"),
 ]
 CASES = RULE_CASES + RELATION_CASES + DECLARED_CASES
 
@@ -467,7 +472,7 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
 @pytest.mark.parametrize(
     "overrides, fragments",
     [
-        (["scheduler.name=linear"], ["'linear'", "cosine, cosine_restarts, step, constant"]),
+        (["+scheduler.name=linear"], ["is not an argument of trainkit.schedules.cosine", "warmup_epochs"]),
         (["+logger.trackers.nosuch=true"], ["unknown tracker nosuch", f"the trackers are {', '.join(trackers())}"]),
         (["device=gpu"], ["'gpu'", "cuda:N"]),
         (["trainer.max_epochs=abc"], ["a whole number >= 1", "'abc' (str)"]),

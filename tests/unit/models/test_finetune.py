@@ -17,7 +17,8 @@ from trainkit.models.build import build_model
 from trainkit.models.finetune import apply_frozen_bn_eval, freeze, head_parameters, stages
 from trainkit.models.pretrained import adapt_input_channels
 from trainkit.models.small_cnn import SmallCNN
-from trainkit.optim import LRSchedule, build_optimizer, build_scheduler, param_groups, scaled_lr
+from trainkit.optim import build_optimizer, param_groups, scaled_lr
+from trainkit.schedules import build_scheduler, lr_schedule
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 CONF = Path(__file__).resolve().parents[3] / "conf"
@@ -342,10 +343,10 @@ def test_scaled_lr_is_the_linear_rule_over_the_global_batch():
 def test_warmup_start_factor_warms_up_linearly_from_the_fraction():
     cfg = OmegaConf.load(CONF / "scheduler" / "cosine.yaml")
     cfg.warmup_epochs = 2
-    default = LRSchedule(cfg, updates_per_epoch=5, total_updates=100)
+    default, _ = lr_schedule(cfg, updates_per_epoch=5, total_updates=100)
     assert [default(u) for u in range(10)] == pytest.approx([(u + 1) / 10 for u in range(10)])  # unchanged
     cfg.warmup_start_factor = 0.1
-    schedule = LRSchedule(cfg, updates_per_epoch=5, total_updates=100)
+    schedule, _ = lr_schedule(cfg, updates_per_epoch=5, total_updates=100)
     assert [schedule(u) for u in range(11)] == pytest.approx([0.1 + 0.9 * u / 10 for u in range(10)] + [1.0])
     assert schedule(10) == pytest.approx(1.0) and schedule(11) < 1.0  # then the cosine, as before
     # Bad optimizer keys and a warmup_start_factor outside [0, 1] are the schema's: tests/unit/config/test_config.py.

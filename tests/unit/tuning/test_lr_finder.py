@@ -22,7 +22,8 @@ from helpers import backward_step, config_check_tests
 from trainkit.checkpointing import signals
 from trainkit.config.validation import validate
 from trainkit.models.small_cnn import SmallCNN
-from trainkit.optim import LRSchedule, build_optimizer, build_scheduler
+from trainkit.optim import build_optimizer
+from trainkit.schedules import build_scheduler, lr_schedule
 from trainkit.tasks.task import Task
 from trainkit.tuning import lr_finder
 from trainkit.tuning.lr_finder import group_scales, lr_range_test, set_base_lr, suggest_lr
@@ -283,7 +284,7 @@ def test_set_base_lr_then_rebuilding_the_scheduler_starts_the_schedule_from_the_
     build_scheduler(optimizer, scheduler_cfg, 4, 40)
     set_base_lr(optimizer, 0.02)
     scheduler = build_scheduler(optimizer, scheduler_cfg, 4, 40)
-    schedule = LRSchedule(scheduler_cfg, 4, 40)
+    schedule, _ = lr_schedule(scheduler_cfg, 4, 40)
     for update in range(10):
         lrs = [group["lr"] for group in optimizer.param_groups]
         assert lrs == pytest.approx([0.02 * schedule(update)] * 2 + [0.2 * schedule(update)] * 2)
