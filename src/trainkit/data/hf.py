@@ -88,7 +88,7 @@ class HFText(Folds, TextData):
         if missing or self.folds is not None:  # carved (and folded) before the tokenizer learns from train alone
             rows = train[self.label_column]
             labels = rows if label_of is None else [label_of[str(value)] for value in rows]
-            carved = self.folded(carve(len(train), missing, self.split_seed, labels), self.split_seed, labels)
+            carved = self.folded(carve(len(train), missing, self.split_seed, labels), self.split_seed, labels, classes)
             parts |= {split: train.select(indices.tolist()) for split, indices in carved.items()}
             log.info(
                 "no %s split in '%s': carved from its %d training rows by data.split_seed=%d%s (%s)",
