@@ -228,4 +228,5 @@ def start_line(run: Run) -> str:
         batch_size=run.cfg.data.batch_size,
         longest=run.data.longest,
         unit=run.data.size_unit,
+        fold=run.data.fingerprint.get("fold"),
     )

@@ -6,7 +6,8 @@ summary.json is the result a sweep, scripts/compare_runs.py and `resume` of a fi
 best (the best epoch's validation metrics), final (the last epoch's), test, test_weights (the
 weights tested: "best", or "last (best.pt missing)"), optimized_metric and its value, higher_is_better
 (the task's direction for each of its metrics by name: {"loss": false, "acc": true}, so a reader ranks runs
-without importing the task), stop_reason, epochs, steps, wall_seconds, world_size, device, run_dir.
+without importing the task), stop_reason, epochs, steps, wall_seconds, world_size, device, run_dir, and under
+data.folds the fold ("fold 2 of 5").
 """
 
 import json
@@ -42,11 +43,13 @@ def training_line(
     batch_size: int | None = None,
     longest: int | None = None,
     unit: str | None = "tokens",
+    fold: str | None = None,
 ) -> str:
-    """`training N parameters on DEVICE for LENGTH[, MICRO-BATCHES] (code a1b2c3d+dirty) -> RUN_DIR`; the
-    length is trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the commit, if
-    known; micro-batches where trainer.micro_batch_size splits a batch of `batch_size` (data.batch_size), in
-    units for sized data (`longest`: its longest training item's `unit`s, tokens)."""
+    """`training N parameters on DEVICE for LENGTH[, MICRO-BATCHES][, val fold i of K] (code a1b2c3d+dirty) ->
+    RUN_DIR`; the length is trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the
+    commit, if known; micro-batches where trainer.micro_batch_size splits a batch of `batch_size` (data.batch_size),
+    in units for sized data (`longest`: its longest training item's `unit`s, tokens); `fold`: data.folds' "fold i of
+    K" (Folds.fold_name), None without folds."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     epochs = trainer.max_epochs
     length = (
@@ -59,6 +62,8 @@ def training_line(
     micro = trainer.get("micro_batch_size")
     if isinstance(micro, int) and batch_size is not None:
         length += micro_batches_part(micro, batch_size, longest, model, unit or "tokens")
+    if fold:
+        length += f", val {fold} (data.folds)"
     code_part = f" (code {code})" if code else ""
     return f"training {trainable:,} parameters on {device} for {length}{code_part} -> {run_dir}"
 
@@ -133,6 +138,7 @@ def write_summary(
         "world_size": run.proc.world_size,
         "device": str(run.device),
         "run_dir": str(run.run_dir.resolve()),
+        **({"fold": run.data.fingerprint["fold"]} if run.data.fingerprint.get("fold") else {}),  # "fold 2 of 5"
     }
     run.loggers.log({"epoch": summary["epochs"] - 1, "step": run.state.step, **test_metrics})
     run.loggers.summary(
