@@ -97,6 +97,16 @@ class Data:
         compares it): the standard library's Python version for a corpus read from it; None here."""
         return None
 
+    def identity(self, made: "Splits | FileSplits") -> dict:
+        """What this data is before any split, for summary.json, scripts/compare_runs.py and a resume (besides its
+        option, classes and source(): trainkit.data.identity): by default every sample of `made`'s three splits
+        together, in no order, so another fold or carve of the same samples is the same data. An option whose splits
+        are not a partition of the same samples (rows numbered per split, text cut into blocks per split) returns
+        what it read instead: data=hf its files and their digests, data=text its texts."""
+        from trainkit.data.identity import samples_identity
+
+        return samples_identity(made)
+
     def batch_transform(self, augmentation: Any, input_size: int | None, channels_last: bool, train: bool) -> nn.Module:
         """What runs on the device between the loader and the model, on whole batches (train.py, evaluation,
         eval.py and the finders apply it). None here: the batches go to the model as they are."""

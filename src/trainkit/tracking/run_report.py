@@ -6,8 +6,9 @@ summary.json is the result a sweep, scripts/compare_runs.py and `resume` of a fi
 best (the best epoch's validation metrics), final (the last epoch's), test, test_weights (the
 weights tested: "best", or "last (best.pt missing)"), optimized_metric and its value, higher_is_better
 (the task's direction for each of its metrics by name: {"loss": false, "acc": true}, so a reader ranks runs
-without importing the task), stop_reason, epochs, steps, wall_seconds, world_size, device, run_dir, and under
-data.folds the fold ("fold 2 of 5").
+without importing the task), stop_reason, epochs, steps, wall_seconds, world_size, device, run_dir, under
+data.folds the fold ("fold 2 of 5"), and data: the data read before any split (trainkit.data.identity: its option,
+classes, files and their digests or its samples), the same for every fold of one dataset.
 """
 
 import json
@@ -139,6 +140,7 @@ def write_summary(
         "device": str(run.device),
         "run_dir": str(run.run_dir.resolve()),
         **({"fold": run.data.fingerprint["fold"]} if run.data.fingerprint.get("fold") else {}),  # "fold 2 of 5"
+        "data": run.data.fingerprint.get("identity"),  # what it read before any split (trainkit.data.identity)
     }
     run.loggers.log({"epoch": summary["epochs"] - 1, "step": run.state.step, **test_metrics})
     run.loggers.summary(
