@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import torch
 from torch.utils.data import Dataset
 
-from trainkit.data.datasets import FileSplits, Folds, carve
+from trainkit.data.datasets import FileSplits, Folds, Splits, carve
 from trainkit.data.imagefolder import is_hidden
 from trainkit.data.text import TextData, report_majority, report_truncated
 from trainkit.data.tokenizing import Tokens
@@ -126,13 +126,14 @@ class HFText(Folds, TextData):
         """The files read, each with its size (a hub name: the name): the data fingerprint keeps them."""
         return f"hf: {', '.join(self.files)}"  # names, not where they are: a copy elsewhere is the same data
 
-    def identity(self, made: FileSplits) -> dict:
+    def identity(self, made: Splits | FileSplits) -> dict:
         """The files read, each with its size and a digest of its bytes (trainkit.data.identity.file_digest: cached,
         so a large file is read once), and the rows of every split: the same for every fold and carve (a hub name:
         its name, in source(), and the rows)."""
         from trainkit.data.identity import file_digest
 
-        rows = {"rows": sum(len(split) for split in (made.train, made.val, made.test))}
+        splits = (made.train, made.val, made.test)
+        rows = {"rows": sum(len(split) for split in splits if isinstance(split, TokenizedRows))}
         given = Path(self.path).expanduser()
         if not given.exists():
             return rows

@@ -33,7 +33,7 @@ from typing import ClassVar
 
 import torch
 
-from trainkit.data.datasets import Folds, Split, Splits
+from trainkit.data.datasets import FileSplits, Folds, Split, Splits
 from trainkit.data.identity import texts_identity
 from trainkit.data.imagefolder import is_hidden
 from trainkit.data.stdlib_source import corpus_version, stdlib_files
@@ -84,7 +84,7 @@ class TextBlocks(Folds, Tokenized):
             )
         return files, len(matched) - len(files)
 
-    def identity(self, made: Splits) -> dict:
+    def identity(self, made: Splits | FileSplits) -> dict:
         """The texts read, in no order (blocks are cut per split: another fold gives other blocks of the same texts);
         no classes: a language model's are the tokenizer's ids, which a setting (data.tokenizer) decides."""
         return {**self.texts_read, "classes": None}
