@@ -108,7 +108,8 @@ def data_changes(saved: dict, now: dict) -> list[str]:
     """What differs from the `saved` fingerprint to `now`, a phrase each ([] for the same data): also what
     scripts/compare_runs.py --diff says of two runs' data."""
     changes = [change for name in SPLITS if (change := _change(name, saved.get(name, {}), now.get(name, {})))]
-    identity = identity_changes(saved.get("identity"), now.get("identity"))  # the data before a split: its files
+    # The data before a split (its files' contents among it); the samples' count and digest where no split says more.
+    identity = identity_changes(saved.get("identity"), now.get("identity"), samples=not changes)
     if saved.get("classes", now.get("classes")) != now.get("classes") and not identity:  # (identity names them)
         changes.insert(0, f"{now.get('classes')} classes where there were {saved.get('classes')}")
     if saved.get("fold") != now.get("fold"):  # another fold: the splits differ because of it, one line says so

@@ -132,10 +132,11 @@ def _digest_of(rows: list[str]) -> str:
     return digest.hexdigest()
 
 
-def identity_changes(before: dict | None, now: dict | None) -> list[str]:
+def identity_changes(before: dict | None, now: dict | None, samples: bool = True) -> list[str]:
     """What differs from the identity `before` to `now`, a phrase each ([]: the same data, or an identity missing:
     nothing to compare). A file's contents are compared only where both record its digest (runs from before digests
-    record none)."""
+    record none). `samples=False`: not the samples' (texts') count and digest (a caller that names them otherwise:
+    the splits' files of a resume's fingerprint)."""
     if not before or not now:
         return []
     changes = []
@@ -146,10 +147,10 @@ def identity_changes(before: dict | None, now: dict | None) -> list[str]:
     if before.get("source") != now.get("source") and not ("files" in before and "files" in now):
         changes.append(f"the data is {now.get('source')}, was {before.get('source')}")
     changes += _file_changes(before.get("files"), now.get("files"))
-    for count in ("samples", "texts"):
+    for count in ("samples", "texts") if samples else ():
         if before.get(count) is not None and now.get(count) is not None and before[count] != now[count]:
             changes.append(f"{now[count]:,} {count} where there were {before[count]:,}")
-    if not changes and before.get("digest") != now.get("digest"):
+    if samples and not changes and before.get("digest") != now.get("digest"):
         what = "texts" if "texts" in now else "samples"
         changes.append(f"other {what} (as many: another digest of their contents)")
     return changes
