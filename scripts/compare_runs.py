@@ -28,7 +28,9 @@ difference (its mean and interval) and is judged by it: "not separable" where th
 "not separable" where its interval overlaps the best's (the test is conservative: disjoint intervals are a
 difference, overlapping ones may still be one). Every run named or found is averaged or listed under "not averaged"
 with why: failed before its first epoch (no metrics.jsonl), unfinished (no summary.json), diverged (a non-finite
-loss). Runs of different tasks or data (IDENTITY) are refused. `wall s` is summary.json's wall_seconds: every part
+loss). Runs of different tasks or data are refused: the data each read before any split, as summary.json's `data`
+records it (its files and their contents, its samples, its classes; a fold, a split seed or a tokenizer is a
+setting), or, for runs from before it was recorded, the config's data keys (IDENTITY). `wall s` is summary.json's wall_seconds: every part
 of a resumed run. The PNGs go to `--out`, by default PATH/compare, with several PATHs ./compare; the notes give the
 absolute path written.
 """
@@ -361,19 +363,36 @@ def is_over(key: str, over: tuple) -> bool:
 
 
 def refuse_mixed(runs: list) -> str | None:
-    """One line naming two runs of different tasks or data (IDENTITY), or None when all are alike."""
+    """One line naming two runs of different tasks or data, or None when all are alike. The data is what each run
+    read before any split, as summary.json's `data` records it (trainkit.data.identity: its files and their contents,
+    its samples, its classes; not the fold, the split seed or a tokenizer, which are settings), where both runs
+    record it; else (a run from before it was recorded) the config's data keys in IDENTITY."""
     known = [run for run in runs if "task._target_" in run.config]  # a Hydra config, not bare overrides
-    identities = {run.name: tuple(run.config.get(key) for key in IDENTITY) for run in known}
     first = known[0] if known else None
     for run in known[1:]:
-        if identities[run.name] != identities[first.name]:
-            differ = [k for k, a, b in zip(IDENTITY, identities[first.name], identities[run.name]) if a != b]
-            what = ", ".join(f"{k}={first.config.get(k)} vs {run.config.get(k)}" for k in differ)
+        differ = [key for key in IDENTITY if first.config.get(key) != run.config.get(key)]
+        data = [recorded_data(first), recorded_data(run)]
+        changes = []
+        if None not in data:  # what they read decides, not where from (a copy of the data elsewhere is the same)
+            from trainkit.data.identity import identity_changes
+
+            differ = [key for key in differ if not key.startswith("data.")]
+            changes = identity_changes(data[0], data[1])
+        parts = [f"{k}={first.config.get(k)} vs {run.config.get(k)}" for k in differ]
+        if changes:
+            parts.append(f"{run.name}'s data against {first.name}'s: {'; '.join(changes)}")
+        if parts:
             return (
-                f"{first.name} and {run.name} are runs of different tasks or data ({what}): their metrics do not "
-                f"compare; give compare_runs.py the runs of one task and data"
+                f"{first.name} and {run.name} are runs of different tasks or data ({', '.join(parts)}): their "
+                f"metrics do not compare; give compare_runs.py the runs of one task and data"
             )
     return None
+
+
+def recorded_data(run: Run) -> dict | None:
+    """What `run` read before any split, as its summary.json records it (`data`); None where it records none."""
+    data = (run.summary or {}).get("data")
+    return data if isinstance(data, dict) and data else None
 
 
 def settings_of(run: Run, over: tuple, unknown: set) -> dict:
@@ -888,15 +907,31 @@ def fingerprint(run: Path) -> tuple[dict | None, str]:
 
 
 def data_lines(a: Path, b: Path) -> list:
+    """The data of two runs: their checkpoints' fingerprints (the splits, and what was read before them), else what
+    their summary.json records as read; where one of them records no digest of its files, a note that their
+    contents were not compared."""
     from trainkit.data.fingerprint import data_changes
 
     (first, where_a), (second, where_b) = fingerprint(a), fingerprint(b)
     if first is None or second is None:
-        return [f"data: no fingerprint to compare (A: {where_a}; B: {where_b})"]
+        read = [(read_json(run / "summary.json") or {}).get("data") for run in (a, b)]
+        if not all(read):
+            return [f"data: no fingerprint to compare (A: {where_a}; B: {where_b})"]
+        first, second, where_a, where_b = {"identity": read[0]}, {"identity": read[1]}, "summary.json", "summary.json"
     changes = data_changes(first, second)
-    if not changes:
-        return [f"data: the same fingerprint ({where_a}, {where_b})"]
-    return [f"data: B's differs from A's: {'; '.join(changes)}"]
+    line = f"data: B's differs from A's: {'; '.join(changes)}" if changes else "data: the same fingerprint"
+    return [f"{line} ({where_a}, {where_b}){_contents_not_compared(first, second)}"]
+
+
+def _contents_not_compared(first: dict, second: dict) -> str:
+    """A note where one run records digests of its files' contents and the other, from before them, records none."""
+    from trainkit.data.identity import lacks_file_digests
+
+    older = [x for x, found in (("A", first), ("B", second)) if found.get("identity") is None]
+    other = second if older == ["A"] else first
+    if len(older) != 1 or lacks_file_digests(other.get("identity")):
+        return ""
+    return f"; the files' contents not compared: {older[0]} is a run from before their digests were recorded"
 
 
 def metric_lines(a: Run, b: Run) -> list:

@@ -230,4 +230,5 @@ def start_line(run: Run) -> str:
         unit=run.data.size_unit,
         task=run.task,
         world_size=run.proc.world_size,
+        fold=run.data.fingerprint.get("fold"),
     )

@@ -88,12 +88,7 @@ def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     fields = {field.name: field for field in dataclasses.fields(data) if field.init}  # not what splits() sets
     folding = [key for key in ("folds", "fold") if key in cfg.data and key not in fields]
     if folding:  # k-fold cross-validation's keys, on data whose class does not cut folds
-        yield (
-            f"data.{folding[0]}",
-            f"is k-fold cross-validation's, which {data.__name__} ({cfg.data._target_}) does not take: it carves "
-            f"no val split from training data; remove {' and '.join(f'~data.{key}' for key in folding)} (or, for "
-            f"a class of yours that carves val, derive it from trainkit.data.datasets.Folds: docs/data.md)",
-        )
+        yield f"data.{folding[0]}", folds_not_taken(data, cfg.data._target_, [f"~data.{key}" for key in folding])
     for key in cfg.data:
         if key != "_target_" and key not in fields and key not in folding:
             yield (
@@ -105,6 +100,16 @@ def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         no_default = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         if no_default and name not in cfg.data:
             yield f"data.{name}", f"is required by {data.__name__}; add it to the data option or pass +data.{name}=..."
+
+
+def folds_not_taken(data: type, target: str, removals: list[str]) -> str:
+    """The message for data.folds or data.fold on a data class that cuts no folds (not a Folds): the config check's,
+    and trainkit.cli's for the key typed without `+` on an option whose yaml lacks it. `removals`: what to remove."""
+    return (
+        f"is k-fold cross-validation's, which {data.__name__} ({target}) does not take: it carves no val split from "
+        f"training data; remove {' and '.join(removals)} (or, for a class of yours that carves val, derive it from "
+        f"trainkit.data.datasets.Folds: docs/data.md)"
+    )
 
 
 def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -141,7 +146,10 @@ def _folds(cfg: DictConfig) -> Iterator[tuple[str, str]]:
             f"(every fold: -m data.folds={folds} 'data.fold=range({folds})')",
         )
     elif fold is not None and folds is None:
-        yield "data.fold", f"is {fold}, but data.folds is null; set data.folds=K (the number of folds, K > {fold})"
+        yield (
+            "data.fold",
+            f"is {fold}, but data.folds is null; set data.folds=K (the number of folds, K >= {max(2, fold + 1)})",
+        )
     elif fold is not None and fold >= folds:
         yield "data.fold", f"is {fold}, but data.folds={folds} numbers the folds 0..{folds - 1}; pick one of them"
 

@@ -24,6 +24,7 @@ import torch
 
 from trainkit.data.datasets import Data, FileSplits, Folds, ImageData, Splits, data_class, per_channel
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
+from trainkit.data.identity import data_identity
 from trainkit.data.loader_settings import file_loader_settings
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.data.tokenizing import Tokenized, Tokens
@@ -175,6 +176,7 @@ def build_data(
             data.source(),
             fold=data.fold_name() if isinstance(data, Folds) else None,
             tokenizer=tokens.fingerprint() if tokens else None,
+            identity=data_identity(data, made),
         ),
         class_names=data.class_names(),
         option=data,

@@ -18,6 +18,7 @@ without talking to the others.
 import dataclasses
 import importlib
 import importlib.util
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from torch.utils.data import Dataset, default_collate
 from trainkit.errors import ConfigError
 
 Split = tuple[torch.Tensor, torch.Tensor]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -110,6 +112,16 @@ class Data:
         """What decides the data besides its fields and files, for the run's data fingerprint (a resume elsewhere
         compares it): the standard library's Python version for a corpus read from it; None here."""
         return None
+
+    def identity(self, made: "Splits | FileSplits") -> dict:
+        """What this data is before any split, for summary.json, scripts/compare_runs.py and a resume (besides its
+        option, classes and source(): trainkit.data.identity): by default every sample of `made`'s three splits
+        together, in no order, so another fold or carve of the same samples is the same data. An option whose splits
+        are not a partition of the same samples (rows numbered per split, text cut into blocks per split) returns
+        what it read instead: data=hf its files and their digests, data=text its texts."""
+        from trainkit.data.identity import samples_identity
+
+        return samples_identity(made)
 
     def batch_transform(self, augmentation: Any, input_size: int | None, channels_last: bool, train: bool) -> nn.Module:
         """What runs on the device between the loader and the model, on whole batches (train.py, evaluation,
@@ -268,14 +280,23 @@ def carve(
 
 
 def folded(
-    parts: dict[str, torch.Tensor], folds: int | None, fold: int | None, seed: int, labels: Any = None
+    parts: dict[str, torch.Tensor],
+    folds: int | None,
+    fold: int | None,
+    seed: int,
+    labels: Any = None,
+    names: Sequence[str] | None = None,
 ) -> dict[str, torch.Tensor]:
     """`parts` (carve's sorted indices, "train" and "val" among them) with the training pool, train and val together,
     cut into `folds` folds by `seed`: fold `fold` is "val", the others "train". Every other split (test) is left as
     it was, so a fold's test split is the one a run without folds has. `labels` (one a sample of what the indices
-    index): the folds are stratified, each class's count the same in every fold to within one. None folds (data.folds
-    null): `parts` as they are. Every data option that carves its val split cuts its folds here."""
+    index): the folds are stratified, each class's count the same in every fold to within one, and more folds than
+    the smallest class has samples are refused (a fold would lack it); a val split, folded or carved, that lacks a
+    class training has is a warning. `names`: the classes in label order, for those lines (else "class 3"). None
+    folds (data.folds null): `parts` as they are. Every data option that carves its val split cuts its folds here."""
     if folds is None:
+        if labels is not None:  # folds hold every class of the pool (below); a carve of a few samples may not
+            warn_val_lacking_classes(parts, labels, names, "carved by data.val_fraction; raise it")
         return parts
     pool = torch.cat([torch.as_tensor(parts["train"]), torch.as_tensor(parts["val"])]).sort().values
     order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))
@@ -283,9 +304,44 @@ def folded(
         order = order[torch.sort(torch.as_tensor(labels)[pool][order], stable=True).indices]
     if len(pool) < folds:
         raise ConfigError("data.folds", f"is {folds}, but the training pool holds {len(pool)} samples; lower it")
+    if labels is not None:
+        _refuse_a_class_in_fewer_samples_than_folds(torch.as_tensor(labels)[pool], folds, names)
     in_fold = torch.empty(len(pool), dtype=torch.int64)
     in_fold[order] = torch.arange(len(pool)) % folds  # fold sizes, and each class's count a fold, within one
     return {**parts, "train": pool[in_fold != fold], "val": pool[in_fold == fold]}
+
+
+def _class_name(label: int, names: Sequence[str] | None) -> str:
+    return f"class {names[label]!r}" if names is not None and 0 <= label < len(names) else f"class {label}"
+
+
+def _refuse_a_class_in_fewer_samples_than_folds(pool_labels: torch.Tensor, folds: int, names: Any) -> None:
+    values, counts = pool_labels.unique(return_counts=True)
+    if len(counts) and counts.min() < folds:
+        smallest = int(counts.argmin())
+        label, count = int(values[smallest]), int(counts[smallest])
+        raise ConfigError(
+            "data.folds",
+            f"is {folds}, but {_class_name(label, names)} has {count} sample{'s' if count != 1 else ''} in the "
+            f"training pool (train and val together): {folds - count} of the folds would validate without it; "
+            f"lower data.folds to {count} or fewer, or add samples of that class",
+        )
+
+
+def warn_val_lacking_classes(parts: dict[str, torch.Tensor], labels: Any, names: Any, how: str) -> None:
+    """One warning naming each class the val split of `parts` lacks and its train split has (`how`: how val was
+    made, and the way out): its metrics cover the other classes alone."""
+    labels = torch.as_tensor(labels)
+    if labels.dim() != 1 or labels.is_floating_point() or "val" not in parts:
+        return  # a regression's targets, or a mask a sample: no class a sample
+    trained = set(labels[torch.as_tensor(parts["train"])].tolist())
+    validated = set(labels[torch.as_tensor(parts["val"])].tolist())
+    lacking = sorted(trained - validated)
+    if lacking:
+        log.warning(
+            f"the val split ({how}) holds no sample of {', '.join(_class_name(label, names) for label in lacking)}, "
+            f"which the training split has: val metrics cover the other classes alone"
+        )
 
 
 @dataclass(kw_only=True)
@@ -297,8 +353,10 @@ class Folds:
     folds: int | None = None  # null: val is carved by data.val_fraction; K: the training pool in K folds
     fold: int | None = None  # 0..folds-1: the fold that is the val split
 
-    def folded(self, parts: dict[str, torch.Tensor], seed: int, labels: Any = None) -> dict[str, torch.Tensor]:
-        return folded(parts, self.folds, self.fold, seed, labels)
+    def folded(
+        self, parts: dict[str, torch.Tensor], seed: int, labels: Any = None, names: Sequence[str] | None = None
+    ) -> dict[str, torch.Tensor]:
+        return folded(parts, self.folds, self.fold, seed, labels, names)
 
     def fold_name(self) -> str | None:
         """What the data fingerprint keeps of the folds ("fold 2 of 5"; None without folds): a resume into another

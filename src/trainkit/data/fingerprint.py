@@ -11,39 +11,51 @@ order: an added, removed, renamed or relabelled file, or a file moved to another
 The data option's `source()` (the Python version whose standard library is the corpus) is kept too, and
 its fold with data.folds ("fold 2 of 5": a resume into another fold is refused, naming both).
 Not the files' contents: reading every image at each start would cost minutes. In-memory data: each
-split's shape and a checksum of up to CHECKED_SAMPLES evenly spaced samples, in order.
+split's shape and a checksum of up to CHECKED_SAMPLES evenly spaced samples, in order. And the data's identity
+before any split (trainkit.data.identity): data=hf's files with a digest of their bytes, in-memory data every
+sample; a checkpoint from before it has none, and nothing is compared where one side lacks it.
 
 A changed dataset would resume into other splits (a new shuffle of a new file list puts test images
 into training), so the resume is refused rather than continued on a silently different run.
 """
 
 import hashlib
+import logging
 import math
 import os
 from typing import Any
 
 import torch
 
+from trainkit.data.identity import identity_changes, lacks_file_digests
 from trainkit.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 CHECKED_SAMPLES = 10_000  # in-memory data: enough to notice other data, cheap on any size of dataset
 SPLITS = ("train", "val", "test")
 
 
 def data_fingerprint(
-    splits: Any, source: str | None = None, fold: str | None = None, tokenizer: str | None = None
+    splits: Any,
+    source: str | None = None,
+    fold: str | None = None,
+    tokenizer: str | None = None,
+    identity: dict | None = None,
 ) -> dict:
     """The fingerprint of a Splits (tensors) or FileSplits (datasets): plain containers, as a
     checkpoint holds them (torch.load(weights_only=True)). `source`: what else decides the data
     (Data.source(): the Python version of the standard library's text), kept when given; `fold`
     likewise (Folds.fold_name(): "fold 2 of 5"); `tokenizer`: a text option's tokenizer, other than bytes (its
-    name and a digest of its tokenizer.json)."""
+    name and a digest of its tokenizer.json); `identity`: the data before any split (trainkit.data.identity: its
+    files' contents among it), which summary.json records too."""
     made = {name: getattr(splits, name) for name in SPLITS}
     classes = {
         "classes": splits.num_classes,
         **({"source": source} if source else {}),
         **({"fold": fold} if fold else {}),
         **({"tokenizer": tokenizer} if tokenizer else {}),
+        **({"identity": identity} if identity else {}),
     }
     if all(isinstance(split, tuple) for split in made.values()):  # Splits: (images, labels) tensors
         return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
@@ -73,9 +85,16 @@ def _tensor_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> dict:
 
 def check_same_data(saved: dict | None, now: dict) -> None:
     """One ConfigError line naming every split that changed since the checkpoint's `saved`
-    fingerprint (None or empty: a checkpoint from before fingerprints, or data without one: not checked)."""
+    fingerprint (None or empty: a checkpoint from before fingerprints, or data without one: not checked). A
+    checkpoint from before file digests (trainkit.data.identity) is resumed with a warning that says the files'
+    contents were not compared."""
     if not saved or not now:
         return
+    if saved.get("identity") is None and not lacks_file_digests(now.get("identity")):
+        log.warning(
+            "the checkpoint records no digest of its data files' contents (saved before digests were recorded): "
+            "the resume compares the files' names, sizes and labels, not their contents"
+        )
     changes = data_changes(saved, now)
     if changes:
         raise ConfigError(
@@ -89,18 +108,20 @@ def data_changes(saved: dict, now: dict) -> list[str]:
     """What differs from the `saved` fingerprint to `now`, a phrase each ([] for the same data): also what
     scripts/compare_runs.py --diff says of two runs' data."""
     changes = [change for name in SPLITS if (change := _change(name, saved.get(name, {}), now.get(name, {})))]
-    if saved.get("classes", now.get("classes")) != now.get("classes"):  # an image folder's class folders
+    # The data before a split (its files' contents among it); the samples' count and digest where no split says more.
+    identity = identity_changes(saved.get("identity"), now.get("identity"), samples=not changes)
+    if saved.get("classes", now.get("classes")) != now.get("classes") and not identity:  # (identity names them)
         changes.insert(0, f"{now.get('classes')} classes where there were {saved.get('classes')}")
     if saved.get("fold") != now.get("fold"):  # another fold: the splits differ because of it, one line says so
         now_fold, saved_fold = (
             fingerprint.get("fold") or "carved by data.val_fraction" for fingerprint in (now, saved)
         )
         changes = [f"the val split is {now_fold} (data.folds, data.fold), was {saved_fold}"]
-    if saved.get("source", now.get("source")) != now.get("source"):  # the stdlib's text under another Python
+    if saved.get("source", now.get("source")) != now.get("source") and not identity:  # the stdlib under another Python
         changes.insert(0, f"the data comes from {now.get('source')}, the run's came from {saved.get('source')}")
     if saved.get("tokenizer") != now.get("tokenizer"):  # bytes (none), a BPE the run trained, a folder's
         changes.insert(0, f"the tokenizer is {now.get('tokenizer', 'bytes')}, was {saved.get('tokenizer', 'bytes')}")
-    return changes
+    return [*identity, *changes]
 
 
 def _change(name: str, saved: dict, now: dict) -> str | None:

@@ -15,8 +15,9 @@ cache (data.cache_dir): a second run with the same tokenizer reads them back. Te
 tokens (the log says how many); DataLoader workers read the tokenized rows, batched by data.batch_size or a token
 budget (data.max_tokens), padded to the longest with the tokenizer's padding id.
 
-The data fingerprint names the files read (each with its size) and each split's rows and labels in order: a resume
-on other files, or other rows, is refused. `datasets` is imported in splits() alone, never by --help or a config error.
+The data fingerprint names the files read (each with its size and a digest of its bytes, trainkit.data.identity) and
+each split's rows and labels in order: a resume on other files, other words in them, or other rows, is refused.
+`datasets` is imported in splits() alone, never by --help or a config error.
 """
 
 import functools
@@ -29,7 +30,7 @@ from typing import Any, ClassVar
 import torch
 from torch.utils.data import Dataset
 
-from trainkit.data.datasets import FileSplits, Folds, carve
+from trainkit.data.datasets import FileSplits, Folds, Splits, carve
 from trainkit.data.imagefolder import is_hidden
 from trainkit.data.text import TextData, report_majority, report_truncated
 from trainkit.data.tokenizing import Tokens
@@ -88,7 +89,7 @@ class HFText(Folds, TextData):
         if missing or self.folds is not None:  # carved (and folded) before the tokenizer learns from train alone
             rows = train[self.label_column]
             labels = rows if label_of is None else [label_of[str(value)] for value in rows]
-            carved = self.folded(carve(len(train), missing, self.split_seed, labels), self.split_seed, labels)
+            carved = self.folded(carve(len(train), missing, self.split_seed, labels), self.split_seed, labels, classes)
             parts |= {split: train.select(indices.tolist()) for split, indices in carved.items()}
             log.info(
                 "no %s split in '%s': carved from its %d training rows by data.split_seed=%d%s (%s)",
@@ -125,6 +126,20 @@ class HFText(Folds, TextData):
         """The files read, each with its size (a hub name: the name): the data fingerprint keeps them."""
         return f"hf: {', '.join(self.files)}"  # names, not where they are: a copy elsewhere is the same data
 
+    def identity(self, made: Splits | FileSplits) -> dict:
+        """The files read, each with its size and a digest of its bytes (trainkit.data.identity.file_digest: cached,
+        so a large file is read once), and the rows of every split: the same for every fold and carve (a hub name:
+        its name, in source(), and the rows)."""
+        from trainkit.data.identity import file_digest
+
+        splits = (made.train, made.val, made.test)
+        rows = {"rows": sum(len(split) for split in splits if isinstance(split, TokenizedRows))}
+        given = Path(self.path).expanduser()
+        if not given.exists():
+            return rows
+        files = {name: {"bytes": path.stat().st_size, "sha256": file_digest(path)} for name, path in _data_files(given)}
+        return {"files": files, **rows}
+
     def _load(self) -> Any:
         """The dataset as a DatasetDict (one file or a Dataset: its train split), and the files it was read from."""
         import datasets
@@ -159,10 +174,15 @@ class HFText(Folds, TextData):
 
 def _files_read(given: Path) -> list[str]:
     """The data's files, each with its size; not the cache files datasets.map writes beside a save_to_disk folder."""
+    return [f"{name} ({path.stat().st_size} bytes)" for name, path in _data_files(given)]
+
+
+def _data_files(given: Path) -> list[tuple[str, Path]]:
+    """The data's files as (name relative to data.path's folder, path), in name order."""
     listed = [] if given.is_file() else sorted(p for p in given.rglob("*") if p.is_file() and not is_hidden(p, given))
     files = [given] if given.is_file() else [path for path in listed if not path.name.startswith("cache-")]
     top = given.parent if given.is_file() else given
-    return [f"{path.relative_to(top)} ({path.stat().st_size} bytes)" for path in files]
+    return [(str(path.relative_to(top)), path) for path in files]
 
 
 def _plain_labels(train: Any, data: HFText) -> bool:

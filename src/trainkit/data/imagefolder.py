@@ -224,7 +224,7 @@ def class_folder_splits(
     if missing:
         train = listed["train"]
         labels = [sample[1] for sample in train]
-        parts = folding.folded(carve(len(train), missing, split_seed, labels), split_seed, labels)
+        parts = folding.folded(carve(len(train), missing, split_seed, labels), split_seed, labels, classes)
         for split, indices in parts.items():
             listed[split] = [train[i] for i in indices.tolist()]
         log.info(
@@ -238,6 +238,8 @@ def class_folder_splits(
             ", ".join(f"{split}: {len(listed[split])}" for split in ("train", *missing)),
         )
     for split in ("val", "test"):
+        if split == "val" and split in missing:
+            continue  # a carved val split: Folds.folded warned
         warn_lacking_classes(split, listed[split], classes, f"'{root / split}'" if split not in missing else None)
     return listed
 

@@ -27,13 +27,14 @@ blocks themselves, so a resume on another split (other files, another seed or fr
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 
-from trainkit.data.datasets import Folds, Split, Splits
+from trainkit.data.datasets import FileSplits, Folds, Split, Splits
+from trainkit.data.identity import texts_identity
 from trainkit.data.imagefolder import is_hidden
 from trainkit.data.stdlib_source import corpus_version, stdlib_files
 from trainkit.data.text import BadTextFile, read_utf8
@@ -53,6 +54,7 @@ class TextBlocks(Folds, Tokenized):
     test_fraction: float
     split_seed: int
     skip_bad_files: bool = False  # leave out files that are not UTF-8 (counted and named) instead of stopping
+    texts_read: dict = field(default_factory=dict, init=False, repr=False)  # splits()'s, for identity()
 
     kind: ClassVar[str] = "tokens"
     size_unit: ClassVar[str] = "tokens"  # blocks of block_size + 1: trainer.micro_batch_size counts tokens
@@ -82,6 +84,11 @@ class TextBlocks(Folds, Tokenized):
             )
         return files, len(matched) - len(files)
 
+    def identity(self, made: Splits | FileSplits) -> dict:
+        """The texts read, in no order (blocks are cut per split: another fold gives other blocks of the same texts);
+        no classes: a language model's are the tokenizer's ids, which a setting (data.tokenizer) decides."""
+        return {**self.texts_read, "classes": None}
+
     def source(self) -> str | None:
         """What the data fingerprint records besides the blocks: the Python version of the stdlib corpus."""
         return f"stdlib of {corpus_version()}" if self.root is None else None
@@ -89,6 +96,7 @@ class TextBlocks(Folds, Tokenized):
     def splits(self) -> Splits:
         files, hidden = self.files()
         texts, skipped = self.read(files)
+        self.texts_read = texts_identity(texts)
         if len(texts) < 3:
             raise ConfigError(
                 "data.root",

@@ -8,7 +8,9 @@ weights tested: "best", or "last (best.pt missing)"), optimized_metric and its v
 (the task's direction for each of its metrics by name: {"loss": false, "acc": true}, so a reader ranks runs
 without importing the task), metric_ranges (the task's range of each metric that has one: {"acc": [0, 1]}),
 split_sizes (the samples of the train and val splits: a k-fold comparison's corrected interval), stop_reason,
-epochs, steps, wall_seconds, world_size, device, run_dir.
+epochs, steps, wall_seconds, world_size, device, run_dir, under data.folds the fold ("fold 2 of 5"), and data:
+the data read before any split (trainkit.data.identity: its option, classes, files and their digests or its
+samples), the same for every fold of one dataset.
 """
 
 import json
@@ -46,12 +48,14 @@ def training_line(
     unit: str | None = "tokens",
     task: Any = None,
     world_size: int = 1,
+    fold: str | None = None,
 ) -> str:
-    """`training N parameters on DEVICE for LENGTH[, MICRO-BATCHES][, COUPLED] (code a1b2c3d+dirty) -> RUN_DIR`;
-    the length is trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the commit, if
-    known; micro-batches where trainer.micro_batch_size splits a batch of `batch_size` (data.batch_size), in
-    units for sized data (`longest`: its longest training item's `unit`s, tokens); under several processes, which
-    batch a `task` whose loss couples a batch's samples couples (coupled_batch_part)."""
+    """`training N parameters on DEVICE for LENGTH[, MICRO-BATCHES][, COUPLED][, val fold i of K] (code a1b2c3d+dirty)
+    -> RUN_DIR`; the length is trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the
+    commit, if known; micro-batches where trainer.micro_batch_size splits a batch of `batch_size` (data.batch_size),
+    in units for sized data (`longest`: its longest training item's `unit`s, tokens); under several processes,
+    which batch a `task` whose loss couples a batch's samples couples (coupled_batch_part); `fold`: data.folds'
+    "fold i of K" (Folds.fold_name), None without folds."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     epochs = trainer.max_epochs
     length = (
@@ -66,6 +70,8 @@ def training_line(
         length += micro_batches_part(micro, batch_size, longest, model, unit or "tokens")
     if batch_size is not None:
         length += coupled_batch_part(task, world_size, batch_size)
+    if fold:
+        length += f", val {fold} (data.folds)"
     code_part = f" (code {code})" if code else ""
     return f"training {trainable:,} parameters on {device} for {length}{code_part} -> {run_dir}"
 
@@ -160,6 +166,8 @@ def write_summary(
         "world_size": run.proc.world_size,
         "device": str(run.device),
         "run_dir": str(run.run_dir.resolve()),
+        **({"fold": run.data.fingerprint["fold"]} if run.data.fingerprint.get("fold") else {}),  # "fold 2 of 5"
+        "data": run.data.fingerprint.get("identity"),  # what it read before any split (trainkit.data.identity)
     }
     run.loggers.log({"epoch": summary["epochs"] - 1, "step": run.state.step, **test_metrics})
     run.loggers.summary(

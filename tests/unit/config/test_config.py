@@ -491,6 +491,8 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
         ([*TEXTS, "data.class_folders=[neg,neg]"], ["names neg more than once", "name each class folder once"]),
         (["data.folds=5"], ["data.fold=0..4", "-m data.folds=5 'data.fold=range(5)'"]),
         (["data.folds=5", "data.fold=5"], ["numbers the folds 0..4"]),
+        (["data.fold=0"], ["data.folds=K (the number of folds, K >= 2)"]),  # one fold would be the whole pool
+        (["data.fold=3"], ["data.folds=K (the number of folds, K >= 4)"]),
         (
             ["data=synthetic", "+data.folds=5", "+data.fold=0"],
             ["carves no val split", "remove ~data.folds and ~data.fold"],
@@ -670,6 +672,19 @@ def test_misspelt_key_is_one_line_with_a_suggestion(compose_config):
     assert line.startswith("optimizer.lrr: ")
     assert "did you mean optimizer.lr?" in line
     assert "+optimizer.lrr=" in line  # and how to add a key on purpose
+
+
+def test_fold_keys_without_plus_on_data_that_cuts_no_folds_reach_the_config_checks_message(compose_config, monkeypatch):
+    """data=synthetic's yaml has no data.folds: typed without `+`, the key says why it does not belong there (no val
+    split carved from training data), not "no such key; write +data.folds"."""
+    overrides = ["data=synthetic", "data.folds=3", "data.fold=0"]
+    monkeypatch.setattr(sys, "argv", ["train.py", *overrides])
+    with pytest.raises(Exception) as error:
+        compose_config(overrides)
+    line = one_line(error.value)
+    assert line.startswith("data.folds: is k-fold cross-validation's, which Synthetic"), line
+    assert "carves no val split" in line and "remove data.folds=... and data.fold=..." in line
+    assert "no such key" not in line and "+data.folds" not in line
 
 
 def test_misspelt_top_level_key_suggests_the_real_one(compose_config):

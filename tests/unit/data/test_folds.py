@@ -57,6 +57,53 @@ def test_more_folds_than_samples_is_one_line_naming_data_folds():
         folded(parts, 9, 0, seed=0)
 
 
+def test_more_folds_than_the_smallest_class_has_samples_is_one_line_naming_the_class_and_its_count():
+    """A fold would validate without that class (and score it as absent): refused, for every data kind, in folded."""
+    labels = torch.tensor([0] * 60 + [1] * 4)
+    parts = {"train": torch.arange(56), "val": torch.arange(56, 64), "test": torch.tensor([], dtype=torch.int64)}
+    with pytest.raises(ConfigError) as error:
+        folded(parts, 5, 4, seed=0, labels=labels, names=["common", "rare"])
+    assert str(error.value) == (
+        "data.folds: is 5, but class 'rare' has 4 samples in the training pool (train and val together): 1 of the "
+        "folds would validate without it; lower data.folds to 4 or fewer, or add samples of that class"
+    )
+    made = folded(parts, 4, 3, seed=0, labels=labels)  # as many folds as the class has samples: one in each
+    assert set(labels[made["val"]].tolist()) == {0, 1}
+    with pytest.raises(ConfigError, match=r"^data\.folds: is 5, but class 1 has 4 samples"):  # no names: its number
+        folded(parts, 5, 0, seed=0, labels=labels)
+
+
+def test_an_hf_file_with_a_class_of_four_rows_refuses_five_folds(tmp_path):
+    import json
+
+    file = tmp_path / "rows.jsonl"
+    rows = [{"text": f"common {k}", "label": "common"} for k in range(60)] + [
+        {"text": f"rare {k}", "label": "rare"} for k in range(4)
+    ]
+    file.write_text("\n".join(json.dumps(row) for row in rows))
+    cfg = option("hf", path=str(file), cache_dir=str(tmp_path / "cache"), num_workers=0, max_length=16)
+    # one of its 4 rows went to the carved test split: 3 in the pool
+    with pytest.raises(ConfigError, match=r"^data\.folds: is 5, but class 'rare' has 3 samples in the training pool"):
+        splits_of(cfg, folds=5, fold=4)
+
+
+def test_a_carved_val_split_that_lacks_a_class_training_has_is_a_warning_naming_it(caplog):
+    """digits carve val unstratified: 0.3% of 1,797 samples is 5, which cannot hold 10 classes."""
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.datasets"):
+        made = splits_of(option("digits", val_fraction=0.003))
+    lacking = sorted(set(made.train[1].tolist()) - set(made.val[1].tolist()))
+    assert len(lacking) >= 5
+    named = ", ".join(f"class {label}" for label in lacking)
+    assert (
+        f"the val split (carved by data.val_fraction; raise it) holds no sample of {named}, which the training split "
+        f"has: val metrics cover the other classes alone" in caplog.text
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.datasets"):
+        splits_of(option("digits"))  # the default carve holds every class
+    assert "holds no sample" not in caplog.text
+
+
 # ---- every data option that carves: a fold is the val split, the others train, test as without folds ----------
 
 

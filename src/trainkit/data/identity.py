@@ -1,0 +1,190 @@
+"""What data a run read before any split: its identity, the same for every fold, split seed and tokenizer of one
+dataset, other for other files, other contents or other classes.
+
+    identity = data_identity(data, made)          # build_data: into the fingerprint (checkpoints) and summary.json
+    identity_changes(a, b)                        # ["the contents of reviews.jsonl differ ..."]: compare_runs, resume
+
+The option (`data._target_`'s class), its classes (their names where it has them), data.source() where it says
+something, and the option's `identity(made)` (trainkit.data.datasets.Data): by default a digest of every sample of
+the three splits together, in no order (so a fold or another carve of the same samples is the same data); data=hf the
+files it read with a digest of each one's bytes (`file_digest`); data=text the texts it read.
+
+A file's digest is its bytes' SHA-256, read in blocks, and kept in a small json in the user's cache folder
+($XDG_CACHE_HOME or ~/.cache, trainkit/file_digests.json) under the file's real path, size, mtime in nanoseconds and
+inode: a large dataset is read once per machine, not at each start of each run of a sweep (a run's own folder would
+read it once per run), the data folder itself may be read-only or shared, and a copy of a file (another inode) is
+read again even where the copy keeps the mtime. A file rewritten in place gets a new mtime and is read again. The
+cache is best effort: where it cannot be written, the file is read at each start.
+
+Nothing here imports torch at module level: scripts/compare_runs.py compares identities without it.
+"""
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+BLOCK = 1 << 20  # bytes read at a time: a file of any size in constant memory
+TENSOR_BYTES = 1 << 31  # in-memory data above this many bytes: its labels alone are digested (reading is seconds)
+
+
+def cache_file() -> Path:
+    """Where file digests are kept: $XDG_CACHE_HOME/trainkit/file_digests.json (else ~/.cache/trainkit/...)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainkit" / "file_digests.json"
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of `path`'s bytes, streamed; read from the cache where the file's size, mtime (ns) and inode
+    are those the cache holds for its real path, and kept there otherwise (see the module docstring)."""
+    real = os.path.realpath(path)
+    stat = os.stat(real)
+    key = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino}
+    cached = _read_cache()
+    entry = cached.get(real)
+    if isinstance(entry, dict) and all(entry.get(name) == value for name, value in key.items()):
+        return str(entry["sha256"])
+    digest = hashlib.sha256()
+    with open(real, "rb") as file:
+        while block := file.read(BLOCK):
+            digest.update(block)
+    cached = _read_cache()  # another process (a rank, a sweep's job) may have added its own meanwhile
+    cached[real] = {**key, "sha256": digest.hexdigest()}
+    _write_cache(cached)
+    return digest.hexdigest()
+
+
+def _read_cache() -> dict:
+    try:
+        loaded = json.loads(cache_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _write_cache(cached: dict) -> None:
+    where = cache_file()
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=where.parent, prefix=".file_digests.", suffix=".json")
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            json.dump(cached, file)
+        os.replace(temporary, where)  # atomic: a reader sees the old cache or the new one
+    except OSError:
+        return  # a read-only home: no cache, the files are read at each start
+
+
+def data_identity(data: Any, made: Any) -> dict:
+    """The identity of what `data` (a Data option) read, `made` its splits: plain containers, as a checkpoint and
+    summary.json hold them."""
+    names = data.class_names()
+    identity: dict = {
+        "option": f"{type(data).__module__}.{type(data).__qualname__}",
+        "classes": list(names) if names else made.num_classes,
+    }
+    source = data.source()
+    if source:
+        identity["source"] = source
+    return {**identity, **data.identity(made)}
+
+
+def samples_identity(made: Any) -> dict:
+    """Every sample of `made`'s three splits together, in no order: {"samples": how many, "digest": ...}. Tensors:
+    each sample's bytes and its target's (above TENSOR_BYTES: the targets alone, "digest_of": "targets"); file data:
+    each (path relative to the folder the splits share, label); a dataset of yours without `samples`: the count."""
+    splits = [made.train, made.val, made.test]
+    if all(isinstance(split, tuple) for split in splits):
+        return _tensor_samples(splits)
+    if not all(hasattr(split, "samples") for split in splits):
+        return {"samples": sum(len(split) for split in splits)}
+    listed = [(str(sample[0]), sample[1]) for split in splits for sample in split.samples]
+    top = os.path.commonpath([path for path, _ in listed]) if listed else ""
+    rows = sorted(f"{os.path.relpath(path, top) if top else path}\t{label}" for path, label in listed)
+    return {"samples": len(rows), "digest": _digest_of(rows)}
+
+
+def _tensor_samples(splits: list) -> dict:
+    total = sum(t.numel() * t.element_size() for split in splits for t in split)
+    whole = total <= TENSOR_BYTES
+    rows = []
+    for inputs, targets in splits:
+        for start in range(0, len(targets), 4096):
+            chunk = [inputs[start : start + 4096].cpu(), targets[start : start + 4096].cpu()]
+            parts = [tensor.contiguous().reshape(len(tensor), -1).numpy() for tensor in chunk]
+            for sample, target in zip(*parts, strict=True):
+                digest = hashlib.blake2b(target.tobytes(), digest_size=16)
+                if whole:
+                    digest.update(sample.tobytes())
+                rows.append(digest.hexdigest())
+    return {"samples": len(rows), "digest": _digest_of(sorted(rows)), **({} if whole else {"digest_of": "targets"})}
+
+
+def texts_identity(texts: list[bytes]) -> dict:
+    """Texts read (data=text's files), in no order: how many, and a digest of their bytes."""
+    return {"texts": len(texts), "digest": _digest_of(sorted(hashlib.sha256(text).hexdigest() for text in texts))}
+
+
+def _digest_of(rows: list[str]) -> str:
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(row.encode("utf-8", "surrogateescape") + b"\n")
+    return digest.hexdigest()
+
+
+def identity_changes(before: dict | None, now: dict | None, samples: bool = True) -> list[str]:
+    """What differs from the identity `before` to `now`, a phrase each ([]: the same data, or an identity missing:
+    nothing to compare). A file's contents are compared only where both record its digest (runs from before digests
+    record none). `samples=False`: not the samples' (texts') count and digest (a caller that names them otherwise:
+    the splits' files of a resume's fingerprint)."""
+    if not before or not now:
+        return []
+    changes = []
+    if before.get("option") != now.get("option"):
+        changes.append(f"the data option is {now.get('option')}, was {before.get('option')}")
+    if before.get("classes") != now.get("classes"):
+        changes.append(f"the classes are {_classes(now.get('classes'))}, were {_classes(before.get('classes'))}")
+    if before.get("source") != now.get("source") and not ("files" in before and "files" in now):
+        changes.append(f"the data is {now.get('source')}, was {before.get('source')}")
+    changes += _file_changes(before.get("files"), now.get("files"))
+    for count in ("samples", "texts") if samples else ():
+        if before.get(count) is not None and now.get(count) is not None and before[count] != now[count]:
+            changes.append(f"{now[count]:,} {count} where there were {before[count]:,}")
+    if samples and not changes and before.get("digest") != now.get("digest"):
+        what = "texts" if "texts" in now else "samples"
+        changes.append(f"other {what} (as many: another digest of their contents)")
+    return changes
+
+
+def _file_changes(before: dict | None, now: dict | None) -> list[str]:
+    if before is None or now is None:
+        return []
+    changes = []
+    added, removed = sorted(set(now) - set(before)), sorted(set(before) - set(now))
+    if added:
+        changes.append(f"{', '.join(added)} read, not read before")
+    if removed:
+        changes.append(f"{', '.join(removed)} read before, not now")
+    for name in sorted(set(now) & set(before)):
+        first, second = before[name] or {}, now[name] or {}
+        if first.get("bytes") != second.get("bytes"):
+            changes.append(f"{name} is {second.get('bytes'):,} bytes, was {first.get('bytes'):,}")
+        elif first.get("sha256") and second.get("sha256") and first["sha256"] != second["sha256"]:
+            changes.append(
+                f"the contents of {name} differ (the same name and size; sha256 {second['sha256'][:12]}, was "
+                f"{first['sha256'][:12]})"
+            )
+    return changes
+
+
+def _classes(classes: Any) -> str:
+    if isinstance(classes, list):
+        shown = ", ".join(map(str, classes[:6])) + (", ..." if len(classes) > 6 else "")
+        return f"{len(classes)} ({shown})"
+    return str(classes)
+
+
+def lacks_file_digests(identity: dict | None) -> bool:
+    """Whether `identity` (a run's) records no digest of its files' contents: a run from before digests, or data
+    whose identity holds none."""
+    return not identity or not any((entry or {}).get("sha256") for entry in (identity.get("files") or {}).values())
