@@ -30,9 +30,9 @@ difference, overlapping ones may still be one). Every run named or found is aver
 with why: failed before its first epoch (no metrics.jsonl), unfinished (no summary.json), diverged (a non-finite
 loss). Runs of different tasks or data are refused: the data each read before any split, as summary.json's `data`
 records it (its files and their contents, its samples, its classes; a fold, a split seed or a tokenizer is a
-setting), or, for runs from before it was recorded, the config's data keys (IDENTITY). `wall s` is summary.json's wall_seconds: every part
-of a resumed run. The PNGs go to `--out`, by default PATH/compare, with several PATHs ./compare; the notes give the
-absolute path written.
+setting), or, for runs from before it was recorded, the config's data keys (IDENTITY). `wall s` is summary.json's
+wall_seconds: every part of a resumed run. The PNGs go to `--out`, by default PATH/compare, with several PATHs
+./compare; the notes give the absolute path written.
 """
 
 import argparse

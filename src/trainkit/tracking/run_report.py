@@ -158,7 +158,7 @@ def write_summary(
         "optimized_value": {**best, **test_metrics}.get(run.cfg.optimized_metric),
         "higher_is_better": {name: higher_is_better(run.task, name) for name in ("loss", *run.task.metric_names)},
         "metric_ranges": {name: list(bounds) for name, bounds in getattr(run.task, "metric_ranges", {}).items()},
-        "split_sizes": {name: split_size(getattr(getattr(run, "data", None), name, None)) for name in ("train", "val")},
+        "split_sizes": {name: split_size(getattr(run.data, name, None)) for name in ("train", "val")},
         "stop_reason": stop_reason,
         "epochs": last_metrics.get("epoch", run.state.epoch - 1) + 1,
         "steps": run.state.step,

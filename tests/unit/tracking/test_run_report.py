@@ -81,6 +81,7 @@ def test_summary_json_records_the_tasks_direction_and_range_of_each_metric(
         state=TrainState(epoch=1, step=10, best_metrics={"epoch": 0}),
         cfg=OmegaConf.create({"optimized_metric": next(iter(test_metrics)).replace("test/", "val/")}),
         task=task,
+        data=SimpleNamespace(fingerprint={}, train=None, val=None),
         proc=SimpleNamespace(world_size=1, is_main=True),
         device="cpu",
         run_dir=tmp_path,
