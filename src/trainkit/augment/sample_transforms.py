@@ -3,10 +3,11 @@
 The standard recipes for photos decoded from files (`augmentation.per_sample`): a random resized
 crop of the full image (instead of the resize + centre crop), a horizontal flip, and RandAugment
 or TrivialAugmentWide, all from `torchvision.transforms.v2`. They act on one image at a time, so
-they belong where images are decoded one at a time: the workers, drawing from the torch RNG that
-the DataLoader seeds in every worker from `seed + rank` (deterministic under the seed, different
-on every rank and worker). In-memory data has no workers: trainkit.config.validation refuses per_sample
-there, and the device ops of trainkit.augment.batch_transform (batched, per-sample draws) do its augmenting.
+they belong where images are decoded one at a time: the workers, drawing from torch's global
+generator, which the loader seeds for each sample from (seed, epoch, the sample's index)
+(trainkit.data.loaders.SeededSamples): the same draws whatever worker reads the image, after a
+resume too. In-memory data has no workers: trainkit.config.validation refuses per_sample there, and
+the device ops of trainkit.augment.batch_transform (batched, per-sample draws) do its augmenting.
 
     per_sample:
       random_resized_crop: [0.08, 1.0]  # area fraction of the full image; aspect ratio 3/4..4/3
@@ -76,7 +77,7 @@ def attach_sample_transform(loader: object, augmentation: Mapping | None) -> Non
     options = active_ops(augmentation).get("per_sample")
     if not options:
         return
-    dataset = getattr(getattr(loader, "loader", None), "dataset", None)  # FileLoader -> DataLoader -> dataset
+    dataset = getattr(loader, "dataset", None)  # a FileLoader's dataset
     if not isinstance(dataset, ImageFolderDataset):
         raise ConfigError(
             "augmentation.per_sample",

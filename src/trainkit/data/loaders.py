@@ -24,17 +24,27 @@ dataset skips bad files, trains on the rest of the batch and logs, once per pass
 (an epoch, a validation), how many it skipped: summed over the workers of this rank, logged by
 rank 0 for its own shard (the files of other ranks' shards are not added up: that would cost a
 collective; the same bad files turn up in rank 0's shard in other epochs).
+
+What a file sample draws (FileLoader): the sampler's indices travel to the workers as (index, seed) pairs
+(SeededIndices), the seed a function of (run seed, epoch, index) alone (sample_seed), and the dataset (wrapped by
+SeededSamples) seeds torch's global generator, Python's `random` and NumPy's global generator with it before reading
+the sample. So a random crop, an augmentation policy or a caption drawn in `__getitem__` (or a transform it calls,
+torchvision's included) is the same whichever worker reads it and however many it read before: a resume inside an
+epoch, another `data.num_workers` and another number of processes draw the same.
 """
 
 import functools
+import hashlib
 import itertools
 import logging
 import math
+import random
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, default_collate
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, default_collate, get_worker_info
 
 from trainkit.data.imagefolder import BadFile
 from trainkit.errors import ConfigError
@@ -241,11 +251,91 @@ class TensorLoader(ShardedLoader):
             yield images, labels
 
 
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """The seed of what sample `index` draws in `epoch` of a run seeded with `seed`: a 64-bit hash of the three, so
+    neighbouring samples and epochs get unrelated streams."""
+    digest = hashlib.blake2b(f"{seed}/{epoch}/{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+class SeededIndices:
+    """A sampler (or, `batched`, a batch sampler) whose indices come out as (index, seed) pairs, the seed
+    sample_seed(seed, epoch, index) of the `epoch` its FileLoader was last set to: what SeededSamples reads."""
+
+    def __init__(self, indices: Iterable[Any], seed: int, *, batched: bool):
+        self.indices, self.seed, self.batched = indices, seed, batched
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.indices)  # type: ignore[arg-type]  # a sampler or batch sampler: sized
+
+    def __iter__(self) -> Iterator[Any]:
+        seed, epoch = self.seed, self.epoch  # fixed for the pass, as the sampler's order is
+
+        def pair(index: Any) -> tuple[int, int]:
+            return int(index), sample_seed(seed, epoch, int(index))
+
+        if self.batched:
+            return ([pair(index) for index in batch] for batch in self.indices)
+        return (pair(index) for index in self.indices)
+
+
+class SeededSamples(Dataset):
+    """`dataset`, read by (index, seed) pairs (SeededIndices): torch's global generator, Python's `random` and
+    NumPy's global generator are seeded with `seed` before `dataset[index]` is read, so the sample draws the same in
+    any worker. In the main process (data.num_workers=0) the three are put back after each batch: the training
+    step's own draws (dropout, augmentation on the device) stay where they would be with workers. A plain index
+    reads the sample unseeded. Other attributes are the wrapped dataset's (`.samples`, `.transform`, ...)."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]  # a map-style dataset has a length
+
+    def __getitem__(self, pair: tuple[int, int] | int) -> Any:
+        if not isinstance(pair, tuple):  # a plain index (a test, a script): the sample, its streams as they are
+            return self.dataset[pair]
+        return self.__getitems__([pair])[0]
+
+    def __getitems__(self, pairs: list[tuple[int, int]]) -> list[Any]:
+        """A batch's samples, each read after seeding with its own seed (torch's DataLoader reads a batch so)."""
+        if get_worker_info() is not None:  # a worker's streams: nothing of the training step draws from them
+            return [self._read(index, seed) for index, seed in pairs]
+        # Saved and put back once a batch: NumPy's state alone takes longer to save than a small sample to read.
+        states = torch.get_rng_state(), random.getstate(), np.random.get_state()
+        try:
+            return [self._read(index, seed) for index, seed in pairs]
+        finally:
+            torch.set_rng_state(states[0])
+            random.setstate(states[1])
+            np.random.set_state(states[2])
+
+    def _read(self, index: int, seed: int) -> Any:
+        seed_global_generators(seed)
+        return self.dataset[index]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "dataset":  # pickling and torch's probes ask the wrapper itself
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+def seed_global_generators(seed: int) -> None:
+    """Seed the generators a sample's code draws from without being handed one: torch's (torchvision's transforms
+    use it), Python's `random` and NumPy's (which takes 32 bits)."""
+    torch.default_generator.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
 class FileLoader(ShardedLoader):
     """A torch DataLoader over files decoded in worker processes, sharded by this module's samplers.
 
     Batches stay on the CPU (pinned with `pin_memory`; data.pin_memory=auto pins on CUDA) for
-    train.py to move with `non_blocking=True`, overlapping the copy with compute.
+    train.py to move with `non_blocking=True`, overlapping the copy with compute. `seed` is the run seed (the same
+    on every rank): with the epoch and a sample's index it seeds what the sample draws. `dataset` is the dataset
+    as given (the DataLoader reads it through SeededSamples).
     """
 
     def __init__(
@@ -271,20 +361,24 @@ class FileLoader(ShardedLoader):
         # A batch sampler of the data option's (a size budget) makes this rank's batches in place of the sampler's
         # fixed-size ones; it shards, shuffles and resumes itself (set_epoch(epoch, start_batch), len, num_samples).
         self.batch_sampler = batch_sampler
+        # What a sample draws follows from (seed, epoch, index): the seed travels with the index (SeededSamples).
+        batched = batch_sampler is not None
+        self.seeded = SeededIndices(batch_sampler if batched else sampler, seed, batched=batched)
         batching: dict[str, Any] = (
-            dict(batch_sampler=batch_sampler)
-            if batch_sampler is not None
-            else dict(batch_size=batch_size, sampler=sampler, drop_last=drop_last)
+            dict(batch_sampler=self.seeded)
+            if batched
+            else dict(batch_size=batch_size, sampler=self.seeded, drop_last=drop_last)
         )
+        self.dataset = dataset
         self.loader = DataLoader(
-            dataset,
+            SeededSamples(dataset),
             **batching,
             num_workers=num_workers,
             persistent_workers=num_workers > 0,
             prefetch_factor=prefetch_factor if num_workers > 0 else None,  # batches each worker keeps ready
             pin_memory=pin_memory,
-            # DataLoader seeds worker i of this rank (torch, random, numpy) from a base seed
-            # drawn from this generator plus i: different in every worker and on every rank.
+            # DataLoader seeds worker i of this rank (torch, random, numpy) from a base seed drawn from this generator
+            # plus i: what draws outside a sample's reading (a collate) differs by worker; a sample's draws do not.
             generator=torch.Generator().manual_seed(seed + rank),
             collate_fn=functools.partial(collate_setting_aside_bad_files, collate=collate),  # the option's collate
         )
@@ -292,6 +386,7 @@ class FileLoader(ShardedLoader):
         self.bad_files: list[BadFile] = []  # skipped during the current (or last) pass
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.seeded.epoch = epoch
         if self.batch_sampler is None:
             return super().set_epoch(epoch, start_batch)
         self.epoch, self.start_batch = epoch, start_batch

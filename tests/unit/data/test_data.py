@@ -2,6 +2,7 @@
 
 import itertools
 import logging
+import random
 import struct
 from pathlib import Path
 
@@ -521,3 +522,35 @@ def test_file_loader_skips_the_batches_already_trained(tmp_path):
     whole = [batch_labels.tolist() for _, batch_labels in loader]
     loader.set_epoch(2, start_batch=3)
     assert [batch_labels.tolist() for _, batch_labels in loader] == whole[3:]
+
+
+class Drawing(torch.utils.data.Dataset):
+    """Sample i is i and what it draws from torch's, Python's and NumPy's global generators (a random caption or
+    crop of one's own would draw so): [i, torch, random, numpy]."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([index, torch.rand(()).item(), random.random(), np.random.rand()], dtype=torch.float64)
+
+
+def draws(workers: int, epoch: int = 1, start_batch: int = 0, rank: int = 0, world_size: int = 1) -> dict:
+    """{sample index: its three draws} of one training epoch of Drawing, by 4s."""
+    loader = FileLoader(Drawing(), 4, shuffle=True, seed=3, num_workers=workers, rank=rank, world_size=world_size)
+    loader.set_epoch(epoch, start_batch)
+    return {int(row[0]): row[1:].tolist() for batch in loader for row in batch}
+
+
+def test_what_a_file_sample_draws_follows_from_seed_epoch_and_index_whatever_the_worker():
+    streams = torch.get_rng_state(), random.getstate(), np.random.get_state()
+    whole = draws(workers=0)
+    # Read in this process, the sample leaves the training step's streams where they were.
+    assert torch.equal(torch.get_rng_state(), streams[0]) and random.getstate() == streams[1]
+    assert all(np.array_equal(now, before) for now, before in zip(np.random.get_state(), streams[2]))
+    assert len(whole) == 24 and len({value for row in whole.values() for value in row}) == 72  # all different
+    assert draws(workers=1) == whole and draws(workers=2) == whole
+    resumed = draws(workers=2, start_batch=4)  # a resume after 4 of the epoch's 6 batches: the last 8 samples
+    assert len(resumed) == 8 and all(whole[index] == row for index, row in resumed.items())
+    assert {**draws(workers=1, rank=0, world_size=2), **draws(workers=0, rank=1, world_size=2)} == whole
+    assert not set(map(tuple, draws(workers=0, epoch=2).values())) & set(map(tuple, whole.values()))  # a new epoch
