@@ -518,19 +518,20 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
 
 def fill_task_defaults(cfg: DictConfig) -> None:
     """The keys whose default is the task's own (null in conf/): optimized_metric is val/<its headline metric>,
-    regularization.early_stopping.monitor the same, and its mode the metric's direction. Filled in the config
-    itself, so the run's saved config and every checkpoint name the metric used."""
+    regularization.early_stopping.monitor val/<its monitored_metric> (the headline unless the task names another),
+    and its mode the metric's direction. Filled in the config itself, so the run's saved config and every
+    checkpoint name the metric used."""
     task = _task(cfg)
     if task is None:
         return  # _task_metrics says why
-    headline = f"val/{getattr(task, 'headline_metric', 'loss')}"
+    headline = getattr(task, "headline_metric", "loss")
     if OmegaConf.select(cfg, "optimized_metric", default=None) is None:
-        cfg.optimized_metric = headline
+        cfg.optimized_metric = f"val/{headline}"
     stopping = OmegaConf.select(cfg, "regularization.early_stopping")
     if stopping is None:
         return
     if stopping.get("monitor") is None:
-        stopping.monitor = headline
+        stopping.monitor = f"val/{getattr(task, 'monitored_metric', None) or headline}"
     if stopping.get("mode") is None and isinstance(stopping.monitor, str):
         stopping.mode = "max" if higher_is_better(task, stopping.monitor) else "min"
 

@@ -23,6 +23,7 @@ from trainkit.tasks.task import Task
 class Classification(Task):
     metric_names = ("acc",)
     headline_metric = "acc"
+    monitored_metric = "loss"  # early stopping: smoother than the accuracy on a small validation split
     mixes_batches = True  # MixUp/CutMix, in augment()
 
     def __init__(

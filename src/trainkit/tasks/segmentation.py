@@ -30,6 +30,7 @@ from trainkit.tasks.task import Task
 class Segmentation(Task):
     metric_names = ("miou", "pixel_acc")
     headline_metric = "miou"
+    monitored_metric = "loss"  # early stopping: smoother than the IoU on a small validation split
     spatial_targets = True  # a target per pixel: what moves the image must move the mask
     config_rules: ClassVar[dict[str, Check]] = {"horizontal_flip": flag(), "crop_padding": number(0, below=1)}
 

@@ -34,7 +34,9 @@ them across ranks once, so each sample counts exactly once and no rank's mean is
 another's. `metric_names`, a class attribute, names what val/ and test/ report besides loss; the
 config check reads it from the class (no model or data built yet) to check
 regularization.early_stopping.monitor and optimized_metric; every metric is maximized but the loss
-and the names in `minimized_metrics`. `headline_metric` is the default of both (val/<it>).
+and the names in `minimized_metrics`. `headline_metric` is the default of optimized_metric (val/<it>), and of
+the early-stopping monitor unless the task names another in `monitored_metric` (classification and segmentation
+keep their loss, smoother than their accuracy or IoU on a small validation split).
 
 How a batch is weighed (`weighs`): by its samples (classification, segmentation: a batch's loss is the
 mean over its samples, as today), or by its real target tokens (a language model, a padded sequence
@@ -64,6 +66,7 @@ class Task:
     metric_names: ClassVar[tuple[str, ...]] = ()
     minimized_metrics: ClassVar[tuple[str, ...]] = ()  # of metric_names, those where lower is better (an error)
     headline_metric: ClassVar[str] = "loss"  # the default of optimized_metric and the early-stopping monitor (val/<it>)
+    monitored_metric: ClassVar[str | None] = None  # the early-stopping monitor's default (val/<it>); None: the headline
     spatial_targets: ClassVar[bool] = False  # a target per pixel: augmentation that moves the image alone is refused
     mixes_batches: ClassVar[bool] = False  # its augment() runs MixUp/CutMix (augmentation.mixup_alpha, cutmix_alpha)
     weighs: ClassVar[str] = "samples"  # "samples" | "tokens": what a batch's loss is the mean over
