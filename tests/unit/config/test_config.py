@@ -728,3 +728,22 @@ def test_ctrl_c_in_a_script_without_stop_handlers_is_one_line_and_exit_130(monke
         cli.run(interrupted_main, resumes=False)
     assert stop.value.code == 130
     assert capsys.readouterr().err == "interrupted (Ctrl-C): stopped before the end; what was written so far stays\n"
+
+
+def test_settings_the_chosen_options_do_not_read_are_said_in_one_line_each(compose_config):
+    from trainkit.config.validation import unread_settings
+
+    regression = compose_config(["~task", "+task._target_=tasks_for_tests.Regression", *TABLE])
+    assert unread_settings(regression, chosen=()) == {}  # the regularization group's own recipe: not yours to unset
+    said = unread_settings(regression, chosen=["regularization.label_smoothing"])
+    assert said == {"regularization.label_smoothing": "tasks_for_tests.Regression takes no label smoothing"}
+    assert unread_settings(compose_config(), chosen=["regularization.label_smoothing"]) == {}  # classification's
+    shown = compose_config([*TABLE, "logger.log_predictions=4"])
+    assert unread_settings(shown, chosen=()) == {
+        "logger.log_predictions": "digits is neither images nor text, whose predictions alone are shown"
+    }
+    assert ignored_keys(shown) == [
+        "logger.log_predictions=4 is ignored: digits is neither images nor text, whose predictions alone are shown; "
+        "leave it 0"
+    ]
+    assert unread_settings(compose_config(["logger.log_predictions=4"]), chosen=()) == {}  # images: shown
