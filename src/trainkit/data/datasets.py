@@ -81,6 +81,10 @@ class Data:
     uses_root: ClassVar[bool] = True  # False: generated or shipped data, a data.root set is ignored
     downloadable: ClassVar[bool] = False  # data.download=true fetches the files
     needs_num_classes: ClassVar[bool] = False  # the data makes data.num_classes classes: it cannot be null
+    # Options of other groups made for this data, as `group=option` (the first of a group is what the tests and
+    # the config check's hints pair it with): ("model=gpt", "task=language_model"). (): conf/config.yaml's
+    # defaults (model=cnn, task=classification) suit it; a model of your own for your data is named here.
+    suits: ClassVar[tuple[str, ...]] = ()
 
     def splits(self) -> Splits | FileSplits:
         raise NotImplementedError(f"{type(self).__name__} must define splits()")
