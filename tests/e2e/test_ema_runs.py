@@ -47,5 +47,7 @@ def test_a_hugging_face_model_trains_with_ema_in_bf16_micro_batches_checkpointin
     best = torch.load(run.run_dir / "checkpoints" / "best.pt", weights_only=True)
     averaged, model = best["averaged"], best["model"]
     assert averaged is not None and run.summary["test_weights"] == "best"
-    moved = [name for name in model if model[name].is_floating_point() and not torch.equal(model[name], averaged[name])]
+    average = {name.removeprefix("module."): value for name, value in averaged.items() if name != "n_averaged"}
+    assert average.keys() == model.keys() and averaged["n_averaged"] > 0  # every update taken in
+    moved = [name for name in model if model[name].is_floating_point() and not torch.equal(model[name], average[name])]
     assert moved  # the average lags the trained weights: EMA changed what is kept (and tested)
