@@ -233,6 +233,8 @@ def export(cfg: DictConfig, folder: Path, source: str) -> None:
     model, _ = trained_model(cfg, tested_weights(state)[1], cfg.data.get("image_size"), torch.device("cpu"))
     written = export_model(model, folder, to_dict(cfg.model), predicted_class_names(cfg, state))
     log.info(f"exported the tested weights ({source}) to {folder} in {written}")
+    if data_class(cfg.data._target_).kind != "tokens":  # images, a table: no tokens to speak of
+        return
     if export_tokenizer(cfg.data.get("tokenizer", BYTES), run_dir_of(Path(cfg.checkpoint)), folder):
         log.info(f"exported the run's tokenizer (data.tokenizer={cfg.data.tokenizer}): AutoTokenizer loads it")
     else:

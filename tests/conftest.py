@@ -183,6 +183,37 @@ def _composed_groups(overrides: tuple[str, ...]):
     return _COMPOSED[overrides]
 
 
+def options(group: str) -> list[str]:
+    """The options of config group `group` in conf/: each yaml file's name."""
+    return sorted(path.stem for path in (ROOT / "conf" / group).glob("*.yaml"))
+
+
+def made_for(override: str) -> list[str]:
+    """What `group=option` is composed with to make a run, read from the options themselves, not from a list
+    here: a data option with the options its class says suit it (`Data.suits`, the first of each group) and a
+    stand-in for each key it leaves to the command line (`???`: a folder, a file); a model or task option with
+    the first data option whose class names it, and what that data brings. Nothing for the rest."""
+    from omegaconf import OmegaConf
+
+    from trainkit.data.datasets import data_class
+
+    group, _, option = override.partition("=")
+    suiting = {}
+    for data in options("data"):
+        node = OmegaConf.load(ROOT / "conf" / "data" / f"{data}.yaml")
+        missing = [f"data.{key}=/nonexistent/{key}" for key in node if OmegaConf.is_missing(node, key)]
+        chosen = {}
+        for choice in data_class(node._target_).suits:  # the first option of each group
+            chosen.setdefault(choice.partition("=")[0], choice)
+        suiting[data] = (data_class(node._target_).suits, [*missing, *chosen.values()])
+    if group == "data":
+        return suiting[option][1]
+    for data, (suits, brings) in suiting.items():
+        if override in suits:
+            return [f"data={data}", *(choice for choice in brings if not choice.startswith(f"{group}="))]
+    return []
+
+
 def run_record(model, seed: int, averaged=None):
     """train.py's Run around `model` (and `averaged`, an average of its weights: Run.averaged), with the pieces a
     checkpoint saves and restores and a 10-sample training split of 5 batches, for in-process checkpoint round trips."""

@@ -1,7 +1,10 @@
 """The batch-size finder (batch_size_finder.enabled) in train.py's run of a Hugging Face model; the search itself and
 its run on the default model: tests/unit/tuning/test_batch_size_finder.py."""
 
+import re
+
 import pytest
+import torch
 from test_hf import TINY_BERT, texts, write_texts
 
 
@@ -14,4 +17,7 @@ def texts_corpus(tmp_path_factory):
 def test_the_batch_size_finder_runs_on_a_hugging_face_model(run_train, texts_corpus):
     overrides = ["batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=16", "data.max_tokens=null"]
     run = run_train(*texts(texts_corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))  # max_tokens: fixed batches
-    assert 0 <= run.summary["test"]["test/acc"] <= 1 and run.summary["test_weights"] == "best"
+    found = re.search(r"batch size finder: data\.batch_size=(\d+) per process", run.stdout + run.stderr)
+    assert found and 1 <= int(found[1]) <= 16  # searched, within batch_size_finder.max_batch_size
+    config = torch.load(run.run_dir / "checkpoints" / "best.pt", weights_only=True)["config"]
+    assert config["data"]["batch_size"] == int(found[1])  # what every checkpoint holds: the size it trained with

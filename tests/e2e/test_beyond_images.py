@@ -41,18 +41,29 @@ def test_a_table_with_float_targets_trains_and_is_tested_by_its_own_metric(tmp_p
     assert not (tmp_path / "train_samples.png").exists()  # image logging is for images
 
 
-def test_the_monitor_and_optimized_metric_default_to_the_tasks_headline_metric():
-    segmentation = composed("experiment=shapes_segmentation", "debug=overfit", "optimized_metric=null")
-    validate(segmentation)  # regularization=none's monitor was val/acc: refused for segmentation
-    assert segmentation.regularization.early_stopping.monitor == "val/miou"
-    assert segmentation.regularization.early_stopping.mode == "max"
-    regression = composed(*TABLE_RUN, "regularization.early_stopping.monitor=null")
-    validate(regression)
-    assert regression.optimized_metric == "val/mae" and regression.regularization.early_stopping.mode == "min"
+def test_the_monitor_and_optimized_metric_default_to_the_tasks_own_metrics():
+    # A task that names no monitored_metric is stopped by its headline metric, under any regularization option
+    # (regularization=default's monitor was a fixed val/loss, which a task's yaml could not change).
+    table = [override for override in TABLE_RUN if not override.startswith("regularization=")]
+    for regularization in ("default", "strong", "none"):
+        regression = composed(*table, f"regularization={regularization}")
+        validate(regression)
+        assert regression.optimized_metric == "val/mae"
+        assert regression.regularization.early_stopping.monitor == "val/mae"
+        assert regression.regularization.early_stopping.mode == "min"
+    segmentation = composed("experiment=shapes_segmentation", "optimized_metric=null")
+    validate(segmentation)  # its monitored_metric: the loss, its headline the IoU
+    stopping = segmentation.regularization.early_stopping
+    assert (stopping.monitor, segmentation.optimized_metric) == ("val/loss", "val/miou")
+    assert segmentation.regularization.early_stopping.mode == "min"
     assert composed().optimized_metric is None  # the default: filled in from the task by validate
     classification = composed()
     validate(classification)
     assert classification.optimized_metric == "val/acc"
+    assert classification.regularization.early_stopping.monitor == "val/loss"  # the default run's, as before
+    overridden = composed(*TABLE_RUN, "regularization.early_stopping.monitor=val/loss")
+    validate(overridden)
+    assert overridden.regularization.early_stopping.monitor == "val/loss"  # a monitor named is kept
 
 
 def test_eval_writes_a_vector_a_sample_as_one_column():

@@ -366,3 +366,10 @@ def test_the_validation_split_is_limited_as_the_run_validated(untrained_run, tmp
     assert "on 128 samples, a seeded sample of 2 batches per process (trainer.limit_val_batches=2)" in evaluation.stdout
     whole = Evaluation(tmp_path / "test", f"checkpoint={untrained_run}", *limited[1:]).metrics
     assert whole["samples"] == 359 and "limit_val_batches" not in whole  # the test split: whole, as the run tested
+
+
+def test_an_export_of_data_without_tokens_says_nothing_of_tokens(untrained_run, tmp_path):
+    evaluation = Evaluation(tmp_path / "out", f"checkpoint={untrained_run}", f"export={tmp_path / 'export'}")
+    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
+    said = evaluation.stdout + evaluation.stderr
+    assert "exported the tested weights" in said and "token" not in said  # digits: pixels, no tokenizer to speak of

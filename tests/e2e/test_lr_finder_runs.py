@@ -91,8 +91,9 @@ def test_the_lr_finder_runs_on_a_hugging_face_model(run_train, texts_corpus):
     # (the batch-size finder on it: tests/e2e/test_batch_size_finder_runs.py)
     overrides = ["lr_finder.enabled=true", "lr_finder.num_steps=6"]
     run = run_train(*texts(texts_corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))
-    assert 0 <= run.summary["test"]["test/acc"] <= 1 and run.summary["test_weights"] == "best"
-    assert (run.run_dir / "lr_finder.png").is_file()
+    said = run.stdout + run.stderr
+    assert "lr range test: 6 steps from" in said or "lr range test: stopped by" in said  # the finder ran its steps
+    assert (run.run_dir / "lr_finder.png").is_file() and run.summary["test_weights"] == "best"
 
 
 @pytest.mark.cuda  # scripts/gpu_check.sh

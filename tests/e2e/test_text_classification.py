@@ -232,7 +232,7 @@ def test_a_text_folder_without_a_model_names_the_model_made_for_it(run_train, co
     assert run.returncode == 1 and not run.run_dir.exists()
     assert run.stderr.strip().startswith(
         "error: model.in_channels: is ${data.channels}, but data=textfolder has no data.channels: model=cnn is made "
-        "for other data; pick model=hf or model=sequence (made for data=textfolder), or data=cached or data=cifar10 or "
+        "for other data; pick model=sequence or model=hf (made for data=textfolder), or data=cached or data=cifar10 or "
     )
 
 

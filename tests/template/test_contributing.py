@@ -449,3 +449,46 @@ def test_a_documented_recipe_under_ddp_resumes_exactly_after_sigterm_and_eval_py
     assert re.search(r"at epoch 0, batch [1-9]\d*, step [1-9]", resumed.stdout + resumed.stderr)  # inside epoch 0
     assert_same_training(resumed, straight)
     assert_eval_py_gives_the_summary(repo, straight.run_dir, tmp_path / "eval")
+
+
+# ---- docs/recipes.md's regression on a table: new files only, and every quick test that reads the options ----
+
+REGRESSION = "A regression on a table"
+# The quick tests that read every option of conf/ (their example inputs, what suits them, their keys' comments).
+READ_EVERY_OPTION = ("tests/unit/config/test_instantiate.py", "tests/unit/config/test_config.py",
+                     "tests/template/test_readme.py")  # fmt: skip
+
+
+def test_a_regression_on_a_table_stops_on_its_headline_metric_and_the_quick_tests_take_its_options(tmp_path):
+    _, repo, arguments = recipe_copy(REGRESSION, tmp_path, DOCUMENTED)
+    run_dir = tmp_path / "run"
+    process = run_script(repo, "train.py", *arguments, f"hydra.run.dir={run_dir}")
+    assert process.returncode == 0, f"python train.py {shlex.join(arguments)} failed:\n{process.stderr[-4000:]}"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    config = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]  # the run's, filled in
+    stopping = config["regularization"]["early_stopping"]
+    # No monitor named: early stopping follows the task's headline metric and its direction, as optimized_metric.
+    assert (stopping["monitor"], stopping["mode"]) == ("val/r2", "max")
+    assert summary["optimized_metric"] == "val/r2" and summary["higher_is_better"]["r2"] is True
+    assert sorted(summary["test"]) == ["test/loss", "test/r2", "test/rmse"]
+    assert summary["test"]["test/r2"] > 0.3, summary["test"]  # the mean of the training targets scores about 0
+    if summary["stop_reason"] == "early_stopping":
+        assert "early stopping: val/r2 has not improved" in process.stdout + process.stderr
+
+    refused = run_script(repo, "train.py", "data=diabetes", "model=table_mlp", f"hydra.run.dir={tmp_path / 'no'}")
+    assert refused.returncode == 1 and not (tmp_path / "no").exists()  # the default task: one line, no directory
+    assert refused.stderr.strip().splitlines() == [
+        "error: task._target_: is Classification, which takes a class index per sample, but the data's targets are "
+        "float32 numbers: they suit a regression task (a loss on numbers, as docs/recipes.md's regression on a "
+        "table); choose it with task=<its option>"
+    ]
+
+    selected = " or ".join(("diabetes", "table_mlp", "squared_error", "data_keys"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo / "tests")])}
+    quick = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "-k", selected,
+         *READ_EVERY_OPTION],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert quick.returncode == 0, quick.stdout[-4000:]
+    assert re.search(r"\b(\d+) passed", quick.stdout) and int(re.search(r"\b(\d+) passed", quick.stdout)[1]) >= 6

@@ -218,7 +218,9 @@ def test_deleting_every_tracker_at_once_leaves_a_template_that_trains(tmp_path):
 
 def assert_a_template_that_trains(copy: Path, tmp_path: Path, more_tests: tuple[str, ...] = ()) -> None:
     """In `copy`: ruff finds no unused import or undefined name, each shell script parses, `python train.py`
-    trains one epoch, and the core's quick tests (and `more_tests`) pass."""
+    trains one epoch, and the core's quick tests (and `more_tests`) pass, and so do the template's own quick tests
+    (the README's named step, its keys, the docs' links, the style: all of tests/template/ but this file), which a
+    deletion the table allows must leave green too."""
     lint = run([sys.executable, "-m", "ruff", "check", "--select", "F", "--quiet", "."], copy, 120)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     for script in copy.glob("scripts/*.sh"):
@@ -229,3 +231,7 @@ def assert_a_template_that_trains(copy: Path, tmp_path: Path, more_tests: tuple[
     pytest_quick = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow"]
     core = run([*pytest_quick, *CORE_TESTS, *more_tests], copy, 900)
     assert core.returncode == 0, core.stdout[-3000:]
+    template = sorted(str(path.relative_to(copy)) for path in (copy / "tests" / "template").glob("test_*.py"))
+    template.remove("tests/template/test_features.py")  # this test itself
+    checked = run([*pytest_quick, *template], copy, 1800)
+    assert checked.returncode == 0, checked.stdout[-3000:]

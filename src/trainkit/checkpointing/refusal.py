@@ -197,7 +197,9 @@ def did_work(snapshot: Snapshot) -> bool:
         return False
     if "metrics.jsonl" in snapshot.contents:  # trimmed to the checkpoint is no work; a new line is
         return not snapshot.contents["metrics.jsonl"].startswith(metrics.read_bytes())
-    return metrics.stat().st_size > then["metrics.jsonl"].st_size if "metrics.jsonl" in then else True
+    # A metrics file opened but empty is no work: a refusal while training's first batch ran (float targets for a
+    # classification) leaves no run behind.
+    return metrics.stat().st_size > (then["metrics.jsonl"].st_size if "metrics.jsonl" in then else 0)
 
 
 def _changed(now: os.stat_result, then: os.stat_result) -> bool:

@@ -265,7 +265,7 @@ def _unresolved_interpolations(node: DictConfig | ListConfig, prefix: str) -> It
 
 def _unresolved_message(key: str, reads: str, root: Any) -> str:
     """`key` reads `reads`, which the chosen option of its group lacks: name the options of `key`'s own group made
-    for that option (model=sequence for data=textfolder: every ${data.*} it reads, data=textfolder has), then
+    for that option (model=sequence for data=textfolder: what the data's class says suits it, Data.suits), then
     those of the other group that have the key, then a value to set."""
     target = reads.removeprefix("${").removesuffix("}")
     group, _, name = target.partition(".")
@@ -274,8 +274,7 @@ def _unresolved_message(key: str, reads: str, root: Any) -> str:
     lacking = f"{group}={option} has no {target}" if option else f"the config has no {target}"
     own_group = key.partition(".")[0]
     setter = f"{own_group}={mine}" if (mine := _chosen_option(own_group)) else f"the option setting {key}"
-    keys = [str(k) for k in chosen] if isinstance(chosen, DictConfig) else []
-    suiting = _options_reading_only(own_group, group, keys) if keys else []
+    suiting = _suited_options(chosen, own_group) if group == "data" and isinstance(chosen, DictConfig) else []
     made_for = f"{' or '.join(f'{own_group}={o}' for o in suiting)} (made for {group}={option}), or " if suiting else ""
     having = _options_with_key(group, name)
     pick = f"{' or '.join(f'{group}={o}' for o in having)} for {setter}" if having else "options made together"
@@ -293,15 +292,16 @@ def _chosen_option(group: str) -> str | None:
     return choice if isinstance(choice, str) else None
 
 
-def _options_reading_only(group: str, other: str, keys: Sequence[str]) -> list[str]:
-    """The options of `group` in the script's conf/ that read keys of group `other` (`${other.<key>}`), every
-    one of them among `keys`: those made for an option of `other` with those keys (for a hint)."""
-    folder = Path(sys.argv[0]).resolve().parent / "conf" / group
-    if group == other or not folder.is_dir():
+def _suited_options(data: DictConfig, group: str) -> list[str]:
+    """The options of `group` that the chosen data option's class says suit it (`Data.suits`), for a hint."""
+    from trainkit.data.datasets import data_class
+    from trainkit.errors import ConfigError
+
+    try:
+        suits = data_class(str(data.get("_target_"))).suits
+    except ConfigError:
         return []
-    reference = re.compile(rf"\$\{{{re.escape(other)}\.(\w+)")
-    reads = {path.stem: set(reference.findall(path.read_text(errors="replace"))) for path in folder.glob("*.yaml")}
-    return sorted(option for option, read in reads.items() if read and read <= set(keys))
+    return [choice.partition("=")[2] for choice in suits if choice.partition("=")[0] == group]
 
 
 def _options_with_key(group: str, key: str) -> list[str]:

@@ -15,7 +15,8 @@ exist, weights of another shape) is checked where it arises, in the same one-lin
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -555,10 +556,49 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     return find_problems(cfg, RULES | budget | rules | feature_rules, (*RELATIONS, *relations, *feature_relations))
 
 
+def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> dict[str, str]:
+    """{key: why nothing reads it} for settings of one part that the chosen options do not use: label smoothing
+    that the task does not take (a task without classes), predictions to show of data that is neither images nor
+    text. Label smoothing counts where it was `chosen` (the keys this command set or a sweep searches; None:
+    Hydra's overrides of this run): the regularization group's own value is a recipe for classification, and a
+    segmentation or a language model run would otherwise hear of it each time. ignored_keys says each in a line;
+    a sweep searching one is refused (trainkit.tuning.sweeps)."""
+    chosen = set(command_keys() if chosen is None else chosen)
+    unread = {}
+    smoothing = OmegaConf.select(cfg, "regularization.label_smoothing", default=None)
+    task_values = OmegaConf.to_container(cfg.task, resolve=False) if isinstance(cfg.get("task"), DictConfig) else {}
+    reads_smoothing = "${regularization.label_smoothing}" in str(task_values)
+    if smoothing and "regularization.label_smoothing" in chosen and not reads_smoothing:
+        unread["regularization.label_smoothing"] = f"{cfg.task.get('_target_')} takes no label smoothing"
+    kind = _data_class(cfg)
+    shows = OmegaConf.select(cfg, "logger.log_predictions", default=0)
+    if shows and kind is not None and kind.kind not in ("image", "tokens"):
+        unread["logger.log_predictions"] = (
+            f"{cfg.data.get('name')} is neither images nor text, whose predictions alone are shown"
+        )
+    return unread
+
+
+def command_keys() -> set[str]:
+    """The keys this run's command line set (Hydra's task overrides, without `+`/`~`), and those its sweeper
+    searches (hydra.sweeper.params); none outside a Hydra run (a notebook, a test's compose)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return set()
+    hydra_cfg: Any = HydraConfig.get()
+    overrides = OmegaConf.select(hydra_cfg, "overrides.task", default=None) or []
+    params = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
+    return {str(item).split("=", 1)[0].lstrip("+~") for item in overrides} | {str(key) for key in params}
+
+
 def ignored_keys(cfg: DictConfig) -> list[str]:
     """Settings the chosen options do not use, each as one line: a value set there by mistake
     would otherwise be ignored in silence. Call it on a config without problems."""
-    data, kind, ignored = cfg.data, _data_class(cfg), []
+    data, kind = cfg.data, _data_class(cfg)
+    ignored = [
+        f"{key}={OmegaConf.select(cfg, key)} is ignored: {why}; leave it 0" for key, why in unread_settings(cfg).items()
+    ]
     workers = data.get("num_workers", 0)
     if kind is not None and kind.in_memory and workers != "auto" and workers > 0:  # auto: none needed
         ignored.append(
@@ -593,19 +633,20 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
 
 def fill_task_defaults(cfg: DictConfig) -> None:
     """The keys whose default is the task's own (null in conf/): optimized_metric is val/<its headline metric>,
-    regularization.early_stopping.monitor the same, and its mode the metric's direction. Filled in the config
-    itself, so the run's saved config and every checkpoint name the metric used."""
+    regularization.early_stopping.monitor val/<its monitored_metric> (the headline unless the task names another),
+    and its mode the metric's direction. Filled in the config itself, so the run's saved config and every
+    checkpoint name the metric used."""
     task = _task(cfg)
     if task is None:
         return  # _task_metrics says why
-    headline = f"val/{getattr(task, 'headline_metric', 'loss')}"
+    headline = getattr(task, "headline_metric", "loss")
     if OmegaConf.select(cfg, "optimized_metric", default=None) is None:
-        cfg.optimized_metric = headline
+        cfg.optimized_metric = f"val/{headline}"
     stopping = OmegaConf.select(cfg, "regularization.early_stopping")
     if stopping is None:
         return
     if stopping.get("monitor") is None:
-        stopping.monitor = headline
+        stopping.monitor = f"val/{getattr(task, 'monitored_metric', None) or headline}"
     if stopping.get("mode") is None and isinstance(stopping.monitor, str):
         stopping.mode = "max" if higher_is_better(task, stopping.monitor) else "min"
 

@@ -86,6 +86,10 @@ class Data:
     # The extensions of the files eval.py's predict= reads with read_for_prediction (a table: (".csv", ".npy")).
     # (): predict= is refused, naming these. Images and text files are read as their options read them.
     prediction_files: ClassVar[tuple[str, ...]] = ()
+    # Options of other groups made for this data, as `group=option` (the first of a group is what the tests and
+    # the config check's hints pair it with): ("model=gpt", "task=language_model"). (): conf/config.yaml's
+    # defaults (model=cnn, task=classification) suit it; a model of your own for your data is named here.
+    suits: ClassVar[tuple[str, ...]] = ()
 
     def splits(self) -> Splits | FileSplits:
         raise NotImplementedError(f"{type(self).__name__} must define splits()")
@@ -257,11 +261,20 @@ def carve(
     config gives the same split on every machine and every rank. trainkit.config.validation holds each
     fraction in (0, 1) and their sum below 1; what rounding leaves of `num_samples` is checked here.
     With `labels` (one a sample) the cut is stratified: each split holds each class in its fraction, to within
-    one sample (a folder listed class by class would otherwise give a small split a class or two).
+    one sample (a folder listed class by class would otherwise give a small split a class or two). Labels are
+    class indices: float targets (a regression's) are refused rather than cast, which would make each distinct
+    value a class; to stratify a number, pass its quantile bins (`torch.bucketize(y, y.quantile(q))`) on purpose.
     """
     order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed))
     if labels is not None:
-        order = _interleaved_by_class(order, torch.as_tensor(labels, dtype=torch.int64))
+        classes = torch.as_tensor(labels)
+        if classes.is_floating_point() or classes.is_complex():
+            raise TypeError(
+                f"carve(labels=...) takes a class index per sample, but got "
+                f"{str(classes.dtype).removeprefix('torch.')} values: pass labels=None for numbers (a regression "
+                f"target), or their quantile bins to stratify them"
+            )
+        order = _interleaved_by_class(order, classes.to(torch.int64))
     parts, start = {}, 0
     for name, fraction in fractions.items():
         count = round(num_samples * fraction)

@@ -75,6 +75,7 @@ class Shapes(ImageData):
     texture: float = 0.1  # std of the background's smooth blotches
 
     uses_root: ClassVar[bool] = False  # generated
+    suits: ClassVar[tuple[str, ...]] = ("task=segmentation", "model=unet", "model=torchvision_segmentation")
 
     def splits(self) -> Splits:
         shape_size = tuple(float(v) for v in self.shape_size)

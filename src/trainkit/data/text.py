@@ -76,6 +76,7 @@ class TextData(Tokenized):
     kind: ClassVar[str] = "tokens"
     size_unit: ClassVar[str] = "tokens"  # the size budget is data.max_tokens
     in_memory: ClassVar[bool] = False
+    suits: ClassVar[tuple[str, ...]] = ("model=sequence", "model=hf")  # classifiers of token sequences
     config_rules: ClassVar[dict[str, Check]] = {**Tokenized.config_rules, "pad_id": integer(0, null=True)}
 
     @staticmethod

@@ -60,6 +60,7 @@ class TextBlocks(Folds, Tokenized):
     size_unit: ClassVar[str] = "tokens"  # blocks of block_size + 1: trainer.micro_batch_size counts tokens
     byte_offset: ClassVar[int] = 0  # bytes: a byte is its own id (256 ids)
     pads: ClassVar[bool] = False  # blocks are full: no padding
+    suits: ClassVar[tuple[str, ...]] = ("model=gpt", "task=language_model")  # the next byte of a block
 
     @staticmethod
     def config_problems(tokenizer: str, vocab_size: int) -> Iterator[tuple[str, str]]:

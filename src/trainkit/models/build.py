@@ -97,6 +97,13 @@ def create_timm_model(
         raise _pretrained_error(name, f"{type(error).__name__}: {reason}") from error
 
 
+def _an_image_of(in_chans: int = 3) -> Any:
+    from trainkit.models.examples import an_image
+
+    return an_image(in_chans)
+
+
+create_timm_model.example_input = _an_image_of  # type: ignore[attr-defined]  # timm's in_chans (models.examples)
 # What the arguments may hold, and the key that makes it load weights of its own (finetune.pretrained_path beside
 # it is refused): the config check (trainkit.config.validation) reads both from the function, before anything runs.
 create_timm_model.config_rules = {  # type: ignore[attr-defined]

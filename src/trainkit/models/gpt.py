@@ -126,6 +126,10 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    @staticmethod
+    def example_input(block_size: int) -> Tensor:  # what forward takes (trainkit.models.examples): ids
+        return torch.zeros(1, min(8, block_size), dtype=torch.int64)
+
     def forward(self, tokens: Tensor) -> Tensor:
         length = tokens.shape[1]
         if length > self.block_size:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from trainkit.config.schema import Check, integer
+from trainkit.models.examples import token_ids
 
 
 class SequenceClassifier(nn.Module):
@@ -60,6 +61,8 @@ class SequenceClassifier(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(width)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, num_classes))
+
+    example_input = staticmethod(token_ids)  # what forward takes (trainkit.models.examples)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         padding = tokens == self.pad_id  # [B, T], True where there is no token

@@ -39,6 +39,10 @@ class SignalClassifier(nn.Module):
         self.blocks = nn.ModuleList(nn.Conv1d(a, b, kernel_size, padding="same") for a, b in itertools.pairwise(widths))
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, num_classes))
 
+    @staticmethod
+    def example_input(in_channels: int = 1) -> dict[str, torch.Tensor]:  # what forward takes (models.examples)
+        return {"signal": torch.zeros(1, in_channels, 8), "lengths": torch.tensor([5])}
+
     def forward(self, signal: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         x = signal.unsqueeze(1) if signal.dim() == 2 else signal  # [B, C, T]
         real = (torch.arange(x.shape[-1], device=x.device) < lengths[:, None]).unsqueeze(1).to(x.dtype)  # [B, 1, T]

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from trainkit.augment.mixing import LabelMixing
+from trainkit.errors import ConfigError
 from trainkit.tasks.task import Task
 
 
@@ -24,6 +25,7 @@ class Classification(Task):
     metric_names = ("acc",)
     headline_metric = "acc"
     metric_ranges: ClassVar[dict[str, tuple[float | None, float | None]]] = {"acc": (0, 1), "loss": (0, None)}
+    monitored_metric = "loss"  # early stopping: smoother than the accuracy on a small validation split
     mixes_batches = True  # MixUp/CutMix, in augment()
 
     def __init__(
@@ -41,9 +43,11 @@ class Classification(Task):
         return self.mixing(*batch) if self.mixing.enabled else batch  # any batch, unless it mixes (image pairs)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        _refuse_numbers(outputs, targets)
         return F.cross_entropy(outputs, targets, label_smoothing=self.label_smoothing)
 
     def evaluation_loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        _refuse_numbers(outputs, targets)
         return F.cross_entropy(outputs.float(), targets, reduction="none")
 
     def empty_metric_sums(self, device: torch.device) -> Tensor:
@@ -63,3 +67,15 @@ class Classification(Task):
         probabilities = outputs.float().softmax(dim=1)
         confidence, label = probabilities.max(dim=1)
         return {"class": label, "probability": confidence}
+
+
+def _refuse_numbers(outputs: Tensor, targets: Tensor) -> None:
+    """A float target a sample (not MixUp's [B, C] shares) is a number to predict, not a class: one line saying so,
+    where cross-entropy would raise a dtype error. A dtype and a shape: no device sync."""
+    if targets.is_floating_point() and targets.dim() < outputs.dim():
+        raise ConfigError(
+            "task._target_",
+            f"is Classification, which takes a class index per sample, but the data's targets are "
+            f"{str(targets.dtype).removeprefix('torch.')} numbers: they suit a regression task (a loss on numbers, "
+            f"as docs/recipes.md's regression on a table); choose it with task=<its option>",
+        )

@@ -35,6 +35,7 @@ class Segmentation(Task):
         "pixel_acc": (0, 1),
         "loss": (0, None),
     }
+    monitored_metric = "loss"  # early stopping: smoother than the IoU on a small validation split
     spatial_targets = True  # a target per pixel: what moves the image must move the mask
     config_rules: ClassVar[dict[str, Check]] = {"horizontal_flip": flag(), "crop_padding": number(0, below=1)}
 

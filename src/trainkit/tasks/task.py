@@ -34,8 +34,10 @@ them across ranks once, so each sample counts exactly once and no rank's mean is
 another's. `metric_names`, a class attribute, names what val/ and test/ report besides loss; the
 config check reads it from the class (no model or data built yet) to check
 regularization.early_stopping.monitor and optimized_metric; every metric is maximized but the loss
-and the names in `minimized_metrics`. `headline_metric` is the default of both (val/<it>). `metric_ranges`
-says where a metric lies ({"acc": (0, 1), "loss": (0, None)}: a cross-entropy is never negative).
+and the names in `minimized_metrics`. `headline_metric` is the default of optimized_metric (val/<it>), and of
+the early-stopping monitor unless the task names another in `monitored_metric` (classification and segmentation
+keep their loss, smoother than their accuracy or IoU on a small validation split). `metric_ranges` says where a
+metric lies ({"acc": (0, 1), "loss": (0, None)}: a cross-entropy is never negative).
 
 How a batch is weighed (`weighs`): by its samples (classification, segmentation: a batch's loss is the
 mean over its samples, as today), or by its real target tokens (a language model, a padded sequence
@@ -68,6 +70,7 @@ class Task:
     # The values a metric can take, (lowest, highest), None: no limit; recorded in summary.json, where
     # scripts/compare_runs.py clips an interval to them. A metric not named here (a loss, unless said) has none.
     metric_ranges: ClassVar[dict[str, tuple[float | None, float | None]]] = {}
+    monitored_metric: ClassVar[str | None] = None  # the early-stopping monitor's default (val/<it>); None: the headline
     spatial_targets: ClassVar[bool] = False  # a target per pixel: augmentation that moves the image alone is refused
     mixes_batches: ClassVar[bool] = False  # its augment() runs MixUp/CutMix (augmentation.mixup_alpha, cutmix_alpha)
     weighs: ClassVar[str] = "samples"  # "samples" | "tokens": what a batch's loss is the mean over

@@ -105,7 +105,7 @@ class EpochTotals:
         untimed_units = self.untimed_units if self.untimed_units is not None else torch.zeros((), device=self.device)
         unit_counts = torch.stack([self.real_units, untimed_units, torch.tensor(float(self.unit_slots))]).float()
         totals = [self.loss_sum.reshape(1), self.weight_sum.reshape(1), local_counts, unit_counts.to(self.device)]
-        sums = all_reduce_sum(torch.cat([*totals, metric_sums.float()]))
+        sums = all_reduce_sum(torch.cat([*totals, metric_sums]))  # promoted, never narrowed: the task's dtype or wider
         loss_sum, weight, count, untimed, real, untimed_real, slots = sums[:7].tolist()
         seconds = time.perf_counter() - self.started
         metrics = {

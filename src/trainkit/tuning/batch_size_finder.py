@@ -156,7 +156,13 @@ def batch_size_that_fits(
         max_batch_size_from=max_batch_size_from,
     )
     found = min_across_ranks(found, device)  # each rank searched on its own device
-    log.info(f"batch size finder: data.batch_size={found} per process")
+    updates = math.ceil(share / found)  # drop_last aside: what the size leaves of an epoch's updates
+    log.info(f"batch size finder: data.batch_size={found} per process, {updates:,} batches an epoch of {share:,}")
+    if found >= share:
+        log.warning(
+            f"batch size finder: data.batch_size={found} is the whole training split per process: one update an "
+            f"epoch; set batch_size_finder.max_batch_size to a fraction of {share:,} for more updates"
+        )
     return found
 
 

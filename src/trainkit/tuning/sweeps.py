@@ -77,6 +77,30 @@ def check_direction(cfg: DictConfig, direction: str | None) -> None:
         )
 
 
+def searched_params() -> list[str]:
+    """The keys the running Hydra sweeper searches (hydra.sweeper.params: Optuna's space, the basic sweeper's)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    params = OmegaConf.select(HydraConfig.get(), "sweeper.params", default=None)  # type: ignore[arg-type]
+    return [str(key) for key in params or {}]
+
+
+def check_search_space(cfg: DictConfig, searched: list[str]) -> None:
+    """A search over a key this run does not read (label smoothing for a task that takes none) spends trials that
+    differ by noise alone: stop at once, naming the key."""
+    from trainkit.config.validation import unread_settings
+
+    unread = unread_settings(cfg, searched)
+    for key in searched:
+        if key in unread:
+            raise ConfigError(
+                "hydra.sweeper.params",
+                f"searches {key}, which this run does not read ({unread[key]}); remove it from the search space",
+            )
+
+
 def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: bool | None = None) -> Any:
     """Call `fn(cfg)` and return its result; in a multirun with `sweep.catch_failures` (the default),
     an exception or a NaN/None result becomes `failed_trial_value(cfg)` instead of ending the sweep.
@@ -91,6 +115,7 @@ def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: bool |
     if not multirun:
         return fn(cfg)
     check_direction(cfg, sweeper_direction())
+    check_search_space(cfg, searched_params())
     catch = OmegaConf.select(cfg, "sweep.catch_failures", default=True)
     fallback = failed_trial_value(cfg)
     failed = False

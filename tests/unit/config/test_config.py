@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException, MissingConfigException
 
-from conftest import composed, run_here
+from conftest import composed, made_for, run_here
 from trainkit.cli import one_line
 from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems
@@ -21,32 +21,22 @@ from trainkit.tracking.loggers import trackers
 
 ROOT = Path(__file__).resolve().parents[3]
 CONF = ROOT / "conf"
-# Options whose `???` keys (or `required` list) a real run fills on the command line, and flips,
-# which need data whose mirror image keeps its label (the digits default refuses them).
+# What an option needs beyond what it is made for (conftest.made_for: the data a model or task option suits, what
+# a data option's class says suits it, a stand-in for each `???` key): a key a real run passes on the command line,
+# and the flips of an augmentation, which need data whose mirror image keeps its label (the digits refuse them).
 REQUIRED_BY_OPTION = {
-    "task=segmentation": ["optimized_metric=val/miou", "data.mirror_changes_label=false"],
-    # a class a pixel: refused with the default task=classification
-    "model=unet": ["task=segmentation", "optimized_metric=val/miou", "data.mirror_changes_label=false"],
-    "model=torchvision_segmentation": [
-        "task=segmentation",
-        "optimized_metric=val/miou",
-        "data.mirror_changes_label=false",
-    ],
-    "data=imagefolder": ["data.root=/data/images"],
-    "data=textfolder": ["data.root=/data/texts", "model=sequence"],
-    "data=stdlib_functions": ["model=sequence"],
-    "data=hf": ["data.path=/data/reviews.jsonl", "model=sequence"],
-    "model=sequence": ["data=stdlib_functions"],
-    "model=hf": ["data=stdlib_functions", "model.config={model_type: bert}"],  # a folder or a config: none by default
-    "data=cached": ["data.root=/data/cache"],
+    "model=hf": ["model.config={model_type: bert}"],  # a folder or a config: none by default
     "augmentation=basic": ["data=cifar10"],
     "augmentation=strong": ["data=cifar10"],
     "augmentation=randaugment": ["data=imagefolder", "data.root=/data/images"],
     "augmentation=trivialaugment": ["data=imagefolder", "data.root=/data/images"],
     "experiment=finetune_imagefolder": ["data.root=/data/images", "finetune.pretrained_path=/weights/resnet18.pt"],
-    "model=gpt": ["data=text", "task=language_model"],  # its context is data=text's block_size
-    "data=text": ["model=gpt", "task=language_model"],  # bytes: model=cnn reads data.channels
 }
+
+
+def made_with(override: str) -> list[str]:
+    """`override` and what it is composed with: what it is made for, then what it needs beyond that."""
+    return [override, *made_for(override), *REQUIRED_BY_OPTION.get(override, [])]
 
 
 @pytest.fixture
@@ -88,7 +78,7 @@ def group_options() -> list[str]:
 
 @pytest.mark.parametrize("override", group_options())
 def test_every_group_option_composes_and_validates(compose_config, override):
-    validate(compose_config([override, *REQUIRED_BY_OPTION.get(override, [])]))
+    validate(compose_config(made_with(override)))
 
 
 IMAGES = ["data=imagefolder", "data.root=/data/images"]
@@ -410,6 +400,8 @@ def test_every_rule_has_a_case():
 
 def test_every_relation_has_a_case_that_only_it_finds(compose_config):
     configs = [(compose_config(overrides), key) for overrides, key in RELATION_CASES]
+    for cfg, _ in configs:
+        fill_task_defaults(cfg)  # as validate does first: the task's metrics where conf/ leaves them null
     for cfg, key in configs:
         assert key not in find_problems(cfg, RULES, [])  # no single-key rule finds these
     for relation in RELATIONS:
@@ -432,7 +424,7 @@ def test_every_rule_key_exists_in_some_option():
 
     keys = set()
     for override in group_options():  # composed as test_every_group_option_composes_and_validates does
-        cfg = composed(override, *REQUIRED_BY_OPTION.get(override, []))
+        cfg = composed(*made_with(override))
         keys |= {key for key in RULES if OmegaConf.select(cfg, key, default=KeyError) is not KeyError}
     eval_config = OmegaConf.load(CONF / "eval.yaml")  # eval.py's own keys (prompt, sample.*)
     keys |= {key for key in RULES if OmegaConf.select(eval_config, key, default=KeyError) is not KeyError}
@@ -760,3 +752,30 @@ def test_a_task_whose_loss_couples_the_batch_refuses_micro_batches_fixed_or_auto
     }
     assert problems(composed(coupled)) == {}
     assert problems(composed(f"trainer.micro_batch_size={size}")) == {}  # classification's loss does not couple
+
+
+def test_settings_the_chosen_options_do_not_read_are_said_in_one_line_each(compose_config):
+    from trainkit.config.validation import unread_settings
+
+    regression = compose_config(["~task", "+task._target_=tasks_for_tests.Regression", *TABLE])
+    assert unread_settings(regression, chosen=()) == {}  # the regularization group's own recipe: not yours to unset
+    said = unread_settings(regression, chosen=["regularization.label_smoothing"])
+    assert said == {"regularization.label_smoothing": "tasks_for_tests.Regression takes no label smoothing"}
+    assert unread_settings(compose_config(), chosen=["regularization.label_smoothing"]) == {}  # classification's
+    shown = compose_config([*TABLE, "logger.log_predictions=4"])
+    assert unread_settings(shown, chosen=()) == {
+        "logger.log_predictions": "digits is neither images nor text, whose predictions alone are shown"
+    }
+    assert ignored_keys(shown) == [
+        "logger.log_predictions=4 is ignored: digits is neither images nor text, whose predictions alone are shown; "
+        "leave it 0"
+    ]
+    assert unread_settings(compose_config(["logger.log_predictions=4"]), chosen=()) == {}  # images: shown
+
+
+def test_a_model_reading_keys_the_data_lacks_is_offered_only_what_the_data_says_suits_it(compose_config):
+    table = [override for override in TABLE if not override.startswith("model.")]  # model=cnn reads data.channels
+    message = problems(compose_config(table))["model.in_channels"]
+    assert "has no data.channels" in message and "(made for" not in message  # a table names no model it suits
+    texts = problems(compose_config(["data=textfolder", "data.root=/data/texts"]))["model.in_channels"]
+    assert "pick model=sequence or model=hf (made for data=textfolder)" in texts  # TextData.suits

@@ -276,3 +276,12 @@ def test_stdlib_functions_fold_each_packages_files():
     assert not files(made.train) & files(made.val) and made.num_classes == plain.num_classes
     assert {label for _, label in made.val.samples} == set(range(made.num_classes))  # each package in the fold
     assert np.isclose(len(files(made.val)), len(files(plain.train) | files(plain.val)) / 3, rtol=0.1)
+
+
+def test_carve_refuses_float_labels_instead_of_making_each_value_a_class():
+    targets = torch.linspace(25.0, 346.0, 100)  # a regression's: cast to int64, 100 values would be ~100 "classes"
+    with pytest.raises(TypeError, match=r"takes a class index per sample, but got float32 values: pass labels=None"):
+        carve(100, {"test": 0.2, "val": 0.1}, seed=0, labels=targets)
+    bins = torch.bucketize(targets, targets.quantile(torch.tensor([0.25, 0.5, 0.75])))  # on purpose: quartiles
+    parts = carve(100, {"test": 0.2, "val": 0.1}, seed=0, labels=bins)
+    assert torch.bincount(bins[parts["test"]], minlength=4).tolist() == [5, 5, 5, 5]  # each quartile in its share

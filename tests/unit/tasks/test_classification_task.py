@@ -61,3 +61,16 @@ def test_evaluate_counts_every_sample_once_and_averages_tta_outputs():
     assert plain["loss"] == pytest.approx(F.cross_entropy(torch.tensor([[1.0, 0.0]]), torch.tensor([0])).item())
     tta = evaluate(Fixed(), loader, lambda x: x, task, "fp32", cpu, tta_flip=True)
     assert tta["loss"] == pytest.approx(F.cross_entropy(torch.tensor([[0.5, 0.5]]), torch.tensor([0])).item())
+
+
+def test_float_targets_a_sample_are_refused_in_one_line_naming_the_task_they_suit():
+    from trainkit.errors import ConfigError
+
+    task = Classification(num_classes=3)
+    outputs, numbers = torch.zeros(4, 3), torch.tensor([0.5, 1.25, 2.0, 3.5])
+    for loss in (task.loss, task.evaluation_loss):
+        with pytest.raises(ConfigError, match=r"targets are float32 numbers: they suit a regression task") as error:
+            loss(outputs, numbers)
+        assert error.value.key == "task._target_" and "\n" not in str(error.value)
+    soft = torch.full((4, 3), 1 / 3)  # MixUp's shares: a distribution over the classes, taken as it is
+    assert torch.isfinite(task.loss(outputs, soft))

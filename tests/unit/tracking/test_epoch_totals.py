@@ -59,3 +59,17 @@ def test_throughput_counts_the_data_s_size_unit_tokens_without_padding_and_signa
     assert frame_metrics["train/frames_per_sec"] == 30 / 2 and frame_metrics["train/samples_per_sec"] == 3 / 2
     assert "train/padding_fraction" not in frame_metrics and "train/tokens_per_sec" not in frame_metrics
     assert sorted(image_metrics) == ["train/acc", "train/loss", "train/samples_per_sec"]
+
+
+def test_the_tasks_metric_sums_keep_their_dtype_as_evaluation_keeps_them():
+    class SumOfSquares(Classification):  # float64 sums, as an R^2 from sums of squares needs
+        def metric_sums(self, outputs, targets):
+            return torch.tensor([2.0**24 + 1, 1.0], dtype=torch.float64)  # float32 would round it to 2**24
+
+        def metrics(self, sums):
+            return {"sum": sums[0].item(), "dtype": str(sums.dtype)}
+
+    totals = EpochTotals(CPU)
+    totals.add(torch.tensor(0.5), SumOfSquares(2).metric_sums(None, None), 2)
+    metrics = totals.epoch_metrics(SumOfSquares(2))
+    assert metrics["train/sum"] == 2.0**24 + 1 and metrics["train/dtype"] == "torch.float64"

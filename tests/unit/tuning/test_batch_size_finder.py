@@ -138,6 +138,11 @@ def test_the_search_stops_at_this_ranks_share_of_the_training_split_and_says_so(
         found = batch_size_that_fits(model, step, task, loader, CPU, **cfg)
     assert found == 50  # not 4096: a batch larger than a rank's share only makes one short update an epoch
     assert "largest batch size searched (50, the training split per process: 50 of its 101 samples) fits" in caplog.text
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert warnings == [  # one update an epoch is said, not left to be found in the curves
+        "batch size finder: data.batch_size=50 is the whole training split per process: one update an epoch; set "
+        "batch_size_finder.max_batch_size to a fraction of 50 for more updates"
+    ]
 
 
 def test_build_run_trains_with_the_size_found_and_every_checkpoint_holds_it(tmp_path, monkeypatch):

@@ -327,3 +327,12 @@ def test_slurm_launcher_config_prints_from_the_command_line():
     assert (
         printed["_target_"].endswith("SlurmLauncher") and printed["tasks_per_node"] == "${distributed.nproc_per_node}"
     )
+
+
+def test_a_search_over_a_setting_the_run_does_not_read_stops_at_once(compose_config):
+    classification = compose_config("hparams_search=digits_optuna")
+    sweeps.check_search_space(classification, ["optimizer.lr", "regularization.label_smoothing"])
+    regression = compose_config("~task", "+task._target_=tasks_for_tests.Regression")
+    sweeps.check_search_space(regression, ["optimizer.lr"])
+    with pytest.raises(ConfigError, match=r"^hydra\.sweeper\.params: searches regularization\.label_smoothing, "):
+        sweeps.check_search_space(regression, ["optimizer.lr", "regularization.label_smoothing"])
