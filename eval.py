@@ -335,7 +335,7 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
     for start in range(0, len(readable), cfg.data.eval_batch_size):
         batch = dict(readable[start : start + cfg.data.eval_batch_size])
         inputs, _ = pad_to_longest(
-            [(tokens.encode(text)[: cfg.data.max_length], 0) for text in batch.values()], tokens.pad_id
+            [(ids, 0) for ids in tokens.encode_cut(list(batch.values()), cfg.data.max_length)[0]], tokens.pad_id
         )
         predicted = task_predictions(model, (inputs, None), torch.nn.Identity(), task, cfg, device)  # text: none
         writer.write(predicted, list(batch), [(0, 0)] * len(batch))  # no maps: sizes are for masks

@@ -338,13 +338,14 @@ def encode_rows(
     label_of: dict[str, int] | None,
     max_length: int,
 ) -> dict[str, list]:
-    """A batch of rows as `datasets.map` gives it: the texts' ids cut at max_length, their uncut lengths, the labels'
+    """A batch of rows as `datasets.map` gives it: the texts' ids cut at max_length (as the tokenizer truncates:
+    Tokens.encode_cut), their uncut lengths, the labels'
     numbers. A module-level function of picklable arguments, so map's cache finds it again."""
-    ids = tokens.encode_many([str(text).encode("utf-8") for text in rows[text_column]])
+    ids, lengths = tokens.encode_cut([str(text).encode("utf-8") for text in rows[text_column]], max_length)
     labels = rows[label_column] if label_of is None else [label_of[str(value)] for value in rows[label_column]]
     return {
-        "input_ids": [row[:max_length].tolist() for row in ids],
-        "full_length": [len(row) for row in ids],
+        "input_ids": [row.tolist() for row in ids],
+        "full_length": lengths,
         "label": [int(label) for label in labels],
     }
 

@@ -219,3 +219,29 @@ def test_a_hub_name_without_the_network_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"^data.path: 'no-such-hub-dataset' is no local file or folder, and the hub "
                        r"could not be reached for it \(HF_HUB_OFFLINE=1 is set\)"):  # fmt: skip
         hf_data(tmp_path, Path("no-such-hub-dataset"))
+
+
+def test_a_long_text_is_cut_as_its_tokenizer_truncates_keeping_the_closing_special_token(tmp_path):
+    """A tokenizer whose post-processor wraps a text in [CLS] ... [SEP]: the run's ids of a long text are those of
+    the documented export recipe (truncation=True, max_length=...), [SEP] last, not the first max_length ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "great": 4, "awful": 5}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="[PAD]").save_pretrained(str(tmp_path / "tok"))
+    file = write_rows(tmp_path / "reviews.jsonl", reviews(40, seed=0))
+    data = hf_data(tmp_path, file, f"data.tokenizer={tmp_path / 'tok'}", "data.max_length=8")
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "tok"), local_files_only=True)
+    dataset = data.train.loader.dataset
+    cut = [dataset[index][0].tolist() for index in range(len(dataset))]
+    assert all(ids[0] == 2 and ids[-1] == 3 for ids in cut) and max(map(len, cut)) == 8  # [CLS] ... [SEP], cut inside
+    long = next(row["review"] for row in reviews(40, seed=0) if len(row["review"].split()) > 6)
+    assert data.tokenizer is not None
+    cut, lengths = data.tokenizer.encode_cut([long.encode()], 8)
+    assert cut[0].tolist() == exported(long, truncation=True, max_length=8)["input_ids"] == [2, *[4 if "great" in
+           long else 5] * 6, 3] and lengths == [len(long.split()) + 2]  # fmt: skip
