@@ -57,7 +57,7 @@ from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
 from trainkit.models import build_model
-from trainkit.models.export import export_model, export_tokenizer
+from trainkit.models.export import check_free, export_model, export_tokenizer
 from trainkit.runtime import pick_device, seed_everything
 from trainkit.tasks import evaluate, evaluation_outputs
 from trainkit.tasks.batches import to_device
@@ -227,14 +227,15 @@ def export(cfg: DictConfig, folder: Path, source: str) -> None:
     one. One process, on the CPU: nothing is evaluated."""
     if cfg.predict is not None or cfg.prompt is not None:
         raise ConfigError("export", "writes the model alone; drop predict= and prompt= (or run eval.py twice)")
+    check_free(folder)  # before the model is built: a refusal is one line
     state = load_checkpoint(cfg.checkpoint, torch.device("cpu"))
     model, _ = trained_model(cfg, tested_weights(state)[1], cfg.data.get("image_size"), torch.device("cpu"))
     written = export_model(model, folder, to_dict(cfg.model), predicted_class_names(cfg, state))
     log.info(f"exported the tested weights ({source}) to {folder} in {written}")
-    if export_tokenizer(cfg.data.get("tokenizer", BYTES), run_dir_of(Path(cfg.checkpoint)), folder):
-        log.info(f"exported the run's tokenizer (data.tokenizer={cfg.data.tokenizer}): AutoTokenizer loads it")
-    else:
-        log.info("no tokenizer saved with the run (byte-level data: byte b is id b + 1, 0 pads): none exported")
+    if issubclass(data_class(cfg.data._target_), Tokenized):
+        offset = data_class(cfg.data._target_).byte_offset  # the ids the run's bytes were (data=text's: the bytes)
+        what = export_tokenizer(cfg.data.get("tokenizer", BYTES), run_dir_of(Path(cfg.checkpoint)), folder, offset)
+        log.info(f"exported the run's tokenizer (data.tokenizer={what}): AutoTokenizer loads it")
 
 
 def batch_limit(cfg: DictConfig) -> int | None:

@@ -60,7 +60,9 @@ def training_line(
     if isinstance(micro, int) and batch_size is not None:
         length += micro_batches_part(micro, batch_size, longest, model, unit or "tokens")
     code_part = f" (code {code})" if code else ""
-    return f"training {trainable:,} parameters on {device} for {length}{code_part} -> {run_dir}"
+    notes = [note for module in model.modules() if isinstance(note := getattr(module, "dropout_note", None), str)]
+    note_part = f" ({notes[0]})" if notes else ""  # a model=hf model's dropout, from its library config
+    return f"training {trainable:,} parameters{note_part} on {device} for {length}{code_part} -> {run_dir}"
 
 
 def micro_batches_part(micro: int, batch_size: int, longest: int | None, model: nn.Module, unit: str = "tokens") -> str:
