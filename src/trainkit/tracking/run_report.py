@@ -143,14 +143,19 @@ def write_summary(
     if run.proc.is_main:
         (run.run_dir / "summary.json").write_text(strict_json(summary, indent=2))  # NaN -> null
         name = run.task.metric_names[0] if run.task.metric_names else "loss"  # the task's headline metric
-        best_epoch = (
-            f"best val/{name} {best[f'val/{name}']:.4f} at epoch {best['epoch']}"
-            if f"val/{name}" in best and "epoch" in best
-            else "the last weights: no epoch was validated"
-        )
         test = test_metrics[f"test/{name}"]
-        log.info(f"done in {wall_seconds:.1f}s: test/{name} {test:.4f} ({best_epoch}) -> {run.run_dir}")
+        log.info(f"done in {wall_seconds:.1f}s: test/{name} {test:.4f} ({best_epoch_part(run, best)}) -> {run.run_dir}")
     return summary
+
+
+def best_epoch_part(run: Any, best: dict) -> str:
+    """`best epoch 3 by the monitored val/loss 0.1523; val/acc 0.9944 then`: the epoch best.pt holds, chosen by the
+    monitored metric (regularization.early_stopping.monitor), and the other val/ metrics of that epoch."""
+    monitor = getattr(getattr(run, "early_stopping", None), "monitor", None)
+    if "epoch" not in best or monitor not in best:
+        return "the last weights: no epoch was validated"
+    others = ", ".join(f"{key} {value:.4f}" for key, value in best.items() if key.startswith("val/") and key != monitor)
+    return f"best epoch {best['epoch']} by the monitored {monitor} {best[monitor]:.4f}{f'; {others} then' if others else ''}"
 
 
 def show_step(
