@@ -76,12 +76,30 @@ def check_same_data(saved: dict | None, now: dict) -> None:
     fingerprint (None or empty: a checkpoint from before fingerprints, or data without one: not checked)."""
     if not saved or not now:
         return
-    changes = data_changes(saved, now)
+    tokens = saved.get("tokenizer") != now.get("tokenizer")
+    # A split fingerprinted by its token values (data=text's blocks) differs by the tokens alone.
+    split_keys = {name: {*saved.get(name, {}), *now.get(name, {})} for name in SPLITS}
+    of_tokens = [f"the {name} split " for name, keys in split_keys.items() if tokens and "files" not in keys]
+    if of_tokens:  # a language model's classes are its token ids
+        of_tokens.append(f"{now.get('classes')} classes where there were ")
+    changes = [change for change in data_changes(saved, now) if not change.startswith(tuple(of_tokens))]
     if changes:
+        consequence = "the resumed run would train and test on other splits"
+        if tokens and len(changes) > 1:
+            consequence = "the resumed run would read its data as other tokens than its weights learned, and " + (
+                "train and test on other splits"
+            )
+        elif tokens:
+            consequence = (
+                "the resumed run would read its data as other tokens than its weights learned"
+                if of_tokens
+                else "the splits are the same, but the resumed run would read them as other tokens than its weights "
+                "learned"
+            )
         raise ConfigError(
             "data",
-            f"{'; '.join(changes)} since the checkpoint: the resumed run would train and test on other splits; "
-            f"resume with the data the run trained on, or start a new run",
+            f"{'; '.join(changes)} since the checkpoint: {consequence}; resume with the data "
+            f"{'and tokenizer ' if tokens else ''}the run trained on, or start a new run",
         )
 
 

@@ -245,3 +245,13 @@ def test_a_long_text_is_cut_as_its_tokenizer_truncates_keeping_the_closing_speci
     cut, lengths = data.tokenizer.encode_cut([long.encode()], 8)
     assert cut[0].tolist() == exported(long, truncation=True, max_length=8)["input_ids"] == [2, *[4 if "great" in
            long else 5] * 6, 3] and lengths == [len(long.split()) + 2]  # fmt: skip
+
+
+def test_a_resume_under_another_tokenizer_says_the_splits_are_the_same_and_the_tokens_differ(tmp_path):
+    from trainkit.data.fingerprint import check_same_data
+
+    file = write_rows(tmp_path / "reviews.jsonl", reviews(40, seed=0))
+    trained = hf_data(tmp_path, file, "data.tokenizer=bpe", "data.vocab_size=300", run_dir=tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"^data: the tokenizer is bytes, was bpe sha256:\w+ since the checkpoint: "
+                       r"the splits are the same, but the resumed run would read them as other tokens"):  # fmt: skip
+        check_same_data(trained.fingerprint, hf_data(tmp_path, file).fingerprint)
