@@ -100,7 +100,8 @@ def test_a_classifier_from_a_config_trains_and_its_export_loads_back_with_the_sa
     assert "exported the run's tokenizer (data.tokenizer=bytes: byte b is id b + 1, 0 pads)" in stdout
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "export", local_files_only=True).eval()
     exported = AutoTokenizer.from_pretrained(tmp_path / "export", local_files_only=True)
-    assert exported(["abc ", "123 12"], padding=True)["input_ids"] == [[98, 99, 100, 33, 0, 0], [50, 51, 52, 33, 50, 51]]
+    ids = exported(["abc ", "123 12"], padding=True)["input_ids"]
+    assert ids == [[98, 99, 100, 33, 0, 0], [50, 51, 52, 33, 50, 51]]  # the ids the run trained on (tokens below)
     assert loaded.config.id2label == dict(enumerate(sorted(PATTERNS)))  # the class folders' names
     best = load_checkpoint(run.run_dir / "checkpoints" / "best.pt", torch.device("cpu"))
     model, _ = build_model(best["config"]["model"], {}, image_size=None)

@@ -171,7 +171,8 @@ class HFText(Folds, TextData):
                 self._unlabelled_test = True
                 log.info(
                     "%s is unlabelled (all %d rows), as GLUE's test splits are: the run evaluates on the val split "
-                    "(its test/ metrics are the val split's); its rows have no label to score (eval.py predict= classifies texts)",
+                    "(its test/ metrics are the val split's); its rows have no label to score (eval.py predict= "
+                    "classifies texts)",
                     where, len(rows),
                 )  # fmt: skip
                 continue

@@ -146,10 +146,10 @@ def create_hf_model(
     if data_vocabulary is not None and embedded < data_vocabulary:
         raise ConfigError(
             "model.vocab_size",
-            f"is {'null' if vocab_size is None else vocab_size}: the model embeds {embedded} ids, but the data's tokenizer gives ids up to "
-            f"{data_vocabulary - 1} (data.vocabulary={data_vocabulary}); set model.vocab_size={data_vocabulary} "
-            f"(resizes the embeddings: the new rows start untrained), or use the model's own tokenizer "
-            f"(data.tokenizer=<its folder>)",
+            f"is {'null' if vocab_size is None else vocab_size}: the model embeds {embedded} ids, but the data's "
+            f"tokenizer gives ids up to {data_vocabulary - 1} (data.vocabulary={data_vocabulary}); set "
+            f"model.vocab_size={data_vocabulary} (resizes the embeddings: the new rows start untrained), or use the "
+            f"model's own tokenizer (data.tokenizer=<its folder>)",
         )
     if not causal:
         model.config.pad_token_id = pad_token_id  # what a decoder's classifier reads to find each text's last token
@@ -196,7 +196,7 @@ def _config_problems(
         yield error.key, error.message
     overrides = config_overrides if config_overrides is not None else {}
     if not isinstance(overrides, Mapping):
-        yield "model.config_overrides", "must be a mapping of the library config's keys, e.g. {hidden_dropout_prob: 0.0}"
+        yield "model.config_overrides", "must be a mapping of the library config's keys, e.g. {hidden_dropout_prob: 0}"
         return
     for key, instead in {**SET_APART, "model_type": "model.config or model.path"}.items():
         if key in overrides:
@@ -232,14 +232,21 @@ def _position_problems(config: Mapping, data: Mapping, whose: str, overrides: Ma
         which = "data.block_size" if data.get("block_size") else "data.max_length"
         named = f"model.config_overrides.{key}" if key in overrides else f"model.config.{key}"
         if "model.config" in whose or key in overrides:
-            yield named, (
-                f"is {positions}, below {which}={longest}: the model has no position for the tokens beyond; raise "
-                f"it to at least {longest}"
+            yield (
+                named,
+                (
+                    f"is {positions}, below {which}={longest}: the model has no position for the tokens beyond; raise "
+                    f"it to at least {longest}"
+                ),
             )
         else:
-            yield which, (
-                f"is {longest}, but {whose} has {positions} positions ({key} in its config.json): it has no position "
-                f"for the tokens beyond; set {which}={positions} or less, or give a model with more positions"
+            yield (
+                which,
+                (
+                    f"is {longest}, but {whose} has {positions} positions ({key} in its config.json): it has no "
+                    f"position for the tokens beyond; set {which}={positions} or less, or give a model with more "
+                    f"positions"
+                ),
             )
 
 
@@ -277,7 +284,7 @@ def no_saved_model(path: str) -> str:
     )
 
 
-HEAD_DROPOUT_KEYS = ("classifier_dropout", "seq_classif_dropout")  # the sequence classifier's dropout, as models name it
+HEAD_DROPOUT_KEYS = ("classifier_dropout", "seq_classif_dropout")  # a sequence classifier's dropout, by model
 
 
 def overridden(hf_config: Any, overrides: Mapping | None, dropout: float, causal: bool) -> None:
@@ -289,9 +296,7 @@ def overridden(hf_config: Any, overrides: Mapping | None, dropout: float, causal
             known = [name for name in hf_config.to_dict() if not name.startswith("_")]
             close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
             hint = f"did you mean {', '.join(close)}?" if close else f"its keys: {', '.join(known[:40])}"
-            raise ConfigError(
-                f"model.config_overrides.{key}", f"is not a key of {type(hf_config).__name__}; {hint}"
-            )
+            raise ConfigError(f"model.config_overrides.{key}", f"is not a key of {type(hf_config).__name__}; {hint}")
         setattr(hf_config, key, value)
     head = next((key for key in HEAD_DROPOUT_KEYS if hasattr(hf_config, key)), None)
     if not causal and head is not None:

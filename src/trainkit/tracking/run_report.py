@@ -155,7 +155,8 @@ def best_epoch_part(run: Any, best: dict) -> str:
     if "epoch" not in best or monitor not in best:
         return "the last weights: no epoch was validated"
     others = ", ".join(f"{key} {value:.4f}" for key, value in best.items() if key.startswith("val/") and key != monitor)
-    return f"best epoch {best['epoch']} by the monitored {monitor} {best[monitor]:.4f}{f'; {others} then' if others else ''}"
+    then = f"; {others} then" if others else ""
+    return f"best epoch {best['epoch']} by the monitored {monitor} {best[monitor]:.4f}{then}"
 
 
 def show_step(

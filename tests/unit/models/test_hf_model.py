@@ -6,12 +6,14 @@ import warnings
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from trainkit.errors import ConfigError
 from trainkit.models.export import export_model, load_exported
 from trainkit.models.hf import HuggingFaceModel, create_hf_model
 from trainkit.models.sequence import SequenceClassifier
 from trainkit.optim import param_groups
+from trainkit.tracking.run_report import training_line
 
 CLASSIFICATION = "trainkit.tasks.classification.Classification"
 LANGUAGE_MODEL = "trainkit.tasks.language_model.LanguageModel"
@@ -146,6 +148,12 @@ def test_regularization_dropout_is_the_heads_and_config_overrides_set_the_librar
         assert model.dropout_note == (
             "dropout hidden_dropout_prob 0, attention_probs_dropout_prob 0.05, classifier_dropout 0.2"
         )
+    trainer = OmegaConf.create({"max_epochs": 1, "max_steps": None})
+    line = training_line(torch.nn.ModuleDict({"wrapped": model}), trainer, 5, "cpu", "run")  # under DDP, say
+    assert (
+        " parameters (dropout hidden_dropout_prob 0, attention_probs_dropout_prob 0.05, classifier_dropout 0.2) "
+        in line
+    )
     export_model(model, tmp_path / "export", {}, ["a", "b", "c"])
     exported = AutoConfig.from_pretrained(tmp_path / "export", local_files_only=True)
     assert (exported.hidden_dropout_prob, exported.attention_probs_dropout_prob, exported.classifier_dropout) == (
@@ -155,7 +163,7 @@ def test_regularization_dropout_is_the_heads_and_config_overrides_set_the_librar
                        r"you mean hidden_dropout_prob"):  # fmt: skip
         classifier(config_overrides={"hidden_dropout": 0.0})
     with pytest.raises(ConfigError, match=r"^regularization.dropout: is 0.3, the classifier head's dropout, but "
-                       r"transformers' GPT2Config has no head dropout for a language model; .*resid_pdrop=0.1"):  # fmt: skip
+                       r"transformers' GPT2Config has no head dropout for a language model; .*resid"):  # fmt: skip
         language_model(dropout=0.3)
 
 
