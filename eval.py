@@ -232,8 +232,9 @@ def export(cfg: DictConfig, folder: Path, source: str) -> None:
     model, _ = trained_model(cfg, tested_weights(state)[1], cfg.data.get("image_size"), torch.device("cpu"))
     written = export_model(model, folder, to_dict(cfg.model), predicted_class_names(cfg, state))
     log.info(f"exported the tested weights ({source}) to {folder} in {written}")
-    if issubclass(data_class(cfg.data._target_), Tokenized):
-        offset = data_class(cfg.data._target_).byte_offset  # the ids the run's bytes were (data=text's: the bytes)
+    tokenized = data_class(cfg.data._target_)
+    if issubclass(tokenized, Tokenized):
+        offset = tokenized.byte_offset  # the ids the run's bytes were (data=text's: the bytes themselves)
         what = export_tokenizer(cfg.data.get("tokenizer", BYTES), run_dir_of(Path(cfg.checkpoint)), folder, offset)
         log.info(f"exported the run's tokenizer (data.tokenizer={what}): AutoTokenizer loads it")
 
