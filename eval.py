@@ -58,7 +58,7 @@ from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
 from trainkit.models import build_model
-from trainkit.models.export import export_model, export_tokenizer
+from trainkit.models.export import check_free, export_model, export_tokenizer
 from trainkit.runtime import pick_device, seed_everything
 from trainkit.tasks import evaluate, evaluation_outputs
 from trainkit.tasks.batches import to_device
@@ -229,16 +229,16 @@ def export(cfg: DictConfig, folder: Path, source: str) -> None:
     one. One process, on the CPU: nothing is evaluated."""
     if cfg.predict is not None or cfg.prompt is not None:
         raise ConfigError("export", "writes the model alone; drop predict= and prompt= (or run eval.py twice)")
+    check_free(folder)  # before the model is built: a refusal is one line
     state = load_checkpoint(cfg.checkpoint, torch.device("cpu"))
     model, _ = trained_model(cfg, tested_weights(state)[1], cfg.data.get("image_size"), torch.device("cpu"))
     written = export_model(model, folder, to_dict(cfg.model), predicted_class_names(cfg, state))
     log.info(f"exported the tested weights ({source}) to {folder} in {written}")
-    if data_class(cfg.data._target_).kind != "tokens":  # images, a table: no tokens to speak of
-        return
-    if export_tokenizer(cfg.data.get("tokenizer", BYTES), run_dir_of(Path(cfg.checkpoint)), folder):
-        log.info(f"exported the run's tokenizer (data.tokenizer={cfg.data.tokenizer}): AutoTokenizer loads it")
-    else:
-        log.info("no tokenizer saved with the run (byte-level data: byte b is id b + 1, 0 pads): none exported")
+    tokenized = data_class(cfg.data._target_)
+    if issubclass(tokenized, Tokenized):
+        offset = tokenized.byte_offset  # the ids the run's bytes were (data=text's: the bytes themselves)
+        what = export_tokenizer(cfg.data.get("tokenizer", BYTES), run_dir_of(Path(cfg.checkpoint)), folder, offset)
+        log.info(f"exported the run's tokenizer (data.tokenizer={what}): AutoTokenizer loads it")
 
 
 def batch_limit(cfg: DictConfig) -> int | None:
@@ -343,7 +343,7 @@ def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, in
     readable = list(texts.items())
     for start in range(0, len(readable), cfg.data.eval_batch_size):
         batch = dict(readable[start : start + cfg.data.eval_batch_size])
-        ids = [tokens.encode(text)[: cfg.data.max_length] for text in batch.values()]
+        ids = tokens.encode_cut(list(batch.values()), cfg.data.max_length)[0]
         predicted = task_predictions(model, data.prediction_batch(ids), torch.nn.Identity(), task, cfg, device)
         writer.write(predicted, list(batch), [(0, 0)] * len(batch))  # no maps: sizes are for masks
     return write_table(writer, out_dir), len(writer.rows)

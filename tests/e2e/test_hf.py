@@ -84,7 +84,7 @@ def evaluated(run_dir: Path, out: Path, *overrides: str) -> dict:
 
 
 def test_a_classifier_from_a_config_trains_and_its_export_loads_back_with_the_same_logits(run_train, corpus, tmp_path):
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from trainkit.checkpointing import load_checkpoint
     from trainkit.models import build_model
@@ -97,8 +97,11 @@ def test_a_classifier_from_a_config_trains_and_its_export_loads_back_with_the_sa
     code, stdout, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'x'}", f"checkpoint={run.run_dir}",
                                     f"export={tmp_path / 'export'}")  # fmt: skip
     assert code == 0, stderr[-3000:]
-    assert "no tokenizer saved with the run (byte-level data" in stdout
+    assert "exported the run's tokenizer (data.tokenizer=bytes: byte b is id b + 1, 0 pads)" in stdout
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "export", local_files_only=True).eval()
+    exported = AutoTokenizer.from_pretrained(tmp_path / "export", local_files_only=True)
+    ids = exported(["abc ", "123 12"], padding=True)["input_ids"]
+    assert ids == [[98, 99, 100, 33, 0, 0], [50, 51, 52, 33, 50, 51]]  # the ids the run trained on (tokens below)
     assert loaded.config.id2label == dict(enumerate(sorted(PATTERNS)))  # the class folders' names
     best = load_checkpoint(run.run_dir / "checkpoints" / "best.pt", torch.device("cpu"))
     model, _ = build_model(best["config"]["model"], {}, image_size=None)
@@ -189,7 +192,7 @@ def test_the_loops_features_run_on_it(run_train, corpus):
          "error: model.config.max_position_embeddings: is 32, below data.max_length=64: the model has no position"),
         ([f"model.config={BERT}vocab_size: 300}}"],
          "error: model.config.vocab_size: is set apart from the architecture: drop it and set model.vocab_size"),
-        (["model.path=/no/such/folder"], "error: model.path: '/no/such/folder' holds no config.json; give a folder"),
+        (["model.path=/no/such/folder"], "error: model.path: '/no/such/folder' does not exist; give a folder"),
         (["model.config={hidden_size: 32}"], "error: model.config: must be a mapping with a model_type (a config"),
     ],
     ids=["neither", "both", "positions", "vocab_size", "no_folder", "no_model_type"],

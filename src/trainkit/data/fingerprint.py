@@ -99,6 +99,8 @@ def check_same_data(saved: dict | None, now: dict) -> None:
     # A split fingerprinted by its token values (data=text's blocks) differs by the tokens alone.
     split_keys = {name: {*saved.get(name, {}), *now.get(name, {})} for name in SPLITS}
     of_tokens = [f"the {name} split " for name, keys in split_keys.items() if tokens and "files" not in keys]
+    if of_tokens:  # a language model's classes are its token ids
+        of_tokens.append(f"{now.get('classes')} classes where there were ")
     changes = [change for change in data_changes(saved, now) if not change.startswith(tuple(of_tokens))]
     if changes:
         consequence = "the resumed run would train and test on other splits"

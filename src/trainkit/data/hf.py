@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import torch
 from torch.utils.data import Dataset
 
+from trainkit.config.schema import Check, flag
 from trainkit.data.datasets import FileSplits, Folds, Splits, carve
 from trainkit.data.imagefolder import is_hidden
 from trainkit.data.text import TextData, report_majority, report_truncated
@@ -55,10 +56,14 @@ class HFText(Folds, TextData):
     cache_dir: str | None = None  # where datasets keeps its arrow files and the tokens (null: its own, ~/.cache/...)
     prefetch_factor: int = 2
     pin_memory: bool | str = "auto"
+    skip_bad_rows: bool = False  # leave out (and count) rows with no text, or unlabelled training rows
+    unlabelled_value: Any = None  # a plain label column's value that means "no label" (null: none; nulls always do)
     files: list[str] = field(default_factory=list, init=False, repr=False)  # what splits() read, for the fingerprint
     classes: list[str] = field(default_factory=list, init=False, repr=False)  # splits()'s, in label order
+    _unlabelled_test: bool = field(default=False, init=False, repr=False)  # the dataset's test split has no labels
 
     uses_root: ClassVar[bool] = False  # data.path names the data
+    config_rules: ClassVar[dict[str, Check]] = {**TextData.config_rules, "skip_bad_rows": flag()}
 
     def splits(self) -> FileSplits:
         loaded = self._load()
@@ -77,9 +82,18 @@ class HFText(Folds, TextData):
                     f"is {column!r}, not a column of '{self.path}' (its columns: {', '.join(train.column_names)}); "
                     f"name the column that holds the {'text' if key == 'data.text_column' else 'class'}",
                 )
+        parts = self._usable_rows(parts, found)
+        train = parts["train"]
         classes = class_names_of(train, self.label_column)
         label_of = {name: index for index, name in enumerate(classes)} if _plain_labels(train, self) else None
-        missing = {split: getattr(self, f"{split}_fraction") for split in ("val", "test") if split not in parts}
+        if label_of is not None:
+            log.info(
+                "%d classes: the values of %r in the training split, sorted: %s%s",
+                len(classes), self.label_column, ", ".join(classes[:10]), ", ..." if len(classes) > 10 else "",
+            )  # fmt: skip
+            self._check_known_classes(parts, found, label_of)
+        wanted = ("val",) if self._unlabelled_test else ("val", "test")  # an unlabelled test split: val's twin
+        missing = {split: getattr(self, f"{split}_fraction") for split in wanted if split not in parts}
         if self.folds is not None and "val" in parts:
             raise ConfigError(
                 "data.folds",
@@ -114,13 +128,93 @@ class HFText(Folds, TextData):
             for split, rows in parts.items()
         }
         report_truncated(tokenized["train"]["full_length"], self.max_length, f"{self.path} train", "tokens")
-        datasets = {split: TokenizedRows(tokenized[split], split) for split in ("train", "val", "test")}
+        datasets = {split: TokenizedRows(rows, split) for split, rows in tokenized.items()}
+        datasets.setdefault("test", datasets["val"])  # the dataset's test split is unlabelled: the run tests on val
         report_majority(datasets, classes)
         self.classes = classes
         return FileSplits(datasets["train"], datasets["val"], datasets["test"], num_classes=len(classes))
 
     def class_names(self) -> list[str]:
-        return self.classes or class_names_of(self._load()["train"], self.label_column)
+        return self.classes or class_names_of(self._load()["train"], self.label_column, self.unlabelled_value)
+
+    def _usable_rows(self, parts: dict[str, Any], found: dict[str, str | None]) -> dict[str, Any]:
+        """Each split without the rows it cannot use. A null or non-string text is refused naming its row and file,
+        or left out and counted with data.skip_bad_rows; so is an unlabelled training row (a ClassLabel's -1, a null
+        label, data.unlabelled_value). Unlabelled val and test rows are left out of the metrics and counted; a test
+        split with no labels at all (GLUE's) is the val split's twin: the run tests on val. Empty texts are counted."""
+        usable, self._unlabelled_test = {}, False
+        for split, rows in parts.items():
+            where = f"the {found[split]} split ('{_split_file(Path(self.path).expanduser(), found[split])}')"
+            no_text = _rows_without_text(rows, self.text_column)
+            if no_text and not self.skip_bad_rows:
+                row = no_text[0]
+                raise ConfigError(
+                    "data.text_column",
+                    f"row {row} (from 0) of {where} holds {rows[row][self.text_column]!r}, not a text; fix or remove "
+                    f"the row, or pass data.skip_bad_rows=true to leave such rows out (counted in the log)",
+                )
+            unlabelled = unlabelled_rows(rows, self.label_column, self.unlabelled_value)
+            if unlabelled and split == "train" and not self.skip_bad_rows:
+                row = unlabelled[0]
+                raise ConfigError(
+                    "data.label_column",
+                    f"row {row} (from 0) of {where} is unlabelled (its {self.label_column!r} is "
+                    f"{rows[row][self.label_column]!r}), and a training row needs a class; label or remove it, or "
+                    f"pass data.skip_bad_rows=true to leave unlabelled training rows out (counted in the log)",
+                )
+            if no_text:
+                log.warning(
+                    "%s: left out %d of %d rows whose text is null or not a string (data.skip_bad_rows=true), "
+                    "rows %s (from 0)",
+                    where, len(no_text), len(rows), _first(no_text),
+                )  # fmt: skip
+            if unlabelled and len(unlabelled) == len(rows) and split == "test":
+                self._unlabelled_test = True
+                log.info(
+                    "%s is unlabelled (all %d rows), as GLUE's test splits are: the run evaluates on the val split "
+                    "(its test/ metrics are the val split's); its rows have no label to score (eval.py predict= "
+                    "classifies texts)",
+                    where, len(rows),
+                )  # fmt: skip
+                continue
+            if unlabelled and len(unlabelled) == len(rows) and split == "val":
+                log.info("%s is unlabelled (all %d rows): carving a val split from train instead", where, len(rows))
+                continue
+            if unlabelled:
+                log.info(
+                    "%s: left out %d of %d unlabelled rows (%s)%s, rows %s (from 0)",
+                    where, len(unlabelled), len(rows), self._unlabelled_meaning(rows),
+                    " (data.skip_bad_rows=true)" if split == "train" else " from its metrics", _first(unlabelled),
+                )  # fmt: skip
+            dropped = set(no_text) | set(unlabelled)
+            kept = rows.select([row for row in range(len(rows)) if row not in dropped]) if dropped else rows
+            empty = _empty_texts(kept, self.text_column)
+            if empty:
+                log.info("%s: %d of %d texts are empty (an empty sequence each)", where, empty, len(kept))
+            usable[split] = kept
+        if not len(usable["train"]):
+            raise ConfigError("data.path", f"'{self.path}' has no training row with a text and a label")
+        return usable
+
+    def _unlabelled_meaning(self, rows: Any) -> str:
+        if not _plain_labels(rows, self):
+            return "a ClassLabel of -1 or null"
+        return "null" if self.unlabelled_value is None else f"null or data.unlabelled_value={self.unlabelled_value!r}"
+
+    def _check_known_classes(self, parts: dict[str, Any], found: dict[str, str | None], label_of: dict) -> None:
+        """A val or test row whose class the training split lacks is one line (a classifier never learns it)."""
+        for split in ("val", "test"):
+            if split not in parts:
+                continue
+            unknown = sorted({str(value) for value in parts[split][self.label_column]} - set(label_of))
+            if unknown:
+                where = f"the {found[split]} split ('{_split_file(Path(self.path).expanduser(), found[split])}')"
+                raise ConfigError(
+                    "data.label_column",
+                    f"{where} holds class {', '.join(map(repr, unknown[:5]))} that the training split lacks (its "
+                    f"classes: {', '.join(label_of)}); a classifier never learns it: give the training split rows "
+                    f"of it, or leave those rows out (data.unlabelled_value names a value that means unlabelled)",
+                )
 
     def source(self) -> str | None:
         """The files read, each with its size (a hub name: the name): the data fingerprint keeps them."""
@@ -165,6 +259,13 @@ class HFText(Folds, TextData):
                 loaded = datasets.load_dataset(self.path, cache_dir=cache)
         except ConfigError:
             raise
+        except ConnectionError as error:  # a hub name, and no network (or HF_HUB_OFFLINE=1 without a cached copy)
+            offline = " (HF_HUB_OFFLINE=1 is set)" if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") else ""
+            raise ConfigError(
+                "data.path",
+                f"{self.path!r} is no local file or folder, and the hub could not be reached for it{offline}; give a "
+                f"local data file or folder, or download the dataset once online (datasets caches it)",
+            ) from error
         except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as error:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ConfigError("data.path", f"cannot read a dataset from {self.path!r} ({reason})") from error
@@ -192,14 +293,57 @@ def _plain_labels(train: Any, data: HFText) -> bool:
     return not isinstance(train.features[data.label_column], ClassLabel)
 
 
-def class_names_of(train: Any, label_column: str) -> list[str]:
-    """The classes in label order: a ClassLabel's names, else the sorted values of the training split's labels."""
+def _split_file(given: Path, split: str | None) -> Path:
+    """The file a split was read from where the path is a folder of split files; else the path itself."""
+    if not given.is_dir() or split is None:
+        return given
+    return next((path for path in sorted(given.iterdir()) if path.name.split(".")[0] == split), given)
+
+
+def _first(rows: list[int]) -> str:
+    return ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
+
+
+def _rows_without_text(rows: Any, text_column: str) -> list[int]:
+    """The rows whose text is null or not a string (a column of numbers: every row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    texts = rows.with_format("arrow")[text_column]
+    if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
+        return list(range(len(rows)))
+    return pc.indices_nonzero(pc.is_null(texts)).to_pylist() if texts.null_count else []
+
+
+def _empty_texts(rows: Any, text_column: str) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.sum(pc.equal(pc.utf8_length(rows.with_format("arrow")[text_column]), 0)).as_py() or 0)
+
+
+def unlabelled_rows(rows: Any, label_column: str, unlabelled_value: Any = None) -> list[int]:
+    """The rows without a class: a null label, a ClassLabel's -1, and a plain column's `unlabelled_value`
+    (data.unlabelled_value; a plain -1 may be a real class, so no value means unlabelled unless named)."""
+    from datasets import ClassLabel
+
+    labels = rows[label_column]
+    if isinstance(rows.features[label_column], ClassLabel):
+        return [row for row, label in enumerate(labels) if label is None or label < 0]
+    named = None if unlabelled_value is None else str(unlabelled_value)
+    return [row for row, label in enumerate(labels) if label is None or str(label) == named]
+
+
+def class_names_of(train: Any, label_column: str, unlabelled_value: Any = None) -> list[str]:
+    """The classes in label order: a ClassLabel's names, else the sorted values of the training split's labels
+    (unlabelled rows left out)."""
     from datasets import ClassLabel
 
     feature = train.features[label_column]
     if isinstance(feature, ClassLabel):
         return list(feature.names)
-    values = sorted(set(train[label_column]), key=lambda value: (str(type(value)), value))
+    named = None if unlabelled_value is None else str(unlabelled_value)
+    labels = {value for value in train[label_column] if value is not None and str(value) != named}
+    values = sorted(labels, key=lambda value: (str(type(value)), value))
     if len(values) < 2:
         raise ConfigError(
             "data.label_column", f"{label_column!r} holds {len(values)} value(s) {values}; classification needs two"
@@ -215,13 +359,14 @@ def encode_rows(
     label_of: dict[str, int] | None,
     max_length: int,
 ) -> dict[str, list]:
-    """A batch of rows as `datasets.map` gives it: the texts' ids cut at max_length, their uncut lengths, the labels'
+    """A batch of rows as `datasets.map` gives it: the texts' ids cut at max_length (as the tokenizer truncates:
+    Tokens.encode_cut), their uncut lengths, the labels'
     numbers. A module-level function of picklable arguments, so map's cache finds it again."""
-    ids = tokens.encode_many([str(text).encode("utf-8") for text in rows[text_column]])
+    ids, lengths = tokens.encode_cut([str(text).encode("utf-8") for text in rows[text_column]], max_length)
     labels = rows[label_column] if label_of is None else [label_of[str(value)] for value in rows[label_column]]
     return {
-        "input_ids": [row[:max_length].tolist() for row in ids],
-        "full_length": [len(row) for row in ids],
+        "input_ids": [row.tolist() for row in ids],
+        "full_length": lengths,
         "label": [int(label) for label in labels],
     }
 

@@ -213,7 +213,7 @@ class TextFileDataset(Dataset):
         length = int(self.lengths[index])
         if isinstance(self.tokens, ByteTokens):  # cut before encoding: the bytes are the tokens
             return self.tokens.encode(text[:length]), label
-        return self.tokens.encode(text)[:length], label
+        return self.tokens.encode_cut([text], length)[0][0], label
 
 
 @dataclass(kw_only=True)
@@ -332,10 +332,12 @@ class TextDataset(Dataset):
     ):
         self.samples = samples
         self.tokens = tokens
-        encoded = texts if isinstance(tokens, ByteTokens) else tokens.encode_many(texts)
         self.unit = "bytes" if isinstance(tokens, ByteTokens) else "tokens"
-        self.full_lengths = [len(text) for text in encoded]  # before the cut: report_truncated's
-        self.texts: list = [text[:max_length] for text in encoded]
+        self.texts: list
+        if isinstance(tokens, ByteTokens):
+            self.texts, self.full_lengths = [text[:max_length] for text in texts], [len(text) for text in texts]
+        else:  # full_lengths: before the cut, report_truncated's
+            self.texts, self.full_lengths = tokens.encode_cut(texts, max_length)
         self.lengths = torch.tensor([len(text) for text in self.texts], dtype=torch.int64)
 
     def __len__(self) -> int:

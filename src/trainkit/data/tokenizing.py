@@ -62,6 +62,10 @@ class ByteTokens:
     def encode_many(self, texts: list[bytes]) -> list[torch.Tensor]:
         return [self.encode(text) for text in texts]
 
+    def encode_cut(self, texts: list[bytes], max_length: int) -> tuple[list[torch.Tensor], list[int]]:
+        """Every text's first max_length ids, and each text's uncut length."""
+        return [self.encode(text[:max_length]) for text in texts], [len(text) for text in texts]
+
     def decode(self, ids: list[int]) -> str:
         """The bytes of the ids as text (a model may cut a character: U+FFFD), padding left out."""
         return bytes(i - self.offset for i in ids if 0 <= i - self.offset < 256).decode("utf-8", errors="replace")
@@ -84,6 +88,7 @@ class TextTokens:
         if name == BPE:
             tokenizer.encode_special_tokens = True  # "<pad>" written in a text is text, not the padding id
         self.vocabulary = tokenizer.get_vocab_size(with_added_tokens=True)
+        self._truncating_copies: dict[int, Any] = {}
 
     def encode(self, text: bytes) -> torch.Tensor:
         return torch.tensor(self.tokenizer.encode(text.decode("utf-8")).ids, dtype=torch.int64)
@@ -92,6 +97,32 @@ class TextTokens:
         """Every text's ids, the batch encoded in parallel by the library."""
         encoded = self.tokenizer.encode_batch([text.decode("utf-8") for text in texts])
         return [torch.tensor(encoding.ids, dtype=torch.int64) for encoding in encoded]
+
+    def encode_cut(self, texts: list[bytes], max_length: int) -> tuple[list[torch.Tensor], list[int]]:
+        """Every text's ids cut at max_length as the tokenizer itself truncates (transformers' `truncation=True,
+        max_length=...`: the text is cut before its special tokens are added, so a `[CLS] ... [SEP]` keeps its
+        `[SEP]`), and each text's uncut length. Only the texts that are too long are encoded twice."""
+        encoded = self.encode_many(texts)
+        lengths = [len(ids) for ids in encoded]
+        long = [index for index, length in enumerate(lengths) if length > max_length]
+        if long:
+            cut = self._truncating(max_length).encode_batch([texts[index].decode("utf-8") for index in long])
+            for index, encoding in zip(long, cut, strict=True):
+                encoded[index] = torch.tensor(encoding.ids, dtype=torch.int64)
+        return encoded, lengths
+
+    def _truncating(self, max_length: int) -> Any:
+        """A copy of the tokenizer that truncates to max_length (the tokenizer itself is left as it is: its JSON is
+        the fingerprint's)."""
+        from tokenizers import Tokenizer
+
+        if max_length not in self._truncating_copies:
+            copy = Tokenizer.from_str(self.tokenizer.to_str())
+            copy.encode_special_tokens = self.tokenizer.encode_special_tokens
+            direction = (self.tokenizer.truncation or {}).get("direction", "right")
+            copy.enable_truncation(max_length, direction=direction)
+            self._truncating_copies[max_length] = copy
+        return self._truncating_copies[max_length]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

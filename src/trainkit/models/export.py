@@ -5,8 +5,9 @@
                      and arguments): `load_exported(folder)` rebuilds it, or hydra.utils.instantiate + load_model
 
 The weights are those the run tested (the EMA where it used one). The run's tokenizer (data.tokenizer: bpe, saved
-in its directory, or a folder) is saved beside them for AutoTokenizer.from_pretrained; byte-level data has none
-(byte b is id b + 1, 0 pads: trainkit.data.text).
+in its directory, or a folder) is saved beside them for AutoTokenizer.from_pretrained; byte-level data gets a
+tokenizer that gives the ids the run trained on: byte b is id b + 1 with 0 padding for the classifiers' text
+options, id b for a language model's data=text (the data option's byte_offset, trainkit.data.tokenizing).
 """
 
 from collections.abc import Mapping
@@ -24,8 +25,7 @@ WEIGHTS, CONFIG = "model.safetensors", "model.yaml"
 
 def export_model(model: nn.Module, folder: Path, model_config: Mapping, class_names: list[str]) -> str:
     """Write `model` into `folder` (new or empty); return what was written, for the log line."""
-    if folder.exists() and any(folder.iterdir()):
-        raise ConfigError("export", f"'{folder}' is not empty; give a new folder (nothing is overwritten)")
+    check_free(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if isinstance(model, HuggingFaceModel):
         model.save_pretrained(folder, class_names)
@@ -39,19 +39,32 @@ def export_model(model: nn.Module, folder: Path, model_config: Mapping, class_na
     return f"{WEIGHTS} and {CONFIG}: trainkit.models.export.load_exported rebuilds it"
 
 
-def export_tokenizer(spec: str, run_dir: Path | None, folder: Path) -> bool:
+def check_free(folder: Path) -> None:
+    """A ConfigError unless `folder` is new or an empty folder: an export overwrites nothing."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError("export", f"'{folder}' is a file; give a new folder (nothing is overwritten)")
+    if folder.exists() and any(folder.iterdir()):
+        raise ConfigError("export", f"'{folder}' is not empty; give a new folder (nothing is overwritten)")
+
+
+def export_tokenizer(spec: str, run_dir: Path | None, folder: Path, byte_offset: int = 1) -> str:
     """The run's data.tokenizer beside the exported weights, as `AutoTokenizer.from_pretrained(folder)` reads it
     (a tokenizer_config.json naming the class and the padding beside tokenizer.json: a bare tokenizer.json beside a
     BERT's config.json would be read as BERT's own WordPiece). bpe: the one the run saved in its directory; a
-    folder: its tokenizer as transformers saves it. False for bytes: there is no tokenizer to export."""
-    if spec == BYTES:
-        return False
+    folder: its tokenizer as transformers saves it; bytes: byte b as id b + `byte_offset` (the data option's), the
+    ids the run trained on. Returns what was exported, for the log line."""
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     source = Path(spec).expanduser()
     tokenizer: Any
-    if spec == BPE:
+    if spec == BYTES:
+        tokenizer = PreTrainedTokenizerFast(
+            tokenizer_object=byte_tokenizer(byte_offset),
+            pad_token=PAD_TOKEN if byte_offset else None,
+            split_special_tokens=True,  # "<pad>" written in a text is its bytes, as the run read it
+        )
+    elif spec == BPE:
         saved = saved_tokenizer(run_dir) if run_dir is not None else None
         if saved is None or not saved.is_file():
             raise ConfigError("export", f"data.tokenizer is bpe, but the run saved no tokenizer.json ({saved})")
@@ -63,7 +76,26 @@ def export_tokenizer(spec: str, run_dir: Path | None, folder: Path) -> bool:
         pad = read.tokenizer.id_to_token(read.pad_id) if read.pad_id is not None else None
         tokenizer = PreTrainedTokenizerFast(tokenizer_object=read.tokenizer, pad_token=pad)
     tokenizer.save_pretrained(str(folder))
-    return True
+    if spec == BYTES:
+        return "bytes: byte b is id b + 1, 0 pads" if byte_offset else "bytes: byte b is id b, no padding"
+    return spec
+
+
+def byte_tokenizer(offset: int) -> Any:
+    """A `tokenizers` Tokenizer of bytes alone: byte b is id b + `offset` (1: id 0 is <pad>), no merges, as
+    trainkit.data.tokenizing.ByteTokens encodes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    characters = {byte: chr(byte) for byte in printable}  # GPT-2's byte-level alphabet, as pre_tokenizers.ByteLevel
+    characters |= {byte: chr(256 + n) for n, byte in enumerate(b for b in range(256) if b not in characters)}
+    vocab = {character: byte + offset for byte, character in characters.items()} | ({PAD_TOKEN: 0} if offset else {})
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    if offset:
+        tokenizer.add_special_tokens([PAD_TOKEN])
+    return tokenizer
 
 
 def load_exported(folder: str | Path) -> nn.Module:

@@ -18,7 +18,9 @@ models never pay for it.
 """
 
 import difflib
+import json
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,8 @@ class HuggingFaceModel(nn.Module):
             self.block_size = next(filter(None, (getattr(self.model.config, key, None) for key in POSITION_KEYS)), None)
         # FSDP shards one of these a unit (trainkit.distributed.fsdp.blocks): the model's transformer layers
         self.block_names = sorted(getattr(model, "_no_split_modules", None) or [])
+        trained = dropouts(model.config)
+        self.dropout_note = "dropout " + (", ".join(f"{key} {value:g}" for key, value in trained.items()) or "none")
 
     def forward(self, tokens: Tensor) -> Tensor:
         options: dict[str, Any] = {"use_cache": False} if self.causal else {}  # no key-value cache to build
@@ -101,12 +105,18 @@ def create_hf_model(
     vocab_size: int | None = None,
     pad_token_id: int | None = 0,
     gradient_checkpointing: bool = False,
+    dropout: float = 0.0,
+    config_overrides: Mapping | None = None,
+    data_vocabulary: int | None = None,
 ) -> HuggingFaceModel:
     """The transformers model conf/model/hf.yaml describes, its head the task's (see the module docstring).
 
     `vocab_size`: null keeps a model.path model's own; from model.config, a language model's is `num_labels`
     (data.num_classes: its classes are its ids) and a classifier's the bytes and the padding id
-    (trainkit.data.text.VOCABULARY). A number other than a loaded model's resizes its embeddings."""
+    (trainkit.data.text.VOCABULARY). A number other than a loaded model's resizes its embeddings.
+    `dropout` (regularization.dropout) is the classifier head's (transformers' classifier_dropout);
+    `config_overrides` sets keys of the library's config (the folder's config.json or model.config's), e.g. the
+    hidden and attention dropout. `data_vocabulary`: the ids the data's tokens take, which the model must embed."""
     import transformers
 
     head = head_of(task)
@@ -115,12 +125,17 @@ def create_hf_model(
     labels = {} if causal else {"num_labels": num_labels}
     if path is not None:
         folder = pretrained_folder(path)
+        hf_config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
+        for key, value in labels.items():
+            setattr(hf_config, key, value)
+        overridden(hf_config, config_overrides, dropout, causal)
         try:
-            model = auto.from_pretrained(folder, local_files_only=True, ignore_mismatched_sizes=True, **labels)
+            model = auto.from_pretrained(folder, config=hf_config, local_files_only=True, ignore_mismatched_sizes=True)
         except ValueError as error:  # a model type without this head
             raise no_head_error("model.path", head, error) from error
     else:
         hf_config = config_of(config, vocab_size or (num_labels if causal else _byte_vocabulary()), labels)
+        overridden(hf_config, config_overrides, dropout, causal)
         try:
             model = auto.from_config(hf_config)
         except ValueError as error:
@@ -128,6 +143,15 @@ def create_hf_model(
     if vocab_size is not None and vocab_size != model.get_input_embeddings().num_embeddings:
         log.info(f"model.vocab_size={vocab_size}: resizing the token embeddings of {path}")
         model.resize_token_embeddings(vocab_size)
+    embedded = model.get_input_embeddings().num_embeddings
+    if data_vocabulary is not None and embedded < data_vocabulary:
+        raise ConfigError(
+            "model.vocab_size",
+            f"is {'null' if vocab_size is None else vocab_size}: the model embeds {embedded} ids, but the data's "
+            f"tokenizer gives ids up to {data_vocabulary - 1} (data.vocabulary={data_vocabulary}); set "
+            f"model.vocab_size={data_vocabulary} (resizes the embeddings: the new rows start untrained), or use the "
+            f"model's own tokenizer (data.tokenizer=<its folder>)",
+        )
     if not causal:
         model.config.pad_token_id = pad_token_id  # what a decoder's classifier reads to find each text's last token
     if gradient_checkpointing:
@@ -150,11 +174,12 @@ create_hf_model.config_rules = {  # type: ignore[attr-defined]
     "vocab_size": integer(1, null=True),
     "pad_token_id": integer(0, null=True),
     "gradient_checkpointing": flag(),
+    "data_vocabulary": integer(1, null=True),
 }
 
 
 def _config_problems(
-    task: str, path: str | None, config: Any, vocab_size: int | None, data: Mapping
+    task: str, path: str | None, config: Any, vocab_size: int | None, data: Mapping, config_overrides: Any = None
 ) -> Iterator[tuple[str, str]]:
     """One of model.path and model.config; a folder that holds a saved model; a config with a model_type and
     without the keys the data and the task decide; positions for the data's longest sequence; a head the task has."""
@@ -171,9 +196,24 @@ def _config_problems(
         head_of(task)
     except ConfigError as error:
         yield error.key, error.message
+    overrides = config_overrides if config_overrides is not None else {}
+    if not isinstance(overrides, Mapping):
+        yield "model.config_overrides", "must be a mapping of the library config's keys, e.g. {hidden_dropout_prob: 0}"
+        return
+    for key, instead in {**SET_APART, "model_type": "model.config or model.path"}.items():
+        if key in overrides:
+            yield f"model.config_overrides.{key}", f"has a key of its own: drop it and set {instead} instead"
     if path is not None:
-        if not (Path(path).expanduser() / "config.json").is_file():
+        folder = Path(path).expanduser()
+        if not (folder / "config.json").is_file():
             yield "model.path", no_saved_model(path)
+            return
+        try:
+            saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            yield "model.path", f"'{folder / 'config.json'}' is not a JSON config ({error}); save the model again"
+            return
+        yield from _position_problems({**saved, **overrides}, data, f"the model in '{folder}'", overrides)
         return
     if not isinstance(config, Mapping) or not isinstance(config.get("model_type"), str):
         yield "model.config", f"must be a mapping with a model_type (a config class's, or its name), e.g. {example}"
@@ -181,16 +221,35 @@ def _config_problems(
     for key, instead in SET_APART.items():
         if key in config:
             yield f"model.config.{key}", f"is set apart from the architecture: drop it and set {instead} instead"
-    positions = next((config[key] for key in POSITION_KEYS if key in config), None)
+    yield from _position_problems({**config, **overrides}, data, "model.config's", overrides)
+
+
+def _position_problems(config: Mapping, data: Mapping, whose: str, overrides: Mapping) -> Iterator[tuple[str, str]]:
+    """Positions for the data's longest sequence (data.block_size or data.max_length): a model with fewer has no
+    position for the tokens beyond, and fails inside its forward."""
+    key = next((key for key in POSITION_KEYS if key in config), None)
+    positions = config.get(key) if key is not None else None
     longest = data.get("block_size") or data.get("max_length")
     if isinstance(positions, int) and isinstance(longest, int) and positions < longest:
         which = "data.block_size" if data.get("block_size") else "data.max_length"
-        key = next(key for key in POSITION_KEYS if key in config)
-        yield (
-            f"model.config.{key}",
-            f"is {positions}, below {which}={longest}: the model has no position for the tokens beyond; raise it to "
-            f"at least {longest}",
-        )
+        named = f"model.config_overrides.{key}" if key in overrides else f"model.config.{key}"
+        if "model.config" in whose or key in overrides:
+            yield (
+                named,
+                (
+                    f"is {positions}, below {which}={longest}: the model has no position for the tokens beyond; raise "
+                    f"it to at least {longest}"
+                ),
+            )
+        else:
+            yield (
+                which,
+                (
+                    f"is {longest}, but {whose} has {positions} positions ({key} in its config.json): it has no "
+                    f"position for the tokens beyond; set {which}={positions} or less, or give a model with more "
+                    f"positions"
+                ),
+            )
 
 
 create_hf_model.config_problems = _config_problems  # type: ignore[attr-defined]
@@ -210,7 +269,57 @@ def pretrained_folder(path: str) -> Path:
 
 
 def no_saved_model(path: str) -> str:
-    return f"'{Path(path).expanduser()}' holds no config.json; give a folder a model was saved to with save_pretrained"
+    """Why model.path names no saved model: a folder without config.json, a file, or nothing there (a hub name
+    among those: model=hf reads local folders alone)."""
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        return f"'{folder}' holds no config.json; give a folder a model was saved to with save_pretrained"
+    if folder.exists():
+        return f"'{folder}' is a file; give the folder a model was saved to with save_pretrained"
+    if os.sep in path or path.startswith((".", "~")):
+        return f"'{folder}' does not exist; give a folder a model was saved to with save_pretrained"
+    offline = " (and HF_HUB_OFFLINE=1 is set)" if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") else ""
+    return (
+        f"'{path}' is no folder here, and model=hf downloads nothing{offline}: a hub name needs the network; save "
+        f"the model once where there is one (AutoModel...from_pretrained({path!r}).save_pretrained(<folder>)) and "
+        f"give that folder"
+    )
+
+
+HEAD_DROPOUT_KEYS = ("classifier_dropout", "seq_classif_dropout")  # a sequence classifier's dropout, by model
+
+
+def overridden(hf_config: Any, overrides: Mapping | None, dropout: float, causal: bool) -> None:
+    """`hf_config` with model.config_overrides set (each a key the config has: a misspelt one is refused, not
+    ignored) and the classifier head's dropout regularization.dropout (a head without one: refused where it is not
+    0)."""
+    for key, value in (overrides or {}).items():
+        if not hasattr(hf_config, key):
+            known = [name for name in hf_config.to_dict() if not name.startswith("_")]
+            close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(close)}?" if close else f"its keys: {', '.join(known[:40])}"
+            raise ConfigError(f"model.config_overrides.{key}", f"is not a key of {type(hf_config).__name__}; {hint}")
+        setattr(hf_config, key, value)
+    head = next((key for key in HEAD_DROPOUT_KEYS if hasattr(hf_config, key)), None)
+    if not causal and head is not None:
+        setattr(hf_config, head, dropout)
+    elif dropout:
+        others = ", ".join(f"{key}={value}" for key, value in dropouts(hf_config).items()) or "none"
+        raise ConfigError(
+            "regularization.dropout",
+            f"is {dropout}, the classifier head's dropout, but transformers' {type(hf_config).__name__} has no "
+            f"{'head dropout for a language model' if causal else 'classifier_dropout'}; set regularization.dropout=0 "
+            f"and its own dropouts with model.config_overrides (now: {others})",
+        )
+
+
+def dropouts(hf_config: Any) -> dict[str, float]:
+    """The config's dropout probabilities, by their names (hidden_dropout_prob, attn_pdrop, classifier_dropout...)."""
+    return {
+        key: value
+        for key, value in hf_config.to_dict().items()
+        if ("dropout" in key or "pdrop" in key) and isinstance(value, int | float) and not isinstance(value, bool)
+    }
 
 
 def config_of(config: Mapping | None, vocab_size: int, labels: dict) -> Any:

@@ -73,7 +73,9 @@ def training_line(
     if fold:
         length += f", val {fold} (data.folds)"
     code_part = f" (code {code})" if code else ""
-    return f"training {trainable:,} parameters on {device} for {length}{code_part} -> {run_dir}"
+    notes = [note for module in model.modules() if isinstance(note := getattr(module, "dropout_note", None), str)]
+    note_part = f" ({notes[0]})" if notes else ""  # a model=hf model's dropout, from its library config
+    return f"training {trainable:,} parameters{note_part} on {device} for {length}{code_part} -> {run_dir}"
 
 
 def micro_batches_part(micro: int, batch_size: int, longest: int | None, model: nn.Module, unit: str = "tokens") -> str:
@@ -176,14 +178,20 @@ def write_summary(
     if run.proc.is_main:
         (run.run_dir / "summary.json").write_text(strict_json(summary, indent=2))  # NaN -> null
         name = run.task.metric_names[0] if run.task.metric_names else "loss"  # the task's headline metric
-        best_epoch = (
-            f"best val/{name} {best[f'val/{name}']:.4f} at epoch {best['epoch']}"
-            if f"val/{name}" in best and "epoch" in best
-            else "the last weights: no epoch was validated"
-        )
         test = test_metrics[f"test/{name}"]
-        log.info(f"done in {wall_seconds:.1f}s: test/{name} {test:.4f} ({best_epoch}) -> {run.run_dir}")
+        log.info(f"done in {wall_seconds:.1f}s: test/{name} {test:.4f} ({best_epoch_part(run, best)}) -> {run.run_dir}")
     return summary
+
+
+def best_epoch_part(run: Any, best: dict) -> str:
+    """`best epoch 3 by the monitored val/loss 0.1523; val/acc 0.9944 then`: the epoch best.pt holds, chosen by the
+    monitored metric (regularization.early_stopping.monitor), and the other val/ metrics of that epoch."""
+    monitor = getattr(getattr(run, "early_stopping", None), "monitor", None)
+    if "epoch" not in best or monitor not in best:
+        return "the last weights: no epoch was validated"
+    others = ", ".join(f"{key} {value:.4f}" for key, value in best.items() if key.startswith("val/") and key != monitor)
+    then = f"; {others} then" if others else ""
+    return f"best epoch {best['epoch']} by the monitored {monitor} {best[monitor]:.4f}{then}"
 
 
 def show_step(

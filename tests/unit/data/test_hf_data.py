@@ -145,3 +145,113 @@ def test_folds_cut_the_training_pool_by_class_the_test_rows_stay_and_a_validatio
         datasets.Dataset.from_list(rows[:30]).to_json(str(folder / f"{split}.jsonl"))
     with pytest.raises(ConfigError, match=r"^data.folds: is 3, but .* has a validation split of its own"):
         hf_data(tmp_path, folder, "data.folds=3", "data.fold=0")
+
+
+def write_rows(file: Path, rows: list[dict]) -> Path:
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text("\n".join(json.dumps(row) for row in rows))
+    return file
+
+
+def test_a_row_without_a_text_is_one_line_naming_it_or_skipped_and_counted_and_empty_texts_are_counted(
+    tmp_path, caplog
+):
+    rows = reviews(60, seed=0)
+    rows[3]["review"], rows[5]["review"] = None, ""
+    file = write_rows(tmp_path / "reviews.jsonl", rows)
+    with pytest.raises(ConfigError, match=r"^data.text_column: row 3 \(from 0\) of the train split \('.*reviews.jsonl'"
+                       r"\) holds None, not a text; .* data.skip_bad_rows=true"):  # fmt: skip
+        hf_data(tmp_path, file)
+    with caplog.at_level("INFO"):
+        data = hf_data(tmp_path, file, "data.skip_bad_rows=true")
+    assert sum(len(getattr(data, split).loader.dataset) for split in ("train", "val", "test")) == 59  # not "None"
+    assert "left out 1 of 60 rows whose text is null or not a string (data.skip_bad_rows=true), rows 3" in caplog.text
+    assert "1 of 59 texts are empty" in caplog.text
+
+
+def test_a_plain_minus_one_is_a_class_unless_data_unlabelled_value_names_it(tmp_path, caplog):
+    rows = [{"review": ["great", "awful", "meh"][k % 3] * 3, "stars": [1, 0, -1][k % 3]} for k in range(60)]
+    file = write_rows(tmp_path / "three.jsonl", rows)
+    with caplog.at_level("INFO"):
+        assert hf_data(tmp_path, file).class_names == ["-1", "0", "1"]  # -1/0/1 labels: three classes
+    assert "3 classes: the values of 'stars' in the training split, sorted: -1, 0, 1" in caplog.text
+    with pytest.raises(ConfigError, match=r"^data.label_column: row 2 \(from 0\) of the train split .* is unlabelled "
+                       r"\(its 'stars' is -1\), and a training row needs a class"):  # fmt: skip
+        hf_data(tmp_path, file, "data.unlabelled_value=-1")
+    data = hf_data(tmp_path, file, "data.unlabelled_value=-1", "data.skip_bad_rows=true")
+    assert data.class_names == ["0", "1"] and len(data.train.loader.dataset) + len(data.val.loader.dataset) == 36
+
+    folder = tmp_path / "splits"  # unlabelled rows of a test split: left out of its metrics, counted
+    write_rows(folder / "train.jsonl", [row for row in rows if row["stars"] >= 0])
+    write_rows(folder / "test.jsonl", rows[:9])
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        data = hf_data(tmp_path, folder, "data.unlabelled_value=-1")
+    assert len(data.test.loader.dataset) == 6 and "left out 3 of 9 unlabelled rows (null or data.unlabelled_value=-1)" \
+        in caplog.text  # fmt: skip
+
+
+def test_a_classlabel_test_split_without_labels_tests_on_val_and_a_class_only_in_test_is_one_line(tmp_path, caplog):
+    import datasets
+
+    features = datasets.Features({"review": datasets.Value("string"), "stars": datasets.ClassLabel(names=["n", "p"])})
+    folder = tmp_path / "glue"
+    folder.mkdir()
+    for split, count in (("train", 40), ("validation", 8), ("test", 6)):  # GLUE's test labels are -1
+        rows = [{**row, "stars": -1 if split == "test" else int(row["stars"] == "pos")} for row in reviews(count, 1)]
+        datasets.Dataset.from_list(rows, features=features).to_parquet(str(folder / f"{split}.parquet"))
+    with caplog.at_level("INFO"):
+        data = hf_data(tmp_path, folder)
+    assert data.test.loader.dataset is data.val.loader.dataset and len(data.val.loader.dataset) == 8
+    assert "test.parquet') is unlabelled (all 6 rows), as GLUE's test splits are: the run evaluates on the val" \
+        in caplog.text  # fmt: skip
+
+    only_in_test = tmp_path / "only_in_test"
+    write_rows(only_in_test / "train.jsonl", reviews(40, seed=0))
+    write_rows(only_in_test / "test.jsonl", [*reviews(6, seed=1), {"review": "so-so", "stars": "mid"}])
+    with pytest.raises(ConfigError, match=r"^data.label_column: the test split \('.*test.jsonl'\) holds class 'mid' "
+                       r"that the training split lacks \(its classes: neg, pos\)"):  # fmt: skip
+        hf_data(tmp_path, only_in_test)
+
+
+def test_a_hub_name_without_the_network_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match=r"^data.path: 'no-such-hub-dataset' is no local file or folder, and the hub "
+                       r"could not be reached for it \(HF_HUB_OFFLINE=1 is set\)"):  # fmt: skip
+        hf_data(tmp_path, Path("no-such-hub-dataset"))
+
+
+def test_a_long_text_is_cut_as_its_tokenizer_truncates_keeping_the_closing_special_token(tmp_path):
+    """A tokenizer whose post-processor wraps a text in [CLS] ... [SEP]: the run's ids of a long text are those of
+    the documented export recipe (truncation=True, max_length=...), [SEP] last, not the first max_length ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "great": 4, "awful": 5}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="[PAD]").save_pretrained(str(tmp_path / "tok"))
+    file = write_rows(tmp_path / "reviews.jsonl", reviews(40, seed=0))
+    data = hf_data(tmp_path, file, f"data.tokenizer={tmp_path / 'tok'}", "data.max_length=8")
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "tok"), local_files_only=True)
+    dataset = data.train.loader.dataset
+    cut = [dataset[index][0].tolist() for index in range(len(dataset))]
+    assert all(ids[0] == 2 and ids[-1] == 3 for ids in cut) and max(map(len, cut)) == 8  # [CLS] ... [SEP], cut inside
+    long = next(row["review"] for row in reviews(40, seed=0) if len(row["review"].split()) > 6)
+    assert data.tokenizer is not None
+    cut, lengths = data.tokenizer.encode_cut([long.encode()], 8)
+    assert cut[0].tolist() == exported(long, truncation=True, max_length=8)["input_ids"] == [2, *[4 if "great" in
+           long else 5] * 6, 3] and lengths == [len(long.split()) + 2]  # fmt: skip
+
+
+def test_a_resume_under_another_tokenizer_says_the_splits_are_the_same_and_the_tokens_differ(tmp_path):
+    from trainkit.data.fingerprint import check_same_data
+
+    file = write_rows(tmp_path / "reviews.jsonl", reviews(40, seed=0))
+    trained = hf_data(tmp_path, file, "data.tokenizer=bpe", "data.vocab_size=300", run_dir=tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"^data: the tokenizer is bytes, was bpe sha256:\w+ since the checkpoint: "
+                       r"the splits are the same, but the resumed run would read them as other tokens"):  # fmt: skip
+        check_same_data(trained.fingerprint, hf_data(tmp_path, file).fingerprint)

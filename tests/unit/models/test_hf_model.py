@@ -6,12 +6,14 @@ import warnings
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from trainkit.errors import ConfigError
 from trainkit.models.export import export_model, load_exported
 from trainkit.models.hf import HuggingFaceModel, create_hf_model
 from trainkit.models.sequence import SequenceClassifier
 from trainkit.optim import param_groups
+from trainkit.tracking.run_report import training_line
 
 CLASSIFICATION = "trainkit.tasks.classification.Classification"
 LANGUAGE_MODEL = "trainkit.tasks.language_model.LanguageModel"
@@ -69,7 +71,7 @@ def test_a_saved_model_loads_from_its_folder_offline_and_a_new_head_replaces_one
     assert as_classifier.model.config.pad_token_id == 0 and as_classifier(tokens).shape == (2, 5)
     resized = create_hf_model(LANGUAGE_MODEL, num_labels=300, path=str(tmp_path / "lm"), vocab_size=300)
     assert resized.eval()(tokens).shape == (2, 9, 300)
-    with pytest.raises(ConfigError, match=r"^model.path: '.*nowhere' holds no config.json"):
+    with pytest.raises(ConfigError, match=r"^model.path: '.*nowhere' does not exist; give a folder"):
         create_hf_model(LANGUAGE_MODEL, num_labels=256, path=str(tmp_path / "nowhere"))
 
 
@@ -128,3 +130,87 @@ def test_an_export_loads_back_with_the_same_logits(tmp_path):
     ours = SequenceClassifier(**{key: value for key, value in config.items() if key != "_target_"}).eval()
     export_model(ours, tmp_path / "ours", config, [])
     torch.testing.assert_close(load_exported(tmp_path / "ours").eval()(tokens), ours(tokens))
+
+
+def test_regularization_dropout_is_the_heads_and_config_overrides_set_the_librarys_keys(tmp_path):
+    """A saved BERT's hidden_dropout_prob 0.1 trained on under regularization=none before: now the head's dropout
+    is regularization.dropout, model.config_overrides sets the body's, the note names them and the export keeps
+    them; a misspelt key and a head without dropout are one line each."""
+    from transformers import AutoConfig
+
+    classifier().model.save_pretrained(tmp_path / "bert")  # BertConfig's defaults: hidden and attention dropout 0.1
+    model = create_hf_model(CLASSIFICATION, num_labels=3, path=str(tmp_path / "bert"), dropout=0.0)
+    assert model.model.dropout.p == 0.0 and model.model.bert.embeddings.dropout.p == 0.1  # the head's; the body's
+    overrides = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.05}
+    for source in ({"path": str(tmp_path / "bert")}, {"config": BERT}):
+        model = create_hf_model(CLASSIFICATION, num_labels=3, dropout=0.2, config_overrides=overrides, **source)
+        assert model.model.dropout.p == 0.2 and model.model.bert.embeddings.dropout.p == 0.0
+        assert model.dropout_note == (
+            "dropout hidden_dropout_prob 0, attention_probs_dropout_prob 0.05, classifier_dropout 0.2"
+        )
+    trainer = OmegaConf.create({"max_epochs": 1, "max_steps": None})
+    line = training_line(torch.nn.ModuleDict({"wrapped": model}), trainer, 5, "cpu", "run")  # under DDP, say
+    assert (
+        " parameters (dropout hidden_dropout_prob 0, attention_probs_dropout_prob 0.05, classifier_dropout 0.2) "
+        in line
+    )
+    export_model(model, tmp_path / "export", {}, ["a", "b", "c"])
+    exported = AutoConfig.from_pretrained(tmp_path / "export", local_files_only=True)
+    assert (exported.hidden_dropout_prob, exported.attention_probs_dropout_prob, exported.classifier_dropout) == (
+        0.0, 0.05, 0.2,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^model.config_overrides.hidden_dropout: is not a key of BertConfig; did "
+                       r"you mean hidden_dropout_prob"):  # fmt: skip
+        classifier(config_overrides={"hidden_dropout": 0.0})
+    with pytest.raises(ConfigError, match=r"^regularization.dropout: is 0.3, the classifier head's dropout, but "
+                       r"transformers' GPT2Config has no head dropout for a language model; .*resid"):  # fmt: skip
+        language_model(dropout=0.3)
+
+
+def test_a_model_folder_is_checked_for_positions_and_the_datas_ids_and_a_missing_one_is_named(tmp_path, monkeypatch):
+    from trainkit.models.hf import _config_problems
+
+    classifier().model.save_pretrained(tmp_path / "bert")  # 64 positions, 257 ids
+    folder = str(tmp_path / "bert")
+    problems = dict(_config_problems(CLASSIFICATION, folder, None, None, {"max_length": 128}))
+    assert problems["data.max_length"].startswith(
+        f"is 128, but the model in '{folder}' has 64 positions (max_position_embeddings in its config.json)"
+    )
+    assert not list(_config_problems(CLASSIFICATION, folder, None, None, {"max_length": 64}))
+    with pytest.raises(ConfigError, match=r"^model.vocab_size: is null: the model embeds 257 ids, but the data's "
+                       r"tokenizer gives ids up to 299 \(data.vocabulary=300\); set model.vocab_size=300"):  # fmt: skip
+        create_hf_model(CLASSIFICATION, num_labels=3, path=folder, data_vocabulary=300)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for path, message in (
+        (tmp_path / "nowhere", f"'{tmp_path / 'nowhere'}' does not exist; give a folder a model was saved to"),
+        ("bert-base-uncased", "'bert-base-uncased' is no folder here, and model=hf downloads nothing (and "
+         "HF_HUB_OFFLINE=1 is set): a hub name needs the network"),
+        (tmp_path, f"'{tmp_path}' holds no config.json; give a folder"),
+    ):  # fmt: skip
+        assert dict(_config_problems(CLASSIFICATION, str(path), None, None, {}))["model.path"].startswith(message)
+
+
+@pytest.mark.parametrize(("offset", "said"), [(1, "byte b is id b + 1, 0 pads"), (0, "byte b is id b, no padding")])
+def test_byte_data_exports_a_tokenizer_of_the_ids_the_run_trained_on(tmp_path, offset, said):
+    """The classifiers' bytes are b + 1 (0 pads), a language model's data=text bytes are themselves: the exported
+    tokenizer encodes a text to those ids (a literal "<pad>" too) and says which it is."""
+    from transformers import AutoTokenizer
+
+    from trainkit.data.text import BYTE_TOKENS
+    from trainkit.data.text_blocks import TextBlocks
+    from trainkit.data.tokenizing import ByteTokens
+    from trainkit.models.export import export_tokenizer
+
+    assert TextBlocks.byte_offset == 0 and BYTE_TOKENS.offset == 1  # what the data options train on
+    assert export_tokenizer("bytes", None, tmp_path / "export", offset) == f"bytes: {said}"
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "export", local_files_only=True)
+    text = "the <pad> café\n\x00"
+    assert tokenizer(text)["input_ids"] == ByteTokens(offset).encode(text.encode()).tolist()
+    assert tokenizer.pad_token_id == (0 if offset else None) and tokenizer.decode(tokenizer(text)["input_ids"]) == text
+
+
+def test_an_export_to_a_file_is_one_line(tmp_path):
+    (tmp_path / "taken").write_text("x")
+    with pytest.raises(ConfigError, match=r"^export: '.*taken' is a file; give a new folder \(nothing is overwritten"):
+        export_model(classifier(), tmp_path / "taken", {}, [])
+    assert (tmp_path / "taken").read_text() == "x"

@@ -117,3 +117,23 @@ def test_micro_batches_of_token_data_count_tokens_and_a_size_below_a_sequence_is
     assert "micro-batches" not in training_line(
         NoNormCNN(1, 10), trainer(4096), 5, "cpu", "run", batch_size=32, longest=128
     )
+
+
+def test_the_closing_line_names_the_monitored_metric_that_chose_the_epoch_and_the_others_then(tmp_path, caplog):
+    """best.pt is the epoch of the best val/loss (epoch 1) while epoch 0 had the higher val/acc: the line said
+    "best val/acc 0.5000 at epoch 1", as if 0.5 were the best val/acc."""
+    from trainkit.tasks.classification import Classification
+
+    run = SimpleNamespace(
+        state=TrainState(epoch=2, step=20, best_metrics={"epoch": 1, "step": 20, "val/loss": 0.6, "val/acc": 0.5}),
+        cfg=OmegaConf.create({"optimized_metric": "val/acc"}),
+        task=Classification(num_classes=2),
+        early_stopping=SimpleNamespace(monitor="val/loss"),
+        proc=SimpleNamespace(world_size=1, is_main=True),
+        device="cpu",
+        run_dir=tmp_path,
+        loggers=Loggers([]),
+    )
+    with caplog.at_level(logging.INFO):
+        write_summary(run, {"epoch": 1}, {"test/loss": 0.7, "test/acc": 0.5}, "max_epochs", 1.0)
+    assert "test/acc 0.5000 (best epoch 1 by the monitored val/loss 0.6000; val/acc 0.5000 then) ->" in caplog.text
