@@ -475,6 +475,18 @@ def test_a_regression_on_a_table_stops_on_its_headline_metric_and_the_quick_test
     if summary["stop_reason"] == "early_stopping":
         assert "early stopping: val/r2 has not improved" in process.stdout + process.stderr
 
+    from sklearn.datasets import load_diabetes
+
+    rows = load_diabetes().data[:5]  # the first five patients, as the data reads them
+    table = tmp_path / "rows.csv"
+    header, body = ",".join(f"f{i}" for i in range(10)), [",".join(str(float(value)) for value in row) for row in rows]
+    table.write_text("\n".join([header, *body]))
+    out = tmp_path / "predicted"
+    predicted = run_script(repo, "eval.py", f"hydra.run.dir={out}", f"checkpoint={run_dir}", f"predict={table}")
+    assert predicted.returncode == 0, predicted.stderr[-4000:]
+    lines = (out / "predictions.csv").read_text().splitlines()  # predict= on a CSV of rows, as the data reads them
+    assert lines[0] == "file,row,value" and [line.split(",")[1] for line in lines[1:]] == ["0", "1", "2", "3", "4"]
+
     refused = run_script(repo, "train.py", "data=diabetes", "model=table_mlp", f"hydra.run.dir={tmp_path / 'no'}")
     assert refused.returncode == 1 and not (tmp_path / "no").exists()  # the default task: one line, no directory
     assert refused.stderr.strip().splitlines() == [
