@@ -27,6 +27,12 @@ CONFIG = {
 }
 
 
+FILLED = (
+    "filled in by the run, not settings: optimized_metric=val/acc, regularization.early_stopping.monitor=val/loss, "
+    "regularization.early_stopping.mode=min"
+)  # the task's defaults, which conf/ leaves null
+
+
 def make_run(path, overrides, val_acc, val_loss, test_acc=None, summary=True, metric="val/acc", **summary_extra):
     """A run directory as train.py leaves it: its config and overrides, per-epoch and per-step rows, then test
     metrics and summary.json (`summary=False`: killed mid-line, no summary.json)."""
@@ -386,7 +392,7 @@ def test_a_real_multirun_gives_two_settings_of_two_seeds_and_its_runs_diff(tmp_p
     lines = out.splitlines()
     header = lines.index("config: 2 keys differ (.hydra/config.yaml, resolved: what was set)")
     assert sorted(line.split()[0] for line in lines[header + 2 :][:2]) == ["optimizer.lr", "seed"]
-    assert lines[header + 4] == "filled in by the run, not settings: optimized_metric=val/acc"
+    assert lines[header + 4] == FILLED
     assert lines[header + 5].startswith("code: ")
     assert "packages: the same " in out and "machine: the same (" in out
     assert "data: the same fingerprint (checkpoints/last.pt, checkpoints/last.pt)" in out
@@ -416,7 +422,7 @@ def test_a_continued_sweep_is_one_setting_and_a_continued_run_diffs_as_its_twin(
     code, out, err = run_here("scripts/compare_runs.py", "--diff", str(twin), str(sweep / "1"))
     assert code == 0, err
     assert "config: the same (.hydra/config.yaml, resolved: what was set)" in out.splitlines()
-    assert "filled in by the run, not settings: optimized_metric=val/acc" in out
+    assert FILLED in out.splitlines()
 
 
 def filled_in(run, values):

@@ -178,6 +178,7 @@ def test_build_run_resolves_the_config_once_read_only_and_every_checkpoint_holds
 
     from conftest import ROOT
     from trainkit.config.schema import to_dict
+    from trainkit.config.validation import validate
     from trainkit.distributed.process_group import ProcessInfo
 
     sys.path.insert(0, str(ROOT))
@@ -186,6 +187,7 @@ def test_build_run_resolves_the_config_once_read_only_and_every_checkpoint_holds
     overrides = ["data=synthetic", "data.num_samples=64", "data.image_size=8"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose("config", overrides=overrides)
+    validate(cfg)  # as every run: the task's defaults (the early-stopping monitor and mode) filled in
     composed = to_dict(cfg)
     run = train.build_run(cfg, tmp_path, ProcessInfo(), torch.device("cpu"))
     config = run.resolved_config
