@@ -13,14 +13,23 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
 def anchors(path: Path) -> set[str]:
-    """GitHub's heading anchors: lower case, punctuation but `-` and `_` dropped, spaces to `-`."""
-    text = FENCED_BLOCK.sub("", path.read_text(encoding="utf-8"))
+    return anchors_in(path.read_text(encoding="utf-8"))
+
+
+def anchors_in(text: str) -> set[str]:
+    """GitHub's heading anchors of a markdown text: lower case, punctuation but `-` and `_` dropped, spaces to `-`."""
+    text = FENCED_BLOCK.sub("", text)
     headings = re.findall(r"^#{1,6} (.+?)\s*$", text, re.MULTILINE)
     return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
 
 
 def links(path: Path) -> list[str]:
-    text = FENCED_BLOCK.sub("", path.read_text(encoding="utf-8"))
+    return links_in(path.read_text(encoding="utf-8"))
+
+
+def links_in(text: str) -> list[str]:
+    """The relative links of a markdown text (outside code blocks)."""
+    text = FENCED_BLOCK.sub("", text)
     return [link for link in LINK.findall(text) if not re.match(r"[a-z]+:", link)]  # not http:, mailto:
 
 

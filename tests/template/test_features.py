@@ -1,6 +1,7 @@
 """Every optional feature can be deleted: docs/features.md's table, applied to a copy of the repository.
 
-For each row: its files deleted, its config keys removed, its marked lines (`# feature: <name>`) deleted; then
+For each row: its files deleted, its config keys removed, its marked lines (`# feature: <name>`) deleted, and in
+the docs its marked lines and blocks (`<!-- feature: <name> -->`) and its row of the table; then
 nothing left names its modules, ruff finds no unused import or undefined name, `python train.py` trains the
 default run (one epoch) and the core's quick tests pass, all in the copy. The table is the one list: a feature
 added there is deleted here, and one whose deletion needs more than the table says fails here.
@@ -15,9 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from template.test_docs_links import anchors_in, links_in
+
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "features.md"
 MARKER = re.compile(r"#\s*feature:\s*([\w-]+)")
+# In markdown, invisible when rendered: a line ending in the marker, or a block from a line holding only the marker
+# to a line holding only its closing one (`<!-- /feature: <name> -->`).
+DOC_MARKER = re.compile(r"<!--\s*(/?)feature:\s*([\w-]+)\s*-->")
+# What the docs may call a feature by, beyond its files' paths: none of it may outlive its deletion.
+DOC_NAMES = {"lr_finder": r"lr.?find|range test|lr_finder"}
 # The core's quick tests: the config, checkpoints and the runtime, none of which may need a feature.
 CORE_TESTS = (
     "tests/unit/config/test_config.py::test_default_config_validates",
@@ -95,6 +103,57 @@ def test_the_table_lists_features_and_every_marked_line_belongs_to_one():
     for path in marked_files(ROOT):
         for name in MARKER.findall(path.read_text(encoding="utf-8")):
             assert name in FEATURES, f"{path.relative_to(ROOT)} marks a line for {name}, which {TABLE.name} lacks"
+    for path in doc_files(ROOT):
+        for _, name in DOC_MARKER.findall(path.read_text(encoding="utf-8")):
+            assert name in FEATURES, f"{path.relative_to(ROOT)} marks a line for {name}, which {TABLE.name} lacks"
+
+
+def test_marked_doc_lines_and_blocks_go_and_nothing_else():
+    text = (
+        "a\nb <!-- feature: x -->\n  <!-- feature: x -->\nc\n<!-- feature: y -->\nd\n<!-- /feature: y -->\n"
+        "  <!-- /feature: x -->\ne\n"
+    )
+    assert without_marked_docs(text, "x") == "a\ne\n"
+    only_x = "a\nb <!-- feature: x -->\n  <!-- feature: x -->\nc\n  <!-- /feature: x -->\ne\n"
+    assert without_marked_docs(text, "y") == only_x
+    with pytest.raises(AssertionError, match="no closing"):
+        without_marked_docs("a\n<!-- feature: x -->\nb\n", "x")
+
+
+@pytest.mark.parametrize("name", list(FEATURES))
+def test_deleting_the_feature_leaves_no_doc_naming_it_and_every_link_resolves(name):
+    """The docs' side of a deletion, on text alone: after its marked doc lines, its table row, its config keys and
+    its files go, no line of README.md, CONTRIBUTING.md, docs/ or conf/ names a file it deleted (or, for a feature
+    in DOC_NAMES, calls it by its name), and every relative link still reaches a file and a heading."""
+    feature = FEATURES[name]
+    deleted = {ROOT / file for file in feature["files"]}
+    texts = {}
+    for path in [*doc_files(ROOT), *sorted((ROOT / "conf").rglob("*.yaml"))]:
+        if path in deleted or any(folder in path.parents for folder in deleted):
+            continue
+        text = path.read_text(encoding="utf-8")
+        for key in feature["config"].get(str(path.relative_to(ROOT)), []):
+            text = remove_key(text, key)
+        texts[path] = without_docs_of(path.relative_to(ROOT), text, name)
+    named = [re.escape(file) for file in feature["files"]]
+    named += [re.escape(file.removeprefix("src/trainkit/")) for file in feature["files"] if file.startswith("src/")]
+    pattern = re.compile("|".join([*named, *([DOC_NAMES[name]] if name in DOC_NAMES else [])]), re.IGNORECASE)
+    left = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}"
+        for path, text in texts.items()
+        for number, line in enumerate(text.splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert left == [], f"{name} deleted, the docs still name it:\n" + "\n".join(left)
+    for path, text in texts.items():
+        if path.suffix != ".md":
+            continue
+        for link in links_in(text):
+            target, _, anchor = link.partition("#")
+            target_path = (path.parent / target).resolve() if target else path
+            assert target_path.exists() and target_path not in deleted, f"{path.relative_to(ROOT)}: {link} is gone"
+            if anchor and target_path in texts:
+                assert anchor in anchors_in(texts[target_path]), f"{path.relative_to(ROOT)}: {link}: no such heading"
 
 
 def test_the_config_check_names_no_feature():
@@ -119,6 +178,36 @@ def marked_files(root: Path) -> list[Path]:
         *root.glob("scripts/*.sh"),
         *root.glob("src/**/*.py"),
     ]
+
+
+def doc_files(root: Path) -> list[Path]:
+    """Where a marked doc line may be: the README, CONTRIBUTING.md and docs/."""
+    return [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def without_marked_docs(text: str, name: str) -> str:
+    """`text` (markdown) without what it marks as `name`'s: each line ending in `<!-- feature: <name> -->`, and each
+    block from a line holding only that marker to a line holding only `<!-- /feature: <name> -->`, both included."""
+    kept, inside = [], False
+    for line in text.splitlines(keepends=True):
+        alone = DOC_MARKER.fullmatch(line.strip())
+        if inside:
+            inside = not (alone and alone.groups() == ("/", name))
+        elif alone and alone.groups() == ("", name):
+            inside = True
+        elif not re.search(rf"<!--\s*feature:\s*{re.escape(name)}\s*-->\s*$", line):
+            kept.append(line)
+    assert not inside, f"<!-- feature: {name} --> has no closing <!-- /feature: {name} -->"
+    return "".join(kept)
+
+
+def without_docs_of(relative: Path, text: str, name: str) -> str:
+    """A doc file's `text` once `name` is deleted: its marked lines and blocks, and in the table its row."""
+    if relative.suffix != ".md":
+        return text
+    if relative == TABLE.relative_to(ROOT):
+        text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(f"| `{name}`"))
+    return without_marked_docs(text, name)
 
 
 def copy_of_the_repository(destination: Path) -> Path:
@@ -156,6 +245,9 @@ def delete(copy: Path, name: str, feature: dict) -> None:
             marked[str(path.relative_to(copy))] = len(lines) - len(kept)
             path.write_text("".join(kept), encoding="utf-8")
     assert marked == feature["marked"], f"{name}: the marked lines are {marked}, the table says {feature['marked']}"
+    for path in doc_files(copy):
+        text = path.read_text(encoding="utf-8")
+        path.write_text(without_docs_of(path.relative_to(copy), text, name), encoding="utf-8")
 
 
 def leftover_references(copy: Path, feature: dict) -> list[str]:
