@@ -90,6 +90,8 @@ def searched_params() -> list[str]:
 def check_search_space(cfg: DictConfig, searched: list[str]) -> None:
     """A search over a key this run does not read (label smoothing for a task that takes none) spends trials that
     differ by noise alone: stop at once, naming the key."""
+    if not searched:
+        return
     from trainkit.config.validation import unread_settings
 
     unread = unread_settings(cfg, searched)
