@@ -202,7 +202,7 @@ def test_a_classlabel_test_split_without_labels_tests_on_val_and_a_class_only_in
         datasets.Dataset.from_list(rows, features=features).to_parquet(str(folder / f"{split}.parquet"))
     with caplog.at_level("INFO"):
         data = hf_data(tmp_path, folder)
-    assert data.test.loader.dataset is data.val.loader.dataset and len(data.val.loader.dataset) == 8
+    assert data.test.dataset is data.val.dataset and len(data.val.dataset) == 8  # the val split, tested
     assert "test.parquet') is unlabelled (all 6 rows), as GLUE's test splits are: the run evaluates on the val" \
         in caplog.text  # fmt: skip
 
