@@ -129,6 +129,7 @@ def test_the_closing_line_names_the_monitored_metric_that_chose_the_epoch_and_th
         cfg=OmegaConf.create({"optimized_metric": "val/acc"}),
         task=Classification(num_classes=2),
         early_stopping=SimpleNamespace(monitor="val/loss"),
+        data=SimpleNamespace(fingerprint={}, train=None, val=None),
         proc=SimpleNamespace(world_size=1, is_main=True),
         device="cpu",
         run_dir=tmp_path,
