@@ -1,5 +1,7 @@
 """logger=tensorboard, read back with TensorBoard's own reader (EventAccumulator)."""
 
+import time
+
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -62,6 +64,10 @@ def test_tensorboard_resume_appends_and_hides_what_the_first_part_logged_after_t
     for step in (1, 2, 3):
         first.log({"epoch": 0, "step": step, "train/step_loss": float(step)})
     first.finish()
+    # TensorBoard reads a folder's event files in name order, and a name holds the second it was made and then a
+    # counter of writers in this process ("...9" sorts after "...10"): a real resume is a later process, so wait
+    # for the next second as it would.
+    time.sleep(1.01 - time.time() % 1)
     second = build_loggers(cfg, tmp_path, resume_step=1)  # the checkpoint stood at step 1
     second.log({"epoch": 0, "step": 2, "train/step_loss": 20.0})
     second.finish()
