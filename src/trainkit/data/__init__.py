@@ -1,17 +1,11 @@
-"""The data stage of a run: the dataset `data._target_` makes, split, sharded across ranks, loaded.
+"""The data stage of a run: the dataset `data._target_` makes, split, sharded across ranks and loaded.
 
     data = build_data(cfg.data, device, seed=cfg.seed, rank=rank, world_size=world_size)
-    data.train.set_epoch(epoch)            # before every epoch, as with DistributedSampler
-    for inputs, targets in data.train: ... # images: uint8 0..255 or float32 in [0, 1], [B, C, H, W]
-    transform = data.option.batch_transform(augmentation, input_size, channels_last, train=True)
+    data.train.set_epoch(epoch)
+    for inputs, targets in data.train: ...
 
-A data option (conf/data/<name>.yaml) names in `_target_` a dataclass derived from `Data` (`ImageData`
-for images) whose fields are the option's keys (see trainkit.data.datasets): `hydra.utils.instantiate(cfg.data)`
-makes it, and its `splits()` the data. `Splits` of tensors (digits, synthetic, shapes, mnist,
-cifar10, cached) live on the device and batch by indexing; `FileSplits` of datasets (imagefolder,
-text files) stream through DataLoader workers, batched by the option's `batch_sampler` and `collate`,
-and their batches arrive on the CPU. An option's heavy imports (torchvision) happen inside
-`splits()`, so they cost nothing to `--help` or a config error.
+In-memory splits live on the device and batch by indexing; file splits stream through DataLoader workers and
+arrive on the CPU (docs/data.md#a-data-options-class).
 """
 
 import logging
@@ -54,25 +48,25 @@ class DataBundle:
     val: TensorLoader | FileLoader
     test: TensorLoader | FileLoader
     num_classes: int
-    kind: str = "image"  # the option's kind: image | tokens | generic
-    pad_id: int | None = None  # token data: the padding id (real tokens are inputs != pad_id); None: no padding
-    tokenizer: Tokens | None = None  # text: data.tokenizer's (trainkit.data.tokenizing): ids, their bytes and text
-    vocabulary: int | None = None  # text: the ids a model embeds (data.vocabulary: the tokenizer's)
-    size_unit: str | None = None  # items of many sizes (Data.size_unit: tokens): micro-batches count it; None: samples
-    longest: int | None = None  # the most units (tokens) a training item holds, where the data says
-    channels: int | None = None  # images: their shape, and the statistics to normalize them with
+    kind: str = "image"
+    pad_id: int | None = None  # None: no padding
+    tokenizer: Tokens | None = None
+    vocabulary: int | None = None
+    size_unit: str | None = None
+    longest: int | None = None  # the largest training item, in size_unit
+    channels: int | None = None
     image_size: int | None = None
-    mean: tuple[float, ...] | None = None  # one value per channel, for normalizing images scaled to [0, 1]
+    mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
-    fingerprint: dict = field(default_factory=dict)  # what the splits hold (trainkit.data.fingerprint): for a resume
-    class_names: list[str] = field(default_factory=list)  # Data.class_names(): what predictions call the classes
-    option: Data | None = None  # the data option itself: its batch_transform is what train.py applies to batches
+    fingerprint: dict = field(default_factory=dict)
+    class_names: list[str] = field(default_factory=list)
+    option: Data | None = None
 
     def transforms(
         self, augmentation: Any, input_size: int | None, channels_last: bool, device: torch.device
     ) -> tuple[torch.nn.Module, torch.nn.Module]:
         """The data option's batch transforms, for training (augmenting) and for evaluation, on `device`."""
-        if self.option is None:  # a bundle made by hand (tests): batches as they are
+        if self.option is None:  # a bundle made by hand, in tests
             return torch.nn.Identity(), torch.nn.Identity()
         return (
             self.option.batch_transform(augmentation, input_size, channels_last, train=True).to(device),
@@ -90,11 +84,9 @@ def build_data(
     run_dir: Path | None = None,
     trains_tokenizer: bool = True,
 ) -> DataBundle:
-    """Loaders for train/val/test of this rank, from the data config `cfg` (cfg.data). `seed` must be
-    the same on every rank (the run seed, not seed + rank): it fixes the train shuffle that all ranks
-    share. `cfg` was checked by trainkit.config.validation; what only the data can tell (files, sizes,
-    class counts) is checked here. `resumed_from`: the checkpoint `cfg` came from; its model keeps its class count.
-    `run_dir`: where data.tokenizer=bpe is saved (trained unless `trains_tokenizer` is False: eval.py), or read."""
+    """This rank's train/val/test loaders for cfg.data, checking what only the data can tell (files, sizes, class
+    counts). `seed` must be the run seed, the same on every rank, since all ranks share the train shuffle.
+    `run_dir`: where data.tokenizer=bpe is saved or read."""
     data = make_data(cfg)
     if isinstance(data, Tokenized):
         data.saved_in, data.trains = run_dir, trains_tokenizer
@@ -108,16 +100,16 @@ def build_data(
     test: TensorLoader | FileLoader
 
     made = make_splits(data)
-    tokens = data.tokens if isinstance(data, Tokenized) else None  # text: the tokenizer its splits() made
+    tokens = data.tokens if isinstance(data, Tokenized) else None
     images = isinstance(data, ImageData)
     channels: int | None
     image_size: int | None
     if isinstance(made, FileSplits):
         channels, image_size = (data.channels, data.image_size) if isinstance(data, ImageData) else (None, None)
-        files = file_loader_settings(data, device)  # data.num_workers / pin_memory `auto` resolved here
+        files = file_loader_settings(data, device)
         files["collate"] = data.collate
 
-        def batches(split: Any, train: bool) -> Any:  # the option's batch sampler (a size budget), or None
+        def batches(split: Any, train: bool) -> Any:
             return data.batch_sampler(split, train=train, **shards)
 
         train = FileLoader(made.train, **train_args, **files, batch_sampler=batches(made.train, True))
@@ -126,7 +118,7 @@ def build_data(
         )
     else:
         channels, image_size = None, None
-        if images:  # an image option's numbers are checked against its images
+        if images:
             channels, image_size = made.train[0].shape[1], made.train[0].shape[-1]
             _check_matches(data, "channels", channels)
             _check_matches(data, "image_size", image_size)
@@ -144,7 +136,7 @@ def build_data(
         )
     _check_matches(data, "num_classes", num_classes)
 
-    if len(train) == 0 and train.sampler.size < world_size:  # (a batch sampler with too few batches said so)
+    if len(train) == 0 and train.sampler.size < world_size:
         raise ConfigError(
             "distributed.nproc_per_node",
             f"{train.sampler.size} training samples for {world_size} processes leave some without a sample (every "
@@ -184,8 +176,7 @@ def build_data(
 
 
 def _longest_item(data: Data, made: Splits | FileSplits) -> int | None:
-    """The units of the training split's largest item: a row of in-memory items [N, T], or the most of a file
-    split's item_sizes (what a size budget reads); None where the data does not say."""
+    """The size of the training split's largest item, in size_unit; None where the data does not say."""
     if isinstance(made, Splits):
         return made.train[0][0].numel() if len(made.train[0]) else None
     sizes = data.item_sizes(made.train)
@@ -193,8 +184,7 @@ def _longest_item(data: Data, made: Splits | FileSplits) -> int | None:
 
 
 def make_data(cfg: Mapping) -> Data:
-    """`hydra.utils.instantiate(cfg)` of a data config, after a one-line error for a `_target_` that
-    names no Data subclass (the import happens here)."""
+    """`hydra.utils.instantiate(cfg)`, after a one-line error for a `_target_` that names no Data subclass."""
     import hydra.utils
 
     data_class(cfg["_target_"])
@@ -216,11 +206,10 @@ def make_splits(data: Data) -> Splits | FileSplits:
 
 
 def _placement(splits: Splits, device: torch.device, rank: int) -> tuple[torch.device, bool]:
-    """Where in-memory splits live, and whether batches are pinned: on the device when they fit in
-    DEVICE_SHARE of its free memory; otherwise on the host, each batch gathered whole into pinned
-    memory for an asynchronous copy."""
+    """Where in-memory splits live, and whether batches are pinned: on the device when they fit in DEVICE_SHARE of
+    its free memory, else on the host."""
     if device.type != "cuda":
-        return device, False  # host memory; a memory-mapped cache is paged in as batches touch it
+        return device, False
     needed = sum(t.numel() * t.element_size() for split in (splits.train, splits.val, splits.test) for t in split)
     free, _ = torch.cuda.mem_get_info(device)
     if needed <= DEVICE_SHARE * free:

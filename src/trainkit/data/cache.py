@@ -1,22 +1,10 @@
-"""The offline cache: an image folder decoded once into uint8 arrays, then trained from in memory.
+"""The offline cache: an image folder decoded once into uint8 arrays, then trained from in memory
+(docs/data.md#an-offline-cache-decode-once-train-from-memory). A cache directory holds:
 
-    python scripts/preprocess.py /cache data.root=/images data.image_size=32    # write_cache
-    python train.py data=cached data.root=/cache data.image_size=32              # Cached
-
-Decoding a PNG or JPEG costs far more than the step of a small model; the cache pays it once.
-Pixels are decoded by trainkit.data.imagefolder (the same listing, splits, resize and crop as
-`data=imagefolder`), so a cached image equals the one the file loader yields. `data=cached` then
-takes the device-resident path of the built-in datasets (TensorLoader: one gather a batch, random
-augmentation still on the device, every epoch). A cache directory holds:
-
-    meta.json              what it was made from: image size, channels, classes, split keys, sources
-    <split>_images.npy     uint8 [N, C, S, S]; read whole when it fits in memory, else memory-mapped
+    meta.json              what it was made from; written last, so a directory without it is not a cache
+    <split>_images.npy     uint8 [N, C, S, S]
     <split>_labels.npy     int64 [N]
     <split>_files.txt      the source file of each row, in order
-
-meta.json is written last: a directory without it is not a cache. The new cache is written into a
-sibling directory (`.<name>.partial-<pid>`) and swapped in by rename once complete, so an
-interrupted preprocess.py (Ctrl-C, a full disk, a kill) leaves a cache that was there as it was.
 """
 
 import json
@@ -36,13 +24,13 @@ from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # of meta.json and the arrays; a cache of another format is refused
+FORMAT = 1  # a cache of another format is refused
 SPLITS = ("train", "val", "test")
-SPLIT_KEYS = ("val_fraction", "test_fraction", "split_seed")  # matter only for splits carved from train/
-HOST_SHARE = 0.5  # a split larger than this share of the available host memory stays memory-mapped
+SPLIT_KEYS = ("val_fraction", "test_fraction", "split_seed")
+HOST_SHARE = 0.5  # of available host memory; a larger split stays memory-mapped
 
 
-# What a cache directory holds (see above): the swap replaces a directory with these files only.
+# The swap replaces only a directory that holds these files alone.
 CACHE_FILES = (
     "meta.json",
     *(f"{split}_{part}" for split in SPLITS for part in ("images.npy", "labels.npy", "files.txt")),
@@ -54,25 +42,24 @@ def write_cache(data: ImageFolder, out: Path, *, num_workers: int = 0, progress:
     return its meta. Written beside `out` and swapped in at the end: until then a cache at `out`
     stays whole and usable, and whatever stops the write (Ctrl-C too) removes the partial one."""
     others = sorted(p.name for p in out.iterdir() if p.name not in CACHE_FILES) if out.is_dir() else []
-    if others:  # the swap replaces the whole directory: never take a user's files with it
+    if others:
         raise ConfigError(
             "cache_dir", f"{out} holds files that are not a cache's ({others[0]}); choose a new directory"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.parent / f".{out.name}.partial-{os.getpid()}"  # same file system: the rename is a move
+    partial = out.parent / f".{out.name}.partial-{os.getpid()}"  # same file system, so the rename is a move
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     try:
         meta = _write_arrays(data, partial, num_workers, progress)
         _swap_in(partial, out)
     finally:
-        shutil.rmtree(partial, ignore_errors=True)  # interrupted: the partial cache goes, the old one stays
+        shutil.rmtree(partial, ignore_errors=True)
     return meta
 
 
 def _swap_in(new: Path, out: Path) -> None:
-    """Put the finished cache `new` at `out`. Two renames: only between them (microseconds) is there
-    no cache at `out`; a directory cannot be replaced by another in one rename."""
+    """Puts the finished cache `new` at `out` by two renames, since one rename cannot replace a directory."""
     old = out.parent / f".{out.name}.old-{os.getpid()}"
     if out.exists():
         os.replace(out, old)
@@ -97,7 +84,6 @@ def _write_arrays(data: ImageFolder, out: Path, num_workers: int, progress: bool
             images = np.lib.format.open_memmap(out / f"{split}_images.npy", mode="w+", dtype=np.uint8, shape=shape)
             labels = np.empty(len(dataset), dtype=np.int64)
             start = 0
-            # The training file loader, in file order: an unreadable image is its one-line error naming the file.
             for batch, batch_labels in FileLoader(dataset, 256, shuffle=False, train=False, num_workers=num_workers):
                 images[start : start + len(batch)] = batch.numpy()
                 labels[start : start + len(batch)] = batch_labels.numpy()
@@ -105,7 +91,7 @@ def _write_arrays(data: ImageFolder, out: Path, num_workers: int, progress: bool
                 bar.update(len(batch))
             images.flush()
             del images
-            if start != len(dataset):  # the loader skipped unreadable files (data.skip_bad_files=true)
+            if start != len(dataset):
                 raise ConfigError(
                     "data.skip_bad_files",
                     f"{len(dataset) - start} of the {len(dataset)} {split} images could not be read; a cache "
@@ -131,15 +117,14 @@ def _write_arrays(data: ImageFolder, out: Path, num_workers: int, progress: bool
 
 @dataclass(kw_only=True)
 class Cached(Folds, ImageData):
-    """The `data=cached` option: the cache at `data.root` as tensors (build_data moves them to the
-    device), after checking that it was made with these image size, channels, classes and splits."""
+    """The `data=cached` option: the cache at `data.root` as tensors, once checked against these settings."""
 
-    val_fraction: float  # as the cache was made (checked only when it carved val/ or test/ from train/)
+    val_fraction: float  # as the cache was made
     test_fraction: float
     split_seed: int
 
     needs_root: ClassVar[str] = "the folder scripts/preprocess.py wrote"
-    decodes_images: ClassVar[bool] = True  # decoded from image files when the cache was made
+    decodes_images: ClassVar[bool] = True
 
     def splits(self) -> Splits:
         assert self.root is not None, "the config check requires data.root (needs_root)"
@@ -152,8 +137,7 @@ class Cached(Folds, ImageData):
         return Splits(train, val, test, num_classes=meta["num_classes"])
 
     def _fold(self, train: Split, val: Split, meta: dict[str, Any], root: Path) -> tuple[Split, Split]:
-        """data.fold of data.folds of the cache's train and val rows together (Folds.folded): a cache carved its val
-        split from train/, or the image folder had a val/ of its own, which refuses folds."""
+        """The fold of the cache's train and val rows together; refused where the folder had a val/ of its own."""
         if "val" not in meta["carved"]:
             raise ConfigError(
                 "data.folds",
@@ -161,7 +145,7 @@ class Cached(Folds, ImageData):
                 f"own: folds are cut from train/ alone; remove data.folds, or remake the cache from a folder without "
                 f"val/",
             )
-        images, labels = (torch.cat([train[i], val[i]]) for i in (0, 1))  # the pool, in memory
+        images, labels = (torch.cat([train[i], val[i]]) for i in (0, 1))
         rows = {"train": torch.arange(len(train[1])), "val": torch.arange(len(train[1]), len(labels))}
         parts = self.folded(rows, self.split_seed, labels)
         return (images[parts["train"]], labels[parts["train"]]), (images[parts["val"]], labels[parts["val"]])
@@ -170,8 +154,8 @@ class Cached(Folds, ImageData):
 def _arrays(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     images = np.load(root / f"{split}_images.npy", mmap_mode="r")
     if images.nbytes < HOST_SHARE * _available_memory():
-        images = np.array(images)  # read once: a batch is then a gather in memory, not page faults
-    else:  # larger than memory: copy-on-write pages, read from disk as batches touch them
+        images = np.array(images)  # a batch is then a gather, not page faults
+    else:
         log.warning("%s of %s (%.1f GiB) is read from the mapped file", split, root, images.nbytes / 2**30)
         images = np.load(root / f"{split}_images.npy", mmap_mode="c")
     return torch.from_numpy(images), torch.from_numpy(np.load(root / f"{split}_labels.npy"))
@@ -201,7 +185,7 @@ def read_meta(root: Path) -> dict[str, Any]:
 
 
 def check_made_with(data: Cached | ImageFolder, meta: dict[str, Any], root: Path) -> None:
-    """Refuse a cache made with other settings than `data`'s, naming the first key that differs."""
+    """Refuses a cache made with other settings than `data`'s, naming the first key that differs."""
     keys = ["image_size", "channels", "num_classes"] + (list(SPLIT_KEYS) if meta["carved"] else [])
     for key in keys:
         wanted = getattr(data, key)
@@ -216,9 +200,8 @@ def check_made_with(data: Cached | ImageFolder, meta: dict[str, Any], root: Path
 
 
 def remake_command(data: Cached | ImageFolder, meta: dict[str, Any], root: Path, keys: list[str]) -> str:
-    """preprocess.py with every setting the cache records, at `data`'s values: the printed command
-    remakes this cache with the one change, not with preprocess.py's defaults for the rest."""
+    """The preprocess.py command that remakes this cache with `data`'s values for every setting it records."""
     settings = [f"data.{key}={getattr(data, key)}" for key in keys if getattr(data, key) is not None]
-    if data.channels != meta["channels"]:  # preprocess.py checks the statistics against the channels too
+    if data.channels != meta["channels"]:
         settings += [f"'data.{key}=[{','.join(f'{v:g}' for v in getattr(data, key))}]'" for key in ("mean", "std")]
     return f"python scripts/preprocess.py {root} data.root={meta['source']} {' '.join(settings)}"

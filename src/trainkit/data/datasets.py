@@ -1,18 +1,6 @@
-"""What a data option is (Data, and ImageData for images), what it returns (Splits, FileSplits), the
-seeded carving of splits, and the built-in in-memory datasets.
-
-A data option (conf/data/<name>.yaml) names in `_target_` a dataclass derived from `Data` (images:
-from `ImageData`), whose fields are exactly the option's keys: `hydra.utils.instantiate(cfg.data)`
-makes it (in a notebook too), and its `splits()` makes the data:
-- `Splits` of `(inputs, targets)` tensors, e.g. images `[N, C, H, W]`, uint8 (0..255) or float32 in
-  [0, 1], and int64 labels; targets keep their dtype (float targets of a regression stay float).
-  build_data puts them on the device (TensorLoader); or
-- `FileSplits` of map-style datasets, e.g. items `(uint8 [C, S, S] tensor, label)`, decoded in
-  DataLoader workers (FileLoader) and batched by the option's `collate`, as trainkit.data.imagefolder does.
-The option also says how its batches are made (`batch_sampler`: fixed sizes, or a size budget) and
-what runs on them on the device (`batch_transform`: images scale, resize, augment and normalize;
-other data nothing). Every split is a pure function of the fields, so every rank builds the same one
-without talking to the others.
+"""What a data option is (Data, and ImageData for images), what its splits() returns (Splits, FileSplits), the
+seeded carving of splits, and the built-in in-memory datasets. The class attributes and methods a data option may
+set: docs/data.md#a-data-options-class.
 """
 
 import dataclasses
@@ -52,102 +40,73 @@ class FileSplits:
     num_classes: int
 
 
-# kw_only: fields with defaults here may come before a subclass's fields without (Hydra passes keywords).
+# kw_only lets a subclass add fields without defaults after these (Hydra passes keywords).
 @dataclass(kw_only=True)
 class Data:
-    """The keys every data option has, of any kind (images, token sequences, tables): what build_data,
-    the loaders and the config check read. A subclass adds the keys of its own data and `splits()`;
-    `ImageData` adds what images need (channels, size, normalization, mirroring).
+    """The keys every data option has. A subclass adds its own keys as fields and defines `splits()`; the config
+    check reads the class attributes from the class before anything is built."""
 
-    The class attributes say what the config check (trainkit.config.validation) needs to know of
-    the data before anything is built. It reads them from the class `data._target_` names, so a
-    dataset of your own is checked like the built-in ones, with no list of names to extend.
-    """
-
-    name: str  # a label for messages; the class decides what loads
-    root: str | None = None  # the folder the data is read from (generated data has none)
-    download: bool = False  # fetch the files into data.root when they are missing
-    num_classes: int | None  # the model's outputs (classes; a vocabulary); null: as many as the data has
+    name: str  # for messages only: the class decides what loads
+    root: str | None = None
+    download: bool = False
+    num_classes: int | None  # null: as many as the data has
     batch_size: int  # per process
     eval_batch_size: int
-    num_workers: int | str  # DataLoader workers for file data; auto: see trainkit.data.loader_settings
+    num_workers: int | str
     drop_last: bool
-    shuffle: bool  # reshuffle the training split every epoch
+    shuffle: bool
 
-    kind: ClassVar[str] = "generic"  # "image" | "tokens" | "generic": what the loop may do with a batch
-    # Items of many sizes, in this unit ("tokens"; a signal's "frames"): with a budget key named after it
-    # (max_<unit>) the option batches by a size budget, and trainer.micro_batch_size counts units. None: samples.
+    kind: ClassVar[str] = "generic"
     size_unit: ClassVar[str | None] = None
-    in_memory: ClassVar[bool] = True  # splits() gives Splits, held on the device; False: FileSplits
-    needs_root: ClassVar[str] = ""  # what data.root must name, for data read from a folder ("": nothing)
-    uses_root: ClassVar[bool] = True  # False: generated or shipped data, a data.root set is ignored
-    downloadable: ClassVar[bool] = False  # data.download=true fetches the files
-    needs_num_classes: ClassVar[bool] = False  # the data makes data.num_classes classes: it cannot be null
-    # The extensions of the files eval.py's predict= reads with read_for_prediction (a table: (".csv", ".npy")).
-    # (): predict= is refused, naming these. Images and text files are read as their options read them.
+    in_memory: ClassVar[bool] = True
+    needs_root: ClassVar[str] = ""
+    uses_root: ClassVar[bool] = True
+    downloadable: ClassVar[bool] = False
+    needs_num_classes: ClassVar[bool] = False
     prediction_files: ClassVar[tuple[str, ...]] = ()
-    # Options of other groups made for this data, as `group=option` (the first of a group is what the tests and
-    # the config check's hints pair it with): ("model=gpt", "task=language_model"). (): conf/config.yaml's
-    # defaults (model=cnn, task=classification) suit it; a model of your own for your data is named here.
     suits: ClassVar[tuple[str, ...]] = ()
 
     def splits(self) -> Splits | FileSplits:
         raise NotImplementedError(f"{type(self).__name__} must define splits()")
 
     def read_for_prediction(self, path: Path) -> Sequence[Any]:
-        """The samples one predict= file holds (a file of `prediction_files`), each as `prediction_batch` takes it and
-        as the splits hold it (a table's file: a row of features each, scaled as splits() scales them). Raise for a
-        file that cannot be read (eval.py names it; data.skip_bad_files skips it)."""
+        """The samples in one predict= file, each as the splits hold it; raises for a file it cannot read."""
         raise NotImplementedError(f"{type(self).__name__} must define read_for_prediction() for its prediction_files")
 
     def prediction_batch(self, samples: list[Any]) -> Any:
-        """A batch of predict= samples in this data's own form, without targets, as `task.outputs` takes it: here
-        an (inputs, None) pair of the samples stacked (images [B, C, S, S] as read, a table's rows [B, F]). Data of
-        dict batches makes its dict (without the targets): eval.py refuses image data with `image_entries` that
-        keeps this one."""
+        """A batch of predict= samples without targets, as `task.outputs` takes it: here (stacked samples, None)."""
         return torch.stack(samples), None
 
     def class_names(self) -> list[str]:
-        """The classes in label order, as predictions name them (an image folder's class folders); [] where the
-        data names none (labels are numbers). Every checkpoint keeps them, so eval.py's predict= needs no data."""
+        """The class names in label order, which checkpoints keep for predictions; [] when labels are numbers."""
         return []
 
     def source(self) -> str | None:
-        """What decides the data besides its fields and files, for the run's data fingerprint (a resume elsewhere
-        compares it): the standard library's Python version for a corpus read from it; None here."""
+        """What decides the data besides its fields and files, for the data fingerprint; None here."""
         return None
 
     def identity(self, made: "Splits | FileSplits") -> dict:
-        """What this data is before any split, for summary.json, scripts/compare_runs.py and a resume (besides its
-        option, classes and source(): trainkit.data.identity): by default every sample of `made`'s three splits
-        together, in no order, so another fold or carve of the same samples is the same data. An option whose splits
-        are not a partition of the same samples (rows numbered per split, text cut into blocks per split) returns
-        what it read instead: data=hf its files and their digests, data=text its texts."""
+        """What this data is before any split (summary.json's `data`): by default every sample of the three splits,
+        in no order. An option whose splits do not partition one set of samples returns what it read instead."""
         from trainkit.data.identity import samples_identity
 
         return samples_identity(made)
 
     def batch_transform(self, augmentation: Any, input_size: int | None, channels_last: bool, train: bool) -> nn.Module:
-        """What runs on the device between the loader and the model, on whole batches (train.py, evaluation,
-        eval.py and the finders apply it). None here: the batches go to the model as they are."""
+        """What runs on whole batches on the device between the loader and the model; nothing here."""
         return nn.Identity()
 
     def collate(self, items: list[Any]) -> Any:
-        """A batch from a list of file-split items (FileLoader's workers): torch's default_collate here;
-        token sequences pad to the batch's longest."""
+        """A batch from a list of file-split items, made in the loader's workers."""
         return default_collate(items)
 
     def item_sizes(self, dataset: Dataset) -> Sequence[int] | None:
-        """Each item's size in `size_unit`s, what it pads to in a batch (a text's tokens, a signal's frames): the
-        dataset's `sizes`, one an item; None where it declares none."""
+        """Each item's size in `size_unit`s (the dataset's `sizes`), or None where it declares none."""
         return getattr(dataset, "sizes", None)
 
     def batch_sampler(self, dataset: Dataset, *, train: bool, seed: int, rank: int, world_size: int) -> Any:
-        """This rank's batches of a file split as lists of indices, or None: batches of data.batch_size
-        (data.eval_batch_size) drawn by the loaders' own samplers. An option whose items have sizes (`size_unit`)
-        and whose budget key data.max_<unit> is set fills batches up to that many units, items of similar size
-        together (SizeBudgetBatches, from item_sizes), data.batch_size capping the items a batch, as many batches
-        on every rank."""
+        """This rank's batches of a file split as lists of indices when data.max_<size_unit> is set; None otherwise,
+        for the loaders' own samplers."""
         key = budget_key(type(self))
         budget = getattr(self, key, None) if key else None
         if budget is None:
@@ -157,7 +116,7 @@ class Data:
             raise ConfigError(
                 f"data.{key}",
                 f"is set, but {type(dataset).__name__} declares no item sizes to batch by; give it `sizes` (one an "
-                f"item, in {self.size_unit}) or set data.{key}=null",
+                f"per item, in {self.size_unit}) or set data.{key}=null",
             )
         from trainkit.data.size_budget import SizeBudgetBatches
 
@@ -170,38 +129,34 @@ class Data:
             rank=rank,
             world_size=world_size,
             drop_last=self.drop_last and train,
-            train=train,  # training: as many batches on every rank; evaluation: each sample once
+            train=train,
             unit=str(self.size_unit),
         )
 
 
 def budget_key(data: type["Data"]) -> str | None:
-    """The key of a data option's size budget, max_<its size_unit> (text: max_tokens), if it has one."""
+    """The key of a data option's size budget, max_<its size_unit>, if it has one."""
     key = f"max_{data.size_unit}" if data.size_unit else None
     return key if key in {field.name for field in dataclasses.fields(data)} else None
 
 
 @dataclass(kw_only=True)
 class ImageData(Data):
-    """Images `[N, C, S, S]`: the keys of every data option plus those of images. Its batch transform scales,
-    resizes, augments (training) and normalizes on the device (trainkit.augment.BatchTransform), and the
-    config check's image rules (statistics per channel, flips, image augmentation) apply to it alone."""
+    """Images `[N, C, S, S]`, which its batch transform scales, resizes, augments and normalizes on the device."""
 
-    channels: int  # checked against what splits() returns
-    image_size: int  # side length of the square images, checked likewise
-    mirror_changes_label: bool  # true: a mirror image is another class, so flips are refused
-    mean: Sequence[float]  # per channel (or one for all), of the pixels scaled to [0, 1]
+    channels: int
+    image_size: int
+    mirror_changes_label: bool
+    mean: Sequence[float]  # of the pixels scaled to [0, 1]
     std: Sequence[float]
 
     kind: ClassVar[str] = "image"
-    decodes_images: ClassVar[bool] = False  # images decode as greyscale or RGB: data.channels is 1 or 3
-    # Dict batches: the entries that hold images, which the batch transform scales, resizes, augments and
-    # normalizes; the others (a caption's ids, lengths, the targets) pass as they are. Pairs: their inputs.
+    decodes_images: ClassVar[bool] = False
     image_entries: ClassVar[tuple[str, ...]] = ()
 
     @staticmethod
     def config_problems(channels: int, mean: Sequence[float], std: Sequence[float]) -> Iterator[tuple[str, str]]:
-        """One statistic a channel, or one for all (the config check asks this, trainkit.config.validation)."""
+        """One statistic per channel, or one for all."""
         for key, values in (("mean", mean), ("std", std)):
             if len(values) not in (1, channels):
                 yield (
@@ -225,19 +180,17 @@ class ImageData(Data):
 
 
 def per_channel(values: Sequence[float], channels: int) -> tuple[float, ...]:
-    """One value for all channels, or one per channel, as a tuple of one per channel (the config check
-    held the length to data.channels, and build_data data.channels to the data)."""
+    """One value per channel, from one value for all or one per channel."""
     numbers = tuple(float(value) for value in values)
     return numbers * channels if len(numbers) == 1 else numbers
 
 
 def data_class(target: str) -> type[Data]:
-    """The Data subclass `data._target_` names, imported but not built (the config check reads
-    its fields and class attributes); a one-line ConfigError when there is none."""
+    """The Data subclass `data._target_` names, imported but not built; a one-line ConfigError if there is none."""
     module_name, _, attribute = target.rpartition(".")
     try:
         found = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as error:  # ValueError: no module part at all
+    except (ImportError, AttributeError, ValueError) as error:  # ValueError: no module part
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(
             "data._target_",
@@ -257,13 +210,9 @@ def carve(
 ) -> dict[str, torch.Tensor]:
     """Sorted, disjoint indices for each named split in `fractions`, and "train" for the rest.
 
-    One permutation drawn from `seed` is cut in the order of `fractions`, so the same
-    config gives the same split on every machine and every rank. trainkit.config.validation holds each
-    fraction in (0, 1) and their sum below 1; what rounding leaves of `num_samples` is checked here.
-    With `labels` (one a sample) the cut is stratified: each split holds each class in its fraction, to within
-    one sample (a folder listed class by class would otherwise give a small split a class or two). Labels are
-    class indices: float targets (a regression's) are refused rather than cast, which would make each distinct
-    value a class; to stratify a number, pass its quantile bins (`torch.bucketize(y, y.quantile(q))`) on purpose.
+    One permutation drawn from `seed` is cut in the order of `fractions`, so every machine and rank cuts the same.
+    With `labels` (class indices, one per sample) each split holds each class in its fraction, to within one sample;
+    float labels are refused: to stratify a number, pass its quantile bins.
     """
     order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed))
     if labels is not None:
@@ -300,27 +249,22 @@ def folded(
     labels: Any = None,
     names: Sequence[str] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """`parts` (carve's sorted indices, "train" and "val" among them) with the training pool, train and val together,
-    cut into `folds` folds by `seed`: fold `fold` is "val", the others "train". Every other split (test) is left as
-    it was, so a fold's test split is the one a run without folds has. `labels` (one a sample of what the indices
-    index): the folds are stratified, each class's count the same in every fold to within one, and more folds than
-    the smallest class has samples are refused (a fold would lack it); a val split, folded or carved, that lacks a
-    class training has is a warning. `names`: the classes in label order, for those lines (else "class 3"). None
-    folds (data.folds null): `parts` as they are. Every data option that carves its val split cuts its folds here."""
+    """`parts` with train and val pooled and cut into `folds` folds by `seed`: fold `fold` is "val", the rest
+    "train"; test stays as it was. With `labels` the folds are stratified. `folds` None: `parts` as they are."""
     if folds is None:
-        if labels is not None:  # folds hold every class of the pool (below); a carve of a few samples may not
+        if labels is not None:  # a carve of a few samples may miss a class
             warn_val_lacking_classes(parts, labels, names, "carved by data.val_fraction; raise it")
         return parts
     pool = torch.cat([torch.as_tensor(parts["train"]), torch.as_tensor(parts["val"])]).sort().values
     order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))
-    if labels is not None:  # class by class, in the random order within each: a count runs on across the classes
+    if labels is not None:  # class by class, so that each fold holds each class
         order = order[torch.sort(torch.as_tensor(labels)[pool][order], stable=True).indices]
     if len(pool) < folds:
         raise ConfigError("data.folds", f"is {folds}, but the training pool holds {len(pool)} samples; lower it")
     if labels is not None:
         _refuse_a_class_in_fewer_samples_than_folds(torch.as_tensor(labels)[pool], folds, names)
     in_fold = torch.empty(len(pool), dtype=torch.int64)
-    in_fold[order] = torch.arange(len(pool)) % folds  # fold sizes, and each class's count a fold, within one
+    in_fold[order] = torch.arange(len(pool)) % folds
     return {**parts, "train": pool[in_fold != fold], "val": pool[in_fold == fold]}
 
 
@@ -342,11 +286,10 @@ def _refuse_a_class_in_fewer_samples_than_folds(pool_labels: torch.Tensor, folds
 
 
 def warn_val_lacking_classes(parts: dict[str, torch.Tensor], labels: Any, names: Any, how: str) -> None:
-    """One warning naming each class the val split of `parts` lacks and its train split has (`how`: how val was
-    made, and the way out): its metrics cover the other classes alone."""
+    """Warns once, naming each class that the train split of `parts` has and its val split lacks."""
     labels = torch.as_tensor(labels)
     if labels.dim() != 1 or labels.is_floating_point() or "val" not in parts:
-        return  # a regression's targets, or a mask a sample: no class a sample
+        return  # not one class per sample
     trained = set(labels[torch.as_tensor(parts["train"])].tolist())
     validated = set(labels[torch.as_tensor(parts["val"])].tolist())
     lacking = sorted(trained - validated)
@@ -359,12 +302,10 @@ def warn_val_lacking_classes(parts: dict[str, torch.Tensor], labels: Any, names:
 
 @dataclass(kw_only=True)
 class Folds:
-    """The keys of k-fold cross-validation, for a data option that carves its val split from training data
-    (`class Digits(Folds, ImageData)`): `folded` cuts the folds (above); the config check holds the keys to each
-    other (trainkit.config.validation)."""
+    """The keys of k-fold cross-validation, for a data option that carves its val split from training data."""
 
-    folds: int | None = None  # null: val is carved by data.val_fraction; K: the training pool in K folds
-    fold: int | None = None  # 0..folds-1: the fold that is the val split
+    folds: int | None = None
+    fold: int | None = None
 
     def folded(
         self, parts: dict[str, torch.Tensor], seed: int, labels: Any = None, names: Sequence[str] | None = None
@@ -372,14 +313,12 @@ class Folds:
         return folded(parts, self.folds, self.fold, seed, labels, names)
 
     def fold_name(self) -> str | None:
-        """What the data fingerprint keeps of the folds ("fold 2 of 5"; None without folds): a resume into another
-        fold is refused, naming both."""
+        """The fold for the data fingerprint ("fold 2 of 5"), so a resume into another fold is refused."""
         return None if self.folds is None else f"fold {self.fold} of {self.folds}"
 
 
 def _interleaved_by_class(order: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """`order` rearranged so that every prefix holds each class in proportion: the k-th of a class's n samples (in
-    `order`) goes to (k + 0.5) / n of the way along, ties kept in `order`'s (random) order."""
+    """`order` rearranged so that every prefix holds each class in proportion."""
     ordered = labels[order]
     position = torch.empty(len(order), dtype=torch.float64)
     for label in ordered.unique():
@@ -410,11 +349,10 @@ class Digits(Folds, ImageData):
 
 def read_digits() -> tuple[Any, Any]:
     """(pixels [1797, 64], labels [1797]) from the digits file scikit-learn ships, read without
-    importing scikit-learn: that import (scipy included) was 1.4 s of every default run. Where the
-    file is not where scikit-learn has always kept it, its own load_digits reads it."""
+    importing scikit-learn, which took 1.4 s of every default run; falls back to its load_digits."""
     import numpy as np
 
-    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    spec = importlib.util.find_spec("sklearn")
     folders = list(spec.submodule_search_locations or []) if spec else []
     path = Path(folders[0], "datasets", "data", "digits.csv.gz") if folders else None
     if path is None or not path.is_file():
@@ -471,22 +409,18 @@ class CIFAR10(Folds, ImageData):
 class Synthetic(ImageData):
     """Class prototypes plus Gaussian noise, squashed to [0, 1]: learnable, any shape, no files.
 
-    Prototypes are drawn at a quarter of the size and upsampled, so they are smooth blobs
-    rather than per-pixel noise: a small shift or flip keeps a sample in its class, as with
-    real images, and augmentation can be benchmarked on this data.
-
-    One generator seeded by `split_seed` draws the prototypes, then train, val and test in
-    that order, so the data is identical on every rank and in every run with the same config.
+    Prototypes are drawn at a quarter of the size and upsampled into smooth blobs, so that a small shift or flip
+    keeps a sample in its class, as with real images.
     """
 
     num_samples: int  # training samples
     val_samples: int
     test_samples: int
-    noise: float  # standard deviation of the noise around each prototype, before squashing to [0, 1]
+    noise: float  # standard deviation, before squashing to [0, 1]
     split_seed: int
 
-    uses_root: ClassVar[bool] = False  # generated
-    needs_num_classes: ClassVar[bool] = True  # a prototype a class
+    uses_root: ClassVar[bool] = False
+    needs_num_classes: ClassVar[bool] = True
 
     def splits(self) -> Splits:
         assert self.num_classes is not None, "the config check requires data.num_classes (needs_num_classes)"
@@ -530,14 +464,12 @@ def _open_torchvision(dataset_class: type, title: str, folder: str, data: ImageD
         ) from error
 
 
-# Deep enough for what torchvision writes under data.root (MNIST/raw/<file>, <archive>,
-# cifar-10-batches-py/<file>), shallow enough to stay cheap on a large data folder.
+# Deep enough for what torchvision writes under data.root, shallow enough to stay cheap on a large folder.
 _DOWNLOAD_DEPTH = 3
 
 
 def _paths_below(root: Path) -> set[Path] | Path:
-    """Every path under `root` down to _DOWNLOAD_DEPTH levels; if `root` does not exist, the
-    highest of it and its parents that does not (what a download's makedirs would create)."""
+    """Every path under `root` down to _DOWNLOAD_DEPTH levels, or the highest missing folder if `root` is missing."""
     if not root.exists():
         top = root.absolute()
         while not top.parent.exists():
@@ -552,9 +484,7 @@ def _paths_below(root: Path) -> set[Path] | Path:
 
 
 def _remove_created(root: Path, before: set[Path] | Path) -> None:
-    """Undo what a failed download created, and only that: `before` as _paths_below gave it, so
-    either the folder that did not exist (`root` or a missing parent), or the paths under `root`
-    that were there."""
+    """Removes what a failed download created, and only that (`before`: what _paths_below gave before it)."""
     import shutil
 
     if isinstance(before, Path):

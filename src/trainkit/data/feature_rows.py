@@ -1,11 +1,5 @@
-"""Rows of features read from a file: what a table's data option gives eval.py's predict= (Data.read_for_prediction),
-
-    prediction_files: ClassVar[tuple[str, ...]] = (".csv", ".npy")
-
-    def read_for_prediction(self, path: Path) -> Sequence[torch.Tensor]:
-        return read_feature_rows(path, columns=64) / 16  # the features as splits() scales them
-
-a CSV file of numbers (a header line skipped) or a NumPy .npy array, a sample a row.
+"""Rows of features read from a CSV file of numbers (a header line skipped) or a NumPy .npy array, one sample per
+row: what a table's data option gives eval.py's predict= from its read_for_prediction.
 """
 
 import csv

@@ -1,22 +1,8 @@
-"""What a run trained on, in a few numbers a checkpoint keeps, and the one line a resume prints
-when the data has changed since.
+"""What a run trained on, in a few numbers every checkpoint keeps, so that a resume on changed data is refused in
+one line: docs/resume-and-preemption.md#resume-and-requeued-jobs says what is compared and why.
 
-    fingerprint = data_fingerprint(splits)       # build_data: DataBundle.fingerprint, into every checkpoint
-    check_same_data(saved, fingerprint)          # a resume: ConfigError("data", "12 files added to ...")
-
-The number of classes (an image folder counts its class folders). File data (an image folder):
-each split's number of files and a digest of its file names (relative to the folder all the splits
-share, so a copy of the data elsewhere, on a node's local disk, is the same data) and labels, in
-order: an added, removed, renamed or relabelled file, or a file moved to another split, changes it.
-The data option's `source()` (the Python version whose standard library is the corpus) is kept too, and
-its fold with data.folds ("fold 2 of 5": a resume into another fold is refused, naming both).
-Not the files' contents: reading every image at each start would cost minutes. In-memory data: each
-split's shape and a checksum of up to CHECKED_SAMPLES evenly spaced samples, in order. And the data's identity
-before any split (trainkit.data.identity): data=hf's files with a digest of their bytes, in-memory data every
-sample; a checkpoint from before it has none, and nothing is compared where one side lacks it.
-
-A changed dataset would resume into other splits (a new shuffle of a new file list puts test images
-into training), so the resume is refused rather than continued on a silently different run.
+    fingerprint = data_fingerprint(splits)
+    check_same_data(saved, fingerprint)          # ConfigError("data", "12 files added to ...")
 """
 
 import hashlib
@@ -32,7 +18,7 @@ from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-CHECKED_SAMPLES = 10_000  # in-memory data: enough to notice other data, cheap on any size of dataset
+CHECKED_SAMPLES = 10_000
 SPLITS = ("train", "val", "test")
 
 
@@ -43,12 +29,8 @@ def data_fingerprint(
     tokenizer: str | None = None,
     identity: dict | None = None,
 ) -> dict:
-    """The fingerprint of a Splits (tensors) or FileSplits (datasets): plain containers, as a
-    checkpoint holds them (torch.load(weights_only=True)). `source`: what else decides the data
-    (Data.source(): the Python version of the standard library's text), kept when given; `fold`
-    likewise (Folds.fold_name(): "fold 2 of 5"); `tokenizer`: a text option's tokenizer, other than bytes (its
-    name and a digest of its tokenizer.json); `identity`: the data before any split (trainkit.data.identity: its
-    files' contents among it), which summary.json records too."""
+    """The fingerprint of a Splits or FileSplits, as plain containers that load with weights_only=True; the other
+    arguments are kept where given."""
     made = {name: getattr(splits, name) for name in SPLITS}
     classes = {
         "classes": splits.num_classes,
@@ -57,9 +39,9 @@ def data_fingerprint(
         **({"tokenizer": tokenizer} if tokenizer else {}),
         **({"identity": identity} if identity else {}),
     }
-    if all(isinstance(split, tuple) for split in made.values()):  # Splits: (images, labels) tensors
+    if all(isinstance(split, tuple) for split in made.values()):
         return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
-    if not all(hasattr(dataset, "samples") for dataset in made.values()):  # yours, without (path, label) samples
+    if not all(hasattr(dataset, "samples") for dataset in made.values()):  # without (path, label) samples
         return {**classes, **{name: {"files": len(dataset)} for name, dataset in made.items()}}
     samples: dict[str, list[tuple[str, int]]] = {name: dataset.samples for name, dataset in made.items()}
     top = os.path.commonpath([path for listed in samples.values() for path, _ in listed])
@@ -75,19 +57,17 @@ def _files_fingerprint(samples: list[tuple[str, int]], top: str) -> dict:
 
 def _tensor_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> dict:
     step = max(1, math.ceil(len(images) / CHECKED_SAMPLES))
-    checked = images[::step].flatten(1).to(torch.float64).sum(1)  # exact for uint8; float data: to rounding
-    weights = torch.arange(1, len(checked) + 1, dtype=torch.float64, device=checked.device)  # order counts
-    # A label a sample: a class; or a mask of classes (segmentation): summed per sample like the images.
+    checked = images[::step].flatten(1).to(torch.float64).sum(1)
+    weights = torch.arange(1, len(checked) + 1, dtype=torch.float64, device=checked.device)  # so that the order counts
+    # One class per sample, or a mask of classes summed per sample like the images.
     targets = labels[::step].reshape(len(checked), -1).to(torch.float64).sum(1)
     checksum = (checked * weights).sum() + (targets * weights).sum()
     return {"shape": list(images.shape), "checksum": checksum.item()}
 
 
 def check_same_data(saved: dict | None, now: dict) -> None:
-    """One ConfigError line naming every split that changed since the checkpoint's `saved`
-    fingerprint (None or empty: a checkpoint from before fingerprints, or data without one: not checked). A
-    checkpoint from before file digests (trainkit.data.identity) is resumed with a warning that says the files'
-    contents were not compared."""
+    """Refuses in one line, naming every split that changed since the `saved` fingerprint; without one, checks
+    nothing."""
     if not saved or not now:
         return
     if saved.get("identity") is None and not lacks_file_digests(now.get("identity")):
@@ -123,21 +103,19 @@ def check_same_data(saved: dict | None, now: dict) -> None:
 
 
 def data_changes(saved: dict, now: dict) -> list[str]:
-    """What differs from the `saved` fingerprint to `now`, a phrase each ([] for the same data): also what
-    scripts/compare_runs.py --diff says of two runs' data."""
+    """What differs from the `saved` fingerprint to `now`, one phrase each ([] for the same data)."""
     changes = [change for name in SPLITS if (change := _change(name, saved.get(name, {}), now.get(name, {})))]
-    # The data before a split (its files' contents among it); the samples' count and digest where no split says more.
     identity = identity_changes(saved.get("identity"), now.get("identity"), samples=not changes)
-    if saved.get("classes", now.get("classes")) != now.get("classes") and not identity:  # (identity names them)
+    if saved.get("classes", now.get("classes")) != now.get("classes") and not identity:
         changes.insert(0, f"{now.get('classes')} classes where there were {saved.get('classes')}")
-    if saved.get("fold") != now.get("fold"):  # another fold: the splits differ because of it, one line says so
+    if saved.get("fold") != now.get("fold"):  # one line, not every split
         now_fold, saved_fold = (
             fingerprint.get("fold") or "carved by data.val_fraction" for fingerprint in (now, saved)
         )
         changes = [f"the val split is {now_fold} (data.folds, data.fold), was {saved_fold}"]
-    if saved.get("source", now.get("source")) != now.get("source") and not identity:  # the stdlib under another Python
+    if saved.get("source", now.get("source")) != now.get("source") and not identity:
         changes.insert(0, f"the data comes from {now.get('source')}, the run's came from {saved.get('source')}")
-    if saved.get("tokenizer") != now.get("tokenizer"):  # bytes (none), a BPE the run trained, a folder's
+    if saved.get("tokenizer") != now.get("tokenizer"):
         changes.insert(0, f"the tokenizer is {now.get('tokenizer', 'bytes')}, was {saved.get('tokenizer', 'bytes')}")
     return [*identity, *changes]
 

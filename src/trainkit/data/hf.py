@@ -1,22 +1,6 @@
-"""`data=hf`: text classification from a Hugging Face `datasets` dataset, read from local files.
+"""`data=hf`: text classification from a Hugging Face `datasets` dataset, read from local files (or a hub name).
 
-    data=hf data.path=reviews.jsonl                 # one file: .csv, .json/.jsonl, .parquet (or .txt, with no labels)
-    data=hf data.path=reviews/                      # a folder of such files: train.*, validation.*, test.* are splits
-    data=hf data.path=saved/                        # a folder written by Dataset(Dict).save_to_disk
-    data=hf data.path=imdb                          # a hub name: downloaded by `datasets` (online users only)
-
-`data.text_column` holds the text, `data.label_column` the class: the names of a ClassLabel feature, else the
-sorted values found (strings or numbers) are the classes in label order. The dataset's own train split, and its
-validation (or val, valid, dev) and test splits where it has them; a missing one is carved from train by
-data.val_fraction / data.test_fraction and data.split_seed, stratified by class (trainkit.data.datasets.carve, as a
-text folder carves). Every split is tokenized by data.tokenizer (trainkit.data.tokenizing: bytes, a BPE learned
-from the training split, a local tokenizer folder) with `datasets.map`, which caches the tokens beside the dataset's
-cache (data.cache_dir): a second run with the same tokenizer reads them back. Texts are cut at data.max_length
-tokens (the log says how many); DataLoader workers read the tokenized rows, batched by data.batch_size or a token
-budget (data.max_tokens), padded to the longest with the tokenizer's padding id.
-
-The data fingerprint names the files read (each with its size and a digest of its bytes, trainkit.data.identity) and
-each split's rows and labels in order: a resume on other files, other words in them, or other rows, is refused.
+What it reads, how it carves and tokenizes, and which rows it refuses: docs/data.md#hugging-face-datasets-datahf.
 `datasets` is imported in splits() alone, never by --help or a config error.
 """
 
@@ -45,24 +29,24 @@ SPLIT_NAMES = {"train": ("train",), "val": ("validation", "val", "valid", "dev")
 
 @dataclass(kw_only=True)
 class HFText(Folds, TextData):
-    """The `data=hf` option (conf/data/hf.yaml): see the module docstring."""
+    """The `data=hf` option (conf/data/hf.yaml)."""
 
-    path: str  # a local file or folder (or a save_to_disk folder), or a hub name
+    path: str
     text_column: str = "text"
     label_column: str = "label"
-    val_fraction: float  # carved from train where the dataset has no validation split
+    val_fraction: float  # where the dataset has no validation split
     test_fraction: float
     split_seed: int
-    cache_dir: str | None = None  # where datasets keeps its arrow files and the tokens (null: its own, ~/.cache/...)
+    cache_dir: str | None = None
     prefetch_factor: int = 2
     pin_memory: bool | str = "auto"
-    skip_bad_rows: bool = False  # leave out (and count) rows with no text, or unlabelled training rows
-    unlabelled_value: Any = None  # a plain label column's value that means "no label" (null: none; nulls always do)
-    files: list[str] = field(default_factory=list, init=False, repr=False)  # what splits() read, for the fingerprint
-    classes: list[str] = field(default_factory=list, init=False, repr=False)  # splits()'s, in label order
-    _unlabelled_test: bool = field(default=False, init=False, repr=False)  # the dataset's test split has no labels
+    skip_bad_rows: bool = False
+    unlabelled_value: Any = None
+    files: list[str] = field(default_factory=list, init=False, repr=False)
+    classes: list[str] = field(default_factory=list, init=False, repr=False)
+    _unlabelled_test: bool = field(default=False, init=False, repr=False)
 
-    uses_root: ClassVar[bool] = False  # data.path names the data
+    uses_root: ClassVar[bool] = False  # data.path names the data instead
     config_rules: ClassVar[dict[str, Check]] = {**TextData.config_rules, "skip_bad_rows": flag()}
 
     def splits(self) -> FileSplits:
@@ -92,7 +76,7 @@ class HFText(Folds, TextData):
                 len(classes), self.label_column, ", ".join(classes[:10]), ", ..." if len(classes) > 10 else "",
             )  # fmt: skip
             self._check_known_classes(parts, found, label_of)
-        wanted = ("val",) if self._unlabelled_test else ("val", "test")  # an unlabelled test split: val's twin
+        wanted = ("val",) if self._unlabelled_test else ("val", "test")
         missing = {split: getattr(self, f"{split}_fraction") for split in wanted if split not in parts}
         if self.folds is not None and "val" in parts:
             raise ConfigError(
@@ -100,7 +84,7 @@ class HFText(Folds, TextData):
                 f"is {self.folds}, but '{self.path}' has a {found['val']} split of its own, which is the val split: "
                 "there is no training pool to cut into folds; remove data.folds and data.fold",
             )
-        if missing or self.folds is not None:  # carved (and folded) before the tokenizer learns from train alone
+        if missing or self.folds is not None:  # before a tokenizer learns from train alone
             rows = train[self.label_column]
             labels = rows if label_of is None else [label_of[str(value)] for value in rows]
             carved = self.folded(carve(len(train), missing, self.split_seed, labels), self.split_seed, labels, classes)
@@ -129,7 +113,7 @@ class HFText(Folds, TextData):
         }
         report_truncated(tokenized["train"]["full_length"], self.max_length, f"{self.path} train", "tokens")
         datasets = {split: TokenizedRows(rows, split) for split, rows in tokenized.items()}
-        datasets.setdefault("test", datasets["val"])  # the dataset's test split is unlabelled: the run tests on val
+        datasets.setdefault("test", datasets["val"])  # an unlabelled test split: the run tests on val
         report_majority(datasets, classes)
         self.classes = classes
         return FileSplits(datasets["train"], datasets["val"], datasets["test"], num_classes=len(classes))
@@ -138,10 +122,7 @@ class HFText(Folds, TextData):
         return self.classes or class_names_of(self._load()["train"], self.label_column, self.unlabelled_value)
 
     def _usable_rows(self, parts: dict[str, Any], found: dict[str, str | None]) -> dict[str, Any]:
-        """Each split without the rows it cannot use. A null or non-string text is refused naming its row and file,
-        or left out and counted with data.skip_bad_rows; so is an unlabelled training row (a ClassLabel's -1, a null
-        label, data.unlabelled_value). Unlabelled val and test rows are left out of the metrics and counted; a test
-        split with no labels at all (GLUE's) is the val split's twin: the run tests on val. Empty texts are counted."""
+        """Each split without the rows it cannot use; a row that must not be left out silently is refused."""
         usable, self._unlabelled_test = {}, False
         for split, rows in parts.items():
             where = f"the {found[split]} split ('{_split_file(Path(self.path).expanduser(), found[split])}')"
@@ -202,7 +183,7 @@ class HFText(Folds, TextData):
         return "null" if self.unlabelled_value is None else f"null or data.unlabelled_value={self.unlabelled_value!r}"
 
     def _check_known_classes(self, parts: dict[str, Any], found: dict[str, str | None], label_of: dict) -> None:
-        """A val or test row whose class the training split lacks is one line (a classifier never learns it)."""
+        """Refuses a val or test class that the training split lacks, which a classifier never learns."""
         for split in ("val", "test"):
             if split not in parts:
                 continue
@@ -217,13 +198,11 @@ class HFText(Folds, TextData):
                 )
 
     def source(self) -> str | None:
-        """The files read, each with its size (a hub name: the name): the data fingerprint keeps them."""
-        return f"hf: {', '.join(self.files)}"  # names, not where they are: a copy elsewhere is the same data
+        """The files read, each with its size (or the hub name), for the data fingerprint."""
+        return f"hf: {', '.join(self.files)}"  # a copy elsewhere is the same data
 
     def identity(self, made: Splits | FileSplits) -> dict:
-        """The files read, each with its size and a digest of its bytes (trainkit.data.identity.file_digest: cached,
-        so a large file is read once), and the rows of every split: the same for every fold and carve (a hub name:
-        its name, in source(), and the rows)."""
+        """The files read, each with its size and a digest of its bytes, and the rows of every split."""
         from trainkit.data.identity import file_digest
 
         splits = (made.train, made.val, made.test)
@@ -359,9 +338,8 @@ def encode_rows(
     label_of: dict[str, int] | None,
     max_length: int,
 ) -> dict[str, list]:
-    """A batch of rows as `datasets.map` gives it: the texts' ids cut at max_length (as the tokenizer truncates:
-    Tokens.encode_cut), their uncut lengths, the labels'
-    numbers. A module-level function of picklable arguments, so map's cache finds it again."""
+    """A batch of rows for `datasets.map`: ids cut at max_length, uncut lengths, labels. Module-level, with picklable
+    arguments, so that map's cache finds it again."""
     ids, lengths = tokens.encode_cut([str(text).encode("utf-8") for text in rows[text_column]], max_length)
     labels = rows[label_column] if label_of is None else [label_of[str(value)] for value in rows[label_column]]
     return {
@@ -372,9 +350,7 @@ def encode_rows(
 
 
 class TokenizedRows(Dataset):
-    """A tokenized split as `(int64 ids, label)` items, read in DataLoader workers (the arrow table is memory-mapped
-    where datasets cached it). `lengths`: each row's ids (the token budget's); `samples`: (row, label), in order,
-    for the data fingerprint."""
+    """A tokenized split as `(int64 ids, label)` items, read in DataLoader workers from the memory-mapped table."""
 
     def __init__(self, rows: Any, split: str):
         self.rows = rows

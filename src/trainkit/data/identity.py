@@ -1,22 +1,6 @@
-"""What data a run read before any split: its identity, the same for every fold, split seed and tokenizer of one
-dataset, other for other files, other contents or other classes.
-
-    identity = data_identity(data, made)          # build_data: into the fingerprint (checkpoints) and summary.json
-    identity_changes(a, b)                        # ["the contents of reviews.jsonl differ ..."]: compare_runs, resume
-
-The option (`data._target_`'s class), its classes (their names where it has them), data.source() where it says
-something, and the option's `identity(made)` (trainkit.data.datasets.Data): by default a digest of every sample of
-the three splits together, in no order (so a fold or another carve of the same samples is the same data); data=hf the
-files it read with a digest of each one's bytes (`file_digest`); data=text the texts it read.
-
-A file's digest is its bytes' SHA-256, read in blocks, and kept in a small json in the user's cache folder
-($XDG_CACHE_HOME or ~/.cache, trainkit/file_digests.json) under the file's real path, size, mtime in nanoseconds and
-inode: a large dataset is read once per machine, not at each start of each run of a sweep (a run's own folder would
-read it once per run), the data folder itself may be read-only or shared, and a copy of a file (another inode) is
-read again even where the copy keeps the mtime. A file rewritten in place gets a new mtime and is read again. The
-cache is best effort: where it cannot be written, the file is read at each start.
-
-Nothing here imports torch at module level: scripts/compare_runs.py compares identities without it.
+"""What data a run read before any split, the same for every fold, split seed and tokenizer of one dataset:
+docs/resume-and-preemption.md#resume-and-requeued-jobs. It imports no torch at module level, so that
+scripts/compare_runs.py can compare identities without it.
 """
 
 import hashlib
@@ -26,8 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-BLOCK = 1 << 20  # bytes read at a time: a file of any size in constant memory
-TENSOR_BYTES = 1 << 31  # in-memory data above this many bytes: its labels alone are digested (reading is seconds)
+BLOCK = 1 << 20  # bytes read at a time
+TENSOR_BYTES = 1 << 31  # above this, only the labels are digested
 
 
 def cache_file() -> Path:
@@ -36,8 +20,7 @@ def cache_file() -> Path:
 
 
 def file_digest(path: Path) -> str:
-    """The SHA-256 of `path`'s bytes, streamed; read from the cache where the file's size, mtime (ns) and inode
-    are those the cache holds for its real path, and kept there otherwise (see the module docstring)."""
+    """The SHA-256 of `path`'s bytes, from the cache where the file's size, mtime and inode match, else read."""
     real = os.path.realpath(path)
     stat = os.stat(real)
     key = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino}
@@ -49,7 +32,7 @@ def file_digest(path: Path) -> str:
     with open(real, "rb") as file:
         while block := file.read(BLOCK):
             digest.update(block)
-    cached = _read_cache()  # another process (a rank, a sweep's job) may have added its own meanwhile
+    cached = _read_cache()  # another process may have added to it meanwhile
     cached[real] = {**key, "sha256": digest.hexdigest()}
     _write_cache(cached)
     return digest.hexdigest()
@@ -70,14 +53,13 @@ def _write_cache(cached: dict) -> None:
         handle, temporary = tempfile.mkstemp(dir=where.parent, prefix=".file_digests.", suffix=".json")
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             json.dump(cached, file)
-        os.replace(temporary, where)  # atomic: a reader sees the old cache or the new one
+        os.replace(temporary, where)
     except OSError:
-        return  # a read-only home: no cache, the files are read at each start
+        return  # a read-only home: no cache
 
 
 def data_identity(data: Any, made: Any) -> dict:
-    """The identity of what `data` (a Data option) read, `made` its splits: plain containers, as a checkpoint and
-    summary.json hold them."""
+    """The identity of what `data` read, as plain containers for checkpoints and summary.json."""
     names = data.class_names()
     identity: dict = {
         "option": f"{type(data).__module__}.{type(data).__qualname__}",
@@ -90,9 +72,7 @@ def data_identity(data: Any, made: Any) -> dict:
 
 
 def samples_identity(made: Any) -> dict:
-    """Every sample of `made`'s three splits together, in no order: {"samples": how many, "digest": ...}. Tensors:
-    each sample's bytes and its target's (above TENSOR_BYTES: the targets alone, "digest_of": "targets"); file data:
-    each (path relative to the folder the splits share, label); a dataset of yours without `samples`: the count."""
+    """Every sample of `made`'s three splits together, in no order: {"samples": how many, "digest": ...}."""
     splits = [made.train, made.val, made.test]
     if all(isinstance(split, tuple) for split in splits):
         return _tensor_samples(splits)
@@ -133,10 +113,8 @@ def _digest_of(rows: list[str]) -> str:
 
 
 def identity_changes(before: dict | None, now: dict | None, samples: bool = True) -> list[str]:
-    """What differs from the identity `before` to `now`, a phrase each ([]: the same data, or an identity missing:
-    nothing to compare). A file's contents are compared only where both record its digest (runs from before digests
-    record none). `samples=False`: not the samples' (texts') count and digest (a caller that names them otherwise:
-    the splits' files of a resume's fingerprint)."""
+    """What differs from the identity `before` to `now`, one phrase each; [] when they match or one is missing.
+    `samples=False` leaves out the samples' count and digest, for a caller that names them otherwise."""
     if not before or not now:
         return []
     changes = []
@@ -185,6 +163,5 @@ def _classes(classes: Any) -> str:
 
 
 def lacks_file_digests(identity: dict | None) -> bool:
-    """Whether `identity` (a run's) records no digest of its files' contents: a run from before digests, or data
-    whose identity holds none."""
+    """Whether a run's `identity` records no digest of its files' contents."""
     return not identity or not any((entry or {}).get("sha256") for entry in (identity.get("files") or {}).values())

@@ -1,18 +1,8 @@
-"""Your own images: `root/<split>/<class>/<file>`, decoded with PIL in DataLoader workers.
+"""Your own images: `root/<split>/<class>/<file>`, resized and centre-cropped in DataLoader workers.
 
-Each image is resized (shorter side) and centre-cropped to a square uint8 tensor here;
-augmentation and normalization happen later, batched on the device (the training split may also
-get per-sample torchvision transforms here, in the workers: trainkit.augment.sample_transforms).
-
-Any format Pillow opens is read (upper-case extensions too); greyscale, RGBA, palette and 16-bit
-images are converted to `data.channels` (16-bit scaled to 8, alpha dropped). A class folder is read
-with its sub-folders (walk_files, the rule predict= folders follow too); hidden entries and other
-files are ignored with a count in the log. A file Pillow cannot read does not raise in the
-worker (torch would re-raise it in the main process as a multi-line RuntimeError): `__getitem__`
-returns a `BadFile` instead, and loaders.FileLoader raises its one-line ConfigError naming the
-file, or, with `data.skip_bad_files=true`, drops it from its batch and counts it.
-
-Pillow is imported where images are opened: runs on in-memory data never load it.
+Augmentation and normalization happen later, batched on the device. A file Pillow cannot read becomes a `BadFile`
+rather than an exception, which torch would re-raise in the main process as a multi-line RuntimeError. What is read
+and how: docs/data.md. Pillow is imported only where images are opened.
 """
 
 from __future__ import annotations
@@ -37,19 +27,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The common ones, named in messages; any extension Pillow can open is read (image_extensions()).
+# Named in messages; any extension Pillow can open is read.
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
 SKIP_HINT = "fix or remove it, or pass data.skip_bad_files=true to skip unreadable images (counted in the log)"
 
 
 @dataclass(frozen=True)
 class BadFile:
-    """What `ImageFolderDataset[i]` returns for a file Pillow cannot read: plain, picklable data
-    that travels from the worker to the main process, where FileLoader raises or skips it."""
+    """What the dataset returns for a file Pillow cannot read: picklable, for FileLoader to raise or skip."""
 
     path: str
     reason: str
-    skip: bool  # data.skip_bad_files: drop and count it, instead of stopping the run
+    skip: bool  # data.skip_bad_files
 
     def error(self) -> ConfigError:
         return ConfigError("data.root", f"cannot read image '{self.path}' ({self.reason}); {SKIP_HINT}")
@@ -57,15 +46,14 @@ class BadFile:
 
 @dataclass(kw_only=True)
 class ImageFolder(Folds, ImageData):
-    """The `data=imagefolder` option (conf/data/imagefolder.yaml): `root/<split>/<class>/<file>`,
-    decoded in DataLoader workers; a missing val/ or test/ is carved from train/ by the fractions."""
+    """The `data=imagefolder` option; a missing val/ or test/ is carved from train/ by the fractions."""
 
     val_fraction: float
     test_fraction: float
     split_seed: int
-    prefetch_factor: int = 2  # batches each worker keeps ready (used only with workers)
-    pin_memory: bool | str = "auto"  # page-locked batches for asynchronous copies; auto: on with CUDA
-    skip_bad_files: bool = False  # skip unreadable images (counted) instead of stopping, naming the file
+    prefetch_factor: int = 2  # batches each worker keeps ready
+    pin_memory: bool | str = "auto"  # auto: on with CUDA
+    skip_bad_files: bool = False
 
     in_memory: ClassVar[bool] = False
     needs_root: ClassVar[str] = "a folder holding train/<class>/<images>"
@@ -80,11 +68,8 @@ class ImageFolder(Folds, ImageData):
 
 
 class ImageFolderDataset(Dataset):
-    """`(path, label)` pairs that decode to `(uint8 [C, S, S] tensor, label)`, or to a `BadFile`.
-
-    `transform`, when set (trainkit.augment.sample_transforms, training split only), turns the opened PIL
-    image into the uint8 tensor instead of the plain resize + centre crop.
-    """
+    """`(path, label)` pairs that decode to `(uint8 [C, S, S] tensor, label)`, or to a `BadFile`. `transform`
+    (per-image augmentation of the training split) replaces the resize and centre crop."""
 
     def __init__(
         self,
@@ -108,7 +93,7 @@ class ImageFolderDataset(Dataset):
         path, label = self.samples[index]
         try:
             image = open_image(path, self.mode, self.image_size)
-        except Exception as error:  # whatever Pillow raises for a broken file, it is that file's
+        except Exception as error:
             return BadFile(path, f"{type(error).__name__}: {error}", self.skip_bad_files)
         if self.transform is not None:
             return self.transform(image), label
@@ -116,17 +101,13 @@ class ImageFolderDataset(Dataset):
 
 
 def decode(path: str, mode: str, size: int) -> torch.Tensor:
-    """Open, convert to `mode`, resize the shorter side to `size`, centre-crop `size x size`.
-    Raises what Pillow raises for an unreadable file."""
+    """The image at `path` in `mode`, resized and centre-cropped to `size`; raises what Pillow raises."""
     return resize_center_crop(open_image(path, mode, size), size)
 
 
 def open_image(path: str, mode: str, size: int) -> Image.Image:
-    """The fully decoded image in `mode` ("L" or "RGB"), whatever mode the file holds.
-
-    Pillow's own convert clips 16-bit values to 255 (a white image) and warns about palette
-    transparency; both are handled here. Alpha is dropped (as torchvision's loader does).
-    """
+    """The fully decoded image in `mode` ("L" or "RGB"), alpha dropped. Pillow's own convert would clip 16-bit
+    values to 255 and warn about palette transparency."""
     from PIL import Image
 
     with Image.open(path) as image:
@@ -165,7 +146,7 @@ def load_image_folder(data: ImageFolder) -> tuple[dict[str, ImageFolderDataset],
         log.info("'%s': ignored %d entries that are not class folders (%s)", root / "train", len(strays), strays[:5])
     if not classes:
         raise ConfigError("data.root", f"'{root / 'train'}' has no class folders; put images in train/<class>/")
-    if len(classes) == 1:  # every label the same: a run would reach loss 0 and accuracy 1.0, learning nothing
+    if len(classes) == 1:  # loss 0 and accuracy 1.0, learning nothing
         raise ConfigError(
             "data.root",
             f"'{root / 'train'}' has one class folder ({classes[0]}); classification needs at least two: "
@@ -198,13 +179,8 @@ def class_folder_splits(
     what: str,
     folding: Folds,
 ) -> dict[str, list]:
-    """The samples of root/train/, root/val/ and root/test/ (each a class folder a class), as `list_files(folder,
-    allow_empty_classes)` lists them as (path, label, ...) (train/ may not leave a class empty); a missing val/ or
-    test/ is carved from train/ by its fraction and `split_seed`, stratified by class (trainkit.data.datasets.carve),
-    with a line saying so. `check_classes` holds a val/ or test/ folder to train/'s classes (None: the classes were
-    named, by data.class_folders: it may hold others, which are not read, and lack some). A val or test split that
-    holds no file of one of `classes` is a warning naming both (warn_lacking_classes). With data.folds (`folding`) a
-    carved val split is a fold of train/ (Folds.folded); a val/ folder refuses them."""
+    """The samples of root/train/, root/val/ and root/test/, one class per class folder; a missing val/ or test/ is
+    carved from train/, stratified by class. `check_classes` None: the classes were named by data.class_folders."""
     listed = {"train": list_files(root / "train", False)}
     missing = {}
     for split in ("val", "test"):
@@ -245,9 +221,7 @@ def class_folder_splits(
 
 
 def warn_lacking_classes(split: str, samples: list, classes: list[str], folder: str | None) -> None:
-    """One warning line for a val or test split (`samples`: (path, label, ...)) that holds no file of some of the
-    training classes: its metrics are over the other classes alone, and a split of one class scores 1.0 for a model
-    that always answers it. `folder`: the split's own folder; None for a split carved from train/."""
+    """Warns once for a val or test split that lacks some of the training classes (`folder` None: carved)."""
     present = {sample[1] for sample in samples}
     lacking = [name for label, name in enumerate(classes) if label not in present]
     if not lacking:
@@ -278,9 +252,8 @@ def class_names(root: str | Path) -> list[str]:
 
 
 def walk_files(folder: Path, extensions: Collection[str]) -> tuple[list[Path], list[Path], list[Path]]:
-    """(the files under `folder`, sub-folders too, with one of `extensions` (lower case), sorted; the hidden entries
-    skipped, a hidden folder named once and not entered; the other entries skipped): the one rule by which a class
-    folder (training) and a predict= folder are read."""
+    """(the files under `folder` with one of `extensions`, sorted; the hidden entries; the others): the one rule by
+    which class folders and predict= folders are read."""
     files, hidden, others = [], [], []
     for top, folders, names in os.walk(folder):  # symlinked sub-folders are not entered, as Path.rglob does not
         hidden += [Path(top, name) for name in [*folders, *names] if name.startswith(".")]  # .DS_Store, .git/
@@ -293,7 +266,7 @@ def walk_files(folder: Path, extensions: Collection[str]) -> tuple[list[Path], l
             if path.suffix.lower() in extensions and path.is_file():
                 files.append(path)
             else:
-                others.append(path)  # notes, labels, files of another kind: not read
+                others.append(path)
     return sorted(files), hidden, others
 
 
@@ -304,7 +277,7 @@ def is_hidden(path: Path, root: Path) -> bool:
 
 def _check_root(root: str | Path, files: str = "<images>") -> Path:
     """data.root as a Path, refused in one line where it holds no train/ folder; `files`: what a class folder holds."""
-    root = Path(root).expanduser()  # never null: trainkit.config.validation requires data.root for image folders
+    root = Path(root).expanduser()
     if not root.is_dir():
         raise ConfigError(
             "data.root", f"folder '{root}' does not exist; set data.root to a folder holding train/<class>/"
@@ -328,11 +301,7 @@ def _class_folders(folder: Path) -> list[str]:
 
 
 def _check_same_classes(folder: Path, classes: list[str], class_list_key: str | None = None) -> None:
-    """Refuses a val/ or test/ whose class folders are not train/'s: with no list of classes (data.class_folders),
-    train/'s folders declare them and a split that disagrees is a layout mistake (a typo, train/unsup/), not a
-    split that lacks a class; an empty class folder is a split that lacks it (a warning: warn_lacking_classes).
-    `class_list_key`: the key that names the classes to read (text: data.class_folders), suggested with those both
-    folders have."""
+    """Refuses a val/ or test/ whose class folders are not train/'s: that is a layout mistake, not a missing class."""
     found = _class_folders(folder)
     if found != classes:
         missing, extra = sorted(set(classes) - set(found)), sorted(set(found) - set(classes))
@@ -362,10 +331,8 @@ def class_files(
     kind: tuple[str, str],
     allow_empty_classes: bool,
 ) -> list[tuple[str, int]]:
-    """(path, label) of the files with one of `extensions` in each class folder of `folder` and its sub-folders
-    (walk_files), sorted a class; hidden entries and others are counted in the log, not read. `shown`: the extensions
-    an error names; `kind`: what the files are and what the others are, for the messages. A small val/ or test/ may
-    lack a class (even its folder); train/ may not, and no split may be empty."""
+    """(path, label) of the files in each class folder of `folder`, sorted per class. Only val/ and test/ may lack a
+    class, and no split may be empty."""
     samples = []
     hidden, others = 0, 0  # ignored entries, counted in the log
     for label, name in enumerate(classes):

@@ -1,36 +1,10 @@
-"""Loaders that shard a split across ranks: two sampler rules, two ways of fetching a batch.
+"""Loaders that shard a split across ranks: in-memory tensors (TensorLoader) or files read in workers (FileLoader).
 
-Both loaders share the contract train.py relies on: iterate for batches (tensors: `(inputs, targets)`;
-files: what the option's collate makes), `len()` is this rank's batch count of a whole epoch, `num_samples`
-this rank's samples per epoch, and `set_epoch(epoch, start_batch)` reshuffles deterministically before each
-epoch and skips the batches a resumed run already trained, and `epoch_batches(epoch)` lists an epoch's
-batches.
-
-Which rule shards a split: training loaders (`train=True`) use torch's DistributedSampler, the
-same number of samples on every rank; evaluation loaders (`train=False`) the exact split, each
-sample on exactly one rank. `train` defaults to `shuffle`: a shuffled loader trains, an ordered
-one evaluates, which is how build_data asks for them. `train=True, shuffle=False` trains on a
-fixed order every epoch (overfitting a few batches while debugging).
-
-Hooks of the data option, for file data (FileLoader): `collate` makes a batch of a list of items (token
-sequences pad to the longest), and a `batch_sampler` (a size budget: trainkit.data.size_budget) makes
-this rank's batches in place of the fixed-size ones; it keeps the contract above itself. In-memory data
-(TensorLoader) stays sliced on the device in fixed batches, targets in their own dtype.
-
-Unreadable files (FileLoader): a dataset item may be a `BadFile` (trainkit.data.imagefolder)
-instead of a sample. The worker's collate function sets such items aside, so no exception crosses
-the worker boundary; the main process then raises the file's one-line ConfigError, or, where the
-dataset skips bad files, trains on the rest of the batch and logs, once per pass over the loader
-(an epoch, a validation), how many it skipped: summed over the workers of this rank, logged by
-rank 0 for its own shard (the files of other ranks' shards are not added up: that would cost a
-collective; the same bad files turn up in rank 0's shard in other epochs).
-
-What a file sample draws (FileLoader): the sampler's indices travel to the workers as (index, seed) pairs
-(SeededIndices), the seed a function of (run seed, epoch, index) alone (sample_seed), and the dataset (wrapped by
-SeededSamples) seeds torch's global generator, Python's `random` and NumPy's global generator with it before reading
-the sample. So a random crop, an augmentation policy or a caption drawn in `__getitem__` (or a transform it calls,
-torchvision's included) is the same whichever worker reads it and however many it read before: a resume inside an
-epoch, another `data.num_workers` and another number of processes draw the same.
+What train.py relies on: iterating yields batches, `len()` is this rank's batches per epoch, `num_samples` its
+samples per epoch, `set_epoch(epoch, start_batch)` reshuffles from the seed and skips the batches a resumed run
+already trained, and `epoch_batches(epoch)` lists an epoch's batches. Training loaders give every rank the same
+number of samples; evaluation loaders give each sample to exactly one rank (docs/distributed.md). How file samples
+draw the same with any workers, and how unreadable files are skipped: docs/data.md.
 """
 
 import functools
@@ -53,19 +27,12 @@ log = logging.getLogger(__name__)
 
 
 class ResumableDistributedSampler(DistributedSampler):
-    """torch's DistributedSampler with `drop_last=True`, plus one thing: `set_epoch(epoch, skip)`
-    drops the first `skip` indices of this rank's share of that epoch (a run resumed mid-epoch
-    continues exactly where the interrupted one stopped).
-
-    Shuffled, every rank draws the same permutation from `seed + epoch` (so `seed` must be the
-    run seed, identical on every rank); unshuffled, the order is range(size) every epoch. Either
-    way the order is trimmed to a multiple of `world_size` and rank r takes every world_size-th
-    index from r on: the same number of samples, batches and collectives on every rank.
-    """
+    """torch's DistributedSampler with `drop_last=True`, whose `set_epoch(epoch, skip)` also drops the first `skip`
+    indices of this rank's share, so that a run resumed mid-epoch continues where it stopped. `seed` must be the
+    run seed, the same on every rank."""
 
     def __init__(self, size: int, *, shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1):
-        # Only len() of the dataset is used: a range keeps the sampler from holding the data.
-        # torch's stubs ask for a Dataset, which declares no __len__; a range has what is used.
+        # The sampler uses only len() of its dataset: a range keeps it from holding the data.
         super().__init__(
             range(size),  # type: ignore[arg-type]
             num_replicas=world_size,
@@ -93,17 +60,10 @@ class ResumableDistributedSampler(DistributedSampler):
 
 
 class EvaluationSampler(Sampler[int]):
-    """Rank r takes `range(size)[r::world_size]`, untrimmed and unpadded: across ranks each
-    sample counts exactly once, and shares differ by at most one sample. With a `limit` (samples a
-    rank, set_limit), rank r takes the first `limit` of every world_size-th sample from r of one
-    permutation drawn from `seed` (the run seed: the same on every rank and every epoch), a seeded
-    sample of the split instead of its first files (a folder is listed class by class).
+    """Rank r takes `range(size)[r::world_size]`, unpadded, so each sample counts exactly once.
 
-    Why not DistributedSampler here: it gives every rank the same count, padding the last round
-    with repeated samples (or dropping the tail with drop_last). Training needs equal counts,
-    since every step is a collective (DDP's gradient all-reduce) and a rank with one more batch
-    would wait forever. Evaluation reduces once, sums and counts at the end, so unequal shares
-    are fine, while a padded duplicate would be counted twice and shift the accuracy.
+    With a limit (set_limit) it takes a seeded sample of the split instead, the same at every call, since a split's
+    first samples may all be of one class.
     """
 
     def __init__(self, size: int, *, rank: int = 0, world_size: int = 1, seed: int = 0):
@@ -112,10 +72,10 @@ class EvaluationSampler(Sampler[int]):
         self.world_size = world_size
         self.seed = seed
         self.skip = 0
-        self.limit: int | None = None  # samples this rank evaluates; None: its whole share, in order
+        self.limit: int | None = None
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
-        self.skip = skip  # the same order every epoch
+        self.skip = skip
 
     def set_limit(self, samples: int | None) -> None:
         self.limit = samples
@@ -157,14 +117,12 @@ class ShardedLoader:
         self.epoch, self.start_batch = 0, 0
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        """Reshuffle for `epoch`; `start_batch` > 0 skips the batches a resumed run already trained
-        (the rest of the epoch is exactly what the interrupted run would have seen)."""
+        """Reshuffles for `epoch` and skips the first `start_batch` batches, which a resumed run already trained."""
         self.epoch, self.start_batch = epoch, start_batch
         self.sampler.set_epoch(epoch, skip=start_batch * self.batch_size)
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """This rank's batches of `epoch` from its first (those a resume skips too), as lists of sample indices,
-        whatever epoch the loader is set to: what a mid-epoch checkpoint records (trainkit.checkpointing.epoch_plan)."""
+        """All of this rank's batches of `epoch` as lists of sample indices, for a mid-epoch checkpoint."""
         self.sampler.set_epoch(epoch, skip=0)
         try:
             indices = self.sampler.epoch_indices()
@@ -187,8 +145,7 @@ class ShardedLoader:
         return len(self.sampler)
 
     def sample(self, batches: int) -> Iterator[Any]:
-        """At most `batches` batches of this rank: an evaluation loader's are a seeded sample of its split, the same
-        at every call and disjoint across ranks (EvaluationSampler.set_limit); a training loader's, its first."""
+        """At most `batches` batches: a seeded sample of an evaluation split, or a training loader's first."""
         if not isinstance(self.sampler, EvaluationSampler):
             yield from itertools.islice(self, batches)
             return
@@ -200,9 +157,7 @@ class ShardedLoader:
 
 
 def limited(loader: Iterable[Any], batches: int | None) -> Iterable[Any]:
-    """What an evaluation limited to `batches` batches a process (trainer.limit_val_batches) reads: a seeded sample of
-    the split, the same every epoch (ShardedLoader.sample), not its first batches (a folder listed class by class, or
-    batches ordered by length, would be one class); a plain iterable (tests), its first. None: the whole loader."""
+    """The batches an evaluation limited to `batches` per process reads (trainer.limit_val_batches); None: all."""
     if batches is None:
         return loader
     if isinstance(loader, ShardedLoader):
@@ -211,12 +166,9 @@ def limited(loader: Iterable[Any], batches: int | None) -> Iterable[Any]:
 
 
 class TensorLoader(ShardedLoader):
-    """A whole split held as two tensors on the device; a batch is one gather (airbench style).
+    """A whole split held as two tensors on the device; a batch is one gather, a fresh tensor safe to modify.
 
-    No DataLoader, no collate, no worker processes: for data that fits in memory this
-    removes nearly all per-step overhead. Batches are fresh tensors, safe to modify in place.
-    Data too big for the GPU stays on the host (`device=cpu`, possibly a memory-mapped cache) with
-    `pin_memory=True`: each batch is gathered whole into pinned memory for an asynchronous copy.
+    Data too big for the GPU stays on the host with `pin_memory=True`, each batch pinned for an asynchronous copy.
     """
 
     def __init__(
@@ -238,10 +190,9 @@ class TensorLoader(ShardedLoader):
         super().__init__(sampler, batch_size, drop_last)
         self.pin_memory = pin_memory
         self.images = images.to(device)
-        self.labels = labels.to(device)  # their own dtype: class ids, float targets, uint8 bytes (the task casts)
+        self.labels = labels.to(device)  # in their own dtype: the task casts
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        # One host-to-device copy of the epoch's indices, then every batch is a slice of it.
         indices = self.sampler.epoch_indices().to(self.images.device)
         for batch in indices.split(self.batch_size)[: len(self) - self.start_batch]:
             # index_select, not images[batch]: the same gather, several times faster on a CPU.
@@ -252,25 +203,23 @@ class TensorLoader(ShardedLoader):
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:
-    """The seed of what sample `index` draws in `epoch` of a run seeded with `seed`: a 64-bit hash of the three, so
-    neighbouring samples and epochs get unrelated streams."""
+    """A 64-bit hash of (seed, epoch, index), so that neighbouring samples and epochs get unrelated streams."""
     digest = hashlib.blake2b(f"{seed}/{epoch}/{index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
 
 
 class SeededIndices:
-    """A sampler (or, `batched`, a batch sampler) whose indices come out as (index, seed) pairs, the seed
-    sample_seed(seed, epoch, index) of the `epoch` its FileLoader was last set to: what SeededSamples reads."""
+    """A sampler (or, `batched`, a batch sampler) whose indices come out as (index, sample_seed) pairs."""
 
     def __init__(self, indices: Iterable[Any], seed: int, *, batched: bool):
         self.indices, self.seed, self.batched = indices, seed, batched
         self.epoch = 0
 
     def __len__(self) -> int:
-        return len(self.indices)  # type: ignore[arg-type]  # a sampler or batch sampler: sized
+        return len(self.indices)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:
-        seed, epoch = self.seed, self.epoch  # fixed for the pass, as the sampler's order is
+        seed, epoch = self.seed, self.epoch
 
         def pair(index: Any) -> tuple[int, int]:
             return int(index), sample_seed(seed, epoch, int(index))
@@ -281,11 +230,8 @@ class SeededIndices:
 
 
 class SeededSamples(Dataset):
-    """`dataset`, read by (index, seed) pairs (SeededIndices): torch's global generator, Python's `random` and
-    NumPy's global generator are seeded with `seed` before `dataset[index]` is read, so the sample draws the same in
-    any worker. In the main process (data.num_workers=0) the three are put back after each batch: the training
-    step's own draws (dropout, augmentation on the device) stay where they would be with workers. A plain index
-    reads the sample unseeded. Other attributes are the wrapped dataset's (`.samples`, `.transform`, ...)."""
+    """`dataset` read by (index, seed) pairs: the global generators are seeded with `seed` before each read. In the
+    main process they are put back after each batch, so the training step draws as it would with workers."""
 
     def __init__(self, dataset: Dataset):
         self.dataset = dataset
@@ -294,13 +240,13 @@ class SeededSamples(Dataset):
         return len(self.dataset)  # type: ignore[arg-type]  # a map-style dataset has a length
 
     def __getitem__(self, pair: tuple[int, int] | int) -> Any:
-        if not isinstance(pair, tuple):  # a plain index (a test, a script): the sample, its streams as they are
+        if not isinstance(pair, tuple):  # a plain index: read unseeded
             return self.dataset[pair]
         return self.__getitems__([pair])[0]
 
     def __getitems__(self, pairs: list[tuple[int, int]]) -> list[Any]:
-        """A batch's samples, each read after seeding with its own seed (torch's DataLoader reads a batch so)."""
-        if get_worker_info() is not None:  # a worker's streams: nothing of the training step draws from them
+        """A batch's samples, each read after seeding with its own seed."""
+        if get_worker_info() is not None:
             return [self._read(index, seed) for index, seed in pairs]
         # Saved and put back once a batch: NumPy's state alone takes longer to save than a small sample to read.
         states = torch.get_rng_state(), random.getstate(), np.random.get_state()
@@ -316,27 +262,21 @@ class SeededSamples(Dataset):
         return self.dataset[index]
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "dataset":  # pickling and torch's probes ask the wrapper itself
+        if name.startswith("__") or name == "dataset":
             raise AttributeError(name)
         return getattr(self.dataset, name)
 
 
 def seed_global_generators(seed: int) -> None:
-    """Seed the generators a sample's code draws from without being handed one: torch's (torchvision's transforms
-    use it), Python's `random` and NumPy's (which takes 32 bits)."""
+    """Seeds torch's, Python's and NumPy's global generators, which a sample's code draws from."""
     torch.default_generator.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
 
 
 class FileLoader(ShardedLoader):
-    """A torch DataLoader over files decoded in worker processes, sharded by this module's samplers.
-
-    Batches stay on the CPU (pinned with `pin_memory`; data.pin_memory=auto pins on CUDA) for
-    train.py to move with `non_blocking=True`, overlapping the copy with compute. `seed` is the run seed (the same
-    on every rank): with the epoch and a sample's index it seeds what the sample draws. `dataset` is the dataset
-    as given (the DataLoader reads it through SeededSamples).
-    """
+    """A torch DataLoader over files decoded in worker processes, sharded by this module's samplers. Batches stay
+    on the CPU, pinned with `pin_memory`; `seed` is the run seed, the same on every rank."""
 
     def __init__(
         self,
@@ -355,13 +295,11 @@ class FileLoader(ShardedLoader):
         collate: Callable[[list[Any]], Any] = default_collate,
         batch_sampler: Any = None,
     ):
-        size = len(dataset)  # type: ignore[arg-type]  # a map-style dataset has a length; torch's Dataset stub has none
+        size = len(dataset)  # type: ignore[arg-type]
         sampler = shard_sampler(size, train=train, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
         super().__init__(sampler, batch_size, drop_last)
-        # A batch sampler of the data option's (a size budget) makes this rank's batches in place of the sampler's
-        # fixed-size ones; it shards, shuffles and resumes itself (set_epoch(epoch, start_batch), len, num_samples).
+        # The data option's batch sampler (a size budget) shards, shuffles and resumes itself.
         self.batch_sampler = batch_sampler
-        # What a sample draws follows from (seed, epoch, index): the seed travels with the index (SeededSamples).
         batched = batch_sampler is not None
         self.seeded = SeededIndices(batch_sampler if batched else sampler, seed, batched=batched)
         batching: dict[str, Any] = (
@@ -375,15 +313,14 @@ class FileLoader(ShardedLoader):
             **batching,
             num_workers=num_workers,
             persistent_workers=num_workers > 0,
-            prefetch_factor=prefetch_factor if num_workers > 0 else None,  # batches each worker keeps ready
+            prefetch_factor=prefetch_factor if num_workers > 0 else None,
             pin_memory=pin_memory,
-            # DataLoader seeds worker i of this rank (torch, random, numpy) from a base seed drawn from this generator
-            # plus i: what draws outside a sample's reading (a collate) differs by worker; a sample's draws do not.
+            # Seeds the workers: only draws outside a sample's reading (a collate) differ by worker.
             generator=torch.Generator().manual_seed(seed + rank),
-            collate_fn=functools.partial(collate_setting_aside_bad_files, collate=collate),  # the option's collate
+            collate_fn=functools.partial(collate_setting_aside_bad_files, collate=collate),
         )
         self.rank = rank
-        self.bad_files: list[BadFile] = []  # skipped during the current (or last) pass
+        self.bad_files: list[BadFile] = []
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         self.seeded.epoch = epoch
@@ -395,7 +332,7 @@ class FileLoader(ShardedLoader):
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         if self.batch_sampler is None:
             return super().epoch_batches(epoch)
-        self.batch_sampler.set_epoch(epoch, start_batch=0)  # only its contract: set_epoch, then iterate
+        self.batch_sampler.set_epoch(epoch, start_batch=0)
         try:
             return [[int(index) for index in batch] for batch in self.batch_sampler]
         finally:
@@ -409,12 +346,11 @@ class FileLoader(ShardedLoader):
         return super().num_samples if self.batch_sampler is None else self.batch_sampler.num_samples
 
     def sample(self, batches: int) -> Iterator[Any]:
-        """As ShardedLoader.sample; a batch sampler of the option's draws its own sample where it can (a token
-        budget's `set_limit`: SizeBudgetBatches), else gives its first batches."""
+        """As ShardedLoader.sample, drawn by the option's batch sampler where it has `set_limit`."""
         if self.batch_sampler is None or not isinstance(self.sampler, EvaluationSampler):
             yield from super().sample(batches)
             return
-        if not hasattr(self.batch_sampler, "set_limit"):  # a batch sampler of your own that draws none
+        if not hasattr(self.batch_sampler, "set_limit"):
             yield from itertools.islice(self, batches)
             return
         self.batch_sampler.set_limit(batches)
@@ -423,14 +359,14 @@ class FileLoader(ShardedLoader):
         finally:
             self.batch_sampler.set_limit(None)
 
-    def __iter__(self) -> Iterator[Any]:  # what the DataLoader collates: [images, labels]
+    def __iter__(self) -> Iterator[Any]:
         self.bad_files = []
         try:
             for batch, bad_files in self.loader:
                 if bad_files:
                     self._set_aside(bad_files)
-                if batch is None:  # every file of this batch was unreadable and skipped
-                    # Training ranks run one collective a batch: a rank that skips one would hang the rest.
+                if batch is None:  # every file of this batch was skipped
+                    # Ranks run one collective per batch: a rank that skipped one would hang the others.
                     sampler = self.sampler
                     if isinstance(sampler, ResumableDistributedSampler) and sampler.num_replicas > 1:
                         raise ConfigError(
@@ -459,7 +395,8 @@ class FileLoader(ShardedLoader):
 def collate_setting_aside_bad_files(
     items: list[Any], collate: Callable[[list[Any]], Any] = default_collate
 ) -> tuple[Any, list[BadFile]]:
-    """(`collate` of the readable items, or None if there are none; the BadFiles)."""
+    """(`collate` of the readable items, or None if there are none; the BadFiles), so that no exception crosses
+    the worker boundary."""
     good = [item for item in items if not isinstance(item, BadFile)]
     bad = [item for item in items if isinstance(item, BadFile)]
     return (collate(good) if good else None), bad

@@ -1,36 +1,10 @@
-"""Shapes: a semantic-segmentation data set drawn from a seed, with no file and no download.
+"""Shapes: a segmentation data set drawn from a seed: images [N, 3, S, S] in [0, 1], masks [N, S, S] with
+0 for the background, 1 circle, 2 square, 3 triangle. The keys: conf/data/shapes.yaml.
 
-`Shapes` is a data option's `_target_` (conf/data/shapes.yaml); its `splits()` returns `Splits`
-whose labels are masks:
-
-    images  float32 [N, 3, S, S] in [0, 1]
-    masks   int64   [N, S, S]: 0 background, 1 circle, 2 square, 3 triangle; num_classes = 4
-
-Each image shows 1 to `max_shapes` filled shapes of random size, position, rotation and colour
-on a background of one random colour; smooth blotches of light and dark, then Gaussian noise,
-cover shapes and background alike. A shape drawn later covers the ones drawn before it, in the
-mask as in the image.
-
-The keys of its own, besides those of every data option (a missing optional key takes its default):
-
-    num_samples, val_samples, test_samples   images in each split
-    split_seed                               the only source of randomness
-    noise                                    std of the per-pixel noise added over the image
-    image_size                               S (a key of every data option)
-    max_shapes: 3                            shapes per image are drawn from 1..max_shapes
-    shape_size: [0.2, 0.4]                   square root of a shape's area, as a fraction of S
-    texture: 0.1                             std of the blotches
-
-Why it looks like this. The shapes' colours are random, so a pixel's colour says nothing of its
-class: the network has to look at the outline around it, which is what segmentation is about.
-Every shape differs from the background's base colour by at least 0.3 in each channel, so
-finding the foreground is the easy part and telling circles, squares and triangles apart is
-the task. The three shapes have the same area for the same `shape_size`, so size is no cue.
-
-Determinism: split i (train 0, val 1, test 2) is drawn by its own CPU torch.Generator seeded
-with 3 * split_seed + i, so no two (split_seed, split) pairs share a stream, the data is
-the same on every machine and rank, and changing one split's size changes no other split.
-The work is batched tensor ops over all images; the only Python loop is over the shape slots.
+The shapes' colours are random and differ from the background by at least MIN_CONTRAST in every channel, and the
+three shapes have the same area for the same size, so a pixel's class shows only in the outline around it. Split i
+(train 0, val 1, test 2) is drawn from its own generator seeded with 3 * split_seed + i, so changing one split's
+size changes no other split.
 """
 
 import math
@@ -44,37 +18,32 @@ from torch import Tensor
 
 from trainkit.data.datasets import ImageData, Split, Splits
 
-SHAPE_NAMES = ("circle", "square", "triangle")  # mask value i + 1 is SHAPE_NAMES[i]; 0 is background
+SHAPE_NAMES = ("circle", "square", "triangle")  # mask values 1, 2, 3
 NUM_CLASSES = len(SHAPE_NAMES) + 1
-# The least difference, in every channel, between a shape's colour and the background's base colour.
 MIN_CONTRAST = 0.3
-# Side of the coarse random grid the background blotches are upsampled from.
 TEXTURE_GRID = 4
-# Per-shape constants: with s the square root of the area, a circle's radius is s / sqrt(pi), a
-# square's half side s / 2, an equilateral triangle's inradius s / sqrt(3 * sqrt(3)).
+# In units of the square root of the area, so that the three shapes have equal areas.
 CIRCLE_RADIUS = 1 / math.sqrt(math.pi)
 SQUARE_HALF_SIDE = 0.5
 TRIANGLE_INRADIUS = 1 / math.sqrt(3 * math.sqrt(3))
-# The farthest point of any of the three from its centre (the triangle's corners, at twice its
-# inradius), in units of s: a shape centred this far from every border lies wholly inside.
+# The farthest point of any shape from its centre (a triangle's corner).
 REACH = 2 * TRIANGLE_INRADIUS
 
 
 @dataclass(kw_only=True)
 class Shapes(ImageData):
-    """The shapes data option (conf/data/shapes.yaml): train, val and test splits of (images,
-    masks); see the module docstring for the keys."""
+    """The `data=shapes` option: train, val and test splits of (images, masks)."""
 
-    num_samples: int  # training images
+    num_samples: int
     val_samples: int
     test_samples: int
-    noise: float  # std of the per-pixel Gaussian noise
-    split_seed: int  # split i (train 0, val 1, test 2) is drawn from seed 3 * split_seed + i
-    max_shapes: int = 3  # shapes per image: 1..max_shapes
-    shape_size: Sequence[float] = (0.2, 0.4)  # square root of a shape's area, as a fraction of the image side
-    texture: float = 0.1  # std of the background's smooth blotches
+    noise: float
+    split_seed: int
+    max_shapes: int = 3
+    shape_size: Sequence[float] = (0.2, 0.4)
+    texture: float = 0.1
 
-    uses_root: ClassVar[bool] = False  # generated
+    uses_root: ClassVar[bool] = False
     suits: ClassVar[tuple[str, ...]] = ("task=segmentation", "model=unet", "model=torchvision_segmentation")
 
     def splits(self) -> Splits:
@@ -104,8 +73,7 @@ def draw_shapes(
     shape_size: tuple[float, ...] = (0.2, 0.4),
     texture: float = 0.1,
 ) -> Split:
-    """`count` images [count, 3, S, S] float32 in [0, 1] and their masks [count, S, S] int64,
-    a pure function of the arguments."""
+    """`count` images and their masks, a pure function of the arguments."""
     min_size, max_size = shape_size
     if not 0 < min_size <= max_size <= 1 / (2 * REACH):
         raise ValueError(f"shape_size must satisfy 0 < min <= max <= {1 / (2 * REACH):.3f} (to fit), got {shape_size}")
@@ -118,7 +86,7 @@ def draw_shapes(
     def uniform(*shape: int, low: float = 0.0, high: float = 1.0) -> Tensor:
         return low + (high - low) * torch.rand(*shape, generator=generator)
 
-    # Every random number is drawn here, in a fixed order, before any pixel is computed.
+    # Every random number is drawn first, in a fixed order.
     base_colour = uniform(count, 3)
     blotches = torch.randn(count * 3, TEXTURE_GRID, TEXTURE_GRID, generator=generator)
     shapes_in_image = torch.randint(1, max_shapes + 1, (count,), generator=generator)
@@ -128,12 +96,11 @@ def draw_shapes(
     margins = REACH * sizes.unsqueeze(-1)
     centres = margins + (1 - 2 * margins) * uniform(max_shapes, count, 2)
     angles = uniform(max_shapes, count, high=2 * math.pi)
-    # Each channel moves 0.3..0.7 away from the base colour, wrapping around 1: the circular
-    # distance, and so the plain one, is at least MIN_CONTRAST.
+    # 0.3..0.7 from the base colour, wrapping around 1, keeps every channel at least MIN_CONTRAST away.
     colours = (base_colour + uniform(max_shapes, count, 3, low=MIN_CONTRAST, high=1 - MIN_CONTRAST)) % 1
     images = torch.randn(count, 3, image_size, image_size, generator=generator).mul_(noise)
 
-    # Which slot owns each pixel (0: none): the last shape drawn over it, so later ones occlude.
+    # The last shape drawn over a pixel owns it, so later shapes cover earlier ones.
     pixel_centres = (torch.arange(image_size, dtype=torch.float32) + 0.5) / image_size
     owner = torch.zeros(count, image_size, image_size, dtype=torch.uint8)
     for slot in range(max_shapes):
@@ -142,13 +109,12 @@ def draw_shapes(
         inside = (columns >= left.unsqueeze(-1)) & (columns <= right.unsqueeze(-1))
         inside &= (slot < shapes_in_image).view(count, 1, 1)
         owner.masked_fill_(inside, slot + 1)
-    # Look up each pixel's class and colour in per-image tables whose entry 0 is the background.
     owner_index = owner.view(count, 1, image_size * image_size).long()
     class_table = torch.cat([torch.zeros(count, 1, dtype=torch.int64), classes.T], dim=1)  # [N, 1 + slots]
     masks = class_table.gather(1, owner_index[:, 0]).view(count, image_size, image_size)
     colour_table = torch.cat([base_colour.unsqueeze(0), colours]).permute(1, 2, 0)  # [N, 3, 1 + slots]
     images += colour_table.gather(2, owner_index.expand(-1, 3, -1)).view_as(images)
-    # The blotches cover shapes and background alike, like uneven light: the local contrast stays.
+    # The blotches cover shapes and background alike, like uneven light, so the local contrast stays.
     upsample = _linear_upsampling(TEXTURE_GRID, image_size)  # [S, G]
     images += (upsample @ (texture * blotches) @ upsample.T).view_as(images)
     return images.clamp_(0, 1), masks
@@ -157,12 +123,9 @@ def draw_shapes(
 def _row_spans(rows: Tensor, centres: Tensor, sizes: Tensor, angles: Tensor, classes: Tensor) -> tuple[Tensor, Tensor]:
     """[N, S] x-coordinates `left` and `right`: where each pixel row crosses each image's shape.
 
-    A convex shape meets a horizontal line in one interval, so a pixel centre (x, y) is inside
-    when left[y] <= x <= right[y], and a row the shape misses gets left > right. Working per row
-    rather than per pixel keeps the geometry in [N, S] tensors and leaves two comparisons per
-    pixel. A polygon's interval is where the row is on the inner side of every edge: the edge
-    with outward unit normal (nx, ny) at distance `apothem` from the centre bounds x - cx by
-    (apothem - ny * (y - cy)) / nx, from above when nx > 0 and from below when nx < 0.
+    A convex shape meets a row in one interval (left > right where it misses it), which keeps the geometry in
+    [N, S] tensors. A polygon's edge with outward unit normal (nx, ny) at distance `apothem` from the centre bounds
+    x - cx by (apothem - ny * (y - cy)) / nx.
     """
     dy = rows.view(1, -1) - centres[:, 1:2]  # [N, S]
     size, angle, centre_x = sizes.view(-1, 1), angles.view(-1, 1), centres[:, 0:1]
@@ -174,8 +137,7 @@ def _row_spans(rows: Tensor, centres: Tensor, sizes: Tensor, angles: Tensor, cla
         for corner in range(corners):
             normal_angle = angle + 2 * math.pi * corner / corners
             normal_x, normal_y = normal_angle.cos(), normal_angle.sin()
-            # nx is never exactly 0 (a horizontal edge) for float angles; were it, the nudge keeps
-            # the bound a huge number of the right sign instead of a division by zero.
+            # The nudge avoids a division by zero should nx ever be exactly 0.
             normal_x = torch.where(normal_x >= 0, normal_x.clamp(min=1e-6), normal_x.clamp(max=-1e-6))
             bound = (apothem * size - normal_y * dy) / normal_x
             right = torch.where(normal_x > 0, torch.minimum(right, bound), right)
@@ -190,7 +152,6 @@ def _row_spans(rows: Tensor, centres: Tensor, sizes: Tensor, angles: Tensor, cla
 
 
 def _linear_upsampling(grid: int, size: int) -> Tensor:
-    """[size, grid] weights of 1-D linear interpolation from `grid` points to `size`; applied to
-    rows and then columns it is F.interpolate's bilinear resize, as two small matrix products."""
+    """[size, grid] weights of linear interpolation: applied to rows, then columns, a bilinear resize."""
     identity = torch.eye(grid).unsqueeze(1)  # [grid, 1, grid]: each row one grid point's impulse
     return F.interpolate(identity, size=size, mode="linear", align_corners=False).squeeze(1).T

@@ -1,34 +1,6 @@
-"""Batches filled to a size budget: items of many sizes (token sequences, audio-like signals), those of similar
-size together, so a batch pads little, holds many short items or few long ones, and its padded size (longest x
-count) stays within the budget, which is what decides its memory. A data option asks for them by declaring the
-unit of its items' sizes and a budget key named after it (`size_unit = "tokens"`: data.max_tokens; trainkit.data.
-datasets.Data.batch_sampler), and its datasets' `sizes`.
-
-    batches = SizeBudgetBatches(dataset.sizes, budget=8192, max_batch_size=128, seed=run_seed,
-                                rank=rank, world_size=world_size, unit="tokens")
-    batches.set_epoch(epoch, start_batch=0)    # before every epoch; start_batch > 0: a mid-epoch resume
-    for indices in batches: ...                # this rank's batches, as lists of dataset indices
-
-The contract is the loaders' (trainkit.data.loaders): `len()` this rank's batches an epoch, `num_samples`
-its samples, `set_epoch` reshuffles and skips. How the batches are made:
-- Buckets: the sizes, sorted, are cut where a bucket's longest would pass BUCKET_RATIO x its shortest
-  (or its shortest + BUCKET_SLACK, for short items). A bucket's batches all hold
-  min(max_batch_size, budget // its longest) items, so the number of batches an epoch is the same
-  every epoch whatever the shuffle (the schedule and a resume count batches), and the padding of a batch
-  is at most what its bucket's spread allows (about 5% of the slots with a ratio of 1.1).
-- Training shuffles the items within each bucket and then the order of all batches, from
-  `seed + epoch` (the run seed, the same on every rank): every rank draws the same list, and rank r takes
-  every world_size-th batch from r on, after the list is trimmed to a multiple of world_size (the
-  trimmed batches differ every epoch), so every rank trains the same number of batches (a rank with
-  one batch fewer would leave the others waiting in the gradient all-reduce forever).
-- Evaluation (`train=False`) keeps the buckets' order and trims nothing: each sample is in exactly one
-  batch of one rank; ranks may differ by a batch, which evaluation's single reduction allows. A limited
-  evaluation (`set_limit(n)`, trainer.limit_val_batches) would see the shortest items alone, in batches of one
-  class (a folder is listed class by class): it shuffles within each bucket and the order of the batches from
-  `seed` alone (the same sample every epoch, on every rank) and keeps the first n x world_size batches, rank r
-  every world_size-th from r on.
-An item larger than the budget fits no batch and is refused (text options truncate at data.max_length,
-and the config check holds data.max_tokens >= data.max_length).
+"""Batches filled to a size budget (data.max_<unit>): items of similar size together, so that a batch pads little
+and its padded size, which decides its memory, stays within the budget. Every epoch has as many batches whatever
+the shuffle, and every training rank trains as many. How and why: docs/data.md#batches-by-a-token-budget-datamax_tokens.
 """
 
 from collections.abc import Iterator, Sequence
@@ -42,8 +14,7 @@ BUCKET_SLACK = 8  # ... or at most this many units longer (short items would mak
 
 
 class SizeBudgetBatches:
-    """This rank's batches of indices whose padded size fits `budget` (see the module docstring): `sizes` one an
-    item, in `unit`s; the budget is data.max_<unit> (its errors name it)."""
+    """This rank's batches of indices whose padded size fits `budget`, given one size per item in `unit`s."""
 
     def __init__(
         self,
@@ -72,20 +43,19 @@ class SizeBudgetBatches:
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.train = shuffle if train is None else train
         self.drop_last = drop_last
-        self.buckets = _buckets(sizes, budget, max_batch_size)  # (indices by length, a batch's size)
+        self.buckets = _buckets(sizes, budget, max_batch_size)
         self.epoch, self.start_batch = 0, 0
-        self.limit: int | None = None  # evaluation: batches a rank, a seeded sample (set_limit); None: all
-        self._batches: list[list[int]] | None = None  # this rank's, for self.epoch
+        self.limit: int | None = None
+        self._batches: list[list[int]] | None = None
         if self.train and len(sizes) > 0 and self.total_batches() < world_size:
             raise self._too_few_batches(sizes)
 
     def total_batches(self) -> int:
-        """The batches of an epoch, every rank's, before training's cut to a multiple of world_size."""
+        """The batches of an epoch on all ranks, before training cuts them to a multiple of world_size."""
         return _count(self.buckets, self.drop_last)
 
     def _too_few_batches(self, sizes: torch.Tensor) -> ConfigError:
-        """Every training rank trains as many batches, so the list is cut to a multiple of world_size: fewer
-        batches than processes leave none. The fix: the largest halved cap on sequences a batch that makes enough."""
+        """The error for fewer batches than processes, suggesting the largest halved cap that makes enough."""
         total, ranks = self.total_batches(), self.world_size
         sequences = f"{len(sizes)} sequence{'s' if len(sizes) != 1 else ''}"
         cap = self.max_batch_size // 2
@@ -93,7 +63,7 @@ class SizeBudgetBatches:
             cap //= 2
         enough = cap >= 1 and _count(_buckets(sizes, self.budget, cap), self.drop_last) >= ranks
         fix = (
-            f"data.batch_size={cap} (the most sequences a batch holds) or a lower {self.key}, or train with fewer "
+            f"data.batch_size={cap} (the most sequences in one batch) or a lower {self.key}, or train with fewer "
             f"processes"
             if enough
             else f"train with fewer processes ({sequences} cannot make {ranks} batches)"
@@ -111,12 +81,12 @@ class SizeBudgetBatches:
         self.epoch, self.start_batch, self._batches = epoch, start_batch, None
 
     def set_limit(self, batches: int | None) -> None:
-        """Evaluation: `batches` a rank, drawn from the seed (the module docstring); None: every batch, in order."""
+        """Evaluation only: a seeded sample of `batches` per rank, the same every epoch; None: every batch."""
         assert not self.train, "a training epoch is limited by trainer.limit_train_batches, in train.py"
         self.limit, self._batches = batches, None
 
     def batches(self) -> list[list[int]]:
-        """This rank's whole epoch of batches (before skipping start_batch), the same for the same epoch."""
+        """This rank's whole epoch of batches, before skipping start_batch."""
         if self._batches is None:
             self._batches = self._rank_share(self._epoch_batches())
         return self._batches
@@ -124,7 +94,7 @@ class SizeBudgetBatches:
     def _epoch_batches(self) -> list[list[int]]:
         if self.shuffle:
             generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        elif self.limit is not None:  # a limited evaluation: the same sample every epoch
+        elif self.limit is not None:
             generator = torch.Generator().manual_seed(self.seed)
         else:
             generator = None
@@ -140,7 +110,7 @@ class SizeBudgetBatches:
         return batches
 
     def _rank_share(self, batches: list[list[int]]) -> list[list[int]]:
-        if self.train:  # every rank the same count: trimmed to a multiple of world_size
+        if self.train:
             batches = batches[: len(batches) - len(batches) % self.world_size]
         elif self.limit is not None:
             batches = batches[: self.limit * self.world_size]
@@ -158,17 +128,17 @@ class SizeBudgetBatches:
 
     @property
     def num_samples(self) -> int:
-        """This rank's samples in the current epoch (all of them, including batches a resume skips)."""
+        """This rank's samples in the current epoch, including batches a resume skips."""
         return sum(len(batch) for batch in self.batches())
 
 
 def _count(buckets: list[tuple[torch.Tensor, int]], drop_last: bool) -> int:
-    """The batches `buckets` make, every rank's (drop_last: each bucket's last partial batch left out)."""
+    """The batches `buckets` make on all ranks."""
     return sum(len(indices) // size if drop_last else -(-len(indices) // size) for indices, size in buckets)
 
 
 def _buckets(sizes: torch.Tensor, budget: int, max_batch_size: int) -> list[tuple[torch.Tensor, int]]:
-    """(indices sorted by size, items a batch) of each bucket, smallest bucket first."""
+    """(indices sorted by size, items per batch) of each bucket, smallest bucket first."""
     order = torch.sort(sizes, stable=True).indices  # stable: the same buckets on every machine
     sorted_lengths = sizes[order].tolist()
     buckets, start = [], 0

@@ -1,17 +1,8 @@
 """`data=stdlib_functions`: every function of the Python standard library's own source is a sample, labelled
-by its top-level package; a variable-length text example on every machine, with nothing to download.
+by its top-level package among the `data.packages` packages with the most functions (docs/data.md).
 
-A sample is the source text of one `def` or `async def` (module level, or in a class body: methods; a
-function nested in another is part of its text), from the def line to its last line, as UTF-8 bytes (a byte a
-token, trainkit.data.text). Its class: its file's top-level package, among the `data.packages` packages with
-the most functions (top-level modules and the other packages are left out). Files are split, not functions
-(trainkit.data.stdlib_source.split_by_file, a package at a time, so every split holds every class), so no
-file's functions are in two splits; data.folds folds each package's files the same way (so each fold holds each
-package's files, to within one). The corpus changes with the Python version: source() names
-corpus_version(), which the data fingerprint keeps, so a resume under another Python is refused.
-
-Parsing the ~750 files takes a few seconds, the same on every rank; it is kept for the life of the process
-(eval.py and a test that builds the data twice parse once), nothing is written to disk.
+Files are split, not functions, a package at a time, so no file's functions are in two splits and every split holds
+every class. Parsing the ~750 files takes a few seconds and is kept for the life of the process.
 """
 
 import ast

@@ -1,15 +1,6 @@
-"""The Python standard library's own source: a text corpus on every machine, with nothing to download.
-
-    files = stdlib_files()                                   # sorted, test folders left out
-    parts = split_by_file(files, val_fraction=0.1, test_fraction=0.1, seed=0)   # {"train": [...], ...}
-    package_of(path)                                         # "email", "asyncio", ... or "" at the top level
-    corpus_version()                                         # "CPython 3.11.7": the corpus changes with it
-
-Both shipped text examples read it: data=stdlib_functions (one function a sample, labelled by its package)
-and data=text's default corpus (the files' bytes, packed into blocks for a language model). Splits are by
-file, so no file's text is in two splits, and the same seed picks the same files on every machine that
-runs the same Python version. Another Python version has other files and other text: the data
-fingerprint of a run records corpus_version(), so a resume under another Python is refused.
+"""The Python standard library's own source: a text corpus on every machine, with nothing to download, read by
+data=stdlib_functions and data=text. Splits are by file, so no file's text is in two splits. The corpus changes
+with the Python version (corpus_version()), which the data fingerprint records.
 """
 
 import platform

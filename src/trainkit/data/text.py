@@ -1,25 +1,9 @@
-"""Text as token sequences: `data=textfolder` (your own text files, a folder a class) and the parts every text
-classification option shares (TextData: the tokenizer, the padding id, the collate, data.max_length/max_tokens).
+"""Text as token sequences: `data=textfolder` (your own text files, one class per folder) and TextData, what every
+text classification option shares (the tokenizer, the padding id, the collate, data.max_length and max_tokens).
 
-    root/train/<class>/<file>.txt      one file a sample, labelled by its folder (aclImdb/train/{neg,pos}),
-                                       its sub-folders too (hidden entries skipped: imagefolder.walk_files)
-    root/val/..., root/test/...        optional, with the same class folders; missing ones are carved from
-                                       train/ by data.val_fraction / data.test_fraction and data.split_seed
-
-Tokens (data.tokenizer, trainkit.data.tokenizing): by default the file's UTF-8 bytes, byte b as token b + 1, so
-token 0 is padding alone (PAD_ID, a NUL byte is token 1) and the vocabulary is 257 (VOCABULARY): no tokenizer,
-nothing to download; or a BPE trained on the training split, or a local tokenizer folder. A sequence is cut at
-data.max_length tokens, and build says how many texts were cut (never silently). A file that is not UTF-8 is
-refused naming it (no replacement characters: the bytes would no longer be the text's), or skipped and counted
-with data.skip_bad_files=true.
-
-The listing reads every file of every split once (about 1.4 s for 20,000 small files; a progress bar where it
-takes over a second), so such a file stops the run before its first update, not when its split is first read,
-and its sizes are the sequence lengths the token budget batches by (trainkit.data.size_budget; a tokenizer
-other than bytes encodes every file once more to count its tokens). DataLoader workers read (and encode) the
-files again for the batches (a file changed since is a BadTextFile, which FileLoader raises as one line or
-skips). A batch pads to its longest sequence with the padding id: inputs int64 [B, T], labels int64 [B]; a
-model finds the real tokens as inputs != data.pad_id.
+The listing reads every file once, so a file that is not UTF-8 stops the run before its first update, and the sizes
+it finds are what the token budget batches by. A batch pads to its longest sequence: inputs int64 [B, T], labels
+int64 [B]. The layout and the rules: docs/data.md#your-own-text-datatextfolder.
 """
 
 import logging
@@ -65,26 +49,23 @@ class BadTextFile(BadFile):
 
 @dataclass(kw_only=True)
 class TextData(Tokenized):
-    """Token sequences of any text classification option (data.tokenizer's tokens): data.max_length cuts them,
-    data.max_tokens (when set) fills batches up to that many tokens, padding included (Data.batch_sampler),
-    data.batch_size capping the sequences a batch; the collate pads to the batch's longest with data.pad_id."""
+    """The keys and the collate of every text classification option."""
 
-    max_length: int  # tokens a sequence keeps; longer texts are cut, with a count in the log
-    max_tokens: int | None = None  # null: batches of data.batch_size; N: batches of up to N tokens, padding included
-    pad_id: int | None = None  # the id batches pad with; null: the tokenizer's, filled in when the data is built
+    max_length: int  # longer texts are cut, with a count in the log
+    max_tokens: int | None = None  # null: batches of data.batch_size
+    pad_id: int | None = None  # null: the tokenizer's
 
     kind: ClassVar[str] = "tokens"
-    size_unit: ClassVar[str] = "tokens"  # the size budget is data.max_tokens
+    size_unit: ClassVar[str] = "tokens"
     in_memory: ClassVar[bool] = False
-    suits: ClassVar[tuple[str, ...]] = ("model=sequence", "model=hf")  # classifiers of token sequences
+    suits: ClassVar[tuple[str, ...]] = ("model=sequence", "model=hf")
     config_rules: ClassVar[dict[str, Check]] = {**Tokenized.config_rules, "pad_id": integer(0, null=True)}
 
     @staticmethod
     def config_problems(
         max_length: int, max_tokens: int | None, tokenizer: str, vocab_size: int
     ) -> Iterator[tuple[str, str]]:
-        """A sequence cut at data.max_length must fit a batch of data.max_tokens, and data.tokenizer must name a
-        tokenizer (the config check asks this)."""
+        """A sequence cut at data.max_length must fit a batch of data.max_tokens; data.tokenizer must name one."""
         if max_tokens is not None and max_tokens < max_length:
             yield (
                 "data.max_tokens",
@@ -111,12 +92,12 @@ class TextData(Tokenized):
         return getattr(dataset, "lengths", None)  # a text's tokens, cut at data.max_length
 
     def prediction_batch(self, samples: list[Any]) -> tuple[torch.Tensor, None]:
-        """predict= texts (token ids, cut at data.max_length) padded to the longest, as a batch without targets."""
+        """predict= texts padded to the longest, as a batch without targets."""
         inputs, _ = self.collate([(ids, 0) for ids in samples])
         return inputs, None
 
     def class_names(self) -> list[str]:
-        """The classes in label order (what eval.py's predictions name); [] where the data has no names."""
+        """The class names in label order; [] where the data has none."""
         return []
 
 
@@ -138,7 +119,7 @@ BYTE_TOKENS = ByteTokens(offset=1)
 
 
 def report_truncated(lengths: list[int], max_length: int, where: str, unit: str = "bytes") -> None:
-    """The log line that says how many texts data.max_length cuts (never a silent truncation)."""
+    """Logs how many texts data.max_length cuts, so that no cut is silent."""
     cut = sum(length > max_length for length in lengths)
     if cut:
         log.info(
@@ -153,7 +134,7 @@ def report_truncated(lengths: list[int], max_length: int, where: str, unit: str 
 
 
 def token_lengths(tokens: Tokens, texts: list[bytes], max_length: int, where: str) -> list[int]:
-    """Each text's tokens, cut at max_length (logged: report_truncated); bytes count without encoding."""
+    """Each text's tokens, cut at max_length; bytes are counted without encoding."""
     unit = "bytes" if isinstance(tokens, ByteTokens) else "tokens"
     lengths = [len(text) for text in texts] if unit == "bytes" else [len(ids) for ids in tokens.encode_many(texts)]
     report_truncated(lengths, max_length, where, unit)
@@ -161,7 +142,7 @@ def token_lengths(tokens: Tokens, texts: list[bytes], max_length: int, where: st
 
 
 def report_majority(datasets: dict[str, Any], class_names: list[str]) -> None:
-    """The log line with the test split's majority-class accuracy: the bar a classifier of it must clear."""
+    """Logs the test split's majority-class accuracy, the bar a classifier must clear."""
     labels = torch.tensor([label for _, label in datasets["test"].samples], dtype=torch.int64)
     counts = torch.bincount(labels, minlength=len(class_names))
     log.info(
@@ -174,15 +155,14 @@ def report_majority(datasets: dict[str, Any], class_names: list[str]) -> None:
 
 
 def utf8_bytes(path: str | Path) -> bytes:
-    """The file's bytes; OSError where it cannot be read, UnicodeDecodeError where they are not UTF-8 (refused, not
-    replaced: see the module docstring). The data's files (read_utf8) and eval.py's predict= files read alike."""
+    """The file's bytes; raises OSError or UnicodeDecodeError, since replacing bytes would change the text."""
     text = Path(path).read_bytes()
     text.decode("utf-8")
     return text
 
 
 def read_utf8(path: str, skip: bool) -> bytes | BadTextFile:
-    """The file's bytes, or a BadTextFile (`skip`: data.skip_bad_files) when they are not UTF-8 or cannot be read."""
+    """The file's bytes, or a BadTextFile when they are not UTF-8 or cannot be read."""
     try:
         return utf8_bytes(path)
     except (OSError, UnicodeDecodeError) as error:
@@ -190,8 +170,8 @@ def read_utf8(path: str, skip: bool) -> bytes | BadTextFile:
 
 
 class TextFileDataset(Dataset):
-    """`(path, label)` samples that read as `(int64 tokens, label)`, or as a BadTextFile for a file that is not
-    UTF-8. `lengths`: each sample's tokens, cut at max_length (token_lengths), what the token budget sorts."""
+    """`(path, label)` samples that read as `(int64 tokens, label)`, or as a BadTextFile. `lengths` is what the
+    token budget batches by."""
 
     def __init__(
         self, samples: list[tuple[str, int]], lengths: list[int], skip_bad_files: bool, tokens: Tokens = BYTE_TOKENS
@@ -209,7 +189,7 @@ class TextFileDataset(Dataset):
         text = read_utf8(path, self.skip_bad_files)
         if isinstance(text, BadTextFile):
             return text
-        # Cut at the listed length: a file grown since the listing still fits the batch it was budgeted for.
+        # A file grown since the listing must still fit the batch it was budgeted for.
         length = int(self.lengths[index])
         if isinstance(self.tokens, ByteTokens):  # cut before encoding: the bytes are the tokens
             return self.tokens.encode(text[:length]), label
@@ -218,15 +198,15 @@ class TextFileDataset(Dataset):
 
 @dataclass(kw_only=True)
 class TextFolder(Folds, TextData):
-    """The `data=textfolder` option (conf/data/textfolder.yaml): see the module docstring."""
+    """The `data=textfolder` option (conf/data/textfolder.yaml)."""
 
     val_fraction: float
     test_fraction: float
     split_seed: int
-    class_folders: list[str] | None = None  # null: every folder under train/; a list: those alone (aclImdb: neg, pos)
-    skip_bad_files: bool = False  # skip files that are not UTF-8 (counted) instead of stopping, naming the file
-    prefetch_factor: int = 2  # batches each worker keeps ready (used only with workers)
-    pin_memory: bool | str = "auto"  # page-locked batches for asynchronous copies; auto: on with CUDA
+    class_folders: list[str] | None = None  # null: every folder under train/
+    skip_bad_files: bool = False
+    prefetch_factor: int = 2
+    pin_memory: bool | str = "auto"
 
     needs_root: ClassVar[str] = "a folder holding train/<class>/<files>.txt"
 
@@ -238,7 +218,6 @@ class TextFolder(Folds, TextData):
             root,
             classes,
             lambda folder, allow_empty: _list_texts(folder, classes, allow_empty, self.skip_bad_files),
-            # a list of class folders names those to read; a val/ or test/ may hold others (aclImdb's unsup/)
             None
             if self.class_folders is not None
             else lambda folder: _check_same_classes(folder, classes, "data.class_folders"),
@@ -291,9 +270,8 @@ class TextFolder(Folds, TextData):
 def _list_texts(
     folder: Path, classes: list[str], allow_empty_classes: bool, skip_bad_files: bool
 ) -> list[tuple[str, int, int]]:
-    """(path, label, size in bytes) of the text files in each class folder of `folder`, sorted a class. Every file
-    is read once here, so one that is not UTF-8 stops the run before its first update (or is left out and counted,
-    with data.skip_bad_files), in any split; a progress bar shows where that takes more than a second."""
+    """(path, label, size in bytes) of the text files in each class folder of `folder`, sorted per class, each file
+    read once."""
     from tqdm import tqdm
 
     kind = ("text files", "non-text entries")
@@ -323,9 +301,7 @@ def _list_texts(
 
 
 class TextDataset(Dataset):
-    """Texts held in memory with a label each, as `(int64 tokens, label)` items cut at max_length; `samples` names
-    each text (a path and where in it) for the data fingerprint. Bytes are kept as bytes (encoded per item); other
-    tokens are encoded once, here."""
+    """Texts held in memory with a label each, read as `(int64 tokens, label)` items cut at max_length."""
 
     def __init__(
         self, texts: list[bytes], samples: list[tuple[str, int]], max_length: int, tokens: Tokens = BYTE_TOKENS

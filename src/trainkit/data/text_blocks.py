@@ -1,28 +1,6 @@
-"""data=text: the bytes of a folder of text files, packed into blocks for a language model.
-
-    data=text                                   # the Python standard library's own source (no download)
-    data=text data.root=~/corpus data.pattern="*.txt"   # your files: every match below the folder (recursive)
-
-Files: a hidden file, or one below a hidden folder (.git/), is never read (imagefolder's rule), and the start
-line counts them. A file that is not UTF-8 (latin-1, a binary) stops the run in one line naming it (text.py's
-BadTextFile: no replacement characters); with data.skip_bad_files=true it is left out, counted and named.
-
-The files are split by bytes (split_by_bytes): in an order drawn from data.split_seed, each file goes to the
-held-out split (test, val) with the most room left among those it fits in (what is left of the split's fraction
-of all the bytes), else to train. A held-out split is never more than its share, so one big file cannot become
-it; val and test are whole files no training block comes from. With data.folds the train and val files are cut
-into that many folds of as many files (not bytes: a fold's bytes vary with the files it draws), data.fold the val
-split. Each split's files are joined in path order with SEPARATOR between them (a blank line: a file's last line
-never runs into the next file's first), and the joined bytes cut into non-overlapping blocks of `block_size + 1`
-bytes; the few bytes left at a split's end are dropped. The start line gives each split's files, bytes and
-blocks. A block's first `block_size` bytes are the inputs, its last `block_size` the targets (the next byte of
-each input): uint8 [N, block_size] both, cast to ids by the task. No padding (pad_id None): every byte is a real
-token. The splits live in memory on the device (TensorLoader): each epoch a seeded shuffle of the training
-blocks, sharded across ranks.
-
-A stdlib corpus differs from one Python version to another: `source()` puts corpus_version() into the
-run's data fingerprint, so a resume under another Python is refused in one line. The fingerprint checks the
-blocks themselves, so a resume on another split (other files, another seed or fraction) is refused too.
+"""data=text: the bytes of a folder of text files (by default the Python standard library's), packed into blocks
+of block_size + 1 tokens for a language model: a block's first block_size tokens are the inputs, its last the
+targets. How the files are split and joined: docs/data.md#text-for-a-language-model-datatext.
 """
 
 import logging
@@ -48,27 +26,26 @@ SEPARATOR = b"\n\n"  # between two files of a split
 
 @dataclass(kw_only=True)
 class TextBlocks(Folds, Tokenized):
-    block_size: int  # tokens a model sees at once (model.block_size): a block holds one more, the last target
-    pattern: str  # which files under data.root (recursive glob); the stdlib default reads its .py files
-    val_fraction: float  # of the bytes (whole files: split_by_bytes)
+    block_size: int  # model.block_size
+    pattern: str  # a recursive glob under data.root
+    val_fraction: float  # of the bytes, in whole files
     test_fraction: float
     split_seed: int
-    skip_bad_files: bool = False  # leave out files that are not UTF-8 (counted and named) instead of stopping
-    texts_read: dict = field(default_factory=dict, init=False, repr=False)  # splits()'s, for identity()
+    skip_bad_files: bool = False
+    texts_read: dict = field(default_factory=dict, init=False, repr=False)
 
     kind: ClassVar[str] = "tokens"
-    size_unit: ClassVar[str] = "tokens"  # blocks of block_size + 1: trainer.micro_batch_size counts tokens
-    byte_offset: ClassVar[int] = 0  # bytes: a byte is its own id (256 ids)
-    pads: ClassVar[bool] = False  # blocks are full: no padding
-    suits: ClassVar[tuple[str, ...]] = ("model=gpt", "task=language_model")  # the next byte of a block
+    size_unit: ClassVar[str] = "tokens"
+    byte_offset: ClassVar[int] = 0  # a byte is its own id
+    pads: ClassVar[bool] = False
+    suits: ClassVar[tuple[str, ...]] = ("model=gpt", "task=language_model")
 
     @staticmethod
     def config_problems(tokenizer: str, vocab_size: int) -> Iterator[tuple[str, str]]:
         yield from tokenizer_problems(tokenizer, vocab_size)
 
     def files(self) -> tuple[list[Path], int]:
-        """The corpus's files, sorted: the standard library's (data.root null), or those matching data.pattern;
-        and how many hidden ones were left out."""
+        """The corpus's files, sorted, and how many hidden ones were left out."""
         if self.root is None:
             return stdlib_files(), 0
         root = Path(self.root).expanduser()
@@ -86,12 +63,11 @@ class TextBlocks(Folds, Tokenized):
         return files, len(matched) - len(files)
 
     def identity(self, made: Splits | FileSplits) -> dict:
-        """The texts read, in no order (blocks are cut per split: another fold gives other blocks of the same texts);
-        no classes: a language model's are the tokenizer's ids, which a setting (data.tokenizer) decides."""
+        """The texts read, in no order, since another fold cuts other blocks from the same texts."""
         return {**self.texts_read, "classes": None}
 
     def source(self) -> str | None:
-        """What the data fingerprint records besides the blocks: the Python version of the stdlib corpus."""
+        """The Python version of the stdlib corpus, which changes with it."""
         return f"stdlib of {corpus_version()}" if self.root is None else None
 
     def splits(self) -> Splits:
@@ -111,7 +87,7 @@ class TextBlocks(Folds, Tokenized):
             {name: torch.tensor(indices, dtype=torch.int64) for name, indices in parts.items()}, self.split_seed
         )
         held = {name: [texts[i] for i in folded[name].tolist()] for name in ("train", "val", "test")}
-        tokens = self.make_tokenizer(lambda: held["train"])  # bpe: learned from the training files alone
+        tokens = self.make_tokenizer(lambda: held["train"])
         made = {name: self.blocks(split_texts, name, tokens) for name, split_texts in held.items()}
         where = f"'{self.root}'" if self.root is not None else f"the {corpus_version()} standard library"
         left_out = f"; ignored {hidden} hidden files" if hidden else ""
@@ -133,8 +109,7 @@ class TextBlocks(Folds, Tokenized):
         return Splits(made["train"], made["val"], made["test"], num_classes=tokens.vocabulary)
 
     def read(self, files: list[Path]) -> tuple[list[bytes], list[str]]:
-        """The bytes of each file that is UTF-8, in order, and the paths left out: a file that is not stops the run
-        in one line naming it, or with data.skip_bad_files=true is left out."""
+        """The bytes of each file that is UTF-8, in order, and the paths left out (data.skip_bad_files)."""
         texts, skipped = [], []
         for path in files:
             text = read_utf8(str(path), self.skip_bad_files)
@@ -147,8 +122,7 @@ class TextBlocks(Folds, Tokenized):
         return texts, skipped
 
     def blocks(self, texts: list[bytes], split: str, tokens: Tokens) -> Split:
-        """(inputs, targets) [N, block_size] each, from `texts` joined by SEPARATOR: uint8 bytes, or int32 ids of
-        another tokenizer (each file encoded apart, the separator's ids between them)."""
+        """(inputs, targets) [N, block_size] each, from `texts` joined by SEPARATOR: uint8 bytes or int32 ids."""
         span = self.block_size + 1
         if isinstance(tokens, ByteTokens):
             joined = SEPARATOR.join(texts)
@@ -175,17 +149,15 @@ class TextBlocks(Folds, Tokenized):
 def split_by_bytes(sizes: list[int], fractions: dict[str, float], seed: int) -> dict[str, list[int]]:
     """Sorted indices of the files (of `sizes` bytes) of each split in `fractions`, and "train" for the rest.
 
-    The files are taken in an order drawn from `seed`; each goes to the split of `fractions` with the most room left
-    (for its share) among those it fits in (what the split holds stays within its fraction of all the bytes), else to
-    train. So the held-out splits fill side by side, each near its share and never over it: a big file goes to train,
-    never becomes a split on its own. The same sizes, fractions and seed give the same split on every machine."""
+    In an order drawn from `seed`, each file goes to the split with the most room left that it fits in, else to
+    train, so that no split exceeds its share and one big file never becomes a split on its own."""
     order = torch.randperm(len(sizes), generator=torch.Generator().manual_seed(seed)).tolist()
     total = sum(sizes)
-    room = {name: round(fraction * total) for name, fraction in fractions.items()}  # bytes a split may still take
+    room = {name: round(fraction * total) for name, fraction in fractions.items()}
     parts: dict[str, list[int]] = {name: [] for name in (*fractions, "train")}
     for index in order:
         fits = [name for name in fractions if sizes[index] <= room[name]]
-        name = max(fits, key=lambda split: room[split] / fractions[split], default="train")  # a tie: the first
+        name = max(fits, key=lambda split: room[split] / fractions[split], default="train")
         parts[name].append(index)
         if name in room:
             room[name] -= sizes[index]

@@ -1,25 +1,6 @@
-"""`data.tokenizer`: what a text option's tokens are, for every text option (textfolder, stdlib_functions, text, hf).
-
-    bytes          a byte a token (the default): no tokenizer, nothing to train or download. The classifiers' text
-                   options shift byte b to id b + 1 so that id 0 pads (257 ids); data=text's blocks are the bytes
-                   themselves (256 ids, no padding)
-    bpe            a byte-level BPE of data.vocab_size ids (`<pad>` = id 0 and the 256 bytes among them), trained
-                   with the `tokenizers` library on the training split alone, in seconds. Rank 0 trains it and
-                   saves <run>/tokenizer/tokenizer.json; a resume and eval.py read that file back (never train
-                   again), and every rank gets rank 0's, so nodes need not share a disk
-    <folder>       a local tokenizer: its tokenizer.json, or what transformers' AutoTokenizer reads there
-                   (local_files_only: nothing is downloaded). Its padding id is the pad_token of its
-                   tokenizer_config.json, else its tokenizer.json's padding; text classification needs one
-
-The tokenizer decides the model's vocabulary (`data.vocabulary`, null: filled in with the tokenizer's when the data is
-built, as an image folder's data.num_classes) and its padding id (`data.pad_id`); data.max_length, data.max_tokens and
-data=text's blocks count its tokens. A language model still reports bits per *byte*: each id's bytes (`token_bytes`)
-turn the loss per token into a loss per byte of the text, so runs with different tokenizers compare on one scale.
-Byte-level tokenizers (ours, GPT-2's) give every id its exact bytes; for other tokenizers the bytes of an id are
-those of its decoded text (word-piece prefixes such as ## count).
-
-The data fingerprint names a tokenizer that is not bytes by a digest of its tokenizer.json, so a resume under another
-tokenizer is refused. `tokenizers` and `transformers` are imported inside the functions that use them.
+"""`data.tokenizer`, what every text option's tokens are: bytes (the default), a BPE learned from the training
+split, or a local tokenizer folder (docs/data.md#tokenizers-datatokenizer). `tokenizers` and `transformers` are
+imported inside the functions that use them.
 """
 
 import hashlib
@@ -45,7 +26,7 @@ PAD_TOKEN = "<pad>"  # the BPE's id 0
 
 
 class ByteTokens:
-    """A byte a token: byte b is id b + `offset` (offset 1: id 0 pads; offset 0: every id a byte, no padding)."""
+    """One token per byte: byte b is id b + `offset` (offset 1 leaves id 0 for padding)."""
 
     name = BYTES
 
@@ -67,17 +48,17 @@ class ByteTokens:
         return [self.encode(text[:max_length]) for text in texts], [len(text) for text in texts]
 
     def decode(self, ids: list[int]) -> str:
-        """The bytes of the ids as text (a model may cut a character: U+FFFD), padding left out."""
+        """The ids as text, padding left out; a cut character shows as U+FFFD."""
         return bytes(i - self.offset for i in ids if 0 <= i - self.offset < 256).decode("utf-8", errors="replace")
 
     def token_bytes(self) -> torch.Tensor:
-        """The bytes each id stands for: 1, the padding id 0."""
+        """The bytes each id stands for: 1, and 0 for padding."""
         counts = torch.ones(self.vocabulary)
         counts[: self.offset] = 0
         return counts
 
     def fingerprint(self) -> str | None:
-        return None  # bytes: the fingerprint of every run before tokenizers, unchanged
+        return None  # keeps the fingerprint of runs from before tokenizers
 
 
 class TextTokens:
@@ -99,9 +80,8 @@ class TextTokens:
         return [torch.tensor(encoding.ids, dtype=torch.int64) for encoding in encoded]
 
     def encode_cut(self, texts: list[bytes], max_length: int) -> tuple[list[torch.Tensor], list[int]]:
-        """Every text's ids cut at max_length as the tokenizer itself truncates (transformers' `truncation=True,
-        max_length=...`: the text is cut before its special tokens are added, so a `[CLS] ... [SEP]` keeps its
-        `[SEP]`), and each text's uncut length. Only the texts that are too long are encoded twice."""
+        """Every text's ids cut at max_length as the tokenizer truncates (before its special tokens, so `[SEP]` stays),
+        and each text's uncut length."""
         encoded = self.encode_many(texts)
         lengths = [len(ids) for ids in encoded]
         long = [index for index, length in enumerate(lengths) if length > max_length]
@@ -112,8 +92,7 @@ class TextTokens:
         return encoded, lengths
 
     def _truncating(self, max_length: int) -> Any:
-        """A copy of the tokenizer that truncates to max_length (the tokenizer itself is left as it is: its JSON is
-        the fingerprint's)."""
+        """A copy of the tokenizer that truncates to max_length; the original's JSON is the fingerprint's."""
         from tokenizers import Tokenizer
 
         if max_length not in self._truncating_copies:
@@ -128,8 +107,8 @@ class TextTokens:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def token_bytes(self) -> torch.Tensor:
-        """The bytes of the text each id stands for (special tokens: 0). A byte-level tokenizer writes each byte as
-        one character of its alphabet, so an id's bytes are its token's characters; others: its decoded text's."""
+        """The bytes of text each id stands for (special tokens: 0): a byte-level token's characters, for other
+        tokenizers its decoded text's."""
         from tokenizers import decoders
 
         byte_level = isinstance(self.tokenizer.decoder, decoders.ByteLevel)
@@ -184,9 +163,8 @@ def text_tokenizer(
     saved_in: Path | None,
     needs_padding: bool,
 ) -> Tokens:
-    """The tokenizer data.tokenizer names. bpe: <saved_in>/tokenizer/tokenizer.json where it exists (a resume,
-    eval.py), else trained on `training_texts()` by rank 0 and saved there (None: never trained, the file must be
-    there); every rank gets rank 0's."""
+    """The tokenizer data.tokenizer names. bpe is read back from <saved_in>/tokenizer/ where it exists, else
+    trained by rank 0 and saved there; every rank gets rank 0's."""
     if spec == BYTES:
         return ByteTokens(offset)
     if spec == BPE:
@@ -232,8 +210,7 @@ def _bpe_json(vocab_size: int, training_texts: Callable[[], Iterable[bytes]] | N
 
 
 def train_bpe(vocab_size: int, texts: Iterable[str]) -> Any:
-    """A byte-level BPE of at most `vocab_size` ids: <pad> (id 0), the 256 bytes, then merges (fewer on a text too
-    short to have that many). Deterministic for the same texts."""
+    """A byte-level BPE of at most `vocab_size` ids: <pad> (id 0), the 256 bytes, then merges; deterministic."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -250,9 +227,8 @@ def train_bpe(vocab_size: int, texts: Iterable[str]) -> Any:
 
 
 def folder_tokenizer(folder: Path, needs_padding: bool) -> TextTokens:
-    """A local folder's tokenizer: tokenizer.json read with `tokenizers` (fast, no transformers import), else what
-    AutoTokenizer reads there (local_files_only). Its padding id: tokenizer_config.json's pad_token, else the
-    padding of tokenizer.json; one line where text classification needs one and there is none."""
+    """A local folder's tokenizer: tokenizer.json read with `tokenizers`, which avoids importing transformers, else
+    what AutoTokenizer reads there."""
     file = folder / "tokenizer.json"
     if file.is_file():
         from tokenizers import Tokenizer
@@ -296,18 +272,17 @@ def _pad_id(folder: Path, tokenizer: Any) -> int | None:
 
 @dataclass(kw_only=True)
 class Tokenized(Data):
-    """The keys of every text option's tokens (data.tokenizer, data.vocab_size, data.vocabulary) and the tokenizer
-    they make, built by the option's splits() with `make_tokenizer` (after its training split is known)."""
+    """The keys of every text option's tokens and the tokenizer they make, which splits() builds."""
 
-    tokenizer: str = BYTES  # bytes | bpe | a local tokenizer folder (the module docstring)
-    vocab_size: int = 8192  # tokenizer=bpe: the ids it learns, <pad> and the 256 bytes included
-    vocabulary: int | None = None  # the ids a model embeds; null: the tokenizer's, filled in when the data is built
-    tokens: Tokens | None = field(default=None, init=False, repr=False)  # made by splits()
-    saved_in: Path | None = field(default=None, init=False, repr=False)  # build_data's: where bpe is saved, or read
-    trains: bool = field(default=True, init=False, repr=False)  # False (eval.py): bpe is read back, never trained
+    tokenizer: str = BYTES  # bytes | bpe | a local tokenizer folder
+    vocab_size: int = 8192  # tokenizer=bpe only
+    vocabulary: int | None = None  # null: the tokenizer's
+    tokens: Tokens | None = field(default=None, init=False, repr=False)
+    saved_in: Path | None = field(default=None, init=False, repr=False)
+    trains: bool = field(default=True, init=False, repr=False)  # eval.py: bpe is read back
 
     byte_offset: ClassVar[int] = 1  # bytes: byte b is id b + 1 (0 pads); data=text: 0
-    pads: ClassVar[bool] = True  # its batches pad to the longest sequence (a tokenizer needs a padding id)
+    pads: ClassVar[bool] = True
     config_rules: ClassVar[dict[str, Check]] = {
         "tokenizer": text(),
         "vocab_size": integer(1),
@@ -315,7 +290,7 @@ class Tokenized(Data):
     }
 
     def make_tokenizer(self, training_texts: Callable[[], Iterable[bytes]]) -> Tokens:
-        """data.tokenizer's tokenizer (bpe: trained on `training_texts()`, the training split's, unless saved)."""
+        """data.tokenizer's tokenizer; a bpe learns from `training_texts()` unless it was saved."""
         self.tokens = text_tokenizer(
             self.tokenizer,
             self.vocab_size,

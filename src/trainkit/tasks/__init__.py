@@ -1,6 +1,4 @@
-"""Tasks: what a batch means, the loss, the metrics, what a prediction is (trainkit.tasks.task has
-the contract). `task=classification` (the default), `task=segmentation` and `task=language_model` ship;
-yours is a class here and a conf/task/<name>.yaml."""
+"""Tasks: what a batch means, the loss, the metrics and what a prediction is; yours is a class and a yaml."""
 
 from trainkit.tasks.evaluation import evaluate, evaluation_outputs
 from trainkit.tasks.task import Task, higher_is_better, metric_names_of, task_class

@@ -1,15 +1,7 @@
-"""A batch is whatever the data's loader yields: a pair, a tuple, a dict of tensors, lengths beside values,
-several inputs, nested. Its tensors share their first dimension, the samples. These move, count, pick and cut
-any such batch (torch's pytree utilities walk it); what a batch means is the task's (trainkit.tasks.task).
+"""Move, count, pick and cut any batch the loader yields (a pair, a dict, nested), along its first dimension.
 
-    batch = to_device(batch, device)           # every tensor of it, non-blocking
-    samples(batch)                             # its samples: the first dimension of its tensors
-    rows(batch, index)                         # the same samples of every tensor (the finders repeat a batch)
-    split(batch, size)                         # parts of `size` samples (the last may be smaller)
-
-A tensor that the whole batch shares rather than one row per sample (the class names' prompts beside a batch of
-images) is the task's or the model's, or an entry the data wraps as `Shared(tensor)`: moved with the batch, in every
-part of it, never cut or counted. Any other batch whose tensors disagree in their rows is refused in one line.
+A tensor the whole batch shares is wrapped as `Shared(tensor)`: moved with the batch, never cut or counted. Any
+other batch whose tensors disagree in their first dimension is refused in one line.
 """
 
 from dataclasses import dataclass
@@ -24,8 +16,7 @@ from trainkit.errors import ConfigError
 
 @dataclass(frozen=True)
 class Shared:
-    """A tensor of a batch shared by all its samples, not one row per sample: to_device moves it; samples, split and
-    rows leave it whole; the default task gives the model its tensor."""
+    """A tensor that all the samples of a batch share: moved with the batch, never cut or counted."""
 
     tensor: Tensor
 
@@ -73,8 +64,7 @@ def rows(batch: Any, index: Tensor) -> Any:
 
 
 def split(batch: Any, size: int) -> list[Any]:
-    """The batch in parts of `size` samples, each the batch's structure; what is not a tensor (a Shared entry too)
-    is in every part."""
+    """The batch in parts of `size` samples; what is not a row of samples (a Shared entry) is in every part."""
     leaves, spec = tree_flatten(batch)
     count = -(-_rows(leaves) // size)
     parts = [leaf.split(size) if isinstance(leaf, Tensor) else None for leaf in leaves]

@@ -1,13 +1,7 @@
-"""Classification: one label a sample, cross-entropy with label smoothing, MixUp/CutMix, accuracy.
+"""Classification: one label per sample, cross-entropy with label smoothing, MixUp/CutMix, accuracy.
 
-    task: classification            # conf/task/classification.yaml (the default)
-    num_classes: ${data.num_classes}
-    label_smoothing: ${regularization.label_smoothing}
-    mixup_alpha / cutmix_alpha      # from the augmentation group: MixUp/CutMix of training batches
-
-Under MixUp/CutMix the training targets are soft ([B, C] probabilities): the loss takes them as
-they are, and train/acc counts a prediction right when it names the label with the larger share
-of the mix. Evaluation never mixes: val/ and test/ are plain cross-entropy and accuracy.
+Under MixUp/CutMix the training targets are [B, C] shares, and train/acc counts a prediction right when it names the
+label with the larger share. Evaluation never mixes.
 """
 
 from typing import Any, ClassVar
@@ -70,8 +64,8 @@ class Classification(Task):
 
 
 def _refuse_numbers(outputs: Tensor, targets: Tensor) -> None:
-    """A float target a sample (not MixUp's [B, C] shares) is a number to predict, not a class: one line saying so,
-    where cross-entropy would raise a dtype error. A dtype and a shape: no device sync."""
+    """Refuses one float target per sample (a number to predict, not MixUp's shares) in one line, where
+    cross-entropy would raise a dtype error."""
     if targets.is_floating_point() and targets.dim() < outputs.dim():
         raise ConfigError(
             "task._target_",

@@ -1,11 +1,7 @@
-"""Evaluation: a model's loss and its task's metrics over a split, each sample counted exactly once.
+"""A model's loss and its task's metrics over a split, each sample counted exactly once.
 
-    metrics = evaluate(model, data.val, eval_transform, task, precision, device)   # {"loss", "acc", ..., "samples"}
-    batch, outputs = evaluation_outputs(model, batch, eval_transform, task, precision)  # a batch, as evaluate sees it
-
-train.py validates and tests with it; eval.py evaluates a trained checkpoint with it. Every rank
-calls it on its own shard (the evaluation sampler splits without padding): the sums and counts
-are all-reduced before dividing, never per-rank means.
+Every rank evaluates its own shard (split without padding), and the sums and counts are all-reduced before
+dividing. train.py validates and tests with it; eval.py evaluates a checkpoint with it.
 """
 
 from collections.abc import Callable, Iterable
@@ -33,15 +29,12 @@ def evaluate(
     limit: int | None = None,
     tta_flip: bool = False,
 ) -> dict:
-    """The task's plain loss and metrics over each sample exactly once: sums and counts are
-    all-reduced across ranks before dividing, never per-rank means. The loss is the mean over what
-    the task weighs (task.weight): samples, or real tokens (val/loss per token). `tta_flip`: the
-    outputs are the mean of the image's and its mirror's (trainer.tta_flip)."""
+    """{"loss", the task's metrics, "samples"} over the loader; the loss is the mean over what the task weighs."""
     model.eval()
     loss_sum, sums = torch.zeros(1, device=device), task.empty_metric_sums(device)
     weight, sample_count = torch.zeros(1, device=device), 0
     with torch.no_grad():
-        for batch in limited(loader, limit):  # limit: a seeded sample of so many batches a process, every call the same
+        for batch in limited(loader, limit):  # limit: the same seeded sample of batches on every call
             batch, outputs = evaluation_outputs(
                 model, task.to_device(batch, device), transform, task, precision, tta_flip
             )
@@ -64,11 +57,9 @@ def evaluation_outputs(
     precision: str,
     tta_flip: bool = False,
 ) -> tuple[Any, Any]:
-    """(the batch transformed, its outputs) as evaluation sees them, for a batch on the device (any structure the
-    task knows: trainkit.tasks.task; eval.py's predict= batches have None for targets): the task's transform, then
-    task.outputs (what scoring and predict take), the model averaged with its mirror with `tta_flip`, under
-    autocast for `precision`. Evaluation, the tracker's prediction images, eval.py's figures and its predictions
-    share it. Call it under torch.no_grad(), in eval mode."""
+    """(the batch transformed, its outputs) as evaluation, the trackers' pictures and eval.py all see them.
+
+    Call it under torch.no_grad(), in eval mode, with the batch on the device."""
     forward = with_mirror(model, task) if tta_flip else model  # images
     device = first_tensor(batch).device
     with autocast(precision, device):
@@ -78,12 +69,9 @@ def evaluation_outputs(
 
 
 def with_mirror(model: Callable[..., Any], task: Task) -> Callable[..., Any]:
-    """`model` averaged with its mirror (trainer.tta_flip), called as the model is: the model's outputs and those of
-    the same call with every image batch among its arguments ([B, C, H, W], any number of them) mirrored along its
-    width, unmirrored by the task (task.mirror_outputs), their mean leaf by leaf, so a tuple or dict of outputs
-    (logits and embeddings, several heads) is averaged as one tensor is. Other arguments (lengths, token ids) are
-    given as they are. One line naming trainer.tta_flip where nothing is mirrored or an output is not floating point
-    (a class id has no mean)."""
+    """`model` averaged with its mirror (trainer.tta_flip): each [B, C, H, W] argument is mirrored along its width,
+    the task unmirrors the outputs, and the two are averaged leaf by leaf. Refused in one line when no argument is
+    an image batch or an output is not floating point."""
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         images = [leaf for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor) and leaf.dim() == 4]
@@ -103,7 +91,7 @@ def with_mirror(model: Callable[..., Any], task: Task) -> Callable[..., Any]:
 
 def mean_of_two(output: Any, mirrored: Any) -> Any:
     if not isinstance(output, torch.Tensor):
-        return output  # not a tensor (a None, a count): the same for both
+        return output
     if not output.is_floating_point():
         raise ConfigError(
             "trainer.tta_flip",

@@ -1,23 +1,7 @@
 """A language model: next-token cross-entropy over every real token, bits per byte, and sampling.
 
-    task: language_model            # conf/task/language_model.yaml
-    inputs, targets                 # [B, T] token ids (data=text: bytes), targets the inputs shifted by one
-    loss                            # the mean over the batch's real tokens (targets != -100)
-    val/loss, val/bpb, val/token_acc  # nats a token, bits per byte of the text, top-1 accuracy a token
-
-Bits per byte: the nats of every real target token, summed, over the bytes of text those tokens stand for (the
-tokenizer's `token_bytes`), / ln 2. With bytes for tokens it is loss / ln 2; with a BPE (data.tokenizer=bpe) a
-token covers several bytes, and bpb still compares the two runs on one scale, where the loss per token does not.
-
-The task weighs tokens (`weighs = "tokens"`): an update's loss is the mean over all of its real tokens,
-across micro-batches, accumulated batches and ranks (trainkit.tasks.weighting). Token data may arrive as
-uint8 bytes; the task casts it to int64 ids on the device.
-
-Sampling (`generate`, `sample_text`): eval.py's `prompt="<text>"` and the text the trackers show
-after each validation (`logger.log_predictions`, `sample_for_logging`), encoded and decoded by the data's
-tokenizer (`Task.tokenizer`; None: bytes). A torch.Generator seeded by
-`sample.seed` draws every token, so a sample is the same for the same weights and seed, and the global
-random streams (dropout, shuffles) are left as they were.
+Inputs and targets are [B, T] token ids, the targets shifted by one; the loss is the mean over the real tokens
+(targets other than -100) of a whole update. Bits per byte: docs/data.md#tokenizers-datatokenizer.
 """
 
 import math
@@ -45,7 +29,6 @@ class LanguageModel(Task):
         "loss": (0, None),
     }
     weighs: ClassVar[str] = "tokens"
-    # What the tracker's sample settings may hold, as eval.py's sample.* (the config check reads them from the class)
     config_rules: ClassVar[dict[str, Check]] = {
         "sample_tokens": integer(0),  # 0: no sample
         "sample_temperature": number(0),  # 0: the most likely byte each time
@@ -62,7 +45,6 @@ class LanguageModel(Task):
         sample_seed: int = 0,
         prompt_bytes: int = 64,
     ) -> None:
-        # The tracker's sample after each validation: the first `prompt_bytes` of the first validation block, continued.
         self.sample_tokens, self.sample_temperature, self.sample_top_k = sample_tokens, sample_temperature, sample_top_k
         self.sample_seed, self.prompt_bytes = sample_seed, prompt_bytes
 
@@ -94,7 +76,7 @@ class LanguageModel(Task):
         return {"bpb": nats / max(covered, 1) / math.log(2), "token_acc": right / max(count, 1)}
 
     def _token_bytes(self, device: torch.device) -> Tensor:
-        """The bytes each id stands for, on `device` (made once: a lookup a batch)."""
+        """The bytes each id stands for, on `device`, made once."""
         cached = getattr(self, "_bytes_of_ids", None)
         if cached is None or cached.device != device:
             self._bytes_of_ids = cached = self.tokenizer.token_bytes().to(device)
@@ -104,8 +86,8 @@ class LanguageModel(Task):
         return {"next_token": outputs.argmax(dim=-1)}
 
     def sample_for_logging(self, model: nn.Module, shown: tuple[Tensor, Tensor]) -> tuple[str, str] | None:
-        """(the key, the text) the trackers show after each validation: the first `prompt_bytes` of the
-        first shown validation block and a seeded continuation; None when no sample is asked for."""
+        """(key, text) for the trackers after each validation: the start of the first validation block and a
+        seeded continuation; None when no sample is asked for."""
         if not self.sample_tokens:
             return None
         prompt = shown[0][0, : self.prompt_bytes].tolist()
@@ -125,11 +107,10 @@ def generate(
     seed: int = 0,
     block_size: int | None = None,
 ) -> list[int]:
-    """`max_new_tokens` ids that continue `prompt` (ids), drawn one at a time from the model's last logits:
-    the context cropped to `block_size` (default: the model's `block_size`), divided by `temperature`
-    (0: the most likely id), cut to the `top_k` most likely. A torch.Generator seeded by `seed` draws them:
-    the same ids for the same weights and seed, and no global random stream touched. Every id is < the
-    model's vocabulary (its logits' last dimension)."""
+    """`max_new_tokens` ids that continue `prompt`, drawn one at a time (temperature 0: the most likely id).
+
+    A generator seeded by `seed` draws them, so the same weights and seed give the same ids and the global random
+    streams are left alone."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -154,7 +135,7 @@ def generate(
 
 
 def context_length(model: nn.Module) -> int | None:
-    """The model's `block_size`, looked up through the wrappers that hide it (EMA's AveragedModel, DDP, compile)."""
+    """The model's `block_size`, looked up through the wrappers that hide it (AveragedModel, DDP, compile)."""
     while not hasattr(model, "block_size") and isinstance(
         inner := getattr(model, "module", None) or getattr(model, "_orig_mod", None), nn.Module
     ):
@@ -163,15 +144,14 @@ def context_length(model: nn.Module) -> int | None:
 
 
 def encode(text: str, tokenizer: Any = None) -> list[int]:
-    """Text as the tokenizer's ids (trainkit.data.tokenizing); None: its UTF-8 bytes, the ids of data=text."""
+    """Text as the tokenizer's ids, or as its UTF-8 bytes when there is no tokenizer."""
     if tokenizer is None:
         return list(text.encode("utf-8"))
     return tokenizer.encode(text.encode("utf-8")).tolist()
 
 
 def decode(ids: list[int], tokenizer: Any = None) -> str:
-    """Ids as text; None: bytes, where a byte sequence that is not UTF-8 (a model may cut a character) shows as
-    U+FFFD."""
+    """Ids as text; without a tokenizer, bytes that are not UTF-8 (a cut character) show as U+FFFD."""
     if tokenizer is None:
         return bytes(ids).decode("utf-8", errors="replace")
     return tokenizer.decode(ids)
@@ -186,14 +166,13 @@ def sample_text(
     seed: int,
     tokenizer: Any = None,
 ) -> str:
-    """The prompt continued by `generate`, as text (the continuation alone)."""
+    """The continuation of `prompt` by `generate`, as text."""
     ids = generate(model, encode(prompt or "\n", tokenizer), max_new_tokens, temperature, top_k, seed)
     return decode(ids, tokenizer)
 
 
 def writes_text(cfg: Mapping) -> bool:
-    """Whether the run's task samples text (this task, or one derived): eval.py's predict= is then a text file
-    to continue."""
+    """Whether the run's task is a language model, so that eval.py's predict= is a text file to continue."""
     from trainkit.tasks.task import task_class
 
     found = task_class(cfg["task"]["_target_"])
@@ -201,9 +180,7 @@ def writes_text(cfg: Mapping) -> bool:
 
 
 def write_samples(model: nn.Module, prompt: str, sample: Mapping, path: Path, tokenizer: Any = None) -> str:
-    """eval.py's prompt=<text> (or predict=<text file>): the prompt and its seeded continuation (`sample`: eval.yaml's
-    max_new_tokens, temperature, top_k, seed; `tokenizer`: the run's data's), written to `path` (samples.txt) and
-    returned."""
+    """Writes the prompt and its seeded continuation to `path` and returns them (`sample`: eval.yaml's sample.*)."""
     continuation = sample_text(
         model, prompt, sample["max_new_tokens"], sample["temperature"], sample["top_k"], sample["seed"], tokenizer
     )

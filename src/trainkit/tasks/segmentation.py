@@ -1,15 +1,7 @@
-"""Semantic segmentation: a class a pixel, per-pixel cross-entropy, mean IoU and pixel accuracy.
+"""Semantic segmentation: one class per pixel, per-pixel cross-entropy, mean IoU and pixel accuracy.
 
-    task: segmentation               # conf/task/segmentation.yaml; experiment=shapes_segmentation uses it
-    num_classes: ${data.num_classes} # background included
-    horizontal_flip / crop_padding   # training batches: image and mask flipped and shifted together
-    class_names: null                # names of the classes in pictures (W&B masks); null: their numbers
-
-Batches are (images [B, C, H, W], masks [B, H, W] int64). The augmentation group's geometric ops
-move the image alone, so the config check refuses them with this task (spatial_targets); the
-task moves image and mask together itself (trainkit.augment.image_and_mask). Metrics come from a
-confusion matrix summed on the device over batches and ranks: mean IoU is a ratio of the whole
-split's counts, never a mean of per-batch IoUs.
+Batches are (images [B, C, H, W], masks [B, H, W] int64). The task flips and shifts image and mask together, so the
+config check refuses the augmentation group's geometric ops, which would move the image alone.
 """
 
 from collections.abc import Sequence
@@ -36,7 +28,7 @@ class Segmentation(Task):
         "loss": (0, None),
     }
     monitored_metric = "loss"  # early stopping: smoother than the IoU on a small validation split
-    spatial_targets = True  # a target per pixel: what moves the image must move the mask
+    spatial_targets = True
     config_rules: ClassVar[dict[str, Check]] = {"horizontal_flip": flag(), "crop_padding": number(0, below=1)}
 
     def __init__(
@@ -49,7 +41,7 @@ class Segmentation(Task):
         self.num_classes = num_classes
         self.horizontal_flip = horizontal_flip
         self.crop_padding = crop_padding
-        self.class_names = list(class_names) if class_names else None  # index k names class k
+        self.class_names = list(class_names) if class_names else None
 
     def to_device(self, batch: Any, device: torch.device) -> tuple[Tensor, Tensor]:
         inputs, targets = super().to_device(batch, device)
@@ -84,8 +76,7 @@ class Segmentation(Task):
         return {"miou": miou.item(), "pixel_acc": pixel_acc.item()}
 
     def mirror_outputs(self, outputs: Any) -> Any:
-        """The mirrored image's class maps (every output of 3 or more dimensions), mirrored back onto the image;
-        a score an image (an auxiliary classifier's [B, K]) means what it meant."""
+        """Flips back every output of 3 or more dimensions (a class map); per-image scores stay as they are."""
         return tree_map_only(Tensor, lambda output: output.flip(-1) if output.dim() >= 3 else output, outputs)
 
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:
@@ -93,14 +84,13 @@ class Segmentation(Task):
 
 
 def check_per_pixel(outputs: Tensor, targets: Tensor) -> None:
-    """A model with one row of logits an image (a classifier) cannot be scored against masks: one
-    line naming the model, instead of cross_entropy's shape error from deep inside the loop. (The
-    config check refuses the other way round, a per-pixel model with classification, before any
-    data is built; a classifier declares nothing it could read, so this is found at the first batch.)"""
+    """Refuses a classifier's outputs against masks in one line, rather than cross_entropy's shape error.
+
+    A classifier declares nothing the config check could read, so this is found at the first batch."""
     if outputs.dim() != targets.dim() + 1:
         raise ConfigError(
             "model._target_",
-            f"gives outputs of shape {list(outputs.shape)}, but segmentation needs class scores a pixel "
+            f"gives outputs of shape {list(outputs.shape)}, but segmentation needs class scores per pixel "
             f"[B, classes, H, W] for masks {list(targets.shape)}; use a per-pixel model "
             f"(model=unet or model=torchvision_segmentation)",
         )

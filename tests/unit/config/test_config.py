@@ -318,7 +318,7 @@ RELATION_CASES = [
     ([*TABLE, "trainer.tta_flip=true"], "trainer.tta_flip"),
     ([*TABLE, "finetune.input_size=16"], "finetune.input_size"),
     (["task._target_=tasks_for_tests.Regression", "augmentation=mixup"], "augmentation.mixup_alpha"),
-    # a model with a class a pixel needs a task with a target a pixel
+    # a model with one class per pixel needs a task with one target per pixel
     (["model=unet"], "model._target_"),
     (["model=torchvision_segmentation"], "model._target_"),
     # the U-Net halves the size once a level: its class says what the side must be divisible by

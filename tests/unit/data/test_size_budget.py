@@ -109,7 +109,7 @@ def test_fewer_budget_batches_than_training_ranks_name_the_budget_and_the_cap_th
     assert str(error.value) == (
         "data.max_tokens: 4096 tokens a batch (data.batch_size=32 sequences at most) make 1 training batch of the 8 "
         "sequences, fewer than the 2 processes: each trains as many batches, so the list is cut to a multiple of 2, "
-        "which leaves none; make at least 2: data.batch_size=4 (the most sequences a batch holds) or a lower "
+        "which leaves none; make at least 2: data.batch_size=4 (the most sequences in one batch) or a lower "
         "data.max_tokens, or train with fewer processes"
     )
     assert len(SizeBudgetBatches([100] * 8, 4096, 4, world_size=2, train=True)) == 1  # the cap it names: one each

@@ -73,7 +73,7 @@ def test_a_classifier_s_outputs_are_one_line_naming_the_model():
     task = Segmentation(num_classes=3)
     masks = torch.zeros(2, 4, 4, dtype=torch.long)
     for score in (task.loss, task.evaluation_loss):
-        with pytest.raises(ConfigError, match=r"class scores a pixel .*model=unet") as error:
+        with pytest.raises(ConfigError, match=r"class scores per pixel .*model=unet") as error:
             score(torch.zeros(2, 3), masks)  # [B, classes]: one row an image
         assert error.value.key == "model._target_"
 
