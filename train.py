@@ -49,9 +49,9 @@ from trainkit.models.ema import build_ema, update_ema  # feature: ema
 from trainkit.optim import build_optimizer
 from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, test_and_summarize
 from trainkit.runtime import autocast, grad_scaler, seed_everything
-from trainkit.tasks import backward_scale, evaluate, mean_over_update_tokens, micro_batches
+from trainkit.tasks import evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.batches import detach
-from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise, show_step,
+from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise,
                                start_logging, warn_if_data_bound)
 from trainkit.tracking.profiling import profiled_timer  # feature: profiler
 from trainkit.tracking.provenance import record_provenance  # feature: provenance
@@ -80,7 +80,9 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
             loss, outputs = task.step(run.trained_model, part)
             run.timer.phase("backward")
             part_weight = task.weight(part)  # samples, or real tokens
-            run.scaler.scale(loss * backward_scale(task, part_weight, share, group_size)).backward()
+            # A mean over samples weighs its share of the update; a tokens task's sum is divided at the update.
+            scale = part_weight if task.weighs == "tokens" else share / group_size
+            run.scaler.scale(loss * scale).backward()
         if totals is not None:
             totals.add(loss.detach(), task.metric_sums(detach(outputs), task.targets(part)), part, part_weight)
     return loss.detach(), task.weight(batch)  # the last part's loss, what the batch weighs
@@ -153,7 +155,10 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
                 if (every := trainer.checkpoint_every_n_steps) and state.step % every == 0:
                     save_checkpoints(run)  # mid-epoch: a long epoch survives preemption
                     mid_epoch_saves += 1
-        show_step(progress, i, num_batches, loss, run.optimizer)  # the bar's loss and LR, every 10 batches
+        progress.update()
+        if show_progress and (i % 10 == 0 or i == num_batches - 1):  # loss.item() waits for the device: not each step
+            lr = run.optimizer.param_groups[0]["lr"]
+            progress.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", refresh=False)
         run.timer.step_done()
     progress.close()
     log_epoch_notes(run, mid_epoch_saves, compile_seconds)

@@ -2,7 +2,7 @@
 mean of batch means), or by real tokens.
 
     for part, share in micro_batches(batch, micro_batch_size, sized):   # the whole batch, or parts of N samples
-    scale = backward_scale(task, task.weight(part), share, group_size)
+    scale = task.weight(part) if task.weighs == "tokens" else share / group_size   # train.py's train_step
     scaler.scale(loss * scale).backward()                   # each micro-batch part of each batch of the update
     mean_over_update_tokens(task, model, update_weight, world_size)   # at the update, before clipping and the step
 
@@ -37,14 +37,6 @@ def micro_batches(batch: Any, size: int | None, sized: bool = False) -> list[tup
     if size is None or size >= total:
         return [(batch, 1.0)]
     return [(part, samples(part) / total) for part in split(batch, size)]
-
-
-def backward_scale(task: Task, part_weight: int | Tensor, share: float, group_size: int) -> float | Tensor:
-    """What a part's mean loss is multiplied by before backward: its share of the batch over the batches of its
-    update (samples), or its real tokens (tokens: the update divides by them all, mean_over_update_tokens)."""
-    if task.weighs == "tokens":
-        return part_weight
-    return share / group_size
 
 
 def mean_over_update_tokens(task: Task, model: nn.Module, update_weight: int | Tensor, world_size: int) -> None:
