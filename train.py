@@ -1,16 +1,16 @@
-"""Train a model: the whole story of one run, top to bottom.
+"""Train a model: the whole story of one run, top to bottom (`python train.py --help` lists every option).
 
-    python train.py                       # digits + small CNN: seconds on a laptop CPU
-    python train.py --help                # config groups and every option
-    python train.py model=timm optimizer=adamw optimizer.lr=1e-3
-    python train.py experiment=shapes_segmentation   # another task: what a batch means, its loss and metrics
-
-Hydra composes the config from conf/; the pieces this file calls live in src/trainkit/.
+Hydra composes the config from conf/; the pieces this file calls live in src/trainkit/. Before `main` runs:
+- `startup.install()` runs before torch and Hydra import (seconds): a stop signal meanwhile exits 75 in one line.
+- `cli.run` rewrites sys.argv, because Hydra creates the run directory from sys.argv before `main` runs: `resume=`
+  must continue in the checkpoint's directory, and under torchrun only rank 0 may write Hydra's files.
+- `cli.run` lists only our config groups on `--help`: Hydra's own listing walks its ~20 groups too (0.5 s).
+- `gc.freeze()` after the imports: no garbage collection walks their ~200k objects again (measured: faster steps).
 """
-from trainkit import startup  # stdlib only: the program's first line, before torch and Hydra import for seconds
+from trainkit import startup
 
 if __name__ == "__main__":
-    startup.install()  # a stop signal while torch imports is one line, exit 75 (the run's handlers take it over)
+    startup.install()
 
 import contextlib
 import functools
@@ -49,9 +49,9 @@ from trainkit.models.ema import build_ema, update_ema  # feature: ema
 from trainkit.optim import build_optimizer
 from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, test_and_summarize
 from trainkit.runtime import autocast, grad_scaler, seed_everything
-from trainkit.tasks import backward_scale, evaluate, mean_over_update_tokens, micro_batches
+from trainkit.tasks import evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.batches import detach
-from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise, show_step,
+from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise,
                                start_logging, warn_if_data_bound)
 from trainkit.tracking.profiling import profiled_timer  # feature: profiler
 from trainkit.tracking.provenance import record_provenance  # feature: provenance
@@ -62,28 +62,28 @@ from trainkit.tuning.micro_batching import searched_micro_batch_size  # feature:
 from trainkit.tuning.trial_gpus import on_its_own_gpus  # feature: trial_gpus
 
 log = logging.getLogger("train")
-quiet_known_noise()  # known, harmless plugin log lines; real warnings still show
+quiet_known_noise()
 
 
 def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_size: int = 1, sync: bool = True,
                totals: EpochTotals | None = None) -> tuple:
-    """Forward, loss and backward of a batch (any nested tensors, on the device) in parts, weighed so the gradients
-    sum to its update's (tasks.weighting). task.step is what a part means: the model's forward and the loss.
-    The loop, the finders and micro_batch_size=auto call this: a change here is theirs too."""
+    """Forward, loss and backward of a batch, in micro-batches weighed so the gradients sum to the update's.
+    The loop, the finders and micro_batch_size=auto all call this: a change here is theirs too."""
     task = run.task
-    with autocast(run.parallel.precision, run.device):  # the whole batch: MixUp/CutMix mix across it
+    with autocast(run.parallel.precision, run.device):  # the whole batch, since MixUp mixes across it
         batch = task.augment(task.transform(batch, run.train_transform))
-    parts = micro_batches(batch, micro_batch_size, sized=run.data.size_unit is not None)  # sized: N units (tokens)
+    parts = micro_batches(batch, micro_batch_size, sized=run.data.size_unit is not None)
     for n, (part, share) in enumerate(parts, start=1):
-        sync_part = sync and n == len(parts)  # DDP and FSDP reduce the gradients of an update's last part only
+        sync_part = sync and n == len(parts)  # DDP and FSDP reduce the gradients once, on the last part
         with run.parallel.gradient_sync(run.trained_model, sync_part), autocast(run.parallel.precision, run.device):
             loss, outputs = task.step(run.trained_model, part)
             run.timer.phase("backward")
-            part_weight = task.weight(part)  # samples, or real tokens
-            run.scaler.scale(loss * backward_scale(task, part_weight, share, group_size)).backward()
+            part_weight = task.weight(part)  # samples, or real tokens: a tokens task's update divides by them all
+            scale = part_weight if task.weighs == "tokens" else share / group_size
+            run.scaler.scale(loss * scale).backward()
         if totals is not None:
             totals.add(loss.detach(), task.metric_sums(detach(outputs), task.targets(part)), part, part_weight)
-    return loss.detach(), task.weight(batch)  # the last part's loss, what the batch weighs
+    return loss.detach(), task.weight(batch)
 
 
 def update(run: Run, totals: EpochTotals, grad_clip: float | None) -> None:
@@ -114,46 +114,48 @@ def log_update(run: Run, totals: EpochTotals, every: int) -> float | None:
 
 
 def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> dict:
-    """One pass over this rank's shard, from batch `run.state.batches_done` (a mid-epoch resume).
-    Moves run.state.step and run.state.batches_done forward; returns the epoch's training metrics. `compiling`:
-    torch.compile compiles in the first step, which is timed apart from train/samples_per_sec."""
+    """One pass over this rank's shard, from batch `run.state.batches_done` (a mid-epoch resume); returns the
+    epoch's training metrics. `compiling`: the first step compiles, so it is timed apart."""
     state = run.state
-    trainer = SimpleNamespace(**to_dict(run.cfg.trainer))  # plain values: an OmegaConf read costs ~20 us a step
+    trainer = SimpleNamespace(**to_dict(run.cfg.trainer))  # an OmegaConf read costs ~20 us a step
     run.trained_model.train()
-    apply_frozen_bn_eval(run.trained_model)  # BatchNorm inside frozen layers keeps its statistics
+    apply_frozen_bn_eval(run.trained_model)
     accumulate, num_batches = trainer.accumulate_grad_batches, batches_per_epoch(run.cfg, run.data.train)
     progress = tqdm(total=num_batches, initial=state.batches_done, desc=f"epoch {state.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
-    totals = EpochTotals(run.device, run.data.size_unit, run.data.pad_id, run.model)  # on the device
+    totals = EpochTotals(run.device, run.data.size_unit, run.data.pad_id, run.model)
     mid_epoch_saves, compile_seconds = 0, None
-    run.timer.start_epoch(run.device, skip_first=compiling)  # trainkit.tracking.timing: no per-step host-device sync
+    run.timer.start_epoch(run.device, skip_first=compiling)
     for i, batch in enumerate(run.data.train, start=state.batches_done):
         if i >= num_batches or (trainer.max_steps and state.step >= trainer.max_steps):
             break
-        group_start = i - i % accumulate  # an update's batches form a group; each weighs 1 / its real size:
-        group_size = min(accumulate, num_batches - group_start)  # the epoch's last group may be short
+        group_start = i - i % accumulate
+        group_size = min(accumulate, num_batches - group_start)
         is_update = i - group_start == group_size - 1
         batch = run.task.to_device(batch, run.device)
-        run.timer.batch_ready()  # waiting for data (the loader, the copy) ends here; the rest is the step
+        run.timer.batch_ready()
         loss, _ = train_step(run, batch, trainer.micro_batch_size, group_size, is_update, totals)
         run.timer.phase("optimizer_step")
         if is_update:
             update(run, totals, trainer.grad_clip)
         run.timer.phase("bookkeeping")
         state.batches_done = i + 1
-        if compiling and compile_seconds is None:  # compile + first step: throughput is measured from here
-            loss.item()  # waits for the device, so this step's work is counted in its own time
+        if compiling and compile_seconds is None:
+            loss.item()  # waits for the device, so the compile's step is timed alone
             compile_seconds = totals.time_from_here()
         if is_update:
-            logged_loss = log_update(run, totals, trainer.log_every_n_steps)  # None between logging steps
-            if state.batches_done < num_batches:  # at the epoch's last batch, train() decides
-                state.stopping = stop_reason(run, logged_loss)  # a stop signal or a non-finite loss
+            logged_loss = log_update(run, totals, trainer.log_every_n_steps)
+            if state.batches_done < num_batches:  # after the epoch's last batch, train() decides
+                state.stopping = stop_reason(run, logged_loss)
                 if state.stopping:
                     break
                 if (every := trainer.checkpoint_every_n_steps) and state.step % every == 0:
-                    save_checkpoints(run)  # mid-epoch: a long epoch survives preemption
+                    save_checkpoints(run)
                     mid_epoch_saves += 1
-        show_step(progress, i, num_batches, loss, run.optimizer)  # the bar's loss and LR, every 10 batches
+        progress.update()
+        if show_progress and (i % 10 == 0 or i == num_batches - 1):  # loss.item() waits for the device
+            lr = run.optimizer.param_groups[0]["lr"]
+            progress.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", refresh=False)
         run.timer.step_done()
     progress.close()
     log_epoch_notes(run, mid_epoch_saves, compile_seconds)
@@ -161,29 +163,26 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
 
 
 def save_checkpoints(run: Run, improved: bool = False) -> None:
-    """checkpoints/last.pt (and best.pt when `improved`), atomically. Every rank calls this, since
-    every rank's RNG streams go in; rank 0 alone writes, and never non-finite weights over a good
-    checkpoint (the non-finite loss that caused them stops the run at the next logging step)."""
-    checkpoint = run.state_dict()  # a collective: every rank's RNG streams are gathered
+    """checkpoints/last.pt (and best.pt when `improved`). Every rank calls it (their RNG states are gathered);
+    rank 0 writes, atomically, and never non-finite weights over a good checkpoint."""
+    checkpoint = run.state_dict()
     written = run.parallel.save(run.run_dir / "checkpoints", checkpoint, run.model, run.optimizer, improved)
     if not written and run.proc.is_main:
         log.warning(f"checkpoints/{run.parallel.last} not updated at step {run.state.step}: the weights are not finite")
 
 
 def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) -> str | None:
-    """The one place that decides whether training ends, and why: after each update (a stop signal;
-    a non-finite loss, seen at logging steps) and after each epoch (also early stopping, max_steps,
-    max_epochs, which win over a signal: a finished run finishes). `train_loss` is all-reduced (None
-    between logging steps), so every rank gets the same answer and no rank waits alone in a collective."""
+    """The one place that decides whether training ends, and why: after each update and each epoch. Every rank
+    gets the same answer (`train_loss` is all-reduced; None between logging steps)."""
     state = run.state
     if train_loss is not None and not math.isfinite(train_loss):
-        if run.proc.is_main:  # last.pt never holds non-finite weights (save_checkpoints); there may be none yet
+        if run.proc.is_main:
             kept = ("checkpoints/last.pt keeps the last finite weights"
                     if (run.run_dir / "checkpoints" / "last.pt").exists() else "no checkpoint was saved before it")
             log.error(f"train/loss is not finite at epoch {state.epoch}, step {state.step}: lower optimizer.lr or set "
                       f"trainer.grad_clip ({kept})")
         return "non-finite loss"
-    if epoch_done:  # (inside an epoch, no config read: one costs ~20 us, a step ~10 ms)
+    if epoch_done:
         trainer, stopping = run.cfg.trainer, run.early_stopping
         if any_rank(stopping.should_stop, run.device):
             log.info(stopping.stop_line())
@@ -192,56 +191,53 @@ def stop_reason(run: Run, train_loss: float | None, epoch_done: bool = False) ->
             return "max_steps"
         if state.epoch + 1 >= trainer.max_epochs:
             return "max_epochs"
-    return stop_signal(run.device, agree=train_loss is not None)  # SIGTERM, SIGUSR1, SIGINT: save and exit 75
+    return stop_signal(run.device, agree=train_loss is not None)
 
 
 def build_run(composed: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> Run:
-    """Data, model, batch transforms, loss, optimizer and LR schedule, in that order. The config as `composed` is
-    never written: what the run finds (the data's values, then the sizes searched with the model) goes into
-    `found`, and run.cfg is `composed` with it, resolved and read-only (trainkit.config.resolved)."""
+    """Data, model, transforms, task, optimizer and LR schedule, in that order. What the run finds (the data's
+    values, searched sizes) goes into `found`; run.cfg is `composed` with it, resolved and read-only."""
     data = build_data(composed.data, device=device, seed=composed.seed, rank=proc.rank, world_size=proc.world_size,
-                      resumed_from=composed.resume, run_dir=run_dir)  # data.tokenizer=bpe: trained and saved there
+                      resumed_from=composed.resume, run_dir=run_dir)
     found = {f"data.{key}": getattr(data, key) for key in ("vocabulary", "pad_id", "num_classes")
-             if key in composed.data and composed.data[key] is None}  # null: the data's (a tokenizer's, a folder's)
-    cfg = resolved(composed, found)  # the model and the task read those keys
+             if key in composed.data and composed.data[key] is None}
+    cfg = resolved(composed, found)
     run = Run(cfg, run_dir, proc, device)
     run.data, channels_last = data, cfg.trainer.channels_last
     model, input_size = build_model(cfg.model, cfg.finetune, image_size=data.image_size)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
     model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
-    run.parallel = parallel_for(cfg, proc, device)  # before the optimizer takes the params: FSDP shards them
+    run.parallel = parallel_for(cfg, proc, device)  # before the optimizer: FSDP shards the parameters
     run.model = run.trained_model = run.parallel.prepare(model)
-    run.task = instantiate(cfg.task)  # after the data: an image folder's class count is known
-    run.task.tokenizer = data.tokenizer  # text: what an id's bytes and text are (a language model's bpb, samples)
+    run.task = instantiate(cfg.task)
+    run.task.tokenizer = data.tokenizer
     run.train_transform, run.eval_transform = data.transforms(cfg.augmentation, input_size, channels_last, device)
     run.scaler = grad_scaler(cfg.precision.name, device)
-    step, model, task = functools.partial(train_step, run), run.model, run.task  # the searches train with the step
+    step, model, task = functools.partial(train_step, run), run.model, run.task
     found |= searched_batch_size(cfg, model, step, task, data.train, device)  # feature: batch_size_finder
     found |= searched_micro_batch_size(cfg, model, step, task, data, device)  # feature: micro_batch_auto
-    run.cfg = cfg = resolved(composed, found)  # complete: read-only from here on, and what every checkpoint holds
-    if cfg.data.batch_size != data.train.batch_size:  # a searched batch size: loaders that batch by it
+    run.cfg = cfg = resolved(composed, found)
+    if cfg.data.batch_size != data.train.batch_size:
         run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size,
                               run_dir=run_dir)
-    attach_sample_transform(run.data.train, cfg.augmentation)  # image folders: torchvision per image, in the workers
+    attach_sample_transform(run.data.train, cfg.augmentation)
     run.optimizer = build_optimizer(run.model, cfg.optimizer, batch_size=cfg.data.batch_size,
                                     world_size=proc.world_size, accumulate=cfg.trainer.accumulate_grad_batches)
     run.scheduler = build_lr_schedule(run)
     run.early_stopping = EarlyStopping(**cfg.regularization.early_stopping)
-    run.averaged = build_ema(run.model, cfg.regularization.ema)  # feature: ema (on the device, before compile, DDP)
-    run.resolved_config = to_dict(cfg)  # once: every checkpoint holds it
-    record_filled_in(cfg, run_dir, proc.is_main)  # .hydra/filled_in.yaml: what the run filled in, apart from the set
+    run.averaged = build_ema(run.model, cfg.regularization.ema)  # feature: ema
+    run.resolved_config = to_dict(cfg)
+    record_filled_in(cfg, run_dir, proc.is_main)
     return run
 
 
 def validate_epoch(run: Run, train_metrics: dict) -> bool:
-    """After an epoch: validate (the averaged weights where kept), count it for early stopping, log it and the tracked
-    images' predictions. Returns whether the monitored metric improved (best.pt is then saved)."""
+    """Validate (the averaged weights where kept), count it for early stopping and log it; True if it improved."""
     state = run.state
     cfg = run.cfg
-    for model in filter(None, (run.model, run.averaged)):  # every rank's shard's statistics, before eval and save
+    for model in filter(None, (run.model, run.averaged)):
         average_batchnorm_statistics(model)
-    with run.parallel.full_parameters(run.model):  # FSDP: every rank holds the whole model (uneven batches)
+    with run.parallel.full_parameters(run.model):
         val = evaluate(run.averaged or run.trained_model, run.data.val, run.eval_transform, run.task,
                        cfg.precision.name, run.device, cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
     val_metrics = {f"val/{name}": value for name, value in val.items() if name != "samples"}
@@ -251,39 +247,38 @@ def validate_epoch(run: Run, train_metrics: dict) -> bool:
         state.best_metrics = {"epoch": state.epoch, "step": state.step, **val_metrics}
     run.loggers.log(state.last_metrics)
     with run.parallel.full_parameters(run.model, enabled=bool(cfg.logger.get("log_predictions", 0))):
-        if run.shown is not None:  # rank 0 alone: the same images every epoch, what the task predicts for them
+        if run.shown is not None:
             log_predictions(run.loggers, run.averaged or run.model, run.shown, run.eval_transform, run.task,
                             cfg.precision.name, run.device, state.step, cfg.trainer.tta_flip)
     if run.proc.is_main:
         log.info(epoch_line(state.epoch, train_metrics, val, improved))
-        warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)  # once a run, with advice
+        warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)
     return improved
 
 
 def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> Run:
     """The run built and, with cfg.resume, restored, ready to train."""
     started = time.perf_counter()
-    record_provenance(cfg, run_dir, Path(__file__).parent, proc, device)  # feature: provenance (rank 0: code, machine)
-    seed_everything(cfg.seed + proc.rank)  # each rank draws its own augmentation and dropout
+    record_provenance(cfg, run_dir, Path(__file__).parent, proc, device)  # feature: provenance
+    seed_everything(cfg.seed + proc.rank)
     run = build_run(cfg, run_dir, proc, device)
     run.started, cfg = started, run.cfg
-    if cfg.resume:  # continue exactly: weights, optimizer, schedule, position, every RNG stream
+    if cfg.resume:
         run.load_state_dict(run.parallel.load(cfg.resume, run.model, run.optimizer, device))
         state = run.state
         log.info(f"resumed from {cfg.resume} at epoch {state.epoch}, batch {state.batches_done}, step {state.step}")
-    run.trained_model = run.parallel.wrap(run.model, compile=cfg.trainer.compile)  # compiled, then DDP's
+    run.trained_model = run.parallel.wrap(run.model, compile=cfg.trainer.compile)
     return run
 
 
 def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
-    """One process's part of the run: the only process, or one rank of many (each DDP worker starts here,
-    inside the process group: trainkit.distributed.launch.start_processes). Returns the summary."""
+    """One process's part of the run (each DDP worker starts here, inside its process group); returns the summary."""
     run = start_run(cfg, run_dir, proc, device)
-    if gc.get_freeze_count():  # `python train.py` froze its imports (its last lines): what the run built lives on too
+    if gc.get_freeze_count():  # `python train.py` froze its imports: what the run built lives on too
         gc.freeze()
-    state = run.state  # where the run stands: the loop below moves it forward
-    cfg = run.cfg  # resolved: what the data and the searches found
-    failed = True  # until the run ends normally: the tracker then marks it finished, else failed
+    state = run.state
+    cfg = run.cfg
+    failed = True
     try:
         if proc.is_main:
             start_logging(run)
@@ -292,33 +287,33 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
         log.info(start_line(run))
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
-        first_epoch = state.epoch  # torch.compile compiles in this process's first step
-        run.timer = profiler = profiled_timer(run)  # feature: profiler (debug=profile: torch.profiler, rank 0)
+        first_epoch = state.epoch
+        run.timer = profiler = profiled_timer(run)  # feature: profiler
         for epoch in range(state.epoch, cfg.trainer.max_epochs):
-            if state.stopping:  # decided at the last epoch's end, or before a resume of a run trained to its end
+            if state.stopping:
                 break
             state.epoch = epoch
-            run.data.train.set_epoch(epoch, start_batch=state.batches_done)  # a resume skips what it trained
+            run.data.train.set_epoch(epoch, start_batch=state.batches_done)
             train_metrics = train_one_epoch(run, show_progress, compiling=cfg.trainer.compile and epoch == first_epoch)
-            if state.stopping:  # inside the epoch (a stop signal, a non-finite loss): no validation
+            if state.stopping:  # inside the epoch: no validation
                 break
             improved = validate_epoch(run, train_metrics)
             state.stopping = stop_reason(run, train_metrics["train/loss"], epoch_done=True)
-            if state.stopping != "non-finite loss":  # non-finite weights never overwrite the last good checkpoint
+            if state.stopping != "non-finite loss":
                 save_checkpoints(run, improved)
             state.batches_done = 0
         reason = state.stopping or "max_epochs"  # a resumed run that had finished trains no epoch
-        if reason in STOP_SIGNAL_NAMES:  # a checkpoint at this exact update, one line saying how to resume, exit 75
+        if reason in STOP_SIGNAL_NAMES:
             if state.batches_done:
                 save_checkpoints(run)
             raise stopped(reason, run_dir, state.epoch, state.step, proc.is_main)
-        profiler.close()  # feature: profiler (its trace, where training ended inside its window)
-        summary = test_and_summarize(run, reason)  # with the best weights (best.pt): summary.json
-        if not (failed := reason == "non-finite loss"):  # a stop signal in the last epoch or the test: exit 75 now
+        profiler.close()  # feature: profiler
+        summary = test_and_summarize(run, reason)
+        if not (failed := reason == "non-finite loss"):
             stop_after_the_test(run_dir, state.epoch, state.step, device, proc.is_main)
     finally:
         run.loggers.finish(failed=failed)
-    if failed:  # logged in one line by stop_reason; exit 1 once rank 0 wrote summary.json (srun --kill-on-bad-exit)
+    if failed:
         barrier()
         raise RunFailed(f"train/loss is not finite (stop_reason in {run_dir / 'summary.json'})")
     return summary
@@ -328,20 +323,17 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
 @cli.report_config_errors
 def main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    # One run a directory: rank 0 (or the parent of the DDP workers it starts) owns it until the run ends,
-    # before a resume trims metrics.jsonl; a second run started there gets one line naming the owner.
-    owns = process_info().is_main
+    owns = process_info().is_main  # one run per directory: a second run started there is refused in one line
     with own_run_directory(run_dir, "resume" if cfg.resume else "hydra.run.dir") if owns else contextlib.nullcontext():
-        sweep_continuation.continue_sweep_job(cfg, run_dir)  # feature: sweep_continuation (a rerun sweep continues)
-        cfg, finished = resumed_config(cfg, run_dir)  # resume: the checkpoint's config, this command's overrides
-        if finished:  # nothing left to train; one line said how to extend the run
+        sweep_continuation.continue_sweep_job(cfg, run_dir)  # feature: sweep_continuation
+        cfg, finished = resumed_config(cfg, run_dir)
+        if finished:
             return finished_value(run_dir)
         validate(cfg)  # every error the config alone can reveal, before any data or model is built
         if cfg.print_config:
             print_config(cfg, run_dir)
-        # In a multirun, a crashing trial reports sweep.failed_trial_value to the sweeper and the sweep goes on.
         trial: Callable[[DictConfig], float | None] = functools.partial(optimized_value, run_dir=run_dir)
-        trial = on_its_own_gpus(trial)  # feature: trial_gpus (parallel jobs on several GPUs: each its own)
+        trial = on_its_own_gpus(trial)  # feature: trial_gpus
         return run_trial(trial, cfg)
 
 
@@ -351,6 +343,6 @@ def optimized_value(cfg: DictConfig, run_dir: Path) -> float | None:
 
 
 if __name__ == "__main__":
-    sweep_continuation.remember_sweep_command(sys.argv)  # feature: sweep_continuation (for the stop lines)
-    gc.freeze()  # the imports' ~200k objects live to the end: no garbage collection, nor the one at exit, walks them
+    sweep_continuation.remember_sweep_command(sys.argv)  # feature: sweep_continuation
+    gc.freeze()
     cli.run(main)

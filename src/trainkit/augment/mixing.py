@@ -26,7 +26,8 @@ class LabelMixing:
         options = dict(augmentation or {})
         mixup, cutmix = float(options.get("mixup_alpha") or 0), float(options.get("cutmix_alpha") or 0)
         self.transform: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
-        if not (mixup or cutmix):
+        self.enabled = bool(mixup or cutmix)
+        if not self.enabled:
             return
         from torchvision.transforms import v2  # costs seconds: only when mixing is on
 
@@ -36,10 +37,6 @@ class LabelMixing:
         if cutmix:
             choices.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
         self.transform = choices[0] if len(choices) == 1 else v2.RandomChoice(choices)
-
-    @property
-    def enabled(self) -> bool:
-        return self.transform is not None
 
     def __call__(self, images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         if self.transform is None:

@@ -2,11 +2,10 @@
 
 from trainkit.tasks.evaluation import evaluate, evaluation_outputs
 from trainkit.tasks.task import Task, higher_is_better, metric_names_of, task_class
-from trainkit.tasks.weighting import backward_scale, mean_over_update_tokens, micro_batches
+from trainkit.tasks.weighting import mean_over_update_tokens, micro_batches
 
 __all__ = [
     "Task",
-    "backward_scale",
     "evaluate",
     "evaluation_outputs",
     "higher_is_better",

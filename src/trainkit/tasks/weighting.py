@@ -25,13 +25,6 @@ def micro_batches(batch: Any, size: int | None, sized: bool = False) -> list[tup
     return [(part, samples(part) / total) for part in split(batch, size)]
 
 
-def backward_scale(task: Task, part_weight: int | Tensor, share: float, group_size: int) -> float | Tensor:
-    """What a part's mean loss is multiplied by before backward."""
-    if task.weighs == "tokens":
-        return part_weight
-    return share / group_size
-
-
 def mean_over_update_tokens(task: Task, model: nn.Module, update_weight: int | Tensor, world_size: int) -> None:
     """For a task that weighs tokens, divides the gradients by the update's real tokens on all ranks (one
     all-reduce, so every rank must call it at the same update)."""

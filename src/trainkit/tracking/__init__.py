@@ -17,7 +17,6 @@ from trainkit.tracking.run_report import (
     epoch_line,
     log_epoch_notes,
     recorded_origin,
-    show_step,
     training_line,
     write_summary,
 )
@@ -39,7 +38,6 @@ __all__ = [
     "recorded_origin",
     "run_names",
     "save_png",
-    "show_step",
     "start_logging",
     "training_line",
     "warn_if_data_bound",

@@ -167,6 +167,7 @@ class ProfiledTimer(LoopTimer):
         self.profiler.phase("forward")  # the profiler's phase so far: "data" (waiting for the batch, moving it)
 
     def phase(self, name: str) -> None:
+        super().phase(name)
         self.profiler.phase(name)
 
     def step_done(self) -> None:

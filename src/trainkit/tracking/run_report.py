@@ -194,16 +194,6 @@ def best_epoch_part(run: Any, best: dict) -> str:
     return f"best epoch {best['epoch']} by the monitored {monitor} {best[monitor]:.4f}{then}"
 
 
-def show_step(
-    progress: Any, batch: int, num_batches: int, loss: torch.Tensor, optimizer: torch.optim.Optimizer
-) -> None:
-    """The epoch's progress bar (tqdm, disabled unless shown) one batch on; every 10 batches and at the last, its loss
-    and LR, drawn at tqdm's next timed refresh: no extra terminal write (and the loss's device sync only when shown)."""
-    progress.update()
-    if not progress.disable and (batch % 10 == 0 or batch == num_batches - 1):
-        progress.set_postfix(loss=f"{loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}", refresh=False)
-
-
 def log_epoch_notes(run: Any, mid_epoch_saves: int, compile_seconds: float | None) -> None:
     """Rank 0, after train.py's epoch: its mid-epoch checkpoints, and torch.compile's time (compile + first step)."""
     if not run.proc.is_main:

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from trainkit.tracking.loggers.base import Logger, RunFacts, finite_or_null, run_names, strict_json
-from trainkit.tracking.loggers.local import JsonlLogger, read_jsonl
+from trainkit.tracking.loggers.base import Logger, RunFacts, run_names
+from trainkit.tracking.loggers.local import JsonlLogger, finite_or_null, read_jsonl, strict_json
 
 if TYPE_CHECKING:
     from torch import Tensor

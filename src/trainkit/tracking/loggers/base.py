@@ -1,9 +1,7 @@
-"""What every logger answers, and the strict JSON metrics.jsonl and summary.json are written in."""
+"""What every logger answers."""
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,22 +11,6 @@ from omegaconf import DictConfig, OmegaConf
 
 if TYPE_CHECKING:  # the config check imports this package for its names: it need not import torch
     from torch import Tensor
-
-
-def finite_or_null(value: Any) -> Any:
-    """`value` with every NaN or infinite float inside (dicts, lists) replaced by None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_null(item) for item in value]
-    return value
-
-
-def strict_json(value: Any, indent: int | None = None) -> str:
-    """JSON that strict readers accept: null, never the bare NaN or Infinity Python writes."""
-    return json.dumps(finite_or_null(value), indent=indent, allow_nan=False)
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:

@@ -1,11 +1,30 @@
-"""metrics.jsonl: the run's record, always written (the trackers are the modules beside this one)."""
+"""metrics.jsonl: the run's record, always written (the trackers are the modules beside this one), and the strict JSON
+it and summary.json are written in."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
-from trainkit.tracking.loggers.base import Logger, strict_json
+from trainkit.tracking.loggers.base import Logger
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` with every NaN or infinite float inside (dicts, lists) replaced by None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
+
+
+def strict_json(value: Any, indent: int | None = None) -> str:
+    """JSON that strict readers accept: null, never the bare NaN or Infinity Python writes."""
+    return json.dumps(finite_or_null(value), indent=indent, allow_nan=False)
 
 
 class JsonlLogger(Logger):
