@@ -15,6 +15,7 @@ one conf/task/<name>.yaml, with train.py left as it is:
     task.metrics(sums)                           # {"acc": ...}: from the sums of every rank
     task.mirror_outputs(outputs)                 # a mirrored input's model outputs, unmirrored (tta_flip)
     task.predict(outputs)                        # what eval.py writes for predict=
+    self.record("aux_loss", aux_loss)            # in your step: a number logged as train/step_aux_loss, train/aux_loss
 
 A batch is whatever the data's loader yields (a pair, a dict, lengths beside values, several inputs);
 the loop moves, cuts into micro-batches and counts it without looking inside (trainkit.tasks.batches).
@@ -82,6 +83,7 @@ class Task:
     # Text: the data's tokenizer (trainkit.data.tokenizing), set once the data is built (train.py, eval.py); a
     # language model reads each id's bytes (bits per byte) and text (samples) from it. None: not text.
     tokenizer: Any = None
+    _recorded: dict[str, Tensor] | None = None  # this step's `record` calls, until the loop takes them
 
     def to_device(self, batch: Any, device: torch.device) -> Any:
         return to_device(batch, device)
@@ -101,6 +103,20 @@ class Task:
         loss of `outputs`, scored in fp32 against the batch's targets."""
         outputs = self.outputs(model, batch)
         return self.loss(outputs.float(), self.targets(batch)), outputs
+
+    def record(self, name: str, value: Tensor) -> None:
+        """Log a 0-d tensor of this training step (an auxiliary loss, a temperature, a balancing term), kept on the
+        device: at logging steps as train/step_<name>, its mean since the last one, and each epoch as
+        train/<name>, its mean over what the batches weigh (as train/loss), over all ranks. Every rank must
+        record the same names; a name must not be one of the task's metric names or "loss"."""
+        if self._recorded is None:
+            self._recorded = {}
+        self._recorded[name] = value.detach().float()
+
+    def take_recorded(self) -> dict[str, Tensor]:
+        """What `record` was given since the last call, by name; the loop calls it after each step."""
+        recorded, self._recorded = self._recorded or {}, None
+        return recorded
 
     def outputs(self, model: Callable[..., Any], batch: Any) -> Any:
         """What the model predicts for a batch, its targets unread (eval.py's predict= gives None): what the scoring
