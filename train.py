@@ -81,18 +81,21 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
             part_weight = task.weight(part)  # samples, or real tokens: a tokens task's update divides by them all
             scale = part_weight if task.weighs == "tokens" else share / group_size
             run.scaler.scale(loss * scale).backward()
+        recorded = task.take_recorded()  # what the step gave task.record: an auxiliary loss, a temperature
         if totals is not None:
-            totals.add(loss.detach(), task.metric_sums(detach(outputs), task.targets(part)), part, part_weight)
+            totals.add(loss.detach(), task.metric_sums(detach(outputs), task.targets(part)), part, part_weight,
+                       recorded)
     return loss.detach(), task.weight(batch)
 
 
-def update(run: Run, totals: EpochTotals, grad_clip: float | None) -> None:
-    """The optimizer update, once an update's micro-batches are backpropagated: then the schedule steps."""
+def update(run: Run, totals: EpochTotals, grad_clip: float | None, logging: bool = False) -> None:
+    """The optimizer update, once an update's micro-batches are backpropagated: then the schedule steps.
+    The gradient norm goes to totals.grad_norm where clipping computes it, else at logging steps only."""
     model, optimizer = run.trained_model, run.optimizer
     mean_over_update_tokens(run.task, model, totals.update_weight(), run.proc.world_size)  # tokens: every rank's
-    if grad_clip:
-        run.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if grad_clip or logging:
+        run.scaler.unscale_(optimizer)  # the true gradients, not the fp16 scaled ones (scaler.step knows)
+        totals.grad_norm = run.parallel.grad_norm(model, grad_clip)  # a tensor: read at the logging step
     run.scaler.step(optimizer)
     run.scaler.update()
     optimizer.zero_grad(set_to_none=True)
@@ -107,10 +110,9 @@ def log_update(run: Run, totals: EpochTotals, every: int) -> float | None:
     state = run.state
     if state.step % every:
         return None
-    loss = totals.interval_mean_loss()
-    run.loggers.log({"epoch": state.epoch, "step": state.step, "lr": run.optimizer.param_groups[0]["lr"],
-                     "train/step_loss": loss})
-    return loss
+    metrics = totals.interval_metrics()  # train/step_loss, train/grad_norm, what the task recorded
+    run.loggers.log({"epoch": state.epoch, "step": state.step, "lr": run.optimizer.param_groups[0]["lr"], **metrics})
+    return metrics["train/step_loss"]
 
 
 def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> dict:
@@ -137,7 +139,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         loss, _ = train_step(run, batch, trainer.micro_batch_size, group_size, is_update, totals)
         run.timer.phase("optimizer_step")
         if is_update:
-            update(run, totals, trainer.grad_clip)
+            update(run, totals, trainer.grad_clip, logging=(state.step + 1) % trainer.log_every_n_steps == 0)
         run.timer.phase("bookkeeping")
         state.batches_done = i + 1
         if compiling and compile_seconds is None:

@@ -31,8 +31,9 @@ SIGNALS = "A data kind of variable-length signals"
 IMAGE_TEXT = "Images and texts in one space: a contrastive loss over every rank's batch"
 # Each docs/recipes.md recipe: its section, and the micro-batch size its tests add (data=chirps: frames; None: its
 # loss couples a batch's samples, and micro-batches are refused).
+AUX_LOSS = "An auxiliary loss from an intermediate activation"
 DOCUMENTED_RECIPES = {
-    "An auxiliary loss from an intermediate activation": 24,
+    AUX_LOSS: 24,
     SIGNALS: 512,
     "Two augmented views of each image and a contrastive loss": 24,
     IMAGE_TEXT: None,
@@ -309,6 +310,28 @@ def test_a_documented_recipe_trains_in_micro_batches_and_eval_py_gives_its_summa
         trained = [epoch for epoch in epochs if "train/samples_per_sec" in epoch]
         assert trained and all(epoch["train/frames_per_sec"] > epoch["train/samples_per_sec"] for epoch in trained)
         assert re.search(r"epoch +0 .* [\d,]+ frames/s", process.stdout + process.stderr)  # the epoch line's rate
+
+
+def test_the_aux_loss_recipe_logs_its_term_per_step_and_its_epoch_mean_by_samples(tmp_path):
+    """The recipe's task records its auxiliary loss (Task.record): each logging step's row holds it (and
+    train/grad_norm), and the epoch's train/aux_loss is the steps' values weighed by their batches' samples (the
+    epoch's last batch is short), computed here by hand."""
+    _, repo, arguments = recipe_copy(AUX_LOSS, tmp_path, DOCUMENTED)
+    run_dir = tmp_path / "run"
+    one_epoch = ("trainer.max_epochs=1", "trainer.log_every_n_steps=1")
+    process = run_script(repo, "train.py", *arguments, *one_epoch, f"hydra.run.dir={run_dir}")
+    assert process.returncode == 0, process.stderr[-4000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [row for row in rows if "train/step_loss" in row]
+    (epoch,) = [row for row in rows if "train/aux_loss" in row]
+    train_samples = json.loads((run_dir / "summary.json").read_text())["split_sizes"]["train"]
+    batch_size = OmegaConf.load(run_dir / ".hydra" / "config.yaml").data.batch_size
+    sizes = [min(batch_size, train_samples - start) for start in range(0, train_samples, batch_size)]
+    assert len(steps) == len(sizes) and sizes[-1] < batch_size
+    assert all(row["train/grad_norm"] > 0 for row in steps)
+    assert all(row["train/step_loss"] > 0.3 * row["train/step_aux_loss"] > 0 for row in steps)  # the loss holds it
+    by_hand = sum(row["train/step_aux_loss"] * size for row, size in zip(steps, sizes)) / train_samples
+    assert epoch["train/aux_loss"] == pytest.approx(by_hand, rel=1e-6)
 
 
 def test_the_image_text_recipe_refuses_micro_batches_in_one_line(tmp_path):

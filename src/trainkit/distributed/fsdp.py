@@ -68,6 +68,10 @@ class FSDP(Parallel):
     def full_parameters(self, model: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
         return full_parameters(model, enabled)
 
+    def grad_norm(self, model: nn.Module, max_norm: float | None = None) -> torch.Tensor:
+        # Each rank holds a shard of every gradient: full_tensor() combines the ranks' parts into the whole norm.
+        return super().grad_norm(model, max_norm).full_tensor()  # type: ignore[attr-defined]
+
     def save(
         self, checkpoints: Path, state: dict, model: nn.Module, optimizer: torch.optim.Optimizer, improved: bool
     ) -> bool:

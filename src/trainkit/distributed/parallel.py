@@ -8,6 +8,7 @@ the strategy's own module (this one imports none: deleting one deletes its modul
     trained = parallel.wrap(model, compile)          # what the loop calls: compiled, then DDP-wrapped
     with parallel.gradient_sync(trained, enabled), autocast(parallel.precision, device): ...  # a micro-step
     with parallel.full_parameters(model): evaluate(...)  # every rank holds the whole model
+    norm = parallel.grad_norm(model, max_norm)       # the gradients' norm over every rank's shards, clipped to max_norm
     parallel.save(checkpoints, state, model, optimizer, improved)   # last.pt and best.pt, or a sharded last/
     state = parallel.load(checkpoint, model, optimizer, device)     # a resume: what Run.load_state_dict reads
     parallel.load_best(best, found, model, averaged) # rank 0's best.pt on every rank, for the test
@@ -73,6 +74,14 @@ class Parallel:
     def full_parameters(self, model: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
         """Every rank holds the whole model inside: one rank may run a forward the others do not."""
         return contextlib.nullcontext()
+
+    def grad_norm(self, model: nn.Module, max_norm: float | None = None) -> torch.Tensor:
+        """The norm of all the model's gradients as one vector (unscale fp16 ones first), the gradients clipped
+        to `max_norm` where given, as clip_grad_norm_ does; a 0-d tensor on the device, read by nobody here."""
+        if max_norm:
+            return nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        norms = [torch.linalg.vector_norm(p.grad) for p in model.parameters() if p.grad is not None]
+        return torch.linalg.vector_norm(torch.stack(norms))  # as clip_grad_norm_ computes it (torch >= 2.4)
 
     def save(
         self, checkpoints: Path, state: dict, model: nn.Module, optimizer: torch.optim.Optimizer, improved: bool

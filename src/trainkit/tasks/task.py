@@ -36,6 +36,7 @@ class Task:
     gathers_across_ranks: ClassVar[bool] = False
     # Set from the data once it is built (train.py, eval.py); None unless the data is text.
     tokenizer: Any = None
+    _recorded: dict[str, Tensor] | None = None  # this step's `record` calls, until the loop takes them
 
     def to_device(self, batch: Any, device: torch.device) -> Any:
         return to_device(batch, device)
@@ -54,6 +55,20 @@ class Task:
         """The training loss of a batch (the mean over what it weighs) and the outputs the metrics score."""
         outputs = self.outputs(model, batch)
         return self.loss(outputs.float(), self.targets(batch)), outputs
+
+    def record(self, name: str, value: Tensor) -> None:
+        """Log a 0-d tensor of this training step (an auxiliary loss, a temperature, a balancing term), kept on the
+        device: at logging steps as train/step_<name>, its mean since the last one, and each epoch as
+        train/<name>, its mean over what the batches weigh (as train/loss), over all ranks. Every rank must
+        record the same names; a name must not be one of the task's metric names or "loss"."""
+        if self._recorded is None:
+            self._recorded = {}
+        self._recorded[name] = value.detach().float()
+
+    def take_recorded(self) -> dict[str, Tensor]:
+        """What `record` was given since the last call, by name; the loop calls it after each step."""
+        recorded, self._recorded = self._recorded or {}, None
+        return recorded
 
     def outputs(self, model: Callable[..., Any], batch: Any) -> Any:
         """What the model predicts for a batch without reading its targets (None under eval.py's predict=).

@@ -4,7 +4,7 @@ epoch's end.
 
     totals = EpochTotals(device)           # before the loop: samples/s is timed from here
     totals.add(loss.detach(), task.metric_sums(outputs, targets), batch, weight)   # each batch (or its number)
-    totals.interval_mean_loss()            # a logging step, on every rank: the mean since the last one
+    totals.interval_metrics()              # a logging step, on every rank: the means since the last one
     totals.epoch_metrics(task)             # after the loop: train/loss, train/<metric>, train/samples_per_sec
 
 train/loss is the mean over what the task weighs: `add(..., weight=task.weight(batch))` (real tokens
@@ -15,6 +15,10 @@ train/tokens_per_sec counts real tokens, a signal's train/frames_per_sec its fra
 zero-padded signal's zeros may be real values). Token data also reports train/padding_fraction (the padded
 share of the token slots), and on CUDA, for a model that counts its FLOPs, train/mfu. `update_weight()` is
 what the parts since the last update weigh: the loop divides a tokens task's gradients by it.
+
+What a task records in its step (`Task.record`: an auxiliary loss, a temperature) is summed beside the loss:
+logging steps report train/step_<name>, its mean over the parts since the last one, and the epoch train/<name>,
+its mean over what the parts weigh. `grad_norm`, set by the loop's update, is logged as train/grad_norm.
 """
 
 import time
@@ -41,6 +45,9 @@ class EpochTotals:
         self.weight_at_last_update = torch.zeros((), device=device)
         self.metric_sums: torch.Tensor | None = None  # the task's sums; their shape is the task's
         self.interval_loss = torch.zeros((), device=device)  # the batches' mean losses since the last logging step
+        # Per recorded name: [value x weight, weight] over the epoch, [value, parts] since the last logging step.
+        self.recorded: dict[str, torch.Tensor] = {}
+        self.grad_norm: torch.Tensor | None = None  # the last update's, where the loop computed it
         # Known on the host without a sync: batch sizes are shapes.
         self.count = self.untimed_count = self.interval_batches = 0
         # Sized data: real units (on the device) and unit slots (shapes: on the host), and those left untimed.
@@ -51,10 +58,16 @@ class EpochTotals:
         self.started = time.perf_counter()
 
     def add(
-        self, loss: torch.Tensor, metric_sums: torch.Tensor, batch: Any, weight: int | torch.Tensor | None = None
+        self,
+        loss: torch.Tensor,
+        metric_sums: torch.Tensor,
+        batch: Any,
+        weight: int | torch.Tensor | None = None,
+        recorded: dict[str, torch.Tensor] | None = None,
     ) -> None:
         """One batch (or micro-batch part): the `batch` itself (any nested tensors; or its number of samples),
-        `loss` its mean over what it weighs (`weight`; None: its samples), `metric_sums` the task's sums for it.
+        `loss` its mean over what it weighs (`weight`; None: its samples), `metric_sums` the task's sums for it,
+        `recorded` what the task recorded in its step (0-d tensors by name).
         Sized data counts the units and padding of the batch's first tensor (token data: its ids)."""
         size = batch if isinstance(batch, int) else batches.samples(batch)
         if self.unit and not isinstance(batch, int):
@@ -71,6 +84,12 @@ class EpochTotals:
         self.count += size
         self.interval_loss += loss  # a non-finite loss stays non-finite in the sum: found at the next logging step
         self.interval_batches += 1
+        for name, value in (recorded or {}).items():
+            sums = self.recorded.setdefault(name, torch.zeros(4, device=self.device))
+            sums[0] += value * weight
+            sums[1] += weight
+            sums[2] += value
+            sums[3] += 1
 
     def update_weight(self) -> torch.Tensor:
         """What the batches added since the last call weigh together (an update's: samples, or real tokens),
@@ -88,15 +107,26 @@ class EpochTotals:
         self.untimed_units = self.real_units.clone()
         return seconds
 
-    def interval_mean_loss(self) -> float:
-        """The mean batch loss since the last call, over all ranks (a collective: every rank calls it
-        at the same step; one host sync), and a new interval begins."""
+    def interval_metrics(self) -> dict[str, float]:
+        """At a logging step, over all ranks (a collective: every rank calls it at the same step; one host sync):
+        train/step_loss, the mean batch loss since the last call, train/step_<name> for what the task recorded,
+        and train/grad_norm, the last update's (where computed). A new interval begins."""
+        names = sorted(self.recorded)  # the same order on every rank
         batches = torch.tensor(float(self.interval_batches), device=self.device)
-        loss_sum, count = all_reduce_sum(torch.stack([self.interval_loss, batches]))
-        mean = (loss_sum / count).item()
+        interval = [torch.stack([self.interval_loss, batches]), *(self.recorded[name][2:] for name in names)]
+        sums = all_reduce_sum(torch.cat(interval))  # pairs: the loss (then each recorded value) summed, its parts
+        grad_norm = [] if self.grad_norm is None else [self.grad_norm.reshape(1).to(sums)]  # the whole model's
+        values = torch.cat([sums[0::2] / sums[1::2], sums[1::2], *grad_norm]).tolist()
+        means, parts = values[: len(names) + 1], values[len(names) + 1 : 2 * len(names) + 2]
+        metrics = {"train/step_loss": means[0]}
+        metrics |= {f"train/step_{name}": mean for name, mean, n in zip(names, means[1:], parts[1:]) if n}
+        if grad_norm:
+            metrics["train/grad_norm"] = values[-1]
         self.interval_loss.zero_()
         self.interval_batches = 0
-        return mean
+        for name in names:
+            self.recorded[name][2:] = 0
+        return metrics
 
     def epoch_metrics(self, task: Task) -> dict[str, float]:
         """The epoch's means over every rank's samples (a collective), and the samples a second."""
@@ -105,12 +135,16 @@ class EpochTotals:
         untimed_units = self.untimed_units if self.untimed_units is not None else torch.zeros((), device=self.device)
         unit_counts = torch.stack([self.real_units, untimed_units, torch.tensor(float(self.unit_slots))]).float()
         totals = [self.loss_sum.reshape(1), self.weight_sum.reshape(1), local_counts, unit_counts.to(self.device)]
-        sums = all_reduce_sum(torch.cat([*totals, metric_sums]))  # promoted, never narrowed: the task's dtype or wider
+        names = sorted(self.recorded)
+        recorded = [self.recorded[name][:2] for name in names]
+        sums = all_reduce_sum(torch.cat([*totals, *recorded, metric_sums]))  # promoted, never narrowed
         loss_sum, weight, count, untimed, real, untimed_real, slots = sums[:7].tolist()
+        pairs = sums[7 : 7 + 2 * len(names)].tolist()  # each recorded name's value x weight, weight
         seconds = time.perf_counter() - self.started
         metrics = {
             "train/loss": loss_sum / max(weight, 1),
-            **{f"train/{name}": value for name, value in task.metrics(sums[7:]).items()},
+            **{f"train/{name}": value for name, value in task.metrics(sums[7 + 2 * len(names) :]).items()},
+            **{f"train/{name}": value / max(weight, 1) for name, value, weight in zip(names, pairs[0::2], pairs[1::2])},
             "train/samples_per_sec": (count - untimed) / seconds,
         }
         if self.unit == "tokens":

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from trainkit.tasks.classification import Classification
@@ -25,9 +26,9 @@ def test_means_weigh_samples_the_interval_restarts_and_the_compile_step_is_not_t
     clock["now"] += 30  # compile + the first step
     assert totals.time_from_here() == 30  # the first batch (compiled in its step) leaves samples/s
     totals.add(torch.tensor(4.0), sums(logits, [0, 1, 0, 1]), 4)  # four of four right
-    assert totals.interval_mean_loss() == 2.5  # the batches' mean, since the start
+    assert totals.interval_metrics() == {"train/step_loss": 2.5}  # the batches' mean, since the start
     totals.add(torch.tensor(float("nan")), sums(logits[:1], [0]), 1)
-    assert math.isnan(totals.interval_mean_loss())  # a new interval: only the non-finite batch
+    assert math.isnan(totals.interval_metrics()["train/step_loss"])  # a new interval: only the non-finite batch
     clock["now"] += 2
     metrics = totals.epoch_metrics(TASK)
     assert math.isnan(metrics["train/loss"]) and metrics["train/acc"] == 6 / 7
@@ -73,3 +74,22 @@ def test_the_tasks_metric_sums_keep_their_dtype_as_evaluation_keeps_them():
     totals.add(torch.tensor(0.5), SumOfSquares(2).metric_sums(None, None), 2)
     metrics = totals.epoch_metrics(SumOfSquares(2))
     assert metrics["train/sum"] == 2.0**24 + 1 and metrics["train/dtype"] == "torch.float64"
+
+
+def test_recorded_values_are_step_means_and_epoch_means_by_weight():
+    """Three parts weighing 2, 4 and 1 record aux; the second also records temperature. A logging step after the
+    first two reports each name's plain mean over its parts (as train/step_loss), the epoch its mean by weight."""
+    totals = EpochTotals(CPU)
+    logits = torch.zeros(4, 2)
+    totals.add(torch.tensor(1.0), sums(logits[:2], [0, 0]), 2, recorded={"aux": torch.tensor(0.5)})
+    recorded = {"aux": torch.tensor(2.0), "temperature": torch.tensor(0.07)}
+    totals.add(torch.tensor(1.0), sums(logits, [0, 0, 1, 1]), 4, recorded=recorded)
+    totals.grad_norm = torch.tensor(3.0)
+    step = totals.interval_metrics()
+    assert step["train/step_aux"] == (0.5 + 2.0) / 2 and step["train/grad_norm"] == 3.0
+    assert step["train/step_temperature"] == pytest.approx(0.07)
+    totals.add(torch.tensor(1.0), sums(logits[:1], [0]), 1, recorded={"aux": torch.tensor(4.0)})
+    assert "train/step_temperature" not in totals.interval_metrics()  # not recorded since the last logging step
+    epoch = totals.epoch_metrics(TASK)
+    assert epoch["train/aux"] == pytest.approx((0.5 * 2 + 2.0 * 4 + 4.0 * 1) / 7)
+    assert epoch["train/temperature"] == pytest.approx(0.07)
