@@ -56,7 +56,7 @@ def test_default_run_learns_and_writes_the_run_directory(run_train):
     assert "data-bound" not in output  # in-memory digits never wait for data: the default run stays silent
     step_lines = [m for m in run.metrics if "train/step_loss" in m]
     assert [(m["epoch"], m["step"]) for m in step_lines] == [(2, 50)]
-    assert set(step_lines[0]) == {"epoch", "step", "train/step_loss", "lr"}
+    assert set(step_lines[0]) == {"epoch", "step", "train/step_loss", "lr", "train/grad_norm"}
     test_line = run.metrics[-1]
     assert test_line == {"epoch": 2, "step": 60, **summary["test"]}
 
