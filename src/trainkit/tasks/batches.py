@@ -72,3 +72,15 @@ def split(batch: Any, size: int) -> list[Any]:
         tree_unflatten([leaf if part is None else part[n] for leaf, part in zip(leaves, parts)], spec)
         for n in range(count)
     ]
+
+
+def micro_batches(batch: Any, size: int | None, sized: bool = False) -> list[tuple[Any, float]]:
+    """(part, share of the batch) for each part of at most `size` samples (trainer.micro_batch_size); the whole
+    batch, uncopied, when `size` is None or not smaller. For `sized` data (a padded [B, T] first tensor), `size`
+    counts units: size // T items. How each part weighs in its update: docs/how-the-loop-works.md."""
+    total = samples(batch)
+    if size is not None and sized:
+        size = max(1, size // max(1, first_tensor(batch)[0].numel()))
+    if size is None or size >= total:
+        return [(batch, 1.0)]
+    return [(part, samples(part) / total) for part in split(batch, size)]
