@@ -23,14 +23,12 @@ class Shared:
     def pin_memory(self) -> "Shared":  # the DataLoader's pin_memory=True calls it
         return Shared(self.tensor.pin_memory())
 
+    def to(self, device: torch.device, non_blocking: bool = False) -> "Shared":  # to_device calls it
+        return Shared(self.tensor.to(device, non_blocking=non_blocking))
+
 
 def to_device(batch: Any, device: torch.device) -> Any:
-    def move(leaf: Tensor | Shared) -> Tensor | Shared:
-        if isinstance(leaf, Shared):
-            return Shared(leaf.tensor.to(device, non_blocking=True))
-        return leaf.to(device, non_blocking=True)
-
-    return tree_map_only((Tensor, Shared), move, batch)
+    return tree_map_only((Tensor, Shared), lambda leaf: leaf.to(device, non_blocking=True), batch)
 
 
 def detach(outputs: Any) -> Any:
