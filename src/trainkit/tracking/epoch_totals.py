@@ -71,9 +71,7 @@ class EpochTotals:
         Sized data counts the units and padding of the batch's first tensor (token data: its ids)."""
         size = batch if isinstance(batch, int) else batches.samples(batch)
         if self.unit and not isinstance(batch, int):
-            ids = batches.first_tensor(batch)
-            self.real_units += ids.numel() if self.pad_id is None else (ids != self.pad_id).sum()
-            self.unit_slots += ids.numel()
+            self.add_units(batches.first_tensor(batch))
         weight = size if weight is None else weight
         self.loss_sum += loss * weight
         self.weight_sum += weight
@@ -83,6 +81,11 @@ class EpochTotals:
         self.interval_batches += 1
         if recorded:
             self.add_recorded(recorded, weight)
+
+    def add_units(self, ids: torch.Tensor) -> None:
+        """Sized data: the units of a part's first tensor, those equal to pad_id apart."""
+        self.real_units += ids.numel() if self.pad_id is None else (ids != self.pad_id).sum()
+        self.unit_slots += ids.numel()
 
     def add_recorded(self, recorded: dict[str, torch.Tensor], weight: int | torch.Tensor) -> None:
         """What the task recorded in a part's step, summed for the epoch (by `weight`) and the interval."""
