@@ -92,7 +92,8 @@ def update(run: Run, totals: EpochTotals, grad_clip: float | None, logging: bool
     """The optimizer update, once an update's micro-batches are backpropagated: then the schedule steps.
     The gradient norm goes to totals.grad_norm where clipping computes it, else at logging steps only."""
     model, optimizer = run.trained_model, run.optimizer
-    mean_over_update_tokens(run.task, model, totals.update_weight(), run.proc.world_size)  # tokens: every rank's
+    if run.task.weighs == "tokens":  # the mean over every rank's real tokens of the update
+        mean_over_update_tokens(model, totals.update_weight(), run.proc.world_size)
     if grad_clip or logging:
         run.scaler.unscale_(optimizer)  # the true gradients, not the fp16 scaled ones (scaler.step knows)
         totals.grad_norm = run.parallel.grad_norm(model, grad_clip)  # a tensor: read at the logging step

@@ -283,7 +283,9 @@ def build_scheduler(
     schedule, notices = lr_schedule(cfg, updates_per_epoch, total_updates)
     for notice in notices:
         _warn_once(notice)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda update: schedule(update + shift))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, (lambda update: schedule(update + shift)) if shift else schedule
+    )
 
 
 _warned: set[str] = set()

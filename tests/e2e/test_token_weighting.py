@@ -1,5 +1,5 @@
 """A task that weighs tokens: an update's loss is the mean over every real token of it, however the tokens
-fall into micro-batches, accumulated batches and ranks (train.py's loop, trainkit.tasks.weighting)."""
+fall into micro-batches, accumulated batches and ranks (train.py's loop; tasks.task.mean_over_update_tokens)."""
 
 import os
 import sys

@@ -122,8 +122,10 @@ class BatchTransform(nn.Module):
         if self.horizontal_flip:
             flip = torch.rand(x.shape[0], device=x.device) < 0.5
             x = torch.where(flip.view(-1, 1, 1, 1), x.flip(-1), x)
-        if not (self.color_jitter or self.affine):
-            return x
+        return self.jitter_and_affine(x) if self.color_jitter or self.affine else x
+
+    def jitter_and_affine(self, x: Tensor) -> Tensor:
+        """Color jitter and the affine warp, in that order or (random_order) in either, chosen per sample."""
         # Draw the parameters once, so that both orders below apply the same per-sample choices.
         jitter = draw_color_jitter(x, **self.color_jitter) if self.color_jitter else None
         affine = draw_affine(x, **self.affine) if self.affine else None

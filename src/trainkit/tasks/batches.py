@@ -23,14 +23,12 @@ class Shared:
     def pin_memory(self) -> "Shared":  # the DataLoader's pin_memory=True calls it
         return Shared(self.tensor.pin_memory())
 
+    def to(self, device: torch.device, non_blocking: bool = False) -> "Shared":  # to_device calls it
+        return Shared(self.tensor.to(device, non_blocking=non_blocking))
+
 
 def to_device(batch: Any, device: torch.device) -> Any:
-    def move(leaf: Tensor | Shared) -> Tensor | Shared:
-        if isinstance(leaf, Shared):
-            return Shared(leaf.tensor.to(device, non_blocking=True))
-        return leaf.to(device, non_blocking=True)
-
-    return tree_map_only((Tensor, Shared), move, batch)
+    return tree_map_only((Tensor, Shared), lambda leaf: leaf.to(device, non_blocking=True), batch)
 
 
 def detach(outputs: Any) -> Any:
@@ -72,3 +70,15 @@ def split(batch: Any, size: int) -> list[Any]:
         tree_unflatten([leaf if part is None else part[n] for leaf, part in zip(leaves, parts)], spec)
         for n in range(count)
     ]
+
+
+def micro_batches(batch: Any, size: int | None, sized: bool = False) -> list[tuple[Any, float]]:
+    """(part, share of the batch) for each part of at most `size` samples (trainer.micro_batch_size); the whole
+    batch, uncopied, when `size` is None or not smaller. For `sized` data (a padded [B, T] first tensor), `size`
+    counts units: size // T items. How each part weighs in its update: docs/how-the-loop-works.md."""
+    total = samples(batch)
+    if size is not None and sized:
+        size = max(1, size // max(1, first_tensor(batch)[0].numel()))
+    if size is None or size >= total:
+        return [(batch, 1.0)]
+    return [(part, samples(part) / total) for part in split(batch, size)]

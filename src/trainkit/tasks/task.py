@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.errors import ConfigError
 from trainkit.tasks.batches import Shared, samples, to_device
 
@@ -147,3 +148,14 @@ def higher_is_better(task: type | Task, metric: str) -> bool:
     """Whether a larger `metric` is better: true for all but the loss and the task's `minimized_metrics`."""
     name = metric.rsplit("/", 1)[-1]
     return name != "loss" and name not in getattr(task, "minimized_metrics", ())
+
+
+def mean_over_update_tokens(model: nn.Module, update_weight: int | Tensor, world_size: int) -> None:
+    """For a task that weighs tokens (the caller checks `task.weighs`), divides the gradients by the update's real
+    tokens on all ranks (one all-reduce, so every rank must call it at the same update). Why:
+    docs/how-the-loop-works.md."""
+    total = all_reduce_sum(torch.as_tensor(update_weight, dtype=torch.float32).reshape(1).clone())
+    factor = (world_size / total.clamp(min=1)).reshape(())
+    for param in model.parameters():
+        if param.grad is not None:
+            param.grad.mul_(factor)

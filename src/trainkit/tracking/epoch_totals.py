@@ -71,20 +71,25 @@ class EpochTotals:
         Sized data counts the units and padding of the batch's first tensor (token data: its ids)."""
         size = batch if isinstance(batch, int) else batches.samples(batch)
         if self.unit and not isinstance(batch, int):
-            ids = batches.first_tensor(batch)
-            self.real_units += ids.numel() if self.pad_id is None else (ids != self.pad_id).sum()
-            self.unit_slots += ids.numel()
+            self.add_units(batches.first_tensor(batch))
         weight = size if weight is None else weight
         self.loss_sum += loss * weight
         self.weight_sum += weight
-        if self.metric_sums is None:
-            self.metric_sums = metric_sums.clone()
-        else:
-            self.metric_sums += metric_sums
+        self.metric_sums = metric_sums.clone() if self.metric_sums is None else self.metric_sums.add_(metric_sums)
         self.count += size
         self.interval_loss += loss  # a non-finite loss stays non-finite in the sum: found at the next logging step
         self.interval_batches += 1
-        for name, value in (recorded or {}).items():
+        if recorded:
+            self.add_recorded(recorded, weight)
+
+    def add_units(self, ids: torch.Tensor) -> None:
+        """Sized data: the units of a part's first tensor, those equal to pad_id apart."""
+        self.real_units += ids.numel() if self.pad_id is None else (ids != self.pad_id).sum()
+        self.unit_slots += ids.numel()
+
+    def add_recorded(self, recorded: dict[str, torch.Tensor], weight: int | torch.Tensor) -> None:
+        """What the task recorded in a part's step, summed for the epoch (by `weight`) and the interval."""
+        for name, value in recorded.items():
             sums = self.recorded.setdefault(name, torch.zeros(4, device=self.device))
             sums[0] += value * weight
             sums[1] += weight

@@ -33,8 +33,7 @@ from trainkit.config.schema import Check, Relation, flag, integer, number
 from trainkit.distributed.process_group import all_reduce_sum, is_distributed
 from trainkit.models.finetune import apply_frozen_bn_eval
 from trainkit.run import build_lr_schedule
-from trainkit.tasks.task import Task
-from trainkit.tasks.weighting import mean_over_update_tokens
+from trainkit.tasks.task import Task, mean_over_update_tokens
 from trainkit.tuning.lr_finder_plot import plot_lr_finder
 from trainkit.tuning.training_state import preserved_training_state
 
@@ -178,7 +177,7 @@ def lr_range_test(
     returning a fresh iterator) is moved to `device` by `task.to_device`; `step(batch)` gives its gradients
     and returns (its loss, what it weighs): forward, loss and backward (through `grad_scaler`, if given), as
     train.py's train_step. A task that weighs tokens then takes the mean over the batch's tokens, every
-    rank's, as the loop does at an update (trainkit.tasks.weighting). Each update is then clipping at
+    rank's, as the loop does at an update (trainkit.tasks.task.mean_over_update_tokens). Each update is then clipping at
     `grad_clip` and the optimizer's step (through `grad_scaler`): the loop of train.py, without accumulation.
     The model trains as the loop trains it: train mode, BatchNorm inside frozen layers in eval mode.
 
@@ -209,7 +208,8 @@ def lr_range_test(
                 group["lr"] = lr * scale
             optimizer.zero_grad(set_to_none=True)
             loss, weight = step(task.to_device(next(stream), device))
-            mean_over_update_tokens(task, model, weight, world_size)
+            if task.weighs == "tokens":
+                mean_over_update_tokens(model, weight, world_size)
             if grad_clip:
                 if grad_scaler is not None:
                     grad_scaler.unscale_(optimizer)

@@ -2,7 +2,7 @@
 
     trainer.micro_batch_size: auto     # conf/config.yaml; trainer.micro_batch_memory_cap_mb: a cap of its own
 
-A fixed size N is the core's (trainkit.tasks.weighting.micro_batches cuts a batch into parts of N, weighed so
+A fixed size N is the core's (trainkit.tasks.batches.micro_batches cuts a batch into parts of N, weighed so
 the update is the whole batch's). `auto` searches N before training (micro_batch_size_that_fits): the first
 batch is tried whole, then in halves, quarters, ... (of its tokens, for token data) until one part's forward
 and backward (train.py's step) fit; every rank agrees at each try, so all ranks settle on the same size. The

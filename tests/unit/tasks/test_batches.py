@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from models_for_tests import NoNormCNN
 from trainkit.errors import ConfigError
 from trainkit.tasks import batches
+from trainkit.tasks.batches import micro_batches
 from trainkit.tasks.classification import Classification
-from trainkit.tasks.weighting import micro_batches
 
 
 def nested(count: int = 5) -> dict:
