@@ -1,10 +1,11 @@
-"""Every optional feature can be deleted: docs/features.md's table, applied to a copy of the repository.
+"""Every optional feature can be deleted: docs/features.md's table, applied to a copy of the repository by
+scripts/trim.py's own code (`trim.drop`).
 
 For each row: its files deleted, its config keys removed, its marked lines (`# feature: <name>`) deleted, and in
-the docs its marked lines and blocks (`<!-- feature: <name> -->`) and its row of the table; then
-nothing left names its modules, ruff finds no unused import or undefined name, `python train.py` trains the
-default run (one epoch) and the core's quick tests pass, all in the copy. The table is the one list: a feature
-added there is deleted here, and one whose deletion needs more than the table says fails here.
+the docs its marked lines and blocks (`<!-- feature: <name> -->`) and its row of the table; then nothing left names
+its modules, ruff and mypy pass, every module imports and `python train.py` trains the default run (one epoch), all
+in the copy. With every row dropped at once, the core's quick tests and the template's own pass there too. The
+table is the one list: a row added there is deleted here, and one whose deletion needs more than it says fails here.
 """
 
 import os
@@ -168,8 +169,11 @@ def test_each_row_comes_out_in_the_places_it_says_and_at_most_five():
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     """One copy of the repository for every row: each row's test copies it again, and the copies share mypy's
-    cache, so a row pays for what it changed, not for the whole template."""
-    return copy_of_the_repository(tmp_path_factory.mktemp("pristine") / "repository")
+    cache (seeded from the repository's own where there is one), so a row pays for what it changed."""
+    base = tmp_path_factory.mktemp("pristine")
+    if (ROOT / ".mypy_cache").is_dir():
+        shutil.copytree(ROOT / ".mypy_cache", base.parent / "mypy-cache", dirs_exist_ok=True)
+    return copy_of_the_repository(base / "repository")
 
 
 def dropped_copy(pristine: Path, tmp_path: Path, names: list[str]) -> Path:
@@ -187,6 +191,7 @@ def dropped_copy(pristine: Path, tmp_path: Path, names: list[str]) -> Path:
 @pytest.mark.template
 @pytest.mark.parametrize("name", list(FEATURES))
 def test_deleting_the_feature_leaves_a_template_that_trains(name, pristine, tmp_path):
+    """Each row alone: the copy imports, passes ruff and mypy, and trains the default run an epoch."""
     assert_a_template_that_trains(dropped_copy(pristine, tmp_path, [name]), tmp_path)
 
 
@@ -197,17 +202,30 @@ NO_TRACKER_TESTS = ("tests/unit/config/test_config.py::test_every_rule_key_exist
 @pytest.mark.slow
 @pytest.mark.template
 def test_dropping_every_row_at_once_leaves_a_template_that_trains(pristine, tmp_path):
-    """Each row is deletable, and so are all of them together (every tracker included): nothing the core reads
-    lives only in their files."""
-    assert_a_template_that_trains(dropped_copy(pristine, tmp_path, list(FEATURES)), tmp_path, NO_TRACKER_TESTS)
+    """All rows together (every tracker included): nothing the core reads lives only in their files. Here, once,
+    the core's quick tests and the template's own quick tests (the README's named step, its keys, the docs' links,
+    the style: all of tests/template/ but this file and test_contributing.py, whose recipes touch no feature) pass
+    too; each row's docs are checked on text alone by the quick test above."""
+    copy = dropped_copy(pristine, tmp_path, list(FEATURES))
+    assert_a_template_that_trains(copy, tmp_path)
+    template = sorted(str(path.relative_to(copy)) for path in (copy / "tests" / "template").glob("test_*.py"))
+    template.remove("tests/template/test_features.py")  # this test itself
+    template.remove("tests/template/test_contributing.py")  # the recipes touch no feature: 12 s here instead of 160
+    quick = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow"]
+    checked = run([*quick, *CORE_TESTS, *NO_TRACKER_TESTS, *template], copy, 1800)
+    assert checked.returncode == 0, checked.stdout[-3000:]
 
 
-def assert_a_template_that_trains(copy: Path, tmp_path: Path, more_tests: tuple[str, ...] = ()) -> None:
-    """In `copy`: ruff finds no unused import or undefined name, mypy passes, each shell script parses,
-    `python train.py` trains one epoch, and the core's quick tests (and `more_tests`) pass, and so do the template's
-    own quick tests (the README's named step, its keys, the docs' links, the style: all of tests/template/ but this
-    file), which a deletion the table allows must leave green too; test_contributing.py, which trains every recipe
-    of the core for about two minutes, is left to the suite itself."""
+# Every module of the package, imported: one that imports what a row deleted fails here, not in a user's run.
+IMPORT_ALL = (
+    "import importlib, pkgutil, trainkit; "
+    "[importlib.import_module(module.name) for module in pkgutil.walk_packages(trainkit.__path__, 'trainkit.')]"
+)
+
+
+def assert_a_template_that_trains(copy: Path, tmp_path: Path) -> None:
+    """In `copy`: ruff finds no unused import or undefined name, mypy passes, each shell script parses, every
+    module of the package imports, and `python train.py` trains one epoch."""
     lint = run([sys.executable, "-m", "ruff", "check", "--select", "F", "--quiet", "."], copy, 120)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     cache = tmp_path.parent / "mypy-cache"  # beside every test's folder: one cache for all the copies
@@ -215,12 +233,8 @@ def assert_a_template_that_trains(copy: Path, tmp_path: Path, more_tests: tuple[
     assert typed.returncode == 0, typed.stdout[-3000:]
     for script in copy.glob("scripts/*.sh"):
         assert run(["bash", "-n", str(script)], copy, 60).returncode == 0, f"{script.name} is no longer valid shell"
+    imported = run([sys.executable, "-c", IMPORT_ALL], copy, 300)
+    assert imported.returncode == 0, imported.stderr[-3000:]
     trained = run([sys.executable, "train.py", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'run'}"], copy, 600)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert (tmp_path / "run" / "summary.json").is_file()
-    template = sorted(str(path.relative_to(copy)) for path in (copy / "tests" / "template").glob("test_*.py"))
-    template.remove("tests/template/test_features.py")  # this test itself
-    template.remove("tests/template/test_contributing.py")  # the recipes touch no feature: 12 s here instead of 160
-    quick = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow"]
-    checked = run([*quick, *CORE_TESTS, *more_tests, *template], copy, 1800)  # one process: torch imported once
-    assert checked.returncode == 0, checked.stdout[-3000:]
