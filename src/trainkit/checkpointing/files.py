@@ -37,6 +37,10 @@ RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced th
     "trainkit.data.imagefolder.image_folder": "trainkit.data.imagefolder.ImageFolder",
     "trainkit.data.cache.load_cache": "trainkit.data.cache.Cached",
 }
+# The schedules that left trainkit.schedules, name -> their module in trainkit now: an older checkpoint names
+# their old place.
+MOVED_SCHEDULES: dict[str, str] = {}
+MOVED_SCHEDULES |= dict.fromkeys(("step", "cosine_restarts", "wsd"), "more_schedules")  # feature: more_schedules
 
 
 def find_checkpoint(
@@ -139,7 +143,8 @@ def read_checkpoint(
 
 def upgrade_config(config: dict[str, Any]) -> None:
     """Move, in place, what an older checkpoint's config keeps where this code no longer reads it
-    (MOVED_MODEL_KEYS, RENAMED_DATA_TARGETS, scheduler.name); a config written by this code is left as it is."""
+    (MOVED_MODEL_KEYS, RENAMED_DATA_TARGETS, scheduler.name, MOVED_SCHEDULES); a config written by this code is
+    left as it is."""
     model, data = config.get("model", {}), config.get("data", {})
     moved = {key: model.pop(key) for key in MOVED_MODEL_KEYS if key in model}
     if moved:
@@ -149,6 +154,9 @@ def upgrade_config(config: dict[str, Any]) -> None:
     scheduler = config.get("scheduler", {})
     if "_target_" not in scheduler and "name" in scheduler:  # a schedule by name, now the function of that name
         scheduler["_target_"] = f"trainkit.schedules.{scheduler.pop('name')}"
+    module, _, name = str(scheduler.get("_target_", "")).rpartition(".")
+    if module == "trainkit.schedules" and name in MOVED_SCHEDULES:
+        scheduler["_target_"] = f"trainkit.{MOVED_SCHEDULES[name]}.{name}"
 
 
 def check_model_fits(model_state: dict, model: torch.nn.Module) -> None:

@@ -368,12 +368,6 @@ DECLARED_CASES = [
     (["scheduler.warmup_epochs=-1"], "scheduler.warmup_epochs"),
     (["scheduler.warmup_start_factor=1.5"], "scheduler.warmup_start_factor"),
     (["scheduler.min_lr_ratio=2"], "scheduler.min_lr_ratio"),
-    (["scheduler=cosine_restarts", "scheduler.cycle_epochs=0"], "scheduler.cycle_epochs"),
-    (["scheduler=cosine_restarts", "scheduler.cycle_mult=1.5"], "scheduler.cycle_mult"),
-    (["scheduler=step", "scheduler.step_epochs=0"], "scheduler.step_epochs"),
-    (["scheduler=step", "scheduler.gamma=2"], "scheduler.gamma"),
-    (["scheduler=wsd", "scheduler.decay_fraction=1.5"], "scheduler.decay_fraction"),
-    (["scheduler=wsd", "scheduler.decay_shape=sqrt"], "scheduler.decay_shape"),
 ]
 CASES = RULE_CASES + RELATION_CASES + DECLARED_CASES
 

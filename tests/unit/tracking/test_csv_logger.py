@@ -62,7 +62,7 @@ def test_synthetic_data_with_csv_logger_and_adamw(run_train):
         "data.num_samples=512",
         "logger=csv",
         "optimizer=adamw",
-        "scheduler=cosine_restarts",
+        "scheduler=cosine",
         "augmentation=strong",
         "trainer.max_epochs=2",
         "trainer.progress_bar=false",

@@ -1,0 +1,322 @@
+"""Trim the template to what you need: remove capabilities by docs/features.md's table.
+
+    python scripts/trim.py                          # each capability: its places, lines and packages
+    python scripts/trim.py --drop muon --dry-run    # what dropping it would remove, changing nothing
+    python scripts/trim.py --drop muon,ema          # remove them from this working tree
+    python scripts/trim.py --keep ema               # remove every capability but these (and what they need)
+
+Dropping a capability deletes its files, removes its config keys, its marked lines (`# feature: <name>` in code,
+`<!-- feature: <name> -->` lines and blocks in the docs, and its row of the table) and its packages from
+pyproject.toml and environment.yml. A capability that needs a dropped one is dropped with it. A real run refuses a
+git tree with uncommitted changes, so that the trim is one commit of its own: rerun the same trim after merging
+later template fixes. tests/template/test_features.py applies the table with this module's `drop`.
+"""
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = Path("docs") / "features.md"
+MARKER = re.compile(r"#\s*feature:\s*([\w-]+)")
+# In markdown, invisible when rendered: a line ending in the marker, or a block from a line holding only the marker
+# to a line holding only its closing one (`<!-- /feature: <name> -->`).
+DOC_MARKER = re.compile(r"<!--\s*(/?)feature:\s*([\w-]+)\s*-->")
+COLUMNS = 7  # capability, files, config keys, marked lines, packages, needs, places
+DEPENDENCY_FILES = ("pyproject.toml", "environment.yml")
+TEST_COMMAND = 'python -m pytest -q -m "not slow" && python train.py trainer.max_epochs=1'
+
+
+class TrimError(Exception):
+    """What trim.py refuses, said in one line: what is wrong and how to go on."""
+
+
+@dataclass
+class Capability:
+    """One row of the table: what dropping `name` deletes (`files`), edits (`config` keys by file, the number of
+    `marked` code lines by file, `packages` in the dependency files) and which capabilities it `needs`."""
+
+    name: str
+    files: list[str]
+    config: dict[str, list[str]]
+    marked: dict[str, int]
+    packages: list[str]
+    needs: list[str]
+    places: int
+
+    def counted_places(self, root: Path) -> int:
+        """The places rule: all its files count one, each config file, marked file and dependency file one more."""
+        edited = {*self.config, *self.marked}
+        if self.packages:
+            edited |= {file for file in DEPENDENCY_FILES if package_lines((root / file).read_text(), self.packages)}
+        return (1 if self.files else 0) + len(edited)
+
+
+@dataclass
+class Removed:
+    """What dropping one capability removed (or would remove): lines by file, for the report."""
+
+    files: dict[str, int] = field(default_factory=dict)
+    config: dict[str, list[str]] = field(default_factory=dict)
+    marked: dict[str, int] = field(default_factory=dict)
+    docs: dict[str, int] = field(default_factory=dict)
+    packages: dict[str, list[str]] = field(default_factory=dict)
+
+    def lines(self) -> int:
+        return sum(self.files.values()) + sum(self.marked.values()) + sum(self.docs.values())
+
+
+def read_table(root: Path = ROOT) -> dict[str, Capability]:
+    """The capabilities of root's docs/features.md, by name, in the table's order."""
+    rows = {}
+    for line in (root / TABLE).read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != COLUMNS or not cells[0].startswith("`"):
+            continue
+        name = re.match(r"`([\w-]+)`", cells[0]).group(1)  # type: ignore[union-attr]
+        config: dict[str, list[str]] = {}
+        for part in filter(None, (p.strip() for p in cells[2].split(";"))):
+            file, keys = part.split(":", 1)
+            config[file.strip(" `")] = re.findall(r"`([^`]+)`", keys)
+        marked = {file: int(count) for file, count in re.findall(r"`([^`]+)`: (\d+)", cells[3])}
+        files, packages, needs = (re.findall(r"`([^`]+)`", cells[column]) for column in (1, 4, 5))
+        rows[name] = Capability(name, files, config, marked, packages, needs, int(cells[6]))
+    for row in rows.values():
+        for needed in row.needs:
+            if needed not in rows:
+                raise TrimError(f"{TABLE}: {row.name} needs {needed}, which has no row: add it or fix the needs cell")
+    return rows
+
+
+def to_drop(rows: dict[str, Capability], drop: list[str]) -> list[str]:
+    """`drop` and every capability that needs one of them, in the table's order."""
+    unknown = [name for name in drop if name not in rows]
+    if unknown:
+        raise TrimError(f"no capability {', '.join(unknown)} in {TABLE}: the names are {', '.join(rows)}")
+    dropped = set(drop)
+    while grown := {row.name for row in rows.values() if set(row.needs) & dropped} - dropped:
+        dropped |= grown
+    return [name for name in rows if name in dropped]
+
+
+def to_keep(rows: dict[str, Capability], keep: list[str]) -> list[str]:
+    """Every capability but `keep` and what they need (and what that needs)."""
+    to_drop(rows, keep)  # refuses an unknown name
+    kept = set(keep)
+    while grown := {needed for name in kept for needed in rows[name].needs} - kept:
+        kept |= grown
+    return [name for name in rows if name not in kept]
+
+
+def remove_key(text: str, key: str) -> str:
+    """`text` (a YAML file) without the block of the dotted `key`: its line and the more indented lines below,
+    found by indentation, so comments and the layout of the rest are kept. A parent left empty goes too."""
+    lines, start, indent = text.splitlines(keepends=True), 0, -1
+    *parents, last = key.split(".")
+    stack = []
+    for part in [*parents, last]:
+        for number in range(start, len(lines)):
+            line = lines[number]
+            depth = len(line) - len(line.lstrip(" "))
+            if line.strip() and not line.lstrip().startswith("#") and depth <= indent:
+                raise TrimError(f"{key}: no {part!r} inside its parent: fix the row's config keys")
+            if depth > indent and re.match(rf"{re.escape(part)}\s*:", line.lstrip()):
+                stack.append((number, depth))
+                start, indent = number + 1, depth
+                break
+        else:
+            raise TrimError(f"{key} is not in the file: fix the row's config keys")
+    begin, depth = stack[-1]
+    end = begin + 1
+    while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip(" ")) > depth):
+        end += 1
+    while end > begin + 1 and not lines[end - 1].strip():  # blank lines after the block belong to what follows
+        end -= 1
+    kept = lines[:begin] + lines[end:]
+    if len(stack) > 1:  # a parent whose every key went
+        parent, parent_depth = stack[-2]
+        below = kept[parent + 1 :]
+        children = [line for line in below if line.strip() and not line.lstrip().startswith("#")]
+        if not children or len(children[0]) - len(children[0].lstrip(" ")) <= parent_depth:
+            return remove_key("".join(kept), ".".join(key.split(".")[:-1]))
+    return "".join(kept)
+
+
+def without_marked_docs(text: str, name: str) -> str:
+    """`text` (markdown) without what it marks as `name`'s: each line ending in `<!-- feature: <name> -->`, and each
+    block from a line holding only that marker to a line holding only `<!-- /feature: <name> -->`, both included."""
+    kept, inside = [], False
+    for line in text.splitlines(keepends=True):
+        alone = DOC_MARKER.fullmatch(line.strip())
+        if inside:
+            inside = not (alone and alone.groups() == ("/", name))
+        elif alone and alone.groups() == ("", name):
+            inside = True
+        elif not re.search(rf"<!--\s*feature:\s*{re.escape(name)}\s*-->\s*$", line):
+            kept.append(line)
+    if inside:
+        raise TrimError(f"<!-- feature: {name} --> has no closing <!-- /feature: {name} -->: add it")
+    return "".join(kept)
+
+
+def without_docs_of(relative: Path, text: str, name: str) -> str:
+    """A doc file's `text` once `name` is dropped: its marked lines and blocks, and in the table its row."""
+    if relative.suffix != ".md":
+        return text
+    if relative == TABLE:
+        text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(f"| `{name}`"))
+    return without_marked_docs(text, name)
+
+
+def package_lines(text: str, packages: list[str]) -> list[str]:
+    """The lines of a dependency file that require one of `packages`: a requirement alone on its line, or a
+    one-line list of them (an extra of pyproject.toml) that would be left empty."""
+    names = "|".join(re.escape(package) for package in packages)
+    requirement = rf"\s*(-\s*)?\"?({names})(?=[\s<>=!~;\[\]\"',]|$)"
+    found = []
+    for line in text.splitlines():
+        listed = re.fullmatch(r"\s*[\w-]+\s*=\s*\[(.*)\]\s*(#.*)?", line)
+        if re.match(requirement, line, re.IGNORECASE) or (
+            listed and all(re.match(requirement, item, re.I) for item in listed.group(1).split(",") if item.strip())
+        ):
+            found.append(line)
+    return found
+
+
+def without_packages(text: str, packages: list[str]) -> str:
+    """A dependency file's `text` without the lines `package_lines` finds, and the comment lines just above a
+    one-line list that goes (they describe it)."""
+    going = set(package_lines(text, packages))
+    kept: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.rstrip("\n") in going:
+            if "[" in line:
+                while kept and kept[-1].lstrip().startswith("#"):
+                    kept.pop()
+            continue
+        kept.append(line)
+    return "".join(kept)
+
+
+def marked_files(root: Path) -> list[Path]:
+    """Where a marked code line may be: the entry points, the scripts (Python and shell), the package."""
+    entry_points = [path for path in (root / "train.py", root / "eval.py") if path.is_file()]
+    return [*entry_points, *root.glob("scripts/*.py"), *root.glob("scripts/*.sh"), *root.glob("src/**/*.py")]
+
+
+def doc_files(root: Path) -> list[Path]:
+    """Where a marked doc line may be: the README, CONTRIBUTING.md and docs/."""
+    readmes = [path for path in (root / "README.md", root / "CONTRIBUTING.md") if path.is_file()]
+    return [*readmes, *sorted((root / "docs").glob("*.md"))]
+
+
+def line_count(path: Path) -> int:
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    return sum(len(file.read_bytes().splitlines()) for file in files if file.is_file())
+
+
+def drop(root: Path, row: Capability, write: bool = True) -> Removed:
+    """Remove `row`'s capability from the tree at `root` (with write=False, only say what would go)."""
+    removed = Removed()
+    for file in row.files:
+        path = root / file
+        if not path.exists():
+            raise TrimError(f"{TABLE}: {row.name} lists {file}, which does not exist: fix the row")
+        removed.files[file] = line_count(path)
+        if write:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    def edit(path: Path, text: str) -> None:
+        if write:
+            path.write_text(text, encoding="utf-8")
+
+    for file, keys in row.config.items():
+        text = (root / file).read_text(encoding="utf-8")
+        for key in keys:
+            text = remove_key(text, key)
+        removed.config[file] = keys
+        edit(root / file, text)
+    for path in marked_files(root):
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [line for line in lines if row.name not in MARKER.findall(line)]
+        if len(kept) < len(lines):
+            removed.marked[str(path.relative_to(root))] = len(lines) - len(kept)
+            edit(path, "".join(kept))
+    for path in doc_files(root):
+        text = path.read_text(encoding="utf-8")
+        trimmed = without_docs_of(path.relative_to(root), text, row.name)
+        if trimmed != text:
+            removed.docs[str(path.relative_to(root))] = len(text.splitlines()) - len(trimmed.splitlines())
+            edit(path, trimmed)
+    for file in DEPENDENCY_FILES if row.packages else ():
+        text = (root / file).read_text(encoding="utf-8")
+        if lines := package_lines(text, row.packages):
+            removed.packages[file] = [line.strip() for line in lines]
+            edit(root / file, without_packages(text, row.packages))
+    return removed
+
+
+def describe(name: str, removed: Removed) -> str:
+    parts = [f"{len(removed.files)} files and folders ({sum(removed.files.values()):,} lines): "]
+    parts[0] += ", ".join(removed.files)
+    parts += [f"{file}: {', '.join(keys)}" for file, keys in removed.config.items()]
+    parts += [f"{file}: {count} marked line{'s' * (count > 1)}" for file, count in removed.marked.items()]
+    parts += [f"{file}: {count} doc line{'s' * (count > 1)}" for file, count in removed.docs.items()]
+    parts += [f"{file}: {'; '.join(lines)}" for file, lines in removed.packages.items()]
+    return f"{name}:\n  " + "\n  ".join(parts)
+
+
+def table(root: Path, rows: dict[str, Capability]) -> str:
+    header = f"{'capability':<20} {'places':>6} {'lines':>7}  {'packages':<24} needs"
+    body = [
+        f"{row.name:<20} {row.places:>6} {drop(root, row, write=False).lines():>7,}  "
+        f"{', '.join(row.packages) or '-':<24} {', '.join(row.needs) or '-'}"
+        for row in rows.values()
+    ]
+    return "\n".join([header, *body])
+
+
+def uncommitted(root: Path) -> str:
+    """`git status --porcelain` of the tree at root; a tree outside git is refused as well."""
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True)
+    if status.returncode != 0:
+        raise TrimError(f"{root} is not a git checkout: trim a clone (git clone <template> <yours>), not a copy")
+    return status.stdout
+
+
+def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--drop", help="capabilities to remove, comma-separated (those that need them go too)")
+    chosen.add_argument("--keep", help="capabilities to keep, comma-separated: every other one is removed")
+    parser.add_argument("--dry-run", action="store_true", help="print what would be removed and change nothing")
+    args = parser.parse_args(argv)
+    try:
+        rows = read_table(root)
+        if not args.drop and not args.keep:
+            print(table(root, rows))
+            return 0
+        wanted = [name.strip() for name in (args.drop or args.keep).split(",") if name.strip()]
+        names = to_drop(rows, wanted) if args.drop else to_keep(rows, wanted)
+        if args.drop and (pulled := [name for name in names if name not in wanted]):
+            print(f"also dropping {', '.join(pulled)}: they need what is dropped (the needs column of {TABLE})")
+        if not args.dry_run and uncommitted(root):
+            raise TrimError(f"{root} has uncommitted changes: commit or discard them first (git status lists them)")
+        for name in names:
+            removed = drop(root, rows[name], write=not args.dry_run)
+            print(("would remove " if args.dry_run else "removed ") + describe(name, removed))
+    except TrimError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if not args.dry_run:
+        print(f"\nNow check what is left:  {TEST_COMMAND}")
+        print(f'Then record the trim as one commit:  git commit -am "trim: drop {", ".join(names)}"')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""scripts/trim.py on a small git repository of its own: the listing, --dry-run, a real --drop (files, config keys,
+marked lines, doc blocks, packages), what needs a dropped capability, --keep, and the refusal of a dirty tree."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import load_script
+
+trim = load_script("trim")
+
+FILES = {
+    "docs/features.md": (
+        "| capability | files to delete | config keys to remove | marked lines | packages | needs | places |\n"
+        "|---|---|---|---|---|---|---|\n"
+        "| `fancy`: a fancy optimizer | `src/fancy.py`, `tests/test_fancy.py` | `conf/config.yaml`: `fancy` | "
+        "`train.py`: 1 | `fancy-lib` | | 4 |\n"
+        "| `race`: fancy against plain | `scripts/race.py` | | | | `fancy` | 1 |\n"
+        "| `plain`: a plain helper | `src/plain.py` | | | | | 1 |\n"
+    ),
+    "src/fancy.py": "x = 1\ny = 2\n",
+    "src/plain.py": "z = 3\n",
+    "tests/test_fancy.py": "def test_x():\n    pass\n",
+    "scripts/race.py": "import fancy\n",
+    "conf/config.yaml": "seed: 0\nfancy:\n  beta: 0.9\n  gamma: 1\nlr: 0.1\n",
+    "train.py": "import os\nimport fancy  # feature: fancy\nprint(os.name)\n",
+    "README.md": "# Demo\n\nTrain it.\n<!-- feature: fancy -->\n## Fancy\n\nIt is fancy.\n<!-- /feature: fancy -->\n",
+    "pyproject.toml": (
+        '[project]\ndependencies = [\n    "torch>=2.4",\n    "fancy-lib>=1.0",   # optimizer=fancy\n]\n\n'
+        "[project.optional-dependencies]\n# The fancy extra: fancy-lib alone.\n"
+        'fancy = ["fancy-lib>=1.0"]\ndev = ["pytest>=8"]\n'
+    ),
+    "environment.yml": "name: demo\ndependencies:\n  - python=3.11\n  - pip\n",
+}
+
+
+@pytest.fixture
+def repository(tmp_path) -> Path:
+    for name, text in FILES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "template"], cwd=tmp_path, check=True)
+    return tmp_path
+
+
+def test_the_listing_gives_each_capability_its_places_lines_packages_and_needs(repository, capsys):
+    assert trim.main([], root=repository) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[1].split() == ["fancy", "4", "11", "fancy-lib", "-"]  # 4 lines of files, 1 marked, 6 of docs
+    assert listed[2].split() == ["race", "1", "2", "-", "fancy"]
+    assert trim.read_table(repository)["fancy"].counted_places(repository) == 4
+
+
+def test_a_dry_run_names_what_would_go_and_changes_nothing(repository, capsys):
+    assert trim.main(["--drop", "fancy", "--dry-run"], root=repository) == 0
+    out = capsys.readouterr().out
+    assert "also dropping race: they need what is dropped" in out
+    assert "would remove fancy:" in out and "would remove race:" in out
+    assert "pyproject.toml: " in out and "train.py: 1 marked line\n" in out
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repository, capture_output=True).stdout == b""
+
+
+def test_a_drop_removes_the_rows_and_what_needs_them_and_says_how_to_record_it(repository, capsys):
+    assert trim.main(["--drop", "fancy"], root=repository) == 0
+    out = capsys.readouterr().out
+    assert not (repository / "src/fancy.py").exists() and not (repository / "scripts/race.py").exists()
+    assert (repository / "src/plain.py").exists()
+    assert (repository / "conf/config.yaml").read_text() == "seed: 0\nlr: 0.1\n"
+    assert (repository / "train.py").read_text() == "import os\nprint(os.name)\n"
+    assert (repository / "README.md").read_text() == "# Demo\n\nTrain it.\n"
+    assert (repository / "pyproject.toml").read_text() == (
+        '[project]\ndependencies = [\n    "torch>=2.4",\n]\n\n[project.optional-dependencies]\ndev = ["pytest>=8"]\n'
+    )
+    assert [row.split("|")[1].strip() for row in (repository / "docs/features.md").read_text().splitlines()[2:]] == [
+        "`plain`: a plain helper"
+    ]
+    assert out.splitlines()[-1] == 'Then record the trim as one commit:  git commit -am "trim: drop fancy, race"'
+    assert f"Now check what is left:  {trim.TEST_COMMAND}" in out
+
+
+def test_keep_drops_every_other_row_but_what_the_kept_ones_need(repository, capsys):
+    assert trim.main(["--keep", "race", "--dry-run"], root=repository) == 0
+    out = capsys.readouterr().out
+    assert "would remove plain:" in out and "fancy" not in out.replace("race", "")
+
+
+def test_a_dirty_tree_or_an_unknown_name_is_refused_in_one_line(repository, capsys):
+    (repository / "train.py").write_text("changed\n")
+    assert trim.main(["--drop", "plain"], root=repository) == 1
+    assert capsys.readouterr().err == (
+        f"error: {repository} has uncommitted changes: commit or discard them first (git status lists them)\n"
+    )
+    assert (repository / "src/plain.py").exists()
+    assert trim.main(["--drop", "plane", "--dry-run"], root=repository) == 1
+    names = "fancy, race, plain"
+    assert capsys.readouterr().err == f"error: no capability plane in docs/features.md: the names are {names}\n"
