@@ -13,13 +13,13 @@ if __name__ == "__main__":
     startup.install()
 
 import contextlib
-import functools
 import gc
 import logging
 import math
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -81,7 +81,7 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
             part_weight = task.weight(part)  # samples, or real tokens: a tokens task's update divides by them all
             scale = part_weight if task.weighs == "tokens" else share / group_size
             run.scaler.scale(loss * scale).backward()
-        recorded = task.take_recorded()  # what the step gave task.record: an auxiliary loss, a temperature
+        recorded = task.take_recorded()
         if totals is not None:
             totals.add(loss.detach(), task.metric_sums(detach(outputs), task.targets(part)), part, part_weight,
                        recorded)
@@ -92,11 +92,11 @@ def update(run: Run, totals: EpochTotals, grad_clip: float | None, logging: bool
     """The optimizer update, once an update's micro-batches are backpropagated: then the schedule steps.
     The gradient norm goes to totals.grad_norm where clipping computes it, else at logging steps only."""
     model, optimizer = run.trained_model, run.optimizer
-    if run.task.weighs == "tokens":  # the mean over every rank's real tokens of the update
+    if run.task.weighs == "tokens":
         mean_over_update_tokens(model, totals.update_weight(), run.proc.world_size)
     if grad_clip or logging:
         run.scaler.unscale_(optimizer)  # the true gradients, not the fp16 scaled ones (scaler.step knows)
-        totals.grad_norm = run.parallel.grad_norm(model, grad_clip)  # a tensor: read at the logging step
+        totals.grad_norm = run.parallel.grad_norm(model, grad_clip)
     run.scaler.step(optimizer)
     run.scaler.update()
     optimizer.zero_grad(set_to_none=True)
@@ -111,7 +111,7 @@ def log_update(run: Run, totals: EpochTotals, every: int) -> float | None:
     state = run.state
     if state.step % every:
         return None
-    metrics = totals.interval_metrics()  # train/step_loss, train/grad_norm, what the task recorded
+    metrics = totals.interval_metrics()
     run.loggers.log({"epoch": state.epoch, "step": state.step, "lr": run.optimizer.param_groups[0]["lr"], **metrics})
     return metrics["train/step_loss"]
 
@@ -120,7 +120,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     """One pass over this rank's shard, from batch `run.state.batches_done` (a mid-epoch resume); returns the
     epoch's training metrics. `compiling`: the first step compiles, so it is timed apart."""
     state = run.state
-    trainer = SimpleNamespace(**to_dict(run.cfg.trainer))  # an OmegaConf read costs ~20 us a step
+    trainer = SimpleNamespace(**to_dict(run.cfg.trainer))  # an OmegaConf read costs ~20 us per step
     run.trained_model.train()
     apply_frozen_bn_eval(run.trained_model)
     accumulate, num_batches = trainer.accumulate_grad_batches, batches_per_epoch(run.cfg, run.data.train)
@@ -216,9 +216,8 @@ def build_run(composed: DictConfig, run_dir: Path, proc: ProcessInfo, device: to
     run.task.tokenizer = data.tokenizer
     run.train_transform, run.eval_transform = data.transforms(cfg.augmentation, input_size, channels_last, device)
     run.scaler = grad_scaler(cfg.precision.name, device)
-    step, model, task = functools.partial(train_step, run), run.model, run.task
-    found |= searched_batch_size(cfg, model, step, task, data.train, device)  # feature: batch_size_finder
-    found |= searched_micro_batch_size(cfg, model, step, task, data, device)  # feature: micro_batch_auto
+    found |= searched_batch_size(cfg, run, partial(train_step, run), data.train, device)  # feature: batch_size_finder
+    found |= searched_micro_batch_size(cfg, run, partial(train_step, run), data, device)  # feature: micro_batch_auto
     run.cfg = cfg = resolved(composed, found)
     if cfg.data.batch_size != data.train.batch_size:
         run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size,
@@ -285,7 +284,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     try:
         if proc.is_main:
             start_logging(run)
-        find_lr_before_training(run, functools.partial(train_step, run))  # feature: lr_finder
+        find_lr_before_training(run, partial(train_step, run))  # feature: lr_finder
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
         log.info(start_line(run))
 
@@ -335,7 +334,7 @@ def main(cfg: DictConfig) -> float | None:
         validate(cfg)  # every error the config alone can reveal, before any data or model is built
         if cfg.print_config:
             print_config(cfg, run_dir)
-        trial: Callable[[DictConfig], float | None] = functools.partial(optimized_value, run_dir=run_dir)
+        trial: Callable[[DictConfig], float | None] = partial(optimized_value, run_dir=run_dir)
         trial = on_its_own_gpus(trial)  # feature: trial_gpus
         return run_trial(trial, cfg)
 

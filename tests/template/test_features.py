@@ -199,19 +199,14 @@ def test_deleting_the_feature_leaves_a_template_that_trains(name, pristine, tmp_
 NO_TRACKER_TESTS = ("tests/unit/config/test_config.py::test_every_rule_key_exists_in_some_option",)
 
 
-# train.py's `step, model, task = ...` line feeds both finders' marked lines: with both dropped it is left unused
-# (ruff F841) until each finder's line builds what it needs. Until then "every row" keeps micro_batch_auto.
-NOT_YET = ("micro_batch_auto",)
-
-
 @pytest.mark.slow
 @pytest.mark.template
 def test_dropping_every_row_at_once_leaves_a_template_that_trains(pristine, tmp_path):
-    """All rows together (every tracker included, NOT_YET aside): nothing the core reads lives only in their files.
+    """All rows together (every tracker included): nothing the core reads lives only in their files.
     Here, once, the core's quick tests and the template's own quick tests (the README's named step, its keys, the
     docs' links, the style: all of tests/template/ but this file and test_contributing.py, whose recipes touch no
     feature) pass too; each row's docs are checked on text alone by the quick test above."""
-    copy = dropped_copy(pristine, tmp_path, [name for name in FEATURES if name not in NOT_YET])
+    copy = dropped_copy(pristine, tmp_path, list(FEATURES))
     assert_a_template_that_trains(copy, tmp_path)
     template = sorted(str(path.relative_to(copy)) for path in (copy / "tests" / "template").glob("test_*.py"))
     template.remove("tests/template/test_features.py")  # this test itself
@@ -219,16 +214,6 @@ def test_dropping_every_row_at_once_leaves_a_template_that_trains(pristine, tmp_
     quick = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow"]
     checked = run([*quick, *CORE_TESTS, *NO_TRACKER_TESTS, *template], copy, 1800)
     assert checked.returncode == 0, checked.stdout[-3000:]
-
-
-@pytest.mark.slow
-@pytest.mark.template
-@pytest.mark.xfail(strict=True, reason="train.py: both finders dropped leave `step, model, task = ...` unused")
-def test_dropping_every_row_leaves_no_unused_name(pristine, tmp_path):
-    """Every row, NOT_YET too: fails while train.py's shared line is left unused; remove NOT_YET when it passes."""
-    copy = dropped_copy(pristine, tmp_path, list(FEATURES))
-    lint = run([sys.executable, "-m", "ruff", "check", "--select", "F", "--quiet", "."], copy, 120)
-    assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 # Every module of the package, imported: one that imports what a row deleted fails here, not in a user's run.

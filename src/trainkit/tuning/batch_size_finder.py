@@ -167,7 +167,7 @@ def batch_size_that_fits(
 
 
 def searched_batch_size(
-    cfg: DictConfig, model: nn.Module, step: Callable[[Any], object], task: Task, loader: Any, device: torch.device
+    cfg: DictConfig, run: Any, step: Callable[[Any], object], loader: Any, device: torch.device
 ) -> dict[str, int]:
     """train.py's call: {"data.batch_size": the size found} with batch_size_finder.enabled (batch_size_that_fits,
     with its settings); nothing when it is off, or on a resume: the checkpoint's config holds the size its run found."""
@@ -175,7 +175,7 @@ def searched_batch_size(
     if not finder.enabled or cfg.resume:
         return {}
     settings = {key: finder[key] for key in ("start", "max_batch_size", "safety_margin", "memory_cap_gb")}
-    return {"data.batch_size": batch_size_that_fits(model, step, task, loader, device, **settings)}
+    return {"data.batch_size": batch_size_that_fits(run.model, step, run.task, loader, device, **settings)}
 
 
 # ---- its config checks (gathered by the config check: conf/config.yaml's batch_size_finder._checks_) ----

@@ -125,7 +125,7 @@ def micro_batch_size_that_fits(
 
 
 def searched_micro_batch_size(
-    cfg: DictConfig, model: nn.Module, step: Callable[[Any], object], task: Task, data: Any, device: torch.device
+    cfg: DictConfig, run: Any, step: Callable[[Any], object], data: Any, device: torch.device
 ) -> dict[str, int]:
     """train.py's call: {"trainer.micro_batch_size": the size} for trainer.micro_batch_size=auto: searched on the
     training data's first batch (micro_batch_size_that_fits), or on a resume the size the checkpoint's run found
@@ -137,7 +137,9 @@ def searched_micro_batch_size(
         saved = read_checkpoint(Path(cfg.resume), mmap=True)["config"]["trainer"]
         return {"trainer.micro_batch_size": saved["micro_batch_size"]}
     cap = cfg.trainer.micro_batch_memory_cap_mb
-    found = micro_batch_size_that_fits(model, step, task, data.train, device, unit=data.size_unit, memory_cap_mb=cap)
+    found = micro_batch_size_that_fits(
+        run.model, step, run.task, data.train, device, unit=data.size_unit, memory_cap_mb=cap
+    )
     return {"trainer.micro_batch_size": found}
 
 
