@@ -321,7 +321,7 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
 
 def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, int]:
     """predict=<folder or .txt file> for token data: every .txt file in it (sub-folders too) read as the run's
-    data reads a text (its UTF-8 bytes, a byte a token, cut at data.max_length), batches padded to their longest;
+    data reads a text (its UTF-8 bytes, one token per byte, cut at data.max_length), batches padded to their longest;
     predictions.csv names each file's class (the names the checkpoint keeps: folders, packages). One process."""
     if given.is_dir():
         files, hidden, others = walk_files(given, TEXT_EXTENSIONS)

@@ -239,7 +239,7 @@ def _a_name_a_class(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if OmegaConf.is_list(names) and isinstance(count, int) and len(names) != count:
         yield (
             "task.class_names",
-            f"has {len(names)} names but data.num_classes is {count}; give one name a class (index k names "
+            f"has {len(names)} names but data.num_classes is {count}; give one name per class (index k names "
             f"class k) or task.class_names=null",
         )
 
