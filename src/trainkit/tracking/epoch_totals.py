@@ -13,8 +13,8 @@ unit=Data.size_unit, pad_id=...)`, `add` given each part) also reports train/<un
 the batches' first tensor (its elements, [B, T] a batch), those equal to pad_id left out: text's
 train/tokens_per_sec counts real tokens, a signal's train/frames_per_sec its frames, padding included (a
 zero-padded signal's zeros may be real values). Token data also reports train/padding_fraction (the padded
-share of the token slots), and on CUDA, for a model that counts its FLOPs, train/mfu. `update_weight()` is
-what the parts since the last update weigh: the loop divides a tokens task's gradients by it.
+share of the token slots). `update_weight()` is what the parts since the last update weigh: the loop
+divides a tokens task's gradients by it.
 
 What a task records in its step (`Task.record`: an auxiliary loss, a temperature) is summed beside the loss:
 logging steps report train/step_<name>, its mean over the parts since the last one, and the epoch train/<name>,
@@ -30,15 +30,14 @@ from torch import nn
 from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.tasks import batches
 from trainkit.tasks.task import Task
-from trainkit.tracking.mfu import flops_per_token, model_flops_utilization
+from trainkit.tracking.mfu import mfu_metrics  # feature: mfu
 
 
 class EpochTotals:
     def __init__(
         self, device: torch.device, unit: str | None = None, pad_id: int | None = None, model: nn.Module | None = None
     ) -> None:
-        self.device = device
-        self.flops_per_token = flops_per_token(model) if model is not None and device.type == "cuda" else None
+        self.device, self.model = device, model  # the model: for what a feature reads of it
         # On the device, summed in place: few small ops a batch, nothing allocated for the sums.
         self.loss_sum = torch.zeros((), device=device)
         self.weight_sum = torch.zeros((), device=device)  # what the losses weigh: samples, or real tokens
@@ -155,10 +154,7 @@ class EpochTotals:
         if self.unit == "tokens":
             metrics["train/tokens_per_sec"] = (real - untimed_real) / seconds
             metrics["train/padding_fraction"] = 1 - real / max(slots, 1)
-            world_size = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-            per_gpu = metrics["train/tokens_per_sec"] / world_size  # CUDA, a model with flops_per_token(): train/mfu
-            if (mfu := model_flops_utilization(per_gpu, self.flops_per_token, self.device)) is not None:
-                metrics["train/mfu"] = mfu
+            metrics |= mfu_metrics(metrics, self.model, self.device)  # feature: mfu
         elif self.unit:
             metrics[f"train/{self.unit}_per_sec"] = (real - untimed_real) / seconds
         return metrics

@@ -130,14 +130,14 @@ def epoch_line(epoch: int, train_metrics: dict, val: dict, improved: bool) -> st
 
 
 def throughput(train_metrics: dict) -> str:
-    """`N samples/s`; data whose items have sizes `N <unit>/s` (tokens/s, frames/s), and on CUDA for a model that
-    counts its FLOPs `mfu N%`."""
+    """`N samples/s`; data whose items have sizes `N <unit>/s` (tokens/s, frames/s)."""
     rates = [key for key in train_metrics if key.endswith("_per_sec") and key != "train/samples_per_sec"]
     if not rates:
         return f"{train_metrics['train/samples_per_sec']:,.0f} samples/s"
-    mfu = f"  mfu {train_metrics['train/mfu']:.1%}" if "train/mfu" in train_metrics else ""
     unit = rates[0].removeprefix("train/").removesuffix("_per_sec")
-    return f"{train_metrics[rates[0]]:,.0f} {unit}/s{mfu}"
+    line = f"{train_metrics[rates[0]]:,.0f} {unit}/s"
+    line += f"  mfu {train_metrics['train/mfu']:.1%}" if "train/mfu" in train_metrics else ""  # feature: mfu
+    return line
 
 
 def split_size(loader: Any) -> int | None:

@@ -8,7 +8,6 @@ import torch.nn.functional as F
 
 from trainkit.models.gpt import GPT
 from trainkit.optim import param_groups
-from trainkit.tracking.mfu import flops_per_token, model_flops_utilization
 
 
 def tiny(**sizes) -> GPT:
@@ -71,13 +70,6 @@ def test_residual_projections_start_small():
     model = GPT(n_layer=8, n_embd=128, n_head=4, block_size=64)
     assert model.blocks[0].mlp.proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(16), rel=0.05)
     assert model.blocks[0].mlp.fc.weight.std().item() == pytest.approx(0.02, rel=0.05)
-
-
-def test_flops_a_token_follow_nanogpts_estimate_and_mfu_is_for_cuda_alone():
-    model = tiny()
-    non_embedding = sum(p.numel() for p in model.parameters()) - 32 * 32
-    assert flops_per_token(model) == 6 * non_embedding + 12 * 2 * 2 * 16 * 32
-    assert model_flops_utilization(1e6, flops_per_token(model), torch.device("cpu")) is None
 
 
 def test_a_copy_of_the_gpt_with_renamed_arguments_keeps_its_config_checks(tmp_path, monkeypatch):
