@@ -3,17 +3,22 @@
     python scripts/prose_lines.py train.py src/trainkit/tasks src/trainkit/data
 
 A comment line holds only a comment; a docstring line is a line of a module's, class's or function's docstring; an
-inline comment is a code line that ends in one; prose is the three together. Folders are read recursively (their *.py
-files). Prints one row per argument and their total.
+inline comment is a code line that ends in one; prose is the three together. Comments that are markers for tools
+(`# feature: <name>`, type and noqa pragmas) are not prose. Folders are read recursively (their *.py files). Prints
+one row per argument and their total.
 """
 
 import argparse
 import ast
 import io
+import re
 import sys
 import tokenize
 from pathlib import Path
 from typing import NamedTuple
+
+# Markers for tools, not prose: feature markers (scripts/trim.py reads them), type: and noqa pragmas.
+MARKER = re.compile(r"#\s*(feature:|type:|noqa)")
 
 
 class Prose(NamedTuple):
@@ -43,7 +48,8 @@ def prose_of(source: str) -> Prose:
     code_rows: set[int] = set()
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT:
-            comment_rows.add(token.start[0])
+            if not MARKER.match(token.string):
+                comment_rows.add(token.start[0])
         elif token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
             code_rows.update(range(token.start[0], token.end[0] + 1))
     code_rows -= docstrings

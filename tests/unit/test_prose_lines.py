@@ -7,6 +7,7 @@ on two lines."""
 
 # a comment line
 x = 1  # an inline comment
+y = 2  # feature: ema
 
 
 def f():
@@ -17,6 +18,6 @@ def f():
 '''
 
 
-def test_prose_lines_counts_each_kind_once():
+def test_prose_lines_counts_each_kind_once_and_markers_not_at_all():
     prose = load_script("prose_lines").prose_of(SOURCE)
-    assert prose._asdict() == {"code": 5, "comments": 1, "docstrings": 3, "inline_comments": 2}
+    assert prose._asdict() == {"code": 6, "comments": 1, "docstrings": 3, "inline_comments": 2}
