@@ -12,6 +12,7 @@ file and name.
 """
 
 import ast
+import importlib.util
 import json
 import re
 import subprocess
@@ -24,7 +25,17 @@ BUDGET_LINES, BUDGET_FILES = 342, 16  # today's, not to grow; issue 43 aims at 2
 RUNS = {"default": [], "stdlib_gpt": ["experiment=stdlib_gpt"]}
 if not (ROOT / "conf" / "experiment" / "stdlib_gpt.yaml").is_file():  # a clone trimmed of the language model
     del RUNS["stdlib_gpt"]
-FEATURE_LINE = re.compile(r"#\s*feature:\s*[\w-]+")
+
+
+def script(name: str):
+    """scripts/<name>.py as a module (this file also runs as a script, outside the tests' helpers)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+trim, prose_lines = script("trim"), script("prose_lines")
 
 
 class TracedEnough(BaseException):
@@ -83,9 +94,7 @@ def for_line(path: str, first: int) -> int:
 
 def feature_files() -> set[Path]:
     """The files the features table of docs/features.md deletes."""
-    text = (ROOT / "docs" / "features.md").read_text(encoding="utf-8").split("<!-- features table", 1)[1]
-    rows = text.split("\n\n", 1)[0].splitlines()[3:]
-    return {ROOT / name for row in rows for name in re.findall(r"`([\w/.]+\.py)`", row.split("|")[2])}
+    return {ROOT / file for row in trim.read_table(ROOT).values() for file in row.files}
 
 
 def functions_of(path: Path) -> list[tuple[int, int, str, ast.AST]]:
@@ -109,18 +118,11 @@ def functions_of(path: Path) -> list[tuple[int, int, str, ast.AST]]:
 def code_lines(path: Path) -> set[int]:
     """The lines of a file that are code: not blank, not only a comment, not a docstring, not a feature's."""
     text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    prose = set()
-    for node in ast.walk(ast.parse(text)):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-            value = body[0].value
-            if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                prose.update(range(body[0].lineno, body[0].end_lineno + 1))
+    prose = prose_lines.docstring_lines(ast.parse(text))
     return {
         number
-        for number, line in enumerate(lines, start=1)
-        if line.strip() and not line.strip().startswith("#") and number not in prose and not FEATURE_LINE.search(line)
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.strip().startswith("#") and number not in prose and not trim.MARKER.search(line)
     }
 
 
