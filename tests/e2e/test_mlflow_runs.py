@@ -1,5 +1,8 @@
 """logger=mlflow end to end: a run stopped and resumed continues its MLflow run, and one killed and resumed holds
-every step once, read back with MLflow's own client."""
+every step once, read back with MLflow's own client; the run keeps the facts of provenance.json (its tags and
+artifact)."""
+
+import json
 
 import pytest
 import torch
@@ -34,8 +37,13 @@ def test_mlflow_continues_the_same_run_on_resume(run_train, store):
     assert run.info.status == "FINISHED" and run.data.params["trainer.max_epochs"] == "1"
     assert [m.step for m in client.get_metric_history(run_id, "val/acc")] == [2, 4]
     assert run.data.metrics["test/acc"] == resumed.summary["test"]["test/acc"]
-    artifacts = {artifact.path for artifact in client.list_artifacts(run_id)}  # provenance's: test_run_provenance.py
+    artifacts = {artifact.path for artifact in client.list_artifacts(run_id)}
     assert {"summary.json", "train_samples.png", "hydra"} <= artifacts
+    provenance = first.run_dir / "provenance.json"  # none where the provenance capability is trimmed away
+    if provenance.is_file():
+        facts = json.loads(provenance.read_text())
+        assert run.data.tags["mlflow.source.git.commit"] == (facts["git"] or {}).get("commit", "")
+        assert run.data.tags["provenance.seed"] == "0" and "provenance.json" in artifacts
 
 
 @pytest.mark.slow  # trains in a subprocess that is killed, then resumes

@@ -23,6 +23,8 @@ def test_tensorboard_continues_on_resume(run_train):
         (m["step"], pytest.approx(m["val/acc"])) for m in resumed.metrics if "val/acc" in m
     ]
     assert "train/samples" in events.Tags()["images"] and "config/text_summary" in events.Tags()["tensors"]
+    if (first.run_dir / "provenance.json").is_file():  # none where the provenance capability is trimmed away
+        assert "provenance/text_summary" in events.Tags()["tensors"]
     assert events.Scalars("hparam/test/acc")[-1].value == pytest.approx(resumed.summary["test"]["test/acc"])
     assert not [p for p in os.listdir(first.run_dir) if p.replace(".", "").isdigit()]  # no timestamped hparams folder
 

@@ -1,6 +1,8 @@
 """logger=wandb end to end: a run killed and resumed holds every step once in its offline run files, and under
-torchrun rank 0 alone writes the W&B run (read back from the `.wandb` files: wandb_offline)."""
+torchrun rank 0 alone writes the W&B run (read back from the `.wandb` files: wandb_offline); its config keeps the
+facts of provenance.json."""
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +15,21 @@ from helpers import killed_and_resumed
 from wandb_offline import OfflineRun, local_wandb, read_records
 
 pytest.importorskip("wandb")
+
+
+def test_the_wandb_run_keeps_the_facts_of_provenance(run_train, tmp_path, monkeypatch):
+    """The run config holds provenance.json's facts under `provenance`."""
+    local_wandb(monkeypatch, tmp_path / "wandb-home")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    quick = ("trainer.max_epochs=1", "trainer.limit_train_batches=5", "trainer.progress_bar=false")
+    run = run_train(*quick, "logger=wandb", isolated=True)  # W&B's service ends with the process that started it
+    if not (run.run_dir / "provenance.json").is_file():
+        pytest.skip("no provenance.json: the provenance capability is trimmed away")
+    facts = json.loads((run.run_dir / "provenance.json").read_text())
+    [offline] = sorted((run.run_dir / "wandb").glob("offline-run-*"))
+    wandb_run = OfflineRun(offline)
+    assert wandb_run.config["provenance"]["code"] == facts["code"]
+    assert wandb_run.config["provenance"]["seed"] == wandb_run.config["seed"] == 0
 
 
 @pytest.mark.slow  # trains in a subprocess that is killed, then resumes

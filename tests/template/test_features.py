@@ -103,6 +103,51 @@ def test_deleting_the_feature_leaves_no_doc_naming_it_and_every_link_resolves(na
                 assert anchor in anchors_in(texts[target_path]), f"{path.relative_to(ROOT)}: {link}: no such heading"
 
 
+def modules_of(packages: list[str]) -> set[str]:
+    """The top-level modules that only the distributions `packages` install (mlflow-skinny's `mlflow`); a module
+    another distribution installs too (hydra_plugins, a namespace) is not theirs alone."""
+    from importlib.metadata import packages_distributions
+
+    def canonical(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    wanted = {canonical(package) for package in packages}
+    return {
+        module
+        for module, distributions in packages_distributions().items()
+        if {canonical(distribution) for distribution in distributions} <= wanted
+    }
+
+
+def imports_of(modules: set[str]) -> re.Pattern:
+    names = "|".join(re.escape(module) for module in sorted(modules))
+    return re.compile(rf"^\s*(?:import|from)\s+(?:{names})\b|(?:importorskip|import_module)\([\"'](?:{names})\b", re.M)
+
+
+@pytest.mark.parametrize("name", [name for name, row in FEATURES.items() if row.packages])
+def test_deleting_the_feature_leaves_no_file_importing_its_packages(name):
+    """On text alone: once the row's files and marked lines go, no Python file left imports a module of the
+    packages the row takes out of pyproject.toml (the slow test also checks that a run imports none)."""
+    feature = FEATURES[name]
+    modules = modules_of(feature.packages)
+    assert modules, f"{name}: none of {feature.packages} is installed here, so nothing can be checked"
+    deleted = {ROOT / file for file in feature.files}
+    pattern = imports_of(modules)
+    left = []
+    for path in sorted(
+        {*ROOT.glob("*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("src/**/*.py"), *ROOT.glob("tests/**/*.py")}
+    ):
+        if path in deleted or any(folder in path.parents for folder in deleted):
+            continue
+        text = "".join(
+            line
+            for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+            if name not in MARKER.findall(line)
+        )
+        left += [f"{path.relative_to(ROOT)}: {match.group().strip()}" for match in pattern.finditer(text)]
+    assert left == [], f"{name} deleted, these still import {sorted(modules)}:\n" + "\n".join(left)
+
+
 def test_the_config_check_names_no_feature():
     """trainkit.config checks the core's keys and gathers each feature's checks from the module its section names
     (`_checks_`): a feature's name, module or config key there would outlive deleting the feature."""
@@ -192,7 +237,7 @@ def dropped_copy(pristine: Path, tmp_path: Path, names: list[str]) -> Path:
 @pytest.mark.parametrize("name", list(FEATURES))
 def test_deleting_the_feature_leaves_a_template_that_trains(name, pristine, tmp_path):
     """Each row alone: the copy imports, passes ruff and mypy, and trains the default run an epoch."""
-    assert_a_template_that_trains(dropped_copy(pristine, tmp_path, [name]), tmp_path)
+    assert_a_template_that_trains(dropped_copy(pristine, tmp_path, [name]), tmp_path, FEATURES[name].packages)
 
 
 # Every key a rule of the core checks exists with no tracker at all (a rule on a key no option has fails it).
@@ -207,7 +252,7 @@ def test_dropping_every_row_at_once_leaves_a_template_that_trains(pristine, tmp_
     docs' links, the style: all of tests/template/ but this file and test_contributing.py, whose recipes touch no
     feature) pass too; each row's docs are checked on text alone by the quick test above."""
     copy = dropped_copy(pristine, tmp_path, list(FEATURES))
-    assert_a_template_that_trains(copy, tmp_path)
+    assert_a_template_that_trains(copy, tmp_path, [package for row in FEATURES.values() for package in row.packages])
     template = sorted(str(path.relative_to(copy)) for path in (copy / "tests" / "template").glob("test_*.py"))
     template.remove("tests/template/test_features.py")  # this test itself
     template.remove("tests/template/test_contributing.py")  # the recipes touch no feature: 12 s here instead of 160
@@ -223,9 +268,10 @@ IMPORT_ALL = (
 )
 
 
-def assert_a_template_that_trains(copy: Path, tmp_path: Path) -> None:
+def assert_a_template_that_trains(copy: Path, tmp_path: Path, dropped_packages: list[str]) -> None:
     """In `copy`: ruff finds no unused import or undefined name, mypy passes, each shell script parses, every
-    module of the package imports, and `python train.py` trains one epoch."""
+    module of the package imports, and `python train.py` trains one epoch importing no module of
+    `dropped_packages`."""
     lint = run([sys.executable, "-m", "ruff", "check", "--select", "F", "--quiet", "."], copy, 120)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     cache = tmp_path.parent / "mypy-cache"  # beside every test's folder: one cache for all the copies
@@ -235,6 +281,11 @@ def assert_a_template_that_trains(copy: Path, tmp_path: Path) -> None:
         assert run(["bash", "-n", str(script)], copy, 60).returncode == 0, f"{script.name} is no longer valid shell"
     imported = run([sys.executable, "-c", IMPORT_ALL], copy, 300)
     assert imported.returncode == 0, imported.stderr[-3000:]
-    trained = run([sys.executable, "train.py", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'run'}"], copy, 600)
+    one_epoch = ["train.py", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'run'}"]
+    trained = run([sys.executable, "-X", "importtime", *one_epoch], copy, 600)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert (tmp_path / "run" / "summary.json").is_file()
+    loaded = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in trained.stderr.splitlines() if "|" in line}
+    assert not loaded & modules_of(dropped_packages), (
+        f"the run imported {sorted(loaded & modules_of(dropped_packages))}"
+    )
