@@ -53,12 +53,12 @@ from trainkit.data.datasets import ImageData, data_class
 from trainkit.data.imagefolder import image_extensions, open_image, resize_center_crop, walk_files
 from trainkit.data.loaders import limited
 from trainkit.data.text import TEXT_EXTENSIONS, TextData, utf8_bytes
-from trainkit.data.tokenizing import BYTES, Tokenized, Tokens
+from trainkit.data.tokenizing import Tokenized, Tokens
 from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
 from trainkit.models import build_model
-from trainkit.models.export import check_free, export_model, export_tokenizer
+from trainkit.models.export import export_run  # feature: hf
 from trainkit.runtime import pick_device, seed_everything
 from trainkit.tasks import evaluate, evaluation_outputs
 from trainkit.tasks.batches import to_device
@@ -224,21 +224,17 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
     return results
 
 
-def export(cfg: DictConfig, folder: Path, source: str) -> None:
-    """export=<folder>: the weights the run tested (trainkit.models.export), and the run's tokenizer where it has
-    one. One process, on the CPU: nothing is evaluated."""
-    if cfg.predict is not None or cfg.prompt is not None:
-        raise ConfigError("export", "writes the model alone; drop predict= and prompt= (or run eval.py twice)")
-    check_free(folder)  # before the model is built: a refusal is one line
+def tested_model_on_cpu(cfg: DictConfig) -> tuple[torch.nn.Module, list[str]]:
+    """The weights the run tested in its model on the CPU, and what its classes are called (export=)."""
     state = load_checkpoint(cfg.checkpoint, torch.device("cpu"))
     model, _ = trained_model(cfg, tested_weights(state)[1], cfg.data.get("image_size"), torch.device("cpu"))
-    written = export_model(model, folder, to_dict(cfg.model), predicted_class_names(cfg, state))
-    log.info(f"exported the tested weights ({source}) to {folder} in {written}")
-    tokenized = data_class(cfg.data._target_)
-    if issubclass(tokenized, Tokenized):
-        offset = tokenized.byte_offset  # the ids the run's bytes were (data=text's: the bytes themselves)
-        what = export_tokenizer(cfg.data.get("tokenizer", BYTES), run_dir_of(Path(cfg.checkpoint)), folder, offset)
-        log.info(f"exported the run's tokenizer (data.tokenizer={what}): AutoTokenizer loads it")
+    return model, predicted_class_names(cfg, state)
+
+
+# What eval.py may do in place of evaluating: each does its job and returns True where the command line asks for it
+# (export=), else returns False.
+INSTEAD: list[Callable[[DictConfig, str], bool]] = []
+INSTEAD.append(lambda cfg, source: export_run(cfg, source, tested_model_on_cpu))  # feature: hf
 
 
 def batch_limit(cfg: DictConfig) -> int | None:
@@ -604,8 +600,7 @@ def main(cfg: DictConfig) -> None:
     checkpoint = Path(cfg.checkpoint)
     run_dir = run_dir_of(checkpoint)
     source = f"{checkpoint.parent.name}/{checkpoint.name} of {run_dir}" if run_dir else str(checkpoint)
-    if cfg.export is not None:
-        export(cfg, Path(cfg.export).expanduser(), source)
+    if any(job(cfg, source) for job in INSTEAD):
         return
     if cfg.prompt is not None or (cfg.predict is not None and writes_text(cfg)):  # a language model continues text
         prompt = prompt_of(cfg)

@@ -19,6 +19,14 @@ from conftest import ROOT, TrainRun, composed
 from trainkit.tracking.loggers import Logger
 
 
+def template_has(config: str) -> bool:
+    """Whether this clone still holds a capability's config: a file of conf/ ("distributed/fsdp.yaml") or a key of
+    conf/config.yaml ("regularization.ema"). A test of two capabilities skips once a trim took one of them away."""
+    if config.endswith(".yaml"):
+        return (ROOT / "conf" / config).is_file()
+    return OmegaConf.select(OmegaConf.load(ROOT / "conf" / "config.yaml"), config) is not None
+
+
 def hashes_of_every_file(run_dir: Path) -> dict[str, str]:
     """Every file's SHA-256 and every folder, by its path in `run_dir`."""
     return {

@@ -270,12 +270,13 @@ class PreemptedSequenceClassifier(PreemptedAt, SequenceClassifier):
     """The SequenceClassifier, preempted at `preempt_at`."""
 
 
-def preempted_hf_model(preempt_at: int = 0, **arguments):
-    """model=hf's model (create_hf_model's arguments), rank 0 sending itself SIGTERM in its `preempt_at`-th training
-    forward pass (0: never), as PreemptedAt does."""
-    from trainkit.models.hf import create_hf_model
+def preempted_model(builds: str, preempt_at: int = 0, **arguments):
+    """The model the function `builds` names makes of `arguments` (model=hf's create_hf_model: a model whose class
+    a library picks), rank 0 sending itself SIGTERM in its `preempt_at`-th training forward pass (0: never), as
+    PreemptedAt does."""
+    from hydra.utils import get_method
 
-    model = create_hf_model(**arguments)
+    model = get_method(builds)(**arguments)
     calls = [0]
 
     def count(module, inputs):

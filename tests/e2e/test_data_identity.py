@@ -5,7 +5,10 @@ its files, their contents, its classes), the same for every fold and split seed 
 import json
 import re
 
+import pytest
 from test_compare_runs import compare_runs, make_run
+
+from helpers import template_has
 
 QUICK = ("trainer.max_epochs=1", "trainer.progress_bar=false", "print_config=false")
 
@@ -28,6 +31,7 @@ def reviews(path, last_word: str) -> None:
     path.write_text("\n".join(json.dumps(row) for row in rows))
 
 
+@pytest.mark.skipif(not template_has("data/hf.yaml"), reason="this clone has no data=hf (trimmed)")
 def test_two_hf_runs_on_files_of_one_name_and_size_with_other_words_are_other_data(
     run_train, tmp_path, monkeypatch, capsys
 ):
@@ -74,7 +78,7 @@ def test_compare_runs_reads_the_data_each_run_recorded(tmp_path, capsys):
     """summary.json's data decides where both runs record it: folds of one dataset (and a copy of it elsewhere, another
     data.root) are one comparison; other files under one data.path are refused; runs from before it was recorded
     fall back to the config's data keys."""
-    data = {"option": "trainkit.data.hf.HFText", "classes": ["neg", "pos"], "rows": 80,
+    data = {"option": "my_project.Reviews", "classes": ["neg", "pos"], "rows": 80,
             "files": {"reviews.jsonl": {"bytes": 4829, "sha256": "a" * 64}}}  # fmt: skip
     for fold in range(2):
         make_run(tmp_path / "folds" / str(fold), [f"data.fold={fold}"], [0.5], [1.0], 0.5, data=data)

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from conftest import ROOT, TrainRun, composed, run_here
+from helpers import template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.data import make_data
@@ -368,6 +369,7 @@ def test_the_validation_split_is_limited_as_the_run_validated(untrained_run, tmp
     assert whole["samples"] == 359 and "limit_val_batches" not in whole  # the test split: whole, as the run tested
 
 
+@pytest.mark.skipif(not template_has("model/hf.yaml"), reason="this clone has no export= (trimmed with hf)")
 def test_an_export_of_data_without_tokens_says_nothing_of_tokens(untrained_run, tmp_path):
     evaluation = Evaluation(tmp_path / "out", f"checkpoint={untrained_run}", f"export={tmp_path / 'export'}")
     assert evaluation.returncode == 0, evaluation.stderr[-4000:]

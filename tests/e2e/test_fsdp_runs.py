@@ -1,21 +1,19 @@
 """train.py with distributed=fsdp, 2 processes on gloo: a run preempted inside an epoch (SIGTERM) resumes
 from its sharded checkpoints/last/ exactly (with 3 processes it is refused before they start), and its best.pt
-(full weights) is read by eval.py in one process; a GPT sharded a Block a unit trains as DDP does; a Hugging Face
-model trains and tests as one process does (the cases of test_language_model.py and test_hf.py, under fsdp)."""
+(full weights) is read by eval.py in one process; a GPT sharded a Block a unit trains as DDP does (the case of
+test_language_model.py, under fsdp; a Hugging Face model: test_hf.py)."""
 
 import json
 import os
 
 import pytest
-from test_hf import corpus as text_folders
-from test_hf import handed_over, trains_in_two_processes_and_tests_as_one
 from test_language_model import corpus as python_files
 from test_language_model import tiny
 
 from conftest import ROOT, run_here
 from helpers import assert_same_training
 
-__all__ = ["handed_over", "python_files", "text_folders"]  # the fixtures of those files, used here
+__all__ = ["python_files"]  # the fixtures of those files, used here
 
 # 2 ranks x 4 batches of 64 digits an epoch, BatchNorm included; rank 0 is preempted in its 6th training
 # step (inside epoch 1) or never.
@@ -68,10 +66,3 @@ def test_fsdp_with_a_shard_unit_a_block_trains_as_ddp_does(run_train, python_fil
     for key in ("val/loss", "val/bpb", "lr", "step"):
         assert fsdp.epoch_metrics()[-1][key] == pytest.approx(ddp.epoch_metrics()[-1][key], rel=1e-5), key
     assert fsdp.summary["test"] == pytest.approx(ddp.summary["test"], rel=1e-5)
-
-
-@pytest.mark.slow  # a 2-process run and its evaluation
-def test_a_hugging_face_model_in_two_fsdp_processes_tests_as_one_process_does(
-    run_train, text_folders, handed_over, tmp_path
-):
-    trains_in_two_processes_and_tests_as_one(run_train, text_folders, handed_over, tmp_path, "distributed=fsdp")

@@ -1,19 +1,21 @@
 """model=hf end to end: a transformers model from a config trains a text classifier and a language model on the loop;
 a model saved with save_pretrained to a folder (made here: nothing is downloaded) fine-tunes from it; eval.py gives
 summary.json's test metrics and exports a folder from_pretrained loads with the same logits; bf16, micro-batches,
-gradient checkpointing run on it (EMA and the finders: their own test files); a SIGTERM inside an epoch resumes exactly;
-DDP runs it in 2 processes (FSDP: test_fsdp_runs.py); a config that cannot work is one line before the run directory."""
+gradient checkpointing run on it; a SIGTERM inside an epoch resumes exactly; DDP runs it in 2 processes; a config
+that cannot work is one line before the run directory. EMA, the finders and FSDP on it where the clone has them."""
 
 import json
 import os
+import random
+import re
 from pathlib import Path
 
 import pytest
 import torch
-from test_text_classification import PATTERNS, write_texts
+from test_text_classification import PATTERNS, TINY, predicted_classes, tiny, write_texts
 
 from conftest import ROOT, run_here
-from helpers import assert_same_training
+from helpers import assert_same_training, template_has
 
 BERT = "{model_type: bert, hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 64, "
 TINY_BERT = f"model.config={BERT}max_position_embeddings: 64}}"
@@ -63,7 +65,7 @@ def handed_over(tmp_path_factory) -> Path:
     tiny BERT of its vocabulary with a 2-class head (the data has 3 classes)."""
     from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
 
-    from trainkit.data.tokenizing import train_bpe
+    from trainkit.data.tokenizer_library import train_bpe
 
     folder = tmp_path_factory.mktemp("handed_over") / "bert"
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=train_bpe(400, [p * 40 for p in PATTERNS.values()]),
@@ -175,7 +177,6 @@ def test_a_language_model_from_a_config_trains_samples_and_exports(run_train, tm
 
 
 def test_the_loops_features_run_on_it(run_train, corpus):
-    # (EMA and the finders on it: test_ema_runs.py, test_lr_finder_runs.py, test_batch_size_finder_runs.py)
     overrides = ["precision=bf16", "trainer.micro_batch_size=64", "model.gradient_checkpointing=true"]
     run = run_train(*texts(corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))
     assert "in micro-batches of 64" in run.stdout + run.stderr and run.summary["test_weights"] == "best"
@@ -208,8 +209,9 @@ def test_a_config_that_cannot_work_is_one_line_before_the_run_directory(run_trai
 def test_stopped_by_sigterm_inside_an_epoch_it_resumes_exactly(run_train, corpus, handed_over, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
     folder = (f"model.path={handed_over}", f"data.tokenizer={handed_over}")  # a saved model and its tokenizer
-    preempting = texts(corpus, *folder, "model._target_=models_for_tests.preempted_hf_model",
-                       "trainer.log_every_n_steps=1", "regularization.early_stopping.enabled=false")  # fmt: skip
+    preempting = texts(corpus, *folder, "model._target_=models_for_tests.preempted_model",
+                       "+model.builds=trainkit.models.hf.create_hf_model", "trainer.log_every_n_steps=1",
+                       "regularization.early_stopping.enabled=false")  # fmt: skip
     straight = run_train(*preempting, "+model.preempt_at=0", isolated=True)
     per_epoch = straight.epoch_metrics()[0]["step"]
     preempted = run_train(*preempting, f"+model.preempt_at={per_epoch + 3}", isolated=True, check=False)
@@ -225,7 +227,7 @@ def test_two_processes_train_it_and_test_as_one_process_does(run_train, corpus, 
 
 
 def trains_in_two_processes_and_tests_as_one(run_train, corpus: Path, handed_over: Path, tmp_path, distributed: str):
-    """`distributed` (distributed=ddp here, =fsdp in test_fsdp_runs.py) in 2 processes: trained, and tested by eval.py
+    """`distributed` (distributed=ddp or =fsdp) in 2 processes: trained, and tested by eval.py
     in one process to the test metrics the run wrote."""
     two = (distributed, "distributed.nproc_per_node=2", "regularization.early_stopping.enabled=false")
     run = run_train(*texts(corpus, f"model.path={handed_over}", f"data.tokenizer={handed_over}", *two))
@@ -271,3 +273,103 @@ def test_the_stdlib_functions_hf_experiment_trains_and_exports_its_bpe_with_the_
         logits = loaded(**encoded).logits
         torch.testing.assert_close(logits, model.eval()(encoded["input_ids"]))
     assert sorted(loaded.config.id2label.values())[:2] == ["asyncio", "distutils"]  # the packages, as classes
+
+
+# ---- data.tokenizer=bpe, a tokenizer folder, data=hf ----
+
+
+def eval_py_gives_the_summarys_test(run, out: Path) -> None:
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={out}", f"checkpoint={run.run_dir}")
+    assert code == 0, stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("test/acc", "test/loss"):
+        assert metrics[key] == pytest.approx(run.summary["test"][key], rel=1e-6), key
+
+
+def test_a_bpe_is_learned_once_and_reused_by_a_resume_eval_py_and_predict(run_train, corpus, tmp_path):
+    bpe = ("data.tokenizer=bpe", "data.vocab_size=300", "data.max_length=24", "data.max_tokens=96")
+    first = run_train(*tiny(corpus, *bpe, "trainer.max_epochs=1"))
+    saved = first.run_dir / "tokenizer" / "tokenizer.json"
+    assert "ids learned from the training split" in first.stdout + first.stderr and saved.is_file()
+    learned = saved.read_bytes()
+    resumed = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)
+    assert f"{saved} (saved by the run)" in resumed.stdout + resumed.stderr and saved.read_bytes() == learned
+    assert resumed.summary["test"]["test/acc"] > 0.9
+    eval_py_gives_the_summarys_test(resumed, tmp_path / "eval")
+    assert predicted_classes(first, tmp_path) == {f"{name}.txt": name for name in PATTERNS}
+
+
+def test_a_local_tokenizer_folder_trains_and_eval_py_tests_the_same(run_train, corpus, tmp_path):
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from trainkit.data.tokenizer_library import train_bpe
+
+    folder = tmp_path / "tokenizer"
+    tokenizer = train_bpe(400, [pattern * 40 for pattern in PATTERNS.values()])
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>").save_pretrained(str(folder))
+    run = run_train(*tiny(corpus, f"data.tokenizer={folder}", "trainer.max_epochs=3"))
+    assert run.summary["test"]["test/acc"] > 0.9
+    checkpoint = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["config"]["data"]["vocabulary"] == len(AutoTokenizer.from_pretrained(str(folder)))
+    assert checkpoint["config"]["model"]["pad_id"] == tokenizer.token_to_id("<pad>")
+    eval_py_gives_the_summarys_test(run, tmp_path / "eval")
+    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'x'}", f"checkpoint={run.run_dir}",
+                               f"export={tmp_path / 'export'}")  # fmt: skip
+    assert code == 0, stderr[-3000:]  # the folder's tokenizer goes with the weights, as AutoTokenizer reads it
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "export"), local_files_only=True)
+    assert exported("abc 123")["input_ids"] == tokenizer.encode("abc 123").ids and exported.pad_token == "<pad>"
+
+
+def test_data_hf_trains_on_a_jsonl_file_in_workers_by_a_token_budget(run_train, tmp_path):
+    rows = [{"body": (pattern * 30)[: random.Random(k).randint(3, 60)], "kind": name}
+            for k in range(40) for name, pattern in PATTERNS.items()]  # fmt: skip
+    file = tmp_path / "texts.jsonl"
+    file.write_text("\n".join(json.dumps(row) for row in rows))
+    hf = ("data=hf", f"data.path={file}", "data.text_column=body", "data.label_column=kind",
+          f"data.cache_dir={tmp_path / 'cache'}", "data.num_workers=1", "data.max_length=64")  # fmt: skip
+    recipe = [override for override in TINY if override not in ("data=textfolder", "data.num_workers=0")]
+    run = run_train(*recipe, *hf)
+    assert run.summary["test"]["test/acc"] > 0.9
+    eval_py_gives_the_summarys_test(run, tmp_path / "eval")
+
+
+# ---- other capabilities on it, where this clone has them ----
+
+
+@pytest.mark.skipif(not template_has("regularization.ema"), reason="this clone has no EMA (trimmed)")
+def test_a_hugging_face_model_trains_with_ema_in_bf16_micro_batches_checkpointing(run_train, corpus):
+    overrides = ["precision=bf16", "trainer.micro_batch_size=64", "model.gradient_checkpointing=true",
+                 "regularization.ema.enabled=true"]  # fmt: skip
+    run = run_train(*texts(corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))
+    best = torch.load(run.run_dir / "checkpoints" / "best.pt", weights_only=True)
+    averaged, model = best["averaged"], best["model"]
+    assert averaged is not None and run.summary["test_weights"] == "best"
+    average = {name.removeprefix("module."): value for name, value in averaged.items() if name != "n_averaged"}
+    assert average.keys() == model.keys() and averaged["n_averaged"] > 0  # every update taken in
+    moved = [name for name in model if model[name].is_floating_point() and not torch.equal(model[name], average[name])]
+    assert moved  # the average lags the trained weights: EMA changed what is kept (and tested)
+
+
+@pytest.mark.skipif(not template_has("lr_finder"), reason="this clone has no LR finder (trimmed)")
+def test_the_lr_finder_runs_on_a_hugging_face_model(run_train, corpus):
+    overrides = ["lr_finder.enabled=true", "lr_finder.num_steps=6"]
+    run = run_train(*texts(corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))
+    said = run.stdout + run.stderr
+    assert "lr range test: 6 steps from" in said or "lr range test: stopped by" in said  # the finder ran its steps
+    assert (run.run_dir / "lr_finder.png").is_file() and run.summary["test_weights"] == "best"
+
+
+@pytest.mark.skipif(not template_has("batch_size_finder"), reason="this clone has no batch-size finder (trimmed)")
+def test_the_batch_size_finder_runs_on_a_hugging_face_model(run_train, corpus):
+    overrides = ["batch_size_finder.enabled=true", "batch_size_finder.max_batch_size=16", "data.max_tokens=null"]
+    run = run_train(*texts(corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))  # max_tokens: fixed batches
+    found = re.search(r"batch size finder: data\.batch_size=(\d+) per process", run.stdout + run.stderr)
+    assert found and 1 <= int(found[1]) <= 16  # searched, within batch_size_finder.max_batch_size
+    config = torch.load(run.run_dir / "checkpoints" / "best.pt", weights_only=True)["config"]
+    assert config["data"]["batch_size"] == int(found[1])  # what every checkpoint holds: the size it trained with
+
+
+@pytest.mark.slow  # a 2-process run and its evaluation
+@pytest.mark.skipif(not template_has("distributed/fsdp.yaml"), reason="this clone has no FSDP (trimmed)")
+def test_a_hugging_face_model_in_two_fsdp_processes_tests_as_one_process_does(run_train, corpus, handed_over, tmp_path):
+    trains_in_two_processes_and_tests_as_one(run_train, corpus, handed_over, tmp_path, "distributed=fsdp")

@@ -1,5 +1,6 @@
 """The LR finder (lr_finder.enabled) in train.py's runs: before training, its suggestion the LR trained with, on
-every kind of data and task (images, a segmentation, classified text, a language model, a Hugging Face model).
+every kind of data and task (images, a segmentation, classified text, a language model; a Hugging Face
+model: test_hf.py).
 The range test itself: tests/unit/tuning/test_lr_finder.py."""
 
 import re
@@ -7,10 +8,10 @@ import re
 import pytest
 import torch
 from PIL import Image
-from test_hf import TINY_BERT, texts, write_texts
 from test_language_model import tiny as lm_run
 from test_segmentation import SMALL
 from test_text_classification import tiny as text_run
+from test_text_classification import write_texts
 from test_wiring import SHORT_RUN
 
 from helpers import record_run
@@ -21,7 +22,7 @@ from trainkit.tuning.lr_finder import LRFinderResult
 
 @pytest.fixture(scope="module")
 def texts_corpus(tmp_path_factory):
-    """train/<class>/*.txt, 45 files a class of three byte patterns (test_text_classification's, test_hf's)."""
+    """train/<class>/*.txt, 45 files a class of three byte patterns (test_text_classification's)."""
     return write_texts(tmp_path_factory.mktemp("texts") / "train", 45, seed=0).parent
 
 
@@ -85,15 +86,6 @@ def test_the_lr_finder_runs_before_a_language_model_trains(run_train, code_corpu
 def test_the_lr_finder_runs_on_a_segmentation(run_train):
     finder = run_train(*SMALL, "trainer.max_epochs=1", "lr_finder.enabled=true", "lr_finder.num_steps=8")
     assert (finder.run_dir / "lr_finder.png").is_file() and "lr range test: 8 steps" in finder.stdout + finder.stderr
-
-
-def test_the_lr_finder_runs_on_a_hugging_face_model(run_train, texts_corpus):
-    # (the batch-size finder on it: tests/e2e/test_batch_size_finder_runs.py)
-    overrides = ["lr_finder.enabled=true", "lr_finder.num_steps=6"]
-    run = run_train(*texts(texts_corpus, TINY_BERT, "trainer.max_epochs=1", *overrides))
-    said = run.stdout + run.stderr
-    assert "lr range test: 6 steps from" in said or "lr range test: stopped by" in said  # the finder ran its steps
-    assert (run.run_dir / "lr_finder.png").is_file() and run.summary["test_weights"] == "best"
 
 
 @pytest.mark.cuda  # scripts/gpu_check.sh

@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed, run_here
@@ -232,8 +231,9 @@ def test_a_text_folder_without_a_model_names_the_model_made_for_it(run_train, co
     assert run.returncode == 1 and not run.run_dir.exists()
     assert run.stderr.strip().startswith(
         "error: model.in_channels: is ${data.channels}, but data=textfolder has no data.channels: model=cnn is made "
-        "for other data; pick model=sequence or model=hf (made for data=textfolder), or data=cached or data=cifar10 or "
+        "for other data; pick model=sequence"
     )
+    assert "(made for data=textfolder), or data=cached or data=cifar10 or " in run.stderr  # model=hf too, if kept
 
 
 def test_a_file_that_is_not_utf8_in_the_test_split_stops_the_run_before_training_unless_skipped(run_train, tmp_path):
@@ -344,61 +344,3 @@ def test_a_resume_inside_an_epoch_refuses_other_batches_and_takes_them_at_the_ep
     assert "changed: trainer.max_epochs 2 -> 3, data.max_tokens 256 -> 128" in changed.stdout + changed.stderr
     steps = [epoch["step"] for epoch in changed.epoch_metrics()]
     assert steps == [per_epoch, 2 * per_epoch, 2 * per_epoch + halved]  # epoch 2: the new budget's batches
-
-
-# ---- tokenizers and data=hf --------------------------------------------------------------------
-
-
-def eval_py_gives_the_summarys_test(run, out: Path) -> None:
-    code, _, stderr = run_here("eval.py", f"hydra.run.dir={out}", f"checkpoint={run.run_dir}")
-    assert code == 0, stderr[-3000:]
-    metrics = json.loads((out / "metrics.json").read_text())
-    for key in ("test/acc", "test/loss"):
-        assert metrics[key] == pytest.approx(run.summary["test"][key], rel=1e-6), key
-
-
-def test_a_bpe_is_learned_once_and_reused_by_a_resume_eval_py_and_predict(run_train, corpus, tmp_path):
-    bpe = ("data.tokenizer=bpe", "data.vocab_size=300", "data.max_length=24", "data.max_tokens=96")
-    first = run_train(*tiny(corpus, *bpe, "trainer.max_epochs=1"))
-    saved = first.run_dir / "tokenizer" / "tokenizer.json"
-    assert "ids learned from the training split" in first.stdout + first.stderr and saved.is_file()
-    learned = saved.read_bytes()
-    resumed = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)
-    assert f"{saved} (saved by the run)" in resumed.stdout + resumed.stderr and saved.read_bytes() == learned
-    assert resumed.summary["test"]["test/acc"] > 0.9
-    eval_py_gives_the_summarys_test(resumed, tmp_path / "eval")
-    assert predicted_classes(first, tmp_path) == {f"{name}.txt": name for name in PATTERNS}
-
-
-def test_a_local_tokenizer_folder_trains_and_eval_py_tests_the_same(run_train, corpus, tmp_path):
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    from trainkit.data.tokenizing import train_bpe
-
-    folder = tmp_path / "tokenizer"
-    tokenizer = train_bpe(400, [pattern * 40 for pattern in PATTERNS.values()])
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>").save_pretrained(str(folder))
-    run = run_train(*tiny(corpus, f"data.tokenizer={folder}", "trainer.max_epochs=3"))
-    assert run.summary["test"]["test/acc"] > 0.9
-    checkpoint = torch.load(run.run_dir / "checkpoints" / "last.pt", weights_only=True)
-    assert checkpoint["config"]["data"]["vocabulary"] == len(AutoTokenizer.from_pretrained(str(folder)))
-    assert checkpoint["config"]["model"]["pad_id"] == tokenizer.token_to_id("<pad>")
-    eval_py_gives_the_summarys_test(run, tmp_path / "eval")
-    code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'x'}", f"checkpoint={run.run_dir}",
-                               f"export={tmp_path / 'export'}")  # fmt: skip
-    assert code == 0, stderr[-3000:]  # the folder's tokenizer goes with the weights, as AutoTokenizer reads it
-    exported = AutoTokenizer.from_pretrained(str(tmp_path / "export"), local_files_only=True)
-    assert exported("abc 123")["input_ids"] == tokenizer.encode("abc 123").ids and exported.pad_token == "<pad>"
-
-
-def test_data_hf_trains_on_a_jsonl_file_in_workers_by_a_token_budget(run_train, tmp_path):
-    rows = [{"body": (pattern * 30)[: random.Random(k).randint(3, 60)], "kind": name}
-            for k in range(40) for name, pattern in PATTERNS.items()]  # fmt: skip
-    file = tmp_path / "texts.jsonl"
-    file.write_text("\n".join(json.dumps(row) for row in rows))
-    hf = ("data=hf", f"data.path={file}", "data.text_column=body", "data.label_column=kind",
-          f"data.cache_dir={tmp_path / 'cache'}", "data.num_workers=1", "data.max_length=64")  # fmt: skip
-    recipe = [override for override in TINY if override not in ("data=textfolder", "data.num_workers=0")]
-    run = run_train(*recipe, *hf)
-    assert run.summary["test"]["test/acc"] > 0.9
-    eval_py_gives_the_summarys_test(run, tmp_path / "eval")

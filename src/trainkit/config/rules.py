@@ -221,7 +221,6 @@ RULES: dict[str, Check] = {
     "logger.log_predictions": integer(minimum=0),
     # eval.py's (conf/eval.yaml): a language model's sample
     "prompt": prompt_text,
-    "export": text(null=True),  # a folder
     "sample.max_new_tokens": integer(1),
     "sample.temperature": number(0),  # 0: the most likely byte each time
     "sample.top_k": integer(1, null=True),  # null: from every byte

@@ -301,7 +301,9 @@ def _suited_options(data: DictConfig, group: str) -> list[str]:
         suits = data_class(str(data.get("_target_"))).suits
     except ConfigError:
         return []
-    return [choice.partition("=")[2] for choice in suits if choice.partition("=")[0] == group]
+    named = [choice.partition("=")[2] for choice in suits if choice.partition("=")[0] == group]
+    folder = Path(sys.argv[0]).resolve().parent / "conf" / group  # a trimmed clone may lack some of them
+    return [option for option in named if not folder.is_dir() or (folder / f"{option}.yaml").is_file()]
 
 
 def _options_with_key(group: str, key: str) -> list[str]:

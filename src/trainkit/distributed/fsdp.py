@@ -187,7 +187,7 @@ def shard_model(model: nn.Module, cfg: DictConfig, precision: str, world_size: i
 
 def blocks(model: nn.Module, names: list[str] | None) -> list[nn.Module]:
     """The modules sharded one by one: those whose class is named in `names`, else in the model's own
-    `block_names` (model=hf: transformers' layers, its _no_split_modules), or by default each child of the
+    `block_names` (a wrapped library model's layers, which it names itself), or by default each child of the
     model's top-level children (a ResNet's residual blocks, a ViT's transformer blocks, SmallCNN's layers);
     modules without parameters are left to the unit around them."""
     names = names or getattr(model, "block_names", None)

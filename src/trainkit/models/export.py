@@ -10,17 +10,49 @@ tokenizer that gives the ids the run trained on: byte b is id b + 1 with 0 paddi
 options, id b for a language model's data=text (the data option's byte_offset, trainkit.data.tokenizing).
 """
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig
 from torch import nn
 
-from trainkit.data.tokenizing import BPE, BYTES, PAD_TOKEN, folder_tokenizer, saved_tokenizer
+from trainkit.checkpointing.resume import run_dir_of
+from trainkit.config import to_dict
+from trainkit.config.schema import Check, text
+from trainkit.data.datasets import data_class
+from trainkit.data.tokenizer_library import BPE, PAD_TOKEN, folder_tokenizer, saved_tokenizer
+from trainkit.data.tokenizing import BYTES, Tokenized
 from trainkit.errors import ConfigError
 from trainkit.models.hf import HuggingFaceModel
 
+log = logging.getLogger(__name__)
+
 WEIGHTS, CONFIG = "model.safetensors", "model.yaml"
+CONFIG_RULES: dict[str, Check] = {"export": text(null=True)}  # a folder (conf/eval.yaml's _checks_)
+CONFIG_RELATIONS = ()
+
+
+def export_run(cfg: DictConfig, source: str, tested_model: Callable[[DictConfig], tuple[nn.Module, list[str]]]) -> bool:
+    """eval.py's export=<folder>: the weights the run tested and the run's tokenizer where it has one, written by
+    one process on the CPU; nothing is evaluated. `tested_model(cfg)` builds the model and names its classes. False
+    where export= is not set."""
+    if cfg.export is None:
+        return False
+    if cfg.predict is not None or cfg.prompt is not None:
+        raise ConfigError("export", "writes the model alone; drop predict= and prompt= (or run eval.py twice)")
+    folder = Path(cfg.export).expanduser()
+    check_free(folder)  # before the model is built: a refusal is one line
+    model, class_names = tested_model(cfg)
+    written = export_model(model, folder, to_dict(cfg.model), class_names)
+    log.info(f"exported the tested weights ({source}) to {folder} in {written}")
+    tokenized = data_class(cfg.data._target_)
+    if issubclass(tokenized, Tokenized):
+        offset = tokenized.byte_offset  # the ids the run's bytes were (data=text's: the bytes themselves)
+        what = export_tokenizer(cfg.data.get("tokenizer", BYTES), run_dir_of(Path(cfg.checkpoint)), folder, offset)
+        log.info(f"exported the run's tokenizer (data.tokenizer={what}): AutoTokenizer loads it")
+    return True
 
 
 def export_model(model: nn.Module, folder: Path, model_config: Mapping, class_names: list[str]) -> str:

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from conftest import ROOT, composed
-from helpers import load_script, write_cifar
+from helpers import load_script, template_has, write_cifar
 from trainkit.data import FileSplits, Splits, make_data
 from trainkit.data.datasets import carve, folded
 from trainkit.errors import ConfigError
@@ -73,6 +73,7 @@ def test_more_folds_than_the_smallest_class_has_samples_is_one_line_naming_the_c
         folded(parts, 5, 0, seed=0, labels=labels)
 
 
+@pytest.mark.skipif(not template_has("data/hf.yaml"), reason="this clone has no data=hf (trimmed)")
 def test_an_hf_file_with_a_class_of_four_rows_refuses_five_folds(tmp_path):
     import json
 

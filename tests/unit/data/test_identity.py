@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import composed
+from helpers import template_has
 from trainkit.config.validation import validate
 from trainkit.data import build_data
 from trainkit.data.fingerprint import check_same_data
@@ -63,6 +64,7 @@ def test_the_identity_is_the_same_for_every_fold_and_split_seed_and_other_for_ot
     assert identity_changes(synthetic, reseeded) == ["other samples (as many: another digest of their contents)"]
 
 
+@pytest.mark.skipif(not template_has("data/hf.yaml"), reason="this clone has no data=hf (trimmed)")
 def test_hf_files_of_the_same_name_and_size_with_other_words_are_other_data(tmp_path, caplog):
     first, second = tmp_path / "a" / "reviews.jsonl", tmp_path / "b" / "reviews.jsonl"
     reviews(first, "fine")

@@ -15,7 +15,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule
 
 from conftest import ROOT, composed
-from helpers import config_check_tests, sharded_checkpoint
+from helpers import config_check_tests, sharded_checkpoint, template_has
 from trainkit.checkpointing import load_weights
 from trainkit.checkpointing.resume import _refuse_another_checkpoint_layout
 from trainkit.config.validation import problems
@@ -265,8 +265,11 @@ test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = conf
 )
 
 
+@pytest.mark.skipif(not template_has("model/hf.yaml"), reason="this clone has no model=hf (trimmed)")
 def test_fsdp_shards_a_hugging_face_models_transformer_layers():
-    from trainkit.models.hf import create_hf_model
+    from hydra.utils import get_method
+
+    create_hf_model = get_method(OmegaConf.load(ROOT / "conf" / "model" / "hf.yaml")._target_)  # model=hf's
 
     bert = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
             "intermediate_size": 64, "max_position_embeddings": 64}  # fmt: skip

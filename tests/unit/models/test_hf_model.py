@@ -8,7 +8,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from helpers import config_check_tests
 from trainkit.errors import ConfigError
+from trainkit.models import export as export_module
 from trainkit.models.export import export_model, load_exported
 from trainkit.models.hf import HuggingFaceModel, create_hf_model
 from trainkit.models.sequence import SequenceClassifier
@@ -214,3 +216,11 @@ def test_an_export_to_a_file_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"^export: '.*taken' is a file; give a new folder \(nothing is overwritten"):
         export_model(classifier(), tmp_path / "taken", {}, [])
     assert (tmp_path / "taken").read_text() == "x"
+
+
+# eval.py's export= (conf/eval.yaml's key, checked by trainkit.models.export as its _checks_ names), added to
+# train.py's config here.
+EXPORT_CHECKS = "+_checks_={export: trainkit.models.export}"
+test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
+    export_module, [(["+export=42", EXPORT_CHECKS], "export")], []
+)
