@@ -56,7 +56,7 @@ def test_the_identity_is_the_same_for_every_fold_and_split_seed_and_other_for_ot
         assert built(*overrides).fingerprint["identity"] == plain, overrides  # settings, not other data
     synthetic = built("data=synthetic").fingerprint["identity"]
     assert identity_changes(plain, synthetic) == [
-        "the data option is trainkit.data.datasets.Synthetic, was trainkit.data.datasets.Digits",
+        "the data option is trainkit.data.synthetic.Synthetic, was trainkit.data.datasets.Digits",
         "3,072 samples where there were 1,797",
     ]
     reseeded = built("data=synthetic", "data.split_seed=1").fingerprint["identity"]  # generated from the seed
