@@ -1,13 +1,12 @@
-"""data=synthetic (trainkit/data/synthetic.py): class prototypes plus noise, any shape, no files; its keys' checks;
-and a checkpoint written while the class lived in trainkit.data.datasets still resumes."""
+"""data=synthetic (trainkit/data/synthetic.py): class prototypes plus noise, any shape, no files; what the config
+check says of its folds; and a checkpoint written while the class lived in trainkit.data.datasets still resumes."""
 
 import copy
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from test_data import CPU, data_cfg, drain
 
 from conftest import composed
 from trainkit.checkpointing.files import RENAMED_DATA_TARGETS, read_checkpoint, upgrade_fingerprint
@@ -15,24 +14,9 @@ from trainkit.cli import one_line
 from trainkit.data import build_data, check_same_data
 from trainkit.errors import ConfigError
 
-CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
-CPU = torch.device("cpu")
-
-
-def data_cfg(**overrides):
-    cfg = OmegaConf.load(CONF / "synthetic.yaml")
-    for key, value in overrides.items():
-        cfg[key] = value
-    return cfg
-
-
-def drain(loader) -> tuple[torch.Tensor, torch.Tensor]:
-    images, labels = zip(*loader)
-    return torch.cat(images), torch.cat(labels)
-
 
 def test_synthetic_shapes_dtypes_and_determinism():
-    cfg = data_cfg(num_samples=64, val_samples=32, test_samples=16, image_size=6, channels=2)
+    cfg = data_cfg("synthetic", num_samples=64, val_samples=32, test_samples=16, image_size=6, channels=2)
     data = build_data(cfg, CPU, seed=0)
     assert [loader.num_samples for loader in (data.train, data.val, data.test)] == [64, 32, 16]
     assert (data.channels, data.image_size, data.num_classes) == (2, 6, 10)
@@ -47,7 +31,7 @@ def test_synthetic_shapes_dtypes_and_determinism():
 
 def test_synthetic_is_learnable():
     torch.manual_seed(0)
-    data = build_data(data_cfg(num_samples=1024, image_size=8), CPU, seed=0)
+    data = build_data(data_cfg("synthetic", num_samples=1024, image_size=8), CPU, seed=0)
     model = torch.nn.Linear(3 * 8 * 8, 10)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for epoch in range(2):
@@ -63,7 +47,7 @@ def test_synthetic_is_learnable():
 
 
 def test_fewer_training_samples_than_processes_name_the_processes_not_drop_last():
-    cfg = data_cfg(num_samples=1, val_samples=2, test_samples=2, image_size=4, drop_last=False)
+    cfg = data_cfg("synthetic", num_samples=1, val_samples=2, test_samples=2, image_size=4, drop_last=False)
     with pytest.raises(ConfigError) as error:
         build_data(cfg, CPU, seed=0, rank=0, world_size=2)
     assert str(error.value) == (
@@ -90,7 +74,8 @@ def test_a_checkpoint_from_before_the_move_names_the_class_where_it_is_now(tmp_p
     old place in its config and in its data's fingerprint, and both are moved as it is read, so a resume finds the
     same data option (not "the data option is ..., was ...")."""
     old = "trainkit.data.datasets.Synthetic"
-    now = build_data(data_cfg(num_samples=16, val_samples=8, test_samples=8, image_size=4), CPU, seed=0).fingerprint
+    cfg = data_cfg("synthetic", num_samples=16, val_samples=8, test_samples=8, image_size=4)
+    now = build_data(cfg, CPU, seed=0).fingerprint
     saved = copy.deepcopy(now)
     saved["identity"]["option"] = old
     with pytest.raises(ConfigError, match=f"the data option is trainkit.data.synthetic.Synthetic, was {old}"):
