@@ -7,11 +7,13 @@ import sys
 import pytest
 import torch
 from test_data import CPU, data_cfg, drain
+from test_identity import built
 
 from conftest import composed
 from trainkit.checkpointing.files import RENAMED_DATA_TARGETS, read_checkpoint, upgrade_fingerprint
 from trainkit.cli import one_line
 from trainkit.data import build_data, check_same_data
+from trainkit.data.identity import identity_changes
 from trainkit.errors import ConfigError
 
 
@@ -86,3 +88,13 @@ def test_a_checkpoint_from_before_the_move_names_the_class_where_it_is_now(tmp_p
     read = read_checkpoint(tmp_path / "last.pt")
     assert read["config"]["data"]["_target_"] == read["data"]["identity"]["option"] == now["identity"]["option"]
     assert RENAMED_DATA_TARGETS["trainkit.data.datasets.make_synthetic"] == now["identity"]["option"]
+
+
+def test_synthetic_data_is_other_data_than_the_digits_and_another_split_seed_other_samples():
+    plain, synthetic = built().fingerprint["identity"], built("data=synthetic").fingerprint["identity"]
+    assert identity_changes(plain, synthetic) == [
+        "the data option is trainkit.data.synthetic.Synthetic, was trainkit.data.datasets.Digits",
+        "3,072 samples where there were 1,797",
+    ]
+    reseeded = built("data=synthetic", "data.split_seed=1").fingerprint["identity"]  # generated from the seed
+    assert identity_changes(synthetic, reseeded) == ["other samples (as many: another digest of their contents)"]
