@@ -28,6 +28,7 @@ from trainkit.checkpointing import (
     trained_to_the_end,
     unwrap_model,
 )
+from trainkit.checkpointing.files import upgrade_fingerprint
 from trainkit.data import DataBundle, check_same_data
 from trainkit.distributed import ProcessInfo, any_rank, gather_objects
 from trainkit.distributed.parallel import Parallel
@@ -133,7 +134,7 @@ class Run:
     def load_state_dict(self, checkpoint: dict) -> None:
         """Continue where a checkpoint stands: weights and their average, position, optimizer and schedule (this
         config's hyperparameters where they changed), scaler, early stopping, trackers' runs, RNG streams."""
-        check_same_data(checkpoint.get("data"), self.data.fingerprint)  # one line naming what changed since
+        check_same_data(upgrade_fingerprint(checkpoint.get("data")), self.data.fingerprint)  # one line: what changed
         load_weights(self.model, checkpoint["model"])
         restore_averaged(self.averaged, checkpoint)
         self.state.load_state_dict(checkpoint, self.cfg)

@@ -34,7 +34,7 @@ IMAGE_TEXT = "Images and texts in one space: a contrastive loss over every rank'
 AUX_LOSS = "An auxiliary loss from an intermediate activation"
 DOCUMENTED_RECIPES = {
     AUX_LOSS: 24,
-    SIGNALS: 512,
+    **({SIGNALS: 512} if (ROOT / "src/trainkit/models/signal.py").is_file() else {}),  # trimming `signal` takes it
     "Two augmented views of each image and a contrastive loss": 24,
     IMAGE_TEXT: None,
 }

@@ -29,6 +29,7 @@ marked_files, doc_files, without_docs_of = trim.marked_files, trim.doc_files, tr
 DOC_NAMES = {
     "lr_finder": r"lr.?find|range test|lr_finder",
     "hf": r"data=hf|model=hf|experiment=stdlib_functions_hf|export=|data\.tokenizer=bpe|tokenizer_library",
+    "signal": r"model=signal|SignalClassifier|variable-length-signals",
 }
 # The core's quick tests: the config, checkpoints and the runtime, none of which may need a feature.
 CORE_TESTS = (

@@ -32,11 +32,12 @@ RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced th
     "trainkit.data.datasets.load_digits": "trainkit.data.datasets.Digits",
     "trainkit.data.datasets.load_mnist": "trainkit.data.datasets.MNIST",
     "trainkit.data.datasets.load_cifar10": "trainkit.data.datasets.CIFAR10",
-    "trainkit.data.datasets.make_synthetic": "trainkit.data.datasets.Synthetic",
     "trainkit.data.shapes.make_shapes": "trainkit.data.shapes.Shapes",
     "trainkit.data.imagefolder.image_folder": "trainkit.data.imagefolder.ImageFolder",
     "trainkit.data.cache.load_cache": "trainkit.data.cache.Cached",
 }
+_OLD_SYNTHETIC = ("trainkit.data.datasets.make_synthetic", "trainkit.data.datasets.Synthetic")  # feature: synthetic
+RENAMED_DATA_TARGETS |= dict.fromkeys(_OLD_SYNTHETIC, "trainkit.data.synthetic.Synthetic")  # feature: synthetic
 # The schedules that left trainkit.schedules, name -> their module in trainkit now: an older checkpoint names
 # their old place.
 MOVED_SCHEDULES: dict[str, str] = {}
@@ -138,6 +139,7 @@ def read_checkpoint(
             f"wrote it); use the trainkit version that wrote it",
         )
     upgrade_config(state["config"])
+    upgrade_fingerprint(state.get("data"))
     return state
 
 
@@ -157,6 +159,15 @@ def upgrade_config(config: dict[str, Any]) -> None:
     module, _, name = str(scheduler.get("_target_", "")).rpartition(".")
     if module == "trainkit.schedules" and name in MOVED_SCHEDULES:
         scheduler["_target_"] = f"trainkit.{MOVED_SCHEDULES[name]}.{name}"
+
+
+def upgrade_fingerprint(fingerprint: dict | None) -> dict | None:
+    """Move, in place, the data option an older checkpoint's data fingerprint names to where its class is now
+    (RENAMED_DATA_TARGETS), so that a resume compares the same option; returns `fingerprint`."""
+    identity = (fingerprint or {}).get("identity") or {}
+    if identity.get("option") in RENAMED_DATA_TARGETS:
+        identity["option"] = RENAMED_DATA_TARGETS[identity["option"]]
+    return fingerprint
 
 
 def check_model_fits(model_state: dict, model: torch.nn.Module) -> None:

@@ -184,9 +184,8 @@ def test_build_run_resolves_the_config_once_read_only_and_every_checkpoint_holds
     sys.path.insert(0, str(ROOT))
     import train
 
-    overrides = ["data=synthetic", "data.num_samples=64", "data.image_size=8"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        cfg = compose("config", overrides=overrides)
+        cfg = compose("config")
     validate(cfg)  # as every run: the task's defaults (the early-stopping monitor and mode) filled in
     composed = to_dict(cfg)
     run = train.build_run(cfg, tmp_path, ProcessInfo(), torch.device("cpu"))

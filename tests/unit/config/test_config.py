@@ -659,19 +659,6 @@ def test_misspelt_key_is_one_line_with_a_suggestion(compose_config):
     assert "+optimizer.lrr=" in line  # and how to add a key on purpose
 
 
-def test_fold_keys_without_plus_on_data_that_cuts_no_folds_reach_the_config_checks_message(compose_config, monkeypatch):
-    """data=synthetic's yaml has no data.folds: typed without `+`, the key says why it does not belong there (no val
-    split carved from training data), not "no such key; write +data.folds"."""
-    overrides = ["data=synthetic", "data.folds=3", "data.fold=0"]
-    monkeypatch.setattr(sys, "argv", ["train.py", *overrides])
-    with pytest.raises(Exception) as error:
-        compose_config(overrides)
-    line = one_line(error.value)
-    assert line.startswith("data.folds: is k-fold cross-validation's, which Synthetic"), line
-    assert "carves no val split" in line and "remove data.folds=... and data.fold=..." in line
-    assert "no such key" not in line and "+data.folds" not in line
-
-
 def test_misspelt_top_level_key_suggests_the_real_one(compose_config):
     with pytest.raises(Exception) as error:
         compose_config(["sed=1"])

@@ -131,16 +131,6 @@ def test_epoch_batches_lists_an_epochs_batches_from_its_first_and_leaves_the_loa
     assert [labels.tolist() for _, labels in loader] == skipped  # still set to epoch 2, from batch 4
 
 
-def test_fewer_training_samples_than_processes_name_the_processes_not_drop_last():
-    cfg = data_cfg("synthetic", num_samples=1, val_samples=2, test_samples=2, image_size=4, drop_last=False)
-    with pytest.raises(ConfigError) as error:
-        build_data(cfg, CPU, seed=0, rank=0, world_size=2)
-    assert str(error.value) == (
-        "distributed.nproc_per_node: 1 training samples for 2 processes leave some without a sample (every process "
-        "trains as many); train with fewer processes, or on more data"
-    )
-
-
 def test_an_evaluation_loader_does_not_shuffle():
     assert isinstance(numbered(10, 4, shuffle=False).sampler, EvaluationSampler)
     assert isinstance(numbered(10, 4, shuffle=True).sampler, ResumableDistributedSampler)
@@ -233,40 +223,6 @@ def test_carve_rejects_a_fraction_that_rounds_a_split_to_nothing():
     with pytest.raises(ConfigError) as error:
         build_data(data_cfg("digits", val_fraction=1e-4), CPU, seed=0)
     assert error.value.key == "data.val_fraction" and "empty" in error.value.message
-
-
-# --- synthetic ------------------------------------------------------------------------------
-
-
-def test_synthetic_shapes_dtypes_and_determinism():
-    cfg = data_cfg("synthetic", num_samples=64, val_samples=32, test_samples=16, image_size=6, channels=2)
-    data = build_data(cfg, CPU, seed=0)
-    assert [loader.num_samples for loader in (data.train, data.val, data.test)] == [64, 32, 16]
-    assert (data.channels, data.image_size, data.num_classes) == (2, 6, 10)
-    assert data.mean == (0.5, 0.5)
-    images, labels = drain(data.test)
-    assert images.shape == (16, 2, 6, 6) and images.dtype == torch.float32 and labels.dtype == torch.int64
-    assert images.min() >= 0 and images.max() <= 1
-    assert torch.equal(drain(build_data(cfg, CPU, seed=0).test)[0], images)
-    cfg.split_seed = 1
-    assert not torch.equal(drain(build_data(cfg, CPU, seed=0).test)[0], images)
-
-
-def test_synthetic_is_learnable():
-    torch.manual_seed(0)
-    data = build_data(data_cfg("synthetic", num_samples=1024, image_size=8), CPU, seed=0)
-    model = torch.nn.Linear(3 * 8 * 8, 10)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for epoch in range(2):
-        data.train.set_epoch(epoch)
-        for images, labels in data.train:
-            loss = torch.nn.functional.cross_entropy(model(images.flatten(1)), labels)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    images, labels = drain(data.val)
-    accuracy = (model(images.flatten(1)).argmax(1) == labels).float().mean()
-    assert accuracy >= 0.9  # a linear model reaches 1.0 in 2 epochs; chance is 0.1
 
 
 # --- MNIST and CIFAR-10 through torchvision, on tiny files in the real formats ---------------
