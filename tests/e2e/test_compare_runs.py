@@ -578,3 +578,47 @@ def test_folds_use_the_corrected_resampled_t_and_shared_folds_a_paired_differenc
     # Each fold of lr=0.03 is 0.010 to 0.014 below the same fold of lr=0.1: the differences' std is 0.0015811, and
     # 2.7764 * 0.0015811 * sqrt(1/5 + 10/90) = 0.0024 (the best's folds: their recorded sizes).
     assert rows[1][-2:] == ["-0.0120 [-0.0144, -0.0096] (n=5)", "worse"]
+
+
+def test_compare_runs_reads_the_data_each_run_recorded(tmp_path, capsys):
+    """summary.json's data decides where both runs record it: folds of one dataset (and a copy of it elsewhere, another
+    data.root) are one comparison; other files under one data.path are refused; runs from before it was recorded
+    fall back to the config's data keys."""
+    data = {"option": "trainkit.data.hf.HFText", "classes": ["neg", "pos"], "rows": 80,
+            "files": {"reviews.jsonl": {"bytes": 4829, "sha256": "a" * 64}}}  # fmt: skip
+    for fold in range(2):
+        make_run(tmp_path / "folds" / str(fold), [f"data.fold={fold}"], [0.5], [1.0], 0.5, data=data)
+    make_run(tmp_path / "folds" / "2", ["data.fold=2", "data.root=/elsewhere"], [0.5], [1.0], 0.5, data=data)
+    assert compare_runs.main([str(tmp_path / "folds")]) == 0
+    capsys.readouterr()
+    other = {**data, "files": {"reviews.jsonl": {"bytes": 4829, "sha256": "b" * 64}}}
+    make_run(tmp_path / "folds" / "3", ["data.fold=3"], [0.5], [1.0], 0.5, data=other)
+    assert compare_runs.main([str(tmp_path / "folds")]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: 0 and 3 are runs of different tasks or data (3's data against 0's: the contents of reviews.jsonl "
+        "differ (the same name and size; sha256 bbbbbbbbbbbb, was aaaaaaaaaaaa)): their metrics do not compare; give "
+        "compare_runs.py the runs of one task and data"
+    ]
+    make_run(tmp_path / "older" / "0", ["data.fold=0"], [0.5], [1.0], 0.5)  # from before: no data recorded
+    make_run(tmp_path / "older" / "1", ["data.fold=1", "data.root=/elsewhere"], [0.5], [1.0], 0.5, data=data)
+    assert compare_runs.main([str(tmp_path / "older")]) == 1
+    assert "(data.root=None vs /elsewhere)" in capsys.readouterr().err
+
+
+def test_diff_names_the_data_two_runs_read_and_a_comparison_of_them_is_refused(tmp_path, capsys):
+    """Without checkpoints --diff reads summary.json's data: files of one name and size with other contents are
+    named, and the runs are not compared."""
+    data = {"option": "trainkit.data.hf.HFText", "classes": ["neg", "pos"], "rows": 80,
+            "files": {"reviews.jsonl": {"bytes": 4829, "sha256": "a" * 64}}}  # fmt: skip
+    other = {**data, "files": {"reviews.jsonl": {"bytes": 4829, "sha256": "b" * 64}}}
+    make_run(tmp_path / "a", [], [0.5], [1.0], 0.5, data=data)
+    make_run(tmp_path / "b", [], [0.5], [1.0], 0.5, data=other)
+    contents = "the contents of reviews.jsonl differ (the same name and size; sha256 bbbbbbbbbbbb, was aaaaaaaaaaaa)"
+    assert compare_runs.main(["--diff", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("data:")]
+    assert line.startswith(f"data: B's differs from A's: {contents}") and line.endswith("(summary.json, summary.json)")
+    assert compare_runs.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: a and b are runs of different tasks or data (b's data against a's: {contents}): their metrics do "
+        "not compare; give compare_runs.py the runs of one task and data"
+    ]

@@ -1,4 +1,4 @@
-"""What a run records of its data, read back by scripts/compare_runs.py and a resume: the fold it validates on
+"""What a run records of its data, read back by a resume: the fold it validates on
 (its start line and summary.json), and the identity of the data it read before any split (summary.json's "data":
 its files, their contents, its classes), the same for every fold and split seed of one dataset."""
 
@@ -6,7 +6,6 @@ import json
 import re
 
 import pytest
-from test_compare_runs import compare_runs, make_run
 
 from helpers import template_has
 
@@ -32,10 +31,8 @@ def reviews(path, last_word: str) -> None:
 
 
 @pytest.mark.skipif(not template_has("data/hf.yaml"), reason="this clone has no data=hf (trimmed)")
-def test_two_hf_runs_on_files_of_one_name_and_size_with_other_words_are_other_data(
-    run_train, tmp_path, monkeypatch, capsys
-):
-    """--diff names the data, a comparison of the two is refused, and a resume of one with the other's file is
+def test_two_hf_runs_on_files_of_one_name_and_size_with_other_words_are_other_data(run_train, tmp_path, monkeypatch):
+    """Their summary.json's data differs in the files' digests alone, and a resume of one with the other's file is
     refused in one line that leaves the run directory as it was."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     first, second = tmp_path / "a" / "reviews.jsonl", tmp_path / "b" / "reviews.jsonl"
@@ -51,16 +48,6 @@ def test_two_hf_runs_on_files_of_one_name_and_size_with_other_words_are_other_da
     ]
     contents = f"the contents of reviews.jsonl differ (the same name and size; sha256 {digests[0]}, was {digests[1]})"
 
-    assert compare_runs.main(["--diff", str(a.run_dir), str(b.run_dir)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert f"data: B's differs from A's: {contents} (checkpoints/last.pt, checkpoints/last.pt)" in lines
-    assert compare_runs.main([str(a.run_dir), str(b.run_dir)]) == 1
-    assert capsys.readouterr().err.splitlines() == [
-        f"error: {a.run_dir.name} and {b.run_dir.name} are runs of different tasks or data ({b.run_dir.name}'s data "
-        f"against {a.run_dir.name}'s: {contents}): their metrics do not compare; give compare_runs.py the runs of "
-        "one task and data"
-    ]
-
     before = {path: path.read_bytes() for path in sorted(a.run_dir.rglob("*")) if path.is_file()}
     resumed = run_train(
         f"resume={a.run_dir}", "trainer.max_epochs=2", f"data.path={second}", check=False, run_dir=a.run_dir
@@ -72,28 +59,3 @@ def test_two_hf_runs_on_files_of_one_name_and_size_with_other_words_are_other_da
         "trained on, or start a new run"
     )
     assert {path: path.read_bytes() for path in sorted(a.run_dir.rglob("*")) if path.is_file()} == before
-
-
-def test_compare_runs_reads_the_data_each_run_recorded(tmp_path, capsys):
-    """summary.json's data decides where both runs record it: folds of one dataset (and a copy of it elsewhere, another
-    data.root) are one comparison; other files under one data.path are refused; runs from before it was recorded
-    fall back to the config's data keys."""
-    data = {"option": "my_project.Reviews", "classes": ["neg", "pos"], "rows": 80,
-            "files": {"reviews.jsonl": {"bytes": 4829, "sha256": "a" * 64}}}  # fmt: skip
-    for fold in range(2):
-        make_run(tmp_path / "folds" / str(fold), [f"data.fold={fold}"], [0.5], [1.0], 0.5, data=data)
-    make_run(tmp_path / "folds" / "2", ["data.fold=2", "data.root=/elsewhere"], [0.5], [1.0], 0.5, data=data)
-    assert compare_runs.main([str(tmp_path / "folds")]) == 0
-    capsys.readouterr()
-    other = {**data, "files": {"reviews.jsonl": {"bytes": 4829, "sha256": "b" * 64}}}
-    make_run(tmp_path / "folds" / "3", ["data.fold=3"], [0.5], [1.0], 0.5, data=other)
-    assert compare_runs.main([str(tmp_path / "folds")]) == 1
-    assert capsys.readouterr().err.splitlines() == [
-        "error: 0 and 3 are runs of different tasks or data (3's data against 0's: the contents of reviews.jsonl "
-        "differ (the same name and size; sha256 bbbbbbbbbbbb, was aaaaaaaaaaaa)): their metrics do not compare; give "
-        "compare_runs.py the runs of one task and data"
-    ]
-    make_run(tmp_path / "older" / "0", ["data.fold=0"], [0.5], [1.0], 0.5)  # from before: no data recorded
-    make_run(tmp_path / "older" / "1", ["data.fold=1", "data.root=/elsewhere"], [0.5], [1.0], 0.5, data=data)
-    assert compare_runs.main([str(tmp_path / "older")]) == 1
-    assert "(data.root=None vs /elsewhere)" in capsys.readouterr().err

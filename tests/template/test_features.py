@@ -30,6 +30,7 @@ DOC_NAMES = {
     "lr_finder": r"lr.?find|range test|lr_finder",
     "hf": r"data=hf|model=hf|experiment=stdlib_functions_hf|export=|data\.tokenizer=bpe|tokenizer_library",
     "signal": r"model=signal|SignalClassifier|variable-length-signals",
+    "compare_runs": r"compare_runs\.py",
 }
 # The core's quick tests: the config, checkpoints and the runtime, none of which may need a feature.
 CORE_TESTS = (

@@ -7,8 +7,8 @@ A run fills in keys left to it: the task's optimized_metric and early-stopping m
 vocabulary, padding id and class count (and every key that follows them: model.num_labels), a searched
 data.batch_size or trainer.micro_batch_size. Hydra writes the first file as the run starts; a resume
 rewrites it from the checkpoint's config with the keys the run filled in put back as they were set, so a
-continued run records the same settings as a run that never stopped. scripts/compare_runs.py groups and
-diffs runs on what was set and lists what was filled in apart, never as a difference of settings.
+continued run records the same settings as a run that never stopped, and a tool that groups or diffs runs can
+read what was set apart from what was filled in, never as a difference of settings.
 """
 
 from pathlib import Path

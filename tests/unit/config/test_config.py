@@ -349,8 +349,6 @@ DECLARED_CASES = [
     (["model=timm", "model.name=3"], "model.name"),
     (["model=timm", "model.pretrained=yes"], "model.pretrained"),
     (["model.widths=[0,8]"], "model.widths"),
-    (["model=speedrun", "model.stem_width=0"], "model.stem_width"),
-    (["model=speedrun", "model.logit_scale=0"], "model.logit_scale"),
     (["model=timm", "model.drop_path_rate=1"], "model.drop_path_rate"),
     (["model=torchvision", "model.name=3"], "model.name"),
     (["model=torchvision_segmentation", *SEGMENTATION, "model.name=3"], "model.name"),
