@@ -19,9 +19,9 @@ weights (their average where the run evaluated one) and tta_flip are the run's, 
 summary.json. The run's own keys need no + (data.max_length=32: its .hydra/overrides.yaml is
 composed first); the model keeps the checkpoint's settings; of the config groups only precision=
 and distributed= may be chosen (data=, model=, ...: one line). Each call writes into a new
-directory, outputs/eval/<time>/: metrics.json and a picture of the predictions (confusion_matrix.png,
-or predictions.png for segmentation); with predict=, predictions.csv (a class an image, or a text
+directory, outputs/eval/<time>/: metrics.json; with predict=, predictions.csv (a class an image, or a text
 file) or masks/ (a class a pixel) instead.
+A picture of the predictions too: confusion_matrix.png, or predictions.png for segmentation.  # feature: eval_figures
 """
 
 import csv
@@ -51,7 +51,6 @@ from trainkit.config.validation import validate
 from trainkit.data import Data, build_data, make_data
 from trainkit.data.datasets import ImageData, data_class
 from trainkit.data.imagefolder import image_extensions, open_image, resize_center_crop, walk_files
-from trainkit.data.loaders import limited
 from trainkit.data.text import TEXT_EXTENSIONS, TextData, utf8_bytes
 from trainkit.data.tokenizing import Tokenized, Tokens
 from trainkit.distributed import ProcessInfo
@@ -65,7 +64,7 @@ from trainkit.tasks.batches import to_device
 from trainkit.tasks.language_model import write_samples, writes_text
 from trainkit.tasks.task import Task
 from trainkit.tracking import quiet_known_noise, save_png
-from trainkit.tracking.evaluation_figures import predicted_on, save_figures
+from trainkit.tracking.evaluation_figures import save_evaluation_figures  # feature: eval_figures
 from trainkit.tracking.loggers import strict_json
 
 log = logging.getLogger("eval")
@@ -208,18 +207,12 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
     loader = data.test if cfg.split == "test" else data.val
     limit = batch_limit(cfg)
     precision, tta_flip = cfg.precision.name, cfg.trainer.tta_flip
-    metrics = evaluate(model, loader, transform, task, precision, device, limit, tta_flip)
-    # A second pass for the picture (images only): confusion counts (all-reduced), or a few predicted masks.
-    shown = (
-        predicted_on(model, limited(loader, limit), transform, task, precision, device, data.num_classes, tta_flip)
-        if data.kind == "image"
-        else None
-    )
+    evaluated = (model, loader, transform, task, precision, device, limit, tta_flip)  # the figures pass it on too
+    metrics = evaluate(*evaluated)
+    save_evaluation_figures(*evaluated, data, out_dir, proc.is_main)  # feature: eval_figures
     results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
     results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
     if proc.is_main:
-        if shown is not None:
-            save_figures(shown, out_dir, data.class_names)
         (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
     return results
 

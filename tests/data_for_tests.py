@@ -99,6 +99,15 @@ class DigitSignals(Folds, Data):
 CAPTIONS = [torch.tensor(list(text.ljust(20).encode())) for text in ("a digit", "a handwritten digit", "scanned")]
 
 
+def signals(count: int, seed: int = 0) -> dict:
+    """A dict batch of `count` signals of uneven lengths (3 to 9 values), zero-padded, as DigitSignals collates."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, 10, (count,), generator=generator)
+    signal = torch.rand(count, int(lengths.max()), generator=generator)
+    signal[torch.arange(signal.shape[1]) >= lengths[:, None]] = 0.0
+    return {"signal": signal, "lengths": lengths, "label": torch.randint(0, 10, (count,), generator=generator)}
+
+
 class _Captioned(torch.utils.data.Dataset):
     def __init__(self, images: torch.Tensor, labels: torch.Tensor):
         self.images, self.labels = images, labels

@@ -247,6 +247,18 @@ class RenamedWithoutItsCheck(HalvingCNN):
         super().__init__(in_channels, num_classes, channels, dropout)
 
 
+class DownloadingCNN(NoNormCNN):
+    """NoNormCNN that can load weights of its own (`pretrained`), as a library's model would, and says so beside
+    its code (`own_weights`): the config check refuses finetune.pretrained_path beside it."""
+
+    def __init__(self, in_channels: int, num_classes: int, widths=(16, 32), dropout: float = 0.0, pretrained=False):
+        super().__init__(in_channels, num_classes, widths, dropout)
+
+    @staticmethod
+    def own_weights(pretrained=False):
+        return "model.pretrained" if pretrained is True else None
+
+
 class PreemptedAt:
     """A model mixin: rank 0 sends itself SIGTERM in its `preempt_at`-th training forward pass (0: never)."""
 

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT
+from data_for_tests import signals
 from helpers import loop_config, record_run
 from models_for_tests import LengthsNet, WithAuxiliaryOutput
 from tasks_for_tests import AuxiliaryLoss, SignalClassification
@@ -22,9 +23,7 @@ from trainkit.data import DataBundle
 from trainkit.distributed.process_group import ProcessInfo
 from trainkit.errors import ConfigError
 from trainkit.tasks.classification import Classification
-from trainkit.tasks.confusion import confusion_counts
 from trainkit.tasks.evaluation import evaluate, with_mirror
-from trainkit.tracking.evaluation_figures import predicted_on
 from trainkit.tracking.loggers import Loggers
 from trainkit.tracking.prediction_images import first_images, log_predictions
 
@@ -46,15 +45,6 @@ def make_run(batches: list, task, model, micro_batch_size: int | None = None) ->
     run.scheduler = torch.optim.lr_scheduler.LambdaLR(run.optimizer, lambda step: 1.0)
     run.scaler = torch.amp.GradScaler("cpu", enabled=False)
     return run
-
-
-def signals(count: int, seed: int = 0) -> dict:
-    """A dict batch of `count` signals of uneven lengths (3 to 9 values), zero-padded, as DigitSignals collates."""
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(3, 10, (count,), generator=generator)
-    signal = torch.rand(count, int(lengths.max()), generator=generator)
-    signal[torch.arange(signal.shape[1]) >= lengths[:, None]] = 0.0
-    return {"signal": signal, "lengths": lengths, "label": torch.randint(0, 10, (count,), generator=generator)}
 
 
 def weights(model: torch.nn.Module) -> torch.Tensor:
@@ -145,26 +135,16 @@ def test_a_data_kind_whose_batches_are_dicts_with_lengths_trains_and_is_tested_e
     assert summary["test"]["test/acc"] > 0.5  # a chance guess is 0.1: the signals and their lengths were learned
 
 
-def test_the_prediction_path_takes_a_dict_batch_and_a_model_that_returns_a_tuple():
-    """eval.py's figures (predicted_on) and the tracker's prediction samples (first_images, log_predictions) go
-    through the task's batch contract as evaluation does: a dict batch, and a model that returns (logits, aux)."""
+def test_the_prediction_samples_take_a_dict_batch_and_a_model_that_returns_a_tuple():
+    """The tracker's prediction samples (first_images, log_predictions) go through the task's batch contract as
+    evaluation does: a dict batch, and a model that returns (logits, aux)."""
     torch.manual_seed(0)
     batches = [signals(5, seed) for seed in range(3)]
     model, task = LengthsNet(9, 10), SignalClassification(num_classes=10)
-    counts = predicted_on(model, batches, torch.nn.Identity(), task, "fp32", CPU, num_classes=10).counts
-    with torch.no_grad():
-        expected = sum(confusion_counts(model(b["signal"], b["lengths"]).argmax(1), b["label"], 10) for b in batches)
-    assert counts is not None and torch.equal(counts, expected) and counts.sum() == 15
     shown = first_images(batches, task, 4, CPU)  # the first 4 samples, a dict batch as the loader's
     assert set(shown) == {"signal", "lengths", "label"} and torch.equal(shown["label"], batches[0]["label"][:4])
     assert torch.equal(shown["signal"], batches[0]["signal"][:4])
     log_predictions(Loggers([]), model, shown, torch.nn.Identity(), task, "fp32", CPU, step=1)  # a class: no picture
-
-    images, labels = torch.rand(6, 1, 8, 8), torch.randint(0, 10, (6,))
-    model, task = WithAuxiliaryOutput(1, 10, widths=(4, 8)), AuxiliaryLoss(num_classes=10)
-    counts = predicted_on(model, [(images, labels)], torch.nn.Identity(), task, "fp32", CPU, num_classes=10).counts
-    with torch.no_grad():
-        assert counts is not None and torch.equal(counts, confusion_counts(model(images)[0].argmax(1), labels, 10))
 
 
 class TwoViewsDictOutput(torch.nn.Module):

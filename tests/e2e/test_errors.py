@@ -1,7 +1,5 @@
 """Bad input: one line on stderr naming the key, exit code 1, no stack trace."""
 
-import time
-
 import pytest
 
 from conftest import ROOT
@@ -22,8 +20,6 @@ LOGGERS = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "logger").glob
         ),
         (["data=imagefolder", "data.root=/no/such/folder"], ["data.root", "/no/such/folder"]),
         (["data=mnist", "data.root=/no/such/folder"], ["data.root", "data.download=true"]),
-        (["model=timm", "model.name=resnet1000"], ["model.name", "resnet1000", "did you mean"]),
-        (["model=torchvision", "model.name=resnet1000"], ["model.name", "resnet1000"]),
         (["trainer.max_epochs=-1"], ["trainer.max_epochs", ">= 1"]),
         # the U-Net halves the size twice: found by the config check, not by UNet.forward's ValueError
         (["experiment=shapes_segmentation", "data.image_size=30"], ["data.image_size", "divisible by 4", "28 or 32"]),
@@ -46,25 +42,3 @@ def test_full_error_env_shows_the_trace(run_train, monkeypatch):
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     run = run_train("optimizer.lr=0", check=False)
     assert run.returncode == 1 and "Traceback" in run.stderr and "ConfigError" in run.stderr
-
-
-@pytest.mark.parametrize("offline", [True, False])
-def test_pretrained_weights_out_of_reach_fail_at_once_with_one_line(run_train, monkeypatch, tmp_path, offline):
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_hf_home"))  # nothing cached
-    if offline:
-        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    else:  # no HF_HUB_OFFLINE and a hub nobody answers for (on this machine: no network touched)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
-    start = time.monotonic()
-    run = run_train("model=timm", "model.pretrained=true", check=False, timeout=40)
-    elapsed, output = time.monotonic() - start, run.stdout + run.stderr
-    # ~6 s here (imports, mostly); before: ~50 s of hub retries, each logged twice. The bound leaves
-    # room for a 2-core machine loaded by other tests; "Retrying" below
-    # is the exact check.
-    assert elapsed < 30, f"waited on the hub for {elapsed:.0f} s:\n{output[-2000:]}"
-    assert run.returncode == 1, output[-2000:]
-    assert "Retrying" not in output and "Traceback" not in output
-    lines = [line for line in output.splitlines() if "error:" in line]
-    assert len(lines) == 1 and lines[0].startswith("error: model.pretrained: "), output
-    assert "not in the local cache" in lines[0]

@@ -31,6 +31,7 @@ DOC_NAMES = {
     "hf": r"data=hf|model=hf|experiment=stdlib_functions_hf|export=|data\.tokenizer=bpe|tokenizer_library",
     "signal": r"model=signal|SignalClassifier|variable-length-signals",
     "compare_runs": r"compare_runs\.py",
+    "eval_figures": r"confusion_matrix|predictions\.png",
 }
 # The core's quick tests: the config, checkpoints and the runtime, none of which may need a feature.
 CORE_TESTS = (

@@ -96,14 +96,6 @@ def test_parameters_the_model_names_in_no_weight_decay_are_not_decayed():
     assert [ids(g["params"]) for g in compiled] == [ids(decay["params"]), ids(no_decay["params"])]
 
 
-def test_a_timm_vit_keeps_its_tokens_and_position_embedding_undecayed():
-    timm = pytest.importorskip("timm")
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10, img_size=32, patch_size=8)
-    decay, no_decay = param_groups(model, weight_decay=0.05)
-    assert ids([model.cls_token, model.pos_embed]) <= ids(no_decay["params"])
-    assert all(p.ndim >= 2 for p in decay["params"]) and id(model.patch_embed.proj.weight) in ids(decay["params"])
-
-
 # ---- optimizers from conf/optimizer -----------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Models and what adapts them: `build_model` (any `_target_`: the small CNN, timm, torchvision, yours),
+"""Models and what adapts them: `build_model` (any `_target_`: the small CNN, a library's factory, yours),
 the input size they take, pretrained weights and freezing for fine-tuning.
 
 train.py imports from here; the modules inside import each other directly."""

@@ -1,7 +1,12 @@
 """The side length a model's batches are resized to: the data's size, raised to what the model
-needs (its library metadata: a ViT takes exactly 224; or, for timm and torchvision models, one
-no-grad forward on the CPU, doubling the size until the stem fits), or an explicit
-`finetune.input_size` checked against the same limits.
+needs (its library metadata: a ViT takes exactly 224; or, for a library's models, one no-grad
+forward on the CPU, doubling the size until the stem fits), or an explicit `finetune.input_size`
+checked against the same limits.
+
+A model factory says what it knows beside its code, as function attributes: `input_size_limits`, a function of
+its own arguments (`name`) giving (the smallest side, the one fixed side or None), and `probe_input_size = True`
+where its models' forward fails on small inputs for size reasons only. A built model's own `pretrained_cfg`
+(timm's metadata) wins over both.
 """
 
 from __future__ import annotations
@@ -17,10 +22,6 @@ from trainkit.models.submodules import find_modules
 
 log = logging.getLogger(__name__)
 
-# torchvision models that, built without weights, take exactly 224x224 inputs (their own
-# metadata only gives a minimum, and vit_h_14's first weights even say 518).
-TORCHVISION_FIXED_SIZE_PREFIXES = ("vit_", "maxvit_")
-
 
 def resolve_input_size(
     model_config: Mapping, image_size: int, input_size: int | None = None, model: nn.Module | None = None
@@ -29,7 +30,7 @@ def resolve_input_size(
     its one fixed size). Checks an explicit size against what the model accepts.
 
     The library metadata misses many minimums (timm's convnext_atto has none, yet its 4x4 stem
-    and 2x2 downsampling layers need 32x32), so a built timm or torchvision model is also tried
+    and 2x2 downsampling layers need 32x32), so a built model of a library's factory is also tried
     (see `runs_on`): a null `input_size` is doubled until the model runs, an explicit one that
     does not run is a config error naming a size that does."""
     minimum, fixed = input_size_limits(model_config, model)
@@ -112,9 +113,19 @@ def smallest_working_size(model: nn.Module, start: int) -> tuple[int | None, Exc
 
 
 def _is_library_model(model_config: Mapping, model: nn.Module) -> bool:
-    """timm and torchvision models: their forward fails on small inputs for size reasons only."""
-    target = str(model_config.get("_target_", ""))
-    return target.endswith(("create_timm_model", "create_torchvision_model")) or hasattr(model, "pretrained_cfg")
+    """A model whose forward fails on small inputs for size reasons only: its factory says so, or it holds a
+    library's metadata."""
+    return bool(getattr(_factory(model_config), "probe_input_size", False)) or hasattr(model, "pretrained_cfg")
+
+
+def _factory(model_config: Mapping) -> object | None:
+    """What `_target_` names, imported; None where it names nothing importable (building says why)."""
+    from hydra.utils import get_object
+
+    try:
+        return get_object(str(model_config.get("_target_", "")))
+    except Exception:  # hydra raises several kinds for a path it cannot import
+        return None
 
 
 def _reason(error: BaseException | None) -> str:
@@ -127,27 +138,19 @@ def _reason(error: BaseException | None) -> str:
 def input_size_limits(model_config: Mapping, model: nn.Module | None = None) -> tuple[int, int | None]:
     """(smallest side length the model accepts, its one fixed size or None), from the model's
     library metadata, without building the model (pass `model` when you have it: its own
-    metadata wins). Models of other factories accept any size: (1, None)."""
-    target = str(model_config.get("_target_", ""))
-    name = model_config.get("name")
-    if target.endswith("create_timm_model") or hasattr(model, "pretrained_cfg"):
-        pretrained_cfg = getattr(model, "pretrained_cfg", None)
-        if pretrained_cfg is None:
-            from timm.models import get_pretrained_cfg
-
-            assert name is not None, "a timm model config names its model (model.name)"
-            found = get_pretrained_cfg(name)
-            pretrained_cfg = found.to_dict() if found is not None else {}
-        if pretrained_cfg.get("fixed_input_size"):
-            size = pretrained_cfg["input_size"][-1]
-            return size, size
-        return (pretrained_cfg.get("min_input_size") or (1, 1, 1))[-1], None
-    if target.endswith("create_torchvision_model"):
-        import torchvision
-
-        assert name is not None, "a torchvision model config names its model (model.name)"
-        if name.startswith(TORCHVISION_FIXED_SIZE_PREFIXES):
-            return 224, 224
-        weights = list(torchvision.models.get_model_weights(name))
-        return (weights[0].meta.get("min_size", (1, 1))[-1] if weights else 1), None
+    metadata wins). Models whose factory declares no `input_size_limits` accept any size: (1, None)."""
+    pretrained_cfg = getattr(model, "pretrained_cfg", None)
+    if pretrained_cfg is not None:
+        return limits_of_pretrained_cfg(pretrained_cfg)
+    limits = getattr(_factory(model_config), "input_size_limits", None)
+    if callable(limits):
+        return limits(model_config.get("name"))
     return 1, None
+
+
+def limits_of_pretrained_cfg(pretrained_cfg: Mapping) -> tuple[int, int | None]:
+    """(smallest side, fixed side or None) that timm's metadata of a model (`pretrained_cfg`) states."""
+    if pretrained_cfg.get("fixed_input_size"):
+        size = pretrained_cfg["input_size"][-1]
+        return size, size
+    return (pretrained_cfg.get("min_input_size") or (1, 1, 1))[-1], None

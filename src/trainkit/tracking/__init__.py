@@ -1,11 +1,11 @@
 """What a run reports: where it came from (provenance.json, where trainkit.tracking.provenance wrote it), the loggers
 (metrics.jsonl and the trackers: tracking/loggers/), the start, epoch and closing lines, summary.json,
 the timing of data wait vs compute, pictures of batches and of predictions during
-training; eval.py's pictures of a model's predictions (a confusion matrix, predicted masks) are in
-trainkit.tracking.evaluation_figures.
+training.
 
 train.py imports from here; the modules inside import each other directly. The profiler (debug=profile,
-trainkit.tracking.profiling) is an optional feature, imported by its own module (docs/features.md)."""
+trainkit.tracking.profiling) and eval.py's pictures of a model's predictions (eval_figures) are optional
+features, imported by their own modules (docs/features.md)."""
 
 from trainkit.tracking.bottleneck import data_bound_advice, warn_if_data_bound
 from trainkit.tracking.epoch_totals import EpochTotals

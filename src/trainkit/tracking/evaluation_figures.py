@@ -1,5 +1,7 @@
-"""Pictures of a model's predictions on a split, chosen by what its task predicts (`task.predict`):
+"""eval.py's pictures of a model's predictions on a split, chosen by what its task predicts (`task.predict`):
 
+    save_evaluation_figures(model, loader, transform, task, precision, device, limit, tta_flip, data, out_dir,
+                            is_main)   # what eval.py calls (evaluate's arguments first), on every rank: the two below
     shown = predicted_on(model, data.test, transform, task, precision, device, num_classes, tta_flip)
     written = save_figures(shown, out_dir, class_names)   # rank 0 alone; the paths it wrote
 
@@ -14,6 +16,7 @@ The confusion counts are summed on the device over batches and then over ranks, 
 counts once; every rank calls `predicted_on` (it all-reduces), rank 0 alone `save_figures`. The mask
 task needs only rank 0's first batch. matplotlib is imported where a figure is drawn, without
 pyplot: no display or global backend is involved.
+`python scripts/trim.py --drop eval_figures` removes this module and eval.py's call of it.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from trainkit.data.loaders import limited
 from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.tasks.batches import first_tensor
 from trainkit.tasks.confusion import confusion_counts
@@ -42,6 +47,28 @@ class Predicted:
 
     counts: Tensor | None = None
     masks: tuple[Tensor, Tensor, Tensor] | None = None  # images [N, C, H, W] as loaded, masks [N, H, W]
+
+
+def save_evaluation_figures(
+    model: nn.Module,
+    loader: Iterable,
+    transform: Callable[[Tensor], Tensor],
+    task: Task,
+    precision: str,
+    device: torch.device,
+    limit: int | None,
+    tta_flip: bool,
+    data: Any,
+    out_dir: Path,
+    is_main: bool,
+) -> None:
+    """eval.py's picture of the evaluated split, for image data alone: a second pass over its first `limit`
+    batches (every rank: the confusion counts are all-reduced), then rank 0 (`is_main`) writes it into `out_dir`."""
+    if data.kind != "image":
+        return
+    shown = predicted_on(model, limited(loader, limit), transform, task, precision, device, data.num_classes, tta_flip)
+    if is_main:
+        save_figures(shown, out_dir, data.class_names)
 
 
 def predicted_on(

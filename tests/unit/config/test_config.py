@@ -257,7 +257,6 @@ RELATION_CASES = [
     (["required=[trainer.max_steps]"], "trainer.max_steps"),
     (["experiment=shapes_segmentation", "task.class_names=[background,circle]"], "task.class_names"),
     (["required=[trainer.max_stepz]"], "required"),
-    (["experiment=finetune_imagefolder", "data.root=/data/images"], "finetune.pretrained_path"),
     (["data=mnist", "data.root=null"], "data.root"),
     (["data=cached", "data.root=null"], "data.root"),
     (["data._target_=nowhere.load_images"], "data._target_"),
@@ -279,7 +278,11 @@ RELATION_CASES = [
     (["data.folds=5", "data.fold=5"], "data.fold"),
     (["data=synthetic", "+data.folds=5", "+data.fold=0"], "data.folds"),
     (
-        ["model=timm", "model.pretrained=true", "finetune.pretrained_path=/weights/resnet18.pt"],
+        [
+            "model._target_=models_for_tests.DownloadingCNN",
+            "+model.pretrained=true",
+            "finetune.pretrained_path=/weights/resnet18.pt",
+        ],
         "finetune.pretrained_path",
     ),
     (["optimizer.momentum=0"], "optimizer.nesterov"),
@@ -346,11 +349,7 @@ DECLARED_CASES = [
     ([*FUNCTIONS, "model.heads=0"], "model.heads"),
     ([*FUNCTIONS, "model.feedforward=0"], "model.feedforward"),
     ([*FUNCTIONS, "model.pad_id=-1"], "model.pad_id"),
-    (["model=timm", "model.name=3"], "model.name"),
-    (["model=timm", "model.pretrained=yes"], "model.pretrained"),
     (["model.widths=[0,8]"], "model.widths"),
-    (["model=timm", "model.drop_path_rate=1"], "model.drop_path_rate"),
-    (["model=torchvision", "model.name=3"], "model.name"),
     (["model=torchvision_segmentation", *SEGMENTATION, "model.name=3"], "model.name"),
     (["experiment=shapes_segmentation", "model.widths=[0,8]"], "model.widths"),
     # each task's config_rules: a silently greedy or unfiltered sample, a shift past the image
@@ -466,7 +465,6 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
             ["augmentation=basic"],
             ["data.mirror_changes_label=true", "augmentation=shift", "data.mirror_changes_label=false"],
         ),
-        (["experiment=finetune_imagefolder", "data.root=/data/images"], ["(or model.pretrained=true)"]),
         ([*IMAGES, "data.val_fraction=0"], ["best.pt", "data.val_fraction=0.02", "data.root/val/<class>/"]),
         ([*IMAGES, "data.test_fraction=0"], ["data.test_fraction=0.02", "data.root/test/<class>/"]),
         (["model=gpt"], ["model.block_size: ", "${data.block_size}, but data=digits has no data.block_size"]),
@@ -512,17 +510,12 @@ def test_a_contradiction_between_bad_values_is_not_reported():
     "overrides, key",
     [
         (["data=imagefolder"], "data.root"),
-        (["experiment=finetune_imagefolder", "data.root=/data/images"], "finetune.pretrained_path"),
     ],
 )
 def test_required_keys_say_how_to_pass_them(compose_config, overrides, key):
     with pytest.raises(ConfigError) as error:
         validate(compose_config(overrides))
     assert str(error.value).startswith(f"{key}: is required; pass {key}=...")
-
-
-def test_the_finetune_experiment_also_runs_on_timms_own_weights(compose_config):
-    validate(compose_config(["experiment=finetune_imagefolder", "data.root=/data/images", "model.pretrained=true"]))
 
 
 def test_one_value_for_all_channels_is_accepted(compose_config):

@@ -7,7 +7,12 @@ import torch
 from matplotlib.image import imread
 from torch import nn
 
+from data_for_tests import signals
+from models_for_tests import LengthsNet, WithAuxiliaryOutput
+from tasks_for_tests import AuxiliaryLoss as TwoLosses
+from tasks_for_tests import SignalClassification
 from trainkit.tasks.classification import Classification
+from trainkit.tasks.confusion import confusion_counts
 from trainkit.tasks.segmentation import Segmentation
 from trainkit.tracking.evaluation_figures import Predicted, plot_masks, predicted_on, save_figures
 
@@ -89,3 +94,21 @@ def test_uint8_rgb_images_and_many_classes_are_drawn(tmp_path):
     masks = torch.randint(0, 15, (2, 6, 6))
     assert not_blank(plot_masks(images, masks, masks.flip(-1), tmp_path / "masks.png"))
     assert np.array(imread(tmp_path / "masks.png")).shape[0] > 100
+
+
+def test_the_counts_take_a_dict_batch_and_a_model_that_returns_a_tuple():
+    """eval.py's figures (predicted_on) go through the task's batch contract as evaluation does: a dict batch, and
+    a model that returns (logits, aux)."""
+    torch.manual_seed(0)
+    batches = [signals(5, seed) for seed in range(3)]
+    model, task = LengthsNet(9, 10), SignalClassification(num_classes=10)
+    counts = predicted_on(model, batches, nn.Identity(), task, "fp32", CPU, num_classes=10).counts
+    with torch.no_grad():
+        expected = sum(confusion_counts(model(b["signal"], b["lengths"]).argmax(1), b["label"], 10) for b in batches)
+    assert counts is not None and torch.equal(counts, expected) and counts.sum() == 15
+
+    images, labels = torch.rand(6, 1, 8, 8), torch.randint(0, 10, (6,))
+    model, task = WithAuxiliaryOutput(1, 10, widths=(4, 8)), TwoLosses(num_classes=10)
+    counts = predicted_on(model, [(images, labels)], nn.Identity(), task, "fp32", CPU, num_classes=10).counts
+    with torch.no_grad():
+        assert counts is not None and torch.equal(counts, confusion_counts(model(images)[0].argmax(1), labels, 10))
