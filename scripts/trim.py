@@ -271,10 +271,12 @@ def describe(name: str, removed: Removed) -> str:
 
 
 def table(root: Path, rows: dict[str, Capability]) -> str:
-    header = f"{'capability':<20} {'places':>6} {'lines':>7}  {'packages':<24} needs"
+    packages = {name: ", ".join(row.packages) or "-" for name, row in rows.items()}
+    width = max(len("packages"), *map(len, packages.values()))
+    header = f"{'capability':<20} {'places':>6} {'lines':>7}  {'packages':<{width}}  needs"
     body = [
         f"{row.name:<20} {row.places:>6} {drop(root, row, write=False).lines():>7,}  "
-        f"{', '.join(row.packages) or '-':<24} {', '.join(row.needs) or '-'}"
+        f"{packages[row.name]:<{width}}  {', '.join(row.needs) or '-'}"
         for row in rows.values()
     ]
     return "\n".join([header, *body])
