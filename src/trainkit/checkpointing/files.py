@@ -35,9 +35,9 @@ RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced th
     "trainkit.data.shapes.make_shapes": "trainkit.data.shapes.Shapes",
     "trainkit.data.imagefolder.image_folder": "trainkit.data.imagefolder.ImageFolder",
     "trainkit.data.cache.load_cache": "trainkit.data.cache.Cached",
+    "trainkit.data.datasets.make_synthetic": "trainkit.data.synthetic.Synthetic",
+    "trainkit.data.datasets.Synthetic": "trainkit.data.synthetic.Synthetic",
 }
-_OLD_SYNTHETIC = ("trainkit.data.datasets.make_synthetic", "trainkit.data.datasets.Synthetic")  # feature: synthetic
-RENAMED_DATA_TARGETS |= dict.fromkeys(_OLD_SYNTHETIC, "trainkit.data.synthetic.Synthetic")  # feature: synthetic
 # The schedules that left trainkit.schedules, name -> their module in trainkit now: an older checkpoint names
 # their old place.
 MOVED_SCHEDULES: dict[str, str] = {}
