@@ -26,7 +26,11 @@ TABLE = ROOT / trim.TABLE
 MARKER, DOC_MARKER = trim.MARKER, trim.DOC_MARKER
 marked_files, doc_files, without_docs_of = trim.marked_files, trim.doc_files, trim.without_docs_of
 # What the docs may call a feature by, beyond its files' paths: none of it may outlive its deletion.
-DOC_NAMES = {"lr_finder": r"lr.?find|range test|lr_finder", "compare_runs": r"compare_runs\.py"}
+DOC_NAMES = {
+    "lr_finder": r"lr.?find|range test|lr_finder",
+    "compare_runs": r"compare_runs\.py",
+    "slurm": r"launcher=slurm|submitit|slurm_example",
+}
 # The core's quick tests: the config, checkpoints and the runtime, none of which may need a feature.
 CORE_TESTS = (
     "tests/unit/config/test_config.py::test_default_config_validates",
