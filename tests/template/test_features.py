@@ -32,6 +32,7 @@ DOC_NAMES = {
     "signal": r"model=signal|SignalClassifier|variable-length-signals",
     "compare_runs": r"compare_runs\.py",
     "eval_figures": r"confusion_matrix|predictions\.png",
+    "slurm": r"launcher=slurm|submitit|slurm_example",
 }
 # The core's quick tests: the config, checkpoints and the runtime, none of which may need a feature.
 CORE_TESTS = (

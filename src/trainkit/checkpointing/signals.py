@@ -22,15 +22,6 @@ Workers start with the stop signals blocked and take one that came meanwhile onc
 (trainkit.distributed.launch), so a stop in the first second is as clean. Under torchrun the
 agent passes SIGTERM and SIGINT on itself, right after the terminal's own SIGINT: a SIGINT within
 SAME_CTRL_C_SECONDS of the first is taken as the same Ctrl-C.
-
-Under submitit (Hydra's submitit launchers, e.g. hydra/launcher=slurm): submitit warns of a timeout
-or a preemption with its own signal, SIGUSR2 (env SUBMITIT_PREEMPT_SIGNAL), whose handler would
-requeue the job and exit at once, wherever training is. Here that signal is one more stop request:
-the run stops after the update, saves, and only then calls submitit's handler (`hand_over`): on
-the job's first task it requeues the job (submitit's `checkpoint()`: the same job again) and exits
-(144 local, -1 on SLURM), and the requeued job continues from last.pt with resume=auto. Other tasks
-exit 75. SIGTERM stays a plain stop (scancel, or SLURM's own preemption notice: SLURM requeues
-with PreemptMode=REQUEUE, the job does not).
 """
 
 import contextlib
@@ -49,6 +40,7 @@ from types import FrameType
 
 import torch
 
+from trainkit.checkpointing import submitit_requeue  # feature: slurm
 from trainkit.checkpointing.files import latest_checkpoint
 from trainkit.distributed.process_group import barrier, is_distributed, process_info
 
@@ -65,25 +57,17 @@ STOP_ENV = "TRAINKIT_STOP_REQUESTED"
 # as the sweep's worker processes and DDP workers inherit it.
 CONTINUE_WITH_ENV = "TRAINKIT_CONTINUE_WITH"
 
-
-# submitit's signal before a timeout or on a preemption (submitit.JobEnvironment.USR_SIG): USR2 unless
-# SUBMITIT_PREEMPT_SIGNAL says otherwise, at submission already (it becomes sbatch's --signal).
-SUBMITIT_SIGNAL: signal.Signals | None = getattr(
-    signal, f"SIG{os.environ.get('SUBMITIT_PREEMPT_SIGNAL', 'USR2')}", None
-)
 # The names a stop can have. Not read from the job's environment at import: the submitting process
 # pickles train.py's functions, and their globals, by value.
-STOP_SIGNAL_NAMES = tuple(dict.fromkeys(s.name for s in (*STOP_SIGNALS, *filter(None, [SUBMITIT_SIGNAL]))))
-
-
-def submitit_signal() -> signal.Signals | None:
-    """SUBMITIT_SIGNAL in a job started by submitit, else None."""
-    return SUBMITIT_SIGNAL if os.environ.get("SUBMITIT_EXECUTOR") else None  # set in its jobs (and their workers)
+STOP_SIGNAL_NAMES = tuple(s.name for s in STOP_SIGNALS)
+STOP_SIGNAL_NAMES = tuple(dict.fromkeys([*STOP_SIGNAL_NAMES, *submitit_requeue.SIGNAL_NAMES]))  # feature: slurm
 
 
 def handled_signals() -> tuple[signal.Signals, ...]:
     """The signals that request a stop in this process: STOP_SIGNALS, and submitit's in its jobs."""
-    return tuple(dict.fromkeys((*STOP_SIGNALS, *filter(None, [submitit_signal()]))))
+    handled: tuple[signal.Signals, ...] = STOP_SIGNALS
+    handled = tuple(dict.fromkeys((*handled, *submitit_requeue.signals())))  # feature: slurm
+    return handled
 
 
 class Stopped(SystemExit):
@@ -97,8 +81,6 @@ class Stopped(SystemExit):
 
 _requested: str | None = None  # the first stop signal this process received
 _first_ctrl_c: float | None = None  # when (time.monotonic) the first SIGINT came
-_requeue: Callable[[int, FrameType | None], object] | None = None  # submitit's handler, while its signal is ours
-_preempted = False  # submitit's signal came: hand over to its handler after the checkpoint
 _saved = False  # the stop is done (checkpoint written, or nothing to write): later signals change nothing
 
 
@@ -120,10 +102,10 @@ class _Abort(Exception):
 def _record(signum: int) -> None:
     """Record a stop request; a later Ctrl-C (not the echo of the first) aborts, unless the
     checkpoint is written already: then the stop goes on to its exit code 75."""
-    global _requested, _first_ctrl_c, _preempted
+    global _requested, _first_ctrl_c
     if _saved:
         return
-    _preempted = _preempted or signum == submitit_signal()
+    submitit_requeue.record(signum)  # feature: slurm
     if signum == signal.SIGINT:
         now = time.monotonic()
         if _first_ctrl_c is not None and now - _first_ctrl_c > SAME_CTRL_C_SECONDS:
@@ -202,14 +184,13 @@ def _child_pids() -> set[int]:
 @contextmanager
 def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     """`handler` for every stop signal, a fresh request state, and the previous handlers back after.
-    A clean stop (Stopped) on submitit's signal leaves through submitit's handler (`hand_over`)."""
-    global _requested, _first_ctrl_c, _requeue, _preempted, _saved
+    A clean stop (Stopped) on submitit's signal leaves through submitit's handler (submitit_requeue)."""
+    global _requested, _first_ctrl_c, _saved
     startup = sys.modules.get("trainkit.startup")  # train.py's handlers while it started: a request they took
     # First: taking over puts back the handlers startup replaced, so those (not its recorders) are restored after.
-    _requested, _first_ctrl_c, _preempted = startup.take_over() if startup else None, None, False
+    _requested, _first_ctrl_c = startup.take_over() if startup else None, None
     previous = {s: signal.getsignal(s) for s in handled_signals()}
-    submitits = previous.get(submitit_signal())  # type: ignore[arg-type]  # None: not a submitit job
-    _requeue = submitits if callable(submitits) else None  # not SIG_DFL in DDP workers that submitit did not start
+    submitit_requeue.take_handler(previous)  # feature: slurm
     for s in previous:
         signal.signal(s, handler)
     leaving_stopped = False
@@ -217,37 +198,16 @@ def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None
         yield
     except Stopped:  # in the parent of self-started DDP workers: the workers saved and stopped
         leaving_stopped = True
-        leaving = hand_over()
-        if leaving is None:
-            raise
-        log.warning("submitit requeued the job: it continues from checkpoints/last.pt with resume=auto")
-        raise leaving from None
+        submitit_requeue.leave_requeued()  # feature: slurm
+        raise
     finally:
         # Stopped: the checkpoint is written and the process is on its way out with exit code 75. A
         # late signal (the second Ctrl-C of an impatient user) must not turn that into a death by
         # the signal with nothing said: the stop signals are ignored from here on.
         for s, old in previous.items():
             signal.signal(s, signal.SIG_IGN if leaving_stopped else old)
-        _requested, _first_ctrl_c, _requeue, _preempted, _saved = None, None, None, False, False
-
-
-def hand_over() -> SystemExit | None:
-    """After a clean stop on submitit's signal, once the checkpoint is written: call submitit's
-    handler, as the signal would have. On the job's first task it requeues the job and exits (the
-    SystemExit to raise, returned); on the other tasks it does nothing. Once a process; None
-    without submitit's signal, or when submitit declines to requeue (timed out too many times):
-    then one line says so and the run exits 75 like any stop."""
-    global _requeue
-    requeue, _requeue = _requeue, None
-    if requeue is None or not _preempted:
-        return None
-    try:
-        requeue(submitit_signal() or 0, None)
-    except SystemExit as leaving:  # requeued: submitit's exit code (144 local, -1 SLURM)
-        return leaving
-    except Exception as error:  # submitit.core.utils.UncompletedJobError, e.g. timed out too many times
-        log.warning(f"not requeued: {error} (exit code {EXIT_STOPPED})")
-    return None
+        _requested, _first_ctrl_c, _saved = None, None, False
+        submitit_requeue.forget()  # feature: slurm
 
 
 def stop_signal(device: torch.device, agree: bool) -> str | None:
@@ -275,14 +235,13 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
     global _saved
     barrier()
     _saved = True  # every rank has its checkpoint: from here a second Ctrl-C no longer aborts
-    leaving = hand_over()
+    leaving: SystemExit | None = None  # what exits in place of Stopped
+    leaving = submitit_requeue.hand_over()  # feature: slurm
     if is_main:
         checkpoints = run_dir.resolve() / "checkpoints"
         checkpoint = latest_checkpoint(checkpoints) or checkpoints / "last.pt"  # or a sharded last/
-        if leaving:
-            how = f"checkpoint saved; submitit requeued the job: it continues from {checkpoint} with resume=auto"
-        else:
-            how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {_continue_command(checkpoint)}"
+        how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {_continue_command(checkpoint)}"
+        how = submitit_requeue.requeued_line(checkpoint) if leaving else how  # feature: slurm
         log.warning(f"stopped by {name} at epoch {epoch}, step {step}, {how}")
     barrier()
     return leaving or Stopped()
@@ -300,7 +259,8 @@ def stop_after_the_test(run_dir: Path, epoch: int, step: int, device: torch.devi
         return
     barrier()
     _saved = True  # summary.json and every checkpoint are written: a second Ctrl-C no longer aborts
-    leaving = hand_over()  # submitit requeues the job: its resume finds the run finished
+    leaving: SystemExit | None = None  # what exits in place of Stopped
+    leaving = submitit_requeue.hand_over()  # feature: slurm (requeued, its resume finds the run finished)
     if is_main:
         sweep = continue_command_instead()
         then = f"; continue the sweep with: {sweep}" if sweep else "; nothing is left to resume"

@@ -1,4 +1,4 @@
-"""Sweeps: one run directory per job, Optuna search (and its SQLite continuation), parallel and SLURM
+"""Sweeps: one run directory per job, Optuna search (and its SQLite continuation), parallel
 launchers, failed trials that do not end the sweep, sweep directions that match the metric."""
 
 import json
@@ -10,12 +10,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from conftest import ROOT, run_here
+from conftest import ROOT
 from helpers import cfg_for
 from trainkit.config.validation import fill_task_defaults
 from trainkit.errors import ConfigError
@@ -306,27 +305,6 @@ def test_failed_trial_logs_one_line_and_puts_the_traceback_in_the_log_file(tmp_p
     assert all(r.exc_info is None for r in console_records)
     text = (tmp_path / "train.log").read_text()
     assert "Traceback (most recent call last)" in text and "RuntimeError: boom" in text
-
-
-# --- launchers ----------------------------------------------------------------------------------
-
-
-def test_slurm_launcher_composes_one_task_per_gpu(compose_config):
-    cfg = compose_config("hydra/launcher=slurm")
-    launcher = cfg.hydra.launcher
-    assert launcher._target_.endswith("SlurmLauncher")
-    assert launcher.tasks_per_node == launcher.gpus_per_node == cfg.distributed.nproc_per_node == 1
-    assert launcher.partition is None and launcher.timeout_min > 0 and launcher.cpus_per_task >= 1
-    cfg = compose_config("hydra/launcher=slurm", "distributed=ddp", "distributed.nproc_per_node=4")
-    assert cfg.hydra.launcher.tasks_per_node == cfg.hydra.launcher.gpus_per_node == 4
-
-
-def test_slurm_launcher_config_prints_from_the_command_line():
-    _, stdout, _ = run_here("train.py", "hydra/launcher=slurm", "--cfg", "hydra", "--package", "hydra.launcher")
-    printed = yaml.safe_load(stdout)
-    assert (
-        printed["_target_"].endswith("SlurmLauncher") and printed["tasks_per_node"] == "${distributed.nproc_per_node}"
-    )
 
 
 def test_a_search_over_a_setting_the_run_does_not_read_stops_at_once(compose_config):
