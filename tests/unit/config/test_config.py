@@ -546,10 +546,6 @@ def test_a_missing_augmentation_key_or_null_means_off(compose_config):
         ["data=imagefolder", "data.root=/data/images", "augmentation=basic"],
         ["augmentation=basic", "data.mirror_changes_label=false"],  # your digits are mirror-safe: you say so
         ["data=mnist", "augmentation=basic", "augmentation.horizontal_flip=false"],
-        # cifar10_optuna searches augmentation: choice(basic, strong) over this experiment
-        ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=basic"],
-        ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=strong"],
-        ["hparams_search=cifar10_optuna", "augmentation=basic"],  # the search composes the experiment itself
     ],
 )
 def test_flips_are_allowed_where_the_mirror_image_keeps_its_label(compose_config, overrides):
