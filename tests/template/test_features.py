@@ -77,26 +77,34 @@ def test_marked_doc_lines_and_blocks_go_and_nothing_else():
 @pytest.mark.parametrize("name", list(FEATURES))
 def test_deleting_the_feature_leaves_no_doc_naming_it_and_every_link_resolves(name):
     """The docs' side of a deletion, on text alone: after its marked doc lines, its table row, its config keys and
-    its files go, no line of README.md, CONTRIBUTING.md, docs/ or conf/ names a file it deleted (or, for a feature
-    in DOC_NAMES, calls it by its name), and every relative link still reaches a file and a heading."""
-    feature = FEATURES[name]
-    deleted = {ROOT / file for file in feature.files}
+    its files go (and those of the rows that need it, which trim.py drops with it), no line of README.md,
+    CONTRIBUTING.md, docs/ or conf/ names a file it deleted, picks a config option whose yaml it deleted
+    (`<group>=<option>`, or the option in its group's row of the README's config-groups table), or, for a feature
+    in DOC_NAMES, calls it by its name; and every relative link still reaches a file and a heading."""
+    rows = [FEATURES[dropped] for dropped in trim.to_drop(FEATURES, [name])]
+    files = [file for row in rows for file in row.files]
+    deleted = {ROOT / file for file in files}
     texts = {}
     for path in [*doc_files(ROOT), *sorted((ROOT / "conf").rglob("*.yaml"))]:
         if path in deleted or any(folder in path.parents for folder in deleted):
             continue
         text = path.read_text(encoding="utf-8")
-        for key in feature.config.get(str(path.relative_to(ROOT)), []):
-            text = trim.remove_key(text, key)
-        texts[path] = without_docs_of(path.relative_to(ROOT), text, name)
-    named = [re.escape(file) for file in feature.files]
-    named += [re.escape(file.removeprefix("src/trainkit/")) for file in feature.files if file.startswith("src/")]
-    pattern = re.compile("|".join([*named, *([DOC_NAMES[name]] if name in DOC_NAMES else [])]), re.IGNORECASE)
+        for row in rows:
+            for key in row.config.get(str(path.relative_to(ROOT)), []):
+                text = trim.remove_key(text, key)
+            text = without_docs_of(path.relative_to(ROOT), text, row.name)
+        texts[path] = text
+    named = [re.escape(file) for file in files]
+    named += [re.escape(file.removeprefix("src/trainkit/")) for file in files if file.startswith("src/")]
+    options = config_options(files)
+    named += [rf"\b{re.escape(group)}={re.escape(option)}\b" for group, option in options]
+    named += [DOC_NAMES[row.name] for row in rows if row.name in DOC_NAMES]
+    pattern = re.compile("|".join(named), re.IGNORECASE)
     left = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}"
         for path, text in texts.items()
         for number, line in enumerate(text.splitlines(), 1)
-        if pattern.search(line)
+        if pattern.search(line) or (path == ROOT / "README.md" and listed_in_config_groups(line, options))
     ]
     assert left == [], f"{name} deleted, the docs still name it:\n" + "\n".join(left)
     for path, text in texts.items():
@@ -108,6 +116,25 @@ def test_deleting_the_feature_leaves_no_doc_naming_it_and_every_link_resolves(na
             assert target_path.exists() and target_path not in deleted, f"{path.relative_to(ROOT)}: {link} is gone"
             if anchor and target_path in texts:
                 assert anchor in anchors_in(texts[target_path]), f"{path.relative_to(ROOT)}: {link}: no such heading"
+
+
+def config_options(files: list[str]) -> list[tuple[str, str]]:
+    """The (group, option) of each `conf/<group>/<option>.yaml` among `files`: the options a deletion takes away."""
+    return [
+        (str(Path(file).parent.relative_to("conf")), Path(file).stem)
+        for file in files
+        if file.startswith("conf/") and file.endswith(".yaml") and Path(file).parent != Path("conf")
+    ]
+
+
+def listed_in_config_groups(line: str, options: list[tuple[str, str]]) -> bool:
+    """Whether `line`, a row of the README's config-groups table (`| `<group>` | <options> | ...`), lists one of
+    `options` of its group in its options cell: a row that outlives its option's file."""
+    cells = line.split("|")
+    for group, option in options:
+        if line.startswith(f"| `{group}` |") and len(cells) > 2 and re.search(rf"\b{re.escape(option)}\b", cells[2]):
+            return True
+    return False
 
 
 def modules_of(packages: list[str]) -> set[str]:
