@@ -16,6 +16,10 @@ from trainkit.errors import ConfigError
 from trainkit.tasks.batches import Shared, samples, to_device
 
 TARGETS = "targets"  # a dict batch's targets; its other keys go to the model
+# What the loop logs under train/ itself: a recorded value of one of these names would overwrite it.
+LOGGED_BY_THE_LOOP = frozenset(
+    {"loss", "step_loss", "grad_norm", "samples_per_sec", "tokens_per_sec", "padding_fraction"}
+)
 
 
 class Task:
@@ -62,6 +66,10 @@ class Task:
         device: at logging steps as train/step_<name>, its mean since the last one, and each epoch as
         train/<name>, its mean over what the batches weigh (as train/loss), over all ranks. Every rank must
         record the same names; a name must not be one of the task's metric names or "loss"."""
+        if name in LOGGED_BY_THE_LOOP or name in self.metric_names:
+            raise ValueError(
+                f"{type(self).__name__}.record({name!r}): train/{name} is logged already; pick another name"
+            )
         if self._recorded is None:
             self._recorded = {}
         self._recorded[name] = value.detach().float()

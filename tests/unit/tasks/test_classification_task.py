@@ -74,3 +74,14 @@ def test_float_targets_a_sample_are_refused_in_one_line_naming_the_task_they_sui
         assert error.value.key == "task._target_" and "\n" not in str(error.value)
     soft = torch.full((4, 3), 1 / 3)  # MixUp's shares: a distribution over the classes, taken as it is
     assert torch.isfinite(task.loss(outputs, soft))
+
+
+@pytest.mark.parametrize("name", ["loss", "acc", "grad_norm"])
+def test_a_recorded_value_may_not_take_a_name_the_loop_logs(name):
+    task = Classification(num_classes=2)
+    with pytest.raises(
+        ValueError, match=rf"Classification.record\('{name}'\): train/{name} is logged already; pick another name"
+    ):
+        task.record(name, torch.tensor(1.0))
+    task.record("aux_loss", torch.tensor(1.0))
+    assert task.take_recorded() == {"aux_loss": torch.tensor(1.0)}
