@@ -65,7 +65,7 @@ class Task:
         """Log a 0-d tensor of this training step (an auxiliary loss, a temperature, a balancing term), kept on the
         device: at logging steps as train/step_<name>, its mean since the last one, and each epoch as
         train/<name>, its mean over what the batches weigh (as train/loss), over all ranks. Every rank must
-        record the same names; a name must not be one of the task's metric names or "loss"."""
+        record the same names; a name the loop or the task's metrics log already is refused (ValueError)."""
         if name in LOGGED_BY_THE_LOOP or name in self.metric_names:
             raise ValueError(
                 f"{type(self).__name__}.record({name!r}): train/{name} is logged already; pick another name"
