@@ -584,7 +584,7 @@ def test_compare_runs_reads_the_data_each_run_recorded(tmp_path, capsys):
     """summary.json's data decides where both runs record it: folds of one dataset (and a copy of it elsewhere, another
     data.root) are one comparison; other files under one data.path are refused; runs from before it was recorded
     fall back to the config's data keys."""
-    data = {"option": "trainkit.data.hf.HFText", "classes": ["neg", "pos"], "rows": 80,
+    data = {"option": "my_project.Reviews", "classes": ["neg", "pos"], "rows": 80,
             "files": {"reviews.jsonl": {"bytes": 4829, "sha256": "a" * 64}}}  # fmt: skip
     for fold in range(2):
         make_run(tmp_path / "folds" / str(fold), [f"data.fold={fold}"], [0.5], [1.0], 0.5, data=data)
@@ -608,7 +608,7 @@ def test_compare_runs_reads_the_data_each_run_recorded(tmp_path, capsys):
 def test_diff_names_the_data_two_runs_read_and_a_comparison_of_them_is_refused(tmp_path, capsys):
     """Without checkpoints --diff reads summary.json's data: files of one name and size with other contents are
     named, and the runs are not compared."""
-    data = {"option": "trainkit.data.hf.HFText", "classes": ["neg", "pos"], "rows": 80,
+    data = {"option": "my_project.Reviews", "classes": ["neg", "pos"], "rows": 80,
             "files": {"reviews.jsonl": {"bytes": 4829, "sha256": "a" * 64}}}  # fmt: skip
     other = {**data, "files": {"reviews.jsonl": {"bytes": 4829, "sha256": "b" * 64}}}
     make_run(tmp_path / "a", [], [0.5], [1.0], 0.5, data=data)
