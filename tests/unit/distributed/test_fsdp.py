@@ -11,6 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 from test_distributed import free_port
+from test_grad_norm import _backward
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
 
@@ -322,3 +323,32 @@ def test_another_number_of_processes_inside_an_epoch_is_refused_before_workers_s
         "distributed.nproc_per_node: this run has 3 processes but 2 processes wrote its checkpoint inside epoch 1 "
         "(after batch 2)"
     )
+
+
+def _sharded_norms(rank: int, port: int, results) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        parallel = _fsdp(rank)
+        model = parallel.prepare(SmallCNN(1, 10, widths=(8, 16)))
+        _backward(model)
+        norm, clipped_norm = parallel.grad_norm(model), parallel.grad_norm(model, 0.01)
+        results[rank] = {"norm": norm, "clipped_norm": clipped_norm, "after_clipping": parallel.grad_norm(model)}
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two processes
+def test_under_fsdp_the_norm_over_both_ranks_shards_is_the_one_process_norm():
+    torch.manual_seed(0)
+    one_process = SmallCNN(1, 10, widths=(8, 16))
+    _backward(one_process)
+    expected = Parallel().grad_norm(one_process)
+    results = mp.Manager().dict()
+    mp.spawn(_sharded_norms, args=(free_port(), results), nprocs=2)
+    for rank in (0, 1):
+        norms = results[rank]
+        assert type(norms["norm"]) is torch.Tensor  # a plain tensor, the same on every rank: not a DTensor shard
+        torch.testing.assert_close(norms["norm"], expected, rtol=1e-6, atol=0)
+        torch.testing.assert_close(norms["clipped_norm"], expected, rtol=1e-6, atol=0)
+        torch.testing.assert_close(norms["after_clipping"], torch.tensor(0.01), rtol=1e-4, atol=0)

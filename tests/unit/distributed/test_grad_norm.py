@@ -1,14 +1,9 @@
-"""Parallel.grad_norm, what train.py logs as train/grad_norm: clip_grad_norm_'s norm in one process, and under
-FSDP (2 processes on gloo, each holding half of every gradient) the whole model's, as one process computes it."""
+"""Parallel.grad_norm, what train.py logs as train/grad_norm: clip_grad_norm_'s norm in one process (FSDP's, over
+every rank's shards, is checked in test_fsdp.py)."""
 
 import copy
 
-import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from test_distributed import free_port
-from test_fsdp import _fsdp
 
 from trainkit.distributed.parallel import Parallel
 from trainkit.models.small_cnn import SmallCNN
@@ -32,30 +27,7 @@ def test_the_norm_is_clip_grad_norm_s_and_clipping_clips_as_it_does():
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), reference.parameters()))
 
 
-def _sharded_norms(rank: int, port: int, results) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        torch.manual_seed(0)
-        parallel = _fsdp(rank)
-        model = parallel.prepare(SmallCNN(1, 10, widths=(8, 16)))
-        _backward(model)
-        norm, clipped_norm = parallel.grad_norm(model), parallel.grad_norm(model, 0.01)
-        results[rank] = {"norm": norm, "clipped_norm": clipped_norm, "after_clipping": parallel.grad_norm(model)}
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.mark.slow  # two processes
-def test_under_fsdp_the_norm_over_both_ranks_shards_is_the_one_process_norm():
-    torch.manual_seed(0)
-    one_process = SmallCNN(1, 10, widths=(8, 16))
-    _backward(one_process)
-    expected = Parallel().grad_norm(one_process)
-    results = mp.Manager().dict()
-    mp.spawn(_sharded_norms, args=(free_port(), results), nprocs=2)
-    for rank in (0, 1):
-        norms = results[rank]
-        assert type(norms["norm"]) is torch.Tensor  # a plain tensor, the same on every rank: not a DTensor shard
-        torch.testing.assert_close(norms["norm"], expected, rtol=1e-6, atol=0)
-        torch.testing.assert_close(norms["clipped_norm"], expected, rtol=1e-6, atol=0)
-        torch.testing.assert_close(norms["after_clipping"], torch.tensor(0.01), rtol=1e-4, atol=0)
+def test_a_model_without_gradients_has_norm_zero_as_clip_grad_norm_says():
+    model = SmallCNN(1, 10, widths=(8, 16))  # no backward yet: every .grad is None
+    assert torch.equal(Parallel().grad_norm(model), torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    assert torch.equal(Parallel().grad_norm(model), torch.tensor(0.0))
