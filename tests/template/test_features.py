@@ -8,6 +8,7 @@ in the copy. With every row dropped at once, the core's quick tests and the temp
 table is the one list: a row added there is deleted here, and one whose deletion needs more than it says fails here.
 """
 
+import json
 import os
 import re
 import shutil
@@ -290,12 +291,17 @@ NO_TRACKER_TESTS = ("tests/unit/config/test_config.py::test_every_rule_key_exist
 @pytest.mark.slow
 @pytest.mark.template
 def test_dropping_every_row_at_once_leaves_a_template_that_trains(pristine, tmp_path):
-    """All rows together (every tracker included): nothing the core reads lives only in their files.
+    """All rows together (every tracker included): nothing the core reads lives only in their files, and the
+    epoch trains to the untrimmed template's test metrics exactly.
     Here, once, the core's quick tests and the template's own quick tests (the README's named step, its keys, the
     docs' links, the style: all of tests/template/ but this file and test_contributing.py, whose recipes touch no
     feature) pass too; each row's docs are checked on text alone by the quick test above."""
     copy = dropped_copy(pristine, tmp_path, list(FEATURES))
     assert_a_template_that_trains(copy, tmp_path, [package for row in FEATURES.values() for package in row.packages])
+    untrimmed = tmp_path / "untrimmed"
+    assert run([sys.executable, "train.py", *one_epoch(untrimmed)], pristine, 600).returncode == 0
+    summaries = [json.loads((folder / "run" / "summary.json").read_text()) for folder in (tmp_path, untrimmed)]
+    assert summaries[0]["test"] == summaries[1]["test"]  # the trimmed core trains exactly as the whole template
     template = sorted(str(path.relative_to(copy)) for path in (copy / "tests" / "template").glob("test_*.py"))
     template.remove("tests/template/test_features.py")  # this test itself
     template.remove("tests/template/test_contributing.py")  # the recipes touch no feature: 12 s here instead of 160
@@ -304,17 +310,23 @@ def test_dropping_every_row_at_once_leaves_a_template_that_trains(pristine, tmp_
     assert checked.returncode == 0, checked.stdout[-3000:]
 
 
-# Every module of the package, imported: one that imports what a row deleted fails here, not in a user's run.
-IMPORT_ALL = (
-    "import importlib, pkgutil, trainkit; "
-    "[importlib.import_module(module.name) for module in pkgutil.walk_packages(trainkit.__path__, 'trainkit.')]"
+# Every module of the package imported, then train.py run, in one process: a module that imports what a row
+# deleted fails here, not in a user's run, and -X importtime lists what the modules and the run imported.
+IMPORT_ALL_AND_TRAIN = (
+    "import importlib, pkgutil, runpy, sys, trainkit; "
+    "[importlib.import_module(module.name) for module in pkgutil.walk_packages(trainkit.__path__, 'trainkit.')]; "
+    "sys.argv = ['train.py', *sys.argv[1:]]; runpy.run_path('train.py', run_name='__main__')"
 )
 
 
+def one_epoch(tmp_path: Path) -> list[str]:
+    return ["trainer.max_epochs=1", "print_config=false", f"hydra.run.dir={tmp_path / 'run'}"]
+
+
 def assert_a_template_that_trains(copy: Path, tmp_path: Path, dropped_packages: list[str]) -> None:
-    """In `copy`: ruff finds no unused import or undefined name, mypy passes, each shell script parses, every
-    module of the package imports, and `python train.py` trains one epoch importing no module of
-    `dropped_packages`."""
+    """In `copy`: ruff finds no unused import or undefined name, mypy passes, each shell script parses, and in one
+    process every module of the package imports and `python train.py` trains one epoch (`tmp_path`/run), together
+    importing no module of `dropped_packages`."""
     lint = run([sys.executable, "-m", "ruff", "check", "--select", "F", "--quiet", "."], copy, 120)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     cache = tmp_path.parent / "mypy-cache"  # beside every test's folder: one cache for all the copies
@@ -322,10 +334,7 @@ def assert_a_template_that_trains(copy: Path, tmp_path: Path, dropped_packages: 
     assert typed.returncode == 0, typed.stdout[-3000:]
     for script in copy.glob("scripts/*.sh"):
         assert run(["bash", "-n", str(script)], copy, 60).returncode == 0, f"{script.name} is no longer valid shell"
-    imported = run([sys.executable, "-c", IMPORT_ALL], copy, 300)
-    assert imported.returncode == 0, imported.stderr[-3000:]
-    one_epoch = ["train.py", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'run'}"]
-    trained = run([sys.executable, "-X", "importtime", *one_epoch], copy, 600)
+    trained = run([sys.executable, "-X", "importtime", "-c", IMPORT_ALL_AND_TRAIN, *one_epoch(tmp_path)], copy, 600)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert (tmp_path / "run" / "summary.json").is_file()
     dropped = modules_of(dropped_packages)

@@ -81,9 +81,8 @@ class Parallel:
         if max_norm:
             return nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         norms = [torch.linalg.vector_norm(p.grad) for p in model.parameters() if p.grad is not None]
-        if not norms:  # a step that reached no weight (all frozen): 0, as clip_grad_norm_ says
-            return torch.tensor(0.0)
-        return torch.linalg.vector_norm(torch.stack(norms))  # as clip_grad_norm_ computes it (torch >= 2.4)
+        # As clip_grad_norm_ computes it (torch >= 2.4), 0 where no weight has a gradient (all frozen) as it says.
+        return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.tensor(0.0)
 
     def save(
         self, checkpoints: Path, state: dict, model: nn.Module, optimizer: torch.optim.Optimizer, improved: bool

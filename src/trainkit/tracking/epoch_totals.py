@@ -119,12 +119,10 @@ class EpochTotals:
         names = sorted(self.recorded)  # the same order on every rank
         batches = torch.tensor(float(self.interval_batches), device=self.device)
         interval = [torch.stack([self.interval_loss, batches]), *(self.recorded[name][2:] for name in names)]
-        sums = all_reduce_sum(torch.cat([*interval, self.names_check(names)]))  # pairs: a sum, its parts
+        sums = all_reduce_sum(torch.cat(interval))  # pairs: the loss (then each recorded value) summed, its parts
         grad_norm = [] if self.grad_norm is None else [self.grad_norm.reshape(1).to(sums)]  # the whole model's
         values = torch.cat([sums[0::2] / sums[1::2], sums[1::2], *grad_norm]).tolist()
-        pairs = len(names) + 2
-        means, parts = values[: pairs - 1], values[pairs : 2 * pairs - 1]
-        self.refuse_other_names(values[pairs - 1], names)
+        means, parts = values[: len(names) + 1], values[len(names) + 1 : 2 * len(names) + 2]
         metrics = {"train/step_loss": means[0]}
         metrics |= {f"train/step_{name}": mean for name, mean, n in zip(names, means[1:], parts[1:]) if n}
         if grad_norm:
@@ -144,11 +142,17 @@ class EpochTotals:
         totals = [self.loss_sum.reshape(1), self.weight_sum.reshape(1), local_counts, unit_counts.to(self.device)]
         names = sorted(self.recorded)
         recorded = [self.recorded[name][:2] for name in names]
-        check = self.names_check(names)
+        # A number from the names, and 1: summed over the ranks, the mean is this rank's number only if all recorded
+        # the same names (a sum of one rank's aux and another's temperature would be a number, silently wrong).
+        check = torch.tensor([names_number(names), 1.0], device=self.device)
         sums = all_reduce_sum(torch.cat([*totals, *recorded, check, metric_sums]))  # promoted, never narrowed
         loss_sum, weight, count, untimed, real, untimed_real, slots = sums[:7].tolist()
         pairs = sums[7 : 7 + 2 * len(names) + 2].tolist()  # each recorded name's value x weight, weight; the check
-        self.refuse_other_names(pairs[-2] / pairs[-1], names)
+        if pairs[-2] / pairs[-1] != names_number(names):
+            raise ValueError(
+                f"Task.record: the ranks recorded different names (this rank: {names}); every rank must record "
+                "the same names in every step"
+            )
         seconds = time.perf_counter() - self.started
         metrics = {
             "train/loss": loss_sum / max(weight, 1),
@@ -166,18 +170,6 @@ class EpochTotals:
         elif self.unit:
             metrics[f"train/{self.unit}_per_sec"] = (real - untimed_real) / seconds
         return metrics
-
-    def names_check(self, names: list[str]) -> torch.Tensor:
-        """[a number from the recorded names, 1]: summed over the ranks, its mean is each rank's own number exactly
-        when every rank recorded the same names (a sum over ranks of different names would mix their values)."""
-        return torch.tensor([names_number(names), 1.0], device=self.device)
-
-    def refuse_other_names(self, mean: float, names: list[str]) -> None:
-        if mean != names_number(names):
-            raise ValueError(
-                f"Task.record: the ranks recorded different names (this rank: {names}); every rank must record "
-                "the same names in every step"
-            )
 
 
 def names_number(names: list[str]) -> float:
