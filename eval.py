@@ -386,7 +386,6 @@ def predicting_task(cfg: DictConfig) -> Any:
     """The run's task, where it says what a prediction is (`predict(outputs)`); one line naming what to add where
     it does not."""
     task = instantiate(cfg.task)
-    average_with_mirror(task, cfg.trainer.tta_flip)  # feature: tta_flip
     if getattr(type(task), "predict", Task.predict) is Task.predict:
         raise ConfigError(
             "task",
@@ -400,6 +399,7 @@ def predicting(cfg: DictConfig, image_size: int | None = None) -> tuple[Any, tor
     """What predict= predicts with: the run's task (predicting_task), the device, the checkpoint's state, and the
     tested model on the device with the side length its batches are resized to (trained_model)."""
     task = predicting_task(cfg)
+    average_with_mirror(task, cfg.trainer.tta_flip)  # feature: tta_flip
     device = pick_device(cfg.device)
     state = load_checkpoint(cfg.checkpoint, device)
     return task, device, state, trained_model(cfg, tested_weights(state)[1], image_size, device)
