@@ -3,7 +3,8 @@
     python eval.py checkpoint=outputs/runs/<time>           # its checkpoints/best.pt (else last.pt), test split
     python eval.py checkpoint=<run> split=val               # the validation split instead
     python eval.py checkpoint=<run> data.split_seed=1       # other data of the same shape
-    python eval.py checkpoint=<run> precision=bf16 trainer.tta_flip=true
+    python eval.py checkpoint=<run> precision=bf16
+    python eval.py checkpoint=<run> trainer.tta_flip=true   # with its mirror  # feature: tta_flip
     python eval.py checkpoint=<run> distributed=ddp distributed.nproc_per_node=2
     python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or one image file's)
     python eval.py checkpoint=<run> predict=path/to/texts   # token data: each .txt file's class
@@ -15,7 +16,7 @@
 
 The config is the checkpoint's own (the resolved config the run trained with) with the keys this
 command line sets on top, as a resume takes it; so the data split, eval transform, precision,
-weights (their average where the run evaluated one) and tta_flip are the run's, and the numbers equal its
+weights (their average where the run evaluated one) and test-time augmentation are the run's, and the numbers equal its
 summary.json. The run's own keys need no + (data.max_length=32: its .hydra/overrides.yaml is
 composed first); the model keeps the checkpoint's settings; of the config groups only precision=
 and distributed= may be chosen (data=, model=, ...: one line). Each call writes into a new
@@ -63,6 +64,7 @@ from trainkit.tasks import evaluate, evaluation_outputs
 from trainkit.tasks.batches import to_device
 from trainkit.tasks.language_model import write_samples, writes_text
 from trainkit.tasks.task import Task
+from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
 from trainkit.tracking import quiet_known_noise, save_png
 from trainkit.tracking.evaluation_figures import save_evaluation_figures  # feature: eval_figures
 from trainkit.tracking.loggers import strict_json
@@ -204,10 +206,10 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
     _, transform = data.transforms(None, input_size, cfg.trainer.channels_last, device)  # the option's, as tested
     task = instantiate(cfg.task)
     task.tokenizer = data.tokenizer
+    average_with_mirror(task, cfg.trainer.tta_flip)  # feature: tta_flip
     loader = data.test if cfg.split == "test" else data.val
     limit = batch_limit(cfg)
-    precision, tta_flip = cfg.precision.name, cfg.trainer.tta_flip
-    evaluated = (model, loader, transform, task, precision, device, limit, tta_flip)  # the figures pass it on too
+    evaluated = (model, loader, transform, task, cfg.precision.name, device, limit)  # the figures pass it on too
     metrics = evaluate(*evaluated)
     save_evaluation_figures(*evaluated, data, out_dir, proc.is_main)  # feature: eval_figures
     results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
@@ -397,6 +399,7 @@ def predicting(cfg: DictConfig, image_size: int | None = None) -> tuple[Any, tor
     """What predict= predicts with: the run's task (predicting_task), the device, the checkpoint's state, and the
     tested model on the device with the side length its batches are resized to (trained_model)."""
     task = predicting_task(cfg)
+    average_with_mirror(task, cfg.trainer.tta_flip)  # feature: tta_flip
     device = pick_device(cfg.device)
     state = load_checkpoint(cfg.checkpoint, device)
     return task, device, state, trained_model(cfg, tested_weights(state)[1], image_size, device)
@@ -406,12 +409,10 @@ def task_predictions(
     model: torch.nn.Module, batch: tuple, transform: Callable, task: Any, cfg: DictConfig, device: torch.device
 ) -> dict:
     """What the task predicts for a batch read from predict= files, (inputs, None: no targets), as evaluation sees
-    a test batch (evaluation_outputs: the task's transform and outputs, precision, tta_flip), so a model of several
-    inputs or outputs predicts as its task scores it."""
+    a test batch (evaluation_outputs: the task's transform and outputs, precision, test-time augmentation), so a
+    model of several inputs or outputs predicts as its task scores it."""
     with torch.no_grad():
-        _, outputs = evaluation_outputs(
-            model, to_device(batch, device), transform, task, cfg.precision.name, cfg.trainer.tta_flip
-        )
+        _, outputs = evaluation_outputs(model, to_device(batch, device), transform, task, cfg.precision.name)
     return task.predict(outputs)
 
 

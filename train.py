@@ -51,6 +51,7 @@ from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, 
 from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.batches import detach
+from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
 from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise,
                                start_logging, warn_if_data_bound)
 from trainkit.tracking.profiling import profiled_timer  # feature: profiler
@@ -214,6 +215,7 @@ def build_run(composed: DictConfig, run_dir: Path, proc: ProcessInfo, device: to
     run.model = run.trained_model = run.parallel.prepare(model)
     run.task = instantiate(cfg.task)
     run.task.tokenizer = data.tokenizer
+    average_with_mirror(run.task, cfg.trainer.tta_flip)  # feature: tta_flip
     run.train_transform, run.eval_transform = data.transforms(cfg.augmentation, input_size, channels_last, device)
     run.scaler = grad_scaler(cfg.precision.name, device)
     found |= searched_batch_size(cfg, run, partial(train_step, run), data.train, device)  # feature: batch_size_finder
@@ -241,7 +243,7 @@ def validate_epoch(run: Run, train_metrics: dict) -> bool:
         average_batchnorm_statistics(model)
     with run.parallel.full_parameters(run.model):
         val = evaluate(run.averaged or run.trained_model, run.data.val, run.eval_transform, run.task,
-                       cfg.precision.name, run.device, cfg.trainer.limit_val_batches, cfg.trainer.tta_flip)
+                       cfg.precision.name, run.device, cfg.trainer.limit_val_batches)
     val_metrics = {f"val/{name}": value for name, value in val.items() if name != "samples"}
     state.last_metrics = {"epoch": state.epoch, "step": state.step, **train_metrics, **val_metrics}
     improved = run.early_stopping.update(state.last_metrics[run.early_stopping.monitor], state.epoch)
@@ -251,7 +253,7 @@ def validate_epoch(run: Run, train_metrics: dict) -> bool:
     with run.parallel.full_parameters(run.model, enabled=bool(cfg.logger.get("log_predictions", 0))):
         if run.shown is not None:
             log_predictions(run.loggers, run.averaged or run.model, run.shown, run.eval_transform, run.task,
-                            cfg.precision.name, run.device, state.step, cfg.trainer.tta_flip)
+                            cfg.precision.name, run.device, state.step)
     if run.proc.is_main:
         log.info(epoch_line(state.epoch, train_metrics, val, improved))
         warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)

@@ -206,7 +206,6 @@ def test_and_summarize(run: Run, stop_reason: str) -> dict:
             run.task,
             run.cfg.precision.name,
             run.device,
-            tta_flip=run.cfg.trainer.tta_flip,
         )
     test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
     test_weights = (

@@ -22,8 +22,7 @@ from tasks_for_tests import AuxiliaryLoss, SignalClassification
 from trainkit.data import DataBundle
 from trainkit.distributed.process_group import ProcessInfo
 from trainkit.errors import ConfigError
-from trainkit.tasks.classification import Classification
-from trainkit.tasks.evaluation import evaluate, with_mirror
+from trainkit.tasks.evaluation import evaluate
 from trainkit.tracking.loggers import Loggers
 from trainkit.tracking.prediction_images import first_images, log_predictions
 
@@ -145,57 +144,6 @@ def test_the_prediction_samples_take_a_dict_batch_and_a_model_that_returns_a_tup
     assert set(shown) == {"signal", "lengths", "label"} and torch.equal(shown["label"], batches[0]["label"][:4])
     assert torch.equal(shown["signal"], batches[0]["signal"][:4])
     log_predictions(Loggers([]), model, shown, torch.nn.Identity(), task, "fp32", CPU, step=1)  # a class: no picture
-
-
-class TwoViewsDictOutput(torch.nn.Module):
-    """Two image batches in, a dict out ({"logits", "embedding"}): what trainer.tta_flip averages leaf by leaf."""
-
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(2 * 64, 10)
-
-    def forward(self, first, second):
-        features = torch.cat([first.flatten(1), 2 * second.flatten(1)], dim=1)  # not symmetric in its mirror
-        return {"logits": self.linear(features), "embedding": features[:, :3]}
-
-
-class TwoViewsOfLogits(Classification):
-    """Gives the model each image twice (two views, as docs/recipes.md's two-view task) and scores its "logits"."""
-
-    def transform(self, batch, transform):
-        images, targets = batch
-        return (transform(images), transform(images)), targets
-
-    def outputs(self, model, batch):
-        (first, second), _ = batch
-        return model(first, second)["logits"]
-
-
-def test_tta_flip_averages_a_two_input_model_s_dict_of_outputs_with_its_mirror_s():
-    torch.manual_seed(0)
-    images, labels = torch.rand(16, 1, 8, 8), torch.randint(0, 10, (16,))
-    model, task = TwoViewsDictOutput(), TwoViewsOfLogits(num_classes=10)
-    flipped = evaluate(model, [(images, labels)], torch.nn.Identity(), task, "fp32", CPU, tta_flip=True)
-    with torch.no_grad():
-        logits = (model(images, images)["logits"] + model(images.flip(-1), images.flip(-1))["logits"]) / 2
-        averaged = with_mirror(model, task)(images, images)  # every output, leaf by leaf
-    assert flipped["loss"] == pytest.approx(F.cross_entropy(logits, labels).item(), abs=1e-6)
-    assert flipped["acc"] == (logits.argmax(dim=1) == labels).float().mean().item()
-    plain = evaluate(model, [(images, labels)], torch.nn.Identity(), task, "fp32", CPU)
-    assert plain["loss"] != pytest.approx(flipped["loss"])  # the mirror counted
-    torch.testing.assert_close(averaged["logits"], logits)
-    first_pixels = (images.flatten(1)[:, :3] + images.flip(-1).flatten(1)[:, :3]) / 2
-    torch.testing.assert_close(averaged["embedding"], first_pixels)
-
-
-def test_tta_flip_refuses_outputs_without_a_mean_and_a_batch_without_images_in_one_line():
-    images = torch.rand(4, 1, 8, 8)
-    class_ids = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
-    with pytest.raises(ConfigError, match=r"^trainer\.tta_flip: .*torch\.int64, which has no mean"):
-        with_mirror(lambda x: class_ids(x).argmax(dim=1), Classification(num_classes=10))(images)
-    with pytest.raises(ConfigError, match=r"^trainer\.tta_flip: mirrors image batches .* given none"):
-        task = SignalClassification(num_classes=10)
-        evaluate(LengthsNet(9, 10), [signals(4)], torch.nn.Identity(), task, "fp32", CPU, tta_flip=True)
 
 
 CAPTIONED_RUN = (

@@ -37,7 +37,8 @@ SEGMENTATION = (
     "data.batch_size=16",
     "model.widths=[8,16]",
     "trainer.max_epochs=2",
-    "trainer.tta_flip=true",  # shapes mirror into shapes: the mean of each image's and its mirror's class maps
+    # shapes mirror into shapes: the mean of each image's and its mirror's class maps (where tta_flip is kept)
+    *["trainer.tta_flip=true"] * template_has("trainer.tta_flip"),
 )
 
 

@@ -34,7 +34,7 @@ SHORT_RUN = (
     "regularization=none",
     "scheduler=constant",
 )
-# 3-channel data that may be mirrored (the digits may not): for channels_last and tta_flip.
+# 3-channel data that may be mirrored (the digits may not): for channels_last.
 SYNTHETIC = (
     "data=synthetic",
     "data.image_size=8",
@@ -44,7 +44,7 @@ SYNTHETIC = (
 )
 
 
-# ---- what the model sees: augmentation, mixing, precision, memory layout, compile, TTA -------------
+# ---- what the model sees: augmentation, mixing, precision, memory layout, compile -----------------
 
 
 def test_the_model_trains_on_augmented_batches(tmp_path, monkeypatch):
@@ -135,14 +135,6 @@ def test_compile_wraps_what_the_loop_calls_and_its_first_step_is_not_throughput(
     assert float(line.split(": ")[1].split("s ")[0]) >= FakeCompiled.COMPILE_SECONDS
     # 16 timed samples in two ordinary steps; counting the first step too would give < 24 / 2 s.
     assert recording.summary["final"]["train/samples_per_sec"] > 24 / FakeCompiled.COMPILE_SECONDS
-
-
-def test_tta_flip_evaluates_each_batch_and_its_mirror_in_validation_and_test(tmp_path, monkeypatch):
-    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, *SYNTHETIC, "trainer.tta_flip=true")
-    evaluation = recording.eval_forwards()
-    assert len(evaluation) == 4  # one validation batch, one test batch: each with its mirror
-    for plain, mirrored in zip(evaluation[::2], evaluation[1::2], strict=True):
-        assert torch.equal(mirrored.inputs, plain.inputs.flip(-1))
 
 
 def test_per_sample_transforms_of_an_image_folder_reach_the_training_batches(tmp_path, monkeypatch):

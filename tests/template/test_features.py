@@ -34,6 +34,7 @@ DOC_NAMES = {
     "compare_runs": r"compare_runs\.py",
     "eval_figures": r"confusion_matrix|predictions\.png",
     "slurm": r"launcher=slurm|submitit|slurm_example",
+    "tta_flip": r"tta_flip|flip test-time|\btta\b",
 }
 # The core's quick tests: the config, checkpoints and the runtime, none of which may need a feature.
 CORE_TESTS = (

@@ -131,7 +131,6 @@ RULES: dict[str, Check] = {
     "trainer.cudnn_benchmark": flag(),
     "trainer.deterministic": flag(),
     "trainer.progress_bar": flag(),
-    "trainer.tta_flip": flag(),
     "data._target_": text(),  # the data class; trainkit.config.validation imports it to read its keys and needs
     "task._target_": text(),  # the task class; trainkit.config.validation imports it to read its metric names
     "data.name": text(),  # a label: the option's file (data=<name>) and _target_ decide what loads

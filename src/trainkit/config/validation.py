@@ -420,7 +420,7 @@ def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tup
 
 
 def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """The augmentation group, flip TTA and a resize work on images; on other data (tokens, a table) they
+    """The augmentation group, a resize and the memory layout work on images; on other data (tokens, a table) they
     would do nothing or garbage, so they are refused rather than ignored."""
     data = _data_class(cfg)
     if data is None or issubclass(data, ImageData):
@@ -429,8 +429,6 @@ def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     active = active_ops(cfg.augmentation)
     if active:
         yield "augmentation", f"{', '.join(active)} transform images, but {what}; use augmentation=none"
-    if cfg.trainer.tta_flip:
-        yield "trainer.tta_flip", f"mirrors images, but {what}; set trainer.tta_flip=false"
     if cfg.finetune.input_size is not None:
         yield "finetune.input_size", f"resizes images, but {what}; leave it null"
     if cfg.trainer.channels_last:
@@ -461,15 +459,6 @@ def _per_sample_needs_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
                 f"memory on the device; use data=imagefolder, or the device ops (augmentation=basic, strong "
                 f"or mixup: crop_padding, horizontal_flip, random_erasing, mixup_alpha, cutmix_alpha)"
             ),
-        )
-
-
-def _no_flip_tta_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.trainer.tta_flip and cfg.data.get("mirror_changes_label"):
-        yield (
-            "trainer.tta_flip",
-            f"averages each image with its mirror, but {cfg.data.name} sets data.mirror_changes_label=true; "
-            f"set trainer.tta_flip=false",
         )
 
 
@@ -525,12 +514,8 @@ RELATIONS = (
     Relation(("data._target_", "augmentation"), _per_sample_needs_files),
     # after the augmentation checks: a bad augmentation section is reported once, as itself
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
-    Relation(("data.mirror_changes_label", "trainer.tta_flip"), _no_flip_tta_where_mirroring_changes_the_label),
     Relation(("task._target_", "augmentation", "finetune.input_size", "data.mirror_changes_label"), _spatial_targets),
-    Relation(
-        ("data._target_", "augmentation", "trainer.tta_flip", "finetune.input_size", "trainer.channels_last"),
-        _image_ops_need_images,
-    ),
+    Relation(("data._target_", "augmentation", "finetune.input_size", "trainer.channels_last"), _image_ops_need_images),
     Relation(("task._target_", "augmentation"), _mixing_needs_a_task_that_mixes),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),

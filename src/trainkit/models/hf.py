@@ -7,7 +7,7 @@ The head follows the task (`model.task`, the task's `_target_`): task=classifica
 model's `AutoModelForSequenceClassification` (data.num_classes labels), task=language_model its
 `AutoModelForCausalLM`. `create_hf_model` wraps it in `HuggingFaceModel`, whose forward takes the
 batch's token ids as our own models do and returns the logits alone, so every task, the finders,
-EMA, evaluation, tta, sampling and eval.py take it unchanged: the ModelOutput (a dict-like with
+EMA, evaluation, sampling and eval.py take it unchanged: the ModelOutput (a dict-like with
 logits, hidden states, a cache) stops here, at the one place that knows it is there. The attention
 mask comes from the padding: a classifier's inputs are padded with `model.pad_token_id` (the data's
 padding id, trainkit.data.text.PAD_ID for bytes), masked out of attention and pooling; a language

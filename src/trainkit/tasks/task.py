@@ -41,6 +41,9 @@ class Task:
     gathers_across_ranks: ClassVar[bool] = False
     # Set from the data once it is built (train.py, eval.py); None unless the data is text.
     tokenizer: Any = None
+    # Set by a feature's test-time augmentation (train.py, eval.py): (model, task) in, what evaluation calls in the
+    # model's place out. None: the model.
+    test_time_augmentation: Callable[[Callable[..., Any], "Task"], Callable[..., Any]] | None = None
     _recorded: dict[str, Tensor] | None = None  # this step's `record` calls, until the loop takes them
 
     def to_device(self, batch: Any, device: torch.device) -> Any:
@@ -126,7 +129,8 @@ class Task:
         raise NotImplementedError
 
     def mirror_outputs(self, outputs: Any) -> Any:
-        """Unmirrors the outputs for a mirrored input (trainer.tta_flip): a task that predicts a map flips it back."""
+        """Unmirrors the outputs for a mirrored input (test-time augmentation): a task that predicts a map flips it
+        back."""
         return outputs
 
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:

@@ -1,8 +1,8 @@
 """eval.py's pictures of a model's predictions on a split, chosen by what its task predicts (`task.predict`):
 
-    save_evaluation_figures(model, loader, transform, task, precision, device, limit, tta_flip, data, out_dir,
-                            is_main)   # what eval.py calls (evaluate's arguments first), on every rank: the two below
-    shown = predicted_on(model, data.test, transform, task, precision, device, num_classes, tta_flip)
+    save_evaluation_figures(model, loader, transform, task, precision, device, limit, data, out_dir, is_main)
+    # ^ what eval.py calls (evaluate's arguments first), on every rank: the two below
+    shown = predicted_on(model, data.test, transform, task, precision, device, num_classes)
     written = save_figures(shown, out_dir, class_names)   # rank 0 alone; the paths it wrote
 
 - a class an image (`predict(outputs)["class"]`): confusion_matrix.png, rows the true class and
@@ -57,7 +57,6 @@ def save_evaluation_figures(
     precision: str,
     device: torch.device,
     limit: int | None,
-    tta_flip: bool,
     data: Any,
     out_dir: Path,
     is_main: bool,
@@ -66,7 +65,7 @@ def save_evaluation_figures(
     batches (every rank: the confusion counts are all-reduced), then rank 0 (`is_main`) writes it into `out_dir`."""
     if data.kind != "image":
         return
-    shown = predicted_on(model, limited(loader, limit), transform, task, precision, device, data.num_classes, tta_flip)
+    shown = predicted_on(model, limited(loader, limit), transform, task, precision, device, data.num_classes)
     if is_main:
         save_figures(shown, out_dir, data.class_names)
 
@@ -79,7 +78,6 @@ def predicted_on(
     precision: str,
     device: torch.device,
     num_classes: int,
-    tta_flip: bool = False,
     shown: int = 4,
 ) -> Predicted:
     """One pass over `loader` with the outputs evaluation sees (trainkit.tasks.evaluation.evaluation_outputs: the
@@ -92,7 +90,7 @@ def predicted_on(
     with torch.no_grad():
         for loaded in loader:
             loaded = task.to_device(loaded, device)
-            batch, outputs = evaluation_outputs(model, loaded, transform, task, precision, tta_flip)
+            batch, outputs = evaluation_outputs(model, loaded, transform, task, precision)
             predicted, targets = task.predict(outputs), task.targets(batch)
             if "mask" in predicted:  # a class a pixel: the first few images (as loaded) are the picture
                 masks = (first_tensor(loaded)[:shown].cpu(), targets[:shown].cpu(), predicted["mask"][:shown].cpu())

@@ -55,12 +55,11 @@ def log_predictions(
     precision: str,
     device: torch.device,
     step: int,
-    tta_flip: bool = False,
     key: str = "val/predictions",
 ) -> None:
     """The model's predictions for the `shown` samples (first_images), as evaluation sees them (eval mode, the
-    task's transform and outputs: trainkit.tasks.evaluation.evaluation_outputs, `tta_flip`), to the loggers, when
-    the task predicts masks (drawn over the images the task shows of the batch: task.shown_images)."""
+    task's transform and outputs, its test-time augmentation: trainkit.tasks.evaluation.evaluation_outputs), to the
+    loggers, when the task predicts masks (drawn over the images the task shows of the batch: task.shown_images)."""
     if callable(sample := getattr(task, "sample_for_logging", None)):  # a language model: a sample of its text
         if (logged := sample(model, shown)) is not None:
             key, text = logged
@@ -68,7 +67,7 @@ def log_predictions(
         return
     model.eval()
     with torch.no_grad():
-        batch, outputs = evaluation_outputs(model, shown, transform, task, precision, tta_flip)
+        batch, outputs = evaluation_outputs(model, shown, transform, task, precision)
     predicted = task.predict(tree_map_only(Tensor, Tensor.float, outputs))
     images = task.shown_images(shown)
     if "mask" not in predicted or images is None:  # a class an image (or your task's own kind): nothing to draw

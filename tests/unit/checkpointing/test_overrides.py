@@ -12,18 +12,18 @@ ON_TOP = "on top of a checkpoint's config"
 
 def test_the_keys_and_groups_the_command_line_sets_replace_the_saved_ones():
     saved = to_dict(composed("trainer.max_epochs=3", "data.batch_size=48"))
-    overrides = ["data=synthetic", "data.channels=1", "trainer.tta_flip=true", "~seed"]
+    overrides = ["data=synthetic", "data.channels=1", "trainer.channels_last=true", "~seed"]
     cfg = config_with_overrides(saved, composed(*overrides), overrides, when=ON_TOP)
     assert (cfg.data.name, cfg.data.channels, cfg.data.batch_size) == ("synthetic", 1, 128)  # the group, replaced
-    assert cfg.trainer.tta_flip and cfg.trainer.max_epochs == 3 and "seed" not in cfg
+    assert cfg.trainer.channels_last and cfg.trainer.max_epochs == 3 and "seed" not in cfg
     assert cfg.model.in_channels == 1 and cfg.model.num_classes == 10  # linked to data.*, as the config links them
 
 
 def test_what_the_command_line_does_not_set_stays_as_saved_and_new_keys_take_their_defaults():
     saved = to_dict(composed("data.batch_size=48"))  # e.g. what the batch-size finder chose
-    del saved["trainer"]["tta_flip"]  # a key the code added after the checkpoint was written
+    del saved["trainer"]["channels_last"]  # a key the code added after the checkpoint was written
     cfg = config_with_overrides(saved, composed("optimizer.lr=0.5"), ["optimizer.lr=0.5"])
-    assert (cfg.data.batch_size, cfg.optimizer.lr, cfg.trainer.tta_flip) == (48, 0.5, False)
+    assert (cfg.data.batch_size, cfg.optimizer.lr, cfg.trainer.channels_last) == (48, 0.5, False)
 
 
 def test_a_global_group_is_refused_in_one_line_that_says_when():

@@ -131,7 +131,6 @@ RULE_CASES = [
     (["trainer.deterministic=yes"], "trainer.deterministic"),
     (["trainer.compile=yes"], "trainer.compile"),
     (["trainer.progress_bar=2"], "trainer.progress_bar"),
-    (["trainer.tta_flip=1"], "trainer.tta_flip"),
     (["data.name=3"], "data.name"),
     (["data._target_=3"], "data._target_"),
     (["data=mnist", "data.root=3"], "data.root"),
@@ -249,7 +248,6 @@ RELATION_CASES = [
     # a schedule is the function scheduler._target_ names; the section's other keys are its arguments
     (["+scheduler.name=linear"], "scheduler.name"),
     (["scheduler._target_=trainkit.schedules.nowhere"], "scheduler._target_"),
-    (["experiment=stdlib_gpt", "trainer.tta_flip=true"], "trainer.tta_flip"),
     (["data.batch_size=32", "trainer.micro_batch_size=48"], "trainer.micro_batch_size"),  # nothing to split
     (["task._target_=tasks_for_tests.InBatchContrastive", "trainer.micro_batch_size=16"], "trainer.micro_batch_size"),
     ([*FUNCTIONS, "trainer.channels_last=true"], "trainer.channels_last"),
@@ -305,7 +303,6 @@ RELATION_CASES = [
     ),
     ([*IMAGES, "augmentation=randaugment", "+augmentation.per_sample.erase=0.2"], "augmentation.per_sample.erase"),
     (["augmentation=randaugment", "augmentation.per_sample.horizontal_flip=false"], "augmentation.per_sample"),
-    (["trainer.tta_flip=true"], "trainer.tta_flip"),  # digits: a mirrored 2 is not a 2
     # the task names what may be monitored and optimized
     (["optimized_metric=foo"], "optimized_metric"),
     (["optimized_metric=val/miou"], "optimized_metric"),  # classification has no miou
@@ -317,7 +314,6 @@ RELATION_CASES = [
     (["task=segmentation", "optimized_metric=val/miou"], "task.horizontal_flip"),  # digits: a mirrored 2 is no 2
     # image operations on data that is not images, MixUp/CutMix with a task that does not mix
     ([*TABLE, "augmentation=shift"], "augmentation"),
-    ([*TABLE, "trainer.tta_flip=true"], "trainer.tta_flip"),
     ([*TABLE, "finetune.input_size=16"], "finetune.input_size"),
     (["task._target_=tasks_for_tests.Regression", "augmentation=mixup"], "augmentation.mixup_alpha"),
     # a model with one class per pixel needs a task with one target per pixel
