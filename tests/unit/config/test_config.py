@@ -12,6 +12,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException, MissingConfigException
 
 from conftest import composed, made_for, run_here
+from helpers import needs_image_folders, unless_trimmed
 from trainkit.cli import one_line
 from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems
@@ -156,12 +157,12 @@ RULE_CASES = [
     (["data.batch_size=1.5"], "data.batch_size"),
     (["data.eval_batch_size=0"], "data.eval_batch_size"),
     (["data.num_workers=-1"], "data.num_workers"),
-    (["data=imagefolder", "data.root=/data/images", "data.num_workers=many"], "data.num_workers"),
-    (["data=imagefolder", "data.root=/data/images", "data.prefetch_factor=0"], "data.prefetch_factor"),
-    (["data=imagefolder", "data.root=/data/images", "data.pin_memory=sometimes"], "data.pin_memory"),
+    ([*TEXTS, "data.num_workers=many"], "data.num_workers"),
+    ([*TEXTS, "data.prefetch_factor=0"], "data.prefetch_factor"),
+    ([*TEXTS, "data.pin_memory=sometimes"], "data.pin_memory"),
     (["data.drop_last=maybe"], "data.drop_last"),
     (["data.shuffle=maybe"], "data.shuffle"),
-    ([*IMAGES, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
+    ([*TEXTS, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
     ([*TEXTS, "data.max_length=0", "model.max_length=1024"], "data.max_length"),
     ([*TEXTS, "data.class_folders=[pos]"], "data.class_folders"),
     ([*TEXTS, "data.class_folders=[neg,neg]"], "data.class_folders"),  # neg's files twice, as two labels
@@ -365,6 +366,9 @@ DECLARED_CASES = [
     (["scheduler.warmup_start_factor=1.5"], "scheduler.warmup_start_factor"),
     (["scheduler.min_lr_ratio=2"], "scheduler.min_lr_ratio"),
 ]
+RULE_CASES, RELATION_CASES = (
+    unless_trimmed(unless_trimmed(cases, "data=imagefolder"), "data=cached") for cases in (RULE_CASES, RELATION_CASES)
+)
 CASES = RULE_CASES + RELATION_CASES + DECLARED_CASES
 
 
@@ -465,8 +469,16 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
             ["augmentation=basic"],
             ["data.mirror_changes_label=true", "augmentation=shift", "data.mirror_changes_label=false"],
         ),
-        ([*IMAGES, "data.val_fraction=0"], ["best.pt", "data.val_fraction=0.02", "data.root/val/<class>/"]),
-        ([*IMAGES, "data.test_fraction=0"], ["data.test_fraction=0.02", "data.root/test/<class>/"]),
+        pytest.param(
+            [*IMAGES, "data.val_fraction=0"],
+            ["best.pt", "data.val_fraction=0.02", "data.root/val/<class>/"],
+            marks=needs_image_folders,
+        ),
+        pytest.param(
+            [*IMAGES, "data.test_fraction=0"],
+            ["data.test_fraction=0.02", "data.root/test/<class>/"],
+            marks=needs_image_folders,
+        ),
         (["model=gpt"], ["model.block_size: ", "${data.block_size}, but data=digits has no data.block_size"]),
         (["model=sequence"], ["${data.vocabulary}", "model.vocabulary=<value>"]),
         ([*TEXTS, "data.class_folders=[neg,neg]"], ["names neg more than once", "name each class folder once"]),
@@ -509,7 +521,7 @@ def test_a_contradiction_between_bad_values_is_not_reported():
 @pytest.mark.parametrize(
     "overrides, key",
     [
-        (["data=imagefolder"], "data.root"),
+        pytest.param(["data=imagefolder"], "data.root", marks=needs_image_folders),
     ],
 )
 def test_required_keys_say_how_to_pass_them(compose_config, overrides, key):
@@ -543,7 +555,7 @@ def test_a_missing_augmentation_key_or_null_means_off(compose_config):
     "overrides",
     [
         ["data=synthetic", "augmentation=strong"],
-        ["data=imagefolder", "data.root=/data/images", "augmentation=basic"],
+        pytest.param(["data=imagefolder", "data.root=/data/images", "augmentation=basic"], marks=needs_image_folders),
         ["augmentation=basic", "data.mirror_changes_label=false"],  # your digits are mirror-safe: you say so
         ["data=mnist", "augmentation=basic", "augmentation.horizontal_flip=false"],
     ],
@@ -552,6 +564,7 @@ def test_flips_are_allowed_where_the_mirror_image_keeps_its_label(compose_config
     validate(compose_config(overrides))
 
 
+@needs_image_folders
 def test_a_bad_config_fails_before_any_data_model_or_run_directory(tmp_path):
     run_dir = tmp_path / "run"
     returncode, _, stderr = run_here(
@@ -586,15 +599,20 @@ def test_importing_the_schema_stays_light():
         (["data=synthetic", "data.num_workers=2"], "data.num_workers=2 is ignored"),
         (["data.root=/data"], "data.root=/data is ignored"),
         (["data=synthetic", "data.download=true"], "data.download=true is ignored"),
-        (["data=imagefolder", "data.root=/data/images", "data.download=true"], "data.download=true is ignored"),
+        pytest.param(
+            ["data=imagefolder", "data.root=/data/images", "data.download=true"],
+            "data.download=true is ignored",
+            marks=needs_image_folders,
+        ),
         (["scheduler=constant", "scheduler.warmup_start_factor=0.1"], "scheduler.warmup_start_factor is ignored"),
         (
             ["data=cifar10", "augmentation=basic", "+augmentation.random_order=true"],
             "augmentation.random_order=true is ignored",
         ),
-        (
+        pytest.param(
             [*IMAGES, "augmentation=trivialaugment", "+augmentation.per_sample.magnitude=9"],
             "augmentation.per_sample.magnitude=9 is ignored",
+            marks=needs_image_folders,
         ),
     ],
 )
@@ -611,12 +629,15 @@ def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fr
     [
         [],
         ["data=mnist"],
-        ["data=imagefolder", "data.root=/data/images"],
-        ["data=imagefolder", "data.root=/data/images", "data.num_workers=3", "data.pin_memory=false"],
+        pytest.param(["data=imagefolder", "data.root=/data/images"], marks=needs_image_folders),
+        pytest.param(
+            ["data=imagefolder", "data.root=/data/images", "data.num_workers=3", "data.pin_memory=false"],
+            marks=needs_image_folders,
+        ),
         ["data.num_workers=auto"],  # in-memory data: auto means none, nothing to warn about
         ["data=mnist", "data.download=true"],
         ["augmentation=strong"],
-        [*IMAGES, "augmentation=randaugment"],
+        pytest.param([*IMAGES, "augmentation=randaugment"], marks=needs_image_folders),
     ],
 )
 def test_defaults_and_used_settings_warn_about_nothing(compose_config, overrides):
