@@ -50,8 +50,9 @@ from trainkit.checkpointing.resume import run_dir_of
 from trainkit.config import to_dict
 from trainkit.config.validation import validate
 from trainkit.data import Data, build_data, make_data
+from trainkit.data.class_folders import walk_files
 from trainkit.data.datasets import ImageData, data_class
-from trainkit.data.imagefolder import image_extensions, open_image, resize_center_crop, walk_files
+from trainkit.data.images import image_extensions, open_image, resize_center_crop
 from trainkit.data.text import TEXT_EXTENSIONS, TextData, utf8_bytes
 from trainkit.data.tokenizing import Tokenized, Tokens
 from trainkit.distributed import ProcessInfo

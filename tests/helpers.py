@@ -27,6 +27,21 @@ def template_has(config: str) -> bool:
     return OmegaConf.select(OmegaConf.load(ROOT / "conf" / "config.yaml"), config) is not None
 
 
+# A test of the core or of another capability that picks data=imagefolder: skipped once image_folders is trimmed.
+needs_image_folders = pytest.mark.skipif(
+    not template_has("data/imagefolder.yaml"), reason="this clone has no data=imagefolder (trimmed)"
+)
+
+
+def unless_trimmed(cases: list, override: str) -> list:
+    """`cases` (tuples whose first item is a list of overrides) without those that pick `override`
+    ("data=imagefolder") once a trim deleted its yaml: a list that parametrizes a test and is read as a whole too."""
+    group, option = override.split("=")
+    if template_has(f"{group}/{option}.yaml"):
+        return cases
+    return [case for case in cases if override not in case[0]]
+
+
 def hashes_of_every_file(run_dir: Path) -> dict[str, str]:
     """Every file's SHA-256 and every folder, by its path in `run_dir`."""
     return {

@@ -3,6 +3,7 @@
 import pytest
 
 from conftest import ROOT
+from helpers import needs_image_folders
 
 LOGGERS = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "logger").glob("*.yaml")))  # none and the trackers
 
@@ -18,7 +19,11 @@ LOGGERS = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "logger").glob
             ["trainer.max_epochs=abc", "optimizer.lr=0", "data.batch_size=-4"],
             ["trainer.max_epochs", "whole number", "optimizer.lr", "> 0", "data.batch_size", ">= 1"],
         ),
-        (["data=imagefolder", "data.root=/no/such/folder"], ["data.root", "/no/such/folder"]),
+        pytest.param(
+            ["data=imagefolder", "data.root=/no/such/folder"],
+            ["data.root", "/no/such/folder"],
+            marks=needs_image_folders,
+        ),
         (["data=mnist", "data.root=/no/such/folder"], ["data.root", "data.download=true"]),
         (["trainer.max_epochs=-1"], ["trainer.max_epochs", ">= 1"]),
         # the U-Net halves the size twice: found by the config check, not by UNet.forward's ValueError

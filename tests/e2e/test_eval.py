@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import ROOT, TrainRun, composed, run_here
-from helpers import template_has
+from helpers import needs_image_folders, template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.data.datasets import read_digits
@@ -134,6 +134,7 @@ def test_predict_writes_one_row_per_image(classification, tmp_path):
     assert "predictions for 12 images" in evaluation.stdout
 
 
+@needs_image_folders
 def test_predict_names_an_image_folders_classes_without_its_data_and_skips_what_it_cannot_read(tmp_path):
     """The checkpoint keeps the class names: predicting on another machine, without the training folder, names them.
     An image it cannot read is one line, or skipped under data.skip_bad_files=true; what is skipped is named."""

@@ -8,7 +8,7 @@ import socket
 import pytest
 import torch
 
-from helpers import hashes_of_every_file
+from helpers import hashes_of_every_file, needs_image_folders
 from trainkit.checkpointing import own_run_directory
 
 QUICK = ("trainer.progress_bar=false", "print_config=false", "trainer.log_every_n_steps=1")
@@ -118,6 +118,7 @@ def test_a_resume_refused_inside_ddp_workers_is_one_line_and_leaves_every_file_a
     assert hashes_of_every_file(first.run_dir) == before
 
 
+@needs_image_folders
 def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_path):
     from PIL import Image
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import ROOT
+from helpers import needs_image_folders
 
 # 48 images of 12x12 pixels, a class a colour; val and test carved a quarter each: 3 training batches of 8 an epoch.
 RUN = (
@@ -65,6 +66,7 @@ def assert_same_tensors(run, other) -> None:
     assert [path for path in tensors if not torch.equal(tensors[path], others[path])] == []
 
 
+@needs_image_folders
 @pytest.mark.slow  # five runs, two in subprocesses (a SIGTERM)
 def test_per_image_augmentation_trains_the_same_with_any_workers_and_after_a_resume(run_train, images, monkeypatch):
     runs = {workers: run_train(*images, f"data.num_workers={workers}") for workers in (0, 1, 2)}

@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT
-from helpers import assert_same_training
+from helpers import assert_same_training, needs_image_folders
 
 QUICK = ("trainer.max_epochs=3", "trainer.progress_bar=false")
 
@@ -378,6 +378,7 @@ def test_debug_fast_limits_batches(run_train):
     assert len(epochs) == 2 and epochs[-1]["step"] == 6
 
 
+@needs_image_folders
 @pytest.mark.slow  # trains in this process (run_train)
 def test_imagefolder_infers_its_classes(run_train, tmp_path):
     from PIL import Image

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import composed
-from helpers import record_run
+from helpers import needs_image_folders, record_run
 from trainkit.models.finetune import freeze
 
 # A narrow CNN, three batches of 8 digits and one validation batch: a run takes about a second.
@@ -137,12 +137,13 @@ def test_compile_wraps_what_the_loop_calls_and_its_first_step_is_not_throughput(
     assert recording.summary["final"]["train/samples_per_sec"] > 24 / FakeCompiled.COMPILE_SECONDS
 
 
+@needs_image_folders
 def test_per_sample_transforms_of_an_image_folder_reach_the_training_batches(tmp_path, monkeypatch):
     """A flip-only per-sample recipe (decoded in the loader, here without workers): every training image
     is a file's plain decode or its mirror, and some are mirrored."""
     from PIL import Image
 
-    from trainkit.data.imagefolder import decode
+    from trainkit.data.images import decode
 
     files = []
     for index in range(24):

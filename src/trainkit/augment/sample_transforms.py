@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from trainkit.augment.batch_transform import active_ops
-from trainkit.data.imagefolder import ImageFolderDataset, resize_center_crop
+from trainkit.data.images import ImageFolderDataset, resize_center_crop
 from trainkit.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -33,11 +33,12 @@ RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced th
     "trainkit.data.datasets.load_mnist": "trainkit.data.datasets.MNIST",
     "trainkit.data.datasets.load_cifar10": "trainkit.data.datasets.CIFAR10",
     "trainkit.data.shapes.make_shapes": "trainkit.data.shapes.Shapes",
-    "trainkit.data.imagefolder.image_folder": "trainkit.data.imagefolder.ImageFolder",
-    "trainkit.data.cache.load_cache": "trainkit.data.cache.Cached",
     "trainkit.data.datasets.make_synthetic": "trainkit.data.synthetic.Synthetic",
     "trainkit.data.datasets.Synthetic": "trainkit.data.synthetic.Synthetic",
 }
+IMAGE_FOLDER = "trainkit.data.imagefolder"  # feature: image_folders
+RENAMED_DATA_TARGETS[f"{IMAGE_FOLDER}.image_folder"] = f"{IMAGE_FOLDER}.ImageFolder"  # feature: image_folders
+RENAMED_DATA_TARGETS["trainkit.data.cache.load_cache"] = "trainkit.data.cache.Cached"  # feature: cache
 # The schedules that left trainkit.schedules, name -> their module in trainkit now: an older checkpoint names
 # their old place.
 MOVED_SCHEDULES: dict[str, str] = {}

@@ -456,8 +456,9 @@ def _per_sample_needs_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
             "augmentation.per_sample",
             (
                 f"runs per image in the DataLoader workers that decode files, but {cfg.data.name} is held in "
-                f"memory on the device; use data=imagefolder, or the device ops (augmentation=basic, strong "
-                f"or mixup: crop_padding, horizontal_flip, random_erasing, mixup_alpha, cutmix_alpha)"
+                f"memory on the device; use data decoded from files (an image folder), or the device ops "
+                f"(augmentation=basic, strong or mixup: crop_padding, horizontal_flip, random_erasing, mixup_alpha, "
+                f"cutmix_alpha)"
             ),
         )
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from trainkit.data.datasets import Folds, ImageData, Split, Splits
+from trainkit.data.datasets import Folds, ImageData, Split, Splits, data_class
 from trainkit.data.imagefolder import ImageFolder, load_image_folder
 from trainkit.errors import ConfigError
 
@@ -205,3 +205,20 @@ def remake_command(data: Cached | ImageFolder, meta: dict[str, Any], root: Path,
     if data.channels != meta["channels"]:
         settings += [f"'data.{key}=[{','.join(f'{v:g}' for v in getattr(data, key))}]'" for key in ("mean", "std")]
     return f"python scripts/preprocess.py {root} data.root={meta['source']} {' '.join(settings)}"
+
+
+def cache_advice(data: Any, in_memory: bool) -> list[str]:
+    """What a cache offers a run that waits for its data (trainkit.tracking.bottleneck's warning): images decoded
+    from files (`in_memory` False), a cache made once; a cache (held in memory, from image files) too large for
+    the device, one made smaller. Nothing for other data."""
+    if not getattr(data_class(data._target_), "decodes_images", False):
+        return []
+    if in_memory:
+        return [
+            "a cache too large for the device streams from its memory-mapped file: rebuild it with "
+            "scripts/preprocess.py at a smaller data.image_size so it fits on the device"
+        ]
+    return [
+        f"decode once, offline: scripts/preprocess.py turns {data.root} into a uint8 cache at data.image_size, "
+        "and data=cached trains from it on the device with no per-image decoding"
+    ]

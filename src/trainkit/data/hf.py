@@ -15,8 +15,8 @@ import torch
 from torch.utils.data import Dataset
 
 from trainkit.config.schema import Check, flag
+from trainkit.data.class_folders import is_hidden
 from trainkit.data.datasets import FileSplits, Folds, Splits, carve
-from trainkit.data.imagefolder import is_hidden
 from trainkit.data.text import TextData, report_majority, report_truncated
 from trainkit.data.tokenizing import Tokens
 from trainkit.errors import ConfigError

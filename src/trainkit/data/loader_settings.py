@@ -65,7 +65,7 @@ def resolve_pin_memory(value: bool | str, device: torch.device) -> bool:
 
 
 def file_loader_settings(data: Any, device: torch.device) -> dict:
-    """FileLoader's worker count, pinning and prefetch from the data option (data=imagefolder's defaults for keys it
+    """FileLoader's worker count, pinning and prefetch from the data option (an image folder's defaults for keys it
     lacks); rank 0 logs what `auto` chose."""
     pin_memory = getattr(data, "pin_memory", "auto")
     settings = dict(

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, default_collate, get_worker_info
 
-from trainkit.data.imagefolder import BadFile
+from trainkit.data.images import BadFile
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -16,15 +16,15 @@ import torch
 from torch.utils.data import Dataset
 
 from trainkit.config.schema import Check, integer
-from trainkit.data.datasets import FileSplits, Folds
-from trainkit.data.imagefolder import (
-    BadFile,
+from trainkit.data.class_folders import (
     _check_root,
     _check_same_classes,
     _class_folders,
     class_files,
     class_folder_splits,
 )
+from trainkit.data.datasets import FileSplits, Folds
+from trainkit.data.images import BadFile
 from trainkit.data.tokenizing import ByteTokens, Tokenized, Tokens, tokenizer_problems
 from trainkit.errors import ConfigError
 

@@ -11,9 +11,9 @@ from typing import ClassVar
 
 import torch
 
+from trainkit.data.class_folders import is_hidden
 from trainkit.data.datasets import FileSplits, Folds, Split, Splits
 from trainkit.data.identity import texts_identity
-from trainkit.data.imagefolder import is_hidden
 from trainkit.data.stdlib_source import corpus_version, stdlib_files
 from trainkit.data.text import BadTextFile, read_utf8
 from trainkit.data.tokenizing import ByteTokens, Tokenized, Tokens, tokenizer_problems

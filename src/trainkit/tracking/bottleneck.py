@@ -53,11 +53,9 @@ def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool, gpu_util:
             f"{data.name} is held in memory on the device, so workers and pinned memory do not apply: the wait is "
             f"the per-batch gather, large next to a step this short; raise data.batch_size (now {data.batch_size})"
         ]
-        if getattr(data_class(data._target_), "decodes_images", False):  # in memory, from image files: data=cached
-            advice.append(
-                "a cache too large for the device streams from its memory-mapped file: rebuild it with "
-                "scripts/preprocess.py at a smaller data.image_size so it fits on the device"
-            )
+        from trainkit.data.cache import cache_advice  # feature: cache
+
+        advice += cache_advice(data, in_memory=True)  # feature: cache
         return advice
     workers = loader.loader.num_workers
     advice = [worker_advice(workers, this_rank_cores(), on_cuda, gpu_util)]
@@ -66,10 +64,9 @@ def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool, gpu_util:
     if on_cuda and not loader.loader.pin_memory:
         advice.append("pinned memory: data.pin_memory=true (asynchronous host-to-device copies)")
     if getattr(data_class(data._target_), "decodes_images", False):  # text, or a data kind of yours: no images
-        advice.append(
-            f"decode once, offline: scripts/preprocess.py turns {data.root} into a uint8 cache at data.image_size, "
-            "and data=cached trains from it on the device with no per-image decoding"
-        )
+        from trainkit.data.cache import cache_advice  # feature: cache
+
+        advice += cache_advice(data, in_memory=False)  # feature: cache
         advice.append(f"a smaller data.image_size (now {data.image_size}): less to decode, resize and copy")
     return advice
 

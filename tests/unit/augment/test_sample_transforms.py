@@ -8,6 +8,7 @@ import torch
 from omegaconf import OmegaConf
 from PIL import Image
 
+from helpers import needs_image_folders
 from trainkit.augment.sample_transforms import SampleTransform, attach_sample_transform
 from trainkit.data import build_data
 from trainkit.data.loaders import TensorLoader
@@ -50,6 +51,7 @@ def test_without_a_crop_the_image_is_resized_and_centre_cropped_first():
     assert len(outs) == 2  # the centre crop, mirrored or not
 
 
+@needs_image_folders
 def test_attached_to_an_image_folder_loader_it_runs_in_the_workers(tmp_path):
     """A flip-only recipe: each training image, decoded in a worker, is its file's plain decode or
     that mirrored, and some are mirrored; evaluation is never augmented."""

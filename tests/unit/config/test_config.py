@@ -12,6 +12,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException, MissingConfigException
 
 from conftest import composed, made_for, run_here
+from helpers import needs_image_folders, template_has, unless_trimmed
 from trainkit.cli import one_line
 from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems
@@ -24,12 +25,16 @@ CONF = ROOT / "conf"
 # What an option needs beyond what it is made for (conftest.made_for: the data a model or task option suits, what
 # a data option's class says suits it, a stand-in for each `???` key): a key a real run passes on the command line,
 # and the flips of an augmentation, which need data whose mirror image keeps its label (the digits refuse them).
+# The per-image recipes run on an image folder alone; once image_folders is trimmed they still compose (their keys
+# exist for the rules) but no data validates them.
+IMAGE_FOLDER = ["data=imagefolder", "data.root=/data/images"] if template_has("data/imagefolder.yaml") else []
+PER_IMAGE = ("augmentation=randaugment", "augmentation=trivialaugment")
 REQUIRED_BY_OPTION = {
     "model=hf": ["model.config={model_type: bert}"],  # a folder or a config: none by default
     "augmentation=basic": ["data=cifar10"],
     "augmentation=strong": ["data=cifar10"],
-    "augmentation=randaugment": ["data=imagefolder", "data.root=/data/images"],
-    "augmentation=trivialaugment": ["data=imagefolder", "data.root=/data/images"],
+    "augmentation=randaugment": IMAGE_FOLDER,
+    "augmentation=trivialaugment": IMAGE_FOLDER,
     "experiment=finetune_imagefolder": ["data.root=/data/images", "finetune.pretrained_path=/weights/resnet18.pt"],
 }
 
@@ -76,7 +81,9 @@ def group_options() -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("override", group_options())
+@pytest.mark.parametrize(
+    "override", [pytest.param(o, marks=needs_image_folders) if o in PER_IMAGE else o for o in group_options()]
+)
 def test_every_group_option_composes_and_validates(compose_config, override):
     validate(compose_config(made_with(override)))
 
@@ -155,12 +162,12 @@ RULE_CASES = [
     (["data.batch_size=1.5"], "data.batch_size"),
     (["data.eval_batch_size=0"], "data.eval_batch_size"),
     (["data.num_workers=-1"], "data.num_workers"),
-    (["data=imagefolder", "data.root=/data/images", "data.num_workers=many"], "data.num_workers"),
-    (["data=imagefolder", "data.root=/data/images", "data.prefetch_factor=0"], "data.prefetch_factor"),
-    (["data=imagefolder", "data.root=/data/images", "data.pin_memory=sometimes"], "data.pin_memory"),
+    ([*TEXTS, "data.num_workers=many"], "data.num_workers"),
+    ([*TEXTS, "data.prefetch_factor=0"], "data.prefetch_factor"),
+    ([*TEXTS, "data.pin_memory=sometimes"], "data.pin_memory"),
     (["data.drop_last=maybe"], "data.drop_last"),
     (["data.shuffle=maybe"], "data.shuffle"),
-    ([*IMAGES, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
+    ([*TEXTS, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
     ([*TEXTS, "data.max_length=0", "model.max_length=1024"], "data.max_length"),
     ([*TEXTS, "data.class_folders=[pos]"], "data.class_folders"),
     ([*TEXTS, "data.class_folders=[neg,neg]"], "data.class_folders"),  # neg's files twice, as two labels
@@ -361,6 +368,9 @@ DECLARED_CASES = [
     (["scheduler.warmup_start_factor=1.5"], "scheduler.warmup_start_factor"),
     (["scheduler.min_lr_ratio=2"], "scheduler.min_lr_ratio"),
 ]
+RULE_CASES, RELATION_CASES = (
+    unless_trimmed(unless_trimmed(cases, "data=imagefolder"), "data=cached") for cases in (RULE_CASES, RELATION_CASES)
+)
 CASES = RULE_CASES + RELATION_CASES + DECLARED_CASES
 
 
@@ -461,8 +471,16 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
             ["augmentation=basic"],
             ["data.mirror_changes_label=true", "augmentation=shift", "data.mirror_changes_label=false"],
         ),
-        ([*IMAGES, "data.val_fraction=0"], ["best.pt", "data.val_fraction=0.02", "data.root/val/<class>/"]),
-        ([*IMAGES, "data.test_fraction=0"], ["data.test_fraction=0.02", "data.root/test/<class>/"]),
+        pytest.param(
+            [*IMAGES, "data.val_fraction=0"],
+            ["best.pt", "data.val_fraction=0.02", "data.root/val/<class>/"],
+            marks=needs_image_folders,
+        ),
+        pytest.param(
+            [*IMAGES, "data.test_fraction=0"],
+            ["data.test_fraction=0.02", "data.root/test/<class>/"],
+            marks=needs_image_folders,
+        ),
         (["model=gpt"], ["model.block_size: ", "${data.block_size}, but data=digits has no data.block_size"]),
         (["model=sequence"], ["${data.vocabulary}", "model.vocabulary=<value>"]),
         ([*TEXTS, "data.class_folders=[neg,neg]"], ["names neg more than once", "name each class folder once"]),
@@ -505,7 +523,7 @@ def test_a_contradiction_between_bad_values_is_not_reported():
 @pytest.mark.parametrize(
     "overrides, key",
     [
-        (["data=imagefolder"], "data.root"),
+        pytest.param(["data=imagefolder"], "data.root", marks=needs_image_folders),
     ],
 )
 def test_required_keys_say_how_to_pass_them(compose_config, overrides, key):
@@ -539,7 +557,7 @@ def test_a_missing_augmentation_key_or_null_means_off(compose_config):
     "overrides",
     [
         ["data=synthetic", "augmentation=strong"],
-        ["data=imagefolder", "data.root=/data/images", "augmentation=basic"],
+        pytest.param(["data=imagefolder", "data.root=/data/images", "augmentation=basic"], marks=needs_image_folders),
         ["augmentation=basic", "data.mirror_changes_label=false"],  # your digits are mirror-safe: you say so
         ["data=mnist", "augmentation=basic", "augmentation.horizontal_flip=false"],
     ],
@@ -548,6 +566,7 @@ def test_flips_are_allowed_where_the_mirror_image_keeps_its_label(compose_config
     validate(compose_config(overrides))
 
 
+@needs_image_folders
 def test_a_bad_config_fails_before_any_data_model_or_run_directory(tmp_path):
     run_dir = tmp_path / "run"
     returncode, _, stderr = run_here(
@@ -582,15 +601,20 @@ def test_importing_the_schema_stays_light():
         (["data=synthetic", "data.num_workers=2"], "data.num_workers=2 is ignored"),
         (["data.root=/data"], "data.root=/data is ignored"),
         (["data=synthetic", "data.download=true"], "data.download=true is ignored"),
-        (["data=imagefolder", "data.root=/data/images", "data.download=true"], "data.download=true is ignored"),
+        pytest.param(
+            ["data=imagefolder", "data.root=/data/images", "data.download=true"],
+            "data.download=true is ignored",
+            marks=needs_image_folders,
+        ),
         (["scheduler=constant", "scheduler.warmup_start_factor=0.1"], "scheduler.warmup_start_factor is ignored"),
         (
             ["data=cifar10", "augmentation=basic", "+augmentation.random_order=true"],
             "augmentation.random_order=true is ignored",
         ),
-        (
+        pytest.param(
             [*IMAGES, "augmentation=trivialaugment", "+augmentation.per_sample.magnitude=9"],
             "augmentation.per_sample.magnitude=9 is ignored",
+            marks=needs_image_folders,
         ),
     ],
 )
@@ -607,12 +631,15 @@ def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fr
     [
         [],
         ["data=mnist"],
-        ["data=imagefolder", "data.root=/data/images"],
-        ["data=imagefolder", "data.root=/data/images", "data.num_workers=3", "data.pin_memory=false"],
+        pytest.param(["data=imagefolder", "data.root=/data/images"], marks=needs_image_folders),
+        pytest.param(
+            ["data=imagefolder", "data.root=/data/images", "data.num_workers=3", "data.pin_memory=false"],
+            marks=needs_image_folders,
+        ),
         ["data.num_workers=auto"],  # in-memory data: auto means none, nothing to warn about
         ["data=mnist", "data.download=true"],
         ["augmentation=strong"],
-        [*IMAGES, "augmentation=randaugment"],
+        pytest.param([*IMAGES, "augmentation=randaugment"], marks=needs_image_folders),
     ],
 )
 def test_defaults_and_used_settings_warn_about_nothing(compose_config, overrides):

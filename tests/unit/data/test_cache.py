@@ -14,7 +14,7 @@ from conftest import ROOT
 from helpers import load_script, record_run
 from trainkit.data import build_data, loader_settings, make_data
 from trainkit.data.cache import write_cache
-from trainkit.data.imagefolder import decode
+from trainkit.data.images import decode
 from trainkit.errors import ConfigError
 
 CONF = ROOT / "conf" / "data"
@@ -222,3 +222,22 @@ def test_a_dataset_too_big_for_the_gpu_stays_on_the_host_with_pinned_batches(cac
     data = build_data(config("cached", root=str(cache)), torch.device("cuda"), seed=0)
     assert data.train.images.device == CPU and data.train.pin_memory and data.test.pin_memory
     assert "stays in host memory" in caplog.text
+
+
+@pytest.mark.skipif(not (ROOT / "tests/unit/data/test_folds.py").is_file(), reason="this clone has no folds (trimmed)")
+def test_a_cache_folds_the_rows_it_carved_from_train_and_refuses_a_val_folder_of_its_own(tmp_path, capsys):
+    from unit.data.test_folds import check_every_fold, image_folder, option, splits_of
+
+    preprocess = load_script("preprocess")
+    for name, splits in (("carved", ("train",)), ("own", ("train", "val"))):
+        image_folder(tmp_path / f"{name}-images", splits)
+        args = [str(tmp_path / name), f"data.root={tmp_path / f'{name}-images'}", "data.image_size=6"]
+        assert preprocess.main([*args, "data.val_fraction=0.2", "data.test_fraction=0.2", "--no-progress"]) == 0
+    keys = dict(image_size=6, val_fraction=0.2, test_fraction=0.2)
+    check_every_fold(option("cached", root=str(tmp_path / "carved"), **keys))
+    folded_cache = [str(tmp_path / "folded"), f"data.root={tmp_path / 'carved-images'}", "data.folds=3", "data.fold=0"]
+    capsys.readouterr()
+    assert preprocess.main(folded_cache) == 1 and not (tmp_path / "folded").exists()  # folds are cut when training
+    assert capsys.readouterr().err.startswith("error: data.folds: is 3, but a cache holds the splits as carved;")
+    with pytest.raises(ConfigError, match=r"^data\.folds: is 3, but the cache .* a val split of its own"):
+        splits_of(option("cached", root=str(tmp_path / "own"), **keys), folds=3, fold=0)

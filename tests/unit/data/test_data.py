@@ -13,10 +13,10 @@ from omegaconf import OmegaConf
 from PIL import Image
 from torch.utils.data import DistributedSampler
 
-from helpers import write_cifar
+from helpers import needs_image_folders, write_cifar
 from trainkit.data import DataBundle, build_data, datasets
 from trainkit.data.datasets import carve
-from trainkit.data.imagefolder import decode
+from trainkit.data.images import decode
 from trainkit.data.loaders import (
     EvaluationSampler,
     FileLoader,
@@ -343,6 +343,7 @@ def test_decode_resizes_the_shorter_side_and_centre_crops(tmp_path):
     assert decode(str(tmp_path / "halves.JPG"), "RGB", 8).shape == (3, 8, 8)
 
 
+@needs_image_folders
 def test_imagefolder_with_val_and_test_folders(tmp_path):
     write_folder(tmp_path, {"train": 6, "val": 2, "test": 3})
     data = build_data(folder_cfg(tmp_path), CPU, seed=0)
@@ -356,10 +357,11 @@ def test_imagefolder_with_val_and_test_folders(tmp_path):
     assert drain(data.test)[1].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
 
 
+@needs_image_folders
 def test_imagefolder_carves_missing_val_and_test(tmp_path, caplog):
     write_folder(tmp_path, {"train": 10})
     cfg = folder_cfg(tmp_path, channels=1, mean=[0.5], std=[0.25])
-    with caplog.at_level(logging.INFO, logger="trainkit.data.imagefolder"):
+    with caplog.at_level(logging.INFO, logger="trainkit.data.class_folders"):
         data = build_data(cfg, CPU, seed=0)
     assert "carved" in caplog.text and "val/" in caplog.text
     assert [loader.num_samples for loader in (data.train, data.val, data.test)] == [24, 3, 3]
@@ -370,12 +372,14 @@ def test_imagefolder_carves_missing_val_and_test(tmp_path, caplog):
     assert again.val.loader.dataset.samples == data.val.loader.dataset.samples
 
 
+@needs_image_folders
 def test_imagefolder_carves_only_the_missing_split(tmp_path):
     write_folder(tmp_path, {"train": 10, "test": 2})
     data = build_data(folder_cfg(tmp_path), CPU, seed=0)
     assert [loader.num_samples for loader in (data.train, data.val, data.test)] == [27, 3, 6]
 
 
+@needs_image_folders
 def test_imagefolder_ranks_and_workers(tmp_path):
     write_folder(tmp_path, {"train": 5, "val": 2, "test": 1})
     ranks = [build_data(folder_cfg(tmp_path, num_workers=2), CPU, seed=0, rank=r, world_size=2) for r in range(2)]
@@ -386,6 +390,7 @@ def test_imagefolder_ranks_and_workers(tmp_path):
     assert [len(drain(data.train)[1]) for data in ranks] == [7, 7]
 
 
+@needs_image_folders
 def test_imagefolder_class_folders_must_match(tmp_path):
     write_folder(tmp_path, {"train": 2, "val": 1})
     (tmp_path / "val" / "cat").rename(tmp_path / "val" / "kitten")
@@ -394,6 +399,7 @@ def test_imagefolder_class_folders_must_match(tmp_path):
     assert error.value.key == "data.root" and "kitten" in error.value.message
 
 
+@needs_image_folders
 def test_imagefolder_num_classes_must_match(tmp_path):
     write_folder(tmp_path, {"train": 2})
     with pytest.raises(ConfigError) as error:
@@ -401,6 +407,7 @@ def test_imagefolder_num_classes_must_match(tmp_path):
     assert error.value.key == "data.num_classes" and "3" in error.value.message
 
 
+@needs_image_folders
 def test_imagefolder_missing_root_names_data_root(tmp_path):
     for root in (tmp_path / "nowhere", tmp_path):  # no folder; a folder without train/
         with pytest.raises(ConfigError) as error:
@@ -409,6 +416,7 @@ def test_imagefolder_missing_root_names_data_root(tmp_path):
     # A root never set (`???` or null) is the schema's to report: tests/unit/config/test_config.py.
 
 
+@needs_image_folders
 def test_imagefolder_empty_class_folder(tmp_path):
     write_folder(tmp_path, {"train": 2})
     for path in (tmp_path / "train" / "dog").iterdir():

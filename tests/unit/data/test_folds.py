@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from conftest import ROOT, composed
-from helpers import load_script, template_has, write_cifar
+from helpers import needs_image_folders, template_has, write_cifar
 from trainkit.data import FileSplits, Splits, make_data
 from trainkit.data.datasets import carve, folded
 from trainkit.errors import ConfigError
@@ -187,15 +187,17 @@ def test_mnist_and_cifar10_fold_the_official_training_set(tmp_path, monkeypatch)
     check_every_fold(option("cifar10", root=str(tmp_path)))
 
 
+@needs_image_folders
 def test_an_image_folder_folds_its_train_folder(tmp_path, caplog):
     root = image_folder(tmp_path)
     keys = dict(root=str(root), image_size=6, num_workers=0, val_fraction=0.2, test_fraction=0.2)
     check_every_fold(option("imagefolder", **keys))
-    with caplog.at_level(logging.INFO, logger="trainkit.data.imagefolder"):
+    with caplog.at_level(logging.INFO, logger="trainkit.data.class_folders"):
         splits_of(option("imagefolder", **keys), folds=3, fold=1)
     assert "by data.split_seed=0, val fold 1 of 3 (" in caplog.text
 
 
+@needs_image_folders
 def test_a_val_folder_of_its_own_refuses_folds_in_one_line(tmp_path):
     root = image_folder(tmp_path, splits=("train", "val"))
     cfg = option("imagefolder", root=str(root), image_size=6, num_workers=0)
@@ -211,22 +213,6 @@ def test_a_val_folder_of_its_own_refuses_folds_in_one_line(tmp_path):
 def test_a_text_folder_folds_its_train_folder(tmp_path):
     cfg = option("textfolder", root=str(text_folder(tmp_path)), num_workers=0, val_fraction=0.2, test_fraction=0.2)
     check_every_fold(cfg, folds=4)
-
-
-def test_a_cache_folds_the_rows_it_carved_from_train_and_refuses_a_val_folder_of_its_own(tmp_path, capsys):
-    preprocess = load_script("preprocess")
-    for name, splits in (("carved", ("train",)), ("own", ("train", "val"))):
-        image_folder(tmp_path / f"{name}-images", splits)
-        args = [str(tmp_path / name), f"data.root={tmp_path / f'{name}-images'}", "data.image_size=6"]
-        assert preprocess.main([*args, "data.val_fraction=0.2", "data.test_fraction=0.2", "--no-progress"]) == 0
-    keys = dict(image_size=6, val_fraction=0.2, test_fraction=0.2)
-    check_every_fold(option("cached", root=str(tmp_path / "carved"), **keys))
-    folded_cache = [str(tmp_path / "folded"), f"data.root={tmp_path / 'carved-images'}", "data.folds=3", "data.fold=0"]
-    capsys.readouterr()
-    assert preprocess.main(folded_cache) == 1 and not (tmp_path / "folded").exists()  # folds are cut when training
-    assert capsys.readouterr().err.startswith("error: data.folds: is 3, but a cache holds the splits as carved;")
-    with pytest.raises(ConfigError, match=r"^data\.folds: is 3, but the cache .* a val split of its own"):
-        splits_of(option("cached", root=str(tmp_path / "own"), **keys), folds=3, fold=0)
 
 
 def test_data_of_your_own_folds_with_its_class(tmp_path):

@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 from PIL import Image, features
 
 from trainkit.data import build_data
-from trainkit.data.imagefolder import class_names, decode, image_extensions, walk_files
+from trainkit.data.class_folders import class_names, walk_files
+from trainkit.data.images import decode, image_extensions
 from trainkit.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
@@ -86,7 +87,7 @@ def test_sub_folders_are_read_hidden_and_non_image_entries_ignored_with_a_count(
     Image.new("RGB", (9, 9)).save(tmp_path / "train" / "b" / "SHOUTING.PNG")
     (tmp_path / "train" / ".ipynb_checkpoints").mkdir()
     (tmp_path / "train" / "README.txt").write_text("my photos")
-    with caplog.at_level(logging.INFO, logger="trainkit.data.imagefolder"):
+    with caplog.at_level(logging.INFO, logger="trainkit.data"):
         data = build_data(folder_cfg(tmp_path, val_fraction=0.1, test_fraction=0.1), CPU, seed=0)
     listed = [path for loader in (data.train, data.val, data.test) for path, _ in loader.loader.dataset.samples]
     assert len(listed) == 12 and str(tmp_path / "train" / "b" / "extra" / "2019" / "later.png") in listed
@@ -174,7 +175,7 @@ def test_a_val_split_with_an_empty_class_folder_is_one_warning(tmp_path, caplog)
         (tmp_path / split / name).mkdir(parents=True)
         Image.new("RGB", (9, 9)).save(tmp_path / split / name / "0.png")
     (tmp_path / "val" / "b").mkdir()
-    with caplog.at_level(logging.WARNING, logger="trainkit.data.imagefolder"):
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.class_folders"):
         build_data(folder_cfg(tmp_path), CPU, seed=0)
     assert [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING] == [
         f"'{tmp_path / 'val'}' holds no file of class b, which train/ has: its metrics cover a alone "

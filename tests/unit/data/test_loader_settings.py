@@ -8,6 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from helpers import needs_image_folders
 from trainkit.data import loader_settings
 from trainkit.data.loader_settings import (
     available_cores,
@@ -90,6 +91,7 @@ def test_pin_memory_auto_is_on_with_cuda_only():
     assert resolve_pin_memory(False, torch.device("cuda")) is False
 
 
+@needs_image_folders
 def test_the_imagefolder_defaults_resolve_reach_the_data_loader_and_are_logged(monkeypatch, caplog):
     monkeypatch.setattr(loader_settings, "available_cores", lambda: 4)
     cfg = OmegaConf.load(CONF / "imagefolder.yaml")

@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 
 from conftest import composed
 from trainkit.data import FileLoader, FileSplits, build_data
+from trainkit.data.class_folders import walk_files
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
-from trainkit.data.imagefolder import walk_files
 from trainkit.data.loaders import limited
 from trainkit.data.text import PAD_ID, TEXT_EXTENSIONS, TextDataset, pad_to_longest, tokens_of
 from trainkit.errors import ConfigError
@@ -83,7 +83,7 @@ def test_a_test_split_that_lacks_a_named_class_is_one_warning_naming_both(tmp_pa
     text_folder(root, {"neg": [b"g", b"h"], "unsup": [b"?"]}, split="test")
     if test_pos == "empty":
         (root / "test" / "pos").mkdir()
-    with caplog.at_level(logging.WARNING, logger="trainkit.data.imagefolder"):
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.class_folders"):
         data = textfolder_data(root, "data.class_folders=[neg,pos]", "data.val_fraction=0.3")
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert warnings == [
@@ -97,7 +97,7 @@ def test_without_class_folders_an_empty_class_folder_warns_and_a_missing_one_is_
     root = text_folder(tmp_path, {"neg": [b"a", b"b", b"c"], "pos": [b"d", b"e", b"f"]})
     text_folder(root, {"neg": [b"g", b"h"]}, split="test")
     (root / "test" / "pos").mkdir()  # the folders agree with train/'s: the split lacks pos's files
-    with caplog.at_level(logging.WARNING, logger="trainkit.data.imagefolder"):
+    with caplog.at_level(logging.WARNING, logger="trainkit.data.class_folders"):
         textfolder_data(root, "data.val_fraction=0.3")
     assert f"'{root / 'test'}' holds no file of class pos, which train/ has" in caplog.text
     (root / "test" / "pos").rmdir()  # train/'s folders declare the classes, and test/ disagrees: a layout mistake

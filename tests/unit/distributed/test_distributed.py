@@ -17,6 +17,7 @@ import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
 from conftest import ROOT
+from helpers import needs_image_folders
 from trainkit.augment.batch_transform import BatchTransform
 from trainkit.data import TensorLoader
 from trainkit.distributed.process_group import first_slurm_host, gather_objects
@@ -379,6 +380,7 @@ def test_workers_get_the_config_unresolved_so_a_key_filled_later_reaches_its_int
     assert resolved(worker, {"data.num_classes": 3}).model.num_classes == 3  # as build_run, once the data is built
 
 
+@needs_image_folders
 @pytest.mark.slow
 def test_self_launched_ddp_on_an_image_folder_counts_its_classes(tmp_path):
     from PIL import Image

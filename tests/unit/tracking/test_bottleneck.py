@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import Dataset
 
+from helpers import needs_image_folders, template_has
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.tracking import bottleneck
 from trainkit.tracking.bottleneck import data_bound_advice, epoch_line_extras, warn_if_data_bound, worker_advice
@@ -44,6 +45,7 @@ def warnings_of(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "data-bound" in r.getMessage()]
 
 
+@needs_image_folders
 def test_a_slow_dataset_fires_the_warning_once_a_run_with_advice_for_files(caplog):
     data = OmegaConf.load(CONF / "imagefolder.yaml")
     data.root = "/data/images"
@@ -56,7 +58,8 @@ def test_a_slow_dataset_fires_the_warning_once_a_run_with_advice_for_files(caplo
             warn_if_data_bound(timer, metrics, loader, data)
     (warning,) = warnings_of(caplog)
     assert "data=imagefolder" in warning and "rule of thumb: at most a third of the compute time" in warning
-    for switch in ("data.num_workers=", "data.image_size (now 224)", "scripts/preprocess.py", "data=cached"):
+    cache = ("scripts/preprocess.py", "data=cached") if template_has("data/cached.yaml") else ()
+    for switch in ("data.num_workers=", "data.image_size (now 224)", *cache):
         assert switch in warning, switch
     assert "pin_memory" not in warning  # training on the CPU: pinning does not apply
     on_cuda = "\n".join(data_bound_advice(loader, data, on_cuda=True))
@@ -75,6 +78,7 @@ def test_file_data_that_is_not_images_gets_no_image_advice():
     assert "image_size" not in advice and "preprocess.py" not in advice
 
 
+@needs_image_folders
 @pytest.mark.parametrize("fraction, warns", [(0.25, False), (0.26, True)])
 def test_the_warning_fires_above_a_third_of_the_compute_time(fraction, warns, caplog):
     """A wait of 0.25 of the step is a third of the compute (0.25 / 0.75): on the line, no warning."""
@@ -108,6 +112,7 @@ def test_the_worker_advice_goes_to_the_cores_then_1_5x_and_never_above_2x(worker
     assert names in worker_advice(workers, cores, on_cuda, gpu_util)
 
 
+@needs_image_folders
 def test_the_advice_reads_the_cores_of_this_rank_and_the_gpu_util(monkeypatch):
     monkeypatch.setattr(bottleneck, "this_rank_cores", lambda: 1)  # one worker: torch warns above the machine's cores
     data = OmegaConf.load(CONF / "imagefolder.yaml")

@@ -1,0 +1,114 @@
+"""Image files decoded in DataLoader workers: an image opened as Pillow reads it, resized and centre-cropped to
+uint8, or a `BadFile` where Pillow cannot read it (torch would re-raise an exception in the main process as a
+multi-line RuntimeError). eval.py's predict= decodes images this way too. Pillow is imported only where images are
+opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from trainkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+# Named in messages; any extension Pillow can open is read.
+IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
+SKIP_HINT = "fix or remove it, or pass data.skip_bad_files=true to skip unreadable images (counted in the log)"
+
+
+@dataclass(frozen=True)
+class BadFile:
+    """What the dataset returns for a file Pillow cannot read: picklable, for FileLoader to raise or skip."""
+
+    path: str
+    reason: str
+    skip: bool  # data.skip_bad_files
+
+    def error(self) -> ConfigError:
+        return ConfigError("data.root", f"cannot read image '{self.path}' ({self.reason}); {SKIP_HINT}")
+
+
+class ImageFolderDataset(Dataset):
+    """`(path, label)` pairs that decode to `(uint8 [C, S, S] tensor, label)`, or to a `BadFile`. `transform`
+    (per-image augmentation of the training split) replaces the resize and centre crop."""
+
+    def __init__(
+        self,
+        samples: list[tuple[str, int]],
+        channels: int,
+        image_size: int,
+        *,
+        skip_bad_files: bool = False,
+        transform: Callable[[Image.Image], torch.Tensor] | None = None,
+    ):
+        self.samples = samples
+        self.mode = "L" if channels == 1 else "RGB"
+        self.image_size = image_size
+        self.skip_bad_files = skip_bad_files
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | BadFile:
+        path, label = self.samples[index]
+        try:
+            image = open_image(path, self.mode, self.image_size)
+        except Exception as error:
+            return BadFile(path, f"{type(error).__name__}: {error}", self.skip_bad_files)
+        if self.transform is not None:
+            return self.transform(image), label
+        return resize_center_crop(image, self.image_size), label
+
+
+def decode(path: str, mode: str, size: int) -> torch.Tensor:
+    """The image at `path` in `mode`, resized and centre-cropped to `size`; raises what Pillow raises."""
+    return resize_center_crop(open_image(path, mode, size), size)
+
+
+def open_image(path: str, mode: str, size: int) -> Image.Image:
+    """The fully decoded image in `mode` ("L" or "RGB"), alpha dropped. Pillow's own convert would clip 16-bit
+    values to 255 and warn about palette transparency."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.draft(mode, (size, size))  # JPEG only: decode at a reduced scale still >= size, much faster
+        image.load()  # a truncated or corrupt file fails here, inside the caller's try
+        if image.mode == "I" or image.mode.startswith("I;16"):
+            # 16-bit greyscale (PNG/TIFF; "I" is how Pillow may open it): keep the top 8 bits.
+            pixels = np.asarray(image, dtype=np.float64) / 256
+            image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), mode="L")
+        elif image.mode == "P" and "transparency" in image.info:
+            image = image.convert("RGBA")
+        return image.convert(mode)
+
+
+def resize_center_crop(image: Image.Image, size: int) -> torch.Tensor:
+    """Resize the shorter side to `size`, centre-crop `size x size`: uint8 [C, size, size]."""
+    from PIL import Image
+
+    scale = size / min(image.size)
+    width, height = (max(size, round(side * scale)) for side in image.size)
+    image = image.resize((width, height), Image.Resampling.BILINEAR)
+    left, top = (width - size) // 2, (height - size) // 2
+    pixels = np.array(image.crop((left, top, left + size, top + size)))  # a writable copy for torch
+    if pixels.ndim == 2:
+        return torch.from_numpy(pixels).unsqueeze(0)
+    return torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
+
+
+@cache
+def image_extensions() -> frozenset[str]:
+    """Every file extension Pillow can open here (lower case), e.g. .png, .jpg, .webp, .ppm, .tga."""
+    from PIL import Image
+
+    return frozenset(ext.lower() for ext, kind in Image.registered_extensions().items() if kind in Image.OPEN)
