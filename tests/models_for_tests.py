@@ -241,8 +241,8 @@ class HalvingCNN(NoNormCNN):
 
 
 class PixelCNN(NoNormCNN):
-    """NoNormCNN that declares, as a per-pixel model of yours would, a class a pixel (`spatial_outputs`) and what its
-    input's side must be divisible by (`input_size_multiple`): the config check reads both from the class."""
+    """NoNormCNN that declares, as a per-pixel model of yours would, one class per pixel (`spatial_outputs`) and what
+    its input's side must be divisible by (`input_size_multiple`): the config check reads both from the class."""
 
     spatial_outputs = True
 

@@ -136,7 +136,7 @@ class InBatchContrastive(Classification):
 
 
 class PixelClasses(Task):
-    """Predicts a class a pixel from [B, K, H, W] logits, as a segmentation does: what eval.py's pictures and the
+    """Predicts one class per pixel from [B, K, H, W] logits, as a segmentation does: what eval.py's pictures and the
     trackers' pictures of class maps need of a task, without the segmentation capability. It declares one target per
     pixel (`spatial_targets`), so the config check holds it to what moves the image with its targets."""
 

@@ -1,5 +1,5 @@
 """eval.py on a segmentation run (experiment=shapes_segmentation), judged by what it writes: the run's test metrics
-again, tested with flip TTA (a setting a re-evaluation easily gets wrong), and a mask a predicted image."""
+again, tested with flip TTA (a setting a re-evaluation easily gets wrong), and a mask for each predicted image."""
 
 from pathlib import Path
 

@@ -299,7 +299,7 @@ def _schedule_arguments(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A model that declares a class a pixel (`spatial_outputs`, and in `suits` the options that fit it) gives
+    """A model that declares one class per pixel (`spatial_outputs`, and in `suits` the options that fit it) gives
     logits [B, K, H, W]; a task with one target an image (classification) cannot score them.
     Models that declare nothing (yours, timm's, torchvision's classifiers) are not judged here."""
     task, model = _task(cfg), _model_class(cfg)

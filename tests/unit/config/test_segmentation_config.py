@@ -1,5 +1,5 @@
 """The config check of task=segmentation, model=unet, model=torchvision_segmentation and data=shapes: what their
-classes declare beside their code (a class a pixel, the sizes the U-Net halves, each one's own keys), gathered as
+classes declare beside their code (one class per pixel, the sizes the U-Net halves, each one's own keys), gathered as
 a task or model of yours would be."""
 
 import pytest
