@@ -22,7 +22,7 @@ puts the recipe's training at 35-55 s on two idle cores. Thread counts round dif
 two threads seed 0 ends at mIoU 0.862 instead of 0.870.
 
 A hand-written loop on purpose: it measures the building blocks (trainkit.data.shapes,
-trainkit.models.unet, trainkit.augment.image_and_mask, trainkit.tasks.confusion) without train.py,
+trainkit.models.unet, trainkit.augment.image_and_mask, trainkit.tasks.segmentation's metrics) without train.py,
 so their speed and what they can learn are known before they are wired in.
 """
 
@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from trainkit.augment.image_and_mask import augment_image_and_mask
 from trainkit.data.shapes import Shapes
 from trainkit.models.unet import UNet
-from trainkit.tasks.confusion import confusion_counts, miou_and_pixel_acc
+from trainkit.tasks.confusion import confusion_counts
+from trainkit.tasks.segmentation import miou_and_pixel_acc
 
 # Per-channel statistics of the shapes images, for the data yaml's mean and std. The data is the
 # same in every channel by construction (uniform random colours), so the mean is 0.5; measured

@@ -240,6 +240,17 @@ class HalvingCNN(NoNormCNN):
             yield "model.widths", f"starts at {widths[0]}, but HalvingCNN halves its first width; start at an even one"
 
 
+class PixelCNN(NoNormCNN):
+    """NoNormCNN that declares, as a per-pixel model of yours would, one class per pixel (`spatial_outputs`) and what
+    its input's side must be divisible by (`input_size_multiple`): the config check reads both from the class."""
+
+    spatial_outputs = True
+
+    @staticmethod
+    def input_size_multiple(widths=(16, 32)):
+        return 2 ** len(widths)
+
+
 class RenamedWithoutItsCheck(HalvingCNN):
     """HalvingCNN with `widths` renamed `channels` in the constructor but not in the check it inherits."""
 

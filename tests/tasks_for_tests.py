@@ -133,3 +133,26 @@ class InBatchContrastive(Classification):
         similarity = F.normalize(outputs, dim=1) @ F.normalize(outputs, dim=1).T
         same = torch.arange(len(outputs), device=outputs.device)
         return self.loss(outputs, targets) + F.cross_entropy(similarity, same), outputs
+
+
+class PixelClasses(Task):
+    """Predicts one class per pixel from [B, K, H, W] logits, as a segmentation does: what eval.py's pictures and the
+    trackers' pictures of class maps need of a task, without the segmentation capability. It declares one target per
+    pixel (`spatial_targets`), so the config check holds it to what moves the image with its targets."""
+
+    spatial_targets = True
+
+    def __init__(self, class_names=(), **settings):
+        self.class_names = list(class_names or ())
+
+    def predict(self, outputs):
+        return {"mask": outputs.argmax(dim=1)}
+
+    def pictures_for_logging(self, batch, outputs, shown):
+        """Images [N, 1, 8, 8] in [0, 1] drawn 16 times larger as uint8 RGB, their true and predicted maps alike."""
+
+        def grown(tensor):
+            return tensor.repeat_interleave(16, -2).repeat_interleave(16, -1)
+
+        pictures = grown((shown[0] * 255).round().to(torch.uint8).expand(-1, 3, -1, -1)).permute(0, 2, 3, 1)
+        return pictures.contiguous(), grown(shown[1]), grown(self.predict(outputs)["mask"]), self.class_names

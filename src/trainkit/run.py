@@ -95,7 +95,7 @@ class Run:
     parallel: Parallel = field(default_factory=Parallel)  # one process, DDP or FSDP: trainkit.distributed.parallel
     train_transform: torch.nn.Module = field(init=False)  # the data option's: images scale, resize, augment, normalize
     eval_transform: torch.nn.Module = field(init=False)  # (batched, on the device); tokens: nothing
-    task: Task = field(init=False)  # what a batch means: its loss, its metrics (classification, segmentation, yours)
+    task: Task = field(init=False)  # what a batch means: its loss, its metrics (classification, yours)
     resolved_config: dict = field(init=False)  # cfg as plain containers, resolved once built: in every checkpoint
     optimizer: torch.optim.Optimizer = field(init=False)
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)

@@ -51,11 +51,6 @@ def test_the_monitor_and_optimized_metric_default_to_the_tasks_own_metrics():
         assert regression.optimized_metric == "val/mae"
         assert regression.regularization.early_stopping.monitor == "val/mae"
         assert regression.regularization.early_stopping.mode == "min"
-    segmentation = composed("experiment=shapes_segmentation", "optimized_metric=null")
-    validate(segmentation)  # its monitored_metric: the loss, its headline the IoU
-    stopping = segmentation.regularization.early_stopping
-    assert (stopping.monitor, segmentation.optimized_metric) == ("val/loss", "val/miou")
-    assert segmentation.regularization.early_stopping.mode == "min"
     assert composed().optimized_metric is None  # the default: filled in from the task by validate
     classification = composed()
     validate(classification)

@@ -209,7 +209,7 @@ def test_the_csv_and_latex_tables_hold_the_known_numbers(one_to_five, capsys):
 
 def test_runs_of_different_tasks_or_data_are_refused_in_one_line(tmp_path, capsys):
     make_run(tmp_path / "a", ["seed=0"], [0.5], [1.0], 0.5)
-    make_run(tmp_path / "b", ["seed=1", "task._target_=trainkit.tasks.segmentation.Segmentation"], [0.5], [1.0], 0.5)
+    make_run(tmp_path / "b", ["seed=1", "task._target_=my_project.Detection"], [0.5], [1.0], 0.5)
     make_run(tmp_path / "c", ["seed=2", "data.name=mnist"], [0.5], [1.0], 0.5)
     assert compare_runs.main([str(tmp_path / "a"), str(tmp_path / "c")]) == 1
     assert capsys.readouterr().err.splitlines() == [

@@ -26,8 +26,6 @@ LOGGERS = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "logger").glob
         ),
         (["data=mnist", "data.root=/no/such/folder"], ["data.root", "data.download=true"]),
         (["trainer.max_epochs=-1"], ["trainer.max_epochs", ">= 1"]),
-        # the U-Net halves the size twice: found by the config check, not by UNet.forward's ValueError
-        (["experiment=shapes_segmentation", "data.image_size=30"], ["data.image_size", "divisible by 4", "28 or 32"]),
     ],
 )
 def test_bad_input_gives_one_clear_line(run_train, overrides, expected):

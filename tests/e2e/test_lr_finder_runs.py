@@ -1,6 +1,6 @@
 """The LR finder (lr_finder.enabled) in train.py's runs: before training, its suggestion the LR trained with, on
-every kind of data and task (images, a segmentation, classified text, a language model; a Hugging Face
-model: test_hf.py).
+every kind of data and task (images, classified text, a language model; a Hugging Face model: test_hf.py; a
+segmentation: test_segmentation.py).
 The range test itself: tests/unit/tuning/test_lr_finder.py."""
 
 import re
@@ -9,7 +9,6 @@ import pytest
 import torch
 from PIL import Image
 from test_language_model import tiny as lm_run
-from test_segmentation import SMALL
 from test_text_classification import tiny as text_run
 from test_text_classification import write_texts
 from test_wiring import SHORT_RUN
@@ -80,12 +79,6 @@ def test_the_lr_finder_runs_before_a_language_model_trains(run_train, code_corpu
     assert run.summary["test"]["test/bpb"] < 8  # learning: ln(256) nats is 8 bits
     log = (run.run_dir / "train.log").read_text()
     assert (run.run_dir / "lr_finder.png").is_file() and "suggest" in log
-
-
-@pytest.mark.slow
-def test_the_lr_finder_runs_on_a_segmentation(run_train):
-    finder = run_train(*SMALL, "trainer.max_epochs=1", "lr_finder.enabled=true", "lr_finder.num_steps=8")
-    assert (finder.run_dir / "lr_finder.png").is_file() and "lr range test: 8 steps" in finder.stdout + finder.stderr
 
 
 @pytest.mark.cuda  # scripts/gpu_check.sh

@@ -103,7 +103,7 @@ def test_each_training_mask_moves_with_its_image(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_segmentation_under_ddp_resumes_exactly(run_train):  # the LR finder on it: tests/e2e/test_lr_finder_runs.py
+def test_segmentation_under_ddp_resumes_exactly(run_train):  # the LR finder on it: below
     # a constant LR: the first run's schedule, sized for 1 epoch, is then the straight run's first epoch
     ddp = [
         "distributed=ddp",
@@ -164,3 +164,27 @@ def test_each_validation_hands_the_trackers_the_images_with_true_and_predicted_m
     for _, images, true_masks, predicted_masks, class_names, _ in sent:  # 3 images after each of 2 validations
         assert images.shape == (3, 128, 128, 3) and true_masks.shape == predicted_masks.shape == (3, 128, 128)
         assert class_names == ["background", "circle", "square", "triangle"]  # the experiment's task.class_names
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not template_has("lr_finder"), reason="this clone has no LR finder (trimmed)")
+def test_the_lr_finder_runs_on_a_segmentation(run_train):
+    finder = run_train(*SMALL, "trainer.max_epochs=1", "lr_finder.enabled=true", "lr_finder.num_steps=8")
+    assert (finder.run_dir / "lr_finder.png").is_file() and "lr range test: 8 steps" in finder.stdout + finder.stderr
+
+
+def test_early_stopping_watches_the_loss_and_the_sweeper_the_iou():
+    segmentation = composed("experiment=shapes_segmentation", "optimized_metric=null")
+    validate(segmentation)  # its monitored_metric: the loss, its headline the IoU
+    stopping = segmentation.regularization.early_stopping
+    assert (stopping.monitor, segmentation.optimized_metric) == ("val/loss", "val/miou")
+    assert segmentation.regularization.early_stopping.mode == "min"
+
+
+def test_a_size_the_unet_cannot_halve_is_one_line_before_any_work(run_train):
+    """Found by the config check, not by UNet.forward's ValueError; Hydra's run directory is gone again."""
+    run = run_train("experiment=shapes_segmentation", "data.image_size=30", check=False)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert not run.run_dir.exists() and not any(run.run_dir.parent.iterdir())
+    [line] = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert all(fragment in line for fragment in ("data.image_size", "divisible by 4", "28 or 32")), line

@@ -32,7 +32,7 @@ RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced th
     "trainkit.data.datasets.load_digits": "trainkit.data.datasets.Digits",
     "trainkit.data.datasets.load_mnist": "trainkit.data.datasets.MNIST",
     "trainkit.data.datasets.load_cifar10": "trainkit.data.datasets.CIFAR10",
-    "trainkit.data.shapes.make_shapes": "trainkit.data.shapes.Shapes",
+    "trainkit.data.shapes.make_shapes": "trainkit.data.shapes.Shapes",  # feature: segmentation
     "trainkit.data.datasets.make_synthetic": "trainkit.data.synthetic.Synthetic",
     "trainkit.data.datasets.Synthetic": "trainkit.data.synthetic.Synthetic",
 }

@@ -205,13 +205,13 @@ def _task_metrics(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-# Augmentation keys that move or mix the image alone: a task with a target per pixel (a mask) refuses them.
+# Augmentation keys that move or mix the image alone: a task with a target per pixel refuses them.
 IMAGE_ONLY_GEOMETRY = ("crop_padding", "horizontal_flip", "affine", "per_sample", "mixup_alpha", "cutmix_alpha")
 
 
 def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A target per pixel moves with its image: the task does that itself (task.horizontal_flip,
-    task.crop_padding); the augmentation group's geometric ops and a resize would not move the mask."""
+    task.crop_padding); the augmentation group's geometric ops and a resize would not move the targets."""
     task = _task(cfg)
     if task is None or not getattr(task, "spatial_targets", False):
         return
@@ -219,14 +219,14 @@ def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         if key in active_ops(cfg.augmentation):
             yield (
                 f"augmentation.{key}",
-                f"moves or mixes the image without its mask ({task.__name__} has a target per pixel); "
+                f"moves or mixes the image without its targets ({task.__name__} has a target per pixel); "
                 f"use an augmentation without it (augmentation=none) and the task's own flips and shifts "
                 f"(task.horizontal_flip, task.crop_padding)",
             )
     if cfg.finetune.input_size is not None:
         yield (
             "finetune.input_size",
-            f"resizes the images but not their masks ({task.__name__} has a target per pixel); leave it null",
+            f"resizes the images but not their targets ({task.__name__} has a target per pixel); leave it null",
         )
     if cfg.data.get("mirror_changes_label") and cfg.task.get("horizontal_flip"):
         yield "task.horizontal_flip", "mirrors the images, but data.mirror_changes_label=true; set it false"
@@ -299,16 +299,17 @@ def _schedule_arguments(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A model that declares a class a pixel (`spatial_outputs`: UNet, TorchvisionSegmentation) gives
+    """A model that declares one class per pixel (`spatial_outputs`, and in `suits` the options that fit it) gives
     logits [B, K, H, W]; a task with one target an image (classification) cannot score them.
     Models that declare nothing (yours, timm's, torchvision's classifiers) are not judged here."""
     task, model = _task(cfg), _model_class(cfg)
     if task is None or not getattr(model, "spatial_outputs", False) or getattr(task, "spatial_targets", False):
         return
+    suits = " or ".join(getattr(model, "suits", ()))
     yield (
         "model._target_",
         f"{cfg.model._target_} gives a class a pixel ([B, K, H, W] logits), but {task.__name__} needs one "
-        f"row of logits an image; use task=segmentation (e.g. experiment=shapes_segmentation) or a "
+        f"row of logits an image; use a task with one target per pixel{f' ({suits})' if suits else ''} or a "
         f"classification model (model=cnn, timm or torchvision)",
     )
 
@@ -547,7 +548,7 @@ def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> d
     that the task does not take (a task without classes), predictions to show of data that is neither images nor
     text. Label smoothing counts where it was `chosen` (the keys this command set or a sweep searches; None:
     Hydra's overrides of this run): the regularization group's own value is a recipe for classification, and a
-    segmentation or a language model run would otherwise hear of it each time. ignored_keys says each in a line;
+    run of another task would otherwise hear of it each time. ignored_keys says each in a line;
     a sweep searching one is refused (trainkit.tuning.sweeps)."""
     chosen = set(command_keys() if chosen is None else chosen)
     unread = {}

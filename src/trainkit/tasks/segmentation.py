@@ -1,8 +1,7 @@
-"""Semantic segmentation: one class per pixel, per-pixel cross-entropy, mean IoU and pixel accuracy.
-
-Batches are (images [B, C, H, W], masks [B, H, W] int64). The task flips and shifts image and mask together, so the
-config check refuses the augmentation group's geometric ops, which would move the image alone.
-"""
+"""Semantic segmentation of (images [B, C, H, W], masks [B, H, W]): per-pixel cross-entropy, pixel accuracy and mean
+IoU from the split's summed confusion counts, over the classes that occur (as mmsegmentation computes it). Image and
+mask are flipped and shifted together, so the augmentation group's geometric ops, which move the image alone, are
+refused."""
 
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -15,8 +14,12 @@ from torch.utils._pytree import tree_map_only
 from trainkit.augment.image_and_mask import augment_image_and_mask
 from trainkit.config.schema import Check, flag, number
 from trainkit.errors import ConfigError
-from trainkit.tasks.confusion import confusion_counts, miou_and_pixel_acc
+from trainkit.tasks.batches import first_tensor
+from trainkit.tasks.confusion import confusion_counts
 from trainkit.tasks.task import Task
+
+# Tiny images (the 32x32 shapes) are enlarged by whole pixels to at least this side: W&B shows them at their size.
+MIN_SIDE = 128
 
 
 class Segmentation(Task):
@@ -82,6 +85,18 @@ class Segmentation(Task):
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:
         return {"mask": outputs.argmax(dim=1)}
 
+    def pictures_for_logging(
+        self, batch: Any, outputs: Tensor, shown: Any
+    ) -> tuple[Tensor, Tensor, Tensor, list[str]] | None:
+        """What logger.log_predictions draws: the `shown` images, true and predicted masks enlarged alike, the class
+        names; None where the batch holds no images."""
+        images = self.shown_images(shown)
+        if images is None:
+            return None
+        class_names = self.class_names or [str(k) for k in range(first_tensor(outputs).shape[1])]
+        pictures, true_masks, predicted_masks = enlarged(images, self.targets(batch), self.predict(outputs)["mask"])
+        return pictures, true_masks, predicted_masks, class_names
+
 
 def check_per_pixel(outputs: Tensor, targets: Tensor) -> None:
     """Refuses a classifier's outputs against masks in one line, rather than cross_entropy's shape error.
@@ -94,3 +109,27 @@ def check_per_pixel(outputs: Tensor, targets: Tensor) -> None:
             f"[B, classes, H, W] for masks {list(targets.shape)}; use a per-pixel model "
             f"(model=unet or model=torchvision_segmentation)",
         )
+
+
+def miou_and_pixel_acc(counts: Tensor) -> tuple[Tensor, Tensor]:
+    """(mean IoU, pixel accuracy) as 0-dim tensors; NaN for both when the counts are all zero."""
+    counts = counts.to(torch.float32)
+    correct = counts.diagonal()
+    union = counts.sum(dim=0) + counts.sum(dim=1) - correct
+    occurs = union > 0
+    iou = torch.where(occurs, correct / union.clamp(min=1), torch.zeros_like(correct))
+    return iou.sum() / occurs.sum(), correct.sum() / counts.sum()
+
+
+def enlarged(images: Tensor, *masks: Tensor) -> tuple[Tensor, ...]:
+    """Images [N, C, H, W] (uint8, or float in [0, 1]) as uint8 RGB [N, H', W', 3] on the CPU, and masks [N, H, W],
+    enlarged by one whole factor (nearest: a mask keeps its classes) to at least MIN_SIDE pixels a side."""
+    pictures = images.detach().cpu()
+    if pictures.is_floating_point():
+        pictures = (pictures.float().clamp(0, 1) * 255).round().to(torch.uint8)
+    if pictures.shape[1] == 1:
+        pictures = pictures.expand(-1, 3, -1, -1)
+    factor = max(1, -(-MIN_SIDE // min(pictures.shape[-2:])))  # ceil division
+    grown = [tensor.detach().cpu().repeat_interleave(factor, -2).repeat_interleave(factor, -1) for tensor in masks]
+    pictures = pictures.repeat_interleave(factor, -2).repeat_interleave(factor, -1).permute(0, 2, 3, 1)
+    return (pictures.contiguous(), *grown)

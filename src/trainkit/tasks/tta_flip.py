@@ -1,11 +1,5 @@
-"""Flip test-time augmentation (`trainer.tta_flip`): validation, the test, the trackers' pictures and eval.py
-average the model's outputs for each image with those for its mirror.
-
-    average_with_mirror(run.task, cfg.trainer.tta_flip)   # train.py and eval.py, once the task is built
-
-It sets the task's `test_time_augmentation` (trainkit.tasks.task.Task), which evaluation_outputs calls in place of
-the model; the task unmirrors the mirrored outputs (`Task.mirror_outputs`: a class map is flipped back).
-"""
+"""`trainer.tta_flip`: wherever the run evaluates, the model's outputs for each image are averaged with those for its
+mirror, through the task's `test_time_augmentation`, which evaluation_outputs calls in place of the model."""
 
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,9 +21,8 @@ def average_with_mirror(task: Task, on: bool) -> None:
 
 
 def with_mirror(model: Callable[..., Any], task: Task) -> Callable[..., Any]:
-    """`model` averaged with its mirror (trainer.tta_flip): each [B, C, H, W] argument is mirrored along its width,
-    the task unmirrors the outputs, and the two are averaged leaf by leaf. Refused in one line when no argument is
-    an image batch or an output is not floating point."""
+    """`model` averaged with its mirror: each [B, C, H, W] argument is flipped along its width and the task unmirrors
+    the outputs (`Task.mirror_outputs`). Refused in one line without an image batch or with outputs not floating."""
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         images = [leaf for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor) and leaf.dim() == 4]
@@ -59,8 +52,6 @@ def mean_of_two(output: Any, mirrored: Any) -> Any:
     return (output + mirrored) / 2
 
 
-# ---- its config checks (gathered by the config check: conf/config.yaml's trainer._checks_) ----
-
 CONFIG_RULES: dict[str, Check] = {"trainer.tta_flip": flag()}
 
 
@@ -74,7 +65,6 @@ def _not_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[st
 
 
 def _only_on_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """On other data (tokens, a table) a mirror would do nothing or garbage, so it is refused rather than ignored."""
     if not cfg.trainer.tta_flip or not isinstance(target := cfg.data.get("_target_"), str):
         return
     try:

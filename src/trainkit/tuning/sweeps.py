@@ -32,7 +32,7 @@ log = logging.getLogger("sweep")
 
 
 def maximize(metric: str, task_target: str | None = None) -> bool:
-    """True when a larger value of `metric` is better (an accuracy, an IoU), False for a loss and for
+    """True when a larger value of `metric` is better (an accuracy), False for a loss and for
     what the task (`task._target_`) lists in its minimized_metrics."""
     return higher_is_better(task_class(task_target) if task_target else Task, metric)
 

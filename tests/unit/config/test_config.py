@@ -91,7 +91,7 @@ def test_every_group_option_composes_and_validates(compose_config, override):
 IMAGES = ["data=imagefolder", "data.root=/data/images"]
 TEXTS = ["data=textfolder", "data.root=/data/texts", "model=sequence"]
 FUNCTIONS = ["experiment=stdlib_functions"]
-SEGMENTATION = ["task=segmentation", "optimized_metric=val/miou", "data.mirror_changes_label=false"]
+PIXELS = ["task._target_=tasks_for_tests.PixelClasses"]  # one target per pixel, as a segmentation has
 
 TABLE = [  # the digits as a table (tests/data_for_tests.py): data that is not images, without their keys
     "data._target_=data_for_tests.DigitsTable",
@@ -260,7 +260,7 @@ RELATION_CASES = [
     ([*FUNCTIONS, "trainer.channels_last=true"], "trainer.channels_last"),
     ([*FUNCTIONS, "augmentation=mixup"], "augmentation"),
     (["required=[trainer.max_steps]"], "trainer.max_steps"),
-    (["experiment=shapes_segmentation", "task.class_names=[background,circle]"], "task.class_names"),
+    ([*PIXELS, "+task.class_names=[zero,one]"], "task.class_names"),  # digits have 10 classes
     (["required=[trainer.max_stepz]"], "required"),
     (["data=mnist", "data.root=null"], "data.root"),
     (["data=cached", "data.root=null"], "data.root"),
@@ -315,19 +315,17 @@ RELATION_CASES = [
     (["optimized_metric=val/miou"], "optimized_metric"),  # classification has no miou
     (["regularization.early_stopping.monitor=train/loss"], "regularization.early_stopping.monitor"),
     (["task._target_=trainkit.tasks.nowhere.Missing"], "task._target_"),
-    # a target per pixel: what moves the image must move the mask
-    ([*SEGMENTATION, "augmentation=shift"], "augmentation.crop_padding"),
-    ([*SEGMENTATION, "finetune.input_size=16"], "finetune.input_size"),
-    (["task=segmentation", "optimized_metric=val/miou"], "task.horizontal_flip"),  # digits: a mirrored 2 is no 2
+    # a target per pixel: what moves the image must move its targets
+    ([*PIXELS, "augmentation=shift"], "augmentation.crop_padding"),
+    ([*PIXELS, "finetune.input_size=16"], "finetune.input_size"),
     # image operations on data that is not images, MixUp/CutMix with a task that does not mix
     ([*TABLE, "augmentation=shift"], "augmentation"),
     ([*TABLE, "finetune.input_size=16"], "finetune.input_size"),
     (["task._target_=tasks_for_tests.Regression", "augmentation=mixup"], "augmentation.mixup_alpha"),
     # a model with one class per pixel needs a task with one target per pixel
-    (["model=unet"], "model._target_"),
-    (["model=torchvision_segmentation"], "model._target_"),
-    # the U-Net halves the size once a level: its class says what the side must be divisible by
-    (["experiment=shapes_segmentation", "data.image_size=30"], "data.image_size"),
+    (["model._target_=models_for_tests.PixelCNN"], "model._target_"),
+    # a model's class says what the side must be divisible by (8, for 3 halvings)
+    ([*PIXELS, "model._target_=models_for_tests.PixelCNN", "model.widths=[8,16,32,64]"], "data.image_size"),
 ]
 
 # Checks a model or data option declares on its own arguments (`config_problems`, beside its code)
@@ -353,16 +351,12 @@ DECLARED_CASES = [
     ([*FUNCTIONS, "model.feedforward=0"], "model.feedforward"),
     ([*FUNCTIONS, "model.pad_id=-1"], "model.pad_id"),
     (["model.widths=[0,8]"], "model.widths"),
-    (["model=torchvision_segmentation", *SEGMENTATION, "model.name=3"], "model.name"),
-    (["experiment=shapes_segmentation", "model.widths=[0,8]"], "model.widths"),
     # each task's config_rules: a silently greedy or unfiltered sample, a shift past the image
     (["experiment=stdlib_gpt", "task.sample_temperature=-1"], "task.sample_temperature"),
     (["experiment=stdlib_gpt", "task.sample_top_k=0"], "task.sample_top_k"),
     (["experiment=stdlib_gpt", "task.sample_tokens=abc"], "task.sample_tokens"),
     (["experiment=stdlib_gpt", "task.sample_seed=null"], "task.sample_seed"),
     (["experiment=stdlib_gpt", "task.prompt_bytes=0"], "task.prompt_bytes"),
-    (["experiment=shapes_segmentation", "task.crop_padding=1"], "task.crop_padding"),
-    (["experiment=shapes_segmentation", "task.horizontal_flip=maybe"], "task.horizontal_flip"),
     # each schedule's config_rules (trainkit.schedules)
     (["scheduler.warmup_epochs=-1"], "scheduler.warmup_epochs"),
     (["scheduler.warmup_start_factor=1.5"], "scheduler.warmup_start_factor"),
@@ -436,13 +430,14 @@ def test_the_logger_keys_the_run_reads_are_the_core_s_own():
 
 
 def test_the_input_size_a_model_takes_comes_from_its_class_and_its_options_settings(compose_config):
-    """UNet.input_size_multiple(widths): 2 ** (levels - 1), asked with model.widths before any directory exists."""
-    deeper = compose_config(["experiment=shapes_segmentation", "model.widths=[8,16,32,64]", "data.image_size=36"])
-    assert problems(deeper) == {
-        "data.image_size": "is 36, but trainkit.models.unet.UNet (model.widths=[8, 16, 32, 64]) takes sizes divisible "
-        "by 8; use data.image_size=32 or 40, or a model that halves the size fewer times"
+    """PixelCNN.input_size_multiple(widths): 2 ** levels, asked with model.widths before any directory exists."""
+    deeper = [*PIXELS, "model._target_=models_for_tests.PixelCNN", "model.widths=[8,16,32,64]", "data.image_size=36"]
+    assert problems(compose_config(deeper)) == {
+        "data.image_size": "is 36, but models_for_tests.PixelCNN (model.widths=[8, 16, 32, 64]) takes sizes "
+        "divisible by 16; use data.image_size=32 or 48, or a model that halves the size fewer times"
     }
-    assert problems(compose_config(["experiment=shapes_segmentation", "model.widths=[8]", "data.image_size=30"])) == {}
+    shallow = [*PIXELS, "model._target_=models_for_tests.PixelCNN", "model.widths=[8]", "data.image_size=30"]
+    assert problems(compose_config(shallow)) == {}
     assert problems(compose_config(["data.image_size=30"])) == {}  # model=cnn declares no multiple: any size
 
 

@@ -4,12 +4,11 @@ config_problems, questions), read from the class `_target_` names without buildi
 from omegaconf import OmegaConf
 
 from conftest import composed
-from models_for_tests import HalvingCNN, RenamedWithoutItsCheck
+from models_for_tests import HalvingCNN, PixelCNN, RenamedWithoutItsCheck
 from trainkit.config.declared import answer, arguments, declared, feature_checks
 from trainkit.config.schema import find_problems
 from trainkit.config.validation import problems
 from trainkit.models.gpt import GPT
-from trainkit.models.unet import UNet
 
 
 def test_a_model_s_rules_go_under_its_group_and_its_check_reads_the_keys_it_names():
@@ -24,8 +23,8 @@ def test_a_model_s_rules_go_under_its_group_and_its_check_reads_the_keys_it_name
 
 def test_an_argument_the_option_leaves_out_is_the_owner_s_default():
     assert arguments(HalvingCNN, HalvingCNN.config_problems, OmegaConf.create({})) == {"widths": (16, 32)}
-    assert answer(UNet, "input_size_multiple", OmegaConf.create({"widths": [8, 16, 32, 64]})) == (None, 8)
-    assert answer(UNet, "no_such_question", OmegaConf.create({})) == (None, None)
+    assert answer(PixelCNN, "input_size_multiple", OmegaConf.create({"widths": [8, 16, 32, 64]})) == (None, 16)
+    assert answer(PixelCNN, "no_such_question", OmegaConf.create({})) == (None, None)
 
 
 def test_a_check_that_names_an_argument_its_model_does_not_take_is_refused_not_skipped():

@@ -44,8 +44,8 @@ def test_the_head_follows_the_task_and_the_vocabulary_the_data():
     assert type(lm.model).__name__ == "GPT2LMHeadModel"
     assert lm(torch.randint(0, 256, (2, 10))).shape == (2, 10, 256)  # data.num_classes: the bytes
     assert lm.block_size == 64 and lm.pad_token_id is None  # sampling crops to its positions; no padding to mask
-    with pytest.raises(ConfigError, match=r"^model.task: is trainkit.tasks.segmentation.Segmentation, but model=hf"):
-        create_hf_model("trainkit.tasks.segmentation.Segmentation", num_labels=3, config=BERT)
+    with pytest.raises(ConfigError, match=r"^model.task: is tasks_for_tests.Regression, but model=hf"):
+        create_hf_model("tasks_for_tests.Regression", num_labels=3, config=BERT)
 
 
 def test_padding_changes_no_classifiers_logits():

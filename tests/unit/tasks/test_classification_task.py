@@ -6,7 +6,6 @@ import torch.nn.functional as F
 
 from trainkit.tasks import Task, evaluate, higher_is_better, metric_names_of
 from trainkit.tasks.classification import Classification
-from trainkit.tasks.segmentation import Segmentation
 
 LOGITS = torch.tensor([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 2.0], [2.0, 0.0, 0.0]])
 LABELS = torch.tensor([0, 1, 0, 0])  # three of four right
@@ -36,7 +35,6 @@ def test_predictions_are_a_class_and_its_probability():
 
 def test_metric_names_and_directions_come_from_the_task_class():
     assert metric_names_of(Classification) == ("loss", "acc")
-    assert metric_names_of(Segmentation) == ("loss", "miou", "pixel_acc")
     assert higher_is_better(Classification, "val/acc") and not higher_is_better(Classification, "test/loss")
 
     class Regression(Task):

@@ -10,10 +10,9 @@ from torch import nn
 from data_for_tests import signals
 from models_for_tests import LengthsNet, WithAuxiliaryOutput
 from tasks_for_tests import AuxiliaryLoss as TwoLosses
-from tasks_for_tests import SignalClassification
+from tasks_for_tests import PixelClasses, SignalClassification
 from trainkit.tasks.classification import Classification
 from trainkit.tasks.confusion import confusion_counts
-from trainkit.tasks.segmentation import Segmentation
 from trainkit.tracking.evaluation_figures import Predicted, plot_masks, predicted_on, save_figures
 
 CPU = torch.device("cpu")
@@ -77,7 +76,7 @@ class Threshold(nn.Module):
 def test_a_class_a_pixel_gives_a_few_images_with_their_masks(tmp_path):
     images = torch.rand(6, 1, 8, 8)
     masks = (images[:, 0] >= 0.5).long()
-    task = Segmentation(2)
+    task = PixelClasses()
     shown = predicted_on(Threshold(), [(images, masks)], nn.Identity(), task, "fp32", CPU, num_classes=2, shown=3)
     assert shown.counts is None and [len(part) for part in shown.masks] == [3, 3, 3]
     assert torch.equal(shown.masks[0], images[:3]) and torch.equal(shown.masks[1], shown.masks[2])  # right everywhere

@@ -13,8 +13,8 @@ from models_for_tests import NoNormCNN
 from tasks_for_tests import InBatchContrastive
 from trainkit.models.small_cnn import SmallCNN
 from trainkit.run import TrainState
+from trainkit.tasks.classification import Classification
 from trainkit.tasks.language_model import LanguageModel
-from trainkit.tasks.segmentation import Segmentation
 from trainkit.tracking.loggers import Loggers
 from trainkit.tracking.run_report import training_line, write_summary
 
@@ -44,7 +44,7 @@ def test_the_start_line_under_several_processes_says_whether_a_coupled_loss_gath
     assert per_rank in line(InBatchContrastive(10), 2)
     gathered = ", the loss couples all 2 ranks' batches of 64 (gathered across ranks) -> run"
     assert gathered in line(GatheredContrastive(10), 2)
-    for task, world_size in ((InBatchContrastive(10), 1), (Segmentation(3), 2)):  # one process; a loss per sample
+    for task, world_size in ((InBatchContrastive(10), 1), (Classification(3), 2)):  # one process; a loss per sample
         assert "couples" not in line(task, world_size)
 
 
@@ -58,10 +58,10 @@ def test_one_epoch_is_said_in_the_singular():
     "task, test_metrics, direction, ranges",
     [
         (
-            Segmentation(num_classes=3),
-            {"test/loss": 0.4, "test/miou": 0.7},
-            {"loss": False, "miou": True, "pixel_acc": True},
-            {"miou": [0, 1], "pixel_acc": [0, 1], "loss": [0, None]},
+            Classification(num_classes=3),
+            {"test/loss": 0.4, "test/acc": 0.7},
+            {"loss": False, "acc": True},
+            {"acc": [0, 1], "loss": [0, None]},
         ),
         (
             LanguageModel(),
@@ -70,7 +70,7 @@ def test_one_epoch_is_said_in_the_singular():
             {"bpb": [0, None], "token_acc": [0, 1], "loss": [0, None]},
         ),
     ],
-    ids=["segmentation", "language_model"],
+    ids=["classification", "language_model"],
 )
 def test_summary_json_records_the_tasks_direction_and_range_of_each_metric(
     tmp_path, task, test_metrics, direction, ranges

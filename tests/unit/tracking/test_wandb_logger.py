@@ -17,8 +17,8 @@ from PIL import Image as PILImage
 
 from conftest import ROOT, composed
 from helpers import assert_one_config_error
+from tasks_for_tests import PixelClasses
 from trainkit.data import TensorLoader
-from trainkit.tasks.segmentation import Segmentation
 from trainkit.tracking.images import image_grid, save_png
 from trainkit.tracking.loggers import build_loggers
 from trainkit.tracking.prediction_images import first_images, log_predictions
@@ -364,7 +364,7 @@ def test_multirun_jobs_are_wandb_runs_of_one_group_named_after_their_overrides(t
 def test_log_predictions_draws_true_and_predicted_masks_over_fixed_validation_images(run_dir):
     """logger.log_predictions: the first images of the validation loader, each with its true and
     predicted masks and the task's class names, land in the offline run as W&B images with masks."""
-    task = Segmentation(num_classes=3, class_names=["background", "disc", "bar"])
+    task = PixelClasses(["background", "disc", "bar"])  # a task that draws its class maps, as a segmentation does
     images, masks = torch.rand(6, 1, 8, 8), torch.randint(0, 3, (6, 8, 8))
     shown = first_images(TensorLoader(images, masks, 4, shuffle=False), task, 5, torch.device("cpu"))
     assert torch.equal(shown[0], images[:5]) and torch.equal(shown[1], masks[:5])  # across batches, in order
