@@ -32,7 +32,8 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from trainkit import cli
-from trainkit.augment import attach_sample_transform
+from trainkit.augment.mixing import mix_batches  # feature: augment_recipes
+from trainkit.augment.sample_transforms import attach_sample_transform  # feature: augment_recipes
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, finished_value, own_run_directory, resumed_config,
                                     stop_after_the_test, stop_signal, stopped)
 from trainkit.checkpointing import sweep_continuation  # feature: sweep_continuation
@@ -216,6 +217,7 @@ def build_run(composed: DictConfig, run_dir: Path, proc: ProcessInfo, device: to
     run.task = instantiate(cfg.task)
     run.task.tokenizer = data.tokenizer
     average_with_mirror(run.task, cfg.trainer.tta_flip)  # feature: tta_flip
+    mix_batches(run.task, cfg.augmentation)  # feature: augment_recipes
     run.train_transform, run.eval_transform = data.transforms(cfg.augmentation, input_size, channels_last, device)
     run.scaler = grad_scaler(cfg.precision.name, device)
     found |= searched_batch_size(cfg, run, partial(train_step, run), data.train, device)  # feature: batch_size_finder
@@ -224,7 +226,7 @@ def build_run(composed: DictConfig, run_dir: Path, proc: ProcessInfo, device: to
     if cfg.data.batch_size != data.train.batch_size:
         run.data = build_data(cfg.data, device=device, seed=cfg.seed, rank=proc.rank, world_size=proc.world_size,
                               run_dir=run_dir)
-    attach_sample_transform(run.data.train, cfg.augmentation)
+    attach_sample_transform(run.data.train, cfg.augmentation)  # feature: augment_recipes
     run.optimizer = build_optimizer(run.model, cfg.optimizer, batch_size=cfg.data.batch_size,
                                     world_size=proc.world_size, accumulate=cfg.trainer.accumulate_grad_batches)
     run.scheduler = build_lr_schedule(run)

@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from conftest import ROOT
-from helpers import needs_image_folders
+from helpers import needs_image_folders, template_has
+
+# The random per-image draws in the workers are augment_recipes' (docs/features.md): a trimmed clone has none.
+pytestmark = pytest.mark.skipif(not template_has("augmentation/trivialaugment.yaml"), reason="trimmed: no recipes")
 
 # 48 images of 12x12 pixels, a class a colour; val and test carved a quarter each: 3 training batches of 8 an epoch.
 RUN = (

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import composed
-from helpers import needs_image_folders, record_run
+from helpers import record_run
 from trainkit.models.finetune import freeze
 
 # A narrow CNN, three batches of 8 digits and one validation batch: a run takes about a second.
@@ -56,19 +56,6 @@ def test_the_model_trains_on_augmented_batches(tmp_path, monkeypatch):
     for (images, transformed), forward in zip(recording.transformed, recording.training_forwards(), strict=True):
         assert torch.equal(forward.inputs, transformed)
         assert not torch.equal(transformed, run.eval_transform(images))
-
-
-def test_mixup_and_cutmix_mix_the_batch_the_model_trains_on(tmp_path, monkeypatch):
-    """The loss gets soft targets (two labels' shares a sample), and the model gets mixed images,
-    not the transformed batch."""
-    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "augmentation=mixup", "augmentation.crop_padding=null")
-    for (_, transformed), forward, (_, targets, _) in zip(
-        recording.transformed, recording.training_forwards(), recording.losses, strict=True
-    ):
-        assert targets.shape == (8, 10) and targets.dtype == torch.float32
-        torch.testing.assert_close(targets.sum(dim=1), torch.ones(8))
-        assert (targets.max(dim=1).values < 1).any()  # mixed with a sample of another label
-        assert not torch.equal(forward.inputs, transformed)
 
 
 def test_the_task_s_loss_is_trained_on_and_its_metrics_are_reported(tmp_path, monkeypatch):
@@ -135,40 +122,6 @@ def test_compile_wraps_what_the_loop_calls_and_its_first_step_is_not_throughput(
     assert float(line.split(": ")[1].split("s ")[0]) >= FakeCompiled.COMPILE_SECONDS
     # 16 timed samples in two ordinary steps; counting the first step too would give < 24 / 2 s.
     assert recording.summary["final"]["train/samples_per_sec"] > 24 / FakeCompiled.COMPILE_SECONDS
-
-
-@needs_image_folders
-def test_per_sample_transforms_of_an_image_folder_reach_the_training_batches(tmp_path, monkeypatch):
-    """A flip-only per-sample recipe (decoded in the loader, here without workers): every training image
-    is a file's plain decode or its mirror, and some are mirrored."""
-    from PIL import Image
-
-    from trainkit.data.images import decode
-
-    files = []
-    for index in range(24):
-        folder = tmp_path / "images" / "train" / f"class{index % 2}"
-        folder.mkdir(parents=True, exist_ok=True)
-        pixels = torch.randint(0, 256, (8, 8, 3), generator=torch.Generator().manual_seed(index), dtype=torch.uint8)
-        Image.fromarray(pixels.numpy()).save(folder / f"{index}.png")
-        files.append(folder / f"{index}.png")
-    plain = {decode(str(path), "RGB", 8).numpy().tobytes() for path in files}
-    mirrored = {decode(str(path), "RGB", 8).flip(-1).numpy().tobytes() for path in files}
-    flips_only = ("augmentation.per_sample.random_resized_crop=null", "augmentation.per_sample.policy=null")
-    image_folder = ("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=8", "data.num_workers=0")
-    (tmp_path / "run").mkdir()  # the run directory, beside the image folder
-    recording = record_run(
-        tmp_path / "run",
-        monkeypatch,
-        *SHORT_RUN,
-        *image_folder,
-        "augmentation=trivialaugment",
-        *flips_only,
-        "augmentation.random_erasing=null",
-    )
-    seen = [image.numpy().tobytes() for images, _ in recording.transformed for image in images]
-    assert len(seen) >= 16 and all(image in plain | mirrored for image in seen)
-    assert any(image in mirrored - plain for image in seen)
 
 
 # ---- what the optimizer step sees: clipping, schedules, the LR finder, head LR, micro-batches ----------

@@ -35,6 +35,7 @@ DOC_NAMES = {
     "eval_figures": r"confusion_matrix|predictions\.png",
     "slurm": r"launcher=slurm|submitit|slurm_example",
     "tta_flip": r"tta_flip|flip test-time|\btta\b",
+    "augment_recipes": r"mixup|cutmix|randaugment|trivialaugment|rand_augment|trivial_augment|\bper_sample|LabelMixing",
 }
 # The core's quick tests: the config, checkpoints and the runtime, none of which may need a feature.
 CORE_TESTS = (

@@ -1,10 +1,10 @@
-"""Augmentation: batched on the device for every batch (`BatchTransform`), per image in the DataLoader
-workers for image folders (`attach_sample_transform`), and MixUp/CutMix with soft targets (`LabelMixing`).
+"""Augmentation: batched on the device for every batch (`BatchTransform`); the recipes of the feature
+`augment_recipes` (docs/features.md) beside it: per image in the DataLoader workers for image folders
+(trainkit.augment.sample_transforms) and MixUp/CutMix with soft targets (trainkit.augment.mixing), which
+train.py reaches from marked lines.
 
-train.py imports from here; the modules inside import each other directly."""
+The modules inside import each other directly."""
 
 from trainkit.augment.batch_transform import BatchTransform
-from trainkit.augment.mixing import LabelMixing
-from trainkit.augment.sample_transforms import attach_sample_transform
 
-__all__ = ["BatchTransform", "LabelMixing", "attach_sample_transform"]
+__all__ = ["BatchTransform"]

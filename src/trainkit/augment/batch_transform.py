@@ -17,9 +17,9 @@ is built, and read here by `active_ops`; a missing or null key means "off":
     random_order: true          # colour jitter and affine in a random order, per sample
     random_erasing: 0.25        # erase a random rectangle of this fraction of the samples (after normalizing)
 
-The same config also holds what runs elsewhere: `mixup_alpha` / `cutmix_alpha` (trainkit.augment.mixing,
-on the device, after this transform) and `per_sample` (trainkit.augment.sample_transforms, in the
-DataLoader workers of image folders); `active_ops` reports them too.
+The same section may hold keys of a feature that runs elsewhere (after this transform, or in the DataLoader
+workers); it names the module that checks and reads them (`_checks_`: docs/features.md), and `active_ops`
+leaves them to it.
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ def random_erasing(
 
 
 def active_ops(augmentation: Mapping | None) -> dict[str, Any]:
-    """The ops an augmentation config switches on, as plain values: {op: its options}.
+    """The ops of this module that an augmentation config switches on, as plain values: {op: its options}.
 
     A key that is missing, null, false or zero is off, and so is an affine whose only setting is
     a [1, 1] scale. The values are not checked here: trainkit.config.validation checks them before anything
@@ -289,10 +289,6 @@ def active_ops(augmentation: Mapping | None) -> dict[str, Any]:
         del affine["scale"]
     if affine:
         ops["affine"] = affine
-    for key in ("random_erasing", "mixup_alpha", "cutmix_alpha"):
-        if options.get(key):
-            ops[key] = float(options[key])
-    per_sample = {key: value for key, value in dict(options.get("per_sample") or {}).items() if value}
-    if per_sample.get("random_resized_crop") or per_sample.get("horizontal_flip") or per_sample.get("policy"):
-        ops["per_sample"] = per_sample  # num_ops and magnitude alone switch nothing on
+    if options.get("random_erasing"):
+        ops["random_erasing"] = float(options["random_erasing"])
     return ops

@@ -17,18 +17,24 @@ the device ops of trainkit.augment.batch_transform (batched, per-sample draws) d
       magnitude: 9                      # rand_augment only, 0..30
 
 torchvision is imported when such a transform is built, in the main process before the workers
-start (they inherit it), never on the --help, config-error or default paths.
+start (they inherit it), never on the --help, config-error or default paths. train.py attaches it in one
+marked line (`attach_sample_transform`); the augmentation sections that set `per_sample`
+(conf/augmentation/randaugment.yaml, trivialaugment.yaml) name this module in `_checks_`, so its checks
+come and go with it (docs/features.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
-from trainkit.augment.batch_transform import active_ops
+from trainkit.config.schema import Check, Relation, flag, integer, interval, section, show, unknown_keys
+from trainkit.config.validation import flip_refused
+from trainkit.data.datasets import data_class
 from trainkit.data.images import ImageFolderDataset, resize_center_crop
 from trainkit.errors import ConfigError
 
@@ -36,6 +42,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
 POLICIES = ("rand_augment", "trivial_augment_wide")
+KEYS = ("random_resized_crop", "horizontal_flip", "policy", "num_ops", "magnitude")
 
 
 class SampleTransform:
@@ -74,7 +81,7 @@ def attach_sample_transform(loader: object, augmentation: Mapping | None) -> Non
     """Give the training loader's image-folder dataset the per-sample transform of `augmentation`
     (nothing when `per_sample` is off). Call it before the loader's first pass: persistent workers
     copy the dataset when they start."""
-    options = active_ops(augmentation).get("per_sample")
+    options = augmentation_ops(augmentation or {}).get("per_sample")
     if not options:
         return
     dataset = getattr(loader, "dataset", None)  # a FileLoader's dataset
@@ -85,3 +92,69 @@ def attach_sample_transform(loader: object, augmentation: Mapping | None) -> Non
             "use the device ops (crop_padding, horizontal_flip, random_erasing, mixup_alpha, cutmix_alpha)",
         )
     dataset.transform = SampleTransform(options, dataset.image_size)
+
+
+def augmentation_ops(augmentation: Mapping) -> dict[str, dict[str, Any]]:
+    """{"per_sample": its options that are set} when `augmentation` switches a per-sample transform on (num_ops
+    and magnitude alone switch nothing on), else {}: for attach_sample_transform and the core's checks of what
+    an augmentation does (trainkit.config.validation)."""
+    options = augmentation.get("per_sample")
+    per_sample = {key: value for key, value in options.items() if value} if isinstance(options, Mapping) else {}
+    if per_sample.get("random_resized_crop") or per_sample.get("horizontal_flip") or per_sample.get("policy"):
+        return {"per_sample": per_sample}
+    return {}
+
+
+def _policy(value: object) -> str | None:
+    if value is None or value in POLICIES:
+        return None
+    return f"must be one of {', '.join(POLICIES)} or null (off); got {show(value)}"
+
+
+def _needs_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    try:
+        data = data_class(str(cfg.data.get("_target_")))
+    except ConfigError:  # the core's check of data._target_ says why
+        return
+    if data.in_memory and augmentation_ops(cfg.augmentation):
+        yield (
+            "augmentation.per_sample",
+            (
+                f"runs per image in the DataLoader workers that decode files, but {cfg.data.name} is held in "
+                f"memory on the device; use data decoded from files (an image folder), or the device ops "
+                f"(augmentation=basic, strong or mixup: crop_padding, horizontal_flip, random_erasing, mixup_alpha, "
+                f"cutmix_alpha)"
+            ),
+        )
+
+
+def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    if augmentation_ops(cfg.augmentation).get("per_sample", {}).get("horizontal_flip"):
+        yield from flip_refused(cfg, "per_sample.horizontal_flip")
+
+
+def ignored_settings(cfg: DictConfig) -> list[str]:
+    """RandAugment's settings under another policy: lines for the config check to print."""
+    per_sample = augmentation_ops(cfg.augmentation).get("per_sample", {})
+    return [
+        f"augmentation.per_sample.{key}={per_sample[key]} is ignored: it sets RandAugment, and "
+        f"augmentation.per_sample.policy is {per_sample.get('policy')}; leave it null"
+        for key in ("num_ops", "magnitude")
+        if per_sample.get(key) and per_sample.get("policy") != "rand_augment"
+    ]
+
+
+# Gathered by the config check: conf/augmentation/randaugment.yaml's and trivialaugment.yaml's _checks_.
+CONFIG_RULES: dict[str, Check] = {
+    "augmentation.per_sample": section(KEYS),
+    "augmentation.per_sample.random_resized_crop": interval(above=0, null=True),
+    "augmentation.per_sample.horizontal_flip": flag(null=True),
+    "augmentation.per_sample.policy": _policy,
+    "augmentation.per_sample.num_ops": integer(1, null=True),
+    "augmentation.per_sample.magnitude": integer(0, 30, null=True),
+}
+CONFIG_RELATIONS = (
+    unknown_keys("augmentation.per_sample", KEYS),
+    Relation(("data._target_", "augmentation"), _needs_files),
+    Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
+)

@@ -43,6 +43,11 @@ RENAMED_DATA_TARGETS["trainkit.data.cache.load_cache"] = "trainkit.data.cache.Ca
 # their old place.
 MOVED_SCHEDULES: dict[str, str] = {}
 MOVED_SCHEDULES |= dict.fromkeys(("step", "cosine_restarts", "wsd"), "more_schedules")  # feature: more_schedules
+# The augmentation keys a feature's module checks now, key -> that module: an older checkpoint's augmentation section
+# names it in `_checks_`, and its task, which took the key once, no longer does.
+CHECKED_KEYS: dict[str, str] = {}
+CHECKED_KEYS |= dict.fromkeys(("mixup_alpha", "cutmix_alpha"), "trainkit.augment.mixing")  # feature: augment_recipes
+CHECKED_KEYS |= {"per_sample": "trainkit.augment.sample_transforms"}  # feature: augment_recipes
 
 
 def find_checkpoint(
@@ -146,8 +151,8 @@ def read_checkpoint(
 
 def upgrade_config(config: dict[str, Any]) -> None:
     """Move, in place, what an older checkpoint's config keeps where this code no longer reads it
-    (MOVED_MODEL_KEYS, RENAMED_DATA_TARGETS, scheduler.name, MOVED_SCHEDULES); a config written by this code is
-    left as it is."""
+    (MOVED_MODEL_KEYS, RENAMED_DATA_TARGETS, scheduler.name, MOVED_SCHEDULES, CHECKED_KEYS); a config
+    written by this code is left as it is."""
     model, data = config.get("model", {}), config.get("data", {})
     moved = {key: model.pop(key) for key in MOVED_MODEL_KEYS if key in model}
     if moved:
@@ -160,6 +165,12 @@ def upgrade_config(config: dict[str, Any]) -> None:
     module, _, name = str(scheduler.get("_target_", "")).rpartition(".")
     if module == "trainkit.schedules" and name in MOVED_SCHEDULES:
         scheduler["_target_"] = f"trainkit.{MOVED_SCHEDULES[name]}.{name}"
+    task, augmentation = config.get("task", {}), config.get("augmentation", {})
+    modules = {CHECKED_KEYS[key] for key in augmentation if key in CHECKED_KEYS}
+    if modules and "_checks_" not in augmentation:
+        augmentation["_checks_"] = {module.rsplit(".", 1)[-1]: module for module in sorted(modules)}
+    for key in CHECKED_KEYS:
+        task.pop(key, None)
 
 
 def upgrade_fingerprint(fingerprint: dict | None) -> dict | None:

@@ -24,12 +24,8 @@ AUGMENTATION_KEYS = (
     "affine",
     "random_order",
     "random_erasing",
-    "mixup_alpha",
-    "cutmix_alpha",
-    "per_sample",
+    "_checks_",  # a feature's keys beside these: the modules named here check them (docs/features.md)
 )
-PER_SAMPLE_KEYS = ("random_resized_crop", "horizontal_flip", "policy", "num_ops", "magnitude")
-PER_SAMPLE_POLICIES = ("rand_augment", "trivial_augment_wide")  # trainkit.augment.sample_transforms builds them
 COLOR_JITTER_KEYS = ("brightness", "contrast", "saturation")
 AFFINE_KEYS = ("degrees", "translate", "scale", "shear")
 
@@ -44,12 +40,6 @@ def freeze_spec(value: object) -> str | None:
     if value is None or value == "backbone" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return None
     return f"must be null, backbone or a number of stages >= 0, got {show(value)}"
-
-
-def per_sample_policy(value: object) -> str | None:
-    if value is None or value in PER_SAMPLE_POLICIES:
-        return None
-    return f"must be one of {', '.join(PER_SAMPLE_POLICIES)} or null (off); got {show(value)}"
 
 
 def split_fraction(split: str, uses: str) -> Check:
@@ -201,14 +191,6 @@ RULES: dict[str, Check] = {
     "augmentation.affine.shear": number(0, below=90, null=True),
     "augmentation.random_order": flag(null=True),
     "augmentation.random_erasing": number(0, 1, null=True),
-    "augmentation.mixup_alpha": number(0, null=True),
-    "augmentation.cutmix_alpha": number(0, null=True),
-    "augmentation.per_sample": section(PER_SAMPLE_KEYS),
-    "augmentation.per_sample.random_resized_crop": interval(above=0, null=True),
-    "augmentation.per_sample.horizontal_flip": flag(null=True),
-    "augmentation.per_sample.policy": per_sample_policy,
-    "augmentation.per_sample.num_ops": integer(1, null=True),
-    "augmentation.per_sample.magnitude": integer(0, 30, null=True),
     "distributed.name": text(),  # none, ddp, or a strategy's own that distributed.parallel names (validation)
     "distributed.parallel": text(null=True),  # module.Class: trainkit.distributed.parallel.strategy
     "distributed.nproc_per_node": integer(1, null=True),

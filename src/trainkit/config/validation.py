@@ -31,7 +31,7 @@ from trainkit.config.declared import (
     parameters,
     searched_keys,
 )
-from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, PER_SAMPLE_KEYS, RULES
+from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, RULES
 from trainkit.config.schema import Relation, find_problems, integer, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, budget_key, data_class
 from trainkit.distributed.process_group import process_info
@@ -205,8 +205,24 @@ def _task_metrics(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-# Augmentation keys that move or mix the image alone: a task with a target per pixel refuses them.
-IMAGE_ONLY_GEOMETRY = ("crop_padding", "horizontal_flip", "affine", "per_sample", "mixup_alpha", "cutmix_alpha")
+# The augmentation ops that change each pixel where it is; every other one (the core's crop, flip and affine, a
+# feature's) moves or mixes the image alone, which a task with a target per pixel (a mask) refuses.
+PIXEL_WISE = ("color_jitter", "random_erasing")
+
+
+def augmentation_ops(cfg: DictConfig) -> dict[str, Any]:
+    """The ops cfg.augmentation switches on: the batch transform's (active_ops) and those of the features whose
+    modules its `_checks_` names (their `augmentation_ops(augmentation)`)."""
+    ops = active_ops(cfg.augmentation)
+    for _, feature in feature_modules(cfg):
+        ops |= getattr(feature, "augmentation_ops", lambda augmentation: {})(cfg.augmentation)
+    return ops
+
+
+def _augmentation_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """A closed section: the batch transform's keys and those the features its `_checks_` names have rules for."""
+    features = {key.split(".")[1] for key in feature_checks(cfg)[0] if key.startswith("augmentation.")}
+    yield from unknown_keys("augmentation", (*AUGMENTATION_KEYS, *sorted(features))).check(cfg)
 
 
 def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -215,8 +231,8 @@ def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     task = _task(cfg)
     if task is None or not getattr(task, "spatial_targets", False):
         return
-    for key in IMAGE_ONLY_GEOMETRY:
-        if key in active_ops(cfg.augmentation):
+    for key in augmentation_ops(cfg):
+        if key not in PIXEL_WISE:
             yield (
                 f"augmentation.{key}",
                 f"moves or mixes the image without its targets ({task.__name__} has a target per pixel); "
@@ -399,25 +415,28 @@ def _strategy(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    active = active_ops(cfg.augmentation)
+    active = augmentation_ops(cfg)
     if cfg.augmentation.name == "none" and active:
         yield "augmentation.name", f"is 'none' but {', '.join(active)} is on; pick a name that augments or turn it off"
 
 
+def flip_refused(cfg: DictConfig, flip: str) -> Iterator[tuple[str, str]]:
+    """The refusal of augmentation.<flip>, a flip that is on, where the data says a mirror image changes its label
+    (a feature's flips too)."""
+    if cfg.data.get("mirror_changes_label"):
+        yield (
+            f"augmentation.{flip}",
+            (
+                f"is on, but {cfg.data.name} sets data.mirror_changes_label=true (a mirrored 2 is not a 2); "
+                f"use augmentation=shift or augmentation.{flip}=false, "
+                f"or set data.mirror_changes_label=false if your images are mirror-safe"
+            ),
+        )
+
+
 def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    ops = active_ops(cfg.augmentation)
-    flips = ["horizontal_flip"] * ("horizontal_flip" in ops)
-    flips += ["per_sample.horizontal_flip"] * bool(ops.get("per_sample", {}).get("horizontal_flip"))
-    for flip in flips:
-        if cfg.data.get("mirror_changes_label"):
-            yield (
-                f"augmentation.{flip}",
-                (
-                    f"is on, but {cfg.data.name} sets data.mirror_changes_label=true (a mirrored 2 is not a 2); "
-                    f"use augmentation=shift or augmentation.{flip}=false, "
-                    f"or set data.mirror_changes_label=false if your images are mirror-safe"
-                ),
-            )
+    if "horizontal_flip" in active_ops(cfg.augmentation):
+        yield from flip_refused(cfg, "horizontal_flip")
 
 
 def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -427,41 +446,13 @@ def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if data is None or issubclass(data, ImageData):
         return
     what = f"{cfg.data.name} is {data.kind} data ({data.__name__}), not images"
-    active = active_ops(cfg.augmentation)
+    active = augmentation_ops(cfg)
     if active:
         yield "augmentation", f"{', '.join(active)} transform images, but {what}; use augmentation=none"
     if cfg.finetune.input_size is not None:
         yield "finetune.input_size", f"resizes images, but {what}; leave it null"
     if cfg.trainer.channels_last:
         yield "trainer.channels_last", f"lays out image batches, but {what}; set trainer.channels_last=false"
-
-
-def _mixing_needs_a_task_that_mixes(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """MixUp/CutMix run in the task's augment(): a task that does not mix would ignore them in silence."""
-    task = _task(cfg)
-    if task is None or getattr(task, "mixes_batches", False):
-        return
-    mixing = [key for key in ("mixup_alpha", "cutmix_alpha") if key in active_ops(cfg.augmentation)]
-    if mixing:
-        yield (
-            f"augmentation.{mixing[0]}",
-            f"{' and '.join(mixing)} mix batches, but {task.__name__} does not mix (only a task with "
-            f"mixes_batches=True does, e.g. classification); use an augmentation without them (augmentation=none)",
-        )
-
-
-def _per_sample_needs_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    data = _data_class(cfg)
-    if data is not None and data.in_memory and "per_sample" in active_ops(cfg.augmentation):
-        yield (
-            "augmentation.per_sample",
-            (
-                f"runs per image in the DataLoader workers that decode files, but {cfg.data.name} is held in "
-                f"memory on the device; use data decoded from files (an image folder), or the device ops "
-                f"(augmentation=basic, strong or mixup: crop_padding, horizontal_flip, random_erasing, mixup_alpha, "
-                f"cutmix_alpha)"
-            ),
-        )
 
 
 def _a_micro_batch_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -508,17 +499,14 @@ RELATIONS = (
     Relation(("task._target_", "regularization.early_stopping"), _early_stopping_direction),
     Relation(("device", "distributed.sync_batchnorm", "distributed.backend"), _cuda_only),
     Relation(("distributed.name", "distributed.parallel"), _strategy),
-    unknown_keys("augmentation", AUGMENTATION_KEYS),
+    Relation(("augmentation",), _augmentation_keys),
     unknown_keys("augmentation.color_jitter", COLOR_JITTER_KEYS),
     unknown_keys("augmentation.affine", AFFINE_KEYS),
-    unknown_keys("augmentation.per_sample", PER_SAMPLE_KEYS),
     Relation(("augmentation",), _augmentation_off),
-    Relation(("data._target_", "augmentation"), _per_sample_needs_files),
     # after the augmentation checks: a bad augmentation section is reported once, as itself
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
     Relation(("task._target_", "augmentation", "finetune.input_size", "data.mirror_changes_label"), _spatial_targets),
     Relation(("data._target_", "augmentation", "finetune.input_size", "trainer.channels_last"), _image_ops_need_images),
-    Relation(("task._target_", "augmentation"), _mixing_needs_a_task_that_mixes),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),
     Relation(("model._target_", "data.image_size", "finetune.input_size"), _input_size_fits_the_model),
@@ -608,13 +596,6 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
         ignored.append(
             "augmentation.random_order=true is ignored: it orders color_jitter and affine, and they are not both on"
         )
-    per_sample = ops.get("per_sample", {})
-    for key in ("num_ops", "magnitude"):
-        if per_sample.get(key) and per_sample.get("policy") != "rand_augment":
-            ignored.append(
-                f"augmentation.per_sample.{key}={per_sample[key]} is ignored: it sets RandAugment, and "
-                f"augmentation.per_sample.policy is {per_sample.get('policy')}; leave it null"
-            )
     return ignored
 
 

@@ -1,16 +1,16 @@
-"""Classification: one label per sample, cross-entropy with label smoothing, MixUp/CutMix, accuracy.
+"""Classification: one label per sample, cross-entropy with label smoothing, accuracy.
 
-Under MixUp/CutMix the training targets are [B, C] shares, and train/acc counts a prediction right when it names the
-label with the larger share. Evaluation never mixes.
+Its loss and metrics also take soft targets ([B, C] shares, as a feature that mixes batches makes them:
+`mixes_batches`); train/acc then counts a prediction right when it names the label with the larger share.
+Evaluation never mixes.
 """
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trainkit.augment.mixing import LabelMixing
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import Task
 
@@ -20,21 +20,11 @@ class Classification(Task):
     headline_metric = "acc"
     metric_ranges: ClassVar[dict[str, tuple[float | None, float | None]]] = {"acc": (0, 1), "loss": (0, None)}
     monitored_metric = "loss"  # early stopping: smoother than the accuracy on a small validation split
-    mixes_batches = True  # MixUp/CutMix, in augment()
+    mixes_batches = True  # the loss and metrics take soft targets too
 
-    def __init__(
-        self,
-        num_classes: int,
-        label_smoothing: float = 0.0,
-        mixup_alpha: float | None = None,
-        cutmix_alpha: float | None = None,
-    ):
+    def __init__(self, num_classes: int, label_smoothing: float = 0.0):
         self.num_classes = num_classes
         self.label_smoothing = label_smoothing
-        self.mixing = LabelMixing({"mixup_alpha": mixup_alpha, "cutmix_alpha": cutmix_alpha}, num_classes)
-
-    def augment(self, batch: Any) -> Any:
-        return self.mixing(*batch) if self.mixing.enabled else batch  # any batch, unless it mixes (image pairs)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         _refuse_numbers(outputs, targets)

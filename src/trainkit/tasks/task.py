@@ -33,7 +33,7 @@ class Task:
     metric_ranges: ClassVar[dict[str, tuple[float | None, float | None]]] = {}
     monitored_metric: ClassVar[str | None] = None  # the early-stopping default; None: the headline metric
     spatial_targets: ClassVar[bool] = False  # one target per pixel: augmenting the image alone is refused
-    mixes_batches: ClassVar[bool] = False  # augment() runs MixUp/CutMix
+    mixes_batches: ClassVar[bool] = False  # its loss takes soft targets, so augment() may mix a batch's samples
     weighs: ClassVar[str] = "samples"  # "samples" | "tokens": what a batch's loss is the mean over
     # A loss that couples a batch's samples (contrastive) would be another loss on a part of the batch, so
     # micro-batches are refused; gathers_across_ranks: its step all-gathers every rank's samples.
