@@ -33,6 +33,7 @@ DOC_NAMES = {
     "compare_runs": r"compare_runs\.py",
     "eval_figures": r"confusion_matrix|predictions\.png",
     "slurm": r"launcher=slurm|submitit|slurm_example",
+    "language_model": r"stdlib_gpt|prompt=|TextBlocks|LanguageModel",
 }
 # The core's quick tests: the config, checkpoints and the runtime, none of which may need a feature.
 CORE_TESTS = (
@@ -194,13 +195,16 @@ def test_deleting_the_feature_leaves_no_file_importing_its_packages(name):
 def test_the_config_check_names_no_feature():
     """trainkit.config checks the core's keys and gathers each feature's checks from the module its section names
     (`_checks_`): a feature's name, module or config key there would outlive deleting the feature."""
-    names = set()
+    names, keys = set(), set()
     for name, feature in FEATURES.items():
         names |= {name, *(Path(file).stem for file in feature.files if file.endswith(".py"))}
-        names |= {key.split(".")[-1] for keys in feature.config.values() for key in keys}
+        keys |= {key.split(".")[-1] for keys in feature.config.values() for key in keys}
+    # A key is named as a key ("sample", sample.seed, sample=), not as the word (language_model's `sample`).
+    patterns = {name: rf"\b{re.escape(name)}\b" for name in names}
+    patterns |= {key: rf"(?<=[\"'.]){re.escape(key)}\b|\b{re.escape(key)}(?=[\".=])" for key in keys - names}
     for path in sorted((ROOT / "src" / "trainkit" / "config").glob("*.py")):
         text = path.read_text(encoding="utf-8")
-        named = sorted(name for name in names if re.search(rf"\b{re.escape(name)}\b", text))
+        named = sorted(name for name, pattern in patterns.items() if re.search(pattern, text))
         assert not named, f"{path.relative_to(ROOT)} names {', '.join(named)}"
 
 
@@ -279,8 +283,11 @@ def dropped_copy(pristine: Path, tmp_path: Path, names: list[str]) -> Path:
 @pytest.mark.template
 @pytest.mark.parametrize("name", list(FEATURES))
 def test_deleting_the_feature_leaves_a_template_that_trains(name, pristine, tmp_path):
-    """Each row alone: the copy imports, passes ruff and mypy, and trains the default run an epoch."""
-    assert_a_template_that_trains(dropped_copy(pristine, tmp_path, [name]), tmp_path, FEATURES[name].packages)
+    """Each row (with the rows that need it, which trim.py drops with it): the copy imports, passes ruff and mypy,
+    and trains the default run an epoch."""
+    rows = trim.to_drop(FEATURES, [name])
+    packages = [package for dropped in rows for package in FEATURES[dropped].packages]
+    assert_a_template_that_trains(dropped_copy(pristine, tmp_path, rows), tmp_path, packages)
 
 
 # Every key a rule of the core checks exists with no tracker at all (a rule on a key no option has fails it).
