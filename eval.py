@@ -9,8 +9,8 @@
     python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or one image file's)
     python eval.py checkpoint=<run> predict=path/to/texts   # token data: each .txt file's class
     python eval.py checkpoint=<run> predict=rows.csv        # other data: the files its option reads (a table's rows)
-    python eval.py checkpoint=<run> prompt="'def fibonacci(n):'"  # a language model: the text continued (sample.*)
-    python eval.py checkpoint=<run> predict=prompt.txt      # ... or a text file's text (a missing file: refused)
+    python eval.py checkpoint=<run> prompt="'def f(n):'"    # a language model continues it  # feature: language_model
+    python eval.py checkpoint=<run> predict=prompt.txt      # ... or a text file's  # feature: language_model
     python eval.py checkpoint=<run> export=<folder>         # the tested weights for others: model=hf in the Hugging
                                                             # Face format (from_pretrained), ours as safetensors + yaml
 
@@ -28,7 +28,6 @@ A picture of the predictions too: confusion_matrix.png, or predictions.png for s
 import csv
 import json
 import logging
-import random
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -63,7 +62,7 @@ from trainkit.models.export import export_run  # feature: hf
 from trainkit.runtime import pick_device, seed_everything
 from trainkit.tasks import evaluate, evaluation_outputs
 from trainkit.tasks.batches import to_device
-from trainkit.tasks.language_model import write_samples, writes_text
+from trainkit.tasks.prompting import check_prompt, continue_text  # feature: language_model
 from trainkit.tasks.task import Task
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
 from trainkit.tracking import quiet_known_noise, save_png
@@ -116,9 +115,7 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     if cfg.split not in SPLITS:
         raise ConfigError("split", f"must be one of {', '.join(SPLITS)}, got {cfg.split!r}")
     validate(cfg)  # every error the config alone can reveal, before any data or model is built
-    if cfg.prompt is not None and (cfg.predict is not None or not writes_text(cfg)):
-        reason = "predict= is given too; give one" if cfg.predict is not None else "this run is not one; drop it"
-        raise ConfigError("prompt", f"is the text a language model continues, but {reason}")
+    check_prompt(cfg)  # feature: language_model
     check_data_fits(state["config"], cfg.data.get("channels"), cfg.data.num_classes)  # null: a folder counts later
     return cfg
 
@@ -220,6 +217,12 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
     return results
 
 
+def tested_model(cfg: DictConfig, device: torch.device) -> torch.nn.Module:
+    """The weights the run tested in its model on `device`, at the run's own input size."""
+    weights = tested_weights(load_checkpoint(cfg.checkpoint, device))[1]
+    return trained_model(cfg, weights, cfg.data.get("image_size"), device)[0]
+
+
 def tested_model_on_cpu(cfg: DictConfig) -> tuple[torch.nn.Module, list[str]]:
     """The weights the run tested in its model on the CPU, and what its classes are called (export=)."""
     state = load_checkpoint(cfg.checkpoint, torch.device("cpu"))
@@ -231,6 +234,7 @@ def tested_model_on_cpu(cfg: DictConfig) -> tuple[torch.nn.Module, list[str]]:
 # (export=), else returns False.
 INSTEAD: list[Callable[[DictConfig, str], bool]] = []
 INSTEAD.append(lambda cfg, source: export_run(cfg, source, tested_model_on_cpu))  # feature: hf
+INSTEAD.append(lambda cfg, source: continue_text(cfg, source, tested_model, runs_tokenizer))  # feature: language_model
 
 
 def batch_limit(cfg: DictConfig) -> int | None:
@@ -472,23 +476,6 @@ def named(paths: list[Path], folder: Path, shown: int = 5) -> str:
     return names + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
 
 
-def prompt_of(cfg: DictConfig) -> str:
-    """What a language model continues: prompt=<the text itself>, or the text of predict=<a text file> (never the
-    path itself: a mistyped file name is refused, not continued)."""
-    if cfg.prompt is not None:
-        return cfg.prompt
-    given = Path(str(cfg.predict)).expanduser()
-    if not given.is_file():
-        what = "is a folder" if given.is_dir() else "does not exist"
-        raise ConfigError(
-            "predict", f"'{given}' {what}; a language model continues a text file (predict=<file>) or prompt='<text>'"
-        )
-    try:
-        return given.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ConfigError("predict", f"cannot read text file '{given}' ({error}); save it as UTF-8") from error
-
-
 def write_table(writer: "PredictionWriter", out_dir: Path) -> Path:
     table = out_dir / "predictions.csv"
     with table.open("w", newline="") as f:
@@ -587,23 +574,12 @@ def resize_whole(image: Any, size: int) -> torch.Tensor:
 def main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     cfg = checkpoint_config(cfg)  # the checkpoint's config, this command's overrides on top
-    drawn = cfg.sample.seed is None  # sample.seed=null: a fresh seed, saved with the config and printed
-    if drawn:
-        cfg.sample.seed = random.SystemRandom().randrange(2**32)
     if (out_dir / ".hydra").is_dir():  # what is evaluated, not only what was typed (hydra.output_subdir=null: none)
         OmegaConf.save(cfg, out_dir / ".hydra" / "config.yaml")
     checkpoint = Path(cfg.checkpoint)
     run_dir = run_dir_of(checkpoint)
     source = f"{checkpoint.parent.name}/{checkpoint.name} of {run_dir}" if run_dir else str(checkpoint)
     if any(job(cfg, source) for job in INSTEAD):
-        return
-    if cfg.prompt is not None or (cfg.predict is not None and writes_text(cfg)):  # a language model continues text
-        prompt = prompt_of(cfg)
-        device = pick_device(cfg.device, 0)
-        model, _ = trained_model(cfg, tested_weights(load_checkpoint(cfg.checkpoint, device))[1], None, device)
-        print(write_samples(model, prompt, cfg.sample, out_dir / "samples.txt", runs_tokenizer(cfg)))
-        seed = f"sample.seed={cfg.sample.seed}" + (" drawn: pass it to sample the same again" if drawn else "")
-        log.info(f"sample of {cfg.sample.max_new_tokens} bytes ({seed}, {source}) -> samples.txt")
         return
     if cfg.predict is not None:
         written, count = predict_folder(cfg, out_dir)

@@ -12,7 +12,6 @@ from torch import nn
 from trainkit.checkpointing import signals
 from trainkit.config.schema import flag
 from trainkit.distributed.process_group import process_info
-from trainkit.models.gpt import GPT
 from trainkit.models.sequence import SequenceClassifier
 from trainkit.models.small_cnn import SmallCNN
 
@@ -283,10 +282,6 @@ class PreemptedAt:
             if process_info().rank == 0 and self.train_calls == self.preempt_at:
                 os.kill(os.getpid(), signal.SIGTERM)
         return super().forward(*inputs, **named_inputs)
-
-
-class PreemptedGPT(PreemptedAt, GPT):
-    """The GPT, preempted at `preempt_at`."""
 
 
 class PreemptedSequenceClassifier(PreemptedAt, SequenceClassifier):

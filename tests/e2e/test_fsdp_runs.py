@@ -1,19 +1,15 @@
 """train.py with distributed=fsdp, 2 processes on gloo: a run preempted inside an epoch (SIGTERM) resumes
 from its sharded checkpoints/last/ exactly (with 3 processes it is refused before they start), and its best.pt
-(full weights) is read by eval.py in one process; a GPT sharded a Block a unit trains as DDP does (the case of
-test_language_model.py, under fsdp; a Hugging Face model: test_hf.py)."""
+(full weights) is read by eval.py in one process (a GPT sharded a Block a unit: test_language_model.py; a Hugging
+Face model: test_hf.py)."""
 
 import json
 import os
 
 import pytest
-from test_language_model import corpus as python_files
-from test_language_model import tiny
 
 from conftest import ROOT, run_here
 from helpers import assert_same_training
-
-__all__ = ["python_files"]  # the fixtures of those files, used here
 
 # 2 ranks x 4 batches of 64 digits an epoch, BatchNorm included; rank 0 is preempted in its 6th training
 # step (inside epoch 1) or never.
@@ -55,14 +51,3 @@ def test_fsdp_preempted_inside_an_epoch_resumes_exactly_and_its_best_pt_evaluate
     assert code == 0, stderr[-3000:]
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert {key: metrics[key] for key in straight.summary["test"]} == pytest.approx(straight.summary["test"], rel=1e-6)
-
-
-@pytest.mark.slow  # two 2-process runs
-def test_fsdp_with_a_shard_unit_a_block_trains_as_ddp_does(run_train, python_files):
-    two = ("distributed.nproc_per_node=2", "regularization.early_stopping.enabled=false")
-    ddp = run_train(*tiny(python_files, "distributed=ddp", *two))
-    fsdp = run_train(*tiny(python_files, "distributed=fsdp", "distributed.blocks=[Block]", *two))
-    assert ddp.summary["world_size"] == fsdp.summary["world_size"] == 2
-    for key in ("val/loss", "val/bpb", "lr", "step"):
-        assert fsdp.epoch_metrics()[-1][key] == pytest.approx(ddp.epoch_metrics()[-1][key], rel=1e-5), key
-    assert fsdp.summary["test"] == pytest.approx(ddp.summary["test"], rel=1e-5)

@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed, run_here
-from helpers import assert_same_training
+from helpers import assert_same_training, template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.data import DataBundle
@@ -265,7 +265,7 @@ def test_two_ranks_of_a_language_model_update_as_one_batch(tmp_path):
 @pytest.mark.slow  # three subprocess runs
 def test_a_language_model_stopped_by_sigterm_inside_an_epoch_resumes_exactly(run_train, corpus, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
-    preempting = tiny(corpus, "model._target_=models_for_tests.PreemptedGPT", "trainer.log_every_n_steps=1",
+    preempting = tiny(corpus, "model._target_=gpt_for_tests.PreemptedGPT", "trainer.log_every_n_steps=1",
                       "regularization.early_stopping.enabled=false")  # fmt: skip
     straight = run_train(*preempting, "+model.preempt_at=0", isolated=True)
     preempted = run_train(*preempting, "+model.preempt_at=9", isolated=True, check=False)
@@ -273,3 +273,33 @@ def test_a_language_model_stopped_by_sigterm_inside_an_epoch_resumes_exactly(run
     resumed = run_train("resume=auto", *preempting, "+model.preempt_at=0", run_dir=preempted.run_dir, isolated=True)
     assert "at epoch 1, batch 3, step 9" in resumed.stdout + resumed.stderr
     assert_same_training(resumed, straight)
+
+
+# The language model under the features (each skips once a trim took the feature away).
+
+
+@pytest.mark.skipif(not template_has("regularization.ema"), reason="this clone has no EMA (trimmed)")
+def test_a_language_model_trains_with_ema(run_train, corpus):
+    run = run_train(*tiny(corpus, "regularization.ema.enabled=true", "regularization.ema.decay=0.9"))
+    assert run.summary["test"]["test/bpb"] < 8  # learning: ln(256) nats is 8 bits
+    assert torch.load(run.run_dir / "checkpoints" / "best.pt", weights_only=True)["averaged"] is not None
+
+
+@pytest.mark.skipif(not template_has("lr_finder"), reason="this clone has no LR finder (trimmed)")
+def test_the_lr_finder_runs_before_a_language_model_trains(run_train, corpus):
+    run = run_train(*tiny(corpus, "lr_finder.enabled=true", "lr_finder.num_steps=12", "lr_finder.apply=true"))
+    assert run.summary["test"]["test/bpb"] < 8  # learning: ln(256) nats is 8 bits
+    log = (run.run_dir / "train.log").read_text()
+    assert (run.run_dir / "lr_finder.png").is_file() and "suggest" in log
+
+
+@pytest.mark.slow  # two 2-process runs
+@pytest.mark.skipif(not template_has("distributed/fsdp.yaml"), reason="this clone has no FSDP (trimmed)")
+def test_fsdp_with_a_shard_unit_a_block_trains_as_ddp_does(run_train, corpus):
+    two = ("distributed.nproc_per_node=2", "regularization.early_stopping.enabled=false")
+    ddp = run_train(*tiny(corpus, "distributed=ddp", *two))
+    fsdp = run_train(*tiny(corpus, "distributed=fsdp", "distributed.blocks=[Block]", *two))
+    assert ddp.summary["world_size"] == fsdp.summary["world_size"] == 2
+    for key in ("val/loss", "val/bpb", "lr", "step"):
+        assert fsdp.epoch_metrics()[-1][key] == pytest.approx(ddp.epoch_metrics()[-1][key], rel=1e-5), key
+    assert fsdp.summary["test"] == pytest.approx(ddp.summary["test"], rel=1e-5)

@@ -8,13 +8,11 @@ import re
 import pytest
 import torch
 from PIL import Image
-from test_language_model import tiny as lm_run
 from test_text_classification import tiny as text_run
 from test_text_classification import write_texts
 from test_wiring import SHORT_RUN
 
 from helpers import record_run
-from trainkit.data.stdlib_source import stdlib_files
 from trainkit.tuning import lr_finder
 from trainkit.tuning.lr_finder import LRFinderResult
 
@@ -23,15 +21,6 @@ from trainkit.tuning.lr_finder import LRFinderResult
 def texts_corpus(tmp_path_factory):
     """train/<class>/*.txt, 45 files a class of three byte patterns (test_text_classification's)."""
     return write_texts(tmp_path_factory.mktemp("texts") / "train", 45, seed=0).parent
-
-
-@pytest.fixture(scope="module")
-def code_corpus(tmp_path_factory):
-    """Twenty files of the standard library (test_language_model's)."""
-    folder = tmp_path_factory.mktemp("corpus")
-    for k, path in enumerate(stdlib_files()[:20]):
-        (folder / f"{k:02d}_{path.name}").write_bytes(path.read_bytes())
-    return folder
 
 
 @pytest.mark.slow  # trains in this process (run_train)
@@ -72,13 +61,6 @@ def test_the_lr_finder_runs_on_text(run_train, texts_corpus):
     assert "test/acc" in run.summary["test"]
     assert (run.run_dir / "lr_finder.png").is_file()
     assert "lr range test: 8 steps" in run.stdout + run.stderr
-
-
-def test_the_lr_finder_runs_before_a_language_model_trains(run_train, code_corpus):
-    run = run_train(*lm_run(code_corpus, "lr_finder.enabled=true", "lr_finder.num_steps=12", "lr_finder.apply=true"))
-    assert run.summary["test"]["test/bpb"] < 8  # learning: ln(256) nats is 8 bits
-    log = (run.run_dir / "train.log").read_text()
-    assert (run.run_dir / "lr_finder.png").is_file() and "suggest" in log
 
 
 @pytest.mark.cuda  # scripts/gpu_check.sh

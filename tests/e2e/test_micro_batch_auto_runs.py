@@ -3,7 +3,10 @@ search itself, its checks and its run on the default model: tests/unit/tuning/te
 
 import pytest
 import torch
-from test_language_model import stdlib_corpus, tiny
+
+# The language model's helpers: a clone trimmed of the language_model row has no run of one to size.
+language_model = pytest.importorskip("test_language_model", reason="this clone has no language model (trimmed)")
+stdlib_corpus, tiny = language_model.stdlib_corpus, language_model.tiny
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ MUON = ("optimizer=muon", "optimizer.lr=3e-3", "scheduler=wsd", "scheduler.warmu
 @pytest.mark.slow  # three subprocess runs
 def test_muon_stopped_by_sigterm_inside_an_epoch_resumes_exactly(run_train, corpus, monkeypatch):  # noqa: F811
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
-    preempting = tiny(corpus, *MUON, "model._target_=models_for_tests.PreemptedGPT", "trainer.log_every_n_steps=1",
+    preempting = tiny(corpus, *MUON, "model._target_=gpt_for_tests.PreemptedGPT", "trainer.log_every_n_steps=1",
                       "trainer.accumulate_grad_batches=2", "regularization.early_stopping.enabled=false")  # fmt: skip
     straight = run_train(*preempting, "+model.preempt_at=0", isolated=True)
     assert "Muon 12,288 parameters (4 tensors)" in straight.stderr + straight.stdout  # 1 block: qkv, proj, fc, proj

@@ -36,6 +36,7 @@ DOC_NAMES = {
     "slurm": r"launcher=slurm|submitit|slurm_example",
     "tta_flip": r"tta_flip|flip test-time|\btta\b",
     "augment_recipes": r"mixup|cutmix|randaugment|trivialaugment|rand_augment|trivial_augment|\bper_sample|LabelMixing",
+    "language_model": r"stdlib_gpt|prompt=|TextBlocks|LanguageModel",
 }
 # The core's quick tests: the config, checkpoints and the runtime, none of which may need a feature.
 CORE_TESTS = (
@@ -197,13 +198,16 @@ def test_deleting_the_feature_leaves_no_file_importing_its_packages(name):
 def test_the_config_check_names_no_feature():
     """trainkit.config checks the core's keys and gathers each feature's checks from the module its section names
     (`_checks_`): a feature's name, module or config key there would outlive deleting the feature."""
-    names = set()
+    names, keys = set(), set()
     for name, feature in FEATURES.items():
         names |= {name, *(Path(file).stem for file in feature.files if file.endswith(".py"))}
-        names |= {key.split(".")[-1] for keys in feature.config.values() for key in keys}
+        keys |= {key.split(".")[-1] for keys in feature.config.values() for key in keys}
+    # A key is named as a key ("sample", sample.seed, sample=), not as the word (language_model's `sample`).
+    patterns = {name: rf"\b{re.escape(name)}\b" for name in names}
+    patterns |= {key: rf"(?<=[\"'.]){re.escape(key)}\b|\b{re.escape(key)}(?=[\".=])" for key in keys - names}
     for path in sorted((ROOT / "src" / "trainkit" / "config").glob("*.py")):
         text = path.read_text(encoding="utf-8")
-        named = sorted(name for name in names if re.search(rf"\b{re.escape(name)}\b", text))
+        named = sorted(name for name, pattern in patterns.items() if re.search(pattern, text))
         assert not named, f"{path.relative_to(ROOT)} names {', '.join(named)}"
 
 

@@ -79,13 +79,6 @@ def class_folders(value: object) -> str | None:
     return f"must be null (every folder under train/) or a list of at least two folder names, got {show(value)}"
 
 
-def prompt_text(value: object) -> str | None:
-    """eval.py's prompt: text, or null. Hydra reads prompt=42 as a number: quoted, it is the text."""
-    if value is None or isinstance(value, str):
-        return None
-    return f"must be text, got {show(value)}; quote it: prompt=\"'{value}'\""
-
-
 def tracker_choice(value: object) -> str | None:
     """logger.trackers: {name: true/false}; each conf/logger file adds its own, `logger=[a,b]` both. The trackers
     are the modules of trainkit.tracking.loggers (a tracker's own checks are its module's)."""
@@ -149,8 +142,6 @@ RULES: dict[str, Check] = {
     "data.drop_last": flag(),
     "data.shuffle": flag(),
     "data.skip_bad_files": flag(),
-    "data.block_size": integer(1),  # data=text: bytes a block (the model's context)
-    "data.pattern": text(),  # data=text: the files under data.root (a recursive glob)
     "data.max_length": integer(1),  # text: bytes (tokens) a sequence keeps
     "data.class_folders": class_folders,
     "data.packages": integer(2),  # data=stdlib_functions: the classes
@@ -200,10 +191,4 @@ RULES: dict[str, Check] = {
     "logger.trackers": tracker_choice,
     "logger.log_images": flag(),
     "logger.log_predictions": integer(minimum=0),
-    # eval.py's (conf/eval.yaml): a language model's sample
-    "prompt": prompt_text,
-    "sample.max_new_tokens": integer(1),
-    "sample.temperature": number(0),  # 0: the most likely byte each time
-    "sample.top_k": integer(1, null=True),  # null: from every byte
-    "sample.seed": integer(0, 2**64 - 1, null=True),  # null: a fresh seed, printed; torch's seeds fit in 64 bits
 }

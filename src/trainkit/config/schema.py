@@ -249,7 +249,7 @@ def find_problems(cfg: DictConfig, rules: Mapping[str, Check], relations: Sequen
 
 def _unresolved_interpolations(node: DictConfig | ListConfig, prefix: str) -> Iterator[tuple[str, str]]:
     """(key, message) for each `${...}` naming a key the config lacks: an option made for other data
-    (model=gpt reads data.block_size, which data=digits has not)."""
+    (a model reading data.block_size on data=digits, which has none)."""
     keys: Iterable[Any] = node.keys() if isinstance(node, DictConfig) else range(len(node))
     for key in keys:
         full_key = f"{prefix}.{key}" if prefix else str(key)

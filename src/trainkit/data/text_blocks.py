@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import torch
 
+from trainkit.config.schema import Check, integer, text
 from trainkit.data.class_folders import is_hidden
 from trainkit.data.datasets import FileSplits, Folds, Split, Splits
 from trainkit.data.identity import texts_identity
@@ -39,6 +40,11 @@ class TextBlocks(Folds, Tokenized):
     byte_offset: ClassVar[int] = 0  # a byte is its own id
     pads: ClassVar[bool] = False
     suits: ClassVar[tuple[str, ...]] = ("model=gpt", "task=language_model")
+    config_rules: ClassVar[dict[str, Check]] = {
+        **Tokenized.config_rules,
+        "block_size": integer(1),  # the model's context
+        "pattern": text(),  # a recursive glob under data.root
+    }
 
     @staticmethod
     def config_problems(tokenizer: str, vocab_size: int) -> Iterator[tuple[str, str]]:

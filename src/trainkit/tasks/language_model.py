@@ -1,8 +1,5 @@
-"""A language model: next-token cross-entropy over every real token, bits per byte, and sampling.
-
-Inputs and targets are [B, T] token ids, the targets shifted by one; the loss is the mean over the real tokens
-(targets other than -100) of a whole update. Bits per byte: docs/data.md#tokenizers-datatokenizer.
-"""
+"""A language model on [B, T] token ids and the targets shifted by one: the loss is the mean over an update's real
+tokens (not -100), reported in bits per byte (docs/data.md#tokenizers-datatokenizer); and sampling."""
 
 import math
 from collections.abc import Mapping

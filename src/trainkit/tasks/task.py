@@ -1,9 +1,5 @@
-"""What a task is: the one object that knows what a batch means, what to minimise and what to measure.
-
-The loop, evaluation, the finders, eval.py and the summary call these methods and nothing else task-specific, so
-a new task is one class and one conf/task/<name>.yaml. Each method's part in a run, how metrics are summed and how a
-batch is weighed: docs/how-the-loop-works.md#the-task-contract.
-"""
+"""What a task is: what a batch means, what to minimise and what to measure. Nothing else in a run is task-specific,
+so a new task is one class and one conf/task/<name>.yaml (docs/how-the-loop-works.md#the-task-contract)."""
 
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -23,8 +19,7 @@ LOGGED_BY_THE_LOOP = frozenset(
 
 
 class Task:
-    """The defaults for (inputs, targets) pairs and for dict batches with a "targets" key; subclasses implement the
-    loss and the metrics."""
+    """Defaults for (inputs, targets) pairs and dict batches with "targets"; subclasses give the loss and metrics."""
 
     metric_names: ClassVar[tuple[str, ...]] = ()
     minimized_metrics: ClassVar[tuple[str, ...]] = ()  # of metric_names, those where lower is better (an error)
@@ -83,10 +78,8 @@ class Task:
         return recorded
 
     def outputs(self, model: Callable[..., Any], batch: Any) -> Any:
-        """What the model predicts for a batch without reading its targets (None under eval.py's predict=).
-
-        A dict batch's other keys go to the model as keyword arguments. The output must be one tensor: for a model
-        that returns more, override this to pick what is scored."""
+        """The model's one output tensor for a batch, without its targets: a dict batch's other keys are keyword
+        arguments. For a model that returns more, override this to pick what is scored."""
         if isinstance(batch, Mapping):
             inputs = {key: value.tensor if isinstance(value, Shared) else value for key, value in batch.items()}
             outputs = model(**{key: value for key, value in inputs.items() if key != TARGETS})
@@ -109,8 +102,7 @@ class Task:
         raise NotImplementedError
 
     def weight(self, batch: Any) -> int | Tensor:
-        """The batch's number of samples, or for a task that weighs tokens its real target tokens (targets other
-        than -100) as a 0-d tensor on the device."""
+        """The batch's samples, or for a task that weighs tokens its real target tokens (not -100), on the device."""
         if self.weighs == "tokens":
             return (self.targets(batch) != -100).sum()
         return samples(batch)
@@ -129,16 +121,14 @@ class Task:
         raise NotImplementedError
 
     def mirror_outputs(self, outputs: Any) -> Any:
-        """Unmirrors the outputs for a mirrored input (test-time augmentation): a task that predicts a map flips it
-        back."""
+        """The outputs for a mirrored input, unmirrored: a task that predicts a map flips it back."""
         return outputs
 
     def predict(self, outputs: Tensor) -> dict[str, Tensor]:
         raise NotImplementedError
 
     def shown_images(self, batch: Any) -> Tensor | None:
-        """The batch's images for trackers to show, [B, C, H, W] with C 1 or 3, or None to show nothing. A task with
-        dict batches overrides this to name its image entry."""
+        """The batch's images to show, [B, C, H, W] with C 1 or 3, or None; a task of dict batches names its own."""
         inputs = None if isinstance(batch, Mapping) else batch[0]
         is_images = isinstance(inputs, Tensor) and inputs.dim() == 4 and inputs.shape[1] in (1, 3)
         return inputs if is_images else None

@@ -102,16 +102,8 @@ TABLE = [  # the digits as a table (tests/data_for_tests.py): data that is not i
 # ---- one case per rule: (overrides, the key the error names) --------------------------------
 
 RULE_CASES = [
-    (["experiment=stdlib_gpt", "data.block_size=0"], "data.block_size"),
-    (["experiment=stdlib_gpt", "data.pattern=3"], "data.pattern"),
     (["seed=-1"], "seed"),
     (["trainer.micro_batch_size=0"], "trainer.micro_batch_size"),  # a size or null; auto: micro_batch_auto widens it
-    # eval.py's keys (conf/eval.yaml), added to train.py's config here
-    (["+prompt=42"], "prompt"),
-    (["+sample.max_new_tokens=0"], "sample.max_new_tokens"),
-    (["+sample.temperature=-1"], "sample.temperature"),
-    (["+sample.top_k=0"], "sample.top_k"),
-    (["+sample.seed=-1"], "sample.seed"),
     (["seed=1.5"], "seed"),
     (["device=gpu"], "device"),
     (["device=cuda:x"], "device"),
@@ -231,7 +223,6 @@ RULE_CASES = [
 
 # Keys that contradict each other, or settings the chosen options need.
 RELATION_CASES = [
-    (["experiment=stdlib_gpt", "augmentation=shift"], "augmentation"),  # image augmentation on text
     # a schedule is the function scheduler._target_ names; the section's other keys are its arguments
     (["+scheduler.name=linear"], "scheduler.name"),
     (["scheduler._target_=trainkit.schedules.nowhere"], "scheduler._target_"),
@@ -302,8 +293,6 @@ RELATION_CASES = [
 
 # Checks a model or data option declares on its own arguments (`config_problems`, beside its code)
 DECLARED_CASES = [
-    (["experiment=stdlib_gpt", "model.block_size=64"], "model.block_size"),  # GPT
-    (["experiment=stdlib_gpt", "model.n_head=3"], "model.n_embd"),
     ([*FUNCTIONS, "model.max_length=256"], "model.max_length"),  # SequenceClassifier
     ([*FUNCTIONS, "data.max_tokens=256"], "data.max_tokens"),  # TextData
     ([*TEXTS, "data.max_tokens=0"], "data.max_tokens"),  # the size budget of a data option with a size_unit
@@ -312,9 +301,6 @@ DECLARED_CASES = [
     (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
     (["model._target_=models_for_tests.HalvingCNN", "model.widths=[7,8]"], "model.widths"),  # one of yours
     # each model's config_rules: what its arguments may hold
-    (["experiment=stdlib_gpt", "model.n_layer=0"], "model.n_layer"),
-    (["experiment=stdlib_gpt", "model.n_head=0"], "model.n_head"),
-    (["experiment=stdlib_gpt", "model.n_embd=-1"], "model.n_embd"),
     ([*FUNCTIONS, "model.vocabulary=1"], "model.vocabulary"),
     ([*FUNCTIONS, "model.max_length=0"], "model.max_length"),
     ([*FUNCTIONS, "model.width=0"], "model.width"),
@@ -323,12 +309,6 @@ DECLARED_CASES = [
     ([*FUNCTIONS, "model.feedforward=0"], "model.feedforward"),
     ([*FUNCTIONS, "model.pad_id=-1"], "model.pad_id"),
     (["model.widths=[0,8]"], "model.widths"),
-    # each task's config_rules: a silently greedy or unfiltered sample, a shift past the image
-    (["experiment=stdlib_gpt", "task.sample_temperature=-1"], "task.sample_temperature"),
-    (["experiment=stdlib_gpt", "task.sample_top_k=0"], "task.sample_top_k"),
-    (["experiment=stdlib_gpt", "task.sample_tokens=abc"], "task.sample_tokens"),
-    (["experiment=stdlib_gpt", "task.sample_seed=null"], "task.sample_seed"),
-    (["experiment=stdlib_gpt", "task.prompt_bytes=0"], "task.prompt_bytes"),
     # each schedule's config_rules (trainkit.schedules)
     (["scheduler.warmup_epochs=-1"], "scheduler.warmup_epochs"),
     (["scheduler.warmup_start_factor=1.5"], "scheduler.warmup_start_factor"),
@@ -388,7 +368,7 @@ def test_every_rule_key_exists_in_some_option():
     for override in group_options():  # composed as test_every_group_option_composes_and_validates does
         cfg = composed(*made_with(override))
         keys |= {key for key in RULES if OmegaConf.select(cfg, key, default=KeyError) is not KeyError}
-    eval_config = OmegaConf.load(CONF / "eval.yaml")  # eval.py's own keys (prompt, sample.*)
+    eval_config = OmegaConf.load(CONF / "eval.yaml")  # eval.py's own keys
     keys |= {key for key in RULES if OmegaConf.select(eval_config, key, default=KeyError) is not KeyError}
     assert keys == set(RULES)
 
@@ -448,7 +428,6 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
             ["data.test_fraction=0.02", "data.root/test/<class>/"],
             marks=needs_image_folders,
         ),
-        (["model=gpt"], ["model.block_size: ", "${data.block_size}, but data=digits has no data.block_size"]),
         (["model=sequence"], ["${data.vocabulary}", "model.vocabulary=<value>"]),
         ([*TEXTS, "data.class_folders=[neg,neg]"], ["names neg more than once", "name each class folder once"]),
         (["data.folds=5"], ["data.fold=0..4", "-m data.folds=5 'data.fold=range(5)'"]),

@@ -1,18 +1,35 @@
 """trainkit.config.declared: what a model or data option declares about its own arguments (config_rules,
 config_problems, questions), read from the class `_target_` names without building it."""
 
+from collections.abc import Iterator, Mapping
+from typing import ClassVar
+
+import torch
 from omegaconf import OmegaConf
 
 from conftest import composed
 from models_for_tests import HalvingCNN, PixelCNN, RenamedWithoutItsCheck
 from trainkit.config.declared import answer, arguments, declared, feature_checks
-from trainkit.config.schema import find_problems
+from trainkit.config.schema import find_problems, integer
 from trainkit.config.validation import problems
-from trainkit.models.gpt import GPT
+
+
+class Heads(torch.nn.Module):
+    """A model whose check reads two of its arguments and the data's section, as model=gpt's does."""
+
+    config_rules: ClassVar[dict] = {"n_layer": integer(1), "n_head": integer(1), "n_embd": integer(1)}
+
+    @staticmethod
+    def config_problems(n_embd: int, n_head: int, block_size: int, data: Mapping) -> Iterator[tuple[str, str]]:
+        if n_head > 0 and n_embd % n_head:
+            yield "model.n_embd", f"is {n_embd}, not divisible by model.n_head={n_head}: each head takes an equal share"
+
+    def __init__(self, n_embd: int, n_head: int, block_size: int, n_layer: int = 1):
+        super().__init__()
 
 
 def test_a_model_s_rules_go_under_its_group_and_its_check_reads_the_keys_it_names():
-    rules, [relation] = declared({"model": GPT})
+    rules, [relation] = declared({"model": Heads})
     assert set(rules) == {"model.n_layer", "model.n_head", "model.n_embd"}
     assert relation.reads == ("model._target_", "model.n_embd", "model.n_head", "model.block_size", "data")
     model = OmegaConf.create({"n_embd": 130, "n_head": 4, "block_size": 64})

@@ -224,6 +224,7 @@ def test_data_of_your_own_folds_with_its_class(tmp_path):
     check_every_fold({**table, "_target_": "data_for_tests.DigitSignals"})
 
 
+@pytest.mark.skipif(not template_has("data/text.yaml"), reason="this clone has no data=text (trimmed)")
 def test_a_text_corpus_folds_its_files(tmp_path):
     """data=text: val is whole files; a fold is a third of the train and val files (which file a block came from:
     its marker, each file's first bytes)."""

@@ -104,6 +104,7 @@ def test_a_files_digest_is_cached_under_its_size_mtime_and_inode_and_a_copy_is_r
     assert file_digest(data) == file_sha256(data)
 
 
+@pytest.mark.skipif(not template_has("data/text.yaml"), reason="this clone has no data=text (trimmed)")
 def test_a_text_corpus_is_the_texts_it_read_whatever_the_fold(tmp_path):
     """data=text cuts blocks per split: another fold gives other blocks, of the same texts."""
     for k in range(12):

@@ -2,14 +2,20 @@
 leaves out (hidden files, files that are not UTF-8), and its one-line errors."""
 
 import logging
+import math
+from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import composed
+from trainkit.data import build_data
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.data.stdlib_source import corpus_version
 from trainkit.data.text_blocks import SEPARATOR, TextBlocks, split_by_bytes
+from trainkit.data.tokenizing import ByteTokens
 from trainkit.errors import ConfigError
+from trainkit.tasks.language_model import LanguageModel
 
 
 def text_data(root, **keys) -> TextBlocks:
@@ -146,3 +152,42 @@ def test_a_resume_on_another_split_is_refused_by_the_fingerprint_of_its_blocks(c
     check_same_data(saved, data_fingerprint(text_data(corpus).splits()))
     with pytest.raises(ConfigError, match=r"^data: the train split holds other values .* the test split holds other"):
         check_same_data(saved, data_fingerprint(text_data(corpus, split_seed=1).splits()))
+
+
+# data=text's bytes as tokens and bits per byte (data.tokenizer=bytes: test_tokenizing.py)
+CPU = torch.device("cpu")
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon"]
+
+
+@pytest.fixture
+def words_corpus(tmp_path) -> Path:
+    """Twelve text files of common words; one file alone says 'zyzzyva' (in whichever split it falls)."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    for k in range(12):
+        words = [WORDS[(k + i) % len(WORDS)] for i in range(200)]
+        (root / f"{k:02}.txt").write_text(" ".join(words) + ("zyzzyva " * 50 if k == 5 else ""))
+    return root
+
+
+def text_config(corpus: Path, *overrides: str):
+    return composed(
+        "experiment=stdlib_gpt", f"data.root={corpus}", "data.pattern=*.txt", "data.block_size=8",
+        "data.val_fraction=0.2", "data.test_fraction=0.2", *overrides,
+    )  # fmt: skip
+
+
+def test_bytes_stay_the_tokens_they_were(words_corpus):
+    data = build_data(text_config(words_corpus).data, CPU, seed=0)
+    assert isinstance(data.tokenizer, ByteTokens) and data.vocabulary == data.num_classes == 256
+    assert data.train.images.dtype == torch.uint8 and "tokenizer" not in data.fingerprint
+    assert data.tokenizer.decode(data.val.images[0].tolist()).encode() == bytes(data.val.images[0].tolist())
+
+
+def test_bits_per_byte_of_bytes_are_the_loss_in_bits():
+    task = LanguageModel()
+    task.tokenizer = ByteTokens(offset=0)
+    byte_ids = torch.tensor([list(b"abc")])
+    byte_logits = torch.randn(1, 3, 256)
+    loss = torch.nn.functional.cross_entropy(byte_logits[0], byte_ids[0]).item()
+    assert task.metrics(task.metric_sums(byte_logits, byte_ids))["bpb"] == pytest.approx(loss / math.log(2))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_tokenizing import CPU, WORDS, corpus, text_config
+from test_text_blocks import CPU, WORDS, text_config, words_corpus
 
 from conftest import composed
 from trainkit.config.validation import validate
@@ -18,13 +18,13 @@ from trainkit.data.tokenizer_library import TextTokens, saved_tokenizer, train_b
 from trainkit.errors import ConfigError
 from trainkit.tasks.language_model import LanguageModel
 
-__all__ = ["corpus"]  # test_tokenizing's fixture, used here
+__all__ = ["words_corpus"]  # test_text_blocks' fixture, used here
 
 
 def test_bpe_learns_from_the_training_split_is_saved_and_read_back_and_named_in_the_fingerprint(
-    corpus, tmp_path, caplog
+    words_corpus, tmp_path, caplog
 ):
-    cfg = text_config(corpus, "data.tokenizer=bpe", "data.vocab_size=300")
+    cfg = text_config(words_corpus, "data.tokenizer=bpe", "data.vocab_size=300")
     run_dir = tmp_path / "run"
     data = build_data(cfg.data, CPU, seed=0, run_dir=run_dir)
     saved = saved_tokenizer(run_dir)
@@ -44,7 +44,7 @@ def test_bpe_learns_from_the_training_split_is_saved_and_read_back_and_named_in_
         again = build_data(cfg.data, CPU, seed=0, run_dir=run_dir, trains_tokenizer=False)  # a resume, eval.py
     assert f"{saved} (saved by the run)" in caplog.text
     assert again.fingerprint == data.fingerprint and torch.equal(again.train.images, data.train.images)
-    bytes_data = build_data(text_config(corpus).data, CPU, seed=0)
+    bytes_data = build_data(text_config(words_corpus).data, CPU, seed=0)
     with pytest.raises(
         ConfigError,
         match=r"^data: the tokenizer is bytes, was bpe sha256:\w+ since the checkpoint: "

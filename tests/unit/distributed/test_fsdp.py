@@ -280,7 +280,8 @@ def test_fsdp_shards_a_hugging_face_models_transformer_layers():
     found = blocks(classifier, None)  # distributed.blocks=null: the model's own block_names
     assert sorted({type(block).__name__ for block in found}) == ["BertEmbeddings", "BertLayer"]
     assert sum(type(block).__name__ == "BertLayer" for block in found) == 2
-    language_model = create_hf_model("trainkit.tasks.language_model.LanguageModel", num_labels=256, config=gpt2)
+    causal = OmegaConf.load(ROOT / "conf" / "task" / "language_model.yaml")._target_  # task=language_model's
+    language_model = create_hf_model(causal, num_labels=256, config=gpt2)
     assert {type(block).__name__ for block in blocks(language_model, None)} == {"GPT2Block"}
 
 

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from conftest import ROOT, composed, run_here
-from helpers import backward_step, config_check_tests
+from helpers import backward_step, config_check_tests, template_has
 from trainkit.checkpointing import signals
 from trainkit.config.validation import validate
 from trainkit.models.small_cnn import SmallCNN
@@ -330,6 +330,7 @@ def test_lr_find_script_sweeps_the_task_s_own_training_loss(tmp_path):
     assert min(saved["raw_losses"]) > 15, (returncode, stderr[-2000:])
 
 
+@pytest.mark.skipif(not template_has("experiment/stdlib_gpt.yaml"), reason="this clone has no language model (trimmed)")
 def test_lr_find_script_builds_and_steps_as_train_py_does_on_token_data(tmp_path):
     # A language model: no image transform to build, a loss per token (it built an image BatchTransform and failed).
     corpus = tmp_path / "corpus"
