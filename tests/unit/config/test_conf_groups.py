@@ -8,8 +8,8 @@ from helpers import template_has
 
 @pytest.mark.parametrize("switch", ["regularization=none", "debug=overfit"])
 def test_regularization_none_beats_the_experiments_weight_decay(switch):
-    assert composed("experiment=cifar10_resnet").optimizer.weight_decay == 5e-4  # the experiment's own value
-    cfg = composed("experiment=cifar10_resnet", switch)
+    assert composed("experiment=stdlib_functions").optimizer.weight_decay == 0.01  # the experiment's own value
+    cfg = composed("experiment=stdlib_functions", switch)
     assert cfg.optimizer.weight_decay == 0.0
     assert cfg.trainer.grad_clip is None
     assert cfg.regularization.label_smoothing == 0.0
@@ -24,7 +24,7 @@ def test_regularization_strong_sets_clipping_over_an_experiment():
 
 
 def test_a_command_line_key_beats_every_group():
-    cfg = composed("experiment=cifar10_resnet", "regularization=none", "optimizer.weight_decay=0.1")
+    cfg = composed("experiment=stdlib_functions", "regularization=none", "optimizer.weight_decay=0.1")
     assert cfg.optimizer.weight_decay == 0.1
 
 
