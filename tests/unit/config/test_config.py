@@ -671,7 +671,10 @@ def test_ctrl_c_in_a_script_without_stop_handlers_is_one_line_and_exit_130(monke
     assert capsys.readouterr().err == "interrupted (Ctrl-C): stopped before the end; what was written so far stays\n"
 
 
-@pytest.mark.parametrize("size", ["16", "auto"])
+AUTO_KEPT = pytest.mark.skipif(not template_has("trainer._checks_.micro_batch_auto"), reason="trimmed: no auto")
+
+
+@pytest.mark.parametrize("size", ["16", pytest.param("auto", marks=AUTO_KEPT)])
 def test_a_task_whose_loss_couples_the_batch_refuses_micro_batches_fixed_or_auto(size):
     """Parts of a batch would train on another loss (fewer negatives): the config check says so, for a size and auto."""
     coupled = "task._target_=tasks_for_tests.InBatchContrastive"
