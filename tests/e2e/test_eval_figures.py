@@ -1,6 +1,6 @@
 """eval.py's pictures (trainkit.tracking.evaluation_figures) end to end: the confusion matrix of a classification
-run, the same from two DDP processes, the predicted masks of a segmentation run. The runs are test_eval.py's
-fixtures, trained again for this module."""
+run and the same from two DDP processes (a segmentation run's masks: test_segmentation_eval.py). The runs are
+test_eval.py's fixtures, trained again for this module."""
 
 import json
 
@@ -14,7 +14,7 @@ from conftest import composed
 from trainkit.data import make_data
 
 # test_eval.py's runs, as fixtures of this module too (their scope is a module: trained again here)
-classification, segmentation = test_eval.classification, test_eval.segmentation
+classification = test_eval.classification
 classification_eval = test_eval.classification_eval
 
 
@@ -45,13 +45,3 @@ def test_two_ddp_processes_draw_the_same_confusion_matrix(classification_eval, c
     ).read_text()
     written = sorted(path.name for path in (tmp_path / "ddp").iterdir() if path.is_file())
     assert written == ["confusion_matrix.json", "confusion_matrix.png", "eval.log", "metrics.json"]
-
-
-@pytest.mark.slow  # trains (once for the module)
-def test_segmentation_eval_draws_the_masks(segmentation, tmp_path):
-    from matplotlib.image import imread
-
-    assert Evaluation(tmp_path / "out", f"checkpoint={segmentation.run_dir}").returncode == 0
-    picture = imread(tmp_path / "out" / "predictions.png")
-    assert picture[..., :3].reshape(-1, 3).std(axis=0).max() > 0.05
-    assert not (tmp_path / "out" / "confusion_matrix.png").exists()

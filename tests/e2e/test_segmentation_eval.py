@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from test_eval import Evaluation, save_image, train
 
-from conftest import TrainRun, composed
+from conftest import ROOT, TrainRun, composed
 from helpers import template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
@@ -25,6 +25,8 @@ SEGMENTATION = (
     # shapes mirror into shapes: the mean of each image's and its mirror's class maps (where tta_flip is kept)
     *["trainer.tta_flip=true"] * template_has("trainer.tta_flip"),
 )
+
+FIGURES = ROOT / "src" / "trainkit" / "tracking" / "evaluation_figures.py"  # the eval_figures row's
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +105,14 @@ def test_a_model_other_than_the_runs_own_is_refused_in_one_line(untrained_segmen
     lines = evaluation.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: model: "), evaluation.stderr
     assert not (tmp_path / "out").exists()  # a failed call leaves no output directory behind
+
+
+@pytest.mark.slow  # trains (once for the module)
+@pytest.mark.skipif(not FIGURES.is_file(), reason="trimmed: no eval_figures")
+def test_segmentation_eval_draws_the_masks(segmentation, tmp_path):
+    from matplotlib.image import imread
+
+    assert Evaluation(tmp_path / "out", f"checkpoint={segmentation.run_dir}").returncode == 0
+    picture = imread(tmp_path / "out" / "predictions.png")
+    assert picture[..., :3].reshape(-1, 3).std(axis=0).max() > 0.05
+    assert not (tmp_path / "out" / "confusion_matrix.png").exists()
