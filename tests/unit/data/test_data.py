@@ -157,6 +157,7 @@ def test_a_limited_evaluation_is_a_seeded_sample_the_same_every_time_disjoint_ac
     assert drain(limited(numbered(100, 10, shuffle=True), 2))[1].tolist() != samples[0]  # training: its first
 
 
+@needs_image_folders
 def test_a_limited_evaluation_of_a_file_split_listed_class_by_class_holds_every_class(tmp_path):
     write_folder(tmp_path, {"train": 2, "val": 8})  # val/ listed class by class: 8 birds, 8 cats, 8 dogs
     data = build_data(folder_cfg(tmp_path, eval_batch_size=8, num_workers=1), CPU, seed=0)
