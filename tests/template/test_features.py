@@ -38,14 +38,6 @@ DOC_NAMES = {
     "augment_recipes": r"mixup|cutmix|randaugment|trivialaugment|rand_augment|trivial_augment|\bper_sample|LabelMixing",
     "language_model": r"stdlib_gpt|prompt=|TextBlocks|LanguageModel",
 }
-# The core's quick tests: the config, checkpoints and the runtime, none of which may need a feature.
-CORE_TESTS = (
-    "tests/unit/config/test_config.py::test_default_config_validates",
-    "tests/unit/config/test_declared.py",
-    "tests/unit/checkpointing/test_checkpoint.py",
-    "tests/unit/test_runtime.py",
-    "tests/unit/tasks/test_batches.py",
-)
 FEATURES = trim.read_table(ROOT)
 
 
@@ -295,17 +287,13 @@ def test_deleting_the_feature_leaves_a_template_that_trains(name, pristine, tmp_
     assert_a_template_that_trains(dropped_copy(pristine, tmp_path, names), tmp_path, packages)
 
 
-# Every key a rule of the core checks exists with no tracker at all (a rule on a key no option has fails it).
-NO_TRACKER_TESTS = ("tests/unit/config/test_config.py::test_every_rule_key_exists_in_some_option",)
-
-
 @pytest.mark.slow
 @pytest.mark.template
 def test_dropping_every_row_at_once_leaves_a_template_that_trains(pristine, tmp_path):
     """All rows together (every tracker included): nothing the core reads lives only in their files, and the
     epoch trains to the untrimmed template's test metrics exactly.
-    Here, once, the core's quick tests and the template's own quick tests (the README's named step, its keys, the
-    docs' links, the style: all of tests/template/ but this file and test_contributing.py, whose recipes touch no
+    Here, once, every quick test of tests/unit and the template's own quick tests (the README's named step, its
+    keys, the docs' links, the style: all of tests/template/ but test_contributing.py, whose recipes touch no
     feature) pass too; each row's docs are checked on text alone by the quick test above."""
     copy = dropped_copy(pristine, tmp_path, list(FEATURES))
     assert_a_template_that_trains(copy, tmp_path, [package for row in FEATURES.values() for package in row.packages])
@@ -314,10 +302,9 @@ def test_dropping_every_row_at_once_leaves_a_template_that_trains(pristine, tmp_
     summaries = [json.loads((folder / "run" / "summary.json").read_text()) for folder in (tmp_path, untrimmed)]
     assert summaries[0]["test"] == summaries[1]["test"]  # the trimmed core trains exactly as the whole template
     template = sorted(str(path.relative_to(copy)) for path in (copy / "tests" / "template").glob("test_*.py"))
-    template.remove("tests/template/test_features.py")  # this test itself
     template.remove("tests/template/test_contributing.py")  # the recipes touch no feature: 12 s here instead of 160
     quick = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow"]
-    checked = run([*quick, *CORE_TESTS, *NO_TRACKER_TESTS, *template], copy, 1800)
+    checked = run([*quick, "tests/unit", *template], copy, 1800)
     assert checked.returncode == 0, checked.stdout[-3000:]
 
 
