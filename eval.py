@@ -20,8 +20,8 @@ weights (their average where the run evaluated one) and test-time augmentation a
 summary.json. The run's own keys need no + (data.max_length=32: its .hydra/overrides.yaml is
 composed first); the model keeps the checkpoint's settings; of the config groups only precision=
 and distributed= may be chosen (data=, model=, ...: one line). Each call writes into a new
-directory, outputs/eval/<time>/: metrics.json; with predict=, predictions.csv (a class an image, or a text
-file) or masks/ (a class a pixel) instead.
+directory, outputs/eval/<time>/: metrics.json; with predict=, predictions.csv (one class per image, or a text
+file) or masks/ (one class per pixel) instead.
 A picture of the predictions too: confusion_matrix.png, or predictions.png for segmentation.  # feature: eval_figures
 """
 

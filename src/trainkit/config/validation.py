@@ -324,8 +324,8 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
     suits = " or ".join(getattr(model, "suits", ()))
     yield (
         "model._target_",
-        f"{cfg.model._target_} gives a class a pixel ([B, K, H, W] logits), but {task.__name__} needs one "
-        f"row of logits an image; use a task with one target per pixel{f' ({suits})' if suits else ''} or a "
+        f"{cfg.model._target_} gives one class per pixel ([B, K, H, W] logits), but {task.__name__} needs "
+        f"one row of logits per image; use a task with one target per pixel{f' ({suits})' if suits else ''} or a "
         f"classification model (model=cnn, timm or torchvision)",
     )
 

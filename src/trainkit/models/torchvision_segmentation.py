@@ -28,7 +28,7 @@ from trainkit.models.submodules import find_modules, replace_module
 class TorchvisionSegmentation(nn.Module):
     """See the module docstring. Returns logits: apply softmax/argmax over dim 1."""
 
-    spatial_outputs: ClassVar[bool] = True  # a class a pixel: the config check refuses it with task=classification
+    spatial_outputs: ClassVar[bool] = True  # one class per pixel: the config check refuses it with task=classification
     suits: ClassVar[tuple[str, ...]] = ("task=segmentation", "experiment=shapes_segmentation")  # for its hint
     config_rules: ClassVar[dict[str, Check]] = {"name": text()}  # what the config check holds it to
 

@@ -5,10 +5,10 @@
     shown = predicted_on(model, data.test, transform, task, precision, device, num_classes)
     written = save_figures(shown, out_dir, class_names)   # rank 0 alone; the paths it wrote
 
-- a class an image (`predict(outputs)["class"]`): confusion_matrix.png, rows the true class and
+- one class per image (`predict(outputs)["class"]`): confusion_matrix.png, rows the true class and
   columns the predicted one, each cell's count written in it up to 20 classes; the counts
   themselves in confusion_matrix.json;
-- a class a pixel (`["mask"]`): predictions.png, a few images of the split beside their true and
+- one class per pixel (`["mask"]`): predictions.png, a few images of the split beside their true and
   predicted masks;
 - anything else: no picture.
 
@@ -42,8 +42,8 @@ ANNOTATED_CLASSES = 20  # above this many classes the cells are too small for th
 
 @dataclass
 class Predicted:
-    """What the pictures show: the confusion counts of a class-an-image task ([K, K], all ranks
-    summed; None for other tasks), and a few (image, true mask, predicted mask) of a class-a-pixel one."""
+    """What the pictures show: the confusion counts of a task with one class per image ([K, K], all
+    ranks summed; None for other tasks), and a few (image, true mask, predicted mask) of one class per pixel."""
 
     counts: Tensor | None = None
     masks: tuple[Tensor, Tensor, Tensor] | None = None  # images [N, C, H, W] as loaded, masks [N, H, W]
@@ -92,7 +92,7 @@ def predicted_on(
             loaded = task.to_device(loaded, device)
             batch, outputs = evaluation_outputs(model, loaded, transform, task, precision)
             predicted, targets = task.predict(outputs), task.targets(batch)
-            if "mask" in predicted:  # a class a pixel: the first few images (as loaded) are the picture
+            if "mask" in predicted:  # one class per pixel: the first few images (as loaded) are the picture
                 masks = (first_tensor(loaded)[:shown].cpu(), targets[:shown].cpu(), predicted["mask"][:shown].cpu())
                 break
             if "class" in predicted:

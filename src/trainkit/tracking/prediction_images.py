@@ -7,7 +7,7 @@ with what the model predicts for them, for the tracker (`logger.log_predictions`
 What a prediction looks like belongs to the task, so the loop stays the same for every task: a task that
 draws its predictions (`task.pictures_for_logging`) hands the trackers images with their true and predicted class
 maps (`log_masks`), which W&B draws over the image (toggled and coloured by class in its UI); a language model
-hands a sample of its text (`task.sample_for_logging`). Other predictions (a class an image) are not shown: a class
+hands a sample of its text (`task.sample_for_logging`). Other predictions (one class per image) are not shown: a class
 is a number, and the epoch's accuracy already says more than four of them.
 
 The same images every epoch, so the pictures show one thing changing: the model. Rank 0 alone
