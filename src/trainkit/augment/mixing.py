@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from trainkit.config.schema import Relation, number
-from trainkit.tasks.task import task_class
+from trainkit.config.validation import configured_task
 
 KEYS = ("mixup_alpha", "cutmix_alpha")
 
@@ -72,11 +72,8 @@ def augmentation_ops(augmentation: Mapping) -> dict[str, Any]:
 
 def _mixing_needs_a_task_that_mixes(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """MixUp/CutMix make the task's augment() mix: a task that does not mix would be given soft targets."""
-    try:
-        task = task_class(cfg.task._target_)
-    except Exception:  # the core's check of task._target_ says why
-        return
-    if getattr(task, "mixes_batches", False):
+    task = configured_task(cfg)
+    if task is None or getattr(task, "mixes_batches", False):  # None: the core's check of task._target_ says why
         return
     mixing = list(augmentation_ops(cfg.augmentation))
     if mixing:

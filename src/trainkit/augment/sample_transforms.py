@@ -33,8 +33,7 @@ import torch
 from omegaconf import DictConfig
 
 from trainkit.config.schema import Check, Relation, flag, integer, interval, section, show, unknown_keys
-from trainkit.config.validation import flip_refused
-from trainkit.data.datasets import data_class
+from trainkit.config.validation import configured_data_class, flip_refused
 from trainkit.data.images import ImageFolderDataset, resize_center_crop
 from trainkit.errors import ConfigError
 
@@ -112,11 +111,8 @@ def _policy(value: object) -> str | None:
 
 
 def _needs_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    try:
-        data = data_class(str(cfg.data.get("_target_")))
-    except ConfigError:  # the core's check of data._target_ says why
-        return
-    if data.in_memory and augmentation_ops(cfg.augmentation):
+    data = configured_data_class(cfg)  # None: the core's check of data._target_ says why
+    if data is not None and data.in_memory and augmentation_ops(cfg.augmentation):
         yield (
             "augmentation.per_sample",
             (

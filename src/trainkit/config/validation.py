@@ -60,7 +60,7 @@ def _required(cfg: DictConfig) -> Iterator[tuple[str, str]]:
             yield keys[0], f"is required; pass {keys[0]}=...{others}"
 
 
-def _data_class(cfg: DictConfig) -> type[Data] | None:
+def configured_data_class(cfg: DictConfig) -> type[Data] | None:
     """The class `data._target_` names, imported but not built: its fields are the keys a data option
     has, its class attributes what the data needs (None when it cannot be imported: _data_target says so)."""
     try:
@@ -83,7 +83,7 @@ def _data_target(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The data option's keys are the fields of its class: a key it lacks, or one it does not take,
     would otherwise stop the run later with a TypeError from the constructor."""
-    data = _data_class(cfg)
+    data = configured_data_class(cfg)
     if data is None:
         return
     fields = {field.name: field for field in dataclasses.fields(data) if field.init}  # not what splits() sets
@@ -115,7 +115,7 @@ def folds_not_taken(data: type, target: str, removals: list[str]) -> str:
 
 def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """What the chosen dataset needs from the other data keys, as its class says."""
-    data, kind = cfg.data, _data_class(cfg)
+    data, kind = cfg.data, configured_data_class(cfg)
     if kind is None:
         return
     if kind.needs_root and data.get("root") is None:
@@ -173,7 +173,9 @@ def _nesterov_needs_momentum(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield "optimizer.nesterov", "needs optimizer.momentum > 0; set a momentum or optimizer.nesterov=false"
 
 
-def _task(cfg: DictConfig) -> type | None:
+def configured_task(cfg: DictConfig) -> type | None:
+    """The class `task._target_` names, imported but not built; None when it cannot be imported (_task_metrics says
+    why). A feature's checks use it too."""
     try:
         return task_class(cfg.task._target_)
     except Exception:  # hydra raises several kinds for a path it cannot import; _task_metrics says it in one line
@@ -183,7 +185,7 @@ def _task(cfg: DictConfig) -> type | None:
 def _task_metrics(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The task class (imported, not built) names its metrics: what may be monitored and optimized."""
     target = cfg.task._target_
-    task = _task(cfg)
+    task = configured_task(cfg)
     if task is None:
         yield (
             "task._target_",
@@ -228,7 +230,7 @@ def _augmentation_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A target per pixel moves with its image: the task does that itself (task.horizontal_flip,
     task.crop_padding); the augmentation group's geometric ops and a resize would not move the targets."""
-    task = _task(cfg)
+    task = configured_task(cfg)
     if task is None or not getattr(task, "spatial_targets", False):
         return
     for key in augmentation_ops(cfg):
@@ -318,7 +320,7 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
     """A model that declares one class per pixel (`spatial_outputs`, and in `suits` the options that fit it) gives
     logits [B, K, H, W]; a task with one target an image (classification) cannot score them.
     Models that declare nothing (yours, timm's, torchvision's classifiers) are not judged here."""
-    task, model = _task(cfg), _model_class(cfg)
+    task, model = configured_task(cfg), _model_class(cfg)
     if task is None or not getattr(model, "spatial_outputs", False) or getattr(task, "spatial_targets", False):
         return
     suits = " or ".join(getattr(model, "suits", ()))
@@ -362,7 +364,7 @@ def _settings(cfg: DictConfig, question: str) -> str:
 
 
 def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    stopping, task = cfg.regularization.early_stopping, _task(cfg)
+    stopping, task = cfg.regularization.early_stopping, configured_task(cfg)
     if task is None or stopping.monitor.rsplit("/", 1)[-1] not in metric_names_of(task):
         return  # _task_metrics said what is wrong
     wanted = "max" if higher_is_better(task, stopping.monitor) else "min"  # higher accuracy, lower loss is better
@@ -442,7 +444,7 @@ def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tup
 def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The augmentation group, a resize and the memory layout work on images; on other data (tokens, a table) they
     would do nothing or garbage, so they are refused rather than ignored."""
-    data = _data_class(cfg)
+    data = configured_data_class(cfg)
     if data is None or issubclass(data, ImageData):
         return
     what = f"{cfg.data.name} is {data.kind} data ({data.__name__}), not images"
@@ -458,7 +460,7 @@ def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 def _a_micro_batch_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """Larger than the batch would be no split at all: say so rather than train whole batches silently."""
     micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
-    data = _data_class(cfg)  # a micro-batch of sized data counts units (tokens), not items
+    data = configured_data_class(cfg)  # a micro-batch of sized data counts units (tokens), not items
     sized = data is not None and data.size_unit is not None
     # A data.batch_size a feature searches before training (searched_keys) is only known later; a larger N is
     # then one part.
@@ -472,7 +474,7 @@ def _a_micro_batch_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]
 
 def _a_coupled_batch_is_not_cut(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A task whose loss couples a batch's samples (couples_batch) trains on another loss in parts of it."""
-    task, micro = _task(cfg), cfg.trainer.micro_batch_size
+    task, micro = configured_task(cfg), cfg.trainer.micro_batch_size
     if task is not None and getattr(task, "couples_batch", False) and micro is not None:
         yield (
             "trainer.micro_batch_size",
@@ -521,9 +523,9 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     """{key: what is wrong and how to fix it} for every problem the config alone reveals, once the
     task's defaults are filled in (fill_task_defaults)."""
     fill_task_defaults(cfg)
-    data = _data_class(cfg)
+    data = configured_data_class(cfg)
     rules, relations = declared(
-        {"data": data, "model": _model_class(cfg), "task": _task(cfg), "scheduler": _schedule(cfg)}
+        {"data": data, "model": _model_class(cfg), "task": configured_task(cfg), "scheduler": _schedule(cfg)}
     )
     key = budget_key(data) if data is not None else None  # a size budget: units a batch (data.max_tokens)
     budget = {f"data.{key}": integer(1, null=True)} if key else {}
@@ -545,7 +547,7 @@ def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> d
     reads_smoothing = "${regularization.label_smoothing}" in str(task_values)
     if smoothing and "regularization.label_smoothing" in chosen and not reads_smoothing:
         unread["regularization.label_smoothing"] = f"{cfg.task.get('_target_')} takes no label smoothing"
-    kind = _data_class(cfg)
+    kind = configured_data_class(cfg)
     shows = OmegaConf.select(cfg, "logger.log_predictions", default=0)
     if shows and kind is not None and kind.kind not in ("image", "tokens"):
         unread["logger.log_predictions"] = (
@@ -570,7 +572,7 @@ def command_keys() -> set[str]:
 def ignored_keys(cfg: DictConfig) -> list[str]:
     """Settings the chosen options do not use, each as one line: a value set there by mistake
     would otherwise be ignored in silence. Call it on a config without problems."""
-    data, kind = cfg.data, _data_class(cfg)
+    data, kind = cfg.data, configured_data_class(cfg)
     ignored = [
         f"{key}={OmegaConf.select(cfg, key)} is ignored: {why}; leave it 0" for key, why in unread_settings(cfg).items()
     ]
@@ -604,7 +606,7 @@ def fill_task_defaults(cfg: DictConfig) -> None:
     regularization.early_stopping.monitor val/<its monitored_metric> (the headline unless the task names another),
     and its mode the metric's direction. Filled in the config itself, so the run's saved config and every
     checkpoint name the metric used."""
-    task = _task(cfg)
+    task = configured_task(cfg)
     if task is None:
         return  # _task_metrics says why
     headline = getattr(task, "headline_metric", "loss")

@@ -9,7 +9,8 @@ from omegaconf import DictConfig
 from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
 from trainkit.config.schema import Check, Relation, flag
-from trainkit.data.datasets import ImageData, data_class
+from trainkit.config.validation import configured_data_class
+from trainkit.data.datasets import ImageData
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import Task
 
@@ -65,13 +66,8 @@ def _not_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[st
 
 
 def _only_on_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if not cfg.trainer.tta_flip or not isinstance(target := cfg.data.get("_target_"), str):
-        return
-    try:
-        data = data_class(target)
-    except ConfigError:  # the core's check of data._target_ says what is wrong with it
-        return
-    if not issubclass(data, ImageData):
+    data = configured_data_class(cfg) if cfg.trainer.tta_flip else None  # None: the core's check says why
+    if data is not None and not issubclass(data, ImageData):
         what = f"{cfg.data.name} is {data.kind} data ({data.__name__}), not images"
         yield "trainer.tta_flip", f"mirrors images, but {what}; set trainer.tta_flip=false"
 
