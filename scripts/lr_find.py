@@ -2,7 +2,7 @@
 
     python scripts/lr_find.py                                   # digits + small CNN + SGD
     python scripts/lr_find.py model=timm optimizer=adamw lr_finder.max_lr=1
-    python scripts/lr_find.py experiment=mnist lr_finder.num_steps=200
+    python scripts/lr_find.py experiment=digits lr_finder.num_steps=200
 
 Every override of train.py works here. The data, model (with its freezing and pretrained weights),
 augmentation, optimizer groups (head_lr_scale) and precision are built as train.py builds them;

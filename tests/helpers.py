@@ -32,6 +32,11 @@ needs_image_folders = pytest.mark.skipif(
     not template_has("data/imagefolder.yaml"), reason="this clone has no data=imagefolder (trimmed)"
 )
 
+# A test of the core or of another capability that picks data=mnist or data=cifar10: skipped once downloads is trimmed.
+needs_downloads = pytest.mark.skipif(
+    not template_has("data/mnist.yaml"), reason="this clone has no data=mnist or data=cifar10 (trimmed)"
+)
+
 
 def unless_trimmed(cases: list, override: str) -> list:
     """`cases` (tuples whose first item is a list of overrides) without those that pick `override`

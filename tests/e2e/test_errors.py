@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import ROOT
-from helpers import needs_image_folders
+from helpers import needs_downloads, needs_image_folders
 
 LOGGERS = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "logger").glob("*.yaml")))  # none and the trackers
 
@@ -24,7 +24,9 @@ LOGGERS = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "logger").glob
             ["data.root", "/no/such/folder"],
             marks=needs_image_folders,
         ),
-        (["data=mnist", "data.root=/no/such/folder"], ["data.root", "data.download=true"]),
+        pytest.param(
+            ["data=mnist", "data.root=/no/such/folder"], ["data.root", "data.download=true"], marks=needs_downloads
+        ),
         (["trainer.max_epochs=-1"], ["trainer.max_epochs", ">= 1"]),
     ],
 )

@@ -30,8 +30,6 @@ SHARDED_METADATA, SHARDED_REST = ".metadata", "state.pt"
 MOVED_MODEL_KEYS = ("pretrained_path", "freeze", "freeze_bn", "input_size")  # model.<key> -> finetune.<key>
 RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced them
     "trainkit.data.datasets.load_digits": "trainkit.data.datasets.Digits",
-    "trainkit.data.datasets.load_mnist": "trainkit.data.datasets.MNIST",
-    "trainkit.data.datasets.load_cifar10": "trainkit.data.datasets.CIFAR10",
     "trainkit.data.shapes.make_shapes": "trainkit.data.shapes.Shapes",  # feature: segmentation
     "trainkit.data.datasets.make_synthetic": "trainkit.data.synthetic.Synthetic",
     "trainkit.data.datasets.Synthetic": "trainkit.data.synthetic.Synthetic",
@@ -39,6 +37,10 @@ RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced th
 IMAGE_FOLDER = "trainkit.data.imagefolder"  # feature: image_folders
 RENAMED_DATA_TARGETS[f"{IMAGE_FOLDER}.image_folder"] = f"{IMAGE_FOLDER}.ImageFolder"  # feature: image_folders
 RENAMED_DATA_TARGETS["trainkit.data.cache.load_cache"] = "trainkit.data.cache.Cached"  # feature: cache
+RENAMED_DATA_TARGETS["trainkit.data.datasets.load_mnist"] = "trainkit.data.downloads.MNIST"  # feature: downloads
+RENAMED_DATA_TARGETS["trainkit.data.datasets.MNIST"] = "trainkit.data.downloads.MNIST"  # feature: downloads
+RENAMED_DATA_TARGETS["trainkit.data.datasets.load_cifar10"] = "trainkit.data.downloads.CIFAR10"  # feature: downloads
+RENAMED_DATA_TARGETS["trainkit.data.datasets.CIFAR10"] = "trainkit.data.downloads.CIFAR10"  # feature: downloads
 # The schedules that left trainkit.schedules, name -> their module in trainkit now: an older checkpoint names
 # their old place.
 MOVED_SCHEDULES: dict[str, str] = {}

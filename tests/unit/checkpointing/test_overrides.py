@@ -29,4 +29,4 @@ def test_what_the_command_line_does_not_set_stays_as_saved_and_new_keys_take_the
 def test_a_global_group_is_refused_in_one_line_that_says_when():
     saved = to_dict(composed())
     with pytest.raises(ConfigError, match=rf"^experiment: {ON_TOP}, give the keys to change one by one"):
-        config_with_overrides(saved, composed("experiment=mnist"), ["experiment=mnist"], when=ON_TOP)
+        config_with_overrides(saved, composed("experiment=digits"), ["experiment=digits"], when=ON_TOP)

@@ -311,7 +311,7 @@ def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_pat
         resumed(tmp_path / "sized", f"resume={sized}", "model.widths=[16,64,128]")
     assert not (tmp_path / "sized" / ".hydra" / "config.yaml").exists()  # nothing written for a refused resume
     with pytest.raises(ConfigError, match=r"^experiment: on a resume, give the keys to change one by one"):
-        resumed(tmp_path, f"resume={last}", "experiment=mnist")
+        resumed(tmp_path, f"resume={last}", "experiment=digits")
 
 
 def test_another_plan_of_the_epoch_is_refused_inside_it_naming_what_changed(compose_config):

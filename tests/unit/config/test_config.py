@@ -31,8 +31,8 @@ IMAGE_FOLDER = ["data=imagefolder", "data.root=/data/images"] if template_has("d
 PER_IMAGE = ("augmentation=randaugment", "augmentation=trivialaugment")
 REQUIRED_BY_OPTION = {
     "model=hf": ["model.config={model_type: bert}"],  # a folder or a config: none by default
-    "augmentation=basic": ["data=cifar10"],
-    "augmentation=strong": ["data=cifar10"],
+    "augmentation=basic": ["data.mirror_changes_label=false"],
+    "augmentation=strong": ["data.mirror_changes_label=false"],
     "augmentation=randaugment": IMAGE_FOLDER,
     "augmentation=trivialaugment": IMAGE_FOLDER,
     "experiment=finetune_imagefolder": ["data.root=/data/images", "finetune.pretrained_path=/weights/resnet18.pt"],
@@ -132,7 +132,7 @@ RULE_CASES = [
     (["trainer.progress_bar=2"], "trainer.progress_bar"),
     (["data.name=3"], "data.name"),
     (["data._target_=3"], "data._target_"),
-    (["data=mnist", "data.root=3"], "data.root"),
+    (["data.root=3"], "data.root"),
     (["data.download=yes"], "data.download"),
     (["data.channels=0"], "data.channels"),
     (["data.image_size=0"], "data.image_size"),
@@ -232,7 +232,7 @@ RELATION_CASES = [
     (["required=[trainer.max_steps]"], "trainer.max_steps"),
     ([*PIXELS, "+task.class_names=[zero,one]"], "task.class_names"),  # digits have 10 classes
     (["required=[trainer.max_stepz]"], "required"),
-    (["data=mnist", "data.root=null"], "data.root"),
+    (["data._target_=data_for_tests.FolderOfMine", "data.root=null"], "data.root"),
     (["data=cached", "data.root=null"], "data.root"),
     (["data._target_=nowhere.load_images"], "data._target_"),
     (["~data._target_"], "data._target_"),
@@ -272,7 +272,7 @@ RELATION_CASES = [
     (["augmentation=strong", "+augmentation.affine.rotate=10"], "augmentation.affine.rotate"),
     (["+augmentation.horizontal_flip=true"], "augmentation.name"),
     (["augmentation=basic"], "augmentation.horizontal_flip"),
-    (["data=mnist", "augmentation=strong"], "augmentation.horizontal_flip"),
+    (["augmentation=strong"], "augmentation.horizontal_flip"),
     (["augmentation=shift", "augmentation.horizontal_flip=true"], "augmentation.horizontal_flip"),
     # the task names what may be monitored and optimized
     (["optimized_metric=foo"], "optimized_metric"),
@@ -298,7 +298,7 @@ DECLARED_CASES = [
     ([*TEXTS, "data.max_tokens=0"], "data.max_tokens"),  # the size budget of a data option with a size_unit
     ([*TEXTS, "data.max_tokens=many"], "data.max_tokens"),
     (["data.mean=[0.1,0.2]"], "data.mean"),  # ImageData
-    (["data=cifar10", "data.std=[0.2,0.2]"], "data.std"),
+    (["data.channels=3", "data.mean=[0.1,0.2,0.3]", "data.std=[0.2,0.2]"], "data.std"),
     (["model._target_=models_for_tests.HalvingCNN", "model.widths=[7,8]"], "model.widths"),  # one of yours
     # each model's config_rules: what its arguments may hold
     ([*FUNCTIONS, "model.vocabulary=1"], "model.vocabulary"),
@@ -413,7 +413,7 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
         (["trainer.max_epochs=abc"], ["a whole number >= 1", "'abc' (str)"]),
         (["data.std=[0]"], ["numbers > 0", "[0]"]),
         (["augmentation=basic", "+augmentation.flip=true"], ["unknown key", "horizontal_flip"]),
-        (["data=mnist", "data.root=null"], ["is required for mnist", "data.root="]),
+        (["data._target_=data_for_tests.FolderOfMine"], ["is required for digits", "data.root="]),
         (
             ["augmentation=basic"],
             ["data.mirror_changes_label=true", "augmentation=shift", "data.mirror_changes_label=false"],
@@ -480,14 +480,14 @@ def test_required_keys_say_how_to_pass_them(compose_config, overrides, key):
 
 def test_one_value_for_all_channels_is_accepted(compose_config):
     validate(compose_config(["data.mean=[0.5]"]))
-    validate(compose_config(["data=cifar10", "data.mean=[0.5]", "data.std=[0.25]"]))
+    validate(compose_config(["data.channels=3", "data.mean=[0.5]", "data.std=[0.25]"]))
 
 
 def test_a_missing_augmentation_key_or_null_means_off(compose_config):
     validate(
         compose_config(
             [
-                "data=cifar10",
+                "data.mirror_changes_label=false",
                 "augmentation=strong",
                 "augmentation.affine=null",
                 "augmentation.color_jitter.contrast=null",
@@ -505,7 +505,7 @@ def test_a_missing_augmentation_key_or_null_means_off(compose_config):
         ["data=synthetic", "augmentation=strong"],
         pytest.param(["data=imagefolder", "data.root=/data/images", "augmentation=basic"], marks=needs_image_folders),
         ["augmentation=basic", "data.mirror_changes_label=false"],  # your digits are mirror-safe: you say so
-        ["data=mnist", "augmentation=basic", "augmentation.horizontal_flip=false"],
+        ["augmentation=basic", "augmentation.horizontal_flip=false"],
     ],
 )
 def test_flips_are_allowed_where_the_mirror_image_keeps_its_label(compose_config, overrides):
@@ -554,7 +554,7 @@ def test_importing_the_schema_stays_light():
         ),
         (["scheduler=constant", "scheduler.warmup_start_factor=0.1"], "scheduler.warmup_start_factor is ignored"),
         (
-            ["data=cifar10", "augmentation=basic", "+augmentation.random_order=true"],
+            ["data.mirror_changes_label=false", "augmentation=basic", "+augmentation.random_order=true"],
             "augmentation.random_order=true is ignored",
         ),
     ],
@@ -571,14 +571,12 @@ def test_an_ignored_setting_is_one_warning(compose_config, caplog, overrides, fr
     "overrides",
     [
         [],
-        ["data=mnist"],
         pytest.param(["data=imagefolder", "data.root=/data/images"], marks=needs_image_folders),
         pytest.param(
             ["data=imagefolder", "data.root=/data/images", "data.num_workers=3", "data.pin_memory=false"],
             marks=needs_image_folders,
         ),
         ["data.num_workers=auto"],  # in-memory data: auto means none, nothing to warn about
-        ["data=mnist", "data.download=true"],
         ["augmentation=strong"],
     ],
 )

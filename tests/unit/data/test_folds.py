@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from conftest import ROOT, composed
-from helpers import needs_image_folders, template_has, write_cifar
+from helpers import needs_downloads, needs_image_folders, template_has, write_cifar
 from trainkit.data import FileSplits, Splits, make_data
 from trainkit.data.datasets import carve, folded
 from trainkit.errors import ConfigError
@@ -175,9 +175,10 @@ def test_digits_fold_stratified_and_keep_the_test_split():
     check_every_fold(option("digits"), folds=5)
 
 
+@needs_downloads
 def test_mnist_and_cifar10_fold_the_official_training_set(tmp_path, monkeypatch):
     import torchvision.datasets.cifar
-    from test_data import write_mnist
+    from test_downloads import write_mnist
 
     # The files are ours, not the real ones, so their md5 sums differ: accept any file that exists.
     monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda path, md5=None: Path(path).is_file())

@@ -366,7 +366,7 @@ def test_lr_find_script_help_is_its_own_usage_not_train_py_s(tmp_path):
     returncode, stdout, stderr = run_here("scripts/lr_find.py", "--help", cwd=tmp_path)
     assert returncode == 0, stderr[-3000:]
     assert stdout.startswith("LR range test with the same config as train.py")
-    assert "python scripts/lr_find.py experiment=mnist" in stdout  # the docstring's usage
+    assert "python scripts/lr_find.py experiment=digits" in stdout  # the docstring's usage
     assert "Every train.py override works here; the script writes into outputs/runs/<time>/ like train.py" in (stdout)
     assert "train a model (classification" not in stdout  # train.py's own help header
     assert "== Config groups (group=option) ==" in stdout and "lr_finder:" in stdout
