@@ -51,7 +51,7 @@ from trainkit.optim import build_optimizer
 from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, test_and_summarize
 from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import evaluate, mean_over_update_tokens, micro_batches
-from trainkit.tasks.batches import detach
+from trainkit.tasks.task import detach
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
 from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise,
                                start_logging, warn_if_data_bound)
