@@ -185,10 +185,6 @@ def to_device(batch: Any, device: torch.device) -> Any:
     return tree_map_only((Tensor, Shared), lambda leaf: leaf.to(device, non_blocking=True), batch)
 
 
-def detach(outputs: Any) -> Any:
-    return tree_map_only(Tensor, Tensor.detach, outputs)
-
-
 def first_tensor(batch: Any) -> Tensor:
     """The batch's first tensor (a pair's inputs; a dict's first value; a Shared entry is not one): token data's ids."""
     return next(leaf for leaf in tree_leaves(batch) if isinstance(leaf, Tensor))
