@@ -61,9 +61,8 @@ from trainkit.models import build_model
 from trainkit.models.export import export_run  # feature: hf
 from trainkit.runtime import pick_device, seed_everything
 from trainkit.tasks import evaluate, evaluation_outputs
-from trainkit.tasks.batches import to_device
 from trainkit.tasks.prompting import check_prompt, continue_text  # feature: language_model
-from trainkit.tasks.task import Task
+from trainkit.tasks.task import Task, to_device
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
 from trainkit.tracking import quiet_known_noise, save_png
 from trainkit.tracking.evaluation_figures import save_evaluation_figures  # feature: eval_figures

@@ -51,7 +51,6 @@ from trainkit.optim import build_optimizer
 from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, test_and_summarize
 from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import evaluate, mean_over_update_tokens, micro_batches
-from trainkit.tasks.batches import detach
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
 from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise,
                                start_logging, warn_if_data_bound)
@@ -85,8 +84,8 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
             run.scaler.scale(loss * scale).backward()
         recorded = task.take_recorded()
         if totals is not None:
-            totals.add(loss.detach(), task.metric_sums(detach(outputs), task.targets(part)), part, part_weight,
-                       recorded)
+            with torch.no_grad():
+                totals.add(loss.detach(), task.metric_sums(outputs, task.targets(part)), part, part_weight, recorded)
     return loss.detach(), task.weight(batch)
 
 

@@ -1,8 +1,14 @@
 """Tasks: what a batch means, the loss, the metrics and what a prediction is; yours is a class and a yaml."""
 
-from trainkit.tasks.batches import micro_batches
 from trainkit.tasks.evaluation import evaluate, evaluation_outputs
-from trainkit.tasks.task import Task, higher_is_better, mean_over_update_tokens, metric_names_of, task_class
+from trainkit.tasks.task import (
+    Task,
+    higher_is_better,
+    mean_over_update_tokens,
+    metric_names_of,
+    micro_batches,
+    task_class,
+)
 
 __all__ = [
     "Task",

@@ -13,8 +13,7 @@ from torch import nn
 from trainkit.data.loaders import limited
 from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.runtime import autocast
-from trainkit.tasks.batches import first_tensor, samples
-from trainkit.tasks.task import Task
+from trainkit.tasks.task import Task, first_tensor, samples
 
 
 def evaluate(

@@ -14,9 +14,8 @@ from torch.utils._pytree import tree_map_only
 from trainkit.augment.image_and_mask import augment_image_and_mask
 from trainkit.config.schema import Check, flag, number
 from trainkit.errors import ConfigError
-from trainkit.tasks.batches import first_tensor
 from trainkit.tasks.confusion import confusion_counts
-from trainkit.tasks.task import Task
+from trainkit.tasks.task import Task, first_tensor
 
 # Tiny images (the 32x32 shapes) are enlarged by whole pixels to at least this side: W&B shows them at their size.
 MIN_SIDE = 128

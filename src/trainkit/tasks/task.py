@@ -1,15 +1,20 @@
 """What a task is: what a batch means, what to minimise and what to measure. Nothing else in a run is task-specific,
-so a new task is one class and one conf/task/<name>.yaml (docs/how-the-loop-works.md#the-task-contract)."""
+so a new task is one class and one conf/task/<name>.yaml (docs/how-the-loop-works.md#the-task-contract).
+
+Below the Task, the functions that move, count, pick and cut any batch the loader yields (a pair, a dict, nested)
+along its first dimension. A tensor the whole batch shares is wrapped as `Shared(tensor)`: moved with the batch,
+never cut or counted. Any other batch whose tensors disagree in their first dimension is refused in one line."""
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only, tree_unflatten
 
 from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.errors import ConfigError
-from trainkit.tasks.batches import Shared, samples, to_device
 
 TARGETS = "targets"  # a dict batch's targets; its other keys go to the model
 # What the loop logs under train/ itself: a recorded value of one of these names would overwrite it.
@@ -161,3 +166,65 @@ def mean_over_update_tokens(model: nn.Module, update_weight: int | Tensor, world
     for param in model.parameters():
         if param.grad is not None:
             param.grad.mul_(factor)
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A tensor that all the samples of a batch share: moved with the batch, never cut or counted."""
+
+    tensor: Tensor
+
+    def pin_memory(self) -> "Shared":  # the DataLoader's pin_memory=True calls it
+        return Shared(self.tensor.pin_memory())
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> "Shared":  # to_device calls it
+        return Shared(self.tensor.to(device, non_blocking=non_blocking))
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    return tree_map_only((Tensor, Shared), lambda leaf: leaf.to(device, non_blocking=True), batch)
+
+
+def first_tensor(batch: Any) -> Tensor:
+    """The batch's first tensor (a pair's inputs; a dict's first value; a Shared entry is not one): token data's ids."""
+    return next(leaf for leaf in tree_leaves(batch) if isinstance(leaf, Tensor))
+
+
+def samples(batch: Any) -> int:
+    """The batch's samples: the rows of its tensors, which must agree (Shared entries aside)."""
+    lengths = [len(leaf) if leaf.dim() else 0 for leaf in tree_leaves(batch) if isinstance(leaf, Tensor)]
+    if len(set(lengths)) > 1:
+        raise ConfigError(
+            "data._target_",
+            f"yields batches whose tensors have {list(dict.fromkeys(lengths))} rows, but each holds one row per sample "
+            f"(what a batch weighs and how it is cut); keep a tensor the whole batch shares in the task or the model, "
+            f"or wrap it in the batch as trainkit.tasks.task.Shared(tensor) (never cut or counted)",
+        )
+    return lengths[0]
+
+
+def rows(batch: Any, index: Tensor) -> Any:
+    return tree_map_only(Tensor, lambda tensor: tensor[index], batch)
+
+
+def split(batch: Any, size: int) -> list[Any]:
+    """The batch in parts of `size` samples; what is not a row of samples (a Shared entry) is in every part."""
+    leaves, spec = tree_flatten(batch)
+    count = -(-samples(leaves) // size)
+    parts = [leaf.split(size) if isinstance(leaf, Tensor) else None for leaf in leaves]
+    return [
+        tree_unflatten([leaf if part is None else part[n] for leaf, part in zip(leaves, parts)], spec)
+        for n in range(count)
+    ]
+
+
+def micro_batches(batch: Any, size: int | None, sized: bool = False) -> list[tuple[Any, float]]:
+    """(part, share of the batch) for each part of at most `size` samples (trainer.micro_batch_size); the whole
+    batch, uncopied, when `size` is None or not smaller. For `sized` data (a padded [B, T] first tensor), `size`
+    counts units: size // T items. How each part weighs in its update: docs/how-the-loop-works.md."""
+    total = samples(batch)
+    if size is not None and sized:
+        size = max(1, size // max(1, first_tensor(batch)[0].numel()))
+    if size is None or size >= total:
+        return [(batch, 1.0)]
+    return [(part, samples(part) / total) for part in split(batch, size)]

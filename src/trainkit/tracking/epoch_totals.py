@@ -29,8 +29,7 @@ import torch
 from torch import nn
 
 from trainkit.distributed.process_group import all_reduce_sum
-from trainkit.tasks import batches
-from trainkit.tasks.task import Task
+from trainkit.tasks.task import Task, first_tensor, samples
 from trainkit.tracking.mfu import mfu_metrics  # feature: mfu
 
 
@@ -69,9 +68,9 @@ class EpochTotals:
         `loss` its mean over what it weighs (`weight`; None: its samples), `metric_sums` the task's sums for it,
         `recorded` what the task recorded in its step (0-d tensors by name).
         Sized data counts the units and padding of the batch's first tensor (token data: its ids)."""
-        size = batch if isinstance(batch, int) else batches.samples(batch)
+        size = batch if isinstance(batch, int) else samples(batch)
         if self.unit and not isinstance(batch, int):
-            self.add_units(batches.first_tensor(batch))
+            self.add_units(first_tensor(batch))
         weight = size if weight is None else weight
         self.loss_sum += loss * weight
         self.weight_sum += weight

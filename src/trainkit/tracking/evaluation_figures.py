@@ -32,10 +32,9 @@ from torch import Tensor, nn
 
 from trainkit.data.loaders import limited
 from trainkit.distributed.process_group import all_reduce_sum
-from trainkit.tasks.batches import first_tensor
 from trainkit.tasks.confusion import confusion_counts
 from trainkit.tasks.evaluation import evaluation_outputs
-from trainkit.tasks.task import Task
+from trainkit.tasks.task import Task, first_tensor
 
 ANNOTATED_CLASSES = 20  # above this many classes the cells are too small for their numbers
 

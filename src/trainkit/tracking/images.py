@@ -18,8 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trainkit.tasks.batches import rows, samples
-from trainkit.tasks.task import Task
+from trainkit.tasks.task import Task, rows, samples
 
 
 def image_grid(

@@ -24,9 +24,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils._pytree import tree_map, tree_map_only
 
-from trainkit.tasks.batches import rows, samples
 from trainkit.tasks.evaluation import evaluation_outputs
-from trainkit.tasks.task import Task
+from trainkit.tasks.task import Task, rows, samples
 from trainkit.tracking.loggers import Loggers
 
 

@@ -2,7 +2,7 @@
 
     trainer.micro_batch_size: auto     # conf/config.yaml; trainer.micro_batch_memory_cap_mb: a cap of its own
 
-A fixed size N is the core's (trainkit.tasks.batches.micro_batches cuts a batch into parts of N, weighed so
+A fixed size N is the core's (trainkit.tasks.task.micro_batches cuts a batch into parts of N, weighed so
 the update is the whole batch's). `auto` searches N before training (micro_batch_size_that_fits): the first
 batch is tried whole, then in halves, quarters, ... (of its tokens, for token data) until one part's forward
 and backward (train.py's step) fit; every rank agrees at each try, so all ranks settle on the same size. The
@@ -27,8 +27,7 @@ from trainkit.checkpointing.files import read_checkpoint
 from trainkit.config.schema import Check, Relation, auto_or, integer, number
 from trainkit.distributed.process_group import any_rank
 from trainkit.errors import ConfigError
-from trainkit.tasks import batches
-from trainkit.tasks.task import Task
+from trainkit.tasks.task import Task, first_tensor, samples
 from trainkit.tuning.step_memory import (
     free_memory,
     is_out_of_memory,
@@ -114,10 +113,10 @@ def micro_batch_size_that_fits(
     Not in a part's measured memory: the optimizer's state and DDP's buckets, as for the batch-size finder
     (trainkit.tuning.batch_size_finder)."""
     batch = task.to_device(next(iter(loader)), device)
-    per_sample = batches.first_tensor(batch)[0].numel() if unit else 1
+    per_sample = first_tensor(batch)[0].numel() if unit else 1
     probe = training_step_probe(model, batch, step)
     cap = None if memory_cap_mb is None else int(memory_cap_mb * 2**20)
-    total = batches.samples(batch) * per_sample
+    total = samples(batch) * per_sample
     found = find_micro_batch_size(lambda size: probe(max(1, size // per_sample)), total, device, cap, per_sample)
     held = f" {unit} ({max(1, found // per_sample)} of the first batch's items a part)" if unit else ""
     log.info(f"trainer.micro_batch_size=auto: training in micro-batches of {found}{held}")

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from trainkit.models.finetune import apply_frozen_bn_eval
-from trainkit.tasks import batches
+from trainkit.tasks.task import first_tensor, rows, samples
 
 
 class MemoryCapExceeded(RuntimeError):
@@ -88,18 +88,18 @@ def measure_step_memory(device: torch.device | str | None) -> Iterator[_Measurem
 def training_step_probe(model: nn.Module, batch: Any, step: Callable[[Any], object]) -> Callable[[int], None]:
     """A try_step for find_batch_size: `step(batch)`, the forward and backward of one training batch (train.py's:
     its batch transform, task.step), on a batch of the asked size built by repeating the samples of `batch`
-    (already on the model's device; any nested tensors, trainkit.tasks.batches), so shapes and dtypes are the
+    (already on the model's device; any nested tensors, trainkit.tasks.task), so shapes and dtypes are the
     real ones. The model trains as the loop trains it (train mode, BatchNorm inside frozen layers in eval mode).
     No optimizer step: the weights do not change, and after each try the buffers (BatchNorm statistics),
     gradients and train/eval modes are put back as they were when the probe was made, and torch's RNGs (CPU
     and the device's; dropout and augmentation draw from them) as they were before the try."""
-    device = batches.first_tensor(batch).device
+    device = first_tensor(batch).device
     buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
     grads = [(param, None if param.grad is None else param.grad.detach().clone()) for param in model.parameters()]
     modes = [(module, module.training) for module in model.modules()]
 
     def try_step(batch_size: int) -> None:
-        repeated = batches.rows(batch, torch.arange(batch_size, device=device) % batches.samples(batch))
+        repeated = rows(batch, torch.arange(batch_size, device=device) % samples(batch))
         try:
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                 model.train()

@@ -1,6 +1,6 @@
-"""trainkit.tasks.batches: any nested structure of tensors is moved, counted, repeated and cut along its samples,
-its structure and what is not a tensor kept (a tensor the batch shares too); micro_batches cuts such a batch as it
-cuts a pair; tensors that disagree in their rows are refused in one line."""
+"""The batch functions of trainkit.tasks.task: any nested structure of tensors is moved, counted, repeated and cut
+along its samples, its structure and what is not a tensor kept (a tensor the batch shares too); micro_batches cuts
+such a batch as it cuts a pair; tensors that disagree in their rows are refused in one line."""
 
 import pytest
 import torch
@@ -8,9 +8,8 @@ import torch.nn.functional as F
 
 from models_for_tests import NoNormCNN
 from trainkit.errors import ConfigError
-from trainkit.tasks import batches
-from trainkit.tasks.batches import micro_batches
 from trainkit.tasks.classification import Classification
+from trainkit.tasks.task import Shared, first_tensor, micro_batches, rows, samples, split, to_device
 
 
 def nested(count: int = 5) -> dict:
@@ -20,21 +19,21 @@ def nested(count: int = 5) -> dict:
 
 def test_moving_a_nested_batch_moves_every_tensor_and_keeps_the_rest():
     batch = nested()
-    moved = batches.to_device(batch, torch.device("meta"))
+    moved = to_device(batch, torch.device("meta"))
     assert moved["views"][0].device.type == moved["views"][1].device.type == moved["lengths"].device.type == "meta"
     assert moved["name"] == "signals" and moved["mask"] is None
-    assert batches.samples(batch) == 5 and batches.first_tensor(batch) is batch["views"][0]
+    assert samples(batch) == 5 and first_tensor(batch) is batch["views"][0]
 
 
 def test_a_nested_batch_is_cut_into_parts_of_its_samples_each_of_the_batch_s_structure():
     batch = nested(5)
-    parts = batches.split(batch, 2)
-    assert [batches.samples(part) for part in parts] == [2, 2, 1]
+    parts = split(batch, 2)
+    assert [samples(part) for part in parts] == [2, 2, 1]
     for n, part in enumerate(parts):
         assert torch.equal(part["views"][1], batch["views"][1][2 * n : 2 * n + 2])
         assert torch.equal(part["lengths"], batch["lengths"][2 * n : 2 * n + 2])
         assert part["name"] == "signals" and part["mask"] is None
-    repeated = batches.rows(batch, torch.tensor([4, 4, 0]))
+    repeated = rows(batch, torch.tensor([4, 4, 0]))
     assert repeated["lengths"].tolist() == [4, 4, 0] and torch.equal(repeated["views"][0][2], batch["views"][0][0])
 
 
@@ -46,7 +45,7 @@ def class_prompts_beside_images(prompts) -> dict:
 def test_a_batch_whose_tensors_disagree_in_their_rows_is_refused_in_one_line_wherever_it_is_counted_or_cut():
     batch = class_prompts_beside_images(torch.zeros(10, 5, dtype=torch.long))  # the prompts are not marked shared
     for count in (
-        batches.samples,
+        samples,
         Classification(10).weight,
         lambda b: micro_batches(b, None),
         lambda b: micro_batches(b, 16),
@@ -55,18 +54,18 @@ def test_a_batch_whose_tensors_disagree_in_their_rows_is_refused_in_one_line_whe
             count(batch)
         assert error.value.key == "data._target_" and "\n" not in str(error.value)
         assert str(error.value).startswith("data._target_: yields batches whose tensors have [10, 64] rows, but each ")
-        assert "trainkit.tasks.batches.Shared(tensor)" in str(error.value)  # the way out
+        assert "trainkit.tasks.task.Shared(tensor)" in str(error.value)  # the way out
 
 
 def test_a_tensor_the_batch_shares_is_moved_and_given_to_the_model_but_never_cut_or_counted():
-    prompts = batches.Shared(torch.zeros(10, 5, dtype=torch.long))
+    prompts = Shared(torch.zeros(10, 5, dtype=torch.long))
     batch = class_prompts_beside_images(prompts)
-    assert batches.samples(batch) == Classification(10).weight(batch) == 64  # the images, not the 10 prompts
+    assert samples(batch) == Classification(10).weight(batch) == 64  # the images, not the 10 prompts
     parts = micro_batches(batch, 16)
-    assert [(batches.samples(part), share) for part, share in parts] == [(16, 0.25)] * 4
+    assert [(samples(part), share) for part, share in parts] == [(16, 0.25)] * 4
     assert all(part["prompts"] is prompts for part, _ in parts)  # whole in every part
-    assert batches.rows(batch, torch.tensor([3, 1]))["prompts"] is prompts
-    moved = batches.to_device(batch, torch.device("meta"))
+    assert rows(batch, torch.tensor([3, 1]))["prompts"] is prompts
+    moved = to_device(batch, torch.device("meta"))
     assert moved["prompts"].tensor.device.type == moved["image"].device.type == "meta"
     given = {}
     Classification(10).outputs(lambda **inputs: given.update(inputs) or torch.zeros(64, 10), batch)
@@ -75,10 +74,10 @@ def test_a_tensor_the_batch_shares_is_moved_and_given_to_the_model_but_never_cut
 
 def test_micro_batches_of_a_dict_weigh_each_part_by_its_share_and_count_token_data_s_size_in_tokens():
     batch = nested(5)
-    assert [(batches.samples(part), share) for part, share in micro_batches(batch, 2)] == [(2, 0.4), (2, 0.4), (1, 0.2)]
+    assert [(samples(part), share) for part, share in micro_batches(batch, 2)] == [(2, 0.4), (2, 0.4), (1, 0.2)]
     assert micro_batches(batch, 5) == [(batch, 1.0)]
     tokens = {"ids": torch.zeros(5, 4, dtype=torch.long), "targets": torch.zeros(5, 4, dtype=torch.long)}
-    assert [batches.samples(part) for part, _ in micro_batches(tokens, 8, sized=True)] == [2, 2, 1]  # 8 tokens: 2 rows
+    assert [samples(part) for part, _ in micro_batches(tokens, 8, sized=True)] == [2, 2, 1]  # 8 tokens: 2 rows
 
 
 # ---- trainer.micro_batch_size=N: the parts' gradients sum to the whole batch's ----------------------------

@@ -8,12 +8,15 @@ numbers, and `finish(failed=...)` in a `finally`. A tracker that has no use for 
 Each tracker is a module here, `<name>_logger.py`, found by its name (logger.trackers' keys): it offers
 `build(cfg, run_dir, facts) -> Logger`, its config checks (`CONFIG_RULES`), and where it keeps a file of its own
 that a resume trims, `trim_to_checkpoint`. It imports its library only when it is chosen. Deleting one is
-deleting its module and its conf/logger file (docs/features.md).
+deleting its module and its conf/logger file (docs/features.md). metrics.jsonl's logger is here, with the
+strict JSON that it and summary.json are written in.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import math
 import pkgutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from trainkit.tracking.loggers.base import Logger, RunFacts, run_names
-from trainkit.tracking.loggers.local import JsonlLogger, finite_or_null, read_jsonl, strict_json
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -42,6 +44,49 @@ __all__ = [
     "trackers",
     "trim_tracker_files",
 ]
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` with every NaN or infinite float inside (dicts, lists) replaced by None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
+
+
+def strict_json(value: Any, indent: int | None = None) -> str:
+    """JSON that strict readers accept: null, never the bare NaN or Infinity Python writes."""
+    return json.dumps(finite_or_null(value), indent=indent, allow_nan=False)
+
+
+class JsonlLogger(Logger):
+    """metrics.jsonl, the run's record: one JSON object per line, appended and flushed as it comes, so a crashed run
+    keeps its history."""
+
+    def __init__(self, path: Path):
+        # Open for the whole run (closed in finish): a line is flushed as each metric comes in.
+        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def log(self, metrics: dict) -> None:
+        self.file.write(strict_json(metrics) + "\n")
+        self.file.flush()
+
+    def finish(self, failed: bool = False) -> None:
+        self.file.close()
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """metrics.jsonl's objects, in order; none for a missing file; a torn last line (a kill) is left out."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
 
 
 def trackers() -> list[str]:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from trainkit.config.schema import number, one_of, text
+from trainkit.tracking.loggers import read_jsonl
 from trainkit.tracking.loggers.base import Logger, OncePerStep, RunFacts
-from trainkit.tracking.loggers.local import read_jsonl
 from trainkit.tracking.loggers.wandb_files import held_history, holds_records
 
 if TYPE_CHECKING:
