@@ -33,8 +33,8 @@ RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced th
     "trainkit.data.datasets.load_mnist": "trainkit.data.datasets.MNIST",
     "trainkit.data.datasets.load_cifar10": "trainkit.data.datasets.CIFAR10",
     "trainkit.data.shapes.make_shapes": "trainkit.data.shapes.Shapes",  # feature: segmentation
-    "trainkit.data.datasets.make_synthetic": "trainkit.data.synthetic.Synthetic",
-    "trainkit.data.datasets.Synthetic": "trainkit.data.synthetic.Synthetic",
+    "trainkit.data.datasets.make_synthetic": "trainkit.data.synthetic.Synthetic",  # feature: synthetic
+    "trainkit.data.datasets.Synthetic": "trainkit.data.synthetic.Synthetic",  # feature: synthetic
 }
 IMAGE_FOLDER = "trainkit.data.imagefolder"  # feature: image_folders
 RENAMED_DATA_TARGETS[f"{IMAGE_FOLDER}.image_folder"] = f"{IMAGE_FOLDER}.ImageFolder"  # feature: image_folders
