@@ -1,13 +1,13 @@
 """DDP scaling: training throughput with 1 and with N processes on the same work.
 
-Each configuration trains `train.py data=synthetic` for a few epochs (per-process batch fixed, so
+Each configuration trains `train.py` on the digits for a few epochs (per-process batch fixed, so
 N processes do N times the work per step) and reports the global samples/s of the last epoch,
 read from metrics.jsonl, and the scaling efficiency = samples/s(N) / (N x samples/s(1)).
 On a 2-core CPU machine two processes share two cores, so the number is informative only; on a
 multi-GPU machine it is the number to quote.
 
     python scripts/benchmark_ddp.py --nproc 2
-    python scripts/benchmark_ddp.py --nproc 8 model=timm model.name=resnet50 data.image_size=224   # on GPUs
+    python scripts/benchmark_ddp.py --nproc 8 model=timm model.name=resnet50 finetune.input_size=224   # on GPUs
 """
 
 import argparse
@@ -19,9 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = [
-    "data=synthetic",
-    "data.num_samples=4096",
-    "data.image_size=16",
+    "finetune.input_size=16",  # the digits resized to 16x16 on the device: more work per sample than 8x8
     "data.batch_size=128",
     "trainer.max_epochs=2",
     "regularization.early_stopping.enabled=false",

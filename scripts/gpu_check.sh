@@ -2,7 +2,7 @@
 # The CUDA paths that CPU-only CI cannot run, as one short script for a machine with a GPU:
 #   bash scripts/gpu_check.sh            (prints one PASS/FAIL/SKIP line per check, then the benchmarks)
 # Without a CUDA GPU it stops at once with one line and exit status 1: its checks are about CUDA.
-# Each train.py check is a real run on the bundled digits (or synthetic data) with a few epochs.
+# Each train.py check is a real run on the bundled digits with a few epochs.
 #
 # What one GPU can and cannot check:
 # - fp32/bf16/fp16 (GradScaler + clipping), channels_last + torch.compile and the optional features' own checks

@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from trainkit.data import Data, FileSplits, ImageData, Splits
-from trainkit.data.datasets import Folds, carve, read_digits
+from trainkit.data.datasets import Digits, Folds, carve, read_digits
 from trainkit.data.feature_rows import read_feature_rows
 
 
@@ -26,6 +26,19 @@ class FolderOfMine(Folds, ImageData):
 
     def splits(self) -> Splits | FileSplits:
         raise NotImplementedError("only the config check reads this class")
+
+
+@dataclass(kw_only=True)
+class ThreeChannelDigits(Digits):
+    """The digits with their grey image in each of 3 channels (data.channels=3): a batch whose memory layout
+    trainer.channels_last changes, which a 1-channel batch's does not."""
+
+    def splits(self) -> Splits:
+        made = super().splits()
+        train, val, test = (
+            (images.expand(-1, 3, -1, -1).contiguous(), labels) for images, labels in (made.train, made.val, made.test)
+        )
+        return Splits(train, val, test, num_classes=made.num_classes)
 
 
 @dataclass(kw_only=True)

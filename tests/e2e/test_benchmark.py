@@ -60,6 +60,6 @@ def test_speed_ups_are_over_the_first_measured_row_and_a_failed_run_says_why():
 
 def test_a_workload_that_is_not_an_image_folder_is_refused_in_one_line(tmp_path, capsys):
     benchmark = load_script("benchmark")
-    assert benchmark.main(["--out", str(tmp_path), "data=synthetic"]) == 1
-    assert capsys.readouterr().err.startswith("error: data: data=synthetic, but the ladder trains an image folder")
+    assert benchmark.main(["--out", str(tmp_path), "data=digits"]) == 1
+    assert capsys.readouterr().err.startswith("error: data: data=digits, but the ladder trains an image folder")
     assert not (tmp_path / "images").exists()  # refused before any PNG is written

@@ -170,7 +170,7 @@ def untrained_run(tmp_path_factory) -> Path:
         (["checkpoint={run}", "predict={tmp}"], "predict"),  # a folder without images
         (["checkpoint={run}", "data.channels=3"], "data.channels"),  # 3 channels for a model of 1
         (["checkpoint={run}", "data.num_classes=5"], "data.num_classes"),
-        (["checkpoint={run}", "data=synthetic"], "data"),  # the run's data, model and task are its own
+        (["checkpoint={run}", "data=digits"], "data"),  # the run's data, model and task are its own
         (["checkpoint={run}", "resume={run}"], "resume"),
     ],
     ids=["no such path", "foreign", "no such folder", "no images", "channels", "classes", "data=", "resume"],

@@ -34,14 +34,8 @@ SHORT_RUN = (
     "regularization=none",
     "scheduler=constant",
 )
-# 3-channel data that may be mirrored (the digits may not): for channels_last.
-SYNTHETIC = (
-    "data=synthetic",
-    "data.image_size=8",
-    "data.num_samples=64",
-    "data.val_samples=16",
-    "data.test_samples=16",
-)
+# 3-channel data (tests/data_for_tests.py): for channels_last, which leaves a 1-channel batch as it is.
+THREE_CHANNELS = ("data._target_=data_for_tests.ThreeChannelDigits", "data.channels=3")
 
 
 # ---- what the model sees: augmentation, mixing, precision, memory layout, compile -----------------
@@ -86,7 +80,7 @@ def test_mixed_precision_reaches_the_training_and_evaluation_forward(tmp_path, m
 
 
 def test_channels_last_reaches_the_weights_and_the_batches(tmp_path, monkeypatch):
-    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, *SYNTHETIC, "trainer.channels_last=true")
+    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, *THREE_CHANNELS, "trainer.channels_last=true")
     first_conv = recording.run.model.features[0].weight
     assert first_conv.is_contiguous(memory_format=torch.channels_last) and not first_conv.is_contiguous()
     for forward in recording.forwards:  # training and evaluation batches

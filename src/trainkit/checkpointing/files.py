@@ -31,8 +31,8 @@ MOVED_MODEL_KEYS = ("pretrained_path", "freeze", "freeze_bn", "input_size")  # m
 RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced them
     "trainkit.data.datasets.load_digits": "trainkit.data.datasets.Digits",
     "trainkit.data.shapes.make_shapes": "trainkit.data.shapes.Shapes",  # feature: segmentation
-    "trainkit.data.datasets.make_synthetic": "trainkit.data.synthetic.Synthetic",
-    "trainkit.data.datasets.Synthetic": "trainkit.data.synthetic.Synthetic",
+    "trainkit.data.datasets.make_synthetic": "trainkit.data.synthetic.Synthetic",  # feature: synthetic
+    "trainkit.data.datasets.Synthetic": "trainkit.data.synthetic.Synthetic",  # feature: synthetic
 }
 IMAGE_FOLDER = "trainkit.data.imagefolder"  # feature: image_folders
 RENAMED_DATA_TARGETS[f"{IMAGE_FOLDER}.image_folder"] = f"{IMAGE_FOLDER}.ImageFolder"  # feature: image_folders

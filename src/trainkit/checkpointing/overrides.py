@@ -60,7 +60,7 @@ def config_with_overrides(
 ) -> DictConfig:
     """A checkpoint's config (plain, resolved containers) with the keys `overrides` set taken from
     `composed` (the config Hydra composed from the same command line): `a.b=1` sets a.b, a group
-    `data=synthetic` replaces the whole data section, `~a.b` deletes. Links the config draws between
+    `model=<option>` replaces the whole model section, `~a.b` deletes. Links the config draws between
     keys (model.num_classes: ${data.num_classes}) are restored where the saved values still agree,
     so an override reaches the keys that follow it; keys the code added since the checkpoint take
     their composed defaults. `explicit`: overrides typed by hand, where a global group (experiment=)

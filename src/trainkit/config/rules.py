@@ -130,10 +130,6 @@ RULES: dict[str, Check] = {
     "data.split_seed": integer(0),
     "data.folds": integer(2, null=True),  # k-fold cross-validation: the training pool in K folds (null: none)
     "data.fold": integer(0, null=True),  # the fold that is val; trainkit.config.validation holds it below data.folds
-    "data.num_samples": integer(1),
-    "data.val_samples": integer(1),
-    "data.test_samples": integer(1),
-    "data.noise": number(0),
     "data.batch_size": integer(1),
     "data.eval_batch_size": integer(1),
     "data.num_workers": auto_or(integer(0)),

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from trainkit.config.schema import Check, integer, number
 from trainkit.data.datasets import ImageData, Split, Splits
 
 SHAPE_NAMES = ("circle", "square", "triangle")  # mask values 1, 2, 3
@@ -45,6 +46,12 @@ class Shapes(ImageData):
 
     uses_root: ClassVar[bool] = False
     suits: ClassVar[tuple[str, ...]] = ("task=segmentation", "model=unet", "model=torchvision_segmentation")
+    config_rules: ClassVar[dict[str, Check]] = {
+        "num_samples": integer(1),
+        "val_samples": integer(1),
+        "test_samples": integer(1),
+        "noise": number(0),
+    }
 
     def splits(self) -> Splits:
         shape_size = tuple(float(v) for v in self.shape_size)

@@ -5,6 +5,7 @@ from typing import ClassVar
 
 import torch
 
+from trainkit.config.schema import Check, integer, number
 from trainkit.data.datasets import ImageData, Split, Splits
 
 
@@ -24,6 +25,12 @@ class Synthetic(ImageData):
 
     uses_root: ClassVar[bool] = False
     needs_num_classes: ClassVar[bool] = True
+    config_rules: ClassVar[dict[str, Check]] = {
+        "num_samples": integer(1),
+        "val_samples": integer(1),
+        "test_samples": integer(1),
+        "noise": number(0),
+    }
 
     def splits(self) -> Splits:
         assert self.num_classes is not None, "the config check requires data.num_classes (needs_num_classes)"

@@ -11,12 +11,14 @@ ON_TOP = "on top of a checkpoint's config"
 
 
 def test_the_keys_and_groups_the_command_line_sets_replace_the_saved_ones():
-    saved = to_dict(composed("trainer.max_epochs=3", "data.batch_size=48"))
-    overrides = ["data=synthetic", "data.channels=1", "trainer.channels_last=true", "~seed"]
+    saved = to_dict(composed("trainer.max_epochs=3", "optimizer.lr=0.5", "data.batch_size=48"))
+    overrides = ["optimizer=adamw", "data.channels=3", "trainer.channels_last=true", "~seed"]
     cfg = config_with_overrides(saved, composed(*overrides), overrides, when=ON_TOP)
-    assert (cfg.data.name, cfg.data.channels, cfg.data.batch_size) == ("synthetic", 1, 128)  # the group, replaced
+    assert (cfg.optimizer._target_, cfg.optimizer.lr) == ("torch.optim.AdamW", 1e-3)  # the group, replaced
+    assert "momentum" not in cfg.optimizer  # sgd's key went with the section it replaced
+    assert (cfg.data.channels, cfg.data.batch_size) == (3, 48)
     assert cfg.trainer.channels_last and cfg.trainer.max_epochs == 3 and "seed" not in cfg
-    assert cfg.model.in_channels == 1 and cfg.model.num_classes == 10  # linked to data.*, as the config links them
+    assert cfg.model.in_channels == 3 and cfg.model.num_classes == 10  # linked to data.*, as the config links them
 
 
 def test_what_the_command_line_does_not_set_stays_as_saved_and_new_keys_take_their_defaults():

@@ -59,4 +59,4 @@ def test_data_root_is_per_dataset_and_trainkit_data_sets_the_default_of_file_dat
             assert (without_variable, data.root) == ("data", "/datasets"), option
             kinds[option] = "environment"
     assert kinds.get("imagefolder", "required") == "required"
-    assert kinds["digits"] == kinds["synthetic"] == "bundled", kinds  # and data=shapes: test_segmentation_config.py
+    assert kinds["digits"] == kinds.get("synthetic", "bundled") == "bundled", kinds  # data=shapes: its config test

@@ -146,10 +146,6 @@ RULE_CASES = [
     (["data.split_seed=-1"], "data.split_seed"),
     (["data.folds=1", "data.fold=0"], "data.folds"),  # one fold would be the whole pool: nothing left to train on
     (["data.folds=5", "data.fold=-1"], "data.fold"),
-    (["data=synthetic", "data.num_samples=0"], "data.num_samples"),
-    (["data=synthetic", "data.val_samples=0"], "data.val_samples"),
-    (["data=synthetic", "data.test_samples=-5"], "data.test_samples"),
-    (["data=synthetic", "data.noise=-1"], "data.noise"),
     (["data.batch_size=0"], "data.batch_size"),
     (["data.batch_size=1.5"], "data.batch_size"),
     (["data.eval_batch_size=0"], "data.eval_batch_size"),
@@ -245,13 +241,11 @@ RELATION_CASES = [
         ["data=imagefolder", "data.root=/data/images", "data.channels=2", "data.mean=[0.5]", "data.std=[0.25]"],
         "data.channels",
     ),
-    (["data=synthetic", "data.num_classes=null"], "data.num_classes"),
     (["data.val_fraction=0.5", "data.test_fraction=0.5"], "data.val_fraction"),
     # k-fold cross-validation: the two keys go together, the fold one of the folds, on data that carves val
     (["data.folds=5"], "data.fold"),
     (["data.fold=2"], "data.fold"),
     (["data.folds=5", "data.fold=5"], "data.fold"),
-    (["data=synthetic", "+data.folds=5", "+data.fold=0"], "data.folds"),
     (
         [
             "model._target_=models_for_tests.DownloadingCNN",
@@ -434,10 +428,6 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
         (["data.folds=5", "data.fold=5"], ["numbers the folds 0..4"]),
         (["data.fold=0"], ["data.folds=K (the number of folds, K >= 2)"]),  # one fold would be the whole pool
         (["data.fold=3"], ["data.folds=K (the number of folds, K >= 4)"]),
-        (
-            ["data=synthetic", "+data.folds=5", "+data.fold=0"],
-            ["carves no val split", "remove ~data.folds and ~data.fold"],
-        ),
     ],
 )
 def test_messages_show_the_bad_value_and_the_way_out(compose_config, overrides, fragments):
@@ -502,7 +492,6 @@ def test_a_missing_augmentation_key_or_null_means_off(compose_config):
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["data=synthetic", "augmentation=strong"],
         pytest.param(["data=imagefolder", "data.root=/data/images", "augmentation=basic"], marks=needs_image_folders),
         ["augmentation=basic", "data.mirror_changes_label=false"],  # your digits are mirror-safe: you say so
         ["augmentation=basic", "augmentation.horizontal_flip=false"],
@@ -544,9 +533,8 @@ def test_importing_the_schema_stays_light():
     "overrides, fragment",
     [
         (["data.num_workers=4"], "data.num_workers=4 is ignored"),
-        (["data=synthetic", "data.num_workers=2"], "data.num_workers=2 is ignored"),
         (["data.root=/data"], "data.root=/data is ignored"),
-        (["data=synthetic", "data.download=true"], "data.download=true is ignored"),
+        (["data.download=true"], "data.download=true is ignored"),  # the digits ship with scikit-learn
         pytest.param(
             ["data=imagefolder", "data.root=/data/images", "data.download=true"],
             "data.download=true is ignored",

@@ -29,6 +29,10 @@ SEGMENTATION = ["task=segmentation", "optimized_metric=val/miou", "data.mirror_c
         (["experiment=shapes_segmentation", "model.widths=[0,8]"], "model.widths"),
         (["experiment=shapes_segmentation", "task.crop_padding=1"], "task.crop_padding"),
         (["experiment=shapes_segmentation", "task.horizontal_flip=maybe"], "task.horizontal_flip"),
+        (["experiment=shapes_segmentation", "data.num_samples=0"], "data.num_samples"),
+        (["experiment=shapes_segmentation", "data.val_samples=0"], "data.val_samples"),
+        (["experiment=shapes_segmentation", "data.test_samples=-5"], "data.test_samples"),
+        (["experiment=shapes_segmentation", "data.noise=-1"], "data.noise"),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else value,
 )

@@ -55,19 +55,16 @@ def test_logger_filename_is_checked_beside_its_code():
 
 
 @pytest.mark.slow  # trains in this process (run_train)
-def test_synthetic_data_with_csv_logger_and_adamw(run_train):
+def test_csv_logger_with_adamw_and_augmentation(run_train):
     run = run_train(
-        "data=synthetic",
-        "data.image_size=16",
-        "data.num_samples=512",
         "logger=csv",
         "optimizer=adamw",
         "scheduler=cosine",
-        "augmentation=strong",
+        "augmentation=shift",
         "trainer.max_epochs=2",
         "trainer.progress_bar=false",
     )
-    assert run.summary["test"]["test/acc"] >= 0.4  # about 0.6 after 2 epochs; chance is 0.1
+    assert run.summary["test"]["test/acc"] >= 0.4  # chance is 0.1
     rows = (run.run_dir / "metrics.csv").read_text().splitlines()
     header = rows[0].split(",")
     assert {"epoch", "train/loss", "val/acc", "test/acc"} <= set(header)
