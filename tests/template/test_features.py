@@ -37,6 +37,7 @@ DOC_NAMES = {
     "tta_flip": r"tta_flip|flip test-time|\btta\b",
     "augment_recipes": r"mixup|cutmix|randaugment|trivialaugment|rand_augment|trivial_augment|\bper_sample|LabelMixing",
     "language_model": r"stdlib_gpt|prompt=|TextBlocks|LanguageModel",
+    "sweeps": r"hparams_search|_optuna\b|joblib|hydra/sweeper|sweeper\.direction|Optuna (?:search|TPE|stud)",
 }
 FEATURES = trim.read_table(ROOT)
 
