@@ -6,7 +6,8 @@
 #
 # What one GPU can and cannot check:
 # - fp32/bf16/fp16 (GradScaler + clipping), channels_last + torch.compile and the optional features' own checks
-#   (their tests marked `cuda`; scripts/gpu_checks/: the batch-size finder, micro_batch_size=auto, a timm model): fully.
+#   (their tests marked `cuda`; scripts/gpu_checks/: the batch-size finder, micro_batch_size=auto, a timm model,
+#   a GPU per sweep trial): fully.
 # - DDP with one process (`ddp_self_launch_1`): train.py's own launcher starting a worker that picks
 #   its GPU from LOCAL_RANK. With a world size of 1 train.py creates no process group at all, so this
 #   says nothing about NCCL or gradient all-reduce.
@@ -93,17 +94,8 @@ if [ "$gpus" -ge 2 ]; then
   then echo "PASS fsdp_best_pt_one_process: eval.py on the 2-rank FSDP run's best.pt gives its test/acc"  # feature: fsdp
   else echo "FAIL fsdp_best_pt_one_process (log: $out/fsdp_eval.log)"; status=1  # feature: fsdp
   fi  # feature: fsdp
-  # One GPU per sweep trial (sweep.assign_gpus): two joblib jobs at once, long enough to overlap, on two GPUs.
-  sweep=$out/sweep_gpus
-  if python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 "hydra.sweep.dir=$sweep" print_config=false \
-       trainer.progress_bar=false trainer.max_epochs=15 seed=1,2 >"$sweep.log" 2>&1 \
-     && devices=$(python -c "import json; print(*sorted({json.load(open('$sweep/'+j+'/summary.json'))['device'] for j in '01'}))") \
-     && [ "$(echo "$devices" | wc -w)" -eq 2 ]
-  then echo "PASS sweep_one_gpu_per_trial: the two parallel jobs trained on $devices"
-  else echo "FAIL sweep_one_gpu_per_trial: not two distinct GPUs (log: $sweep.log)"; tail -5 "$sweep.log"; status=1
-  fi
 else
-  echo "SKIP ddp_nccl_2, ddp_syncbn_2, sweep_one_gpu_per_trial: $gpus GPU visible; they need 2 or more"
+  echo "SKIP ddp_nccl_2, ddp_syncbn_2: $gpus GPU visible; they need 2 or more"
   echo "SKIP fsdp_nccl_2_bf16: $gpus GPU visible; it needs 2 or more"  # feature: fsdp
 fi
 # Each optional feature's own CUDA checks live in its test files (docs/features.md), marked `cuda`.

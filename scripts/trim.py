@@ -5,11 +5,12 @@
     python scripts/trim.py --drop muon,ema          # remove them from this working tree
     python scripts/trim.py --keep ema               # remove every capability but these (and what they need)
 
-Dropping a capability deletes its files, removes its config keys, its marked lines (`# feature: <name>` in code,
-`<!-- feature: <name> -->` lines and blocks in the docs, and its row of the table) and its packages from
-pyproject.toml and environment.yml. A capability that needs a dropped one is dropped with it. A real run refuses a
-git tree with uncommitted changes, so that the trim is one commit of its own: rerun the same trim after merging
-later template fixes. tests/template/test_features.py applies the table with this module's `drop`.
+Dropping a capability deletes its files, removes its config keys, its marked lines (`# feature: <name>` in code
+and in conf/'s yaml, `<!-- feature: <name> -->` lines and blocks in the docs, and its row of the table) and its
+packages from pyproject.toml and environment.yml. A capability that needs a dropped one is dropped with it; a file
+that two rows list needs both, and goes with either. A real run refuses a git tree with uncommitted changes, so that
+the trim is one commit of its own: rerun the same trim after merging later template fixes.
+tests/template/test_features.py applies the table with this module's `drop`.
 """
 
 import argparse
@@ -17,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +28,8 @@ MARKER = re.compile(r"#\s*feature:\s*([\w-]+)")
 # In markdown, invisible when rendered: a line ending in the marker, or a block from a line holding only the marker
 # to a line holding only its closing one (`<!-- /feature: <name> -->`).
 DOC_MARKER = re.compile(r"<!--\s*(/?)feature:\s*([\w-]+)\s*-->")
+# A line may end in the markers of several capabilities (it needs each of them): it goes with any one.
+DOC_LINE_MARKERS = re.compile(r"(?:\s*<!--\s*feature:\s*[\w-]+\s*-->)+\s*$")
 COLUMNS = 7  # capability, files, config keys, marked lines, packages, needs, places
 DEPENDENCY_FILES = ("pyproject.toml", "environment.yml")
 TEST_COMMAND = 'python -m pytest -q -m "not slow" && python train.py trainer.max_epochs=1'
@@ -47,6 +51,7 @@ class Capability:
     packages: list[str]
     needs: list[str]
     places: int
+    shared: frozenset[str] = frozenset()  # its files that another row lists too: whichever goes first deletes them
 
     def counted_places(self, root: Path) -> int:
         """The places rule: all its files count one, each config file, marked file and dependency file one more."""
@@ -85,6 +90,9 @@ def read_table(root: Path = ROOT) -> dict[str, Capability]:
         marked = {file: int(count) for file, count in re.findall(r"`([^`]+)`: (\d+)", cells[3])}
         files, packages, needs = (re.findall(r"`([^`]+)`", cells[column]) for column in (1, 4, 5))
         rows[name] = Capability(name, files, config, marked, packages, needs, int(cells[6]))
+    for row in rows.values():
+        others = {file for other in rows.values() if other is not row for file in other.files}
+        row.shared = frozenset(others.intersection(row.files))
     for row in rows.values():
         for needed in row.needs:
             if needed not in rows:
@@ -156,20 +164,45 @@ def without_marked_docs(text: str, name: str) -> str:
             inside = not (alone and alone.groups() == ("/", name))
         elif alone and alone.groups() == ("", name):
             inside = True
-        elif not re.search(rf"<!--\s*feature:\s*{re.escape(name)}\s*-->\s*$", line):
+        elif name not in line_markers(line):
             kept.append(line)
     if inside:
         raise TrimError(f"<!-- feature: {name} --> has no closing <!-- /feature: {name} -->: add it")
     return "".join(kept)
 
 
-def without_docs_of(relative: Path, text: str, name: str) -> str:
-    """A doc file's `text` once `name` is dropped: its marked lines and blocks, and in the table its row."""
+def line_markers(line: str) -> list[str]:
+    """The capabilities a markdown line ends in the markers of: it needs each of them."""
+    markers = DOC_LINE_MARKERS.search(line)
+    return [name for _, name in DOC_MARKER.findall(markers.group())] if markers else []
+
+
+def without_docs_of(relative: Path, text: str, name: str, files: Iterable[str] = ()) -> str:
+    """A doc file's `text` once `name` is dropped: its marked lines and blocks, and in the table its row, and its
+    `files` from the files cell of a row that lists them too (they are gone)."""
     if relative.suffix != ".md":
         return text
     if relative == TABLE:
         text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(f"| `{name}`"))
+        text = "".join(without_files_listed(line, files) for line in text.splitlines(keepends=True))
     return without_marked_docs(text, name)
+
+
+def without_files_listed(line: str, files: Iterable[str]) -> str:
+    """A row of the table without `files` in its files cell; any other line as it is."""
+    cells = line.split("|")
+    if not line.startswith("| `") or len(cells) != COLUMNS + 2:
+        return line
+    listed = re.findall(r"`([^`]+)`", cells[2])
+    if not set(files) & set(listed):
+        return line
+    cells[2] = " " + ", ".join(f"`{file}`" for file in listed if file not in files) + " "
+    return "|".join(cells)
+
+
+def without_marked_lines(text: str, name: str) -> str:
+    """`text` (code or yaml) without its lines marked `# feature: <name>`."""
+    return "".join(line for line in text.splitlines(keepends=True) if name not in MARKER.findall(line))
 
 
 def package_lines(text: str, packages: list[str]) -> list[str]:
@@ -203,9 +236,10 @@ def without_packages(text: str, packages: list[str]) -> str:
 
 
 def marked_files(root: Path) -> list[Path]:
-    """Where a marked code line may be: the entry points, the scripts (Python and shell), the package."""
+    """Where a marked code line may be: the entry points, the scripts (Python and shell), the package, conf/."""
     entry_points = [path for path in (root / "train.py", root / "eval.py") if path.is_file()]
-    return [*entry_points, *root.glob("scripts/*.py"), *root.glob("scripts/*.sh"), *root.glob("src/**/*.py")]
+    scripts = [*root.glob("scripts/*.py"), *root.glob("scripts/*.sh")]
+    return [*entry_points, *scripts, *root.glob("src/**/*.py"), *sorted(root.glob("conf/**/*.yaml"))]
 
 
 def doc_files(root: Path) -> list[Path]:
@@ -224,11 +258,15 @@ def drop(root: Path, row: Capability, write: bool = True) -> Removed:
     removed = Removed()
     for file in row.files:
         path = root / file
+        if not path.exists() and file in row.shared:
+            continue  # another row listed it too and was dropped first
         if not path.exists():
             raise TrimError(f"{TABLE}: {row.name} lists {file}, which does not exist: fix the row")
         removed.files[file] = line_count(path)
         if write:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
+            while (path := path.parent) != root and not any(path.iterdir()):  # a folder left empty (a config group)
+                path.rmdir()
 
     def edit(path: Path, text: str) -> None:
         if write:
@@ -241,14 +279,14 @@ def drop(root: Path, row: Capability, write: bool = True) -> Removed:
         removed.config[file] = keys
         edit(root / file, text)
     for path in marked_files(root):
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = [line for line in lines if row.name not in MARKER.findall(line)]
-        if len(kept) < len(lines):
-            removed.marked[str(path.relative_to(root))] = len(lines) - len(kept)
-            edit(path, "".join(kept))
+        text = path.read_text(encoding="utf-8")
+        kept = without_marked_lines(text, row.name)
+        if kept != text:
+            removed.marked[str(path.relative_to(root))] = len(text.splitlines()) - len(kept.splitlines())
+            edit(path, kept)
     for path in doc_files(root):
         text = path.read_text(encoding="utf-8")
-        trimmed = without_docs_of(path.relative_to(root), text, row.name)
+        trimmed = without_docs_of(path.relative_to(root), text, row.name, row.files)
         if trimmed != text:
             removed.docs[str(path.relative_to(root))] = len(text.splitlines()) - len(trimmed.splitlines())
             edit(path, trimmed)

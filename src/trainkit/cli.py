@@ -24,12 +24,12 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from trainkit.checkpointing.refusal import start_call, undo_refused_call
-from trainkit.checkpointing.resume import is_multirun, rewrite_argv
-from trainkit.checkpointing.signals import Stopped, continue_command_instead
+from trainkit.checkpointing.resume import rewrite_argv
+from trainkit.checkpointing.signals import Stopped
 from trainkit.distributed.process_group import exit_now_if_a_process_group_was_joined
 from trainkit.distributed.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError, RunFailed, caused_by_config_error, causes
-from trainkit.tuning.sweep_stop import leave_worker_after_a_stop, stop_the_whole_sweep
+from trainkit.tuning.sweep_stop import leave_worker_after_a_stop, stop_the_whole_sweep  # feature: sweeps
 
 
 def _flatten(text: object) -> str:
@@ -115,8 +115,8 @@ def report_config_errors(task: Callable) -> Callable:
     def wrapper(cfg: DictConfig) -> Any:
         try:
             return task(cfg)
-        except Stopped:  # a clean stop on a signal; a sweep's worker process then exits (trainkit.tuning.sweep_stop)
-            leave_worker_after_a_stop()
+        except Stopped:  # a clean stop on a signal
+            leave_worker_after_a_stop()  # feature: sweeps
             raise
         except RunFailed:  # logged in one line by the run; exit 1 here, before Hydra's 'Error executing job' line
             if _user_wants_trace:
@@ -176,10 +176,8 @@ def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
         with _one_line_errors(wants_trace):
             start_call()
             sys.argv = hydra_command_line(sys.argv, resumes)
-            # A multirun stops as a whole on SIGTERM/SIGINT/SIGHUP: its worker processes save, then it exits 75.
-            multirun = is_multirun(sys.argv) and not any("launcher=slurm" in a or "submitit" in a for a in sys.argv)
-            with stop_the_whole_sweep(continue_command_instead) if multirun else contextlib.nullcontext():
-                hydra_main()
+            hydra_main = stop_the_whole_sweep(sys.argv)(hydra_main)  # feature: sweeps
+            hydra_main()
     except KeyboardInterrupt:  # eval.py's Ctrl-C (train.py's stop handlers turn it into a clean stop)
         if wants_trace:
             raise

@@ -38,6 +38,7 @@ DOC_NAMES = {
     "augment_recipes": r"mixup|cutmix|randaugment|trivialaugment|rand_augment|trivial_augment|\bper_sample|LabelMixing",
     "language_model": r"stdlib_gpt|prompt=|TextBlocks|LanguageModel",
     "downloads": r"mnist|cifar",
+    "sweeps": r"hparams_search|_optuna\b|joblib|hydra/sweeper|sweeper\.direction|Optuna (?:search|TPE|stud)",
 }
 FEATURES = trim.read_table(ROOT)
 
@@ -94,7 +95,9 @@ def test_deleting_the_feature_leaves_no_doc_naming_it_and_every_link_resolves(na
         for row in rows:
             for key in row.config.get(str(path.relative_to(ROOT)), []):
                 text = trim.remove_key(text, key)
-            text = without_docs_of(path.relative_to(ROOT), text, row.name)
+            if path.suffix == ".yaml":
+                text = trim.without_marked_lines(text, row.name)
+            text = without_docs_of(path.relative_to(ROOT), text, row.name, row.files)
         texts[path] = text
     named = [re.escape(file) for file in files]
     named += [re.escape(file.removeprefix("src/trainkit/")) for file in files if file.startswith("src/")]

@@ -1,5 +1,6 @@
 """scripts/trim.py on a small git repository of its own: the listing, --dry-run, a real --drop (files, config keys,
-marked lines, doc blocks, packages), what needs a dropped capability, --keep, and the refusal of a dirty tree."""
+marked lines, doc blocks, packages), what needs a dropped capability, --keep, the refusal of a dirty tree, and a file
+that two rows list."""
 
 import subprocess
 from pathlib import Path
@@ -35,16 +36,21 @@ FILES = {
 }
 
 
+def commit(files: dict[str, str], root: Path) -> Path:
+    """A git repository at `root` holding `files`, committed."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "template"], cwd=root, check=True)
+    return root
+
+
 @pytest.fixture
 def repository(tmp_path) -> Path:
-    for name, text in FILES.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "template"], cwd=tmp_path, check=True)
-    return tmp_path
+    return commit(FILES, tmp_path)
 
 
 def test_the_listing_gives_each_capability_its_places_lines_packages_and_needs(repository, capsys):
@@ -98,3 +104,33 @@ def test_a_dirty_tree_or_an_unknown_name_is_refused_in_one_line(repository, caps
     assert trim.main(["--drop", "plane", "--dry-run"], root=repository) == 1
     names = "fancy, race, plain"
     assert capsys.readouterr().err == f"error: no capability plane in docs/features.md: the names are {names}\n"
+
+
+SHARED = {
+    "docs/features.md": (
+        "| capability | files to delete | config keys to remove | marked lines | packages | needs | places |\n"
+        "|---|---|---|---|---|---|---|\n"
+        "| `search`: a search | `conf/search/grid.yaml`, `conf/search/big.yaml` | | `conf/config.yaml`: 1 | | | 2 |\n"
+        "| `big`: a big model | `src/big.py`, `conf/search/big.yaml` | | | | | 1 |\n"
+    ),
+    "conf/config.yaml": "defaults:\n  - _self_\n  - search: null   # feature: search\nseed: 0\n",
+    "conf/search/grid.yaml": "n: 1\n",
+    "conf/search/big.yaml": "n: 2\n",
+    "src/big.py": "x = 1\n",
+    "README.md": "# Demo\n\n- grid <!-- feature: search -->\n- big <!-- feature: big --> <!-- feature: search -->\n",
+}
+
+
+def test_a_file_two_rows_list_goes_with_either_and_a_marked_yaml_line_goes(tmp_path, capsys):
+    both = commit(SHARED, tmp_path / "both")
+    assert trim.main(["--drop", "search,big"], root=both) == 0  # the second row finds its shared file gone
+    assert not (both / "conf/search").exists() and not (both / "src").exists()  # the folders they left empty too
+    one = commit(SHARED, tmp_path / "one")
+    assert trim.main(["--drop", "search"], root=one) == 0
+    assert (one / "conf/config.yaml").read_text() == "defaults:\n  - _self_\nseed: 0\n"
+    assert (one / "README.md").read_text() == "# Demo\n\n"  # a line marked for both rows goes with either
+    assert not (one / "conf/search/big.yaml").exists() and (one / "src/big.py").exists()
+    assert trim.read_table(one)["big"].files == ["src/big.py"]  # the row left no longer lists what went
+    capsys.readouterr()
+    assert trim.main([], root=one) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == ["big", "1", "2", "-", "-"]  # its file, its table row

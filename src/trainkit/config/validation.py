@@ -539,7 +539,7 @@ def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> d
     text. Label smoothing counts where it was `chosen` (the keys this command set or a sweep searches; None:
     Hydra's overrides of this run): the regularization group's own value is a recipe for classification, and a
     run of another task would otherwise hear of it each time. ignored_keys says each in a line;
-    a sweep searching one is refused (trainkit.tuning.sweeps)."""
+    a sweep searching one is refused (trainkit.tuning's run_trial)."""
     chosen = set(command_keys() if chosen is None else chosen)
     unread = {}
     smoothing = OmegaConf.select(cfg, "regularization.label_smoothing", default=None)

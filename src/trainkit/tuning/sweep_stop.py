@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
-from trainkit.checkpointing.signals import EXIT_ABORTED, EXIT_STOPPED, Stopped
+from trainkit.checkpointing.resume import is_multirun
+from trainkit.checkpointing.signals import EXIT_ABORTED, EXIT_STOPPED, Stopped, continue_command_instead
 
 log = logging.getLogger("sweep")
 SWEEP_PID = "TRAINKIT_SWEEP_PID"  # the launching process: a job elsewhere runs in a worker
@@ -67,10 +68,14 @@ def _alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def stop_the_whole_sweep(sweep_command: Callable[[], str | None] = lambda: None) -> Iterator[None]:
-    """Within (the launching process of a multirun): a stop signal stops every job, then the sweep (exit
-    75). `sweep_command`: what continues the sweep, asked when the line is printed."""
-    if not Path("/proc/self/stat").exists():
+def stop_the_whole_sweep(
+    argv: list[str], sweep_command: Callable[[], str | None] = continue_command_instead
+) -> Iterator[None]:
+    """Within (or around a function it decorates), where `argv` starts a multirun (not under SLURM's launcher, whose
+    jobs are SLURM's): SIGTERM, SIGINT or SIGHUP stops every job, then the sweep (exit 75). `sweep_command`: what
+    continues the sweep (where a feature names it), asked when the line is printed. Elsewhere it changes nothing."""
+    slurm = any("launcher=slurm" in arg or "submitit" in arg for arg in argv)
+    if not is_multirun(argv) or slurm or not Path("/proc/self/stat").exists():
         yield
         return
     os.environ[SWEEP_PID] = str(os.getpid())

@@ -1,13 +1,11 @@
-"""Sweeps: keep a multirun going when one trial fails, and stop one whose direction fights the metric.
+"""Sweeps: keep a multirun going when one trial fails, and stop one that searches what the run does not read.
 
     python train.py -m optimizer.lr=0.1,0.03 seed=1,2,3      # grid, one run directory per job
-    python train.py hparams_search=digits_optuna             # Optuna TPE (conf/hparams_search/)
-    python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 seed=1,2    # jobs in parallel
-    python train.py -m hydra/launcher=slurm seed=1,2,3       # one SLURM job per trial
 
-Parallel trials on a machine with several GPUs each claim their own (trainkit.tuning.trial_gpus); a
-signal stops the whole sweep at a checkpoint (trainkit.tuning.sweep_stop); the same command with the
-same hydra.sweep.dir continues it (trainkit.checkpointing.sweep_continuation).
+The optional features reach a trial from here or from train.py: an Optuna search's direction is checked against
+the metric (trainkit.tuning.sweep_direction, the sweeps row of docs/features.md), parallel trials each claim their
+own GPU (trainkit.tuning.trial_gpus), and the same command with the same hydra.sweep.dir continues a sweep
+(trainkit.checkpointing.sweep_continuation).
 
 A trial that crashes (a diverging learning rate, an out-of-memory batch size) should cost one
 trial, not the sweep: `run_trial` logs the error, writes the traceback to the trial's log file
@@ -27,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from trainkit.checkpointing.resume import in_multirun
 from trainkit.errors import ConfigError, caused_by_config_error
 from trainkit.tasks.task import Task, higher_is_better, task_class
+from trainkit.tuning.sweep_direction import check_direction, sweeper_direction  # feature: sweeps
 
 log = logging.getLogger("sweep")
 
@@ -49,32 +48,6 @@ def failed_trial_value(cfg: DictConfig) -> float:
     if value is None:
         return -math.inf if maximize(cfg.optimized_metric, OmegaConf.select(cfg, "task._target_")) else math.inf
     return float(value)  # a number, not NaN: trainkit.config.validation checked it before the sweep started
-
-
-def sweeper_direction() -> str | None:
-    """The single direction ('maximize'/'minimize') of the running Hydra sweeper, if it has one."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return None
-    # HydraConfig.get() is a DictConfig; hydra annotates it as the HydraConf dataclass behind it.
-    direction = OmegaConf.select(HydraConfig.get(), "sweeper.direction", default=None)  # type: ignore[arg-type]
-    if direction is None or OmegaConf.is_list(direction) or isinstance(direction, (list, tuple)):
-        return None  # not Optuna, or a multi-objective study
-    return getattr(direction, "name", str(direction))
-
-
-def check_direction(cfg: DictConfig, direction: str | None) -> None:
-    """A sweep that maximizes a loss (or minimizes an accuracy) wastes every trial: stop at once."""
-    if direction not in ("maximize", "minimize"):
-        return
-    wanted = "maximize" if maximize(cfg.optimized_metric, OmegaConf.select(cfg, "task._target_")) else "minimize"
-    if direction != wanted:
-        raise ConfigError(
-            "hydra.sweeper.direction",
-            f"is {direction} but optimized_metric={cfg.optimized_metric} "
-            f"should be {wanted}d; set hydra.sweeper.direction={wanted}",
-        )
 
 
 def searched_params() -> list[str]:
@@ -116,7 +89,7 @@ def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: bool |
         multirun = in_multirun()
     if not multirun:
         return fn(cfg)
-    check_direction(cfg, sweeper_direction())
+    check_direction(cfg, sweeper_direction())  # feature: sweeps
     check_search_space(cfg, searched_params())
     catch = OmegaConf.select(cfg, "sweep.catch_failures", default=True)
     fallback = failed_trial_value(cfg)

@@ -4,6 +4,7 @@ declare beside their code (trainkit.models.timm_torchvision), gathered as a mode
 import pytest
 
 from conftest import composed
+from helpers import template_has
 from trainkit.config.validation import problems, validate
 from trainkit.errors import ConfigError
 
@@ -51,6 +52,9 @@ def test_the_finetune_experiment_also_runs_on_timms_own_weights(compose_config):
     validate(compose_config([*FINETUNE, "model.pretrained=true"]))
 
 
+@pytest.mark.skipif(
+    not template_has("hparams_search/cifar10_optuna.yaml"), reason="this clone has no hparams_search (sweeps trimmed)"
+)
 @pytest.mark.parametrize(
     "overrides",
     [

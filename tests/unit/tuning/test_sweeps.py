@@ -1,5 +1,5 @@
-"""Sweeps: one run directory per job, Optuna search (and its SQLite continuation), parallel
-launchers, failed trials that do not end the sweep, sweep directions that match the metric."""
+"""Sweeps with Hydra's basic sweeper and launcher: one run directory per job, failed trials that do not end the sweep,
+a search over a setting the run does not read. Optuna's search and joblib's launcher: test_optuna_and_joblib.py."""
 
 import json
 import logging
@@ -15,12 +15,15 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from conftest import ROOT
-from helpers import cfg_for
-from trainkit.config.validation import fill_task_defaults
+from helpers import cfg_for, template_has
 from trainkit.errors import ConfigError
 from trainkit.tuning import sweeps
 
 FAST = ("debug=fast", "trainer.max_epochs=1")
+# hydra/launcher=joblib is the sweeps row's (docs/features.md): the basic launcher where a trim took it away.
+PARALLEL = (
+    ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2") if template_has("hparams_search/digits_optuna.yaml") else ()
+)
 
 
 def group_override(group: str, option: str) -> str:
@@ -58,11 +61,11 @@ def compose_config():
 
 
 @pytest.mark.slow  # trains in a subprocess
-def test_multiruns_started_together_get_their_own_directories_and_joblib_runs_jobs_in_parallel(tmp_path):
+def test_multiruns_started_together_get_their_own_directories(tmp_path):
     # Two multiruns at once, with the default outputs/multiruns/<time with microseconds> below a
-    # temporary cwd: one with the basic (sequential) launcher, one with joblib running 2 jobs at once.
+    # temporary cwd, with the basic (sequential) launcher (joblib's parallel one: test_optuna_and_joblib.py).
     base = [sys.executable, str(ROOT / "train.py"), "-m", *FAST, "seed=1,2"]
-    commands = [base, [*base, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]]
+    commands = [base, base]
     processes = [
         subprocess.Popen(c, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands
     ]
@@ -71,7 +74,6 @@ def test_multiruns_started_together_get_their_own_directories_and_joblib_runs_jo
         assert process.returncode == 0, stderr[-4000:]
     sweep_dirs = sorted((tmp_path / "outputs" / "multiruns").iterdir())
     assert len(sweep_dirs) == 2, sweep_dirs
-    launchers = []
     for sweep_dir in sweep_dirs:
         assert len(sweep_dir.name.rsplit("-", 1)[-1]) == 6, f"{sweep_dir.name}: no microseconds"
         assert [job.name for job in jobs(sweep_dir)] == ["0", "1"]
@@ -79,17 +81,16 @@ def test_multiruns_started_together_get_their_own_directories_and_joblib_runs_jo
         assert [s["run_dir"] for s in summaries] == [str(job.resolve()) for job in jobs(sweep_dir)]
         assert [s["epochs"] for s in summaries] == [1, 1]
         assert [overrides(job)[-1] for job in jobs(sweep_dir)] == ["seed=1", "seed=2"]
-        launchers.append(OmegaConf.load(sweep_dir / "multirun.yaml").hydra.launcher._target_)
-    assert sorted("Joblib" in target for target in launchers) == [False, True]
 
 
 @pytest.mark.slow  # trains three jobs in a subprocess
 def test_k_fold_cross_validation_is_a_sweep_over_the_folds_in_parallel_too(tmp_path):
-    """-m data.folds=3 'data.fold=range(3)' with the joblib launcher: a job a fold, each validating on its own third
-    of the training pool (the checkpoint's data fingerprint), every one testing on the same test split."""
+    """-m data.folds=3 'data.fold=range(3)' with the joblib launcher (the basic one where the sweeps row is trimmed): a
+    job a fold, each validating on its own third of the training pool (the checkpoint's data fingerprint), every one
+    testing on the same test split."""
     import torch
 
-    folds = ("data.folds=3", "data.fold=range(3)", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    folds = ("data.folds=3", "data.fold=range(3)", *PARALLEL)
     train("-m", *FAST, *folds, f"hydra.sweep.dir={tmp_path}")
     assert [overrides(job)[-2:] for job in jobs(tmp_path)] == [["data.folds=3", f"data.fold={i}"] for i in range(3)]
     seen = [torch.load(job / "checkpoints" / "last.pt", weights_only=True)["data"] for job in jobs(tmp_path)]
@@ -99,58 +100,6 @@ def test_k_fold_cross_validation_is_a_sweep_over_the_folds_in_parallel_too(tmp_p
     assert {data["test"]["checksum"] for data in seen} == {seen[0]["test"]["checksum"]}  # the test split, untouched
     assert len({data["val"]["checksum"] for data in seen}) == 3
     assert all("test/acc" in json.loads((job / "summary.json").read_text())["test"] for job in jobs(tmp_path))
-
-
-# --- Optuna -------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("search", sorted(p.stem for p in (ROOT / "conf" / "hparams_search").glob("*.yaml")))
-def test_optuna_search_config_composes_with_a_direction_that_matches_the_metric(compose_config, search):
-    cfg = compose_config(group_override("hparams_search", search))
-    fill_task_defaults(cfg)  # optimized_metric null: the task's headline metric, as validate fills it in
-    sweeper = cfg.hydra.sweeper
-    assert "Optuna" in sweeper._target_ and cfg.hydra.mode.name == "MULTIRUN"
-    assert sweeper.direction == ("maximize" if sweeps.maximize(cfg.optimized_metric) else "minimize")
-    assert sweeper.sampler.seed is not None and sweeper.study_name and sweeper.storage is None
-    for key, values in sweeper.params.items():  # every searched key is a real config key or group
-        assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", key
-        if key in cfg and OmegaConf.is_dict(cfg[key]):  # a group: every option exists
-            options = values[values.index("(") + 1 : values.rindex(")")].split(",")
-            assert all((ROOT / "conf" / key / f"{o.strip()}.yaml").exists() for o in options), values
-
-
-@pytest.mark.slow  # two sweeps: ~12 s on 2 idle cores
-def test_optuna_search_runs_trials_and_continues_a_sqlite_study(tmp_path):
-    storage = f"hydra.sweeper.storage='sqlite:///{tmp_path}/optuna.db'"  # a plain URL: see the sqlalchemy pin
-    search = [group_override("hparams_search", "digits_optuna"), *FAST, storage]
-    first, second = tmp_path / "first", tmp_path / "second"
-    train(*search, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={first}")
-    # The same study_name again: the study continues (a new sampler seed: new start-up trials).
-    process = train(*search, "hydra.sweeper.n_trials=1", "hydra.sweeper.sampler.seed=7", f"hydra.sweep.dir={second}")
-    assert "Using an existing study" in process.stderr + process.stdout
-    values = []
-    for sweep_dir, trials in ((first, 2), (second, 1)):
-        assert [job.name for job in jobs(sweep_dir)] == [str(i) for i in range(trials)]
-        for job in jobs(sweep_dir):
-            summary = json.loads((job / "summary.json").read_text())
-            values.append(summary["optimized_value"])
-            searched = {o.split("=")[0] for o in overrides(job)}
-            assert {
-                "optimizer.lr",
-                "optimizer.weight_decay",
-                "regularization.label_smoothing",
-                "data.batch_size",
-            } <= searched
-    results = OmegaConf.load(second / "optimization_results.yaml")
-    assert results.best_value == pytest.approx(max(values))  # best of all 3 trials: the study continued
-    study = _load_study(tmp_path / "optuna.db", "digits_optuna")
-    assert len(study.trials) == 3 and all(t.state.name == "COMPLETE" for t in study.trials)
-
-
-def _load_study(path: Path, name: str):
-    import optuna
-
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{path}")
 
 
 # --- failed trials ------------------------------------------------------------------------------
@@ -180,41 +129,6 @@ def fake_app(tmp_path):
     script = tmp_path / "app.py"
     script.write_text(textwrap.dedent(FAKE_APP))
     return script
-
-
-@pytest.mark.slow  # trains in a subprocess
-def test_optuna_sweep_outlives_a_crashing_and_a_nan_trial(fake_app, tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    process = subprocess.run(
-        [
-            sys.executable,
-            str(fake_app),
-            "-m",
-            "hydra/sweeper=optuna",
-            "hydra/sweeper/sampler=grid",
-            "hydra.sweeper.direction=maximize",
-            "hydra.sweeper.n_jobs=1",
-            "hydra.sweeper.n_trials=4",
-            "+optimized_metric=val/acc",
-            "+x=choice(1,2,3,4)",
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    output = process.stdout + process.stderr
-    assert process.returncode == 0, output[-4000:]
-    assert OmegaConf.load(sweep_dir / "optimization_results.yaml").best_value == 4.0
-    assert "trial failed: RuntimeError: CUDA out of memory (pretend) -> -inf" in output
-    assert "Traceback" not in output  # one line on the console ...
-    logs = {job.name: (job / "app.log").read_text() for job in jobs(sweep_dir)}
-    crashed = next(text for text in logs.values() if "CUDA out of memory" in text)
-    assert (
-        "Traceback (most recent call last)" in crashed and "raise RuntimeError" in crashed
-    )  # ... all of it in the log
-    assert any("trial returned nan" in text for text in logs.values())
 
 
 @pytest.mark.slow  # trains in a subprocess
@@ -276,14 +190,6 @@ def test_run_trial_never_swallows_config_errors_or_ctrl_c():
         sweeps.run_trial(interrupted, cfg_for(), multirun=True)
 
 
-def test_a_sweep_direction_against_the_metric_stops_at_once():
-    sweeps.check_direction(cfg_for("val/acc"), "maximize")
-    sweeps.check_direction(cfg_for("val/loss"), "minimize")
-    sweeps.check_direction(cfg_for("val/loss"), None)  # the basic sweeper has no direction
-    with pytest.raises(ConfigError, match=r"hydra\.sweeper\.direction=minimize"):
-        sweeps.check_direction(cfg_for("val/loss"), "maximize")
-
-
 def test_failed_trial_logs_one_line_and_puts_the_traceback_in_the_log_file(tmp_path):
     root = logging.getLogger()
     console_records = []
@@ -308,7 +214,7 @@ def test_failed_trial_logs_one_line_and_puts_the_traceback_in_the_log_file(tmp_p
 
 
 def test_a_search_over_a_setting_the_run_does_not_read_stops_at_once(compose_config):
-    classification = compose_config("hparams_search=digits_optuna")
+    classification = compose_config()
     sweeps.check_search_space(classification, ["optimizer.lr", "regularization.label_smoothing"])
     regression = compose_config("~task", "+task._target_=tasks_for_tests.Regression")
     sweeps.check_search_space(regression, ["optimizer.lr"])

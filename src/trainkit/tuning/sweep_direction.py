@@ -1,0 +1,38 @@
+"""An Optuna search whose direction fights its metric (maximizing a loss) wastes every trial: refused at the first.
+
+    python train.py hparams_search=digits_optuna             # Optuna TPE (conf/hparams_search/)
+
+Hydra's basic sweeper has no direction; trainkit.tuning.sweeps calls this for every trial of a multirun.
+"""
+
+from omegaconf import DictConfig, OmegaConf
+
+from trainkit.errors import ConfigError
+
+
+def sweeper_direction() -> str | None:
+    """The single direction ('maximize'/'minimize') of the running Hydra sweeper, if it has one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    # HydraConfig.get() is a DictConfig; hydra annotates it as the HydraConf dataclass behind it.
+    direction = OmegaConf.select(HydraConfig.get(), "sweeper.direction", default=None)  # type: ignore[arg-type]
+    if direction is None or OmegaConf.is_list(direction) or isinstance(direction, (list, tuple)):
+        return None  # not Optuna, or a multi-objective study
+    return getattr(direction, "name", str(direction))
+
+
+def check_direction(cfg: DictConfig, direction: str | None) -> None:
+    """A sweep that maximizes a loss (or minimizes an accuracy) wastes every trial: stop at once."""
+    if direction not in ("maximize", "minimize"):
+        return
+    from trainkit.tuning.sweeps import maximize  # here: sweeps imports this module
+
+    wanted = "maximize" if maximize(cfg.optimized_metric, OmegaConf.select(cfg, "task._target_")) else "minimize"
+    if direction != wanted:
+        raise ConfigError(
+            "hydra.sweeper.direction",
+            f"is {direction} but optimized_metric={cfg.optimized_metric} "
+            f"should be {wanted}d; set hydra.sweeper.direction={wanted}",
+        )
