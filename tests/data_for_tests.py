@@ -96,6 +96,16 @@ class DigitSignals(Folds, Data):
         }
 
 
+@dataclass(kw_only=True)
+class SizedDigitSignals(DigitSignals):
+    """DigitSignals that a size budget may batch (data.max_values: values a batch), for the checks of data sized
+    in units of its own."""
+
+    max_values: int | None = None
+
+    size_unit: ClassVar[str] = "values"
+
+
 CAPTIONS = [torch.tensor(list(text.ljust(20).encode())) for text in ("a digit", "a handwritten digit", "scanned")]
 
 
