@@ -1,6 +1,7 @@
 """The schema: every config-only mistake is found in one pass before anything is built, named by
 its key on one line; ignored settings are warned about; cli.one_line makes any config error one line."""
 
+import dataclasses
 import logging
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException, MissingConfigException
 
 from conftest import composed, made_for, run_here
+from data_for_tests import SIZED_SIGNALS, SizedDigitSignals
 from helpers import needs_image_folders, template_has, unless_trimmed
 from trainkit.cli import one_line
 from trainkit.config.rules import RULES
@@ -158,6 +160,9 @@ RULE_CASES = [
     ([*TEXTS, "data.num_workers=many"], "data.num_workers"),
     ([*TEXTS, "data.prefetch_factor=0"], "data.prefetch_factor"),
     ([*TEXTS, "data.pin_memory=sometimes"], "data.pin_memory"),
+    ([*SIZED_SIGNALS, "+data.prefetch_factor=0"], "data.prefetch_factor"),  # file data of yours
+    ([*SIZED_SIGNALS, "+data.pin_memory=sometimes"], "data.pin_memory"),
+    ([*SIZED_SIGNALS, "+data.skip_bad_files=maybe"], "data.skip_bad_files"),
     (["data.drop_last=maybe"], "data.drop_last"),
     (["data.shuffle=maybe"], "data.shuffle"),
     ([*TEXTS, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
@@ -294,6 +299,7 @@ DECLARED_CASES = [
     ([*FUNCTIONS, "data.max_tokens=256"], "data.max_tokens"),  # TextData
     ([*TEXTS, "data.max_tokens=0"], "data.max_tokens"),  # the size budget of a data option with a size_unit
     ([*TEXTS, "data.max_tokens=many"], "data.max_tokens"),
+    ([*SIZED_SIGNALS, "+data.max_values=0"], "data.max_values"),  # a size budget in units of its own
     # text's data options' config_rules
     ([*TEXTS, "data.max_length=0", "model.max_length=1024"], "data.max_length"),
     ([*TEXTS, "data.class_folders=[pos]"], "data.class_folders"),
@@ -376,6 +382,9 @@ def test_every_rule_key_exists_in_some_option():
         keys |= {key for key in RULES if OmegaConf.select(cfg, key, default=KeyError) is not KeyError}
     eval_config = OmegaConf.load(CONF / "eval.yaml")  # eval.py's own keys
     keys |= {key for key in RULES if OmegaConf.select(eval_config, key, default=KeyError) is not KeyError}
+    # The file loader's keys (data.prefetch_factor, ...) are for file data, which a clone trimmed to the core has
+    # none of but yours: the tests' SizedDigitSignals takes them.
+    keys |= {f"data.{field.name}" for field in dataclasses.fields(SizedDigitSignals)} & set(RULES)
     assert keys == set(RULES)
 
 

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from conftest import composed
+from data_for_tests import SIZED_SIGNALS
 from helpers import backward_step, config_check_tests, out_of_memory_errors, record_run
 from trainkit.config.validation import problems
 from trainkit.errors import ConfigError
@@ -177,14 +178,8 @@ RULE_CASES = [
     (["batch_size_finder.safety_margin=1.5"], "batch_size_finder.safety_margin"),
     (["batch_size_finder.memory_cap_gb=0"], "batch_size_finder.memory_cap_gb"),
 ]
-SIGNALS = [  # the digits as signals of many lengths, batched by a budget of values (tests/data_for_tests.py)
-    "data._target_=data_for_tests.SizedDigitSignals",
-    *(f"~data.{key}" for key in ("channels", "image_size", "mean", "std", "mirror_changes_label")),
-    "+data.max_values=512",
-    "model.in_channels=64",
-]
 RELATION_CASES = [
-    ([*SIGNALS, "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),  # a budget
+    ([*SIZED_SIGNALS, "+data.max_values=512", "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),
     (["batch_size_finder.start=64", "batch_size_finder.max_batch_size=32"], "batch_size_finder.max_batch_size"),
 ]
 test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
