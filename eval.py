@@ -50,10 +50,8 @@ from trainkit.config import to_dict
 from trainkit.config.validation import validate
 from trainkit.data import Data, build_data, make_data
 from trainkit.data.class_folders import walk_files
-from trainkit.data.datasets import ImageData, data_class
+from trainkit.data.datasets import ImageData, Tokenizer, data_class
 from trainkit.data.images import image_extensions, open_image, resize_center_crop
-from trainkit.data.text import TEXT_EXTENSIONS, TextData, utf8_bytes
-from trainkit.data.tokenizing import Tokenized, Tokens
 from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
@@ -193,7 +191,7 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
         world_size=proc.world_size,
         run_dir=run_dir_of(Path(cfg.checkpoint)),
         trains_tokenizer=False,
-    )  # bpe: the run's own
+    )  # what it learned (a tokenizer): the run's own
     state = load_checkpoint(cfg.checkpoint, device)
     check_data_fits(state["config"], data.channels, data.num_classes)
     cfg.data.num_classes = data.num_classes  # an image folder counts its classes; model and task read this key
@@ -262,8 +260,8 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
     out. Returns where the predictions are and how many images they cover."""
     given = Path(cfg.predict).expanduser()
     kind = data_class(cfg.data._target_)
-    if issubclass(kind, TextData):
-        return predict_texts(cfg, out_dir, given)
+    if reads_texts(kind):
+        return predict_texts(cfg, out_dir, given, kind.prediction_files)
     if not issubclass(kind, ImageData):
         return predict_files(cfg, out_dir, given)
     if given.is_file():
@@ -314,31 +312,36 @@ def predict_folder(cfg: DictConfig, out_dir: Path) -> tuple[Path, int]:
     return write_table(writer, out_dir), len(writer.rows)
 
 
-def predict_texts(cfg: DictConfig, out_dir: Path, given: Path) -> tuple[Path, int]:
-    """predict=<folder or .txt file> for token data: every .txt file in it (sub-folders too) read as the run's
-    data reads a text (its UTF-8 bytes, one token per byte, cut at data.max_length), batches padded to their longest;
-    predictions.csv names each file's class (the names the checkpoint keeps: folders, packages). One process."""
+def reads_texts(kind: type[Data]) -> bool:
+    """Whether predict= files are texts, each one sample: token data that names the files it reads."""
+    return kind.kind == "tokens" and bool(kind.prediction_files)
+
+
+def predict_texts(cfg: DictConfig, out_dir: Path, given: Path, extensions: tuple[str, ...]) -> tuple[Path, int]:
+    """predict=<folder or text file> for token data: every file of `extensions` in it (sub-folders too) read as the
+    run's data reads a text (its read_for_prediction: its tokens, cut at data.max_length), batches padded to their
+    longest; predictions.csv names each file's class (the names the checkpoint keeps: folders, packages). One
+    process."""
     if given.is_dir():
-        files, hidden, others = walk_files(given, TEXT_EXTENSIONS)
+        files, hidden, others = walk_files(given, extensions)
         report_not_read(given, [*hidden, *others], "text files")
     elif given.is_file():
         files, given = [given], given.parent
     else:
-        raise ConfigError("predict", f"'{given}' does not exist; give a text file or a folder of .txt files")
+        named = ", ".join(extensions)
+        raise ConfigError("predict", f"'{given}' does not exist; give a text file or a folder of {named} files")
     if not files:
-        raise ConfigError("predict", f"'{given}' holds no text files ({', '.join(TEXT_EXTENSIONS)})")
+        raise ConfigError("predict", f"'{given}' holds no text files ({', '.join(extensions)})")
     task, device, state, (model, _) = predicting(cfg)
     data = runs_data(cfg)
-    assert isinstance(data, TextData) and data.tokens is not None, "text classification data (TextData) tokenizes"
-    tokens = data.tokens
     skipped: list[Path] = []
-    texts = read_or_skip(files, utf8_bytes, cfg, skipped)  # all, checked (as the data reads its files)
+    texts = read_or_skip(files, data.read_for_prediction, cfg, skipped)  # all, checked (as the data reads its files)
     report_skipped(given, files, skipped)
     writer = PredictionWriter(out_dir, given, list(texts), predicted_class_names(cfg, state))
     readable = list(texts.items())
     for start in range(0, len(readable), cfg.data.eval_batch_size):
         batch = dict(readable[start : start + cfg.data.eval_batch_size])
-        ids = tokens.encode_cut(list(batch.values()), cfg.data.max_length)[0]
+        ids = [sample for samples in batch.values() for sample in samples]  # a text is one sample
         predicted = task_predictions(model, data.prediction_batch(ids), torch.nn.Identity(), task, cfg, device)
         writer.write(predicted, list(batch), [(0, 0)] * len(batch))  # no maps: sizes are for masks
     return write_table(writer, out_dir), len(writer.rows)
@@ -420,19 +423,16 @@ def task_predictions(
     return task.predict(outputs)
 
 
-def runs_tokenizer(cfg: DictConfig) -> Tokens | None:
-    """The run's data.tokenizer (bpe: the one it saved in its directory, never trained here); None: not text."""
-    data = runs_data(cfg)
-    return data.tokens if isinstance(data, Tokenized) else None
+def runs_tokenizer(cfg: DictConfig) -> Tokenizer | None:
+    """The run's tokenizer (one it learned: the one it saved in its directory, never learned here); None: none."""
+    return runs_data(cfg).learned()
 
 
 def runs_data(cfg: DictConfig) -> Data:
-    """The run's data option, not its data (nothing is read); text: with the run's data.tokenizer made (bpe: the one
-    it saved in its directory, never trained here)."""
+    """The run's data option, not its data (nothing is read), with what the run learned of its training split made
+    (a tokenizer: read back from its directory, never learned here)."""
     data = make_data(cfg.data)
-    if isinstance(data, Tokenized):
-        data.saved_in, data.trains = run_dir_of(Path(cfg.checkpoint)), False
-        data.make_tokenizer(list)
+    data.read_learned(run_dir_of(Path(cfg.checkpoint)))
     return data
 
 
@@ -583,7 +583,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.predict is not None:
         written, count = predict_folder(cfg, out_dir)
         kind = data_class(cfg.data._target_)
-        what = "text file" if issubclass(kind, TextData) else "image" if issubclass(kind, ImageData) else "sample"
+        what = "text file" if reads_texts(kind) else "image" if issubclass(kind, ImageData) else "sample"
         log.info(f"predictions for {count} {what}{'s' if count != 1 else ''} ({source}) -> {written}")
         return
     # Here, or in the DDP processes started for this evaluation (each evaluates its shard).

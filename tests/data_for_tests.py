@@ -109,6 +109,26 @@ class DigitSignals(Folds, Data):
         }
 
 
+@dataclass(kw_only=True)
+class SizedDigitSignals(DigitSignals):
+    """DigitSignals with the keys file data of yours may take: the loader's (data.prefetch_factor,
+    data.pin_memory, data.skip_bad_files) and a size budget (data.max_values: values a batch), for their checks."""
+
+    max_values: int | None = None
+    prefetch_factor: int = 2
+    pin_memory: bool | str = "auto"
+    skip_bad_files: bool = False
+
+    size_unit: ClassVar[str] = "values"
+
+
+SIZED_SIGNALS = [  # the overrides that pick SizedDigitSignals in place of the digits' images
+    "data._target_=data_for_tests.SizedDigitSignals",
+    *(f"~data.{key}" for key in ("channels", "image_size", "mean", "std", "mirror_changes_label")),
+    "model.in_channels=64",  # model=cnn reads data.channels, which signals have not
+]
+
+
 CAPTIONS = [torch.tensor(list(text.ljust(20).encode())) for text in ("a digit", "a handwritten digit", "scanned")]
 
 

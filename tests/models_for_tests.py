@@ -12,7 +12,6 @@ from torch import nn
 from trainkit.checkpointing import signals
 from trainkit.config.schema import flag
 from trainkit.distributed.process_group import process_info
-from trainkit.models.sequence import SequenceClassifier
 from trainkit.models.small_cnn import SmallCNN
 
 CONFIG_RULES = {"sweep.switch": flag()}  # a feature's checks, as `_checks_: models_for_tests` names them
@@ -282,10 +281,6 @@ class PreemptedAt:
             if process_info().rank == 0 and self.train_calls == self.preempt_at:
                 os.kill(os.getpid(), signal.SIGTERM)
         return super().forward(*inputs, **named_inputs)
-
-
-class PreemptedSequenceClassifier(PreemptedAt, SequenceClassifier):
-    """The SequenceClassifier, preempted at `preempt_at`."""
 
 
 def preempted_model(builds: str, preempt_at: int = 0, **arguments):

@@ -1,6 +1,6 @@
 """The LR finder (lr_finder.enabled) in train.py's runs: before training, its suggestion the LR trained with, on
-every kind of data and task (images, classified text, a language model; a Hugging Face model: test_hf.py; a
-segmentation: test_segmentation.py).
+every kind of data and task (images, a language model; classified text: test_text_classification.py; a Hugging Face
+model: test_hf.py; a segmentation: test_segmentation.py).
 The range test itself: tests/unit/tuning/test_lr_finder.py."""
 
 import re
@@ -8,19 +8,11 @@ import re
 import pytest
 import torch
 from PIL import Image
-from test_text_classification import tiny as text_run
-from test_text_classification import write_texts
 from test_wiring import SHORT_RUN
 
 from helpers import record_run
 from trainkit.tuning import lr_finder
 from trainkit.tuning.lr_finder import LRFinderResult
-
-
-@pytest.fixture(scope="module")
-def texts_corpus(tmp_path_factory):
-    """train/<class>/*.txt, 45 files a class of three byte patterns (test_text_classification's)."""
-    return write_texts(tmp_path_factory.mktemp("texts") / "train", 45, seed=0).parent
 
 
 @pytest.mark.slow  # trains in this process (run_train)
@@ -54,13 +46,6 @@ def test_an_applied_lr_finder_suggestion_is_the_lr_trained_with(tmp_path, monkey
     )
     recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "lr_finder.enabled=true", "lr_finder.apply=true")
     assert [lrs[0] for lrs in recording.lrs] == pytest.approx([0.0123] * 3)
-
-
-def test_the_lr_finder_runs_on_text(run_train, texts_corpus):
-    run = run_train(*text_run(texts_corpus, "trainer.max_epochs=1", "lr_finder.enabled=true", "lr_finder.num_steps=8"))
-    assert "test/acc" in run.summary["test"]
-    assert (run.run_dir / "lr_finder.png").is_file()
-    assert "lr range test: 8 steps" in run.stdout + run.stderr
 
 
 @pytest.mark.cuda  # scripts/gpu_check.sh

@@ -15,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed, run_here
-from helpers import assert_same_training, hashes_of_every_file
+from helpers import assert_same_training, hashes_of_every_file, template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.data import build_data, make_data
@@ -303,11 +303,20 @@ def test_two_ranks_train_as_many_batches_each_and_test_as_one_process_does(run_t
     assert {key: metrics[key] for key in run.summary["test"]} == pytest.approx(run.summary["test"], rel=1e-6)
 
 
+@pytest.mark.skipif(not template_has("lr_finder"), reason="this clone has no LR finder (trimmed)")
+def test_the_lr_finder_runs_on_text(run_train, corpus):
+    run = run_train(*tiny(corpus, "trainer.max_epochs=1", "lr_finder.enabled=true", "lr_finder.num_steps=8"))
+    assert "test/acc" in run.summary["test"]
+    assert (run.run_dir / "lr_finder.png").is_file()
+    assert "lr range test: 8 steps" in run.stdout + run.stderr
+
+
 @pytest.mark.slow  # three subprocess runs
 def test_a_text_classifier_stopped_by_sigterm_inside_an_epoch_resumes_exactly(run_train, corpus, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
-    preempting = tiny(corpus, "model._target_=models_for_tests.PreemptedSequenceClassifier",
-                      "trainer.log_every_n_steps=1", "regularization.early_stopping.enabled=false")  # fmt: skip
+    preempting = tiny(corpus, "model._target_=models_for_tests.preempted_model",
+                      "+model.builds=trainkit.models.sequence.SequenceClassifier", "trainer.log_every_n_steps=1",
+                      "regularization.early_stopping.enabled=false")  # fmt: skip
     per_epoch = train_batches_an_epoch(corpus, world_size=1)
     straight = run_train(*preempting, "+model.preempt_at=0", isolated=True)
     # Three batches into the second epoch: the resume skips exactly the batches the token budget made first.

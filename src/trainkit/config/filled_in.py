@@ -29,10 +29,10 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 def resolved_leaves(config: DictConfig | ListConfig) -> dict[str, Any]:
     """{"a.b": value} for every leaf of `config`, resolved; a leaf whose interpolation cannot be resolved here (a
-    resolver of Hydra's outside its run) keeps its text."""
+    resolver of Hydra's outside its run) stays as written."""
     try:
         return flatten(OmegaConf.to_container(config, resolve=True))
-    except Exception:  # one key at a time: only the unresolvable keep their text
+    except Exception:  # one key at a time: only the unresolvable stay as written
         leaves = {}
         for key, value in flatten(OmegaConf.to_container(config, resolve=False)).items():
             try:

@@ -1,4 +1,4 @@
-"""Show the composed config as a tree at the start of a run, and keep a plain-text copy of it.
+"""Show the composed config as a tree at the start of a run, and keep a plain copy of it in a file.
 
 The config groups (data, model, optimizer, ...) come first, each labelled with the option that
 was picked, then the plain keys. `rich` is imported only when printing.
@@ -55,17 +55,17 @@ def _yaml(node: Any, resolve: bool) -> str:
 def build_tree(cfg: DictConfig, resolve: bool = True, highlight: bool = True) -> "Tree":
     """A rich Tree: one branch a config group (label `group: option`), then the other sections,
     then the top-level scalar keys in one last branch. `highlight`: the YAML in syntax colours
-    (pygments); without, plain text that renders to the same characters, for a console that shows
+    (pygments); without, plain characters laid out the same way, for a console that shows
     no colour (a file, a log, a pipe), which then needs neither pygments' import nor its lexing."""
     from rich.text import Text
     from rich.tree import Tree
 
-    def body(text: str) -> Any:
+    def body(yaml: str) -> Any:
         if not highlight:  # as Syntax lays it out: long lines cropped, not wrapped
-            return Text(text, no_wrap=True, overflow="crop")
+            return Text(yaml, no_wrap=True, overflow="crop")
         from rich.syntax import Syntax
 
-        return Syntax(text, "yaml", theme="ansi_dark", background_color="default")
+        return Syntax(yaml, "yaml", theme="ansi_dark", background_color="default")
 
     choices, overlays = _choices(cfg)
     title = "config" + "".join(f"  [bold]{g}[/bold]=[cyan]{o}[/cyan]" for g, o in overlays.items())
@@ -76,9 +76,9 @@ def build_tree(cfg: DictConfig, resolve: bool = True, highlight: bool = True) ->
         option = choices.get(key)
         label = f"[bold]{key}[/bold]" + (f": [cyan]{option}[/cyan]" if option else "")
         branch = tree.add(label)
-        text = _yaml(cfg[key], resolve)
-        if text and text != "{}":
-            branch.add(body(text))
+        yaml = _yaml(cfg[key], resolve)
+        if yaml and yaml != "{}":
+            branch.add(body(yaml))
     if scalars:
         tree.add("[bold]top level[/bold]").add(body(_yaml(OmegaConf.masked_copy(cfg, scalars), resolve)))
     return tree
@@ -95,7 +95,7 @@ def _multirun_job() -> tuple[int, list[str]] | None:
 
 
 def print_config(cfg: DictConfig, path: str | Path | None = None, resolve: bool = True) -> None:
-    """Print the config tree (rank 0 only) and, with `path`, save it as plain text: `path` is a run
+    """Print the config tree (rank 0 only) and, with `path`, save it without colours: `path` is a run
     directory (the file is `config_tree.txt` in it) or a file name ending in `.txt`.
 
     In a multirun the first job prints the whole tree and every other job one line with its own

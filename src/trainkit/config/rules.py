@@ -12,7 +12,19 @@ from collections.abc import Mapping
 
 from omegaconf import ListConfig, OmegaConf
 
-from trainkit.config.schema import Check, auto_or, flag, integer, interval, number, numbers, one_of, section, show, text
+from trainkit.config.schema import (
+    Check,
+    auto_or,
+    flag,
+    integer,
+    interval,
+    number,
+    numbers,
+    one_of,
+    section,
+    show,
+    string,
+)
 from trainkit.runtime import PRECISIONS
 from trainkit.tracking.loggers import trackers
 
@@ -66,19 +78,6 @@ def required_keys(value: object) -> str | None:
     return f"must be a list of keys (an entry may be a list of alternatives), got {show(value)}"
 
 
-def class_folders(value: object) -> str | None:
-    """data.class_folders (data=textfolder): null (every folder under train/) or at least two folder names, each once
-    (a name twice would list its files under two labels). Whether they are folders of train/ is the data's to say."""
-    if value is None:
-        return None
-    if isinstance(value, ListConfig) and len(value) >= 2 and all(isinstance(n, str) for n in value):
-        repeated = sorted({name for name in value if list(value).count(name) > 1})
-        if repeated:
-            return f"names {', '.join(repeated)} more than once, got {show(value)}; name each class folder once"
-        return None
-    return f"must be null (every folder under train/) or a list of at least two folder names, got {show(value)}"
-
-
 def tracker_choice(value: object) -> str | None:
     """logger.trackers: {name: true/false}; each conf/logger file adds its own, `logger=[a,b]` both. The trackers
     are the modules of trainkit.tracking.loggers (a tracker's own checks are its module's)."""
@@ -94,9 +93,9 @@ def tracker_choice(value: object) -> str | None:
 RULES: dict[str, Check] = {
     "seed": integer(0),
     "device": device_name,
-    "resume": text(null=True),
+    "resume": string(null=True),
     "print_config": flag(),
-    "optimized_metric": text(null=True),  # val/<metric> or test/<metric>, of the task's (null: filled in from the task)
+    "optimized_metric": string(null=True),  # val/<metric> or test/<metric> of the task (null: filled in from the task)
     "required": required_keys,
     "sweep.catch_failures": flag(),
     "sweep.failed_trial_value": number(null=True),
@@ -114,10 +113,10 @@ RULES: dict[str, Check] = {
     "trainer.cudnn_benchmark": flag(),
     "trainer.deterministic": flag(),
     "trainer.progress_bar": flag(),
-    "data._target_": text(),  # the data class; trainkit.config.validation imports it to read its keys and needs
-    "task._target_": text(),  # the task class; trainkit.config.validation imports it to read its metric names
-    "data.name": text(),  # a label: the option's file (data=<name>) and _target_ decide what loads
-    "data.root": text(null=True),
+    "data._target_": string(),  # the data class; trainkit.config.validation imports it to read its keys and needs
+    "task._target_": string(),  # the task class; trainkit.config.validation imports it to read its metric names
+    "data.name": string(),  # a label: the option's file (data=<name>) and _target_ decide what loads
+    "data.root": string(null=True),
     "data.download": flag(),
     "data.channels": integer(1),
     "data.image_size": integer(1),
@@ -138,10 +137,7 @@ RULES: dict[str, Check] = {
     "data.drop_last": flag(),
     "data.shuffle": flag(),
     "data.skip_bad_files": flag(),
-    "data.max_length": integer(1),  # text: bytes (tokens) a sequence keeps
-    "data.class_folders": class_folders,
-    "data.packages": integer(2),  # data=stdlib_functions: the classes
-    "finetune.pretrained_path": text(null=True),
+    "finetune.pretrained_path": string(null=True),
     "finetune.freeze": freeze_spec,
     "finetune.freeze_bn": flag(),
     "finetune.input_size": integer(1, null=True),
@@ -161,12 +157,12 @@ RULES: dict[str, Check] = {
     "regularization.dropout": number(0, 0.99),
     "regularization.early_stopping.enabled": flag(),
     # val/<metric> of the task's: a relation in trainkit.config; null (and the mode null): the task's headline metric
-    "regularization.early_stopping.monitor": text(null=True),
+    "regularization.early_stopping.monitor": string(null=True),
     "regularization.early_stopping.mode": one_of("min", "max", null=True),
     "regularization.early_stopping.patience": integer(1),
     "regularization.early_stopping.min_delta": number(0),
     # A missing or null augmentation key means "off".
-    "augmentation.name": text(),  # a label: the keys decide what runs (a conf/augmentation/<name>.yaml of yours too)
+    "augmentation.name": string(),  # a label: the keys decide what runs (a conf/augmentation/<name>.yaml of yours too)
     "augmentation.crop_padding": number(0, 0.5, null=True),
     "augmentation.horizontal_flip": flag(null=True),
     "augmentation.color_jitter": section(COLOR_JITTER_KEYS),
@@ -178,8 +174,8 @@ RULES: dict[str, Check] = {
     "augmentation.affine.shear": number(0, below=90, null=True),
     "augmentation.random_order": flag(null=True),
     "augmentation.random_erasing": number(0, 1, null=True),
-    "distributed.name": text(),  # none, ddp, or a strategy's own that distributed.parallel names (validation)
-    "distributed.parallel": text(null=True),  # module.Class: trainkit.distributed.parallel.strategy
+    "distributed.name": string(),  # none, ddp, or a strategy's own that distributed.parallel names (validation)
+    "distributed.parallel": string(null=True),  # module.Class: trainkit.distributed.parallel.strategy
     "distributed.nproc_per_node": integer(1, null=True),
     "distributed.backend": one_of("auto", "nccl", "gloo"),
     "distributed.sync_batchnorm": flag(),

@@ -150,7 +150,7 @@ def interval(minimum: Bound = None, *, above: Bound = None, null: bool = False) 
         if value is None and null:
             return None
         problem = pair(value)
-        # pair() accepted it, so it is a sequence of two numbers.
+        # pair() accepted it, so it is a list of two numbers.
         if problem is None and isinstance(value, Sequence) and value[0] > value[1]:
             problem = f"needs low <= high, got {show(value)}"
         return problem
@@ -186,7 +186,7 @@ def one_of(*choices: str, null: bool = False) -> Check:
     return check
 
 
-def text(*, null: bool = False) -> Check:
+def string(*, null: bool = False) -> Check:
     def check(value: object) -> str | None:
         if isinstance(value, str) or (value is None and null):
             return None
@@ -265,7 +265,7 @@ def _unresolved_interpolations(node: DictConfig | ListConfig, prefix: str) -> It
 
 def _unresolved_message(key: str, reads: str, root: Any) -> str:
     """`key` reads `reads`, which the chosen option of its group lacks: name the options of `key`'s own group made
-    for that option (model=sequence for data=textfolder: what the data's class says suits it, Data.suits), then
+    for that option (what the data's class says suits it, Data.suits), then
     those of the other group that have the key, then a value to set."""
     target = reads.removeprefix("${").removesuffix("}")
     group, _, name = target.partition(".")

@@ -536,7 +536,7 @@ def problems(cfg: DictConfig) -> dict[str, str]:
 def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> dict[str, str]:
     """{key: why nothing reads it} for settings of one part that the chosen options do not use: label smoothing
     that the task does not take (a task without classes), predictions to show of data that is neither images nor
-    text. Label smoothing counts where it was `chosen` (the keys this command set or a sweep searches; None:
+    token sequences. Label smoothing counts where it was `chosen` (the keys this command set or a sweep searches; None:
     Hydra's overrides of this run): the regularization group's own value is a recipe for classification, and a
     run of another task would otherwise hear of it each time. ignored_keys says each in a line;
     a sweep searching one is refused (trainkit.tuning's run_trial)."""
@@ -551,7 +551,7 @@ def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> d
     shows = OmegaConf.select(cfg, "logger.log_predictions", default=0)
     if shows and kind is not None and kind.kind not in ("image", "tokens"):
         unread["logger.log_predictions"] = (
-            f"{cfg.data.get('name')} is neither images nor text, whose predictions alone are shown"
+            f"{cfg.data.get('name')} is neither images nor token sequences, whose predictions alone are shown"
         )
     return unread
 
@@ -627,7 +627,7 @@ def validate(cfg: DictConfig) -> None:
     found = problems(cfg)
     if found:
         (key, message), *others = found.items()
-        raise ConfigError(key, message + "".join(f"; also {other}: {text}" for other, text in others))
+        raise ConfigError(key, message + "".join(f"; also {other}: {problem}" for other, problem in others))
     if process_info().is_main:  # under torchrun every rank validates; one copy of each warning is enough
         for line in ignored_keys(cfg):
             log.warning(line)

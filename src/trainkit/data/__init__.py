@@ -16,12 +16,11 @@ from typing import Any
 
 import torch
 
-from trainkit.data.datasets import Data, FileSplits, Folds, ImageData, Splits, data_class, per_channel
+from trainkit.data.datasets import Data, FileSplits, Folds, ImageData, Splits, Tokenizer, data_class, per_channel
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.data.identity import data_identity
 from trainkit.data.loader_settings import file_loader_settings
 from trainkit.data.loaders import FileLoader, TensorLoader
-from trainkit.data.tokenizing import Tokenized, Tokens
 from trainkit.errors import ConfigError
 
 __all__ = [
@@ -50,7 +49,7 @@ class DataBundle:
     num_classes: int
     kind: str = "image"
     pad_id: int | None = None  # None: no padding
-    tokenizer: Tokens | None = None
+    tokenizer: Tokenizer | None = None
     vocabulary: int | None = None
     size_unit: str | None = None
     longest: int | None = None  # the largest training item, in size_unit
@@ -86,10 +85,10 @@ def build_data(
 ) -> DataBundle:
     """This rank's train/val/test loaders for cfg.data, checking what only the data can tell (files, sizes, class
     counts). `seed` must be the run seed, the same on every rank, since all ranks share the train shuffle.
-    `run_dir`: where data.tokenizer=bpe is saved or read."""
+    `run_dir`, `trains_tokenizer`: where the option saves what it learns of the training split, and whether it
+    learns it (Data.learns_in)."""
     data = make_data(cfg)
-    if isinstance(data, Tokenized):
-        data.saved_in, data.trains = run_dir, trains_tokenizer
+    data.learns_in(run_dir, trains_tokenizer)
     shards = dict(seed=seed, rank=rank, world_size=world_size)
     train_args: dict[str, Any] = dict(
         batch_size=data.batch_size, train=True, shuffle=data.shuffle, drop_last=data.drop_last, **shards
@@ -100,7 +99,7 @@ def build_data(
     test: TensorLoader | FileLoader
 
     made = make_splits(data)
-    tokens = data.tokens if isinstance(data, Tokenized) else None
+    tokens = data.learned()
     images = isinstance(data, ImageData)
     channels: int | None
     image_size: int | None
@@ -154,7 +153,7 @@ def build_data(
         test,
         num_classes,
         kind=data.kind,
-        pad_id=data.padding_id() if isinstance(data, Tokenized) else getattr(data, "pad_id", None),
+        pad_id=data.padding_id(),
         tokenizer=tokens,
         vocabulary=tokens.vocabulary if tokens else None,
         size_unit=data.size_unit,

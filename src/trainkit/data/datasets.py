@@ -10,7 +10,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import nn
@@ -38,6 +38,15 @@ class FileSplits:
     val: Dataset
     test: Dataset
     num_classes: int
+
+
+class Tokenizer(Protocol):
+    """What the core reads of the tokenizer a data option makes (Data.learned): its number of ids, and what the data
+    fingerprint keeps of it. Tasks read the rest (a language model decodes its samples)."""
+
+    vocabulary: int
+
+    def fingerprint(self) -> str | None: ...
 
 
 # kw_only lets a subclass add fields without defaults after these (Hydra passes keywords).
@@ -68,6 +77,23 @@ class Data:
 
     def splits(self) -> Splits | FileSplits:
         raise NotImplementedError(f"{type(self).__name__} must define splits()")
+
+    def learns_in(self, run_dir: Path | None, learns: bool = True) -> None:
+        """Where the option saves what it learns of the training split (a tokenizer), and whether it learns it
+        (learns=False: eval.py reads the run's back); nothing here."""
+
+    def read_learned(self, run_dir: Path | None) -> None:
+        """Makes what the run learned of its training split, read back from `run_dir` without reading any data, for
+        predictions; nothing here."""
+
+    def learned(self) -> Tokenizer | None:
+        """What splits() (or read_learned) made of the training split and batches encode with: a tokenizer, which
+        the task may read; None here."""
+        return None
+
+    def padding_id(self) -> int | None:
+        """The id batches pad their sequences with; None: they do not pad."""
+        return getattr(self, "pad_id", None)
 
     def read_for_prediction(self, path: Path) -> Sequence[Any]:
         """The samples in one predict= file, each as the splits hold it; raises for a file it cannot read."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from trainkit.config.schema import Check, integer
 from trainkit.data.datasets import FileSplits, Folds
 from trainkit.data.stdlib_source import corpus_version, package_of, split_by_file, stdlib_files, stdlib_root
 from trainkit.data.text import TextData, TextDataset, report_majority, report_truncated
@@ -31,6 +32,7 @@ class StdlibFunctions(Folds, TextData):
     split_seed: int
 
     uses_root: ClassVar[bool] = False  # the running Python's own standard library
+    config_rules: ClassVar[dict[str, Check]] = {**TextData.config_rules, "packages": integer(2)}
 
     def splits(self) -> FileSplits:
         chosen = self.class_names()

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+from omegaconf import ListConfig
 from torch.utils.data import Dataset
 
-from trainkit.config.schema import Check, integer
+from trainkit.config.schema import Check, integer, show
 from trainkit.data.class_folders import (
     _check_root,
     _check_same_classes,
@@ -59,7 +60,12 @@ class TextData(Tokenized):
     size_unit: ClassVar[str] = "tokens"
     in_memory: ClassVar[bool] = False
     suits: ClassVar[tuple[str, ...]] = ("model=sequence", "model=hf")
-    config_rules: ClassVar[dict[str, Check]] = {**Tokenized.config_rules, "pad_id": integer(0, null=True)}
+    prediction_files: ClassVar[tuple[str, ...]] = TEXT_EXTENSIONS
+    config_rules: ClassVar[dict[str, Check]] = {
+        **Tokenized.config_rules,
+        "pad_id": integer(0, null=True),
+        "max_length": integer(1),  # bytes (tokens) a sequence keeps
+    }
 
     @staticmethod
     def config_problems(
@@ -90,6 +96,12 @@ class TextData(Tokenized):
 
     def item_sizes(self, dataset: Dataset) -> Sequence[int] | None:
         return getattr(dataset, "lengths", None)  # a text's tokens, cut at data.max_length
+
+    def read_for_prediction(self, path: Path) -> list[torch.Tensor]:
+        """A predict= file as one sample: its tokens cut at data.max_length, as the splits read a text (the tokenizer
+        made first: eval.py's runs_data)."""
+        assert self.tokens is not None, "read_learned() made the run's tokenizer"
+        return [self.tokens.encode_cut([utf8_bytes(path)], self.max_length)[0][0]]
 
     def prediction_batch(self, samples: list[Any]) -> tuple[torch.Tensor, None]:
         """predict= texts padded to the longest, as a batch without targets."""
@@ -196,6 +208,19 @@ class TextFileDataset(Dataset):
         return self.tokens.encode_cut([text], length)[0][0], label
 
 
+def class_folder_list(value: object) -> str | None:
+    """data.class_folders: null (every folder under train/) or at least two folder names, each once (a name twice
+    would list its files under two labels). Whether they are folders of train/ is the data's to say."""
+    if value is None:
+        return None
+    if isinstance(value, ListConfig) and len(value) >= 2 and all(isinstance(n, str) for n in value):
+        repeated = sorted({name for name in value if list(value).count(name) > 1})
+        if repeated:
+            return f"names {', '.join(repeated)} more than once, got {show(value)}; name each class folder once"
+        return None
+    return f"must be null (every folder under train/) or a list of at least two folder names, got {show(value)}"
+
+
 @dataclass(kw_only=True)
 class TextFolder(Folds, TextData):
     """The `data=textfolder` option (conf/data/textfolder.yaml)."""
@@ -209,6 +234,7 @@ class TextFolder(Folds, TextData):
     pin_memory: bool | str = "auto"
 
     needs_root: ClassVar[str] = "a folder holding train/<class>/<files>.txt"
+    config_rules: ClassVar[dict[str, Check]] = {**TextData.config_rules, "class_folders": class_folder_list}
 
     def splits(self) -> FileSplits:
         assert self.root is not None, "the config check requires data.root (needs_root)"

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import torch
 
-from trainkit.config.schema import Check, integer, text
+from trainkit.config.schema import Check, integer, string
 from trainkit.data.class_folders import is_hidden
 from trainkit.data.datasets import FileSplits, Folds, Split, Splits
 from trainkit.data.identity import texts_identity
@@ -43,7 +43,7 @@ class TextBlocks(Folds, Tokenized):
     config_rules: ClassVar[dict[str, Check]] = {
         **Tokenized.config_rules,
         "block_size": integer(1),  # the model's context
-        "pattern": text(),  # a recursive glob under data.root
+        "pattern": string(),  # a recursive glob under data.root
     }
 
     @staticmethod

@@ -10,7 +10,7 @@ from typing import ClassVar, Protocol
 
 import torch
 
-from trainkit.config.schema import Check, integer, text
+from trainkit.config.schema import Check, integer, string
 from trainkit.data.datasets import Data
 from trainkit.data.tokenizer_library import library_tokenizer_problems, library_tokens  # feature: hf
 from trainkit.errors import ConfigError
@@ -111,7 +111,7 @@ class Tokenized(Data):
     byte_offset: ClassVar[int] = 1  # bytes: byte b is id b + 1 (0 pads); data=text: 0
     pads: ClassVar[bool] = True
     config_rules: ClassVar[dict[str, Check]] = {
-        "tokenizer": text(),
+        "tokenizer": string(),
         "vocab_size": integer(1),
         "vocabulary": integer(1, null=True),
     }
@@ -132,6 +132,16 @@ class Tokenized(Data):
                 f"is {self.vocabulary}, but data.tokenizer={self.tokenizer} has {self.tokens.vocabulary} ids; set "
                 f"data.vocabulary=null (the tokenizer's)",
             )
+        return self.tokens
+
+    def learns_in(self, run_dir: Path | None, learns: bool = True) -> None:
+        self.saved_in, self.trains = run_dir, learns
+
+    def read_learned(self, run_dir: Path | None) -> None:
+        self.learns_in(run_dir, learns=False)
+        self.make_tokenizer(list)
+
+    def learned(self) -> Tokens | None:
         return self.tokens
 
     def padding_id(self) -> int | None:

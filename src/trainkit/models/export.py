@@ -20,7 +20,7 @@ from torch import nn
 
 from trainkit.checkpointing.resume import run_dir_of
 from trainkit.config import to_dict
-from trainkit.config.schema import Check, text
+from trainkit.config.schema import Check, string
 from trainkit.data.datasets import data_class
 from trainkit.data.tokenizer_library import BPE, PAD_TOKEN, folder_tokenizer, saved_tokenizer
 from trainkit.data.tokenizing import BYTES, Tokenized
@@ -30,7 +30,7 @@ from trainkit.models.hf import HuggingFaceModel
 log = logging.getLogger(__name__)
 
 WEIGHTS, CONFIG = "model.safetensors", "model.yaml"
-CONFIG_RULES: dict[str, Check] = {"export": text(null=True)}  # a folder (conf/eval.yaml's _checks_)
+CONFIG_RULES: dict[str, Check] = {"export": string(null=True)}  # a folder (conf/eval.yaml's _checks_)
 CONFIG_RELATIONS = ()
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from trainkit.config.schema import flag, integer, text
+from trainkit.config.schema import flag, integer, string
 from trainkit.errors import ConfigError
 from trainkit.models.examples import token_ids
 
@@ -170,7 +170,7 @@ def create_hf_model(
 create_hf_model.example_input = token_ids  # type: ignore[attr-defined]  # what it takes (trainkit.models.examples)
 # What the arguments may hold, and what they must agree on with each other and the data (the config check).
 create_hf_model.config_rules = {  # type: ignore[attr-defined]
-    "path": text(null=True),
+    "path": string(null=True),
     "vocab_size": integer(1, null=True),
     "pad_token_id": integer(0, null=True),
     "gradient_checkpointing": flag(),

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from trainkit.config.schema import flag, number, text
+from trainkit.config.schema import flag, number, string
 from trainkit.errors import ConfigError
 from trainkit.models.build import _conv_like, _did_you_mean
 from trainkit.models.input_size import limits_of_pretrained_cfg
@@ -79,7 +79,7 @@ create_timm_model.example_input = _an_image_of  # type: ignore[attr-defined]  # 
 # What the arguments may hold, and the key that makes it load weights of its own (finetune.pretrained_path beside
 # it is refused): the config check (trainkit.config.validation) reads both from the function, before anything runs.
 create_timm_model.config_rules = {  # type: ignore[attr-defined]
-    "name": text(),
+    "name": string(),
     "pretrained": flag(),
     "drop_path_rate": number(0, below=1),
 }
@@ -195,7 +195,7 @@ def create_torchvision_model(
     return model
 
 
-create_torchvision_model.config_rules = {"name": text()}  # type: ignore[attr-defined]  # read by the config check
+create_torchvision_model.config_rules = {"name": string()}  # type: ignore[attr-defined]  # read by the config check
 
 
 def _timm_input_size_limits(name: str) -> tuple[int, int | None]:

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from trainkit.config.schema import Check, text
+from trainkit.config.schema import Check, string
 from trainkit.errors import ConfigError
 from trainkit.models.build import _conv_like, _did_you_mean
 from trainkit.models.submodules import find_modules, replace_module
@@ -30,7 +30,7 @@ class TorchvisionSegmentation(nn.Module):
 
     spatial_outputs: ClassVar[bool] = True  # one class per pixel: the config check refuses it with task=classification
     suits: ClassVar[tuple[str, ...]] = ("task=segmentation", "experiment=shapes_segmentation")  # for its hint
-    config_rules: ClassVar[dict[str, Check]] = {"name": text()}  # what the config check holds it to
+    config_rules: ClassVar[dict[str, Check]] = {"name": string()}  # what the config check holds it to
 
     def __init__(self, name: str, in_channels: int = 3, num_classes: int = 21) -> None:
         super().__init__()

@@ -6,6 +6,7 @@ from conftest import ROOT, composed
 from helpers import template_has
 
 
+@pytest.mark.skipif(not template_has("experiment/stdlib_functions.yaml"), reason="no experiment of the core sets it")
 @pytest.mark.parametrize("switch", ["regularization=none", "debug=overfit"])
 def test_regularization_none_beats_the_experiments_weight_decay(switch):
     assert composed("experiment=stdlib_functions").optimizer.weight_decay == 0.01  # the experiment's own value
@@ -24,7 +25,7 @@ def test_regularization_strong_sets_clipping_over_an_experiment():
 
 
 def test_a_command_line_key_beats_every_group():
-    cfg = composed("experiment=stdlib_functions", "regularization=none", "optimizer.weight_decay=0.1")
+    cfg = composed("experiment=digits", "regularization=none", "optimizer.weight_decay=0.1")
     assert cfg.optimizer.weight_decay == 0.1
 
 

@@ -1,6 +1,7 @@
 """The schema: every config-only mistake is found in one pass before anything is built, named by
 its key on one line; ignored settings are warned about; cli.one_line makes any config error one line."""
 
+import dataclasses
 import logging
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import InstantiationException, MissingConfigException
 
 from conftest import composed, made_for, run_here
+from data_for_tests import SIZED_SIGNALS, SizedDigitSignals
 from helpers import needs_image_folders, template_has, unless_trimmed
 from trainkit.cli import one_line
 from trainkit.config.rules import RULES
@@ -91,6 +93,7 @@ def test_every_group_option_composes_and_validates(compose_config, override):
 IMAGES = ["data=imagefolder", "data.root=/data/images"]
 TEXTS = ["data=textfolder", "data.root=/data/texts", "model=sequence"]
 FUNCTIONS = ["experiment=stdlib_functions"]
+NEEDS_TEXT = pytest.mark.skipif(not template_has("data/textfolder.yaml"), reason="no text classification (trimmed)")
 PIXELS = ["task._target_=tasks_for_tests.PixelClasses"]  # one target per pixel, as a segmentation has
 
 TABLE = [  # the digits as a table (tests/data_for_tests.py): data that is not images, without their keys
@@ -153,13 +156,12 @@ RULE_CASES = [
     ([*TEXTS, "data.num_workers=many"], "data.num_workers"),
     ([*TEXTS, "data.prefetch_factor=0"], "data.prefetch_factor"),
     ([*TEXTS, "data.pin_memory=sometimes"], "data.pin_memory"),
+    ([*SIZED_SIGNALS, "+data.prefetch_factor=0"], "data.prefetch_factor"),  # file data of yours
+    ([*SIZED_SIGNALS, "+data.pin_memory=sometimes"], "data.pin_memory"),
+    ([*SIZED_SIGNALS, "+data.skip_bad_files=maybe"], "data.skip_bad_files"),
     (["data.drop_last=maybe"], "data.drop_last"),
     (["data.shuffle=maybe"], "data.shuffle"),
     ([*TEXTS, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
-    ([*TEXTS, "data.max_length=0", "model.max_length=1024"], "data.max_length"),
-    ([*TEXTS, "data.class_folders=[pos]"], "data.class_folders"),
-    ([*TEXTS, "data.class_folders=[neg,neg]"], "data.class_folders"),  # neg's files twice, as two labels
-    ([*FUNCTIONS, "data.packages=1"], "data.packages"),
     (["finetune.pretrained_path=3"], "finetune.pretrained_path"),
     (["finetune.input_size=0"], "finetune.input_size"),
     (["finetune.input_size=abc"], "finetune.input_size"),
@@ -224,7 +226,7 @@ RELATION_CASES = [
     (["scheduler._target_=trainkit.schedules.nowhere"], "scheduler._target_"),
     (["data.batch_size=32", "trainer.micro_batch_size=48"], "trainer.micro_batch_size"),  # nothing to split
     (["task._target_=tasks_for_tests.InBatchContrastive", "trainer.micro_batch_size=16"], "trainer.micro_batch_size"),
-    ([*FUNCTIONS, "trainer.channels_last=true"], "trainer.channels_last"),
+    ([*TABLE, "trainer.channels_last=true"], "trainer.channels_last"),
     (["required=[trainer.max_steps]"], "trainer.max_steps"),
     ([*PIXELS, "+task.class_names=[zero,one]"], "task.class_names"),  # digits have 10 classes
     (["required=[trainer.max_stepz]"], "required"),
@@ -291,6 +293,12 @@ DECLARED_CASES = [
     ([*FUNCTIONS, "data.max_tokens=256"], "data.max_tokens"),  # TextData
     ([*TEXTS, "data.max_tokens=0"], "data.max_tokens"),  # the size budget of a data option with a size_unit
     ([*TEXTS, "data.max_tokens=many"], "data.max_tokens"),
+    ([*SIZED_SIGNALS, "+data.max_values=0"], "data.max_values"),  # a size budget in units of its own
+    # text's data options' config_rules
+    ([*TEXTS, "data.max_length=0", "model.max_length=1024"], "data.max_length"),
+    ([*TEXTS, "data.class_folders=[pos]"], "data.class_folders"),
+    ([*TEXTS, "data.class_folders=[neg,neg]"], "data.class_folders"),  # neg's files twice, as two labels
+    ([*FUNCTIONS, "data.packages=1"], "data.packages"),
     (["data.mean=[0.1,0.2]"], "data.mean"),  # ImageData
     (["data.channels=3", "data.mean=[0.1,0.2,0.3]", "data.std=[0.2,0.2]"], "data.std"),
     (["model._target_=models_for_tests.HalvingCNN", "model.widths=[7,8]"], "model.widths"),  # one of yours
@@ -310,6 +318,10 @@ DECLARED_CASES = [
 ]
 RULE_CASES, RELATION_CASES = (
     unless_trimmed(unless_trimmed(cases, "data=imagefolder"), "data=cached") for cases in (RULE_CASES, RELATION_CASES)
+)
+RULE_CASES, RELATION_CASES, DECLARED_CASES = (  # text's options, once a trim deleted them
+    unless_trimmed(unless_trimmed(cases, "data=textfolder"), "experiment=stdlib_functions")
+    for cases in (RULE_CASES, RELATION_CASES, DECLARED_CASES)
 )
 CASES = RULE_CASES + RELATION_CASES + DECLARED_CASES
 
@@ -364,6 +376,9 @@ def test_every_rule_key_exists_in_some_option():
         keys |= {key for key in RULES if OmegaConf.select(cfg, key, default=KeyError) is not KeyError}
     eval_config = OmegaConf.load(CONF / "eval.yaml")  # eval.py's own keys
     keys |= {key for key in RULES if OmegaConf.select(eval_config, key, default=KeyError) is not KeyError}
+    # The file loader's keys (data.prefetch_factor, ...) are for file data, which a clone trimmed to the core has
+    # none of but yours: the tests' SizedDigitSignals takes them.
+    keys |= {f"data.{field.name}" for field in dataclasses.fields(SizedDigitSignals)} & set(RULES)
     assert keys == set(RULES)
 
 
@@ -422,8 +437,12 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
             ["data.test_fraction=0.02", "data.root/test/<class>/"],
             marks=needs_image_folders,
         ),
-        (["model=sequence"], ["${data.vocabulary}", "model.vocabulary=<value>"]),
-        ([*TEXTS, "data.class_folders=[neg,neg]"], ["names neg more than once", "name each class folder once"]),
+        pytest.param(["model=sequence"], ["${data.vocabulary}", "model.vocabulary=<value>"], marks=NEEDS_TEXT),
+        pytest.param(
+            [*TEXTS, "data.class_folders=[neg,neg]"],
+            ["names neg more than once", "name each class folder once"],
+            marks=NEEDS_TEXT,
+        ),
         (["data.folds=5"], ["data.fold=0..4", "-m data.folds=5 'data.fold=range(5)'"]),
         (["data.folds=5", "data.fold=5"], ["numbers the folds 0..4"]),
         (["data.fold=0"], ["data.folds=K (the number of folds, K >= 2)"]),  # one fold would be the whole pool
@@ -683,11 +702,11 @@ def test_settings_the_chosen_options_do_not_read_are_said_in_one_line_each(compo
     assert unread_settings(compose_config(), chosen=["regularization.label_smoothing"]) == {}  # classification's
     shown = compose_config([*TABLE, "logger.log_predictions=4"])
     assert unread_settings(shown, chosen=()) == {
-        "logger.log_predictions": "digits is neither images nor text, whose predictions alone are shown"
+        "logger.log_predictions": "digits is neither images nor token sequences, whose predictions alone are shown"
     }
     assert ignored_keys(shown) == [
-        "logger.log_predictions=4 is ignored: digits is neither images nor text, whose predictions alone are shown; "
-        "leave it 0"
+        "logger.log_predictions=4 is ignored: digits is neither images nor token sequences, whose predictions alone "
+        "are shown; leave it 0"
     ]
     assert unread_settings(compose_config(["logger.log_predictions=4"]), chosen=()) == {}  # images: shown
 
@@ -696,5 +715,6 @@ def test_a_model_reading_keys_the_data_lacks_is_offered_only_what_the_data_says_
     table = [override for override in TABLE if not override.startswith("model.")]  # model=cnn reads data.channels
     message = problems(compose_config(table))["model.in_channels"]
     assert "has no data.channels" in message and "(made for" not in message  # a table names no model it suits
-    texts = problems(compose_config(["data=textfolder", "data.root=/data/texts"]))["model.in_channels"]
-    assert "pick model=sequence" in texts and "(made for data=textfolder)" in texts  # TextData.suits
+    if template_has("data/textfolder.yaml"):
+        texts = problems(compose_config(["data=textfolder", "data.root=/data/texts"]))["model.in_channels"]
+        assert "pick model=sequence" in texts and "(made for data=textfolder)" in texts  # TextData.suits

@@ -211,6 +211,7 @@ def test_a_val_folder_of_its_own_refuses_folds_in_one_line(tmp_path):
     splits_of(cfg)  # without folds it is the val split
 
 
+@pytest.mark.skipif(not template_has("data/textfolder.yaml"), reason="this clone has no data=textfolder (trimmed)")
 def test_a_text_folder_folds_its_train_folder(tmp_path):
     cfg = option("textfolder", root=str(text_folder(tmp_path)), num_workers=0, val_fraction=0.2, test_fraction=0.2)
     check_every_fold(cfg, folds=4)
@@ -252,6 +253,7 @@ def test_a_text_corpus_folds_its_files(tmp_path):
 
 
 @pytest.mark.slow  # parses the standard library (a few seconds)
+@pytest.mark.skipif(not template_has("data/stdlib_functions.yaml"), reason="no data=stdlib_functions (trimmed)")
 def test_stdlib_functions_fold_each_packages_files():
     cfg = OmegaConf.to_container(composed("experiment=stdlib_functions").data)
     plain = make_data(cfg).splits()

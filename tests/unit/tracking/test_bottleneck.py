@@ -67,10 +67,9 @@ def test_a_slow_dataset_fires_the_warning_once_a_run_with_advice_for_files(caplo
 
 
 def test_file_data_that_is_not_images_gets_no_image_advice():
-    """A text folder (or a data kind of yours) read from files: workers apply, image sizes and the image cache do
-    not; the advice read data.image_size, which a text folder lacks, and the data-bound run ended in a traceback."""
-    data = OmegaConf.load(CONF / "textfolder.yaml")
-    data.root = "/data/texts"
+    """Signals (a text folder, a data kind of yours) read from files: workers apply, image sizes and the image cache
+    do not; the advice read data.image_size, which such data lacks, and the data-bound run ended in a traceback."""
+    data = OmegaConf.create({"_target_": "data_for_tests.DigitSignals", "name": "signals", "batch_size": 2})
     advice = "\n".join(
         data_bound_advice(FileLoader(SlowImages(), 2, shuffle=False, num_workers=0), data, on_cuda=False)
     )

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from trainkit.config.schema import text
+from trainkit.config.schema import string
 from trainkit.tracking.loggers.base import Logger, RunFacts
 
-CONFIG_RULES = {"logger.filename": text()}  # gathered by the config check: conf/logger/csv.yaml's _checks_
+CONFIG_RULES = {"logger.filename": string()}  # gathered by the config check: conf/logger/csv.yaml's _checks_
 
 
 def build(cfg: DictConfig, run_dir: Path, facts: RunFacts) -> Logger:

@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from trainkit.config.schema import Relation, text
+from trainkit.config.schema import Relation, string
 from trainkit.tracking.loggers.base import Logger, OncePerStep, RunFacts, flatten, is_number
 
 MLFLOW_INSTALL = "pip install 'trainkit[mlflow]' (or: pip install mlflow-skinny)"
@@ -25,7 +25,7 @@ BATCH = 100  # params or tags a log_batch call; MLflow refuses more
 log = logging.getLogger(__name__)
 
 
-CONFIG_RULES = {"logger.tracking_uri": text(), "logger.experiment": text()}  # conf/logger/mlflow.yaml's _checks_
+CONFIG_RULES = {"logger.tracking_uri": string(), "logger.experiment": string()}  # conf/logger/mlflow.yaml's _checks_
 
 
 def _installed(cfg: DictConfig) -> Iterator[tuple[str, str]]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from trainkit.config.schema import number, one_of, text
+from trainkit.config.schema import number, one_of, string
 from trainkit.tracking.loggers import read_jsonl
 from trainkit.tracking.loggers.base import Logger, OncePerStep, RunFacts
 from trainkit.tracking.loggers.wandb_files import held_history, holds_records
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 WANDB_MODES = ("offline", "online", "disabled")
 CONFIG_RULES = {  # gathered by the config check: conf/logger/wandb.yaml's _checks_
     "logger.mode": one_of(*WANDB_MODES),
-    "logger.project": text(),
+    "logger.project": string(),
     "logger.init_timeout": number(above=0),
 }
 
