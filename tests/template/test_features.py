@@ -79,9 +79,10 @@ def test_marked_doc_lines_and_blocks_go_and_nothing_else():
 def test_deleting_the_feature_leaves_no_doc_naming_it_and_every_link_resolves(name):
     """The docs' side of a deletion, on text alone: after its marked doc lines, its table row, its config keys and
     its files go (and those of the rows that need it, which trim.py drops with it), no line of README.md,
-    CONTRIBUTING.md, docs/, conf/ or the shell scripts in scripts/ names a file it deleted, picks a config option whose yaml it deleted
-    (`<group>=<option>`, or the option in its group's row of the README's config-groups table), or, for a feature
-    in DOC_NAMES, calls it by its name; and every relative link still reaches a file and a heading."""
+    CONTRIBUTING.md, docs/, conf/ or the shell scripts in scripts/ names a file it deleted, picks a config option
+    whose yaml it deleted (`<group>=<option>`, or the option in its group's row of the README's config-groups
+    table), or, for a feature in DOC_NAMES, calls it by its name; and every relative link still reaches a file and
+    a heading."""
     rows = [FEATURES[dropped] for dropped in trim.to_drop(FEATURES, [name])]
     files = [file for row in rows for file in row.files]
     deleted = {ROOT / file for file in files}
