@@ -77,9 +77,10 @@ def test_marked_doc_lines_and_blocks_go_and_nothing_else():
 def test_deleting_the_feature_leaves_no_doc_naming_it_and_every_link_resolves(name):
     """The docs' side of a deletion, on text alone: after its marked doc lines, its table row, its config keys and
     its files go (and those of the rows that need it, which trim.py drops with it), no line of README.md,
-    CONTRIBUTING.md, docs/, conf/ or the shell scripts in scripts/ names a file it deleted, picks a config option whose yaml it deleted
-    (`<group>=<option>`, or the option in its group's row of the README's config-groups table), or, for a feature
-    in DOC_NAMES, calls it by its name; and every relative link still reaches a file and a heading."""
+    CONTRIBUTING.md, docs/, conf/ or the shell scripts in scripts/ names a file it deleted, picks a config option
+    whose yaml it deleted (`<group>=<option>`, or the option in its group's row of the README's config-groups
+    table), or, for a feature in DOC_NAMES, calls it by its name; and every relative link still reaches a file and
+    a heading."""
     rows = [FEATURES[dropped] for dropped in trim.to_drop(FEATURES, [name])]
     files = [file for row in rows for file in row.files]
     deleted = {ROOT / file for file in files}
@@ -260,6 +261,14 @@ def test_each_row_comes_out_in_the_places_it_says_and_at_most_five():
     marked or dependency file it edits one more; the table's count is that one, and no row needs more than 5."""
     for row in FEATURES.values():
         assert row.places == row.counted_places(ROOT) <= 5, f"{row.name}: the table says {row.places} places"
+
+
+@pytest.mark.skipif("downloads" not in FEATURES, reason="this clone has dropped the downloads")
+def test_dropping_the_downloads_keeps_the_image_models():
+    """A clone that trains timm models on its own image folders drops MNIST and CIFAR-10 without losing them: only
+    the CIFAR-10 recipes go, which the downloads row lists beside the models' rows."""
+    dropped = trim.to_drop(FEATURES, ["downloads"])
+    assert "timm_torchvision" not in dropped
 
 
 @pytest.fixture(scope="module")
