@@ -265,10 +265,10 @@ def test_each_row_comes_out_in_the_places_it_says_and_at_most_five():
 
 @pytest.mark.skipif("downloads" not in FEATURES, reason="this clone has dropped the downloads")
 def test_dropping_the_downloads_keeps_the_image_models():
-    """A clone that trains timm models on its own image folders drops MNIST and CIFAR-10 without losing them: only
-    the CIFAR-10 recipes go, which the downloads row lists beside the models' rows."""
+    """A clone that trains timm models or SpeedrunNet on its own image folders drops MNIST and CIFAR-10 without losing
+    them: only the CIFAR-10 recipes go, which the downloads row lists beside the models' rows."""
     dropped = trim.to_drop(FEATURES, ["downloads"])
-    assert "timm_torchvision" not in dropped
+    assert "timm_torchvision" not in dropped and "speedrun" not in dropped
 
 
 @pytest.fixture(scope="module")
