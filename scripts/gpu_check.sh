@@ -136,11 +136,5 @@ python scripts/benchmark_overhead.py --repeats 3 trainer.progress_bar=false  # f
 # file loader -> workers + pinned -> cached on the GPU -> bf16 -> channels_last -> compile -> DDP (2+ GPUs).   # feature: ladder
 ladder=(--images 40000 --steps 50 --out "$out/ladder" model=speedrun data.image_size=32 data.batch_size=512)  # feature: ladder
 python scripts/benchmark.py "${ladder[@]}" || { echo "FAIL benchmark ladder (logs: $out/ladder/runs)"; status=1; }  # feature: ladder
-# An epoch of experiment=cifar10_speedrun next to airbench94's loop on the same CIFAR-shaped data (goal: <= 1.3x).  # feature: speedrun
-if python -c "import airbench" >/dev/null 2>&1; then  # feature: speedrun
-  python scripts/speedrun_vs_airbench.py --epochs 3 || { echo "FAIL speedrun_vs_airbench"; status=1; }  # feature: speedrun
-else  # feature: speedrun
-  echo "SKIP speedrun_vs_airbench: the airbench package is not installed (pip install airbench==0.1.8)"  # feature: speedrun
-fi  # feature: speedrun
 if [ "$gpus" -ge 2 ]; then python scripts/benchmark_ddp.py --nproc 2; else echo "SKIP benchmark_ddp: one GPU gives no scaling to measure"; fi  # feature: benchmarks
 exit $status

@@ -266,6 +266,14 @@ def test_each_row_comes_out_in_the_places_it_says_and_at_most_five():
         assert row.places == row.counted_places(ROOT) <= 5, f"{row.name}: the table says {row.places} places"
 
 
+@pytest.mark.skipif("downloads" not in FEATURES, reason="this clone has dropped the downloads")
+def test_dropping_the_downloads_keeps_the_image_models():
+    """A clone that trains timm models or SpeedrunNet on its own image folders drops MNIST and CIFAR-10 without losing
+    them: only the CIFAR-10 recipes go, which the downloads row lists beside the models' rows."""
+    dropped = trim.to_drop(FEATURES, ["downloads"])
+    assert "timm_torchvision" not in dropped and "speedrun" not in dropped
+
+
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     """One copy of the repository for every row: each row's test copies it again, and the copies share mypy's

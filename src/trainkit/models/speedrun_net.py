@@ -1,4 +1,4 @@
-"""SpeedrunNet: a small residual CNN for CIFAR-10 speed runs (experiment=cifar10_speedrun).
+"""SpeedrunNet: a small residual CNN for speed runs on small images (model=speedrun).
 
 In the spirit of airbench and the DAWNBench ResNet-9: few, wide layers and early downsampling, so
 a GPU spends its time in large convolutions rather than in many small kernels. Every stage is

@@ -4,7 +4,6 @@ declare beside their code (trainkit.models.timm_torchvision), gathered as a mode
 import pytest
 
 from conftest import composed
-from helpers import template_has
 from trainkit.config.validation import problems, validate
 from trainkit.errors import ConfigError
 
@@ -50,19 +49,3 @@ def test_the_finetune_experiment_says_how_to_pass_its_weights(compose_config):
 
 def test_the_finetune_experiment_also_runs_on_timms_own_weights(compose_config):
     validate(compose_config([*FINETUNE, "model.pretrained=true"]))
-
-
-@pytest.mark.skipif(
-    not template_has("hparams_search/cifar10_optuna.yaml"), reason="this clone has no hparams_search (sweeps trimmed)"
-)
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        # cifar10_optuna searches augmentation: choice(basic, strong) over this experiment
-        ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=basic"],
-        ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=strong"],
-        ["hparams_search=cifar10_optuna", "augmentation=basic"],  # the search composes the experiment itself
-    ],
-)
-def test_the_cifar10_recipe_and_its_search_may_flip_images(compose_config, overrides):
-    validate(compose_config(overrides))
