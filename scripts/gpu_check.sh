@@ -6,8 +6,8 @@
 #
 # What one GPU can and cannot check:
 # - fp32/bf16/fp16 (GradScaler + clipping), channels_last + torch.compile and the optional features' own checks
-#   (their tests marked `cuda`; scripts/gpu_checks/: the batch-size finder, micro_batch_size=auto, a timm model,
-#   a GPU per sweep trial): fully.
+#   (their tests marked `cuda`; scripts/gpu_checks/: a file per feature that has a check of its own, sourced
+#   below while the feature is there): fully.
 # - DDP with one process (`ddp_self_launch_1`): train.py's own launcher starting a worker that picks
 #   its GPU from LOCAL_RANK. With a world size of 1 train.py creates no process group at all, so this
 #   says nothing about NCCL or gradient all-reduce.
@@ -16,7 +16,7 @@
 #   NVLink/InfiniBand paths. SyncBatchNorm is converted and run forward/backward in that group, but
 #   with one rank SyncBatchNorm computes plain BatchNorm: the cross-rank statistics are not tested.
 # - Real cross-rank NCCL and SyncBatchNorm need 2+ GPUs: `ddp_nccl_2` and `ddp_syncbn_2` run only
-#   when at least two are visible, and print SKIP otherwise; so does `sweep_one_gpu_per_trial`. (The CPU tests cover the DDP loop
+#   when at least two are visible, and print SKIP otherwise, as do the features' multi-GPU checks. (The CPU tests cover the DDP loop
 #   itself with gloo: tests/unit/distributed/test_distributed.py.)
 # - So do `fsdp_nccl_2_bf16` (FSDP2 with bf16 MixedPrecisionPolicy over NCCL) and `fsdp_best_pt_one_process`  # feature: fsdp
 #   (its best.pt in eval.py); FSDP's CPU tests: tests/unit/distributed/test_fsdp.py, tests/e2e/test_fsdp_runs.py.  # feature: fsdp
@@ -103,7 +103,7 @@ if python -m pytest -q -p no:cacheprovider -m cuda tests >"$out/pytest_cuda.log"
 then echo "PASS pytest_cuda: $(grep -E '[0-9]+ passed' "$out/pytest_cuda.log" | tail -1)"
 else echo "FAIL pytest_cuda (log: $out/pytest_cuda.log)"; tail -5 "$out/pytest_cuda.log"; status=1
 fi
-# An optional feature's own GPU checks (docs/features.md): scripts/gpu_checks/<feature>.sh, gone with the feature.
+# The optional features' own GPU checks (docs/features.md): scripts/gpu_checks/*.sh, each gone with the rows that list it.
 for feature_check in scripts/gpu_checks/*.sh; do [ -e "$feature_check" ] && source "$feature_check"; done
 # The language model (experiment=stdlib_gpt): flash attention in bf16, then a bf16 + compile run.  # feature: language_model
 if python -c "  # feature: language_model
