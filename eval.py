@@ -397,7 +397,7 @@ def predicting_task(cfg: DictConfig) -> Any:
         raise ConfigError(
             "task",
             f"{type(task).__name__} (task._target_) says not what predict= writes of a sample; give it a "
-            f'predict(outputs) returning a dict of a tensor a sample, e.g. {{"class": outputs.argmax(dim=1)}}',
+            f'predict(outputs) returning a dict of one tensor per sample, e.g. {{"class": outputs.argmax(dim=1)}}',
         )
     return task
 
@@ -504,7 +504,7 @@ class PredictionWriter:
     def write(
         self, predicted: dict, files: list[Path], image_sizes: list[tuple[int, int]], rows: list[int] | None = None
     ) -> None:
-        """`rows`: each sample's row in its file (a table's), a column of its own; None: a sample a file."""
+        """`rows`: each sample's row in its file (a table's), a column of its own; None: one sample per file."""
         for i, (path, (width, height)) in enumerate(zip(files, image_sizes, strict=True)):
             name = path.relative_to(self.folder)
             row: dict = {"file": str(name)} | ({"row": rows[i]} if rows is not None else {})
@@ -513,7 +513,7 @@ class PredictionWriter:
                 if value.dim() == 2:
                     mask = resize_map(value.to(torch.uint8), height, width)
                     save_png(mask.numpy(), self.out_dir / f"{key}s" / self.map_names[name])
-                elif value.dim() == 1:  # a vector a sample (scores, several numbers)
+                elif value.dim() == 1:  # a vector per sample (scores, several numbers)
                     row[key] = " ".join(f"{number:g}" for number in value.tolist())
                 elif value.dim() > 2:
                     shape = list(value.shape)

@@ -952,7 +952,7 @@ def metric_lines(a: Run, b: Run) -> list:
 
 def filled_lines(a: Run, b: Run) -> list:
     """What each run filled in itself (.hydra/filled_in.yaml; an older run: the keys known to be filled in), apart
-    from the settings: one line where both filled in the same, else a row a key."""
+    from the settings: one line where both filled in the same, else one row per key."""
     keys = list(dict.fromkeys([*a.filled, *b.filled]))
     if not keys:
         return []

@@ -30,7 +30,7 @@ What is measured, from each run's metrics.jsonl (its epoch lines) and summary.js
 - the seconds of the training passes (samples / train/samples_per_sec, epoch by epoch, summed) and the whole
   run's wall time (summary.json: data parsing, validation, test and checkpoints included).
 - test/acc (summary.json; the best epoch's weights), and the test split's majority-class accuracy from the log.
-Prints one line a run, then a table of both and the goals of the issue: tokens/s budget/fixed >= 1.3x,
+Prints one line per run, then a table of both and the goals of the issue: tokens/s budget/fixed >= 1.3x,
 padding <= 10% of the tokens with the budget, the test accuracies equal within noise (printed next to the
 binomial standard error of a difference of two accuracies on the test split; the seed-to-seed spread of
 training adds to it, so it is a lower bound of the noise).

@@ -17,7 +17,7 @@ class TenfoldLoss(Classification):
 
 
 class Regression(Task):
-    """The README's regression (one number a sample, mean squared error, mean absolute error), on float
+    """The README's regression (one number per sample, mean squared error, mean absolute error), on float
     targets as the data gives them: a task that weighs samples and does not mix batches."""
 
     metric_names = ("mae",)

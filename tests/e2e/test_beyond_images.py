@@ -1,6 +1,6 @@
 """Beyond images on one loop: a table with float targets trains end to end (its targets untouched, no batch
 transform, no image logging), the task's own headline metric is what is optimized and monitored by
-default, and eval.py writes a vector a sample as a row."""
+default, and eval.py writes a vector per sample as a row."""
 
 from pathlib import Path
 

@@ -10,5 +10,5 @@ from helpers import record_run
 
 def test_ema_is_updated_every_step_and_is_what_is_evaluated(tmp_path, monkeypatch):
     recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "regularization.ema.enabled=true")
-    assert recording.run.averaged.n_averaged.item() == 3  # one update a step
+    assert recording.run.averaged.n_averaged.item() == 3  # one update per step
     assert len(recording.training_forwards()) == 3 and recording.eval_forwards() == []  # the EMA copy evaluates

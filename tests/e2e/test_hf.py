@@ -118,7 +118,7 @@ def test_a_classifier_from_a_config_trains_and_its_export_loads_back_with_the_sa
 def test_a_saved_model_fine_tunes_from_its_folder_and_predicts(run_train, corpus, saved_model, tmp_path):
     run = run_train(*texts(corpus, f"model.path={saved_model}"))
     assert run.summary["test"]["test/acc"] > 0.9  # its 2-class head rebuilt for the 3 classes
-    unseen = write_texts(tmp_path / "unseen", 2, seed=5)  # texts it never saw, a folder a class
+    unseen = write_texts(tmp_path / "unseen", 2, seed=5)  # texts it never saw, a folder per class
     code, _, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={run.run_dir}",
                                f"predict={unseen}")  # fmt: skip
     assert code == 0, stderr[-3000:]

@@ -154,7 +154,7 @@ def test_micro_batch_size_splits_each_batch_and_the_optimizer_steps_once_a_batch
     recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, "trainer.micro_batch_size=3")
     forwards = recording.training_forwards()
     assert [len(forward.inputs) for forward in forwards] == [3, 3, 2] * 3
-    assert len(recording.grad_norms) == 3  # one update a batch of 8
+    assert len(recording.grad_norms) == 3  # one update per batch of 8
     for batch, (_, transformed) in enumerate(recording.transformed):  # the parts are the augmented batch, in order
         torch.testing.assert_close(torch.cat([f.inputs for f in forwards[3 * batch : 3 * batch + 3]]), transformed)
 

@@ -47,7 +47,7 @@ def restore_rng_states(state: dict) -> None:
 
 
 def restore_rank_rng_states(streams: list, rank: int, world_size: int, reseed: int) -> None:
-    """This rank's streams from a checkpoint's list (one entry a rank, in rank order); when the run
+    """This rank's streams from a checkpoint's list (one entry per rank, in rank order); when the run
     now has another number of ranks, fresh streams seeded with `reseed`, still distinct per rank."""
     if len(streams) == world_size:
         restore_rng_states(streams[rank])

@@ -1,4 +1,4 @@
-"""RULES: what each key of the config may hold (type, range, choices), one line a key.
+"""RULES: what each key of the config may hold (type, range, choices), one line per key.
 
 The table trainkit.config.validation.validate checks every composed config against, written in the words of
 trainkit.config.schema. A new config option gets its rule here; keys that contradict each other are

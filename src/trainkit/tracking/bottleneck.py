@@ -1,4 +1,4 @@
-"""The bottleneck report: the epoch line's timing extras, and one warning a run when data is the limit.
+"""The bottleneck report: the epoch line's timing extras, and one warning per run when data is the limit.
 
 The rule of thumb, the articles' (trainkit.data.loader_settings): when loading takes more than a
 third of the compute time (wait / (step - wait) > 1/3, that is train/data_wait_fraction > 1/4),
