@@ -54,7 +54,7 @@ from trainkit.tasks import evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
 from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise,
                                start_logging, warn_if_data_bound)
-from trainkit.tracking.profiling import profiled_timer  # feature: profiler
+from trainkit.tracking.profiling import close_profiler, profiled_timer  # feature: profiler
 from trainkit.tracking.provenance import record_provenance  # feature: provenance
 from trainkit.tuning import run_trial
 from trainkit.tuning.batch_size_finder import searched_batch_size  # feature: batch_size_finder
@@ -293,7 +293,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
 
         # ---- the loop: train an epoch, validate, log, checkpoint, decide whether to go on ----
         first_epoch = state.epoch
-        run.timer = profiler = profiled_timer(run)  # feature: profiler
+        run.timer = profiled_timer(run)  # feature: profiler
         for epoch in range(state.epoch, cfg.trainer.max_epochs):
             if state.stopping:
                 break
@@ -312,7 +312,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
             if state.batches_done:
                 save_checkpoints(run)
             raise stopped(reason, run_dir, state.epoch, state.step, proc.is_main)
-        profiler.close()  # feature: profiler
+        close_profiler(run.timer)  # feature: profiler
         summary = test_and_summarize(run, reason)
         if not (failed := reason == "non-finite loss"):
             stop_after_the_test(run_dir, state.epoch, state.step, device, proc.is_main)

@@ -1,8 +1,8 @@
 """debug=profile: torch.profiler over a window of training steps, each step's phases labelled.
 
     python train.py debug=profile                  # -> <run dir>/profile/trace.json, top_ops.txt
-    run.timer = profiler = profiled_timer(run)     # train.py: the loop's timer, its marks driving the profiler
-    profiler.close()                               # after the loop: the trace, if training ended in the window
+    run.timer = profiled_timer(run)                # train.py: the loop's timer, its marks driving the profiler
+    close_profiler(run.timer)                      # after the loop: the trace, if training ended in the window
 
 The training loop marks, on its timer (trainkit.tracking.timing's LoopTimer), where each phase of a step
 begins (`phase("forward")`, ...) and where the step ends (`step_done()`); ProfiledTimer is that timer, passing
@@ -192,12 +192,21 @@ class ProfiledTimer(LoopTimer):
         self.profiler.close()
 
 
-def profiled_timer(run: Run) -> ProfiledTimer:
-    """train.py's: the run's timer, with profiler.enabled profiling its window on rank 0; its line names what
-    helps for the run's data option when the window is data-bound (trainkit.tracking.bottleneck's advice)."""
-    cfg, on_cuda = run.cfg, run.device.type == "cuda"
-    advice = data_bound_advice(run.data.train, cfg.data, on_cuda) if cfg.profiler.enabled else []
-    return ProfiledTimer(StepProfiler(cfg.profiler, run.run_dir if run.proc.is_main else None, run.device, advice))
+def profiled_timer(run: Run) -> LoopTimer:
+    """train.py's: with profiler.enabled, on rank 0, the run's timer profiling its window, whose line names what
+    helps for the run's data option when the window is data-bound (trainkit.tracking.bottleneck's advice);
+    otherwise the run's own timer, so that a run without the profiler runs none of its code."""
+    cfg = run.cfg
+    if not (cfg.profiler.enabled and run.proc.is_main):
+        return run.timer
+    advice = data_bound_advice(run.data.train, cfg.data, run.device.type == "cuda")
+    return ProfiledTimer(StepProfiler(cfg.profiler, run.run_dir, run.device, advice))
+
+
+def close_profiler(timer: LoopTimer) -> None:
+    """train.py's, after the loop: the trace is written if training ended in the window (else one warning)."""
+    if isinstance(timer, ProfiledTimer):
+        timer.close()
 
 
 def phase_shares(times: Mapping[str, float]) -> dict[str, float]:

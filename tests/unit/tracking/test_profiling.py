@@ -5,6 +5,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from trainkit.data.loaders import TensorLoader
 from trainkit.tracking import profiling
 from trainkit.tracking.bottleneck import data_bound_advice
 from trainkit.tracking.profiling import PHASES, ProfiledTimer, StepProfiler, describe, phase_shares
+from trainkit.tracking.timing import LoopTimer
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
 
@@ -45,6 +47,22 @@ def test_off_it_profiles_nothing_and_writes_nothing(tmp_path):
         train_steps(profiler, 2)
         profiler.close()
         assert profiler.profile is None and profiler._label is None
+    assert not (tmp_path / "profile").exists()
+
+
+@pytest.mark.parametrize("enabled, is_main", [(False, True), (True, False)])
+def test_a_run_without_the_profiler_keeps_its_own_timer(enabled, is_main, tmp_path):
+    """Off, or on a rank other than 0, the loop runs on the run's LoopTimer: no profiler code in its steps."""
+    timer = LoopTimer()
+    run = SimpleNamespace(
+        cfg=OmegaConf.create({"profiler": profiler_config(enabled=enabled)}),
+        proc=SimpleNamespace(is_main=is_main),
+        timer=timer,
+        run_dir=tmp_path,
+        device=CPU,
+    )
+    assert profiling.profiled_timer(run) is timer  # type: ignore[arg-type]
+    profiling.close_profiler(timer)  # nothing to close
     assert not (tmp_path / "profile").exists()
 
 
