@@ -79,10 +79,10 @@ def test_marked_doc_lines_and_blocks_go_and_nothing_else():
 def test_deleting_the_feature_leaves_no_doc_naming_it_and_every_link_resolves(name):
     """The docs' side of a deletion, on text alone: after its marked doc lines, its table row, its config keys and
     its files go (and those of the rows that need it, which trim.py drops with it), no line of README.md,
-    CONTRIBUTING.md, docs/, conf/ or the shell scripts in scripts/ names a file it deleted, picks a config option
-    whose yaml it deleted (`<group>=<option>`, or the option in its group's row of the README's config-groups
-    table), or, for a feature in DOC_NAMES, calls it by its name; and every relative link still reaches a file and
-    a heading."""
+    CONTRIBUTING.md, docs/, conf/ or the shell scripts in scripts/ names a file it deleted or a config key it
+    removed, picks a config option whose yaml it deleted (`<group>=<option>`, or the option in its group's row of the
+    README's config-groups table), or, for a feature in DOC_NAMES, calls it by its name; and every relative link
+    still reaches a file and a heading."""
     rows = [FEATURES[dropped] for dropped in trim.to_drop(FEATURES, [name])]
     files = [file for row in rows for file in row.files]
     deleted = {ROOT / file for file in files}
@@ -107,6 +107,9 @@ def test_deleting_the_feature_leaves_no_doc_naming_it_and_every_link_resolves(na
     options = config_options(files)
     named += [rf"\b{re.escape(group)}={re.escape(option)}\b" for group, option in options]
     named += [DOC_NAMES[row.name] for row in rows if row.name in DOC_NAMES]
+    # a removed key as the docs write it: dotted (sweep.continue_jobs), or a top-level one set or opened (lr_finder.)
+    removed = {key for row in rows for keys in row.config.values() for key in keys if "_checks_" not in key}
+    named += [rf"(?<![\w./]){re.escape(key)}" + (r"\b" if "." in key else r"[.=]\w") for key in removed]
     pattern = re.compile("|".join(named), re.IGNORECASE)
     left = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}"
