@@ -157,6 +157,12 @@ def higher_is_better(task: type | Task, metric: str) -> bool:
     return name != "loss" and name not in getattr(task, "minimized_metrics", ())
 
 
+def maximize(metric: str, task_target: str | None = None) -> bool:
+    """True when a larger value of `metric` is better (an accuracy), False for a loss and for
+    what the task (`task._target_`) lists in its minimized_metrics."""
+    return higher_is_better(task_class(task_target) if task_target else Task, metric)
+
+
 def mean_over_update_tokens(model: nn.Module, update_weight: int | Tensor, world_size: int) -> None:
     """For a task that weighs tokens (the caller checks `task.weighs`), divides the gradients by the update's real
     tokens on all ranks (one all-reduce, so every rank must call it at the same update). Why:

@@ -8,6 +8,7 @@ Hydra's basic sweeper has no direction; trainkit.tuning.sweeps calls this for ev
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.errors import ConfigError
+from trainkit.tasks.task import maximize
 
 
 def sweeper_direction() -> str | None:
@@ -27,8 +28,6 @@ def check_direction(cfg: DictConfig, direction: str | None) -> None:
     """A sweep that maximizes a loss (or minimizes an accuracy) wastes every trial: stop at once."""
     if direction not in ("maximize", "minimize"):
         return
-    from trainkit.tuning.sweeps import maximize  # here: sweeps imports this module
-
     wanted = "maximize" if maximize(cfg.optimized_metric, OmegaConf.select(cfg, "task._target_")) else "minimize"
     if direction != wanted:
         raise ConfigError(

@@ -24,16 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainkit.checkpointing.resume import in_multirun
 from trainkit.errors import ConfigError, caused_by_config_error
-from trainkit.tasks.task import Task, higher_is_better, task_class
+from trainkit.tasks.task import maximize
 from trainkit.tuning.sweep_direction import check_direction, sweeper_direction  # feature: sweeps
 
 log = logging.getLogger("sweep")
-
-
-def maximize(metric: str, task_target: str | None = None) -> bool:
-    """True when a larger value of `metric` is better (an accuracy), False for a loss and for
-    what the task (`task._target_`) lists in its minimized_metrics."""
-    return higher_is_better(task_class(task_target) if task_target else Task, metric)
 
 
 def failed_trial_value(cfg: DictConfig) -> float:
