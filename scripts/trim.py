@@ -247,9 +247,10 @@ def without_packages(text: str, packages: list[str]) -> str:
 
 
 def marked_files(root: Path) -> list[Path]:
-    """Where a marked code line may be: the entry points, the scripts (Python and shell), the package, conf/."""
+    """Where a marked code line may be: the entry points, the scripts (Python, and shell: scripts/gpu_checks/ too),
+    the package, conf/."""
     entry_points = [path for path in (root / "train.py", root / "eval.py") if path.is_file()]
-    scripts = [*root.glob("scripts/*.py"), *root.glob("scripts/*.sh")]
+    scripts = [*root.glob("scripts/*.py"), *sorted(root.glob("scripts/**/*.sh"))]
     return [*entry_points, *scripts, *root.glob("src/**/*.py"), *sorted(root.glob("conf/**/*.yaml"))]
 
 
