@@ -105,31 +105,6 @@ else echo "FAIL pytest_cuda (log: $out/pytest_cuda.log)"; tail -5 "$out/pytest_c
 fi
 # The optional features' own GPU checks (docs/features.md): scripts/gpu_checks/*.sh, each gone with the rows that list it.
 for feature_check in scripts/gpu_checks/*.sh; do [ -e "$feature_check" ] && source "$feature_check"; done
-# The language model (experiment=stdlib_gpt): flash attention in bf16, then a bf16 + compile run.  # feature: language_model
-if python -c "  # feature: language_model
-import torch, torch.nn.functional as F  # feature: language_model
-from torch.nn.attention import SDPBackend, sdpa_kernel  # feature: language_model
-q = torch.randn(8, 6, 256, 64, device='cuda', dtype=torch.bfloat16)  # feature: language_model
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # feature: language_model
-    F.scaled_dot_product_attention(q, q, q, is_causal=True)  # feature: language_model
-" >"$out/lm_flash_attention.log" 2>&1  # feature: language_model
-then echo "PASS lm_flash_attention: scaled_dot_product_attention(is_causal=True) runs on the flash kernel in bf16"  # feature: language_model
-else echo "FAIL lm_flash_attention: no flash kernel for bf16 causal attention (log: $out/lm_flash_attention.log)"; status=1  # feature: language_model
-fi  # feature: language_model
-lm=$out/lm_bf16_compile  # feature: language_model
-lm_run=(experiment=stdlib_gpt "hydra.run.dir=$lm" print_config=false trainer.progress_bar=false precision=bf16)  # feature: language_model
-lm_run+=(trainer.compile=true data.batch_size=64 data.block_size=256 model.n_layer=6 model.n_head=6 model.n_embd=384)  # feature: language_model
-if python train.py "${lm_run[@]}" trainer.max_epochs=2 >"$lm.log" 2>&1 && line=$(python -c "  # feature: language_model
-import json  # feature: language_model
-s = json.load(open('$lm/summary.json')); f = s['final']  # feature: language_model
-line = f\"test/bpb {s['test']['test/bpb']:.4f} {f['train/tokens_per_sec']:,.0f} tokens/s {s['wall_seconds']:.0f}s\"  # feature: language_model
-assert 'train/mfu' in f, 'no train/mfu in summary.json'  # feature: mfu
-line += f\" mfu {f['train/mfu']:.1%}\"  # feature: mfu
-print(line)  # feature: language_model
-")  # feature: language_model
-then echo "PASS lm_bf16_compile: $line"  # feature: language_model
-else echo "FAIL lm_bf16_compile (log: $lm.log)"; tail -5 "$lm.log"; status=1  # feature: language_model
-fi  # feature: language_model
 python scripts/lm_speed.py --device cuda --precision bf16 --compile --updates 200 --batch-size 64 || { echo "FAIL lm_speed"; status=1; }  # feature: benchmarks
 python scripts/benchmark_overhead.py --repeats 3 trainer.progress_bar=false  # feature: benchmarks
 # The optimization ladder (scripts/benchmark.py): the speed-run net on 40,000 synthetic 32x32 PNGs, baseline  # feature: ladder

@@ -53,12 +53,23 @@ class Capability:
     places: int
     shared: frozenset[str] = frozenset()  # its files that another row lists too: whichever goes first deletes them
 
-    def counted_places(self, root: Path) -> int:
-        """The places rule: all its files count one, each config file, marked file and dependency file one more."""
+    def counted_places(self, root: Path, docs: bool = True) -> int:
+        """The places rule: all its files count one, and each existing file it edits one more: each config file,
+        marked code file and dependency file, and (unless `docs` is False) each doc file with its marked lines or
+        blocks. The table itself is not counted: its row is the registry, and every row edits it."""
         edited = {*self.config, *self.marked}
         if self.packages:
             edited |= {file for file in DEPENDENCY_FILES if package_lines((root / file).read_text(), self.packages)}
+        if docs:
+            edited |= {str(path.relative_to(root)) for path in doc_files(root) if self.marks_docs_in(path, root)}
         return (1 if self.files else 0) + len(edited)
+
+    def marks_docs_in(self, path: Path, root: Path) -> bool:
+        """Whether the doc file at `path` (not the table) has lines or blocks that dropping this row removes."""
+        if path.relative_to(root) == TABLE:
+            return False
+        text = path.read_text(encoding="utf-8")
+        return without_marked_docs(text, self.name) != text
 
 
 @dataclass
@@ -236,9 +247,10 @@ def without_packages(text: str, packages: list[str]) -> str:
 
 
 def marked_files(root: Path) -> list[Path]:
-    """Where a marked code line may be: the entry points, the scripts (Python and shell), the package, conf/."""
+    """Where a marked code line may be: the entry points, the scripts (Python, and shell: scripts/gpu_checks/ too),
+    the package, conf/."""
     entry_points = [path for path in (root / "train.py", root / "eval.py") if path.is_file()]
-    scripts = [*root.glob("scripts/*.py"), *root.glob("scripts/*.sh")]
+    scripts = [*root.glob("scripts/*.py"), *sorted(root.glob("scripts/**/*.sh"))]
     return [*entry_points, *scripts, *root.glob("src/**/*.py"), *sorted(root.glob("conf/**/*.yaml"))]
 
 

@@ -16,7 +16,7 @@ FILES = {
         "| capability | files to delete | config keys to remove | marked lines | packages | needs | places |\n"
         "|---|---|---|---|---|---|---|\n"
         "| `fancy`: a fancy optimizer | `src/fancy.py`, `tests/test_fancy.py` | `conf/config.yaml`: `fancy` | "
-        "`train.py`: 1 | `fancy-lib` | | 4 |\n"
+        "`train.py`: 1 | `fancy-lib` | | 5 |\n"
         "| `race`: fancy against plain | `scripts/race.py` | | | | `fancy` | 1 |\n"
         "| `plain`: a plain helper | `src/plain.py` | | | | | 1 |\n"
     ),
@@ -56,9 +56,10 @@ def repository(tmp_path) -> Path:
 def test_the_listing_gives_each_capability_its_places_lines_packages_and_needs(repository, capsys):
     assert trim.main([], root=repository) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert listed[1].split() == ["fancy", "4", "11", "fancy-lib", "-"]  # 4 lines of files, 1 marked, 6 of docs
+    assert listed[1].split() == ["fancy", "5", "11", "fancy-lib", "-"]  # 4 lines of files, 1 marked, 6 of docs
     assert listed[2].split() == ["race", "1", "2", "-", "fancy"]
-    assert trim.read_table(repository)["fancy"].counted_places(repository) == 4
+    fancy = trim.read_table(repository)["fancy"]  # its files, config.yaml, train.py, pyproject.toml, README.md
+    assert (fancy.counted_places(repository), fancy.counted_places(repository, docs=False)) == (5, 4)
 
 
 def test_a_dry_run_names_what_would_go_and_changes_nothing(repository, capsys):

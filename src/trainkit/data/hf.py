@@ -1,6 +1,6 @@
 """`data=hf`: text classification from a Hugging Face `datasets` dataset, read from local files (or a hub name).
 
-What it reads, how it carves and tokenizes, and which rows it refuses: docs/data.md#hugging-face-datasets-datahf.
+What it reads, how it carves and tokenizes, and which rows it refuses: docs/hf.md#hugging-face-datasets-datahf.
 `datasets` is imported in splits() alone, never by --help or a config error.
 """
 
