@@ -26,9 +26,9 @@ import zlib
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
-from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.tasks.task import Task, first_tensor, samples
 from trainkit.tracking.mfu import mfu_metrics  # feature: mfu
 
@@ -118,7 +118,9 @@ class EpochTotals:
         names = sorted(self.recorded)  # the same order on every rank
         batches = torch.tensor(float(self.interval_batches), device=self.device)
         interval = [torch.stack([self.interval_loss, batches]), *(self.recorded[name][2:] for name in names)]
-        sums = all_reduce_sum(torch.cat(interval))  # pairs: the loss (then each recorded value) summed, its parts
+        sums = torch.cat(interval)  # pairs: the loss (then each recorded value) summed, its parts
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(sums)
         grad_norm = [] if self.grad_norm is None else [self.grad_norm.reshape(1).to(sums)]  # the whole model's
         values = torch.cat([sums[0::2] / sums[1::2], sums[1::2], *grad_norm]).tolist()
         means, parts = values[: len(names) + 1], values[len(names) + 1 : 2 * len(names) + 2]
@@ -144,7 +146,9 @@ class EpochTotals:
         # A number from the names, and 1: summed over the ranks, the mean is this rank's number only if all recorded
         # the same names (a sum of one rank's aux and another's temperature would be a number, silently wrong).
         check = torch.tensor([names_number(names), 1.0], device=self.device)
-        sums = all_reduce_sum(torch.cat([*totals, *recorded, check, metric_sums]))  # promoted, never narrowed
+        sums = torch.cat([*totals, *recorded, check, metric_sums])  # promoted, never narrowed
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(sums)
         loss_sum, weight, count, untimed, real, untimed_real, slots = sums[:7].tolist()
         pairs = sums[7 : 7 + 2 * len(names) + 2].tolist()  # each recorded name's value x weight, weight; the check
         if pairs[-2] / pairs[-1] != names_number(names):

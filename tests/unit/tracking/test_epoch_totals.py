@@ -1,6 +1,7 @@
 """trainkit.tracking.epoch_totals: the epoch's training metrics, summed on the device (one process here)."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -101,13 +102,14 @@ def test_ranks_that_recorded_different_names_are_refused_not_summed(monkeypatch,
     mean is over both ranks; with another name of the same length the sum would mix aux with temperature."""
     sent: list[torch.Tensor] = []
 
-    def reduce(tensor: torch.Tensor) -> torch.Tensor:  # the other rank reduces first and gets its own tensor back
+    def all_reduce(tensor: torch.Tensor) -> None:  # the other rank reduces first and keeps its own sums
         if not sent:
             sent.append(tensor.clone())
-            return tensor
-        return tensor + sent.pop()
+        else:
+            tensor += sent.pop()
 
-    monkeypatch.setattr(epoch_totals, "all_reduce_sum", reduce)
+    ranks = SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True, all_reduce=all_reduce)
+    monkeypatch.setattr(epoch_totals, "dist", ranks)
     other, this = EpochTotals(CPU), EpochTotals(CPU)
     for totals, name in ((other, other_rank_records), (this, "aux")):
         totals.add(torch.tensor(1.0), sums(torch.zeros(2, 2), [0, 1]), 2, recorded={name: torch.tensor(3.0)})
