@@ -3,7 +3,7 @@
 epoch's end.
 
     totals = EpochTotals(device)           # before the loop: samples/s is timed from here
-    totals.add(loss.detach(), task.metric_sums(outputs, targets), batch, weight)   # each batch (or its number)
+    totals.add(loss.detach(), task.metric_sums(outputs, targets), batch, weight, recorded)   # each batch
     totals.interval_metrics()              # a logging step, on every rank: the means since the last one
     totals.epoch_metrics(task)             # after the loop: train/loss, train/<metric>, train/samples_per_sec
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
 
 from trainkit.tasks.task import Task, first_tensor, samples
 from trainkit.tracking.mfu import mfu_metrics  # feature: mfu
@@ -56,26 +56,17 @@ class EpochTotals:
         self.unit_slots = 0
         self.started = time.perf_counter()
 
-    def add(
-        self,
-        loss: torch.Tensor,
-        metric_sums: torch.Tensor,
-        batch: Any,
-        weight: int | torch.Tensor | None = None,
-        recorded: dict[str, torch.Tensor] | None = None,
-    ) -> None:
-        """One batch (or micro-batch part): the `batch` itself (any nested tensors; or its number of samples),
-        `loss` its mean over what it weighs (`weight`; None: its samples), `metric_sums` the task's sums for it,
-        `recorded` what the task recorded in its step (0-d tensors by name).
-        Sized data counts the units and padding of the batch's first tensor (token data: its ids)."""
-        size = batch if isinstance(batch, int) else samples(batch)
-        if self.unit and not isinstance(batch, int):
+    def add(self, loss: Tensor, metric_sums: Tensor, batch: Any, weight: int | Tensor, recorded: dict) -> None:
+        """One batch (or micro-batch part) as the step saw it: `loss` its mean over what it weighs (`weight`: its
+        samples, or a tokens task's real tokens), `metric_sums` the task's sums for it, `recorded` what the task
+        recorded in its step (0-d tensors by name). Sized data counts the units and padding of the batch's first
+        tensor (token data: its ids)."""
+        if self.unit:
             self.add_units(first_tensor(batch))
-        weight = size if weight is None else weight
         self.loss_sum += loss * weight
         self.weight_sum += weight
         self.metric_sums = metric_sums.clone() if self.metric_sums is None else self.metric_sums.add_(metric_sums)
-        self.count += size
+        self.count += samples(batch)
         self.interval_loss += loss  # a non-finite loss stays non-finite in the sum: found at the next logging step
         self.interval_batches += 1
         if recorded:
