@@ -106,22 +106,21 @@ class EpochTotals:
         """At a logging step, over all ranks (a collective: every rank calls it at the same step; one host sync):
         train/step_loss, the mean batch loss since the last call, train/step_<name> for what the task recorded,
         and train/grad_norm, the last update's (where computed). A new interval begins."""
-        names = sorted(self.recorded)  # the same order on every rank
+        names = ["loss", *sorted(self.recorded)]  # the same order on every rank
         batches = torch.tensor(float(self.interval_batches), device=self.device)
-        interval = [torch.stack([self.interval_loss, batches]), *(self.recorded[name][2:] for name in names)]
-        sums = torch.cat(interval)  # pairs: the loss (then each recorded value) summed, its parts
+        # Pairs: the loss (then each recorded value) summed since the last call, and its parts.
+        sums = torch.cat([torch.stack([self.interval_loss, batches]), *(self.recorded[n][2:] for n in names[1:])])
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums)
         grad_norm = [] if self.grad_norm is None else [self.grad_norm.reshape(1).to(sums)]  # the whole model's
-        values = torch.cat([sums[0::2] / sums[1::2], sums[1::2], *grad_norm]).tolist()
-        means, parts = values[: len(names) + 1], values[len(names) + 1 : 2 * len(names) + 2]
-        metrics = {"train/step_loss": means[0]}
-        metrics |= {f"train/step_{name}": mean for name, mean, n in zip(names, means[1:], parts[1:]) if n}
+        values = torch.cat([sums[0::2] / sums[1::2], sums[1::2], *grad_norm]).tolist()  # means, parts, the norm
+        # A name with no part since the last call (recorded earlier in the epoch) has no mean to log.
+        metrics = {f"train/step_{name}": mean for name, mean, n in zip(names, values, values[len(names) :]) if n}
         if grad_norm:
             metrics["train/grad_norm"] = values[-1]
         self.interval_loss.zero_()
         self.interval_batches = 0
-        for name in names:
+        for name in names[1:]:
             self.recorded[name][2:] = 0
         return metrics
 
