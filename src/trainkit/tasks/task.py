@@ -47,7 +47,7 @@ class Task:
     _recorded: dict[str, Tensor] | None = None  # this step's `record` calls, until the loop takes them
 
     def to_device(self, batch: Any, device: torch.device) -> Any:
-        return to_device(batch, device)
+        return tree_map_only((Tensor, Shared), lambda leaf: leaf.to(device, non_blocking=True), batch)
 
     def transform(self, batch: Any, transform: Callable[[Any], Any]) -> Any:
         """Applies the data's batch transform to a pair's inputs, or to a dict batch whole."""
@@ -185,12 +185,8 @@ class Shared:
     def pin_memory(self) -> "Shared":  # the DataLoader's pin_memory=True calls it
         return Shared(self.tensor.pin_memory())
 
-    def to(self, device: torch.device, non_blocking: bool = False) -> "Shared":  # to_device calls it
+    def to(self, device: torch.device, non_blocking: bool = False) -> "Shared":  # Task.to_device calls it
         return Shared(self.tensor.to(device, non_blocking=non_blocking))
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    return tree_map_only((Tensor, Shared), lambda leaf: leaf.to(device, non_blocking=True), batch)
 
 
 def first_tensor(batch: Any) -> Tensor:
