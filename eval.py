@@ -60,7 +60,7 @@ from trainkit.models.export import export_run  # feature: hf
 from trainkit.runtime import pick_device, seed_everything
 from trainkit.tasks import evaluate, evaluation_outputs
 from trainkit.tasks.prompting import check_prompt, continue_text  # feature: language_model
-from trainkit.tasks.task import Task, to_device
+from trainkit.tasks.task import Task
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
 from trainkit.tracking import quiet_known_noise, save_png
 from trainkit.tracking.evaluation_figures import save_evaluation_figures  # feature: eval_figures
@@ -419,7 +419,8 @@ def task_predictions(
     a test batch (evaluation_outputs: the task's transform and outputs, precision, test-time augmentation), so a
     model of several inputs or outputs predicts as its task scores it."""
     with torch.no_grad():
-        _, outputs = evaluation_outputs(model, to_device(batch, device), transform, task, cfg.precision.name)
+        batch = Task.to_device(task, batch, device)  # the base move: a task's own may need the targets it lacks
+        _, outputs = evaluation_outputs(model, batch, transform, task, cfg.precision.name)
     return task.predict(outputs)
 
 

@@ -71,12 +71,12 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
     """Forward, loss and backward of a batch, in micro-batches weighed so the gradients sum to the update's.
     The loop, the finders and micro_batch_size=auto all call this: a change here is theirs too."""
     task = run.task
-    with autocast(run.parallel.precision, run.device):  # the whole batch, since MixUp mixes across it
+    with run.autocast:  # the whole batch, since MixUp mixes across it
         batch = task.augment(task.transform(batch, run.train_transform))
     parts = micro_batches(batch, micro_batch_size, sized=run.data.size_unit is not None)
     for n, (part, share) in enumerate(parts, start=1):
         sync_part = sync and n == len(parts)  # DDP and FSDP reduce the gradients once, on the last part
-        with run.parallel.gradient_sync(run.trained_model, sync_part), autocast(run.parallel.precision, run.device):
+        with run.parallel.gradient_sync(run.trained_model, sync_part), run.autocast:
             loss, outputs = task.step(run.trained_model, part)
             run.timer.phase("backward")
             part_weight = task.weight(part)  # samples, or real tokens: a tokens task's update divides by them all
@@ -219,6 +219,7 @@ def build_run(composed: DictConfig, run_dir: Path, proc: ProcessInfo, device: to
     mix_batches(run.task, cfg.augmentation)  # feature: augment_recipes
     run.train_transform, run.eval_transform = data.transforms(cfg.augmentation, input_size, channels_last, device)
     run.scaler = grad_scaler(cfg.precision.name, device)
+    run.autocast = autocast(run.parallel.precision, device)
     found |= searched_batch_size(cfg, run, partial(train_step, run), data.train, device)  # feature: batch_size_finder
     found |= searched_micro_batch_size(cfg, run, partial(train_step, run), data, device)  # feature: micro_batch_auto
     run.cfg = cfg = resolved(composed, found)

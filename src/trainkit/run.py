@@ -5,6 +5,7 @@ and the run's end: its test with the best weights and summary.json.
 Plumbing train.py calls and a researcher rarely changes: a field you add to Run that a resume needs goes into
 state_dict and load_state_dict here."""
 
+import contextlib
 import logging
 import math
 import time
@@ -100,6 +101,8 @@ class Run:
     optimizer: torch.optim.Optimizer = field(init=False)
     scheduler: torch.optim.lr_scheduler.LRScheduler = field(init=False)
     scaler: torch.amp.GradScaler = field(init=False)
+    # The step's mixed precision (runtime.autocast of parallel.precision), built once and entered for each batch.
+    autocast: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
     early_stopping: EarlyStopping = field(init=False)
     timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest
     # A feature's average of the weights (regularization.ema's), evaluated in their place: validation, best.pt,

@@ -17,7 +17,7 @@ from trainkit.errors import ConfigError
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-_warned_slow_fp16 = False  # once per process: autocast is built for every batch
+_warned_slow_fp16 = False  # once per process: training and evaluation each build an autocast
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
@@ -88,8 +88,9 @@ def nondeterministic_op_errors() -> Iterator[None]:
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """Autocast for bf16/fp16; a no-op context for fp32. fp16 on a CPU is emulated (about 13x slower
-    than fp32 for the small CNN), which rank 0 says once."""
+    """Autocast for bf16/fp16; a no-op context for fp32. One may be entered again and again, but not inside itself
+    (train.py builds the step's once). fp16 on a CPU is emulated (about 13x slower than fp32 for the small CNN),
+    which rank 0 says once."""
     if precision == "fp32":
         return contextlib.nullcontext()
     if precision == "fp16" and device.type == "cpu":

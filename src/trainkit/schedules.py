@@ -47,9 +47,7 @@ def warmup_updates(warmup_epochs: float, updates_per_epoch: int, total_updates: 
 
 def warmup_factor(update: int, warmup: int, start_factor: float | None) -> float:
     """The factor at `update` < `warmup`: (update + 1) / warmup, or linearly from start_factor at update 0."""
-    if start_factor is None:
-        return (update + 1) / warmup
-    return start_factor + (1 - start_factor) * update / warmup
+    return (update + 1) / warmup if start_factor is None else start_factor + (1 - start_factor) * update / warmup
 
 
 def warmup_notices(updates_per_epoch: int, total_updates: int, warmup_epochs: float = 0, **_: object) -> list[str]:

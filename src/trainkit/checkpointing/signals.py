@@ -39,10 +39,11 @@ from pathlib import Path
 from types import FrameType
 
 import torch
+import torch.distributed as dist
 
 from trainkit.checkpointing import submitit_requeue  # feature: slurm
 from trainkit.checkpointing.files import latest_checkpoint
-from trainkit.distributed.process_group import barrier, is_distributed, process_info
+from trainkit.distributed.process_group import barrier, process_info
 
 log = logging.getLogger("train")
 
@@ -215,12 +216,10 @@ def stop_signal(device: torch.device, agree: bool) -> str | None:
     flag, at every call. Under DDP: None unless `agree` (all ranks call this at the same update,
     where the loop synchronizes anyway); then one all-reduce tells every rank whether any rank
     received one (the highest signal number names it)."""
-    if not is_distributed():
+    if not (dist.is_available() and dist.is_initialized()):
         return _requested
     if not agree:
         return None
-    import torch.distributed as dist
-
     number = torch.tensor(float(signal.Signals[_requested]) if _requested else 0.0, device=device)
     dist.all_reduce(number, op=dist.ReduceOp.MAX)
     value = int(number.item())

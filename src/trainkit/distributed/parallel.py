@@ -6,7 +6,7 @@ the strategy's own module (this one imports none: deleting one deletes its modul
     parallel = parallel_for(cfg, proc, device)      # distributed.parallel and the number of processes choose
     model = parallel.prepare(model)                  # before the optimizer takes the parameters (a sharding one shards)
     trained = parallel.wrap(model, compile)          # what the loop calls: compiled, then DDP-wrapped
-    with parallel.gradient_sync(trained, enabled), autocast(parallel.precision, device): ...  # a micro-step
+    with parallel.gradient_sync(trained, enabled), run.autocast: ...  # a micro-step, autocast to parallel.precision
     with parallel.full_parameters(model): evaluate(...)  # every rank holds the whole model
     norm = parallel.grad_norm(model, max_norm)       # the gradients' norm over every rank's shards, clipped to max_norm
     parallel.save(checkpoints, state, model, optimizer, improved)   # last.pt and best.pt, or a sharded last/

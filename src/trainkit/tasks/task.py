@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only, tree_unflatten
 
-from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.errors import ConfigError
 
 TARGETS = "targets"  # a dict batch's targets; its other keys go to the model
@@ -47,7 +47,7 @@ class Task:
     _recorded: dict[str, Tensor] | None = None  # this step's `record` calls, until the loop takes them
 
     def to_device(self, batch: Any, device: torch.device) -> Any:
-        return to_device(batch, device)
+        return tree_map_only((Tensor, Shared), lambda leaf: leaf.to(device, non_blocking=True), batch)
 
     def transform(self, batch: Any, transform: Callable[[Any], Any]) -> Any:
         """Applies the data's batch transform to a pair's inputs, or to a dict batch whole."""
@@ -167,7 +167,9 @@ def mean_over_update_tokens(model: nn.Module, update_weight: int | Tensor, world
     """For a task that weighs tokens (the caller checks `task.weighs`), divides the gradients by the update's real
     tokens on all ranks (one all-reduce, so every rank must call it at the same update). Why:
     docs/how-the-loop-works.md."""
-    total = all_reduce_sum(torch.as_tensor(update_weight, dtype=torch.float32).reshape(1).clone())
+    total = torch.as_tensor(update_weight, dtype=torch.float32).reshape(1).clone()
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(total)
     factor = (world_size / total.clamp(min=1)).reshape(())
     for param in model.parameters():
         if param.grad is not None:
@@ -183,12 +185,8 @@ class Shared:
     def pin_memory(self) -> "Shared":  # the DataLoader's pin_memory=True calls it
         return Shared(self.tensor.pin_memory())
 
-    def to(self, device: torch.device, non_blocking: bool = False) -> "Shared":  # to_device calls it
+    def to(self, device: torch.device, non_blocking: bool = False) -> "Shared":  # Task.to_device calls it
         return Shared(self.tensor.to(device, non_blocking=non_blocking))
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    return tree_map_only((Tensor, Shared), lambda leaf: leaf.to(device, non_blocking=True), batch)
 
 
 def first_tensor(batch: Any) -> Tensor:

@@ -3,7 +3,7 @@
 epoch's end.
 
     totals = EpochTotals(device)           # before the loop: samples/s is timed from here
-    totals.add(loss.detach(), task.metric_sums(outputs, targets), batch, weight)   # each batch (or its number)
+    totals.add(loss.detach(), task.metric_sums(outputs, targets), batch, weight, recorded)   # each batch
     totals.interval_metrics()              # a logging step, on every rank: the means since the last one
     totals.epoch_metrics(task)             # after the loop: train/loss, train/<metric>, train/samples_per_sec
 
@@ -26,9 +26,9 @@ import zlib
 from typing import Any
 
 import torch
-from torch import nn
+import torch.distributed as dist
+from torch import Tensor, nn
 
-from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.tasks.task import Task, first_tensor, samples
 from trainkit.tracking.mfu import mfu_metrics  # feature: mfu
 
@@ -56,26 +56,17 @@ class EpochTotals:
         self.unit_slots = 0
         self.started = time.perf_counter()
 
-    def add(
-        self,
-        loss: torch.Tensor,
-        metric_sums: torch.Tensor,
-        batch: Any,
-        weight: int | torch.Tensor | None = None,
-        recorded: dict[str, torch.Tensor] | None = None,
-    ) -> None:
-        """One batch (or micro-batch part): the `batch` itself (any nested tensors; or its number of samples),
-        `loss` its mean over what it weighs (`weight`; None: its samples), `metric_sums` the task's sums for it,
-        `recorded` what the task recorded in its step (0-d tensors by name).
-        Sized data counts the units and padding of the batch's first tensor (token data: its ids)."""
-        size = batch if isinstance(batch, int) else samples(batch)
-        if self.unit and not isinstance(batch, int):
+    def add(self, loss: Tensor, metric_sums: Tensor, batch: Any, weight: int | Tensor, recorded: dict) -> None:
+        """One batch (or micro-batch part) as the step saw it: `loss` its mean over what it weighs (`weight`: its
+        samples, or a tokens task's real tokens), `metric_sums` the task's sums for it, `recorded` what the task
+        recorded in its step (0-d tensors by name). Sized data counts the units and padding of the batch's first
+        tensor (token data: its ids)."""
+        if self.unit:
             self.add_units(first_tensor(batch))
-        weight = size if weight is None else weight
         self.loss_sum += loss * weight
         self.weight_sum += weight
         self.metric_sums = metric_sums.clone() if self.metric_sums is None else self.metric_sums.add_(metric_sums)
-        self.count += size
+        self.count += samples(batch)
         self.interval_loss += loss  # a non-finite loss stays non-finite in the sum: found at the next logging step
         self.interval_batches += 1
         if recorded:
@@ -115,20 +106,21 @@ class EpochTotals:
         """At a logging step, over all ranks (a collective: every rank calls it at the same step; one host sync):
         train/step_loss, the mean batch loss since the last call, train/step_<name> for what the task recorded,
         and train/grad_norm, the last update's (where computed). A new interval begins."""
-        names = sorted(self.recorded)  # the same order on every rank
+        names = ["loss", *sorted(self.recorded)]  # the same order on every rank
         batches = torch.tensor(float(self.interval_batches), device=self.device)
-        interval = [torch.stack([self.interval_loss, batches]), *(self.recorded[name][2:] for name in names)]
-        sums = all_reduce_sum(torch.cat(interval))  # pairs: the loss (then each recorded value) summed, its parts
+        # Pairs: the loss (then each recorded value) summed since the last call, and its parts.
+        sums = torch.cat([torch.stack([self.interval_loss, batches]), *(self.recorded[n][2:] for n in names[1:])])
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(sums)
         grad_norm = [] if self.grad_norm is None else [self.grad_norm.reshape(1).to(sums)]  # the whole model's
-        values = torch.cat([sums[0::2] / sums[1::2], sums[1::2], *grad_norm]).tolist()
-        means, parts = values[: len(names) + 1], values[len(names) + 1 : 2 * len(names) + 2]
-        metrics = {"train/step_loss": means[0]}
-        metrics |= {f"train/step_{name}": mean for name, mean, n in zip(names, means[1:], parts[1:]) if n}
+        values = torch.cat([sums[0::2] / sums[1::2], sums[1::2], *grad_norm]).tolist()  # means, parts, the norm
+        # A name with no part since the last call (recorded earlier in the epoch) has no mean to log.
+        metrics = {f"train/step_{name}": mean for name, mean, n in zip(names, values, values[len(names) :]) if n}
         if grad_norm:
             metrics["train/grad_norm"] = values[-1]
         self.interval_loss.zero_()
         self.interval_batches = 0
-        for name in names:
+        for name in names[1:]:
             self.recorded[name][2:] = 0
         return metrics
 
@@ -144,7 +136,9 @@ class EpochTotals:
         # A number from the names, and 1: summed over the ranks, the mean is this rank's number only if all recorded
         # the same names (a sum of one rank's aux and another's temperature would be a number, silently wrong).
         check = torch.tensor([names_number(names), 1.0], device=self.device)
-        sums = all_reduce_sum(torch.cat([*totals, *recorded, check, metric_sums]))  # promoted, never narrowed
+        sums = torch.cat([*totals, *recorded, check, metric_sums])  # promoted, never narrowed
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(sums)
         loss_sum, weight, count, untimed, real, untimed_real, slots = sums[:7].tolist()
         pairs = sums[7 : 7 + 2 * len(names) + 2].tolist()  # each recorded name's value x weight, weight; the check
         if pairs[-2] / pairs[-1] != names_number(names):

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from models_for_tests import NoNormCNN
 from trainkit.errors import ConfigError
 from trainkit.tasks.classification import Classification
-from trainkit.tasks.task import Shared, first_tensor, micro_batches, rows, samples, split, to_device
+from trainkit.tasks.task import Shared, Task, first_tensor, micro_batches, rows, samples, split
 
 
 def nested(count: int = 5) -> dict:
@@ -19,7 +19,7 @@ def nested(count: int = 5) -> dict:
 
 def test_moving_a_nested_batch_moves_every_tensor_and_keeps_the_rest():
     batch = nested()
-    moved = to_device(batch, torch.device("meta"))
+    moved = Task().to_device(batch, torch.device("meta"))
     assert moved["views"][0].device.type == moved["views"][1].device.type == moved["lengths"].device.type == "meta"
     assert moved["name"] == "signals" and moved["mask"] is None
     assert samples(batch) == 5 and first_tensor(batch) is batch["views"][0]
@@ -65,7 +65,7 @@ def test_a_tensor_the_batch_shares_is_moved_and_given_to_the_model_but_never_cut
     assert [(samples(part), share) for part, share in parts] == [(16, 0.25)] * 4
     assert all(part["prompts"] is prompts for part, _ in parts)  # whole in every part
     assert rows(batch, torch.tensor([3, 1]))["prompts"] is prompts
-    moved = to_device(batch, torch.device("meta"))
+    moved = Task().to_device(batch, torch.device("meta"))
     assert moved["prompts"].tensor.device.type == moved["image"].device.type == "meta"
     given = {}
     Classification(10).outputs(lambda **inputs: given.update(inputs) or torch.zeros(64, 10), batch)

@@ -44,7 +44,7 @@ def test_an_epoch_of_token_data_reports_what_mfu_metrics_says_of_the_model_it_wa
     model, task = tiny(), Classification(num_classes=2)
     totals = EpochTotals(torch.device("cpu"), unit="tokens", pad_id=0, model=model)
     ids = torch.tensor([[5, 6, 0, 0], [7, 8, 9, 0]])
-    totals.add(torch.tensor(1.0), task.metric_sums(torch.zeros(2, 2), torch.tensor([0, 1])), (ids, ids[:, 0]))
+    totals.add(torch.tensor(1.0), task.metric_sums(torch.zeros(2, 2), torch.tensor([0, 1])), (ids, ids[:, 0]), 2, {})
     assert totals.epoch_metrics(task)["train/mfu"] == 0.5
     assert seen[0][1:] == (model, torch.device("cpu")) and "train/tokens_per_sec" in seen[0][0]
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import pkgutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -36,7 +35,6 @@ __all__ = [
     "Loggers",
     "RunFacts",
     "build_loggers",
-    "finite_or_null",
     "read_jsonl",
     "run_names",
     "strict_json",
@@ -46,20 +44,11 @@ __all__ = [
 ]
 
 
-def finite_or_null(value: Any) -> Any:
-    """`value` with every NaN or infinite float inside (dicts, lists) replaced by None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_null(item) for item in value]
-    return value
-
-
 def strict_json(value: Any, indent: int | None = None) -> str:
-    """JSON that strict readers accept: null, never the bare NaN or Infinity Python writes."""
-    return json.dumps(finite_or_null(value), indent=indent, allow_nan=False)
+    """JSON that strict readers accept: null for every NaN or infinite float inside (dicts, lists), never the bare
+    NaN or Infinity Python writes."""
+    plain = json.loads(json.dumps(value), parse_constant=lambda constant: None)  # NaN, Infinity, -Infinity
+    return json.dumps(plain, indent=indent, allow_nan=False)
 
 
 class JsonlLogger(Logger):
