@@ -140,8 +140,7 @@ class Cached(ImageData):
         return Splits(train, val, test, num_classes=meta["num_classes"])
 
     def _cut_val(self, train: Split, val: Split) -> tuple[Split, Split]:
-        """The cache's train and val rows, with the val split Data.cut_val cuts from them together (data.folds);
-        the arrays as they are where it cuts none."""
+        """The cache's train and val rows as Data.cut_val cuts them (data.folds); without a cut, as they are."""
         labels = torch.cat([train[1], val[1]])
         rows = {"train": torch.arange(len(train[1])), "val": torch.arange(len(train[1]), len(labels))}
         parts = self.cut_val(rows, self.split_seed, labels)

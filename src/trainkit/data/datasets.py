@@ -83,10 +83,8 @@ class Data:
     def cut_val(
         self, parts: dict[str, torch.Tensor], seed: int, labels: Any = None, names: Sequence[str] | None = None
     ) -> dict[str, torch.Tensor]:
-        """`parts` (carve's split indices, by `seed`) with the val split a feature cuts from train and val in place of
-        the carved one (data.folds: trainkit.data.folds), or `parts` itself where none does. Every class that carves
-        its val split from training data calls it; `labels` (one class per sample) stratify the cut and name in a
-        warning a class that the carved val split lacks and train has, `names` the classes."""
+        """`parts` (a carve's indices) with the val split a feature cuts from train and val (data.folds), or `parts`
+        itself; every class that carves val calls it. `labels`: stratify, and warn of a class val lacks."""
         from trainkit.data.folds import folded  # feature: folds
 
         parts = folded(parts, self.folds, self.fold, seed, labels, names)  # feature: folds
@@ -95,8 +93,7 @@ class Data:
         return parts
 
     def own_val(self, where: str, instead: str) -> None:
-        """Called by a class whose data has a val split of its own (`where`: which) in place of cut_val: a feature
-        that cuts val from training data refuses it in one line, saying `instead` how to let it cut."""
+        """Called in place of cut_val where the val split is the data's own (`where`): data.folds refuses it."""
         from trainkit.data.folds import refuse_own_val  # feature: folds
 
         refuse_own_val(self, where, instead)  # feature: folds

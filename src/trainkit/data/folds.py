@@ -1,10 +1,5 @@
-"""k-fold cross-validation (data.folds=K, data.fold=i): train and val pooled and cut into K folds by data.split_seed,
-stratified by class; fold i is val, the others train, and the test split stays the one a run without folds has.
-
-A data option reaches it through `Data.cut_val` (the marked lines there), so every class that carves its val split
-from training data folds the same way; conf/config.yaml's `_checks_.folds` names this module for the checks of
-its keys (CONFIG_RULES, CONFIG_RELATIONS). docs/data.md#k-fold-cross-validation-datafolds-datafold.
-"""
+"""k-fold cross-validation (data.folds, data.fold: docs/data.md#k-fold-cross-validation-datafolds-datafold), reached
+from Data.cut_val and Data.own_val's marked lines; conf/config.yaml's `_checks_.folds` gathers its checks."""
 
 import dataclasses
 import logging
@@ -29,8 +24,8 @@ def folded(
     labels: Any = None,
     names: Sequence[str] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """`parts` with train and val pooled and cut into `folds` folds by `seed`: fold `fold` is "val", the rest
-    "train"; test stays as it was. With `labels` the folds are stratified. `folds` None: `parts` as they are."""
+    """`parts` with train and val pooled, cut into `folds` folds by `seed` (by class with `labels`): fold `fold` is
+    "val", the rest "train", test as it was. `folds` None: `parts` itself."""
     if folds is None:
         return parts
     pool = torch.cat([torch.as_tensor(parts["train"]), torch.as_tensor(parts["val"])]).sort().values
@@ -65,7 +60,6 @@ def _refuse_a_class_in_fewer_samples_than_folds(pool_labels: torch.Tensor, folds
 
 
 def refuse_own_val(data: Data, where: str, instead: str) -> None:
-    """Under data.folds, a one-line refusal of data whose val split is its own (`where`), not carved from train."""
     if data.folds is not None:
         raise ConfigError(
             "data.folds",
@@ -75,22 +69,15 @@ def refuse_own_val(data: Data, where: str, instead: str) -> None:
 
 
 def fold_name(data: Data) -> str | None:
-    """The fold for the data fingerprint ("fold 2 of 5"), so a resume into another fold is refused; None without
-    data.folds."""
+    """The fold for the data fingerprint ("fold 2 of 5"), so a resume into another fold is refused."""
     return None if data.folds is None else f"fold {data.fold} of {data.folds}"
 
 
-# ---- its config checks (gathered by the config check: conf/config.yaml's _checks_) ----
-
-CONFIG_RULES: dict[str, Check] = {
-    "data.folds": integer(2, null=True),  # the training pool in K folds (null: none)
-    "data.fold": integer(0, null=True),  # the fold that is val; _folds holds it below data.folds
-}
+CONFIG_RULES: dict[str, Check] = {"data.folds": integer(2, null=True), "data.fold": integer(0, null=True)}
 
 
 def _folds(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """data.folds and data.fold go together, the fold one of the folds, on a data class that carves its val split
-    from training data (a `val_fraction` field: it calls Data.cut_val)."""
+    """data.folds and data.fold go together, the fold one of the folds, on a class that carves val (`val_fraction`)."""
     folds, fold = cfg.data.get("folds"), cfg.data.get("fold")
     given = [key for key, value in (("folds", folds), ("fold", fold)) if value is not None]
     try:
@@ -115,7 +102,6 @@ def _folds(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def not_taken(data: type, target: str, removals: list[str]) -> str:
-    """The message for data.folds or data.fold on a data class that cuts no folds. `removals`: what to remove."""
     return (
         f"is k-fold cross-validation's, which {data.__name__} ({target}) does not take: it carves no val split from "
         f"training data; remove {' and '.join(removals)} (or, for a class of yours that carves val, give it a "
