@@ -8,12 +8,12 @@ from typing import ClassVar
 import torch
 
 from trainkit.data import Data, FileSplits, ImageData, Splits
-from trainkit.data.datasets import Digits, Folds, carve, read_digits
+from trainkit.data.datasets import Digits, carve, read_digits
 from trainkit.data.feature_rows import read_feature_rows
 
 
 @dataclass(kw_only=True)
-class FolderOfMine(Folds, ImageData):
+class FolderOfMine(ImageData):
     """A dataset of your own with data=digits' keys, read from a folder and downloadable: the config
     check knows that from its class attributes alone, as it knows it of the built-in datasets."""
 
@@ -42,7 +42,7 @@ class ThreeChannelDigits(Digits):
 
 
 @dataclass(kw_only=True)
-class DigitsTable(Folds, Data):
+class DigitsTable(Data):
     """The digits as a table, not images: 64 pixel features a row, the digit as a float target (a regression),
     carved into train/val/test like the digits. A data option of kind "generic": no channels, size or
     normalization keys, no batch transform, float targets kept float."""
@@ -59,7 +59,7 @@ class DigitsTable(Folds, Data):
         features = torch.from_numpy(pixels).float().div_(16)  # [1797, 64]
         values = torch.from_numpy(target).float() + 0.25  # float targets: a cast to int64 would change them
         parts = carve(len(values), {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed)
-        parts = self.folded(parts, self.split_seed)  # data.folds: a regression has no classes to stratify by
+        parts = self.cut_val(parts, self.split_seed)  # data.folds: a regression has no classes to stratify by
         train, val, test = ((features[parts[s]], values[parts[s]]) for s in ("train", "val", "test"))
         return Splits(train, val, test, num_classes=1)
 
@@ -80,7 +80,7 @@ class _Signals(torch.utils.data.Dataset):
 
 
 @dataclass(kw_only=True)
-class DigitSignals(Folds, Data):
+class DigitSignals(Data):
     """The digits as 1-D signals of uneven lengths (each a digit's first 16 to 64 pixels), read as file data is
     (DataLoader, the option's collate): batches are dicts, {"signal": [B, T] zero-padded to the batch's longest,
     "lengths": [B], "label": [B]}. A data kind whose batch is not an (inputs, targets) pair."""
@@ -96,7 +96,7 @@ class DigitSignals(Folds, Data):
         pixels, target = read_digits()
         signals, labels = torch.from_numpy(pixels).float().div_(16), torch.from_numpy(target).long()
         parts = carve(len(labels), {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed)
-        parts = self.folded(parts, self.split_seed, labels)
+        parts = self.cut_val(parts, self.split_seed, labels)
         train, val, test = (_Signals(signals[parts[s]], labels[parts[s]]) for s in ("train", "val", "test"))
         return FileSplits(train, val, test, num_classes=10)
 
@@ -153,7 +153,7 @@ class _Captioned(torch.utils.data.Dataset):
 
 
 @dataclass(kw_only=True)
-class CaptionedDigitsWithoutPredictionBatch(Folds, ImageData):
+class CaptionedDigitsWithoutPredictionBatch(ImageData):
     """The digits as image + text dict batches, {"image": [B, 1, 8, 8] uint8, "caption": [B, 20] byte ids,
     "targets": [B]}, read as file data is: the batch transform applies to the "image" entry alone (image_entries).
     It does not say how predict= images make one of its batches (CaptionedDigits does)."""
@@ -171,7 +171,7 @@ class CaptionedDigitsWithoutPredictionBatch(Folds, ImageData):
         images = torch.from_numpy(pixels).mul(255 / 16).round().to(torch.uint8).reshape(-1, 1, 8, 8)
         labels = torch.from_numpy(target).long()
         parts = carve(len(labels), {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed)
-        parts = self.folded(parts, self.split_seed, labels)
+        parts = self.cut_val(parts, self.split_seed, labels)
         train, val, test = (_Captioned(images[parts[s]], labels[parts[s]]) for s in ("train", "val", "test"))
         return FileSplits(train, val, test, num_classes=10)
 

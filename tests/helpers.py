@@ -32,6 +32,11 @@ needs_image_folders = pytest.mark.skipif(
     not template_has("data/imagefolder.yaml"), reason="this clone has no data=imagefolder (trimmed)"
 )
 
+# A test of the core or of another capability that also checks k-fold cross-validation (data.folds): those checks, or
+# the whole test, are left out once folds is trimmed.
+has_folds = template_has("_checks_.folds")
+needs_folds = pytest.mark.skipif(not has_folds, reason="this clone has no data.folds (trimmed)")
+
 # A test of the core or of another capability that picks data=mnist or data=cifar10: skipped once downloads is trimmed.
 needs_downloads = pytest.mark.skipif(
     not template_has("data/mnist.yaml"), reason="this clone has no data=mnist or data=cifar10 (trimmed)"

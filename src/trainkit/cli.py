@@ -39,38 +39,12 @@ def _flatten(text: object) -> str:
 
 def _unknown_key(error: OmegaConfBaseException) -> str:
     full_key, key = str(error.full_key), str(error.key)
-    folds = _folds_not_taken(full_key, error.parent_node)
-    if folds:
-        return folds
     # parent_node is an OmegaConf node, not a dict: keys() says what is listed.
     known = [str(k) for k in error.parent_node.keys()] if error.parent_node is not None else []  # noqa: SIM118
     close = difflib.get_close_matches(key, known, n=1)
     prefix = full_key[: -len(key)] if full_key.endswith(key) else ""
     hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
     return f"{full_key}: no such key{hint}; to add a new key on purpose write +{full_key}=..."
-
-
-def _folds_not_taken(full_key: str, data: Any) -> str | None:
-    """data.folds or data.fold typed on a data option whose yaml lacks them: the config check's message (the class
-    cuts no folds) rather than "no such key"; None for any other key, or a class that does take them."""
-    if full_key not in ("data.folds", "data.fold") or data is None or not isinstance(data.get("_target_"), str):
-        return None
-    from trainkit.config.validation import folds_not_taken
-    from trainkit.data.datasets import Folds, data_class
-
-    try:
-        found = data_class(data["_target_"])
-    except ConfigError:
-        return None
-    if issubclass(found, Folds):
-        return None
-    typed = [key for key in ("data.folds", "data.fold") if any(_is_override_of(arg, key) for arg in sys.argv[1:])]
-    removals = [f"{key}=..." for key in typed or [full_key]]
-    return f"{full_key}: {folds_not_taken(found, data['_target_'], removals)}"
-
-
-def _is_override_of(argument: str, key: str) -> bool:
-    return argument.lstrip("+~").partition("=")[0] == key
 
 
 def _group_options(group: str) -> list[str]:

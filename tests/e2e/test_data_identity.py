@@ -7,11 +7,12 @@ import re
 
 import pytest
 
-from helpers import template_has
+from helpers import needs_folds, template_has
 
 QUICK = ("trainer.max_epochs=1", "trainer.progress_bar=false", "print_config=false")
 
 
+@needs_folds
 def test_every_run_under_folds_names_its_fold_in_the_start_line_and_summary_json(run_train):
     run = run_train(*QUICK, "data.folds=3", "data.fold=1")
     start = next(line for line in (run.stderr + run.stdout).splitlines() if "training " in line and " -> " in line)

@@ -127,8 +127,6 @@ RULES: dict[str, Check] = {
     "data.val_fraction": split_fraction("val", "early stopping, best.pt and the val/ metrics read it"),
     "data.test_fraction": split_fraction("test", "summary.json's test metrics"),
     "data.split_seed": integer(0),
-    "data.folds": integer(2, null=True),  # k-fold cross-validation: the training pool in K folds (null: none)
-    "data.fold": integer(0, null=True),  # the fold that is val; trainkit.config.validation holds it below data.folds
     "data.batch_size": integer(1),
     "data.eval_batch_size": integer(1),
     "data.num_workers": auto_or(integer(0)),

@@ -87,11 +87,8 @@ def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if data is None:
         return
     fields = {field.name: field for field in dataclasses.fields(data) if field.init}  # not what splits() sets
-    folding = [key for key in ("folds", "fold") if key in cfg.data and key not in fields]
-    if folding:  # k-fold cross-validation's keys, on data whose class does not cut folds
-        yield f"data.{folding[0]}", folds_not_taken(data, cfg.data._target_, [f"~data.{key}" for key in folding])
     for key in cfg.data:
-        if key != "_target_" and key not in fields and key not in folding:
+        if key != "_target_" and key not in fields:
             yield (
                 f"data.{key}",
                 f"is not a key of {data.__name__} ({cfg.data._target_}), which takes {', '.join(fields)}; "
@@ -101,16 +98,6 @@ def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         no_default = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         if no_default and name not in cfg.data:
             yield f"data.{name}", f"is required by {data.__name__}; add it to the data option or pass +data.{name}=..."
-
-
-def folds_not_taken(data: type, target: str, removals: list[str]) -> str:
-    """The message for data.folds or data.fold on a data class that cuts no folds (not a Folds): the config check's,
-    and trainkit.cli's for the key typed without `+` on an option whose yaml lacks it. `removals`: what to remove."""
-    return (
-        f"is k-fold cross-validation's, which {data.__name__} ({target}) does not take: it carves no val split from "
-        f"training data; remove {' and '.join(removals)} (or, for a class of yours that carves val, derive it from "
-        f"trainkit.data.datasets.Folds: docs/data.md)"
-    )
 
 
 def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -134,25 +121,6 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
             f"data.{fractions[0]}",
             f"{keys} = {sum(data[key] for key in fractions):g} leaves no training samples; lower them",
         )
-
-
-def _folds(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """data.folds and data.fold (k-fold cross-validation, trainkit.data.datasets.Folds) go together, the fold one of
-    the folds."""
-    folds, fold = cfg.data.get("folds"), cfg.data.get("fold")
-    if folds is not None and fold is None:
-        yield (
-            "data.fold",
-            f"is null, but data.folds={folds}; pick the val fold, data.fold=0..{folds - 1} "
-            f"(every fold: -m data.folds={folds} 'data.fold=range({folds})')",
-        )
-    elif fold is not None and folds is None:
-        yield (
-            "data.fold",
-            f"is {fold}, but data.folds is null; set data.folds=K (the number of folds, K >= {max(2, fold + 1)})",
-        )
-    elif fold is not None and fold >= folds:
-        yield "data.fold", f"is {fold}, but data.folds={folds} numbers the folds 0..{folds - 1}; pick one of them"
 
 
 def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -492,7 +460,6 @@ RELATIONS = (
         ("data._target_", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
         _dataset_needs,
     ),
-    Relation(("data.folds", "data.fold"), _folds),
     Relation(("trainer.micro_batch_size", "data.batch_size"), _a_micro_batch_below_the_batch),
     Relation(("task._target_", "trainer.micro_batch_size"), _a_coupled_batch_is_not_cut),
     Relation(("finetune.pretrained_path", "model._target_"), _pretrained_once),

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from trainkit.data.datasets import Data, FileSplits, Folds, ImageData, Splits, Tokenizer, data_class, per_channel
+from trainkit.data.datasets import Data, FileSplits, ImageData, Splits, Tokenizer, data_class, per_channel
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.data.identity import data_identity
 from trainkit.data.loader_settings import file_loader_settings
@@ -147,6 +147,8 @@ def build_data(
             f"{data.batch_size} per process x {world_size} processes with data.drop_last=true leaves no "
             f"training batch from {train.sampler.size} samples; lower data.batch_size",
         )
+    from trainkit.data.folds import fold_name  # feature: folds
+
     return DataBundle(
         train,
         val,
@@ -165,7 +167,7 @@ def build_data(
         fingerprint=data_fingerprint(
             made,
             data.source(),
-            fold=data.fold_name() if isinstance(data, Folds) else None,
+            fold=fold_name(data),  # feature: folds
             tokenizer=tokens.fingerprint() if tokens else None,
             identity=data_identity(data, made),
         ),

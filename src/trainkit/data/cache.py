@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from trainkit.data.datasets import Folds, ImageData, Split, Splits, data_class
+from trainkit.data.datasets import ImageData, Split, Splits, data_class
 from trainkit.data.imagefolder import ImageFolder, load_image_folder
 from trainkit.errors import ConfigError
 
@@ -116,7 +116,7 @@ def _write_arrays(data: ImageFolder, out: Path, num_workers: int, progress: bool
 
 
 @dataclass(kw_only=True)
-class Cached(Folds, ImageData):
+class Cached(ImageData):
     """The `data=cached` option: the cache at `data.root` as tensors, once checked against these settings."""
 
     val_fraction: float  # as the cache was made
@@ -132,22 +132,21 @@ class Cached(Folds, ImageData):
         meta = read_meta(root)
         check_made_with(self, meta, root)
         train, val, test = (_arrays(root, split) for split in SPLITS)
-        if self.folds is not None:
-            train, val = self._fold(train, val, meta, root)
+        if "val" in meta["carved"]:
+            train, val = self._cut_val(train, val)
+        else:
+            made_from = f"the cache '{root}' (made from {meta['source']}/val/)"
+            self.own_val(made_from, "remake it from a folder without val/")
         return Splits(train, val, test, num_classes=meta["num_classes"])
 
-    def _fold(self, train: Split, val: Split, meta: dict[str, Any], root: Path) -> tuple[Split, Split]:
-        """The fold of the cache's train and val rows together; refused where the folder had a val/ of its own."""
-        if "val" not in meta["carved"]:
-            raise ConfigError(
-                "data.folds",
-                f"is {self.folds}, but the cache '{root}' was made from {meta['source']}/val/, a val split of its "
-                f"own: folds are cut from train/ alone; remove data.folds, or remake the cache from a folder without "
-                f"val/",
-            )
-        images, labels = (torch.cat([train[i], val[i]]) for i in (0, 1))
+    def _cut_val(self, train: Split, val: Split) -> tuple[Split, Split]:
+        """The cache's train and val rows as Data.cut_val cuts them (data.folds); without a cut, as they are."""
+        labels = torch.cat([train[1], val[1]])
         rows = {"train": torch.arange(len(train[1])), "val": torch.arange(len(train[1]), len(labels))}
-        parts = self.folded(rows, self.split_seed, labels)
+        parts = self.cut_val(rows, self.split_seed, labels)
+        if parts is rows:
+            return train, val
+        images = torch.cat([train[0], val[0]])
         return (images[parts["train"]], labels[parts["train"]]), (images[parts["val"]], labels[parts["val"]])
 
 

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from trainkit.data.datasets import Folds, carve
+from trainkit.data.datasets import Data, carve
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ def class_folder_splits(
     fractions: dict[str, float],
     split_seed: int,
     what: str,
-    folding: Folds,
+    data: Data,
 ) -> dict[str, list]:
     """The samples of root/train/, root/val/ and root/test/, one class per class folder; a missing val/ or test/ is
     carved from train/, stratified by class. `check_classes` None: the classes were named by data.class_folders."""
@@ -32,12 +32,8 @@ def class_folder_splits(
     for split in ("val", "test"):
         folder = root / split
         if folder.is_dir():
-            if split == "val" and folding.folds is not None:
-                raise ConfigError(
-                    "data.folds",
-                    f"is {folding.folds}, but '{folder}' is a val split of its own: folds are cut from train/ alone "
-                    f"and one of them is val; remove data.folds, or move val/'s class folders into train/",
-                )
+            if split == "val":
+                data.own_val(f"'{folder}'", "move val/'s class folders into train/")
             if check_classes is not None:
                 check_classes(folder)
             listed[split] = list_files(folder, True)
@@ -46,22 +42,21 @@ def class_folder_splits(
     if missing:
         train = listed["train"]
         labels = [sample[1] for sample in train]
-        parts = folding.folded(carve(len(train), missing, split_seed, labels), split_seed, labels, classes)
+        parts = data.cut_val(carve(len(train), missing, split_seed, labels), split_seed, labels, classes)
         for split, indices in parts.items():
             listed[split] = [train[i] for i in indices.tolist()]
         log.info(
-            "no %s under '%s': carved from the %d train/ %s by data.split_seed=%s%s (%s)",
+            "no %s under '%s': carved from the %d train/ %s by data.split_seed=%s (%s)",
             " or ".join(f"{split}/" for split in missing),
             root,
             len(train),
             what,
             split_seed,
-            f", val {folding.fold_name()}" if folding.folds is not None else "",
             ", ".join(f"{split}: {len(listed[split])}" for split in ("train", *missing)),
         )
     for split in ("val", "test"):
         if split == "val" and split in missing:
-            continue  # a carved val split: Folds.folded warned
+            continue  # a carved val split: Data.cut_val warned
         warn_lacking_classes(split, listed[split], classes, f"'{root / split}'" if split not in missing else None)
     return listed
 

@@ -64,6 +64,8 @@ class Data:
     num_workers: int | str
     drop_last: bool
     shuffle: bool
+    folds: int | None = None  # feature: folds
+    fold: int | None = None  # feature: folds
 
     kind: ClassVar[str] = "generic"
     size_unit: ClassVar[str | None] = None
@@ -77,6 +79,24 @@ class Data:
 
     def splits(self) -> Splits | FileSplits:
         raise NotImplementedError(f"{type(self).__name__} must define splits()")
+
+    def cut_val(
+        self, parts: dict[str, torch.Tensor], seed: int, labels: Any = None, names: Sequence[str] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """`parts` (a carve's indices) with the val split a feature cuts from train and val (data.folds), or `parts`
+        itself; every class that carves val calls it. `labels`: stratify, and warn of a class val lacks."""
+        from trainkit.data.folds import folded  # feature: folds
+
+        parts = folded(parts, self.folds, self.fold, seed, labels, names)  # feature: folds
+        if labels is not None:  # a carve of a few samples may miss a class
+            warn_val_lacking_classes(parts, labels, names, "carved by data.val_fraction; raise it")
+        return parts
+
+    def own_val(self, where: str, instead: str) -> None:
+        """Called in place of cut_val where the val split is the data's own (`where`): data.folds refuses it."""
+        from trainkit.data.folds import refuse_own_val  # feature: folds
+
+        refuse_own_val(self, where, instead)  # feature: folds
 
     def learns_in(self, run_dir: Path | None, learns: bool = True) -> None:
         """Where the option saves what it learns of the training split (a tokenizer), and whether it learns it
@@ -267,48 +287,8 @@ def carve(
     return parts
 
 
-def folded(
-    parts: dict[str, torch.Tensor],
-    folds: int | None,
-    fold: int | None,
-    seed: int,
-    labels: Any = None,
-    names: Sequence[str] | None = None,
-) -> dict[str, torch.Tensor]:
-    """`parts` with train and val pooled and cut into `folds` folds by `seed`: fold `fold` is "val", the rest
-    "train"; test stays as it was. With `labels` the folds are stratified. `folds` None: `parts` as they are."""
-    if folds is None:
-        if labels is not None:  # a carve of a few samples may miss a class
-            warn_val_lacking_classes(parts, labels, names, "carved by data.val_fraction; raise it")
-        return parts
-    pool = torch.cat([torch.as_tensor(parts["train"]), torch.as_tensor(parts["val"])]).sort().values
-    order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))
-    if labels is not None:  # class by class, so that each fold holds each class
-        order = order[torch.sort(torch.as_tensor(labels)[pool][order], stable=True).indices]
-    if len(pool) < folds:
-        raise ConfigError("data.folds", f"is {folds}, but the training pool holds {len(pool)} samples; lower it")
-    if labels is not None:
-        _refuse_a_class_in_fewer_samples_than_folds(torch.as_tensor(labels)[pool], folds, names)
-    in_fold = torch.empty(len(pool), dtype=torch.int64)
-    in_fold[order] = torch.arange(len(pool)) % folds
-    return {**parts, "train": pool[in_fold != fold], "val": pool[in_fold == fold]}
-
-
-def _class_name(label: int, names: Sequence[str] | None) -> str:
+def class_name(label: int, names: Sequence[str] | None) -> str:
     return f"class {names[label]!r}" if names is not None and 0 <= label < len(names) else f"class {label}"
-
-
-def _refuse_a_class_in_fewer_samples_than_folds(pool_labels: torch.Tensor, folds: int, names: Any) -> None:
-    values, counts = pool_labels.unique(return_counts=True)
-    if len(counts) and counts.min() < folds:
-        smallest = int(counts.argmin())
-        label, count = int(values[smallest]), int(counts[smallest])
-        raise ConfigError(
-            "data.folds",
-            f"is {folds}, but {_class_name(label, names)} has {count} sample{'s' if count != 1 else ''} in the "
-            f"training pool (train and val together): {folds - count} of the folds would validate without it; "
-            f"lower data.folds to {count} or fewer, or add samples of that class",
-        )
 
 
 def warn_val_lacking_classes(parts: dict[str, torch.Tensor], labels: Any, names: Any, how: str) -> None:
@@ -321,26 +301,9 @@ def warn_val_lacking_classes(parts: dict[str, torch.Tensor], labels: Any, names:
     lacking = sorted(trained - validated)
     if lacking:
         log.warning(
-            f"the val split ({how}) holds no sample of {', '.join(_class_name(label, names) for label in lacking)}, "
+            f"the val split ({how}) holds no sample of {', '.join(class_name(label, names) for label in lacking)}, "
             f"which the training split has: val metrics cover the other classes alone"
         )
-
-
-@dataclass(kw_only=True)
-class Folds:
-    """The keys of k-fold cross-validation, for a data option that carves its val split from training data."""
-
-    folds: int | None = None
-    fold: int | None = None
-
-    def folded(
-        self, parts: dict[str, torch.Tensor], seed: int, labels: Any = None, names: Sequence[str] | None = None
-    ) -> dict[str, torch.Tensor]:
-        return folded(parts, self.folds, self.fold, seed, labels, names)
-
-    def fold_name(self) -> str | None:
-        """The fold for the data fingerprint ("fold 2 of 5"), so a resume into another fold is refused."""
-        return None if self.folds is None else f"fold {self.fold} of {self.folds}"
 
 
 def _interleaved_by_class(order: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -354,7 +317,7 @@ def _interleaved_by_class(order: torch.Tensor, labels: torch.Tensor) -> torch.Te
 
 
 @dataclass(kw_only=True)
-class Digits(Folds, ImageData):
+class Digits(ImageData):
     """scikit-learn's 1,797 8x8 digits, float32 in [0, 1], carved into train/val/test."""
 
     val_fraction: float
@@ -368,7 +331,7 @@ class Digits(Folds, ImageData):
         images = torch.from_numpy(pixels).float().div_(16).reshape(-1, 1, 8, 8)  # pixels are 0..16
         labels = torch.from_numpy(target).long()
         parts = carve(len(labels), {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed)
-        parts = self.folded(parts, self.split_seed, labels)
+        parts = self.cut_val(parts, self.split_seed, labels)
         train, val, test = ((images[parts[s]], labels[parts[s]]) for s in ("train", "val", "test"))
         return Splits(train, val, test, num_classes=10)
 

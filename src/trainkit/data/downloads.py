@@ -7,12 +7,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from trainkit.data.datasets import Folds, ImageData, Split, Splits, carve
+from trainkit.data.datasets import ImageData, Split, Splits, carve
 from trainkit.errors import ConfigError
 
 
 @dataclass(kw_only=True)
-class MNIST(Folds, ImageData):
+class MNIST(ImageData):
     """torchvision's MNIST as uint8 `[N, 1, 28, 28]`; val is carved from the official train set."""
 
     val_fraction: float
@@ -32,7 +32,7 @@ class MNIST(Folds, ImageData):
 
 
 @dataclass(kw_only=True)
-class CIFAR10(Folds, ImageData):
+class CIFAR10(ImageData):
     """torchvision's CIFAR-10 as uint8 `[N, 3, 32, 32]`; val is carved from the official train set."""
 
     val_fraction: float
@@ -118,7 +118,7 @@ def _flatten(error: BaseException) -> str:
 
 def _carve_val(train: Split, test: Split, data: "MNIST | CIFAR10") -> Splits:
     images, labels = train
-    parts = data.folded(carve(len(labels), {"val": data.val_fraction}, data.split_seed), data.split_seed, labels)
+    parts = data.cut_val(carve(len(labels), {"val": data.val_fraction}, data.split_seed), data.split_seed, labels)
     return Splits(
         (images[parts["train"]], labels[parts["train"]]),
         (images[parts["val"]], labels[parts["val"]]),

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 
 from trainkit.config.schema import Check, flag
 from trainkit.data.class_folders import is_hidden
-from trainkit.data.datasets import FileSplits, Folds, Splits, carve
+from trainkit.data.datasets import FileSplits, Splits, carve
 from trainkit.data.text import TextData, report_majority, report_truncated
 from trainkit.data.tokenizing import Tokens
 from trainkit.errors import ConfigError
@@ -28,7 +28,7 @@ SPLIT_NAMES = {"train": ("train",), "val": ("validation", "val", "valid", "dev")
 
 
 @dataclass(kw_only=True)
-class HFText(Folds, TextData):
+class HFText(TextData):
     """The `data=hf` option (conf/data/hf.yaml)."""
 
     path: str
@@ -78,24 +78,19 @@ class HFText(Folds, TextData):
             self._check_known_classes(parts, found, label_of)
         wanted = ("val",) if self._unlabelled_test else ("val", "test")
         missing = {split: getattr(self, f"{split}_fraction") for split in wanted if split not in parts}
-        if self.folds is not None and "val" in parts:
-            raise ConfigError(
-                "data.folds",
-                f"is {self.folds}, but '{self.path}' has a {found['val']} split of its own, which is the val split: "
-                "there is no training pool to cut into folds; remove data.folds and data.fold",
-            )
-        if missing or self.folds is not None:  # before a tokenizer learns from train alone
+        if "val" in parts:
+            self.own_val(f"the {found['val']} split of '{self.path}'", "pick a dataset without one")
+        if missing:  # before a tokenizer learns from train alone
             rows = train[self.label_column]
             labels = rows if label_of is None else [label_of[str(value)] for value in rows]
-            carved = self.folded(carve(len(train), missing, self.split_seed, labels), self.split_seed, labels, classes)
+            carved = self.cut_val(carve(len(train), missing, self.split_seed, labels), self.split_seed, labels, classes)
             parts |= {split: train.select(indices.tolist()) for split, indices in carved.items()}
             log.info(
-                "no %s split in '%s': carved from its %d training rows by data.split_seed=%d%s (%s)",
+                "no %s split in '%s': carved from its %d training rows by data.split_seed=%d (%s)",
                 " or ".join(missing),
                 self.path,
                 len(train),
                 self.split_seed,
-                f", val {self.fold_name()} of the train and val rows" if self.folds is not None else "",
                 ", ".join(f"{split}: {len(parts[split])}" for split in ("train", *missing)),
             )
         tokens = self.make_tokenizer(lambda: (str(text).encode("utf-8") for text in parts["train"][self.text_column]))

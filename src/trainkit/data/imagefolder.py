@@ -20,7 +20,7 @@ from trainkit.data.class_folders import (
     class_folder_splits,
     class_names,
 )
-from trainkit.data.datasets import FileSplits, Folds, ImageData
+from trainkit.data.datasets import FileSplits, ImageData
 from trainkit.data.images import IMAGE_EXTENSIONS, ImageFolderDataset, image_extensions
 from trainkit.errors import ConfigError
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
-class ImageFolder(Folds, ImageData):
+class ImageFolder(ImageData):
     """The `data=imagefolder` option; a missing val/ or test/ is carved from train/ by the fractions."""
 
     val_fraction: float

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from trainkit.config.schema import Check, integer
-from trainkit.data.datasets import FileSplits, Folds
+from trainkit.data.datasets import FileSplits
 from trainkit.data.stdlib_source import corpus_version, package_of, split_by_file, stdlib_files, stdlib_root
 from trainkit.data.text import TextData, TextDataset, report_majority, report_truncated
 from trainkit.errors import ConfigError
@@ -25,7 +25,7 @@ Function = tuple[str, int, bytes]  # (file, line of its def, source text)
 
 
 @dataclass(kw_only=True)
-class StdlibFunctions(Folds, TextData):
+class StdlibFunctions(TextData):
     packages: int  # the classes: this many of the packages with the most functions
     val_fraction: float  # of the files
     test_fraction: float

@@ -7,7 +7,7 @@ import platform
 import sysconfig
 from pathlib import Path
 
-from trainkit.data.datasets import Folds, carve
+from trainkit.data.datasets import Data, carve
 
 # Folders of tests and of installed packages: not the standard library's own code.
 LEFT_OUT = frozenset({"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"})
@@ -39,11 +39,11 @@ def corpus_version() -> str:
 
 
 def split_by_file(
-    files: list[Path], val_fraction: float, test_fraction: float, seed: int, folding: Folds | None = None
+    files: list[Path], val_fraction: float, test_fraction: float, seed: int, data: Data | None = None
 ) -> dict[str, list[Path]]:
     """Disjoint train/val/test lists of `files`, carved by `seed` (trainkit.data.datasets.carve), each in file order;
-    with data.folds (`folding`), val is a fold of train and val together (Folds.folded)."""
+    `data`: the option whose Data.cut_val may cut val from train and val in place of the carved one."""
     parts = carve(len(files), {"test": test_fraction, "val": val_fraction}, seed)
-    if folding is not None:
-        parts = folding.folded(parts, seed)
+    if data is not None:
+        parts = data.cut_val(parts, seed)
     return {name: [files[i] for i in parts[name].tolist()] for name in ("train", "val", "test")}

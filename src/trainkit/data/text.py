@@ -24,7 +24,7 @@ from trainkit.data.class_folders import (
     class_files,
     class_folder_splits,
 )
-from trainkit.data.datasets import FileSplits, Folds
+from trainkit.data.datasets import FileSplits
 from trainkit.data.images import BadFile
 from trainkit.data.tokenizing import ByteTokens, Tokenized, Tokens, tokenizer_problems
 from trainkit.errors import ConfigError
@@ -222,7 +222,7 @@ def class_folder_list(value: object) -> str | None:
 
 
 @dataclass(kw_only=True)
-class TextFolder(Folds, TextData):
+class TextFolder(TextData):
     """The `data=textfolder` option (conf/data/textfolder.yaml)."""
 
     val_fraction: float

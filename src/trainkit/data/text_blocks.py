@@ -13,7 +13,7 @@ import torch
 
 from trainkit.config.schema import Check, integer, string
 from trainkit.data.class_folders import is_hidden
-from trainkit.data.datasets import FileSplits, Folds, Split, Splits
+from trainkit.data.datasets import FileSplits, Split, Splits
 from trainkit.data.identity import texts_identity
 from trainkit.data.stdlib_source import corpus_version, stdlib_files
 from trainkit.data.text import BadTextFile, read_utf8
@@ -26,7 +26,7 @@ SEPARATOR = b"\n\n"  # between two files of a split
 
 
 @dataclass(kw_only=True)
-class TextBlocks(Folds, Tokenized):
+class TextBlocks(Tokenized):
     block_size: int  # model.block_size
     pattern: str  # a recursive glob under data.root
     val_fraction: float  # of the bytes, in whole files
@@ -89,7 +89,7 @@ class TextBlocks(Folds, Tokenized):
         parts = split_by_bytes(
             [len(text) for text in texts], {"test": self.test_fraction, "val": self.val_fraction}, self.split_seed
         )
-        folded = self.folded(
+        folded = self.cut_val(
             {name: torch.tensor(indices, dtype=torch.int64) for name, indices in parts.items()}, self.split_seed
         )
         held = {name: [texts[i] for i in folded[name].tolist()] for name in ("train", "val", "test")}
@@ -101,10 +101,9 @@ class TextBlocks(Folds, Tokenized):
             named = ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else "")
             left_out += f"; skipped {len(skipped)} files that are not UTF-8 (data.skip_bad_files=true): {named}"
         log.info(
-            "text corpus %s, split by bytes (data.split_seed=%d%s): %s%s%s",
+            "text corpus %s, split by bytes (data.split_seed=%d): %s%s%s",
             where,
             self.split_seed,
-            f", val {self.fold_name()} of the train and val files" if self.folds is not None else "",
             "; ".join(
                 f"{name} {len(held[name])} files, {sum(map(len, held[name])):,} bytes, {len(made[name][0]):,} blocks"
                 for name in made

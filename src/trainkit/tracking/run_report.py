@@ -55,7 +55,7 @@ def training_line(
     commit, if known; micro-batches where trainer.micro_batch_size splits a batch of `batch_size` (data.batch_size),
     in units for sized data (`longest`: its longest training item's `unit`s, tokens); under several processes,
     which batch a `task` whose loss couples a batch's samples couples (coupled_batch_part); `fold`: data.folds'
-    "fold i of K" (Folds.fold_name), None without folds."""
+    "fold i of K" (the data fingerprint's), None without folds."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     epochs = trainer.max_epochs
     length = (

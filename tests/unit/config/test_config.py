@@ -147,8 +147,6 @@ RULE_CASES = [
     (["data.val_fraction=0"], "data.val_fraction"),
     (["data.test_fraction=1.5"], "data.test_fraction"),
     (["data.split_seed=-1"], "data.split_seed"),
-    (["data.folds=1", "data.fold=0"], "data.folds"),  # one fold would be the whole pool: nothing left to train on
-    (["data.folds=5", "data.fold=-1"], "data.fold"),
     (["data.batch_size=0"], "data.batch_size"),
     (["data.batch_size=1.5"], "data.batch_size"),
     (["data.eval_batch_size=0"], "data.eval_batch_size"),
@@ -244,10 +242,6 @@ RELATION_CASES = [
         "data.channels",
     ),
     (["data.val_fraction=0.5", "data.test_fraction=0.5"], "data.val_fraction"),
-    # k-fold cross-validation: the two keys go together, the fold one of the folds, on data that carves val
-    (["data.folds=5"], "data.fold"),
-    (["data.fold=2"], "data.fold"),
-    (["data.folds=5", "data.fold=5"], "data.fold"),
     (
         [
             "model._target_=models_for_tests.DownloadingCNN",
@@ -443,10 +437,6 @@ def test_a_dataset_of_your_own_is_checked_by_its_class_like_the_built_in_ones(co
             ["names neg more than once", "name each class folder once"],
             marks=NEEDS_TEXT,
         ),
-        (["data.folds=5"], ["data.fold=0..4", "-m data.folds=5 'data.fold=range(5)'"]),
-        (["data.folds=5", "data.fold=5"], ["numbers the folds 0..4"]),
-        (["data.fold=0"], ["data.folds=K (the number of folds, K >= 2)"]),  # one fold would be the whole pool
-        (["data.fold=3"], ["data.folds=K (the number of folds, K >= 4)"]),
     ],
 )
 def test_messages_show_the_bad_value_and_the_way_out(compose_config, overrides, fragments):

@@ -1,6 +1,6 @@
 """The config check of data=synthetic: the rules Synthetic declares beside its code (`config_rules`: sample counts
-and noise, which trainkit.config does not name), the class count it needs, the folds it does not take, the flips
-its random prototypes allow and the workers in-memory data ignores. A file of the synthetic row of
+and noise, which trainkit.config does not name), the class count it needs, the flips its random
+prototypes allow and the workers in-memory data ignores. A file of the synthetic row of
 docs/features.md."""
 
 import logging
@@ -24,7 +24,6 @@ DECLARED = [  # Synthetic.config_rules
 CASES = [
     *DECLARED,
     ([SYNTHETIC, "data.num_classes=null"], "data.num_classes"),  # it generates its classes: it needs their number
-    ([SYNTHETIC, "+data.folds=5", "+data.fold=0"], "data.folds"),  # no val split carved from training data
 ]
 
 
@@ -45,8 +44,6 @@ def test_the_messages_say_what_is_wrong_and_how_to_fix_it():
     assert problems(composed(SYNTHETIC, "data.num_samples=0")) == {
         "data.num_samples": "must be a whole number >= 1, got 0"
     }
-    folds = problems(composed(SYNTHETIC, "+data.folds=5", "+data.fold=0"))["data.folds"]
-    assert "carves no val split" in folds and "remove ~data.folds and ~data.fold" in folds, folds
 
 
 def test_flips_are_allowed_on_random_prototypes():

@@ -10,13 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from PIL import Image
 
 from conftest import ROOT, composed
-from helpers import needs_downloads, needs_image_folders, template_has, write_cifar
+from helpers import assert_one_config_error, needs_downloads, needs_image_folders, template_has, write_cifar
+from trainkit.cli import one_line
+from trainkit.config.validation import problems, validate
 from trainkit.data import FileSplits, Splits, make_data
-from trainkit.data.datasets import carve, folded
+from trainkit.data.datasets import carve
+from trainkit.data.folds import folded
 from trainkit.errors import ConfigError
 
 # 37 + 41 + 22 samples listed class by class, as a folder is: no class divides evenly into the folds
@@ -49,6 +53,47 @@ def test_the_same_seed_gives_the_same_folds_and_another_seed_others():
     other = folded(parts, 5, 2, seed=1, labels=LABELS)
     assert not torch.equal(other["val"], first["val"]) and torch.equal(other["test"], first["test"])
     assert folded(parts, None, None, seed=0) is parts  # no folds: the carve as it was
+
+
+# the two keys go together, the fold one of the folds (moved here from tests/unit/config/test_config.py)
+MISTAKES = [
+    (["data.folds=1", "data.fold=0"], "data.folds"),  # one fold would be the whole pool: nothing left to train on
+    (["data.folds=5", "data.fold=-1"], "data.fold"),
+    (["data.folds=5"], "data.fold"),
+    (["data.fold=2"], "data.fold"),
+    (["data.folds=5", "data.fold=5"], "data.fold"),
+]
+
+
+@pytest.mark.parametrize("overrides, key", MISTAKES, ids=[" ".join(overrides) for overrides, _ in MISTAKES])
+def test_each_mistake_in_the_fold_keys_is_one_config_error_naming_its_key(overrides, key):
+    assert_one_config_error(overrides, key)
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (["data.folds=5"], ["data.fold=0..4", "-m data.folds=5 'data.fold=range(5)'"]),
+        (["data.folds=5", "data.fold=5"], ["numbers the folds 0..4"]),
+        (["data.fold=0"], ["data.folds=K (the number of folds, K >= 2)"]),  # one fold would be the whole pool
+        (["data.fold=3"], ["data.folds=K (the number of folds, K >= 4)"]),
+    ],
+)
+def test_the_messages_show_the_bad_value_and_the_way_out(overrides, fragments):
+    key, message = next(iter(problems(composed(*overrides)).items()))
+    message = f"{key}: {message}"
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_a_seed_cuts_the_folds_it_always_cut():
+    """The samples of a fold, pinned: the same seed gives the same folds on every machine and in every version."""
+    parts = carve(len(LABELS), {"test": 0.2, "val": 0.1}, seed=0, labels=LABELS)
+    assert folded(parts, 5, 2, seed=0, labels=LABELS)["val"].tolist() == [
+        2, 4, 7, 13, 17, 21, 41, 43, 52, 61, 64, 77, 83, 94, 96, 98
+    ]  # fmt: skip
+    unlabelled = carve(40, {"test": 0.2, "val": 0.1}, seed=3)
+    assert folded(unlabelled, 4, 1, seed=3)["val"].tolist() == [3, 14, 17, 18, 30, 31, 34, 35]
 
 
 def test_more_folds_than_samples_is_one_line_naming_data_folds():
@@ -193,9 +238,9 @@ def test_an_image_folder_folds_its_train_folder(tmp_path, caplog):
     root = image_folder(tmp_path)
     keys = dict(root=str(root), image_size=6, num_workers=0, val_fraction=0.2, test_fraction=0.2)
     check_every_fold(option("imagefolder", **keys))
-    with caplog.at_level(logging.INFO, logger="trainkit.data.class_folders"):
+    with caplog.at_level(logging.INFO, logger="trainkit.data"):
         splits_of(option("imagefolder", **keys), folds=3, fold=1)
-    assert "by data.split_seed=0, val fold 1 of 3 (" in caplog.text
+    assert "val fold 1 of 3 (data.folds, data.fold): " in caplog.text and "by data.split_seed=0 (" in caplog.text
 
 
 @needs_image_folders
@@ -205,8 +250,8 @@ def test_a_val_folder_of_its_own_refuses_folds_in_one_line(tmp_path):
     with pytest.raises(ConfigError) as error:
         splits_of(cfg, folds=3, fold=0)
     assert str(error.value) == (
-        f"data.folds: is 3, but '{root / 'val'}' is a val split of its own: folds are cut from train/ alone and one "
-        f"of them is val; remove data.folds, or move val/'s class folders into train/"
+        f"data.folds: is 3, but '{root / 'val'}' is a val split of its own: folds are cut from the training data "
+        f"alone and one of them is val; remove data.folds, or move val/'s class folders into train/"
     )
     splits_of(cfg)  # without folds it is the val split
 
@@ -276,3 +321,27 @@ def test_carve_refuses_float_labels_instead_of_making_each_value_a_class():
     bins = torch.bucketize(targets, targets.quantile(torch.tensor([0.25, 0.5, 0.75])))  # on purpose: quartiles
     parts = carve(100, {"test": 0.2, "val": 0.1}, seed=0, labels=bins)
     assert torch.bincount(bins[parts["test"]], minlength=4).tolist() == [5, 5, 5, 5]  # each quartile in its share
+
+
+@pytest.mark.skipif(not template_has("data/synthetic.yaml"), reason="this clone has no data=synthetic (trimmed)")
+def test_data_that_carves_no_val_split_refuses_the_fold_keys_in_one_line():
+    """data.folds and data.fold are every data option's keys (conf/config.yaml): typed on data whose class carves no
+    val split from training data, the config check says why they do not belong there, not "no such key"."""
+    cfg = composed("data=synthetic", "data.folds=3", "data.fold=0")
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    line = one_line(error.value)
+    assert line.startswith("data.folds: is k-fold cross-validation's, which Synthetic"), line
+    assert "carves no val split" in line and "remove data.folds=... and data.fold=..." in line
+    assert "no such key" not in line and "+data.folds" not in line
+    assert "remove data.fold=... (" in problems(composed("data=synthetic", "data.fold=1"))["data.fold"]
+
+
+@pytest.mark.parametrize("overrides", [["data.folds=3", "data.fold=1"], []])
+def test_every_data_option_has_the_fold_keys_and_instantiates_with_them(overrides):
+    """conf/config.yaml gives every data option data.folds and data.fold, and names this row's module for their
+    checks outside the data section: `hydra.utils.instantiate(cfg.data)` makes the data option, the keys set."""
+    cfg = composed(*overrides)
+    assert cfg._checks_.folds == "trainkit.data.folds" and "_checks_" not in cfg.data
+    data = instantiate(cfg.data)
+    assert (data.folds, data.fold) == ((3, 1) if overrides else (None, None))

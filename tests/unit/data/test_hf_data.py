@@ -143,7 +143,7 @@ def test_folds_cut_the_training_pool_by_class_the_test_rows_stay_and_a_validatio
     folder.mkdir()
     for split in ("train", "validation"):
         datasets.Dataset.from_list(rows[:30]).to_json(str(folder / f"{split}.jsonl"))
-    with pytest.raises(ConfigError, match=r"^data.folds: is 3, but .* has a validation split of its own"):
+    with pytest.raises(ConfigError, match=r"^data.folds: is 3, but the validation split of .* a val split of its own"):
         hf_data(tmp_path, folder, "data.folds=3", "data.fold=0")
 
 

@@ -1,17 +1,14 @@
-"""data=synthetic (trainkit/data/synthetic.py): class prototypes plus noise, any shape, no files; what the config
-check says of its folds; and a checkpoint written while the class lived in trainkit.data.datasets still resumes."""
+"""data=synthetic (trainkit/data/synthetic.py): class prototypes plus noise, any shape, no files; and a checkpoint
+written while the class lived in trainkit.data.datasets still resumes."""
 
 import copy
-import sys
 
 import pytest
 import torch
 from test_data import CPU, data_cfg, drain
 from test_identity import built
 
-from conftest import composed
 from trainkit.checkpointing.files import RENAMED_DATA_TARGETS, read_checkpoint, upgrade_fingerprint
-from trainkit.cli import one_line
 from trainkit.data import build_data, check_same_data
 from trainkit.data.identity import identity_changes
 from trainkit.errors import ConfigError
@@ -56,19 +53,6 @@ def test_fewer_training_samples_than_processes_name_the_processes_not_drop_last(
         "distributed.nproc_per_node: 1 training samples for 2 processes leave some without a sample (every process "
         "trains as many); train with fewer processes, or on more data"
     )
-
-
-def test_fold_keys_without_plus_on_data_that_cuts_no_folds_reach_the_config_checks_message(monkeypatch):
-    """data=synthetic's yaml has no data.folds: typed without `+`, the key says why it does not belong there (no val
-    split carved from training data), not "no such key; write +data.folds"."""
-    overrides = ["data=synthetic", "data.folds=3", "data.fold=0"]
-    monkeypatch.setattr(sys, "argv", ["train.py", *overrides])
-    with pytest.raises(Exception) as error:
-        composed(*overrides)
-    line = one_line(error.value)
-    assert line.startswith("data.folds: is k-fold cross-validation's, which Synthetic"), line
-    assert "carves no val split" in line and "remove data.folds=... and data.fold=..." in line
-    assert "no such key" not in line and "+data.folds" not in line
 
 
 def test_a_checkpoint_from_before_the_move_names_the_class_where_it_is_now(tmp_path):

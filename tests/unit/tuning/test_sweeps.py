@@ -15,7 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from conftest import ROOT
-from helpers import cfg_for, template_has
+from helpers import cfg_for, needs_folds, template_has
 from trainkit.errors import ConfigError
 from trainkit.tuning import sweeps
 
@@ -83,6 +83,7 @@ def test_multiruns_started_together_get_their_own_directories(tmp_path):
         assert [overrides(job)[-1] for job in jobs(sweep_dir)] == ["seed=1", "seed=2"]
 
 
+@needs_folds
 @pytest.mark.slow  # trains three jobs in a subprocess
 def test_k_fold_cross_validation_is_a_sweep_over_the_folds_in_parallel_too(tmp_path):
     """-m data.folds=3 'data.fold=range(3)' with the joblib launcher (the basic one where the sweeps row is trimmed): a
