@@ -27,13 +27,13 @@ log = logging.getLogger(__name__)
 def resolve_input_size(
     model_config: Mapping, image_size: int, input_size: int | None = None, model: nn.Module | None = None
 ) -> int:
-    """The explicit `input_size` if set, else `image_size` raised to the model's minimum (or
-    its one fixed size). Checks an explicit size against what the model accepts.
+    """The explicit `input_size` if set, else `image_size` raised to the model's minimum (or its one fixed size).
+    Checks an explicit size against what the model accepts.
 
-    The library metadata misses many minimums (timm's convnext_atto has none, yet its 4x4 stem
-    and 2x2 downsampling layers need 32x32), so a built model of a library's factory is also tried
-    (see `runs_on`): a null `input_size` is doubled until the model runs, an explicit one that
-    does not run is a config error naming a size that does."""
+    The library metadata misses many minimums (timm's convnext_atto has none, yet its 4x4 stem and 2x2 downsampling
+    layers need 32x32), so a built model of a library (its factory's `probe_input_size`, or timm's `pretrained_cfg`)
+    is also tried (see `runs_on`): a null `input_size` is doubled until the model runs, an explicit one that does not
+    run is a config error naming a size that does."""
     minimum, fixed = input_size_limits(model_config, model)
     name = model_config.get("name", model_config.get("_target_", "this model"))
     if input_size is not None and fixed and input_size != fixed:
@@ -46,8 +46,6 @@ def resolve_input_size(
             f"{name} needs inputs of at least {minimum}x{minimum}; set finetune.input_size=null or >= {minimum}",
         )
     size = input_size if input_size is not None else fixed or max(image_size, minimum)
-    # Tried: a model whose forward fails on small inputs for size reasons only (its factory says so, or it holds a
-    # library's metadata).
     library = getattr(model_class(model_config), "probe_input_size", False) or hasattr(model, "pretrained_cfg")
     if model is None or fixed or not library:
         return size
