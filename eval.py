@@ -57,6 +57,7 @@ from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
 from trainkit.models import build_model
 from trainkit.models.export import export_run  # feature: hf
+from trainkit.models.finetune import fine_tune  # feature: finetune
 from trainkit.runtime import pick_device, seed_everything
 from trainkit.tasks import evaluate, evaluation_outputs
 from trainkit.tasks.prompting import check_prompt, continue_text  # feature: language_model
@@ -171,8 +172,9 @@ def trained_model(
     model_config = to_dict(cfg.model)
     if "pretrained" in model_config:
         model_config["pretrained"] = False
-    finetune = {**to_dict(cfg.finetune), "pretrained_path": None}
-    model, input_size = build_model(model_config, finetune, image_size=image_size)
+    model, input_size = build_model(model_config), image_size
+    finetune = {**cfg.finetune, "pretrained_path": None}  # feature: finetune
+    input_size = fine_tune(model, model_config, finetune, image_size)  # feature: finetune
     load_weights(model, weights)  # a model= override of another shape: one line naming model
     # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
     memory_format = torch.channels_last if cfg.trainer.channels_last else torch.contiguous_format

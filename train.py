@@ -45,7 +45,8 @@ from trainkit.distributed.launch import start_processes
 from trainkit.distributed.parallel import parallel_for
 from trainkit.early_stopping import EarlyStopping
 from trainkit.errors import RunFailed
-from trainkit.models import apply_frozen_bn_eval, build_model
+from trainkit.models import build_model
+from trainkit.models.finetune import fine_tune  # feature: finetune
 from trainkit.models.ema import build_ema, update_ema  # feature: ema
 from trainkit.optim import build_optimizer
 from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, test_and_summarize
@@ -123,7 +124,6 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
     state = run.state
     trainer = SimpleNamespace(**to_dict(run.cfg.trainer))  # an OmegaConf read costs ~20 us per step
     run.trained_model.train()
-    apply_frozen_bn_eval(run.trained_model)
     accumulate, num_batches = trainer.accumulate_grad_batches, batches_per_epoch(run.cfg, run.data.train)
     progress = tqdm(total=num_batches, initial=state.batches_done, desc=f"epoch {state.epoch}", leave=False,
                     dynamic_ncols=True, disable=not show_progress)
@@ -208,7 +208,8 @@ def build_run(composed: DictConfig, run_dir: Path, proc: ProcessInfo, device: to
     cfg = resolved(composed, found)
     run = Run(cfg, run_dir, proc, device)
     run.data, channels_last = data, cfg.trainer.channels_last
-    model, input_size = build_model(cfg.model, cfg.finetune, image_size=data.image_size)
+    model, input_size = build_model(cfg.model), data.image_size
+    input_size = fine_tune(model, cfg.model, cfg.finetune, input_size)  # feature: finetune
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
     run.parallel = parallel_for(cfg, proc, device)  # before the optimizer: FSDP shards the parameters

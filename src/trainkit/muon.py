@@ -3,7 +3,7 @@ as one optimizer, so the GradScaler, the LR schedule, checkpoints, the finders a
 with AdamW alone.
 
 The split is modded-nanogpt's and Moonlight's: Muon takes the weights of the model's nn.Linear layers, except
-the output head (trainkit.models.finetune.head_parameters) and any weight tied to an embedding; AdamW takes the
+the output head (trainkit.models.submodules.head_parameters) and any weight tied to an embedding; AdamW takes the
 embeddings, the head, norms, biases, and convolution kernels (Muon orthogonalizes 2-D matrices: a kernel is not
 reshaped here, it goes to AdamW). Muon's update is scaled to AdamW's RMS (`adjust_lr_fn: match_rms_adamw`), so
 one optimizer.lr and one schedule serve both parts.
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 def hidden_matrices(model: nn.Module) -> list[torch.Tensor]:
     """The trainable weights of `model`'s nn.Linear layers that Muon takes: neither the output head's nor one
     tied to an embedding (a language model's head often is)."""
-    from trainkit.models.finetune import head_parameters
+    from trainkit.models.submodules import head_parameters
 
     left_out = {id(p) for p in head_parameters(model)}
     left_out |= {id(p) for module in model.modules() if isinstance(module, nn.Embedding) for p in module.parameters()}

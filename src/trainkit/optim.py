@@ -36,12 +36,12 @@ def param_groups(
     `cls_token` and `pos_embed`, which are not 1-d). Frozen parameters are left out entirely.
 
     Each group carries `lr_scale` (1 for the backbone, head_lr_scale for the classifier head,
-    see trainkit.models.finetune.head_parameters) and, when `lr` is given, `lr = lr * lr_scale`. The
+    see trainkit.models.submodules.head_parameters) and, when `lr` is given, `lr = lr * lr_scale`. The
     schedule multiplies each group's own initial lr, so the ratio holds all run long. Groups
     come in a fixed order, backbone first, and are kept even when empty (a frozen backbone), so
     `param_groups[0]["lr"]` is always the base LR and a checkpoint always has the same groups.
     """
-    from trainkit.models.finetune import head_parameters
+    from trainkit.models.submodules import head_parameters
 
     model = _unwrap(model)  # names as the model itself gives them in no_weight_decay()
     head = set()

@@ -155,7 +155,7 @@ def untrained_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("untrained") / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     config = to_dict(composed())
-    model, _ = build_model(config["model"], config["finetune"], image_size=8)
+    model = build_model(config["model"])
     state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 20}
     save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "batches_done": 0, "config": config})
     return run_dir

@@ -106,7 +106,7 @@ def test_a_classifier_from_a_config_trains_and_its_export_loads_back_with_the_sa
     assert ids == [[98, 99, 100, 33, 0, 0], [50, 51, 52, 33, 50, 51]]  # the ids the run trained on (tokens below)
     assert loaded.config.id2label == dict(enumerate(sorted(PATTERNS)))  # the class folders' names
     best = load_checkpoint(run.run_dir / "checkpoints" / "best.pt", torch.device("cpu"))
-    model, _ = build_model(best["config"]["model"], {}, image_size=None)
+    model = build_model(best["config"]["model"])
     model.load_state_dict(best["model"])
     tokens = torch.tensor([[98, 99, 100, 33, 0, 0], [50, 51, 52, 33, 50, 51]])  # 'abc ' padded; '123 12'
     with torch.no_grad():
@@ -267,7 +267,7 @@ def test_the_stdlib_functions_hf_experiment_trains_and_exports_its_bpe_with_the_
     trained = Tokenizer.from_file(str(run.run_dir / "tokenizer" / "tokenizer.json"))  # as the data encoded them
     assert encoded["input_ids"][1][: encoded["attention_mask"][1].sum()].tolist() == trained.encode(texts[1]).ids
     assert encoded["input_ids"][1][-1] == tokenizer.pad_token_id == best["config"]["model"]["pad_token_id"] == 0
-    model, _ = build_model(best["config"]["model"], {}, image_size=None)
+    model = build_model(best["config"]["model"])
     model.load_state_dict(best["model"])
     with torch.no_grad():
         logits = loaded(**encoded).logits

@@ -101,7 +101,7 @@ def untrained_gpt(corpus, tmp_path_factory) -> Path:
     (run_dir / ".hydra").mkdir(parents=True)
     OmegaConf.save(OmegaConf.create(list(tiny(corpus))), run_dir / ".hydra" / "overrides.yaml")
     config = to_dict(composed(*tiny(corpus), "data.vocabulary=256"))  # train.py fills in the tokenizer's ids
-    model, _ = build_model(config["model"], config["finetune"], image_size=None)
+    model = build_model(config["model"])
     state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 0, "batches_done": 0}
     save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "config": config})
     return run_dir

@@ -50,7 +50,7 @@ def test_a_short_segmentation_run_reports_the_task_metrics_of_its_best_weights(r
     assert any(not torch.equal(state["model"][name], value) for name, value in last["model"].items())
     cfg = OmegaConf.create(state["config"])
     data = build_data(cfg.data, device=torch.device("cpu"), seed=cfg.seed)
-    model, _ = build_model(cfg.model, cfg.finetune, image_size=data.image_size)
+    model = build_model(cfg.model)
     model.load_state_dict(state["model"])
     images, masks = (torch.cat(part) for part in zip(*data.test))
     mean, std = (torch.tensor(values).view(1, -1, 1, 1) for values in (data.mean, data.std))
@@ -67,7 +67,7 @@ def test_a_short_segmentation_run_reports_the_task_metrics_of_its_best_weights(r
     assert test["test/pixel_acc"] == pytest.approx((predicted == masks).float().mean().item(), abs=1e-6)
     per_image = F.cross_entropy(logits, masks, reduction="none").flatten(1).mean(dim=1)
     assert test["test/loss"] == pytest.approx(per_image.mean().item(), rel=1e-5)
-    untrained, _ = build_model(cfg.model, cfg.finetune, image_size=data.image_size)
+    untrained = build_model(cfg.model)
     with torch.no_grad():
         untrained_loss = F.cross_entropy(untrained.eval()((images.float() - mean) / std), masks).item()
     assert test["test/loss"] < 0.8 * untrained_loss  # it learned

@@ -68,7 +68,7 @@ def untrained_segmentation_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("untrained_segmentation") / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     config = to_dict(composed("experiment=shapes_segmentation", "data.image_size=16", "model.widths=[8,16]"))
-    model, _ = build_model(config["model"], config["finetune"], image_size=16)
+    model = build_model(config["model"])
     state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 20}
     save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "batches_done": 0, "config": config})
     return run_dir

@@ -135,7 +135,7 @@ def untrained_run(corpus, tmp_path_factory) -> Path:
     OmegaConf.save(OmegaConf.create(list(tiny(corpus))), run_dir / ".hydra" / "overrides.yaml")
     # The run counts the class folders and fills in its tokenizer's ids and padding: as train.py leaves the config.
     config = to_dict(composed(*tiny(corpus), "data.num_classes=3", "data.vocabulary=257", "data.pad_id=0"))
-    model, _ = build_model(config["model"], config["finetune"], image_size=None)
+    model = build_model(config["model"])
     state = {"model": model.state_dict(), "optimizer": {}, "scheduler": {}, "epoch": 0, "step": 0, "batches_done": 0}
     save_checkpoint(run_dir / "checkpoints" / "last.pt", {**state, "config": config})
     return run_dir

@@ -19,7 +19,6 @@ import torch.nn.functional as F
 
 from conftest import composed
 from helpers import record_run
-from trainkit.models.finetune import freeze
 
 # A narrow CNN, three batches of 8 digits and one validation batch: a run takes about a second.
 SHORT_RUN = (
@@ -159,23 +158,7 @@ def test_micro_batch_size_splits_each_batch_and_the_optimizer_steps_once_a_batch
         torch.testing.assert_close(torch.cat([f.inputs for f in forwards[3 * batch : 3 * batch + 3]]), transformed)
 
 
-# ---- the weights: freezing (EMA: test_ema.py); and when training stops ------------------------------
-
-
-def test_a_frozen_backbone_and_its_batchnorm_statistics_do_not_move_in_the_loop(tmp_path, monkeypatch):
-    """Frozen through trainkit.models.finetune.freeze (what finetune.freeze and finetune.freeze_bn call):
-    train.py's loop puts frozen BatchNorm back in eval mode after model.train() every epoch."""
-    before = {}
-
-    def freeze_backbone(run):
-        freeze(run.model, "backbone")
-        before.update({name: tensor.clone() for name, tensor in run.model.features.state_dict().items()})
-
-    recording = record_run(tmp_path, monkeypatch, *SHORT_RUN, prepare=freeze_backbone)
-    after = recording.run.model.features.state_dict()
-    assert any("running_mean" in name for name in before)
-    for name, tensor in before.items():  # weights and BatchNorm statistics
-        assert torch.equal(after[name], tensor), name
+# ---- when training stops (freezing: tests/unit/models/test_finetune.py; EMA: test_ema.py) --------------
 
 
 def test_early_stopping_ends_the_run_after_patience_epochs_without_improvement(tmp_path, monkeypatch):

@@ -220,10 +220,10 @@ def test_add_your_own_task_recipe_trains_and_reports_the_task_metrics(tmp_path):
 
     def test_metrics(weights: dict | None) -> dict[str, float]:
         torch.manual_seed(0)
-        model, input_size = build_model(config["model"], config["finetune"], image_size=data.image_size)
+        model = build_model(config["model"])
         if weights is not None:
             model.load_state_dict(weights)
-        transform = BatchTransform(data.mean, data.std, input_size)
+        transform = BatchTransform(data.mean, data.std, data.image_size)
         with torch.no_grad():
             outputs = torch.cat([model.eval()(transform(inputs)) for inputs, _ in test_batches])
         loss = task.evaluation_loss(outputs, test_targets).mean().item()

@@ -44,7 +44,6 @@ KEYS = (
     "regularization.early_stopping.mode",
     "regularization.early_stopping.patience",
     "regularization.early_stopping.min_delta",
-    "finetune.input_size",
     "distributed.nproc_per_node",
     "logger.trackers",
     "logger.mode",

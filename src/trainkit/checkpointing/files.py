@@ -27,7 +27,7 @@ SHARDED_METADATA, SHARDED_REST = ".metadata", "state.pt"
 # What format-1 checkpoints written before the model and data nodes became plain constructor
 # arguments hold, and what it is now: read_checkpoint moves it, so a run from before the change
 # resumes and evaluates (the old keys would reach the model's constructor, the old targets are gone).
-MOVED_MODEL_KEYS = ("pretrained_path", "freeze", "freeze_bn", "input_size")  # model.<key> -> finetune.<key>
+MOVED_MODEL_KEYS = ("pretrained_path", "freeze", "freeze_bn", "input_size")  # feature: finetune
 RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced them
     "trainkit.data.datasets.load_digits": "trainkit.data.datasets.Digits",
     "trainkit.data.shapes.make_shapes": "trainkit.data.shapes.Shapes",  # feature: segmentation
@@ -155,10 +155,10 @@ def upgrade_config(config: dict[str, Any]) -> None:
     """Move, in place, what an older checkpoint's config keeps where this code no longer reads it
     (MOVED_MODEL_KEYS, RENAMED_DATA_TARGETS, scheduler.name, MOVED_SCHEDULES, CHECKED_KEYS); a config
     written by this code is left as it is."""
-    model, data = config.get("model", {}), config.get("data", {})
-    moved = {key: model.pop(key) for key in MOVED_MODEL_KEYS if key in model}
-    if moved:
-        config["finetune"] = {**moved, **config.get("finetune", {})}
+    data = config.get("data", {})
+    model = config.get("model", {})  # feature: finetune
+    moved = {key: model.pop(key) for key in MOVED_MODEL_KEYS if key in model}  # feature: finetune
+    config["finetune"] = {**moved, **config.get("finetune", {})}  # feature: finetune
     if data.get("_target_") in RENAMED_DATA_TARGETS:
         data["_target_"] = RENAMED_DATA_TARGETS[data["_target_"]]
     scheduler = config.get("scheduler", {})

@@ -464,7 +464,7 @@ def _check_model_fits_early(weights: dict, cfg: DictConfig) -> None:
 
     try:
         with torch.device("meta"):
-            model, _ = build_model(cfg.model, cfg.finetune, image_size=cfg.data.image_size)
-    except Exception:  # e.g. pretrained weights to read: train.py's load-time check still applies
+            model = build_model(cfg.model)
+    except Exception:  # a model that cannot be built on the meta device: train.py's load-time check still applies
         return
     check_model_fits(weights, model)

@@ -48,12 +48,6 @@ def device_name(value: object) -> str | None:
     return f"{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
 
 
-def freeze_spec(value: object) -> str | None:
-    if value is None or value == "backbone" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-        return None
-    return f"must be null, backbone or a number of stages >= 0, got {show(value)}"
-
-
 def split_fraction(split: str, uses: str) -> Check:
     """data.val_fraction, data.test_fraction: 0 is refused with what to do instead. Every run needs the split
     (`uses`); allowing 0 would mean a run without it, and the summary and best.pt would then say untrue things."""
@@ -135,10 +129,6 @@ RULES: dict[str, Check] = {
     "data.drop_last": flag(),
     "data.shuffle": flag(),
     "data.skip_bad_files": flag(),
-    "finetune.pretrained_path": string(null=True),
-    "finetune.freeze": freeze_spec,
-    "finetune.freeze_bn": flag(),
-    "finetune.input_size": integer(1, null=True),
     "optimizer.lr": number(above=0),
     "optimizer.weight_decay": number(0),
     "optimizer.momentum": number(0, 1),

@@ -15,7 +15,7 @@ exist, weights of another shape) is checked where it arises, in the same one-lin
 
 import dataclasses
 import logging
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -123,19 +123,6 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A file of weights for a model that loads its own: it declares `own_weights`, a function of its
-    arguments giving the key that asked for them (timm's: model.pretrained), or None."""
-    stale, key = answer(_model_class(cfg), "own_weights", cfg.model)
-    if stale:
-        yield "model._target_", stale
-    elif cfg.finetune.pretrained_path and key:
-        yield (
-            "finetune.pretrained_path",
-            f"is set together with {key}=true; load weights one way: set {key}=false to use the file",
-        )
-
-
 def _nesterov_needs_momentum(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if cfg.optimizer.get("nesterov") and not cfg.optimizer.get("momentum"):
         yield "optimizer.nesterov", "needs optimizer.momentum > 0; set a momentum or optimizer.nesterov=false"
@@ -197,7 +184,7 @@ def _augmentation_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A target per pixel moves with its image: the task does that itself (task.horizontal_flip,
-    task.crop_padding); the augmentation group's geometric ops and a resize would not move the targets."""
+    task.crop_padding); the augmentation group's geometric ops would not move the targets."""
     task = configured_task(cfg)
     if task is None or not getattr(task, "spatial_targets", False):
         return
@@ -209,11 +196,6 @@ def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
                 f"use an augmentation without it (augmentation=none) and the task's own flips and shifts "
                 f"(task.horizontal_flip, task.crop_padding)",
             )
-    if cfg.finetune.input_size is not None:
-        yield (
-            "finetune.input_size",
-            f"resizes the images but not their targets ({task.__name__} has a target per pixel); leave it null",
-        )
     if cfg.data.get("mirror_changes_label") and cfg.task.get("horizontal_flip"):
         yield "task.horizontal_flip", "mirrors the images, but data.mirror_changes_label=true; set it false"
 
@@ -230,13 +212,13 @@ def _a_name_a_class(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-def _model_class(cfg: DictConfig) -> object | None:
-    """What `model._target_` names (a class or a factory function), imported but not called; None if
+def model_class(model: Mapping) -> object | None:
+    """What a model section's `_target_` names (a class or a factory function), imported but not called; None if
     it cannot be imported (building the model then says why)."""
     from hydra.utils import get_object
 
     try:
-        return get_object(cfg.model._target_)
+        return get_object(str(model.get("_target_", "")))
     except Exception:  # hydra raises several kinds for a path it cannot import
         return None
 
@@ -288,7 +270,7 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
     """A model that declares one class per pixel (`spatial_outputs`, and in `suits` the options that fit it) gives
     logits [B, K, H, W]; a task with one target an image (classification) cannot score them.
     Models that declare nothing (yours, timm's, torchvision's classifiers) are not judged here."""
-    task, model = configured_task(cfg), _model_class(cfg)
+    task, model = configured_task(cfg), model_class(cfg.model)
     if task is None or not getattr(model, "spatial_outputs", False) or getattr(task, "spatial_targets", False):
         return
     suits = " or ".join(getattr(model, "suits", ()))
@@ -303,30 +285,29 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
 def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A model whose class says what its input's side must be divisible by (`input_size_multiple`,
     a function of some of its constructor's arguments: the U-Net halves the size once a level) is
-    asked with the model option's values of those arguments; the side is finetune.input_size, else
-    data.image_size. Models that declare nothing are checked when they first see a batch."""
-    side = cfg.finetune.input_size if cfg.finetune.input_size is not None else cfg.data.get("image_size")
+    asked with the model option's values of those arguments; the side is data.image_size. Models that declare
+    nothing are checked when they first see a batch."""
+    side = cfg.data.get("image_size")
     if not isinstance(side, int):
         return
-    stale, multiple = answer(_model_class(cfg), "input_size_multiple", cfg.model)
+    stale, multiple = answer(model_class(cfg.model), "input_size_multiple", cfg.model)
     if stale:
         yield "model._target_", stale
     if stale or not isinstance(multiple, int) or multiple < 1:
         return
     if side % multiple:
-        key = "finetune.input_size" if cfg.finetune.input_size is not None else "data.image_size"
         below, above = side - side % multiple, side - side % multiple + multiple
         choices = f"{below} or {above}" if below else str(above)
         yield (
-            key,
-            f"is {side}, but {cfg.model._target_} ({_settings(cfg, 'input_size_multiple')}) "
-            f"takes sizes divisible by {multiple}; use {key}={choices}, or a model that halves the size fewer times",
+            "data.image_size",
+            f"is {side}, but {cfg.model._target_} ({_settings(cfg, 'input_size_multiple')}) takes sizes divisible "
+            f"by {multiple}; use data.image_size={choices}, or a model that halves the size fewer times",
         )
 
 
 def _settings(cfg: DictConfig, question: str) -> str:
     """model.<argument>=<value> for each argument the model's `question` was asked with."""
-    model = _model_class(cfg)
+    model = model_class(cfg.model)
     given = arguments(model, getattr(model, question), cfg.model) or {}
     return ", ".join(f"model.{name}={value}" for name, value in given.items())
 
@@ -410,7 +391,7 @@ def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tup
 
 
 def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """The augmentation group, a resize and the memory layout work on images; on other data (tokens, a table) they
+    """The augmentation group and the memory layout work on images; on other data (tokens, a table) they
     would do nothing or garbage, so they are refused rather than ignored."""
     data = configured_data_class(cfg)
     if data is None or issubclass(data, ImageData):
@@ -419,8 +400,6 @@ def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     active = augmentation_ops(cfg)
     if active:
         yield "augmentation", f"{', '.join(active)} transform images, but {what}; use augmentation=none"
-    if cfg.finetune.input_size is not None:
-        yield "finetune.input_size", f"resizes images, but {what}; leave it null"
     if cfg.trainer.channels_last:
         yield "trainer.channels_last", f"lays out image batches, but {what}; set trainer.channels_last=false"
 
@@ -462,7 +441,6 @@ RELATIONS = (
     ),
     Relation(("trainer.micro_batch_size", "data.batch_size"), _a_micro_batch_below_the_batch),
     Relation(("task._target_", "trainer.micro_batch_size"), _a_coupled_batch_is_not_cut),
-    Relation(("finetune.pretrained_path", "model._target_"), _pretrained_once),
     Relation(("optimizer.nesterov", "optimizer.momentum"), _nesterov_needs_momentum),
     Relation(("task._target_", "regularization.early_stopping.monitor", "optimized_metric"), _task_metrics),
     Relation(("task._target_", "regularization.early_stopping"), _early_stopping_direction),
@@ -474,11 +452,11 @@ RELATIONS = (
     Relation(("augmentation",), _augmentation_off),
     # after the augmentation checks: a bad augmentation section is reported once, as itself
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
-    Relation(("task._target_", "augmentation", "finetune.input_size", "data.mirror_changes_label"), _spatial_targets),
-    Relation(("data._target_", "augmentation", "finetune.input_size", "trainer.channels_last"), _image_ops_need_images),
+    Relation(("task._target_", "augmentation", "data.mirror_changes_label"), _spatial_targets),
+    Relation(("data._target_", "augmentation", "trainer.channels_last"), _image_ops_need_images),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
     Relation(("task.class_names", "data.num_classes"), _a_name_a_class),
-    Relation(("model._target_", "data.image_size", "finetune.input_size"), _input_size_fits_the_model),
+    Relation(("model._target_", "data.image_size"), _input_size_fits_the_model),
     Relation(("scheduler",), _schedule_arguments),
 )
 
@@ -492,7 +470,7 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     fill_task_defaults(cfg)
     data = configured_data_class(cfg)
     rules, relations = declared(
-        {"data": data, "model": _model_class(cfg), "task": configured_task(cfg), "scheduler": _schedule(cfg)}
+        {"data": data, "model": model_class(cfg.model), "task": configured_task(cfg), "scheduler": _schedule(cfg)}
     )
     key = budget_key(data) if data is not None else None  # a size budget: units a batch (data.max_tokens)
     budget = {f"data.{key}": integer(1, null=True)} if key else {}

@@ -1,53 +1,24 @@
-"""Building the configured model (the small CNN, your own, any factory `_target_` names) and the size it takes.
-
-train.py calls one function:
-
-    model, input_size = build_model(cfg.model, cfg.finetune, image_size=cfg.data.image_size)
+"""Building the configured model (the small CNN, your own, any factory `_target_` names).
 
 `cfg.model` (conf/model/*.yaml) names a factory in `_target_` and holds only its arguments, so
-`hydra.utils.instantiate(cfg.model)` alone builds the network (in a notebook too). What is done to
-the network after that sits apart, in `cfg.finetune` (conf/config.yaml):
-
-    pretrained_path: null   # a local state dict (.pt/.pth/.safetensors or a trainkit checkpoint)
-                            # loaded after building: see load_pretrained
-    freeze: null            # null | backbone | N (the first N stages): see finetune.stages
-    freeze_bn: true         # BatchNorm inside frozen parts keeps its running statistics
-    input_size: null        # side length every batch is resized to (null: the data's size,
-                            # raised to what the model needs, e.g. 224 for a ViT, or doubled
-                            # until a library's model runs: see trainkit.models.input_size)
-
-The fine-tuning helpers live in trainkit.models.finetune (head, freezing) and trainkit.models.pretrained (weights).
+`hydra.utils.instantiate(cfg.model)` alone builds the network (in a notebook too): `build_model(cfg.model)`.
+What fine-tuning does to it after that (weights, freezing, the input size) is trainkit.models.finetune's.
 """
 
 from __future__ import annotations
 
 import difflib
-import logging
 from collections.abc import Iterable, Mapping
 
 from torch import nn
 
-from trainkit.models.finetune import freeze
-from trainkit.models.input_size import resolve_input_size
-from trainkit.models.pretrained import load_pretrained
 
-log = logging.getLogger(__name__)
-
-
-def build_model(model_config: Mapping, finetune: Mapping, image_size: int | None) -> tuple[nn.Module, int | None]:
-    """Instantiate the configured model, load its weights and freeze what `finetune` says; return it
-    and the side length to resize batches to (None for data that is not images: `image_size` None)."""
+def build_model(model_config: Mapping) -> nn.Module:
+    """Instantiate the configured model."""
     import hydra.utils
 
     # _convert_="all": the factories get plain lists and dicts, not ListConfig.
-    model = hydra.utils.instantiate(model_config, _convert_="all")
-    if finetune.get("pretrained_path"):
-        load_pretrained(model, finetune["pretrained_path"])
-    # After loading: the head check sees the final model.
-    freeze(model, finetune.get("freeze"), freeze_bn=finetune.get("freeze_bn", True))
-    if image_size is None:
-        return model, None
-    return model, resolve_input_size(model_config, image_size, finetune.get("input_size"), model)
+    return hydra.utils.instantiate(model_config, _convert_="all")
 
 
 def _conv_like(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:

@@ -1,40 +1,44 @@
-"""Fine-tuning: which parameters are the classifier head, and freezing the rest stage by stage.
+"""Fine-tuning, conf/config.yaml's `finetune` section: what is done to the network the `model` group built.
 
-build_model (trainkit.models.build) applies `finetune.freeze` through `freeze` (and `finetune.pretrained_path`
-through trainkit.models.pretrained); `head_parameters` feeds the optimizer's separate head LR
-(`optimizer.head_lr_scale`); call `apply_frozen_bn_eval(model)` after every `model.train()` so
-BatchNorm inside frozen layers keeps its statistics.
+train.py and eval.py call `fine_tune` from marked lines (docs/features.md): it loads `finetune.pretrained_path`
+(trainkit.models.pretrained), freezes what `finetune.freeze` says (`freeze`, `stages`; `freeze_bn`: the frozen
+BatchNorm keeps its statistics) and returns the side every batch is resized to (`finetune.input_size`, or the data's,
+raised to what the model needs: trainkit.models.input_size). The section's checks are here too (its `_checks_`).
+Without this module a run trains the model as built, on batches of the data's own size.
 """
 
 from __future__ import annotations
 
 import logging
+import types
+from collections.abc import Iterator, Mapping
 
+from omegaconf import DictConfig
 from torch import nn
 
 from trainkit.checkpointing.checkpoint import unwrap_model
+from trainkit.config.declared import answer
+from trainkit.config.schema import Check, Relation, flag, integer, show, string
+from trainkit.config.validation import configured_data_class, configured_task, model_class
+from trainkit.data.datasets import ImageData
 from trainkit.errors import ConfigError
-from trainkit.models.submodules import find_modules
+from trainkit.models.input_size import resolve_input_size
+from trainkit.models.pretrained import load_pretrained
+from trainkit.models.submodules import head_parameters
 
 log = logging.getLogger(__name__)
 
 
-def head_parameters(model: nn.Module) -> set[nn.Parameter]:
-    """The parameters of the classifier head (empty if none is found).
-
-    timm models: `model.get_classifier()`; models with a `.head` module (SmallCNN, your own):
-    its parameters; anything else (torchvision): the last nn.Linear in registration order.
-    """
-    model = unwrap_model(model)
-    if hasattr(model, "get_classifier"):
-        # nn.Module's stubs type any other attribute as Tensor | Module (its __getattr__); this is timm's method.
-        head = model.get_classifier()  # type: ignore[operator]
-    elif isinstance(getattr(model, "head", None), nn.Module):
-        head = model.head
-    else:
-        linears = find_modules(model, nn.Linear)
-        head = linears[-1][1] if linears else None
-    return set(head.parameters()) if isinstance(head, nn.Module) else set()
+def fine_tune(model: nn.Module, model_config: Mapping, finetune: Mapping, image_size: int | None) -> int | None:
+    """Load `finetune.pretrained_path`'s weights into `model` and freeze what `finetune.freeze` says; return the side
+    length to resize batches to (None for data that is not images: `image_size` None)."""
+    if finetune.get("pretrained_path"):
+        load_pretrained(model, finetune["pretrained_path"])
+    # After loading: the head check sees the final model.
+    freeze(model, finetune.get("freeze"), freeze_bn=finetune.get("freeze_bn", True))
+    if image_size is None:
+        return None
+    return resolve_input_size(model_config, image_size, finetune.get("input_size"), model)
 
 
 def stages(model: nn.Module) -> list[tuple[str, list[nn.Parameter]]]:
@@ -99,8 +103,8 @@ def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> 
     unchanged by training, bit for bit.
 
     `freeze_bn`: BatchNorm layers inside the frozen part keep their running statistics. The
-    model remembers their names; call `apply_frozen_bn_eval(model)` after each `model.train()`
-    to put them back in eval mode (mode is not a parameter, so requires_grad cannot do it).
+    model remembers their names, and its `train()` puts them back in eval mode after every call
+    (mode is not a parameter, so requires_grad cannot do it).
     """
     model = unwrap_model(model)
     if spec is None or (isinstance(spec, int) and not isinstance(spec, bool) and spec == 0):
@@ -130,15 +134,19 @@ def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> 
         raise ValueError(f"freeze: spec must be null, 'backbone' or a number of stages >= 0, got {spec!r}")
     for param in frozen:
         param.requires_grad_(False)
-    names = _frozen_module_names(model)
+    names = _covering_module_names(model, {id(p) for p in model.parameters() if not p.requires_grad})
     if freeze_bn:
         inside = lambda name: any(r == "" or name == r or name.startswith(r + ".") for r in names)  # noqa: E731
-        # nn.Module's __setattr__ stub takes Tensor | Module only; any value works (apply_frozen_bn_eval reads it).
+        # nn.Module's __setattr__ stub takes Tensor | Module only; any value works (_train_keeping_frozen_bn reads it).
         model.frozen_batchnorm_names = [  # type: ignore[assignment]
             name
             for name, module in model.named_modules()
             if isinstance(module, nn.modules.batchnorm._BatchNorm) and inside(name)
         ]
+        # On the model itself rather than its BatchNorm layers: SyncBatchNorm conversion replaces those but keeps
+        # the model and the names; DDP, torch.compile and FSDP call it through their own train(), and the deep
+        # copy EMA makes binds it to the copy.
+        model.train = types.MethodType(_train_keeping_frozen_bn, model)  # type: ignore[method-assign]
     total = sum(p.numel() for p in model.parameters())
     count = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     log.info(
@@ -146,11 +154,6 @@ def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> 
         f"{'; their BatchNorm statistics too' if freeze_bn else ''}"
     )
     return names
-
-
-def _frozen_module_names(model: nn.Module) -> list[str]:
-    """The largest submodules whose parameters are all frozen (modules without parameters skipped)."""
-    return _covering_module_names(model, {id(p) for p in model.parameters() if not p.requires_grad})
 
 
 def _covering_module_names(module: nn.Module, chosen: set[int], prefix: str = "") -> list[str]:
@@ -167,13 +170,61 @@ def _covering_module_names(module: nn.Module, chosen: set[int], prefix: str = ""
     return names
 
 
-def apply_frozen_bn_eval(model: nn.Module) -> None:
-    """Put the BatchNorm layers that `freeze` froze back in eval mode: call after `model.train()`.
-
-    An explicit call in the loop rather than an overridden `train()`: it shows in train.py next to
-    `model.train()`, and it survives what rebuilds or wraps modules (SyncBatchNorm conversion keeps
-    the names, DDP and torch.compile are unwrapped here, a deep copy for EMA keeps the list).
-    """
-    model = unwrap_model(model)
+def _train_keeping_frozen_bn(model: nn.Module, mode: bool = True) -> nn.Module:
+    """The model's own `train(mode)`, then its frozen BatchNorm layers back in eval mode: every `model.train()`
+    (the loop's, the finders', the memory search's) keeps their running statistics."""
+    type(model).train(model, mode)
     for name in getattr(model, "frozen_batchnorm_names", ()):
         model.get_submodule(name).eval()
+    return model
+
+
+# ---- its config checks (gathered by the config check: conf/config.yaml's finetune._checks_) ----
+
+
+def freeze_spec(value: object) -> str | None:
+    if value is None or value == "backbone" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return None
+    return f"must be null, backbone or a number of stages >= 0, got {show(value)}"
+
+
+CONFIG_RULES: dict[str, Check] = {
+    "finetune.pretrained_path": string(null=True),
+    "finetune.freeze": freeze_spec,
+    "finetune.freeze_bn": flag(),
+    "finetune.input_size": integer(1, null=True),
+}
+
+
+def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """A file of weights for a model that loads its own: it declares `own_weights`, a function of its
+    arguments giving the key that asked for them (timm's: model.pretrained), or None."""
+    stale, key = answer(model_class(cfg.model), "own_weights", cfg.model)
+    if stale:
+        yield "model._target_", stale
+    elif cfg.finetune.pretrained_path and key:
+        yield (
+            "finetune.pretrained_path",
+            f"is set together with {key}=true; load weights one way: set {key}=false to use the file",
+        )
+
+
+def _resize_only_images_without_spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """A resize works on images, and moves them without a target per pixel (a mask) that the task reads."""
+    if cfg.finetune.input_size is None:
+        return
+    data, task = configured_data_class(cfg), configured_task(cfg)
+    if data is not None and not issubclass(data, ImageData):
+        what = f"{cfg.data.name} is {data.kind} data ({data.__name__}), not images"
+        yield "finetune.input_size", f"resizes images, but {what}; leave it null"
+    elif task is not None and getattr(task, "spatial_targets", False):
+        yield (
+            "finetune.input_size",
+            f"resizes the images but not their targets ({task.__name__} has a target per pixel); leave it null",
+        )
+
+
+CONFIG_RELATIONS = (
+    Relation(("finetune.pretrained_path", "model._target_"), _pretrained_once),
+    Relation(("data._target_", "task._target_", "finetune.input_size"), _resize_only_images_without_spatial_targets),
+)

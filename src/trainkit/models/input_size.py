@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from trainkit.config.validation import model_class
 from trainkit.errors import ConfigError
 from trainkit.models.submodules import find_modules
 
@@ -26,52 +27,45 @@ log = logging.getLogger(__name__)
 def resolve_input_size(
     model_config: Mapping, image_size: int, input_size: int | None = None, model: nn.Module | None = None
 ) -> int:
-    """The explicit `input_size` if set, else `image_size` raised to the model's minimum (or
-    its one fixed size). Checks an explicit size against what the model accepts.
+    """The explicit `input_size` if set, else `image_size` raised to the model's minimum (or its one fixed size).
+    Checks an explicit size against what the model accepts.
 
-    The library metadata misses many minimums (timm's convnext_atto has none, yet its 4x4 stem
-    and 2x2 downsampling layers need 32x32), so a built model of a library's factory is also tried
-    (see `runs_on`): a null `input_size` is doubled until the model runs, an explicit one that
-    does not run is a config error naming a size that does."""
+    The library metadata misses many minimums (timm's convnext_atto has none, yet its 4x4 stem and 2x2 downsampling
+    layers need 32x32), so a built model of a library (its factory's `probe_input_size`, or timm's `pretrained_cfg`)
+    is also tried (see `runs_on`): a null `input_size` is doubled until the model runs, an explicit one that does not
+    run is a config error naming a size that does."""
     minimum, fixed = input_size_limits(model_config, model)
     name = model_config.get("name", model_config.get("_target_", "this model"))
-    probe = model is not None and not fixed and _is_library_model(model_config, model)
-    if input_size is None:
-        size = fixed or max(image_size, minimum)
-        if probe:
-            assert model is not None  # for mypy: probe implies a model
-            working, error = smallest_working_size(model, size)
-            if working is None:
-                raise ConfigError(
-                    "finetune.input_size",
-                    f"{name} does not run on {size}x{size} inputs ({_reason(error)}) nor on any size up to "
-                    f"{MAX_PROBE_SIZE}; set finetune.input_size to a side length it takes",
-                )
-            if working != size:
-                log.info(f"{name} does not run on {size}x{size} inputs: batches are resized to {working}x{working}")
-            size = working
-        return size
-    if fixed and input_size != fixed:
+    if input_size is not None and fixed and input_size != fixed:
         raise ConfigError(
             "finetune.input_size", f"{name} takes only {fixed}x{fixed} inputs; set finetune.input_size=null or {fixed}"
         )
-    if input_size < minimum:
+    if input_size is not None and input_size < minimum:
         raise ConfigError(
             "finetune.input_size",
             f"{name} needs inputs of at least {minimum}x{minimum}; set finetune.input_size=null or >= {minimum}",
         )
-    if probe:
-        assert model is not None
-        error = runs_on(model, input_size)
-        if error is not None:
-            working, _ = smallest_working_size(model, input_size * 2)
-            fix = f"null or a size it runs on, e.g. {working}" if working is not None else "null"
-            raise ConfigError(
-                "finetune.input_size",
-                f"{name} does not run on {input_size}x{input_size} inputs ({_reason(error)}); "
-                f"set finetune.input_size={fix}",
-            )
-    return input_size
+    size = input_size if input_size is not None else fixed or max(image_size, minimum)
+    library = getattr(model_class(model_config), "probe_input_size", False) or hasattr(model, "pretrained_cfg")
+    if model is None or fixed or not library:
+        return size
+    working, error = smallest_working_size(model, size)
+    if working == size:
+        return size
+    if input_size is not None:
+        fix = f"null or a size it runs on, e.g. {working}" if working is not None else "null"
+        raise ConfigError(
+            "finetune.input_size",
+            f"{name} does not run on {size}x{size} inputs ({_reason(error)}); set finetune.input_size={fix}",
+        )
+    if working is None:
+        raise ConfigError(
+            "finetune.input_size",
+            f"{name} does not run on {size}x{size} inputs ({_reason(error)}) nor on any size up to "
+            f"{MAX_PROBE_SIZE}; set finetune.input_size to a side length it takes",
+        )
+    log.info(f"{name} does not run on {size}x{size} inputs: batches are resized to {working}x{working}")
+    return working
 
 
 # The largest side length smallest_working_size tries: beyond it, the model is broken, not small-input shy.
@@ -112,25 +106,7 @@ def smallest_working_size(model: nn.Module, start: int) -> tuple[int | None, Exc
     return None, first_error
 
 
-def _is_library_model(model_config: Mapping, model: nn.Module) -> bool:
-    """A model whose forward fails on small inputs for size reasons only: its factory says so, or it holds a
-    library's metadata."""
-    return bool(getattr(_factory(model_config), "probe_input_size", False)) or hasattr(model, "pretrained_cfg")
-
-
-def _factory(model_config: Mapping) -> object | None:
-    """What `_target_` names, imported; None where it names nothing importable (building says why)."""
-    from hydra.utils import get_object
-
-    try:
-        return get_object(str(model_config.get("_target_", "")))
-    except Exception:  # hydra raises several kinds for a path it cannot import
-        return None
-
-
 def _reason(error: BaseException | None) -> str:
-    if error is None:
-        return "no error"
     text = str(error).strip()
     return f"{type(error).__name__}: {text.splitlines()[0][:200] if text else ''}"
 
@@ -142,7 +118,7 @@ def input_size_limits(model_config: Mapping, model: nn.Module | None = None) -> 
     pretrained_cfg = getattr(model, "pretrained_cfg", None)
     if pretrained_cfg is not None:
         return limits_of_pretrained_cfg(pretrained_cfg)
-    limits = getattr(_factory(model_config), "input_size_limits", None)
+    limits = getattr(model_class(model_config), "input_size_limits", None)
     if callable(limits):
         return limits(model_config.get("name"))
     return 1, None

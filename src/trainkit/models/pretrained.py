@@ -1,7 +1,7 @@
 """Local pretrained weights for a model that differs from the file's only where fine-tuning makes
 it differ: another classifier head (dropped), another number of input channels (adapted).
 
-build_model (trainkit.models.build) calls `load_pretrained` for `finetune.pretrained_path`. The weights are
+trainkit.models.finetune's `fine_tune` calls `load_pretrained` for `finetune.pretrained_path`. The weights are
 read from a file, never downloaded: .safetensors, a torch.save'd state dict, or a checkpoint.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,9 @@ import torch
 from torch import nn
 
 from trainkit.errors import ConfigError
-from trainkit.models.finetune import head_parameters
-from trainkit.models.submodules import find_modules
+from trainkit.models.submodules import find_modules, head_parameters
 
 log = logging.getLogger(__name__)
-
-
-def _head_parameter_names(model: nn.Module) -> set[str]:
-    head = {id(p) for p in head_parameters(model)}
-    return {name for name, param in model.named_parameters() if id(param) in head}
 
 
 def _first_conv_weight_name(model: nn.Module) -> str | None:
@@ -46,13 +41,6 @@ def adapt_input_channels(weight: torch.Tensor, in_channels: int) -> torch.Tensor
         return weight.sum(dim=1, keepdim=True)
     repeated = weight.repeat(1, math.ceil(in_channels / file_channels), 1, 1)[:, :in_channels]
     return repeated * (file_channels / in_channels)
-
-
-def _strip_prefixes(key: str) -> str:
-    """`module.` (DDP) and `_orig_mod.` (torch.compile), in any nesting, come off the front."""
-    while key.startswith(("module.", "_orig_mod.")):
-        key = key.split(".", 1)[1]
-    return key
 
 
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
@@ -90,7 +78,8 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         raise ConfigError(
             "finetune.pretrained_path", f"'{path}' does not hold a state dict (a mapping of names to tensors)"
         )
-    return {_strip_prefixes(key): value for key, value in state.items()}
+    # `module.` (DDP) and `_orig_mod.` (torch.compile), in any nesting, come off the front.
+    return {re.sub(r"^(?:module\.|_orig_mod\.)+", "", key): value for key, value in state.items()}
 
 
 def load_pretrained(model: nn.Module, path: str | Path) -> None:
@@ -106,7 +95,8 @@ def load_pretrained(model: nn.Module, path: str | Path) -> None:
     """
     state = read_state_dict(path)
     own = model.state_dict()
-    head_names = _head_parameter_names(model)
+    head = {id(p) for p in head_parameters(model)}
+    head_names = {name for name, param in model.named_parameters() if id(param) in head}
     first_conv = _first_conv_weight_name(model)
     dropped, mismatched = [], []
     for key, value in list(state.items()):

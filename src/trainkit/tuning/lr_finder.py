@@ -31,7 +31,6 @@ from torch import nn
 from trainkit.checkpointing import stop_signal, stopped_before_training
 from trainkit.config.schema import Check, Relation, flag, integer, number
 from trainkit.distributed.process_group import all_reduce_sum, is_distributed
-from trainkit.models.finetune import apply_frozen_bn_eval
 from trainkit.run import build_lr_schedule
 from trainkit.tasks.task import Task, mean_over_update_tokens
 from trainkit.tuning.lr_finder_plot import plot_lr_finder
@@ -199,7 +198,6 @@ def lr_range_test(
     result = LRFinderResult()
     with preserved_training_state(model, optimizer, scheduler, grad_scaler):
         model.train()
-        apply_frozen_bn_eval(model)
         stream = _endless(batches)
         average, best = 0.0, math.inf
         for index in range(num_steps):

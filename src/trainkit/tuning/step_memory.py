@@ -25,7 +25,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainkit.models.finetune import apply_frozen_bn_eval
 from trainkit.tasks.task import first_tensor, rows, samples
 
 
@@ -103,7 +102,6 @@ def training_step_probe(model: nn.Module, batch: Any, step: Callable[[Any], obje
         try:
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                 model.train()
-                apply_frozen_bn_eval(model)
                 step(repeated)
         finally:
             with torch.no_grad():

@@ -132,15 +132,13 @@ def test_another_key_finds_the_first_checkpoint_named_and_says_its_name(tmp_path
 def test_a_checkpoint_from_before_the_nodes_were_constructor_arguments_is_read_as_if_written_now(
     tmp_path, compose_config
 ):
+    """The data node named a factory of old (the model's fine-tuning keys: tests/unit/models/test_finetune.py)."""
     config = to_dict(compose_config())
-    old_model = {**config["model"], "input_size": 16, "pretrained_path": None, "freeze": "backbone", "freeze_bn": False}
     old_data = {**config["data"], "_target_": "trainkit.data.datasets.load_digits"}  # the factory of old
-    old = {key: value for key, value in config.items() if key != "finetune"} | {"model": old_model, "data": old_data}
-    last = make_run(tmp_path / "run", old)
+    last = make_run(tmp_path / "run", config | {"data": old_data})
     saved = files.read_checkpoint(last)["config"]
     assert saved["model"] == config["model"]  # only constructor arguments: instantiate(cfg.model) builds it
     assert saved["data"]["_target_"] == "trainkit.data.datasets.Digits"
-    assert saved["finetune"] == {"input_size": 16, "pretrained_path": None, "freeze": "backbone", "freeze_bn": False}
 
 
 def test_a_script_that_continues_no_run_refuses_resume_before_hydra(tmp_path):
@@ -293,7 +291,7 @@ def test_resumed_config_is_the_checkpoints_with_the_new_overrides_on_top(tmp_pat
     original = compose_config("trainer.max_epochs=3")
     saved = to_dict(original)
     saved["data"]["batch_size"] = 48  # a value the run found itself (a searched batch size): in its checkpoint
-    weights = build_model(original.model, original.finetune, image_size=8)[0].state_dict()
+    weights = build_model(original.model).state_dict()
     last = make_run(tmp_path / "run", saved, model=weights, early_stopping={"epochs_without_improvement": 0})
     new = ["optimizer.lr=0.05", "trainer.max_epochs=5", "regularization.dropout=0.3"]
     cfg, finished = resumed(tmp_path / "run", f"resume={last}", *new)

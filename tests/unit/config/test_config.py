@@ -160,12 +160,6 @@ RULE_CASES = [
     (["data.drop_last=maybe"], "data.drop_last"),
     (["data.shuffle=maybe"], "data.shuffle"),
     ([*TEXTS, "data.skip_bad_files=maybe"], "data.skip_bad_files"),
-    (["finetune.pretrained_path=3"], "finetune.pretrained_path"),
-    (["finetune.input_size=0"], "finetune.input_size"),
-    (["finetune.input_size=abc"], "finetune.input_size"),
-    (["finetune.freeze=head"], "finetune.freeze"),
-    (["finetune.freeze=-1"], "finetune.freeze"),
-    (["finetune.freeze_bn=1"], "finetune.freeze_bn"),
     (["optimizer.lr=0"], "optimizer.lr"),
     (["optimizer.lr=-1"], "optimizer.lr"),
     (["optimizer.lr=abc"], "optimizer.lr"),
@@ -242,14 +236,6 @@ RELATION_CASES = [
         "data.channels",
     ),
     (["data.val_fraction=0.5", "data.test_fraction=0.5"], "data.val_fraction"),
-    (
-        [
-            "model._target_=models_for_tests.DownloadingCNN",
-            "+model.pretrained=true",
-            "finetune.pretrained_path=/weights/resnet18.pt",
-        ],
-        "finetune.pretrained_path",
-    ),
     (["optimizer.momentum=0"], "optimizer.nesterov"),
     (["regularization.early_stopping.mode=max"], "regularization.early_stopping.mode"),
     (["device=cpu", "distributed.sync_batchnorm=true"], "distributed.sync_batchnorm"),
@@ -271,10 +257,8 @@ RELATION_CASES = [
     (["task._target_=trainkit.tasks.nowhere.Missing"], "task._target_"),
     # a target per pixel: what moves the image must move its targets
     ([*PIXELS, "augmentation=shift"], "augmentation.crop_padding"),
-    ([*PIXELS, "finetune.input_size=16"], "finetune.input_size"),
     # image operations on data that is not images
     ([*TABLE, "augmentation=shift"], "augmentation"),
-    ([*TABLE, "finetune.input_size=16"], "finetune.input_size"),
     # a model with one class per pixel needs a task with one target per pixel
     (["model._target_=models_for_tests.PixelCNN"], "model._target_"),
     # a model's class says what the side must be divisible by (8, for 3 halvings)

@@ -17,7 +17,6 @@ SEGMENTATION = ["task=segmentation", "optimized_metric=val/miou", "data.mirror_c
         (["experiment=shapes_segmentation", "task.class_names=[background,circle]"], "task.class_names"),
         # a target per pixel: what moves the image must move the mask
         ([*SEGMENTATION, "augmentation=shift"], "augmentation.crop_padding"),
-        ([*SEGMENTATION, "finetune.input_size=16"], "finetune.input_size"),
         (["task=segmentation", "optimized_metric=val/miou"], "task.horizontal_flip"),  # digits: a mirrored 2 is no 2
         # a model with one class per pixel needs a task with one target per pixel
         (["model=unet"], "model._target_"),

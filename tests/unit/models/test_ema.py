@@ -110,9 +110,9 @@ def evaluate_weights(state: dict, weights: dict) -> float:
 
     cfg = OmegaConf.create(state["config"])
     data = build_data(cfg.data, device=torch.device("cpu"), seed=cfg.seed, rank=0, world_size=1)
-    model, input_size = build_model(cfg.model, cfg.finetune, image_size=data.image_size)
+    model = build_model(cfg.model)
     model.load_state_dict(weights)
-    transform = BatchTransform(data.mean, data.std, input_size, None)
+    transform = BatchTransform(data.mean, data.std, data.image_size, None)
     metrics = evaluate(
         model, data.val, transform, CLASSIFICATION, "fp32", torch.device("cpu"), cfg.trainer.limit_val_batches
     )

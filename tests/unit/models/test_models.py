@@ -29,19 +29,6 @@ def model_config(group: str, channels: int = 1, image_size: int = 8, dropout: fl
     return root.model
 
 
-FINETUNE_KEYS = ("pretrained_path", "freeze", "freeze_bn", "input_size")
-
-
-def model_and_finetune(group: str, channels: int = 1, image_size: int = 8, dropout: float = 0.0, **overrides):
-    """build_model's two nodes: conf/model/<group>.yaml with `overrides` of its keys, and conf/config.yaml's
-    finetune section with `overrides` of its keys (pretrained_path, freeze, freeze_bn, input_size)."""
-    finetune = OmegaConf.load(CONF / "config.yaml").finetune
-    for key in FINETUNE_KEYS:
-        if key in overrides:
-            finetune[key] = overrides.pop(key)
-    return model_config(group, channels, image_size, dropout, **overrides), finetune
-
-
 @pytest.mark.parametrize(("channels", "size"), [(1, 8), (1, 28), (3, 32), (3, 1)])
 def test_small_cnn_takes_digits_mnist_and_cifar_sizes(channels, size):
     model = SmallCNN(in_channels=channels, num_classes=10, widths=(8, 16, 32), dropout=0.25)
@@ -49,12 +36,10 @@ def test_small_cnn_takes_digits_mnist_and_cifar_sizes(channels, size):
     assert [m.p for m in model.modules() if isinstance(m, nn.Dropout)] == [0.25]
 
 
-def test_build_model_from_the_cnn_config_uses_the_data_size():
-    model, input_size = build_model(*model_and_finetune("cnn", dropout=0.1), image_size=8)
-    assert isinstance(model, SmallCNN) and input_size == 8
+def test_build_model_builds_the_cnn_from_its_config():
+    model = build_model(model_config("cnn", dropout=0.1))
+    assert isinstance(model, SmallCNN)
     assert [m.p for m in model.modules() if isinstance(m, nn.Dropout)] == [0.1]
-    model, input_size = build_model(*model_and_finetune("cnn", input_size=16), image_size=8)
-    assert input_size == 16
 
 
 def test_a_model_name_close_to_none_still_suggests_names():

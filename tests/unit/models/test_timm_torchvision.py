@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
-from test_finetune import assert_only_the_head_learns, saved
-from test_models import model_and_finetune, model_config
+from test_finetune import FINETUNE_KEYS, assert_only_the_head_learns, built, saved
+from test_models import model_config
 from torch import nn
 
 from trainkit.errors import ConfigError
-from trainkit.models.build import build_model
-from trainkit.models.finetune import apply_frozen_bn_eval, freeze, head_parameters, stages
+from trainkit.models.finetune import freeze, stages
 from trainkit.models.input_size import resolve_input_size, runs_on
+from trainkit.models.submodules import head_parameters
 from trainkit.models.timm_torchvision import create_timm_model, create_torchvision_model
 from trainkit.optim import param_groups
 
@@ -39,8 +39,19 @@ def unreachable_hub(tmp_path, monkeypatch):
     return tmp_path / "hub"
 
 
+def model_and_finetune(group: str, channels: int = 1, image_size: int = 8, dropout: float = 0.0, **overrides):
+    """fine_tune's two nodes: conf/model/<group>.yaml with `overrides` of its keys (regularization.dropout: `dropout`),
+    and conf/config.yaml's finetune section with `overrides` of its keys (pretrained_path, freeze, freeze_bn,
+    input_size)."""
+    finetune = OmegaConf.load(CONF / "config.yaml").finetune
+    for key in FINETUNE_KEYS:
+        if key in overrides:
+            finetune[key] = overrides.pop(key)
+    return model_config(group, channels, image_size, dropout, **overrides), finetune
+
+
 def test_timm_resnet18_on_one_channel_8x8_images():
-    model, input_size = build_model(*model_and_finetune("timm", dropout=0.1, drop_path_rate=0.05), image_size=8)
+    model, input_size = built(*model_and_finetune("timm", dropout=0.1, drop_path_rate=0.05), image_size=8)
     assert input_size == 8  # resnets take any size
     assert model(torch.randn(2, 1, 8, 8)).shape == (2, 10)
 
@@ -92,7 +103,7 @@ def test_cached_pretrained_weights_load_without_asking_an_unreachable_hub(unreac
 
 
 def test_torchvision_resnet18_for_one_channel_with_dropout():
-    model, input_size = build_model(*model_and_finetune("torchvision", dropout=0.2), image_size=8)
+    model, input_size = built(*model_and_finetune("torchvision", dropout=0.2), image_size=8)
     assert input_size == 8
     assert model.conv1.in_channels == 1 and model.conv1.kernel_size == (7, 7) and model.conv1.stride == (2, 2)
     assert isinstance(model.fc, nn.Sequential) and model.fc[0].p == 0.2 and model.fc[1].out_features == 10
@@ -100,7 +111,7 @@ def test_torchvision_resnet18_for_one_channel_with_dropout():
 
 
 def test_torchvision_googlenet_is_raised_to_its_minimum_and_returns_plain_logits():
-    model, input_size = build_model(*model_and_finetune("torchvision", name="googlenet"), image_size=8)
+    model, input_size = built(*model_and_finetune("torchvision", name="googlenet"), image_size=8)
     assert input_size == 15  # torchvision's metadata: googlenet needs at least 15x15
     assert model.train()(torch.randn(2, 1, 15, 15)).shape == (2, 10)  # no auxiliary-logits tuple
 
@@ -113,10 +124,10 @@ def test_torchvision_unknown_name_suggests_close_names():
 
 def test_a_stem_too_big_for_digits_raises_the_input_size_from_the_built_model():
     # convnext_atto: no minimum in timm's metadata, but a 4x4 stem and 2x2 downsampling (stride 32 in all).
-    model, input_size = build_model(*model_and_finetune("timm", name="convnext_atto"), image_size=8)
+    model, input_size = built(*model_and_finetune("timm", name="convnext_atto"), image_size=8)
     assert input_size == 32  # 8, 16 fail; doubled until it runs
     assert model(torch.randn(2, 1, 32, 32)).shape == (2, 10)
-    _, input_size = build_model(*model_and_finetune("timm", name="convnext_atto", input_size=64), image_size=8)
+    _, input_size = built(*model_and_finetune("timm", name="convnext_atto", input_size=64), image_size=8)
     assert input_size == 64  # an explicit size that runs is kept
 
 
@@ -136,7 +147,7 @@ def test_the_size_probe_leaves_weights_statistics_modes_and_rng_alone():
 @pytest.mark.parametrize("too_small", [8, 16])
 def test_an_explicit_input_size_the_model_cannot_take_is_a_one_line_error(too_small):
     with pytest.raises(ConfigError) as error:
-        build_model(*model_and_finetune("timm", name="convnext_atto", input_size=too_small), image_size=8)
+        built(*model_and_finetune("timm", name="convnext_atto", input_size=too_small), image_size=8)
     assert error.value.key == "finetune.input_size" and "\n" not in error.value.message
     assert f"does not run on {too_small}x{too_small}" in error.value.message
     assert "set finetune.input_size=null or a size it runs on, e.g. 32" in error.value.message
@@ -166,19 +177,19 @@ RESNET_STAGES = ["conv1, bn1", "layer1", "layer2", "layer3", "layer4"]  # the st
 
 def test_a_frozen_timm_backbone_is_bit_identical_after_training_and_only_the_head_learns():
     torch.manual_seed(0)
-    model, _ = build_model(*model_and_finetune("timm", freeze="backbone"), image_size=8)
+    model, _ = built(*model_and_finetune("timm", freeze="backbone"), image_size=8)
     assert_only_the_head_learns(model)
 
 
 def test_the_head_of_timm_and_torchvision_models():
-    timm_model, _ = build_model(*model_and_finetune("timm"), image_size=8)
+    timm_model, _ = built(*model_and_finetune("timm"), image_size=8)
     assert head_parameters(timm_model) == set(timm_model.fc.parameters())
-    torchvision_model, _ = build_model(*model_and_finetune("torchvision", dropout=0.2), image_size=8)
+    torchvision_model, _ = built(*model_and_finetune("torchvision", dropout=0.2), image_size=8)
     assert head_parameters(torchvision_model) == set(torchvision_model.fc[1].parameters())  # last Linear, after dropout
 
 
 def test_freezing_n_stages_of_a_timm_resnet():
-    model, _ = build_model(*model_and_finetune("timm"), image_size=8)
+    model, _ = built(*model_and_finetune("timm"), image_size=8)
     assert [name for name, _ in stages(model)] == RESNET_STAGES  # from timm's feature_info
     assert freeze(model, 2) == ["conv1", "bn1", "layer1"]  # the stem and the first stage, not conv1 and bn1 alone
     assert not any(p.requires_grad for p in model.layer1.parameters())
@@ -187,7 +198,6 @@ def test_freezing_n_stages_of_a_timm_resnet():
     )
     assert model.frozen_batchnorm_names == ["bn1", "layer1.0.bn1", "layer1.0.bn2", "layer1.1.bn1", "layer1.1.bn2"]
     model.train()
-    apply_frozen_bn_eval(model)
     assert not model.layer1[0].bn1.training and model.layer2[0].bn1.training
     with pytest.raises(ConfigError) as error:
         freeze(model, 6)
@@ -195,7 +205,7 @@ def test_freezing_n_stages_of_a_timm_resnet():
 
 
 def test_freezing_n_stages_of_a_torchvision_resnet():
-    model, _ = build_model(*model_and_finetune("torchvision", freeze=3), image_size=8)
+    model, _ = built(*model_and_finetune("torchvision", freeze=3), image_size=8)
     assert [name for name, _ in stages(model)] == RESNET_STAGES
     frozen = {name.split(".")[0] for name, p in model.named_parameters() if not p.requires_grad}
     assert frozen == {"conv1", "bn1", "layer1", "layer2"}
@@ -207,13 +217,13 @@ def test_freezing_n_stages_of_a_torchvision_resnet():
 
 
 def test_timm_stages_come_from_feature_info_with_the_stem_in_the_first():
-    model, _ = build_model(*model_and_finetune("timm", name="convnext_atto", channels=3), image_size=32)
+    model, _ = built(*model_and_finetune("timm", name="convnext_atto", channels=3), image_size=32)
     assert [name for name, _ in stages(model)] == ["stem, stages.0", "stages.1", "stages.2", "stages.3"]
     assert freeze(model, 1) == ["stem", "stages.0"]
 
 
 def test_vit_parameters_held_by_the_model_itself_freeze_with_the_backbone():
-    model, _ = build_model(
+    model, _ = built(
         *model_and_finetune("timm", name="vit_tiny_patch16_224", channels=3, freeze="backbone"), image_size=8
     )
     assert not model.cls_token.requires_grad and not model.pos_embed.requires_grad
@@ -225,10 +235,10 @@ def test_vit_parameters_held_by_the_model_itself_freeze_with_the_backbone():
 
 def test_another_number_of_classes_drops_the_head_with_a_log_line(tmp_path, caplog):
     torch.manual_seed(0)
-    source, _ = build_model(*model_and_finetune("timm", num_classes=1000), image_size=8)
+    source, _ = built(*model_and_finetune("timm", num_classes=1000), image_size=8)
     path = saved(source, tmp_path / "imagenet.pt")
     with caplog.at_level(logging.INFO, logger="trainkit.models.pretrained"):
-        model, _ = build_model(*model_and_finetune("timm", num_classes=5, pretrained_path=str(path)), image_size=8)
+        model, _ = built(*model_and_finetune("timm", num_classes=5, pretrained_path=str(path)), image_size=8)
     assert "dropped the classifier head" in caplog.text and "fc.weight (1000, 512) -> (5, 512)" in caplog.text
     assert "missing 2 (fc.weight, fc.bias), unexpected 0" in caplog.text
     assert model.fc.out_features == 5
@@ -238,9 +248,9 @@ def test_another_number_of_classes_drops_the_head_with_a_log_line(tmp_path, capl
 
 
 def test_one_channel_model_from_three_channel_weights(tmp_path):
-    source, _ = build_model(*model_and_finetune("timm", channels=3), image_size=8)
+    source, _ = built(*model_and_finetune("timm", channels=3), image_size=8)
     path = saved(source, tmp_path / "rgb.pt")
-    model, _ = build_model(*model_and_finetune("timm", channels=1, pretrained_path=str(path)), image_size=8)
+    model, _ = built(*model_and_finetune("timm", channels=1, pretrained_path=str(path)), image_size=8)
     assert model.conv1.weight.shape[1] == 1
     assert torch.allclose(model.conv1.weight, source.conv1.weight.sum(dim=1, keepdim=True))
     assert torch.equal(model.layer4[1].conv2.weight, source.layer4[1].conv2.weight)
@@ -252,7 +262,7 @@ def test_one_channel_model_from_three_channel_weights(tmp_path):
 
 def test_missing_weights_file_is_a_config_error_saying_how_to_get_one(tmp_path):
     with pytest.raises(ConfigError) as error:
-        build_model(*model_and_finetune("timm", pretrained_path=str(tmp_path / "nope.pt")), image_size=8)
+        built(*model_and_finetune("timm", pretrained_path=str(tmp_path / "nope.pt")), image_size=8)
     assert error.value.key == "finetune.pretrained_path"
     assert f"no file at '{tmp_path / 'nope.pt'}'" in error.value.message
     assert "pretrained=True" in error.value.message and "finetune.pretrained_path" in error.value.message

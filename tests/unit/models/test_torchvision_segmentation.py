@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from trainkit.errors import ConfigError
-from trainkit.models.finetune import freeze
+from trainkit.models.submodules import head_parameters
 from trainkit.models.torchvision_segmentation import TorchvisionSegmentation
 
 
@@ -28,8 +28,9 @@ def test_an_unknown_name_is_a_config_error_with_suggestions():
     assert error.value.key == "model.name"
 
 
-def test_freeze_backbone_leaves_the_per_pixel_classifier_trainable():
+def test_the_head_is_the_per_pixel_classifier():
+    """What freezing the backbone (fine-tuning) leaves training and optimizer.head_lr_scale scales."""
     model = TorchvisionSegmentation("lraspp_mobilenet_v3_large", num_classes=3)
-    freeze(model, "backbone")
-    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
-    assert trainable and all(name.startswith("model.classifier.") for name in trainable)
+    head = head_parameters(model)
+    names = {name for name, parameter in model.named_parameters() if parameter in head}
+    assert names and all(name.startswith("model.classifier.") for name in names)

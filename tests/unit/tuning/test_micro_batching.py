@@ -136,7 +136,7 @@ def test_auto_micro_batch_size_trains_with_the_size_under_the_cap_and_a_resume_r
     """The cap lies between the saved activations of a part of 4 and of 8 (the whole batch): the run trains in
     parts of 4, its checkpoint's config says 4, and a resume trains on in parts of 4 under a cap no part fits."""
     cfg = composed(*SHORT_RUN)
-    model, _ = build_model(cfg.model, cfg.finetune, image_size=8)
+    model = build_model(cfg.model)
     with measure_step_memory("cpu") as whole_batch:
         F.cross_entropy(model(torch.rand(8, 1, 8, 8)), torch.zeros(8, dtype=torch.int64)).backward()
     cap = f"trainer.micro_batch_memory_cap_mb={0.75 * whole_batch.peak_bytes / 2**20}"
