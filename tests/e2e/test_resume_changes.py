@@ -4,39 +4,55 @@ finds its run directory taken."""
 import os
 import shutil
 import socket
+from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import TrainRun, run_here
 from helpers import has_folds, hashes_of_every_file, needs_image_folders
 from trainkit.checkpointing import own_run_directory
 
 QUICK = ("trainer.progress_bar=false", "print_config=false", "trainer.log_every_n_steps=1")
 
 
+# A 4-epoch cosine that early stopping ends after epoch 1 (no improvement can beat min_delta=100): a checkpoint at an
+# epoch's end, half-way down the schedule.
+STOP_AFTER_EPOCH_1 = (
+    "trainer.max_epochs=4",
+    "regularization.early_stopping.patience=1",
+    "regularization.early_stopping.min_delta=100",
+)
+
+
 def stopped_after_epoch_1(run_train, *overrides: str):
-    """A run of a 4-epoch cosine that early stopping ends after epoch 1 (no improvement can beat
-    min_delta=100): a checkpoint at an epoch's end, half-way down the schedule."""
-    run = run_train(
-        *overrides,
-        "trainer.max_epochs=4",
-        "regularization.early_stopping.patience=1",
-        "regularization.early_stopping.min_delta=100",
-    )
+    run = run_train(*overrides, *STOP_AFTER_EPOCH_1)
     assert [m["epoch"] for m in run.epoch_metrics()] == [0, 1]
     return run
 
 
+@pytest.fixture(scope="module")
+def stopped_at_default_batch_size(tmp_path_factory) -> Path:
+    """The run directory of stopped_after_epoch_1 at the default batch size, trained once for the module."""
+    run_dir = tmp_path_factory.mktemp("stopped") / "run"
+    run = TrainRun(*run_here("train.py", f"hydra.run.dir={run_dir}", *QUICK, *STOP_AFTER_EPOCH_1), run_dir)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert [m["epoch"] for m in run.epoch_metrics()] == [0, 1]
+    return run_dir
+
+
 @pytest.mark.slow  # trains two runs
 @pytest.mark.parametrize("batch_size", [32, 128])  # half and double the default 64: 40 and 10 updates an epoch, not 20
-def test_a_batch_size_changed_at_an_epoch_end_still_ends_the_schedule_on_the_last_update(run_train, batch_size):
-    # the resume trains epochs 2 and 3 with another batch size
-    first = stopped_after_epoch_1(run_train, *QUICK)
+def test_a_batch_size_changed_at_an_epoch_end_still_ends_the_schedule_on_the_last_update(
+    run_train, batch_size, stopped_at_default_batch_size, tmp_path
+):
+    # the resume trains epochs 2 and 3 with another batch size, each in its own copy of the stopped run
+    run_dir = shutil.copytree(stopped_at_default_batch_size, tmp_path / "stopped")
     resumed = run_train(
-        f"resume={first.run_dir}",
+        f"resume={run_dir}",
         f"data.batch_size={batch_size}",
         "regularization.early_stopping.enabled=false",
-        run_dir=first.run_dir,
+        run_dir=run_dir,
     )
     epochs = resumed.epoch_metrics()
     assert [m["epoch"] for m in epochs] == [0, 1, 2, 3]

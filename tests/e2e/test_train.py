@@ -159,10 +159,10 @@ def test_a_resume_without_best_pt_tests_the_last_weights_and_says_so(run_train):
 @pytest.mark.slow  # trains in this process (run_train)
 def test_lr_schedule_warms_up_then_decays_per_update(run_train):
     run = run_train(
-        "trainer.max_epochs=3", "trainer.log_every_n_steps=1", "scheduler.warmup_epochs=1", "trainer.progress_bar=false"
+        "trainer.max_epochs=2", "trainer.log_every_n_steps=1", "scheduler.warmup_epochs=1", "trainer.progress_bar=false"
     )
     lrs = [m["lr"] for m in run.metrics if "train/step_loss" in m]
-    updates_per_epoch = len(lrs) // 3
+    updates_per_epoch = len(lrs) // 2
     warmup, decay = lrs[:updates_per_epoch], lrs[updates_per_epoch:]
     assert warmup == sorted(warmup) and warmup[-1] == pytest.approx(0.1, rel=0.01)
     assert decay == sorted(decay, reverse=True) and decay[-1] < 1e-3
@@ -208,7 +208,7 @@ def test_resume_after_a_kill_continues_exactly_in_the_same_run_directory(run_tra
     # Checkpoints every 3 updates, so the kill lands inside an epoch. min_delta=100 keeps epoch 0 the
     # best, before the kill: the resumed run must test that run directory's best.pt, as a straight run does.
     overrides = [
-        "trainer.max_epochs=6",
+        "trainer.max_epochs=3",
         "augmentation=shift",
         "trainer.progress_bar=false",
         "print_config=false",
@@ -232,7 +232,7 @@ def test_resume_after_a_kill_continues_exactly_in_the_same_run_directory(run_tra
     victim.kill()
     victim.wait()
     interrupted = torch.load(last, weights_only=True)
-    assert interrupted["epoch"] < 5, "the run finished before it could be killed"
+    assert interrupted["epoch"] < 2, "the run finished before it could be killed"
     (killed_dir / "checkpoints" / "last.pt.tmp").write_bytes(b"torn")  # as a kill during a save leaves it
     # resume= alone: the checkpoint's config (not the defaults), in the killed run's own directory.
     resumed = run_train(f"resume={killed_dir}", run_dir=killed_dir)
@@ -248,7 +248,7 @@ def test_resume_after_a_kill_continues_exactly_in_the_same_run_directory(run_tra
     assert resumed_summary.pop("test") == pytest.approx(straight_summary.pop("test"), rel=1e-6)
     assert resumed_summary == straight_summary  # best, final, epochs, steps, stop_reason, optimized value
     # metrics.jsonl continues: each epoch once, with the lines written after the checkpoint dropped.
-    assert [m["epoch"] for m in resumed.epoch_metrics()] == list(range(6))
+    assert [m["epoch"] for m in resumed.epoch_metrics()] == list(range(3))
     assert_same_training(resumed, straight)
 
 
@@ -256,7 +256,7 @@ def test_resume_after_a_kill_continues_exactly_in_the_same_run_directory(run_tra
 def test_a_run_stopped_inside_an_epoch_resumes_at_the_next_batch(run_train):
     # A constant LR, so stopping early with max_steps does not change the schedule.
     overrides = [
-        "trainer.max_epochs=3",
+        "trainer.max_epochs=2",
         "augmentation=shift",
         "scheduler=constant",
         "trainer.progress_bar=false",
@@ -275,7 +275,7 @@ def test_a_run_stopped_inside_an_epoch_resumes_at_the_next_batch(run_train):
     )
     resumed = run_train(f"resume={last}", "trainer.max_steps=null", run_dir=stopped.run_dir)
     assert "changed: trainer.max_steps 27 -> None" in resumed.stdout + resumed.stderr
-    assert [m["epoch"] for m in resumed.epoch_metrics()] == [0, 1, 2]  # the stopped epoch 1's line is replaced
+    assert [m["epoch"] for m in resumed.epoch_metrics()] == [0, 1]  # the stopped epoch 1's line is replaced
     assert resumed.epoch_metrics()[1]["step"] == 40
     assert_same_training(resumed, straight)
 

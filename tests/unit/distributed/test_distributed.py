@@ -284,7 +284,13 @@ def test_batchnorm_statistics_are_averaged_across_ranks_before_evaluation_and_ch
 
 @pytest.mark.slow
 def test_two_processes_with_half_batches_match_one_process(tmp_path):
-    overrides = [*QUICK, *NO_NORM_MODEL, "trainer.log_every_n_steps=1", "regularization.early_stopping.enabled=false"]
+    overrides = [
+        *QUICK,
+        *NO_NORM_MODEL,
+        "trainer.log_every_n_steps=1",
+        "regularization.early_stopping.enabled=false",
+        "trainer.limit_train_batches=11",  # 22 updates: enough for the step losses compared below
+    ]
     single = run(train_command(f"hydra.run.dir={tmp_path / 'single'}", "data.batch_size=64", *overrides))
     assert single.returncode == 0, single.stderr[-3000:]
     double = run(
@@ -416,7 +422,7 @@ def test_self_launched_ddp_on_an_image_folder_counts_its_classes(tmp_path):
 @pytest.mark.slow
 def test_torchrun_single_node_shares_one_run_directory(tmp_path):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    result = run([*torchrun, str(ROOT / "train.py"), *QUICK], cwd=tmp_path)
+    result = run([*torchrun, str(ROOT / "train.py"), *QUICK, "trainer.limit_train_batches=3"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dirs = list((tmp_path / "outputs" / "runs").iterdir())
     assert len(run_dirs) == 1, run_dirs  # no directory per rank
