@@ -219,6 +219,29 @@ def test_the_config_check_names_no_feature():
         assert not named, f"{path.relative_to(ROOT)} names {', '.join(named)}"
 
 
+# Modules the core keeps for two rows that need neither other (a file listed in both would go with either).
+SHARED_BY_ROWS = {"trainkit.tasks.confusion": "segmentation's mean IoU and eval_figures' confusion matrix"}
+
+
+def test_the_core_holds_no_module_that_only_rows_use():
+    """A module of src/trainkit that no row lists is the core's: something outside tests/ and every row's files
+    (train.py, eval.py, src/, scripts/, conf/, the docs' recipes) names it, or it belongs in the row that uses it."""
+    optional = {file for row in FEATURES.values() for file in row.files}
+    users = [*ROOT.glob("*.py"), *ROOT.glob("src/**/*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("conf/**/*.yaml")]
+    users += [*ROOT.glob("*.md"), *ROOT.glob("docs/*.md"), ROOT / "pyproject.toml"]
+    texts = {path: path.read_text(encoding="utf-8") for path in users if str(path.relative_to(ROOT)) not in optional}
+    unused = []
+    for path in sorted((ROOT / "src" / "trainkit").rglob("*.py")):
+        if str(path.relative_to(ROOT)) in optional:
+            continue
+        module = ".".join(path.relative_to(ROOT / "src").with_suffix("").parts).removesuffix(".__init__")
+        package, _, name = module.rpartition(".")
+        named = re.compile(rf"\b{re.escape(module)}\b|from {re.escape(package)} import [^\n]*\b{name}\b")
+        if module not in SHARED_BY_ROWS and not any(named.search(text) for user, text in texts.items() if user != path):
+            unused.append(module)
+    assert unused == [], f"only rows or tests use {unused}: list each in the row that uses it"
+
+
 def copy_of_the_repository(destination: Path) -> Path:
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
