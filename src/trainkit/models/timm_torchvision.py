@@ -103,12 +103,12 @@ def create_timm_model(
 
 
 def _an_image_of(in_chans: int = 3) -> Any:
-    from trainkit.models.examples import an_image
+    import torch
 
-    return an_image(in_chans)
+    return torch.zeros(1, in_chans, 32, 32)
 
 
-create_timm_model.example_input = _an_image_of  # type: ignore[attr-defined]  # timm's in_chans (models.examples)
+create_timm_model.example_input = _an_image_of  # type: ignore[attr-defined]  # one image of timm's in_chans (docs/models.md)
 # What the arguments may hold, and the key that makes it load weights of its own (finetune.pretrained_path beside
 # it is refused): the config check (trainkit.config.validation) reads both from the function, before anything runs.
 create_timm_model.config_rules = {  # type: ignore[attr-defined]
