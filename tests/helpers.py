@@ -337,18 +337,6 @@ def assert_one_config_error(overrides: list[str], key: str) -> None:
     assert str(error.value).startswith(f"{key}: ") and "\n" not in str(error.value)
 
 
-def out_of_memory_errors() -> list[BaseException]:
-    """Every kind of error a size search (trainkit.tuning.step_memory.is_out_of_memory) reads as out of memory."""
-    from trainkit.tuning.step_memory import MemoryCapExceeded
-
-    return [
-        torch.cuda.OutOfMemoryError("CUDA out of memory."),
-        RuntimeError("MPS backend out of memory"),
-        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1GB"),
-        MemoryCapExceeded("over the cap"),
-    ]
-
-
 def on_two_ranks(worker: Callable, *args: Any) -> dict:
     """{rank: what `worker(rank, port, results, *args)` put in results[rank]}, run in 2 spawned processes that may
     form a gloo group at tcp://127.0.0.1:port (a free port)."""

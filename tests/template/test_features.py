@@ -219,6 +219,29 @@ def test_the_config_check_names_no_feature():
         assert not named, f"{path.relative_to(ROOT)} names {', '.join(named)}"
 
 
+# Modules the core keeps for two rows that need neither other (a file listed in both would go with either).
+SHARED_BY_ROWS = {"trainkit.tasks.confusion": "segmentation's mean IoU and eval_figures' confusion matrix"}
+
+
+def test_the_core_holds_no_module_that_only_rows_use():
+    """A module of src/trainkit that no row lists is the core's: something outside tests/ and every row's files
+    (train.py, eval.py, src/, scripts/, conf/, the docs' recipes) names it, or it belongs in the row that uses it."""
+    optional = {file for row in FEATURES.values() for file in row.files}
+    users = [*ROOT.glob("*.py"), *ROOT.glob("src/**/*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("conf/**/*.yaml")]
+    users += [*ROOT.glob("*.md"), *ROOT.glob("docs/*.md"), ROOT / "pyproject.toml"]
+    texts = {path: path.read_text(encoding="utf-8") for path in users if str(path.relative_to(ROOT)) not in optional}
+    unused = []
+    for path in sorted((ROOT / "src" / "trainkit").rglob("*.py")):
+        if str(path.relative_to(ROOT)) in optional:
+            continue
+        module = ".".join(path.relative_to(ROOT / "src").with_suffix("").parts).removesuffix(".__init__")
+        package, _, name = module.rpartition(".")
+        named = re.compile(rf"\b{re.escape(module)}\b|from {re.escape(package)} import [^\n]*\b{name}\b")
+        if module not in SHARED_BY_ROWS and not any(named.search(text) for user, text in texts.items() if user != path):
+            unused.append(module)
+    assert unused == [], f"only rows or tests use {unused}: list each in the row that uses it"
+
+
 def copy_of_the_repository(destination: Path) -> Path:
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
@@ -285,6 +308,23 @@ def test_dropping_the_downloads_keeps_the_image_models():
     them: only the CIFAR-10 recipes go, which the downloads row lists beside the models' rows."""
     dropped = trim.to_drop(FEATURES, ["downloads"])
     assert "timm_torchvision" not in dropped and "speedrun" not in dropped
+
+
+# The core's Python outside tests/ with every row dropped: lowered by each move of a row's code into the row, so
+# nothing drifts back (issue 44 asks for 5,000).
+CORE_LINES = 10_427
+
+
+def test_the_trimmed_core_is_no_longer_than_its_budget(tmp_path):
+    """train.py, eval.py, src/ and scripts/ with every row dropped (as trim.py drops them) count at most CORE_LINES."""
+    copy = ROOT  # a clone that has dropped every row already counts itself
+    if FEATURES:
+        copy = copy_of_the_repository(tmp_path / "repository")
+        for row in FEATURES.values():
+            trim.drop(copy, row)
+    python = [*copy.glob("*.py"), *copy.glob("src/**/*.py"), *copy.glob("scripts/**/*.py")]
+    lines = sum(len(path.read_text(encoding="utf-8").splitlines()) for path in python)
+    assert lines <= CORE_LINES, f"the trimmed core has {lines} lines of Python, more than {CORE_LINES}"
 
 
 @pytest.fixture(scope="module")

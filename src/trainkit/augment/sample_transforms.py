@@ -34,7 +34,8 @@ from omegaconf import DictConfig
 
 from trainkit.config.schema import Check, Relation, flag, integer, interval, section, show, unknown_keys
 from trainkit.config.validation import configured_data_class, flip_refused
-from trainkit.data.images import ImageFolderDataset, resize_center_crop
+from trainkit.data.imagefolder import ImageFolderDataset
+from trainkit.data.images import resize_center_crop
 from trainkit.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -354,7 +354,7 @@ def _refuse_another_checkpoint_layout(checkpoint: Path, state: dict, resolved: D
             "distributed",
             f"is {resolved.distributed.name}, but distributed={wrote} wrote {checkpoint} "
             f"({'a folder of shards' if checkpoint.is_dir() else 'one file'}); resume with the distributed setting "
-            f"that wrote it (to change, start a new run with finetune.pretrained_path=<its best.pt>)",
+            f"that wrote it, or start a new run with the one you want",
         )
 
 
@@ -366,8 +366,8 @@ def refuse_weights_only(checkpoint: Path, state: dict) -> None:
         raise ConfigError(
             "resume",
             f"{checkpoint} holds weights without optimizer state (a sharded run's best.pt), so it cannot be "
-            f"resumed; resume the run directory (its checkpoints/last/), or start a new run with "
-            f"finetune.pretrained_path={checkpoint}",
+            f"resumed; resume the run directory (its checkpoints/last/), or evaluate the file with "
+            f"python eval.py checkpoint={checkpoint}",
         )
 
 

@@ -130,8 +130,7 @@ def build_data(
         raise ConfigError(
             "data.root",
             f"has {num_classes} classes now, the checkpoint's run trained on {data.num_classes} (a class folder was "
-            f"added or removed): resume with the folder as it was, or start a new run from these weights with "
-            f"finetune.pretrained_path={resumed_from} (the head is rebuilt)",
+            f"added or removed): resume with the folder as it was, or start a new run on the folder as it is",
         )
     _check_matches(data, "num_classes", num_classes)
 

@@ -8,9 +8,13 @@ docs/data.md.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from torch.utils.data import Dataset
 
 from trainkit.data.class_folders import (
     _check_root,
@@ -21,10 +25,46 @@ from trainkit.data.class_folders import (
     class_names,
 )
 from trainkit.data.datasets import FileSplits, ImageData
-from trainkit.data.images import IMAGE_EXTENSIONS, ImageFolderDataset, image_extensions
+from trainkit.data.images import IMAGE_EXTENSIONS, BadFile, image_extensions, open_image, resize_center_crop
 from trainkit.errors import ConfigError
 
+if TYPE_CHECKING:
+    from PIL import Image
+
 log = logging.getLogger(__name__)
+
+
+class ImageFolderDataset(Dataset):
+    """`(path, label)` pairs that decode to `(uint8 [C, S, S] tensor, label)`, or to a `BadFile`. `transform`
+    (per-image augmentation of the training split) replaces the resize and centre crop."""
+
+    def __init__(
+        self,
+        samples: list[tuple[str, int]],
+        channels: int,
+        image_size: int,
+        *,
+        skip_bad_files: bool = False,
+        transform: Callable[[Image.Image], torch.Tensor] | None = None,
+    ):
+        self.samples = samples
+        self.mode = "L" if channels == 1 else "RGB"
+        self.image_size = image_size
+        self.skip_bad_files = skip_bad_files
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | BadFile:
+        path, label = self.samples[index]
+        try:
+            image = open_image(path, self.mode, self.image_size)
+        except Exception as error:
+            return BadFile(path, f"{type(error).__name__}: {error}", self.skip_bad_files)
+        if self.transform is not None:
+            return self.transform(image), label
+        return resize_center_crop(image, self.image_size), label
 
 
 @dataclass(kw_only=True)

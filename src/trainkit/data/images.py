@@ -6,14 +6,12 @@ opened.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from trainkit.errors import ConfigError
 
@@ -35,39 +33,6 @@ class BadFile:
 
     def error(self) -> ConfigError:
         return ConfigError("data.root", f"cannot read image '{self.path}' ({self.reason}); {SKIP_HINT}")
-
-
-class ImageFolderDataset(Dataset):
-    """`(path, label)` pairs that decode to `(uint8 [C, S, S] tensor, label)`, or to a `BadFile`. `transform`
-    (per-image augmentation of the training split) replaces the resize and centre crop."""
-
-    def __init__(
-        self,
-        samples: list[tuple[str, int]],
-        channels: int,
-        image_size: int,
-        *,
-        skip_bad_files: bool = False,
-        transform: Callable[[Image.Image], torch.Tensor] | None = None,
-    ):
-        self.samples = samples
-        self.mode = "L" if channels == 1 else "RGB"
-        self.image_size = image_size
-        self.skip_bad_files = skip_bad_files
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | BadFile:
-        path, label = self.samples[index]
-        try:
-            image = open_image(path, self.mode, self.image_size)
-        except Exception as error:
-            return BadFile(path, f"{type(error).__name__}: {error}", self.skip_bad_files)
-        if self.transform is not None:
-            return self.transform(image), label
-        return resize_center_crop(image, self.image_size), label
 
 
 def decode(path: str, mode: str, size: int) -> torch.Tensor:

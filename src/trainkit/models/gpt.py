@@ -127,7 +127,7 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     @staticmethod
-    def example_input(block_size: int) -> Tensor:  # what forward takes (trainkit.models.examples): ids
+    def example_input(block_size: int) -> Tensor:  # what forward takes (docs/models.md): ids
         return torch.zeros(1, min(8, block_size), dtype=torch.int64)
 
     def forward(self, tokens: Tensor) -> Tensor:

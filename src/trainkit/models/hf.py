@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from trainkit.config.schema import flag, integer, string
 from trainkit.errors import ConfigError
-from trainkit.models.examples import token_ids
+from trainkit.models.sequence import token_ids
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def create_hf_model(
     return HuggingFaceModel(model, None if causal else pad_token_id, causal)
 
 
-create_hf_model.example_input = token_ids  # type: ignore[attr-defined]  # what it takes (trainkit.models.examples)
+create_hf_model.example_input = token_ids  # type: ignore[attr-defined]  # what it takes (docs/models.md)
 # What the arguments may hold, and what they must agree on with each other and the data (the config check).
 create_hf_model.config_rules = {  # type: ignore[attr-defined]
     "path": string(null=True),

@@ -13,7 +13,11 @@ import torch
 from torch import nn
 
 from trainkit.config.schema import Check, integer
-from trainkit.models.examples import token_ids
+
+
+def token_ids() -> torch.Tensor:
+    """One sequence of 8 token ids: what a model of token sequences takes (its `example_input`, docs/models.md)."""
+    return torch.zeros(1, 8, dtype=torch.int64)
 
 
 class SequenceClassifier(nn.Module):
@@ -62,7 +66,7 @@ class SequenceClassifier(nn.Module):
         self.norm = nn.LayerNorm(width)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, num_classes))
 
-    example_input = staticmethod(token_ids)  # what forward takes (trainkit.models.examples)
+    example_input = staticmethod(token_ids)  # what forward takes
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         padding = tokens == self.pad_id  # [B, T], True where there is no token

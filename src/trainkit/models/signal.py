@@ -40,7 +40,7 @@ class SignalClassifier(nn.Module):
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, num_classes))
 
     @staticmethod
-    def example_input(in_channels: int = 1) -> dict[str, torch.Tensor]:  # what forward takes (models.examples)
+    def example_input(in_channels: int = 1) -> dict[str, torch.Tensor]:  # what forward takes (docs/models.md)
         return {"signal": torch.zeros(1, in_channels, 8), "lengths": torch.tensor([5])}
 
     def forward(self, signal: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -10,14 +10,14 @@ inside the functions that use them (each takes seconds), so `--help` and config 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import difflib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from torch import nn
 
 from trainkit.config.schema import flag, number, string
 from trainkit.errors import ConfigError
-from trainkit.models.build import _conv_like, _did_you_mean
 from trainkit.models.input_size import limits_of_pretrained_cfg
 from trainkit.models.submodules import find_modules, replace_module
 
@@ -28,6 +28,39 @@ TORCHVISION_FIXED_SIZE_PREFIXES = ("vit_", "maxvit_")
 
 TIMM_LISTING = "python -c \"import timm; print(timm.list_models('*resnet*'))\""
 TORCHVISION_LISTING = 'python -c "import torchvision; print(torchvision.models.list_models(torchvision.models))"'
+
+
+def _conv_like(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:
+    """A fresh Conv2d like `conv` but with `in_channels` inputs (default initialization)."""
+    # A Conv2d holds 2-tuples; torch annotates them as tuple[int, ...], shared with Conv1d and Conv3d.
+    return nn.Conv2d(
+        in_channels,
+        conv.out_channels,
+        conv.kernel_size,  # type: ignore[arg-type]
+        stride=conv.stride,  # type: ignore[arg-type]
+        padding=conv.padding,  # type: ignore[arg-type]
+        dilation=conv.dilation,  # type: ignore[arg-type]
+        bias=conv.bias is not None,
+        padding_mode=conv.padding_mode,
+    )
+
+
+# Shown where a misspelt model name is close to none of a library's hundreds of names.
+WELL_KNOWN_MODELS = ("resnet18", "resnet50", "convnext_tiny", "efficientnet_b0", "vit_small_patch16_224", "vit_b_16")
+
+
+def _did_you_mean(name: str, choices: Iterable[str], listing: str = "") -> str:
+    """The close names of `choices`; else all of them where they are few, else a few well-known ones
+    and `listing`, the command that prints them all."""
+    choices = list(choices)
+    matches = difflib.get_close_matches(name, choices, n=3, cutoff=0.5)
+    if matches:
+        return f"; did you mean {', '.join(matches)}?"
+    if len(choices) <= 12:
+        return f"; choose one of {', '.join(sorted(choices))}"
+    examples = ", ".join(model for model in WELL_KNOWN_MODELS if model in choices)
+    listed = f"; list them with {listing}" if listing else ""
+    return f"; none of its {len(choices)} names is close (e.g. {examples}){listed}"
 
 
 def create_timm_model(
@@ -70,12 +103,12 @@ def create_timm_model(
 
 
 def _an_image_of(in_chans: int = 3) -> Any:
-    from trainkit.models.examples import an_image
+    import torch
 
-    return an_image(in_chans)
+    return torch.zeros(1, in_chans, 32, 32)
 
 
-create_timm_model.example_input = _an_image_of  # type: ignore[attr-defined]  # timm's in_chans (models.examples)
+create_timm_model.example_input = _an_image_of  # type: ignore[attr-defined]  # one image of timm's in_chans (docs/models.md)
 # What the arguments may hold, and the key that makes it load weights of its own (finetune.pretrained_path beside
 # it is refused): the config check (trainkit.config.validation) reads both from the function, before anything runs.
 create_timm_model.config_rules = {  # type: ignore[attr-defined]

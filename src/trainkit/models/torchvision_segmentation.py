@@ -15,13 +15,13 @@ torchvision is imported when a model is built, not with this module: the config 
 the class to read `spatial_outputs`, and `--help` and config errors stay fast.
 """
 
+import difflib
 from typing import ClassVar
 
 from torch import Tensor, nn
 
 from trainkit.config.schema import Check, string
 from trainkit.errors import ConfigError
-from trainkit.models.build import _conv_like, _did_you_mean
 from trainkit.models.submodules import find_modules, replace_module
 
 
@@ -37,10 +37,10 @@ class TorchvisionSegmentation(nn.Module):
         import torchvision
 
         known = torchvision.models.list_models(module=torchvision.models.segmentation)
-        if name not in known:
-            raise ConfigError(
-                "model.name", f"torchvision has no segmentation model {name!r}{_did_you_mean(name, known)}"
-            )
+        if name not in known:  # a few names: the close ones, else all
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}?" if close else f"choose one of {', '.join(sorted(known))}"
+            raise ConfigError("model.name", f"torchvision has no segmentation model {name!r}; {hint}")
         # lraspp has no auxiliary head and takes no aux_loss argument; fcn and deeplabv3 do.
         options = {} if name.startswith("lraspp") else {"aux_loss": False}
         model = torchvision.models.get_model(
@@ -48,7 +48,10 @@ class TorchvisionSegmentation(nn.Module):
         )
         if in_channels != 3:
             conv_name, conv = find_modules(model, nn.Conv2d)[0]  # the stem: first in registration order
-            replace_module(model, conv_name, _conv_like(conv, in_channels=in_channels))
+            # Every stem here is square, without bias, dilation or groups: only its input channels change.
+            size, stride, padding = conv.kernel_size[0], conv.stride[0], conv.padding[0]
+            stem = nn.Conv2d(in_channels, conv.out_channels, size, stride, padding, bias=False)
+            replace_module(model, conv_name, stem)
         self.model = model
 
     @property

@@ -93,7 +93,7 @@ def find_batch_size(
             "batch_size_finder.start",
             f"batch size {start} already does not fit in memory; lower "
             "batch_size_finder.start (1 is the least), raise the memory cap, or "
-            "make the step smaller (finetune.input_size, precision=bf16, a smaller model)",
+            "make the step smaller (smaller inputs, precision=bf16, a smaller model)",
         )
     good, bad = start, None
     while good < max_batch_size:

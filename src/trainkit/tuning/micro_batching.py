@@ -65,7 +65,7 @@ def find_micro_batch_size(
         log.info(f"trainer.micro_batch_size=auto: {size} does not fit ({reason or 'on another rank'}); halving")
         if size <= smallest:
             one, shorter = (
-                ("1 sample", "finetune.input_size")
+                ("1 sample", "smaller images")
                 if smallest == 1
                 else (f"1 sequence ({smallest} tokens)", "shorter sequences")
             )

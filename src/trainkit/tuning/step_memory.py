@@ -1,5 +1,6 @@
 """What a training step costs in memory, and whether it fit: what the batch-size finder (batch_size_finder) and
-trainer.micro_batch_size=auto (micro_batching) search with, each on its own (deleting one leaves the other).
+trainer.micro_batch_size=auto (micro_batching) search with. It is batch_size_finder's (docs/features.md), so
+micro_batch_auto needs that row: dropping the finder drops both.
 
     probe = training_step_probe(model, batch, step)   # step(batch): forward and backward (train.py's)
     with measure_step_memory(device) as measured:

@@ -63,6 +63,9 @@ def test_a_sharded_checkpoint_is_refused_in_one_line_where_the_run_writes_last_p
     assert str(error.value).startswith(f"distributed: is {name}, but distributed=x wrote ") and "\n" not in str(
         error.value
     )
+    assert str(error.value).endswith(
+        "resume with the distributed setting that wrote it, or start a new run with the one you want"
+    )
 
 
 def test_a_weights_only_best_pt_is_refused_as_a_resume_before_hydra(tmp_path):
@@ -76,6 +79,6 @@ def test_a_weights_only_best_pt_is_refused_as_a_resume_before_hydra(tmp_path):
         rewrite_argv(["train.py", f"resume={best}"])
     assert str(error.value) == (
         f"resume: {best} holds weights without optimizer state (a sharded run's best.pt), so it cannot be "
-        f"resumed; resume the run directory (its checkpoints/last/), or start a new run with "
-        f"finetune.pretrained_path={best}"
+        f"resumed; resume the run directory (its checkpoints/last/), or evaluate the file with "
+        f"python eval.py checkpoint={best}"
     )

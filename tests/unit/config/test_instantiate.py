@@ -6,6 +6,7 @@ The options are read from conf/, so an option added there is covered here withou
 """
 
 import dataclasses
+from typing import Any
 
 import pytest
 import torch
@@ -13,8 +14,8 @@ from hydra.utils import instantiate
 from torch import nn
 
 from conftest import composed, made_for, options
+from trainkit.config.declared import answer, arguments, parameters
 from trainkit.data import Data, ImageData, Splits
-from trainkit.models.examples import example_input
 from trainkit.tasks import Task
 
 # Keys a data option leaves null until its data is built (a tokenizer's ids and padding, a folder's classes), which
@@ -25,10 +26,29 @@ TINY_BERT = "model.config={model_type: bert, hidden_size: 32, num_hidden_layers:
 KEYS_OF_MODEL = {"hf": [TINY_BERT]}
 
 
+def an_image(in_channels: int) -> torch.Tensor:
+    """One image of `in_channels` channels, 32 pixels a side: what an image model's forward takes."""
+    return torch.zeros(1, in_channels, 32, 32)
+
+
+def example_input(model_config) -> Any:
+    """What a model takes, for a batch of one (docs/models.md): its `example_input`, asked with the option's values,
+    else an image of its `in_channels`; None where it says nothing of its input."""
+    from hydra.utils import get_object
+
+    owner = get_object(model_config._target_)
+    if callable(getattr(owner, "example_input", None)):
+        return answer(owner, "example_input", model_config)[1]
+    if "in_channels" in parameters(owner):
+        given = arguments(owner, an_image, model_config)
+        return None if given is None else an_image(**given)
+    return None
+
+
 @pytest.mark.parametrize("option", options("model"))
 def test_every_model_option_instantiates_to_a_module_that_takes_its_example_input(option):
     """The model the option describes, with the data made for it (made_for: the data option that names it), runs
-    on what it says it takes (trainkit.models.examples: its example_input, or an image of its in_channels)."""
+    on what it says it takes (example_input above: its example_input, or an image of its in_channels)."""
     cfg = composed(f"model={option}", *made_for(f"model={option}"), *KEYS_OF_MODEL.get(option, []))
     for key, value in FILLED_WHEN_BUILT.items():
         if key in cfg.data and cfg.data[key] is None:

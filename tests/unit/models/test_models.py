@@ -1,4 +1,4 @@
-"""Models: the small CNN built from its config, and the name suggestions every factory's error gives."""
+"""Models: the small CNN built from its config."""
 
 import os
 from pathlib import Path
@@ -40,18 +40,3 @@ def test_build_model_builds_the_cnn_from_its_config():
     model = build_model(model_config("cnn", dropout=0.1))
     assert isinstance(model, SmallCNN)
     assert [m.p for m in model.modules() if isinstance(m, nn.Dropout)] == [0.1]
-
-
-def test_a_model_name_close_to_none_still_suggests_names():
-    from trainkit.models.build import _did_you_mean
-
-    names = ["resnet18", "resnet50", "convnext_tiny", *(f"x{i}" for i in range(40))]
-    assert _did_you_mean("resnet19", names) == "; did you mean resnet18, resnet50?"
-    line = _did_you_mean("nosuchmodel", names, "python -c '...'")
-    assert (
-        line
-        == "; none of its 43 names is close (e.g. resnet18, resnet50, convnext_tiny); list them with python -c '...'"
-    )
-    assert _did_you_mean("nosuchmodel", ["fcn_resnet50", "lraspp_mobilenet_v3_large"]) == (
-        "; choose one of fcn_resnet50, lraspp_mobilenet_v3_large"
-    )

@@ -20,7 +20,7 @@ from trainkit.errors import ConfigError
 from trainkit.models.finetune import freeze, stages
 from trainkit.models.input_size import resolve_input_size, runs_on
 from trainkit.models.submodules import head_parameters
-from trainkit.models.timm_torchvision import create_timm_model, create_torchvision_model
+from trainkit.models.timm_torchvision import _did_you_mean, create_timm_model, create_torchvision_model
 from trainkit.optim import param_groups
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # conftest sets it too; never reach for the hub
@@ -276,3 +276,16 @@ def test_a_timm_vit_keeps_its_tokens_and_position_embedding_undecayed():
     assert {id(model.cls_token), id(model.pos_embed)} <= {id(p) for p in no_decay["params"]}
     assert all(p.ndim >= 2 for p in decay["params"])
     assert any(p is model.patch_embed.proj.weight for p in decay["params"])
+
+
+def test_a_model_name_close_to_none_still_suggests_names():
+    names = ["resnet18", "resnet50", "convnext_tiny", *(f"x{i}" for i in range(40))]
+    assert _did_you_mean("resnet19", names) == "; did you mean resnet18, resnet50?"
+    line = _did_you_mean("nosuchmodel", names, "python -c '...'")
+    assert (
+        line
+        == "; none of its 43 names is close (e.g. resnet18, resnet50, convnext_tiny); list them with python -c '...'"
+    )
+    assert _did_you_mean("nosuchmodel", ["fcn_resnet50", "lraspp_mobilenet_v3_large"]) == (
+        "; choose one of fcn_resnet50, lraspp_mobilenet_v3_large"
+    )

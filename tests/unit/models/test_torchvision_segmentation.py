@@ -26,6 +26,8 @@ def test_an_unknown_name_is_a_config_error_with_suggestions():
     with pytest.raises(ConfigError, match="did you mean lraspp_mobilenet_v3_large") as error:
         TorchvisionSegmentation("lraspp_mobilenet_v3", num_classes=3)
     assert error.value.key == "model.name"
+    with pytest.raises(ConfigError, match="; choose one of deeplabv3_mobilenet_v3_large, deeplabv3_resnet101, "):
+        TorchvisionSegmentation("unet", num_classes=3)
 
 
 def test_the_head_is_the_per_pixel_classifier():

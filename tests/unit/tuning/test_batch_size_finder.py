@@ -5,11 +5,12 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
+from test_step_memory import out_of_memory_errors
 from torch import nn
 
 from conftest import composed
 from data_for_tests import SIZED_SIGNALS
-from helpers import backward_step, config_check_tests, out_of_memory_errors, record_run
+from helpers import backward_step, config_check_tests, record_run
 from trainkit.config.validation import problems
 from trainkit.errors import ConfigError
 from trainkit.models.small_cnn import SmallCNN

@@ -6,9 +6,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import backward_step, out_of_memory_errors
+from helpers import backward_step
 from trainkit.models.small_cnn import SmallCNN
-from trainkit.tuning.step_memory import is_out_of_memory, measure_step_memory, training_step_probe
+from trainkit.tuning.step_memory import MemoryCapExceeded, is_out_of_memory, measure_step_memory, training_step_probe
+
+
+def out_of_memory_errors() -> list[BaseException]:
+    """Every kind of error a size search (trainkit.tuning.step_memory.is_out_of_memory) reads as out of memory."""
+    return [
+        torch.cuda.OutOfMemoryError("CUDA out of memory."),
+        RuntimeError("MPS backend out of memory"),
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1GB"),
+        MemoryCapExceeded("over the cap"),
+    ]
 
 
 @pytest.mark.parametrize("error", out_of_memory_errors())
