@@ -143,7 +143,7 @@ def remove_key(text: str, key: str) -> str:
             depth = len(line) - len(line.lstrip(" "))
             if line.strip() and not line.lstrip().startswith("#") and depth <= indent:
                 raise TrimError(f"{key}: no {part!r} inside its parent: fix the row's config keys")
-            if depth > indent and re.match(rf"{re.escape(part)}\s*:", line.lstrip()):
+            if (depth == 0 if indent < 0 else depth > indent) and re.match(rf"{re.escape(part)}\s*:", line.lstrip()):
                 stack.append((number, depth))
                 start, indent = number + 1, depth
                 break

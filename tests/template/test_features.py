@@ -50,6 +50,8 @@ def test_remove_key_keeps_the_rest_of_the_file():
     assert trim.remove_key(text, "a.c") == "a:\n  b: 1   # one\n  f: 4\ng: 5\n"
     assert trim.remove_key(text, "a.c.d") == "a:\n  b: 1   # one\n  c:\n\n    e: 3\n  f: 4\ng: 5\n"
     assert trim.remove_key("a:\n  b: 1\ng: 5\n", "a.b") == "g: 5\n"
+    # a top-level key is found at the top level, not as a nested key of the same name above it
+    assert trim.remove_key("t:\n  c:\n    x: 1\nc:\n  y: 2\nz: 3\n", "c.y") == "t:\n  c:\n    x: 1\nz: 3\n"
 
 
 def test_the_table_lists_features_and_every_marked_line_belongs_to_one():
