@@ -158,7 +158,8 @@ def upgrade_config(config: dict[str, Any]) -> None:
     data = config.get("data", {})
     model = config.get("model", {})  # feature: finetune
     moved = {key: model.pop(key) for key in MOVED_MODEL_KEYS if key in model}  # feature: finetune
-    config["finetune"] = {**moved, **config.get("finetune", {})}  # feature: finetune
+    if moved:  # feature: finetune
+        config["finetune"] = {**moved, **config.get("finetune", {})}  # feature: finetune
     if data.get("_target_") in RENAMED_DATA_TARGETS:
         data["_target_"] = RENAMED_DATA_TARGETS[data["_target_"]]
     scheduler = config.get("scheduler", {})
