@@ -121,7 +121,8 @@ def _ask(
 
 def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
     """(rules, relations) of the features the config holds: each section's `_checks_` names the module(s)
-    declaring them (`CONFIG_RULES`, `CONFIG_RELATIONS`). A module that cannot be imported (its feature
+    declaring them (`CONFIG_RULES`, `CONFIG_RELATIONS`, and `config_rules(cfg)`: rules whose keys depend on the
+    config, such as a key named after the data option's unit). A module that cannot be imported (its feature
     deleted, the section kept) is refused on one line naming the key."""
     rules: dict[str, Check] = {}
     relations: list[Relation] = []
@@ -130,7 +131,7 @@ def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
             message = f"names {module!r}, which cannot be imported; remove the section of a feature you deleted"
             relations.append(Relation((key,), partial(_refuse, key, message)))
             continue
-        rules |= getattr(module, "CONFIG_RULES", {})
+        rules |= getattr(module, "CONFIG_RULES", {}) | getattr(module, "config_rules", lambda cfg: {})(cfg)
         relations += getattr(module, "CONFIG_RELATIONS", ())
     return rules, relations
 

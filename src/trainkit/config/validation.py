@@ -32,8 +32,8 @@ from trainkit.config.declared import (
     searched_keys,
 )
 from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, RULES
-from trainkit.config.schema import Relation, find_problems, integer, show, unknown_keys
-from trainkit.data.datasets import Data, ImageData, budget_key, data_class
+from trainkit.config.schema import Relation, find_problems, show, unknown_keys
+from trainkit.data.datasets import Data, ImageData, data_class
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import higher_is_better, metric_names_of, task_class
@@ -472,10 +472,8 @@ def problems(cfg: DictConfig) -> dict[str, str]:
     rules, relations = declared(
         {"data": data, "model": model_class(cfg.model), "task": configured_task(cfg), "scheduler": _schedule(cfg)}
     )
-    key = budget_key(data) if data is not None else None  # a size budget: units a batch (data.max_tokens)
-    budget = {f"data.{key}": integer(1, null=True)} if key else {}
     feature_rules, feature_relations = feature_checks(cfg)  # each optional feature's, declared beside its code
-    return find_problems(cfg, RULES | budget | rules | feature_rules, (*RELATIONS, *relations, *feature_relations))
+    return find_problems(cfg, RULES | rules | feature_rules, (*RELATIONS, *relations, *feature_relations))
 
 
 def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> dict[str, str]:

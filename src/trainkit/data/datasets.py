@@ -3,7 +3,6 @@ seeded carving of splits, and the built-in in-memory datasets. The class attribu
 set: docs/data.md#a-data-options-class.
 """
 
-import dataclasses
 import importlib
 import importlib.util
 import logging
@@ -151,39 +150,11 @@ class Data:
         return getattr(dataset, "sizes", None)
 
     def batch_sampler(self, dataset: Dataset, *, train: bool, seed: int, rank: int, world_size: int) -> Any:
-        """This rank's batches of a file split as lists of indices when data.max_<size_unit> is set; None otherwise,
-        for the loaders' own samplers."""
-        key = budget_key(type(self))
-        budget = getattr(self, key, None) if key else None
-        if budget is None:
-            return None
-        sizes = self.item_sizes(dataset)
-        if sizes is None:
-            raise ConfigError(
-                f"data.{key}",
-                f"is set, but {type(dataset).__name__} declares no item sizes to batch by; give it `sizes` (one an "
-                f"per item, in {self.size_unit}) or set data.{key}=null",
-            )
-        from trainkit.data.size_budget import SizeBudgetBatches
+        """This rank's batches of a file split as lists of indices, for an option that makes its own; None: the
+        loaders' own fixed batches."""
+        from trainkit.data.size_budget import budget_batches  # feature: size_budget
 
-        return SizeBudgetBatches(
-            sizes,
-            budget,
-            self.batch_size if train else self.eval_batch_size,
-            shuffle=self.shuffle and train,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=self.drop_last and train,
-            train=train,
-            unit=str(self.size_unit),
-        )
-
-
-def budget_key(data: type["Data"]) -> str | None:
-    """The key of a data option's size budget, max_<its size_unit>, if it has one."""
-    key = f"max_{data.size_unit}" if data.size_unit else None
-    return key if key in {field.name for field in dataclasses.fields(data)} else None
+        return budget_batches(self, dataset, train, seed, rank, world_size)  # feature: size_budget
 
 
 @dataclass(kw_only=True)

@@ -298,7 +298,7 @@ class FileLoader(ShardedLoader):
         size = len(dataset)  # type: ignore[arg-type]
         sampler = shard_sampler(size, train=train, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
         super().__init__(sampler, batch_size, drop_last)
-        # The data option's batch sampler (a size budget) shards, shuffles and resumes itself.
+        # The data option's own batch sampler shards, shuffles and resumes itself.
         self.batch_sampler = batch_sampler
         batched = batch_sampler is not None
         self.seeded = SeededIndices(batch_sampler if batched else sampler, seed, batched=batched)

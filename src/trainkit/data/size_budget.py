@@ -1,12 +1,21 @@
 """Batches filled to a size budget (data.max_<unit>): items of similar size together, so that a batch pads little
 and its padded size, which decides its memory, stays within the budget. Every epoch has as many batches whatever
 the shuffle, and every training rank trains as many. How and why: docs/data.md#batches-by-a-token-budget-datamax_tokens.
+
+A data option whose class declares `size_unit` and has a field `max_<size_unit>` has a budget (budget_key);
+`Data.batch_sampler` asks budget_batches for its batches, and the config check takes the key's rule from
+config_rules (conf/config.yaml's `_checks_.size_budget`).
 """
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 
 import torch
+from omegaconf import DictConfig
+from torch.utils.data import Dataset
 
+from trainkit.config.schema import Check, integer
+from trainkit.data.datasets import Data
 from trainkit.errors import ConfigError
 
 BUCKET_RATIO = 1.1  # a bucket's longest item is at most this times its shortest ...
@@ -152,3 +161,49 @@ def _buckets(sizes: torch.Tensor, budget: int, max_batch_size: int) -> list[tupl
         buckets.append((order[start:end], max(1, min(max_batch_size, budget // longest))))
         start = end
     return buckets
+
+
+def budget_key(data: type[Data]) -> str | None:
+    """The key of a data option's size budget, max_<its size_unit>, if it has one."""
+    key = f"max_{data.size_unit}" if data.size_unit else None
+    return key if key in {field.name for field in dataclasses.fields(data)} else None
+
+
+def budget_batches(
+    data: Data, dataset: Dataset, train: bool, seed: int, rank: int, world_size: int
+) -> SizeBudgetBatches | None:
+    """This rank's batches of `dataset` (a file split of `data`) filled to data.max_<size_unit>; None when the
+    option has no budget or it is null (the loaders' own fixed batches)."""
+    key = budget_key(type(data))
+    budget = getattr(data, key, None) if key else None
+    if budget is None:
+        return None
+    sizes = data.item_sizes(dataset)
+    if sizes is None:
+        raise ConfigError(
+            f"data.{key}",
+            f"is set, but {type(dataset).__name__} declares no item sizes to batch by; give it `sizes` (one an "
+            f"per item, in {data.size_unit}) or set data.{key}=null",
+        )
+    return SizeBudgetBatches(
+        sizes,
+        budget,
+        data.batch_size if train else data.eval_batch_size,
+        shuffle=data.shuffle and train,
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+        drop_last=data.drop_last and train,
+        train=train,
+        unit=str(data.size_unit),
+    )
+
+
+def config_rules(cfg: DictConfig) -> dict[str, Check]:
+    """The rule of the data option's budget, a key named after its unit (data.max_tokens, data.max_frames): a
+    whole number of units, at least 1, or null. The config check gathers it (trainkit.config.declared)."""
+    from trainkit.config.validation import configured_data_class
+
+    data = configured_data_class(cfg)
+    key = budget_key(data) if data is not None else None
+    return {f"data.{key}": integer(1, null=True)} if key else {}

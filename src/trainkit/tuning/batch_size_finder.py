@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from trainkit.config.schema import Check, Relation, flag, integer, number
-from trainkit.data.datasets import budget_key, data_class
+from trainkit.data.datasets import data_class
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.distributed.process_group import min_across_ranks
 from trainkit.errors import ConfigError
@@ -201,10 +201,11 @@ def _a_range_to_search(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 def _a_size_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The finder searches data.batch_size; under a size budget (data.max_tokens) that is a cap, not a batch's size."""
     try:  # a data._target_ that does not import: its own problem
-        key = budget_key(data_class(str(cfg.data.get("_target_"))))
+        unit = data_class(str(cfg.data.get("_target_"))).size_unit
     except ConfigError:
-        key = None
-    if key and isinstance(cfg.data.get(key), int) and cfg.batch_size_finder.enabled:
+        unit = None
+    key = f"max_{unit}"
+    if unit and isinstance(cfg.data.get(key), int) and cfg.batch_size_finder.enabled:
         yield (
             "batch_size_finder.enabled",
             f"searches data.batch_size, but data.{key}={cfg.data[key]} decides how much a batch holds "

@@ -269,9 +269,6 @@ RELATION_CASES = [
 DECLARED_CASES = [
     ([*FUNCTIONS, "model.max_length=256"], "model.max_length"),  # SequenceClassifier
     ([*FUNCTIONS, "data.max_tokens=256"], "data.max_tokens"),  # TextData
-    ([*TEXTS, "data.max_tokens=0"], "data.max_tokens"),  # the size budget of a data option with a size_unit
-    ([*TEXTS, "data.max_tokens=many"], "data.max_tokens"),
-    ([*SIZED_SIGNALS, "+data.max_values=0"], "data.max_values"),  # a size budget in units of its own
     # text's data options' config_rules
     ([*TEXTS, "data.max_length=0", "model.max_length=1024"], "data.max_length"),
     ([*TEXTS, "data.class_folders=[pos]"], "data.class_folders"),

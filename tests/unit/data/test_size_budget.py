@@ -1,10 +1,21 @@
 """SizeBudgetBatches: the budget, every sample once, equal batch counts across ranks, an exact evaluation
-split, a seeded shuffle, and the exact skip of a mid-epoch resume."""
+split, a seeded shuffle, and the exact skip of a mid-epoch resume; the data option's hook that asks for them
+(Data.batch_sampler), and the check of the budget's key, beside this code."""
+
+from dataclasses import dataclass
 
 import pytest
 import torch
+from test_data_kinds import CPU, LongestFirst, pad_to_longest
 
-from trainkit.data.size_budget import SizeBudgetBatches
+from conftest import composed
+from data_for_tests import SIZED_SIGNALS
+from trainkit.config.declared import declared
+from trainkit.config.rules import RULES
+from trainkit.config.schema import find_problems, integer
+from trainkit.config.validation import RELATIONS, configured_data_class, fill_task_defaults, problems
+from trainkit.data import Data, FileSplits, build_data
+from trainkit.data.size_budget import SizeBudgetBatches, config_rules
 from trainkit.errors import ConfigError
 
 LENGTHS = (torch.rand(3000, generator=torch.Generator().manual_seed(0)) ** 3 * 600 + 5).long()
@@ -116,3 +127,134 @@ def test_fewer_budget_batches_than_training_ranks_name_the_budget_and_the_cap_th
     assert len(SizeBudgetBatches([100] * 8, 4096, 32, world_size=2, train=False)) == 1  # evaluation cuts nothing
     with pytest.raises(ConfigError, match=r"make at least 2: train with fewer processes \(1 sequence cannot make 2"):
         SizeBudgetBatches([100], 4096, 32, world_size=2, train=True)
+
+
+def test_a_data_option_with_max_tokens_asks_for_size_budget_batches(monkeypatch):
+    """The sampler's stand-in records how build_data's batch-sampler hook builds it."""
+    made = {}
+
+    class Recorded(LongestFirst):
+        def __init__(self, sizes, budget, max_batch_size, **settings):
+            super().__init__()
+            made.setdefault("calls", []).append((sizes.tolist(), budget, max_batch_size, settings))
+
+    monkeypatch.setattr("trainkit.data.size_budget.SizeBudgetBatches", Recorded)
+
+    class Texts(torch.utils.data.Dataset):
+        sizes = torch.tensor([1, 2, 3, 4, 5, 6])
+
+        def __getitem__(self, i):
+            return torch.arange(i + 1), i
+
+        def __len__(self):
+            return 6
+
+    @dataclass(kw_only=True)
+    class Budgeted(Data):
+        max_tokens: int | None = 12
+        in_memory = False
+        size_unit = "tokens"
+
+        def splits(self):
+            return FileSplits(Texts(), Texts(), Texts(), num_classes=6)
+
+        def collate(self, items):
+            return pad_to_longest(items)
+
+    option = Budgeted(
+        name="texts", num_classes=6, batch_size=4, eval_batch_size=8, num_workers=0, drop_last=False, shuffle=True
+    )
+    monkeypatch.setattr("trainkit.data.make_data", lambda cfg: option)
+    data = build_data({}, CPU, seed=3, rank=0, world_size=1)
+    train_call, val_call, _ = made["calls"]
+    assert train_call == (
+        [1, 2, 3, 4, 5, 6],
+        12,
+        4,
+        dict(shuffle=True, seed=3, rank=0, world_size=1, drop_last=False, train=True, unit="tokens"),
+    )
+    assert val_call[2] == 8 and val_call[3]["shuffle"] is False
+    assert [inputs.shape for inputs, _ in data.train] == [(1, 6), (2, 5), (3, 3)]  # the option's collate
+
+
+class Signals(torch.utils.data.Dataset):
+    """1-D signals of 3 to 40 values: their sizes declared, as the size budget asks."""
+
+    def __init__(self, count: int, declared: bool = True):
+        generator = torch.Generator().manual_seed(count)
+        self.signals = [torch.rand(int(n)) for n in torch.randint(3, 41, (count,), generator=generator)]
+        if declared:
+            self.sizes = [len(signal) for signal in self.signals]
+
+    def __getitem__(self, i):
+        return self.signals[i], i % 2
+
+    def __len__(self):
+        return len(self.signals)
+
+
+def test_a_data_kind_that_declares_its_item_sizes_is_batched_by_its_own_size_budget(monkeypatch):
+    """Not text: audio-like signals whose unit is frames. Declaring size_unit, a max_frames key and the datasets'
+    sizes is all it takes: padded batches within the budget, as many batches on every rank, and micro-batches
+    that count frames (DataBundle.size_unit); without sizes, one line naming the budget."""
+
+    @dataclass(kw_only=True)
+    class Clips(Data):
+        max_frames: int | None = 120
+        declared: bool = True
+        in_memory = False
+        size_unit = "frames"
+
+        def splits(self):
+            return FileSplits(*(Signals(n, self.declared) for n in (60, 20, 20)), num_classes=2)
+
+        def collate(self, items):
+            signals, labels = zip(*items)
+            padded = torch.nn.utils.rnn.pad_sequence(list(signals), batch_first=True)
+            return {"signal": padded, "lengths": torch.tensor([len(s) for s in signals]), "label": torch.tensor(labels)}
+
+    keys = dict(name="clips", num_classes=2, batch_size=16, eval_batch_size=16, num_workers=0, shuffle=True)
+    monkeypatch.setattr("trainkit.data.make_data", lambda cfg: Clips(**keys, drop_last=False, declared=cfg["sizes"]))
+    for world_size in (1, 2):
+        shards = [build_data({"sizes": True}, CPU, seed=0, rank=r, world_size=world_size) for r in range(world_size)]
+        assert len({len(data.train) for data in shards}) == 1  # every rank as many batches
+    data = build_data({"sizes": True}, CPU, seed=0)
+    assert data.size_unit == "frames" and data.longest == max(Signals(60).sizes)
+    batches = list(data.train)
+    assert all(batch["signal"].numel() <= 120 for batch in batches)
+    assert max(len(batch["lengths"]) for batch in batches) > 120 // 40  # short signals share a batch ...
+    assert {len(batch["lengths"]) for batch in batches} != {len(batches[0]["lengths"])}  # ... long ones fewer
+    assert sum(len(batch["label"]) for batch in data.val) == 20  # evaluation: each sample once
+
+    with pytest.raises(ConfigError) as error:
+        build_data({"sizes": False}, CPU, seed=0)
+    assert str(error.value).startswith("data.max_frames: is set, but Signals declares no item sizes")
+
+
+# The budget's key is named after the data's unit: text's data.max_tokens, the tests' signals' data.max_values.
+BUDGET_CASES = [
+    (["data=textfolder", "data.root=/data/texts", "model=sequence", "data.max_tokens=0"], "data.max_tokens"),
+    (["data=textfolder", "data.root=/data/texts", "model=sequence", "data.max_tokens=many"], "data.max_tokens"),
+    ([*SIZED_SIGNALS, "+data.max_values=0"], "data.max_values"),
+]
+
+
+@pytest.mark.parametrize("overrides, key", BUDGET_CASES, ids=[" ".join(o) for o, _ in BUDGET_CASES])
+def test_the_budget_is_checked_beside_its_code_by_the_rule_it_always_had(overrides, key):
+    """config_rules gives the option's budget key its rule; nothing of the core checks it, and the config check
+    gathers it from conf/config.yaml's `_checks_.size_budget`: the same one-line message as ever."""
+    if key == "data.max_tokens" and configured_data_class(composed(*overrides[:3])) is None:
+        pytest.skip("no text classification (trimmed)")
+    cfg = composed(*overrides)
+    fill_task_defaults(cfg)
+    own_rules, _ = declared({"data": configured_data_class(cfg)})  # the data class's own rules
+    assert key not in find_problems(cfg, RULES | own_rules, RELATIONS)
+    assert list(config_rules(cfg)) == [key]
+    assert problems(cfg)[key] == integer(1, null=True)(cfg.data[key.removeprefix("data.")])
+
+
+def test_without_its_checks_section_the_core_checks_no_budget():
+    """The rule goes with `_checks_.size_budget`: a config without it (this row trimmed) leaves data.max_values to
+    the data's own checks, and a data option without a budget key gets no rule at all."""
+    assert "data.max_values" not in problems(composed(*SIZED_SIGNALS, "+data.max_values=0", "~_checks_.size_budget"))
+    assert config_rules(composed()) == {}  # the digits: no size_unit, no budget
