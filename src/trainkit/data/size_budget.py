@@ -182,8 +182,8 @@ def budget_batches(
     if sizes is None:
         raise ConfigError(
             f"data.{key}",
-            f"is set, but {type(dataset).__name__} declares no item sizes to batch by; give it `sizes` (one an "
-            f"per item, in {data.size_unit}) or set data.{key}=null",
+            f"is set, but {type(dataset).__name__} declares no item sizes to batch by; give it `sizes` (one "
+            f"number per item, in {data.size_unit}) or set data.{key}=null",
         )
     return SizeBudgetBatches(
         sizes,

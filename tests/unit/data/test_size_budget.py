@@ -228,7 +228,10 @@ def test_a_data_kind_that_declares_its_item_sizes_is_batched_by_its_own_size_bud
 
     with pytest.raises(ConfigError) as error:
         build_data({"sizes": False}, CPU, seed=0)
-    assert str(error.value).startswith("data.max_frames: is set, but Signals declares no item sizes")
+    assert str(error.value) == (
+        "data.max_frames: is set, but Signals declares no item sizes to batch by; give it `sizes` (one number per "
+        "item, in frames) or set data.max_frames=null"
+    )
 
 
 # The budget's key is named after the data's unit: text's data.max_tokens, the tests' signals' data.max_values.
