@@ -10,7 +10,7 @@
     python eval.py checkpoint=<run> predict=path/to/texts   # token data: each .txt file's class  # feature: predict
     python eval.py checkpoint=<run> predict=rows.csv        # other data: the files its option reads  # feature: predict
     python eval.py checkpoint=<run> prompt="'def f(n):'"    # a language model continues it  # feature: language_model
-    python eval.py checkpoint=<run> predict=prompt.txt      # or a file's  # feature: predict  # feature: language_model
+    python eval.py checkpoint=<run> predict=prompt.txt      # ... or a text file's  # feature: language_model
     python eval.py checkpoint=<run> export=<folder>         # the tested weights for others: model=hf in the Hugging
                                                             # Face format (from_pretrained), ours as safetensors + yaml
 
