@@ -6,7 +6,7 @@
     python eval.py checkpoint=<run> precision=bf16
     python eval.py checkpoint=<run> trainer.tta_flip=true   # with its mirror  # feature: tta_flip
     python eval.py checkpoint=<run> distributed=ddp distributed.nproc_per_node=2
-    python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or one's)  # feature: predict
+    python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or a file's)  # feature: predict
     python eval.py checkpoint=<run> predict=path/to/texts   # token data: each .txt file's class  # feature: predict
     python eval.py checkpoint=<run> predict=rows.csv        # other data: the files its option reads  # feature: predict
     python eval.py checkpoint=<run> prompt="'def f(n):'"    # a language model continues it  # feature: language_model
