@@ -32,6 +32,11 @@ needs_image_folders = pytest.mark.skipif(
     not template_has("data/imagefolder.yaml"), reason="this clone has no data=imagefolder (trimmed)"
 )
 
+# A test of another capability that also predicts with eval.py's predict=: skipped, or its predictions left out, once
+# predict is trimmed.
+has_predict = (ROOT / "src" / "trainkit" / "prediction.py").is_file()
+needs_predict = pytest.mark.skipif(not has_predict, reason="this clone has no eval.py predict= (trimmed)")
+
 # A test of the core or of another capability that also checks k-fold cross-validation (data.folds): those checks, or
 # the whole test, are left out once folds is trimmed.
 has_folds = template_has("_checks_.folds")

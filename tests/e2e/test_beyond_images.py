@@ -2,9 +2,6 @@
 transform, no image logging), the task's own headline metric is what is optimized and monitored by
 default, and eval.py writes a vector per sample as a row."""
 
-from pathlib import Path
-
-import pytest
 import torch
 
 from conftest import composed
@@ -59,64 +56,3 @@ def test_the_monitor_and_optimized_metric_default_to_the_tasks_own_metrics():
     overridden = composed(*TABLE_RUN, "regularization.early_stopping.monitor=val/loss")
     validate(overridden)
     assert overridden.regularization.early_stopping.monitor == "val/loss"  # a monitor named is kept
-
-
-def test_eval_writes_a_vector_a_sample_as_one_column():
-    import sys
-
-    from conftest import ROOT
-
-    sys.path.insert(0, str(ROOT))
-    import eval as evaluation
-
-    files = [Path("folder/a"), Path("folder/b")]
-    writer = evaluation.PredictionWriter(Path("unused"), Path("folder"), files, [])
-    scores, values = torch.tensor([[0.5, 1.0], [2.0, -1.0]]), torch.tensor([1.5, 2.5])
-    writer.write({"scores": scores, "value": values}, files, [(8, 8), (8, 8)])
-    assert writer.rows == [
-        {"file": "a", "scores": "0.5 1", "value": 1.5},
-        {"file": "b", "scores": "2 -1", "value": 2.5},
-    ]
-
-
-def test_predict_reads_a_csv_or_npy_of_feature_rows_as_the_table_s_data_option_says(tmp_path):
-    """DigitsTable's predict= hook (prediction_files, read_for_prediction): each row of a CSV (its header skipped) or
-    a .npy file predicted as the run's model predicts the same features; before, predict= read images only."""
-    import numpy as np
-
-    from conftest import run_here
-    from models_for_tests import TableNet
-    from trainkit.data.datasets import read_digits
-
-    run_dir = tmp_path / "run"
-    returncode, _, stderr = run_here("train.py", f"hydra.run.dir={run_dir}", "trainer.progress_bar=false", *TABLE_RUN)
-    assert returncode == 0, stderr[-4000:]
-    pixels, _ = read_digits()
-    rows = tmp_path / "rows"
-    rows.mkdir()
-    header = ",".join(f"pixel{i}" for i in range(64))
-    (rows / "a.csv").write_text("\n".join([header, *(",".join(f"{v:g}" for v in row) for row in pixels[:3])]) + "\n")
-    np.save(rows / "b.npy", pixels[3:5])
-    (rows / "notes.txt").write_text("not read")
-    out = tmp_path / "out"
-    returncode, stdout, stderr = run_here("eval.py", f"hydra.run.dir={out}", f"checkpoint={run_dir}", f"predict={rows}")
-    assert returncode == 0, stderr[-4000:]
-    assert "predictions for 5 samples" in stdout and "1 file(s) not read (hidden, or not .csv, .npy files)" in stdout
-    lines = (out / "predictions.csv").read_text().splitlines()
-    assert lines[0] == "file,row,value"
-    assert [line.rsplit(",", 1)[0] for line in lines[1:]] == ["a.csv,0", "a.csv,1", "a.csv,2", "b.npy,0", "b.npy,1"]
-    model = TableNet(64, 1)
-    model.load_state_dict(torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["model"])
-    with torch.no_grad():
-        expected = model.eval()(torch.from_numpy(pixels[:5]).float() / 16).squeeze(1)
-    assert [float(line.rsplit(",", 1)[1]) for line in lines[1:]] == pytest.approx(expected.tolist(), abs=1e-6)
-
-    (rows / "c.csv").write_text("1,2,3\n")
-    returncode, _, stderr = run_here(
-        "eval.py", f"hydra.run.dir={tmp_path / 'x'}", f"checkpoint={run_dir}", f"predict={rows}"
-    )
-    assert returncode == 1 and stderr.strip().splitlines() == [
-        f"error: predict: cannot read '{rows / 'c.csv'}' (ValueError: row 1 has 3 values, but the data's rows have "
-        f"64); fix or remove it"
-    ]
-    assert not (tmp_path / "x").exists()

@@ -20,10 +20,9 @@ import pytest
 import torch
 
 from conftest import ROOT, TrainRun, composed, run_here
-from helpers import needs_image_folders, template_has
+from helpers import template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
-from trainkit.data.datasets import read_digits
 from trainkit.models import build_model
 
 CLASSIFICATION = ("trainer.max_epochs=2",)  # 40 updates: about 0.95 test accuracy
@@ -90,69 +89,13 @@ def test_the_validation_split_gives_the_best_epochs_metrics(classification, tmp_
     assert {key: metrics[key] for key in ("val/loss", "val/acc")} == {key: best[key] for key in ("val/loss", "val/acc")}
 
 
-@pytest.mark.slow  # trains (once for the module)
-def test_predict_writes_one_row_per_image(classification, tmp_path):
-    from PIL import Image
-
-    pixels, labels = read_digits()
-    folder = tmp_path / "images"
-    (folder / "more").mkdir(parents=True)
-    for i in range(12):  # digits as 8-bit greyscale PNGs, some in a sub-folder
-        image = Image.fromarray(np.round(pixels[i].reshape(8, 8) * 255 / 16).astype(np.uint8), mode="L")
-        image.save(folder / ("more" if i % 3 == 0 else ".") / f"{i:02d}.png")
-    (folder / "notes.txt").write_text("not an image")
-    (folder / ".hidden.png").write_bytes(b"")
-    evaluation = Evaluation(tmp_path / "out", f"checkpoint={classification.run_dir}", f"predict={folder}")
-    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
-    lines = (tmp_path / "out" / "predictions.csv").read_text().splitlines()
-    assert lines[0] == "file,class,probability" and len(lines) == 13
-    rows = [line.split(",") for line in lines[1:]]
-    assert sorted(name for name, _, _ in rows) == sorted(
-        f"{'more/' if i % 3 == 0 else ''}{i:02d}.png" for i in range(12)
-    )
-    assert all(int(label) in range(10) and 0 < float(probability) <= 1 for _, label, probability in rows)
-    right = sum(int(label) == labels[int(Path(name).stem)] for name, label, _ in rows)
-    assert right >= 10, rows  # the model reads the PNGs as it read its training digits (measured: 11 of 12)
-    assert "predictions for 12 images" in evaluation.stdout
-
-
-@needs_image_folders
-def test_predict_names_an_image_folders_classes_without_its_data_and_skips_what_it_cannot_read(tmp_path):
-    """The checkpoint keeps the class names: predicting on another machine, without the training folder, names them.
-    An image it cannot read is one line, or skipped under data.skip_bad_files=true; what is skipped is named."""
-    from PIL import Image
-
-    for index in range(24):  # two classes: dark and bright 8 x 8 images
-        folder = tmp_path / "images" / "train" / ("bright" if index % 2 else "dark")
-        folder.mkdir(parents=True, exist_ok=True)
-        Image.new("RGB", (8, 8), (200 + index,) * 3 if index % 2 else (index,) * 3).save(folder / f"{index}.png")
-    image_folder = ("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.image_size=8", "data.num_workers=0")
-    run = train(tmp_path / "run", *image_folder, "trainer.max_epochs=1", "print_config=false")
-    shutil.move(tmp_path / "images", tmp_path / "elsewhere")  # the data is gone
-    (tmp_path / "new").mkdir()
-    Image.new("RGB", (8, 8), (250, 250, 250)).save(tmp_path / "new" / "white.png")
-    (tmp_path / "new" / "broken.png").write_bytes(b"not a png")
-    (tmp_path / "new" / "notes.txt").write_text("not an image")
-    refused = Evaluation(tmp_path / "out", f"checkpoint={run.run_dir}", f"predict={tmp_path / 'new'}")
-    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
-    assert refused.returncode == 1 and len(errors) == 1, refused.stderr
-    assert errors[0].startswith(f"error: predict: cannot read '{tmp_path / 'new' / 'broken.png'}' (")
-    assert errors[0].endswith("fix or remove it, or pass data.skip_bad_files=true to skip it")
-    evaluation = Evaluation(
-        tmp_path / "out", f"checkpoint={run.run_dir}", f"predict={tmp_path / 'new'}", "data.skip_bad_files=true"
-    )
-    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
-    lines = (tmp_path / "out" / "predictions.csv").read_text().splitlines()
-    assert lines[0] == "file,class,probability" and len(lines) == 2 and lines[1].startswith("white.png,")
-    assert lines[1].split(",")[1] in ("bright", "dark")  # a class folder's name, not its label number
-    assert "1 file(s) not read (hidden, or not images): notes.txt" in evaluation.stdout
-    assert "skipped 1 unreadable file(s) (data.skip_bad_files=true): broken.png" in evaluation.stdout
-
-
 @pytest.fixture(scope="module")
 def untrained_run(tmp_path_factory) -> Path:
+    return write_untrained_run(tmp_path_factory.mktemp("untrained") / "run")
+
+
+def write_untrained_run(run_dir: Path) -> Path:
     """A run directory with checkpoints/last.pt of the default config and an untrained model."""
-    run_dir = tmp_path_factory.mktemp("untrained") / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     config = to_dict(composed())
     model = build_model(config["model"])
@@ -226,15 +169,6 @@ def save_image(path: Path, width: int, height: int) -> None:
     pixels = np.zeros((height, width), np.uint8)
     pixels[height // 4 : height // 2, width // 4 : width // 2] = 255
     Image.fromarray(pixels, mode="L").save(path)
-
-
-def test_predict_takes_a_single_image_file(untrained_run, tmp_path):
-    save_image(tmp_path / "digit.png", 8, 8)
-    evaluation = Evaluation(tmp_path / "out", f"checkpoint={untrained_run}", f"predict={tmp_path / 'digit.png'}")
-    assert evaluation.returncode == 0, evaluation.stderr[-4000:]
-    lines = (tmp_path / "out" / "predictions.csv").read_text().splitlines()
-    assert lines[0] == "file,class,probability" and len(lines) == 2 and lines[1].startswith("digit.png,")
-    assert "predictions for 1 image " in evaluation.stdout
 
 
 def test_a_sharded_checkpoint_is_one_line_pointing_to_best_pt(untrained_run, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from test_eval import Evaluation, save_image, train
 
 from conftest import ROOT, TrainRun, composed
-from helpers import template_has
+from helpers import needs_predict, template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.models import build_model
@@ -42,6 +42,7 @@ def test_segmentation_eval_equals_the_summary(segmentation, tmp_path):
     assert {key: metrics[key] for key in test} == test and metrics["samples"] == 64
 
 
+@needs_predict
 @pytest.mark.slow  # trains (once for the module)
 def test_segmentation_predict_writes_a_mask_per_image(segmentation, tmp_path):
     from PIL import Image
@@ -74,6 +75,7 @@ def untrained_segmentation_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+@needs_predict
 def test_predicted_masks_of_images_named_alike_are_all_written(untrained_segmentation_run, tmp_path):
     folder = tmp_path / "images"
     folder.mkdir()
@@ -86,6 +88,7 @@ def test_predicted_masks_of_images_named_alike_are_all_written(untrained_segment
     assert written == ["a.PNG.png", "a.jpg.png", "a.png.png", "b.png"]  # b's name is its own: kept as it was
 
 
+@needs_predict
 def test_a_mask_is_written_at_its_images_size(untrained_segmentation_run, tmp_path):
     from PIL import Image
 

@@ -40,7 +40,7 @@ def export_run(cfg: DictConfig, source: str, tested_model: Callable[[DictConfig]
     where export= is not set."""
     if cfg.export is None:
         return False
-    if cfg.predict is not None or cfg.prompt is not None:
+    if cfg.get("predict") is not None or cfg.prompt is not None:
         raise ConfigError("export", "writes the model alone; drop predict= and prompt= (or run eval.py twice)")
     folder = Path(cfg.export).expanduser()
     check_free(folder)  # before the model is built: a refusal is one line

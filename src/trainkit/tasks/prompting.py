@@ -38,8 +38,9 @@ CONFIG_RELATIONS = ()
 
 def check_prompt(cfg: DictConfig) -> None:
     """prompt= is refused where predict= is given too, or where the run is not a language model's."""
-    if cfg.prompt is not None and (cfg.predict is not None or not writes_text(cfg)):
-        reason = "predict= is given too; give one" if cfg.predict is not None else "this run is not one; drop it"
+    # cfg.get: predict= is a row of its own (docs/features.md), absent from a template that dropped it.
+    if cfg.prompt is not None and (cfg.get("predict") is not None or not writes_text(cfg)):
+        reason = "predict= is given too; give one" if cfg.get("predict") is not None else "this run is not one; drop it"
         raise ConfigError("prompt", f"is the text a language model continues, but {reason}")
 
 
@@ -47,7 +48,7 @@ def prompt_of(cfg: DictConfig) -> str:
     """prompt=<the text>, or the text of predict=<a text file> (a mistyped file name is refused, not continued)."""
     if cfg.prompt is not None:
         return cfg.prompt
-    given = Path(str(cfg.predict)).expanduser()
+    given = Path(str(cfg.get("predict"))).expanduser()
     if not given.is_file():
         what = "is a folder" if given.is_dir() else "does not exist"
         raise ConfigError(
@@ -67,7 +68,7 @@ def continue_text(
 ) -> bool:
     """The text continued by the weights the run tested (`tested_model`, with `tokenizer_of(cfg)`), printed and written
     to samples.txt; sample.seed=null draws a seed, saved and printed. False for any other evaluation."""
-    if cfg.prompt is None and (cfg.predict is None or not writes_text(cfg)):
+    if cfg.prompt is None and (cfg.get("predict") is None or not writes_text(cfg)):
         return False
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     drawn = cfg.sample.seed is None
