@@ -51,7 +51,7 @@ from trainkit.config.validation import validate
 from trainkit.data import Data, build_data, make_data
 from trainkit.data.class_folders import walk_files
 from trainkit.data.datasets import ImageData, Tokenizer, data_class
-from trainkit.data.images import image_extensions, open_image, resize_center_crop
+from trainkit.data.images import image_extensions, open_image, resize_center_crop, save_png
 from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
@@ -63,7 +63,7 @@ from trainkit.tasks import evaluate, evaluation_outputs
 from trainkit.tasks.prompting import check_prompt, continue_text  # feature: language_model
 from trainkit.tasks.task import Task
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
-from trainkit.tracking import quiet_known_noise, save_png
+from trainkit.tracking import quiet_known_noise
 from trainkit.tracking.evaluation_figures import save_evaluation_figures  # feature: eval_figures
 from trainkit.tracking.loggers import strict_json
 

@@ -55,6 +55,7 @@ from trainkit.tasks import evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
 from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise,
                                start_logging, warn_if_data_bound)
+from trainkit.tracking.sample_grid import log_train_samples  # feature: logged_images
 from trainkit.tracking.profiling import close_profiler, profiled_timer  # feature: profiler
 from trainkit.tracking.provenance import record_provenance  # feature: provenance
 from trainkit.tuning import run_trial
@@ -289,6 +290,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     try:
         if proc.is_main:
             start_logging(run)
+            log_train_samples(run)  # feature: logged_images
         find_lr_before_training(run, partial(train_step, run))  # feature: lr_finder
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
         log.info(start_line(run))

@@ -157,7 +157,7 @@ CAPTIONED_RUN = (
     "+model.num_classes=10",
     "task._target_=tasks_for_tests.CaptionedClassification",
     "trainer.max_epochs=2",
-    "logger.log_images=true",  # a grid of the augmented training samples the task shows
+    *(["logger.log_images=true"] if template_has("logger.log_images") else []),  # a grid of what the task shows
 )
 
 
@@ -177,8 +177,9 @@ def test_an_image_and_text_dict_batch_trains_with_tensorboard_and_predict_makes_
     returncode, _, stderr = run_here("train.py", f"hydra.run.dir={run_dir}", *CAPTIONED_RUN, *tensorboard)
     assert returncode == 0, stderr[-4000:]
     assert bool(list(run_dir.glob("events.out.tfevents.*"))) == bool(tensorboard)
-    grid = np.asarray(Image.open(run_dir / "train_samples.png"))
-    assert grid.shape == (4 * (32 + 1) + 1, 8 * (32 + 1) + 1, 3)  # the first 32 images, 8x8 enlarged to 32x32
+    if template_has("logger.log_images"):
+        grid = np.asarray(Image.open(run_dir / "train_samples.png"))
+        assert grid.shape == (4 * (32 + 1) + 1, 8 * (32 + 1) + 1, 3)  # the first 32 images, 8x8 enlarged to 32x32
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["test"]["test/acc"] > 0.5  # a chance guess is 0.1
 

@@ -1,15 +1,14 @@
 """What a run reports: where it came from (provenance.json, where trainkit.tracking.provenance wrote it), the loggers
 (metrics.jsonl and the trackers: tracking/loggers/), the start, epoch and closing lines, summary.json,
-the timing of data wait vs compute, pictures of batches and of predictions during
-training.
+the timing of data wait vs compute, pictures of predictions during training.
 
 train.py imports from here; the modules inside import each other directly. The profiler (debug=profile,
 trainkit.tracking.profiling) and eval.py's pictures of a model's predictions (eval_figures) are optional
-features, imported by their own modules (docs/features.md)."""
+features, and so is the grid of augmented samples (logger.log_images, trainkit.tracking.sample_grid): each is imported
+by its own module or marked line (docs/features.md)."""
 
 from trainkit.tracking.bottleneck import data_bound_advice, warn_if_data_bound
 from trainkit.tracking.epoch_totals import EpochTotals
-from trainkit.tracking.images import augmented_samples, save_png
 from trainkit.tracking.known_noise import quiet_known_noise
 from trainkit.tracking.loggers import Loggers, build_loggers, run_names
 from trainkit.tracking.prediction_images import first_images, log_predictions
@@ -27,7 +26,6 @@ __all__ = [
     "EpochTotals",
     "Loggers",
     "LoopTimer",
-    "augmented_samples",
     "build_loggers",
     "data_bound_advice",
     "epoch_line",
@@ -37,7 +35,6 @@ __all__ = [
     "quiet_known_noise",
     "recorded_origin",
     "run_names",
-    "save_png",
     "start_logging",
     "training_line",
     "warn_if_data_bound",

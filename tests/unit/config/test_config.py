@@ -16,6 +16,7 @@ from conftest import composed, made_for, run_here
 from data_for_tests import SIZED_SIGNALS, SizedDigitSignals
 from helpers import needs_image_folders, template_has, unless_trimmed
 from trainkit.cli import one_line
+from trainkit.config.declared import feature_checks
 from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems
 from trainkit.config.validation import RELATIONS, fill_task_defaults, ignored_keys, problems, validate
@@ -208,7 +209,6 @@ RULE_CASES = [
     (["+logger.trackers.nosuch=true"], "logger.trackers"),
     (["+logger.trackers.none=yes"], "logger.trackers"),
     (["logger.log_predictions=-1"], "logger.log_predictions"),
-    (["logger.log_images=yes"], "logger.log_images"),
 ]
 
 # Keys that contradict each other, or settings the chosen options need.
@@ -361,11 +361,15 @@ def test_every_rule_key_exists_in_some_option():
 
 
 def test_the_logger_keys_the_run_reads_are_the_core_s_own():
-    """trainkit.tracking.run_start reads logger.log_images and logger.log_predictions: conf/config.yaml holds them
-    (off), so with no tracker at all (each deletable: docs/features.md) every logger rule still has its key."""
-    logger = composed("logger=none").logger
-    assert {key for key in RULES if key.startswith("logger.")} == {f"logger.{key}" for key in logger}
-    assert logger.log_images is False and logger.log_predictions == 0  # no tracker to show them: no work
+    """trainkit.tracking.run_start reads logger.log_predictions: conf/config.yaml holds it (off), so with no tracker
+    at all (each deletable: docs/features.md) every logger rule, the core's or a feature's beside its code, still has
+    its key."""
+    cfg = composed("logger=none")
+    rules = RULES | feature_checks(cfg)[0]
+    assert {key for key in rules if key.startswith("logger.")} == {f"logger.{key}" for key in cfg.logger} - {
+        "logger._checks_"
+    }
+    assert cfg.logger.log_predictions == 0  # no tracker to show them: no work
 
 
 def test_the_input_size_a_model_takes_comes_from_its_class_and_its_options_settings(compose_config):
