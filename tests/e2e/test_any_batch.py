@@ -23,8 +23,6 @@ from trainkit.data import DataBundle
 from trainkit.distributed.process_group import ProcessInfo
 from trainkit.errors import ConfigError
 from trainkit.tasks.evaluation import evaluate
-from trainkit.tracking.loggers import Loggers
-from trainkit.tracking.prediction_images import first_images, log_predictions
 
 sys.path.insert(0, str(ROOT))
 import train
@@ -132,18 +130,6 @@ def test_a_data_kind_whose_batches_are_dicts_with_lengths_trains_and_is_tested_e
     assert summary["test"]["test/loss"] == pytest.approx(nats / count, rel=1e-5)
     assert summary["test"]["test/acc"] == right / count
     assert summary["test"]["test/acc"] > 0.5  # a chance guess is 0.1: the signals and their lengths were learned
-
-
-def test_the_prediction_samples_take_a_dict_batch_and_a_model_that_returns_a_tuple():
-    """The tracker's prediction samples (first_images, log_predictions) go through the task's batch contract as
-    evaluation does: a dict batch, and a model that returns (logits, aux)."""
-    torch.manual_seed(0)
-    batches = [signals(5, seed) for seed in range(3)]
-    model, task = LengthsNet(9, 10), SignalClassification(num_classes=10)
-    shown = first_images(batches, task, 4, CPU)  # the first 4 samples, a dict batch as the loader's
-    assert set(shown) == {"signal", "lengths", "label"} and torch.equal(shown["label"], batches[0]["label"][:4])
-    assert torch.equal(shown["signal"], batches[0]["signal"][:4])
-    log_predictions(Loggers([]), model, shown, torch.nn.Identity(), task, "fp32", CPU, step=1)  # a class: no picture
 
 
 CAPTIONED_RUN = (

@@ -1,16 +1,14 @@
 """What rank 0 sets up for a run's reports before it trains: the loggers (metrics.jsonl and the chosen trackers;
-a resume continues their runs), and the validation images whose predictions the trackers show after each
-validation."""
+a resume continues their runs)."""
 
 from typing import Any
 
 from trainkit.tracking.loggers import build_loggers, run_names
-from trainkit.tracking.prediction_images import first_images
 from trainkit.tracking.run_report import recorded_origin
 
 
 def start_logging(run: Any) -> None:
-    """Rank 0: run.loggers (given the config and provenance.json's facts, where recorded) and run.shown, of `Run`
+    """Rank 0: run.loggers (given the config and provenance.json's facts, where recorded), of `Run`
     (trainkit/run.py)."""
     run_name, group = run_names(run_dir=run.run_dir)
     run.loggers = build_loggers(
@@ -23,5 +21,3 @@ def start_logging(run: Any) -> None:
         provenance=recorded_origin(run.run_dir),
         resume_step=run.state.step if run.cfg.resume else None,
     )
-    if run.cfg.logger.get("log_predictions", 0) and run.data.kind in ("image", "tokens"):  # tokens: a text sample
-        run.shown = first_images(run.data.val, run.task, run.cfg.logger.log_predictions, run.device)

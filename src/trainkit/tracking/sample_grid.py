@@ -1,6 +1,6 @@
 """`logger.log_images`: a grid of the augmented training samples the model really sees, to every tracker
-(`train/samples`) and as train_samples.png, once a run, before it trains (train.py calls `log_train_samples` from a
-marked line; conf/config.yaml's `logger._checks_.logged_images` gathers the key's check here).
+(`train/samples`) and as train_samples.png, once a run, before it trains (trainkit.tracking.prediction_images, which
+holds the key's check, calls `log_train_samples`).
 
 The batch comes out of `BatchTransform` normalized, so `image_grid` undoes the normalization before tiling. The
 tiling is torchvision's `make_grid`, imported inside `image_grid`: importing torchvision costs about 2 s on top of
@@ -17,11 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trainkit.config.schema import Check, flag
 from trainkit.data.images import save_png
 from trainkit.tasks.task import Task, rows, samples
-
-CONFIG_RULES: dict[str, Check] = {"logger.log_images": flag()}
 
 
 def image_grid(
