@@ -53,8 +53,9 @@ from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, 
 from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
-from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, log_predictions, quiet_known_noise,
-                               start_logging, warn_if_data_bound)
+from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, quiet_known_noise, start_logging,
+                               warn_if_data_bound)
+from trainkit.tracking.prediction_images import show_predictions, start_showing  # feature: logged_images
 from trainkit.tracking.profiling import close_profiler, profiled_timer  # feature: profiler
 from trainkit.tracking.provenance import record_provenance  # feature: provenance
 from trainkit.tuning import run_trial
@@ -253,10 +254,7 @@ def validate_epoch(run: Run, train_metrics: dict) -> bool:
     if improved:
         state.best_metrics = {"epoch": state.epoch, "step": state.step, **val_metrics}
     run.loggers.log(state.last_metrics)
-    with run.parallel.full_parameters(run.model, enabled=bool(cfg.logger.get("log_predictions", 0))):
-        if run.shown is not None:
-            log_predictions(run.loggers, run.averaged or run.model, run.shown, run.eval_transform, run.task,
-                            cfg.precision.name, run.device, state.step)
+    show_predictions(run)  # feature: logged_images
     if run.proc.is_main:
         log.info(epoch_line(state.epoch, train_metrics, val, improved))
         warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)
@@ -289,6 +287,7 @@ def train(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.devic
     try:
         if proc.is_main:
             start_logging(run)
+            start_showing(run)  # feature: logged_images
         find_lr_before_training(run, partial(train_step, run))  # feature: lr_finder
         show_progress = proc.is_main and cfg.trainer.progress_bar and sys.stderr.isatty()
         log.info(start_line(run))

@@ -18,12 +18,11 @@ from omegaconf import DictConfig
 from trainkit.data import Data, make_data
 from trainkit.data.class_folders import walk_files
 from trainkit.data.datasets import ImageData, data_class
-from trainkit.data.images import image_extensions, open_image, resize_center_crop
+from trainkit.data.images import image_extensions, open_image, resize_center_crop, save_png
 from trainkit.errors import ConfigError
 from trainkit.runtime import pick_device
 from trainkit.tasks import evaluation_outputs
 from trainkit.tasks.task import Task
-from trainkit.tracking import save_png
 
 log = logging.getLogger("eval")
 

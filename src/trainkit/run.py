@@ -109,7 +109,7 @@ class Run:
     # the test, predictions, eval.py. None: the model is evaluated.
     averaged: torch.optim.swa_utils.AveragedModel | None = None
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
-    shown: tuple[torch.Tensor, torch.Tensor] | None = None  # rank 0, logger.log_predictions: val images and targets
+    shown: tuple[torch.Tensor, torch.Tensor] | None = None  # rank 0: val samples whose predictions a tracker shows
     started: float = field(default_factory=time.perf_counter)  # this process's part of the run began
     state: TrainState = field(default_factory=TrainState)  # where it stands: the loop moves it forward
 

@@ -155,6 +155,7 @@ def test_sample_seed_null_draws_a_seed_prints_it_and_that_seed_gives_the_same_sa
     assert (tmp_path / "again" / "samples.txt").read_text() == (tmp_path / "drawn" / "samples.txt").read_text()
 
 
+@pytest.mark.skipif(not template_has("logger.log_predictions"), reason="this clone has no logged_images (trimmed)")
 def test_the_trackers_get_a_text_sample_after_each_validation(run_train, corpus, monkeypatch):
     """What logger.log_predictions (on by default in every tracker that shows predictions: test_loggers) sends
     every tracker, seen without one; each tracker's own test reads the text back from its files."""

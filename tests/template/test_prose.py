@@ -1,5 +1,5 @@
-"""Issue 43's plain prose: the comments and docstrings of tasks/ and data/, and the README's walkthrough, at most
-half of what they were, in ordinary English ("one label per sample", never "one label a sample")."""
+"""Issue 43's plain prose: the comments and docstrings of train.py, tasks/ and data/, and the README's walkthrough,
+at most half of what they were, in ordinary English ("one label per sample", never "one label a sample")."""
 
 import re
 from pathlib import Path
@@ -9,6 +9,7 @@ from helpers import load_script
 ROOT = Path(__file__).resolve().parents[2]
 # Issue 43's counts by scripts/prose_lines.py, and the README's walkthrough (prose lines, see below), before it.
 PROSE_BEFORE = {"src/trainkit/tasks": 278, "src/trainkit/data": 1019}  # at 8ef50af, markers apart
+PROSE_BEFORE_IN_TRAIN_PY = 104
 WALKTHROUGH_BEFORE = 56
 CLIPPED = re.compile(
     r"\b(?:(?:one|a|an)(?: \w+)? (?:label|class|loss|number|target|sample|token|file|row|bin|lookup|score|scores|"
@@ -32,6 +33,12 @@ def test_tasks_and_data_prose_is_halved():
     for folder, before in PROSE_BEFORE.items():
         counts = prose_under(ROOT / folder)
         assert counts.comments + counts.docstrings + counts.inline_comments <= before // 2, folder
+
+
+def test_train_py_has_at_most_half_the_prose_it_had():
+    prose = load_script("prose_lines").prose_of((ROOT / "train.py").read_text(encoding="utf-8"))
+    lines = prose.comments + prose.docstrings + prose.inline_comments
+    assert lines <= PROSE_BEFORE_IN_TRAIN_PY // 2, f"train.py has {lines} lines of prose"
 
 
 def test_readme_walkthrough_is_halved():

@@ -36,7 +36,7 @@ def script(name: str):
     return module
 
 
-trim, prose_lines = script("trim"), script("prose_lines")
+trim = script("trim")
 
 
 class TracedEnough(BaseException):
@@ -116,10 +116,21 @@ def functions_of(path: Path) -> list[tuple[int, int, str, ast.AST]]:
     return found
 
 
+def docstring_lines(tree: ast.Module) -> set[int]:
+    """The lines of the module's, its classes' and its functions' docstrings."""
+    owners = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    found = [
+        node.body[0]
+        for node in ast.walk(tree)
+        if isinstance(node, owners) and ast.get_docstring(node, False) is not None
+    ]
+    return {number for first in found for number in range(first.lineno, (first.end_lineno or first.lineno) + 1)}
+
+
 def code_lines(path: Path) -> set[int]:
     """The lines of a file that are code: not blank, not only a comment, not a docstring, not a feature's."""
     text = path.read_text(encoding="utf-8")
-    prose = prose_lines.docstring_lines(ast.parse(text))
+    prose = docstring_lines(ast.parse(text))
     return {
         number
         for number, line in enumerate(text.splitlines(), start=1)

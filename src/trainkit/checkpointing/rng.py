@@ -6,7 +6,7 @@ snapshot as plain containers, and its restore.
 
 Checkpoints hold every rank's snapshot, and the LR range test puts the streams back after its
 trial steps with it. Code that draws from torch's generators alone uses torch.random.fork_rng
-instead (the batch-size finder's probe, images.augmented_samples): that covers torch and CUDA,
+instead (the batch-size finder's probe, the sample grid, tracking/sample_grid.py): that covers torch and CUDA,
 not Python's `random` or NumPy.
 """
 

@@ -139,9 +139,10 @@ def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
 def feature_modules(cfg: DictConfig) -> list[tuple[str, ModuleType | str]]:
     """(key, module) for each module a `_checks_` of the config names; its name where it cannot be imported.
     A module may also declare `ignored_settings(cfg)`: lines for settings of its own that the config leaves
-    unused (trainkit.config.validation.ignored_keys prints them), `searched_keys(cfg)` (searched_keys), and
-    `augmentation_ops(augmentation)`: the ops it switches on in the augmentation section, which the core's
-    augmentation checks judge with its own (trainkit.config.validation.augmentation_ops)."""
+    unused (trainkit.config.validation.ignored_keys prints them), `unread_settings(cfg)`: {key: why nothing reads
+    it} (validation.unread_settings: a warning, and a sweep searching the key is refused), `searched_keys(cfg)`
+    (searched_keys), and `augmentation_ops(augmentation)`: the ops it switches on in the augmentation section, which
+    the core's augmentation checks judge with its own (trainkit.config.validation.augmentation_ops)."""
     found: list[tuple[str, ModuleType | str]] = []
     for key, module_name in _checks_named(cfg, ""):
         try:

@@ -169,6 +169,4 @@ RULES: dict[str, Check] = {
     "distributed.sync_batchnorm": flag(),
     "distributed.timeout_seconds": number(above=0),
     "logger.trackers": tracker_choice,
-    "logger.log_images": flag(),
-    "logger.log_predictions": integer(minimum=0),
 }

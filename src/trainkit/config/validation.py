@@ -478,11 +478,11 @@ def problems(cfg: DictConfig) -> dict[str, str]:
 
 def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> dict[str, str]:
     """{key: why nothing reads it} for settings of one part that the chosen options do not use: label smoothing
-    that the task does not take (a task without classes), predictions to show of data that is neither images nor
-    token sequences. Label smoothing counts where it was `chosen` (the keys this command set or a sweep searches; None:
-    Hydra's overrides of this run): the regularization group's own value is a recipe for classification, and a
-    run of another task would otherwise hear of it each time. ignored_keys says each in a line;
-    a sweep searching one is refused (trainkit.tuning's run_trial)."""
+    that the task does not take (a task without classes), and each feature's own (its module's `unread_settings`).
+    Label smoothing counts where it was `chosen` (the keys this command set or a sweep searches; None: Hydra's
+    overrides of this run): the regularization group's own value is a recipe for classification, and a run of
+    another task would otherwise hear of it each time. ignored_keys says each in a line; a sweep searching one is
+    refused (trainkit.tuning's run_trial)."""
     chosen = set(command_keys() if chosen is None else chosen)
     unread = {}
     smoothing = OmegaConf.select(cfg, "regularization.label_smoothing", default=None)
@@ -490,12 +490,8 @@ def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> d
     reads_smoothing = "${regularization.label_smoothing}" in str(task_values)
     if smoothing and "regularization.label_smoothing" in chosen and not reads_smoothing:
         unread["regularization.label_smoothing"] = f"{cfg.task.get('_target_')} takes no label smoothing"
-    kind = configured_data_class(cfg)
-    shows = OmegaConf.select(cfg, "logger.log_predictions", default=0)
-    if shows and kind is not None and kind.kind not in ("image", "tokens"):
-        unread["logger.log_predictions"] = (
-            f"{cfg.data.get('name')} is neither images nor token sequences, whose predictions alone are shown"
-        )
+    for _, feature in feature_modules(cfg):  # each optional feature's own (declared.feature_modules)
+        unread |= getattr(feature, "unread_settings", lambda cfg: {})(cfg)
     return unread
 
 

@@ -1,17 +1,21 @@
 """k-fold cross-validation (data.folds, data.fold: docs/data.md#k-fold-cross-validation-datafolds-datafold), reached
 from Data.cut_val and Data.own_val's marked lines; conf/config.yaml's `_checks_.folds` gathers its checks."""
 
+from __future__ import annotations
+
 import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from omegaconf import DictConfig
 
 from trainkit.config.schema import Check, Relation, integer
-from trainkit.data.datasets import Data, class_name, data_class
 from trainkit.errors import ConfigError
+
+if TYPE_CHECKING:  # datasets.py imports this module (its marked lines): a run-time import back would be a cycle
+    from trainkit.data.datasets import Data
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,8 @@ def folded(
 
 
 def _refuse_a_class_in_fewer_samples_than_folds(pool_labels: torch.Tensor, folds: int, names: Any) -> None:
+    from trainkit.data.datasets import class_name
+
     values, counts = pool_labels.unique(return_counts=True)
     if len(counts) and counts.min() < folds:
         smallest = int(counts.argmin())
@@ -78,6 +84,8 @@ CONFIG_RULES: dict[str, Check] = {"data.folds": integer(2, null=True), "data.fol
 
 def _folds(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """data.folds and data.fold go together, the fold one of the folds, on a class that carves val (`val_fraction`)."""
+    from trainkit.data.datasets import data_class
+
     folds, fold = cfg.data.get("folds"), cfg.data.get("fold")
     given = [key for key, value in (("folds", folds), ("fold", fold)) if value is not None]
     try:

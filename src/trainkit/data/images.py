@@ -1,13 +1,14 @@
 """Image files decoded in DataLoader workers: an image opened as Pillow reads it, resized and centre-cropped to
 uint8, or a `BadFile` where Pillow cannot read it (torch would re-raise an exception in the main process as a
-multi-line RuntimeError). eval.py's predict= decodes images this way too. Pillow is imported only where images are
-opened.
+multi-line RuntimeError). eval.py's predict= decodes images this way too, and writes its predicted maps with
+`save_png`. Pillow is imported only where images are opened or written.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -77,3 +78,13 @@ def image_extensions() -> frozenset[str]:
     from PIL import Image
 
     return frozenset(ext.lower() for ext, kind in Image.registered_extensions().items() if kind in Image.OPEN)
+
+
+def save_png(array: np.ndarray, path: str | Path) -> Path:
+    """Write a uint8 array [H, W, 3] (or [H, W]) as a PNG, creating its folder; returns the path."""
+    from PIL import Image
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8)).save(path)
+    return path

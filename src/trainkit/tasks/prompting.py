@@ -38,7 +38,6 @@ CONFIG_RELATIONS = ()
 
 def check_prompt(cfg: DictConfig) -> None:
     """prompt= is refused where predict= is given too, or where the run is not a language model's."""
-    # cfg.get: predict= is a row of its own (docs/features.md), absent from a template that dropped it.
     if cfg.prompt is not None and (cfg.get("predict") is not None or not writes_text(cfg)):
         reason = "predict= is given too; give one" if cfg.get("predict") is not None else "this run is not one; drop it"
         raise ConfigError("prompt", f"is the text a language model continues, but {reason}")

@@ -1,18 +1,17 @@
 """What a run reports: where it came from (provenance.json, where trainkit.tracking.provenance wrote it), the loggers
 (metrics.jsonl and the trackers: tracking/loggers/), the start, epoch and closing lines, summary.json,
-the timing of data wait vs compute, pictures of batches and of predictions during
-training.
+the timing of data wait vs compute.
 
 train.py imports from here; the modules inside import each other directly. The profiler (debug=profile,
 trainkit.tracking.profiling) and eval.py's pictures of a model's predictions (eval_figures) are optional
-features, imported by their own modules (docs/features.md)."""
+features, and so are the pictures of samples and predictions the trackers are shown (logger.log_images and
+log_predictions, trainkit.tracking.prediction_images): each is imported by its own module or marked line
+(docs/features.md)."""
 
 from trainkit.tracking.bottleneck import data_bound_advice, warn_if_data_bound
 from trainkit.tracking.epoch_totals import EpochTotals
-from trainkit.tracking.images import augmented_samples, save_png
 from trainkit.tracking.known_noise import quiet_known_noise
 from trainkit.tracking.loggers import Loggers, build_loggers, run_names
-from trainkit.tracking.prediction_images import first_images, log_predictions
 from trainkit.tracking.run_report import (
     epoch_line,
     log_epoch_notes,
@@ -27,17 +26,13 @@ __all__ = [
     "EpochTotals",
     "Loggers",
     "LoopTimer",
-    "augmented_samples",
     "build_loggers",
     "data_bound_advice",
     "epoch_line",
-    "first_images",
     "log_epoch_notes",
-    "log_predictions",
     "quiet_known_noise",
     "recorded_origin",
     "run_names",
-    "save_png",
     "start_logging",
     "training_line",
     "warn_if_data_bound",

@@ -1,17 +1,14 @@
 """What rank 0 sets up for a run's reports before it trains: the loggers (metrics.jsonl and the chosen trackers;
-a resume continues their runs), a grid of augmented samples, and the validation images whose predictions the
-trackers show after each validation."""
+a resume continues their runs)."""
 
 from typing import Any
 
-from trainkit.tracking.images import augmented_samples, save_png
 from trainkit.tracking.loggers import build_loggers, run_names
-from trainkit.tracking.prediction_images import first_images
 from trainkit.tracking.run_report import recorded_origin
 
 
 def start_logging(run: Any) -> None:
-    """Rank 0: run.loggers (given the config and provenance.json's facts, where recorded) and run.shown, of `Run`
+    """Rank 0: run.loggers (given the config and provenance.json's facts, where recorded), of `Run`
     (trainkit/run.py)."""
     run_name, group = run_names(run_dir=run.run_dir)
     run.loggers = build_loggers(
@@ -24,10 +21,3 @@ def start_logging(run: Any) -> None:
         provenance=recorded_origin(run.run_dir),
         resume_step=run.state.step if run.cfg.resume else None,
     )
-    if run.cfg.logger.get("log_images", False) and run.data.kind == "image" and not run.cfg.resume:  # once a run
-        data, task = run.data, run.task
-        samples = augmented_samples(data.train, run.train_transform, data.mean, data.std, run.device, task=task)
-        if samples is not None:  # what the task shows of a batch: none where it holds no images
-            run.loggers.log_image("train/samples", save_png(samples, run.run_dir / "train_samples.png"), run.state.step)
-    if run.cfg.logger.get("log_predictions", 0) and run.data.kind in ("image", "tokens"):  # tokens: a text sample
-        run.shown = first_images(run.data.val, run.task, run.cfg.logger.log_predictions, run.device)

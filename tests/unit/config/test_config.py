@@ -16,6 +16,7 @@ from conftest import composed, made_for, run_here
 from data_for_tests import SIZED_SIGNALS, SizedDigitSignals
 from helpers import needs_image_folders, template_has, unless_trimmed
 from trainkit.cli import one_line
+from trainkit.config.declared import feature_checks
 from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems
 from trainkit.config.validation import RELATIONS, fill_task_defaults, ignored_keys, problems, validate
@@ -207,8 +208,6 @@ RULE_CASES = [
     (["distributed.timeout_seconds=0"], "distributed.timeout_seconds"),
     (["+logger.trackers.nosuch=true"], "logger.trackers"),
     (["+logger.trackers.none=yes"], "logger.trackers"),
-    (["logger.log_predictions=-1"], "logger.log_predictions"),
-    (["logger.log_images=yes"], "logger.log_images"),
 ]
 
 # Keys that contradict each other, or settings the chosen options need.
@@ -357,12 +356,14 @@ def test_every_rule_key_exists_in_some_option():
     assert keys == set(RULES)
 
 
-def test_the_logger_keys_the_run_reads_are_the_core_s_own():
-    """trainkit.tracking.run_start reads logger.log_images and logger.log_predictions: conf/config.yaml holds them
-    (off), so with no tracker at all (each deletable: docs/features.md) every logger rule still has its key."""
-    logger = composed("logger=none").logger
-    assert {key for key in RULES if key.startswith("logger.")} == {f"logger.{key}" for key in logger}
-    assert logger.log_images is False and logger.log_predictions == 0  # no tracker to show them: no work
+def test_every_logger_rule_has_its_key_without_a_tracker():
+    """conf/config.yaml holds the logger keys a run reads (off), so with no tracker at all (each deletable:
+    docs/features.md) every logger rule, the core's or a feature's beside its code, still has its key."""
+    cfg = composed("logger=none")
+    rules = RULES | feature_checks(cfg)[0]
+    assert {key for key in rules if key.startswith("logger.")} == {f"logger.{key}" for key in cfg.logger} - {
+        "logger._checks_"
+    }
 
 
 def test_the_input_size_a_model_takes_comes_from_its_class_and_its_options_settings(compose_config):
@@ -671,15 +672,6 @@ def test_settings_the_chosen_options_do_not_read_are_said_in_one_line_each(compo
     said = unread_settings(regression, chosen=["regularization.label_smoothing"])
     assert said == {"regularization.label_smoothing": "tasks_for_tests.Regression takes no label smoothing"}
     assert unread_settings(compose_config(), chosen=["regularization.label_smoothing"]) == {}  # classification's
-    shown = compose_config([*TABLE, "logger.log_predictions=4"])
-    assert unread_settings(shown, chosen=()) == {
-        "logger.log_predictions": "digits is neither images nor token sequences, whose predictions alone are shown"
-    }
-    assert ignored_keys(shown) == [
-        "logger.log_predictions=4 is ignored: digits is neither images nor token sequences, whose predictions alone "
-        "are shown; leave it 0"
-    ]
-    assert unread_settings(compose_config(["logger.log_predictions=4"]), chosen=()) == {}  # images: shown
 
 
 def test_a_model_reading_keys_the_data_lacks_is_offered_only_what_the_data_says_suits_it(compose_config):

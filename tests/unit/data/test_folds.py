@@ -2,6 +2,7 @@
 are disjoint, cover it, hold each class in proportion and follow data.split_seed; the test split is the one a
 run without folds has; and every data option that carves its val split cuts its folds the same way."""
 
+import ast
 import logging
 import re
 from collections import Counter
@@ -345,3 +346,12 @@ def test_every_data_option_has_the_fold_keys_and_instantiates_with_them(override
     assert cfg._checks_.folds == "trainkit.data.folds" and "_checks_" not in cfg.data
     data = instantiate(cfg.data)
     assert (data.folds, data.fold) == ((3, 1) if overrides else (None, None))
+
+
+def test_folds_imports_nothing_of_datasets_at_module_level():
+    """datasets.py imports trainkit.data.folds (its marked lines): folds.py may import datasets' names only inside
+    the functions that need them (or for type checking), so the two modules import each other in no order."""
+    tree = ast.parse((ROOT / "src" / "trainkit" / "data" / "folds.py").read_text(encoding="utf-8"))
+    imported = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+    assert "trainkit.data.datasets" not in imported

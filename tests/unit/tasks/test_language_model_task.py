@@ -6,12 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import TrackerCalls
 from trainkit.models.gpt import GPT
 from trainkit.tasks.language_model import LanguageModel, decode, encode, generate, sample_text
 from trainkit.tasks.task import higher_is_better
-from trainkit.tracking.loggers import Loggers
-from trainkit.tracking.prediction_images import log_predictions
 
 
 def test_bits_per_byte_are_the_loss_in_bits_over_real_tokens_and_ignored_targets_count_for_nothing():
@@ -69,14 +66,3 @@ def test_the_trackers_sample_continues_the_first_validation_block(model):
     key, text = task.sample_for_logging(model, shown)
     assert key == "val/sample" and text.startswith("impo")
     assert LanguageModel(sample_tokens=0).sample_for_logging(model, shown) is None
-
-
-def test_log_predictions_hands_the_trackers_a_language_models_text_sample():
-    task = LanguageModel(sample_tokens=10, prompt_bytes=4)
-    shown = (torch.tensor([list(b"import os\n")]), torch.zeros(1, 10, dtype=torch.long))
-    tracker = TrackerCalls()
-    model = torch.nn.Embedding(256, 256)  # logits for the next byte, from each byte
-    log_predictions(Loggers([tracker]), model, shown, lambda x: x, task, "fp32", torch.device("cpu"), step=6)
-    [(method, (key, text, step))] = tracker.calls
-    assert (method, key, step) == ("log_text", "val/sample", 6)
-    assert text == task.sample_for_logging(model, shown)[1] and text.startswith("impo")

@@ -6,14 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import TrackerCalls
-from trainkit.data import TensorLoader
 from trainkit.errors import ConfigError
 from trainkit.tasks import metric_names_of
 from trainkit.tasks.confusion import confusion_counts
 from trainkit.tasks.segmentation import Segmentation, miou_and_pixel_acc
-from trainkit.tracking.loggers import Loggers
-from trainkit.tracking.prediction_images import first_images, log_predictions
 
 # Six pixels, four classes; class 3 occurs in neither the targets nor the predictions.
 TARGETS = torch.tensor([[[0, 0, 1], [1, 2, 2]]])
@@ -90,24 +86,6 @@ def test_training_augmentation_moves_image_and_mask_together():
     moved_images, moved_masks = Segmentation(4, horizontal_flip=True, crop_padding=0.25).augment((images, masks))
     assert torch.equal(moved_images[:, 0].round().long(), moved_masks)  # shifted-in border: 0 in both
     assert not torch.equal(moved_masks, masks)
-
-
-def test_log_predictions_hands_the_trackers_fixed_validation_images_with_true_and_predicted_masks():
-    task = Segmentation(num_classes=3, class_names=["background", "disc", "bar"])
-    images, masks = torch.rand(6, 1, 8, 8), torch.randint(0, 3, (6, 8, 8))
-    shown = first_images(TensorLoader(images, masks, 4, shuffle=False), task, 5, torch.device("cpu"))
-    assert torch.equal(shown[0], images[:5]) and torch.equal(shown[1], masks[:5])  # across batches, in order
-    tracker = TrackerCalls()
-    model = torch.nn.Conv2d(1, 3, kernel_size=1)
-    log_predictions(Loggers([tracker]), model, shown, lambda x: x, task, "fp32", torch.device("cpu"), step=7)
-    [(method, (key, pictures, true_masks, predicted_masks, class_names, step))] = tracker.calls
-    assert (method, key, step, class_names) == ("log_masks", "val/predictions", 7, ["background", "disc", "bar"])
-    assert pictures.dtype == torch.uint8 and pictures.shape == (5, 128, 128, 3)  # 8x8 drawn at 128x128, RGB
-    enlarged = masks[:5].repeat_interleave(16, 1).repeat_interleave(16, 2)
-    assert torch.equal(true_masks, enlarged)  # class indices, pixel for pixel
-    with torch.no_grad():
-        expected = model(images[:5]).argmax(1).repeat_interleave(16, 1).repeat_interleave(16, 2)
-    assert torch.equal(predicted_masks, expected)
 
 
 def test_metric_names_come_from_the_task_class():

@@ -6,7 +6,6 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import composed
 from helpers import assert_one_config_error
 from trainkit.tracking.loggers import build_loggers
 from trainkit.tracking.loggers.csv_logger import CsvLogger
@@ -42,12 +41,6 @@ def test_csv_logger_config_writes_jsonl_and_csv(tmp_path):
     loggers.finish()
     assert read_jsonl(tmp_path / "metrics.jsonl") == [{"epoch": 0, "val/acc": 0.5}]
     assert read_csv(tmp_path / "table.csv")[1] == [{"epoch": "0", "val/acc": "0.5"}]
-
-
-def test_csv_shows_no_predictions():
-    """A table of numbers: no text sample and no pictures after each validation (conf/config.yaml's 0 and false)."""
-    logger = composed("logger=csv").logger
-    assert logger.log_predictions == 0 and logger.log_images is False
 
 
 def test_logger_filename_is_checked_beside_its_code():

@@ -133,18 +133,6 @@ def test_a_logger_list_merges_the_trackers_and_the_keys_of_each_file():
     assert tracker_names(OmegaConf.create({"name": "csv"})) == ["csv"]  # a config from before `trackers`
 
 
-def test_every_tracker_that_shows_predictions_shows_them_by_default():
-    """One default, 4, in each tracker file that has logger.log_predictions (each tracker's test names its own);
-    with several trackers one value, which the command line sets for all; no tracker: conf/config.yaml's 0."""
-    shows = [name for name in trackers() if "log_predictions" in OmegaConf.load(LOGGER_CONF / f"{name}.yaml")]
-    for name in shows:
-        assert composed(f"logger={name}").logger.log_predictions == 4, name
-    every = f"logger=[{','.join(['none', *trackers()])}]"
-    assert composed(every).logger.log_predictions == (4 if shows else 0)  # no tracker that shows them: none drawn
-    assert composed(every, "++logger.log_predictions=0").logger.log_predictions == 0
-    assert composed().logger.log_predictions == 0
-
-
 def test_every_call_reaches_every_tracker(tmp_path):
     first, second = TrackerCalls(), TrackerCalls()
     second.run_id = "abc"

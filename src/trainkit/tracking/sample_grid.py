@@ -1,23 +1,23 @@
-"""Pictures of batches: a grid of images as a uint8 array, and a PNG writer.
+"""`logger.log_images`: a grid of the augmented training samples the model really sees, to every tracker
+(`train/samples`) and as train_samples.png, once a run, before it trains (trainkit.tracking.prediction_images, which
+holds the key's check, calls `log_train_samples`).
 
-train.py shows the augmented training samples the model really sees: the batch comes out of
-`BatchTransform` normalized, so `image_grid` undoes the normalization before tiling. The tiling is
-torchvision's `make_grid`, imported inside `image_grid`: importing torchvision costs about 2 s on
-top of torch, and grids are made only when a tracker logs images (`logger.log_images`), so a run
-without them never pays it.
+The batch comes out of `BatchTransform` normalized, so `image_grid` undoes the normalization before tiling. The
+tiling is torchvision's `make_grid`, imported inside `image_grid`: importing torchvision costs about 2 s on top of
+torch, and grids are made only when a tracker logs images, so a run without them never pays it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from trainkit.data.images import save_png
 from trainkit.tasks.task import Task, rows, samples
 
 
@@ -51,16 +51,6 @@ def image_grid(
     return (grid * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
 
 
-def save_png(array: np.ndarray, path: str | Path) -> Path:
-    """Write a uint8 array [H, W, 3] (or [H, W]) as a PNG, creating its folder; returns the path."""
-    from PIL import Image
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8)).save(path)
-    return path
-
-
 def augmented_samples(
     loader: Iterable[Any],
     transform: Callable[[Any], Any],
@@ -90,3 +80,14 @@ def augmented_samples(
     if scale > 1:
         augmented = torch.nn.functional.interpolate(augmented, scale_factor=scale, mode="nearest")
     return image_grid(augmented, mean, std)
+
+
+def log_train_samples(run: Any) -> None:
+    """Rank 0, before training and not on a resume: the grid of augmented samples (of `Run`, trainkit/run.py) to the
+    loggers and train_samples.png, where `logger.log_images` is on and the data are images that the task shows."""
+    if not run.cfg.logger.get("log_images", False) or run.data.kind != "image" or run.cfg.resume:
+        return
+    data = run.data
+    grid = augmented_samples(data.train, run.train_transform, data.mean, data.std, run.device, task=run.task)
+    if grid is not None:  # what the task shows of a batch: none where it holds no images
+        run.loggers.log_image("train/samples", save_png(grid, run.run_dir / "train_samples.png"), run.state.step)

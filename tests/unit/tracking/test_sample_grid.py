@@ -1,5 +1,6 @@
-"""Image grids (a tracker's training samples): torchvision's make_grid does the tiling, imported only when a grid is
-made; the grid unnormalizes, clamps and frames; save_png; the augmented samples leave training's randomness alone."""
+"""logger.log_images, the grid of augmented training samples: checked beside its code and off without a tracker;
+torchvision's make_grid does the tiling, imported only when a grid is made; the grid unnormalizes, clamps and frames;
+save_png; the augmented samples leave training's randomness alone."""
 
 import subprocess
 import sys
@@ -8,7 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from trainkit.tracking.images import image_grid, save_png
+from conftest import composed
+from helpers import assert_one_config_error
+from trainkit.data.images import save_png
+from trainkit.tracking.sample_grid import image_grid
+
+
+def test_log_images_is_checked_beside_its_code_and_off_without_a_tracker():
+    assert_one_config_error(["logger.log_images=yes"], "logger.log_images")
+    assert composed().logger.log_images is False  # logger=none: no tracker to show the grid, no work
 
 
 def test_a_single_image_keeps_its_frame():
@@ -29,7 +38,7 @@ def test_a_grid_matches_make_grid_tiling():
 
 
 def test_importing_images_does_not_import_torchvision():
-    code = "import sys, trainkit.tracking.images; print('torchvision' in sys.modules)"
+    code = "import sys, trainkit.tracking.sample_grid; print('torchvision' in sys.modules)"
     process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert process.stdout.strip() == "False", process.stderr[-2000:]
 
@@ -67,7 +76,7 @@ def test_save_png_round_trips(tmp_path):
 def test_augmented_samples_enlarge_tiny_images_and_leave_training_randomness_alone():
     from trainkit.augment.batch_transform import BatchTransform
     from trainkit.data import TensorLoader
-    from trainkit.tracking.images import augmented_samples
+    from trainkit.tracking.sample_grid import augmented_samples
 
     loader = TensorLoader(torch.rand(40, 1, 8, 8), torch.zeros(40, dtype=torch.long), 16, shuffle=False)
     transform = BatchTransform((0.5,), (0.5,), 8, {"name": "shift", "crop_padding": 0.25}, train=True)
@@ -82,7 +91,7 @@ def test_augmented_samples_enlarge_tiny_images_and_leave_training_randomness_alo
 def test_augmented_samples_show_what_the_task_shows_of_a_dict_batch_and_nothing_of_one_without_images():
     from tasks_for_tests import CaptionedClassification, SignalClassification
     from trainkit.augment.batch_transform import BatchTransform
-    from trainkit.tracking.images import augmented_samples
+    from trainkit.tracking.sample_grid import augmented_samples
 
     images, labels = torch.randint(0, 256, (40, 1, 8, 8), dtype=torch.uint8), torch.zeros(40, dtype=torch.long)
     pairs = [(images, labels)]
