@@ -150,8 +150,7 @@ class Data:
         return getattr(dataset, "sizes", None)
 
     def batch_sampler(self, dataset: Dataset, *, train: bool, seed: int, rank: int, world_size: int) -> Any:
-        """This rank's batches of a file split as lists of indices, for an option that makes its own; None: the
-        loaders' own fixed batches."""
+        """This rank's batches of a file split as lists of indices, or None: the loaders' own fixed batches."""
         from trainkit.data.size_budget import budget_batches  # feature: size_budget
 
         return budget_batches(self, dataset, train, seed, rank, world_size)  # feature: size_budget

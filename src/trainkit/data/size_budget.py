@@ -1,11 +1,7 @@
 """Batches filled to a size budget (data.max_<unit>): items of similar size together, so that a batch pads little
-and its padded size, which decides its memory, stays within the budget. Every epoch has as many batches whatever
-the shuffle, and every training rank trains as many. How and why: docs/data.md#batches-by-a-token-budget-datamax_tokens.
-
-A data option whose class declares `size_unit` and has a field `max_<size_unit>` has a budget (budget_key);
-`Data.batch_sampler` asks budget_batches for its batches, and the config check takes the key's rule from
-config_rules (conf/config.yaml's `_checks_.size_budget`).
-"""
+and stays within the budget, as many batches every epoch and on every rank (docs/data.md: batches by a token budget).
+`Data.batch_sampler` asks budget_batches for them where the option has a `max_<size_unit>` field (budget_key);
+the config check takes the key's rule from config_rules (conf/config.yaml's `_checks_.size_budget`)."""
 
 import dataclasses
 from collections.abc import Iterator, Sequence
@@ -172,8 +168,7 @@ def budget_key(data: type[Data]) -> str | None:
 def budget_batches(
     data: Data, dataset: Dataset, train: bool, seed: int, rank: int, world_size: int
 ) -> SizeBudgetBatches | None:
-    """This rank's batches of `dataset` (a file split of `data`) filled to data.max_<size_unit>; None when the
-    option has no budget or it is null (the loaders' own fixed batches)."""
+    """This rank's batches of a file split filled to data.max_<size_unit>; None without a budget (fixed batches)."""
     key = budget_key(type(data))
     budget = getattr(data, key, None) if key else None
     if budget is None:
@@ -200,8 +195,7 @@ def budget_batches(
 
 
 def config_rules(cfg: DictConfig) -> dict[str, Check]:
-    """The rule of the data option's budget, a key named after its unit (data.max_tokens, data.max_frames): a
-    whole number of units, at least 1, or null. The config check gathers it (trainkit.config.declared)."""
+    """The rule of data.max_<unit> (data.max_tokens, data.max_frames): a whole number >= 1, or null."""
     from trainkit.config.validation import configured_data_class
 
     data = configured_data_class(cfg)
