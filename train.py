@@ -55,6 +55,7 @@ from trainkit.tasks import evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
 from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, quiet_known_noise, start_logging,
                                warn_if_data_bound)
+from trainkit.tracking.config_tree import print_config_tree  # feature: config_tree
 from trainkit.tracking.prediction_images import show_predictions, start_showing  # feature: logged_images
 from trainkit.tracking.profiling import close_profiler, profiled_timer  # feature: profiler
 from trainkit.tracking.provenance import record_provenance  # feature: provenance
@@ -336,8 +337,10 @@ def main(cfg: DictConfig) -> float | None:
         if finished:
             return finished_value(run_dir)
         validate(cfg)  # every error the config alone can reveal, before any data or model is built
+        show_config: Callable[[DictConfig, Path], None] = print_config  # as YAML
+        show_config = print_config_tree  # feature: config_tree
         if cfg.print_config:
-            print_config(cfg, run_dir)
+            show_config(cfg, run_dir)
         trial: Callable[[DictConfig], float | None] = partial(optimized_value, run_dir=run_dir)
         trial = on_its_own_gpus(trial)  # feature: trial_gpus
         return run_trial(trial, cfg)

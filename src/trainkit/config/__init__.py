@@ -1,5 +1,5 @@
 """The config: the words the schema is written in, the table of rules a key must follow, the one
-validation pass that reports every problem in one-line errors, and the config printout.
+validation pass that reports every problem in one-line errors, and the config printed as YAML.
 
 train.py imports from here, and `validate` from trainkit.config.validation: the rules read names from
 the modules they check (schedules, loggers, precisions), which themselves import from here, so

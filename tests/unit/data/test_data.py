@@ -278,7 +278,7 @@ def test_imagefolder_with_val_and_test_folders(tmp_path):
 def test_imagefolder_carves_missing_val_and_test(tmp_path, caplog):
     write_folder(tmp_path, {"train": 10})
     cfg = folder_cfg(tmp_path, channels=1, mean=[0.5], std=[0.25])
-    with caplog.at_level(logging.INFO, logger="trainkit.data.class_folders"):
+    with caplog.at_level(logging.INFO, logger="trainkit.data"):
         data = build_data(cfg, CPU, seed=0)
     assert "carved" in caplog.text and "val/" in caplog.text
     assert [loader.num_samples for loader in (data.train, data.val, data.test)] == [24, 3, 3]
