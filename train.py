@@ -59,10 +59,11 @@ from trainkit.tracking.config_tree import print_config_tree  # feature: config_t
 from trainkit.tracking.prediction_images import show_predictions, start_showing  # feature: logged_images
 from trainkit.tracking.profiling import close_profiler, profiled_timer  # feature: profiler
 from trainkit.tracking.provenance import record_provenance  # feature: provenance
-from trainkit.tuning import run_trial
 from trainkit.tuning.batch_size_finder import searched_batch_size  # feature: batch_size_finder
 from trainkit.tuning.lr_finder import find_lr_before_training  # feature: lr_finder
 from trainkit.tuning.micro_batching import searched_micro_batch_size  # feature: micro_batch_auto
+from trainkit.tuning.sweep_direction import checking_direction  # feature: sweeps
+from trainkit.tuning.trial_failures import catching_failures  # feature: trial_failures
 from trainkit.tuning.trial_gpus import on_its_own_gpus  # feature: trial_gpus
 
 log = logging.getLogger("train")
@@ -343,7 +344,9 @@ def main(cfg: DictConfig) -> float | None:
             show_config(cfg, run_dir)
         trial: Callable[[DictConfig], float | None] = partial(optimized_value, run_dir=run_dir)
         trial = on_its_own_gpus(trial)  # feature: trial_gpus
-        return run_trial(trial, cfg)
+        trial = catching_failures(trial)  # feature: trial_failures
+        trial = checking_direction(trial)  # feature: sweeps
+        return trial(cfg)
 
 
 def optimized_value(cfg: DictConfig, run_dir: Path) -> float | None:

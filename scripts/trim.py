@@ -5,11 +5,11 @@
     python scripts/trim.py --drop muon,ema          # remove them from this working tree
     python scripts/trim.py --keep ema               # remove every capability but these (and what they need)
 
-Dropping a capability deletes its files, removes its config keys, its marked lines (`# feature: <name>` in code
-and in conf/'s yaml, `<!-- feature: <name> -->` lines and blocks in the docs, and its row of the table) and its
-packages from pyproject.toml and environment.yml. A capability that needs a dropped one is dropped with it; a file
-that two rows list needs both, and goes with either. A real run refuses a git tree with uncommitted changes, so that
-the trim is one commit of its own: rerun the same trim after merging later template fixes.
+Dropping a capability deletes its files, removes its config keys, its marked lines (`# feature: <name>` in code,
+in conf/'s yaml and in pyproject.toml, `<!-- feature: <name> -->` lines and blocks in the docs, and its row of the
+table) and its packages from pyproject.toml and environment.yml. A capability that needs a dropped one is dropped
+with it; a file that two rows list needs both, and goes with either. A real run refuses a git tree with uncommitted
+changes, so that the trim is one commit of its own: rerun the same trim after merging later template fixes.
 tests/template/test_features.py applies the table with this module's `drop`.
 """
 
@@ -248,8 +248,8 @@ def without_packages(text: str, packages: list[str]) -> str:
 
 def marked_files(root: Path) -> list[Path]:
     """Where a marked code line may be: the entry points, the scripts (Python, and shell: scripts/gpu_checks/ too),
-    the package, conf/."""
-    entry_points = [path for path in (root / "train.py", root / "eval.py") if path.is_file()]
+    the package, conf/, and pyproject.toml (a setting for a row's package)."""
+    entry_points = [path for path in (root / "train.py", root / "eval.py", root / "pyproject.toml") if path.is_file()]
     scripts = [*root.glob("scripts/*.py"), *sorted(root.glob("scripts/**/*.sh"))]
     return [*entry_points, *scripts, *root.glob("src/**/*.py"), *sorted(root.glob("conf/**/*.yaml"))]
 

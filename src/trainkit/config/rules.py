@@ -91,8 +91,6 @@ RULES: dict[str, Check] = {
     "print_config": flag(),
     "optimized_metric": string(null=True),  # val/<metric> or test/<metric> of the task (null: filled in from the task)
     "required": required_keys,
-    "sweep.catch_failures": flag(),
-    "sweep.failed_trial_value": number(null=True),
     "trainer.max_epochs": integer(1),
     "trainer.max_steps": integer(1, null=True),
     "trainer.accumulate_grad_batches": integer(1),

@@ -2,13 +2,30 @@
 
     python train.py hparams_search=digits_optuna             # Optuna TPE (conf/hparams_search/)
 
-Hydra's basic sweeper has no direction; trainkit.tuning.sweeps calls this for every trial of a multirun.
+Hydra's basic sweeper has no direction. train.py reaches every trial of a multirun through `checking_direction`.
 """
+
+from collections.abc import Callable
+from typing import TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit.checkpointing.resume import in_multirun
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import maximize
+
+Result = TypeVar("Result")
+
+
+def checking_direction(trial: Callable[[DictConfig], Result]) -> Callable[[DictConfig], Result]:
+    """`trial(cfg)`, in a multirun after check_direction against the running sweeper: train.py's one call site."""
+
+    def checked(cfg: DictConfig) -> Result:
+        if in_multirun():
+            check_direction(cfg, sweeper_direction())
+        return trial(cfg)
+
+    return checked
 
 
 def sweeper_direction() -> str | None:

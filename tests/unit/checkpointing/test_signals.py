@@ -3,7 +3,6 @@ The same under DDP: tests/unit/distributed/test_distributed.py."""
 
 import contextlib
 import json
-import math
 import multiprocessing
 import os
 import signal
@@ -16,10 +15,8 @@ import pytest
 import torch
 
 from conftest import ROOT, TrainRun
-from helpers import assert_same_training, cfg_for
+from helpers import assert_same_training
 from trainkit.checkpointing import signals
-from trainkit.errors import RunFailed
-from trainkit.tuning import sweeps
 
 TESTS = Path(__file__).resolve().parents[2]
 # 8 batches an epoch, a metrics line after every update: the test signals after the third one.
@@ -43,19 +40,6 @@ def test_a_stop_signal_is_recorded_and_the_previous_handlers_come_back():
         assert signals.requested() == "SIGUSR1"  # the first names the stop
         assert signals.stop_signal(torch.device("cpu"), agree=False) == "SIGUSR1"  # one process: at every update
     assert signal.getsignal(signal.SIGTERM) is before and signals.requested() is None
-
-
-def test_in_a_sweep_a_signal_stops_the_sweep_and_a_non_finite_loss_fails_one_trial():
-    def preempted(cfg):
-        raise signals.Stopped()
-
-    def diverged(cfg):
-        raise RunFailed("train/loss is not finite")
-
-    with pytest.raises(SystemExit) as stop:
-        sweeps.run_trial(preempted, cfg_for(), multirun=True)
-    assert stop.value.code == signals.EXIT_STOPPED
-    assert sweeps.run_trial(diverged, cfg_for(), multirun=True) == -math.inf  # the worst value: the sweep goes on
 
 
 SECOND_CTRL_C = """

@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 from conftest import ROOT, composed
 from helpers import assert_one_config_error
 from trainkit.data.images import save_png
+from trainkit.tasks.task import maximize
 from trainkit.tracking.loggers import build_loggers
-from trainkit.tuning import sweeps
 from wandb_offline import OfflineRun, local_wandb, offline_run
 
 wandb = pytest.importorskip("wandb")
@@ -375,7 +375,7 @@ def test_wandb_sweep_config_drives_real_config_keys():
     assert spec["method"] in ("bayes", "random", "grid")
     metric = spec["metric"]
     assert metric["name"] in ("val/acc", "val/loss")  # what train.py logs each epoch
-    assert metric["goal"] == ("maximize" if sweeps.maximize(metric["name"]) else "minimize")
+    assert metric["goal"] == ("maximize" if maximize(metric["name"]) else "minimize")
     # One value of every parameter, with the fixed overrides of `command`, must compose.
     fixed = [arg for arg in spec["command"] if not arg.startswith("${")]
     sampled = []

@@ -1,23 +1,22 @@
-"""The sweeps row (docs/features.md): Optuna's search (hparams_search=, its SQLite continuation, a crashing and a NaN
-trial, its direction against the metric) and joblib's parallel launcher. Dropping the row deletes this file."""
+"""The sweeps row (docs/features.md): Optuna's search (hparams_search=, its SQLite continuation, its direction against
+the metric) and joblib's parallel launcher. Dropping the row deletes this file."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from test_sweeps import FAST, compose_config, fake_app, group_override, jobs, overrides, train
+from test_sweeps import FAST, compose_config, group_override, jobs, overrides, train
 
 from conftest import ROOT
 from helpers import cfg_for
 from trainkit.config.validation import fill_task_defaults
 from trainkit.errors import ConfigError
-from trainkit.tuning import sweeps
+from trainkit.tasks.task import maximize
+from trainkit.tuning import sweep_direction
 from trainkit.tuning.sweep_direction import check_direction
 
-__all__ = ["compose_config", "fake_app"]  # fixtures, used by name
+__all__ = ["compose_config"]  # a fixture, used by name
 
 
 @pytest.mark.slow  # trains in a subprocess
@@ -36,7 +35,7 @@ def test_optuna_search_config_composes_with_a_direction_that_matches_the_metric(
     fill_task_defaults(cfg)  # optimized_metric null: the task's headline metric, as validate fills it in
     sweeper = cfg.hydra.sweeper
     assert "Optuna" in sweeper._target_ and cfg.hydra.mode.name == "MULTIRUN"
-    assert sweeper.direction == ("maximize" if sweeps.maximize(cfg.optimized_metric) else "minimize")
+    assert sweeper.direction == ("maximize" if maximize(cfg.optimized_metric) else "minimize")
     assert sweeper.sampler.seed is not None and sweeper.study_name and sweeper.storage is None
     for key, values in sweeper.params.items():  # every searched key is a real config key or group
         assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", key
@@ -79,44 +78,22 @@ def _load_study(path: Path, name: str):
     return optuna.load_study(study_name=name, storage=f"sqlite:///{path}")
 
 
-@pytest.mark.slow  # trains in a subprocess
-def test_optuna_sweep_outlives_a_crashing_and_a_nan_trial(fake_app, tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    process = subprocess.run(
-        [
-            sys.executable,
-            str(fake_app),
-            "-m",
-            "hydra/sweeper=optuna",
-            "hydra/sweeper/sampler=grid",
-            "hydra.sweeper.direction=maximize",
-            "hydra.sweeper.n_jobs=1",
-            "hydra.sweeper.n_trials=4",
-            "+optimized_metric=val/acc",
-            "+x=choice(1,2,3,4)",
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    output = process.stdout + process.stderr
-    assert process.returncode == 0, output[-4000:]
-    assert OmegaConf.load(sweep_dir / "optimization_results.yaml").best_value == 4.0
-    assert "trial failed: RuntimeError: CUDA out of memory (pretend) -> -inf" in output
-    assert "Traceback" not in output  # one line on the console ...
-    logs = {job.name: (job / "app.log").read_text() for job in jobs(sweep_dir)}
-    crashed = next(text for text in logs.values() if "CUDA out of memory" in text)
-    assert (
-        "Traceback (most recent call last)" in crashed and "raise RuntimeError" in crashed
-    )  # ... all of it in the log
-    assert any("trial returned nan" in text for text in logs.values())
-
-
 def test_a_sweep_direction_against_the_metric_stops_at_once():
     check_direction(cfg_for("val/acc"), "maximize")
     check_direction(cfg_for("val/loss"), "minimize")
     check_direction(cfg_for("val/loss"), None)  # the basic sweeper has no direction
     with pytest.raises(ConfigError, match=r"hydra\.sweeper\.direction=minimize"):
         check_direction(cfg_for("val/loss"), "maximize")
+
+
+def test_train_py_checks_the_direction_before_a_trial_of_a_multirun_only(monkeypatch):
+    """train.py's marked line: a trial of a multirun whose sweeper maximizes a loss is refused before it trains."""
+    trained = []
+    monkeypatch.setattr(sweep_direction, "sweeper_direction", lambda: "maximize")
+    monkeypatch.setattr(sweep_direction, "in_multirun", lambda: True)
+    with pytest.raises(ConfigError, match=r"^hydra\.sweeper\.direction: is maximize but optimized_metric=val/loss"):
+        sweep_direction.checking_direction(trained.append)(cfg_for("val/loss"))
+    assert trained == []
+    monkeypatch.setattr(sweep_direction, "in_multirun", lambda: False)
+    sweep_direction.checking_direction(trained.append)(cfg_for("val/loss"))
+    assert len(trained) == 1

@@ -1,17 +1,16 @@
-"""Sweeps: keep a multirun going when one trial fails, and stop one that searches what the run does not read.
+"""A failed trial costs one trial, not the sweep; a search over a key the run does not read stops at once.
 
-    python train.py -m optimizer.lr=0.1,0.03 seed=1,2,3      # grid, one run directory per job
+    python train.py -m optimizer.lr=1.0,0.1,0.01 seed=1,2     # a diverging LR fails its trials alone
 
-The optional features reach a trial from here or from train.py: an Optuna search's direction is checked against
-the metric (trainkit.tuning.sweep_direction, the sweeps row of docs/features.md), parallel trials each claim their
-own GPU (trainkit.tuning.trial_gpus), and the same command with the same hydra.sweep.dir continues a sweep
-(trainkit.checkpointing.sweep_continuation).
+train.py reaches a trial through `catching_failures`, on a line the trial_failures row marks: without this
+module a multirun's trial runs plain, and the first one that crashes ends the sweep.
 
 A trial that crashes (a diverging learning rate, an out-of-memory batch size) should cost one
 trial, not the sweep: `run_trial` logs the error, writes the traceback to the trial's log file
 and returns `failed_trial_value(cfg)` to the sweeper. A single run (no -m) raises as usual.
 """
 
+import functools
 import gc
 import logging
 import math
@@ -23,11 +22,18 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.checkpointing.resume import in_multirun
+from trainkit.config.schema import flag, number
 from trainkit.errors import ConfigError, caused_by_config_error
 from trainkit.tasks.task import maximize
-from trainkit.tuning.sweep_direction import check_direction, sweeper_direction  # feature: sweeps
 
 log = logging.getLogger("sweep")
+# gathered by the config check: conf/config.yaml's sweep._checks_
+CONFIG_RULES = {"sweep.catch_failures": flag(), "sweep.failed_trial_value": number(null=True)}
+
+
+def catching_failures(trial: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
+    """`trial(cfg)` run by run_trial: train.py's one call site."""
+    return functools.partial(run_trial, trial)
 
 
 def failed_trial_value(cfg: DictConfig) -> float:
@@ -41,7 +47,7 @@ def failed_trial_value(cfg: DictConfig) -> float:
     value = OmegaConf.select(cfg, "sweep.failed_trial_value", default=None)
     if value is None:
         return -math.inf if maximize(cfg.optimized_metric, OmegaConf.select(cfg, "task._target_")) else math.inf
-    return float(value)  # a number, not NaN: trainkit.config.validation checked it before the sweep started
+    return float(value)  # a number, not NaN: CONFIG_RULES checked it before the sweep started
 
 
 def searched_params() -> list[str]:
@@ -83,7 +89,6 @@ def run_trial(fn: Callable[[DictConfig], Any], cfg: DictConfig, multirun: bool |
         multirun = in_multirun()
     if not multirun:
         return fn(cfg)
-    check_direction(cfg, sweeper_direction())  # feature: sweeps
     check_search_space(cfg, searched_params())
     catch = OmegaConf.select(cfg, "sweep.catch_failures", default=True)
     fallback = failed_trial_value(cfg)
