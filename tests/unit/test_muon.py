@@ -142,3 +142,13 @@ def test_the_muon_against_adamw_script_runs_configs_that_validate(capsys, tmp_pa
         overrides = [o for o in command[3:] if not o.startswith("hydra.")]
         chosen = [o.split(",")[0].replace("<best>", "3e-3") for o in overrides]  # a sweep's first value
         assert problems(composed(*chosen)) == {}, chosen
+
+
+def test_the_speed_comparison_alternates_the_optimizers_on_configs_that_validate(capsys, tmp_path):
+    """--speed: adamw, muon, adamw, muon, each a short run of experiment=stdlib_gpt that passes the config check."""
+    load_script("muon_vs_adamw").main(["--speed", "40", "--dry-run", "--out", str(tmp_path)])
+    commands = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert [command[3] for command in commands] == ["optimizer=adamw", "optimizer=muon"] * 2
+    for command in commands:
+        assert "trainer.limit_train_batches=40" in command
+        assert problems(composed(*[o for o in command[2:] if not o.startswith("hydra.")])) == {}
