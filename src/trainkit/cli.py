@@ -81,9 +81,8 @@ _user_wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
 def report_config_errors(task: Callable) -> Callable:
-    """Wrap a Hydra task function so bad input found while it runs exits with one line, before
-    Hydra adds its own 'Error executing job' line. In a sweep this ends the sweep: bad config
-    values are the same for every job."""
+    """Wrap a Hydra task function so bad input found while it runs exits with one line, before Hydra adds its own 'Error
+    executing job' line. In a sweep this ends the sweep: bad config values are the same for every job."""
 
     @functools.wraps(task)
     def wrapper(cfg: DictConfig) -> Any:
@@ -108,12 +107,11 @@ def report_config_errors(task: Callable) -> Callable:
 
 
 def _list_app_groups_only() -> None:
-    """For --help: Hydra fills both $APP_CONFIG_GROUPS and $HYDRA_CONFIG_GROUPS of the help
-    template, walking every group (its own ~20 too) with a copy of the config repository per
-    look-up: about half a second, a third of importing torch. Our help templates (conf/hydra/help/)
-    show the app's groups only, so this walks those alone and leaves Hydra's list empty
-    (--hydra-help is untouched). It replaces a method of Hydra's internal class: if that ever
-    changes shape, Hydra's own listing stays."""
+    """For --help: Hydra fills both $APP_CONFIG_GROUPS and $HYDRA_CONFIG_GROUPS of the help template, walking every
+    group (its own ~20 too) with a copy of the config repository per look-up: about half a second, a third of importing
+    torch. Our help templates (conf/hydra/help/) show the app's groups only, so this walks those alone and leaves
+    Hydra's list empty (--hydra-help is untouched). It replaces a method of Hydra's internal class: if that ever changes
+    shape, Hydra's own listing stays."""
     from hydra._internal.hydra import Hydra
 
     if not callable(getattr(Hydra, "format_config_groups", None)):

@@ -1,10 +1,9 @@
-"""LR schedules: each a plain function of the update index and the run's totals that returns the factor the
-base LR is multiplied by at that update. A resume needs nothing but the update index to land exactly.
+"""LR schedules: each a plain function of the update index and the run's totals that returns the factor the base LR is
+multiplied by at that update. A resume needs nothing but the update index to land exactly.
 
-A schedule is named by `_target_` in conf/scheduler/<name>.yaml; the file's other keys are the function's own
-arguments. The template passes the rest by keyword: `updates_per_epoch` and `total_updates` (the run's length
-in optimizer updates: trainer.max_epochs or trainer.max_steps). A new schedule is one function (here or in a
-file of yours) and one yaml:
+A schedule is named by `_target_` in conf/scheduler/<name>.yaml; the file's other keys are the function's own arguments.
+The template passes the rest by keyword: `updates_per_epoch` and `total_updates` (the run's length in optimizer updates:
+trainer.max_epochs or trainer.max_steps). A new schedule is one function (here or in a file of yours) and one yaml:
 
     def linear(update, updates_per_epoch, total_updates, min_lr_ratio=0.0):
         return max(min_lr_ratio, 1 - update / total_updates)
@@ -14,9 +13,9 @@ file of yours) and one yaml:
     _target_: my_schedules.linear
     min_lr_ratio: 0.0
 
-Besides `config_rules` (read by the config check, as a model's are), a schedule may carry `notices`: a function
-of the same keyword arguments returning lines the run logs once at its start, where the run is too short for
-the settings (a warmup cut to half the run, a step drop that never comes).
+Besides `config_rules` (read by the config check, as a model's are), a schedule may carry `notices`: a function of the
+same keyword arguments returning lines the run logs once at its start, where the run is too short for the settings (a
+warmup cut to half the run, a step drop that never comes).
 """
 
 import functools

@@ -1,24 +1,22 @@
-"""An epoch's training loss, the task's metrics and throughput, summed on the device batch by batch
-(no host sync per step) and reduced across ranks only when read: at a logging step and at the
-epoch's end.
+"""An epoch's training loss, the task's metrics and throughput, summed on the device batch by batch (no host sync per
+step) and reduced across ranks only when read: at a logging step and at the epoch's end.
 
     totals = EpochTotals(device)           # before the loop: samples/s is timed from here
     totals.add(loss.detach(), task.metric_sums(outputs, targets), batch, weight, recorded)   # each batch
     totals.interval_metrics()              # a logging step, on every rank: the means since the last one
     totals.epoch_metrics(task)             # after the loop: train/loss, train/<metric>, train/samples_per_sec
 
-train/loss is the mean over what the task weighs: `add(..., weight=task.weight(batch))` (real tokens
-for a task that weighs tokens; the samples otherwise). Data whose items have sizes (`EpochTotals(device,
-unit=Data.size_unit, pad_id=...)`, `add` given each part) also reports train/<unit>_per_sec: the units of
-the batches' first tensor (its elements, [B, T] a batch), those equal to pad_id left out: text's
-train/tokens_per_sec counts real tokens, a signal's train/frames_per_sec its frames, padding included (a
-zero-padded signal's zeros may be real values). Token data also reports train/padding_fraction (the padded
-share of the token slots). `update_weight()` is what the parts since the last update weigh: the loop
-divides a tokens task's gradients by it.
+train/loss is the mean over what the task weighs: `add(..., weight=task.weight(batch))` (real tokens for a task that
+weighs tokens; the samples otherwise). Data whose items have sizes (`EpochTotals(device, unit=Data.size_unit,
+pad_id=...)`, `add` given each part) also reports train/<unit>_per_sec: the units of the batches' first tensor (its
+elements, [B, T] a batch), those equal to pad_id left out: text's train/tokens_per_sec counts real tokens, a signal's
+train/frames_per_sec its frames, padding included (a zero-padded signal's zeros may be real values). Token data also
+reports train/padding_fraction (the padded share of the token slots). `update_weight()` is what the parts since the last
+update weigh: the loop divides a tokens task's gradients by it.
 
-What a task records in its step (`Task.record`: an auxiliary loss, a temperature) is summed beside the loss:
-logging steps report train/step_<name>, its mean over the parts since the last one, and the epoch train/<name>,
-its mean over what the parts weigh. `grad_norm`, set by the loop's update, is logged as train/grad_norm.
+What a task records in its step (`Task.record`: an auxiliary loss, a temperature) is summed beside the loss: logging
+steps report train/step_<name>, its mean over the parts since the last one, and the epoch train/<name>, its mean over
+what the parts weigh. `grad_norm`, set by the loop's update, is logged as train/grad_norm.
 """
 
 import time

@@ -1,18 +1,17 @@
-"""Find the largest batch size whose training step fits in memory: double until it does not fit,
-binary-search between the last fit and the first failure, keep a safety margin (none when even
-`max_batch_size` fits: then the cap, not memory, stopped the search).
+"""Find the largest batch size whose training step fits in memory: double until it does not fit, binary-search between
+the last fit and the first failure, keep a safety margin (none when even `max_batch_size` fits: then the cap, not
+memory, stopped the search).
 
     probe = training_step_probe(model, batch, step)     # step(batch): forward and backward (train.py's)
     batch_size = find_batch_size(probe, start=2, max_batch_size=4096, safety_margin=0.9, device=device)
 
 "Does not fit": an out-of-memory error, or a measured memory above `memory_cap_bytes` (how it is measured:
 trainkit.tuning.step_memory, shared with trainer.micro_batch_size=auto). On a CPU, set a cap or a
-max_batch_size: Linux usually kills a process that asks for too much memory instead of raising an error the
-search could catch.
+max_batch_size: Linux usually kills a process that asks for too much memory instead of raising an error the search could
+catch.
 
-Not in the probe's peak: optimizer state (built later, e.g. 2 x parameters for Adam) and DDP's
-gradient buckets (about 1 x parameters); the safety margin is there for them and for memory
-fragmentation over a long run.
+Not in the probe's peak: optimizer state (built later, e.g. 2 x parameters for Adam) and DDP's gradient buckets (about 1
+x parameters); the safety margin is there for them and for memory fragmentation over a long run.
 """
 
 from __future__ import annotations
@@ -53,17 +52,16 @@ def find_batch_size(
     device: torch.device | str | None = None,
     max_batch_size_from: str = "batch_size_finder.max_batch_size",
 ) -> int:
-    """The largest batch size for which `try_step(batch_size)` fits, times `safety_margin`,
-    rounded down (at least 1); or `max_batch_size` itself when that fits (the search stopped at
-    the cap, not at memory, so no margin is taken; the log line names the cap: `max_batch_size_from`).
+    """The largest batch size for which `try_step(batch_size)` fits, times `safety_margin`, rounded down (at least 1);
+    or `max_batch_size` itself when that fits (the search stopped at the cap, not at memory, so no margin is taken; the
+    log line names the cap: `max_batch_size_from`).
 
-    `try_step` runs one training step at that batch size (see training_step_probe) and should
-    leave the model as it found it. Search: start, 2 x start, 4 x start, ... until a step does
-    not fit or max_batch_size is reached (max_batch_size itself is tried last); then a binary
-    search between the last size that fit and the first that did not, to the exact boundary.
-    Memory is freed after each try that did not fit (see free_memory). A start that already does
-    not fit is a ConfigError. The settings themselves (1 <= start <= max_batch_size,
-    0 < safety_margin <= 1) are checked by trainkit.config.validation.
+    `try_step` runs one training step at that batch size (see training_step_probe) and should leave the model as it
+    found it. Search: start, 2 x start, 4 x start, ... until a step does not fit or max_batch_size is reached
+    (max_batch_size itself is tried last); then a binary search between the last size that fit and the first that did
+    not, to the exact boundary. Memory is freed after each try that did not fit (see free_memory). A start that already
+    does not fit is a ConfigError. The settings themselves (1 <= start <= max_batch_size, 0 < safety_margin <= 1) are
+    checked by trainkit.config.validation.
     """
 
     def fits(batch_size: int) -> bool:

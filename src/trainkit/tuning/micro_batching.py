@@ -51,11 +51,10 @@ def find_micro_batch_size(
     `try_step(size)` (one forward and backward of a part of that size) fits on every rank.
 
     "Does not fit": an out-of-memory error (CUDA's, the CPU allocator's "can't allocate memory"; see
-    step_memory.is_out_of_memory) or, with `memory_cap_bytes`, a measured step memory above the
-    cap (step_memory.measure_step_memory: CUDA's allocator peak; on a CPU the activations
-    autograd saves). Each try ends with one all-reduce of a did-not-fit flag (any_rank), so a rank
-    that ran out of memory and one that did not both halve: nobody waits alone in a collective. Any
-    other error re-raises."""
+    step_memory.is_out_of_memory) or, with `memory_cap_bytes`, a measured step memory above the cap
+    (step_memory.measure_step_memory: CUDA's allocator peak; on a CPU the activations autograd saves). Each try ends
+    with one all-reduce of a did-not-fit flag (any_rank), so a rank that ran out of memory and one that did not both
+    halve: nobody waits alone in a collective. Any other error re-raises."""
     size = batch_size
     while True:
         reason = _does_not_fit(try_step, size, device, memory_cap_bytes)
@@ -104,14 +103,13 @@ def micro_batch_size_that_fits(
     unit: str | None,
     memory_cap_mb: float | None,
 ) -> int:
-    """trainer.micro_batch_size=auto for train.py: searched (find_micro_batch_size) on `loader`'s first batch,
-    moved to `device` (task.to_device), with `step(part)`, the forward and backward of a part (train.py's: its
-    batch transform, task.step; no update). The probe puts gradients, BatchNorm statistics, modes and RNG
-    streams back as they were, so the failed tries leave nothing behind and training starts as it would have.
-    `unit` (Data.size_unit, items of many sizes: tokens): sizes count units, and a part of N units holds
-    N // T of the batch's items (T: the first tensor's padded length).
-    Not in a part's measured memory: the optimizer's state and DDP's buckets, as for the batch-size finder
-    (trainkit.tuning.batch_size_finder)."""
+    """trainer.micro_batch_size=auto for train.py: searched (find_micro_batch_size) on `loader`'s first batch, moved to
+    `device` (task.to_device), with `step(part)`, the forward and backward of a part (train.py's: its batch transform,
+    task.step; no update). The probe puts gradients, BatchNorm statistics, modes and RNG streams back as they were, so
+    the failed tries leave nothing behind and training starts as it would have.
+    `unit` (Data.size_unit, items of many sizes: tokens): sizes count units, and a part of N units holds N // T of the
+    batch's items (T: the first tensor's padded length). Not in a part's measured memory: the optimizer's state and
+    DDP's buckets, as for the batch-size finder (trainkit.tuning.batch_size_finder)."""
     batch = task.to_device(next(iter(loader)), device)
     per_sample = first_tensor(batch)[0].numel() if unit else 1
     probe = training_step_probe(model, batch, step)

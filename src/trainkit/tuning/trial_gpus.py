@@ -2,24 +2,22 @@
 
     python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=4 optimizer.lr=0.1,0.05,0.02,0.01
 
-On a machine with G >= 2 visible GPUs, each job of a multirun claims free GPUs before it trains
-(`sweep.assign_gpus`, on by default): one, or `distributed.nproc_per_node` for a trial that starts
-several processes (any `distributed` but `none`, as trainkit.distributed.launch starts them; null: all G);
-a trial that wants more than G is refused in one line. A job that finds none
-free waits for one (n_jobs > G). The claim is an flock on `<sweep dir>/.gpus/<index>.lock`, held
+On a machine with G >= 2 visible GPUs, each job of a multirun claims free GPUs before it trains (`sweep.assign_gpus`, on
+by default): one, or `distributed.nproc_per_node` for a trial that starts several processes (any `distributed` but
+`none`, as trainkit.distributed.launch starts them; null: all G); a trial that wants more than G is refused in one line.
+A job that finds none free waits for one (n_jobs > G). The claim is an flock on `<sweep dir>/.gpus/<index>.lock`, held
 while the job runs:
 
-- it does not depend on the launcher: joblib's loky workers are reused from job to job and have no
-  stable index a job could read, n_jobs may exceed G, and the basic launcher runs jobs one by one;
+- it does not depend on the launcher: joblib's loky workers are reused from job to job and have no stable index a job
+  could read, n_jobs may exceed G, and the basic launcher runs jobs one by one;
 - the kernel drops an flock when its holder exits or is killed, so a crashed trial never keeps its GPU;
 - it is visible: `<index>.lock` names the process that holds it.
 
-A one-process trial trains on `device=cuda:<index>` (set in its config: a reused worker may have
-touched CUDA already, after which CUDA_VISIBLE_DEVICES no longer counts); a multi-process trial starts
-its workers with CUDA_VISIBLE_DEVICES set to its GPUs, so local rank r uses the r-th of them. Nothing is
-assigned under torchrun or a multi-task SLURM step (the processes have their devices), in submitit's
-jobs (SLURM gives each its own GPUs), with one GPU or none, or with an explicit `device=cuda:N`.
-Two sweeps with different sweep directories on one machine do not see each other's claims: run
+A one-process trial trains on `device=cuda:<index>` (set in its config: a reused worker may have touched CUDA already,
+after which CUDA_VISIBLE_DEVICES no longer counts); a multi-process trial starts its workers with CUDA_VISIBLE_DEVICES
+set to its GPUs, so local rank r uses the r-th of them. Nothing is assigned under torchrun or a multi-task SLURM step
+(the processes have their devices), in submitit's jobs (SLURM gives each its own GPUs), with one GPU or none, or with an
+explicit `device=cuda:N`. Two sweeps with different sweep directories on one machine do not see each other's claims: run
 them one after the other, or give one of them CUDA_VISIBLE_DEVICES.
 """
 
