@@ -1,11 +1,8 @@
 """Run a Hydra entry point the way every trainkit script needs it run: `cli.run(main)`.
 
-Before Hydra composes: register the config's resolvers, under torchrun let all ranks agree on one
-run directory, and write into the command line what Hydra must know before it makes the run directory
-(`hydra_command_line`: for resume=, the checkpoint's run directory; trainkit.checkpointing.resume).
-After: report bad input as one line instead of a stack trace (set HYDRA_FULL_ERROR=1 to see the
-trace; unexpected errors, i.e. bugs, always keep theirs), and leave the run directory as the call found it
-(trainkit.checkpointing.refusal).
+Before Hydra composes: register the resolvers and write into the command line what Hydra must know before it makes
+the run directory (`hydra_command_line`). After: report bad input as one line (HYDRA_FULL_ERROR=1 shows the trace;
+bugs keep theirs), and leave the run directory as the call found it (trainkit.checkpointing.refusal).
 """
 
 import contextlib
@@ -48,8 +45,7 @@ def _unknown_key(error: OmegaConfBaseException) -> str:
 
 
 def _group_options(group: str) -> list[str]:
-    """The options of config group `group` in the script's conf/ (train.py's and eval.py's config_path),
-    as Hydra finds them there; [] where there is none."""
+    """The options of config group `group` in the script's conf/, as Hydra finds them; [] where there is none."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
 
@@ -81,9 +77,8 @@ _user_wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
 def report_config_errors(task: Callable) -> Callable:
-    """Wrap a Hydra task function so bad input found while it runs exits with one line, before
-    Hydra adds its own 'Error executing job' line. In a sweep this ends the sweep: bad config
-    values are the same for every job."""
+    """Wrap a Hydra task function so bad input found while it runs exits with one line, before Hydra adds its own 'Error
+    executing job' line. In a sweep this ends the sweep: bad config values are the same for every job."""
 
     @functools.wraps(task)
     def wrapper(cfg: DictConfig) -> Any:
@@ -108,12 +103,8 @@ def report_config_errors(task: Callable) -> Callable:
 
 
 def _list_app_groups_only() -> None:
-    """For --help: Hydra fills both $APP_CONFIG_GROUPS and $HYDRA_CONFIG_GROUPS of the help
-    template, walking every group (its own ~20 too) with a copy of the config repository per
-    look-up: about half a second, a third of importing torch. Our help templates (conf/hydra/help/)
-    show the app's groups only, so this walks those alone and leaves Hydra's list empty
-    (--hydra-help is untouched). It replaces a method of Hydra's internal class: if that ever
-    changes shape, Hydra's own listing stays."""
+    """For --help: list the app's config groups only (our help templates show no others), saving the half second
+    Hydra spends walking its own. It replaces a method of Hydra's internal class; if that changes, Hydra's stays."""
     from hydra._internal.hydra import Hydra
 
     if not callable(getattr(Hydra, "format_config_groups", None)):
@@ -136,9 +127,8 @@ def _list_app_groups_only() -> None:
 
 
 def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
-    """Call a @hydra.main function (a script's entry: `cli.run(main)`); bad input exits 1 with
-    `error: <key>: <what to fix>`. `resumes=False`: a script that continues no run (eval.py) refuses
-    resume= in one line, instead of being pointed at the checkpoint's run directory."""
+    """Call a @hydra.main function; bad input exits 1 with `error: <key>: <what to fix>`. `resumes=False`: a script
+    that continues no run (eval.py) refuses resume=."""
     global _user_wants_trace
     _user_wants_trace = wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     try:
@@ -168,10 +158,8 @@ def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
 
 
 def hydra_command_line(argv: list[str], resumes: bool) -> list[str]:
-    """The command line @hydra.main composes from. It reads sys.argv alone and makes the run directory from it
-    before any code of the script runs, so what must reach it by then is written in here, and nowhere else:
-    under torchrun, that ranks other than 0 write nothing of Hydra's; with resume=, the checkpoint's run directory
-    and its run's own overrides (trainkit.checkpointing.resume.rewrite_argv)."""
+    """The command line @hydra.main composes from, which must say what Hydra needs before it makes the run directory:
+    under torchrun, that ranks other than 0 write nothing of Hydra's; with resume=, rewrite_argv's run directory."""
     argv = [*argv, *hydra_overrides_for_this_rank()]
     return rewrite_argv(argv, resumes)
 

@@ -29,6 +29,5 @@ def causes(error: BaseException | None) -> Iterator[BaseException]:
 
 
 def caused_by_config_error(error: BaseException) -> bool:
-    """True when `error` is a ConfigError or wraps one (hydra.utils.instantiate wraps what the
-    factories raise)."""
+    """True when `error` is a ConfigError or wraps one (hydra.utils.instantiate wraps what the factories raise)."""
     return any(isinstance(cause, ConfigError) for cause in causes(error))

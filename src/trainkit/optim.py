@@ -29,17 +29,12 @@ def param_groups(
 ) -> list[dict]:
     """Parameter groups: decayed / not decayed, and with `head_lr_scale != 1` backbone / head.
 
-    Weight decay applies to the weights of convolutions and linear layers only: biases and
-    normalization scales/shifts (every parameter with ndim <= 1) are left undecayed, since
-    shrinking them toward zero only hurts; so is every parameter the model names in its own
-    `no_weight_decay()` (timm's convention: names or fnmatch patterns such as a ViT's
-    `cls_token` and `pos_embed`, which are not 1-d). Frozen parameters are left out entirely.
+    Parameters with ndim <= 1 (biases, norms) and those the model's `no_weight_decay()` names (timm's convention:
+    names or fnmatch patterns) are not decayed; frozen parameters are left out.
 
-    Each group carries `lr_scale` (1 for the backbone, head_lr_scale for the classifier head,
-    see trainkit.models.submodules.head_parameters) and, when `lr` is given, `lr = lr * lr_scale`. The
-    schedule multiplies each group's own initial lr, so the ratio holds all run long. Groups
-    come in a fixed order, backbone first, and are kept even when empty (a frozen backbone), so
-    `param_groups[0]["lr"]` is always the base LR and a checkpoint always has the same groups.
+    Each group carries `lr_scale` (head_lr_scale for the head) and, when `lr` is given, `lr = lr * lr_scale`. Groups
+    come in a fixed order, backbone first, and are kept even when empty, so `param_groups[0]["lr"]` is the base LR and
+    a checkpoint always has the same groups.
     """
     from trainkit.models.submodules import head_parameters
 
@@ -75,14 +70,11 @@ def param_groups(
 
 
 def scaled_lr(base_lr: float, batch_size: int, world_size: int = 1, accumulate: int = 1, reference: int = 256) -> float:
-    """The linear scaling rule (Goyal et al., 2017): lr = base_lr * global batch / reference, where
-    the global batch is batch_size (per process) x world_size x accumulate.
+    """The linear scaling rule (Goyal et al., 2017): lr = base_lr * global batch / reference, where the global batch is
+    batch_size (per process) x world_size x accumulate.
 
-    Caveats: it holds for SGD up to global batches of a few thousand and breaks down beyond;
-    pair it with a warmup (scheduler.warmup_epochs, warmup_start_factor), since the scaled LR is
-    too high for the first updates. For adaptive optimizers (Adam, AdamW) square-root scaling,
-    base_lr * sqrt(global / reference), is often closer; with this flag off, set optimizer.lr
-    yourself.
+    It holds for SGD up to global batches of a few thousand; pair it with a warmup. For Adam(W) square-root scaling is
+    often closer: turn the flag off and set optimizer.lr yourself.
     """
     for name, value in (
         ("batch_size", batch_size),
@@ -98,11 +90,8 @@ def scaled_lr(base_lr: float, batch_size: int, world_size: int = 1, accumulate: 
 def build_optimizer(
     model: torch.nn.Module, cfg: Mapping, *, batch_size: int | None = None, world_size: int = 1, accumulate: int = 1
 ) -> torch.optim.Optimizer:
-    """The `_target_` optimizer over `param_groups`, from conf/optimizer/*.yaml.
-
-    `batch_size` (per process), `world_size` and `accumulate` are needed only with
-    `scale_lr_with_batch: true`, which sets the base LR by `scaled_lr`.
-    """
+    """The `_target_` optimizer over `param_groups`. `batch_size` (per process), `world_size` and `accumulate` are
+    needed only with `scale_lr_with_batch: true` (`scaled_lr`)."""
     options = to_dict(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
     head_lr_scale = options.pop("head_lr_scale", 1.0)
     scale_with_batch = options.pop("scale_lr_with_batch", False)
@@ -138,11 +127,8 @@ def build_optimizer(
 
 
 def implementation_options(fused: str | bool, optimizer_class: type, device: torch.device) -> dict[str, bool]:
-    """`optimizer.fused`: `auto` takes the fused kernel (one kernel for all parameters) on CUDA when the
-    optimizer has one (SGD, Adam, AdamW, ...) and otherwise leaves torch its default (the foreach
-    implementation on GPUs, a per-parameter loop on the CPU); `true` asks for the fused kernel on any
-    device torch has it for (torch 2.14: the CPU too) and is refused where there is none; `false`:
-    torch's default."""
+    """`optimizer.fused`: `auto` takes the fused kernel on CUDA where the optimizer has one, else torch's default;
+    `true` asks for it on any device (refused where there is none); `false`: torch's default."""
     has_fused = "fused" in inspect.signature(optimizer_class).parameters
     if fused == "auto":
         return {"fused": True} if has_fused and device.type == "cuda" else {}

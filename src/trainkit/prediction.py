@@ -58,11 +58,10 @@ def predict(
 
 
 def predict_folder(cfg: DictConfig, out_dir: Path, evaluated: Evaluated) -> tuple[Path, int]:
-    """predict=<folder or image file>: every image in it (sub-folders too) read as the run's data is
-    (converted to its channels, resized and centre-cropped to data.image_size), then the eval
-    transform, the model and task.predict. A task that predicts a map (a mask) sees each image
-    resized whole instead, not cropped, and its map is resized back to the image's own size
-    (nearest), so every pixel of the image gets a class. One process: there is no split to share
+    """predict=<folder or image file>: every image in it (sub-folders too) read as the run's data is (converted to its
+    channels, resized and centre-cropped to data.image_size), then the eval transform, the model and task.predict. A
+    task that predicts a map (a mask) sees each image resized whole instead, not cropped, and its map is resized back to
+    the image's own size (nearest), so every pixel of the image gets a class. One process: there is no split to share
     out. Returns where the predictions are and how many images they cover."""
     given = Path(cfg.predict).expanduser()
     kind = data_class(cfg.data._target_)
@@ -276,12 +275,11 @@ def write_table(writer: "PredictionWriter", out_dir: Path) -> Path:
 
 
 class PredictionWriter:
-    """One row per image of what the task predicts: a number per image (class, probability) is a
-    column of the row, a map per image (a mask) a PNG in <key>s/ with the class index as pixel
-    value, at the image's own size. Classes are named where the data names them (an image folder's
-    class folders). A map's file is the image's path with .png for its extension, or with .png
-    added where two images would share that name (a.png, a.PNG and a.jpg: a.png.png, a.PNG.png,
-    a.jpg.png); a name shared even so is one line naming both, before anything is predicted."""
+    """One row per image of what the task predicts: a number per image (class, probability) is a column of the row, a
+    map per image (a mask) a PNG in <key>s/ with the class index as pixel value, at the image's own size. Classes are
+    named where the data names them (an image folder's class folders). A map's file is the image's path with .png for
+    its extension, or with .png added where two images would share that name (a.png, a.PNG and a.jpg: a.png.png,
+    a.PNG.png, a.jpg.png); a name shared even so is one line naming both, before anything is predicted."""
 
     def __init__(self, out_dir: Path, folder: Path, files: list[Path], class_names: list[str]):
         self.out_dir, self.folder, self.class_names = out_dir, folder, class_names

@@ -1,9 +1,5 @@
-"""train.py's `Run`: one process's share of a run, a plain record the loop fills, reads and moves forward;
-what a checkpoint holds of it (state_dict, load_state_dict), the counts an epoch's plan and LR schedule read,
-and the run's end: its test with the best weights and summary.json.
-
-Plumbing train.py calls and a researcher rarely changes: a field you add to Run that a resume needs goes into
-state_dict and load_state_dict here."""
+"""train.py's `Run`: one process's share of a run, what a checkpoint holds of it, and the run's end (the test with the
+best weights, summary.json). A field you add to Run that a resume needs goes into state_dict and load_state_dict."""
 
 import contextlib
 import logging
@@ -81,9 +77,8 @@ class TrainState:
 
 @dataclass
 class Run:
-    """One process's share of a run: what it trains with, built before the loop (build_run, start_run and the
-    setup at the top of train.py's train), and `state`, where it stands: the only part the loop writes. A plain
-    record, not a trainer: the functions below fill it, read it and move it forward, in the open."""
+    """One process's share of a run: what it trains with, built before the loop, and `state`, the only part the loop
+    writes. A plain record, not a trainer."""
 
     cfg: DictConfig
     run_dir: Path
@@ -105,8 +100,7 @@ class Run:
     autocast: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
     early_stopping: EarlyStopping = field(init=False)
     timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest
-    # A feature's average of the weights (regularization.ema's), evaluated in their place: validation, best.pt,
-    # the test, predictions, eval.py. None: the model is evaluated.
+    # A feature's average of the weights (regularization.ema), evaluated in their place; None: the model is.
     averaged: torch.optim.swa_utils.AveragedModel | None = None
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
     shown: tuple[torch.Tensor, torch.Tensor] | None = None  # rank 0: val samples whose predictions a tracker shows
@@ -114,9 +108,7 @@ class Run:
     state: TrainState = field(default_factory=TrainState)  # where it stands: the loop moves it forward
 
     def state_dict(self) -> dict:
-        """What a checkpoint holds: everything a resume needs, as plain containers and tensors
-        (torch.load(weights_only=True) reads them back). Every rank calls it: each rank's RNG streams
-        go in. A field you add to Run that a resume needs goes here and into load_state_dict."""
+        """What a checkpoint holds: everything a resume needs, loadable with weights_only=True. Every rank calls it."""
         unfinished = self.state.batches_done < batches_per_epoch(self.cfg, self.data.train)
         return {
             "model": unwrap_model(self.model).state_dict(),  # no module. / _orig_mod. prefixes
@@ -174,13 +166,8 @@ def updates_per_epoch(cfg: DictConfig, loader: Sized) -> int:
 
 
 def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
-    """A multiplier of each group's LR, stepped once per optimizer update (warmup and decay are
-    counted in updates), so a resume continues the curve exactly.
-
-    Its clock counts epochs: where a resume changed the updates an epoch (data.batch_size, the number
-    of processes, accumulate_grad_batches, limit_train_batches: allowed at an epoch's end), the updates
-    trained before count as the epochs they trained, so the curve goes on from that epoch and still
-    ends on the run's last update. Without such a change, `shift` is 0: the clock is the update count."""
+    """A multiplier of each group's LR, stepped once per optimizer update. Where a resume changed the updates an epoch,
+    the updates trained before count as the epochs they trained, so the curve still ends on the run's last update."""
     trainer = run.cfg.trainer
     updates = updates_per_epoch(run.cfg, run.data.train)
     position = run.state.epoch * updates + run.state.batches_done // trainer.accumulate_grad_batches
@@ -190,9 +177,8 @@ def build_lr_schedule(run: Run) -> torch.optim.lr_scheduler.LRScheduler:
 
 
 def test_and_summarize(run: Run, stop_reason: str) -> dict:
-    """Test with the best weights, then write summary.json. Rank 0 reads best.pt and sends the
-    weights to every rank, so nodes need not share a file system. Without best.pt (deleted before a
-    resume; no finite epoch) the last weights are tested: one warning, and summary.json says so."""
+    """Test with the best weights (rank 0 reads best.pt and sends them to every rank), then write summary.json.
+    Without best.pt the last weights are tested, with a warning, and summary.json says so."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
     best_missing = any_rank(run.proc.is_main and not best_checkpoint.exists(), run.device)  # every rank alike
     if (
@@ -219,8 +205,7 @@ def test_and_summarize(run: Run, stop_reason: str) -> dict:
 
 
 def start_line(run: Run) -> str:
-    """The run's first line: what trains, where, for how long, which code where it is recorded (rank 0's
-    provenance.json; tracking.run_report.training_line)."""
+    """The run's first line: what trains, where, for how long, which code (tracking.run_report.training_line)."""
     return training_line(
         run.model,
         run.cfg.trainer,

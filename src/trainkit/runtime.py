@@ -21,8 +21,7 @@ _warned_slow_fp16 = False  # once per process: training and evaluation each buil
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    """`auto` prefers CUDA (this process's local GPU), then Apple's MPS, then the CPU. The name's
-    form is checked by trainkit.config.validation; whether that device exists here is checked now."""
+    """`auto` prefers CUDA (the local GPU), then MPS, then the CPU. Whether the device exists is checked here."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank % torch.cuda.device_count())
@@ -45,14 +44,9 @@ def seed_everything(seed: int) -> None:
 
 
 def set_math_modes(tf32: bool, cudnn_benchmark: bool, device: torch.device, deterministic: bool = False) -> None:
-    """`precision.tf32`: fp32 matmuls and cuDNN convolutions on TF32 tensor cores (Ampere and newer
-    GPUs: a 10-bit mantissa, ~same training curves, several times the throughput); false: IEEE fp32.
-    `trainer.cudnn_benchmark`: cuDNN times its algorithms for each new input shape and keeps the
-    fastest; the choice can differ between runs, so bit-for-bit repeatable GPU runs need it off.
-    `trainer.deterministic`: torch picks deterministic kernels only and raises for an op that has
-    none (see nondeterministic_op_errors); cuDNN benchmarking is then off whatever cudnn_benchmark says.
-    Set per process, before the first CUDA op (cuBLAS reads CUBLAS_WORKSPACE_CONFIG when it starts),
-    and said once on CUDA so the log records them."""
+    """`tf32`: fp32 matmuls and convolutions on TF32 tensor cores. `cudnn_benchmark`: cuDNN picks the fastest algorithm
+    per shape, which can differ between runs. `deterministic`: deterministic kernels only (cudnn_benchmark then off).
+    Set per process before the first CUDA op, and logged once on CUDA."""
     if deterministic:
         # cuBLAS is deterministic only with a fixed workspace (CUDA >= 10.2); a value set by the user is kept.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -74,8 +68,7 @@ def set_math_modes(tf32: bool, cudnn_benchmark: bool, device: torch.device, dete
 
 @contextlib.contextmanager
 def nondeterministic_op_errors() -> Iterator[None]:
-    """With trainer.deterministic on, an op that has no deterministic kernel raises torch's RuntimeError
-    (several lines of advice about torch.use_deterministic_algorithms); this makes it one line naming the switch."""
+    """Turn torch's error for an op without a deterministic kernel into one line naming trainer.deterministic."""
     try:
         yield
     except RuntimeError as error:
@@ -88,8 +81,7 @@ def nondeterministic_op_errors() -> Iterator[None]:
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """Autocast for bf16/fp16; a no-op context for fp32. One may be entered again and again, but not inside itself
-    (train.py builds the step's once). fp16 on a CPU is emulated (about 13x slower than fp32 for the small CNN),
+    """Autocast for bf16/fp16; a no-op for fp32. Reusable, but not inside itself. fp16 on a CPU is emulated (slow),
     which rank 0 says once."""
     if precision == "fp32":
         return contextlib.nullcontext()

@@ -1,10 +1,8 @@
-"""LR schedules: each a plain function of the update index and the run's totals that returns the factor the
-base LR is multiplied by at that update. A resume needs nothing but the update index to land exactly.
+"""LR schedules: each a plain function of the update index and the run's totals that returns the factor the base LR is
+multiplied by at that update. A resume needs nothing but the update index to land exactly.
 
-A schedule is named by `_target_` in conf/scheduler/<name>.yaml; the file's other keys are the function's own
-arguments. The template passes the rest by keyword: `updates_per_epoch` and `total_updates` (the run's length
-in optimizer updates: trainer.max_epochs or trainer.max_steps). A new schedule is one function (here or in a
-file of yours) and one yaml:
+conf/scheduler/<name>.yaml names it by `_target_`; its other keys are the function's arguments, and the template passes
+`updates_per_epoch` and `total_updates` by keyword. A new schedule is one function and one yaml:
 
     def linear(update, updates_per_epoch, total_updates, min_lr_ratio=0.0):
         return max(min_lr_ratio, 1 - update / total_updates)
@@ -14,9 +12,8 @@ file of yours) and one yaml:
     _target_: my_schedules.linear
     min_lr_ratio: 0.0
 
-Besides `config_rules` (read by the config check, as a model's are), a schedule may carry `notices`: a function
-of the same keyword arguments returning lines the run logs once at its start, where the run is too short for
-the settings (a warmup cut to half the run, a step drop that never comes).
+A schedule may also carry `notices`: a function of the same arguments returning lines the run logs at its start where
+it is too short for the settings.
 """
 
 import functools
@@ -40,8 +37,7 @@ WARMUP_RULES: dict[str, Check] = {
 
 
 def warmup_updates(warmup_epochs: float, updates_per_epoch: int, total_updates: int) -> int:
-    """The warmup in updates: warmup_epochs rounded to updates, cut to half the run so the LR reaches its peak
-    and the schedule has updates left to run."""
+    """The warmup in updates: warmup_epochs rounded to updates, cut to half the run."""
     return min(round(warmup_epochs * updates_per_epoch), total_updates // 2)
 
 
@@ -105,8 +101,7 @@ constant.notices = warmup_notices  # type: ignore[attr-defined]
 
 
 def lr_schedule(cfg: Mapping, updates_per_epoch: int, total_updates: int) -> tuple[Callable[[int], float], list[str]]:
-    """The schedule `cfg` (conf/scheduler/*.yaml) names, as a function of the update index alone (its own
-    arguments and the run's totals bound), and the notices it gives for a run of this length (its `notices`)."""
+    """The schedule `cfg` names as a function of the update index alone, and its notices for a run of this length."""
     arguments = to_dict(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
     schedule = get_object(arguments.pop("_target_"))
     totals = {"updates_per_epoch": updates_per_epoch, "total_updates": total_updates}
@@ -119,10 +114,8 @@ def build_scheduler(
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR to be stepped once per optimizer update (not per micro-batch, not per epoch).
 
-    The multiplier goes in as a plain function, which LambdaLR leaves out of its state dict: a
-    checkpoint keeps only the update count, and a resumed run rebuilds the schedule from its config.
-    `shift`: the schedule's position minus the update count (0 unless a resume changed the updates an
-    epoch: then the updates trained before count as the epochs they trained, see train.py).
+    A checkpoint keeps only the update count; a resumed run rebuilds the schedule from its config. `shift`: the
+    schedule's position minus the update count (see trainkit.run.build_lr_schedule).
     """
     schedule, notices = lr_schedule(cfg, updates_per_epoch, total_updates)
     for notice in notices:

@@ -1,13 +1,12 @@
 """Batched image transforms that run on the device, one random draw per sample (airbench style).
 
-`BatchTransform` turns a batch of raw images (uint8 0..255 or float 0..1, any device) into the
-normalized float32 batch the model eats: scale to [0, 1] -> resize -> augment (training only)
--> normalize. Every random choice is drawn per sample from torch's global RNG on the batch's
-device (train.py seeds it with seed + rank), with no Python loop over samples, so augmenting
-a batch costs a few tensor ops instead of a DataLoader worker per image.
+`BatchTransform` turns a batch of raw images (uint8 0..255 or float 0..1, any device) into the normalized float32 batch
+the model eats: scale to [0, 1] -> resize -> augment (training only) -> normalize. Every random choice is drawn per
+sample from torch's global RNG on the batch's device (train.py seeds it with seed + rank), with no Python loop over
+samples, so augmenting a batch costs a few tensor ops instead of a DataLoader worker per image.
 
-The augmentation config (conf/augmentation/*.yaml) is checked by trainkit.config.validation before anything
-is built, and read here by `active_ops`; a missing or null key means "off":
+The augmentation config (conf/augmentation/*.yaml) is checked by trainkit.config.validation before anything is built,
+and read here by `active_ops`; a missing or null key means "off":
 
     name: strong                # none | shift | basic | strong (a label; `none` means no ops)
     crop_padding: 0.125         # pad by this fraction of the size, crop back at a random offset
@@ -17,9 +16,8 @@ is built, and read here by `active_ops`; a missing or null key means "off":
     random_order: true          # colour jitter and affine in a random order, per sample
     random_erasing: 0.25        # erase a random rectangle of this fraction of the samples (after normalizing)
 
-The same section may hold keys of a feature that runs elsewhere (after this transform, or in the DataLoader
-workers); it names the module that checks and reads them (`_checks_`: docs/features.md), and `active_ops`
-leaves them to it.
+The same section may hold keys of a feature that runs elsewhere (after this transform, or in the DataLoader workers); it
+names the module that checks and reads them (`_checks_`: docs/features.md), and `active_ops` leaves them to it.
 """
 
 from __future__ import annotations
@@ -42,12 +40,11 @@ class BatchTransform(nn.Module):
     """uint8 or [0, 1] float images [B, C, H, W] -> normalized float32 [B, C, size, size].
 
     `augmentation` is the augmentation config (a DictConfig or dict, checked beforehand by
-    trainkit.config.validation.validate; None: no augmentation); `mean` and `std` hold one value per channel,
-    or one for all.
-    It only runs in training mode: `train=False` builds the module in eval mode, and
-    `.train()` / `.eval()` switch it like any module. `channels_last=True` returns NHWC batches
-    for a model converted to channels_last. A dict batch (image + text, two views) is transformed in the
-    `entries` that hold its images (the data option's `image_entries`); its other entries pass as they are.
+    trainkit.config.validation.validate; None: no augmentation); `mean` and `std` hold one value per channel, or one for
+    all. It only runs in training mode: `train=False` builds the module in eval mode, and `.train()` / `.eval()` switch
+    it like any module. `channels_last=True` returns NHWC batches for a model converted to channels_last. A dict batch
+    (image + text, two views) is transformed in the `entries` that hold its images (the data option's `image_entries`);
+    its other entries pass as they are.
     """
 
     mean: Tensor  # buffers, registered in __init__
@@ -150,13 +147,12 @@ class BatchTransform(nn.Module):
 
 
 def random_translate(x: Tensor, padding: int) -> Tensor:
-    """Pad by `padding` pixels, then crop back at a random offset per sample: an exact integer
-    shift of up to `padding` pixels per axis, no interpolation.
+    """Pad by `padding` pixels, then crop back at a random offset per sample: an exact integer shift of up to `padding`
+    pixels per axis, no interpolation.
 
-    The padding is zeros (black, in [0, 1] space): the background of digits and MNIST, and the
-    same fill as the affine op's, so every geometric op agrees on what enters from outside.
-    Reflect padding (airbench's choice for CIFAR-10) would mirror a digit's strokes into the
-    border; change `F.pad`'s mode here if you prefer it for natural images.
+    The padding is zeros (black, in [0, 1] space): the background of digits and MNIST, and the same fill as the affine
+    op's, so every geometric op agrees on what enters from outside. Reflect padding (airbench's choice for CIFAR-10)
+    would mirror a digit's strokes into the border; change `F.pad`'s mode here if you prefer it for natural images.
     """
     batch, channels, height, width = x.shape
     padded = F.pad(x, (padding, padding, padding, padding))
@@ -219,8 +215,7 @@ def draw_affine(
     zoom = uniform(scale[0], scale[1]).view(-1, 1, 1)
     shift = 2 * torch.stack([uniform(-translate, translate), uniform(-translate, translate)], dim=1)
     # Normalized coordinates span 2 per image side, hence the 2 above: a shift of t sizes is 2t.
-    # Forward map: p -> zoom * rotation @ shear @ p + shift. Its inverse, written out:
-    # p -> shear^-1 @ rotation^T @ (p - shift) / zoom.
+    # Forward map: p -> zoom * rotation @ shear @ p + shift; inverse: p -> shear^-1 @ rotation^T @ (p - shift) / zoom.
     cos, sin, zero, one = angle.cos(), angle.sin(), torch.zeros_like(angle), torch.ones_like(angle)
     rotation_t = torch.stack([cos, sin, -sin, cos], dim=1).view(-1, 2, 2)
     shear_inverse = torch.stack([one, -shear_tan, zero, one], dim=1).view(-1, 2, 2)
@@ -267,9 +262,8 @@ def random_erasing(
 def active_ops(augmentation: Mapping | None) -> dict[str, Any]:
     """The ops of this module that an augmentation config switches on, as plain values: {op: its options}.
 
-    A key that is missing, null, false or zero is off, and so is an affine whose only setting is
-    a [1, 1] scale. The values are not checked here: trainkit.config.validation checks them before anything
-    is built.
+    A key that is missing, null, false or zero is off, and so is an affine whose only setting is a [1, 1] scale. The
+    values are not checked here: trainkit.config.validation checks them before anything is built.
     """
     options = dict(augmentation or {})
     ops: dict[str, Any] = {}

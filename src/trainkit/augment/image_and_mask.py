@@ -2,22 +2,20 @@
 
     images, masks = augment_image_and_mask(images, masks, horizontal_flip=True, crop_padding=0.125)
 
-images [B, C, H, W] float, masks [B, H, W] int64, on any device; returns tensors of the same
-shapes and dtypes and never changes the inputs (with both ops off, it returns the inputs). Per
-sample, drawn from torch's global RNG on the batch's device, with no Python loop over samples:
-- shift: pad by round(crop_padding * H) pixels (at least 1 when crop_padding > 0), then crop back
-  at a random offset, as trainkit.augment.batch_transform.random_translate (an exact integer shift per axis);
+images [B, C, H, W] float, masks [B, H, W] int64, on any device; returns tensors of the same shapes and dtypes and never
+changes the inputs (with both ops off, it returns the inputs). Per sample, drawn from torch's global RNG on the batch's
+device, with no Python loop over samples:
+- shift: pad by round(crop_padding * H) pixels (at least 1 when crop_padding > 0), then crop back at a random offset, as
+  trainkit.augment.batch_transform.random_translate (an exact integer shift per axis);
 - horizontal flip: mirror a random half of the samples.
-What the shift brings in from outside is zeros in the image and `mask_fill` in the mask: 0, the
-background, by default; pass the loss's ignore_index instead to keep those pixels out of the loss
-and the metrics.
+What the shift brings in from outside is zeros in the image and `mask_fill` in the mask: 0, the background, by default;
+pass the loss's ignore_index instead to keep those pixels out of the loss and the metrics.
 
-Why one tensor: the mask rides along as one more channel of the image, so the same gather and
-the same flip move both, and they cannot drift apart by a pixel. The channel is float32 (float64
-for float64 images) and moved by indexing only, never interpolated, so class values come back
-exact (float32 holds every integer below 2 ** 24). Photometric ops (colour jitter) need no mask:
-apply trainkit.augment.batch_transform's to the images alone; its affine op interpolates and would blend classes,
-so it is not offered here.
+Why one tensor: the mask rides along as one more channel of the image, so the same gather and the same flip move both,
+and they cannot drift apart by a pixel. The channel is float32 (float64 for float64 images) and moved by indexing only,
+never interpolated, so class values come back exact (float32 holds every integer below 2 ** 24). Photometric ops (colour
+jitter) need no mask: apply trainkit.augment.batch_transform's to the images alone; its affine op interpolates and would
+blend classes, so it is not offered here.
 """
 
 import torch

@@ -4,17 +4,16 @@
     loss = loss_fn(logits, targets)                    # CrossEntropyLoss takes soft targets
     correct = logits.argmax(1) == labels               # accuracy stays against the hard label
 
-`torchvision.transforms.v2.MixUp` / `CutMix` (one Beta(alpha, alpha) draw per batch, the batch
-mixed with itself rolled by one; with both alphas set, one of the two is chosen per batch). Their
-random draws come from torch's CPU RNG, seeded with seed + rank: deterministic under the seed,
-different on every rank, and no host-device synchronisation.
+`torchvision.transforms.v2.MixUp` / `CutMix` (one Beta(alpha, alpha) draw per batch, the batch mixed with itself rolled
+by one; with both alphas set, one of the two is chosen per batch). Their random draws come from torch's CPU RNG, seeded
+with seed + rank: deterministic under the seed, different on every rank, and no host-device synchronisation.
 
-train.py reaches it in one marked line (`mix_batches`), which makes the task's `augment` mix; the
-augmentation section that sets `mixup_alpha` or `cutmix_alpha` names this module in `_checks_`, so its
-checks come and go with it (docs/features.md).
+train.py reaches it in one marked line (`mix_batches`), which makes the task's `augment` mix; the augmentation section
+that sets `mixup_alpha` or `cutmix_alpha` names this module in `_checks_`, so its checks come and go with it
+(docs/features.md).
 
-Label smoothing still applies: CrossEntropyLoss(label_smoothing=e) with probability targets uses
-targets * (1 - e) + e / num_classes, as it does for class indices. Evaluation never mixes.
+Label smoothing still applies: CrossEntropyLoss(label_smoothing=e) with probability targets uses targets * (1 - e) + e /
+num_classes, as it does for class indices. Evaluation never mixes.
 """
 
 from collections.abc import Callable, Iterator, Mapping

@@ -1,13 +1,12 @@
 """Per-sample torchvision transforms for image folders, run in the DataLoader workers.
 
-The standard recipes for photos decoded from files (`augmentation.per_sample`): a random resized
-crop of the full image (instead of the resize + centre crop), a horizontal flip, and RandAugment
-or TrivialAugmentWide, all from `torchvision.transforms.v2`. They act on one image at a time, so
-they belong where images are decoded one at a time: the workers, drawing from torch's global
-generator, which the loader seeds for each sample from (seed, epoch, the sample's index)
-(trainkit.data.loaders.SeededSamples): the same draws whatever worker reads the image, after a
-resume too. In-memory data has no workers: trainkit.config.validation refuses per_sample there, and
-the device ops of trainkit.augment.batch_transform (batched, per-sample draws) do its augmenting.
+The standard recipes for photos decoded from files (`augmentation.per_sample`): a random resized crop of the full image
+(instead of the resize + centre crop), a horizontal flip, and RandAugment or TrivialAugmentWide, all from
+`torchvision.transforms.v2`. They act on one image at a time, so they belong where images are decoded one at a time: the
+workers, drawing from torch's global generator, which the loader seeds for each sample from (seed, epoch, the sample's
+index) (trainkit.data.loaders.SeededSamples): the same draws whatever worker reads the image, after a resume too.
+In-memory data has no workers: trainkit.config.validation refuses per_sample there, and the device ops of
+trainkit.augment.batch_transform (batched, per-sample draws) do its augmenting.
 
     per_sample:
       random_resized_crop: [0.08, 1.0]  # area fraction of the full image; aspect ratio 3/4..4/3
@@ -16,11 +15,10 @@ the device ops of trainkit.augment.batch_transform (batched, per-sample draws) d
       num_ops: 2                        # rand_augment only
       magnitude: 9                      # rand_augment only, 0..30
 
-torchvision is imported when such a transform is built, in the main process before the workers
-start (they inherit it), never on the --help, config-error or default paths. train.py attaches it in one
-marked line (`attach_sample_transform`); the augmentation sections that set `per_sample`
-(conf/augmentation/randaugment.yaml, trivialaugment.yaml) name this module in `_checks_`, so its checks
-come and go with it (docs/features.md).
+torchvision is imported when such a transform is built, in the main process before the workers start (they inherit it),
+never on the --help, config-error or default paths. train.py attaches it in one marked line (`attach_sample_transform`);
+the augmentation sections that set `per_sample` (conf/augmentation/randaugment.yaml, trivialaugment.yaml) name this
+module in `_checks_`, so its checks come and go with it (docs/features.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Atomic, format-versioned checkpoints that load with torch.load(weights_only=True), the bare
-model inside DDP / torch.compile whose state dict they hold, and the pieces of a resume that take
-more than a load_state_dict (weights that must fit, an optimizer whose settings changed, an average
-of the weights evaluated in their place). What a checkpoint holds is `Run.state_dict()`
-(trainkit/run.py); RNG snapshots: trainkit.checkpointing.rng."""
+"""Atomic, format-versioned checkpoints that load with torch.load(weights_only=True), the bare model inside DDP /
+torch.compile whose state dict they hold, and the pieces of a resume that take more than a load_state_dict (weights that
+must fit, an optimizer whose settings changed, an average of the weights evaluated in their place). What a checkpoint
+holds is `Run.state_dict()` (trainkit/run.py); RNG snapshots: trainkit.checkpointing.rng."""
 
 import errno
 import logging

@@ -1,9 +1,7 @@
 """The paths a run reads and writes, checked before use: the checkpoint `resume=` (or eval.py's
 `checkpoint=`) points at, and whether it fits the model and optimizer; the output directory.
 
-Every way a path can be wrong (missing, a folder without checkpoints, not a checkpoint, truncated,
-another format version, another model or optimizer, an output directory that cannot be written) is
-one ConfigError line that says what was found and what to do, not a stack trace from torch.load or Hydra.
+Every way a path can be wrong is one ConfigError line that says what was found and what to do.
 """
 
 import os
@@ -20,9 +18,8 @@ from trainkit.errors import ConfigError
 # changes in a way older code cannot read; checkpoints written before versioning hold the same keys as 1.
 CHECKPOINT_FORMAT = 1
 REQUIRED_KEYS = ("model", "optimizer", "scheduler", "epoch", "step", "batches_done", "config")
-# A sharded checkpoint, checkpoints/last/ of a strategy that shards the model: a directory of every rank's shards
-# (torch.distributed.checkpoint), which counts once DCP wrote its metadata, and state.pt beside them: the rest, read
-# here without the shards (the strategy loads those into its sharded model: trainkit.distributed.parallel).
+# A sharded checkpoint (checkpoints/last/): every rank's DCP shards, complete once DCP wrote its metadata, and state.pt
+# beside them with the rest, read here without the shards.
 SHARDED_METADATA, SHARDED_REST = ".metadata", "state.pt"
 # What format-1 checkpoints written before the model and data nodes became plain constructor
 # arguments hold, and what it is now: read_checkpoint moves it, so a run from before the change
@@ -55,9 +52,8 @@ CHECKED_KEYS |= {"per_sample": "trainkit.augment.sample_transforms"}  # feature:
 def find_checkpoint(
     given: str | Path, key: str = "resume", names: tuple[str, ...] = ("last.pt",), sharded: bool = True
 ) -> Path:
-    """The checkpoint file that config key `key` names: a .pt file, or a run directory (its
-    checkpoints/<name>, the first of `names` there: resume continues from last.pt, eval.py tests best.pt).
-    `sharded=False` (eval.py): a sharded last/ is refused in one line naming best.pt beside it."""
+    """The checkpoint file `key` names: a .pt file, or a run directory's checkpoints/<name> (the first of `names`).
+    `sharded=False` (eval.py): a sharded last/ is refused, naming best.pt beside it."""
     path = Path(given).expanduser()
     wanted = " or ".join(f"checkpoints/{name}" for name in names)
     if not path.exists():
@@ -78,8 +74,7 @@ def find_checkpoint(
 
 
 def whole_or_sharded(checkpoint: Path, key: str, sharded: bool) -> Path:
-    """A sharded checkpoints/last/ holds the weights as shards of each rank, to resume from; the run writes its
-    full weights to best.pt beside it, which eval.py reads in any number of processes."""
+    """`checkpoint`, unless it is a sharded last/ where `sharded` is false: then refused, naming best.pt."""
     if sharded or not checkpoint.is_dir():
         return checkpoint
     best = checkpoint.parent / "best.pt"
@@ -105,10 +100,8 @@ def latest_checkpoint(checkpoints: Path) -> Path | None:
 def read_checkpoint(
     path: Path, map_location: str | torch.device = "cpu", mmap: bool = False, key: str = "resume"
 ) -> dict[str, Any]:
-    """torch.load(weights_only=True), with each way the file can be unusable said in one line that
-    names `key`, the config key that gave the path. `mmap=True` reads lazily: a cheap check of a
-    large checkpoint before anything is built. A sharded checkpoint (a directory): its state.pt, all but the
-    weights and the optimizer state (the strategy that wrote it loads those into its sharded model)."""
+    """torch.load(weights_only=True), each way the file is unusable said in one line naming `key`. `mmap=True` reads
+    lazily. A sharded checkpoint: its state.pt, without weights and optimizer state."""
     required: tuple[str, ...] = REQUIRED_KEYS
     if path.is_dir():
         if not is_sharded_checkpoint(path):
@@ -218,10 +211,8 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
 
 
 def check_output_dir(directory: str | None, key: str = "hydra.run.dir") -> None:
-    """The run directory can be created and written (None: Hydra's default under ./outputs). Every
-    way it cannot (a file in the way, no permission, a read-only or virtual file system such as /proc
-    or /sys, a name longer than the file system allows) is one ConfigError line naming `key`, the
-    path and the reason, before Hydra tries and fails with a traceback."""
+    """Check that the run directory can be created and written (None: Hydra's default), before Hydra tries: else one
+    ConfigError line naming `key`, the path and the reason."""
     path = Path(directory or "outputs").expanduser().absolute()
     key = key if directory else f"{key} (default ./outputs)"
     try:

@@ -1,13 +1,12 @@
-"""A checkpoint's config with a command line's overrides on top: what a resume trains with, and
-what eval.py evaluates with.
+"""A checkpoint's config with a command line's overrides on top: what a resume trains with, and what eval.py evaluates
+with.
 
     config = config_with_overrides(state["config"], composed, overrides)   # overrides: Hydra's task overrides
 
-The checkpoint holds the resolved config its run trained with (plain containers); `composed` is
-the config Hydra composed from the same command line, so every group and key this code knows is
-there with its default. Only what the command line sets comes from `composed`: the rest stays as
-the run had it, including values the run found itself (the batch-size finder's data.batch_size,
-an image folder's class count).
+The checkpoint holds the resolved config its run trained with (plain containers); `composed` is the config Hydra
+composed from the same command line, so every group and key this code knows is there with its default. Only what the
+command line sets comes from `composed`: the rest stays as the run had it, including values the run found itself (the
+batch-size finder's data.batch_size, an image folder's class count).
 """
 
 import re
@@ -20,11 +19,10 @@ from trainkit.errors import ConfigError
 
 
 def hydra_quote(value: str) -> str:
-    """`value` as a quoted Hydra override value that Hydra reads back unchanged: a path with commas
-    and '=' (the directories `hydra.sweep.subdir=${hydra.job.override_dirname}` makes), spaces,
-    brackets or non-ASCII letters would otherwise be a sweep, a list or a syntax error. Hydra's rules:
-    a quote is escaped with a backslash, backslashes only before a quote or at the end are doubled,
-    and `${` would interpolate."""
+    """`value` as a quoted Hydra override value that Hydra reads back unchanged: a path with commas and '=' (the
+    directories `hydra.sweep.subdir=${hydra.job.override_dirname}` makes), spaces, brackets or non-ASCII letters would
+    otherwise be a sweep, a list or a syntax error. Hydra's rules: a quote is escaped with a backslash, backslashes only
+    before a quote or at the end are doubled, and `${` would interpolate."""
     escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
     return "'" + escaped.replace("${", "\\${") + "'"
 

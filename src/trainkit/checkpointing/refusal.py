@@ -5,29 +5,21 @@
     python train.py trainer.max_epochs=-1            # refused: the new outputs/runs/<time>/ is removed again
     python eval.py checkpoint=no/such/run            # refused: no outputs/eval/<time>/ left behind
 
-Why undo rather than check first: Hydra makes the run directory and writes .hydra/ and the log file
-before the task function runs, and a resume's last checks come late (the data's fingerprint is known
-once the data is built), after it rewrote the run's record (.hydra/, .lock, provenance.json,
-metrics.jsonl trimmed to the checkpoint). Checking all of that before Hydra would mean composing the
-config twice and building the data with no run directory to log to.
+Why undo rather than check first: Hydra writes the run directory before the task function runs, and a resume's last
+checks come late (once the data is built), after it rewrote the run's record.
 
-So `RunDirectoryGuard`, a Hydra callback (hydra.callbacks in conf/config.yaml), notes what a run
-directory holds before Hydra touches it (on_run_start, on_multirun_start: in the launching process,
-before the directories are made) and as the job starts (on_job_start: in the job's own process, with
-any launcher; what it noted before travels with the callback, which launchers pickle). When the call
-is refused, trainkit.cli calls `undo_refused_call`:
+So `RunDirectoryGuard`, a Hydra callback (conf/config.yaml), notes what a run directory holds before Hydra touches it
+and as the job starts (in the job's process, with any launcher). When the call is refused, trainkit.cli calls
+`undo_refused_call`:
 
-- a directory this call created is removed, with the parent folders it created (and a sweep directory
-  it created, once that holds nothing but Hydra's multirun.yaml);
-- an existing one gets back the bytes of the files at its top and in .hydra/ (a file over
-  KEPT_BYTES, such as a long train.log, is cut back to its old length: Hydra only appends to it),
-  and loses every file and folder this call added anywhere in it.
+- a directory this call created is removed, with the parent folders it created (and a sweep directory it created, once
+  that holds nothing but Hydra's multirun.yaml);
+- an existing one gets back the bytes of the files at its top and in .hydra/ (a file over KEPT_BYTES, such as a long
+  train.log, is cut back to its old length: Hydra only appends to it), and loses every file and folder this call added
+  anywhere in it.
 
-A refusal is a one-line error (trainkit.errors.ConfigError, or Hydra's and OmegaConf's) raised before
-the run did any work: before it saved a checkpoint or logged a metric line (checkpoints/ and
-metrics.jsonl as the call found them). An error after that leaves the directory as it is: a run that
-trained keeps the record of what it trained. Under torchrun rank 0 alone does this (the other ranks
-write nothing of Hydra's).
+A refusal is a one-line error raised before the run saved a checkpoint or logged a metric line; an error after that
+leaves the directory as it is. Under torchrun rank 0 alone does this.
 """
 
 import contextlib
@@ -69,8 +61,7 @@ def _is_record(relative: str) -> bool:
 
 
 def take_snapshot(root: Path, before_hydra: bool = False) -> Snapshot:
-    """`root` as it is now. `before_hydra`: only what Hydra may change before the job starts (the names
-    at the top, the bytes in .hydra/), for the many job directories of a sweep."""
+    """`root` as it is now. `before_hydra`: only what Hydra may change before the job starts (for a sweep's jobs)."""
     root = _absolute(root)
     created_from = root
     while not created_from.exists() and created_from != created_from.parent:
@@ -98,8 +89,7 @@ def take_snapshot(root: Path, before_hydra: bool = False) -> Snapshot:
 
 
 def _with_hydra_record_from(job: Snapshot, before_hydra: Snapshot) -> Snapshot:
-    """The job's snapshot (taken as it starts), with the record files as they were before Hydra wrote
-    .hydra/ and opened the log: what Hydra made counts as added by this call."""
+    """The job's snapshot with the record files as they were before Hydra wrote them (so they count as added)."""
     job.existed, job.created_from = before_hydra.existed, before_hydra.created_from
     for relative in [r for r in job.files if _is_record(r)]:
         if relative not in before_hydra.files:
@@ -132,8 +122,7 @@ class RunDirectoryGuard(Callback):
             return
         sweep_dir = _absolute(config.hydra.sweep.dir)
         self.sweep = take_snapshot(sweep_dir, before_hydra=True)
-        # Any folder may become a job's directory (hydra.sweep.subdir decides): each is noted as it is, down to
-        # the job directories of an earlier launch (the folders holding a .hydra/).
+        # Any folder may become a job's directory: each is noted, down to an earlier launch's job directories.
         for folder, subfolders, _ in os.walk(sweep_dir):
             if Path(folder) != sweep_dir:
                 self.before_hydra[Path(folder)] = take_snapshot(Path(folder), before_hydra=True)
@@ -170,8 +159,7 @@ def _absolute(path: object) -> Path:
 
 
 def _made_since(root: Path, since: float) -> bool:
-    """Whether every file and folder in `root` is newer than `since`: a last check that a directory
-    about to be removed as this call's holds nothing older (a second of slack for coarse clocks)."""
+    """Whether everything in `root` is newer than `since` (a second of slack): a last check before removing it."""
     try:
         return all(path.lstat().st_mtime >= since - 1 for path in [root, *root.rglob("*")])
     except OSError:  # changing under us: not removed
@@ -185,8 +173,7 @@ def _is_main_rank() -> bool:
 
 
 def did_work(snapshot: Snapshot) -> bool:
-    """Whether the call saved a checkpoint or logged a metric line since `snapshot` (a torn temporary
-    file that a resume removed from checkpoints/ is no work: it stays removed)."""
+    """Whether the call saved a checkpoint or logged a metric line since `snapshot`."""
     root, then = snapshot.root, snapshot.files
     for path in (root / "checkpoints").rglob("*"):
         relative = str(path.relative_to(root))
@@ -197,8 +184,7 @@ def did_work(snapshot: Snapshot) -> bool:
         return False
     if "metrics.jsonl" in snapshot.contents:  # trimmed to the checkpoint is no work; a new line is
         return not snapshot.contents["metrics.jsonl"].startswith(metrics.read_bytes())
-    # A metrics file opened but empty is no work: a refusal while training's first batch ran (float targets for a
-    # classification) leaves no run behind.
+    # A metrics file opened but empty is no work (a refusal during the first batch leaves no run behind).
     return metrics.stat().st_size > (then["metrics.jsonl"].st_size if "metrics.jsonl" in then else 0)
 
 
@@ -213,9 +199,8 @@ def start_call() -> None:
 
 
 def undo_refused_call() -> None:
-    """The job's directory as it was before this call, if the call did no work (see the module).
-    Called where a refusal is reported (trainkit.cli); does nothing outside a job, or a second time.
-    A directory another run holds (its .lock: the refusal said so) is that run's: left as it is."""
+    """Put the job's directory back as it was, if the call did no work. Does nothing outside a job, a second time,
+    or where another run holds the directory's .lock."""
     global _this_job
     snapshot, _this_job = _this_job, None
     if snapshot is None or not snapshot.root.is_dir():
@@ -235,8 +220,7 @@ def undo_refused_call() -> None:
 
 @contextlib.contextmanager
 def _unless_in_use(root: Path) -> Iterator[bool]:
-    """Hold the run directory's lock (trainkit.checkpointing.run_lock) while the block runs; False when
-    another process holds it."""
+    """Hold the run directory's lock within; False when another process holds it."""
     if not (root / LOCK_FILE).is_file():
         yield True
         return
@@ -282,8 +266,7 @@ def _restore_file(path: Path, content: bytes, stat: os.stat_result) -> None:
 
 
 def _remove_empty_folders_between(folder: Path, created_from: Path) -> None:
-    """Remove `folder` and its parents while they are empty, up to (not including) `created_from`.
-    A sweep directory this call made goes too once Hydra's multirun.yaml is all it holds."""
+    """Remove `folder` and its parents while they are empty (or hold only multirun.yaml), up to `created_from`."""
     while folder != created_from and created_from in folder.parents:
         leftover = [path.name for path in folder.iterdir()] if folder.is_dir() else []
         if leftover == ["multirun.yaml"]:

@@ -6,22 +6,14 @@
 
 Two steps, because Hydra creates the run directory before train.py's main runs:
 
-- `rewrite_argv`, before Hydra (trainkit.cli.hydra_command_line): find and check the checkpoint, so a bad
-  path costs one line and leaves no directory behind; then point Hydra at the checkpoint's run directory
-  and replay that run's own overrides before the new ones (later overrides win), this command's
-  resume= first among its own. @hydra.main reads the command line alone (sys.argv), and makes the run
-  directory from it before any code of ours runs: the directory (hydra.run.dir) and the run's config
-  groups (model=timm, which a new model.* override needs to compose) can reach it no other way.
-- `resumed_config`, in main: the config becomes the checkpoint's, with the keys this command line sets
-  (Hydra's task overrides from resume= on) taken from the composed config (trainkit.checkpointing.overrides),
-  and one log line lists every
-  key that differs. Values the run found itself (the batch-size finder's data.batch_size, an image
-  folder's class count) stay.
-  Overrides that cannot take effect are refused here, in one line; a finished run says so (a run
-  is finished once its summary.json is written: one trained to its end without it is tested).
+- `rewrite_argv`, before Hydra: check the checkpoint (a bad path costs one line and no directory), point Hydra at its
+  run directory and replay that run's overrides before this command's (later ones win). Only the command line reaches
+  Hydra before it makes the directory, so hydra.run.dir and the run's config groups must be put there.
+- `resumed_config`, in main: the checkpoint's config with the keys this command sets taken from the composed config;
+  one log line lists every change. Values the run found itself (data.batch_size, a class count) stay. Overrides that
+  cannot take effect are refused in one line. A run is finished once summary.json is written.
 
-Every rank resolves alike: self-started DDP workers receive the resolved config; under torchrun
-each rank reads the same checkpoint and command line and computes the same result.
+Every rank resolves alike (under torchrun each reads the same checkpoint and command line).
 """
 
 import functools
@@ -41,17 +33,14 @@ from trainkit.config.filled_in import as_set
 from trainkit.errors import ConfigError
 from trainkit.tracking.loggers import trim_tracker_files
 
-# torch-based modules (trainkit.checkpointing.checkpoint, .files, trainkit.distributed) are imported where used:
-# trainkit.cli imports this module for every command, `--help` included.
+# torch-based modules are imported where used: trainkit.cli imports this module for every command, `--help` included.
 
 log = logging.getLogger(__name__)
 
 AUTO = "auto"
-# What an epoch's batches are made from, to name in refuse_another_epoch_plan's line: the data option and the run
-# seed (build_data's inputs), and how train.py cuts and groups the batches. The refusal compares the batches.
+# Keys besides data.* that make an epoch's batches, named by refuse_another_epoch_plan (which compares the batches).
 EPOCH_PLAN_KEYS = ("seed", "trainer.limit_train_batches", "trainer.accumulate_grad_batches")
-# What a rerun of a sweep with resume=auto may change in every job: how long the trials train. Anything else a job's
-# overrides set differently means another trial than the one in its directory (refuse_another_trial).
+# What a rerun sweep with resume=auto may change in a job (how long it trains); anything else: refuse_another_trial.
 EXTENDING_KEYS = ("trainer.max_epochs", "trainer.max_steps", "regularization.early_stopping")
 INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion")
 
@@ -67,9 +56,8 @@ _PLAIN = re.compile(r"[\w/.:@%+~-]*", re.ASCII)  # a value Hydra reads unquoted 
 
 
 def _quoted_if_a_path(arg: str) -> str:
-    """`key=value` with the value quoted for Hydra where it names an existing path that Hydra would
-    misread unquoted (commas and '=' from hydra.job.override_dirname, spaces, non-ASCII letters):
-    eval.py's checkpoint=, data.root=, a resume=auto run's hydra.run.dir=. resume= is quoted below."""
+    """`key=value`, quoted for Hydra where the value is an existing path Hydra would misread (commas, '=', spaces,
+    non-ASCII letters). resume= is quoted in rewrite_argv."""
     key, sep, value = arg.partition("=")
     if not sep or arg.startswith("-") or key == "resume" or value[:1] in ("'", '"') or _PLAIN.fullmatch(value):
         return arg
@@ -102,10 +90,8 @@ def in_multirun() -> bool:
 
 
 def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
-    """Before Hydra: the command line that resumes in the checkpoint's run directory. Checks the
-    checkpoint and the output directory first; raises ConfigError (one line) when either is unusable.
-    `resumes=False`: the script continues no run, and resume= is refused. A pure function of `argv`:
-    what resumed_config needs of the command line, Hydra hands it (its task overrides)."""
+    """Before Hydra: the command line that resumes in the checkpoint's run directory; ConfigError where the checkpoint
+    or the output directory is unusable. `resumes=False`: the script continues no run, and resume= is refused."""
     argv = [argv[0], *map(_quoted_if_a_path, argv[1:])]
     overrides = [arg for arg in argv[1:] if not arg.startswith("-") and ("=" in arg or arg.startswith("~"))]
     if any(arg in INFO_FLAGS for arg in argv):  # --help, --cfg job, ...: nothing is trained or written
@@ -130,8 +116,7 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
     checkpoint = find_checkpoint(resume)
     refuse_weights_only(checkpoint, read_checkpoint(checkpoint, mmap=True))  # readable, a training checkpoint, ...
     run_dir, given = run_dir_of(checkpoint), _value(overrides, "hydra.run.dir")
-    # Paths go to Hydra quoted: a directory named with commas, '=' or non-ASCII letters is one value. resume= comes
-    # first of this command's own overrides: what follows the replayed ones (own_overrides).
+    # Paths go to Hydra quoted; resume= comes first of this command's own overrides (own_overrides finds them by it).
     own = [f"resume={hydra_quote(str(given_path))}", *(arg for arg in argv[1:] if not arg.startswith("resume="))]
     if run_dir is None:  # a checkpoint outside a run directory: a new run directory continues it
         check_output_dir(given)
@@ -151,16 +136,14 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
 
 
 def own_overrides(overrides: list[str]) -> list[str]:
-    """This command's own overrides, of the task overrides Hydra composed: from its resume= on (rewrite_argv put
-    the replayed run's overrides before it, and resume= first of the command's own)."""
+    """This command's own overrides among Hydra's task overrides: from its resume= on (see rewrite_argv)."""
     starts = [i for i, override in enumerate(overrides) if override.startswith("resume=")]
     return overrides[starts[-1] :] if starts else overrides
 
 
 def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> tuple[DictConfig, bool]:
-    """The config to train with, and whether the run has finished already (then nothing is left to
-    do: one line says how to extend it). Without resume: `composed` as it is. `overrides`: the ones
-    `composed` was composed with (Hydra's task overrides, by default)."""
+    """The config to train with, and whether the run has finished already (one line says how to extend it). Without
+    resume: `composed` as it is. `overrides`: those `composed` was made with (Hydra's task overrides by default)."""
     if composed.resume is None:  # a sweep's job too: its directory holds another run where a sweep is rerun
         refuse_a_new_run_over_another(run_dir)
     if not isinstance(composed.resume, str) or composed.resume == "":
@@ -226,8 +209,8 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
 
 
 def refuse_another_trial(changes: list[str], overrides: list[str], run_dir: Path) -> None:
-    """In a multirun with resume=auto: a key this job's overrides set that changed since the checkpoint (other than
-    how long to train) means job N is another trial now; one line, before anything is trained or returned."""
+    """Multirun with resume=auto: refuse where a key this job sets changed since the checkpoint (beyond how long to
+    train), since job N is then another trial."""
     set_here = [o.split("=", 1)[0].lstrip("+~").replace("/", ".") for o in overrides if "=" in o]
     set_here = [key for key in set_here if not key.startswith("hydra") and key != "resume"]
     for change in changes:
@@ -242,11 +225,8 @@ def refuse_another_trial(changes: list[str], overrides: list[str], run_dir: Path
 
 
 def refuse_a_new_run_over_another(run_dir: Path) -> None:
-    """A new run (no resume=) in a directory that holds a run, finished or not (a checkpoint, metrics lines or
-    summary.json), would overwrite its checkpoints and append to its metrics.jsonl: one line naming resume= and
-    another directory instead. Before this run writes anything of its own (trainkit.checkpointing.refusal puts back
-    what Hydra wrote). A directory with only Hydra's record and a log (a run that stopped before its first metric
-    line) holds nothing to lose: a new run starts there."""
+    """Refuse a new run (no resume=) in a directory holding a run's checkpoint, metrics lines or summary.json, naming
+    resume= and another directory instead. Only Hydra's record and a log: nothing to lose, the new run starts there."""
     from trainkit.checkpointing.files import latest_checkpoint
 
     checkpoints = run_dir / "checkpoints"
@@ -273,8 +253,8 @@ def refuse_a_new_run_over_another(run_dir: Path) -> None:
 
 
 def _start_afresh(run_dir: Path) -> None:
-    """resume=auto found no checkpoint: say so, remove what a kill during the first save tore, and
-    warn where the directory is named after the launch time (a rerun would never continue it)."""
+    """resume=auto found no checkpoint: say so, remove torn files, and warn where the directory is named after the
+    launch time (a rerun would never continue it)."""
     from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
     from trainkit.distributed.process_group import process_info
 
@@ -300,9 +280,8 @@ def _save_atomically(config: Any, path: Path) -> None:
 
 
 def unfixed_directory(hydra: Any = None) -> str | None:
-    """The key (hydra.run.dir; hydra.sweep.dir in a multirun) whose directory is new at every launch
-    (it interpolates the launch time), where resume=auto could never continue; else None. `hydra`:
-    Hydra's own config, this run's by default. None in a submitit job: its requeue keeps the directory."""
+    """The key (hydra.run.dir or hydra.sweep.dir) whose directory interpolates the launch time, so resume=auto could
+    never continue it; else None (always in a submitit job: its requeue keeps the directory)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -324,8 +303,7 @@ def _hydra_task_overrides() -> list[str]:
 def _changes(saved: Any, resolved: Any) -> list[str]:
     before, after = flatten(saved), flatten(resolved)
     keys = [key for key in after if key != "resume" and before.get(key, KeyError) != after[key]]
-    # data.num_classes: null asks the data to count its classes (and model.num_classes, task.num_classes follow it);
-    # the checkpoint's config holds the count. The count itself is checked with the data (check_same_data).
+    # data.num_classes: null (count the classes) is no change from the checkpoint's count; check_same_data checks it.
     if after.get("data.num_classes", 0) is None:
         keys = [key for key in keys if not (key.endswith(".num_classes") and after[key] is None)]
     keys += [key for key in before if key not in after]
@@ -343,8 +321,7 @@ def _refuse_another_optimizer(state: dict, resolved: DictConfig) -> None:
 
 
 def _refuse_another_checkpoint_layout(checkpoint: Path, state: dict, resolved: DictConfig) -> None:
-    """A strategy that shards writes checkpoints/last/ (every rank's shards), the others last.pt: neither loads
-    the other's optimizer state (a sharded one is keyed by parameter name and sharded, torch's by position)."""
+    """A sharding strategy writes checkpoints/last/, the others last.pt; neither loads the other's optimizer state."""
     from trainkit.distributed.parallel import strategy
 
     sharded = strategy(resolved.distributed.get("parallel")).last.endswith("/")
@@ -359,8 +336,7 @@ def _refuse_another_checkpoint_layout(checkpoint: Path, state: dict, resolved: D
 
 
 def refuse_weights_only(checkpoint: Path, state: dict) -> None:
-    """A sharded run's best.pt holds the full weights without the optimizer state (that stays sharded in
-    checkpoints/last/): for eval.py and fine-tuning, not to continue from."""
+    """Refuse a sharded run's best.pt: full weights without optimizer state, for eval.py and fine-tuning only."""
     optimizer = state.get("optimizer")  # (a sharded checkpoint's state.pt holds none: its shards do)
     if isinstance(optimizer, dict) and optimizer.get("param_groups") == []:
         raise ConfigError(
@@ -372,8 +348,7 @@ def refuse_weights_only(checkpoint: Path, state: dict) -> None:
 
 
 def _planned_world_size(cfg: DictConfig) -> int | None:
-    """How many processes will train: those torchrun or SLURM started, else the ones this command starts
-    (distributed.nproc_per_node); None where the launch itself refuses the setting (a wrong type, null without GPUs)."""
+    """How many processes will train; None where the launch itself refuses the setting."""
     from trainkit.distributed.process_group import launched_externally, process_info
 
     if launched_externally():
@@ -389,10 +364,9 @@ def _planned_world_size(cfg: DictConfig) -> int | None:
 
 
 def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> None:
-    """A checkpoint written inside an epoch counts its batches in the shards of its number of processes;
-    with another number, "batch 5" is another place in the data. Checked where the processes exist
-    (under torchrun and SLURM the config does not say how many there are); the checkpoint holds
-    one RNG snapshot a process."""
+    """A checkpoint written inside an epoch counts its batches in the shards of its number of processes; with another
+    number, "batch 5" is another place in the data. Checked where the processes exist (under torchrun and SLURM the
+    config does not say how many there are); the checkpoint holds one RNG snapshot a process."""
     saved = len(state.get("rng") or [world_size])  # (a checkpoint without RNG streams cannot tell)
     if state["batches_done"] and saved != world_size:
 
@@ -408,9 +382,8 @@ def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> N
 
 
 def epoch_plan(batches: list[list[int]], num_batches: int, accumulate: int) -> dict:
-    """What an epoch trains on this rank: its first `num_batches` batches (the loader's epoch_batches, cut by
-    trainer.limit_train_batches) as a digest of the samples each holds, their count, and `accumulate` of them
-    to an update. A checkpoint written inside an epoch keeps every rank's (refuse_another_epoch_plan)."""
+    """What an epoch trains on this rank: a digest of its first `num_batches` batches' samples, their count, and
+    `accumulate` batches per update. A checkpoint written inside an epoch keeps every rank's."""
     kept = batches[:num_batches]
     return {
         "digest": hashlib.sha256(json.dumps(kept).encode()).hexdigest(),
@@ -420,13 +393,9 @@ def epoch_plan(batches: list[list[int]], num_batches: int, accumulate: int) -> d
 
 
 def refuse_another_epoch_plan(state: dict, plan: dict, config: dict, rank: int, device: Any) -> None:
-    """A resume inside an epoch skips the batches the checkpoint's run trained of it: only right if the epoch is
-    the same batches in the same updates. So `plan` (this rank's epoch_plan of the checkpoint's epoch, made with
-    this run's data and config) must be the one the checkpoint kept, whatever made it differ (data.batch_size,
-    data.max_tokens, data.max_length, a data option's key of its own, the seed's shuffle, other lengths in the
-    same files, trainer.limit_train_batches, trainer.accumulate_grad_batches): else one line naming the changed
-    keys, on every rank alike (`config`: this run's resolved config). At an epoch's end nothing is skipped, and
-    every such change is taken."""
+    """A resume inside an epoch skips the batches already trained, which is only right for the same batches in the
+    same updates: `plan` (this run's epoch_plan) must equal the checkpoint's, else one line on every rank names the
+    changed keys of `config`. At an epoch's end nothing is skipped and every change is taken."""
     saved = state.get("epoch_plan") or []  # none at an epoch's end (and in checkpoints from before plans)
     if not state["batches_done"] or rank >= len(saved):
         return
@@ -455,8 +424,7 @@ def refuse_another_epoch_plan(state: dict, plan: dict, config: dict, rank: int, 
 
 
 def _check_model_fits_early(weights: dict, cfg: DictConfig) -> None:
-    """The model the new settings describe, built on the meta device (no memory, no data), against
-    the checkpoint's weights. A model that cannot be built this way is checked at load instead."""
+    """Check the new model, built on the meta device, against the checkpoint's weights (or at load, if it cannot be)."""
     import torch
 
     from trainkit.checkpointing.files import check_model_fits

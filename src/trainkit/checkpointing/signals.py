@@ -1,27 +1,16 @@
 """Stop a run cleanly on SIGTERM, SIGUSR1, SIGINT or SIGHUP: finish the optimizer step, save, exit 75.
 
-SLURM sends SIGTERM before a time limit or a preemption (or the signal of `--signal=USR1@120`);
-Ctrl-C sends SIGINT; a closed terminal or a dropped ssh session sends SIGHUP. SIGQUIT (Ctrl-\\) is
-left alone: it stays the way to quit at once, without saving. A handler here only records the
-request. train.py's `stop_reason` reads it after each optimizer update; the run then writes
-checkpoints/last.pt at that exact position, says in one line how to resume, and the process
-exits with EXIT_STOPPED (75, sysexits' EX_TEMPFAIL: "try again later"). A second Ctrl-C before
-the checkpoint is written aborts at once (exit 130) without saving, in one line; once it is
-written, the process exits 75 whatever else arrives.
+SIGQUIT (Ctrl-\\) is left alone: it quits at once, without saving. A handler only records the request; train.py's
+`stop_reason` reads it after each optimizer update, the run writes checkpoints/last.pt there, says how to resume, and
+exits with EXIT_STOPPED (75, EX_TEMPFAIL). A second Ctrl-C before the checkpoint is written aborts at once (exit 130).
 
-Under DDP every rank must stop after the same update, or one would wait alone in the next
-gradient all-reduce. Agreeing takes a collective, and on a GPU reading its result is a host sync,
-so the ranks agree only where the loop synchronizes anyway: at each logging step (every
-trainer.log_every_n_steps updates; one extra one-element all-reduce there) and at the end of each
-epoch. A single process reads its own flag after every update, which costs nothing.
+Under DDP every rank must stop after the same update, and agreeing costs a collective and a host sync, so the ranks
+agree only where the loop synchronizes anyway: at each logging step and each epoch's end. A single process reads its
+own flag after every update.
 
-Self-started DDP workers (trainkit.distributed.launch): the parent handles the signals, not torch's elastic
-agent, and passes each on to its workers as the same signal, so the stop line names the one the
-user sent (a terminal's Ctrl-C reaches the workers too: within SAME_CTRL_C_SECONDS, one request).
-Workers start with the stop signals blocked and take one that came meanwhile once they listen
-(trainkit.distributed.launch), so a stop in the first second is as clean. Under torchrun the
-agent passes SIGTERM and SIGINT on itself, right after the terminal's own SIGINT: a SIGINT within
-SAME_CTRL_C_SECONDS of the first is taken as the same Ctrl-C.
+The parent of self-started DDP workers passes each signal on as the same signal; workers start with the signals
+blocked, so a stop in the first second is as clean. A SIGINT within SAME_CTRL_C_SECONDS of the first (the terminal's
+and torchrun's, or the parent's) is the same Ctrl-C.
 """
 
 import contextlib
@@ -53,13 +42,11 @@ EXIT_ABORTED = 130  # a second Ctrl-C: what a shell reports for a process ended 
 SAME_CTRL_C_SECONDS = 1.0
 # Set by the parent of self-started DDP workers on a stop signal: a worker spawned after it stops too.
 STOP_ENV = "TRAINKIT_STOP_REQUESTED"
-# A command that continues more than this run (a rerun of the whole sweep: trainkit.checkpointing.sweep_continuation
-# sets it where a rerun continues the jobs): the stop lines name it instead of this run's resume=. In the environment,
-# as the sweep's worker processes and DDP workers inherit it.
+# A command that continues more than this run (a sweep's rerun), named by the stop lines instead of resume=; in the
+# environment so that sweep workers and DDP workers inherit it.
 CONTINUE_WITH_ENV = "TRAINKIT_CONTINUE_WITH"
 
-# The names a stop can have. Not read from the job's environment at import: the submitting process
-# pickles train.py's functions, and their globals, by value.
+# Not read from the environment at import: submitit pickles train.py's functions and globals by value.
 STOP_SIGNAL_NAMES = tuple(s.name for s in STOP_SIGNALS)
 STOP_SIGNAL_NAMES = tuple(dict.fromkeys([*STOP_SIGNAL_NAMES, *submitit_requeue.SIGNAL_NAMES]))  # feature: slurm
 
@@ -72,9 +59,8 @@ def handled_signals() -> tuple[signal.Signals, ...]:
 
 
 class Stopped(SystemExit):
-    """A clean stop on a signal, after the checkpoint is written: the process exits with
-    EXIT_STOPPED. A SystemExit, so no `except Exception` (a sweep's trial guard) swallows it and a
-    multirun stops too."""
+    """A clean stop on a signal, after the checkpoint is written: the process exits with EXIT_STOPPED. A SystemExit, so
+    no `except Exception` (a sweep's trial guard) swallows it and a multirun stops too."""
 
     def __init__(self, code: int = EXIT_STOPPED):
         super().__init__(code)
@@ -101,8 +87,7 @@ class _Abort(Exception):
 
 
 def _record(signum: int) -> None:
-    """Record a stop request; a later Ctrl-C (not the echo of the first) aborts, unless the
-    checkpoint is written already: then the stop goes on to its exit code 75."""
+    """Record a stop request; a later Ctrl-C aborts, unless the checkpoint is written already."""
     global _requested, _first_ctrl_c
     if _saved:
         return
@@ -123,9 +108,8 @@ def _abort(announce: bool) -> None:
 
 @contextmanager
 def stop_on_signals(announce_abort: bool = True) -> Iterator[None]:
-    """Within: SIGTERM, SIGUSR1, SIGINT and SIGHUP request a clean stop (see `requested`); a second
-    Ctrl-C exits at once, printing one line when `announce_abort`. The previous handlers come
-    back on exit. Signal handlers belong to the main thread: elsewhere this changes nothing."""
+    """Within: the stop signals request a clean stop; a second Ctrl-C exits at once (one line when `announce_abort`).
+    Does nothing outside the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -142,11 +126,8 @@ def stop_on_signals(announce_abort: bool = True) -> Iterator[None]:
 
 @contextmanager
 def forward_to_workers() -> Iterator[None]:
-    """For the parent of self-started DDP workers: pass each stop signal on to the workers as the
-    same signal (they save and stop, and name it); a second Ctrl-C kills them and exits at once.
-    A worker still starting holds the signal blocked until it listens; one spawned after the signal
-    finds it in STOP_ENV (trainkit.distributed.launch). Children this process had before (a W&B
-    service an earlier job of a multirun started) are not workers: they are left alone."""
+    """For the parent of self-started DDP workers: pass each stop signal on to them; a second Ctrl-C kills them and
+    exits. A worker spawned after the signal finds it in STOP_ENV. Older children (a W&B service) are left alone."""
     others = _child_pids()
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -173,8 +154,7 @@ def forward_to_workers() -> Iterator[None]:
 
 
 def _child_pids() -> set[int]:
-    """This process's children: multiprocessing's, and (Linux) the kernel's list, which has a
-    worker that multiprocessing is still starting (forked, not yet in its list)."""
+    """This process's children: multiprocessing's, and (Linux) the kernel's, which include those still starting."""
     pids = {child.pid for child in multiprocessing.active_children() if child.pid}
     for children in Path("/proc/self/task").glob("*/children"):  # no /proc: multiprocessing's list alone
         with contextlib.suppress(OSError):  # a thread that ended meanwhile
@@ -184,8 +164,7 @@ def _child_pids() -> set[int]:
 
 @contextmanager
 def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
-    """`handler` for every stop signal, a fresh request state, and the previous handlers back after.
-    A clean stop (Stopped) on submitit's signal leaves through submitit's handler (submitit_requeue)."""
+    """`handler` for every stop signal and a fresh request state; the previous handlers back after."""
     global _requested, _first_ctrl_c, _saved
     startup = sys.modules.get("trainkit.startup")  # train.py's handlers while it started: a request they took
     # First: taking over puts back the handlers startup replaced, so those (not its recorders) are restored after.
@@ -202,9 +181,7 @@ def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None
         submitit_requeue.leave_requeued()  # feature: slurm
         raise
     finally:
-        # Stopped: the checkpoint is written and the process is on its way out with exit code 75. A
-        # late signal (the second Ctrl-C of an impatient user) must not turn that into a death by
-        # the signal with nothing said: the stop signals are ignored from here on.
+        # The checkpoint is written: a late signal must not turn exit 75 into a silent death, so ignore them now.
         for s, old in previous.items():
             signal.signal(s, signal.SIG_IGN if leaving_stopped else old)
         _requested, _first_ctrl_c, _saved = None, None, False
@@ -212,10 +189,8 @@ def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None
 
 
 def stop_signal(device: torch.device, agree: bool) -> str | None:
-    """The stop signal the run received, the same on every rank, or None. One process: its own
-    flag, at every call. Under DDP: None unless `agree` (all ranks call this at the same update,
-    where the loop synchronizes anyway); then one all-reduce tells every rank whether any rank
-    received one (the highest signal number names it)."""
+    """The stop signal the run received, the same on every rank, or None. Under DDP: None unless `agree` (all ranks
+    call it at the same update); then one all-reduce tells every rank (the highest signal number names it)."""
     if not (dist.is_available() and dist.is_initialized()):
         return _requested
     if not agree:
@@ -227,10 +202,8 @@ def stop_signal(device: torch.device, agree: bool) -> str | None:
 
 
 def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> SystemExit:
-    """Say in one line (rank 0) why the run stopped and how it continues; the exception to raise:
-    Stopped, or under submitit on its signal the first task's exit after requeueing the job. Every
-    rank waits until rank 0 has written the checkpoint and requeued: no rank exits first (srun
-    --kill-on-bad-exit would otherwise end rank 0 in the middle of either)."""
+    """Say in one line (rank 0) why the run stopped and how it continues; return Stopped (under submitit, its requeue
+    exit). Every rank waits for rank 0's checkpoint and requeue (srun --kill-on-bad-exit would cut them short)."""
     global _saved
     barrier()
     _saved = True  # every rank has its checkpoint: from here a second Ctrl-C no longer aborts
@@ -247,11 +220,8 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
 
 
 def stop_after_the_test(run_dir: Path, epoch: int, step: int, device: torch.device, is_main: bool) -> None:
-    """A stop signal that came once the run had trained to its end (in its last epoch, whose end wins over a
-    signal: a finished run finishes; or during its test): the test, one evaluation pass, has finished and
-    summary.json is written; now the run stops as any stop does, in one line and with exit 75, so that a
-    multirun stops too and a job script sees the signal. A resume finds the run finished. Every rank calls
-    this after the test (the ranks agree on the signal); without one it returns."""
+    """A stop signal that came in the last epoch or the test: now that summary.json is written, stop as any stop does
+    (exit 75), so a multirun stops too. Every rank calls it after the test; without a signal it returns."""
     global _saved
     name = stop_signal(device, agree=True)
     if not name:
@@ -272,18 +242,14 @@ def stop_after_the_test(run_dir: Path, epoch: int, step: int, device: torch.devi
 
 
 def stop_if_requested_while_starting(agree_later: bool = False) -> None:
-    """Right after the run's handlers start: a stop signal that came while the script started (imported
-    torch, composed the config; trainkit.startup) stops it before anything is built, in one line, exit 75.
-    `agree_later`: ranks that torchrun or SLURM started may not all have received it; they agree in the loop,
-    at its first logging step, and stop there as any stop does."""
+    """A stop signal that came while the script started stops it before anything is built. `agree_later`: externally
+    started ranks may not all have it; they agree at the loop's first logging step instead."""
     if _requested and not agree_later:
         raise stopped_before_training(_requested, "while starting")
 
 
 def stopped_before_training(name: str, when: str) -> Stopped:
-    """A stop before the first update (during a finder, while DDP workers start): nothing
-    was trained, so nothing is saved. One line says so and how to start again; exit 75 as any stop.
-    The caller raises the result (on every rank, where the ranks agreed on the stop)."""
+    """A stop before the first update: nothing is saved; one line says how to start again. The caller raises it."""
     global _saved
     _saved = True
     if process_info().is_main:
@@ -295,8 +261,7 @@ def stopped_before_training(name: str, when: str) -> Stopped:
 
 
 def _continue_command(checkpoint: Path) -> str:
-    """A single run resumes its checkpoint; a multirun's job, where a rerun of the sweep continues its jobs
-    (CONTINUE_WITH_ENV), by rerunning the whole sweep: the finished jobs are not trained again."""
+    """A single run resumes its checkpoint; a sweep's job reruns the sweep where it can (CONTINUE_WITH_ENV)."""
     return continue_command_instead() or f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted as it is
 
 

@@ -61,11 +61,10 @@ def forget() -> None:
 
 
 def hand_over() -> SystemExit | None:
-    """After a clean stop on submitit's signal, once the checkpoint is written: call submitit's
-    handler, as the signal would have. On the job's first task it requeues the job and exits (the
-    SystemExit to raise, returned); on the other tasks it does nothing. Once a process; None
-    without submitit's signal, or when submitit declines to requeue (timed out too many times):
-    then one line says so and the run exits 75 like any stop."""
+    """After a clean stop on submitit's signal, once the checkpoint is written: call submitit's handler, as the signal
+    would have. On the job's first task it requeues the job and exits (the SystemExit to raise, returned); on the other
+    tasks it does nothing. Once a process; None without submitit's signal, or when submitit declines to requeue (timed
+    out too many times): then one line says so and the run exits 75 like any stop."""
     from trainkit.checkpointing.signals import EXIT_STOPPED
 
     global _requeue

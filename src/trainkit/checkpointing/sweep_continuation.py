@@ -3,25 +3,12 @@
     python train.py -m seed=1,2,3 hydra.sweep.dir=outputs/multiruns/my-sweep    # stopped half way
     python train.py -m seed=1,2,3 hydra.sweep.dir=outputs/multiruns/my-sweep    # the same again: continues
 
-Each job of the rerun finds its own directory (<sweep dir>/<job number>) as the first run left it: with
-`sweep.continue_jobs` (the default) a job whose directory holds checkpoints/last.pt resumes it as
-`resume=auto` would (a finished one trains nothing and hands its summary.json value to the sweeper, an
-interrupted one continues from last.pt), and a job without one starts. The plain rerun is the contract,
-not `resume=auto`: a job directory that holds a run can only mean the same trial again, and starting it
-afresh would mix two runs' metrics.jsonl and overwrite the first one's checkpoints.
+With `sweep.continue_jobs` (the default) a job whose directory holds checkpoints/last.pt resumes it as `resume=auto`
+would (a finished one hands its summary.json value to the sweeper), and a job without one starts. A job N that sets
+another value than the run in its directory trained with is refused (refuse_another_trial); a longer training is taken.
 
-A rerun whose job N sets another value of a key than the run in job N's directory trained with (another
-grid, an Optuna study sampling anew without its storage) is refused in one line. Extending every trial (a
-higher trainer.max_epochs) is a change a resume takes.
-
-A stopped job's "continue with:" line names this sweep command: train.py records the command line before
-Hydra runs (`remember_sweep_command`, in TRAINKIT_SWEEP_ARGV), and each job, once it knows its sweep directory,
-names the rerun in the core's CONTINUE_WITH_ENV (trainkit.checkpointing.signals), which the stop lines read:
-parallel jobs run in worker processes, and DDP workers start from a job, all of them inheriting the environment.
-Job numbers must mean the same trials; the core refuses another trial in job N's directory
-(trainkit.checkpointing.resume.refuse_another_trial), as it does for `-m ... resume=auto`.
-Without this module a rerun of a sweep into the same hydra.sweep.dir is refused in one line (a job directory
-holds a run), and a stopped job's line names its own resume=.
+A stopped job's "continue with:" line names this sweep command (recorded by `remember_sweep_command`, passed on in
+CONTINUE_WITH_ENV). Without this module a rerun into the same hydra.sweep.dir is refused in one line.
 """
 
 import json
@@ -77,9 +64,7 @@ def _name_the_rerun() -> None:
 
 
 def sweep_rerun_command() -> str | None:
-    """In a multirun (a job, or the process that launched it): the sweep's own command with its sweep
-    directory, shell-quoted: what continues the whole sweep. None when no sweep command was recorded,
-    or its directory is not known here (the launching process of a sweep into a time-named directory)."""
+    """In a multirun: the sweep's own command with its sweep directory, shell-quoted; None where either is unknown."""
     from hydra.core.hydra_config import HydraConfig
 
     argv = json.loads(os.environ.get(SWEEP_ARGV, "null") or "null")

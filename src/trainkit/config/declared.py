@@ -1,6 +1,5 @@
-"""Checks declared beside their owners: what the class (or function) a `_target_` names says about its
-own arguments, read without building it, so that no check in trainkit.config reads a model's, a data
-option's or a task's argument names from outside.
+"""Checks declared beside their owners: what the class (or function) a `_target_` names says about its own arguments,
+read without building it, so that no check in trainkit.config names them from outside.
 
 An owner may declare
 - `config_rules`: {argument: rule}, rules in the words of trainkit.config.schema, applied with RULES;
@@ -8,13 +7,11 @@ An owner may declare
   also take `data`, the data section as a dict) yielding (key, message), read like a relation;
 - questions a check of another part asks it, named after its arguments too (`input_size_multiple`,
   `own_weights`: trainkit.config.validation asks them with `answer`).
-Each is asked with the option's values (a key left out: the owner's default). One that names an argument
-the owner does not take (renamed without its check) is refused on one line, never skipped.
+Each is asked with the option's values (or the owner's defaults). One naming an argument the owner does not take is
+refused on one line, never skipped.
 
-An optional feature (docs/features.md) names the module that checks it in its own config section,
-`_checks_: <module>` (or {name: module} where several features share a section, as `sweep` does): that
-module's `CONFIG_RULES` ({key: rule}) and `CONFIG_RELATIONS` are gathered with the rest, so deleting the
-feature's section deletes its checks, and nothing in trainkit.config names a feature.
+An optional feature names its checking module in its config section, `_checks_: <module>` (or {name: module}); that
+module's `CONFIG_RULES` and `CONFIG_RELATIONS` are gathered with the rest (docs/features.md).
 """
 
 import importlib
@@ -37,9 +34,8 @@ def parameters(function: object) -> dict[str, inspect.Parameter]:
 
 
 def answer(owner: object, question: str, section: DictConfig) -> tuple[str | None, object]:
-    """(what is wrong, the answer) of a question an owner may declare beside its code (`input_size_multiple`,
-    `own_weights`), asked with the option's values of the arguments it names; no answer (None) where the
-    owner declares none, an argument has no value or the owner would refuse one (building it says why)."""
+    """(what is wrong, the answer) of a question the owner declares, asked with the option's values; None where it
+    declares none, or an argument has no valid value."""
     asked = getattr(owner, question, None)
     if not callable(asked):
         return None, None
@@ -53,9 +49,8 @@ def answer(owner: object, question: str, section: DictConfig) -> tuple[str | Non
 
 
 def arguments(owner: object, function: object, section: DictConfig, **extra: object) -> dict[str, object] | None:
-    """The arguments of `function`, a check or a question `owner` declares beside its code, each named after
-    one of the owner's own: the config section's value, else the owner's default (the function's for a name
-    only it has); `extra` by name. None when one has no value at all: building the owner says why."""
+    """The arguments of `function`, declared by `owner`: the section's value, else the default; `extra` by name. None
+    when one has no value at all."""
     takes, given = parameters(owner), {}
     for name, parameter in parameters(function).items():
         default = takes[name].default if name in takes else parameter.default
@@ -72,10 +67,8 @@ def arguments(owner: object, function: object, section: DictConfig, **extra: obj
 
 
 def declared(owners: Mapping[str, object]) -> tuple[dict[str, Check], list[Relation]]:
-    """(rules, relations) of what `owners` ({"data": the class data._target_ names, "model": ...}, imported,
-    not built) declare: their `config_rules` under their group's keys, their `config_problems` as relations
-    (skipped while a key it reads has a problem of its own), or one refusal of an owner whose checks name an
-    argument it does not take."""
+    """(rules, relations) that `owners` ({"data": class, ...}) declare: `config_rules` under their group's keys,
+    `config_problems` as relations, or a refusal of checks naming an argument the owner does not take."""
     rules: dict[str, Check] = {}
     relations = []
     for group, owner in owners.items():
@@ -93,8 +86,7 @@ def declared(owners: Mapping[str, object]) -> tuple[dict[str, Check], list[Relat
 
 
 def not_taken(owner: object, names: Iterable[str], extra: tuple[str, ...] = ()) -> str | None:
-    """What is wrong when a check declared beside `owner` names an argument it does not take: one renamed
-    without its check, which would otherwise check nothing, quietly."""
+    """What is wrong when a check declared beside `owner` names an argument it does not take."""
     takes = parameters(owner)
     open_ended = any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in takes.values())
     unknown = [name for name in names if name not in takes and name not in extra]
@@ -120,10 +112,8 @@ def _ask(
 
 
 def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
-    """(rules, relations) of the features the config holds: each section's `_checks_` names the module(s)
-    declaring them (`CONFIG_RULES`, `CONFIG_RELATIONS`, and `config_rules(cfg)`: rules whose keys depend on the
-    config, such as a key named after the data option's unit). A module that cannot be imported (its feature
-    deleted, the section kept) is refused on one line naming the key."""
+    """(rules, relations) of the modules the config's `_checks_` name (`CONFIG_RULES`, `CONFIG_RELATIONS`,
+    `config_rules(cfg)`); one that cannot be imported is refused on one line naming the key."""
     rules: dict[str, Check] = {}
     relations: list[Relation] = []
     for key, module in feature_modules(cfg):
@@ -137,12 +127,9 @@ def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
 
 
 def feature_modules(cfg: DictConfig) -> list[tuple[str, ModuleType | str]]:
-    """(key, module) for each module a `_checks_` of the config names; its name where it cannot be imported.
-    A module may also declare `ignored_settings(cfg)`: lines for settings of its own that the config leaves
-    unused (trainkit.config.validation.ignored_keys prints them), `unread_settings(cfg)`: {key: why nothing reads
-    it} (validation.unread_settings: a warning, and a sweep searching the key is refused), `searched_keys(cfg)`
-    (searched_keys), and `augmentation_ops(augmentation)`: the ops it switches on in the augmentation section, which
-    the core's augmentation checks judge with its own (trainkit.config.validation.augmentation_ops)."""
+    """(key, module) for each module a `_checks_` of the config names; its name where it cannot be imported. Such a
+    module may also declare `ignored_settings(cfg)`, `unread_settings(cfg)`, `searched_keys(cfg)` and
+    `augmentation_ops(augmentation)` (read by trainkit.config.validation: ignored_keys, unread_settings, ...)."""
     found: list[tuple[str, ModuleType | str]] = []
     for key, module_name in _checks_named(cfg, ""):
         try:
@@ -153,9 +140,7 @@ def feature_modules(cfg: DictConfig) -> list[tuple[str, ModuleType | str]]:
 
 
 def searched_keys(cfg: DictConfig) -> set[str]:
-    """The core's keys whose value a feature the config holds searches before training (its module's
-    `searched_keys(cfg)`), so that the configured value is only where the search starts: a check comparing
-    it with another key (a micro-batch no larger than the batch) cannot hold it to that value."""
+    """The core's keys a feature searches before training: their configured value is only where the search starts."""
     return {
         key for _, feature in feature_modules(cfg) for key in getattr(feature, "searched_keys", lambda cfg: ())(cfg)
     }

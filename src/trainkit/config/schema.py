@@ -1,11 +1,10 @@
 """The words the config schema is written in, and the one pass that applies it.
 
-A check takes one value and returns what is wrong with it (a message that ends in the fix), or
-None. A relation reads several keys and yields (key, message) for each contradiction. Checks stay
-pure, so one pass can collect every problem of a config instead of stopping at the first; the
-schema itself lives in trainkit.config.rules (the table of keys) and trainkit.config.validation (the relations),
-and beside each model and data option (trainkit.config.declared gathers what they declare).
-`to_dict` gives a resolved config as the plain dict the rest of the package passes around.
+A check takes one value and returns what is wrong with it (a message that ends in the fix), or None. A relation reads
+several keys and yields (key, message) for each contradiction. Checks stay pure, so one pass can collect every problem
+of a config instead of stopping at the first; the schema itself lives in trainkit.config.rules (the table of keys) and
+trainkit.config.validation (the relations), and beside each model and data option (trainkit.config.declared gathers what
+they declare). `to_dict` gives a resolved config as the plain dict the rest of the package passes around.
 """
 
 from __future__ import annotations
@@ -225,9 +224,8 @@ def _has_problem(key: str, problems: Mapping[str, str]) -> bool:
 
 
 def find_problems(cfg: DictConfig, rules: Mapping[str, Check], relations: Sequence[Relation]) -> dict[str, str]:
-    """{key: message} for every problem: required `???` keys still missing, then each key that
-    fails its rule (keys absent from the config are skipped: rules cover every group's options),
-    then contradictions between keys."""
+    """{key: message} for every problem: required `???` keys still missing, then each key that fails its rule (keys
+    absent from the config are skipped: rules cover every group's options), then contradictions between keys."""
     unresolved = dict(_unresolved_interpolations(cfg, ""))
     if unresolved:  # every other check would read a key that cannot be resolved
         return unresolved

@@ -1,16 +1,13 @@
 """Check the composed config in one pass, from one schema, before any data or model is built.
 
-RULES (trainkit.config.rules) says what each key may hold (type, range, choices); RELATIONS, here,
-catch keys that contradict each other; the chosen model and data option add the checks they declare
-on their own arguments beside their code (`config_rules`, `config_problems`: no name of theirs is
-written here); `???` keys still missing are required. Every problem the config alone reveals is
-found in the same pass, so a typo costs a second, not a run, and one try shows them all:
+RULES (trainkit.config.rules) says what each key may hold; RELATIONS, here, catch keys that contradict each other;
+the chosen model and data option declare checks on their own arguments beside their code (`config_rules`,
+`config_problems`); `???` keys still missing are required. Every problem the config alone reveals is found in one pass:
 
     error: data.batch_size: must be a whole number >= 1, got 0; also optimizer.lr: must be ...
 
-What only files or the built model can reveal (a missing data folder, a timm name that does not
-exist, weights of another shape) is checked where it arises, in the same one-line form.
-`ignored_keys` lists settings the chosen options do not use: warnings, not errors.
+What only files or the built model can reveal is checked where it arises, in the same one-line form. `ignored_keys`
+lists settings the chosen options do not use: warnings, not errors.
 """
 
 import dataclasses
@@ -45,9 +42,8 @@ log = logging.getLogger(__name__)
 
 
 def _required(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """An experiment lists in `required` the keys it cannot run without (null or false: not given).
-    A `???` in the experiment cannot say it when a group set the key first: merging `???` over a
-    value keeps the value."""
+    """The keys an experiment lists in `required` must be given (not null or false); `???` cannot say it, as merging
+    `???` over a group's value keeps the value."""
     for entry in cfg.required:
         keys = [entry] if isinstance(entry, str) else list(entry)
         values = [OmegaConf.select(cfg, key, default=KeyError) for key in keys]
@@ -61,8 +57,7 @@ def _required(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def configured_data_class(cfg: DictConfig) -> type[Data] | None:
-    """The class `data._target_` names, imported but not built: its fields are the keys a data option
-    has, its class attributes what the data needs (None when it cannot be imported: _data_target says so)."""
+    """The class `data._target_` names, imported but not built (None when it cannot be imported)."""
     try:
         return data_class(str(cfg.data.get("_target_")))
     except ConfigError:
@@ -81,8 +76,7 @@ def _data_target(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """The data option's keys are the fields of its class: a key it lacks, or one it does not take,
-    would otherwise stop the run later with a TypeError from the constructor."""
+    """The data option's keys must be the fields of its class (else a TypeError would stop the run later)."""
     data = configured_data_class(cfg)
     if data is None:
         return
@@ -129,8 +123,7 @@ def _nesterov_needs_momentum(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def configured_task(cfg: DictConfig) -> type | None:
-    """The class `task._target_` names, imported but not built; None when it cannot be imported (_task_metrics says
-    why). A feature's checks use it too."""
+    """The class `task._target_` names, imported but not built; None when it cannot be imported."""
     try:
         return task_class(cfg.task._target_)
     except Exception:  # hydra raises several kinds for a path it cannot import; _task_metrics says it in one line
@@ -168,8 +161,7 @@ PIXEL_WISE = ("color_jitter", "random_erasing")
 
 
 def augmentation_ops(cfg: DictConfig) -> dict[str, Any]:
-    """The ops cfg.augmentation switches on: the batch transform's (active_ops) and those of the features whose
-    modules its `_checks_` names (their `augmentation_ops(augmentation)`)."""
+    """The ops cfg.augmentation switches on: active_ops and those of the feature modules its `_checks_` names."""
     ops = active_ops(cfg.augmentation)
     for _, feature in feature_modules(cfg):
         ops |= getattr(feature, "augmentation_ops", lambda augmentation: {})(cfg.augmentation)
@@ -183,8 +175,8 @@ def _augmentation_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A target per pixel moves with its image: the task does that itself (task.horizontal_flip,
-    task.crop_padding); the augmentation group's geometric ops would not move the targets."""
+    """A task with a target per pixel moves it with the image itself (task.horizontal_flip, task.crop_padding): refuse
+    the augmentation group's geometric ops, which would not move the targets."""
     task = configured_task(cfg)
     if task is None or not getattr(task, "spatial_targets", False):
         return
@@ -201,8 +193,7 @@ def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _a_name_a_class(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """task.class_names names class k at index k: as many names as classes (an image folder, data.num_classes
-    null, counts its classes later)."""
+    """task.class_names holds as many names as classes (unless data.num_classes is null: counted later)."""
     names, count = cfg.task.get("class_names"), cfg.data.get("num_classes")
     if OmegaConf.is_list(names) and isinstance(count, int) and len(names) != count:
         yield (
@@ -213,8 +204,7 @@ def _a_name_a_class(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def model_class(model: Mapping) -> object | None:
-    """What a model section's `_target_` names (a class or a factory function), imported but not called; None if
-    it cannot be imported (building the model then says why)."""
+    """What a model section's `_target_` names, imported but not called; None if it cannot be imported."""
     from hydra.utils import get_object
 
     try:
@@ -237,8 +227,7 @@ def _schedule(cfg: DictConfig) -> object | None:
 
 
 def _schedule_arguments(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """scheduler._target_ names a function of the update index and the run's totals (trainkit.schedules), and
-    the scheduler's other keys are that function's own arguments."""
+    """The scheduler's keys besides _target_ must be arguments of the function it names (trainkit.schedules)."""
     target, schedule = cfg.scheduler.get("_target_"), _schedule(cfg)
     if not callable(schedule):
         yield (
@@ -267,9 +256,8 @@ def _schedule_arguments(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A model that declares one class per pixel (`spatial_outputs`, and in `suits` the options that fit it) gives
-    logits [B, K, H, W]; a task with one target an image (classification) cannot score them.
-    Models that declare nothing (yours, timm's, torchvision's classifiers) are not judged here."""
+    """A model declaring `spatial_outputs` gives logits [B, K, H, W], which a task with one target per image cannot
+    score. Models that declare nothing are not judged here."""
     task, model = configured_task(cfg), model_class(cfg.model)
     if task is None or not getattr(model, "spatial_outputs", False) or getattr(task, "spatial_targets", False):
         return
@@ -283,10 +271,8 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
 
 
 def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A model whose class says what its input's side must be divisible by (`input_size_multiple`,
-    a function of some of its constructor's arguments: the U-Net halves the size once a level) is
-    asked with the model option's values of those arguments; the side is data.image_size. Models that declare
-    nothing are checked when they first see a batch."""
+    """data.image_size must be divisible by the model's `input_size_multiple` (a function of its constructor's
+    arguments). Models that declare none are checked when they first see a batch."""
     side = cfg.data.get("image_size")
     if not isinstance(side, int):
         return
@@ -347,8 +333,8 @@ def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _strategy(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A conf/distributed option of a strategy of its own names its class in distributed.parallel (and checks its
-    own keys beside that class: `_checks_`); without one, the processes replicate the model (ddp), or one trains it."""
+    """distributed.parallel names a strategy's class (its keys checked beside it: `_checks_`); without one, the
+    processes replicate the model (ddp), or one trains it."""
     from trainkit.distributed.parallel import strategy
 
     named = cfg.distributed.get("parallel")
@@ -372,8 +358,7 @@ def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def flip_refused(cfg: DictConfig, flip: str) -> Iterator[tuple[str, str]]:
-    """The refusal of augmentation.<flip>, a flip that is on, where the data says a mirror image changes its label
-    (a feature's flips too)."""
+    """Refuse augmentation.<flip> where the data says a mirror image changes its label."""
     if cfg.data.get("mirror_changes_label"):
         yield (
             f"augmentation.{flip}",
@@ -391,8 +376,7 @@ def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tup
 
 
 def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """The augmentation group and the memory layout work on images; on other data (tokens, a table) they
-    would do nothing or garbage, so they are refused rather than ignored."""
+    """Refuse the augmentation group and the memory layout on data other than images (rather than ignore them)."""
     data = configured_data_class(cfg)
     if data is None or issubclass(data, ImageData):
         return
@@ -465,8 +449,7 @@ RELATIONS = (
 
 
 def problems(cfg: DictConfig) -> dict[str, str]:
-    """{key: what is wrong and how to fix it} for every problem the config alone reveals, once the
-    task's defaults are filled in (fill_task_defaults)."""
+    """{key: what is wrong and how to fix it} for every problem the config alone reveals (after fill_task_defaults)."""
     fill_task_defaults(cfg)
     data = configured_data_class(cfg)
     rules, relations = declared(
@@ -477,12 +460,9 @@ def problems(cfg: DictConfig) -> dict[str, str]:
 
 
 def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> dict[str, str]:
-    """{key: why nothing reads it} for settings of one part that the chosen options do not use: label smoothing
-    that the task does not take (a task without classes), and each feature's own (its module's `unread_settings`).
-    Label smoothing counts where it was `chosen` (the keys this command set or a sweep searches; None: Hydra's
-    overrides of this run): the regularization group's own value is a recipe for classification, and a run of
-    another task would otherwise hear of it each time. ignored_keys says each in a line; a sweep searching one is
-    refused (trainkit.tuning's run_trial)."""
+    """{key: why nothing reads it} for settings the chosen options do not use: label smoothing a task without classes
+    does not take, only where it was `chosen` (set on this command or searched; None: this run's overrides), since
+    the group's default is a classification recipe; and each feature's own (`unread_settings`)."""
     chosen = set(command_keys() if chosen is None else chosen)
     unread = {}
     smoothing = OmegaConf.select(cfg, "regularization.label_smoothing", default=None)
@@ -496,8 +476,7 @@ def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> d
 
 
 def command_keys() -> set[str]:
-    """The keys this run's command line set (Hydra's task overrides, without `+`/`~`), and those its sweeper
-    searches (hydra.sweeper.params); none outside a Hydra run (a notebook, a test's compose)."""
+    """The keys this run's command line set and those its sweeper searches; none outside a Hydra run."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
@@ -509,8 +488,7 @@ def command_keys() -> set[str]:
 
 
 def ignored_keys(cfg: DictConfig) -> list[str]:
-    """Settings the chosen options do not use, each as one line: a value set there by mistake
-    would otherwise be ignored in silence. Call it on a config without problems."""
+    """Settings the chosen options do not use, one line each. Call it on a config without problems."""
     data, kind = cfg.data, configured_data_class(cfg)
     ignored = [
         f"{key}={OmegaConf.select(cfg, key)} is ignored: {why}; leave it 0" for key, why in unread_settings(cfg).items()
@@ -541,10 +519,8 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
 
 
 def fill_task_defaults(cfg: DictConfig) -> None:
-    """The keys whose default is the task's own (null in conf/): optimized_metric is val/<its headline metric>,
-    regularization.early_stopping.monitor val/<its monitored_metric> (the headline unless the task names another),
-    and its mode the metric's direction. Filled in the config itself, so the run's saved config and every
-    checkpoint name the metric used."""
+    """Fill in the keys null in conf/ whose default is the task's: optimized_metric (val/<headline metric>), and
+    early_stopping's monitor (val/<monitored_metric>) and mode, in the config itself, so saved configs name them."""
     task = configured_task(cfg)
     if task is None:
         return  # _task_metrics says why
@@ -561,8 +537,7 @@ def fill_task_defaults(cfg: DictConfig) -> None:
 
 
 def validate(cfg: DictConfig) -> None:
-    """Fill in the task's defaults (fill_task_defaults), then raise one ConfigError naming every problem of
-    `cfg`; log the settings it ignores."""
+    """fill_task_defaults, then raise one ConfigError naming every problem of `cfg`; log the settings it ignores."""
     found = problems(cfg)
     if found:
         (key, message), *others = found.items()

@@ -1,7 +1,6 @@
 """distributed=fsdp: shard parameters, gradients and optimizer state across ranks (FSDP2's `fully_shard`).
-conf/distributed/fsdp.yaml names the class here, `FSDP` (distributed.parallel), which train.py calls through
-trainkit.distributed.parallel's interface, and this module as the one that checks its keys (`_checks_`):
-deleting this file, its yaml, its script (scripts/fsdp_memory.py) and its tests deletes FSDP (docs/features.md).
+conf/distributed/fsdp.yaml names `FSDP` (distributed.parallel) and this module's checks (`_checks_`); deleting them,
+scripts/fsdp_memory.py and the tests deletes FSDP (docs/features.md).
 
     shard_model(model, cfg.distributed, cfg.precision.name)      # in place, before the optimizer is built
     with full_parameters(model): evaluate(...)                    # every rank holds the whole model to evaluate
@@ -9,12 +8,8 @@ deleting this file, its yaml, its script (scripts/fsdp_memory.py) and its tests 
     save_sharded_checkpoints(checkpoints_dir, state, model, ...)  # checkpoints/last/ (DCP), best.pt (full weights)
     state = load_sharded_checkpoint(directory, model, optimizer)  # resume: what Run.load_state_dict reads
 
-Each rank keeps 1/N of every parameter; a block's whole parameters exist only while it runs (all-gathered
-before its forward and backward, freed after), and gradients are reduce-scattered, so each rank's optimizer
-updates only its shard. What counts as a block is `distributed.blocks` (conf/distributed/fsdp.yaml).
-
-BatchNorm buffers are not sharded. As DDP does, rank 0's buffers are broadcast before each training forward,
-so FSDP trains the same weights as DDP with the same seed, and every rank saves the same buffers.
+A block's whole parameters exist only while it runs (`distributed.blocks` says what a block is). BatchNorm buffers
+are not sharded: as under DDP, rank 0's are broadcast before each training forward.
 """
 
 import contextlib
@@ -37,17 +32,15 @@ from trainkit.distributed.parallel import Parallel
 from trainkit.distributed.process_group import ProcessInfo, any_rank
 from trainkit.errors import ConfigError
 
-# torch.distributed.fsdp and torch.distributed.checkpoint take ~1 s to import: every process of every run
-# imports train.py, so they are imported where a sharded model needs them, not here.
+# torch.distributed.fsdp and .checkpoint take ~1 s to import: imported where a sharded model needs them.
 
 PARAM_DTYPES = {"bf16": torch.bfloat16, "fp32": None}  # fp16 is refused by the checks below
 NO_OPTIMIZER_STATE: dict = {"state": {}, "param_groups": []}  # best.pt's: a resume continues from last/
 
 
 class FSDP(Parallel):
-    """distributed=fsdp: each rank holds 1/N of every parameter, gradient and optimizer state. The step
-    autocasts nothing: the sharding's MixedPrecisionPolicy runs the blocks in `precision` already.
-    Checkpoints: checkpoints/last/, every rank's shards; best.pt, the full weights."""
+    """distributed=fsdp. The step autocasts nothing (the MixedPrecisionPolicy does). Checkpoints: checkpoints/last/,
+    every rank's shards; best.pt, the full weights."""
 
     last = "last/"
 
@@ -102,8 +95,7 @@ def refused_under_fsdp(why: str) -> str:
     return f"{why}, but distributed=fsdp shards the parameters; train with distributed=ddp, or turn it off"
 
 
-# What other features do with whole weights, refused here: {key: (the setting refused, what is wrong)}. A feature
-# deleted takes its key with it, and nothing is refused.
+# Other features' settings that need whole weights: {key: (the setting refused, what is wrong)}.
 WHOLE_WEIGHTS = {
     "regularization.ema.enabled": (True, refused_under_fsdp("averages whole weights")),
     "lr_finder.enabled": (True, refused_under_fsdp("saves and restores whole weights around its trial steps")),
@@ -149,13 +141,9 @@ CONFIG_RELATIONS = (
 
 
 def shard_model(model: nn.Module, cfg: DictConfig, precision: str, world_size: int | None = None) -> nn.Module:
-    """`fully_shard` each block, then the root, in place. bf16: parameters are gathered and run in
-    bf16, gradients reduced in fp32 (so the step autocasts nothing: FSDP's precision, above, is fp32).
-    BatchNorm stays fp32 in units of its own, as autocast keeps it (its fp32 buffers cannot meet bf16
-    weights). One process (torchrun or SLURM started one; the config check refuses
-    distributed.nproc_per_node=1) is refused.
-    Rank 0's weights and buffers are broadcast first, so every rank shards the same model: the one a single
-    process with the run seed builds."""
+    """`fully_shard` each block, then the root, in place, after broadcasting rank 0's weights and buffers. bf16:
+    parameters run in bf16, gradients are reduced in fp32; BatchNorm stays fp32 in units of its own. One process is
+    refused."""
     world_size = dist.get_world_size() if world_size is None else world_size
     if world_size < 2:
         raise ConfigError(
@@ -165,9 +153,7 @@ def shard_model(model: nn.Module, cfg: DictConfig, precision: str, world_size: i
         )
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    # Each rank built its own weights (seeded with seed + rank) and fully_shard keeps each rank's own rows:
-    # without this, half of every parameter would come from another initialization than the other half.
-    # DDP broadcasts rank 0's weights when it wraps; this is the same, before sharding.
+    # Each rank built its own weights (seed + rank) and fully_shard keeps each rank's own rows: broadcast first, as DDP.
     for tensor in model.state_dict().values():
         dist.broadcast(tensor, src=0)
     policy = MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[precision], reduce_dtype=torch.float32)
@@ -186,10 +172,8 @@ def shard_model(model: nn.Module, cfg: DictConfig, precision: str, world_size: i
 
 
 def blocks(model: nn.Module, names: list[str] | None) -> list[nn.Module]:
-    """The modules sharded one by one: those whose class is named in `names`, else in the model's own
-    `block_names` (a wrapped library model's layers, which it names itself), or by default each child of the
-    model's top-level children (a ResNet's residual blocks, a ViT's transformer blocks, SmallCNN's layers);
-    modules without parameters are left to the unit around them."""
+    """The modules sharded one by one: those whose class is in `names`, else in the model's `block_names`, else each
+    child of the top-level children; modules without parameters are left to the unit around them."""
     names = names or getattr(model, "block_names", None)
     if names:
         wanted = set(names)
@@ -221,9 +205,8 @@ def broadcast_buffers(model: nn.Module) -> None:
 
 @contextlib.contextmanager
 def full_parameters(model: nn.Module, enabled: bool = True) -> Iterator[None]:
-    """Every rank holds the whole model while the block runs, so a rank may run forwards the others do
-    not (one more evaluation batch; rank 0's prediction images) without waiting in an all-gather.
-    Evaluation then needs the memory of the whole model, as under DDP."""
+    """Every rank holds the whole model within, so one rank may run forwards the others do not (at the memory cost of
+    the whole model, as under DDP)."""
     from torch.distributed.fsdp import FSDPModule
 
     units = [module for module in model.modules() if isinstance(module, FSDPModule)] if enabled else []
@@ -240,8 +223,7 @@ def full_parameters(model: nn.Module, enabled: bool = True) -> Iterator[None]:
 
 @contextlib.contextmanager
 def without_gradient_sync(model: Any) -> Iterator[None]:
-    """DDP's `no_sync()` for a sharded model: unsharded gradients accumulate in the blocks, and are
-    reduce-scattered once, in the backward of the update's last micro-step."""
+    """DDP's `no_sync()` for a sharded model: gradients are reduce-scattered once, in the update's last micro-step."""
     model.set_requires_gradient_sync(False)  # recurses into every sharded block
     try:
         yield
@@ -252,10 +234,8 @@ def without_gradient_sync(model: Any) -> Iterator[None]:
 def save_sharded_checkpoints(
     checkpoints: Path, state: dict, model: nn.Module, optimizer: torch.optim.Optimizer, improved: bool, is_main: bool
 ) -> bool:
-    """checkpoints/last/: every rank writes its shards with torch.distributed.checkpoint, into last.tmp/,
-    renamed to last/ once DCP wrote its metadata (the old last/ goes only then); and, when `improved`,
-    best.pt: one ordinary file with the full weights (eval.py, finetune.pretrained_path, a 1-process run).
-    `state` is Run.state_dict() (every rank's). False, and nothing written, when any rank's weights are not finite."""
+    """checkpoints/last/: every rank's shards (DCP), written to last.tmp/ and renamed once complete; when `improved`,
+    best.pt with the full weights. `state`: Run.state_dict(). False, nothing written, if any weights are not finite."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
 
@@ -287,8 +267,7 @@ def save_sharded_checkpoints(
 
 
 def load_sharded_checkpoint(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Load checkpoints/last/ into the sharded model and optimizer (any number of ranks: DCP reshards),
-    and return the checkpoint as Run.load_state_dict reads it (this rank's shards under model/optimizer)."""
+    """Load checkpoints/last/ into the sharded model and optimizer (DCP reshards); return it for Run.load_state_dict."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 

@@ -1,20 +1,13 @@
 """Run a script's training function in this process, or in N DDP worker processes started here.
 
-`python train.py distributed=ddp distributed.nproc_per_node=N` uses torch's elastic launch API,
-the engine behind torchrun, so a Hydra multirun can start one process group per sweep job. The
-workers receive the already composed config and run directory: Hydra runs once, in the parent.
+`distributed=ddp distributed.nproc_per_node=N` uses torch's elastic launch API (torchrun's engine), so a multirun
+can start one process group per job; Hydra runs once, in the parent, and the workers get its config and run directory.
 Under torchrun or SLURM the processes exist already, and each one trains in place.
 
-Stop signals (trainkit.checkpointing.signals): each training process stops cleanly on SIGTERM, SIGUSR1 and
-SIGINT. The parent of self-started workers passes the signals on instead of torch's elastic agent
-(which would kill the workers), and a worker's clean stop (or a reported failure) comes back as
-rank 0's result and is raised again here, so the parent exits the way a single process would.
-
-Bad input a worker finds (a ConfigError: a resume's data changed, another number of processes inside an
-epoch) is handed back too: rank 0 writes it to a file the parent named (WORKER_ERROR_ENV) and exits 1, the
-agent stops the other ranks (one that never got there would wait forever), and the parent raises it again as
-its own, so the call is refused as a single process's would be: one line, and the run directory as it was
-(trainkit.checkpointing.refusal), not a worker's exit code under Hydra's "Error executing job".
+The parent passes stop signals on (trainkit.checkpointing.signals) instead of torch's agent, which would kill the
+workers; a worker's clean stop or failure comes back as rank 0's result and is raised here, as one process would.
+A ConfigError a worker finds is written by rank 0 to WORKER_ERROR_ENV's file and raised again by the parent: one
+line and the run directory as it was, as for a single process.
 """
 
 import atexit
@@ -59,8 +52,7 @@ log = logging.getLogger(__name__)
 
 # Where a worker's rank 0 writes the ConfigError it refused the run with, for the parent to raise again.
 WORKER_ERROR_ENV = "TRAINKIT_WORKER_CONFIG_ERROR"
-# torch's own lines about a worker that exited 1 (a traceback of its agent, the others terminated): noise for
-# a refusal the parent reports in one line.
+# torch's lines about a worker that exited 1: noise for a refusal the parent reports in one line.
 LAUNCH_LOGGERS = ("torch.distributed.elastic.multiprocessing.api", "torch.multiprocessing.spawn")
 
 # The format of conf/config.yaml's hydra.job_logging, for the workers Hydra does not configure.
@@ -68,10 +60,8 @@ LOG_FORMAT, LOG_DATE_FORMAT = "[%(asctime)s] %(message)s", "%H:%M:%S"
 
 
 def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[..., Any]) -> Any:
-    """`train_process(cfg, run_dir, proc, device)` inside the run's process group (`joined_process_group`):
-    called here; or, with distributed=ddp and no processes yet, in `distributed.nproc_per_node` worker
-    processes started now, returning rank 0's result. The one function every process starts from, in one
-    or many: the workers import it by its script's path and its name (a module-level function)."""
+    """`train_process(cfg, run_dir, proc, device)` inside the run's process group: here, or (distributed=ddp, no
+    processes yet) in worker processes started now, returning rank 0's result. It must be a module-level function."""
     if cfg.distributed.name == "none" or launched_externally():
         with stop_on_signals():
             stop_if_requested_while_starting(agree_later=launched_externally())
@@ -93,8 +83,7 @@ def start_processes(cfg: DictConfig, run_dir: Path, train_process: Callable[...,
 
 @contextlib.contextmanager
 def config_errors_from_workers() -> Iterator[None]:
-    """A ConfigError a worker's rank 0 refused the run with, raised here (in the parent) in place of torch's
-    ChildFailedError; torch's lines about that worker's exit are left out (the file names them as they happen)."""
+    """Raise a worker's ConfigError here in place of torch's ChildFailedError, without torch's lines about it."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     handle, name = tempfile.mkstemp(prefix="trainkit-worker-error-", suffix=".json")
@@ -127,9 +116,7 @@ def config_errors_from_workers() -> Iterator[None]:
 
 @contextlib.contextmanager
 def joined_process_group(cfg: DictConfig) -> Iterator[tuple[ProcessInfo, torch.device]]:
-    """This process's place and device inside the run's process group (none for one process):
-    the device from LOCAL_RANK and its math modes set before the group is joined; the group
-    always left. Around the function given to start_processes, in every process."""
+    """This process's place and device (from LOCAL_RANK, math modes set) in the run's process group, left after."""
     proc = process_info()
     device = pick_device(cfg.device, proc.local_rank)
     # The training's trainer.deterministic too (eval.py reads the checkpoint's config; older ones lack the key).
@@ -144,18 +131,15 @@ def joined_process_group(cfg: DictConfig) -> Iterator[tuple[ProcessInfo, torch.d
 
 
 def worker_config(cfg: DictConfig) -> dict[str, Any]:
-    """`cfg` as plain containers for the workers, its interpolations kept, not resolved: a worker's
-    config then behaves as the parent's would. The training fills some keys only once the data is
-    built (data.num_classes=null: an image folder counts its classes), and the keys that interpolate
-    them (model.num_classes: ${data.num_classes}) must see the filled value, not the null of now."""
+    """`cfg` as plain containers for the workers, interpolations unresolved: keys filled once the data is built
+    (data.num_classes) must reach those that interpolate them (model.num_classes)."""
     return cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=False))
 
 
 def launch_local_workers(nproc: int, script: str, function: str, config: dict, run_dir: str) -> dict[int, object]:
     """Run `function(config, run_dir, proc, device)` from `script` in `nproc` processes forming one process group.
 
-    Returns {rank: return value}. If any worker fails, the agent stops the others and this raises
-    (torch's ChildFailedError names the rank and its error), so a crash never leaves a rank waiting.
+    Returns {rank: return value}. If any worker fails, the agent stops the others and this raises ChildFailedError.
     """
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -177,11 +161,9 @@ def launch_local_workers(nproc: int, script: str, function: str, config: dict, r
 
 @contextlib.contextmanager
 def _workers_start_with_stop_signals_blocked() -> Iterator[None]:
-    """Workers start with the stop signals blocked (a signal mask survives fork and exec) and
-    unblock them once they listen (`_worker`): a Ctrl-C or SIGTERM while a worker imports torch
-    waits for it, then stops it cleanly, instead of a KeyboardInterrupt traceback or a silent death
-    of that worker. The mask is set in this process only while torch's agent starts the workers
-    (torch.multiprocessing.start_processes, wrapped for the launch; the agent calls it by that name)."""
+    """Workers start with the stop signals blocked (the mask survives fork and exec) and unblock them once they listen
+    (`_worker`), so a signal while a worker imports torch stops it cleanly. The mask is set only while torch's agent
+    starts the workers."""
     import torch.multiprocessing
 
     start = torch.multiprocessing.start_processes
@@ -201,16 +183,14 @@ def _workers_start_with_stop_signals_blocked() -> Iterator[None]:
 
 
 def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
-    """Entry point of each worker process: log like the Hydra parent, share the CPU cores, call
-    the script's function. It lives here, not in the script, so it pickles by reference whatever
-    launched the parent (plain python, a Hydra launcher, joblib's workers)."""
+    """Each worker's entry point: log like the parent, share the CPU cores, call the script's function. Here, not in
+    the script, so that it pickles by reference whatever launched the parent."""
     proc = process_info()
     configure_worker_logging(Path(run_dir), proc, log_name=f"{Path(script).stem}.log")  # as Hydra names it
     limit_cpu_threads(proc.local_world_size)
     try:
         with stop_on_signals(announce_abort=False):  # the parent says it when a second Ctrl-C aborts
-            # A request that waited in the mask (blocked while starting: see above) or came before this worker
-            # did: a stop like any other, where the ranks agree, so every rank stops after the same update.
+            # A request from before the worker listened: a stop like any other, where the ranks agree.
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
             if os.environ.get(STOP_ENV):
                 request(os.environ[STOP_ENV])
@@ -224,8 +204,7 @@ def _worker(script: str, function: str, config: dict, run_dir: str) -> Any:
             _hand_back(error)
         sys.exit(1)
     except Exception:
-        # Every failing rank prints its own error, as under torchrun: the launcher shows only the first
-        # failure it sees, often a rank that merely lost its peer ("Connection closed by peer"), not the cause.
+        # Every failing rank prints its error: the launcher shows only the first, often a rank that lost its peer.
         print(f"rank {proc.rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
         raise
     # Exit 0 once torch's wrapper has handed `result` to the parent, without the C++ exit-time
@@ -244,8 +223,7 @@ def _hand_back(error: ConfigError) -> None:
 
 
 def _load(script: str, function: str) -> Callable:
-    """`function` of the script at path `script`, imported under a name of its own (the parent's
-    script ran as `__main__`, which a spawned process cannot import)."""
+    """`function` of the script at `script`, imported under a name of its own (not `__main__`)."""
     spec = importlib.util.spec_from_file_location(f"trainkit_worker_{Path(script).stem}", script)
     assert spec is not None and spec.loader is not None  # a .py path always has a source loader
     module = importlib.util.module_from_spec(spec)
@@ -265,8 +243,7 @@ def limit_cpu_threads(local_world_size: int) -> None:
 
 
 def processes_per_node(cfg: DictConfig) -> int:
-    """`distributed.nproc_per_node`, where null means one process per visible GPU (which only
-    this machine can tell, so it is checked here, not by trainkit.config.validation)."""
+    """`distributed.nproc_per_node`; null means one process per visible GPU (so it is checked here)."""
     if cfg.nproc_per_node is not None:
         return cfg.nproc_per_node
     if torch.cuda.is_available():
@@ -279,8 +256,7 @@ def processes_per_node(cfg: DictConfig) -> int:
 
 
 def configure_worker_logging(run_dir: Path, proc: ProcessInfo, log_name: str = "train.log") -> None:
-    """Rank 0 logs to the console and the run's log file (train.log for train.py), as the Hydra
-    parent does; other ranks report warnings and errors only."""
+    """Rank 0 logs to the console and `log_name` as the Hydra parent does; other ranks warnings and errors only."""
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if proc.is_main:
         handlers.append(logging.FileHandler(run_dir / log_name))

@@ -1,7 +1,5 @@
-"""How a model is spread over the processes of a run: one process, DDP, or a strategy of its own that
-`distributed.parallel` names (a conf/distributed option's: one that shards the model), behind one interface.
-train.py calls these methods and never asks which one runs; what differs between them is here, or in
-the strategy's own module (this one imports none: deleting one deletes its module and its yaml).
+"""How a model is spread over a run's processes: one process, DDP, or a strategy `distributed.parallel` names, behind
+one interface that train.py calls without asking which one runs.
 
     parallel = parallel_for(cfg, proc, device)      # distributed.parallel and the number of processes choose
     model = parallel.prepare(model)                  # before the optimizer takes the parameters (a sharding one shards)
@@ -13,9 +11,7 @@ the strategy's own module (this one imports none: deleting one deletes its modul
     state = parallel.load(checkpoint, model, optimizer, device)     # a resume: what Run.load_state_dict reads
     parallel.load_best(best, found, model, averaged) # rank 0's best.pt on every rank, for the test
 
-A strategy of your own (tensor parallel, a CPU offload) is a subclass of Parallel in a module of its own, with a
-`for_run(cfg, proc, device)` class method that builds it, named by `distributed.parallel` in a conf/distributed
-file of its own (docs/distributed.md).
+A strategy of your own is a subclass of Parallel with a `for_run` class method (docs/distributed.md).
 """
 
 import contextlib
@@ -40,8 +36,7 @@ from trainkit.errors import ConfigError
 
 
 class Parallel:
-    """One process: the model as it is, the step autocast to `precision`, checkpoints written by rank 0.
-    DDP below, and a strategy of its own, change what they need; every method is a no-op or the plain thing here."""
+    """One process: the model as it is, the step autocast to `precision`, checkpoints written by rank 0."""
 
     last = "last.pt"  # what save writes for a resume, under checkpoints/ ("last/": a folder of every rank's shards)
 
@@ -51,8 +46,7 @@ class Parallel:
 
     @classmethod
     def for_run(cls, cfg: DictConfig, proc: ProcessInfo, device: torch.device) -> "Parallel":
-        """Built for this run: several processes (distributed=ddp, or torchrun's or SLURM's, whatever
-        distributed.name says) replicate the model, one trains it as it is. A strategy of its own overrides this."""
+        """Built for this run: several processes replicate the model (DDP), one trains it as it is."""
         if proc.world_size > 1:
             return DDP(cfg.precision.name, proc.is_main, device, cfg.distributed.sync_batchnorm)
         return Parallel(cfg.precision.name)
@@ -67,8 +61,7 @@ class Parallel:
         return torch.compile(model) if compile else model  # type: ignore[return-value]
 
     def gradient_sync(self, model: nn.Module, enabled: bool) -> contextlib.AbstractContextManager:
-        """Around a micro-step's backward: `enabled=False` on those that do not update (the gradients
-        accumulate on each rank and are reduced once, on the update's last micro-step)."""
+        """Around a micro-step's backward: `enabled=False` on those that do not update."""
         return contextlib.nullcontext()
 
     def full_parameters(self, model: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager:
@@ -76,8 +69,7 @@ class Parallel:
         return contextlib.nullcontext()
 
     def grad_norm(self, model: nn.Module, max_norm: float | None = None) -> torch.Tensor:
-        """The norm of all the model's gradients as one vector (unscale fp16 ones first), the gradients clipped
-        to `max_norm` where given, as clip_grad_norm_ does; a 0-d tensor on the device, read by nobody here."""
+        """The norm of all the gradients as one 0-d tensor (unscale fp16 ones first), clipped to `max_norm` if given."""
         if max_norm:
             return nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         norms = [torch.linalg.vector_norm(p.grad) for p in model.parameters() if p.grad is not None]
@@ -87,8 +79,8 @@ class Parallel:
     def save(
         self, checkpoints: Path, state: dict, model: nn.Module, optimizer: torch.optim.Optimizer, improved: bool
     ) -> bool:
-        """checkpoints/last.pt, and best.pt when `improved`, atomically; `state` is Run.state_dict() (every
-        rank calls this). False, and nothing written, when the weights are not finite."""
+        """checkpoints/last.pt, and best.pt when `improved`, atomically (every rank calls this). False, and nothing
+        written, when the weights are not finite."""
         if not self.is_main:  # every rank holds the same weights; rank 0 writes them
             return True
         weights = [tensor for tensor in state["model"].values() if tensor.is_floating_point()]
@@ -116,8 +108,7 @@ class Parallel:
 
 
 class DDP(Parallel):
-    """distributed=ddp, or several processes torchrun or SLURM started: every rank holds the whole model,
-    and DistributedDataParallel all-reduces the gradients during the backward."""
+    """Several processes, each holding the whole model; DistributedDataParallel all-reduces the gradients."""
 
     def __init__(self, precision: str, is_main: bool, device: torch.device, sync_batchnorm: bool = False):
         super().__init__(precision, is_main)
@@ -137,14 +128,12 @@ class DDP(Parallel):
 
 
 def parallel_for(cfg: DictConfig, proc: ProcessInfo, device: torch.device) -> Parallel:
-    """This run's: the class `distributed.parallel` names builds itself (a strategy of its own); without one,
-    Parallel.for_run replicates the model over several processes or trains it as it is in one."""
+    """This run's Parallel: built by the class `distributed.parallel` names, else by Parallel.for_run."""
     return strategy(cfg.distributed.get("parallel")).for_run(cfg, proc, device)
 
 
 def strategy(named: str | None) -> type[Parallel]:
-    """The class `distributed.parallel` names (`module.Class`), imported, not built: Parallel where it names none
-    (one process or DDP, by the number of processes). One that cannot be imported is refused in one line."""
+    """The class `distributed.parallel` names, imported, not built (Parallel where none); refused if not importable."""
     if not named:
         return Parallel
     module, _, name = named.rpartition(".")

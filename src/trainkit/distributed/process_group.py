@@ -111,11 +111,8 @@ def destroy_process_group() -> None:
 def exit_now_if_a_process_group_was_joined(code: object) -> None:
     """End a process that trained as a rank (torchrun, srun) without C++ exit-time destructors.
 
-    DDP keeps a reference to its process group that destroy_process_group() cannot drop (a torch
-    leak: the group's gloo threads still run at exit, seen with `/proc/self/task`). A normal exit
-    then destroys C++ objects under those running threads, which now and then aborts a finished
-    rank with "terminate called without an active exception" (SIGABRT), and torchrun reports the
-    whole job failed. By the time this runs everything is written; flush and leave at once.
+    DDP leaks its process group, whose gloo threads still run at exit; a normal exit then sometimes aborts a finished
+    rank (SIGABRT) and torchrun reports the job failed. Everything is written by now: flush and leave at once.
     """
     if not _joined_a_process_group:
         return

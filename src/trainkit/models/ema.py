@@ -1,33 +1,31 @@
 """An exponential moving average (EMA) of the weights, evaluated and tested in place of the raw ones.
 
-A feature (docs/features.md): train.py's lines marked `# feature: ema` build it as `Run.averaged` and
-update it after each optimizer step; the core evaluates `Run.averaged` where it exists and keeps it in
-checkpoints, without naming EMA. Delete this module, its tests and `regularization.ema`, and the run
-evaluates its own weights.
+A feature (docs/features.md): train.py's lines marked `# feature: ema` build it as `Run.averaged` and update it after
+each optimizer step; the core evaluates `Run.averaged` where it exists and keeps it in checkpoints, without naming EMA.
+Delete this module, its tests and `regularization.ema`, and the run evaluates its own weights.
 
-torch's own `AveragedModel` holds the copy and does the averaging; this module only chooses its
-averaging function. With `use_buffers=True` the BatchNorm running statistics are averaged too,
-so the EMA model's statistics match its weights. `regularization.ema` in conf/config.yaml:
+torch's own `AveragedModel` holds the copy and does the averaging; this module only chooses its averaging function. With
+`use_buffers=True` the BatchNorm running statistics are averaged too, so the EMA model's statistics match its weights.
+`regularization.ema` in conf/config.yaml:
 
     enabled: false   # evaluate, pick best.pt and test with the EMA weights
     decay: 0.999     # per optimizer update; the average spans about 1 / (1 - decay) updates
     warmup: true     # decay = min(decay, (1 + n) / (10 + n)) at the n-th update, so early weights fade fast
 
-Warm-up goes through the library's hook: `AveragedModel` passes its update count `n_averaged` to
-the averaging function, which turns it into that update's decay on the device (no host sync).
-Without warm-up the function is torch's `get_ema_multi_avg_fn(decay)` itself. The first update
-copies the weights (AveragedModel's rule), so the average starts from the first trained weights.
+Warm-up goes through the library's hook: `AveragedModel` passes its update count `n_averaged` to the averaging function,
+which turns it into that update's decay on the device (no host sync). Without warm-up the function is torch's
+`get_ema_multi_avg_fn(decay)` itself. The first update copies the weights (AveragedModel's rule), so the average starts
+from the first trained weights.
 
-Order (DESIGN.md, distributed checklist): build the EMA on the device, from weights every rank
-agrees on (rank 0's are broadcast first), before compile and the DDP wrap; update it after each
-optimizer step from the bare model. Every rank then averages the same weights and holds the same
-EMA; BatchNorm statistics, which differ per rank, are averaged across ranks each epoch like the
-raw model's. Its `state_dict()` (the averaged model's weights as `module.<name>`, plus
-`n_averaged`) goes into checkpoints under `averaged` (trainkit/run.py), so a resume continues the
-average exactly, and eval.py evaluates those weights (trainkit.checkpointing.averaged_weights).
+Order (DESIGN.md, distributed checklist): build the EMA on the device, from weights every rank agrees on (rank 0's are
+broadcast first), before compile and the DDP wrap; update it after each optimizer step from the bare model. Every rank
+then averages the same weights and holds the same EMA; BatchNorm statistics, which differ per rank, are averaged across
+ranks each epoch like the raw model's. Its `state_dict()` (the averaged model's weights as `module.<name>`, plus
+`n_averaged`) goes into checkpoints under `averaged` (trainkit/run.py), so a resume continues the average exactly, and
+eval.py evaluates those weights (trainkit.checkpointing.averaged_weights).
 
-Cost on a GPU: AveragedModel keeps `n_averaged` on the CPU and copies it to the device at every
-update, a small synchronous copy; the update itself is one foreach lerp over all weights.
+Cost on a GPU: AveragedModel keeps `n_averaged` on the CPU and copies it to the device at every update, a small
+synchronous copy; the update itself is one foreach lerp over all weights.
 """
 
 from collections.abc import Callable, Mapping

@@ -42,20 +42,18 @@ def fine_tune(model: nn.Module, model_config: Mapping, finetune: Mapping, image_
 
 
 def stages(model: nn.Module) -> list[tuple[str, list[nn.Parameter]]]:
-    """What `finetune.freeze: N` counts: the model's stages, in order, each as (the names of the
-    modules it spans, its parameters), up to (not including) the first that holds a
-    classifier-head parameter. Parameters held by the model itself (a ViT's cls_token, pos_embed)
-    and a stem go with the first stage. Per model kind:
+    """What `finetune.freeze: N` counts: the model's stages, in order, each as (the names of the modules it spans, its
+    parameters), up to (not including) the first that holds a classifier-head parameter. Parameters held by the model
+    itself (a ViT's cls_token, pos_embed) and a stem go with the first stage. Per model kind:
 
-    - timm models: the stages of `model.feature_info` (what features_only=True returns), each
-      with what is registered between it and the previous one. resnet18: `conv1, bn1` (the
-      stem), layer1, ..., layer4; convnext: `stem, stages.0`, stages.1, ...; ViT: `patch_embed,
-      blocks.0`, blocks.1, ... (one block a stage). Layers after the last stage (a final norm)
-      are in no stage: freeze them with `backbone`.
+    - timm models: the stages of `model.feature_info` (what features_only=True returns), each with what is registered
+      between it and the previous one. resnet18: `conv1, bn1` (the stem), layer1, ..., layer4; convnext: `stem,
+      stages.0`, stages.1, ...; ViT: `patch_embed, blocks.0`, blocks.1, ... (one block a stage). Layers after the last
+      stage (a final norm) are in no stage: freeze them with `backbone`.
     - torchvision ResNets (and ResNeXt, Wide ResNet): the stem `conv1, bn1`, layer1, ..., layer4.
-    - anything else: the top-level children that hold parameters (SmallCNN: features; a
-      torchvision VGG/MobileNet/EfficientNet: features, one stage: N=1 is `backbone`, minus any
-      non-head layers inside the head's own child).
+    - anything else: the top-level children that hold parameters (SmallCNN: features; a torchvision
+      VGG/MobileNet/EfficientNet: features, one stage: N=1 is `backbone`, minus any non-head layers inside the head's
+      own child).
     """
     model = unwrap_model(model)
     head = {id(p) for p in head_parameters(model)}
@@ -98,13 +96,12 @@ def freeze(model: nn.Module, spec: str | int | None, freeze_bn: bool = True) -> 
     """Stop training part of the model; return the names of the frozen modules (maximal subtrees).
 
     `spec`: null (nothing) | "backbone" (everything but the classifier head, see head_parameters)
-    | N (the first N stages, see `stages`). Frozen parameters get requires_grad=False: no
-    gradient, left out of the optimizer's parameter groups (so no weight decay either), and
-    unchanged by training, bit for bit.
+    | N (the first N stages, see `stages`). Frozen parameters get requires_grad=False: no gradient, left out of the
+    optimizer's parameter groups (so no weight decay either), and unchanged by training, bit for bit.
 
-    `freeze_bn`: BatchNorm layers inside the frozen part keep their running statistics. The
-    model remembers their names, and its `train()` puts them back in eval mode after every call
-    (mode is not a parameter, so requires_grad cannot do it).
+    `freeze_bn`: BatchNorm layers inside the frozen part keep their running statistics. The model remembers their names,
+    and its `train()` puts them back in eval mode after every call (mode is not a parameter, so requires_grad cannot do
+    it).
     """
     model = unwrap_model(model)
     if spec is None or (isinstance(spec, int) and not isinstance(spec, bool) and spec == 0):

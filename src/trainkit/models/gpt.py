@@ -3,13 +3,12 @@
     model = GPT(vocab_size=256, block_size=128, n_layer=4, n_head=4, n_embd=128, dropout=0.0)
     logits = model(tokens)                  # tokens [B, T] int (T <= block_size) -> logits [B, T, vocab_size]
 
-Pre-norm blocks (LayerNorm, causal self-attention through F.scaled_dot_product_attention with
-is_causal=True: flash or memory-efficient kernels where the device has them; LayerNorm, a 4x GELU MLP),
-learned position embeddings, and the output layer tied to the token embedding. Weights start at
-N(0, 0.02), the residual projections (attention and MLP outputs) at 0.02 / sqrt(2 * n_layer) so the
-residual stream does not grow with depth (GPT-2). `no_weight_decay()` names the embeddings, norms and
-biases for trainkit.optim's groups: AdamW decays the matrices alone. FSDP shards one `Block` a unit
-(distributed.blocks=[Block]).
+Pre-norm blocks (LayerNorm, causal self-attention through F.scaled_dot_product_attention with is_causal=True: flash or
+memory-efficient kernels where the device has them; LayerNorm, a 4x GELU MLP), learned position embeddings, and the
+output layer tied to the token embedding. Weights start at N(0, 0.02), the residual projections (attention and MLP
+outputs) at 0.02 / sqrt(2 * n_layer) so the residual stream does not grow with depth (GPT-2). `no_weight_decay()` names
+the embeddings, norms and biases for trainkit.optim's groups: AdamW decays the matrices alone. FSDP shards one `Block` a
+unit (distributed.blocks=[Block]).
 """
 
 import math

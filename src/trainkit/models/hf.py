@@ -3,18 +3,16 @@
     model.path=<folder>                         # saved with save_pretrained: from_pretrained, local files only
     model.config='{model_type: bert, hidden_size: 64, num_hidden_layers: 2, ...}'   # a config class, from scratch
 
-The head follows the task (`model.task`, the task's `_target_`): task=classification gets the
-model's `AutoModelForSequenceClassification` (data.num_classes labels), task=language_model its
-`AutoModelForCausalLM`. `create_hf_model` wraps it in `HuggingFaceModel`, whose forward takes the
-batch's token ids as our own models do and returns the logits alone, so every task, the finders,
-EMA, evaluation, sampling and eval.py take it unchanged: the ModelOutput (a dict-like with
-logits, hidden states, a cache) stops here, at the one place that knows it is there. The attention
-mask comes from the padding: a classifier's inputs are padded with `model.pad_token_id` (the data's
-padding id, trainkit.data.text.PAD_ID for bytes), masked out of attention and pooling; a language
-model's blocks hold no padding, and its causal attention never lets a real token see a later pad.
+The head follows the task (`model.task`, the task's `_target_`): task=classification gets the model's
+`AutoModelForSequenceClassification` (data.num_classes labels), task=language_model its `AutoModelForCausalLM`.
+`create_hf_model` wraps it in `HuggingFaceModel`, whose forward takes the batch's token ids as our own models do and
+returns the logits alone, so every task, the finders, EMA, evaluation, sampling and eval.py take it unchanged: the
+ModelOutput (a dict-like with logits, hidden states, a cache) stops here, at the one place that knows it is there. The
+attention mask comes from the padding: a classifier's inputs are padded with `model.pad_token_id` (the data's padding
+id, trainkit.data.text.PAD_ID for bytes), masked out of attention and pooling; a language model's blocks hold no
+padding, and its causal attention never lets a real token see a later pad.
 
-transformers is imported inside the functions that build, so `--help`, config errors and other
-models never pay for it.
+transformers is imported inside the functions that build, so `--help`, config errors and other models never pay for it.
 """
 
 import difflib
@@ -290,9 +288,8 @@ HEAD_DROPOUT_KEYS = ("classifier_dropout", "seq_classif_dropout")  # a sequence 
 
 
 def overridden(hf_config: Any, overrides: Mapping | None, dropout: float, causal: bool) -> None:
-    """`hf_config` with model.config_overrides set (each a key the config has: a misspelt one is refused, not
-    ignored) and the classifier head's dropout regularization.dropout (a head without one: refused where it is not
-    0)."""
+    """`hf_config` with model.config_overrides set (each a key the config has: a misspelt one is refused, not ignored)
+    and the classifier head's dropout regularization.dropout (a head without one: refused where it is not 0)."""
     for key, value in (overrides or {}).items():
         if not hasattr(hf_config, key):
             known = [name for name in hf_config.to_dict() if not name.startswith("_")]

@@ -1,12 +1,11 @@
-"""The side length a model's batches are resized to: the data's size, raised to what the model
-needs (its library metadata: a ViT takes exactly 224; or, for a library's models, one no-grad
-forward on the CPU, doubling the size until the stem fits), or an explicit `finetune.input_size`
-checked against the same limits.
+"""The side length a model's batches are resized to: the data's size, raised to what the model needs (its library
+metadata: a ViT takes exactly 224; or, for a library's models, one no-grad forward on the CPU, doubling the size until
+the stem fits), or an explicit `finetune.input_size` checked against the same limits.
 
-A model factory says what it knows beside its code, as function attributes: `input_size_limits`, a function of
-its own arguments (`name`) giving (the smallest side, the one fixed side or None), and `probe_input_size = True`
-where its models' forward fails on small inputs for size reasons only. A built model's own `pretrained_cfg`
-(timm's metadata) wins over both.
+A model factory says what it knows beside its code, as function attributes: `input_size_limits`, a function of its own
+arguments (`name`) giving (the smallest side, the one fixed side or None), and `probe_input_size = True` where its
+models' forward fails on small inputs for size reasons only. A built model's own `pretrained_cfg` (timm's metadata) wins
+over both.
 """
 
 from __future__ import annotations

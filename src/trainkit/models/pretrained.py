@@ -32,10 +32,9 @@ def _first_conv_weight_name(model: nn.Module) -> str | None:
 
 
 def adapt_input_channels(weight: torch.Tensor, in_channels: int) -> torch.Tensor:
-    """A conv weight [out, c, k, k] made to take `in_channels` inputs (timm's rule): one channel
-    gets the sum over the file's channels (grey = a mix of R, G, B, so the response to a grey
-    image stays the same); more channels repeat the file's channels cyclically, scaled by
-    c / in_channels so the activations keep their size."""
+    """A conv weight [out, c, k, k] made to take `in_channels` inputs (timm's rule): one channel gets the sum over the
+    file's channels (grey = a mix of R, G, B, so the response to a grey image stays the same); more channels repeat the
+    file's channels cyclically, scaled by c / in_channels so the activations keep their size."""
     file_channels = weight.shape[1]
     if in_channels == 1:
         return weight.sum(dim=1, keepdim=True)

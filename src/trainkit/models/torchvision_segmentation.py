@@ -1,18 +1,17 @@
-"""torchvision's semantic segmentation models by name: images [B, C, H, W] -> per-pixel class
-logits [B, num_classes, H, W], as the segmentation task expects.
+"""torchvision's semantic segmentation models by name: images [B, C, H, W] -> per-pixel class logits [B, num_classes, H,
+W], as the segmentation task expects.
 
     model = TorchvisionSegmentation("lraspp_mobilenet_v3_large", in_channels=3, num_classes=4)
 
-torchvision's models return a dict ({"out": logits, "aux": ...}); the loop, the task and the
-finders take a tensor, so this wrapper returns `["out"]` and builds the model without its
-auxiliary head (`aux_loss=False`: nothing would train it). The models are randomly initialized
-(weights=None, weights_backbone=None: nothing is downloaded); start from your own weights with
-finetune.pretrained_path. The first convolution is rebuilt when the data has other than 3 channels.
-`python -c "import torchvision; print(torchvision.models.list_models(module=torchvision.models.segmentation))"`
-lists the names.
+torchvision's models return a dict ({"out": logits, "aux": ...}); the loop, the task and the finders take a tensor, so
+this wrapper returns `["out"]` and builds the model without its auxiliary head (`aux_loss=False`: nothing would train
+it). The models are randomly initialized (weights=None, weights_backbone=None: nothing is downloaded); start from your
+own weights with finetune.pretrained_path. The first convolution is rebuilt when the data has other than 3 channels.
+`python -c "import torchvision; print(torchvision.models.list_models(module=torchvision.models.segmentation))"` lists
+the names.
 
-torchvision is imported when a model is built, not with this module: the config check imports
-the class to read `spatial_outputs`, and `--help` and config errors stay fast.
+torchvision is imported when a model is built, not with this module: the config check imports the class to read
+`spatial_outputs`, and `--help` and config errors stay fast.
 """
 
 import difflib

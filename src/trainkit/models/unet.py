@@ -2,20 +2,18 @@
 
     model = UNet(in_channels=3, num_classes=4, widths=(16, 32, 64), dropout=0.0)
 
-`widths[i]` is the channel count at the i-th resolution, full resolution first; each level below
-the first halves the height and width, so H and W must be divisible by 2 ** (len(widths) - 1).
-Other sizes raise a ValueError that names the sizes that would work, rather than being padded and
-cropped behind the caller's back: resize the data, or pick fewer levels.
+`widths[i]` is the channel count at the i-th resolution, full resolution first; each level below the first halves the
+height and width, so H and W must be divisible by 2 ** (len(widths) - 1). Other sizes raise a ValueError that names the
+sizes that would work, rather than being padded and cropped behind the caller's back: resize the data, or pick fewer
+levels.
 
-The layout is Ronneberger et al.'s, shrunk: at every level two 3x3 conv-BatchNorm-ReLU blocks;
-2x2 max pooling on the way down; on the way up a 2x2 transposed convolution that doubles the
-resolution and halves the channels, its output concatenated with the encoder's features of that
-level (the skip connection) and fed to two more conv blocks; a 1x1 convolution makes the logits.
-Convolutions are padded, so the output has the input's size. A transposed convolution rather than
-bilinear upsampling: it learns the upsampling and, by halving the channels first, makes the conv
-after the concatenation cheaper, which matters for the CPU runs this model is sized for.
-`dropout` (Dropout2d, whole channels) acts on the deepest features only, where there are the most
-channels and the least spatial detail to lose.
+The layout is Ronneberger et al.'s, shrunk: at every level two 3x3 conv-BatchNorm-ReLU blocks; 2x2 max pooling on the
+way down; on the way up a 2x2 transposed convolution that doubles the resolution and halves the channels, its output
+concatenated with the encoder's features of that level (the skip connection) and fed to two more conv blocks; a 1x1
+convolution makes the logits. Convolutions are padded, so the output has the input's size. A transposed convolution
+rather than bilinear upsampling: it learns the upsampling and, by halving the channels first, makes the conv after the
+concatenation cheaper, which matters for the CPU runs this model is sized for. `dropout` (Dropout2d, whole channels)
+acts on the deepest features only, where there are the most channels and the least spatial detail to lose.
 """
 
 from collections.abc import Sequence

@@ -1,24 +1,15 @@
-"""An epoch's training loss, the task's metrics and throughput, summed on the device batch by batch
-(no host sync per step) and reduced across ranks only when read: at a logging step and at the
-epoch's end.
+"""An epoch's training loss, the task's metrics and throughput, summed on the device batch by batch (no host sync per
+step) and reduced across ranks only when read: at a logging step and at the epoch's end.
 
     totals = EpochTotals(device)           # before the loop: samples/s is timed from here
     totals.add(loss.detach(), task.metric_sums(outputs, targets), batch, weight, recorded)   # each batch
     totals.interval_metrics()              # a logging step, on every rank: the means since the last one
     totals.epoch_metrics(task)             # after the loop: train/loss, train/<metric>, train/samples_per_sec
 
-train/loss is the mean over what the task weighs: `add(..., weight=task.weight(batch))` (real tokens
-for a task that weighs tokens; the samples otherwise). Data whose items have sizes (`EpochTotals(device,
-unit=Data.size_unit, pad_id=...)`, `add` given each part) also reports train/<unit>_per_sec: the units of
-the batches' first tensor (its elements, [B, T] a batch), those equal to pad_id left out: text's
-train/tokens_per_sec counts real tokens, a signal's train/frames_per_sec its frames, padding included (a
-zero-padded signal's zeros may be real values). Token data also reports train/padding_fraction (the padded
-share of the token slots). `update_weight()` is what the parts since the last update weigh: the loop
-divides a tokens task's gradients by it.
-
-What a task records in its step (`Task.record`: an auxiliary loss, a temperature) is summed beside the loss:
-logging steps report train/step_<name>, its mean over the parts since the last one, and the epoch train/<name>,
-its mean over what the parts weigh. `grad_norm`, set by the loop's update, is logged as train/grad_norm.
+train/loss is the mean over what the task weighs (`task.weight(batch)`: real tokens or samples). Sized data
+(`unit=Data.size_unit`) also reports train/<unit>_per_sec over the first tensor's elements, those equal to pad_id left
+out, and token data train/padding_fraction. What a task records (`Task.record`) is logged as train/step_<name> and
+train/<name>; `grad_norm` as train/grad_norm.
 """
 
 import time
@@ -57,10 +48,8 @@ class EpochTotals:
         self.started = time.perf_counter()
 
     def add(self, loss: Tensor, metric_sums: Tensor, batch: Any, weight: int | Tensor, recorded: dict) -> None:
-        """One batch (or micro-batch part) as the step saw it: `loss` its mean over what it weighs (`weight`: its
-        samples, or a tokens task's real tokens), `metric_sums` the task's sums for it, `recorded` what the task
-        recorded in its step (0-d tensors by name). Sized data counts the units and padding of the batch's first
-        tensor (token data: its ids)."""
+        """One batch (or part): `loss` its mean over `weight`, `metric_sums` the task's sums, `recorded` the task's
+        recorded 0-d tensors by name."""
         if self.unit:
             self.add_units(first_tensor(batch))
         self.loss_sum += loss * weight
@@ -87,15 +76,13 @@ class EpochTotals:
             sums[3] += 1
 
     def update_weight(self) -> torch.Tensor:
-        """What the batches added since the last call weigh together (an update's: samples, or real tokens),
-        on the device; the next update's count begins."""
+        """What the batches added since the last call weigh together, on the device; a new count begins."""
         weight = self.weight_sum - self.weight_at_last_update
         self.weight_at_last_update = self.weight_sum.clone()
         return weight
 
     def time_from_here(self) -> float:
-        """Leave the samples so far out of train/samples_per_sec (torch.compile compiled in their
-        step) and time from now on; returns the seconds left out."""
+        """Leave the samples so far (compile time) out of train/samples_per_sec; returns the seconds left out."""
         now = time.perf_counter()
         seconds, self.started = now - self.started, now
         self.untimed_count = self.count
@@ -103,9 +90,8 @@ class EpochTotals:
         return seconds
 
     def interval_metrics(self) -> dict[str, float]:
-        """At a logging step, over all ranks (a collective: every rank calls it at the same step; one host sync):
-        train/step_loss, the mean batch loss since the last call, train/step_<name> for what the task recorded,
-        and train/grad_norm, the last update's (where computed). A new interval begins."""
+        """At a logging step, over all ranks (every rank calls it): the means since the last call, and the last
+        update's train/grad_norm. A new interval begins."""
         names = ["loss", *sorted(self.recorded)]  # the same order on every rank
         batches = torch.tensor(float(self.interval_batches), device=self.device)
         # Pairs: the loss (then each recorded value) summed since the last call, and its parts.

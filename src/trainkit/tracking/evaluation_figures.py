@@ -5,18 +5,16 @@
     shown = predicted_on(model, data.test, transform, task, precision, device, num_classes)
     written = save_figures(shown, out_dir, class_names)   # rank 0 alone; the paths it wrote
 
-- one class per image (`predict(outputs)["class"]`): confusion_matrix.png, rows the true class and
-  columns the predicted one, each cell's count written in it up to 20 classes; the counts
-  themselves in confusion_matrix.json;
-- one class per pixel (`["mask"]`): predictions.png, a few images of the split beside their true and
-  predicted masks;
+- one class per image (`predict(outputs)["class"]`): confusion_matrix.png, rows the true class and columns the predicted
+  one, each cell's count written in it up to 20 classes; the counts themselves in confusion_matrix.json;
+- one class per pixel (`["mask"]`): predictions.png, a few images of the split beside their true and predicted masks;
 - anything else: no picture.
 
-The confusion counts are summed on the device over batches and then over ranks, so each sample
-counts once; every rank calls `predicted_on` (it all-reduces), rank 0 alone `save_figures`. The mask
-task needs only rank 0's first batch. matplotlib is imported where a figure is drawn, without
-pyplot: no display or global backend is involved.
-`python scripts/trim.py --drop eval_figures` removes this module and eval.py's call of it.
+The confusion counts are summed on the device over batches and then over ranks, so each sample counts once; every rank
+calls `predicted_on` (it all-reduces), rank 0 alone `save_figures`. The mask task needs only rank 0's first batch.
+matplotlib is imported where a figure is drawn, without
+pyplot: no display or global backend is involved. `python scripts/trim.py --drop eval_figures` removes this module and
+eval.py's call of it.
 """
 
 from __future__ import annotations

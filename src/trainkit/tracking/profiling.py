@@ -4,26 +4,17 @@
     run.timer = profiled_timer(run)                # train.py: the loop's timer, its marks driving the profiler
     close_profiler(run.timer)                      # after the loop: the trace, if training ended in the window
 
-The training loop marks, on its timer (trainkit.tracking.timing's LoopTimer), where each phase of a step
-begins (`phase("forward")`, ...) and where the step ends (`step_done()`); ProfiledTimer is that timer, passing
-the marks on to a StepProfiler. The phases are `data` (waiting for the next batch and moving it to the
-device), `forward`, `backward`, `optimizer_step` and `bookkeeping` (metrics, logging, checkpoints).
-With `profiler.enabled` (rank 0 only) they become `record_function` ranges in a torch.profiler
-trace; the schedule skips `wait` steps (start-up, compile, warm caches), traces `warmup` steps it
-throws away, then records `active` steps. Then, once:
+The loop marks each phase of a step on its timer (LoopTimer); ProfiledTimer passes the marks on to a StepProfiler as
+`record_function` ranges (rank 0 only). Phases: `data`, `forward`, `backward`, `optimizer_step`, `bookkeeping`. The
+schedule skips `wait` steps, traces and drops `warmup` steps, then records `active` steps. Then, once:
 
 - profile/trace.json: a Chrome trace; open it at https://ui.perfetto.dev (or chrome://tracing)
 - profile/top_ops.txt: the operators that took the most time (key_averages().table), also logged
-- one log line with each phase's share of the profiled steps: `data` over a third of the other phases
-  (the compute), a quarter of the step, means the loader, not the model, sets the pace; the line then
-  names what helps for the data option in use (`advice`: trainkit.tracking.bottleneck's, from train.py)
+- one log line with each phase's share: `data` over a quarter of the step means the loader sets the pace, and the line
+  names what helps for the data option (`advice`)
 
-Its data share is not the epoch line's (train/data_wait_fraction): the profiler records every operator,
-which slows forward and backward, so within its window data's share reads lower than without it; the
-epoch line measures the whole epoch (and leaves the profiler's own work, the trace it writes, out).
-Both lines say which steps they cover.
-
-Off (the default), every call returns at its first line: no profiler, no record_function.
+Its data share reads lower than the epoch line's (train/data_wait_fraction): the profiler slows forward and backward.
+Off (the default), every call returns at its first line.
 """
 
 from __future__ import annotations
@@ -51,8 +42,7 @@ PHASES = ("data", "forward", "backward", "optimizer_step", "bookkeeping")
 
 
 class StepProfiler:
-    """Profiles steps wait+warmup .. wait+warmup+active-1 of the training loop, counted over the
-    whole run (a window may cross an epoch's end; keep it inside the first epoch for clean phases)."""
+    """Profiles steps wait+warmup .. wait+warmup+active-1, counted over the whole run."""
 
     def __init__(
         self,
@@ -109,8 +99,7 @@ class StepProfiler:
             self.phase("data")
 
     def pause(self) -> None:
-        """The epoch's loop has ended: the "data" phase the last step opened ends here, so validation and
-        whatever else runs until the next epoch's first batch is in no phase (it was "data": 40% under DDP)."""
+        """The epoch's loop has ended: close the last "data" phase, so validation counts in no phase."""
         if self.profile is not None:
             self._end_phase()
 
@@ -150,8 +139,7 @@ class StepProfiler:
 
 
 class ProfiledTimer(LoopTimer):
-    """The loop's timer (LoopTimer: the data wait, the step time), its marks also driving `profiler`'s phases
-    and steps; the epoch's metrics also count the steps under it (train/profiled_steps)."""
+    """The loop's timer, its marks also driving `profiler` (the epoch's metrics count train/profiled_steps)."""
 
     def __init__(self, profiler: StepProfiler) -> None:
         super().__init__()
@@ -176,8 +164,7 @@ class ProfiledTimer(LoopTimer):
             return
         self.profiled_steps += self.profiler.recording
         self.profiler.step()
-        # The profiler's own work here (its schedule; at the window's end, writing the trace: seconds) is no wait
-        # for data: the next wait is measured from here.
+        # The profiler's own work here is no wait for data: the next wait is measured from here.
         self.not_waiting()
 
     def epoch_metrics(self) -> dict[str, float]:
@@ -193,9 +180,7 @@ class ProfiledTimer(LoopTimer):
 
 
 def profiled_timer(run: Run) -> LoopTimer:
-    """train.py's: with profiler.enabled, on rank 0, the run's timer profiling its window, whose line names what
-    helps for the run's data option when the window is data-bound (trainkit.tracking.bottleneck's advice);
-    otherwise the run's own timer, so that a run without the profiler runs none of its code."""
+    """With profiler.enabled, on rank 0, a ProfiledTimer around the run's; otherwise the run's own timer."""
     cfg = run.cfg
     if not (cfg.profiler.enabled and run.proc.is_main):
         return run.timer
@@ -210,15 +195,13 @@ def close_profiler(timer: LoopTimer) -> None:
 
 
 def phase_shares(times: Mapping[str, float]) -> dict[str, float]:
-    """Each phase's share of the profiled steps' time (the phases' CPU wall time, which on a GPU
-    includes the waits for it), from record_function totals by name."""
+    """Each phase's share of the profiled steps' CPU wall time, from record_function totals by name."""
     total = sum(times.get(name, 0.0) for name in PHASES)
     return {name: times.get(name, 0.0) / total if total else 0.0 for name in PHASES}
 
 
 def describe(shares: Mapping[str, float], window: tuple[int, int] | None = None, advice: Sequence[str] = ()) -> str:
-    """One line: each phase's share in the profiled steps `window` (first, last), what the data share says
-    about the bottleneck (with `advice`: what helps for this data option), and how it differs from the epoch line."""
+    """One line: each phase's share in the steps `window` (first, last), the bottleneck with `advice`."""
     steps = f"steps {window[0]}-{window[1]}" if window else "the profiled steps"
     parts = "  ".join(f"{name} {share:.0%}" for name, share in shares.items())
     helps = "; ".join(advice) or "see docs/speed.md#where-the-time-goes"

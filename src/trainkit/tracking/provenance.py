@@ -44,9 +44,7 @@ SOURCE_SUFFIXES = (".py", ".pyi", ".pyx", ".ipynb", ".yaml", ".yml", ".toml", ".
 def record_provenance(
     cfg: DictConfig, run_dir: Path, repository: Path, proc: ProcessInfo, device: torch.device
 ) -> None:
-    """train.py's call, on every rank: rank 0 records the code (commit, uncommitted changes), command, packages and
-    machine (write_provenance) before the run is built; the start line and the trackers read provenance.json back
-    (trainkit.tracking.run_report.recorded_origin)."""
+    """train.py's call, on every rank: rank 0 runs write_provenance before the run is built."""
     if proc.is_main:
         write_provenance(run_dir, repository, cfg.seed, cfg.trainer.deterministic, proc.world_size, device)
 
@@ -54,9 +52,8 @@ def record_provenance(
 def write_provenance(
     run_dir: Path, repository: Path, seed: int, deterministic: bool, world_size: int, device: torch.device
 ) -> dict[str, Any]:
-    """Write provenance.json, packages.txt and (for a dirty tree) code.diff into `run_dir`, and return
-    the facts. `repository`: the checkout train.py runs from. Outside a git checkout, or without git,
-    one line says so and everything else is written anyway."""
+    """Write provenance.json, packages.txt and code.diff into `run_dir`, and return the facts. Outside a git checkout
+    one line says so and the rest is written anyway."""
     keep_earlier_part(run_dir)
     git = git_state(repository)
     if git is None:
@@ -92,8 +89,7 @@ def write_provenance(
 
 
 def keep_earlier_part(run_dir: Path) -> None:
-    """A resume records the code that runs now; what an earlier part of the run recorded moves to
-    provenance_parts/<n>/ (1: the first part), so every part's code, diff and packages stay known."""
+    """On a resume, move what an earlier part of the run recorded to provenance_parts/<n>/ (1: the first)."""
     if not (run_dir / "provenance.json").is_file():
         return
     parts = run_dir / "provenance_parts"
@@ -116,8 +112,7 @@ def run_git(repository: Path, *args: str) -> bytes | None:
 
 
 def git_state(repository: Path) -> dict[str, Any] | None:
-    """commit, branch, dirty, remote, untracked source files and the diff against HEAD; None outside a
-    checkout. One `git status` answers the first four (porcelain v2 prints the commit and branch)."""
+    """commit, branch, dirty, remote, untracked source files and the diff against HEAD; None outside a checkout."""
     status = run_git(repository, "status", "--porcelain=v2", "--branch", "--untracked-files=all", "-z")
     if status is None:
         return None
@@ -132,8 +127,7 @@ def git_state(repository: Path) -> dict[str, Any] | None:
             untracked.append(entry[2:])
         elif entry[:2] in ("1 ", "2 ", "u "):
             changed = True
-    # A rename (a "2 " entry) is followed by its original path, an entry of its own in -z output:
-    # it is neither "? " nor a change line, so it is skipped above.
+    # A rename's original path, an entry of its own in -z output, is skipped above.
     diff = run_git(repository, "diff", "HEAD", "--binary") if changed and commit else b""
     remote = run_git(repository, "config", "--get", "remote.origin.url")
     return {
@@ -178,8 +172,7 @@ def code_diff(untracked: list[str], diff: bytes) -> bytes:
 
 
 def strip_credentials(url: str) -> str:
-    """The URL without user name or password: https://user:token@host/x.git -> https://host/x.git.
-    scp-style addresses (git@host:x.git) carry a user name only, and are kept."""
+    """The URL without user name or password (scp-style git@host:x.git is kept)."""
     if "://" not in url:
         return url
     parts = urlsplit(url)
@@ -214,8 +207,7 @@ def torch_versions() -> dict[str, Any]:
 
 
 def installed_versions() -> dict[str, str]:
-    """{name: version} of every installed distribution. Read from the head of each METADATA file:
-    importlib.metadata's own parser reads every package's whole description (~0.5 s for 200 packages)."""
+    """{name: version} of every installed distribution, from the head of each METADATA file (importlib is slow)."""
     versions: dict[str, str] = {}
     for distribution in importlib.metadata.distributions():
         text = distribution.read_text("METADATA") or distribution.read_text("PKG-INFO") or ""
@@ -228,8 +220,7 @@ def installed_versions() -> dict[str, str]:
 
 
 def dependency_versions(installed: dict[str, str]) -> dict[str, str | None]:
-    """The installed version of each distribution pyproject.toml lists in `dependencies` (None when
-    missing); extras (dev) are left out. Empty when trainkit itself is not installed."""
+    """The installed version (or None) of each of pyproject.toml's `dependencies`; empty without trainkit installed."""
     try:
         requirements = importlib.metadata.requires("trainkit") or []
     except importlib.metadata.PackageNotFoundError:

@@ -1,16 +1,14 @@
-"""The lines train.py logs about a run: at its start what trains, where and for how long; each
-epoch's results; and at its end, once tested, summary.json (strict JSON), the trackers' summary
-and the closing line.
+"""The lines train.py logs about a run: at its start what trains, where and for how long; each epoch's results; and at
+its end, once tested, summary.json (strict JSON), the trackers' summary and the closing line.
 
-summary.json is the result a sweep, scripts/compare_runs.py and `resume` of a finished run read:
-best (the best epoch's validation metrics), final (the last epoch's), test, test_weights (the
-weights tested: "best", or "last (best.pt missing)"), optimized_metric and its value, higher_is_better
-(the task's direction for each of its metrics by name: {"loss": false, "acc": true}, so a reader ranks runs
-without importing the task), metric_ranges (the task's range of each metric that has one: {"acc": [0, 1]}),
-split_sizes (the samples of the train and val splits: a k-fold comparison's corrected interval), stop_reason,
-epochs, steps, wall_seconds, world_size, device, run_dir, under data.folds the fold ("fold 2 of 5"), and data:
-the data read before any split (trainkit.data.identity: its option, classes, files and their digests or its
-samples), the same for every fold of one dataset.
+summary.json is the result a sweep, scripts/compare_runs.py and `resume` of a finished run read: best (the best epoch's
+validation metrics), final (the last epoch's), test, test_weights (the weights tested: "best", or "last (best.pt
+missing)"), optimized_metric and its value, higher_is_better (the task's direction for each of its metrics by name:
+{"loss": false, "acc": true}, so a reader ranks runs without importing the task), metric_ranges (the task's range of
+each metric that has one: {"acc": [0, 1]}), split_sizes (the samples of the train and val splits: a k-fold comparison's
+corrected interval), stop_reason, epochs, steps, wall_seconds, world_size, device, run_dir, under data.folds the fold
+("fold 2 of 5"), and data: the data read before any split (trainkit.data.identity: its option, classes, files and their
+digests or its samples), the same for every fold of one dataset.
 """
 
 import json
@@ -79,10 +77,9 @@ def training_line(
 
 
 def micro_batches_part(micro: int, batch_size: int, longest: int | None, model: nn.Module, unit: str = "tokens") -> str:
-    """What trainer.micro_batch_size=`micro` does to a batch, for the start line ("" where it splits none). Sized
-    data (`longest` given) counts its units (tokens): a part holds whole sequences, micro // the batch's padded
-    length of them, at least one, so a size below the longest sequence is a warning naming the smallest that a
-    part keeps to."""
+    """What trainer.micro_batch_size=`micro` does to a batch, for the start line ("" where it splits none). Sized data
+    (`longest` given) counts its units (tokens): a part holds whole sequences, micro // the batch's padded length of
+    them, at least one, so a size below the longest sequence is a warning naming the smallest that a part keeps to."""
     if longest is None:
         if micro >= batch_size:
             return ""

@@ -31,9 +31,8 @@ def image_grid(
 ) -> np.ndarray:
     """Normalized float images [B, C, H, W] (C = 1 or 3, any device) -> uint8 RGB grid [H', W', 3].
 
-    Each image is un-normalized (`x * std + mean`, one value per channel or one for all),
-    clamped to [0, 1], and tiled `columns` to a row with a `border`-pixel gray frame around and
-    between tiles; grayscale images are repeated to RGB.
+    Each image is un-normalized (`x * std + mean`, one value per channel or one for all), clamped to [0, 1], and tiled
+    `columns` to a row with a `border`-pixel gray frame around and between tiles; grayscale images are repeated to RGB.
     """
     from torchvision.utils import make_grid
 

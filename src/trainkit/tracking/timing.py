@@ -1,5 +1,5 @@
-"""Where an epoch's time goes: waiting for the next batch vs the rest of the step, measured
-without a host-device synchronisation per step; plus peak memory and CPU or GPU utilization.
+"""Where an epoch's time goes: waiting for the next batch vs the rest of the step, measured without a host-device
+synchronisation per step; plus peak memory and CPU or GPU utilization.
 
     timer = LoopTimer()                    # once a run
     timer.start_epoch(device)              # before the loop
@@ -10,23 +10,13 @@ without a host-device synchronisation per step; plus peak memory and CPU or GPU 
         timer.step_done()
     timer.epoch_metrics()                  # after the loop (which ends with a sync of its own)
 
-The loop marks each point once, here. The phases are not timed here: they are the loop's names for the
-parts of a step, for a timer that does more with them (the profiler's, trainkit.tracking.profiling,
-labels its trace with them).
+Phases are not timed here: they are names for a timer that does more with them (trainkit.tracking.profiling).
 
-What is measured. On the CPU (and MPS) the host's wall clock: the time from one step's end to the
-next batch being on the device is waiting, the rest is the step. On the CPU the work is synchronous,
-so this is exact (on MPS, whose work is asynchronous, an approximation). On CUDA the host only queues
-kernels and runs ahead of the GPU: time it spends blocked in the loader may be time the GPU still
-spends on queued work, and is no loss. So there,
-two CUDA events a step are recorded on the current stream (recording does not sync): `ready`
-after the copy is queued, `done` at the step's end. On the GPU's own clock, done(i-1) -> ready(i)
-is time the GPU had nothing queued but the copy, because the host had no batch yet: the waiting;
-ready(i) -> done(i) is the step. Finished events are summed as they complete (Event.query() does
-not block), so an epoch holds a few events at a time; the last is waited for once, at epoch end.
-
-The wait for an epoch's first batch is left out: it holds the DataLoader workers' start-up (seconds,
-once a run, and longer with more workers, so no sign of a slow loader) and the refill of their queue.
+On the CPU (and, approximately, MPS) the host's wall clock measures: from a step's end to the next batch on the device
+is waiting. On CUDA the host runs ahead of the GPU, so two CUDA events per step are recorded (no sync): `ready` after
+the copy, `done` at the step's end; done(i-1) -> ready(i) on the GPU's clock is the waiting. Events are summed as they
+complete (Event.query()); the last is waited for at epoch end. The wait for an epoch's first batch (worker start-up) is
+left out.
 
     train/data_wait_fraction = waiting / (waiting + step time)     (0..1)
     train/step_ms            = (waiting + step time) / steps       (milliseconds)
@@ -48,8 +38,7 @@ GPU_UTIL_EVERY_SECONDS = 1.0  # NVML averages over its own sample period (1/6 s 
 
 
 def can_read_gpu_util() -> bool:
-    """torch.cuda.utilization() asks NVML through pynvml (nvidia-ml-py), an optional package
-    (on ROCm, amdsmi)."""
+    """torch.cuda.utilization() asks NVML through pynvml (nvidia-ml-py), an optional package (on ROCm, amdsmi)."""
     return importlib.util.find_spec("amdsmi" if torch.version.hip else "pynvml") is not None
 
 
@@ -123,8 +112,7 @@ class LoopTimer:
             self.mark = now
 
     def not_waiting(self) -> None:
-        """What ran since the step's end was no wait for data (a profiler's own work): the wait is measured
-        from here."""
+        """What ran since the step's end was no wait for data: the wait is measured from here."""
         if self.cuda:
             self.events[-1] = self._record()
         else:

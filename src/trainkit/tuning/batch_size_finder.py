@@ -1,18 +1,13 @@
-"""Find the largest batch size whose training step fits in memory: double until it does not fit,
-binary-search between the last fit and the first failure, keep a safety margin (none when even
-`max_batch_size` fits: then the cap, not memory, stopped the search).
+"""Find the largest batch size whose training step fits in memory: double until it does not fit, binary-search between
+the last fit and the first failure, keep a safety margin (none when even `max_batch_size` fits: then the cap, not
+memory, stopped the search).
 
     probe = training_step_probe(model, batch, step)     # step(batch): forward and backward (train.py's)
     batch_size = find_batch_size(probe, start=2, max_batch_size=4096, safety_margin=0.9, device=device)
 
-"Does not fit": an out-of-memory error, or a measured memory above `memory_cap_bytes` (how it is measured:
-trainkit.tuning.step_memory, shared with trainer.micro_batch_size=auto). On a CPU, set a cap or a
-max_batch_size: Linux usually kills a process that asks for too much memory instead of raising an error the
-search could catch.
-
-Not in the probe's peak: optimizer state (built later, e.g. 2 x parameters for Adam) and DDP's
-gradient buckets (about 1 x parameters); the safety margin is there for them and for memory
-fragmentation over a long run.
+"Does not fit": an out-of-memory error, or measured memory above `memory_cap_bytes` (trainkit.tuning.step_memory). On a
+CPU set a cap or max_batch_size: Linux kills a process that asks for too much memory rather than raising an error.
+The safety margin covers what the probe's peak leaves out: optimizer state, DDP's buckets, fragmentation.
 """
 
 from __future__ import annotations
@@ -53,17 +48,12 @@ def find_batch_size(
     device: torch.device | str | None = None,
     max_batch_size_from: str = "batch_size_finder.max_batch_size",
 ) -> int:
-    """The largest batch size for which `try_step(batch_size)` fits, times `safety_margin`,
-    rounded down (at least 1); or `max_batch_size` itself when that fits (the search stopped at
-    the cap, not at memory, so no margin is taken; the log line names the cap: `max_batch_size_from`).
+    """The largest batch size for which `try_step(batch_size)` fits, times `safety_margin`, rounded down (at least 1);
+    or `max_batch_size` itself when that fits (the search stopped at the cap, not at memory, so no margin is taken; the
+    log line names the cap: `max_batch_size_from`).
 
-    `try_step` runs one training step at that batch size (see training_step_probe) and should
-    leave the model as it found it. Search: start, 2 x start, 4 x start, ... until a step does
-    not fit or max_batch_size is reached (max_batch_size itself is tried last); then a binary
-    search between the last size that fit and the first that did not, to the exact boundary.
-    Memory is freed after each try that did not fit (see free_memory). A start that already does
-    not fit is a ConfigError. The settings themselves (1 <= start <= max_batch_size,
-    0 < safety_margin <= 1) are checked by trainkit.config.validation.
+    `try_step` runs one training step at that batch size and should leave the model as it found it. A start that does
+    not fit is a ConfigError.
     """
 
     def fits(batch_size: int) -> bool:
@@ -79,8 +69,7 @@ def find_batch_size(
                 raise
             reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
         if reason is not None:
-            # Outside the except block, so the error's traceback (and the tensors its frames hold)
-            # is gone. A step that fit freed its tensors already (reference counting).
+            # Outside the except block, so the traceback (and the tensors its frames hold) is gone.
             free_memory(device)
         if reason is None:
             log.info(f"batch size {batch_size}: fits ({_gib(measurement.peak_bytes)} measured)")
@@ -134,11 +123,8 @@ def batch_size_that_fits(
     safety_margin: float,
     memory_cap_gb: float | None,
 ) -> int:
-    """batch_size_finder.* for train.py: the per-process batch size to train with, searched (find_batch_size)
-    with `step(batch)`, the forward and backward of a batch on the device (train.py's: its batch transform,
-    task.step), on `loader`'s first batch moved to `device` (task.to_device) and repeated. The same on every
-    rank (the smallest any rank found). At most this rank's share of the training split: a larger batch would
-    repeat no sample, only make one short update an epoch."""
+    """The per-process batch size to train with, searched with `step(batch)` on `loader`'s first batch, repeated: the
+    smallest any rank found, and at most this rank's share of the training split."""
     probe = training_step_probe(model, task.to_device(next(iter(loader)), device), step)
     cap = None if memory_cap_gb is None else int(memory_cap_gb * 2**30)
     max_batch_size_from = "batch_size_finder.max_batch_size"
@@ -169,8 +155,7 @@ def batch_size_that_fits(
 def searched_batch_size(
     cfg: DictConfig, run: Any, step: Callable[[Any], object], loader: Any, device: torch.device
 ) -> dict[str, int]:
-    """train.py's call: {"data.batch_size": the size found} with batch_size_finder.enabled (batch_size_that_fits,
-    with its settings); nothing when it is off, or on a resume: the checkpoint's config holds the size its run found."""
+    """train.py's call: {"data.batch_size": the size found} with batch_size_finder.enabled; nothing on a resume."""
     finder = cfg.batch_size_finder
     if not finder.enabled or cfg.resume:
         return {}
@@ -215,8 +200,7 @@ def _a_size_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str
 
 
 def searched_keys(cfg: DictConfig) -> tuple[str, ...]:
-    """data.batch_size while the search is on (the config check's searched_keys): the configured size is not the
-    one trained with, so the core's check of a micro-batch larger than it does not apply."""
+    """data.batch_size while the search is on: the configured size is not the one trained with."""
     return ("data.batch_size",) if cfg.batch_size_finder.get("enabled") is True else ()
 
 

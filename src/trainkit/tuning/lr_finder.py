@@ -9,10 +9,8 @@ exponentially, watch the loss, suggest the LR where it falls fastest. Everything
 train.py calls `find_lr_before_training(run, step)` (with lr_finder.enabled): `find_lr` runs the test on the run's
 own model, data and optimizer with the loop's step; scripts/lr_find.py calls `find_lr` alone.
 
-The sweep sets the *base* LR (what `optimizer.lr` means); each parameter group keeps its
-relative scale (`lr_scale`, e.g. the classifier head's `optimizer.head_lr_scale`), see
-`group_scales`. Under DDP every rank runs the same steps on its own shard, the loss is averaged
-over ranks before smoothing, so all ranks see the same curve and stop at the same step.
+The sweep sets the *base* LR (`optimizer.lr`); each parameter group keeps its relative scale (`group_scales`). Under
+DDP the loss is averaged over ranks before smoothing, so all ranks see the same curve and stop at the same step.
 """
 
 from __future__ import annotations
@@ -71,8 +69,7 @@ class LRFinderResult:
 
 
 def group_scales(optimizer: torch.optim.Optimizer) -> list[float]:
-    """Each parameter group's LR relative to the base LR: its `lr_scale` key (set by
-    trainkit.optim.param_groups), else its initial LR relative to the first group's."""
+    """Each group's LR relative to the base LR: its `lr_scale` key, else its initial LR over the first group's."""
 
     def base(group: dict) -> float:
         return group.get("initial_lr", group["lr"])
@@ -82,8 +79,7 @@ def group_scales(optimizer: torch.optim.Optimizer) -> list[float]:
 
 
 def set_base_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Make `lr` the base LR: every group's lr and initial_lr become lr x its scale. Rebuild the
-    scheduler afterwards (a LambdaLR multiplies `initial_lr`)."""
+    """Make `lr` the base LR of every group (lr and initial_lr, times its scale); rebuild the scheduler afterwards."""
     for group, scale in zip(optimizer.param_groups, group_scales(optimizer)):
         group["lr"] = group["initial_lr"] = lr * scale
 
@@ -98,21 +94,17 @@ def suggest_lr(
     """The LR at the steepest descent of the smoothed loss against log(lr). The rule, exactly:
 
     1. Keep the points up to the first non-finite loss: n points, x = log(lr), L = smoothed loss.
-    2. Skip the start: s = floor(skip_start * n) (10%: the bias-corrected EMA still averages only
-       a few batches there, so its wiggles are large).
+    2. Skip the start, where the EMA averages few batches: s = floor(skip_start * n).
     3. m = the index of the lowest L at or after s. The points after m (the divergence) are out.
     4. The descent starts at the first index f >= s where L has fallen by min_fall (10%) of the
        whole fall: L[f] <= L[s] - min_fall * (L[s] - L[m]). Noise on the plateau is out.
     5. Slope at i: (L[b] - L[a]) / (x[b] - x[a]) with a = max(i - h, 0), b = min(i + h, n - 1),
-       h = max(1, round(window * n)): a central difference over +-5% of the sweep, which
-       averages out batch noise that a neighbour-to-neighbour gradient would chase.
-    6. Return lrs[i] for the most negative slope among f <= i <= m; None when there are fewer
-       than 3 points, m < s + 2, or no negative slope (the loss never fell after the skipped
-       start: lower min_lr, or raise num_steps).
+       h = max(1, round(window * n)): a central difference that averages out batch noise.
+    6. Return lrs[i] for the most negative slope among f <= i <= m; None when there are fewer than 3 points,
+       m < s + 2, or no negative slope (lower min_lr, or raise num_steps).
 
-    On a noiseless curve this is the inflection point of the drop; the EMA's lag moves it a little
-    toward higher LRs, and the one-step lag of the loss (measured before the update) a little
-    toward lower ones.
+    On a noiseless curve this is the inflection point of the drop; the EMA's lag moves it a little toward higher LRs,
+    and the one-step lag of the loss (measured before the update) a little toward lower ones.
     """
     n = 0
     while n < len(losses) and math.isfinite(losses[n]):
@@ -169,28 +161,21 @@ def lr_range_test(
     divergence_factor: float = 4.0,
     should_stop: Callable[[], str | None] | None = None,
 ) -> LRFinderResult:
-    """Sweep the base LR exponentially from `min_lr` to `max_lr` over `num_steps` optimizer
-    updates, one batch each, and return the curve and a suggestion (see suggest_lr).
+    """Sweep the base LR exponentially from `min_lr` to `max_lr` over `num_steps` optimizer updates, one batch each, and
+    return the curve and a suggestion (see suggest_lr).
 
-    A batch of `batches` (a loader, or any iterable, iterated again when it runs out, or a function
-    returning a fresh iterator) is moved to `device` by `task.to_device`; `step(batch)` gives its gradients
-    and returns (its loss, what it weighs): forward, loss and backward (through `grad_scaler`, if given), as
-    train.py's train_step. A task that weighs tokens then takes the mean over the batch's tokens, every
-    rank's, as the loop does at an update (trainkit.tasks.task.mean_over_update_tokens). Each update is then clipping at
-    `grad_clip` and the optimizer's step (through `grad_scaler`): the loop of train.py, without accumulation.
-    The model trains as the loop trains it: train mode, BatchNorm inside frozen layers in eval mode.
+    `batches` (an iterable, iterated again when it runs out, or a function returning a fresh iterator) are moved by
+    `task.to_device`; `step(batch)` computes gradients and returns (loss, weight), as train.py's train_step. Each update
+    clips at `grad_clip` and steps (through `grad_scaler`): train.py's loop without accumulation, in its modes.
 
-    Smoothing: avg = smoothing * avg + (1 - smoothing) * loss, reported as avg / (1 - smoothing^t)
-    (bias-corrected, as Adam's moments). The sweep stops early once the smoothed loss is
-    non-finite or exceeds divergence_factor x the lowest smoothed loss so far. Loss i is
-    measured before the update at lrs[i] (the usual convention: a one-step lag).
+    The loss is smoothed by a bias-corrected EMA; the sweep stops once it is non-finite or exceeds divergence_factor x
+    its lowest so far. Loss i is measured before the update at lrs[i] (a one-step lag).
 
-    Model (parameters, buffers, gradients, modes), optimizer, scheduler, GradScaler and every
-    RNG are restored bit for bit afterwards. Every rank must call it with the same settings.
+    Model (parameters, buffers, gradients, modes), optimizer, scheduler, GradScaler and every RNG are restored bit for
+    bit afterwards. Every rank must call it with the same settings.
 
-    `should_stop()`, asked after every step (the same answer on every rank), names a stop signal
-    to end the sweep at once (SLURM's warning before a kill is short): the state is restored as
-    after a whole sweep, `stopped_by` says why, and there is no suggestion.
+    `should_stop()`, asked after every step, names a stop signal that ends the sweep at once: the state is restored,
+    `stopped_by` says why, and there is no suggestion.
     """
     world_size = torch.distributed.get_world_size() if is_distributed() else 1
     growth = (max_lr / min_lr) ** (1 / (num_steps - 1))
@@ -245,17 +230,14 @@ def lr_range_test(
 
 
 def find_lr_before_training(run: Run, step: Step) -> None:
-    """train.py's call, before the first update: the test with lr_finder.enabled, never on a resume (the run
-    goes on at the LR its checkpoint holds)."""
+    """train.py's call, before the first update: the test with lr_finder.enabled, never on a resume."""
     if run.cfg.lr_finder.enabled and not run.cfg.resume:
         find_lr(run, step)
 
 
 def find_lr(run: Run, step: Step) -> LRFinderResult:
-    """The range test on the run's model, data and optimizer with the loop's `step` (every rank takes part;
-    rank 0 plots lr_finder.png). Model, optimizer and RNG are restored after; with lr_finder.apply the
-    suggestion becomes the base LR. A stop signal ends it within a step: nothing trained yet, so nothing
-    saved (exit 75)."""
+    """The range test on the run's model, data and optimizer (every rank; rank 0 plots lr_finder.png); with
+    lr_finder.apply the suggestion becomes the base LR. A stop signal ends it within a step, saving nothing."""
     finder = run.cfg.lr_finder
     result = lr_range_test(
         run.trained_model, run.optimizer, step, run.task, run.data.train, run.device,

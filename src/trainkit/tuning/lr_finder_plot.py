@@ -21,10 +21,9 @@ class Curve(Protocol):
 
 
 def plot_lr_finder(result: Curve, path: str | Path) -> Path:
-    """Save loss against LR (log x axis) as a PNG from an LRFinderResult (lrs, losses, raw_losses,
-    suggestion, stopped_early): raw losses faint, smoothed loss solid, the suggestion marked.
-    matplotlib is imported here (it is slow to import), without pyplot, so no display or global
-    backend is involved."""
+    """Save loss against LR (log x axis) as a PNG from an LRFinderResult (lrs, losses, raw_losses, suggestion,
+    stopped_early): raw losses faint, smoothed loss solid, the suggestion marked. matplotlib is imported here (it is
+    slow to import), without pyplot, so no display or global backend is involved."""
     from matplotlib.figure import Figure
 
     path = Path(path)

@@ -2,13 +2,9 @@
 
     trainer.micro_batch_size: auto     # conf/config.yaml; trainer.micro_batch_memory_cap_mb: a cap of its own
 
-A fixed size N is the core's (trainkit.tasks.task.micro_batches cuts a batch into parts of N, weighed so
-the update is the whole batch's). `auto` searches N before training (micro_batch_size_that_fits): the first
-batch is tried whole, then in halves, quarters, ... (of its tokens, for token data) until one part's forward
-and backward (train.py's step) fit; every rank agrees at each try, so all ranks settle on the same size. The
-size found is set in the run's config (train.py resolves it once), so every checkpoint's config holds it: a
-resume reuses it without searching again (searched_micro_batch_size). Deleting this module (docs/features.md)
-leaves N and null: the core's config check then refuses `auto` in one line.
+A fixed size N is the core's (trainkit.tasks.task.micro_batches). `auto` tries the first batch whole, then in halves,
+quarters, ... until one part's forward and backward fit on every rank. The size is set in the run's config, so a resume
+reuses it. Deleting this module (docs/features.md) leaves N and null.
 """
 
 from __future__ import annotations
@@ -50,12 +46,8 @@ def find_micro_batch_size(
     sample: 1, or a sequence's tokens for token data, whose smaller parts are still one sequence) for which
     `try_step(size)` (one forward and backward of a part of that size) fits on every rank.
 
-    "Does not fit": an out-of-memory error (CUDA's, the CPU allocator's "can't allocate memory"; see
-    step_memory.is_out_of_memory) or, with `memory_cap_bytes`, a measured step memory above the
-    cap (step_memory.measure_step_memory: CUDA's allocator peak; on a CPU the activations
-    autograd saves). Each try ends with one all-reduce of a did-not-fit flag (any_rank), so a rank
-    that ran out of memory and one that did not both halve: nobody waits alone in a collective. Any
-    other error re-raises."""
+    "Does not fit": as trainkit.tuning.step_memory says. Each try ends with one all-reduce of a did-not-fit flag, so
+    all ranks halve together. Any other error re-raises."""
     size = batch_size
     while True:
         reason = _does_not_fit(try_step, size, device, memory_cap_bytes)
@@ -104,14 +96,9 @@ def micro_batch_size_that_fits(
     unit: str | None,
     memory_cap_mb: float | None,
 ) -> int:
-    """trainer.micro_batch_size=auto for train.py: searched (find_micro_batch_size) on `loader`'s first batch,
-    moved to `device` (task.to_device), with `step(part)`, the forward and backward of a part (train.py's: its
-    batch transform, task.step; no update). The probe puts gradients, BatchNorm statistics, modes and RNG
-    streams back as they were, so the failed tries leave nothing behind and training starts as it would have.
-    `unit` (Data.size_unit, items of many sizes: tokens): sizes count units, and a part of N units holds
-    N // T of the batch's items (T: the first tensor's padded length).
-    Not in a part's measured memory: the optimizer's state and DDP's buckets, as for the batch-size finder
-    (trainkit.tuning.batch_size_finder)."""
+    """trainer.micro_batch_size=auto: searched on `loader`'s first batch with `step(part)` (forward and backward, no
+    update); the probe puts everything back as it was. `unit` (Data.size_unit, e.g. tokens): sizes count units, and a
+    part of N units holds N // T items (T: the first tensor's padded length)."""
     batch = task.to_device(next(iter(loader)), device)
     per_sample = first_tensor(batch)[0].numel() if unit else 1
     probe = training_step_probe(model, batch, step)
@@ -126,10 +113,8 @@ def micro_batch_size_that_fits(
 def searched_micro_batch_size(
     cfg: DictConfig, run: Any, step: Callable[[Any], object], data: Any, device: torch.device
 ) -> dict[str, int]:
-    """train.py's call: {"trainer.micro_batch_size": the size} for trainer.micro_batch_size=auto: searched on the
-    training data's first batch (micro_batch_size_that_fits), or on a resume the size the checkpoint's run found
-    (a new search could settle elsewhere, and the resumed updates would not be the ones it trained); nothing for
-    a size or null."""
+    """train.py's call: {"trainer.micro_batch_size": the size} for `auto`, searched, or on a resume the checkpoint's
+    (a new search could settle elsewhere); nothing for a size or null."""
     if cfg.trainer.micro_batch_size != "auto":
         return {}
     if cfg.resume:

@@ -7,13 +7,8 @@ micro_batch_auto needs that row: dropping the finder drops both.
         probe(16)                                     # 16 samples of `batch`, repeated; the model left as it was
     measured.peak_bytes
 
-"Does not fit" means an out-of-memory error (is_out_of_memory: torch.cuda.OutOfMemoryError, or a RuntimeError
-saying "out of memory" / "can't allocate memory": CUDA, MPS, the CPU allocator; or MemoryCapExceeded), or a
-measured memory above a cap the search was given. Measured how: on CUDA, the allocator's peak
-(torch.cuda.max_memory_allocated, after resetting it) - the true peak of the step, parameters included;
-elsewhere (CPU, MPS), the bytes of the tensors autograd saves for backward during the step (the activations,
-each storage counted once, parameters excluded) - the part of the step's memory that grows with the batch, a
-lower bound on the whole (parameters, gradients, optimizer state and temporaries are not in it).
+"Does not fit": an out-of-memory error (is_out_of_memory) or measured memory above the search's cap. On CUDA that is
+the allocator's peak; elsewhere the bytes autograd saves for backward (the part that grows with the batch).
 """
 
 from __future__ import annotations
@@ -41,9 +36,7 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def free_memory(device: torch.device | str | None = None) -> None:
-    """Drop what a failed step left behind on an accelerator: Python garbage (reference cycles
-    holding tensors), then CUDA's cached blocks. On the CPU reference counting has freed the
-    tensors already, and a full garbage collection costs more than the step."""
+    """Drop what a failed step left behind on an accelerator: Python garbage, then CUDA's cached blocks."""
     if device is not None and torch.device(device).type == "cpu":
         return
     gc.collect()
@@ -86,13 +79,8 @@ def measure_step_memory(device: torch.device | str | None) -> Iterator[_Measurem
 
 
 def training_step_probe(model: nn.Module, batch: Any, step: Callable[[Any], object]) -> Callable[[int], None]:
-    """A try_step for find_batch_size: `step(batch)`, the forward and backward of one training batch (train.py's:
-    its batch transform, task.step), on a batch of the asked size built by repeating the samples of `batch`
-    (already on the model's device; any nested tensors, trainkit.tasks.task), so shapes and dtypes are the
-    real ones. The model trains as the loop trains it (train mode, BatchNorm inside frozen layers in eval mode).
-    No optimizer step: the weights do not change, and after each try the buffers (BatchNorm statistics),
-    gradients and train/eval modes are put back as they were when the probe was made, and torch's RNGs (CPU
-    and the device's; dropout and augmentation draw from them) as they were before the try."""
+    """A try_step for find_batch_size: `step(batch)` (forward and backward) on `batch`'s samples repeated to the asked
+    size. No optimizer step; after each try buffers, gradients, modes and torch's RNGs are put back."""
     device = first_tensor(batch).device
     buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
     grads = [(param, None if param.grad is None else param.grad.detach().clone()) for param in model.parameters()]
@@ -117,8 +105,7 @@ def training_step_probe(model: nn.Module, batch: Any, step: Callable[[Any], obje
 
 
 def readable_size(size: float) -> str:
-    """A number of bytes in the unit that shows it with 3 significant digits: 1.50 GiB, 312 MiB, 4.10 KiB
-    (never "0.0 MB": a small cap and what it was compared with stay distinguishable)."""
+    """A number of bytes with 3 significant digits: 1.50 GiB, 312 MiB, 4.10 KiB."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if size >= scale:
             return f"{size / scale:.3g} {unit}" if size / scale < 1000 else f"{size / scale:.0f} {unit}"

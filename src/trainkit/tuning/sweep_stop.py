@@ -1,18 +1,17 @@
 """Stop a whole multirun on SIGTERM, SIGINT or SIGHUP: every running job saves, the sweep exits 75.
 
 A sweep's jobs run in the launching process (the basic launcher: the job's own handlers of
-trainkit.checkpointing.signals stop it) or in worker processes (hydra/launcher=joblib: loky workers,
-children of the launching process). Without this, SIGTERM to the launching process (scancel, kill,
-a closed terminal) ended it at once with exit 143 and the workers trained on, unsupervised.
+trainkit.checkpointing.signals stop it) or in worker processes (hydra/launcher=joblib: loky workers, children of the
+launching process). Without this, SIGTERM to the launching process (scancel, kill, a closed terminal) ended it at once
+with exit 143 and the workers trained on, unsupervised.
 
-Here the launching process, on a stop signal, passes SIGTERM on to its worker processes (the children
-that do not ignore SIGTERM: loky's resource trackers do, and stay), waits until they have exited (a
-worker running a job saves checkpoints/last.pt at its next update and exits 75; an idle one exits at
-once), then prints one line with the command that continues the sweep
-(trainkit.checkpointing.sweep_continuation) and exits 75. A second Ctrl-C kills the workers and exits
-130 without waiting. Jobs that had not started are started by the rerun. Linux only (the children are
-read from /proc); elsewhere the signal ends the launching process as before: stop the workers too
-(`kill -TERM -<process group>`), then rerun the sweep.
+Here the launching process, on a stop signal, passes SIGTERM on to its worker processes (the children that do not ignore
+SIGTERM: loky's resource trackers do, and stay), waits until they have exited (a worker running a job saves
+checkpoints/last.pt at its next update and exits 75; an idle one exits at once), then prints one line with the command
+that continues the sweep (trainkit.checkpointing.sweep_continuation) and exits 75. A second Ctrl-C kills the workers and
+exits 130 without waiting. Jobs that had not started are started by the rerun. Linux only (the children are read from
+/proc); elsewhere the signal ends the launching process as before: stop the workers too (`kill -TERM -<process group>`),
+then rerun the sweep.
 """
 
 import contextlib

@@ -2,25 +2,14 @@
 
     python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=4 optimizer.lr=0.1,0.05,0.02,0.01
 
-On a machine with G >= 2 visible GPUs, each job of a multirun claims free GPUs before it trains
-(`sweep.assign_gpus`, on by default): one, or `distributed.nproc_per_node` for a trial that starts
-several processes (any `distributed` but `none`, as trainkit.distributed.launch starts them; null: all G);
-a trial that wants more than G is refused in one line. A job that finds none
-free waits for one (n_jobs > G). The claim is an flock on `<sweep dir>/.gpus/<index>.lock`, held
-while the job runs:
+With G >= 2 visible GPUs, each job claims free GPUs before it trains (`sweep.assign_gpus`): one, or
+`distributed.nproc_per_node` (null: all G); more than G is refused. A job waits while none are free. The claim is an
+flock on `<sweep dir>/.gpus/<index>.lock`: independent of the launcher, dropped by the kernel when its holder dies, and
+naming its holder.
 
-- it does not depend on the launcher: joblib's loky workers are reused from job to job and have no
-  stable index a job could read, n_jobs may exceed G, and the basic launcher runs jobs one by one;
-- the kernel drops an flock when its holder exits or is killed, so a crashed trial never keeps its GPU;
-- it is visible: `<index>.lock` names the process that holds it.
-
-A one-process trial trains on `device=cuda:<index>` (set in its config: a reused worker may have
-touched CUDA already, after which CUDA_VISIBLE_DEVICES no longer counts); a multi-process trial starts
-its workers with CUDA_VISIBLE_DEVICES set to its GPUs, so local rank r uses the r-th of them. Nothing is
-assigned under torchrun or a multi-task SLURM step (the processes have their devices), in submitit's
-jobs (SLURM gives each its own GPUs), with one GPU or none, or with an explicit `device=cuda:N`.
-Two sweeps with different sweep directories on one machine do not see each other's claims: run
-them one after the other, or give one of them CUDA_VISIBLE_DEVICES.
+A one-process trial trains on `device=cuda:<index>` (a reused worker may have touched CUDA already); a multi-process
+trial sets its workers' CUDA_VISIBLE_DEVICES. Nothing is assigned under torchrun, SLURM or submitit, with fewer than two
+GPUs, or with an explicit `device=cuda:N`. Sweeps in different directories do not see each other's claims.
 """
 
 import contextlib
@@ -57,8 +46,7 @@ def on_its_own_gpus(trial: Callable[[DictConfig], Result]) -> Callable[[DictConf
 
 
 def visible_gpus() -> list[str]:
-    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (a child given a subset of
-    these names sees exactly that subset)."""
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them."""
     count = torch.cuda.device_count()
     listed = [name.strip() for name in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if name.strip()]
     return listed[:count] if len(listed) >= count else [str(index) for index in range(count)]
@@ -66,8 +54,7 @@ def visible_gpus() -> list[str]:
 
 @contextlib.contextmanager
 def gpus_for_this_trial(cfg: DictConfig, sweep_dir: Path | None = None, multirun: bool | None = None) -> Iterator[None]:
-    """Within: this trial's own GPUs (see the module's docstring); nothing changes outside a parallel
-    multirun on several GPUs. `sweep_dir` and `multirun` come from Hydra when None (tests pass them)."""
+    """Within: this trial's own GPUs (see the module). `sweep_dir` and `multirun` come from Hydra when None."""
     multirun = in_multirun() if multirun is None else multirun
     if not _assigns(cfg, multirun):
         yield
@@ -113,9 +100,8 @@ def _assigns(cfg: DictConfig, multirun: bool) -> bool:
 
 @contextlib.contextmanager
 def claimed(lock_dir: Path, count: int, wanted: int) -> Iterator[list[int]]:
-    """`wanted` of the indices 0..count-1 that no other process holds, held (flock) while the block
-    runs; waits while fewer are free. All or none: a trial never holds some GPUs while it waits for more,
-    so two multi-process trials cannot block each other."""
+    """`wanted` of the indices 0..count-1 that no other process holds, held within; all or none, so two trials
+    cannot block each other."""
     lock_dir.mkdir(parents=True, exist_ok=True)
     waiting_said = False
     while True:

@@ -1,15 +1,14 @@
-"""Where metrics go: metrics.jsonl always (the run's record), plus the trackers chosen by `logger` (the modules
-beside this one), several at once (`logger=[a,b]`).
+"""Where metrics go: metrics.jsonl always (the run's record), plus the trackers chosen by `logger` (the modules beside
+this one), several at once (`logger=[a,b]`).
 
-train.py talks to one `Loggers` object: `log(metrics)` for every metrics dict (each carries
-`epoch` and `step`), `log_image(key, image, step)`, `log_masks(...)` for images with their true and
-predicted masks (trainkit.tracking.prediction_images), `summary(values)` for the run's headline
-numbers, and `finish(failed=...)` in a `finally`. A tracker that has no use for a call ignores it.
-Each tracker is a module here, `<name>_logger.py`, found by its name (logger.trackers' keys): it offers
-`build(cfg, run_dir, facts) -> Logger`, its config checks (`CONFIG_RULES`), and where it keeps a file of its own
-that a resume trims, `trim_to_checkpoint`. It imports its library only when it is chosen. Deleting one is
-deleting its module and its conf/logger file (docs/features.md). metrics.jsonl's logger is here, with the
-strict JSON that it and summary.json are written in.
+train.py talks to one `Loggers` object: `log(metrics)` for every metrics dict (each carries `epoch` and `step`),
+`log_image(key, image, step)`, `log_masks(...)` for images with their true and predicted masks
+(trainkit.tracking.prediction_images), `summary(values)` for the run's headline numbers, and `finish(failed=...)` in a
+`finally`. A tracker that has no use for a call ignores it. Each tracker is a module here, `<name>_logger.py`, found by
+its name (logger.trackers' keys): it offers `build(cfg, run_dir, facts) -> Logger`, its config checks (`CONFIG_RULES`),
+and where it keeps a file of its own that a resume trims, `trim_to_checkpoint`. It imports its library only when it is
+chosen. Deleting one is deleting its module and its conf/logger file (docs/features.md). metrics.jsonl's logger is here,
+with the strict JSON that it and summary.json are written in.
 """
 
 from __future__ import annotations

@@ -68,14 +68,13 @@ def provenance_tags(provenance: dict) -> dict[str, str]:
 
 
 class MlflowLogger(Logger):
-    """Params (the flattened config), metrics with their step, provenance as tags, the run's files as
-    artifacts at the end, the same run continued on a resume (its id is in the checkpoint), status
-    FAILED when training failed. A guest, like W&B: if MLflow fails, one warning says so and training
-    goes on with metrics.jsonl alone.
+    """Params (the flattened config), metrics with their step, provenance as tags, the run's files as artifacts at the
+    end, the same run continued on a resume (its id is in the checkpoint), status FAILED when training failed. A guest,
+    like W&B: if MLflow fails, one warning says so and training goes on with metrics.jsonl alone.
 
-    MLflow's history only grows (its client can neither delete nor replace a value), so each metric is
-    logged once a step (OncePerStep): a resume from `resume_step` reads what the run's history holds from
-    that step on (the steps a stopped or killed part logged after its checkpoint) and logs only the rest."""
+    MLflow's history only grows (its client can neither delete nor replace a value), so each metric is logged once a
+    step (OncePerStep): a resume from `resume_step` reads what the run's history holds from that step on (the steps a
+    stopped or killed part logged after its checkpoint) and logs only the rest."""
 
     def __init__(
         self,

@@ -1,13 +1,12 @@
 """What a W&B offline run's earlier parts hold on disk, read from their `.wandb` files.
 
-W&B writes an offline run through its service process (wandb-core), into `run-<id>.wandb`: LevelDB's log
-format (32 KiB blocks of chunks, each a CRC-32 of its type and payload, a length, a type; a record is
-one chunk or several) whose records are the protobuf `Record`s of wandb.proto. The service buffers the
-file and writes it out every x_transaction_log_flush_interval seconds (15), when a buffer fills, and
-when the run finishes: a process killed with SIGKILL (the OOM killer, a lost node) leaves what was
-buffered unwritten, often everything (a 7-byte file, its header alone). So a resume reads what each
-earlier part holds instead of trusting it: the reading stops at the first chunk that is torn or fails
-its checksum, as `wandb sync` would.
+W&B writes an offline run through its service process (wandb-core), into `run-<id>.wandb`: LevelDB's log format (32 KiB
+blocks of chunks, each a CRC-32 of its type and payload, a length, a type; a record is one chunk or several) whose
+records are the protobuf `Record`s of wandb.proto. The service buffers the file and writes it out every
+x_transaction_log_flush_interval seconds (15), when a buffer fills, and when the run finishes: a process killed with
+SIGKILL (the OOM killer, a lost node) leaves what was buffered unwritten, often everything (a 7-byte file, its header
+alone). So a resume reads what each earlier part holds instead of trusting it: the reading stops at the first chunk that
+is torn or fails its checksum, as `wandb sync` would.
 """
 
 from __future__ import annotations

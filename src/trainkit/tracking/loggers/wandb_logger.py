@@ -36,23 +36,21 @@ def build(cfg: DictConfig, run_dir: Path, facts: RunFacts) -> Logger:
 
 
 class WandbLogger(Logger):
-    """Weights & Biases, offline by default: the run lands in `<run_dir>/wandb/offline-run-*`, and
-    when it finishes one log line names that folder and the `wandb sync <folder>` command that
-    uploads it. W&B is a guest: if it cannot start or later fails, one warning says so and
-    training goes on with metrics.jsonl alone.
+    """Weights & Biases, offline by default: the run lands in `<run_dir>/wandb/offline-run-*`, and when it finishes one
+    log line names that folder and the `wandb sync <folder>` command that uploads it. W&B is a guest: if it cannot start
+    or later fails, one warning says so and training goes on with metrics.jsonl alone.
 
-    Every metrics dict becomes its own W&B history row, plotted against our `step` metric
-    (`define_metric("*", step_metric="step")`) rather than W&B's internal counter: W&B drops a
-    `log(..., step=s)` whose s is below its current step, which would lose the epoch metrics
-    logged at the same step as the last step-level loss, and every point re-logged after a
-    resume from an earlier checkpoint.
+    Every metrics dict becomes its own W&B history row, plotted against our `step` metric (`define_metric("*",
+    step_metric="step")`) rather than W&B's internal counter: W&B drops a `log(..., step=s)` whose s is below its
+    current step, which would lose the epoch metrics logged at the same step as the last step-level loss, and every
+    point re-logged after a resume from an earlier checkpoint.
 
-    Each metric is logged once a step (OncePerStep). A resumed offline run writes a part of its own
-    (another offline-run folder, the same run id), and W&B's service writes a part's file on its own
-    schedule, so a part whose process was killed may hold less than it was given, or nothing
-    (trainkit.tracking.loggers.wandb_files). So a resume reads what the earlier parts hold, logs into its
-    part each metric of `history` (metrics.jsonl's lines up to the checkpoint) that they lack, and leaves
-    out what they hold after the checkpoint; the done line lists only the parts that hold records.
+    Each metric is logged once a step (OncePerStep). A resumed offline run writes a part of its own (another offline-run
+    folder, the same run id), and W&B's service writes a part's file on its own schedule, so a part whose process was
+    killed may hold less than it was given, or nothing (trainkit.tracking.loggers.wandb_files). So a resume reads what
+    the earlier parts hold, logs into its part each metric of `history` (metrics.jsonl's lines up to the checkpoint)
+    that they lack, and leaves out what they hold after the checkpoint; the done line lists only the parts that hold
+    records.
     """
 
     def __init__(
