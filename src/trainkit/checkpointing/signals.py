@@ -1,8 +1,10 @@
 """Stop a run cleanly on SIGTERM, SIGUSR1, SIGINT or SIGHUP: finish the optimizer step, save, exit 75.
 
-SIGQUIT (Ctrl-\\) is left alone: it quits at once, without saving. A handler only records the request; train.py's
-`stop_reason` reads it after each optimizer update, the run writes checkpoints/last.pt there, says how to resume, and
-exits with EXIT_STOPPED (75, EX_TEMPFAIL). A second Ctrl-C before the checkpoint is written aborts at once (exit 130).
+SLURM sends SIGTERM (or --signal's USR1) before a time limit or a preemption; Ctrl-C sends SIGINT; a closed terminal or
+a dropped ssh session sends SIGHUP. SIGQUIT (Ctrl-\\) is left alone: it quits at once, without saving. A handler only
+records the request; train.py's `stop_reason` reads it after each optimizer update, the run writes checkpoints/last.pt
+there, says how to resume, and exits with EXIT_STOPPED (75, EX_TEMPFAIL). A second Ctrl-C before the checkpoint is
+written aborts at once (exit 130).
 
 Under DDP every rank must stop after the same update, and agreeing costs a collective and a host sync, so the ranks
 agree only where the loop synchronizes anyway: at each logging step and each epoch's end. A single process reads its
