@@ -3,16 +3,21 @@ and stays within the budget, as many batches every epoch and on every rank (docs
 `Data.batch_sampler` asks budget_batches for them where the option has a `max_<size_unit>` field (budget_key);
 the config check takes the key's rule from config_rules (conf/config.yaml's `_checks_.size_budget`)."""
 
+from __future__ import annotations
+
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
 from trainkit.config.schema import Check, integer
-from trainkit.data.datasets import Data
 from trainkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from trainkit.data.datasets import Data
 
 BUCKET_RATIO = 1.1  # a bucket's longest item is at most this times its shortest ...
 BUCKET_SLACK = 8  # ... or at most this many units longer (short items would make tiny buckets)

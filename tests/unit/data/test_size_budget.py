@@ -2,13 +2,14 @@
 split, a seeded shuffle, and the exact skip of a mid-epoch resume; the data option's hook that asks for them
 (Data.batch_sampler), and the check of the budget's key, beside this code."""
 
+import ast
 from dataclasses import dataclass
 
 import pytest
 import torch
 from test_data_kinds import CPU, LongestFirst, pad_to_longest
 
-from conftest import composed
+from conftest import ROOT, composed
 from data_for_tests import SIZED_SIGNALS
 from trainkit.config.declared import declared
 from trainkit.config.rules import RULES
@@ -261,3 +262,11 @@ def test_without_its_checks_section_the_core_checks_no_budget():
     the data's own checks, and a data option without a budget key gets no rule at all."""
     assert "data.max_values" not in problems(composed(*SIZED_SIGNALS, "+data.max_values=0", "~_checks_.size_budget"))
     assert config_rules(composed()) == {}  # the digits: no size_unit, no budget
+
+
+def test_size_budget_imports_nothing_of_datasets_at_module_level():
+    """datasets.py imports trainkit.data.size_budget (its marked lines): size_budget.py names Data for type checking
+    only, so the two modules import each other in no order."""
+    tree = ast.parse((ROOT / "src" / "trainkit" / "data" / "size_budget.py").read_text(encoding="utf-8"))
+    imported = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
+    assert "trainkit.data.datasets" not in imported
