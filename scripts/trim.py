@@ -265,6 +265,11 @@ def line_count(path: Path) -> int:
     return sum(len(file.read_bytes().splitlines()) for file in files if file.is_file())
 
 
+def left_empty(folder: Path) -> bool:
+    """A folder with nothing left in it (a config group) or a package with nothing left but its __init__.py."""
+    return {path.name for path in folder.iterdir()} <= {"__init__.py", "__pycache__"}
+
+
 def drop(root: Path, row: Capability, write: bool = True) -> Removed:
     """Remove `row`'s capability from the tree at `root` (with write=False, only say what would go)."""
     removed = Removed()
@@ -277,8 +282,10 @@ def drop(root: Path, row: Capability, write: bool = True) -> Removed:
         removed.files[file] = line_count(path)
         if write:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-            while (path := path.parent) != root and not any(path.iterdir()):  # a folder left empty (a config group)
-                path.rmdir()
+            while (path := path.parent) != root and left_empty(path):
+                if (init := path / "__init__.py").exists():
+                    removed.files[str(init.relative_to(root))] = line_count(init)
+                shutil.rmtree(path)
 
     def edit(path: Path, text: str) -> None:
         if write:

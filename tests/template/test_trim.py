@@ -135,3 +135,16 @@ def test_a_file_two_rows_list_goes_with_either_and_a_marked_yaml_line_goes(tmp_p
     capsys.readouterr()
     assert trim.main([], root=one) == 0
     assert capsys.readouterr().out.splitlines()[1].split() == ["big", "1", "2", "-", "-"]  # its file, its table row
+
+
+def test_a_package_left_with_only_its_init_goes_and_one_that_keeps_a_module_stays(tmp_path, capsys):
+    table = FILES["docs/features.md"].replace("`src/fancy.py`", "`src/finders/fancy.py`")
+    files = {**FILES, "docs/features.md": table, "src/finders/__init__.py": '"""Finders."""\n'}
+    files["src/finders/fancy.py"] = files.pop("src/fancy.py")
+    dropped = commit(files, tmp_path / "dropped")
+    assert trim.main(["--drop", "fancy"], root=dropped) == 0
+    assert not (dropped / "src/finders").exists() and (dropped / "src/plain.py").exists()
+    kept = commit({**files, "src/finders/plain.py": "z = 3\n"}, tmp_path / "kept")
+    assert trim.main(["--drop", "fancy"], root=kept) == 0
+    assert (kept / "src/finders/__init__.py").exists()
+    capsys.readouterr()
