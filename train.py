@@ -53,8 +53,8 @@ from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, 
 from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
-from trainkit.tracking import (EpochTotals, epoch_line, log_epoch_notes, quiet_known_noise, start_logging,
-                               warn_if_data_bound)
+from trainkit.tracking import EpochTotals, epoch_line, log_epoch_notes, quiet_known_noise, start_logging
+from trainkit.tracking.bottleneck import warn_if_data_bound  # feature: loop_timing
 from trainkit.tracking.config_tree import print_config_tree  # feature: config_tree
 from trainkit.tracking.prediction_images import show_predictions, start_showing  # feature: logged_images
 from trainkit.tracking.profiling import close_profiler, profiled_timer  # feature: profiler
@@ -82,7 +82,7 @@ def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_
         sync_part = sync and n == len(parts)  # DDP and FSDP reduce the gradients once, on the last part
         with run.parallel.gradient_sync(run.trained_model, sync_part), run.autocast:
             loss, outputs = task.step(run.trained_model, part)
-            run.timer.phase("backward")
+            run.timer.phase("backward")  # feature: loop_timing
             part_weight = task.weight(part)  # samples, or real tokens: a tokens task's update divides by them all
             scale = part_weight if task.weighs == "tokens" else share / group_size
             run.scaler.scale(loss * scale).backward()
@@ -132,7 +132,7 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
                     dynamic_ncols=True, disable=not show_progress)
     totals = EpochTotals(run.device, run.data.size_unit, run.data.pad_id, run.model)
     mid_epoch_saves, compile_seconds = 0, None
-    run.timer.start_epoch(run.device, skip_first=compiling)
+    run.timer.start_epoch(run.device, skip_first=compiling)  # feature: loop_timing
     for i, batch in enumerate(run.data.train, start=state.batches_done):
         if i >= num_batches or (trainer.max_steps and state.step >= trainer.max_steps):
             break
@@ -140,12 +140,12 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         group_size = min(accumulate, num_batches - group_start)
         is_update = i - group_start == group_size - 1
         batch = run.task.to_device(batch, run.device)
-        run.timer.batch_ready()
+        run.timer.batch_ready()  # feature: loop_timing
         loss, _ = train_step(run, batch, trainer.micro_batch_size, group_size, is_update, totals)
-        run.timer.phase("optimizer_step")
+        run.timer.phase("optimizer_step")  # feature: loop_timing
         if is_update:
             update(run, totals, trainer.grad_clip, logging=(state.step + 1) % trainer.log_every_n_steps == 0)
-        run.timer.phase("bookkeeping")
+        run.timer.phase("bookkeeping")  # feature: loop_timing
         state.batches_done = i + 1
         if compiling and compile_seconds is None:
             loss.item()  # waits for the device, so the compile's step is timed alone
@@ -163,10 +163,12 @@ def train_one_epoch(run: Run, show_progress: bool, compiling: bool = False) -> d
         if show_progress and (i % 10 == 0 or i == num_batches - 1):  # loss.item() waits for the device
             lr = run.optimizer.param_groups[0]["lr"]
             progress.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", refresh=False)
-        run.timer.step_done()
+        run.timer.step_done()  # feature: loop_timing
     progress.close()
     log_epoch_notes(run, mid_epoch_saves, compile_seconds)
-    return {**totals.epoch_metrics(run.task), "lr": run.optimizer.param_groups[0]["lr"], **run.timer.epoch_metrics()}
+    metrics = {**totals.epoch_metrics(run.task), "lr": run.optimizer.param_groups[0]["lr"]}
+    metrics |= run.timer.epoch_metrics()  # feature: loop_timing
+    return metrics
 
 
 def save_checkpoints(run: Run, improved: bool = False) -> None:
@@ -259,7 +261,7 @@ def validate_epoch(run: Run, train_metrics: dict) -> bool:
     show_predictions(run)  # feature: logged_images
     if run.proc.is_main:
         log.info(epoch_line(state.epoch, train_metrics, val, improved))
-        warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)
+        warn_if_data_bound(run.timer, train_metrics, run.data.train, cfg.data)  # feature: loop_timing
     return improved
 
 

@@ -200,14 +200,19 @@ def without_docs_of(relative: Path, text: str, name: str, files: Iterable[str] =
 
 
 def without_files_listed(line: str, files: Iterable[str]) -> str:
-    """A row of the table without `files` in its files cell; any other line as it is."""
+    """A row of the table without `files` in its files cell, nor its marked lines in them (one place fewer each);
+    any other line as it is."""
     cells = line.split("|")
     if not line.startswith("| `") or len(cells) != COLUMNS + 2:
         return line
     listed = re.findall(r"`([^`]+)`", cells[2])
-    if not set(files) & set(listed):
+    marked = re.findall(r"`([^`]+)`: (\d+)", cells[4])
+    gone = [file for file, _ in marked if file in files and f"`{file}`" not in cells[3]]
+    if not set(files) & set(listed) and not any(file in files for file, _ in marked):
         return line
     cells[2] = " " + ", ".join(f"`{file}`" for file in listed if file not in files) + " "
+    cells[4] = " " + "; ".join(f"`{file}`: {count}" for file, count in marked if file not in files) + " "
+    cells[7] = f" {int(cells[7]) - len(gone)} "
     return "|".join(cells)
 
 

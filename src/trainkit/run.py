@@ -32,7 +32,8 @@ from trainkit.distributed.parallel import Parallel
 from trainkit.early_stopping import EarlyStopping
 from trainkit.schedules import build_scheduler
 from trainkit.tasks import Task, evaluate
-from trainkit.tracking import Loggers, LoopTimer, recorded_origin, training_line, write_summary
+from trainkit.tracking import Loggers, recorded_origin, training_line, write_summary
+from trainkit.tracking.timing import LoopTimer  # feature: loop_timing
 
 log = logging.getLogger("train")  # train.py's logger: these are its lines
 
@@ -99,7 +100,7 @@ class Run:
     # The step's mixed precision (runtime.autocast of parallel.precision), built once and entered for each batch.
     autocast: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
     early_stopping: EarlyStopping = field(init=False)
-    timer: LoopTimer = field(default_factory=LoopTimer)  # each epoch: waiting for data vs the rest
+    timer: LoopTimer = field(default_factory=LoopTimer)  # feature: loop_timing
     # A feature's average of the weights (regularization.ema), evaluated in their place; None: the model is.
     averaged: torch.optim.swa_utils.AveragedModel | None = None
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-BUDGET_LINES, BUDGET_FILES = 302, 12  # today's, not to grow; issue 43 aims at 250 lines in 10 files
+BUDGET_LINES, BUDGET_FILES = 266, 11  # today's, not to grow; issue 43 aims at 250 lines in 10 files
 RUNS = {"default": [], "stdlib_gpt": ["experiment=stdlib_gpt"]}
 ROWS_OF_THE_RUN = {"stdlib_gpt": ("language_model",)}  # a capability's files that a run is made of count as its own
 if not (ROOT / "conf" / "experiment" / "stdlib_gpt.yaml").is_file():  # a clone trimmed of the language model

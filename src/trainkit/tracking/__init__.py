@@ -1,13 +1,11 @@
 """What a run reports: where it came from (provenance.json, where trainkit.tracking.provenance wrote it), the loggers
-(metrics.jsonl and the trackers: tracking/loggers/), the start, epoch and closing lines, summary.json, the timing of
-data wait vs compute.
+(metrics.jsonl and the trackers: tracking/loggers/), the start, epoch and closing lines, summary.json.
 
 train.py imports from here; the modules inside import each other directly. The profiler (debug=profile,
 trainkit.tracking.profiling) and eval.py's pictures of a model's predictions (eval_figures) are optional features, and
 so are the pictures of samples and predictions the trackers are shown (logger.log_images and log_predictions,
 trainkit.tracking.prediction_images): each is imported by its own module or marked line (docs/features.md)."""
 
-from trainkit.tracking.bottleneck import data_bound_advice, warn_if_data_bound
 from trainkit.tracking.epoch_totals import EpochTotals
 from trainkit.tracking.known_noise import quiet_known_noise
 from trainkit.tracking.loggers import Loggers, build_loggers, run_names
@@ -19,14 +17,11 @@ from trainkit.tracking.run_report import (
     write_summary,
 )
 from trainkit.tracking.run_start import start_logging
-from trainkit.tracking.timing import LoopTimer
 
 __all__ = [
     "EpochTotals",
     "Loggers",
-    "LoopTimer",
     "build_loggers",
-    "data_bound_advice",
     "epoch_line",
     "log_epoch_notes",
     "quiet_known_noise",
@@ -34,6 +29,5 @@ __all__ = [
     "run_names",
     "start_logging",
     "training_line",
-    "warn_if_data_bound",
     "write_summary",
 ]

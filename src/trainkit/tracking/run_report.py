@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from trainkit.tasks.task import higher_is_better
-from trainkit.tracking.bottleneck import epoch_line_extras
+from trainkit.tracking.bottleneck import epoch_line_extras  # feature: loop_timing
 from trainkit.tracking.loggers import strict_json
 
 log = logging.getLogger("train")  # train.py's logger: these are its lines
@@ -116,14 +116,13 @@ def coupled_batch_part(task: Any, world_size: int, batch_size: int) -> str:
 
 
 def epoch_line(epoch: int, train_metrics: dict, val: dict, improved: bool) -> str:
-    """`epoch N  train/loss ..  val/loss ..  val/<metric> ..  lr ..  N samples/s`, the timing extras
-    (trainkit.tracking.bottleneck) and `*` where the monitored metric improved."""
+    """`epoch N  train/loss ..  val/loss ..  val/<metric> ..  lr ..  N samples/s`, where the time went and `*` where
+    the monitored metric improved."""
     val_metrics = "".join(f"  val/{name} {value:.4f}" for name, value in val.items() if name != "samples")
-    return (
-        f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}{val_metrics}  lr {train_metrics['lr']:.2e}  "
-        f"{throughput(train_metrics)}{epoch_line_extras(train_metrics)}"
-        f"{'  *' if improved else ''}"
-    )
+    line = f"epoch {epoch:>3}  train/loss {train_metrics['train/loss']:.4f}{val_metrics}  lr {train_metrics['lr']:.2e}"
+    line += f"  {throughput(train_metrics)}"
+    line += epoch_line_extras(train_metrics)  # feature: loop_timing
+    return line + ("  *" if improved else "")
 
 
 def throughput(train_metrics: dict) -> str:
