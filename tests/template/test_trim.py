@@ -151,9 +151,10 @@ def test_a_package_left_with_only_its_init_goes_and_one_that_keeps_a_module_stay
 
 
 def test_a_row_whose_marked_lines_were_in_a_dropped_file_stops_listing_them(tmp_path, capsys):
-    table = FILES["docs/features.md"].replace("| `plain`: a plain helper | `src/plain.py` | | | | | 1 |", (
-        "| `plain`: a plain helper | `src/plain.py` | | `src/fancy.py`: 1; `train.py`: 1 | | | 3 |"
-    ))
+    table = FILES["docs/features.md"].replace(
+        "| `plain`: a plain helper | `src/plain.py` | | | | | 1 |",
+        ("| `plain`: a plain helper | `src/plain.py` | | `src/fancy.py`: 1; `train.py`: 1 | | | 3 |"),
+    )
     files = {**FILES, "docs/features.md": table, "src/fancy.py": "x = 1\ny = 2  # feature: plain\n"}
     files["train.py"] += "print(3)  # feature: plain\n"
     root = commit(files, tmp_path)
