@@ -3,7 +3,6 @@ the articles this template grew from: docs/speed.md#the-loader-rules. In-memory 
 """
 
 import logging
-import math
 import os
 from typing import Any
 
@@ -15,8 +14,6 @@ log = logging.getLogger(__name__)
 
 RAISE = 1.5
 MAX_WORKERS_PER_CORE = 2
-GPU_STARVED = 0.5  # train/gpu_util below this: the GPU waits
-LOADING_LIMIT = 1 / 3  # loading over compute time
 
 
 def available_cores() -> int:
@@ -39,24 +36,6 @@ def this_rank_cores() -> int:
 def resolve_num_workers(value: int | str) -> int:
     """`auto`: the cores this rank may use; a number is used as given."""
     return this_rank_cores() if value == "auto" else int(value)
-
-
-def more_workers(workers: int, cores: int) -> int | None:
-    """The next worker count up from `workers`: the cores, then 1.5x, at most 2x; None at the ceiling."""
-    ceiling = MAX_WORKERS_PER_CORE * cores
-    if workers >= ceiling:
-        return None
-    return cores if workers < cores else min(math.ceil(RAISE * workers), ceiling)
-
-
-def loading_per_compute(wait_share: float) -> float:
-    """Loading time over compute time, wait / (step - wait), from train/data_wait_fraction."""
-    return wait_share / (1 - wait_share) if wait_share < 1 else math.inf
-
-
-def data_bound(wait_share: float) -> bool:
-    """Whether loading took over a third of the compute time."""
-    return loading_per_compute(wait_share) > LOADING_LIMIT
 
 
 def resolve_pin_memory(value: bool | str, device: torch.device) -> bool:

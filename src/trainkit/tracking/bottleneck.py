@@ -13,18 +13,32 @@ import math
 from omegaconf import DictConfig
 
 from trainkit.data.datasets import data_class
-from trainkit.data.loader_settings import (
-    GPU_STARVED,
-    RAISE,
-    data_bound,
-    loading_per_compute,
-    more_workers,
-    this_rank_cores,
-)
+from trainkit.data.loader_settings import MAX_WORKERS_PER_CORE, RAISE, this_rank_cores
 from trainkit.data.loaders import FileLoader
 from trainkit.tracking.timing import LoopTimer
 
 log = logging.getLogger("train")
+
+GPU_STARVED = 0.5  # train/gpu_util below this: the GPU waits
+LOADING_LIMIT = 1 / 3  # loading over compute time
+
+
+def more_workers(workers: int, cores: int) -> int | None:
+    """The next worker count up from `workers`: the cores, then 1.5x, at most 2x; None at the ceiling."""
+    ceiling = MAX_WORKERS_PER_CORE * cores
+    if workers >= ceiling:
+        return None
+    return cores if workers < cores else min(math.ceil(RAISE * workers), ceiling)
+
+
+def loading_per_compute(wait_share: float) -> float:
+    """Loading time over compute time, wait / (step - wait), from train/data_wait_fraction."""
+    return wait_share / (1 - wait_share) if wait_share < 1 else math.inf
+
+
+def data_bound(wait_share: float) -> bool:
+    """Whether loading took over a third of the compute time."""
+    return loading_per_compute(wait_share) > LOADING_LIMIT
 
 
 def epoch_line_extras(metrics: dict) -> str:

@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainkit.config.schema import Check, flag, integer
-from trainkit.data.loader_settings import data_bound
-from trainkit.tracking.bottleneck import data_bound_advice
+from trainkit.tracking.bottleneck import data_bound, data_bound_advice
 from trainkit.tracking.timing import LoopTimer
 
 if TYPE_CHECKING:

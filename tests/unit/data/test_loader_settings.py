@@ -13,10 +13,7 @@ from trainkit.data import loader_settings
 from trainkit.data.loader_settings import (
     available_cores,
     cores_per_rank,
-    data_bound,
     file_loader_settings,
-    loading_per_compute,
-    more_workers,
     resolve_num_workers,
     resolve_pin_memory,
 )
@@ -58,30 +55,6 @@ def test_without_an_affinity_mask_auto_uses_the_cpu_count(monkeypatch):
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 6)
     assert available_cores() == 6 and resolve_num_workers("auto") == 6
-
-
-@pytest.mark.parametrize(
-    "workers, cores, expected",
-    [
-        (2, 8, 8),  # below the cores: the articles' start first
-        (0, 1, 1),
-        (8, 8, 12),  # at the cores: 1.5x (the articles: 8 -> 12)
-        (32, 32, 48),
-        (3, 3, 5),  # 4.5, rounded up
-        (12, 8, 16),  # 1.5x would be 18: held at 2x the cores
-        (16, 8, None),  # 2x the cores: the ceiling
-        (40, 8, None),  # set above it by hand: no more
-    ],
-)
-def test_more_workers_steps_to_the_cores_then_1_5x_never_above_2x(workers, cores, expected):
-    assert more_workers(workers, cores) == expected
-
-
-def test_the_data_bound_line_is_a_third_of_the_compute_time():
-    """wait / (step - wait) > 1/3: a wait of 0.25 of the step is exactly a third of the compute."""
-    assert loading_per_compute(0.25) == pytest.approx(1 / 3)
-    assert not data_bound(0.25) and data_bound(0.26)
-    assert not data_bound(0.0) and data_bound(1.0)
 
 
 def test_pin_memory_auto_is_on_with_cuda_only():

@@ -1,4 +1,5 @@
-"""trainkit.tracking.bottleneck: the epoch line's extras and the data-bound warning, with its advice."""
+"""trainkit.tracking.bottleneck: the epoch line's extras, the data-bound warning with its advice, and the loader
+rules it applies (a third of the compute time; the next worker count: the cores, then 1.5x, at most 2x)."""
 
 import logging
 import time
@@ -12,7 +13,15 @@ from torch.utils.data import Dataset
 from helpers import needs_image_folders, template_has
 from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.tracking import bottleneck
-from trainkit.tracking.bottleneck import data_bound_advice, epoch_line_extras, warn_if_data_bound, worker_advice
+from trainkit.tracking.bottleneck import (
+    data_bound,
+    data_bound_advice,
+    epoch_line_extras,
+    loading_per_compute,
+    more_workers,
+    warn_if_data_bound,
+    worker_advice,
+)
 from trainkit.tracking.timing import LoopTimer
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
@@ -148,3 +157,27 @@ def test_the_epoch_line_extras_are_compact():
     assert epoch_line_extras({}) == ""
     profiled = {"train/data_wait_fraction": 0.05, "train/step_ms": 80.0, "train/profiled_steps": 7}
     assert epoch_line_extras(profiled) == "  data 5% of 80.0 ms/step (the epoch, 7 of its steps under the profiler)"
+
+
+@pytest.mark.parametrize(
+    "workers, cores, expected",
+    [
+        (2, 8, 8),  # below the cores: the articles' start first
+        (0, 1, 1),
+        (8, 8, 12),  # at the cores: 1.5x (the articles: 8 -> 12)
+        (32, 32, 48),
+        (3, 3, 5),  # 4.5, rounded up
+        (12, 8, 16),  # 1.5x would be 18: held at 2x the cores
+        (16, 8, None),  # 2x the cores: the ceiling
+        (40, 8, None),  # set above it by hand: no more
+    ],
+)
+def test_more_workers_steps_to_the_cores_then_1_5x_never_above_2x(workers, cores, expected):
+    assert more_workers(workers, cores) == expected
+
+
+def test_the_data_bound_line_is_a_third_of_the_compute_time():
+    """wait / (step - wait) > 1/3: a wait of 0.25 of the step is exactly a third of the compute."""
+    assert loading_per_compute(0.25) == pytest.approx(1 / 3)
+    assert not data_bound(0.25) and data_bound(0.26)
+    assert not data_bound(0.0) and data_bound(1.0)
