@@ -65,8 +65,6 @@ def hand_over() -> SystemExit | None:
     would have. On the job's first task it requeues the job and exits (the SystemExit to raise, returned); on the other
     tasks it does nothing. Once a process; None without submitit's signal, or when submitit declines to requeue (timed
     out too many times): then one line says so and the run exits 75 like any stop."""
-    from trainkit.checkpointing.signals import EXIT_STOPPED
-
     global _requeue
     requeue, _requeue = _requeue, None
     if requeue is None or not _preempted:
@@ -76,7 +74,7 @@ def hand_over() -> SystemExit | None:
     except SystemExit as leaving:  # requeued: submitit's exit code (144 local, -1 SLURM)
         return leaving
     except Exception as error:  # submitit.core.utils.UncompletedJobError, e.g. timed out too many times
-        log.warning(f"not requeued: {error} (exit code {EXIT_STOPPED})")
+        log.warning(f"not requeued: {error}")  # the stop line that follows says how the run continues
     return None
 
 
