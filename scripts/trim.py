@@ -155,6 +155,8 @@ def remove_key(text: str, key: str) -> str:
         end += 1
     while end > begin + 1 and not lines[end - 1].strip():  # blank lines after the block belong to what follows
         end -= 1
+    if begin > 0 and not lines[begin - 1].strip() and end < len(lines) and not lines[end].strip():
+        end += 1  # a block between two blank lines: one of them goes with it
     kept = lines[:begin] + lines[end:]
     if len(stack) > 1:  # a parent whose every key went
         parent, parent_depth = stack[-2]
