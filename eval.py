@@ -223,12 +223,6 @@ def tested_model(cfg: DictConfig, device: torch.device) -> torch.nn.Module:
     return trained_model(cfg, weights, cfg.data.get("image_size"), device)[0]
 
 
-def tested_model_on_cpu(cfg: DictConfig) -> tuple[torch.nn.Module, list[str]]:
-    """The weights the run tested in its model on the CPU, and what its classes are called (export=)."""
-    model, _, class_names = tested_model_on(cfg, torch.device("cpu"), cfg.data.get("image_size"))
-    return model, class_names
-
-
 def tested_model_on(
     cfg: DictConfig, device: torch.device, image_size: int | None
 ) -> tuple[torch.nn.Module, int | None, list[str]]:
@@ -242,7 +236,7 @@ def tested_model_on(
 # What eval.py may do in place of evaluating: each does its job and returns True where the command line asks for it
 # (export=), else returns False.
 INSTEAD: list[Callable[[DictConfig, str], bool]] = []
-INSTEAD.append(lambda cfg, source: export_run(cfg, source, tested_model_on_cpu))  # feature: hf
+INSTEAD.append(lambda cfg, source: export_run(cfg, source, tested_model_on))  # feature: hf
 INSTEAD.append(lambda cfg, source: continue_text(cfg, source, tested_model, runs_tokenizer))  # feature: language_model
 INSTEAD.append(lambda cfg, source: predict(cfg, source, tested_task, runs_data, tested_model_on))  # feature: predict
 

@@ -42,6 +42,10 @@ needs_predict = pytest.mark.skipif(not has_predict, reason="this clone has no ev
 has_folds = template_has("_checks_.folds")
 needs_folds = pytest.mark.skipif(not has_folds, reason="this clone has no data.folds (trimmed)")
 
+# A test of the core that also checks where an epoch's time goes (train/data_wait_fraction, the epoch line's extras):
+# those checks are left out once loop_timing is trimmed.
+has_loop_timing = (ROOT / "src" / "trainkit" / "tracking" / "timing.py").is_file()
+
 # A test of the core or of another capability that picks data=mnist or data=cifar10: skipped once downloads is trimmed.
 needs_downloads = pytest.mark.skipif(
     not template_has("data/mnist.yaml"), reason="this clone has no data=mnist or data=cifar10 (trimmed)"

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig
 from torch import nn
 
@@ -34,17 +35,19 @@ CONFIG_RULES: dict[str, Check] = {"export": string(null=True)}  # a folder (conf
 CONFIG_RELATIONS = ()
 
 
-def export_run(cfg: DictConfig, source: str, tested_model: Callable[[DictConfig], tuple[nn.Module, list[str]]]) -> bool:
+def export_run(
+    cfg: DictConfig, source: str, tested_model: Callable[..., tuple[nn.Module, int | None, list[str]]]
+) -> bool:
     """eval.py's export=<folder>: the weights the run tested and the run's tokenizer where it has one, written by
-    one process on the CPU; nothing is evaluated. `tested_model(cfg)` builds the model and names its classes. False
-    where export= is not set."""
+    one process on the CPU; nothing is evaluated. `tested_model(cfg, device, image_size)` (eval.py's `tested_model_on`)
+    builds the model and names its classes. False where export= is not set."""
     if cfg.export is None:
         return False
     if cfg.get("predict") is not None or cfg.prompt is not None:
         raise ConfigError("export", "writes the model alone; drop predict= and prompt= (or run eval.py twice)")
     folder = Path(cfg.export).expanduser()
     check_free(folder)  # before the model is built: a refusal is one line
-    model, class_names = tested_model(cfg)
+    model, _, class_names = tested_model(cfg, torch.device("cpu"), cfg.data.get("image_size"))
     written = export_model(model, folder, to_dict(cfg.model), class_names)
     log.info(f"exported the tested weights ({source}) to {folder} in {written}")
     tokenized = data_class(cfg.data._target_)
