@@ -209,12 +209,12 @@ def without_files_listed(line: str, files: Iterable[str]) -> str:
         return line
     listed = re.findall(r"`([^`]+)`", cells[2])
     marked = re.findall(r"`([^`]+)`: (\d+)", cells[4])
-    gone = [file for file, _ in marked if file in files and f"`{file}`" not in cells[3]]
-    if not set(files) & set(listed) and not any(file in files for file, _ in marked):
+    gone = [file for file, _ in marked if file in files]
+    if not set(files) & set(listed) and not gone:
         return line
     cells[2] = " " + ", ".join(f"`{file}`" for file in listed if file not in files) + " "
     cells[4] = " " + "; ".join(f"`{file}`: {count}" for file, count in marked if file not in files) + " "
-    cells[7] = f" {int(cells[7]) - len(gone)} "
+    cells[7] = f" {int(cells[7]) - sum(f'`{file}`' not in cells[3] for file in gone)} "  # a config file still counts
     return "|".join(cells)
 
 

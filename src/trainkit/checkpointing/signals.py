@@ -32,7 +32,7 @@ from types import FrameType
 import torch
 import torch.distributed as dist
 
-from trainkit.checkpointing import submitit_requeue  # feature: slurm
+import trainkit.checkpointing.submitit_requeue as submitit_requeue  # feature: slurm
 from trainkit.checkpointing.files import latest_checkpoint
 from trainkit.distributed.process_group import barrier, process_info
 
