@@ -35,7 +35,7 @@ from trainkit import cli
 from trainkit.augment.mixing import mix_batches  # feature: augment_recipes
 from trainkit.augment.sample_transforms import attach_sample_transform  # feature: augment_recipes
 from trainkit.checkpointing import (STOP_SIGNAL_NAMES, finished_value, own_run_directory, resumed_config,
-                                    stop_after_the_test, stop_signal, stopped)
+                                    stop_after_the_test, stop_signal, stopped, trim_records)
 from trainkit.checkpointing import sweep_continuation  # feature: sweep_continuation
 from trainkit.config import print_config, record_filled_in, resolved, to_dict
 from trainkit.config.validation import validate
@@ -273,7 +273,10 @@ def start_run(cfg: DictConfig, run_dir: Path, proc: ProcessInfo, device: torch.d
     run = build_run(cfg, run_dir, proc, device)
     run.started, cfg = started, run.cfg
     if cfg.resume:
-        run.load_state_dict(run.parallel.load(cfg.resume, run.model, run.optimizer, device))
+        checkpoint = run.parallel.load(cfg.resume, run.model, run.optimizer, device)
+        run.load_state_dict(checkpoint)
+        if proc.is_main:  # nothing is left to refuse: the lines the run writes again leave metrics.jsonl
+            trim_records(checkpoint, cfg, run_dir)
         state = run.state
         log.info(f"resumed from {cfg.resume} at epoch {state.epoch}, batch {state.batches_done}, step {state.step}")
     run.trained_model = run.parallel.wrap(run.model, compile=cfg.trainer.compile)

@@ -46,6 +46,37 @@ needs_folds = pytest.mark.skipif(not has_folds, reason="this clone has no data.f
 # those checks are left out once loop_timing is trimmed.
 has_loop_timing = (ROOT / "src" / "trainkit" / "tracking" / "timing.py").is_file()
 
+# A test that also checks that a refused call leaves the disk as it found it: those checks are left out once
+# undo_refusals is trimmed (Hydra's record of the refused call then stays).
+has_undo_refusals = (ROOT / "src" / "trainkit" / "checkpointing" / "refusal.py").is_file()
+
+
+def is_hydras_record(relative: Path) -> bool:
+    """Whether a file of a run directory records a call before it does any work: Hydra's .hydra/ and log file, the
+    run's .lock, the config tree printed at the start."""
+    return ".hydra" in relative.parts or relative.suffix == ".log" or relative.name in (".lock", "config_tree.txt")
+
+
+def nothing_left(path: Path) -> bool:
+    """Whether a refused call left nothing at `path` (absent, or an empty folder); in a clone trimmed of
+    undo_refusals, nothing but Hydra's record of the call."""
+    if not path.exists():
+        return True
+    if has_undo_refusals:
+        return not any(path.iterdir())
+    left = [file for file in path.rglob("*") if file.is_file() and file.stat().st_size]  # metrics.jsonl opened, empty
+    return all(is_hydras_record(file.relative_to(path)) for file in left)
+
+
+def unchanged_but_the_record(run_dir: Path, before: dict[str, str]) -> bool:
+    """Every file of `run_dir` as `hashes_of_every_file` found it; in a clone trimmed of undo_refusals, all but
+    Hydra's record of the refused call."""
+    after = hashes_of_every_file(run_dir)
+    if not has_undo_refusals:
+        after, before = ({f: h for f, h in files.items() if not is_hydras_record(Path(f))} for files in (after, before))
+    return after == before
+
+
 # A test of the core or of another capability that picks data=mnist or data=cifar10: skipped once downloads is trimmed.
 needs_downloads = pytest.mark.skipif(
     not template_has("data/mnist.yaml"), reason="this clone has no data=mnist or data=cifar10 (trimmed)"

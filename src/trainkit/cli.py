@@ -2,7 +2,7 @@
 
 Before Hydra composes: register the resolvers and write into the command line what Hydra must know before it makes
 the run directory (`hydra_command_line`). After: report bad input as one line (HYDRA_FULL_ERROR=1 shows the trace;
-bugs keep theirs), and leave the run directory as the call found it (trainkit.checkpointing.refusal).
+bugs keep theirs).
 """
 
 import contextlib
@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from trainkit.checkpointing.refusal import start_call, undo_refused_call
+from trainkit.checkpointing.refusal import start_call, undo_refused_call  # feature: undo_refusals
 from trainkit.checkpointing.resume import rewrite_argv
 from trainkit.checkpointing.signals import Stopped
 from trainkit.distributed.process_group import exit_now_if_a_process_group_was_joined
@@ -92,9 +92,10 @@ def report_config_errors(task: Callable) -> Callable:
                 raise
             sys.exit(1)
         except Exception as error:  # a ConfigError, or one wrapped by hydra.utils.instantiate
-            if caused_by_config_error(error):
-                undo_refused_call()  # the run directory as this call found it (trainkit.checkpointing.refusal)
-            if _user_wants_trace or not caused_by_config_error(error):
+            if not caused_by_config_error(error):
+                raise
+            undo_refused_call()  # feature: undo_refusals
+            if _user_wants_trace:
                 raise
             print(f"error: {one_line(error)}", file=sys.stderr)
             sys.exit(1)
@@ -138,7 +139,7 @@ def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
         agree_on_launch_time()
         os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
         with _one_line_errors(wants_trace):
-            start_call()
+            start_call()  # feature: undo_refusals
             sys.argv = hydra_command_line(sys.argv, resumes)
             hydra_main = stop_the_whole_sweep(sys.argv)(hydra_main)  # feature: sweeps
             hydra_main()
@@ -170,7 +171,7 @@ def _one_line_errors(wants_trace: bool) -> Iterator[None]:
     try:
         yield
     except (ConfigError, HydraException, OmegaConfBaseException) as error:
-        undo_refused_call()  # raised inside a job (Hydra re-raises its error here): its directory as it was
+        undo_refused_call()  # feature: undo_refusals
         if wants_trace:
             raise
         print(f"error: {one_line(error)}", file=sys.stderr)

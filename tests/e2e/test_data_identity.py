@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from helpers import needs_folds, template_has
+from helpers import hashes_of_every_file, needs_folds, template_has, unchanged_but_the_record
 
 QUICK = ("trainer.max_epochs=1", "trainer.progress_bar=false", "print_config=false")
 
@@ -49,7 +49,7 @@ def test_two_hf_runs_on_files_of_one_name_and_size_with_other_words_are_other_da
     ]
     contents = f"the contents of reviews.jsonl differ (the same name and size; sha256 {digests[0]}, was {digests[1]})"
 
-    before = {path: path.read_bytes() for path in sorted(a.run_dir.rglob("*")) if path.is_file()}
+    before = hashes_of_every_file(a.run_dir)
     resumed = run_train(
         f"resume={a.run_dir}", "trainer.max_epochs=2", f"data.path={second}", check=False, run_dir=a.run_dir
     )
@@ -59,4 +59,4 @@ def test_two_hf_runs_on_files_of_one_name_and_size_with_other_words_are_other_da
         "since the checkpoint: the resumed run would train and test on other splits; resume with the data the run "
         "trained on, or start a new run"
     )
-    assert {path: path.read_bytes() for path in sorted(a.run_dir.rglob("*")) if path.is_file()} == before
+    assert unchanged_but_the_record(a.run_dir, before)

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from conftest import ROOT, TrainRun, composed, run_here
-from helpers import template_has
+from helpers import nothing_left, template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.models import build_model
@@ -125,7 +125,7 @@ def test_bad_input_is_one_line_naming_the_key(untrained_run, tmp_path, overrides
     assert evaluation.returncode == 1
     lines = evaluation.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {key}: "), evaluation.stderr
-    assert not (tmp_path / "out").exists()  # a failed call leaves no output directory behind
+    assert nothing_left(tmp_path / "out")  # a refused call leaves no output directory behind
 
 
 def test_a_run_without_best_pt_is_evaluated_from_its_last_pt(untrained_run, tmp_path):

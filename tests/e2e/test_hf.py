@@ -15,7 +15,7 @@ import torch
 from test_text_classification import PATTERNS, TINY, predicted_classes, tiny, write_texts
 
 from conftest import ROOT, run_here
-from helpers import assert_same_training, has_predict, template_has
+from helpers import assert_same_training, has_predict, nothing_left, template_has
 
 BERT = "{model_type: bert, hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 64, "
 TINY_BERT = f"model.config={BERT}max_position_embeddings: 64}}"
@@ -204,7 +204,7 @@ def test_a_config_that_cannot_work_is_one_line_before_the_run_directory(run_trai
     run = run_train(*texts(corpus, *overrides), check=False)
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert run.returncode == 1 and len(lines) == 1 and lines[0].startswith(error), run.stderr[-3000:]
-    assert not run.run_dir.exists()
+    assert nothing_left(run.run_dir)
 
 
 @pytest.mark.slow  # three subprocess runs

@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed, run_here
-from helpers import assert_same_training, has_predict, needs_predict, template_has
+from helpers import assert_same_training, has_predict, needs_predict, nothing_left, template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.data import DataBundle
@@ -126,7 +126,7 @@ def test_predict_is_a_text_file_to_continue_and_a_path_that_is_not_one_is_refuse
             f"error: predict: '{given}' {what}; a language model continues a text file (predict=<file>) or "
             "prompt='<text>'"
         ], stderr
-        assert not (tmp_path / "out").exists()  # nothing sampled, no output directory
+        assert nothing_left(tmp_path / "out")  # nothing sampled, no output directory
     code, _, stderr = evaluate(untrained_gpt, tmp_path / "both", "prompt=x", f"predict={tmp_path / 'prompt.txt'}")
     assert code == 1 and stderr.strip().startswith("error: prompt: ") and len(stderr.strip().splitlines()) == 1
 
@@ -140,7 +140,7 @@ def test_a_bad_sample_option_is_one_line_naming_it(untrained_gpt, tmp_path, over
     code, _, stderr = evaluate(untrained_gpt, tmp_path / "out", "prompt=import", override)
     lines = stderr.strip().splitlines()
     assert code == 1 and len(lines) == 1 and lines[0].startswith(f"error: {override.split('=')[0]}: "), stderr
-    assert not (tmp_path / "out").exists()
+    assert nothing_left(tmp_path / "out")
 
 
 def test_sample_seed_null_draws_a_seed_prints_it_and_that_seed_gives_the_same_sample(untrained_gpt, tmp_path):

@@ -14,7 +14,7 @@ from test_beyond_images import TABLE_RUN
 from test_eval import CLASSIFICATION, Evaluation, save_image, train, write_untrained_run
 
 from conftest import ROOT, TrainRun
-from helpers import needs_image_folders
+from helpers import needs_image_folders, nothing_left
 from trainkit.data.datasets import read_digits
 from trainkit.errors import ConfigError
 from trainkit.prediction import Evaluated, PredictionWriter, predict_folder, predicting
@@ -149,7 +149,7 @@ def test_predict_reads_a_csv_or_npy_of_feature_rows_as_the_table_s_data_option_s
         f"error: predict: cannot read '{rows / 'c.csv'}' (ValueError: row 1 has 3 values, but the data's rows have "
         f"64); fix or remove it"
     ]
-    assert not (tmp_path / "x").exists()
+    assert nothing_left(tmp_path / "x")
 
 
 def test_predict_refuses_in_one_line_a_data_option_or_a_task_that_does_not_say_how(tmp_path):

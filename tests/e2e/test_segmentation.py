@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed
-from helpers import assert_same_training, record_run, template_has
+from helpers import assert_same_training, nothing_left, record_run, template_has
 from trainkit.config.validation import validate
 from trainkit.data import build_data
 from trainkit.distributed.process_group import ProcessInfo
@@ -186,6 +186,6 @@ def test_a_size_the_unet_cannot_halve_is_one_line_before_any_work(run_train):
     """Found by the config check, not by UNet.forward's ValueError; Hydra's run directory is gone again."""
     run = run_train("experiment=shapes_segmentation", "data.image_size=30", check=False)
     assert run.returncode == 1 and "Traceback" not in run.stderr
-    assert not run.run_dir.exists() and not any(run.run_dir.parent.iterdir())
+    assert nothing_left(run.run_dir.parent)
     [line] = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert all(fragment in line for fragment in ("data.image_size", "divisible by 4", "28 or 32")), line

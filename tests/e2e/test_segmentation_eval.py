@@ -8,7 +8,7 @@ import pytest
 from test_eval import Evaluation, save_image, train
 
 from conftest import ROOT, TrainRun, composed
-from helpers import needs_predict, template_has
+from helpers import needs_predict, nothing_left, template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.models import build_model
@@ -107,7 +107,7 @@ def test_a_model_other_than_the_runs_own_is_refused_in_one_line(untrained_segmen
     assert evaluation.returncode == 1
     lines = evaluation.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: model: "), evaluation.stderr
-    assert not (tmp_path / "out").exists()  # a failed call leaves no output directory behind
+    assert nothing_left(tmp_path / "out")  # a failed call leaves no output directory behind
 
 
 @pytest.mark.slow  # trains (once for the module)

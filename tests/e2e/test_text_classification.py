@@ -15,7 +15,15 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed, run_here
-from helpers import assert_same_training, has_predict, hashes_of_every_file, needs_predict, template_has
+from helpers import (
+    assert_same_training,
+    has_predict,
+    hashes_of_every_file,
+    needs_predict,
+    nothing_left,
+    template_has,
+    unchanged_but_the_record,
+)
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.data import build_data, make_data
@@ -158,7 +166,7 @@ def test_eval_py_overrides_the_runs_own_keys_without_a_plus_and_refuses_a_group(
         assert code == 1 and len(lines) == 1, stderr
         assert lines[0].startswith(f"error: {name}: eval.py evaluates the run's own config (its checkpoint's), so "
                                    f"{name}= cannot be chosen here; override the run's keys one by one")  # fmt: skip
-        assert not (tmp_path / "out").exists()
+        assert nothing_left(tmp_path / "out")
 
 
 @needs_predict
@@ -178,7 +186,7 @@ def test_predict_counts_and_names_what_it_skips_and_honours_skip_bad_files(untra
     assert code == 1 and len(errors) == 1 and "Traceback" not in stderr, stderr
     assert errors[0].startswith(f"error: predict: cannot read '{folder / 'latin1.txt'}' (UnicodeDecodeError: ")
     assert errors[0].endswith("; fix or remove it, or pass data.skip_bad_files=true to skip it")
-    assert not (tmp_path / "out").exists()  # nothing predicted: every file is read before the first prediction
+    assert nothing_left(tmp_path / "out")  # nothing predicted: every file is read before the first prediction
 
     code, stdout, stderr = run_here("eval.py", f"hydra.run.dir={tmp_path / 'out'}", f"checkpoint={untrained_run}",
                                     f"predict={folder}", "data.skip_bad_files=true")  # fmt: skip
@@ -229,12 +237,12 @@ def test_what_cannot_work_on_text_is_refused_in_one_line_before_the_run_director
     assert run.returncode == 1
     errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(f"error: {key}: "), run.stderr[-3000:]
-    assert not run.run_dir.exists()  # refused by the config check, before any directory, data or model
+    assert nothing_left(run.run_dir)  # refused by the config check, before any data or model
 
 
 def test_a_text_folder_without_a_model_names_the_model_made_for_it(run_train, corpus):
     run = run_train("data=textfolder", f"data.root={corpus}", check=False)  # model=cnn, the default, reads images
-    assert run.returncode == 1 and not run.run_dir.exists()
+    assert run.returncode == 1 and nothing_left(run.run_dir)
     assert run.stderr.strip().startswith(
         "error: model.in_channels: is ${data.channels}, but data=textfolder has no data.channels: model=cnn is made "
         "for other data; pick model=sequence"
@@ -254,7 +262,7 @@ def test_a_file_that_is_not_utf8_in_the_test_split_stops_the_run_before_training
     errors = [line for line in stopped.stderr.splitlines() if line.startswith("error:")]
     assert stopped.returncode == 1 and len(errors) == 1, stopped.stderr[-3000:]
     assert str(bad) in errors[0] and "data.skip_bad_files=true" in errors[0] and "Traceback" not in stopped.stderr
-    assert "epoch   0" not in stopped.stdout + stopped.stderr and not stopped.run_dir.exists()  # before any update
+    assert "epoch   0" not in stopped.stdout + stopped.stderr and nothing_left(stopped.run_dir)  # before any update
     skipped = run_train(*tiny(root, "data.skip_bad_files=true"))
     log = skipped.stdout + skipped.stderr
     assert f"'{root / 'test'}': skipped 1 of 10 text files that are not UTF-8 (data.skip_bad_files=true)" in log
@@ -352,7 +360,7 @@ def test_a_resume_inside_an_epoch_refuses_other_batches_and_takes_them_at_the_ep
         errors = [line for line in refused.stderr.splitlines() if line.strip()]
         assert refused.returncode == 1 and len(errors) == 1, refused.stderr[-3000:]
         assert errors[0].startswith(f"error: {refusal}") and "trainer.max_epochs=2), then with it" in errors[0]
-        assert hashes_of_every_file(stopped.run_dir) == before, change  # nothing trimmed, rewritten or trained
+        assert unchanged_but_the_record(stopped.run_dir, before), change  # nothing trimmed, rewritten or trained
     # The way out it names: the epoch finished as it began, then the change at the epoch's end.
     run_train(f"resume={stopped.run_dir}", "trainer.max_steps=null", run_dir=stopped.run_dir)
     changed = run_train(f"resume={stopped.run_dir}", "trainer.max_epochs=3", "data.max_tokens=128",

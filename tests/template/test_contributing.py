@@ -22,7 +22,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import has_predict, template_has
+from helpers import has_predict, nothing_left, template_has
 
 ROOT = Path(__file__).resolve().parents[2]
 FENCED_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -347,7 +347,7 @@ def test_the_image_text_recipe_refuses_micro_batches_in_one_line(tmp_path):
         process = run_script(
             repo, "train.py", *arguments, f"trainer.micro_batch_size={size}", f"hydra.run.dir={run_dir}"
         )
-        assert process.returncode == 1 and not run_dir.exists()
+        assert process.returncode == 1 and nothing_left(run_dir)
         assert process.stderr.strip() == (
             f"error: trainer.micro_batch_size: is {size}, but ImageText's loss couples the samples of a batch "
             f"(couples_batch: each sample's loss reads the others), so micro-batches would train on another loss; set "
@@ -517,7 +517,7 @@ def test_a_regression_on_a_table_stops_on_its_headline_metric_and_the_quick_test
         assert lines[0] == "file,row,value" and [line.split(",")[1] for line in lines[1:]] == ["0", "1", "2", "3", "4"]
 
     refused = run_script(repo, "train.py", "data=diabetes", "model=table_mlp", f"hydra.run.dir={tmp_path / 'no'}")
-    assert refused.returncode == 1 and not (tmp_path / "no").exists()  # the default task: one line, no directory
+    assert refused.returncode == 1 and nothing_left(tmp_path / "no")  # the default task: one line, no directory
     assert refused.stderr.strip().splitlines() == [
         "error: task._target_: is Classification, which takes a class index per sample, but the data's targets are "
         "float32 numbers: they suit a regression task (a loss on numbers, as docs/recipes.md's regression on a "

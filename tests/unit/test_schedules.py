@@ -6,6 +6,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, composed
+from helpers import nothing_left
 from trainkit.checkpointing.files import upgrade_config
 from trainkit.config.validation import problems
 
@@ -41,7 +42,7 @@ def test_a_schedule_of_your_own_is_one_function_and_one_yaml(run_train, tmp_path
     refused = run_train(*mine, "scheduler.every_epochs=0", check=False)
     lines = refused.stderr.strip().splitlines()
     assert refused.returncode == 1 and lines == ["error: scheduler.every_epochs: must be a number > 0, got 0"]
-    assert not refused.run_dir.exists()
+    assert nothing_left(refused.run_dir)
     assert subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout == status
 
 

@@ -14,7 +14,7 @@ from trainkit.checkpointing.checkpoint import (
     save_checkpoint,
     unwrap_model,
 )
-from trainkit.checkpointing.continued_run import finished_value, trained_to_the_end
+from trainkit.checkpointing.continued_run import finished_value, trained_to_the_end, trim_records
 from trainkit.checkpointing.resume import (
     epoch_plan,
     refuse_another_epoch_plan,
@@ -53,5 +53,6 @@ __all__ = [
     "stopped",
     "stopped_before_training",
     "trained_to_the_end",
+    "trim_records",
     "unwrap_model",
 ]

@@ -3,10 +3,13 @@ to extend it, and a sweeper gets its value from summary.json) or trained to its 
 summary.json (killed during its test: the resume tests it), and the metrics lines written after
 the checkpoint (in metrics.jsonl, and the files of trackers that trim their own), which the resumed run writes again."""
 
+import functools
 import json
 from pathlib import Path
 
 from omegaconf import DictConfig
+
+from trainkit.tracking.loggers import trim_tracker_files
 
 
 def trained_to_the_end(state: dict, cfg: DictConfig) -> str | None:
@@ -60,6 +63,14 @@ def finished_value(run_dir: Path) -> float | None:
     """The finished run's optimized value, from its summary.json, for a sweeper."""
     summary = run_dir / "summary.json"
     return json.loads(summary.read_text()).get("optimized_value") if summary.is_file() else None
+
+
+def trim_records(state: dict, cfg: DictConfig, run_dir: Path) -> None:
+    """A resume that goes on: drop what metrics.jsonl and the trackers' own files hold from after the checkpoint
+    `state`. Called once nothing is left to refuse, so that a refused resume leaves them whole."""
+    retested = trained_to_the_end(state, cfg) is not None  # only the test runs again
+    trim_metrics(run_dir / "metrics.jsonl", state, retested)
+    trim_tracker_files(cfg.logger, run_dir, functools.partial(written_after, state=state, retested=retested))
 
 
 def trim_metrics(path: Path, state: dict, retested: bool = False) -> None:

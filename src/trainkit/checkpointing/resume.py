@@ -16,7 +16,6 @@ Two steps, because Hydra creates the run directory before train.py's main runs:
 Every rank resolves alike (under torchrun each reads the same checkpoint and command line).
 """
 
-import functools
 import hashlib
 import json
 import logging
@@ -27,11 +26,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.checkpointing.continued_run import finished_message, has_summary, trim_metrics, written_after
+from trainkit.checkpointing.continued_run import finished_message, has_summary
 from trainkit.checkpointing.overrides import config_with_overrides, flatten, hydra_quote
 from trainkit.config.filled_in import as_set
 from trainkit.errors import ConfigError
-from trainkit.tracking.loggers import trim_tracker_files
 
 # torch-based modules are imported where used: trainkit.cli imports this module for every command, `--help` included.
 
@@ -200,8 +198,6 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
     stale = remove_stale_temporary_files(checkpoint.parent)
     if stale:
         log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
-    trim_metrics(run_dir / "metrics.jsonl", state, retested)
-    trim_tracker_files(resolved.logger, run_dir, functools.partial(written_after, state=state, retested=retested))
     if (run_dir / ".hydra").is_dir():  # the config as set (what the run fills in: record_filled_in), its overrides
         _save_atomically(as_set(resolved, composed, run_dir), run_dir / ".hydra" / "config.yaml")
         _save_atomically(OmegaConf.create(_hydra_task_overrides()), run_dir / ".hydra" / "overrides.yaml")

@@ -68,7 +68,7 @@ def arguments(owner: object, function: object, section: DictConfig, **extra: obj
 
 def declared(owners: Mapping[str, object]) -> tuple[dict[str, Check], list[Relation]]:
     """(rules, relations) that `owners` ({"data": class, ...}) declare: `config_rules` under their group's keys,
-    `config_problems` as relations, or a refusal of checks naming an argument the owner does not take."""
+    `config_problems` as relations, or, where a check names an argument the owner does not take, one that refuses it."""
     rules: dict[str, Check] = {}
     relations = []
     for group, owner in owners.items():
