@@ -58,12 +58,10 @@ from trainkit.tasks import evaluate
 from trainkit.tasks.prompting import check_prompt, continue_text  # feature: language_model
 from trainkit.tasks.task import Task
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
-from trainkit.tracking import quiet_known_noise
 from trainkit.tracking.evaluation_figures import save_evaluation_figures  # feature: eval_figures
 from trainkit.tracking.loggers import strict_json
 
 log = logging.getLogger("eval")
-quiet_known_noise()
 
 CHECKPOINTS = ("best.pt", "last.pt")  # in a run directory: the weights train.py tested, else the latest
 SPLITS = ("test", "val")

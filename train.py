@@ -53,7 +53,7 @@ from trainkit.run import Run, batches_per_epoch, build_lr_schedule, start_line, 
 from trainkit.runtime import autocast, grad_scaler, seed_everything
 from trainkit.tasks import evaluate, mean_over_update_tokens, micro_batches
 from trainkit.tasks.tta_flip import average_with_mirror  # feature: tta_flip
-from trainkit.tracking import EpochTotals, epoch_line, log_epoch_notes, quiet_known_noise, start_logging
+from trainkit.tracking import EpochTotals, epoch_line, log_epoch_notes, start_logging
 from trainkit.tracking.bottleneck import warn_if_data_bound  # feature: loop_timing
 from trainkit.tracking.config_tree import print_config_tree  # feature: config_tree
 from trainkit.tracking.prediction_images import show_predictions, start_showing  # feature: logged_images
@@ -67,7 +67,6 @@ from trainkit.tuning.trial_failures import catching_failures  # feature: trial_f
 from trainkit.tuning.trial_gpus import on_its_own_gpus  # feature: trial_gpus
 
 log = logging.getLogger("train")
-quiet_known_noise()
 
 
 def train_step(run: Run, batch: Any, micro_batch_size: int | None = None, group_size: int = 1, sync: bool = True,

@@ -26,6 +26,7 @@ from trainkit.checkpointing.signals import Stopped
 from trainkit.distributed.process_group import exit_now_if_a_process_group_was_joined
 from trainkit.distributed.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError, RunFailed, caused_by_config_error, causes
+from trainkit.tuning.plugin_noise import quiet_plugin_noise  # feature: sweeps
 from trainkit.tuning.sweep_stop import leave_worker_after_a_stop, stop_the_whole_sweep  # feature: sweeps
 
 
@@ -141,6 +142,7 @@ def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
         with _one_line_errors(wants_trace):
             start_call()  # feature: undo_refusals
             sys.argv = hydra_command_line(sys.argv, resumes)
+            quiet_plugin_noise()  # feature: sweeps
             hydra_main = stop_the_whole_sweep(sys.argv)(hydra_main)  # feature: sweeps
             hydra_main()
     except KeyboardInterrupt:  # eval.py's Ctrl-C (train.py's stop handlers turn it into a clean stop)

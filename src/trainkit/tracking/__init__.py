@@ -7,7 +7,6 @@ so are the pictures of samples and predictions the trackers are shown (logger.lo
 trainkit.tracking.prediction_images): each is imported by its own module or marked line (docs/features.md)."""
 
 from trainkit.tracking.epoch_totals import EpochTotals
-from trainkit.tracking.known_noise import quiet_known_noise
 from trainkit.tracking.loggers import Loggers, build_loggers, run_names
 from trainkit.tracking.run_report import (
     epoch_line,
@@ -24,7 +23,6 @@ __all__ = [
     "build_loggers",
     "epoch_line",
     "log_epoch_notes",
-    "quiet_known_noise",
     "recorded_origin",
     "run_names",
     "start_logging",

@@ -1,8 +1,8 @@
-"""Known, harmless plugin log lines, silenced one exact message at a time.
+"""The sweep plugins' known, harmless log lines, silenced one exact message at a time.
 
-train.py calls `quiet_known_noise()` once at import. Each filter matches one message that says
-nothing a user can act on (a plugin announcing its arguments), so every other line, every
-warning and every error still shows. Add an entry only with a comment saying where it comes from.
+trainkit.cli calls `quiet_plugin_noise()` before Hydra runs. Each filter matches one message that says nothing a user
+can act on (a plugin announcing its arguments), so every other line, every warning and every error still shows. Add an
+entry only with a comment saying where it comes from.
 """
 
 import logging
@@ -27,9 +27,8 @@ KNOWN_LOG_NOISE = {
 }
 
 
-def quiet_known_noise() -> None:
-    """Silence the known, harmless plugin log lines; call once at import of train.py (idempotent).
-    Imports nothing heavy: no optuna, no joblib."""
+def quiet_plugin_noise() -> None:
+    """Silence the known, harmless plugin log lines (idempotent). Imports nothing heavy: no optuna, no joblib."""
     for logger_name, pattern in KNOWN_LOG_NOISE.items():
         logger = logging.getLogger(logger_name)
         if not any(isinstance(f, _DropMessages) and f.pattern.pattern == pattern for f in logger.filters):

@@ -1,10 +1,10 @@
-"""Known noise: exactly the known, harmless plugin log lines are silenced, nothing else."""
+"""The sweep plugins' noise: exactly their known, harmless log lines are silenced, nothing else."""
 
 import logging
 
 import pytest
 
-from trainkit.tracking.known_noise import KNOWN_LOG_NOISE, _DropMessages, quiet_known_noise
+from trainkit.tuning.plugin_noise import KNOWN_LOG_NOISE, _DropMessages, quiet_plugin_noise
 
 
 @pytest.fixture
@@ -21,9 +21,9 @@ def clean_log_filters():
             logger.removeFilter(f)
 
 
-def test_quiet_known_noise_drops_plugin_chatter_but_not_errors(clean_log_filters, caplog):
-    quiet_known_noise()
-    quiet_known_noise()
+def test_plugin_chatter_is_dropped_but_not_errors(clean_log_filters, caplog):
+    quiet_plugin_noise()
+    quiet_plugin_noise()
     alembic = logging.getLogger("alembic.runtime.plugins")
     joblib = logging.getLogger("hydra_plugins.hydra_joblib_launcher._core")
     assert sum(isinstance(f, _DropMessages) for f in joblib.filters) == 1
