@@ -45,7 +45,6 @@ from trainkit.checkpointing.resume import run_dir_of
 from trainkit.config import to_dict
 from trainkit.config.validation import validate
 from trainkit.data import Data, build_data, make_data
-from trainkit.data.datasets import Tokenizer
 from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
 from trainkit.errors import ConfigError
@@ -235,7 +234,7 @@ def tested_model_on(
 # (export=), else returns False.
 INSTEAD: list[Callable[[DictConfig, str], bool]] = []
 INSTEAD.append(lambda cfg, source: export_run(cfg, source, tested_model_on))  # feature: hf
-INSTEAD.append(lambda cfg, source: continue_text(cfg, source, tested_model, runs_tokenizer))  # feature: language_model
+INSTEAD.append(lambda cfg, source: continue_text(cfg, source, tested_model, runs_data))  # feature: language_model
 INSTEAD.append(lambda cfg, source: predict(cfg, source, tested_task, runs_data, tested_model_on))  # feature: predict
 
 
@@ -254,11 +253,6 @@ def metrics_report(cfg: DictConfig, results: dict) -> dict:
     run_test = json.loads(summary.read_text()).get("test") if summary and summary.is_file() else None
     limited = {"limit_val_batches": limit} if (limit := batch_limit(cfg)) else {}
     return {**results, "split": cfg.split, **limited, "checkpoint": str(checkpoint), "run_summary_test": run_test}
-
-
-def runs_tokenizer(cfg: DictConfig) -> Tokenizer | None:
-    """The run's tokenizer (one it learned: the one it saved in its directory, never learned here); None: none."""
-    return runs_data(cfg).learned()
 
 
 def runs_data(cfg: DictConfig) -> Data:

@@ -198,7 +198,7 @@ class HFText(TextData):
 
     def identity(self, made: Splits | FileSplits) -> dict:
         """The files read, each with its size and a digest of its bytes, and the rows of every split."""
-        from trainkit.data.identity import file_digest
+        from trainkit.data.file_digests import file_digest
 
         splits = (made.train, made.val, made.test)
         rows = {"rows": sum(len(split) for split in splits if isinstance(split, TokenizedRows))}

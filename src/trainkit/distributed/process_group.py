@@ -145,15 +145,6 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     return bool(value.item())
 
 
-def min_across_ranks(value: int, device: torch.device) -> int:
-    """The smallest value any rank has (e.g. a batch size every rank can fit)."""
-    if not is_distributed():
-        return value
-    tensor = torch.tensor([value], device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
-    return int(tensor.item())
-
-
 def barrier() -> None:
     if is_distributed():
         dist.barrier()

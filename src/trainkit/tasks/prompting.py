@@ -63,10 +63,10 @@ def continue_text(
     cfg: DictConfig,
     source: str,
     tested_model: Callable[[DictConfig, torch.device], torch.nn.Module],
-    tokenizer_of: Callable[[DictConfig], Any],
+    runs_data: Callable[[DictConfig], Any],
 ) -> bool:
-    """The text continued by the weights the run tested (`tested_model`, with `tokenizer_of(cfg)`), printed and written
-    to samples.txt; sample.seed=null draws a seed, saved and printed. False for any other evaluation."""
+    """The text continued by the tested weights (`tested_model`, with `runs_data(cfg)`'s tokenizer), printed and
+    written to samples.txt; sample.seed=null draws a seed, saved and printed. False for any other evaluation."""
     if cfg.prompt is None and (cfg.get("predict") is None or not writes_text(cfg)):
         return False
     out_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -77,7 +77,7 @@ def continue_text(
             OmegaConf.save(cfg, out_dir / ".hydra" / "config.yaml")
     prompt = prompt_of(cfg)
     model = tested_model(cfg, pick_device(cfg.device, 0))
-    print(write_samples(model, prompt, cfg.sample, out_dir / "samples.txt", tokenizer_of(cfg)))
+    print(write_samples(model, prompt, cfg.sample, out_dir / "samples.txt", runs_data(cfg).learned()))
     seed = f"sample.seed={cfg.sample.seed}" + (" drawn: pass it to sample the same again" if drawn else "")
     log.info(f"sample of {cfg.sample.max_new_tokens} bytes ({seed}, {source}) -> samples.txt")
     return True

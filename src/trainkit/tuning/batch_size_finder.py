@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from omegaconf import DictConfig
 from torch import nn
 
 from trainkit.config.schema import Check, Relation, flag, integer, number
 from trainkit.data.datasets import data_class
 from trainkit.data.loaders import FileLoader, TensorLoader
-from trainkit.distributed.process_group import min_across_ranks
+from trainkit.distributed.process_group import is_distributed
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import Task
 from trainkit.tuning.step_memory import (
@@ -208,3 +209,12 @@ CONFIG_RELATIONS = (
     Relation(("batch_size_finder",), _a_range_to_search),
     Relation(("data._target_", "batch_size_finder.enabled"), _a_size_budget_sizes_its_batches),
 )
+
+
+def min_across_ranks(value: int, device: torch.device) -> int:
+    """The smallest value any rank has: a batch size every rank can fit."""
+    if not is_distributed():
+        return value
+    tensor = torch.tensor([value], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+    return int(tensor.item())

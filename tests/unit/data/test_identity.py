@@ -1,10 +1,9 @@
 """trainkit.data.identity: what a run read before any split (the same for every fold and split seed, other for other
-contents), and data=hf's digest of each file's bytes, cached under the file's size, mtime and inode."""
+contents)."""
 
+import hashlib
 import json
 import logging
-import os
-import shutil
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ from helpers import has_folds, template_has
 from trainkit.config.validation import validate
 from trainkit.data import build_data
 from trainkit.data.fingerprint import check_same_data
-from trainkit.data.identity import cache_file, file_digest, identity_changes
+from trainkit.data.identity import identity_changes
 from trainkit.errors import ConfigError
 
 CPU = torch.device("cpu")
@@ -66,12 +65,14 @@ def test_hf_files_of_the_same_name_and_size_with_other_words_are_other_data(tmp_
     assert first.stat().st_size == second.stat().st_size
     a, b = hf(tmp_path, first), hf(tmp_path, second)
     assert a.fingerprint["source"] == b.fingerprint["source"]  # names and sizes: all that was compared before
-    assert a.fingerprint["identity"]["files"]["reviews.jsonl"]["sha256"] == file_sha256(first)
+    assert (
+        a.fingerprint["identity"]["files"]["reviews.jsonl"]["sha256"] == hashlib.sha256(first.read_bytes()).hexdigest()
+    )
     if has_folds:
         assert hf(tmp_path, first, "data.folds=4", "data.fold=1").fingerprint["identity"] == a.fingerprint["identity"]
     with pytest.raises(ConfigError) as error:
         check_same_data(a.fingerprint, b.fingerprint)
-    digests = [file_sha256(path)[:12] for path in (second, first)]
+    digests = [hashlib.sha256(path.read_bytes()).hexdigest()[:12] for path in (second, first)]
     assert str(error.value).startswith(
         f"data: the contents of reviews.jsonl differ (the same name and size; sha256 {digests[0]}, was {digests[1]}) "
         "since the checkpoint:"
@@ -80,30 +81,6 @@ def test_hf_files_of_the_same_name_and_size_with_other_words_are_other_data(tmp_
     with caplog.at_level(logging.WARNING, logger="trainkit.data.fingerprint"):
         check_same_data(older, b.fingerprint)  # nothing to compare the contents with: accepted, and said so
     assert "records no digest of its data files' contents (saved before digests were recorded)" in caplog.text
-
-
-def file_sha256(path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def test_a_files_digest_is_cached_under_its_size_mtime_and_inode_and_a_copy_is_read_again(tmp_path):
-    data = tmp_path / "data.jsonl"
-    data.write_bytes(b"x" * 3_000_000)  # more than a block: streamed
-    assert file_digest(data) == file_sha256(data)
-    cached = json.loads(cache_file().read_text())
-    entry = cached[os.path.realpath(data)]
-    assert entry["size"] == 3_000_000 and entry["inode"] == data.stat().st_ino
-    entry["sha256"] = "from the cache"
-    cache_file().write_text(json.dumps(cached))
-    assert file_digest(data) == "from the cache"  # not read again
-    copy = tmp_path / "copy.jsonl"
-    shutil.copy2(data, copy)  # the same mtime, another inode
-    assert copy.stat().st_mtime_ns == data.stat().st_mtime_ns and file_digest(copy) == file_sha256(data)
-    data.write_bytes(b"y" * 3_000_000)  # rewritten in place: the same size and inode, another mtime
-    os.utime(data, ns=(data.stat().st_atime_ns, entry["mtime_ns"] + 1))  # later (two writes ms apart may share one)
-    assert file_digest(data) == file_sha256(data)
 
 
 @pytest.mark.skipif(not template_has("data/text.yaml"), reason="this clone has no data=text (trimmed)")
