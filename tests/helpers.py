@@ -57,15 +57,15 @@ def is_hydras_record(relative: Path) -> bool:
     return ".hydra" in relative.parts or relative.suffix == ".log" or relative.name in (".lock", "config_tree.txt")
 
 
-def nothing_left(path: Path) -> bool:
-    """Whether a refused call left nothing at `path` (absent, or an empty folder); in a clone trimmed of
-    undo_refusals, nothing but Hydra's record of the call."""
+def nothing_left(path: Path, nor_beside: bool = False) -> bool:
+    """Whether a refused call left nothing at `path` (and, `nor_beside`, nothing else in its folder either); in a clone
+    trimmed of undo_refusals, nothing at `path` but Hydra's record of the call."""
+    if nor_beside and any(other != path for other in path.parent.iterdir()):
+        return False
     if not path.exists():
         return True
-    if has_undo_refusals:
-        return not any(path.iterdir())
     left = [file for file in path.rglob("*") if file.is_file() and file.stat().st_size]  # metrics.jsonl opened, empty
-    return all(is_hydras_record(file.relative_to(path)) for file in left)
+    return not has_undo_refusals and all(is_hydras_record(file.relative_to(path)) for file in left)
 
 
 def unchanged_but_the_record(run_dir: Path, before: dict[str, str]) -> bool:

@@ -33,7 +33,7 @@ LOGGERS = ", ".join(sorted(path.stem for path in (ROOT / "conf" / "logger").glob
 def test_bad_input_gives_one_clear_line(run_train, overrides, expected):
     run = run_train(*overrides, check=False)
     assert run.returncode == 1
-    assert nothing_left(run.run_dir.parent)  # refused before any work: the run directory Hydra made is gone again
+    assert nothing_left(run.run_dir, nor_beside=True)  # refused before any work: Hydra's directory is gone
     assert "Traceback" not in run.stderr
     lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, run.stderr

@@ -186,6 +186,6 @@ def test_a_size_the_unet_cannot_halve_is_one_line_before_any_work(run_train):
     """Found by the config check, not by UNet.forward's ValueError; Hydra's run directory is gone again."""
     run = run_train("experiment=shapes_segmentation", "data.image_size=30", check=False)
     assert run.returncode == 1 and "Traceback" not in run.stderr
-    assert nothing_left(run.run_dir.parent)
+    assert nothing_left(run.run_dir, nor_beside=True)
     [line] = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert all(fragment in line for fragment in ("data.image_size", "divisible by 4", "28 or 32")), line
