@@ -1,6 +1,6 @@
-"""Augmentation: batched on the device for every batch (`BatchTransform`); the recipes of the feature `augment_recipes`
-(docs/features.md) beside it: per image in the DataLoader workers for image folders (trainkit.augment.sample_transforms)
-and MixUp/CutMix with soft targets (trainkit.augment.mixing), which train.py reaches from marked lines.
+"""Augmentation: the batch transform (`BatchTransform`: scale, resize, the shift of augmentation=shift, normalize, on
+the device for every batch), and beside it the modules of the features that augment more (docs/features.md), which
+the augmentation options name in `_checks_` or train.py reaches from marked lines.
 
 The modules inside import each other directly."""
 

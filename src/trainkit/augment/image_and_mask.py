@@ -14,8 +14,8 @@ pass the loss's ignore_index instead to keep those pixels out of the loss and th
 Why one tensor: the mask rides along as one more channel of the image, so the same gather and the same flip move both,
 and they cannot drift apart by a pixel. The channel is float32 (float64 for float64 images) and moved by indexing only,
 never interpolated, so class values come back exact (float32 holds every integer below 2 ** 24). Photometric ops (colour
-jitter) need no mask: apply trainkit.augment.batch_transform's to the images alone; its affine op interpolates and would
-blend classes, so it is not offered here.
+jitter) need no mask: apply them to the images alone; an affine warp interpolates and would blend classes, so it is not
+offered here.
 """
 
 import torch

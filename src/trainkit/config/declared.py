@@ -128,8 +128,8 @@ def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
 
 def feature_modules(cfg: DictConfig) -> list[tuple[str, ModuleType | str]]:
     """(key, module) for each module a `_checks_` of the config names; its name where it cannot be imported. Such a
-    module may also declare `ignored_settings(cfg)`, `unread_settings(cfg)`, `searched_keys(cfg)` and
-    `augmentation_ops(augmentation)` (read by trainkit.config.validation: ignored_keys, unread_settings, ...)."""
+    module may also declare `ignored_settings(cfg)`, `unread_settings(cfg)` and `searched_keys(cfg)` (read by
+    trainkit.config.validation: ignored_keys, unread_settings, ...)."""
     found: list[tuple[str, ModuleType | str]] = []
     for key, module_name in _checks_named(cfg, ""):
         try:

@@ -17,29 +17,17 @@ from trainkit.config.schema import (
     auto_or,
     flag,
     integer,
-    interval,
     number,
     numbers,
     one_of,
-    section,
     show,
     string,
 )
 from trainkit.runtime import PRECISIONS
 from trainkit.tracking.loggers import trackers
 
-AUGMENTATION_KEYS = (
-    "name",
-    "crop_padding",
-    "horizontal_flip",
-    "color_jitter",
-    "affine",
-    "random_order",
-    "random_erasing",
-    "_checks_",  # a feature's keys beside these: the modules named here check them (docs/features.md)
-)
-COLOR_JITTER_KEYS = ("brightness", "contrast", "saturation")
-AFFINE_KEYS = ("degrees", "translate", "scale", "shear")
+# A feature's augmentation keys beside these: the modules its `_checks_` names check them (docs/features.md).
+AUGMENTATION_KEYS = ("name", "crop_padding", "horizontal_flip", "_checks_")
 
 
 def device_name(value: object) -> str | None:
@@ -151,15 +139,6 @@ RULES: dict[str, Check] = {
     "augmentation.name": string(),  # a label: the keys decide what runs (a conf/augmentation/<name>.yaml of yours too)
     "augmentation.crop_padding": number(0, 0.5, null=True),
     "augmentation.horizontal_flip": flag(null=True),
-    "augmentation.color_jitter": section(COLOR_JITTER_KEYS),
-    **{f"augmentation.color_jitter.{key}": number(0, null=True) for key in COLOR_JITTER_KEYS},
-    "augmentation.affine": section(AFFINE_KEYS),
-    "augmentation.affine.degrees": number(0, below=90, null=True),
-    "augmentation.affine.translate": number(0, 1, null=True),
-    "augmentation.affine.scale": interval(above=0, null=True),
-    "augmentation.affine.shear": number(0, below=90, null=True),
-    "augmentation.random_order": flag(null=True),
-    "augmentation.random_erasing": number(0, 1, null=True),
     "distributed.name": string(),  # none, ddp, or a strategy's own that distributed.parallel names (validation)
     "distributed.parallel": string(null=True),  # module.Class: trainkit.distributed.parallel.strategy
     "distributed.nproc_per_node": integer(1, null=True),

@@ -18,7 +18,6 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.augment.batch_transform import active_ops
 from trainkit.config.declared import (
     answer,
     arguments,
@@ -28,7 +27,7 @@ from trainkit.config.declared import (
     parameters,
     searched_keys,
 )
-from trainkit.config.rules import AFFINE_KEYS, AUGMENTATION_KEYS, COLOR_JITTER_KEYS, RULES
+from trainkit.config.rules import AUGMENTATION_KEYS, RULES
 from trainkit.config.schema import Relation, find_problems, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, data_class
 from trainkit.distributed.process_group import process_info
@@ -155,33 +154,31 @@ def _task_metrics(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-# The augmentation ops that change each pixel where it is; every other one (the core's crop, flip and affine, a
-# feature's) moves or mixes the image alone, which a task with a target per pixel (a mask) refuses.
-PIXEL_WISE = ("color_jitter", "random_erasing")
-
-
 def augmentation_ops(cfg: DictConfig) -> dict[str, Any]:
-    """The ops cfg.augmentation switches on: active_ops and those of the feature modules its `_checks_` names."""
-    ops = active_ops(cfg.augmentation)
+    """The ops cfg.augmentation switches on, {op: its options}: the core's (crop_padding, horizontal_flip), and those
+    of the feature modules its `_checks_` names (each one's `augmentation_ops(augmentation)`)."""
+    ops = {key: cfg.augmentation[key] for key in ("crop_padding", "horizontal_flip") if cfg.augmentation.get(key)}
     for _, feature in feature_modules(cfg):
         ops |= getattr(feature, "augmentation_ops", lambda augmentation: {})(cfg.augmentation)
     return ops
 
 
 def _augmentation_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A closed section: the batch transform's keys and those the features its `_checks_` names have rules for."""
+    """A closed section: its name, and the keys that the features its `_checks_` names have rules for."""
     features = {key.split(".")[1] for key in feature_checks(cfg)[0] if key.startswith("augmentation.")}
     yield from unknown_keys("augmentation", (*AUGMENTATION_KEYS, *sorted(features))).check(cfg)
 
 
 def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A task with a target per pixel moves it with the image itself (task.horizontal_flip, task.crop_padding): refuse
-    the augmentation group's geometric ops, which would not move the targets."""
+    the augmentation ops that would move or mix the image alone, all but those a feature module says change each pixel
+    where it is (its PIXEL_WISE_OPS)."""
     task = configured_task(cfg)
     if task is None or not getattr(task, "spatial_targets", False):
         return
+    pixel_wise = {op for _, feature in feature_modules(cfg) for op in getattr(feature, "PIXEL_WISE_OPS", ())}
     for key in augmentation_ops(cfg):
-        if key not in PIXEL_WISE:
+        if key not in pixel_wise:
             yield (
                 f"augmentation.{key}",
                 f"moves or mixes the image without its targets ({task.__name__} has a target per pixel); "
@@ -371,7 +368,7 @@ def flip_refused(cfg: DictConfig, flip: str) -> Iterator[tuple[str, str]]:
 
 
 def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if "horizontal_flip" in active_ops(cfg.augmentation):
+    if cfg.augmentation.get("horizontal_flip"):
         yield from flip_refused(cfg, "horizontal_flip")
 
 
@@ -431,8 +428,6 @@ RELATIONS = (
     Relation(("device", "distributed.sync_batchnorm", "distributed.backend"), _cuda_only),
     Relation(("distributed.name", "distributed.parallel"), _strategy),
     Relation(("augmentation",), _augmentation_keys),
-    unknown_keys("augmentation.color_jitter", COLOR_JITTER_KEYS),
-    unknown_keys("augmentation.affine", AFFINE_KEYS),
     Relation(("augmentation",), _augmentation_off),
     # after the augmentation checks: a bad augmentation section is reported once, as itself
     Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
@@ -510,11 +505,6 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
         )
     for _, feature in feature_modules(cfg):  # each optional feature's own (declared.feature_modules)
         ignored += getattr(feature, "ignored_settings", lambda cfg: ())(cfg)
-    ops = active_ops(cfg.augmentation)
-    if cfg.augmentation.get("random_order") and not ("color_jitter" in ops and "affine" in ops):
-        ignored.append(
-            "augmentation.random_order=true is ignored: it orders color_jitter and affine, and they are not both on"
-        )
     return ignored
 
 

@@ -14,9 +14,9 @@ from trainkit.config.validation import validate
 @pytest.mark.parametrize(
     "overrides",
     [
-        # cifar10_optuna searches augmentation: choice(basic, strong) over this experiment
+        # cifar10_optuna searches augmentation: choice(shift, basic) over this experiment
+        ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=shift"],
         ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=basic"],
-        ["experiment=cifar10_resnet", "hparams_search=cifar10_optuna", "augmentation=strong"],
         ["hparams_search=cifar10_optuna", "augmentation=basic"],  # the search composes the experiment itself
     ],
 )

@@ -1,4 +1,5 @@
-"""BatchTransform: conversion, resize, normalization, and each augmentation op, per sample."""
+"""augmentation=strong (trainkit.augment.batch_augment): each op, drawn per sample, as
+BatchTransform runs it on training batches."""
 
 from pathlib import Path
 
@@ -6,9 +7,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from trainkit.augment.batch_transform import BatchTransform, active_ops
+from trainkit.augment.batch_augment import augmentation_ops
+from trainkit.augment.batch_transform import BatchTransform
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "augmentation"
+CHECKS = {"batch_augment": "trainkit.augment.batch_augment"}  # what conf/augmentation/strong.yaml names
 
 
 def preset(name: str):
@@ -17,6 +20,8 @@ def preset(name: str):
 
 def identity_transform(size: int, augmentation=None, channels: int = 1) -> BatchTransform:
     """mean 0, std 1: the output is the [0, 1] image itself, easy to compare."""
+    if isinstance(augmentation, dict):
+        augmentation = {**augmentation, "_checks_": CHECKS}
     return BatchTransform(
         mean=(0.0,) * channels, std=(1.0,) * channels, size=size, augmentation=augmentation, train=True
     )
@@ -26,46 +31,6 @@ def asymmetric_images(batch: int, size: int = 8, channels: int = 1) -> torch.Ten
     """Random images in (0, 1]: no zeros (so padding is recognizable) and no mirror symmetry."""
     torch.manual_seed(123)
     return torch.rand(batch, channels, size, size) * 0.9 + 0.1
-
-
-def shifted(image: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
-    """`image` [C, H, W] moved down by dy and right by dx, zeros entering."""
-    out = torch.zeros_like(image)
-    h, w = image.shape[-2:]
-    out[:, max(dy, 0) : h + min(dy, 0), max(dx, 0) : w + min(dx, 0)] = image[
-        :, max(-dy, 0) : h - max(dy, 0), max(-dx, 0) : w - max(dx, 0)
-    ]
-    return out
-
-
-def matching_shift(output: torch.Tensor, image: torch.Tensor, padding: int):
-    for dy in range(-padding, padding + 1):
-        for dx in range(-padding, padding + 1):
-            if torch.equal(output, shifted(image, dy, dx)):
-                return dy, dx
-    return None
-
-
-def test_uint8_and_float_inputs_give_the_same_normalized_float32_batch():
-    transform = BatchTransform(mean=(0.3,), std=(0.37,), size=8, augmentation=None, train=False)
-    images = torch.randint(0, 256, (16, 1, 8, 8), dtype=torch.uint8)
-    from_uint8, from_float = transform(images), transform(images.float() / 255)
-    assert from_uint8.dtype == torch.float32 and from_uint8.shape == (16, 1, 8, 8)
-    torch.testing.assert_close(from_uint8, from_float)
-    torch.testing.assert_close(from_uint8, (images.float() / 255 - 0.3) / 0.37)
-
-
-def test_per_channel_statistics_and_normalization():
-    transform = BatchTransform(mean=(0.1, 0.5, 0.9), std=(0.5, 0.25, 0.1), size=4)
-    images = torch.full((2, 3, 4, 4), 0.5)
-    out = transform(images)
-    torch.testing.assert_close(out[:, 0], torch.full((2, 4, 4), 0.8))
-    torch.testing.assert_close(out[:, 1], torch.zeros(2, 4, 4))
-    torch.testing.assert_close(out[:, 2], torch.full((2, 4, 4), -4.0))
-    # Standardizing with the batch's own statistics gives mean 0, std 1.
-    images = torch.rand(64, 1, 8, 8)
-    out = BatchTransform(mean=(images.mean().item(),), std=(images.std().item(),), size=8)(images)
-    assert abs(out.mean().item()) < 1e-5 and abs(out.std().item() - 1) < 1e-4
 
 
 def test_eval_mode_is_deterministic_and_does_not_augment():
@@ -84,24 +49,6 @@ def test_does_not_modify_the_input():
     copy = images.clone()
     identity_transform(8, preset("strong"), channels=3)(images)
     assert torch.equal(images, copy)
-
-
-def test_shift_is_an_exact_integer_translation_per_sample_and_never_flips():
-    images = asymmetric_images(256)
-    out = identity_transform(8, preset("shift"))(images)  # 0.125 * 8 = 1 pixel of padding
-    shifts = [matching_shift(out[i], images[i], padding=1) for i in range(len(images))]
-    assert None not in shifts, "every output is its input shifted by whole pixels, unflipped"
-    # One draw per sample: all nine shifts turn up in one batch (each with probability 1/9).
-    assert len(set(shifts)) == 9
-
-
-def test_flip_mirrors_about_half_of_the_samples_exactly():
-    images = asymmetric_images(1000)
-    out = identity_transform(8, {"name": "basic", "horizontal_flip": True})(images)
-    flipped = torch.tensor([torch.equal(o, i.flip(-1)) for o, i in zip(out, images)])
-    kept = torch.tensor([torch.equal(o, i) for o, i in zip(out, images)])
-    assert bool((flipped ^ kept).all()), "each sample is either untouched or an exact mirror"
-    assert 0.4 < flipped.float().mean().item() < 0.6
 
 
 def test_color_jitter_changes_colours_per_sample_but_not_geometry():
@@ -145,36 +92,28 @@ def test_random_order_is_drawn_per_sample():
     torch.testing.assert_close(fixed, torch.full_like(fixed, 0.5))  # fixed order: jitter first
 
 
-def test_resize_from_8_to_32():
-    transform = BatchTransform(mean=(0.5,), std=(0.5,), size=32, augmentation=preset("shift"), train=True)
-    out = transform(torch.full((4, 1, 8, 8), 255, dtype=torch.uint8))
-    assert out.shape == (4, 1, 32, 32)
-    eval_out = BatchTransform(mean=(0.5,), std=(0.5,), size=32)(torch.full((4, 1, 8, 8), 255, dtype=torch.uint8))
-    torch.testing.assert_close(eval_out, torch.ones(4, 1, 32, 32))  # a constant image stays constant
-    assert BatchTransform(mean=(0.5,), std=(0.5,), size=8)(torch.rand(2, 1, 32, 32)).shape == (2, 1, 8, 8)
-
-
 RECIPES = sorted(path.stem for path in CONF.glob("*.yaml"))
-# The batch transform's ops; a recipe's other keys are a feature's, which its `_checks_` module reads.
-BATCH_OPS = {"crop_padding", "horizontal_flip", "color_jitter", "affine", "random_erasing"}
+# This module's ops; a recipe's other keys are the core's (crop_padding, horizontal_flip) or another module's.
+BATCH_OPS = {"color_jitter", "affine", "random_erasing"}
 
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_every_op_a_recipe_sets_is_on_and_a_recipe_with_batch_ops_changes_the_batch(name):
     recipe = preset(name)
     set_keys = {key for key, value in recipe.items() if value and key in BATCH_OPS}
-    assert set(active_ops(recipe)) == set_keys  # nothing a recipe sets is dropped on the way
+    assert set(augmentation_ops(recipe)) == set_keys  # nothing a recipe sets is dropped on the way
     transform = BatchTransform(mean=(0.49, 0.48, 0.45), std=(0.25, 0.24, 0.26), size=32, augmentation=recipe)
     images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
     evaluated = transform(images)
     trained = transform.train()(images)
     assert trained.shape == (64, 3, 32, 32) and trained.dtype == torch.float32 and torch.isfinite(trained).all()
-    assert torch.equal(trained, evaluated) == (not set_keys), name
+    core = recipe.get("crop_padding") or recipe.get("horizontal_flip")
+    assert torch.equal(trained, evaluated) == (not set_keys and not core), name
 
 
-def test_active_ops_reads_missing_null_false_and_zero_as_off():
+def test_augmentation_ops_reads_missing_null_false_and_zero_as_off():
     # Bad values are the schema's to report (tests/unit/config/test_config.py); here only what is on.
-    assert active_ops(None) == {} and active_ops(preset("none")) == {}
+    assert augmentation_ops(None) == {} and augmentation_ops(preset("none")) == {}
     off = {
         "name": "strong",
         "crop_padding": 0,
@@ -183,13 +122,11 @@ def test_active_ops_reads_missing_null_false_and_zero_as_off():
         "affine": {"degrees": 0, "scale": [1, 1]},
         "random_order": True,
     }
-    assert active_ops(OmegaConf.create(off)) == {}
-    assert active_ops(preset("shift")) == {"crop_padding": 0.125}
-    strong = active_ops(preset("strong"))
+    assert augmentation_ops(OmegaConf.create(off)) == {}
+    assert augmentation_ops(preset("shift")) == {}  # the core's shift alone
+    strong = augmentation_ops(preset("strong"))
     assert strong["affine"] == {"degrees": 15.0, "translate": 0.1, "scale": (0.9, 1.1), "shear": 10.0}
-    assert (
-        strong["color_jitter"] == {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4} and strong["horizontal_flip"]
-    )
+    assert strong["color_jitter"] == {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4}
 
 
 def test_an_all_off_config_leaves_training_batches_unchanged():
@@ -201,7 +138,9 @@ def test_an_all_off_config_leaves_training_batches_unchanged():
 def test_random_erasing_zeroes_one_rectangle_in_about_its_share_of_samples():
     torch.manual_seed(0)
     images = torch.full((400, 3, 16, 16), 200, dtype=torch.uint8)
-    transform = BatchTransform(mean=(0.0,), std=(1.0,), size=16, augmentation={"random_erasing": 0.5}, train=True)
+    transform = BatchTransform(
+        mean=(0.0,), std=(1.0,), size=16, augmentation={"random_erasing": 0.5, "_checks_": CHECKS}, train=True
+    )
     out = transform(images)
     erased = out == 0
     hit = erased.flatten(1).any(dim=1)
@@ -213,30 +152,3 @@ def test_random_erasing_zeroes_one_rectangle_in_about_its_share_of_samples():
     torch.manual_seed(0)
     assert torch.equal(transform(images), out)  # the same seed, the same boxes
     assert not torch.equal(transform(images), out)  # the next draw (or another rank's seed): others
-
-
-def test_a_dict_batch_is_transformed_in_the_entries_its_data_names_and_refused_in_one_line_where_none_are():
-    from trainkit.data.datasets import Digits, ImageData
-    from trainkit.errors import ConfigError
-
-    images = torch.randint(0, 256, (6, 1, 8, 8), dtype=torch.uint8)
-    caption, targets = torch.randint(0, 256, (6, 20), dtype=torch.uint8), torch.arange(6)
-    keys = dict(name="digits", num_classes=10, batch_size=4, eval_batch_size=4, num_workers=0, drop_last=False)
-    keys |= dict(shuffle=False, channels=1, image_size=8, mirror_changes_label=True, mean=[0.3], std=[0.4])
-    keys |= dict(val_fraction=0.1, test_fraction=0.2, split_seed=0)
-
-    class Captioned(Digits):
-        image_entries = ("image",)
-
-    transform = Captioned(**keys).batch_transform(None, None, False, train=False)
-    transformed = transform({"image": images, "caption": caption, "targets": targets})
-    assert torch.equal(transformed["image"], (images.float() / 255 - 0.3) / 0.4)  # as the pair's inputs would be
-    assert transformed["caption"] is caption and transformed["targets"] is targets  # the others as they are
-    assert ImageData.image_entries == ()  # pairs: their inputs
-    unnamed = Digits(**keys).batch_transform(None, None, False, train=False)
-    with pytest.raises(
-        ConfigError, match=r"^data\._target_: makes dict batches \(keys image, caption\), .* names none"
-    ):
-        unnamed({"image": images, "caption": caption})
-    with pytest.raises(ConfigError, match=r"names 'image', which the batch lacks; name the entries that hold images"):
-        transform({"picture": images})
