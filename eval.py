@@ -5,7 +5,7 @@
     python eval.py checkpoint=<run> data.split_seed=1       # other data of the same shape
     python eval.py checkpoint=<run> precision=bf16
     python eval.py checkpoint=<run> trainer.tta_flip=true   # with its mirror  # feature: tta_flip
-    python eval.py checkpoint=<run> distributed=ddp distributed.nproc_per_node=2
+    torchrun --standalone --nproc_per_node=2 eval.py checkpoint=<run> distributed=ddp   # in 2 processes
     python eval.py checkpoint=<run> predict=path/to/images  # each image's prediction (or a file's)  # feature: predict
     python eval.py checkpoint=<run> predict=path/to/texts   # token data: each .txt file's class  # feature: predict
     python eval.py checkpoint=<run> predict=rows.csv        # other data: the files its option reads  # feature: predict
@@ -19,8 +19,9 @@ command line sets on top, as a resume takes it; so the data split, eval transfor
 weights (their average where the run evaluated one) and test-time augmentation are the run's, and the numbers equal its
 summary.json. The run's own keys need no + (data.max_length=32: its .hydra/overrides.yaml is
 composed first); the model keeps the checkpoint's settings; of the config groups only precision=
-and distributed= may be chosen (data=, model=, ...: one line). Each call writes into a new
-directory, outputs/eval/<time>/: metrics.json.
+and distributed= may be chosen (data=, model=, ...: one line). It evaluates in one process unless the command
+line names distributed (or torchrun started several). Each call writes into a new directory,
+outputs/eval/<time>/: metrics.json.
 predict= writes predictions.csv (one class per image or text file) or masks/ (a class per pixel).  # feature: predict
 A picture of the predictions too: confusion_matrix.png, or predictions.png for segmentation.  # feature: eval_figures
 """
@@ -47,6 +48,7 @@ from trainkit.config.validation import validate
 from trainkit.data import Data, build_data, make_data
 from trainkit.distributed import ProcessInfo
 from trainkit.distributed.launch import start_processes
+from trainkit.distributed.process_group import launched_externally
 from trainkit.errors import ConfigError
 from trainkit.models import build_model
 from trainkit.models.export import export_run  # feature: hf
@@ -102,6 +104,8 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     when = "on top of a checkpoint's config"
     cfg = config_with_overrides(state["config"], cfg, overrides, when=when, relinked=lambda part: part != "model")
     cfg.checkpoint, cfg.resume = str(checkpoint), None  # (resume= itself is refused by cli.run)
+    if not launched_externally() and not any(override.lstrip("+~").startswith("distributed") for override in overrides):
+        cfg.distributed = OmegaConf.load(Path(__file__).parent / "conf" / "distributed" / "none.yaml")  # one process
     if cfg.split not in SPLITS:
         raise ConfigError("split", f"must be one of {', '.join(SPLITS)}, got {cfg.split!r}")
     validate(cfg)  # every error the config alone can reveal, before any data or model is built

@@ -56,16 +56,23 @@ def run_train(tmp_path):
     In this process, as `python train.py` would (Hydra, the one-line errors, the exit code): a
     subprocess would pay ~4 s of imports a run. `isolated=True`: in a subprocess, where the process itself is the
     point (a kill, a signal, the environment it starts with); runs of several processes (`distributed=` anything but
-    none) always get one, since their workers are processes of their own."""
+    none) always get one, since their workers are processes of their own: torchrun starts the
+    `distributed.nproc_per_node=N` the overrides name, or (`self_launched=True`, local_launch's tests) train.py."""
     counter = iter(range(1000))
 
     def run(
-        *overrides: str, check: bool = True, timeout: int = 300, run_dir: Path | None = None, isolated: bool = False
+        *overrides: str,
+        check: bool = True,
+        timeout: int = 300,
+        run_dir: Path | None = None,
+        isolated: bool = False,
+        self_launched: bool = False,
     ) -> TrainRun:
         """`run_dir`: train there (e.g. resume=auto in an existing run), instead of a fresh directory."""
         run_dir = run_dir or tmp_path / f"run{next(counter)}"
-        if isolated or any(o.startswith("distributed=") and o != "distributed=none" for o in overrides):
-            returncode, stdout, stderr = _train_in_a_subprocess(run_dir, overrides, timeout)
+        several = any(o.startswith("distributed=") and o != "distributed=none" for o in overrides)
+        if isolated or self_launched or several:
+            returncode, stdout, stderr = _train_in_a_subprocess(run_dir, overrides, timeout, self_launched)
         else:
             returncode, stdout, stderr = run_here("train.py", f"hydra.run.dir={run_dir}", *overrides)
         if check:
@@ -75,13 +82,36 @@ def run_train(tmp_path):
     return run
 
 
-def _train_in_a_subprocess(run_dir: Path, overrides: tuple[str, ...], timeout: int) -> tuple[int, str, str]:
+def _train_in_a_subprocess(
+    run_dir: Path, overrides: tuple[str, ...], timeout: int, self_launched: bool = False
+) -> tuple[int, str, str]:
     command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides]
+    processes = [o.split("=", 1)[1] for o in overrides if o.startswith("distributed.nproc_per_node=")]
+    if processes and not self_launched:
+        command[1:1] = torchrun(int(processes[-1]))[1:]
     # Its own W&B service, as from a fresh shell: a W&B run earlier in this process set WANDB_SERVICE, and through
     # it a killed part's stream would outlive it in this process's service ("run ID ... is in use" on resume).
     environment = {key: value for key, value in os.environ.items() if key != "WANDB_SERVICE"}
     process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=environment)
     return process.returncode, process.stdout, process.stderr
+
+
+@pytest.fixture
+def stop_handlers_back():
+    """A clean stop leaves the stop signals ignored (the process is on its way out, exit 75): this
+    test process gets its own handlers back."""
+
+    from trainkit.checkpointing import signals
+
+    before = {s: signal.getsignal(s) for s in signals.STOP_SIGNALS}
+    yield
+    for s, handler in before.items():
+        signal.signal(s, handler)
+
+
+def torchrun(processes: int) -> list[str]:
+    """The command that starts `processes` processes of the script after it on this machine, as torchrun does."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
 
 
 def run_here(script: str, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:

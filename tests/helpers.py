@@ -77,6 +77,12 @@ def unchanged_but_the_record(run_dir: Path, before: dict[str, str]) -> bool:
     return after == before
 
 
+# A test of another capability that has train.py start its DDP workers (exit code 75 on a stop, one line from the
+# parent, refusals before any worker starts): skipped once local_launch is trimmed (torchrun starts them in the core).
+has_local_launch = (ROOT / "src" / "trainkit" / "distributed" / "local_launch.py").is_file()
+needs_local_launch = pytest.mark.skipif(not has_local_launch, reason="this clone has no local_launch (trimmed)")
+
+
 # A test of the core or of another capability that picks data=mnist or data=cifar10: skipped once downloads is trimmed.
 needs_downloads = pytest.mark.skipif(
     not template_has("data/mnist.yaml"), reason="this clone has no data=mnist or data=cifar10 (trimmed)"

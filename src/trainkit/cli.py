@@ -18,7 +18,6 @@ from typing import Any
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from trainkit.checkpointing.refusal import start_call, undo_refused_call  # feature: undo_refusals
 from trainkit.checkpointing.resume import rewrite_argv
@@ -181,13 +180,4 @@ def _one_line_errors(wants_trace: bool) -> Iterator[None]:
     except RunFailed:  # e.g. a non-finite loss: the run logged why in one line and wrote summary.json
         if wants_trace:
             raise
-        sys.exit(1)
-    except ChildFailedError as error:  # a self-launched DDP worker failed; it printed its own error
-        if wants_trace:
-            raise
-        rank, failure = error.get_first_failure()
-        print(
-            f"error: DDP worker rank {rank} failed with exit code {failure.exitcode}; its error is printed above",
-            file=sys.stderr,
-        )
         sys.exit(1)

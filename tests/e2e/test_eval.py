@@ -12,14 +12,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, TrainRun, composed, run_here
+from conftest import ROOT, TrainRun, composed, run_here, torchrun
 from helpers import nothing_left, template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
@@ -29,12 +28,13 @@ CLASSIFICATION = ("trainer.max_epochs=2",)  # 40 updates: about 0.95 test accura
 
 
 def run_script(script: str, *args: str, timeout: int = 300) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `python <script> <args>`: in this process, except DDP runs,
-    whose workers are processes of their own."""
+    """(exit code, stdout, stderr) of `python <script> <args>`: in this process, except DDP runs, whose
+    `distributed.nproc_per_node=N` processes torchrun starts."""
     if "distributed=ddp" not in args:
         return run_here(script, *args)
     env = {key: value for key, value in os.environ.items() if key not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    command = [sys.executable, str(ROOT / script), *args]
+    processes = [int(arg.split("=", 1)[1]) for arg in args if arg.startswith("distributed.nproc_per_node=")]
+    command = [*torchrun(processes[-1]), str(ROOT / script), *args]
     process = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     return process.returncode, process.stdout, process.stderr
 

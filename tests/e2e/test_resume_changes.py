@@ -104,24 +104,6 @@ def test_a_new_run_in_a_directory_that_holds_a_run_is_refused_and_leaves_every_f
     assert [m["epoch"] for m in new.epoch_metrics()] == epochs  # its own lines alone
 
 
-@pytest.mark.slow  # starts DDP workers twice
-def test_a_resume_refused_inside_ddp_workers_is_one_line_and_leaves_every_file_as_it_was(run_train):
-    """The data's fingerprint is checked in the workers (they build the data): rank 0 hands its refusal back
-    to the parent, which refuses the call as one process would, not as a worker's exit code under Hydra's
-    "Error executing job" with the record rewritten."""
-    ddp = ("distributed=ddp", "distributed.nproc_per_node=2")
-    first = run_train("debug=fast", *ddp)
-    before = hashes_of_every_file(first.run_dir)
-    refused = run_train(
-        f"resume={first.run_dir}", "trainer.max_epochs=3", "data.split_seed=5", run_dir=first.run_dir, check=False
-    )
-    assert refused.returncode == 1
-    errors = [line for line in refused.stderr.splitlines() if line.strip()]
-    assert len(errors) == 1 and errors[0].startswith("error: data: the train split holds other values"), errors
-    assert "Error executing job" not in refused.stdout + refused.stderr
-    assert unchanged_but_the_record(first.run_dir, before)
-
-
 @needs_image_folders
 def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_path):
     from PIL import Image

@@ -114,7 +114,7 @@ def test_segmentation_under_ddp_resumes_exactly(run_train):  # the LR finder on 
     straight = run_train(*SMALL, *ddp, "trainer.max_epochs=2")
     assert straight.summary["world_size"] == 2
     first = run_train(*SMALL, *ddp, "trainer.max_epochs=1")
-    resumed = run_train(f"resume={first.run_dir}", "trainer.max_epochs=2", run_dir=first.run_dir)
+    resumed = run_train(f"resume={first.run_dir}", *ddp[:2], "trainer.max_epochs=2", run_dir=first.run_dir)
     assert_same_training(resumed, straight)
 
 

@@ -344,19 +344,18 @@ def refuse_weights_only(checkpoint: Path, state: dict) -> None:
 
 
 def _planned_world_size(cfg: DictConfig) -> int | None:
-    """How many processes will train; None where the launch itself refuses the setting."""
+    """How many processes will train; None where the launch refuses the run (several processes none started)."""
     from trainkit.distributed.process_group import launched_externally, process_info
 
     if launched_externally():
         return process_info().world_size
     if cfg.distributed.name == "none":
         return 1
-    nproc = cfg.distributed.get("nproc_per_node")
-    if nproc is None:  # one per visible GPU, as trainkit.distributed.launch counts them
-        import torch
+    planned: int | None = None  # several processes that none started: start_processes refuses the run
+    from trainkit.distributed.local_launch import planned_workers  # feature: local_launch
 
-        return torch.cuda.device_count() or None
-    return nproc if isinstance(nproc, int) and not isinstance(nproc, bool) else None
+    planned = planned_workers(cfg)  # feature: local_launch
+    return planned
 
 
 def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> None:

@@ -15,9 +15,7 @@ blocked, so a stop in the first second is as clean. A SIGINT within SAME_CTRL_C_
 and torchrun's, or the parent's) is the same Ctrl-C.
 """
 
-import contextlib
 import logging
-import multiprocessing
 import os
 import shlex
 import signal
@@ -42,8 +40,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
 EXIT_STOPPED = 75  # stopped by a signal, checkpoint written, resumable (sysexits.h EX_TEMPFAIL)
 EXIT_ABORTED = 130  # a second Ctrl-C: what a shell reports for a process ended by SIGINT
 SAME_CTRL_C_SECONDS = 1.0
-# Set by the parent of self-started DDP workers on a stop signal: a worker spawned after it stops too.
-STOP_ENV = "TRAINKIT_STOP_REQUESTED"
 # A command that continues more than this run (a sweep's rerun), named by the stop lines instead of resume=; in the
 # environment so that sweep workers and DDP workers inherit it.
 CONTINUE_WITH_ENV = "TRAINKIT_CONTINUE_WITH"
@@ -84,11 +80,11 @@ def request(name: str) -> None:
     _requested = _requested or name
 
 
-class _Abort(Exception):
+class Abort(Exception):
     """A second Ctrl-C (never leaves a handler: each handler turns it into an exit)."""
 
 
-def _record(signum: int) -> None:
+def record_stop(signum: int) -> None:
     """Record a stop request; a later Ctrl-C aborts, unless the checkpoint is written already."""
     global _requested, _first_ctrl_c
     if _saved:
@@ -97,12 +93,12 @@ def _record(signum: int) -> None:
     if signum == signal.SIGINT:
         now = time.monotonic()
         if _first_ctrl_c is not None and now - _first_ctrl_c > SAME_CTRL_C_SECONDS:
-            raise _Abort
+            raise Abort
         _first_ctrl_c = _first_ctrl_c or now
     _requested = _requested or signal.Signals(signum).name
 
 
-def _abort(announce: bool) -> None:
+def abort(announce: bool) -> None:
     if announce:
         print("aborted by a second Ctrl-C; checkpoints/last.pt is as last saved", file=sys.stderr, flush=True)
     os._exit(EXIT_ABORTED)
@@ -118,54 +114,16 @@ def stop_on_signals(announce_abort: bool = True) -> Iterator[None]:
 
     def handle(signum: int, frame: FrameType | None) -> None:
         try:
-            _record(signum)
-        except _Abort:
-            _abort(announce_abort)
+            record_stop(signum)
+        except Abort:
+            abort(announce_abort)
 
-    with _handlers(handle):
+    with stop_handlers(handle):
         yield
 
 
 @contextmanager
-def forward_to_workers() -> Iterator[None]:
-    """For the parent of self-started DDP workers: pass each stop signal on to them; a second Ctrl-C kills them and
-    exits. A worker spawned after the signal finds it in STOP_ENV. Older children (a W&B service) are left alone."""
-    others = _child_pids()
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        workers = _child_pids() - others
-        try:
-            _record(signum)
-        except _Abort:
-            for pid in workers:
-                os.kill(pid, signal.SIGKILL)
-            _abort(announce=True)
-        os.environ[STOP_ENV] = signal.Signals(signum).name  # inherited by workers spawned from now on
-        for pid in workers:
-            with contextlib.suppress(ProcessLookupError):  # a worker that exited meanwhile
-                os.kill(pid, signum)
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    try:
-        with _handlers(forward):
-            yield
-    finally:
-        os.environ.pop(STOP_ENV, None)
-
-
-def _child_pids() -> set[int]:
-    """This process's children: multiprocessing's, and (Linux) the kernel's, which include those still starting."""
-    pids = {child.pid for child in multiprocessing.active_children() if child.pid}
-    for children in Path("/proc/self/task").glob("*/children"):  # no /proc: multiprocessing's list alone
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            pids.update(int(pid) for pid in children.read_text().split())
-    return pids
-
-
-@contextmanager
-def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+def stop_handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     """`handler` for every stop signal and a fresh request state; the previous handlers back after."""
     global _requested, _first_ctrl_c, _saved
     startup = sys.modules.get("trainkit.startup")  # train.py's handlers while it started: a request they took

@@ -1,6 +1,6 @@
 """Processes: the process group and its collectives (sums, agreement, weights), how a model is spread
 over them (parallel: one process, DDP, or a strategy of its own in a module of its own, which
-distributed.parallel names), starting the workers of one run (launch), and torchrun under Hydra.
+distributed.parallel names), the run's function inside its process group (launch), and torchrun under Hydra.
 
 train.py imports the process group's functions from here, and parallel_for and start_processes from
 their modules (they import trainkit.checkpointing, which needs the process group: importing them here

@@ -1,10 +1,9 @@
 """Which process am I, the process group, and the collectives that keep every rank's view identical.
 
-Three ways to get several processes, one code path once they run:
-- train.py launches them itself (`distributed=ddp distributed.nproc_per_node=N`) with torch's
-  elastic launch API: see trainkit/distributed/launch.py;
+Several processes, one code path once they run, however they were started:
 - torchrun starts them (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT in the environment);
-- SLURM starts them, one task per GPU (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, the node list).
+- SLURM starts them, one task per GPU (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, the node list);
+- a feature may start them (docs/features.md), with the environment torchrun's would have.
 Every helper here also works in a plain single process (world size 1, no process group).
 """
 

@@ -60,7 +60,7 @@ def gpus_for_this_trial(cfg: DictConfig, sweep_dir: Path | None = None, multirun
         yield
         return
     gpus = visible_gpus()
-    several = cfg.distributed.name != "none"  # every other strategy starts nproc_per_node processes (launch.py)
+    several = cfg.distributed.name != "none"  # every other strategy starts nproc_per_node processes (local_launch.py)
     wanted = (cfg.distributed.nproc_per_node or len(gpus)) if several else 1
     if wanted > len(gpus):
         raise ConfigError(

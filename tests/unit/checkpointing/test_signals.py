@@ -3,7 +3,6 @@ The same under DDP: tests/unit/distributed/test_distributed.py."""
 
 import contextlib
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -222,16 +221,6 @@ def test_a_stop_line_names_its_resume_unless_a_command_that_continues_more_is_na
     assert caplog.text.rstrip().endswith("continue with: python train.py -m seed=1,2 hydra.sweep.dir=/sweep")
 
 
-@pytest.fixture
-def stop_handlers_back():
-    """A clean stop leaves the stop signals ignored (the process is on its way out, exit 75): this
-    test process gets its own handlers back."""
-    before = {s: signal.getsignal(s) for s in signals.STOP_SIGNALS}
-    yield
-    for s, handler in before.items():
-        signal.signal(s, handler)
-
-
 def test_sighup_is_a_stop_request_and_sigquit_is_left_alone():
     quit_before = signal.getsignal(signal.SIGQUIT)
     hangup_before = signal.signal(signal.SIGHUP, lambda signum, frame: None)  # were it not handled: no death
@@ -250,57 +239,6 @@ def test_once_the_checkpoint_is_saved_a_late_signal_cannot_change_the_exit(stop_
         raise signals.stopped("SIGINT", tmp_path, epoch=0, step=3, is_main=True)  # after the save
     # Python's handler back here would turn an impatient second Ctrl-C into a death by SIGINT (-2).
     assert all(signal.getsignal(s) is signal.SIG_IGN for s in signals.STOP_SIGNALS)
-
-
-def report_signal(path: Path) -> None:
-    """A stand-in DDP worker (forked): writes the name of the first signal it gets."""
-
-    def handle(signum, frame):
-        path.write_text(signal.Signals(signum).name)
-        os._exit(0)
-
-    for s in signals.STOP_SIGNALS:
-        signal.signal(s, handle)
-    path.with_suffix(".ready").touch()
-    time.sleep(30)
-    os._exit(1)
-
-
-def test_the_parent_of_ddp_workers_passes_on_the_signal_the_user_sent(stop_handlers_back, tmp_path):
-    fork = multiprocessing.get_context("fork")
-    # A child from before the launch (the W&B service an earlier job of a multirun started) is no worker.
-    bystander = fork.Process(target=report_signal, args=(tmp_path / "bystander",))
-    bystander.start()
-    worker = fork.Process(target=report_signal, args=(tmp_path / "got",))
-    with signals.forward_to_workers():
-        worker.start()
-        while not (tmp_path / "got.ready").exists() or not (tmp_path / "bystander.ready").exists():
-            time.sleep(0.01)
-        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the stop line must say SIGINT, not SIGTERM
-        worker.join(20)
-    assert (tmp_path / "got").read_text() == "SIGINT"
-    assert bystander.is_alive() and not (tmp_path / "bystander").exists()
-    bystander.kill()
-    bystander.join()
-
-
-def write_blocked_signals(rank: int, path: str) -> None:
-    Path(path).write_text(" ".join(str(int(s)) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))
-
-
-def test_ddp_workers_start_with_the_stop_signals_blocked_until_they_listen(tmp_path):
-    import torch.multiprocessing
-
-    from trainkit.distributed import launch
-
-    with launch._workers_start_with_stop_signals_blocked():
-        started = torch.multiprocessing.start_processes(
-            write_blocked_signals, args=(str(tmp_path / "mask"),), nprocs=1, join=False, start_method="fork"
-        )
-        started.join(30)
-    blocked = {signal.Signals(int(s)) for s in (tmp_path / "mask").read_text().split()}
-    assert set(signals.STOP_SIGNALS) <= blocked  # a signal while it imports waits for its handlers
-    assert not set(signals.STOP_SIGNALS) & set(signal.pthread_sigmask(signal.SIG_BLOCK, []))  # not this process
 
 
 def test_a_run_directory_named_with_commas_and_non_ascii_stops_and_resumes_with_the_printed_command(
@@ -370,59 +308,14 @@ def test_a_signal_during_the_final_test_lets_it_finish_then_says_so_and_exits_75
     assert code == 0 and "has finished" in (tmp_path / "train.log").read_text(), stderr[-3000:]
 
 
-@pytest.mark.slow  # DDP workers are processes
-def test_sigterm_while_the_ddp_workers_of_a_one_epoch_run_start_is_said_and_exits_75(tmp_path):
-    """Its 10 updates have no logging step (log_every_n_steps 50) where the ranks could agree to stop
-    inside the epoch, and the epoch's end finishes the run: it tests, then stops in one line."""
-    ddp = ("distributed=ddp", "distributed.nproc_per_node=2", "trainer.max_epochs=1", "trainer.progress_bar=false")
-    process = start_train(tmp_path, "print_config=false", *ddp, stderr=subprocess.STDOUT)
-    try:
-        output = ""
-        for line in process.stdout:
-            output += line
-            if "launching 2 DDP processes" in line:
-                break
-        time.sleep(0.2)
-        os.kill(process.pid, signal.SIGTERM)  # to the parent alone, as scancel or a job manager would
-        output += process.communicate(timeout=240)[0]
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert process.returncode == signals.EXIT_STOPPED, output[-3000:]
-    assert "Traceback" not in output
-    [line] = [line for line in output.splitlines() if "stopped by" in line]
-    assert "stopped by SIGTERM at epoch 0, step 10, after training to its end" in line and "(exit code 75)" in line
+@pytest.mark.slow  # starts train.py in a subprocess
+def test_ctrl_c_while_torch_imports_stops_in_one_line_with_exit_75(tmp_path):
+    assert_ctrl_c_while_torch_imports_stops_in_one_line(tmp_path)
 
 
-@pytest.mark.slow  # DDP workers are processes
-def test_ctrl_c_while_ddp_workers_start_stops_in_one_line_naming_sigint(tmp_path):
-    ddp = ("distributed=ddp", "distributed.nproc_per_node=2")
-    process = start_train(tmp_path, *OVERRIDES, *ddp, stderr=subprocess.STDOUT)
-    try:
-        output = ""
-        for line in process.stdout:  # the workers are being spawned: they import torch for seconds
-            output += line
-            if "launching 2 DDP processes" in line:
-                break
-        time.sleep(0.2)
-        os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the parent and its workers
-        output += process.communicate(timeout=240)[0]
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert process.returncode == signals.EXIT_STOPPED, output[-3000:]
-    assert "Traceback" not in output and "Error executing job" not in output and "KeyboardInterrupt" not in output
-    [line] = [line for line in output.splitlines() if "stopped by" in line]
-    assert "stopped by SIGINT" in line and "(exit code 75)" in line
-
-
-@pytest.mark.slow  # starts train.py in a subprocess (and DDP workers are processes)
-@pytest.mark.parametrize("distributed", [[], ["distributed=ddp", "distributed.nproc_per_node=2"]], ids=["one", "ddp"])
-def test_ctrl_c_while_torch_imports_stops_in_one_line_with_exit_75(tmp_path, distributed):
+def assert_ctrl_c_while_torch_imports_stops_in_one_line(tmp_path: Path, *overrides: str) -> None:
     """Python's default would print a KeyboardInterrupt traceback from inside `import torch`."""
-    process = start_train(tmp_path, "print_config=false", *distributed, stderr=subprocess.STDOUT)
+    process = start_train(tmp_path, "print_config=false", *overrides, stderr=subprocess.STDOUT)
     try:
         time.sleep(0.3)  # the interpreter is up; torch and Hydra import for seconds
         os.killpg(process.pid, signal.SIGINT)

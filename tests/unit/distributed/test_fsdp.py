@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule
 
 from conftest import ROOT, composed
-from helpers import config_check_tests, sharded_checkpoint, template_has
+from helpers import config_check_tests, needs_local_launch, sharded_checkpoint, template_has
 from trainkit.checkpointing import load_weights
 from trainkit.checkpointing.resume import _refuse_another_checkpoint_layout
 from trainkit.config.validation import problems
@@ -299,6 +299,7 @@ def test_a_sharded_run_refuses_a_last_pt_in_one_line(tmp_path):
     )
 
 
+@needs_local_launch  # the workers train.py will start: distributed.nproc_per_node
 def test_another_number_of_processes_inside_an_epoch_is_refused_before_workers_start(tmp_path):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
