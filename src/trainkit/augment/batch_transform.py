@@ -3,10 +3,9 @@
 `BatchTransform` turns a batch of raw images (uint8 0..255 or float 0..1, any device) into normalized float32: scale to
 [0, 1] -> resize -> augment (training only) -> normalize. The augmenting is `crop_padding` (pad, then crop back at a
 random offset per sample: augmentation=shift) and `horizontal_flip` (mirror a random half: basic), then what a feature
-builds: a module the augmentation section names in
-`_checks_` may declare `on_device_augment(augmentation, size, mean)`, which returns an nn.Module on [0, 1] images (or
-None; docs/features.md). Every random choice is drawn per sample from torch's global RNG on the batch's device
-(train.py seeds it with seed + rank).
+builds: a module the augmentation section names in `_checks_` may declare `on_device_augment(augmentation, size,
+mean)`, which returns an nn.Module on [0, 1] images (or None; docs/features.md). Every random choice is drawn per
+sample from torch's global RNG on the batch's device (train.py seeds it with seed + rank).
 """
 
 from __future__ import annotations

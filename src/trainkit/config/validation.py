@@ -164,7 +164,8 @@ def augmentation_ops(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _augmentation_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A closed section: its name, and the keys that the features its `_checks_` names have rules for."""
+    """A closed section: the core's keys (AUGMENTATION_KEYS), and those the features its `_checks_` names have rules
+    for."""
     features = {key.split(".")[1] for key in feature_checks(cfg)[0] if key.startswith("augmentation.")}
     yield from unknown_keys("augmentation", (*AUGMENTATION_KEYS, *sorted(features))).check(cfg)
 

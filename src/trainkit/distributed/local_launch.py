@@ -62,7 +62,7 @@ def start_workers(cfg: DictConfig, run_dir: Path, train_process: Callable[..., A
 
     if train_process.__qualname__ != train_process.__name__:  # a lambda, a nested function: no name to import
         raise TypeError(f"start_workers: {train_process.__qualname__} is not a module-level function of its script")
-    nproc = processes_per_node(cfg.distributed)
+    nproc = processes_per_node(cfg)
     script, function = train_process.__code__.co_filename, train_process.__name__
     with forward_to_workers():  # from the first second: the workers start with the stop signals blocked
         stop_if_requested_while_starting()  # no worker started yet
@@ -240,10 +240,9 @@ def limit_cpu_threads(local_world_size: int) -> None:
 
 def processes_per_node(cfg: DictConfig) -> int:
     """`distributed.nproc_per_node`; null means one process per visible GPU (so it is checked here)."""
-    if cfg.nproc_per_node is not None:
-        return cfg.nproc_per_node
-    if torch.cuda.is_available():
-        return torch.cuda.device_count()
+    planned = planned_workers(cfg)
+    if planned is not None:
+        return planned
     raise ConfigError(
         "distributed.nproc_per_node",
         "is null (one process per GPU) but no GPU is visible; "
