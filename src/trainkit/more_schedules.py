@@ -133,11 +133,7 @@ def wsd(
 
 
 def _wsd_notices(
-    updates_per_epoch: int,
-    total_updates: int,
-    warmup_epochs: float = 0,
-    decay_fraction: float = 0.2,
-    **_: object,
+    updates_per_epoch: int, total_updates: int, warmup_epochs: float = 0, decay_fraction: float = 0.2, **_: object
 ) -> list[str]:
     notices = warmup_notices(updates_per_epoch, total_updates, warmup_epochs)
     if decay_fraction > 0 and round(decay_fraction * total_updates) == 0:

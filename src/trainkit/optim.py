@@ -1,11 +1,7 @@
 """The optimizer, with weight-decay (and backbone/head) groups (the LR schedule: trainkit.schedules).
 
-Keys of conf/optimizer/*.yaml that are not the optimizer's own arguments, handled here:
-
-    head_lr_scale: 1.0           # the classifier head trains at lr * head_lr_scale (fine-tuning: 10)
-    scale_lr_with_batch: false   # linear scaling rule: lr * global batch / reference_batch_size
-    reference_batch_size: 256    # the global batch size at which optimizer.lr is meant
-    fused: auto                  # the optimizer's implementation: see `implementation_options`
+The keys of conf/optimizer/*.yaml that are not the optimizer's own arguments are handled here: head_lr_scale,
+scale_lr_with_batch, reference_batch_size and fused (`implementation_options`); the yamls say what each does.
 """
 
 import fnmatch

@@ -112,7 +112,7 @@ def predict_folder(cfg: DictConfig, out_dir: Path, evaluated: Evaluated) -> tupl
             predicted = predict([resize_whole(image, size) for image, _ in opened.values()])
         writer.write(predicted, list(opened), [file_size for _, file_size in opened.values()])
     report_skipped(folder, files, skipped)
-    if writer.maps_only:  # masks only: their PNGs are the predictions
+    if len(writer.rows[0]) == 1:  # masks only (a row names its file alone): their PNGs are the predictions
         return out_dir / f"{next(iter(predicted))}s", len(writer.rows)
     return write_table(writer, out_dir), len(writer.rows)
 
@@ -285,10 +285,6 @@ class PredictionWriter:
         self.out_dir, self.folder, self.class_names = out_dir, folder, class_names
         self.map_names = distinct_map_names([path.relative_to(folder) for path in files])
         self.rows: list[dict] = []
-
-    @property
-    def maps_only(self) -> bool:
-        return len(self.rows[0]) == 1
 
     def write(
         self, predicted: dict, files: list[Path], image_sizes: list[tuple[int, int]], rows: list[int] | None = None

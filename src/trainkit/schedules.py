@@ -30,10 +30,7 @@ from trainkit.distributed.process_group import process_info
 
 log = logging.getLogger(__name__)
 
-WARMUP_RULES: dict[str, Check] = {
-    "warmup_epochs": number(0),
-    "warmup_start_factor": number(0, 1, null=True),
-}
+WARMUP_RULES: dict[str, Check] = {"warmup_epochs": number(0), "warmup_start_factor": number(0, 1, null=True)}
 
 
 def warmup_updates(warmup_epochs: float, updates_per_epoch: int, total_updates: int) -> int:

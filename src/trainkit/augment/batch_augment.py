@@ -4,12 +4,8 @@ and no Python loop over samples.
 
 An augmentation section that names this module in `_checks_` has its keys checked here, and the core's
 BatchTransform asks it for `on_device_augment`: the module that augments the [0, 1] training images after the resize
-and the core's shift and flip (crop_padding, horizontal_flip), before normalizing. A missing or null key means "off":
-
-    color_jitter: {brightness: 0.4, contrast: 0.4, saturation: 0.4}
-    affine: {degrees: 15, translate: 0.1, scale: [0.9, 1.1], shear: 10}
-    random_order: true          # colour jitter and affine in a random order, per sample
-    random_erasing: 0.25        # erase a random rectangle of this fraction of the samples
+and the core's shift and flip (crop_padding, horizontal_flip), before normalizing. A missing or null key means "off";
+conf/augmentation/strong.yaml sets each (color_jitter, affine, random_order, random_erasing) and says what it draws.
 """
 
 from __future__ import annotations
@@ -115,11 +111,7 @@ def grey(x: Tensor) -> Tensor:
 
 
 def draw_affine(
-    x: Tensor,
-    degrees: float = 0.0,
-    translate: float = 0.0,
-    scale: Sequence[float] = (1.0, 1.0),
-    shear: float = 0.0,
+    x: Tensor, degrees: float = 0.0, translate: float = 0.0, scale: Sequence[float] = (1.0, 1.0), shear: float = 0.0
 ) -> Tensor:
     """Per-sample sampling matrices [B, 2, 3] for F.affine_grid.
 

@@ -114,12 +114,10 @@ def _needs_files(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if data is not None and data.in_memory and augmentation_ops(cfg.augmentation):
         yield (
             "augmentation.per_sample",
-            (
-                f"runs per image in the DataLoader workers that decode files, but {cfg.data.name} is held in "
-                f"memory on the device; use data decoded from files (an image folder), or the device ops "
-                f"(augmentation=basic, strong or mixup: crop_padding, horizontal_flip, random_erasing, mixup_alpha, "
-                f"cutmix_alpha)"
-            ),
+            f"runs per image in the DataLoader workers that decode files, but {cfg.data.name} is held in "
+            f"memory on the device; use data decoded from files (an image folder), or the device ops "
+            f"(augmentation=basic, strong or mixup: crop_padding, horizontal_flip, random_erasing, mixup_alpha, "
+            f"cutmix_alpha)",
         )
 
 

@@ -128,8 +128,7 @@ def read_checkpoint(
     if not isinstance(state, dict) or any(name not in state for name in required):
         found = ", ".join(sorted(map(str, state))[:6]) if isinstance(state, dict) else type(state).__name__
         raise ConfigError(
-            key,
-            f"{path} is not a trainkit training checkpoint (it holds {found}); use a run's checkpoints/last.pt",
+            key, f"{path} is not a trainkit training checkpoint (it holds {found}); use a run's checkpoints/last.pt"
         )
     version = state.get("format", 1)
     if version != CHECKPOINT_FORMAT:

@@ -56,8 +56,7 @@ class Snapshot:
 
 
 def _is_record(relative: str) -> bool:
-    parent = str(Path(relative).parent)
-    return parent in (".", HYDRA_RECORD)
+    return str(Path(relative).parent) in (".", HYDRA_RECORD)
 
 
 def take_snapshot(root: Path, before_hydra: bool = False) -> Snapshot:

@@ -380,11 +380,8 @@ def epoch_plan(batches: list[list[int]], num_batches: int, accumulate: int) -> d
     """What an epoch trains on this rank: a digest of its first `num_batches` batches' samples, their count, and
     `accumulate` batches per update. A checkpoint written inside an epoch keeps every rank's."""
     kept = batches[:num_batches]
-    return {
-        "digest": hashlib.sha256(json.dumps(kept).encode()).hexdigest(),
-        "batches": len(kept),
-        "accumulate": accumulate,
-    }
+    digest = hashlib.sha256(json.dumps(kept).encode()).hexdigest()
+    return {"digest": digest, "batches": len(kept), "accumulate": accumulate}
 
 
 def refuse_another_epoch_plan(state: dict, plan: dict, config: dict, rank: int, device: Any) -> None:

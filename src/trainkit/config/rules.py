@@ -12,17 +12,7 @@ from collections.abc import Mapping
 
 from omegaconf import ListConfig, OmegaConf
 
-from trainkit.config.schema import (
-    Check,
-    auto_or,
-    flag,
-    integer,
-    number,
-    numbers,
-    one_of,
-    show,
-    string,
-)
+from trainkit.config.schema import Check, auto_or, flag, integer, number, numbers, one_of, show, string
 from trainkit.runtime import PRECISIONS
 from trainkit.tracking.loggers import trackers
 

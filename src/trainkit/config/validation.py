@@ -140,18 +140,13 @@ def _task_metrics(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
         return
     names = metric_names_of(task)
-    monitor, allowed = cfg.regularization.early_stopping.monitor, [f"val/{name}" for name in names]
-    if monitor not in allowed:
-        yield (
-            "regularization.early_stopping.monitor",
-            f"must be one of {', '.join(allowed)} (the metrics of {task.__name__}), got {show(monitor)}",
-        )
-    allowed = [f"{split}/{name}" for split in ("val", "test") for name in names]
-    if cfg.optimized_metric not in allowed:
-        yield (
-            "optimized_metric",
-            f"must be one of {', '.join(allowed)} (the metrics of {task.__name__}), got {show(cfg.optimized_metric)}",
-        )
+    for key, value, splits in (
+        ("regularization.early_stopping.monitor", cfg.regularization.early_stopping.monitor, ("val",)),
+        ("optimized_metric", cfg.optimized_metric, ("val", "test")),
+    ):
+        allowed = [f"{split}/{name}" for split in splits for name in names]
+        if value not in allowed:
+            yield key, f"must be one of {', '.join(allowed)} (the metrics of {task.__name__}), got {show(value)}"
 
 
 def augmentation_ops(cfg: DictConfig) -> dict[str, Any]:
@@ -202,7 +197,7 @@ def _a_name_a_class(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def model_class(model: Mapping) -> object | None:
-    """What a model section's `_target_` names, imported but not called; None if it cannot be imported."""
+    """What a section's `_target_` names (the model's, the scheduler's), imported but not called; None if that fails."""
     from hydra.utils import get_object
 
     try:
@@ -214,19 +209,9 @@ def model_class(model: Mapping) -> object | None:
 SCHEDULE_GIVEN = ("update", "updates_per_epoch", "total_updates")  # what trainkit.optim.lr_schedule passes
 
 
-def _schedule(cfg: DictConfig) -> object | None:
-    """The function `scheduler._target_` names, imported but not called; None if it cannot be imported."""
-    from hydra.utils import get_object
-
-    try:
-        return get_object(cfg.scheduler._target_)
-    except Exception:  # hydra raises several kinds for a path it cannot import
-        return None
-
-
 def _schedule_arguments(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The scheduler's keys besides _target_ must be arguments of the function it names (trainkit.schedules)."""
-    target, schedule = cfg.scheduler.get("_target_"), _schedule(cfg)
+    target, schedule = cfg.scheduler.get("_target_"), model_class(cfg.scheduler)
     if not callable(schedule):
         yield (
             "scheduler._target_",
@@ -305,10 +290,8 @@ def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         direction = "rises" if wanted == "max" else "falls"
         yield (
             "regularization.early_stopping.mode",
-            (
-                f"is {stopping.mode}, but {stopping.monitor} improves as it {direction}; "
-                f"set regularization.early_stopping.mode={wanted}"
-            ),
+            f"is {stopping.mode}, but {stopping.monitor} improves as it {direction}; "
+            f"set regularization.early_stopping.mode={wanted}",
         )
 
 
@@ -318,10 +301,8 @@ def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if cfg.distributed.sync_batchnorm and not cuda:
         yield (
             "distributed.sync_batchnorm",
-            (
-                "SyncBatchNorm runs on CUDA GPUs only; on CPU leave it false "
-                "(BatchNorm statistics are then averaged across ranks before eval and save)"
-            ),
+            "SyncBatchNorm runs on CUDA GPUs only; on CPU leave it false "
+            "(BatchNorm statistics are then averaged across ranks before eval and save)",
         )
     if cfg.distributed.backend == "nccl" and not cuda:
         yield (
@@ -360,11 +341,9 @@ def flip_refused(cfg: DictConfig, flip: str) -> Iterator[tuple[str, str]]:
     if cfg.data.get("mirror_changes_label"):
         yield (
             f"augmentation.{flip}",
-            (
-                f"is on, but {cfg.data.name} sets data.mirror_changes_label=true (a mirrored 2 is not a 2); "
-                f"use augmentation=shift or augmentation.{flip}=false, "
-                f"or set data.mirror_changes_label=false if your images are mirror-safe"
-            ),
+            f"is on, but {cfg.data.name} sets data.mirror_changes_label=true (a mirrored 2 is not a 2); "
+            f"use augmentation=shift or augmentation.{flip}=false, "
+            f"or set data.mirror_changes_label=false if your images are mirror-safe",
         )
 
 
@@ -447,10 +426,8 @@ RELATIONS = (
 def problems(cfg: DictConfig) -> dict[str, str]:
     """{key: what is wrong and how to fix it} for every problem the config alone reveals (after fill_task_defaults)."""
     fill_task_defaults(cfg)
-    data = configured_data_class(cfg)
-    rules, relations = declared(
-        {"data": data, "model": model_class(cfg.model), "task": configured_task(cfg), "scheduler": _schedule(cfg)}
-    )
+    data, model, schedule = configured_data_class(cfg), model_class(cfg.model), model_class(cfg.scheduler)
+    rules, relations = declared({"data": data, "model": model, "task": configured_task(cfg), "scheduler": schedule})
     feature_rules, feature_relations = feature_checks(cfg)  # each optional feature's, declared beside its code
     return find_problems(cfg, RULES | rules | feature_rules, (*RELATIONS, *relations, *feature_relations))
 

@@ -272,16 +272,11 @@ def load_sharded_checkpoint(directory: str | Path, model: nn.Module, optimizer: 
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     directory = Path(directory)
-    rest = read_rest(directory)
+    rest = torch.load(directory / SHARDED_REST, map_location="cpu", weights_only=True)  # config, position, RNG, ...
     weights, optimizer_state = get_state_dict(model, optimizer)  # the shapes to fill (it creates the state)
     dcp.load({"model": weights, "optimizer": optimizer_state}, checkpoint_id=directory)
     set_state_dict(model, optimizer, model_state_dict=weights, optim_state_dict=optimizer_state)
     return {**rest, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
-
-
-def read_rest(directory: Path) -> dict:
-    """state.pt of a sharded checkpoint directory: config, position, RNG streams, schedule, ..."""
-    return torch.load(directory / SHARDED_REST, map_location="cpu", weights_only=True)
 
 
 def load_full_weights(model: nn.Module, weights: dict) -> None:

@@ -6,11 +6,7 @@ Delete this module, its tests and `regularization.ema`, and the run evaluates it
 
 torch's own `AveragedModel` holds the copy and does the averaging; this module only chooses its averaging function. With
 `use_buffers=True` the BatchNorm running statistics are averaged too, so the EMA model's statistics match its weights.
-`regularization.ema` in conf/config.yaml:
-
-    enabled: false   # evaluate, pick best.pt and test with the EMA weights
-    decay: 0.999     # per optimizer update; the average spans about 1 / (1 - decay) updates
-    warmup: true     # decay = min(decay, (1 + n) / (10 + n)) at the n-th update, so early weights fade fast
+Its keys (enabled, decay, warmup) are `regularization.ema` in conf/config.yaml, each explained there.
 
 Warm-up goes through the library's hook: `AveragedModel` passes its update count `n_averaged` to the averaging function,
 which turns it into that update's decay on the device (no host sync). Without warm-up the function is torch's

@@ -234,19 +234,15 @@ def _position_problems(config: Mapping, data: Mapping, whose: str, overrides: Ma
         if "model.config" in whose or key in overrides:
             yield (
                 named,
-                (
-                    f"is {positions}, below {which}={longest}: the model has no position for the tokens beyond; raise "
-                    f"it to at least {longest}"
-                ),
+                f"is {positions}, below {which}={longest}: the model has no position for the tokens beyond; raise "
+                f"it to at least {longest}",
             )
         else:
             yield (
                 which,
-                (
-                    f"is {longest}, but {whose} has {positions} positions ({key} in its config.json): it has no "
-                    f"position for the tokens beyond; set {which}={positions} or less, or give a model with more "
-                    f"positions"
-                ),
+                f"is {longest}, but {whose} has {positions} positions ({key} in its config.json): it has no "
+                f"position for the tokens beyond; set {which}={positions} or less, or give a model with more "
+                f"positions",
             )
 
 

@@ -44,11 +44,7 @@ def evaluate(
 
 
 def evaluation_outputs(
-    model: nn.Module,
-    batch: Any,
-    transform: Callable[[torch.Tensor], torch.Tensor],
-    task: Task,
-    precision: str,
+    model: nn.Module, batch: Any, transform: Callable[[torch.Tensor], torch.Tensor], task: Task, precision: str
 ) -> tuple[Any, Any]:
     """(the batch transformed, its outputs) as evaluation, the trackers' pictures and eval.py all see them.
 

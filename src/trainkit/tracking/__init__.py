@@ -8,13 +8,7 @@ trainkit.tracking.prediction_images): each is imported by its own module or mark
 
 from trainkit.tracking.epoch_totals import EpochTotals
 from trainkit.tracking.loggers import Loggers, build_loggers, run_names
-from trainkit.tracking.run_report import (
-    epoch_line,
-    log_epoch_notes,
-    recorded_origin,
-    training_line,
-    write_summary,
-)
+from trainkit.tracking.run_report import epoch_line, log_epoch_notes, recorded_origin, training_line, write_summary
 from trainkit.tracking.run_start import start_logging
 
 __all__ = [

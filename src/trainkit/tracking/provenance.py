@@ -59,7 +59,9 @@ def write_provenance(
     if git is None:
         log.info(f"provenance: no commit recorded ({why_no_git(repository)}); the rest is in provenance.json")
     if git is not None and (git["diff"] or git["untracked"]):
-        (run_dir / "code.diff").write_bytes(code_diff(git["untracked"], git["diff"]))
+        # A header naming the untracked source files, then the diff (`git apply` skips text before the diff).
+        header = "".join(f"# untracked, not in the diff below: {path}\n" for path in git["untracked"])
+        (run_dir / "code.diff").write_bytes(header.encode() + git["diff"])
     else:  # a resume from a clean tree leaves no diff of an earlier start behind
         (run_dir / "code.diff").unlink(missing_ok=True)
     installed = installed_versions()
@@ -163,12 +165,6 @@ def code_version(git: dict[str, Any] | None) -> str | None:
     if git is None or git["commit"] is None:
         return None
     return git["commit"][:7] + ("+dirty" if git["dirty"] else "")
-
-
-def code_diff(untracked: list[str], diff: bytes) -> bytes:
-    """The diff after a header naming the untracked source files (`git apply` skips text before the diff)."""
-    header = "".join(f"# untracked, not in the diff below: {path}\n" for path in untracked)
-    return header.encode() + diff
 
 
 def strip_credentials(url: str) -> str:

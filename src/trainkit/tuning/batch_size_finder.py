@@ -28,13 +28,7 @@ from trainkit.data.loaders import FileLoader, TensorLoader
 from trainkit.distributed.process_group import is_distributed
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import Task
-from trainkit.tuning.step_memory import (
-    free_memory,
-    is_out_of_memory,
-    measure_step_memory,
-    readable_size,
-    training_step_probe,
-)
+from trainkit.tuning.step_memory import readable_size, training_step_probe, try_size
 
 log = logging.getLogger(__name__)
 
@@ -58,22 +52,9 @@ def find_batch_size(
     """
 
     def fits(batch_size: int) -> bool:
-        reason = None
-        try:
-            with measure_step_memory(device) as measurement:
-                try_step(batch_size)
-            assert measurement.peak_bytes is not None  # set as the with block ends
-            if memory_cap_bytes is not None and measurement.peak_bytes > memory_cap_bytes:
-                reason = f"{_gib(measurement.peak_bytes)} measured, above the cap of {_gib(memory_cap_bytes)}"
-        except Exception as error:  # only out-of-memory errors are expected here; the rest re-raise
-            if not is_out_of_memory(error):
-                raise
-            reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
-        if reason is not None:
-            # Outside the except block, so the traceback (and the tensors its frames hold) is gone.
-            free_memory(device)
+        reason, peak_bytes = try_size(try_step, batch_size, device, memory_cap_bytes)
         if reason is None:
-            log.info(f"batch size {batch_size}: fits ({_gib(measurement.peak_bytes)} measured)")
+            log.info(f"batch size {batch_size}: fits ({_gib(peak_bytes)} measured)")
         else:
             log.info(f"batch size {batch_size}: does not fit ({reason})")
         return reason is None

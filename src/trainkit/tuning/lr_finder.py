@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,14 +58,7 @@ class LRFinderResult:
     stopped_by: str | None = None  # a stop signal ended the sweep (`should_stop`'s answer): no suggestion
 
     def to_dict(self) -> dict:
-        return {
-            "lrs": self.lrs,
-            "losses": self.losses,
-            "raw_losses": self.raw_losses,
-            "suggestion": self.suggestion,
-            "stopped_early": self.stopped_early,
-            "stopped_by": self.stopped_by,
-        }
+        return asdict(self)
 
 
 def group_scales(optimizer: torch.optim.Optimizer) -> list[float]:

@@ -24,13 +24,7 @@ from trainkit.config.schema import Check, Relation, auto_or, integer, number
 from trainkit.distributed.process_group import any_rank
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import Task, first_tensor, samples
-from trainkit.tuning.step_memory import (
-    free_memory,
-    is_out_of_memory,
-    measure_step_memory,
-    readable_size,
-    training_step_probe,
-)
+from trainkit.tuning.step_memory import training_step_probe, try_size
 
 log = logging.getLogger(__name__)
 
@@ -50,40 +44,20 @@ def find_micro_batch_size(
     all ranks halve together. Any other error re-raises."""
     size = batch_size
     while True:
-        reason = _does_not_fit(try_step, size, device, memory_cap_bytes)
+        reason, _ = try_size(try_step, size, device, memory_cap_bytes)
         if not any_rank(reason is not None, device):
             log.info(f"trainer.micro_batch_size=auto: {size} fits (batch of {batch_size})")
             return size
         log.info(f"trainer.micro_batch_size=auto: {size} does not fit ({reason or 'on another rank'}); halving")
         if size <= smallest:
-            one, shorter = (
-                ("1 sample", "smaller images")
-                if smallest == 1
-                else (f"1 sequence ({smallest} tokens)", "shorter sequences")
-            )
+            one = "1 sample" if smallest == 1 else f"1 sequence ({smallest} tokens)"
+            shorter = "smaller images" if smallest == 1 else "shorter sequences"
             raise ConfigError(
                 "trainer.micro_batch_size",
                 f"is auto, but even a micro-batch of {one} does not fit in memory; make the step smaller "
                 f"({shorter}, precision=bf16, a smaller model) or raise trainer.micro_batch_memory_cap_mb",
             )
         size = max(smallest, math.ceil(size / 2))
-
-
-def _does_not_fit(try_step: Callable[[int], None], size: int, device: torch.device, cap: int | None) -> str | None:
-    """Why `try_step(size)` did not fit on this rank, or None when it did."""
-    reason = None
-    try:
-        with measure_step_memory(device) as measurement:
-            try_step(size)
-        if cap is not None and measurement.peak_bytes is not None and measurement.peak_bytes > cap:
-            reason = f"{readable_size(measurement.peak_bytes)} measured, above the cap of {readable_size(cap)}"
-    except Exception as error:  # out of memory is expected here; anything else is a real error
-        if not is_out_of_memory(error):
-            raise
-        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
-    if reason is not None:
-        free_memory(device)  # outside the except block: the traceback's frames (and tensors) are gone
-    return reason
 
 
 def micro_batch_size_that_fits(

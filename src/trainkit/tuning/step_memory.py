@@ -78,6 +78,25 @@ def measure_step_memory(device: torch.device | str | None) -> Iterator[_Measurem
         measurement.peak_bytes = sum(seen.values())
 
 
+def try_size(
+    try_step: Callable[[int], None], size: int, device: torch.device | str | None, cap: int | None
+) -> tuple[str | None, int | None]:
+    """`try_step(size)` on this rank: why it did not fit (None where it did), and the peak it measured in bytes."""
+    reason, measurement = None, _Measurement()
+    try:
+        with measure_step_memory(device) as measurement:
+            try_step(size)
+        if cap is not None and measurement.peak_bytes is not None and measurement.peak_bytes > cap:
+            reason = f"{readable_size(measurement.peak_bytes)} measured, above the cap of {readable_size(cap)}"
+    except Exception as error:  # out of memory is expected here; anything else is a real error
+        if not is_out_of_memory(error):
+            raise
+        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
+    if reason is not None:
+        free_memory(device)  # outside the except block: the traceback's frames (and tensors) are gone
+    return reason, measurement.peak_bytes
+
+
 def training_step_probe(model: nn.Module, batch: Any, step: Callable[[Any], object]) -> Callable[[int], None]:
     """A try_step for find_batch_size: `step(batch)` (forward and backward) on `batch`'s samples repeated to the asked
     size. No optimizer step; after each try buffers, gradients, modes and torch's RNGs are put back."""
