@@ -196,12 +196,12 @@ def _a_name_a_class(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-def model_class(model: Mapping) -> object | None:
+def imported_target(section: Mapping) -> object | None:
     """What a section's `_target_` names (the model's, the scheduler's), imported but not called; None if that fails."""
     from hydra.utils import get_object
 
     try:
-        return get_object(str(model.get("_target_", "")))
+        return get_object(str(section.get("_target_", "")))
     except Exception:  # hydra raises several kinds for a path it cannot import
         return None
 
@@ -211,7 +211,7 @@ SCHEDULE_GIVEN = ("update", "updates_per_epoch", "total_updates")  # what traink
 
 def _schedule_arguments(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The scheduler's keys besides _target_ must be arguments of the function it names (trainkit.schedules)."""
-    target, schedule = cfg.scheduler.get("_target_"), model_class(cfg.scheduler)
+    target, schedule = cfg.scheduler.get("_target_"), imported_target(cfg.scheduler)
     if not callable(schedule):
         yield (
             "scheduler._target_",
@@ -241,7 +241,7 @@ def _schedule_arguments(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A model declaring `spatial_outputs` gives logits [B, K, H, W], which a task with one target per image cannot
     score. Models that declare nothing are not judged here."""
-    task, model = configured_task(cfg), model_class(cfg.model)
+    task, model = configured_task(cfg), imported_target(cfg.model)
     if task is None or not getattr(model, "spatial_outputs", False) or getattr(task, "spatial_targets", False):
         return
     suits = " or ".join(getattr(model, "suits", ()))
@@ -259,7 +259,7 @@ def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     side = cfg.data.get("image_size")
     if not isinstance(side, int):
         return
-    stale, multiple = answer(model_class(cfg.model), "input_size_multiple", cfg.model)
+    stale, multiple = answer(imported_target(cfg.model), "input_size_multiple", cfg.model)
     if stale:
         yield "model._target_", stale
     if stale or not isinstance(multiple, int) or multiple < 1:
@@ -276,7 +276,7 @@ def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 def _settings(cfg: DictConfig, question: str) -> str:
     """model.<argument>=<value> for each argument the model's `question` was asked with."""
-    model = model_class(cfg.model)
+    model = imported_target(cfg.model)
     given = arguments(model, getattr(model, question), cfg.model) or {}
     return ", ".join(f"model.{name}={value}" for name, value in given.items())
 
@@ -426,7 +426,7 @@ RELATIONS = (
 def problems(cfg: DictConfig) -> dict[str, str]:
     """{key: what is wrong and how to fix it} for every problem the config alone reveals (after fill_task_defaults)."""
     fill_task_defaults(cfg)
-    data, model, schedule = configured_data_class(cfg), model_class(cfg.model), model_class(cfg.scheduler)
+    data, model, schedule = configured_data_class(cfg), imported_target(cfg.model), imported_target(cfg.scheduler)
     rules, relations = declared({"data": data, "model": model, "task": configured_task(cfg), "scheduler": schedule})
     feature_rules, feature_relations = feature_checks(cfg)  # each optional feature's, declared beside its code
     return find_problems(cfg, RULES | rules | feature_rules, (*RELATIONS, *relations, *feature_relations))

@@ -19,7 +19,7 @@ from torch import nn
 from trainkit.checkpointing.checkpoint import unwrap_model
 from trainkit.config.declared import answer
 from trainkit.config.schema import Check, Relation, flag, integer, show, string
-from trainkit.config.validation import configured_data_class, configured_task, model_class
+from trainkit.config.validation import configured_data_class, configured_task, imported_target
 from trainkit.data.datasets import ImageData
 from trainkit.errors import ConfigError
 from trainkit.models.input_size import resolve_input_size
@@ -196,7 +196,7 @@ CONFIG_RULES: dict[str, Check] = {
 def _pretrained_once(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A file of weights for a model that loads its own: it declares `own_weights`, a function of its
     arguments giving the key that asked for them (timm's: model.pretrained), or None."""
-    stale, key = answer(model_class(cfg.model), "own_weights", cfg.model)
+    stale, key = answer(imported_target(cfg.model), "own_weights", cfg.model)
     if stale:
         yield "model._target_", stale
     elif cfg.finetune.pretrained_path and key:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from trainkit.config.validation import model_class
+from trainkit.config.validation import imported_target
 from trainkit.errors import ConfigError
 from trainkit.models.submodules import find_modules
 
@@ -45,7 +45,7 @@ def resolve_input_size(
             f"{name} needs inputs of at least {minimum}x{minimum}; set finetune.input_size=null or >= {minimum}",
         )
     size = input_size if input_size is not None else fixed or max(image_size, minimum)
-    library = getattr(model_class(model_config), "probe_input_size", False) or hasattr(model, "pretrained_cfg")
+    library = getattr(imported_target(model_config), "probe_input_size", False) or hasattr(model, "pretrained_cfg")
     if model is None or fixed or not library:
         return size
     working, error = smallest_working_size(model, size)
@@ -117,7 +117,7 @@ def input_size_limits(model_config: Mapping, model: nn.Module | None = None) -> 
     pretrained_cfg = getattr(model, "pretrained_cfg", None)
     if pretrained_cfg is not None:
         return limits_of_pretrained_cfg(pretrained_cfg)
-    limits = getattr(model_class(model_config), "input_size_limits", None)
+    limits = getattr(imported_target(model_config), "input_size_limits", None)
     if callable(limits):
         return limits(model_config.get("name"))
     return 1, None
