@@ -1,6 +1,6 @@
 """Batches filled to a size budget (data.max_<unit>): items of similar size together, so that a batch pads little
 and stays within the budget, as many batches every epoch and on every rank (docs/data.md: batches by a token budget).
-`Data.batch_sampler` asks budget_batches for them where the option has a `max_<size_unit>` field (budget_key);
+`FileData.batch_sampler` asks budget_batches for them where the option has a `max_<size_unit>` field (budget_key);
 the config check takes the key's rule from config_rules (conf/config.yaml's `_checks_.size_budget`)."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from trainkit.errors import ConfigError
 
 if TYPE_CHECKING:
     from trainkit.data.datasets import Data
+    from trainkit.data.file_data import FileData
 
 BUCKET_RATIO = 1.1  # a bucket's longest item is at most this times its shortest ...
 BUCKET_SLACK = 8  # ... or at most this many units longer (short items would make tiny buckets)
@@ -171,7 +172,7 @@ def budget_key(data: type[Data]) -> str | None:
 
 
 def budget_batches(
-    data: Data, dataset: Dataset, train: bool, seed: int, rank: int, world_size: int
+    data: FileData, dataset: Dataset, train: bool, seed: int, rank: int, world_size: int
 ) -> SizeBudgetBatches | None:
     """This rank's batches of a file split filled to data.max_<size_unit>; None without a budget (fixed batches)."""
     key = budget_key(type(data))

@@ -24,7 +24,7 @@ from torch import nn
 
 from trainkit.config.schema import Check, Relation, flag, integer, number
 from trainkit.data.datasets import data_class
-from trainkit.data.loaders import FileLoader, TensorLoader
+from trainkit.data.loaders import ShardedLoader
 from trainkit.distributed.process_group import is_distributed
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import Task
@@ -116,7 +116,7 @@ def batch_size_that_fits(
     model: nn.Module,
     step: Callable[[Any], object],
     task: Task,
-    loader: TensorLoader | FileLoader,
+    loader: ShardedLoader,
     device: torch.device,
     *,
     start: int,
@@ -184,7 +184,7 @@ def _a_range_to_search(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-def _a_size_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+def _budget_sizes_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The finder searches data.batch_size; under a size budget (data.max_tokens) that is a cap, not a batch's size."""
     try:  # a data._target_ that does not import: its own problem
         unit = data_class(str(cfg.data.get("_target_"))).size_unit
@@ -205,10 +205,9 @@ def searched_keys(cfg: DictConfig) -> tuple[str, ...]:
     return ("data.batch_size",) if cfg.batch_size_finder.get("enabled") is True else ()
 
 
-CONFIG_RELATIONS = (
-    Relation(("batch_size_finder",), _a_range_to_search),
-    Relation(("data._target_", "batch_size_finder.enabled"), _a_size_budget_sizes_its_batches),
-)
+BUDGETED = Relation(("data._target_", "batch_size_finder.enabled"), _budget_sizes_batches)
+CONFIG_RELATIONS: tuple[Relation, ...] = (Relation(("batch_size_finder",), _a_range_to_search),)
+CONFIG_RELATIONS += (BUDGETED,)  # feature: file_data
 
 
 def min_across_ranks(value: int, device: torch.device) -> int:

@@ -7,15 +7,17 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from test_data_kinds import CPU, LongestFirst, pad_to_longest
+from test_data_kinds import CPU
+from test_file_data import LongestFirst, pad_to_longest
 
 from conftest import ROOT, composed
-from data_for_tests import SIZED_SIGNALS
+from file_data_for_tests import SIZED_SIGNALS
 from trainkit.config.declared import declared
 from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems, integer
 from trainkit.config.validation import RELATIONS, configured_data_class, fill_task_defaults, problems
-from trainkit.data import Data, FileSplits, build_data
+from trainkit.data import build_data
+from trainkit.data.file_data import FileData, FileSplits
 from trainkit.data.size_budget import SizeBudgetBatches, config_rules
 from trainkit.errors import ConfigError
 
@@ -151,9 +153,8 @@ def test_a_data_option_with_max_tokens_asks_for_size_budget_batches(monkeypatch)
             return 6
 
     @dataclass(kw_only=True)
-    class Budgeted(Data):
+    class Budgeted(FileData):
         max_tokens: int | None = 12
-        in_memory = False
         size_unit = "tokens"
 
         def splits(self):
@@ -200,10 +201,9 @@ def test_a_data_kind_that_declares_its_item_sizes_is_batched_by_its_own_size_bud
     that count frames (DataBundle.size_unit); without sizes, one line naming the budget."""
 
     @dataclass(kw_only=True)
-    class Clips(Data):
+    class Clips(FileData):
         max_frames: int | None = 120
         declared: bool = True
-        in_memory = False
         size_unit = "frames"
 
         def splits(self):
