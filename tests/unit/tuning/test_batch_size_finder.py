@@ -9,10 +9,7 @@ from test_step_memory import out_of_memory_errors
 from torch import nn
 
 from conftest import composed
-from helpers import backward_step, config_check_tests, has_file_data, record_run
-
-if has_file_data:
-    from file_data_for_tests import SIZED_SIGNALS
+from helpers import backward_step, config_check_tests, record_run
 from trainkit.config.validation import problems
 from trainkit.errors import ConfigError
 from trainkit.models.small_cnn import SmallCNN
@@ -184,10 +181,6 @@ RULE_CASES = [
 RELATION_CASES = [
     (["batch_size_finder.start=64", "batch_size_finder.max_batch_size=32"], "batch_size_finder.max_batch_size"),
 ]
-if has_file_data:  # a size budget: data read from files
-    RELATION_CASES.append(
-        ([*SIZED_SIGNALS, "+data.max_values=512", "batch_size_finder.enabled=true"], "batch_size_finder.enabled")
-    )
 test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(
     batch_size_finder, RULE_CASES, RELATION_CASES
 )
