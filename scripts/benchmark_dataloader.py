@@ -3,7 +3,7 @@
 For an image folder (train.py's overrides, `data=imagefolder` by default), measure side by side:
 - the file loader (`data=imagefolder`: PIL decode in DataLoader workers) for data.num_workers from 0
   to --max-workers, and always at 1x, 1.5x and 2x the CPU cores this process may use (the counts of
-  the articles' rule, trainkit.data.loader_settings), with and without pinned memory (pinned only
+  the articles' rule, trainkit.data.file_data), with and without pinned memory (pinned only
   where CUDA is available);
 - the offline cache (`data=cached`: the folder decoded once by scripts/preprocess.py, batches
   gathered from tensors on the device), made here first if --cache holds no matching cache.
@@ -102,7 +102,7 @@ NOISE = 0.05
 
 def worker_counts(max_workers: int, cores: int) -> list[int]:
     """0 to max_workers, and always the articles' 1x, 1.5x and 2x the cores."""
-    from trainkit.data.loader_settings import MAX_WORKERS_PER_CORE, RAISE
+    from trainkit.runtime import MAX_WORKERS_PER_CORE, RAISE
 
     return sorted({*range(max_workers + 1), cores, math.ceil(RAISE * cores), MAX_WORKERS_PER_CORE * cores})
 
@@ -112,7 +112,7 @@ def recommended_workers(rates: dict[int, float], cores: int) -> int:
     1 to 2x the cores (never more) delivered more than NOISE more; then the fastest of those. Not 0,
     however fast here: this times loading alone, and without workers a training step waits for
     every batch to be decoded."""
-    from trainkit.data.loader_settings import MAX_WORKERS_PER_CORE
+    from trainkit.runtime import MAX_WORKERS_PER_CORE
 
     allowed = {workers: rate for workers, rate in rates.items() if 1 <= workers <= MAX_WORKERS_PER_CORE * cores}
     fastest = max(allowed, key=allowed.__getitem__)
@@ -124,7 +124,8 @@ def measure(cfg, cache: Path, device, batches: int, warmup: int, counts: list[in
     import torch
     from omegaconf import OmegaConf
 
-    from trainkit.data import FileLoader, build_data, make_data
+    from trainkit.data import build_data, make_data
+    from trainkit.data.file_data import FileLoader
 
     train = make_data(cfg.data).splits().train
     results = []
@@ -160,7 +161,8 @@ def measure(cfg, cache: Path, device, batches: int, warmup: int, counts: list[in
 
 def check_warmup(cfg, warmup: int) -> None:
     """Before the cache is made (minutes on a large folder): --warmup must leave batches to time."""
-    from trainkit.data import FileLoader, make_data
+    from trainkit.data import make_data
+    from trainkit.data.file_data import FileLoader
 
     train = make_data(cfg.data).splits().train  # the listing and split only: nothing decoded
     batches = len(FileLoader(train, cfg.data.batch_size, shuffle=True, train=True, num_workers=0))
@@ -264,9 +266,8 @@ def main(argv: list[str]) -> int:
     # Workers beyond the CPU count are the point of the sweep: torch's warning about them is not news here.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
 
-    from trainkit.data.loader_settings import available_cores
     from trainkit.errors import ConfigError
-    from trainkit.runtime import pick_device
+    from trainkit.runtime import available_cores, pick_device
 
     overrides = list(args.overrides)
     if args.make_folder:

@@ -42,6 +42,11 @@ needs_predict = pytest.mark.skipif(not has_predict, reason="this clone has no ev
 has_folds = template_has("_checks_.folds")
 needs_folds = pytest.mark.skipif(not has_folds, reason="this clone has no data.folds (trimmed)")
 
+# A test of the core or of another capability that reads its samples as file data (DataLoader workers, dict batches:
+# tests/file_data_for_tests.py): skipped, or those checks left out, once file_data is trimmed.
+has_file_data = (ROOT / "src" / "trainkit" / "data" / "file_data.py").is_file()
+needs_file_data = pytest.mark.skipif(not has_file_data, reason="this clone has no file data (trimmed)")
+
 # A test of the core that also checks where an epoch's time goes (train/data_wait_fraction, the epoch line's extras):
 # those checks are left out once loop_timing is trimmed.
 has_loop_timing = (ROOT / "src" / "trainkit" / "tracking" / "timing.py").is_file()

@@ -328,7 +328,7 @@ class WithAuxiliaryOutput(NoNormCNN):
 
 class ImageAndCaption(nn.Module):
     """Two inputs by name, an image batch [B, C, H, W] and a caption's byte ids [B, T] -> [B, num_classes]: the
-    model of an image + text dict batch (data_for_tests.CaptionedDigits)."""
+    model of an image + text dict batch (file_data_for_tests.CaptionedDigits)."""
 
     def __init__(self, in_channels: int, num_classes: int):
         super().__init__()

@@ -77,10 +77,10 @@ class TokenTagging(Task):
 
 
 class SignalClassification(Classification):
-    """Classification of dict batches, {"signal": [B, T] zero-padded, "lengths": [B], "label": [B]} (data_for_tests.
-    DigitSignals): the model takes the signal and its lengths (models_for_tests.LengthsNet). What a dict batch
-    needs of a task: where the data's transform goes, what the model is given (outputs: the default step trains on
-    them), what the outputs are scored against."""
+    """Classification of dict batches, {"signal": [B, T] zero-padded, "lengths": [B], "label": [B]}
+    (file_data_for_tests.DigitSignals): the model takes the signal and its lengths (models_for_tests.LengthsNet).
+    What a dict batch needs of a task: where the data's transform goes, what the model is given (outputs: the default
+    step trains on them), what the outputs are scored against."""
 
     def transform(self, batch: dict, transform) -> dict:
         return {**batch, "signal": transform(batch["signal"])}
@@ -113,9 +113,9 @@ class AuxiliaryLoss(Classification):
 
 
 class CaptionedClassification(Classification):
-    """Classification of image + text dict batches, {"image", "caption", "targets"} (data_for_tests.CaptionedDigits,
-    models_for_tests.ImageAndCaption): the defaults train and score it (the model takes the entries by name); the
-    trackers show its images."""
+    """Classification of image + text dict batches, {"image", "caption", "targets"}
+    (file_data_for_tests.CaptionedDigits, models_for_tests.ImageAndCaption): the defaults train and score it (the
+    model takes the entries by name); the trackers show its images."""
 
     def shown_images(self, batch: dict) -> Tensor:
         return batch["image"]

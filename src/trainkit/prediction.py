@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from trainkit.data import Data, make_data
 from trainkit.data.class_folders import walk_files
 from trainkit.data.datasets import ImageData, data_class
-from trainkit.data.images import image_extensions, open_image, resize_center_crop, save_png
+from trainkit.data.image_files import image_extensions, open_image, resize_center_crop, save_png
 from trainkit.errors import ConfigError
 from trainkit.runtime import pick_device
 from trainkit.tasks import evaluation_outputs

@@ -20,6 +20,28 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 _warned_slow_fp16 = False  # once per process: training and evaluation each build an autocast
 
 
+# The loader rules' worker counts (docs/speed.md#the-loader-rules): from the cores, raise by 1.5x, at most 2x the cores.
+RAISE = 1.5
+MAX_WORKERS_PER_CORE = 2
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on: its affinity mask, since the machine's count over-counts on shared nodes."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1  # macOS and Windows have no affinity mask
+
+
+def cores_per_rank(cores: int, local_ranks: int = 1) -> int:
+    """A rank's share of `cores` when `local_ranks` ranks run on this node, at least 1."""
+    return max(1, cores // max(local_ranks, 1))
+
+
+def this_rank_cores() -> int:
+    """The cores this rank may use: its affinity mask shared among the ranks of this node."""
+    return cores_per_rank(available_cores(), process_info().local_world_size)
+
+
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
     """`auto` prefers CUDA (the local GPU), then MPS, then the CPU. Whether the device exists is checked here."""
     if name == "auto":

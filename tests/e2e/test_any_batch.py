@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from conftest import ROOT
 from data_for_tests import signals
-from helpers import has_predict, loop_config, record_run, template_has
+from helpers import has_predict, loop_config, needs_file_data, record_run, template_has
 from models_for_tests import LengthsNet, WithAuxiliaryOutput
 from tasks_for_tests import AuxiliaryLoss, SignalClassification
 from trainkit.data import DataBundle
@@ -92,7 +92,7 @@ def test_a_model_returning_logits_and_an_auxiliary_loss_trains_on_the_task_s_los
 DICT_RUN = (
     "device=cpu",
     "print_config=false",
-    "data._target_=data_for_tests.DigitSignals",
+    "data._target_=file_data_for_tests.DigitSignals",
     *(f"~data.{key}" for key in ("channels", "image_size", "mean", "std", "mirror_changes_label")),
     "~model",
     "+model._target_=models_for_tests.LengthsNet",
@@ -107,6 +107,7 @@ DICT_RUN = (
 )
 
 
+@needs_file_data
 def test_a_data_kind_whose_batches_are_dicts_with_lengths_trains_and_is_tested_end_to_end(tmp_path, monkeypatch):
     recording = record_run(tmp_path, monkeypatch, *DICT_RUN)
     trained = recording.training_forwards()
@@ -135,7 +136,7 @@ CAPTIONED_RUN = (
     "device=cpu",
     "print_config=false",
     "trainer.progress_bar=false",
-    "data._target_=data_for_tests.CaptionedDigits",  # {"image", "caption", "targets"}; the digits' image keys
+    "data._target_=file_data_for_tests.CaptionedDigits",  # {"image", "caption", "targets"}; the digits' image keys
     "~model",
     "+model._target_=models_for_tests.ImageAndCaption",
     "+model.in_channels=1",
@@ -146,6 +147,7 @@ CAPTIONED_RUN = (
 )
 
 
+@needs_file_data
 @pytest.mark.slow  # trains for two epochs
 def test_an_image_and_text_dict_batch_trains_with_tensorboard_and_predict_makes_batches_of_its_form(tmp_path):
     """Before: logger=tensorboard took a dict batch's [0] (KeyError), the image transform took the whole dict
@@ -153,7 +155,7 @@ def test_an_image_and_text_dict_batch_trains_with_tensorboard_and_predict_makes_
     from PIL import Image
 
     from conftest import run_here
-    from data_for_tests import CAPTIONS
+    from file_data_for_tests import CAPTIONS
     from models_for_tests import ImageAndCaption
     from trainkit.data.datasets import read_digits
 

@@ -25,7 +25,7 @@ def test_per_sample_transforms_of_an_image_folder_reach_the_training_batches(tmp
     is a file's plain decode or its mirror, and some are mirrored."""
     from PIL import Image
 
-    from trainkit.data.images import decode
+    from trainkit.data.image_files import decode
 
     files = []
     for index in range(24):

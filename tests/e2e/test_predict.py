@@ -14,7 +14,7 @@ from test_beyond_images import TABLE_RUN
 from test_eval import CLASSIFICATION, Evaluation, save_image, train, write_untrained_run
 
 from conftest import ROOT, TrainRun
-from helpers import needs_image_folders, nothing_left
+from helpers import needs_file_data, needs_image_folders, nothing_left
 from trainkit.data.datasets import read_digits
 from trainkit.errors import ConfigError
 from trainkit.prediction import Evaluated, PredictionWriter, predict_folder, predicting
@@ -152,6 +152,7 @@ def test_predict_reads_a_csv_or_npy_of_feature_rows_as_the_table_s_data_option_s
     assert nothing_left(tmp_path / "x")
 
 
+@needs_file_data  # the data options that do not say are file data's
 def test_predict_refuses_in_one_line_a_data_option_or_a_task_that_does_not_say_how(tmp_path):
     from omegaconf import OmegaConf, open_dict
 
@@ -164,7 +165,7 @@ def test_predict_refuses_in_one_line_a_data_option_or_a_task_that_does_not_say_h
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "a.png").write_bytes(b"")  # not read: the refusal comes first
     signals = composed(*DICT_RUN)  # dict batches of signals: no prediction_files
-    captioned = composed(*CAPTIONED_RUN, "data._target_=data_for_tests.CaptionedDigitsWithoutPredictionBatch")
+    captioned = composed(*CAPTIONED_RUN, "data._target_=file_data_for_tests.CaptionedDigitsWithoutPredictionBatch")
     for cfg in (signals, captioned):
         with open_dict(cfg):
             cfg.predict = str(tmp_path / "new")

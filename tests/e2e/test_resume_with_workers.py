@@ -1,5 +1,5 @@
 """What an image folder's per-image augmentation draws in the DataLoader workers follows from (seed, epoch, the
-sample's index) (trainkit.data.loaders.SeededSamples): the same run trains the same weights with 0, 1 or 2 workers,
+sample's index) (trainkit.data.file_data.SeededSamples): the same run trains the same weights with 0, 1 or 2 workers,
 and one stopped by SIGTERM inside an epoch and resumed, with another number of workers too, ends as it would have."""
 
 import os

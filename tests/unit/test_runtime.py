@@ -10,7 +10,7 @@ import torch
 
 from trainkit import runtime
 from trainkit.errors import ConfigError
-from trainkit.runtime import autocast, grad_scaler, pick_device, seed_everything
+from trainkit.runtime import autocast, cores_per_rank, grad_scaler, pick_device, seed_everything
 
 CPU = torch.device("cpu")
 no_accelerator = pytest.mark.skipif(
@@ -152,3 +152,20 @@ def test_nondeterministic_op_error_becomes_one_line_naming_the_switch():
             raise RuntimeError("CUDA out of memory")  # other errors pass through as they are
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.parametrize(
+    "cores, local_ranks, expected",
+    [
+        (8, 1, 8),  # the articles: 8 cores, 8 workers
+        (12, 1, 12),
+        (32, 1, 32),  # no cap below the cores
+        (1, 1, 1),
+        (16, 2, 8),  # the cores are shared among the ranks of this node
+        (16, 8, 2),
+        (9, 2, 4),
+        (4, 8, 1),  # fewer cores than ranks: still one each (decoding then overlaps the step)
+    ],
+)
+def test_auto_is_1x_the_cores_of_this_rank_at_least_1(cores, local_ranks, expected):
+    assert cores_per_rank(cores, local_ranks) == expected

@@ -4,7 +4,7 @@ The standard recipes for photos decoded from files (`augmentation.per_sample`): 
 (instead of the resize + centre crop), a horizontal flip, and RandAugment or TrivialAugmentWide, all from
 `torchvision.transforms.v2`. They act on one image at a time, so they belong where images are decoded one at a time: the
 workers, drawing from torch's global generator, which the loader seeds for each sample from (seed, epoch, the sample's
-index) (trainkit.data.loaders.SeededSamples): the same draws whatever worker reads the image, after a resume too.
+index) (trainkit.data.file_data.SeededSamples): the same draws whatever worker reads the image, after a resume too.
 In-memory data has no workers: trainkit.config.validation refuses per_sample there, and the device ops of
 trainkit.augment.batch_transform (batched, per-sample draws) do its augmenting.
 
@@ -32,8 +32,8 @@ from omegaconf import DictConfig
 
 from trainkit.config.schema import Check, Relation, flag, integer, interval, section, show, unknown_keys
 from trainkit.config.validation import configured_data_class, flip_refused
+from trainkit.data.image_files import resize_center_crop
 from trainkit.data.imagefolder import ImageFolderDataset
-from trainkit.data.images import resize_center_crop
 from trainkit.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -4,11 +4,10 @@
     data.train.set_epoch(epoch)
     for inputs, targets in data.train: ...
 
-In-memory splits live on the device and batch by indexing; file splits stream through DataLoader workers and
-arrive on the CPU (docs/data.md#a-data-options-class).
+In-memory splits live on the device and batch by indexing (Data.loaders); a data option may load its splits
+otherwise, as FileData streams files through DataLoader workers (docs/data.md#a-data-options-class).
 """
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,18 +15,15 @@ from typing import Any
 
 import torch
 
-from trainkit.data.datasets import Data, FileSplits, ImageData, Splits, Tokenizer, data_class, per_channel
+from trainkit.data.datasets import Data, ImageData, Splits, Tokenizer, check_matches, data_class, per_channel
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.data.identity import data_identity
-from trainkit.data.loader_settings import file_loader_settings
-from trainkit.data.loaders import FileLoader, TensorLoader
+from trainkit.data.loaders import ShardedLoader, TensorLoader
 from trainkit.errors import ConfigError
 
 __all__ = [
     "Data",
     "DataBundle",
-    "FileLoader",
-    "FileSplits",
     "ImageData",
     "Splits",
     "TensorLoader",
@@ -36,16 +32,12 @@ __all__ = [
     "make_data",
 ]
 
-log = logging.getLogger(__name__)
-# Free device memory a dataset may fill; the rest is for the model, activations and the optimizer.
-DEVICE_SHARE = 0.5
-
 
 @dataclass
 class DataBundle:
-    train: TensorLoader | FileLoader
-    val: TensorLoader | FileLoader
-    test: TensorLoader | FileLoader
+    train: ShardedLoader
+    val: ShardedLoader
+    test: ShardedLoader
     num_classes: int
     kind: str = "image"
     pad_id: int | None = None  # None: no padding
@@ -94,37 +86,10 @@ def build_data(
         batch_size=data.batch_size, train=True, shuffle=data.shuffle, drop_last=data.drop_last, **shards
     )
     eval_args: dict[str, Any] = dict(batch_size=data.eval_batch_size, shuffle=False, **shards)
-    train: TensorLoader | FileLoader
-    val: TensorLoader | FileLoader
-    test: TensorLoader | FileLoader
-
-    made = make_splits(data)
+    made = data.splits()
+    train, val, test = data.loaders(made, device, train_args, eval_args)
     tokens = data.learned()
-    images = isinstance(data, ImageData)
-    channels: int | None
-    image_size: int | None
-    if isinstance(made, FileSplits):
-        channels, image_size = (data.channels, data.image_size) if isinstance(data, ImageData) else (None, None)
-        files = file_loader_settings(data, device)
-        files["collate"] = data.collate
-
-        def batches(split: Any, train: bool) -> Any:
-            return data.batch_sampler(split, train=train, **shards)
-
-        train = FileLoader(made.train, **train_args, **files, batch_sampler=batches(made.train, True))
-        val, test = (
-            FileLoader(d, **eval_args, **files, batch_sampler=batches(d, False)) for d in [made.val, made.test]
-        )
-    else:
-        channels, image_size = None, None
-        if images:
-            channels, image_size = made.train[0].shape[1], made.train[0].shape[-1]
-            _check_matches(data, "channels", channels)
-            _check_matches(data, "image_size", image_size)
-        where, pin = _placement(made, device, rank)
-        train = TensorLoader(*made.train, device=where, pin_memory=pin, **train_args)
-        val = TensorLoader(*made.val, device=where, pin_memory=pin, **eval_args)
-        test = TensorLoader(*made.test, device=where, pin_memory=pin, **eval_args)
+    image = data if isinstance(data, ImageData) else None
     num_classes = made.num_classes
     if resumed_from and data.num_classes not in (None, num_classes):  # `set data.num_classes` cannot help a resume
         raise ConfigError(
@@ -132,7 +97,7 @@ def build_data(
             f"has {num_classes} classes now, the checkpoint's run trained on {data.num_classes} (a class folder was "
             f"added or removed): resume with the folder as it was, or start a new run on the folder as it is",
         )
-    _check_matches(data, "num_classes", num_classes)
+    check_matches(data, "num_classes", num_classes)
 
     if len(train) == 0 and train.sampler.size < world_size:
         raise ConfigError(
@@ -158,11 +123,11 @@ def build_data(
         tokenizer=tokens,
         vocabulary=tokens.vocabulary if tokens else None,
         size_unit=data.size_unit,
-        longest=_longest_item(data, made) if data.size_unit else None,
-        channels=channels,
-        image_size=image_size,
-        mean=per_channel(data.mean, data.channels) if isinstance(data, ImageData) else None,
-        std=per_channel(data.std, data.channels) if isinstance(data, ImageData) else None,
+        longest=data.longest_item(made) if data.size_unit else None,
+        channels=image.channels if image else None,
+        image_size=image.image_size if image else None,
+        mean=per_channel(image.mean, image.channels) if image else None,
+        std=per_channel(image.std, image.channels) if image else None,
         fingerprint=data_fingerprint(
             made,
             data.source(),
@@ -175,14 +140,6 @@ def build_data(
     )
 
 
-def _longest_item(data: Data, made: Splits | FileSplits) -> int | None:
-    """The size of the training split's largest item, in size_unit; None where the data does not say."""
-    if isinstance(made, Splits):
-        return made.train[0][0].numel() if len(made.train[0]) else None
-    sizes = data.item_sizes(made.train)
-    return int(max(sizes)) if sizes is not None and len(sizes) else None
-
-
 def make_data(cfg: Mapping) -> Data:
     """`hydra.utils.instantiate(cfg)`, after a one-line error for a `_target_` that names no Data subclass."""
     import hydra.utils
@@ -190,43 +147,3 @@ def make_data(cfg: Mapping) -> Data:
     data_class(cfg["_target_"])
     data: Data = hydra.utils.instantiate(cfg)
     return data
-
-
-def make_splits(data: Data) -> Splits | FileSplits:
-    """`data.splits()`, checked: Splits or FileSplits, as the class's `in_memory` says."""
-    made = data.splits()
-    expected = Splits if data.in_memory else FileSplits
-    if not isinstance(made, expected):
-        raise ConfigError(
-            "data._target_",
-            f"{type(data).__name__}.splits() returned {type(made).__name__}, but the class says in_memory="
-            f"{data.in_memory}; return trainkit.data.{expected.__name__} or set in_memory={not data.in_memory}",
-        )
-    return made
-
-
-def _placement(splits: Splits, device: torch.device, rank: int) -> tuple[torch.device, bool]:
-    """Where in-memory splits live, and whether batches are pinned: on the device when they fit in DEVICE_SHARE of
-    its free memory, else on the host."""
-    if device.type != "cuda":
-        return device, False
-    needed = sum(t.numel() * t.element_size() for split in (splits.train, splits.val, splits.test) for t in split)
-    free, _ = torch.cuda.mem_get_info(device)
-    if needed <= DEVICE_SHARE * free:
-        return device, False
-    if rank == 0:
-        log.warning(
-            "the dataset takes %.2f GiB, more than half of the %.2f GiB free on %s: it stays in host memory "
-            "and each batch is copied from pinned memory (slower; a smaller data.image_size fits on the device)",
-            needed / 2**30,
-            free / 2**30,
-            device,
-        )
-    return torch.device("cpu"), True
-
-
-def _check_matches(data: Data, key: str, actual: int) -> None:
-    # The data decides these numbers; a config that disagrees would build a mismatched model.
-    configured = getattr(data, key)
-    if configured is not None and configured != actual:
-        raise ConfigError(f"data.{key}", f"is {configured} but {data.name} has {actual}; set data.{key}={actual}")

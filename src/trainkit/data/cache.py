@@ -70,7 +70,7 @@ def _swap_in(new: Path, out: Path) -> None:
 def _write_arrays(data: ImageFolder, out: Path, num_workers: int, progress: bool) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from trainkit.data.loaders import FileLoader
+    from trainkit.data.file_data import FileLoader
 
     datasets, classes = load_image_folder(data)
     assert data.root is not None, "the config check requires data.root (needs_root)"

@@ -1,6 +1,6 @@
-"""What a data option is (Data, and ImageData for images), what its splits() returns (Splits, FileSplits), the
-seeded carving of splits, and the built-in in-memory datasets. The class attributes and methods a data option may
-set: docs/data.md#a-data-options-class.
+"""What a data option is (Data, and ImageData for images), what its splits() returns (Splits) and how they are
+loaded, the seeded carving of splits, and the built-in in-memory datasets. The class attributes and methods a data
+option may set: docs/data.md#a-data-options-class.
 """
 
 import importlib
@@ -13,12 +13,14 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset, default_collate
 
+from trainkit.data.loaders import ShardedLoader, TensorLoader
 from trainkit.errors import ConfigError
 
 Split = tuple[torch.Tensor, torch.Tensor]
 log = logging.getLogger(__name__)
+# Free device memory a dataset may fill; the rest is for the model, activations and the optimizer.
+DEVICE_SHARE = 0.5
 
 
 @dataclass
@@ -26,16 +28,6 @@ class Splits:
     train: Split
     val: Split
     test: Split
-    num_classes: int
-
-
-@dataclass
-class FileSplits:
-    """Datasets decoded in DataLoader workers; data.channels and data.image_size say their shape."""
-
-    train: Dataset
-    val: Dataset
-    test: Dataset
     num_classes: int
 
 
@@ -76,7 +68,7 @@ class Data:
     prediction_files: ClassVar[tuple[str, ...]] = ()
     suits: ClassVar[tuple[str, ...]] = ()
 
-    def splits(self) -> Splits | FileSplits:
+    def splits(self) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define splits()")
 
     def cut_val(
@@ -130,7 +122,7 @@ class Data:
         """What decides the data besides its fields and files, for the data fingerprint; None here."""
         return None
 
-    def identity(self, made: "Splits | FileSplits") -> dict:
+    def identity(self, made: Any) -> dict:
         """What this data is before any split (summary.json's `data`): by default every sample of the three splits,
         in no order. An option whose splits do not partition one set of samples returns what it read instead."""
         from trainkit.data.identity import samples_identity
@@ -141,19 +133,25 @@ class Data:
         """What runs on whole batches on the device between the loader and the model; nothing here."""
         return nn.Identity()
 
-    def collate(self, items: list[Any]) -> Any:
-        """A batch from a list of file-split items, made in the loader's workers."""
-        return default_collate(items)
+    def loaders(self, made: Any, device: torch.device, train: dict, evaluation: dict) -> list[ShardedLoader]:
+        """This rank's train, val and test loaders of `made` (what splits() returned), given the loaders' batch and
+        shard arguments for training and for evaluation: here TensorLoaders of in-memory Splits, on `device` when
+        they fit in DEVICE_SHARE of its free memory, else pinned on the host."""
+        if not isinstance(made, Splits):
+            raise ConfigError(
+                "data._target_",
+                f"{type(self).__name__}.splits() returned {type(made).__name__}, but the class loads in-memory "
+                f"tensors; return trainkit.data.Splits",
+            )
+        where, pin = _placement(made, device, train["rank"])
+        return [
+            TensorLoader(*split, device=where, pin_memory=pin, **args)
+            for split, args in ((made.train, train), (made.val, evaluation), (made.test, evaluation))
+        ]
 
-    def item_sizes(self, dataset: Dataset) -> Sequence[int] | None:
-        """Each item's size in `size_unit`s (the dataset's `sizes`), or None where it declares none."""
-        return getattr(dataset, "sizes", None)
-
-    def batch_sampler(self, dataset: Dataset, *, train: bool, seed: int, rank: int, world_size: int) -> Any:
-        """This rank's batches of a file split as lists of indices, or None: the loaders' own fixed batches."""
-        from trainkit.data.size_budget import budget_batches  # feature: size_budget
-
-        return budget_batches(self, dataset, train, seed, rank, world_size)  # feature: size_budget
+    def longest_item(self, made: Any) -> int | None:
+        """The size of the training split's largest item, in size_unit; None where the data does not say."""
+        return made.train[0][0].numel() if len(made.train[0]) else None
 
 
 @dataclass(kw_only=True)
@@ -180,6 +178,12 @@ class ImageData(Data):
                     f"has {len(values)} values for data.channels={channels}; give one per channel, or one for all",
                 )
 
+    def loaders(self, made: Any, device: torch.device, train: dict, evaluation: dict) -> list[ShardedLoader]:
+        if isinstance(made, Splits):  # the images' shape is the tensors'
+            check_matches(self, "channels", made.train[0].shape[1])
+            check_matches(self, "image_size", made.train[0].shape[-1])
+        return super().loaders(made, device, train, evaluation)
+
     def batch_transform(self, augmentation: Any, input_size: int | None, channels_last: bool, train: bool) -> nn.Module:
         from trainkit.augment.batch_transform import BatchTransform
 
@@ -193,6 +197,33 @@ class ImageData(Data):
             channels_last=channels_last,
             entries=self.image_entries,
         )
+
+
+def _placement(splits: Splits, device: torch.device, rank: int) -> tuple[torch.device, bool]:
+    """Where in-memory splits live, and whether batches are pinned: on the device when they fit in DEVICE_SHARE of
+    its free memory, else on the host."""
+    if device.type != "cuda":
+        return device, False
+    needed = sum(t.numel() * t.element_size() for split in (splits.train, splits.val, splits.test) for t in split)
+    free, _ = torch.cuda.mem_get_info(device)
+    if needed <= DEVICE_SHARE * free:
+        return device, False
+    if rank == 0:
+        log.warning(
+            "the dataset takes %.2f GiB, more than half of the %.2f GiB free on %s: it stays in host memory "
+            "and each batch is copied from pinned memory (slower; a smaller data.image_size fits on the device)",
+            needed / 2**30,
+            free / 2**30,
+            device,
+        )
+    return torch.device("cpu"), True
+
+
+def check_matches(data: Data, key: str, actual: int) -> None:
+    # The data decides these numbers; a config that disagrees would build a mismatched model.
+    configured = getattr(data, key)
+    if configured is not None and configured != actual:
+        raise ConfigError(f"data.{key}", f"is {configured} but {data.name} has {actual}; set data.{key}={actual}")
 
 
 def per_channel(values: Sequence[float], channels: int) -> tuple[float, ...]:

@@ -16,7 +16,8 @@ from torch.utils.data import Dataset
 
 from trainkit.config.schema import Check, flag
 from trainkit.data.class_folders import is_hidden
-from trainkit.data.datasets import FileSplits, Splits, carve
+from trainkit.data.datasets import carve
+from trainkit.data.file_data import FileSplits
 from trainkit.data.text import TextData, report_majority, report_truncated
 from trainkit.data.tokenizing import Tokens
 from trainkit.errors import ConfigError
@@ -38,8 +39,6 @@ class HFText(TextData):
     test_fraction: float
     split_seed: int
     cache_dir: str | None = None
-    prefetch_factor: int = 2
-    pin_memory: bool | str = "auto"
     skip_bad_rows: bool = False
     unlabelled_value: Any = None
     files: list[str] = field(default_factory=list, init=False, repr=False)
@@ -196,7 +195,7 @@ class HFText(TextData):
         """The files read, each with its size (or the hub name), for the data fingerprint."""
         return f"hf: {', '.join(self.files)}"  # a copy elsewhere is the same data
 
-    def identity(self, made: Splits | FileSplits) -> dict:
+    def identity(self, made: FileSplits) -> dict:
         """The files read, each with its size and a digest of its bytes, and the rows of every split."""
         from trainkit.data.file_digests import file_digest
 

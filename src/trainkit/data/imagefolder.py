@@ -1,7 +1,7 @@
 """Your own images: `root/<split>/<class>/<file>`, resized and centre-cropped in DataLoader workers.
 
 Augmentation and normalization happen later, batched on the device. The layout's rules are
-trainkit.data.class_folders' (text folders share them), the decoding trainkit.data.images'. What is read and how:
+trainkit.data.class_folders' (text folders share them), the decoding trainkit.data.image_files'. What is read and how:
 docs/data.md.
 """
 
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch.utils.data import Dataset
 
+from trainkit.config.schema import Check, flag
 from trainkit.data.class_folders import (
     _check_root,
     _check_same_classes,
@@ -24,8 +25,9 @@ from trainkit.data.class_folders import (
     class_folder_splits,
     class_names,
 )
-from trainkit.data.datasets import FileSplits, ImageData
-from trainkit.data.images import IMAGE_EXTENSIONS, BadFile, image_extensions, open_image, resize_center_crop
+from trainkit.data.datasets import ImageData
+from trainkit.data.file_data import BadFile, FileData, FileSplits
+from trainkit.data.image_files import IMAGE_EXTENSIONS, image_extensions, open_image, resize_center_crop
 from trainkit.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -68,17 +70,15 @@ class ImageFolderDataset(Dataset):
 
 
 @dataclass(kw_only=True)
-class ImageFolder(ImageData):
+class ImageFolder(FileData, ImageData):
     """The `data=imagefolder` option; a missing val/ or test/ is carved from train/ by the fractions."""
 
     val_fraction: float
     test_fraction: float
     split_seed: int
-    prefetch_factor: int = 2  # batches each worker keeps ready
-    pin_memory: bool | str = "auto"  # auto: on with CUDA
     skip_bad_files: bool = False
 
-    in_memory: ClassVar[bool] = False
+    config_rules: ClassVar[dict[str, Check]] = {**FileData.config_rules, "skip_bad_files": flag()}
     needs_root: ClassVar[str] = "a folder holding train/<class>/<images>"
     decodes_images: ClassVar[bool] = True
 

@@ -1,7 +1,8 @@
 """Batches filled to a size budget (data.max_<unit>): items of similar size together, so that a batch pads little
 and stays within the budget, as many batches every epoch and on every rank (docs/data.md: batches by a token budget).
-`Data.batch_sampler` asks budget_batches for them where the option has a `max_<size_unit>` field (budget_key);
-the config check takes the key's rule from config_rules (conf/config.yaml's `_checks_.size_budget`)."""
+`FileData.batch_sampler` asks budget_batches for them where the option has a `max_<size_unit>` field (budget_key);
+the config check takes the key's rule from config_rules, and its relation to the batch size search from
+CONFIG_RELATIONS (conf/config.yaml's `_checks_.size_budget`)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import Dataset
 
-from trainkit.config.schema import Check, integer
+from trainkit.config.schema import Check, Relation, integer
 from trainkit.errors import ConfigError
 
 if TYPE_CHECKING:
     from trainkit.data.datasets import Data
+    from trainkit.data.file_data import FileData
 
 BUCKET_RATIO = 1.1  # a bucket's longest item is at most this times its shortest ...
 BUCKET_SLACK = 8  # ... or at most this many units longer (short items would make tiny buckets)
@@ -171,7 +173,7 @@ def budget_key(data: type[Data]) -> str | None:
 
 
 def budget_batches(
-    data: Data, dataset: Dataset, train: bool, seed: int, rank: int, world_size: int
+    data: FileData, dataset: Dataset, train: bool, seed: int, rank: int, world_size: int
 ) -> SizeBudgetBatches | None:
     """This rank's batches of a file split filled to data.max_<size_unit>; None without a budget (fixed batches)."""
     key = budget_key(type(data))
@@ -206,3 +208,21 @@ def config_rules(cfg: DictConfig) -> dict[str, Check]:
     data = configured_data_class(cfg)
     key = budget_key(data) if data is not None else None
     return {f"data.{key}": integer(1, null=True)} if key else {}
+
+
+def _the_batch_size_is_not_searched(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """The batch size finder searches data.batch_size; under a size budget that only caps a batch's items."""
+    from trainkit.config.validation import configured_data_class
+
+    data = configured_data_class(cfg)
+    key = budget_key(data) if data is not None else None
+    if key and isinstance(cfg.data.get(key), int) and OmegaConf.select(cfg, "batch_size_finder.enabled") is True:
+        yield (
+            "batch_size_finder.enabled",
+            f"searches data.batch_size, but data.{key}={cfg.data[key]} decides how much a batch holds "
+            "(data.batch_size only caps its items); set batch_size_finder.enabled=false and size the budget "
+            f"(or trainer.micro_batch_size=auto under it), or set data.{key}=null to search fixed batches",
+        )
+
+
+CONFIG_RELATIONS = (Relation(("data._target_", "batch_size_finder.enabled"), _the_batch_size_is_not_searched),)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from trainkit.config.schema import Check, integer
-from trainkit.data.datasets import FileSplits
+from trainkit.data.file_data import FileSplits
 from trainkit.data.stdlib_source import corpus_version, package_of, split_by_file, stdlib_files, stdlib_root
 from trainkit.data.text import TextData, TextDataset, report_majority, report_truncated
 from trainkit.errors import ConfigError

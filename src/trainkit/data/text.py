@@ -16,7 +16,7 @@ import torch
 from omegaconf import ListConfig
 from torch.utils.data import Dataset
 
-from trainkit.config.schema import Check, integer, show
+from trainkit.config.schema import Check, flag, integer, show
 from trainkit.data.class_folders import (
     _check_root,
     _check_same_classes,
@@ -24,8 +24,7 @@ from trainkit.data.class_folders import (
     class_files,
     class_folder_splits,
 )
-from trainkit.data.datasets import FileSplits
-from trainkit.data.images import BadFile
+from trainkit.data.file_data import BadFile, FileData, FileSplits
 from trainkit.data.tokenizing import ByteTokens, Tokenized, Tokens, tokenizer_problems
 from trainkit.errors import ConfigError
 
@@ -49,7 +48,7 @@ class BadTextFile(BadFile):
 
 
 @dataclass(kw_only=True)
-class TextData(Tokenized):
+class TextData(FileData, Tokenized):
     """The keys and the collate of every text classification option."""
 
     max_length: int  # longer texts are cut, with a count in the log
@@ -58,10 +57,10 @@ class TextData(Tokenized):
 
     kind: ClassVar[str] = "tokens"
     size_unit: ClassVar[str] = "tokens"
-    in_memory: ClassVar[bool] = False
     suits: ClassVar[tuple[str, ...]] = ("model=sequence", "model=hf")
     prediction_files: ClassVar[tuple[str, ...]] = TEXT_EXTENSIONS
     config_rules: ClassVar[dict[str, Check]] = {
+        **FileData.config_rules,
         **Tokenized.config_rules,
         "pad_id": integer(0, null=True),
         "max_length": integer(1),  # bytes (tokens) a sequence keeps
@@ -230,11 +229,13 @@ class TextFolder(TextData):
     split_seed: int
     class_folders: list[str] | None = None  # null: every folder under train/
     skip_bad_files: bool = False
-    prefetch_factor: int = 2
-    pin_memory: bool | str = "auto"
 
     needs_root: ClassVar[str] = "a folder holding train/<class>/<files>.txt"
-    config_rules: ClassVar[dict[str, Check]] = {**TextData.config_rules, "class_folders": class_folder_list}
+    config_rules: ClassVar[dict[str, Check]] = {
+        **TextData.config_rules,
+        "class_folders": class_folder_list,
+        "skip_bad_files": flag(),
+    }
 
     def splits(self) -> FileSplits:
         assert self.root is not None, "the config check requires data.root (needs_root)"

@@ -11,9 +11,9 @@ from typing import ClassVar
 
 import torch
 
-from trainkit.config.schema import Check, integer, string
+from trainkit.config.schema import Check, flag, integer, string
 from trainkit.data.class_folders import is_hidden
-from trainkit.data.datasets import FileSplits, Split, Splits
+from trainkit.data.datasets import Split, Splits
 from trainkit.data.identity import texts_identity
 from trainkit.data.stdlib_source import corpus_version, stdlib_files
 from trainkit.data.text import BadTextFile, read_utf8
@@ -44,6 +44,7 @@ class TextBlocks(Tokenized):
         **Tokenized.config_rules,
         "block_size": integer(1),  # the model's context
         "pattern": string(),  # a recursive glob under data.root
+        "skip_bad_files": flag(),
     }
 
     @staticmethod
@@ -68,7 +69,7 @@ class TextBlocks(Tokenized):
             )
         return files, len(matched) - len(files)
 
-    def identity(self, made: Splits | FileSplits) -> dict:
+    def identity(self, made: Splits) -> dict:
         """The texts read, in no order, since another fold cuts other blocks from the same texts."""
         return {**self.texts_read, "classes": None}
 

@@ -1,6 +1,6 @@
 """The bottleneck report: the epoch line's timing extras, and one warning per run when data is the limit.
 
-The rule of thumb, the articles' (trainkit.data.loader_settings): when loading takes more than a
+The rule of thumb, the articles' (docs/speed.md#the-loader-rules): when loading takes more than a
 third of the compute time (wait / (step - wait) > 1/3, that is train/data_wait_fraction > 1/4),
 faster hardware or a bigger model would not train faster; the loader would. The warning names the
 switches that help for the data option in use, with their current values, instead of generic
@@ -11,10 +11,10 @@ import logging
 import math
 
 from omegaconf import DictConfig
+from torch.utils.data import DataLoader
 
 from trainkit.data.datasets import data_class
-from trainkit.data.loader_settings import MAX_WORKERS_PER_CORE, RAISE, this_rank_cores
-from trainkit.data.loaders import FileLoader
+from trainkit.runtime import MAX_WORKERS_PER_CORE, RAISE, this_rank_cores
 from trainkit.tracking.timing import LoopTimer
 
 log = logging.getLogger("train")
@@ -62,7 +62,8 @@ def epoch_line_extras(metrics: dict) -> str:
 def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool, gpu_util: float | None = None) -> list[str]:
     """The switches that shorten the wait for this data option, each with its current value;
     `gpu_util`: the epoch's train/gpu_util, where it was measured."""
-    if not isinstance(loader, FileLoader):  # in memory: batches are slices of a tensor on the device
+    torch_loader = getattr(loader, "loader", None)  # a FileLoader's DataLoader
+    if not isinstance(torch_loader, DataLoader):  # in memory: batches are slices of a tensor on the device
         advice = [
             f"{data.name} is held in memory on the device, so workers and pinned memory do not apply: the wait is "
             f"the per-batch gather, large next to a step this short; raise data.batch_size (now {data.batch_size})"
@@ -71,11 +72,11 @@ def data_bound_advice(loader: object, data: DictConfig, on_cuda: bool, gpu_util:
 
         advice += cache_advice(data, in_memory=True)  # feature: cache
         return advice
-    workers = loader.loader.num_workers
+    workers = torch_loader.num_workers
     advice = [worker_advice(workers, this_rank_cores(), on_cuda, gpu_util)]
-    if workers > 0 and (loader.loader.prefetch_factor or 0) < 4:
-        advice.append(f"data.prefetch_factor=4 (now {loader.loader.prefetch_factor}) evens out slow batches")
-    if on_cuda and not loader.loader.pin_memory:
+    if workers > 0 and (torch_loader.prefetch_factor or 0) < 4:
+        advice.append(f"data.prefetch_factor=4 (now {torch_loader.prefetch_factor}) evens out slow batches")
+    if on_cuda and not torch_loader.pin_memory:
         advice.append("pinned memory: data.pin_memory=true (asynchronous host-to-device copies)")
     if getattr(data_class(data._target_), "decodes_images", False):  # text, or a data kind of yours: no images
         from trainkit.data.cache import cache_advice  # feature: cache

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trainkit.data.images import save_png
+from trainkit.data.image_files import save_png
 from trainkit.tasks.task import Task, rows, samples
 
 

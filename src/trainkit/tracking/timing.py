@@ -32,7 +32,7 @@ from collections import deque
 
 import torch
 
-from trainkit.data.loader_settings import available_cores
+from trainkit.runtime import available_cores
 
 GPU_UTIL_EVERY_SECONDS = 1.0  # NVML averages over its own sample period (1/6 s to 1 s)
 

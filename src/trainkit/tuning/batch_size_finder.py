@@ -23,8 +23,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from trainkit.config.schema import Check, Relation, flag, integer, number
-from trainkit.data.datasets import data_class
-from trainkit.data.loaders import FileLoader, TensorLoader
+from trainkit.data.loaders import ShardedLoader
 from trainkit.distributed.process_group import is_distributed
 from trainkit.errors import ConfigError
 from trainkit.tasks.task import Task
@@ -97,7 +96,7 @@ def batch_size_that_fits(
     model: nn.Module,
     step: Callable[[Any], object],
     task: Task,
-    loader: TensorLoader | FileLoader,
+    loader: ShardedLoader,
     device: torch.device,
     *,
     start: int,
@@ -165,31 +164,12 @@ def _a_range_to_search(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         )
 
 
-def _a_size_budget_sizes_its_batches(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """The finder searches data.batch_size; under a size budget (data.max_tokens) that is a cap, not a batch's size."""
-    try:  # a data._target_ that does not import: its own problem
-        unit = data_class(str(cfg.data.get("_target_"))).size_unit
-    except ConfigError:
-        unit = None
-    key = f"max_{unit}"
-    if unit and isinstance(cfg.data.get(key), int) and cfg.batch_size_finder.enabled:
-        yield (
-            "batch_size_finder.enabled",
-            f"searches data.batch_size, but data.{key}={cfg.data[key]} decides how much a batch holds "
-            "(data.batch_size only caps its items); set batch_size_finder.enabled=false and size the budget "
-            f"(or trainer.micro_batch_size=auto under it), or set data.{key}=null to search fixed batches",
-        )
-
-
 def searched_keys(cfg: DictConfig) -> tuple[str, ...]:
     """data.batch_size while the search is on: the configured size is not the one trained with."""
     return ("data.batch_size",) if cfg.batch_size_finder.get("enabled") is True else ()
 
 
-CONFIG_RELATIONS = (
-    Relation(("batch_size_finder",), _a_range_to_search),
-    Relation(("data._target_", "batch_size_finder.enabled"), _a_size_budget_sizes_its_batches),
-)
+CONFIG_RELATIONS = (Relation(("batch_size_finder",), _a_range_to_search),)
 
 
 def min_across_ranks(value: int, device: torch.device) -> int:

@@ -12,9 +12,10 @@ from PIL import Image
 
 from conftest import ROOT
 from helpers import load_script, record_run
-from trainkit.data import build_data, loader_settings, make_data
+from trainkit import runtime
+from trainkit.data import build_data, make_data
 from trainkit.data.cache import write_cache
-from trainkit.data.images import decode
+from trainkit.data.image_files import decode
 from trainkit.errors import ConfigError
 
 CONF = ROOT / "conf" / "data"
@@ -168,7 +169,7 @@ def test_data_cached_trains_end_to_end_on_the_cache_s_images(cached, tmp_path, m
 
 
 def test_benchmark_dataloader_prints_a_table_and_a_recommendation(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(loader_settings, "available_cores", lambda: 1)  # 1x, 1.5x, 2x the cores: 1, 2, 2 workers
+    monkeypatch.setattr(runtime, "available_cores", lambda: 1)  # 1x, 1.5x, 2x the cores: 1, 2, 2 workers
     benchmark = load_script("benchmark_dataloader")
     args = ["--make-folder", "24", "--out", str(tmp_path), "--batches", "2", "--warmup", "1", "--max-workers", "0"]
     assert benchmark.main([*args, "data.image_size=8", "data.batch_size=4"]) == 0

@@ -2,7 +2,6 @@
 
 import itertools
 import logging
-import random
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +14,8 @@ from torch.utils.data import DistributedSampler
 from helpers import needs_image_folders
 from trainkit.data import DataBundle, build_data, datasets
 from trainkit.data.datasets import carve
-from trainkit.data.images import decode
 from trainkit.data.loaders import (
     EvaluationSampler,
-    FileLoader,
     ResumableDistributedSampler,
     TensorLoader,
     limited,
@@ -248,18 +245,6 @@ def folder_cfg(root: Path, **overrides):
     )
 
 
-def test_decode_resizes_the_shorter_side_and_centre_crops(tmp_path):
-    # 20 x 10 (width x height): left half black, right half white -> 16 x 8 -> centre 8 x 8.
-    pixels = np.zeros((10, 20), dtype=np.uint8)
-    pixels[:, 10:] = 255
-    Image.fromarray(pixels).save(tmp_path / "halves.PNG")
-    image = decode(str(tmp_path / "halves.PNG"), "L", 8)
-    assert image.shape == (1, 8, 8) and image.dtype == torch.uint8
-    assert (image[0, :, :3] == 0).all() and (image[0, :, 5:] == 255).all()
-    Image.fromarray(pixels).convert("RGB").save(tmp_path / "halves.JPG")
-    assert decode(str(tmp_path / "halves.JPG"), "RGB", 8).shape == (3, 8, 8)
-
-
 @needs_image_folders
 def test_imagefolder_with_val_and_test_folders(tmp_path):
     write_folder(tmp_path, {"train": 6, "val": 2, "test": 3})
@@ -360,10 +345,9 @@ def test_settings_the_data_contradicts_name_the_key(overrides, key):
     assert error.value.key == key
 
 
-def test_splits_of_another_kind_than_the_class_says_are_one_line_naming_data_target(monkeypatch):
-    # in_memory tells the config check, before anything is built, that no worker processes are used.
-    monkeypatch.setattr(datasets.Digits, "in_memory", False)
-    with pytest.raises(ConfigError, match=r"Digits.splits\(\) returned Splits, but the class says in_memory=False"):
+def test_splits_of_another_kind_than_the_class_loads_are_one_line_naming_data_target(monkeypatch):
+    monkeypatch.setattr(datasets.Digits, "splits", lambda self: [])
+    with pytest.raises(ConfigError, match=r"Digits.splits\(\) returned list, but the class loads in-memory tensors"):
         build_data(data_cfg("digits"), CPU, seed=0)
 
 
@@ -394,44 +378,3 @@ def test_each_rank_resumes_at_its_own_next_batch():
         assert len(whole) == len(loader) == 9  # 33 samples a rank
         loader.set_epoch(2, start_batch=4)
         assert [batch_labels.tolist() for _, batch_labels in loader] == whole[4:]
-
-
-def test_file_loader_skips_the_batches_already_trained(tmp_path):
-    dataset = torch.utils.data.TensorDataset(torch.arange(30.0).view(30, 1), torch.arange(30))
-    loader = FileLoader(dataset, 4, shuffle=True, seed=1)
-    loader.set_epoch(2)
-    whole = [batch_labels.tolist() for _, batch_labels in loader]
-    loader.set_epoch(2, start_batch=3)
-    assert [batch_labels.tolist() for _, batch_labels in loader] == whole[3:]
-
-
-class Drawing(torch.utils.data.Dataset):
-    """Sample i is i and what it draws from torch's, Python's and NumPy's global generators (a random caption or
-    crop of one's own would draw so): [i, torch, random, numpy]."""
-
-    def __len__(self) -> int:
-        return 24
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return torch.tensor([index, torch.rand(()).item(), random.random(), np.random.rand()], dtype=torch.float64)
-
-
-def draws(workers: int, epoch: int = 1, start_batch: int = 0, rank: int = 0, world_size: int = 1) -> dict:
-    """{sample index: its three draws} of one training epoch of Drawing, by 4s."""
-    loader = FileLoader(Drawing(), 4, shuffle=True, seed=3, num_workers=workers, rank=rank, world_size=world_size)
-    loader.set_epoch(epoch, start_batch)
-    return {int(row[0]): row[1:].tolist() for batch in loader for row in batch}
-
-
-def test_what_a_file_sample_draws_follows_from_seed_epoch_and_index_whatever_the_worker():
-    streams = torch.get_rng_state(), random.getstate(), np.random.get_state()
-    whole = draws(workers=0)
-    # Read in this process, the sample leaves the training step's streams where they were.
-    assert torch.equal(torch.get_rng_state(), streams[0]) and random.getstate() == streams[1]
-    assert all(np.array_equal(now, before) for now, before in zip(np.random.get_state(), streams[2]))
-    assert len(whole) == 24 and len({value for row in whole.values() for value in row}) == 72  # all different
-    assert draws(workers=1) == whole and draws(workers=2) == whole
-    resumed = draws(workers=2, start_batch=4)  # a resume after 4 of the epoch's 6 batches: the last 8 samples
-    assert len(resumed) == 8 and all(whole[index] == row for index, row in resumed.items())
-    assert {**draws(workers=1, rank=0, world_size=2), **draws(workers=0, rank=1, world_size=2)} == whole
-    assert not set(map(tuple, draws(workers=0, epoch=2).values())) & set(map(tuple, whole.values()))  # a new epoch

@@ -1,5 +1,5 @@
-"""Data of any shape: a Data option that is not images (tests/data_for_tests.DigitsTable), targets in their
-own dtype, and the hooks file data has for batches made its own way (a batch sampler, a collate)."""
+"""Data of any shape: a Data option that is not images (tests/data_for_tests.DigitsTable) and targets in their
+own dtype."""
 
 import torch
 from omegaconf import OmegaConf
@@ -9,7 +9,7 @@ from conftest import composed
 from data_for_tests import DigitsTable
 from trainkit.data import Data, build_data
 from trainkit.data.datasets import ImageData
-from trainkit.data.loaders import FileLoader, TensorLoader
+from trainkit.data.loaders import TensorLoader
 
 CPU = torch.device("cpu")
 TABLE = {
@@ -49,38 +49,3 @@ def test_tensor_loader_keeps_the_targets_dtype():
     for targets in (torch.rand(10), torch.arange(10, dtype=torch.uint8), torch.arange(10)):
         loader = TensorLoader(torch.rand(10, 3), targets, 4, shuffle=False)
         assert next(iter(loader))[1].dtype == targets.dtype
-
-
-class LongestFirst:
-    """A batch sampler of this test's own (the token budget's stand-in): batches of 1, 2 and 3 indices."""
-
-    num_samples = 6
-
-    def __init__(self):
-        self.epochs = []
-
-    def set_epoch(self, epoch, start_batch=0):
-        self.epochs.append((epoch, start_batch))
-
-    def __iter__(self):
-        return iter([[5], [3, 4], [0, 1, 2]])
-
-    def __len__(self):
-        return 3
-
-
-def pad_to_longest(items):
-    longest = max(len(tokens) for tokens, _ in items)
-    inputs = torch.stack([nn.functional.pad(tokens, (0, longest - len(tokens)), value=9) for tokens, _ in items])
-    return inputs, torch.tensor([label for _, label in items])
-
-
-def test_file_loader_takes_the_options_batch_sampler_and_collate():
-    dataset = [(torch.arange(n + 1), n) for n in range(6)]
-    sampler = LongestFirst()
-    loader = FileLoader(dataset, 8, shuffle=True, collate=pad_to_longest, batch_sampler=sampler)
-    loader.set_epoch(2, start_batch=1)
-    assert sampler.epochs == [(2, 1)] and len(loader) == 3 and loader.num_samples == 6
-    batches = list(loader)
-    assert [inputs.shape for inputs, _ in batches] == [(1, 6), (2, 5), (3, 3)]
-    assert batches[1][0].tolist() == [[0, 1, 2, 3, 9], [0, 1, 2, 3, 4]]

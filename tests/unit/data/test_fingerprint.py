@@ -1,9 +1,11 @@
 """trainkit.data.fingerprint: what a checkpoint records of the data, and the line a resume prints when it changed."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
-from trainkit.data import FileSplits, Splits
+from trainkit.data import Splits
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.errors import ConfigError
 
@@ -19,7 +21,10 @@ class Listed(torch.utils.data.Dataset):
 def folder(root, train):
     """An image folder at `root`: train/ as given, one val/ image, no test/ image."""
     files = [(f"{root}/train/{name}", label) for name, label in train]
-    return data_fingerprint(FileSplits(Listed(files), Listed([(f"{root}/val/a/0.png", 0)]), Listed([]), 2))
+    splits = SimpleNamespace(
+        train=Listed(files), val=Listed([(f"{root}/val/a/0.png", 0)]), test=Listed([]), num_classes=2
+    )
+    return data_fingerprint(splits)  # what FileSplits of an image folder hold
 
 
 def refusal(saved, now) -> str:

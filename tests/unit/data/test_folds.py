@@ -7,6 +7,7 @@ import logging
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,10 +17,17 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from conftest import ROOT, composed
-from helpers import assert_one_config_error, needs_downloads, needs_image_folders, template_has, write_cifar
+from helpers import (
+    assert_one_config_error,
+    has_file_data,
+    needs_downloads,
+    needs_image_folders,
+    template_has,
+    write_cifar,
+)
 from trainkit.cli import one_line
 from trainkit.config.validation import problems, validate
-from trainkit.data import FileSplits, Splits, make_data
+from trainkit.data import Splits, make_data
 from trainkit.data.datasets import carve
 from trainkit.data.folds import folded
 from trainkit.errors import ConfigError
@@ -172,7 +180,7 @@ def labels_of(split) -> list[int]:
     return [int(item["label"]) for item in split]
 
 
-def splits_of(cfg: dict, **keys) -> Splits | FileSplits:
+def splits_of(cfg: dict, **keys) -> Splits | Any:
     return make_data(OmegaConf.create({**cfg, **keys})).splits()
 
 
@@ -264,12 +272,14 @@ def test_a_text_folder_folds_its_train_folder(tmp_path):
 
 
 def test_data_of_your_own_folds_with_its_class(tmp_path):
-    """tests/data_for_tests.py: a table (a regression: no classes to stratify by) and signals read as file data."""
+    """tests/data_for_tests.py: a table (a regression: no classes to stratify by); tests/file_data_for_tests.py:
+    signals read as file data."""
     table = {key: value for key, value in option("digits").items() if key not in ("channels", "image_size")}
     for key in ("mean", "std", "mirror_changes_label"):
         del table[key]
     check_every_fold({**table, "_target_": "data_for_tests.DigitsTable", "num_classes": None}, stratified=False)
-    check_every_fold({**table, "_target_": "data_for_tests.DigitSignals"})
+    if has_file_data:
+        check_every_fold({**table, "_target_": "file_data_for_tests.DigitSignals"})
 
 
 @pytest.mark.skipif(not template_has("data/text.yaml"), reason="this clone has no data=text (trimmed)")

@@ -11,7 +11,7 @@ from PIL import Image, features
 
 from trainkit.data import build_data
 from trainkit.data.class_folders import class_names, walk_files
-from trainkit.data.images import decode, image_extensions
+from trainkit.data.image_files import decode, image_extensions
 from trainkit.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"

@@ -7,15 +7,18 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from test_data_kinds import CPU, LongestFirst, pad_to_longest
+from test_data_kinds import CPU
+from test_file_data import LongestFirst, pad_to_longest
 
 from conftest import ROOT, composed
-from data_for_tests import SIZED_SIGNALS
+from file_data_for_tests import SIZED_SIGNALS
+from helpers import template_has
 from trainkit.config.declared import declared
 from trainkit.config.rules import RULES
 from trainkit.config.schema import find_problems, integer
 from trainkit.config.validation import RELATIONS, configured_data_class, fill_task_defaults, problems
-from trainkit.data import Data, FileSplits, build_data
+from trainkit.data import build_data, size_budget
+from trainkit.data.file_data import FileData, FileSplits
 from trainkit.data.size_budget import SizeBudgetBatches, config_rules
 from trainkit.errors import ConfigError
 
@@ -151,9 +154,8 @@ def test_a_data_option_with_max_tokens_asks_for_size_budget_batches(monkeypatch)
             return 6
 
     @dataclass(kw_only=True)
-    class Budgeted(Data):
+    class Budgeted(FileData):
         max_tokens: int | None = 12
-        in_memory = False
         size_unit = "tokens"
 
         def splits(self):
@@ -200,10 +202,9 @@ def test_a_data_kind_that_declares_its_item_sizes_is_batched_by_its_own_size_bud
     that count frames (DataBundle.size_unit); without sizes, one line naming the budget."""
 
     @dataclass(kw_only=True)
-    class Clips(Data):
+    class Clips(FileData):
         max_frames: int | None = 120
         declared: bool = True
-        in_memory = False
         size_unit = "frames"
 
         def splits(self):
@@ -264,9 +265,25 @@ def test_without_its_checks_section_the_core_checks_no_budget():
     assert config_rules(composed()) == {}  # the digits: no size_unit, no budget
 
 
-def test_size_budget_imports_nothing_of_datasets_at_module_level():
-    """datasets.py imports trainkit.data.size_budget (its marked lines): size_budget.py names Data for type checking
-    only, so the two modules import each other in no order."""
+@pytest.mark.skipif(not template_has("batch_size_finder.enabled"), reason="this clone has no batch size finder")
+def test_a_budget_refuses_the_batch_size_search_in_one_line_beside_its_code():
+    """Under a budget data.batch_size only caps a batch's items: searching it would size nothing. The relation is
+    this module's; the core and the finder's own checks do not find it."""
+    from trainkit.tuning import batch_size_finder
+
+    cfg = composed(*SIZED_SIGNALS, "+data.max_values=512", "batch_size_finder.enabled=true")
+    fill_task_defaults(cfg)
+    assert "batch_size_finder.enabled" not in find_problems(
+        cfg, RULES, [*RELATIONS, *batch_size_finder.CONFIG_RELATIONS]
+    )
+    assert "batch_size_finder.enabled" in find_problems(cfg, {}, size_budget.CONFIG_RELATIONS)
+    assert problems(cfg)["batch_size_finder.enabled"].startswith("searches data.batch_size, but data.max_values=512")
+    assert "batch_size_finder.enabled" not in problems(composed(*SIZED_SIGNALS, "batch_size_finder.enabled=true"))
+
+
+def test_size_budget_imports_nothing_of_the_data_classes_at_module_level():
+    """file_data.py imports trainkit.data.size_budget (its marked lines): size_budget.py names Data and FileData for
+    type checking only, so the modules import each other in no order."""
     tree = ast.parse((ROOT / "src" / "trainkit" / "data" / "size_budget.py").read_text(encoding="utf-8"))
     imported = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
-    assert "trainkit.data.datasets" not in imported
+    assert not imported & {"trainkit.data.datasets", "trainkit.data.file_data"}

@@ -10,8 +10,9 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import composed
-from trainkit.data import FileLoader, FileSplits, build_data
+from trainkit.data import build_data
 from trainkit.data.class_folders import walk_files
+from trainkit.data.file_data import FileLoader, FileSplits
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.data.loaders import limited
 from trainkit.data.text import PAD_ID, TEXT_EXTENSIONS, TextDataset, pad_to_longest, tokens_of

@@ -10,8 +10,8 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import Dataset
 
-from helpers import needs_image_folders, template_has
-from trainkit.data.loaders import FileLoader, TensorLoader
+from helpers import has_file_data, needs_file_data, needs_image_folders, template_has
+from trainkit.data.loaders import TensorLoader
 from trainkit.tracking import bottleneck
 from trainkit.tracking.bottleneck import (
     data_bound,
@@ -23,6 +23,9 @@ from trainkit.tracking.bottleneck import (
     worker_advice,
 )
 from trainkit.tracking.timing import LoopTimer
+
+if has_file_data:
+    from trainkit.data.file_data import FileLoader
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
 CPU = torch.device("cpu")
@@ -75,10 +78,11 @@ def test_a_slow_dataset_fires_the_warning_once_a_run_with_advice_for_files(caplo
     assert "data.pin_memory=true" in on_cuda
 
 
+@needs_file_data
 def test_file_data_that_is_not_images_gets_no_image_advice():
     """Signals (a text folder, a data kind of yours) read from files: workers apply, image sizes and the image cache
     do not; the advice read data.image_size, which such data lacks, and the data-bound run ended in a traceback."""
-    data = OmegaConf.create({"_target_": "data_for_tests.DigitSignals", "name": "signals", "batch_size": 2})
+    data = OmegaConf.create({"_target_": "file_data_for_tests.DigitSignals", "name": "signals", "batch_size": 2})
     advice = "\n".join(
         data_bound_advice(FileLoader(SlowImages(), 2, shuffle=False, num_workers=0), data, on_cuda=False)
     )

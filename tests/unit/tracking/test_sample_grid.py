@@ -11,7 +11,7 @@ import torch
 
 from conftest import composed
 from helpers import assert_one_config_error
-from trainkit.data.images import save_png
+from trainkit.data.image_files import save_png
 from trainkit.tracking.sample_grid import image_grid
 
 

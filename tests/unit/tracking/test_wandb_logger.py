@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import yaml
 from omegaconf import OmegaConf
+from PIL import Image
 
 from conftest import ROOT, composed
 from helpers import assert_one_config_error
-from trainkit.data.images import save_png
 from trainkit.tasks.task import maximize
 from trainkit.tracking.loggers import build_loggers
 from wandb_offline import OfflineRun, local_wandb, offline_run
@@ -306,7 +306,8 @@ def test_log_image_writes_the_png_into_the_offline_run(run_dir):
     loggers = build_loggers(wandb_cfg(), run_dir)
     grid = np.random.default_rng(0).integers(0, 256, (15, 29, 3), dtype=np.uint8)  # a picture as trackers take it
     loggers.log_image("train/samples", grid, step=0)
-    loggers.log_image("train/samples_file", save_png(grid, run_dir / "samples.png"), step=0)
+    Image.fromarray(grid).save(run_dir / "samples.png")
+    loggers.log_image("train/samples_file", run_dir / "samples.png", step=0)
     loggers.finish()
     run = offline_run(run_dir)
     images = sorted((run.directory / "files" / "media" / "images").rglob("*.png"))  # train/ is a folder

@@ -9,7 +9,6 @@ from test_step_memory import out_of_memory_errors
 from torch import nn
 
 from conftest import composed
-from data_for_tests import SIZED_SIGNALS
 from helpers import backward_step, config_check_tests, record_run
 from trainkit.config.validation import problems
 from trainkit.errors import ConfigError
@@ -180,7 +179,6 @@ RULE_CASES = [
     (["batch_size_finder.memory_cap_gb=0"], "batch_size_finder.memory_cap_gb"),
 ]
 RELATION_CASES = [
-    ([*SIZED_SIGNALS, "+data.max_values=512", "batch_size_finder.enabled=true"], "batch_size_finder.enabled"),
     (["batch_size_finder.start=64", "batch_size_finder.max_batch_size=32"], "batch_size_finder.max_batch_size"),
 ]
 test_a_bad_setting_is_found_by_its_own_check, test_every_check_has_a_case = config_check_tests(

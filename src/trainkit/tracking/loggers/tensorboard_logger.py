@@ -53,7 +53,7 @@ class TensorBoardLogger(Logger):
             self.writer.add_scalar(key, value, step)
 
     def log_image(self, key: str, image: object, step: int) -> None:
-        """`image`: a path to an image file or a uint8 array [H, W, 3] (see trainkit.data.images.save_png)."""
+        """`image`: a path to an image file or a uint8 array [H, W, 3]."""
         if not self.log_images:
             return
         if isinstance(image, Path):

@@ -123,7 +123,7 @@ class WandbLogger(Logger):
                 self._fail("logging failed", error)
 
     def log_image(self, key: str, image: object, step: int) -> None:
-        """`image`: a path to an image file or a uint8 array [H, W, 3] (see trainkit.data.images.save_png)."""
+        """`image`: a path to an image file or a uint8 array [H, W, 3]."""
         if self.run is not None and self.log_images:
             try:
                 self.run.log({key: self.wandb.Image(str(image) if isinstance(image, Path) else image), "step": step})

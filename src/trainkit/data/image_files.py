@@ -1,12 +1,11 @@
-"""Image files decoded in DataLoader workers: an image opened as Pillow reads it, resized and centre-cropped to
-uint8, or a `BadFile` where Pillow cannot read it (torch would re-raise an exception in the main process as a
-multi-line RuntimeError). eval.py's predict= decodes images this way too, and writes its predicted maps with
-`save_png`. Pillow is imported only where images are opened or written.
+"""Image files: an image opened as Pillow reads it, resized and centre-cropped to uint8 (image folders decode
+theirs in the DataLoader workers, eval.py's predict= reads its images so), and arrays written as PNG files
+(`save_png`: predicted maps, the trackers' sample grids). Pillow is imported only where images are opened or
+written. `python scripts/trim.py --drop image_files` removes this module with what needs it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,26 +13,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from trainkit.errors import ConfigError
-
 if TYPE_CHECKING:
     from PIL import Image
 
 # Named in messages; any extension Pillow can open is read.
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
-SKIP_HINT = "fix or remove it, or pass data.skip_bad_files=true to skip unreadable images (counted in the log)"
-
-
-@dataclass(frozen=True)
-class BadFile:
-    """What the dataset returns for a file Pillow cannot read: picklable, for FileLoader to raise or skip."""
-
-    path: str
-    reason: str
-    skip: bool  # data.skip_bad_files
-
-    def error(self) -> ConfigError:
-        return ConfigError("data.root", f"cannot read image '{self.path}' ({self.reason}); {SKIP_HINT}")
 
 
 def decode(path: str, mode: str, size: int) -> torch.Tensor:
