@@ -30,6 +30,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.distributed.process_group import ProcessInfo
+from trainkit.runtime import available_cores
 
 log = logging.getLogger("train")  # train.py's logger: its lines
 
@@ -76,7 +77,7 @@ def write_provenance(
         "python": platform.python_version(),
         "torch": torch_versions(),
         "packages": dependency_versions(installed),
-        "cpu": {"model": cpu_model(), "cores": os.cpu_count(), "cores_usable": usable_cores()},
+        "cpu": {"model": cpu_model(), "cores": os.cpu_count(), "cores_usable": available_cores()},
         "gpus": gpus() if device.type == "cuda" else [],
         "world_size": world_size,
         "seed": seed,
@@ -245,11 +246,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def usable_cores() -> int | None:
-    """The cores this process may run on (a job scheduler's CPU mask), which can be fewer than the machine's."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def gpus() -> list[dict[str, Any]]:
