@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
-from helpers import has_file_data, needs_file_data, needs_image_folders, template_has
+from helpers import needs_file_data, needs_image_folders, template_has
 from trainkit.data.loaders import TensorLoader
 from trainkit.tracking import bottleneck
 from trainkit.tracking.bottleneck import (
@@ -23,9 +23,6 @@ from trainkit.tracking.bottleneck import (
     worker_advice,
 )
 from trainkit.tracking.timing import LoopTimer
-
-if has_file_data:
-    from trainkit.data.file_data import FileLoader
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
 CPU = torch.device("cpu")
@@ -40,6 +37,17 @@ class SlowImages(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         time.sleep(0.01)
         return torch.zeros(3, 4, 4, dtype=torch.uint8), index % 2
+
+
+class Files:
+    """Batches of SlowImages as a file loader yields them, and its torch DataLoader as `loader`: what the report
+    reads of a loader of files (trainkit.data.file_data.FileLoader's)."""
+
+    def __init__(self, workers: int):
+        self.loader = DataLoader(SlowImages(), batch_size=2, num_workers=workers)
+
+    def __iter__(self):
+        return iter(self.loader)
 
 
 def train_epoch(timer: LoopTimer, loader) -> dict:
@@ -61,7 +69,7 @@ def warnings_of(caplog) -> list[str]:
 def test_a_slow_dataset_fires_the_warning_once_a_run_with_advice_for_files(caplog):
     data = OmegaConf.load(CONF / "imagefolder.yaml")
     data.root = "/data/images"
-    loader = FileLoader(SlowImages(), 2, shuffle=False, num_workers=0)
+    loader = Files(workers=0)
     timer = LoopTimer()
     with caplog.at_level(logging.WARNING, logger="train"):
         for _ in range(2):  # two epochs: one warning
@@ -83,9 +91,7 @@ def test_file_data_that_is_not_images_gets_no_image_advice():
     """Signals (a text folder, a data kind of yours) read from files: workers apply, image sizes and the image cache
     do not; the advice read data.image_size, which such data lacks, and the data-bound run ended in a traceback."""
     data = OmegaConf.create({"_target_": "file_data_for_tests.DigitSignals", "name": "signals", "batch_size": 2})
-    advice = "\n".join(
-        data_bound_advice(FileLoader(SlowImages(), 2, shuffle=False, num_workers=0), data, on_cuda=False)
-    )
+    advice = "\n".join(data_bound_advice(Files(workers=0), data, on_cuda=False))
     assert "data.num_workers=" in advice
     assert "image_size" not in advice and "preprocess.py" not in advice
 
@@ -100,7 +106,7 @@ def test_the_warning_fires_above_a_third_of_the_compute_time(fraction, warns, ca
     timer.start_epoch(CPU)
     metrics = {"train/data_wait_fraction": fraction, "train/step_ms": 10.0}
     with caplog.at_level(logging.WARNING, logger="train"):
-        warn_if_data_bound(timer, metrics, FileLoader(SlowImages(), 2, shuffle=False), data)
+        warn_if_data_bound(timer, metrics, Files(workers=0), data)
     assert len(warnings_of(caplog)) == warns
     if warns:
         assert warnings_of(caplog)[0].startswith(
@@ -129,7 +135,7 @@ def test_the_advice_reads_the_cores_of_this_rank_and_the_gpu_util(monkeypatch):
     monkeypatch.setattr(bottleneck, "this_rank_cores", lambda: 1)  # one worker: torch warns above the machine's cores
     data = OmegaConf.load(CONF / "imagefolder.yaml")
     data.root = "/data/images"
-    loader = FileLoader(SlowImages(), 2, shuffle=False, num_workers=1)
+    loader = Files(workers=1)
     (workers, *_) = data_bound_advice(loader, data, on_cuda=True, gpu_util=0.45)
     assert workers.startswith("more decoding workers: data.num_workers=2 (now 1, 1.5x; the GPU was busy 45%")
 
