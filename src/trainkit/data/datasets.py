@@ -123,8 +123,9 @@ class Data:
         return None
 
     def identity(self, made: Any) -> dict:
-        """What this data is before any split (summary.json's `data`): by default every sample of the three splits,
-        in no order. An option whose splits do not partition one set of samples returns what it read instead."""
+        """What this data is before any split (summary.json's `data`): by default every sample of the three splits
+        (of tensors), in no order. An option whose splits do not partition one set of samples returns what it read
+        instead."""
         from trainkit.data.identity import samples_identity
 
         return samples_identity(made)

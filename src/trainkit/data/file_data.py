@@ -9,6 +9,7 @@ import functools
 import hashlib
 import itertools
 import logging
+import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate, get_worker_in
 
 from trainkit.config.schema import Check, auto_or, flag, integer
 from trainkit.data.datasets import Data
+from trainkit.data.identity import digest_of
 from trainkit.data.loaders import EvaluationSampler, ResumableDistributedSampler, ShardedLoader, shard_sampler
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
@@ -50,6 +52,21 @@ class FileSplits:
     test: Dataset
     num_classes: int
 
+    def fingerprints(self) -> dict:
+        """Each split's part of the data fingerprint (trainkit.data.fingerprint): its files' paths under their common
+        folder and their labels, where its dataset lists them as `samples`, else how many items it holds."""
+        made: dict[str, Any] = {"train": self.train, "val": self.val, "test": self.test}
+        if not all(hasattr(dataset, "samples") for dataset in made.values()):  # without (path, label) samples
+            return {name: {"files": len(dataset)} for name, dataset in made.items()}
+        top = os.path.commonpath([path for dataset in made.values() for path, _ in dataset.samples])
+        fingerprints = {}
+        for name, dataset in made.items():
+            digest = hashlib.sha256()
+            for path, label in dataset.samples:
+                digest.update(f"{os.path.relpath(path, top)}\t{label}\n".encode())
+            fingerprints[name] = {"files": len(dataset.samples), "digest": digest.hexdigest()}
+        return fingerprints
+
 
 @dataclass(kw_only=True)
 class FileData(Data):
@@ -78,6 +95,17 @@ class FileData(Data):
                 (made.test, evaluation, False),
             )
         ]
+
+    def identity(self, made: Any) -> dict:
+        """Every file of the three splits, in no order: their paths under their common folder with their labels,
+        where the datasets list them as `samples`; else how many items they hold."""
+        splits = [made.train, made.val, made.test]
+        if not all(hasattr(split, "samples") for split in splits):
+            return {"samples": sum(len(split) for split in splits)}
+        listed = [(str(sample[0]), sample[1]) for split in splits for sample in split.samples]
+        top = os.path.commonpath([path for path, _ in listed]) if listed else ""
+        rows = sorted(f"{os.path.relpath(path, top) if top else path}\t{label}" for path, label in listed)
+        return {"samples": len(rows), "digest": digest_of(rows)}
 
     def longest_item(self, made: Any) -> int | None:
         sizes = self.item_sizes(made.train)

@@ -5,10 +5,8 @@ one line: docs/resume-and-preemption.md#resume-and-requeued-jobs says what is co
     check_same_data(saved, fingerprint)          # ConfigError("data", "12 files added to ...")
 """
 
-import hashlib
 import logging
 import math
-import os
 from typing import Any
 
 import torch
@@ -29,8 +27,8 @@ def data_fingerprint(
     tokenizer: str | None = None,
     identity: dict | None = None,
 ) -> dict:
-    """The fingerprint of a Splits or FileSplits, as plain containers that load with weights_only=True; the other
-    arguments are kept where given."""
+    """The fingerprint of Splits of tensors, or of splits that say theirs (`fingerprints()`), as plain containers that
+    load with weights_only=True; the other arguments are kept where given."""
     made = {name: getattr(splits, name) for name in SPLITS}
     classes = {
         "classes": splits.num_classes,
@@ -39,20 +37,9 @@ def data_fingerprint(
         **({"tokenizer": tokenizer} if tokenizer else {}),
         **({"identity": identity} if identity else {}),
     }
-    if all(isinstance(split, tuple) for split in made.values()):
-        return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
-    if not all(hasattr(dataset, "samples") for dataset in made.values()):  # without (path, label) samples
-        return {**classes, **{name: {"files": len(dataset)} for name, dataset in made.items()}}
-    samples: dict[str, list[tuple[str, int]]] = {name: dataset.samples for name, dataset in made.items()}
-    top = os.path.commonpath([path for listed in samples.values() for path, _ in listed])
-    return {**classes, **{name: _files_fingerprint(listed, top) for name, listed in samples.items()}}
-
-
-def _files_fingerprint(samples: list[tuple[str, int]], top: str) -> dict:
-    digest = hashlib.sha256()
-    for path, label in samples:
-        digest.update(f"{os.path.relpath(path, top)}\t{label}\n".encode())
-    return {"files": len(samples), "digest": digest.hexdigest()}
+    if not all(isinstance(split, tuple) for split in made.values()):
+        return {**classes, **splits.fingerprints()}
+    return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
 
 
 def _tensor_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> dict:

@@ -4,7 +4,6 @@ scripts/compare_runs.py can compare identities without it.
 """
 
 import hashlib
-import os
 from typing import Any
 
 TENSOR_BYTES = 1 << 31  # above this, only the labels are digested
@@ -24,19 +23,8 @@ def data_identity(data: Any, made: Any) -> dict:
 
 
 def samples_identity(made: Any) -> dict:
-    """Every sample of `made`'s three splits together, in no order: {"samples": how many, "digest": ...}."""
+    """Every sample of `made`'s three splits of tensors together, in no order: {"samples": how many, "digest": ...}."""
     splits = [made.train, made.val, made.test]
-    if all(isinstance(split, tuple) for split in splits):
-        return _tensor_samples(splits)
-    if not all(hasattr(split, "samples") for split in splits):
-        return {"samples": sum(len(split) for split in splits)}
-    listed = [(str(sample[0]), sample[1]) for split in splits for sample in split.samples]
-    top = os.path.commonpath([path for path, _ in listed]) if listed else ""
-    rows = sorted(f"{os.path.relpath(path, top) if top else path}\t{label}" for path, label in listed)
-    return {"samples": len(rows), "digest": _digest_of(rows)}
-
-
-def _tensor_samples(splits: list) -> dict:
     total = sum(t.numel() * t.element_size() for split in splits for t in split)
     whole = total <= TENSOR_BYTES
     rows = []
@@ -49,15 +37,11 @@ def _tensor_samples(splits: list) -> dict:
                 if whole:
                     digest.update(sample.tobytes())
                 rows.append(digest.hexdigest())
-    return {"samples": len(rows), "digest": _digest_of(sorted(rows)), **({} if whole else {"digest_of": "targets"})}
+    return {"samples": len(rows), "digest": digest_of(sorted(rows)), **({} if whole else {"digest_of": "targets"})}
 
 
-def texts_identity(texts: list[bytes]) -> dict:
-    """Texts read (data=text's files), in no order: how many, and a digest of their bytes."""
-    return {"texts": len(texts), "digest": _digest_of(sorted(hashlib.sha256(text).hexdigest() for text in texts))}
-
-
-def _digest_of(rows: list[str]) -> str:
+def digest_of(rows: list[str]) -> str:
+    """A sha256 of `rows`, in the order given."""
     digest = hashlib.sha256()
     for row in rows:
         digest.update(row.encode("utf-8", "surrogateescape") + b"\n")

@@ -3,6 +3,7 @@ of block_size + 1 tokens for a language model: a block's first block_size tokens
 targets. How the files are split and joined: docs/data.md#text-for-a-language-model-datatext.
 """
 
+import hashlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ import torch
 from trainkit.config.schema import Check, flag, integer, string
 from trainkit.data.class_folders import is_hidden
 from trainkit.data.datasets import Split, Splits
-from trainkit.data.identity import texts_identity
+from trainkit.data.identity import digest_of
 from trainkit.data.stdlib_source import corpus_version, stdlib_files
 from trainkit.data.text import BadTextFile, read_utf8
 from trainkit.data.tokenizing import ByteTokens, Tokenized, Tokens, tokenizer_problems
@@ -80,7 +81,11 @@ class TextBlocks(Tokenized):
     def splits(self) -> Splits:
         files, hidden = self.files()
         texts, skipped = self.read(files)
-        self.texts_read = texts_identity(texts)
+        # The texts read, in no order: how many, and a digest of their bytes.
+        self.texts_read = {
+            "texts": len(texts),
+            "digest": digest_of(sorted(hashlib.sha256(t).hexdigest() for t in texts)),
+        }
         if len(texts) < 3:
             raise ConfigError(
                 "data.root",

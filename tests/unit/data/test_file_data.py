@@ -9,11 +9,19 @@ from pathlib import Path
 import numpy as np
 import torch
 from omegaconf import OmegaConf
+from test_fingerprint import refusal
 from torch import nn
 
 from helpers import needs_image_folders
 from trainkit import runtime
-from trainkit.data.file_data import FileLoader, file_loader_settings, resolve_num_workers, resolve_pin_memory
+from trainkit.data.file_data import (
+    FileLoader,
+    FileSplits,
+    file_loader_settings,
+    resolve_num_workers,
+    resolve_pin_memory,
+)
+from trainkit.data.fingerprint import check_same_data, data_fingerprint
 from trainkit.runtime import available_cores
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
@@ -137,3 +145,37 @@ def test_file_loader_takes_the_options_batch_sampler_and_collate():
     batches = list(loader)
     assert [inputs.shape for inputs, _ in batches] == [(1, 6), (2, 5), (3, 3)]
     assert batches[1][0].tolist() == [[0, 1, 2, 3, 9], [0, 1, 2, 3, 4]]
+
+
+# ---- the data fingerprint of files: what a resume compares (trainkit.data.fingerprint) ----
+
+
+class Listed(torch.utils.data.Dataset):
+    def __init__(self, samples):
+        self.samples = samples
+
+    def __len__(self):
+        return len(self.samples)
+
+
+def folder(root, train):
+    """An image folder at `root`: train/ as given, one val/ image, no test/ image."""
+    files = [(f"{root}/train/{name}", label) for name, label in train]
+    return data_fingerprint(FileSplits(Listed(files), Listed([(f"{root}/val/a/0.png", 0)]), Listed([]), 2))
+
+
+def test_file_data_is_the_same_wherever_it_lies_and_each_change_is_named():
+    train = [("a/0.png", 0), ("b/0.png", 1)]
+    saved = folder("/data/pets", train)
+    check_same_data(saved, folder("/scratch/job-42/pets", train))  # copied to a node's disk: the same data
+    assert refusal(saved, folder("/data/pets", train[:1])) == "data: 1 files removed from the train split"
+    renamed = folder("/data/pets", [("a/0.png", 0), ("b/1.png", 1)])
+    assert (
+        refusal(saved, renamed)
+        == "data: the train split holds other files (as many, renamed, relabelled or moved between splits)"
+    )
+    check_same_data(None, saved)  # a checkpoint from before fingerprints: not checked
+    new_class = folder("/data/pets", [*train, ("c/0.png", 2)])
+    assert refusal(saved, {**new_class, "classes": 3}) == (
+        "data: 3 classes where there were 2; 1 files added to the train split"
+    )
