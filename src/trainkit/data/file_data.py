@@ -83,7 +83,8 @@ class FileData(Data):
             raise ConfigError(
                 "data._target_",
                 f"{type(self).__name__}.splits() returned {type(made).__name__}, but the class reads files in "
-                f"workers (FileData); return trainkit.data.file_data.FileSplits, or derive it from Data alone",
+                f"workers (FileData); return trainkit.data.file_data.FileSplits, or derive the class from Data "
+                f"for tensors held in memory",
             )
         files = {**file_loader_settings(self, device), "collate": self.collate}
         shards = {key: train[key] for key in ("seed", "rank", "world_size")}

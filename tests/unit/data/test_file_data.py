@@ -4,9 +4,11 @@ and pinned memory), resuming mid-epoch, and what a sample draws, the same whatev
 import logging
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from omegaconf import OmegaConf
 from test_fingerprint import refusal
@@ -14,7 +16,9 @@ from torch import nn
 
 from helpers import needs_image_folders
 from trainkit import runtime
+from trainkit.data import Splits
 from trainkit.data.file_data import (
+    FileData,
     FileLoader,
     FileSplits,
     file_loader_settings,
@@ -22,6 +26,7 @@ from trainkit.data.file_data import (
     resolve_pin_memory,
 )
 from trainkit.data.fingerprint import check_same_data, data_fingerprint
+from trainkit.errors import ConfigError
 from trainkit.runtime import available_cores
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "data"
@@ -179,3 +184,18 @@ def test_file_data_is_the_same_wherever_it_lies_and_each_change_is_named():
     assert refusal(saved, {**new_class, "classes": 3}) == (
         "data: 3 classes where there were 2; 1 files added to the train split"
     )
+
+
+def test_file_data_whose_splits_are_tensors_is_one_line_naming_data_target():
+    @dataclass(kw_only=True)
+    class Mixed(FileData):
+        def splits(self) -> Splits:
+            split = (torch.zeros(4, 1), torch.zeros(4, dtype=torch.int64))
+            return Splits(split, split, split, num_classes=2)
+
+    option = Mixed(name="mixed", batch_size=2, eval_batch_size=2, num_workers=0, drop_last=False, shuffle=False)
+    shards = dict(batch_size=2, shuffle=False, seed=0, rank=0, world_size=1)
+    with pytest.raises(ConfigError) as error:
+        option.loaders(option.splits(), torch.device("cpu"), shards, shards)
+    assert error.value.key == "data._target_"
+    assert error.value.message.startswith("Mixed.splits() returned Splits, but the class reads files in workers")
