@@ -193,7 +193,9 @@ def test_file_data_whose_splits_are_tensors_is_one_line_naming_data_target():
             split = (torch.zeros(4, 1), torch.zeros(4, dtype=torch.int64))
             return Splits(split, split, split, num_classes=2)
 
-    option = Mixed(name="mixed", batch_size=2, eval_batch_size=2, num_workers=0, drop_last=False, shuffle=False)
+    option = Mixed(
+        name="mixed", num_classes=2, batch_size=2, eval_batch_size=2, num_workers=0, drop_last=False, shuffle=False
+    )
     shards = dict(batch_size=2, shuffle=False, seed=0, rank=0, world_size=1)
     with pytest.raises(ConfigError) as error:
         option.loaders(option.splits(), torch.device("cpu"), shards, shards)
