@@ -123,9 +123,8 @@ class Data:
         return None
 
     def identity(self, made: Any) -> dict:
-        """What this data is before any split (summary.json's `data`): by default every sample of the three splits
-        (of tensors), in no order. An option whose splits do not partition one set of samples returns what it read
-        instead."""
+        """What this data is before any split (summary.json's `data`): by default every sample of the three splits,
+        in no order. An option whose splits do not partition one set of samples returns what it read instead."""
         from trainkit.data.identity import samples_identity
 
         return samples_identity(made)
@@ -135,9 +134,8 @@ class Data:
         return nn.Identity()
 
     def loaders(self, made: Any, device: torch.device, train: dict, evaluation: dict) -> list[ShardedLoader]:
-        """This rank's train, val and test loaders of `made` (what splits() returned), given the loaders' batch and
-        shard arguments for training and for evaluation: here TensorLoaders of in-memory Splits, on `device` when
-        they fit in DEVICE_SHARE of its free memory, else pinned on the host."""
+        """This rank's train, val and test loaders of `made` (what splits() returned), with the loaders' arguments
+        for training and for evaluation: here TensorLoaders of Splits, on `device` where they fit (_placement)."""
         if not isinstance(made, Splits):
             raise ConfigError(
                 "data._target_",

@@ -53,10 +53,9 @@ class FileSplits:
     num_classes: int
 
     def fingerprints(self) -> dict:
-        """Each split's part of the data fingerprint (trainkit.data.fingerprint): its files' paths under their common
-        folder and their labels, where its dataset lists them as `samples`, else how many items it holds."""
+        """Each split's part of the data fingerprint: its files and labels (its `samples`), else its size."""
         made: dict[str, Any] = {"train": self.train, "val": self.val, "test": self.test}
-        if not all(hasattr(dataset, "samples") for dataset in made.values()):  # without (path, label) samples
+        if not all(hasattr(dataset, "samples") for dataset in made.values()):
             return {name: {"files": len(dataset)} for name, dataset in made.items()}
         top = os.path.commonpath([path for dataset in made.values() for path, _ in dataset.samples])
         fingerprints = {}
@@ -98,8 +97,7 @@ class FileData(Data):
         ]
 
     def identity(self, made: Any) -> dict:
-        """Every file of the three splits, in no order: their paths under their common folder with their labels,
-        where the datasets list them as `samples`; else how many items they hold."""
+        """Every file of the three splits and its label (their `samples`), in no order; else how many items."""
         splits = [made.train, made.val, made.test]
         if not all(hasattr(split, "samples") for split in splits):
             return {"samples": sum(len(split) for split in splits)}

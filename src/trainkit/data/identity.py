@@ -23,7 +23,7 @@ def data_identity(data: Any, made: Any) -> dict:
 
 
 def samples_identity(made: Any) -> dict:
-    """Every sample of `made`'s three splits of tensors together, in no order: {"samples": how many, "digest": ...}."""
+    """Every sample of `made`'s three splits together, in no order: {"samples": how many, "digest": ...}."""
     splits = [made.train, made.val, made.test]
     total = sum(t.numel() * t.element_size() for split in splits for t in split)
     whole = total <= TENSOR_BYTES
@@ -41,7 +41,6 @@ def samples_identity(made: Any) -> dict:
 
 
 def digest_of(rows: list[str]) -> str:
-    """A sha256 of `rows`, in the order given."""
     digest = hashlib.sha256()
     for row in rows:
         digest.update(row.encode("utf-8", "surrogateescape") + b"\n")

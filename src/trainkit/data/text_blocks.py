@@ -81,7 +81,6 @@ class TextBlocks(Tokenized):
     def splits(self) -> Splits:
         files, hidden = self.files()
         texts, skipped = self.read(files)
-        # The texts read, in no order: how many, and a digest of their bytes.
         self.texts_read = {
             "texts": len(texts),
             "digest": digest_of(sorted(hashlib.sha256(t).hexdigest() for t in texts)),
