@@ -23,7 +23,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import torchrun
-from helpers import has_predict, nothing_left, template_has
+from helpers import has_file_data, has_predict, needs_file_data, nothing_left, template_has
 
 ROOT = Path(__file__).resolve().parents[2]
 FENCED_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -39,7 +39,7 @@ DOCUMENTED_RECIPES = {
     AUX_LOSS: 24,
     **({SIGNALS: 512} if (ROOT / "src/trainkit/models/signal.py").is_file() else {}),  # trimming `signal` takes it
     "Two augmented views of each image and a contrastive loss": 24,
-    IMAGE_TEXT: None,
+    **({IMAGE_TEXT: None} if has_file_data else {}),  # its dict batches are file data's: trimming `file_data` takes it
 }
 # What an image recipe's model predicts for images, called directly: the main head; the image as both views.
 MODEL_PREDICTS = {
@@ -342,6 +342,7 @@ def test_the_aux_loss_recipe_logs_its_term_per_step_and_its_epoch_mean_by_sample
     assert epoch["train/aux_loss"] == pytest.approx(by_hand, rel=1e-6)
 
 
+@needs_file_data
 def test_the_image_text_recipe_refuses_micro_batches_in_one_line(tmp_path):
     """Its loss couples the samples of a batch (couples_batch): a fixed micro-batch size and auto are refused by the
     config check, in one line naming the key and the way out, and no run directory is left."""
@@ -408,6 +409,7 @@ if __name__ == "__main__":
 """
 
 
+@needs_file_data
 def test_the_image_text_recipe_under_two_processes_gives_the_one_process_loss_and_gradients(tmp_path):
     """The recipe's task gathers every rank's embeddings with their gradients: two processes (gloo, DDP) holding 8
     and 5 samples (a short last batch) give the loss of one process on the 13 to 1e-6, and its gradients to float32's
