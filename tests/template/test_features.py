@@ -38,6 +38,8 @@ DOC_NAMES = {
     "batch_augment": r"color_jitter|colou?r jitter|random_erasing|random erasing|augmentation=strong\b|BatchAugment"
     r"|batch_augment",
     "local_launch": r"local_launch|self-started|starts the processes itself|parent of (?:the )?DDP workers",
+    "file_data": r"FileData|FileSplits|FileLoader|SeededSamples|SeededIndices|file_data\.py|data read from files",
+    "image_files": r"image_files|save_png",
     "augment_recipes": r"mixup|cutmix|randaugment|trivialaugment|rand_augment|trivial_augment|\bper_sample|LabelMixing",
     "language_model": r"stdlib_gpt|prompt=|TextBlocks|LanguageModel",
     "downloads": r"mnist|cifar",
