@@ -58,13 +58,14 @@ class FileSplits:
         if not all(hasattr(dataset, "samples") for dataset in made.values()):
             return {name: {"files": len(dataset)} for name, dataset in made.items()}
         top = os.path.commonpath([path for dataset in made.values() for path, _ in dataset.samples])
-        fingerprints = {}
-        for name, dataset in made.items():
-            digest = hashlib.sha256()
-            for path, label in dataset.samples:
-                digest.update(f"{os.path.relpath(path, top)}\t{label}\n".encode())
-            fingerprints[name] = {"files": len(dataset.samples), "digest": digest.hexdigest()}
-        return fingerprints
+        return {
+            name: {"files": len(dataset.samples), "digest": digest_of(relative_path_label_rows(dataset.samples, top))}
+            for name, dataset in made.items()
+        }
+
+
+def relative_path_label_rows(samples: Iterable[tuple[str, int]], top: str) -> list[str]:
+    return [f"{os.path.relpath(path, top) if top else path}\t{label}" for path, label in samples]
 
 
 @dataclass(kw_only=True)
@@ -101,9 +102,9 @@ class FileData(Data):
         splits = [made.train, made.val, made.test]
         if not all(hasattr(split, "samples") for split in splits):
             return {"samples": sum(len(split) for split in splits)}
-        listed = [(str(sample[0]), sample[1]) for split in splits for sample in split.samples]
-        top = os.path.commonpath([path for path, _ in listed]) if listed else ""
-        rows = sorted(f"{os.path.relpath(path, top) if top else path}\t{label}" for path, label in listed)
+        samples = [(str(sample[0]), sample[1]) for split in splits for sample in split.samples]
+        top = os.path.commonpath([path for path, _ in samples]) if samples else ""
+        rows = sorted(relative_path_label_rows(samples, top))
         return {"samples": len(rows), "digest": digest_of(rows)}
 
     def longest_item(self, made: Any) -> int | None:
