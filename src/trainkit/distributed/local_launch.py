@@ -41,6 +41,7 @@ from trainkit.checkpointing.signals import (
 )
 from trainkit.distributed.process_group import ProcessInfo, exit_now_if_a_process_group_was_joined, process_info
 from trainkit.errors import ConfigError, RunFailed
+from trainkit.runtime import cores_per_rank
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +231,7 @@ def _load(script: str, function: str) -> Callable:
 
 def threads_per_worker(local_world_size: int) -> int:
     """CPU threads each local worker may use without oversubscribing the machine's cores."""
-    return max(1, (os.cpu_count() or 1) // local_world_size)
+    return cores_per_rank(os.cpu_count() or 1, local_world_size)
 
 
 def limit_cpu_threads(local_world_size: int) -> None:
