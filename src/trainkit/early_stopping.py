@@ -1,28 +1,27 @@
 """Tracks the best value of the monitored metric and decides when training has stopped improving."""
 
+from dataclasses import dataclass, field
 
+STATE = ("best", "best_epoch", "epochs_without_improvement")  # what a checkpoint keeps
+
+
+@dataclass
 class EarlyStopping:
-    """Stop after `patience` epochs without an improvement larger than `min_delta`.
+    """Stop after `patience` epochs without an improvement larger than `min_delta`. It also decides which epoch is
+    "best" (for checkpoints/best.pt), so it runs even when `enabled` is false; then it just never asks to stop."""
 
-    It also decides which epoch is "best" (for checkpoints/best.pt), so it runs even when
-    `enabled` is false; then it just never asks to stop.
-    """
+    monitor: str
+    mode: str = "max"
+    patience: int = 10
+    min_delta: float = 0.0
+    enabled: bool = True
+    best: float | None = field(default=None, init=False)
+    best_epoch: int | None = field(default=None, init=False)
+    epochs_without_improvement: int = field(default=0, init=False)
 
-    def __init__(
-        self, monitor: str, mode: str = "max", patience: int = 10, min_delta: float = 0.0, enabled: bool = True
-    ):
-        if mode not in ("min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
-        self.monitor, self.mode, self.patience, self.min_delta, self.enabled = (
-            monitor,
-            mode,
-            patience,
-            min_delta,
-            enabled,
-        )
-        self.best: float | None = None
-        self.best_epoch: int | None = None
-        self.epochs_without_improvement = 0
+    def __post_init__(self) -> None:
+        if self.mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {self.mode!r}")
 
     def is_improvement(self, value: float) -> bool:
         if self.best is None:
@@ -50,12 +49,8 @@ class EarlyStopping:
         return f"early stopping: {self.monitor} has not improved for {epochs}"
 
     def state_dict(self) -> dict:
-        return {
-            "best": self.best,
-            "best_epoch": self.best_epoch,
-            "epochs_without_improvement": self.epochs_without_improvement,
-        }
+        return {key: getattr(self, key) for key in STATE}
 
     def load_state_dict(self, state: dict) -> None:
-        self.best, self.best_epoch = state["best"], state["best_epoch"]
-        self.epochs_without_improvement = state["epochs_without_improvement"]
+        for key in STATE:
+            setattr(self, key, state[key])

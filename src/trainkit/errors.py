@@ -4,11 +4,8 @@ from collections.abc import Iterator
 
 
 class ConfigError(ValueError):
-    """A bad config value or a missing input file, reported to the user as one line.
-
-    `key` is the dotted config key at fault (e.g. "optimizer.lr"); the message says what
-    is wrong and how to fix it. train.py prints `error: <key>: <message>` and exits 1.
-    """
+    """A bad config value or a missing input file: `key` is the dotted config key at fault (e.g. "optimizer.lr"),
+    the message says what is wrong and how to fix it. train.py prints `error: <key>: <message>` and exits 1."""
 
     def __init__(self, key: str, message: str):
         self.key = key
@@ -17,8 +14,8 @@ class ConfigError(ValueError):
 
 
 class RunFailed(RuntimeError):
-    """Training stopped on a failure it has already reported in one line (a non-finite loss): the
-    process exits 1 without a traceback; in a sweep the trial counts as failed and the sweep goes on."""
+    """Training stopped on a failure it has already reported in one line (a non-finite loss): the process exits 1
+    without a traceback; in a sweep the trial counts as failed and the sweep goes on."""
 
 
 def causes(error: BaseException | None) -> Iterator[BaseException]:

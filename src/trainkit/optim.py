@@ -13,9 +13,11 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
+from trainkit.checkpointing.checkpoint import unwrap_model
 from trainkit.config.schema import to_dict
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
+from trainkit.models.submodules import head_parameters
 
 log = logging.getLogger(__name__)
 
@@ -23,18 +25,12 @@ log = logging.getLogger(__name__)
 def param_groups(
     model: torch.nn.Module, weight_decay: float, head_lr_scale: float = 1.0, lr: float | None = None
 ) -> list[dict]:
-    """Parameter groups: decayed / not decayed, and with `head_lr_scale != 1` backbone / head.
-
-    Parameters with ndim <= 1 (biases, norms) and those the model's `no_weight_decay()` names (timm's convention:
-    names or fnmatch patterns) are not decayed; frozen parameters are left out.
-
-    Each group carries `lr_scale` (head_lr_scale for the head) and, when `lr` is given, `lr = lr * lr_scale`. Groups
-    come in a fixed order, backbone first, and are kept even when empty, so `param_groups[0]["lr"]` is the base LR and
-    a checkpoint always has the same groups.
-    """
-    from trainkit.models.submodules import head_parameters
-
-    model = _unwrap(model)  # names as the model itself gives them in no_weight_decay()
+    """Parameter groups, decayed and not, split into backbone and head where `head_lr_scale != 1`; frozen parameters
+    are left out. Not decayed: ndim <= 1 (biases, norms) and what the model's `no_weight_decay()` names (timm's
+    convention: names or fnmatch patterns). Each group carries `lr_scale` and, when `lr` is given, `lr * lr_scale`.
+    The groups come in a fixed order, backbone first, even when empty, so `param_groups[0]["lr"]` is the base LR and a
+    checkpoint always has the same groups."""
+    model = unwrap_model(model)  # names as the model itself gives them in no_weight_decay()
     head = set()
     if head_lr_scale != 1.0:
         head = {id(p) for p in head_parameters(model)}
@@ -50,14 +46,12 @@ def param_groups(
         for name, p in model.named_parameters()
         if p.ndim <= 1 or any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
     }
-    parts = [("backbone", 1.0)] + ([("head", head_lr_scale)] if head_lr_scale != 1.0 else [])
+    parts = [(False, 1.0)] + ([(True, head_lr_scale)] if head_lr_scale != 1.0 else [])  # (in the head, LR scale)
     trainable = [p for p in model.parameters() if p.requires_grad]
     groups = []
-    for part, scale in parts:
+    for in_head, scale in parts:
         for decayed in (True, False):
-            params = [
-                p for p in trainable if (id(p) in head) == (part == "head") and (id(p) not in undecayed) == decayed
-            ]
+            params = [p for p in trainable if (id(p) in head) == in_head and (id(p) not in undecayed) == decayed]
             group = {"params": params, "weight_decay": weight_decay if decayed else 0.0, "lr_scale": scale}
             if lr is not None:
                 group["lr"] = lr * scale
@@ -67,17 +61,11 @@ def param_groups(
 
 def scaled_lr(base_lr: float, batch_size: int, world_size: int = 1, accumulate: int = 1, reference: int = 256) -> float:
     """The linear scaling rule (Goyal et al., 2017): lr = base_lr * global batch / reference, where the global batch is
-    batch_size (per process) x world_size x accumulate.
-
-    It holds for SGD up to global batches of a few thousand; pair it with a warmup. For Adam(W) square-root scaling is
-    often closer: turn the flag off and set optimizer.lr yourself.
+    batch_size (per process) x world_size x accumulate. It holds for SGD up to global batches of a few thousand; pair
+    it with a warmup. For Adam(W) square-root scaling is often closer: turn the flag off and set optimizer.lr yourself.
     """
-    for name, value in (
-        ("batch_size", batch_size),
-        ("world_size", world_size),
-        ("accumulate", accumulate),
-        ("reference", reference),
-    ):
+    sizes = {"batch_size": batch_size, "world_size": world_size, "accumulate": accumulate, "reference": reference}
+    for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"scaled_lr: {name} must be a positive integer, got {value!r}")
     return base_lr * batch_size * world_size * accumulate / reference
@@ -105,20 +93,17 @@ def build_optimizer(
             f"{batch_size * world_size * accumulate} (reference {reference})"
         )
         options["lr"] = lr
-    groups = param_groups(_unwrap(model), options.get("weight_decay", 0.0), float(head_lr_scale), lr=options["lr"])
+    groups = param_groups(model, options.get("weight_decay", 0.0), float(head_lr_scale), lr=options["lr"])
     device = next(model.parameters()).device
     optimizer_class = get_class(options["_target_"])
     options.update(implementation_options(fused, optimizer_class, device))
     if "model" in inspect.signature(optimizer_class).parameters:  # one that splits the model (optimizer=muon)
-        options["model"] = _unwrap(model)
+        options["model"] = unwrap_model(model)
     optimizer = instantiate(options, params=groups, _convert_="all")
     if process_info().is_main:
-        setting = str(fused).lower()  # as typed: auto, true, false
+        setting = f"optimizer.fused={str(fused).lower()}"  # as typed: auto, true, false
         split = f": {optimizer.split()}" if callable(getattr(optimizer, "split", None)) else ""
-        log.info(
-            f"optimizer: {optimizer_class.__name__}, {implementation(optimizer, device)} (optimizer.fused={setting})"
-            f"{split}"
-        )
+        log.info(f"optimizer: {optimizer_class.__name__}, {implementation(optimizer, device)} ({setting}){split}")
     return optimizer
 
 
@@ -152,9 +137,3 @@ def implementation(optimizer: torch.optim.Optimizer, device: torch.device) -> st
     if foreach or (foreach is None and device.type in _get_foreach_kernels_supported_devices()):
         return "foreach"
     return "for-loop"
-
-
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    from trainkit.checkpointing.checkpoint import unwrap_model
-
-    return unwrap_model(model)
