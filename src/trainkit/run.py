@@ -153,12 +153,8 @@ def batches_per_epoch(cfg: DictConfig, loader: Sized) -> int:
 
 def this_epochs_plan(run: Run) -> dict:
     """What epoch `run.state.epoch` trains on this rank, batch by batch and update by update (a digest)."""
-    cfg = run.cfg
-    return epoch_plan(
-        run.data.train.epoch_batches(run.state.epoch),
-        batches_per_epoch(cfg, run.data.train),
-        cfg.trainer.accumulate_grad_batches,
-    )
+    batches = batches_per_epoch(run.cfg, run.data.train)
+    return epoch_plan(run.data.train.epoch_batches(run.state.epoch), batches, run.cfg.trainer.accumulate_grad_batches)
 
 
 def updates_per_epoch(cfg: DictConfig, loader: Sized) -> int:
@@ -182,21 +178,13 @@ def test_and_summarize(run: Run, stop_reason: str) -> dict:
     Without best.pt the last weights are tested, with a warning, and summary.json says so."""
     best_checkpoint = run.run_dir / "checkpoints" / "best.pt"
     best_missing = any_rank(run.proc.is_main and not best_checkpoint.exists(), run.device)  # every rank alike
-    if (
-        best_missing and run.proc.is_main and run.state.best_metrics
-    ):  # no epoch validated (a non-finite loss): none to miss
+    if best_missing and run.proc.is_main and run.state.best_metrics:  # none to miss where no epoch validated
         log.warning(f"{best_checkpoint} is missing: testing the last weights, not those of the best epoch")
     checkpoint = load_checkpoint(best_checkpoint, run.device) if run.proc.is_main and not best_missing else None
     run.parallel.load_best(checkpoint, not best_missing, run.model, run.averaged)  # rank 0's, on every rank
+    model = run.averaged or run.trained_model
     with run.parallel.full_parameters(run.model):  # FSDP: ranks may have unequal numbers of test batches
-        test = evaluate(
-            run.averaged or run.trained_model,
-            run.data.test,
-            run.eval_transform,
-            run.task,
-            run.cfg.precision.name,
-            run.device,
-        )
+        test = evaluate(model, run.data.test, run.eval_transform, run.task, run.cfg.precision.name, run.device)
     test_metrics = {f"test/{name}": value for name, value in test.items() if name != "samples"}
     test_weights = (
         "best" if not best_missing else "last (best.pt missing)" if run.state.best_metrics else "last (no epoch)"

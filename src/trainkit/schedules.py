@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 import torch
 from hydra.utils import get_object
 from omegaconf import DictConfig
+from torch.optim.lr_scheduler import LambdaLR
 
 from trainkit.config.schema import Check, number, to_dict
 from trainkit.distributed.process_group import process_info
@@ -94,9 +95,6 @@ constant.config_rules = WARMUP_RULES  # type: ignore[attr-defined]
 constant.notices = warmup_notices  # type: ignore[attr-defined]
 
 
-# ---- the schedule a run steps: a LambdaLR over the function its config names ----
-
-
 def lr_schedule(cfg: Mapping, updates_per_epoch: int, total_updates: int) -> tuple[Callable[[int], float], list[str]]:
     """The schedule `cfg` names as a function of the update index alone, and its notices for a run of this length."""
     arguments = to_dict(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
@@ -108,18 +106,14 @@ def lr_schedule(cfg: Mapping, updates_per_epoch: int, total_updates: int) -> tup
 
 def build_scheduler(
     optimizer: torch.optim.Optimizer, cfg: DictConfig, updates_per_epoch: int, total_updates: int, shift: int = 0
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR to be stepped once per optimizer update (not per micro-batch, not per epoch).
-
-    A checkpoint keeps only the update count; a resumed run rebuilds the schedule from its config. `shift`: the
-    schedule's position minus the update count (see trainkit.run.build_lr_schedule).
-    """
+) -> LambdaLR:
+    """A LambdaLR to be stepped once per optimizer update (not per micro-batch, not per epoch). A checkpoint keeps only
+    the update count; a resumed run rebuilds the schedule from its config. `shift`: the schedule's position minus the
+    update count (see trainkit.run.build_lr_schedule)."""
     schedule, notices = lr_schedule(cfg, updates_per_epoch, total_updates)
     for notice in notices:
         _warn_once(notice)
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, (lambda update: schedule(update + shift)) if shift else schedule
-    )
+    return LambdaLR(optimizer, (lambda update: schedule(update + shift)) if shift else schedule)
 
 
 _warned: set[str] = set()
