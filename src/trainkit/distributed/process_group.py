@@ -73,8 +73,7 @@ def export_slurm_rendezvous() -> None:
     env = os.environ
     if "MASTER_ADDR" not in env:
         env["MASTER_ADDR"] = first_slurm_host(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "127.0.0.1")))
-    if "MASTER_PORT" not in env:
-        env["MASTER_PORT"] = str(15000 + int(env.get("SLURM_JOB_ID", 0)) % 20000)
+    env.setdefault("MASTER_PORT", str(15000 + int(env.get("SLURM_JOB_ID", 0)) % 20000))
 
 
 _joined_a_process_group = False
@@ -92,13 +91,10 @@ def init_process_group(proc: ProcessInfo, device: torch.device, backend: str, ti
         torch.cuda.set_device(device)  # before the group, so NCCL binds this rank to its own GPU
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" else "gloo"
+    timeout = datetime.timedelta(seconds=timeout_seconds)
+    device_id = device if device.type == "cuda" else None
     dist.init_process_group(
-        backend,
-        init_method="env://",
-        rank=proc.rank,
-        world_size=proc.world_size,
-        timeout=datetime.timedelta(seconds=timeout_seconds),
-        device_id=device if device.type == "cuda" else None,
+        backend, init_method="env://", rank=proc.rank, world_size=proc.world_size, timeout=timeout, device_id=device_id
     )
 
 

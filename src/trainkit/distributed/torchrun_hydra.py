@@ -1,15 +1,8 @@
-"""Hydra under torchrun: every rank composes the config, but they must share one run directory
-and only rank 0 may write Hydra's files into it.
-
-trainkit.cli.run calls these before Hydra starts:
-
-    OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True)  # ${launch_time:%Y-%m-%d}
-    agree_on_launch_time()                        # rank 0's clock, through torchrun's store
-    argv += hydra_overrides_for_this_rank()       # ranks > 0: no .hydra/, no log file (cli.hydra_command_line)
-
-When train.py launches the processes itself, Hydra runs once (in the parent) and none of this
-matters; it is the price of letting torchrun start several copies of a Hydra app.
-"""
+"""Hydra under torchrun: every rank composes the config, but they must share one run directory and only rank 0 may
+write Hydra's files into it. trainkit.cli.run calls these before Hydra starts: it registers the `launch_time`
+resolver, agrees on the launch time and adds this rank's overrides to the command line. When train.py starts the
+processes itself, Hydra runs once (in the parent) and none of this matters; it is the price of letting torchrun start
+several copies of a Hydra app."""
 
 import datetime
 import os

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only, tree_unflatten
 
+from trainkit.distributed.process_group import all_reduce_sum
 from trainkit.errors import ConfigError
 
 TARGETS = "targets"  # a dict batch's targets; its other keys go to the model
@@ -73,9 +73,7 @@ class Task:
             raise ValueError(
                 f"{type(self).__name__}.record({name!r}): train/{name} is logged already; pick another name"
             )
-        if self._recorded is None:
-            self._recorded = {}
-        self._recorded[name] = value.detach().float()
+        self._recorded = {**(self._recorded or {}), name: value.detach().float()}
 
     def take_recorded(self) -> dict[str, Tensor]:
         """What `record` was given since the last call, by name; the loop calls it after each step."""
@@ -167,9 +165,7 @@ def mean_over_update_tokens(model: nn.Module, update_weight: int | Tensor, world
     """For a task that weighs tokens (the caller checks `task.weighs`), divides the gradients by the update's real
     tokens on all ranks (one all-reduce, so every rank must call it at the same update). Why:
     docs/how-the-loop-works.md."""
-    total = torch.as_tensor(update_weight, dtype=torch.float32).reshape(1).clone()
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(total)
+    total = all_reduce_sum(torch.as_tensor(update_weight, dtype=torch.float32).reshape(1).clone())
     factor = (world_size / total.clamp(min=1)).reshape(())
     for param in model.parameters():
         if param.grad is not None:
