@@ -60,16 +60,11 @@ class Capability:
         edited = {*self.config, *self.marked}
         if self.packages:
             edited |= {file for file in DEPENDENCY_FILES if package_lines((root / file).read_text(), self.packages)}
-        if docs:
-            edited |= {str(path.relative_to(root)) for path in doc_files(root) if self.marks_docs_in(path, root)}
+        for path in doc_files(root) if docs else ():
+            text = path.read_text(encoding="utf-8")
+            if path.relative_to(root) != TABLE and without_marked_docs(text, self.name) != text:
+                edited.add(str(path.relative_to(root)))
         return (1 if self.files else 0) + len(edited)
-
-    def marks_docs_in(self, path: Path, root: Path) -> bool:
-        """Whether the doc file at `path` (not the table) has lines or blocks that dropping this row removes."""
-        if path.relative_to(root) == TABLE:
-            return False
-        text = path.read_text(encoding="utf-8")
-        return without_marked_docs(text, self.name) != text
 
 
 @dataclass
@@ -104,7 +99,6 @@ def read_table(root: Path = ROOT) -> dict[str, Capability]:
     for row in rows.values():
         others = {file for other in rows.values() if other is not row for file in other.files}
         row.shared = frozenset(others.intersection(row.files))
-    for row in rows.values():
         for needed in row.needs:
             if needed not in rows:
                 raise TrimError(f"{TABLE}: {row.name} needs {needed}, which has no row: add it or fix the needs cell")
@@ -135,9 +129,8 @@ def remove_key(text: str, key: str) -> str:
     """`text` (a YAML file) without the block of the dotted `key`: its line and the more indented lines below,
     found by indentation, so comments and the layout of the rest are kept. A parent left empty goes too."""
     lines, start, indent = text.splitlines(keepends=True), 0, -1
-    *parents, last = key.split(".")
     stack = []
-    for part in [*parents, last]:
+    for part in key.split("."):
         for number in range(start, len(lines)):
             line = lines[number]
             depth = len(line) - len(line.lstrip(" "))
@@ -160,10 +153,9 @@ def remove_key(text: str, key: str) -> str:
     kept = lines[:begin] + lines[end:]
     if len(stack) > 1:  # a parent whose every key went
         parent, parent_depth = stack[-2]
-        below = kept[parent + 1 :]
-        children = [line for line in below if line.strip() and not line.lstrip().startswith("#")]
+        children = [line for line in kept[parent + 1 :] if line.strip() and not line.lstrip().startswith("#")]
         if not children or len(children[0]) - len(children[0].lstrip(" ")) <= parent_depth:
-            return remove_key("".join(kept), ".".join(key.split(".")[:-1]))
+            return remove_key("".join(kept), key.rpartition(".")[0])
     return "".join(kept)
 
 
@@ -346,14 +338,6 @@ def table(root: Path, rows: dict[str, Capability]) -> str:
     return "\n".join([header, *body])
 
 
-def uncommitted(root: Path) -> str:
-    """`git status --porcelain` of the tree at root; a tree outside git is refused as well."""
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True)
-    if status.returncode != 0:
-        raise TrimError(f"{root} is not a git checkout: trim a clone (git clone <template> <yours>), not a copy")
-    return status.stdout
-
-
 def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     chosen = parser.add_mutually_exclusive_group()
@@ -370,8 +354,14 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
         names = to_drop(rows, wanted) if args.drop else to_keep(rows, wanted)
         if args.drop and (pulled := [name for name in names if name not in wanted]):
             print(f"also dropping {', '.join(pulled)}: they need what is dropped (the needs column of {TABLE})")
-        if not args.dry_run and uncommitted(root):
-            raise TrimError(f"{root} has uncommitted changes: commit or discard them first (git status lists them)")
+        if not args.dry_run:  # a tree outside git is refused as well
+            status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True)
+            if status.returncode != 0:
+                raise TrimError(
+                    f"{root} is not a git checkout: trim a clone (git clone <template> <yours>), not a copy"
+                )
+            if status.stdout:
+                raise TrimError(f"{root} has uncommitted changes: commit or discard them first (git status lists them)")
         for name in names:
             removed = drop(root, rows[name], write=not args.dry_run)
             print(("would remove " if args.dry_run else "removed ") + describe(name, removed))
