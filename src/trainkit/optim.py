@@ -1,8 +1,6 @@
-"""The optimizer, with weight-decay (and backbone/head) groups (the LR schedule: trainkit.schedules).
-
-The keys of conf/optimizer/*.yaml that are not the optimizer's own arguments are handled here: head_lr_scale,
-scale_lr_with_batch, reference_batch_size and fused (`implementation_options`); the yamls say what each does.
-"""
+"""The optimizer, with weight-decay (and backbone/head) groups (the LR schedule: trainkit.schedules). The keys of
+conf/optimizer/*.yaml that are not the optimizer's own arguments are handled here: head_lr_scale, scale_lr_with_batch,
+reference_batch_size and fused (`implementation_options`); the yamls say what each does."""
 
 import fnmatch
 import inspect

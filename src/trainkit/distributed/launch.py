@@ -1,6 +1,5 @@
 """Run a script's training function inside the run's process group: in this process, or (distributed=ddp under
-torchrun or SLURM) in each of the processes they started, which train in place.
-"""
+torchrun or SLURM) in each of the processes they started, which train in place."""
 
 import contextlib
 import sys

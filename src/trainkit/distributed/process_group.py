@@ -1,11 +1,8 @@
-"""Which process am I, the process group, and the collectives that keep every rank's view identical.
-
-Several processes, one code path once they run, however they were started:
-- torchrun starts them (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT in the environment);
-- SLURM starts them, one task per GPU (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, the node list);
-- a feature may start them (docs/features.md), with the environment torchrun's would have.
-Every helper here also works in a plain single process (world size 1, no process group).
-"""
+"""Which process am I, the process group, and the collectives that keep every rank's view identical. Several
+processes run one code path however they were started: by torchrun (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT in
+the environment), by SLURM, one task per GPU (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, the node list), or by a
+feature (docs/features.md), with the environment torchrun's would have. Every helper here also works in a plain
+single process (world size 1, no process group)."""
 
 import datetime
 import logging
@@ -67,15 +64,6 @@ def first_slurm_host(nodelist: str) -> str:
         return prefix + ranges.split(",")[0].split("-")[0] if ranges else prefix
 
 
-def export_slurm_rendezvous() -> None:
-    """Under SLURM without torchrun, derive MASTER_ADDR/PORT the same way on every task: the first
-    node of the job, and a port from the job id (so two jobs on one node do not collide)."""
-    env = os.environ
-    if "MASTER_ADDR" not in env:
-        env["MASTER_ADDR"] = first_slurm_host(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "127.0.0.1")))
-    env.setdefault("MASTER_PORT", str(15000 + int(env.get("SLURM_JOB_ID", 0)) % 20000))
-
-
 _joined_a_process_group = False
 
 
@@ -85,8 +73,13 @@ def init_process_group(proc: ProcessInfo, device: torch.device, backend: str, ti
         return
     global _joined_a_process_group
     _joined_a_process_group = True
-    if "SLURM_PROCID" in os.environ and "RANK" not in os.environ:
-        export_slurm_rendezvous()
+    env = os.environ
+    if "SLURM_PROCID" in env and "RANK" not in env:
+        # SLURM without torchrun: MASTER_ADDR/PORT derived the same way on every task, the first node of the job and
+        # a port from the job id (so two jobs on one node do not collide).
+        if "MASTER_ADDR" not in env:
+            env["MASTER_ADDR"] = first_slurm_host(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "127.0.0.1")))
+        env.setdefault("MASTER_PORT", str(15000 + int(env.get("SLURM_JOB_ID", 0)) % 20000))
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before the group, so NCCL binds this rank to its own GPU
     if backend == "auto":
@@ -104,11 +97,9 @@ def destroy_process_group() -> None:
 
 
 def exit_now_if_a_process_group_was_joined(code: object) -> None:
-    """End a process that trained as a rank (torchrun, srun) without C++ exit-time destructors.
-
-    DDP leaks its process group, whose gloo threads still run at exit; a normal exit then sometimes aborts a finished
-    rank (SIGABRT) and torchrun reports the job failed. Everything is written by now: flush and leave at once.
-    """
+    """End a process that trained as a rank (torchrun, srun) without C++ exit-time destructors: DDP leaks its process
+    group, whose gloo threads still run at exit; a normal exit then sometimes aborts a finished rank (SIGABRT) and
+    torchrun reports the job failed. Everything is written by now: flush and leave at once."""
     if not _joined_a_process_group:
         return
     if code is not None and not isinstance(code, int):  # sys.exit("message") prints it and exits 1

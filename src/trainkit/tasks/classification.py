@@ -1,9 +1,6 @@
-"""Classification: one label per sample, cross-entropy with label smoothing, accuracy.
-
-Its loss and metrics also take soft targets ([B, C] shares, as a feature that mixes batches makes them:
-`mixes_batches`); train/acc then counts a prediction right when it names the label with the larger share.
-Evaluation never mixes.
-"""
+"""Classification: one label per sample, cross-entropy with label smoothing, accuracy. Its loss and metrics also take
+soft targets ([B, C] shares, as a feature that mixes batches makes them: `mixes_batches`); train/acc then counts a
+prediction right when it names the label with the larger share. Evaluation never mixes."""
 
 from typing import ClassVar
 

@@ -1,7 +1,5 @@
 """A confusion matrix, counts[target, prediction], of class maps or class labels, summed over batches and ranks.
-
-Counting uses index_add_, not torch.bincount, which syncs with the host to size its output.
-"""
+Counting uses index_add_, not torch.bincount, which syncs with the host to size its output."""
 
 import torch
 from torch import Tensor

@@ -1,8 +1,6 @@
-"""A model's loss and its task's metrics over a split, each sample counted exactly once.
-
-Every rank evaluates its own shard (split without padding), and the sums and counts are all-reduced before
-dividing. train.py validates and tests with it; eval.py evaluates a checkpoint with it.
-"""
+"""A model's loss and its task's metrics over a split, each sample counted exactly once: every rank evaluates its own
+shard (split without padding), and the sums and counts are all-reduced before dividing. train.py validates and tests
+with it; eval.py evaluates a checkpoint with it."""
 
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -46,10 +44,9 @@ def evaluate(
 def evaluation_outputs(
     model: nn.Module, batch: Any, transform: Callable[[torch.Tensor], torch.Tensor], task: Task, precision: str
 ) -> tuple[Any, Any]:
-    """(the batch transformed, its outputs) as evaluation, the trackers' pictures and eval.py all see them.
-
-    Call it under torch.no_grad(), in eval mode, with the batch on the device. The task's test-time augmentation,
-    where a feature set one, is called in place of the model."""
+    """(the batch transformed, its outputs) as evaluation, the trackers' pictures and eval.py all see them. Call it
+    under torch.no_grad(), in eval mode, with the batch on the device. The task's test-time augmentation, where a
+    feature set one, is called in place of the model."""
     augmented = task.test_time_augmentation
     forward = model if augmented is None else augmented(model, task)
     device = first_tensor(batch).device
