@@ -23,16 +23,14 @@ class EarlyStopping:
         if self.mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {self.mode!r}")
 
-    def is_improvement(self, value: float) -> bool:
-        if self.best is None:
-            return value == value  # NaN is never an improvement
-        if self.mode == "max":
-            return value > self.best + self.min_delta
-        return value < self.best - self.min_delta
-
     def update(self, value: float, epoch: int) -> bool:
         """Record this epoch's value; return True when it is the new best."""
-        improved = self.is_improvement(value)
+        if self.best is None:
+            improved = value == value  # NaN is never an improvement
+        elif self.mode == "max":
+            improved = value > self.best + self.min_delta
+        else:
+            improved = value < self.best - self.min_delta
         if improved:
             self.best, self.best_epoch, self.epochs_without_improvement = value, epoch, 0
         else:

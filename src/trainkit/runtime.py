@@ -18,8 +18,6 @@ log = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 _warned_slow_fp16 = False  # once per process: training and evaluation each build an autocast
-
-
 # The loader rules' worker counts (docs/speed.md#the-loader-rules): from the cores, raise by 1.5x, at most 2x the cores.
 RAISE = 1.5
 MAX_WORKERS_PER_CORE = 2

@@ -1,20 +1,7 @@
 """LR schedules: each a plain function of the update index and the run's totals that returns the factor the base LR is
-multiplied by at that update. A resume needs nothing but the update index to land exactly.
-
-conf/scheduler/<name>.yaml names it by `_target_`; its other keys are the function's arguments, and the template passes
-`updates_per_epoch` and `total_updates` by keyword. A new schedule is one function and one yaml:
-
-    def linear(update, updates_per_epoch, total_updates, min_lr_ratio=0.0):
-        return max(min_lr_ratio, 1 - update / total_updates)
-    linear.config_rules = {"min_lr_ratio": number(0, 1)}   # optional: what the config check holds each key to
-
-    # conf/scheduler/linear.yaml
-    _target_: my_schedules.linear
-    min_lr_ratio: 0.0
-
-A schedule may also carry `notices`: a function of the same arguments returning lines the run logs at its start where
-it is too short for the settings.
-"""
+multiplied by at that update, so a resume needs nothing but the update index to land exactly. conf/scheduler/<name>.yaml
+names one by `_target_` and gives its other arguments; the template passes `updates_per_epoch` and `total_updates` by
+keyword. A new schedule, its checks and its notices: CONTRIBUTING.md's "Add an LR schedule"."""
 
 import functools
 import logging
@@ -88,7 +75,7 @@ def constant(
     return warmup_factor(update, warmup, warmup_start_factor) if update < warmup else 1.0
 
 
-# What the config check holds each argument to, and the lines a run logs at its start (see the module's docstring).
+# What the config check holds each argument to, and the lines a run logs at its start (CONTRIBUTING.md).
 cosine.config_rules = {**WARMUP_RULES, "min_lr_ratio": number(0, 1)}  # type: ignore[attr-defined]
 cosine.notices = warmup_notices  # type: ignore[attr-defined]
 constant.config_rules = WARMUP_RULES  # type: ignore[attr-defined]

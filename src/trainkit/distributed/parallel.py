@@ -1,18 +1,7 @@
 """How a model is spread over a run's processes: one process, DDP, or a strategy `distributed.parallel` names, behind
-one interface that train.py calls without asking which one runs.
-
-    parallel = parallel_for(cfg, proc, device)      # distributed.parallel and the number of processes choose
-    model = parallel.prepare(model)                  # before the optimizer takes the parameters (a sharding one shards)
-    trained = parallel.wrap(model, compile)          # what the loop calls: compiled, then DDP-wrapped
-    with parallel.gradient_sync(trained, enabled), run.autocast: ...  # a micro-step, autocast to parallel.precision
-    with parallel.full_parameters(model): evaluate(...)  # every rank holds the whole model
-    norm = parallel.grad_norm(model, max_norm)       # the gradients' norm over every rank's shards, clipped to max_norm
-    parallel.save(checkpoints, state, model, optimizer, improved)   # last.pt and best.pt, or a sharded last/
-    state = parallel.load(checkpoint, model, optimizer, device)     # a resume: what Run.load_state_dict reads
-    parallel.load_best(best, found, model, averaged) # rank 0's best.pt on every rank, for the test
-
-A strategy of your own is a subclass of Parallel with a `for_run` class method (docs/distributed.md).
-"""
+one interface that train.py calls without asking which one runs (parallel_for builds it; docs/distributed.md's table
+says what each method does for each). A strategy of your own is a subclass of Parallel with a `for_run` class method
+(docs/distributed.md)."""
 
 import contextlib
 import importlib

@@ -1,9 +1,8 @@
 """What a task is: what a batch means, what to minimise and what to measure. Nothing else in a run is task-specific,
-so a new task is one class and one conf/task/<name>.yaml (docs/how-the-loop-works.md#the-task-contract).
-
-Below the Task, the functions that move, count, pick and cut any batch the loader yields (a pair, a dict, nested)
-along its first dimension. A tensor the whole batch shares is wrapped as `Shared(tensor)`: moved with the batch,
-never cut or counted. Any other batch whose tensors disagree in their first dimension is refused in one line."""
+so a new task is one class and one conf/task/<name>.yaml (docs/how-the-loop-works.md#the-task-contract). Below the
+Task, the functions that move, count, pick and cut any batch the loader yields (a pair, a dict, nested) along its
+first dimension; a batch whose tensors disagree in their first dimension (`Shared` ones aside) is refused in one
+line."""
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,8 +38,7 @@ class Task:
     # micro-batches are refused; gathers_across_ranks: its step all-gathers every rank's samples.
     couples_batch: ClassVar[bool] = False
     gathers_across_ranks: ClassVar[bool] = False
-    # Set from the data once it is built (train.py, eval.py); None unless the data is text.
-    tokenizer: Any = None
+    tokenizer: Any = None  # set from the data once it is built (train.py, eval.py); None unless the data is text
     # Set by a feature's test-time augmentation (train.py, eval.py): (model, task) in, what evaluation calls in the
     # model's place out. None: the model.
     test_time_augmentation: Callable[[Callable[..., Any], "Task"], Callable[..., Any]] | None = None
