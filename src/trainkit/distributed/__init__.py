@@ -1,7 +1,6 @@
 """Processes: the process group and its collectives (process_group), how a model is spread over them (parallel), the
-run's function inside its process group (launch), and torchrun under Hydra (torchrun_hydra). Here: what train.py
-calls of the process group. parallel_for and start_processes import trainkit.checkpointing, which needs the process
-group, so they are imported from their modules: importing them here would go round in a circle."""
+run's function inside its process group (launch), torchrun under Hydra (torchrun_hydra). Here: what train.py calls of
+the process group (parallel_for and start_processes need trainkit.checkpointing, which needs the process group)."""
 
 from trainkit.distributed.process_group import (
     ProcessInfo,

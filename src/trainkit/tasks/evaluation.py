@@ -35,8 +35,7 @@ def evaluate(
             sums += task.metric_sums(outputs, targets)
             weight += task.weight(batch)
             sample_count += samples(batch)
-    counts = torch.cat([weight, torch.full((1,), float(sample_count), device=device)])
-    totals = all_reduce_sum(torch.cat([loss_sum, counts, sums]))
+    totals = all_reduce_sum(torch.cat([loss_sum, weight, torch.full((1,), float(sample_count), device=device), sums]))
     loss_sum, weight_sum, samples_sum = totals[:3].tolist()
     return {"loss": loss_sum / max(weight_sum, 1), **task.metrics(totals[3:]), "samples": int(samples_sum)}
 
