@@ -39,8 +39,7 @@ class Task:
     couples_batch: ClassVar[bool] = False
     gathers_across_ranks: ClassVar[bool] = False
     tokenizer: Any = None  # set from the data once it is built (train.py, eval.py); None unless the data is text
-    # Set by a feature's test-time augmentation (train.py, eval.py): (model, task) in, what evaluation calls in the
-    # model's place out. None: the model.
+    # Set by a feature's test-time augmentation (train.py, eval.py): what evaluation calls in the model's place.
     test_time_augmentation: Callable[[Callable[..., Any], "Task"], Callable[..., Any]] | None = None
     _recorded: dict[str, Tensor] | None = None  # this step's `record` calls, until the loop takes them
 
