@@ -1,14 +1,9 @@
-"""Check the composed config in one pass, from one schema, before any data or model is built.
-
-RULES (trainkit.config.rules) says what each key may hold; RELATIONS, here, catch keys that contradict each other;
-the chosen model and data option declare checks on their own arguments beside their code (`config_rules`,
-`config_problems`); `???` keys still missing are required. Every problem the config alone reveals is found in one pass:
+"""Check the composed config in one pass before any data or model is built: RULES (trainkit.config.rules) per key,
+RELATIONS here between keys, the checks the chosen options declare beside their code, and the `???` keys still missing:
 
     error: data.batch_size: must be a whole number >= 1, got 0; also optimizer.lr: must be ...
 
-What only files or the built model can reveal is checked where it arises, in the same one-line form. `ignored_keys`
-lists settings the chosen options do not use: warnings, not errors.
-"""
+What only files or the built model reveal is checked where it arises, in the same one-line form."""
 
 import dataclasses
 import logging
@@ -63,21 +58,16 @@ def configured_data_class(cfg: DictConfig) -> type[Data] | None:
         return None
 
 
-def _data_target(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """data._target_ names a Data class, whose fields are the option's keys (else a TypeError stops the run later)."""
     target = cfg.data.get("_target_")
     if target is None:
         yield "data._target_", "is required: the dataclass of the data option, e.g. trainkit.data.datasets.Digits"
         return
     try:
-        data_class(target)
+        data = data_class(target)
     except ConfigError as error:
         yield error.key, error.message
-
-
-def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """The data option's keys must be the fields of its class (else a TypeError would stop the run later)."""
-    data = configured_data_class(cfg)
-    if data is None:
         return
     fields = {field.name: field for field in dataclasses.fields(data) if field.init}  # not what splits() sets
     for key in cfg.data:
@@ -150,8 +140,7 @@ def _task_metrics(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def augmentation_ops(cfg: DictConfig) -> dict[str, Any]:
-    """The ops cfg.augmentation switches on, {op: its options}: the core's (crop_padding, horizontal_flip), and those
-    of the feature modules its `_checks_` names (each one's `augmentation_ops(augmentation)`)."""
+    """{op: its options} for each op cfg.augmentation switches on: the core's, and its `_checks_` modules' own."""
     ops = {key: cfg.augmentation[key] for key in ("crop_padding", "horizontal_flip") if cfg.augmentation.get(key)}
     for _, feature in feature_modules(cfg):
         ops |= getattr(feature, "augmentation_ops", lambda augmentation: {})(cfg.augmentation)
@@ -159,16 +148,14 @@ def augmentation_ops(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _augmentation_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A closed section: the core's keys (AUGMENTATION_KEYS), and those the features its `_checks_` names have rules
-    for."""
+    """A closed section: the core's keys, and those its `_checks_` modules have rules for."""
     features = {key.split(".")[1] for key in feature_checks(cfg)[0] if key.startswith("augmentation.")}
     yield from unknown_keys("augmentation", (*AUGMENTATION_KEYS, *sorted(features))).check(cfg)
 
 
 def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A task with a target per pixel moves it with the image itself (task.horizontal_flip, task.crop_padding): refuse
-    the augmentation ops that would move or mix the image alone, all but those a feature module says change each pixel
-    where it is (its PIXEL_WISE_OPS)."""
+    """A task with a target per pixel moves it with the image itself: refuse the ops that would move or mix the image
+    alone, all but those a feature module says change each pixel where it is (its PIXEL_WISE_OPS)."""
     task = configured_task(cfg)
     if task is None or not getattr(task, "spatial_targets", False):
         return
@@ -259,26 +246,21 @@ def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     side = cfg.data.get("image_size")
     if not isinstance(side, int):
         return
-    stale, multiple = answer(imported_target(cfg.model), "input_size_multiple", cfg.model)
+    model, question = imported_target(cfg.model), "input_size_multiple"
+    stale, multiple = answer(model, question, cfg.model)
     if stale:
         yield "model._target_", stale
-    if stale or not isinstance(multiple, int) or multiple < 1:
+    if stale or not isinstance(multiple, int) or multiple < 1 or side % multiple == 0:
         return
-    if side % multiple:
-        below, above = side - side % multiple, side - side % multiple + multiple
-        choices = f"{below} or {above}" if below else str(above)
-        yield (
-            "data.image_size",
-            f"is {side}, but {cfg.model._target_} ({_settings(cfg, 'input_size_multiple')}) takes sizes divisible "
-            f"by {multiple}; use data.image_size={choices}, or a model that halves the size fewer times",
-        )
-
-
-def _settings(cfg: DictConfig, question: str) -> str:
-    """model.<argument>=<value> for each argument the model's `question` was asked with."""
-    model = imported_target(cfg.model)
-    given = arguments(model, getattr(model, question), cfg.model) or {}
-    return ", ".join(f"model.{name}={value}" for name, value in given.items())
+    below, above = side - side % multiple, side - side % multiple + multiple
+    choices = f"{below} or {above}" if below else str(above)
+    given = arguments(model, getattr(model, question), cfg.model) or {}  # what the question was asked with
+    settings = ", ".join(f"model.{name}={value}" for name, value in given.items())
+    yield (
+        "data.image_size",
+        f"is {side}, but {cfg.model._target_} ({settings}) takes sizes divisible "
+        f"by {multiple}; use data.image_size={choices}, or a model that halves the size fewer times",
+    )
 
 
 def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -312,8 +294,8 @@ def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _strategy(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """distributed.parallel names a strategy's class (its keys checked beside it: `_checks_`); without one, the
-    processes replicate the model (ddp), or one trains it."""
+    """distributed.parallel names a strategy's class; without one, the processes replicate the model (ddp), or one
+    trains it."""
     from trainkit.distributed.parallel import strategy
 
     named = cfg.distributed.get("parallel")
@@ -394,7 +376,6 @@ def _a_coupled_batch_is_not_cut(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 RELATIONS = (
     Relation(("required",), _required),
-    Relation(("data._target_",), _data_target),
     Relation(("data._target_",), _data_keys),
     Relation(
         ("data._target_", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
@@ -476,8 +457,7 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
         ignored.append(f"data.root={data.root} is ignored: {data.name} reads no files; leave it null")
     if kind is not None and not kind.downloadable and data.get("download"):
         ignored.append(f"data.download=true is ignored: {data.name} has nothing to download; leave it false")
-    scheduler = cfg.scheduler
-    if scheduler.get("warmup_start_factor") is not None and not scheduler.get("warmup_epochs"):
+    if cfg.scheduler.get("warmup_start_factor") is not None and not cfg.scheduler.get("warmup_epochs"):
         ignored.append(
             "scheduler.warmup_start_factor is ignored with scheduler.warmup_epochs=0; set a warmup or leave it null"
         )
@@ -487,8 +467,8 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
 
 
 def fill_task_defaults(cfg: DictConfig) -> None:
-    """Fill in the keys null in conf/ whose default is the task's: optimized_metric (val/<headline metric>), and
-    early_stopping's monitor (val/<monitored_metric>) and mode, in the config itself, so saved configs name them."""
+    """Set the keys conf/ leaves null to the task's defaults (optimized_metric, early_stopping's monitor and mode) in
+    the config itself, so saved configs name them."""
     task = configured_task(cfg)
     if task is None:
         return  # _task_metrics says why
