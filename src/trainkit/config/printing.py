@@ -8,8 +8,7 @@ from omegaconf import OmegaConf
 
 
 def as_yaml(node: Any, resolve: bool = True) -> str:
-    """`node` as YAML, its interpolations resolved where they can be (one that cannot yet is shown as written);
-    `node` itself is left as it is."""
+    """`node` (left as it is) as YAML, resolved where it can be: one that cannot be yet is shown as written."""
     try:
         return OmegaConf.to_yaml(node, resolve=resolve).rstrip()
     except Exception:

@@ -13,15 +13,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.config.declared import (
-    answer,
-    arguments,
-    declared,
-    feature_checks,
-    feature_modules,
-    parameters,
-    searched_keys,
-)
+from trainkit.config.declared import answer, arguments, declared, feature_checks, feature_modules, parameters
 from trainkit.config.rules import AUGMENTATION_KEYS, RULES
 from trainkit.config.schema import Relation, find_problems, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, data_class
@@ -352,9 +344,12 @@ def _a_micro_batch_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]
     micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
     data = configured_data_class(cfg)  # a micro-batch of sized data counts units (tokens), not items
     sized = data is not None and data.size_unit is not None
-    # A data.batch_size a feature searches before training (searched_keys) is only known later; a larger N is
+    # A data.batch_size a feature searches before training (its `searched_keys`) is only known later; a larger N is
     # then one part.
-    searched = "data.batch_size" in searched_keys(cfg)
+    searched = any(
+        "data.batch_size" in getattr(feature, "searched_keys", lambda cfg: ())(cfg)
+        for _, feature in feature_modules(cfg)
+    )
     if isinstance(micro, int) and micro > batch_size and not searched and not sized:
         yield (
             "trainer.micro_batch_size",
