@@ -1,9 +1,6 @@
-"""Run a Hydra entry point the way every trainkit script needs it run: `cli.run(main)`.
-
-Before Hydra composes: register the resolvers and write into the command line what Hydra must know before it makes
-the run directory (`hydra_command_line`). After: report bad input as one line (HYDRA_FULL_ERROR=1 shows the trace;
-bugs keep theirs).
-"""
+"""Run a Hydra entry point the way every trainkit script needs it run: `cli.run(main)`. Before Hydra composes: register
+the resolvers and write into the command line what Hydra must know before it makes the run directory. After: report
+bad input as one line (HYDRA_FULL_ERROR=1 shows the trace; bugs keep theirs)."""
 
 import contextlib
 import difflib
@@ -146,8 +143,7 @@ def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
 def hydra_command_line(argv: list[str], resumes: bool) -> list[str]:
     """The command line @hydra.main composes from, which must say what Hydra needs before it makes the run directory:
     under torchrun, that ranks other than 0 write nothing of Hydra's; with resume=, rewrite_argv's run directory."""
-    argv = [*argv, *hydra_overrides_for_this_rank()]
-    return rewrite_argv(argv, resumes)
+    return rewrite_argv([*argv, *hydra_overrides_for_this_rank()], resumes)
 
 
 @contextlib.contextmanager

@@ -1,10 +1,9 @@
 """Checks declared beside their owners, read without building them, so that no check in trainkit.config names them.
-
 The class (or function) a `_target_` names may declare `config_rules` ({argument: rule}), `config_problems` (a
 function of its arguments, and of `data` for a model, yielding (key, message)) and questions other checks ask it
-with `answer` (`input_size_multiple`). Each is asked with the option's values, else the owner's defaults; one naming an
-argument the owner does not take is refused on one line, never skipped. A feature's config section names its checking
-module (`_checks_`), whose `CONFIG_RULES` and `CONFIG_RELATIONS` are gathered with the rest (docs/features.md)."""
+with `answer` (`input_size_multiple`), each asked with the option's values, else the owner's defaults; one naming an
+argument the owner does not take is refused on one line. A feature's config section names its checking module
+(`_checks_`), whose `CONFIG_RULES` and `CONFIG_RELATIONS` are gathered with the rest (docs/features.md)."""
 
 import importlib
 import inspect

@@ -25,8 +25,7 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def resolved_leaves(config: DictConfig | ListConfig) -> dict[str, Any]:
-    """{"a.b": value} for every leaf of `config`, resolved; a leaf whose interpolation cannot be resolved here (a
-    resolver of Hydra's outside its run) stays as written."""
+    """{"a.b": value} for every leaf of `config`, resolved where it can be (Hydra's resolvers cannot outside a run)."""
     try:
         return flatten(OmegaConf.to_container(config, resolve=True))
     except Exception:  # one key at a time: only the unresolvable stay as written
@@ -41,9 +40,8 @@ def resolved_leaves(config: DictConfig | ListConfig) -> dict[str, Any]:
 
 
 def record_filled_in(cfg: DictConfig, run_dir: Path, is_main: bool = True) -> None:
-    """train.py's call once the run's config is complete: rank 0 (`is_main`) writes `.hydra/filled_in.yaml`, each
-    key whose value in `cfg` is not the one .hydra/config.yaml sets. Nothing where Hydra wrote no record (a run
-    started by train(cfg))."""
+    """Once the run's config is complete, rank 0 writes `.hydra/filled_in.yaml`: each key whose value in `cfg` is not
+    the one .hydra/config.yaml sets. Nothing where Hydra wrote no record (a run started by train(cfg))."""
     saved = run_dir / ".hydra" / "config.yaml"
     if not is_main or not saved.is_file():
         return
@@ -53,9 +51,8 @@ def record_filled_in(cfg: DictConfig, run_dir: Path, is_main: bool = True) -> No
 
 
 def as_set(resolved: DictConfig, composed: DictConfig, run_dir: Path) -> DictConfig:
-    """A resume's config as it was set: `resolved` (the checkpoint's config with this command's overrides) with each
-    key its run filled in (.hydra/filled_in.yaml) taken from `composed`, the config Hydra composed from this command
-    line. A run recorded before filled_in.yaml: the keys `composed` leaves null or auto (the data's, the task's)."""
+    """A resume's config as it was set: `resolved` (the checkpoint's, with this command's overrides) with the keys its
+    run filled in taken from `composed` (Hydra's, from this command line); before filled_in.yaml: null or auto keys."""
     record = run_dir / ".hydra" / FILLED_IN
     leaves = resolved_leaves(composed)
     if record.is_file():

@@ -22,8 +22,8 @@ def device_name(value: object) -> str | None:
 
 
 def split_fraction(split: str, uses: str) -> Check:
-    """data.val_fraction, data.test_fraction: 0 is refused with what to do instead. Every run needs the split
-    (`uses`); allowing 0 would mean a run without it, and the summary and best.pt would then say untrue things."""
+    """data.val_fraction, data.test_fraction: 0 is refused with what to do instead, since every run needs the split
+    (`uses`): without it, the summary and best.pt would say untrue things."""
     fraction = number(above=0, below=1)
 
     def check(value: object) -> str | None:

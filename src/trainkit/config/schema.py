@@ -1,8 +1,6 @@
-"""The words the config schema is written in, and the one pass that applies it.
-
-A check takes one value and returns what is wrong with it (a message that ends in the fix), or None; a relation reads
-several keys and yields (key, message) for each contradiction. Checks stay pure, so one pass collects every problem of
-a config instead of stopping at the first."""
+"""The words the config schema is written in, and the one pass that applies it. A check takes one value and returns
+what is wrong with it (a message that ends in the fix), or None; a relation reads several keys and yields (key, message)
+for each contradiction. Checks stay pure, so one pass collects every problem of a config, not just the first."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ _ABSENT = object()
 
 @dataclass(frozen=True)
 class Relation:
-    """Keys checked against each other, skipped while any key in `reads` has a problem of its own: a contradiction is
-    only reported between values that are each valid."""
+    """Keys checked against each other, skipped while any key in `reads` has a problem of its own."""
 
     reads: tuple[str, ...]
     check: Callable[[DictConfig], Iterable[tuple[str, str]]]
@@ -193,11 +190,8 @@ def find_problems(cfg: DictConfig, rules: Mapping[str, Check], relations: Sequen
         return unresolved
     problems = {key: f"is required; pass {key}=..." for key in sorted(OmegaConf.missing_keys(cfg))}
     for key, check in rules.items():
-        if _has_problem(key, problems):
-            continue
-        value = OmegaConf.select(cfg, key, default=_ABSENT)
-        message = None if value is _ABSENT else check(value)
-        if message:
+        value = _ABSENT if _has_problem(key, problems) else OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is not _ABSENT and (message := check(value)):
             problems[key] = message
     for relation in relations:
         if any(_has_problem(key, problems) for key in relation.reads):

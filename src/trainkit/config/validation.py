@@ -214,7 +214,7 @@ def _schedule_arguments(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A model declaring `spatial_outputs` gives logits [B, K, H, W], which a task with one target per image cannot
-    score. Models that declare nothing are not judged here."""
+    score."""
     task, model = configured_task(cfg), imported_target(cfg.model)
     if task is None or not getattr(model, "spatial_outputs", False) or getattr(task, "spatial_targets", False):
         return
@@ -265,8 +265,7 @@ def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    # device=auto picks CUDA when a GPU is visible here (see runtime.pick_device).
-    cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())
+    cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())  # as pick_device
     if cfg.distributed.sync_batchnorm and not cuda:
         yield (
             "distributed.sync_batchnorm",
@@ -281,8 +280,7 @@ def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _strategy(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """distributed.parallel names a strategy's class; without one, the processes replicate the model (ddp), or one
-    trains it."""
+    """distributed.parallel names a strategy class; without one, the run is ddp (replicas) or a single process."""
     from trainkit.distributed.parallel import strategy
 
     named = cfg.distributed.get("parallel")
@@ -339,8 +337,7 @@ def _a_micro_batch_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]
     micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
     data = configured_data_class(cfg)  # a micro-batch of sized data counts units (tokens), not items
     sized = data is not None and data.size_unit is not None
-    # A data.batch_size a feature searches before training (its `searched_keys`) is only known later; a larger N is
-    # then one part.
+    # A data.batch_size a feature searches before training (searched_keys) is known later; a larger N is then one part.
     searched = any(
         "data.batch_size" in getattr(feature, "searched_keys", lambda cfg: ())(cfg)
         for _, feature in feature_modules(cfg)
@@ -401,9 +398,8 @@ def problems(cfg: DictConfig) -> dict[str, str]:
 
 
 def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> dict[str, str]:
-    """{key: why nothing reads it} for settings the chosen options do not use: label smoothing a task without classes
-    does not take, only where it was `chosen` (set on this command or searched; None: this run's overrides), since
-    the group's default is a classification recipe; and each feature's own (`unread_settings`)."""
+    """{key: why nothing reads it}: label smoothing a task without classes does not take, where it was `chosen` (set
+    or searched; None: this run's overrides; the default is a classification recipe's), and each feature's own."""
     chosen = set(command_keys() if chosen is None else chosen)
     unread = {}
     smoothing = OmegaConf.select(cfg, "regularization.label_smoothing", default=None)
