@@ -69,8 +69,7 @@ _user_wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
 def report_config_errors(task: Callable) -> Callable:
-    """Wrap a Hydra task function so bad input found while it runs exits with one line. In a sweep this ends the
-    sweep: bad config values are the same for every job."""
+    """Wrap a Hydra task so bad input exits in one line; in a sweep that ends the sweep (bad values fail every job)."""
 
     @functools.wraps(task)
     def wrapper(cfg: DictConfig) -> Any:
@@ -148,8 +147,8 @@ def hydra_command_line(argv: list[str], resumes: bool) -> list[str]:
 
 @contextlib.contextmanager
 def _one_line_errors(bad_input: Callable[[Exception], bool]) -> Iterator[None]:
-    """Exit 1 on an error that is `bad_input` (printed in one line) or on RunFailed (the run logged why in one line and
-    wrote summary.json: a non-finite loss), before Hydra adds its own 'Error executing job' line."""
+    """Exit 1, before Hydra adds its own 'Error executing job' line, on `bad_input` (printed in one line) or RunFailed
+    (a non-finite loss: the run logged why and wrote summary.json)."""
     try:
         yield
     except RunFailed:

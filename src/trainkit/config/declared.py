@@ -25,8 +25,7 @@ def parameters(function: object) -> dict[str, inspect.Parameter]:
 
 
 def answer(owner: object, question: str, section: DictConfig) -> tuple[str | None, object]:
-    """(what is wrong, the answer) of a question the owner declares, asked with the option's values; None where it
-    declares none, or an argument has no valid value."""
+    """(what is wrong, the answer) of the owner's `question`, asked with the option's values; None where it can't be."""
     asked = getattr(owner, question, None)
     if not callable(asked):
         return None, None
@@ -40,8 +39,7 @@ def answer(owner: object, question: str, section: DictConfig) -> tuple[str | Non
 
 
 def arguments(owner: object, function: object, section: DictConfig, **extra: object) -> dict[str, object] | None:
-    """The arguments of `function`, declared by `owner`: the section's value, else the default; `extra` by name. None
-    when one has no value at all."""
+    """`function`'s arguments: `extra`, else the section's value, else `owner`'s default; None if one has no value."""
     takes, given = parameters(owner), {}
     for name, parameter in parameters(function).items():
         default = takes[name].default if name in takes else parameter.default
@@ -103,8 +101,7 @@ def _ask(
 
 
 def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
-    """(rules, relations) of the modules the config's `_checks_` name (`CONFIG_RULES`, `CONFIG_RELATIONS`,
-    `config_rules(cfg)`); one that cannot be imported is refused on one line naming the key."""
+    """(rules, relations) of the modules the config's `_checks_` name; one that cannot be imported is refused."""
     rules: dict[str, Check] = {}
     relations: list[Relation] = []
     for key, module in feature_modules(cfg):

@@ -40,8 +40,8 @@ def resolved_leaves(config: DictConfig | ListConfig) -> dict[str, Any]:
 
 
 def record_filled_in(cfg: DictConfig, run_dir: Path, is_main: bool = True) -> None:
-    """Once the run's config is complete, rank 0 writes `.hydra/filled_in.yaml`: each key whose value in `cfg` is not
-    the one .hydra/config.yaml sets. Nothing where Hydra wrote no record (a run started by train(cfg))."""
+    """Rank 0 writes `.hydra/filled_in.yaml`: each key whose value in `cfg` is not the one .hydra/config.yaml sets.
+    Nothing where Hydra wrote no config.yaml (a run started by train(cfg))."""
     saved = run_dir / ".hydra" / "config.yaml"
     if not is_main or not saved.is_file():
         return

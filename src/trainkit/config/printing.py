@@ -16,8 +16,7 @@ def as_yaml(node: Any, resolve: bool = True) -> str:
 
 
 def print_config(cfg: Any, run_dir: Path | None = None) -> None:
-    """Print `cfg` as YAML on rank 0; `run_dir` is unused, there so the tree's printer (which saves there) is called
-    the same way."""
+    """Print `cfg` as YAML on rank 0 (`run_dir` unused: the tree's printer, which saves there, is called the same)."""
     from trainkit.distributed.process_group import process_info  # torch: already imported by train.py
 
     if process_info().is_main:

@@ -22,8 +22,7 @@ def device_name(value: object) -> str | None:
 
 
 def split_fraction(split: str, uses: str) -> Check:
-    """data.val_fraction, data.test_fraction: 0 is refused with what to do instead, since every run needs the split
-    (`uses`): without it, the summary and best.pt would say untrue things."""
+    """data.val_fraction, data.test_fraction: 0 is refused with what to do instead, as every run needs the split."""
     fraction = number(above=0, below=1)
 
     def check(value: object) -> str | None:

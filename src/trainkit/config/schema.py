@@ -44,9 +44,8 @@ def to_dict(cfg: DictConfig) -> dict[str, Any]:
 
 
 def resolved(cfg: DictConfig, found: Mapping[str, Any]) -> DictConfig:
-    """A new config: `cfg` with what the run found set (`found`, by dotted key), then every interpolation resolved (so
-    a key that follows a found one takes its value), read-only: a later write raises instead of changing the run
-    behind its checkpoint's back."""
+    """A read-only copy of `cfg` with what the run found set (`found`, by dotted key), then every interpolation resolved
+    (a key that follows a found one takes its value): a later write raises, never changes the run behind its back."""
     config = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     for key, value in found.items():
         OmegaConf.update(config, key, value, merge=False)
@@ -177,8 +176,7 @@ def unknown_keys(prefix: str, known: Sequence[str]) -> Relation:
 
 
 def _has_problem(key: str, problems: Mapping[str, str]) -> bool:
-    """`key`, a section above it or a key inside it is already wrong: a check that reads it would judge a value that
-    means nothing, and report the same mistake twice."""
+    """`key`, a section above it or a key inside it is already wrong: checking it again would say the same twice."""
     return any(p == key or p.startswith(key + ".") or key.startswith(p + ".") for p in problems)
 
 
@@ -202,8 +200,7 @@ def find_problems(cfg: DictConfig, rules: Mapping[str, Check], relations: Sequen
 
 
 def _unresolved_interpolations(node: DictConfig | ListConfig, prefix: str) -> Iterator[tuple[str, str]]:
-    """(key, message) for each `${...}` naming a key the config lacks: an option made for other data (a model reading
-    data.block_size on data=digits, which has none)."""
+    """(key, message) for each `${...}` naming a key the config lacks: an option made for other data."""
     keys: Iterable[Any] = node.keys() if isinstance(node, DictConfig) else range(len(node))
     for key in keys:
         full_key = f"{prefix}.{key}" if prefix else str(key)

@@ -228,8 +228,7 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
 
 
 def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """data.image_size must be divisible by the model's `input_size_multiple` (a function of its constructor's
-    arguments). Models that declare none are checked when they first see a batch."""
+    """data.image_size must be divisible by the model's `input_size_multiple`, where it declares one."""
     side = cfg.data.get("image_size")
     if not isinstance(side, int):
         return
