@@ -1,9 +1,6 @@
-"""Run a Hydra entry point the way every trainkit script needs it run: `cli.run(main)`.
-
-Before Hydra composes: register the resolvers and write into the command line what Hydra must know before it makes
-the run directory (`hydra_command_line`). After: report bad input as one line (HYDRA_FULL_ERROR=1 shows the trace;
-bugs keep theirs).
-"""
+"""Run a Hydra entry point the way every trainkit script needs it run: `cli.run(main)`. Before Hydra composes: register
+the resolvers and write into the command line what Hydra must know before it makes the run directory. After: report
+bad input as one line (HYDRA_FULL_ERROR=1 shows the trace; bugs keep theirs)."""
 
 import contextlib
 import difflib
@@ -27,11 +24,6 @@ from trainkit.distributed.torchrun_hydra import agree_on_launch_time, hydra_over
 from trainkit.errors import ConfigError, RunFailed, caused_by_config_error, causes
 from trainkit.tuning.plugin_noise import quiet_plugin_noise  # feature: sweeps
 from trainkit.tuning.sweep_stop import leave_worker_after_a_stop, stop_the_whole_sweep  # feature: sweeps
-
-
-def _flatten(text: object) -> str:
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return re.sub(r"\s+", " ", " ".join(lines))
 
 
 def _unknown_key(error: OmegaConfBaseException) -> str:
@@ -69,7 +61,7 @@ def one_line(error: BaseException) -> str:
         # A misspelt override (optimizer.lrr=0.1) surfaces as ConfigAttributeError; cfg["lrr"] as ConfigKeyError.
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and "not in struct" in str(cause):
             return _unknown_key(cause)
-    messages = [_flatten(cause) for cause in causes(error)]
+    messages = [re.sub(r"\s+", " ", str(cause)).strip() for cause in causes(error)]
     return " ".join(dict.fromkeys(m for m in messages if m))
 
 
@@ -77,28 +69,16 @@ _user_wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
 def report_config_errors(task: Callable) -> Callable:
-    """Wrap a Hydra task function so bad input found while it runs exits with one line, before Hydra adds its own 'Error
-    executing job' line. In a sweep this ends the sweep: bad config values are the same for every job."""
+    """Wrap a Hydra task so bad input exits in one line; in a sweep that ends the sweep (bad values fail every job)."""
 
     @functools.wraps(task)
     def wrapper(cfg: DictConfig) -> Any:
         try:
-            return task(cfg)
+            with _one_line_errors(caused_by_config_error):  # a ConfigError, or one hydra.utils.instantiate wrapped
+                return task(cfg)
         except Stopped:  # a clean stop on a signal
             leave_worker_after_a_stop()  # feature: sweeps
             raise
-        except RunFailed:  # logged in one line by the run; exit 1 here, before Hydra's 'Error executing job' line
-            if _user_wants_trace:
-                raise
-            sys.exit(1)
-        except Exception as error:  # a ConfigError, or one wrapped by hydra.utils.instantiate
-            if not caused_by_config_error(error):
-                raise
-            undo_refused_call()  # feature: undo_refusals
-            if _user_wants_trace:
-                raise
-            print(f"error: {one_line(error)}", file=sys.stderr)
-            sys.exit(1)
 
     return wrapper
 
@@ -131,21 +111,21 @@ def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
     """Call a @hydra.main function; bad input exits 1 with `error: <key>: <what to fix>`. `resumes=False`: a script
     that continues no run (eval.py) refuses resume=."""
     global _user_wants_trace
-    _user_wants_trace = wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    _user_wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     try:
         OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True, replace=True)
         if "--help" in sys.argv or "-h" in sys.argv:
             _list_app_groups_only()
         agree_on_launch_time()
         os.environ["HYDRA_FULL_ERROR"] = "1"  # makes Hydra re-raise instead of printing its own report
-        with _one_line_errors(wants_trace):
+        with _one_line_errors(lambda error: isinstance(error, (ConfigError, HydraException, OmegaConfBaseException))):
             start_call()  # feature: undo_refusals
             sys.argv = hydra_command_line(sys.argv, resumes)
             quiet_plugin_noise()  # feature: sweeps
             hydra_main = stop_the_whole_sweep(sys.argv)(hydra_main)  # feature: sweeps
             hydra_main()
     except KeyboardInterrupt:  # eval.py's Ctrl-C (train.py's stop handlers turn it into a clean stop)
-        if wants_trace:
+        if _user_wants_trace:
             raise
         print("interrupted (Ctrl-C): stopped before the end; what was written so far stays", file=sys.stderr)
         exit_now_if_a_process_group_was_joined(130)
@@ -162,22 +142,24 @@ def run(hydra_main: Callable[[], object], resumes: bool = True) -> None:
 def hydra_command_line(argv: list[str], resumes: bool) -> list[str]:
     """The command line @hydra.main composes from, which must say what Hydra needs before it makes the run directory:
     under torchrun, that ranks other than 0 write nothing of Hydra's; with resume=, rewrite_argv's run directory."""
-    argv = [*argv, *hydra_overrides_for_this_rank()]
-    return rewrite_argv(argv, resumes)
+    return rewrite_argv([*argv, *hydra_overrides_for_this_rank()], resumes)
 
 
 @contextlib.contextmanager
-def _one_line_errors(wants_trace: bool) -> Iterator[None]:
-    """Bad input raised before Hydra or by it (and re-raised by it from a job): one line, exit 1."""
+def _one_line_errors(bad_input: Callable[[Exception], bool]) -> Iterator[None]:
+    """Exit 1, before Hydra adds its own 'Error executing job' line, on `bad_input` (printed in one line) or RunFailed
+    (a non-finite loss: the run logged why and wrote summary.json)."""
     try:
         yield
-    except (ConfigError, HydraException, OmegaConfBaseException) as error:
+    except RunFailed:
+        if _user_wants_trace:
+            raise
+        sys.exit(1)
+    except Exception as error:
+        if not bad_input(error):
+            raise
         undo_refused_call()  # feature: undo_refusals
-        if wants_trace:
+        if _user_wants_trace:
             raise
         print(f"error: {one_line(error)}", file=sys.stderr)
-        sys.exit(1)
-    except RunFailed:  # e.g. a non-finite loss: the run logged why in one line and wrote summary.json
-        if wants_trace:
-            raise
         sys.exit(1)

@@ -1,18 +1,9 @@
-"""Checks declared beside their owners: what the class (or function) a `_target_` names says about its own arguments,
-read without building it, so that no check in trainkit.config names them from outside.
-
-An owner may declare
-- `config_rules`: {argument: rule}, rules in the words of trainkit.config.schema, applied with RULES;
-- `config_problems`: a function whose parameters are named after the owner's arguments (a model's may
-  also take `data`, the data section as a dict) yielding (key, message), read like a relation;
-- questions a check of another part asks it, named after its arguments too (`input_size_multiple`,
-  `own_weights`: trainkit.config.validation asks them with `answer`).
-Each is asked with the option's values (or the owner's defaults). One naming an argument the owner does not take is
-refused on one line, never skipped.
-
-An optional feature names its checking module in its config section, `_checks_: <module>` (or {name: module}); that
-module's `CONFIG_RULES` and `CONFIG_RELATIONS` are gathered with the rest (docs/features.md).
-"""
+"""Checks declared beside their owners, read without building them, so that no check in trainkit.config names them.
+The class (or function) a `_target_` names may declare `config_rules` ({argument: rule}), `config_problems` (a
+function of its arguments, and of `data` for a model, yielding (key, message)) and questions other checks ask it
+with `answer` (`input_size_multiple`), each asked with the option's values, else the owner's defaults; one naming an
+argument the owner does not take is refused on one line. A feature's config section names its checking module
+(`_checks_`), whose `CONFIG_RULES` and `CONFIG_RELATIONS` are gathered with the rest (docs/features.md)."""
 
 import importlib
 import inspect
@@ -34,8 +25,7 @@ def parameters(function: object) -> dict[str, inspect.Parameter]:
 
 
 def answer(owner: object, question: str, section: DictConfig) -> tuple[str | None, object]:
-    """(what is wrong, the answer) of a question the owner declares, asked with the option's values; None where it
-    declares none, or an argument has no valid value."""
+    """(what is wrong, the answer) of the owner's `question`, asked with the option's values; None where it can't be."""
     asked = getattr(owner, question, None)
     if not callable(asked):
         return None, None
@@ -49,8 +39,7 @@ def answer(owner: object, question: str, section: DictConfig) -> tuple[str | Non
 
 
 def arguments(owner: object, function: object, section: DictConfig, **extra: object) -> dict[str, object] | None:
-    """The arguments of `function`, declared by `owner`: the section's value, else the default; `extra` by name. None
-    when one has no value at all."""
+    """`function`'s arguments: `extra`, else the section's value, else `owner`'s default; None if one has no value."""
     takes, given = parameters(owner), {}
     for name, parameter in parameters(function).items():
         default = takes[name].default if name in takes else parameter.default
@@ -112,8 +101,7 @@ def _ask(
 
 
 def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
-    """(rules, relations) of the modules the config's `_checks_` name (`CONFIG_RULES`, `CONFIG_RELATIONS`,
-    `config_rules(cfg)`); one that cannot be imported is refused on one line naming the key."""
+    """(rules, relations) of the modules the config's `_checks_` name; one that cannot be imported is refused."""
     rules: dict[str, Check] = {}
     relations: list[Relation] = []
     for key, module in feature_modules(cfg):
@@ -128,8 +116,7 @@ def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
 
 def feature_modules(cfg: DictConfig) -> list[tuple[str, ModuleType | str]]:
     """(key, module) for each module a `_checks_` of the config names; its name where it cannot be imported. Such a
-    module may also declare `ignored_settings(cfg)`, `unread_settings(cfg)` and `searched_keys(cfg)` (read by
-    trainkit.config.validation: ignored_keys, unread_settings, ...)."""
+    module may also declare what trainkit.config.validation asks of it (`ignored_settings(cfg)`, `searched_keys`...)."""
     found: list[tuple[str, ModuleType | str]] = []
     for key, module_name in _checks_named(cfg, ""):
         try:
@@ -137,13 +124,6 @@ def feature_modules(cfg: DictConfig) -> list[tuple[str, ModuleType | str]]:
         except ImportError:
             found.append((key, module_name))
     return found
-
-
-def searched_keys(cfg: DictConfig) -> set[str]:
-    """The core's keys a feature searches before training: their configured value is only where the search starts."""
-    return {
-        key for _, feature in feature_modules(cfg) for key in getattr(feature, "searched_keys", lambda cfg: ())(cfg)
-    }
 
 
 def _checks_named(node: DictConfig, prefix: str) -> Iterator[tuple[str, str]]:

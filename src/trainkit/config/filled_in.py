@@ -1,15 +1,12 @@
 """What a run set and what it filled in, recorded apart.
 
     <run>/.hydra/config.yaml      # the config as composed: what the command line, conf/ and an experiment set
-    <run>/.hydra/filled_in.yaml   # {dotted key: value} for each key the run filled in itself
+    <run>/.hydra/filled_in.yaml   # {dotted key: value} for each key the run filled in itself (the data's class
+                                  # count, the task's metric, a searched batch size, and the keys that follow them)
 
-A run fills in keys left to it: the task's optimized_metric and early-stopping monitor, the data's
-vocabulary, padding id and class count (and every key that follows them: model.num_labels), a searched
-data.batch_size or trainer.micro_batch_size. Hydra writes the first file as the run starts; a resume
-rewrites it from the checkpoint's config with the keys the run filled in put back as they were set, so a
-continued run records the same settings as a run that never stopped, and a tool that groups or diffs runs can
-read what was set apart from what was filled in, never as a difference of settings.
-"""
+A resume rewrites config.yaml from the checkpoint's config with the filled-in keys put back as they were set, so a
+continued run records the same settings as one that never stopped, and a tool that groups or diffs runs never reads
+a filled-in value as a difference of settings."""
 
 from pathlib import Path
 from typing import Any, cast
@@ -28,8 +25,7 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def resolved_leaves(config: DictConfig | ListConfig) -> dict[str, Any]:
-    """{"a.b": value} for every leaf of `config`, resolved; a leaf whose interpolation cannot be resolved here (a
-    resolver of Hydra's outside its run) stays as written."""
+    """{"a.b": value} for every leaf of `config`, resolved where it can be (Hydra's resolvers cannot outside a run)."""
     try:
         return flatten(OmegaConf.to_container(config, resolve=True))
     except Exception:  # one key at a time: only the unresolvable stay as written
@@ -43,26 +39,20 @@ def resolved_leaves(config: DictConfig | ListConfig) -> dict[str, Any]:
         return leaves
 
 
-def filled_in(as_set: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-    """The leaves of `run` (flat) whose value is not the one `as_set` (flat) gives them."""
-    return {key: value for key, value in run.items() if as_set.get(key, _ABSENT) != value}
-
-
 def record_filled_in(cfg: DictConfig, run_dir: Path, is_main: bool = True) -> None:
-    """train.py's call once the run's config is complete: rank 0 (`is_main`) writes `.hydra/filled_in.yaml`, each
-    key whose value in `cfg` is not the one .hydra/config.yaml sets. Nothing where Hydra wrote no record (a run
-    started by train(cfg))."""
+    """Rank 0 writes `.hydra/filled_in.yaml`: each key whose value in `cfg` is not the one .hydra/config.yaml sets.
+    Nothing where Hydra wrote no config.yaml (a run started by train(cfg))."""
     saved = run_dir / ".hydra" / "config.yaml"
     if not is_main or not saved.is_file():
         return
-    filled = filled_in(resolved_leaves(OmegaConf.load(saved)), resolved_leaves(cfg))
+    set_there = resolved_leaves(OmegaConf.load(saved))
+    filled = {key: value for key, value in resolved_leaves(cfg).items() if set_there.get(key, _ABSENT) != value}
     OmegaConf.save(OmegaConf.create(filled), saved.with_name(FILLED_IN))
 
 
 def as_set(resolved: DictConfig, composed: DictConfig, run_dir: Path) -> DictConfig:
-    """A resume's config as it was set: `resolved` (the checkpoint's config with this command's overrides) with each
-    key its run filled in (.hydra/filled_in.yaml) taken from `composed`, the config Hydra composed from this command
-    line. A run recorded before filled_in.yaml: the keys `composed` leaves null or auto (the data's, the task's)."""
+    """A resume's config as it was set: `resolved` (the checkpoint's, with this command's overrides) with the keys its
+    run filled in taken from `composed` (Hydra's, from this command line); before filled_in.yaml: null or auto keys."""
     record = run_dir / ".hydra" / FILLED_IN
     leaves = resolved_leaves(composed)
     if record.is_file():

@@ -8,8 +8,7 @@ from omegaconf import OmegaConf
 
 
 def as_yaml(node: Any, resolve: bool = True) -> str:
-    """`node` as YAML, its interpolations resolved where they can be (one that cannot yet is shown as written);
-    `node` itself is left as it is."""
+    """`node` (left as it is) as YAML, resolved where it can be: one that cannot be yet is shown as written."""
     try:
         return OmegaConf.to_yaml(node, resolve=resolve).rstrip()
     except Exception:
@@ -17,8 +16,7 @@ def as_yaml(node: Any, resolve: bool = True) -> str:
 
 
 def print_config(cfg: Any, run_dir: Path | None = None) -> None:
-    """Print `cfg` as YAML on rank 0. It saves nothing in `run_dir`: the argument is there so that the tree's
-    printer, which saves what it prints there, is called the same way."""
+    """Print `cfg` as YAML on rank 0 (`run_dir` unused: the tree's printer, which saves there, is called the same)."""
     from trainkit.distributed.process_group import process_info  # torch: already imported by train.py
 
     if process_info().is_main:

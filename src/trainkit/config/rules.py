@@ -1,11 +1,6 @@
-"""RULES: what each key of the config may hold (type, range, choices), one line per key.
-
-The table trainkit.config.validation.validate checks every composed config against, written in the words of
+"""RULES: what each key of the config may hold (type, range, choices), one line per key, in the words of
 trainkit.config.schema. A new config option gets its rule here; keys that contradict each other are
-trainkit.config.validation's RELATIONS. A model's arguments are its own: the class `model._target_` names
-declares their rules beside them (`config_rules`), and the config check gathers them; so does an optional
-feature's module, which its config section names (`_checks_`: docs/features.md).
-"""
+trainkit.config.validation's RELATIONS; a model's arguments and a feature's keys are checked beside their code."""
 
 import re
 from collections.abc import Mapping
@@ -27,8 +22,7 @@ def device_name(value: object) -> str | None:
 
 
 def split_fraction(split: str, uses: str) -> Check:
-    """data.val_fraction, data.test_fraction: 0 is refused with what to do instead. Every run needs the split
-    (`uses`); allowing 0 would mean a run without it, and the summary and best.pt would then say untrue things."""
+    """data.val_fraction, data.test_fraction: 0 is refused with what to do instead, as every run needs the split."""
     fraction = number(above=0, below=1)
 
     def check(value: object) -> str | None:
@@ -51,8 +45,7 @@ def required_keys(value: object) -> str | None:
 
 
 def tracker_choice(value: object) -> str | None:
-    """logger.trackers: {name: true/false}; each conf/logger file adds its own, `logger=[a,b]` both. The trackers
-    are the modules of trainkit.tracking.loggers (a tracker's own checks are its module's)."""
+    """logger.trackers: {name: true/false}, a name for each module of trainkit.tracking.loggers."""
     names = ", ".join(trackers())
     if not isinstance(value, Mapping) or any(not isinstance(on, bool) for on in value.values()):
         return f"must map tracker names ({names}) to true or false; pick them with logger=<name> or logger=[a,b]"

@@ -1,15 +1,11 @@
-"""The words the config schema is written in, and the one pass that applies it.
-
-A check takes one value and returns what is wrong with it (a message that ends in the fix), or None. A relation reads
-several keys and yields (key, message) for each contradiction. Checks stay pure, so one pass can collect every problem
-of a config instead of stopping at the first; the schema itself lives in trainkit.config.rules (the table of keys) and
-trainkit.config.validation (the relations), and beside each model and data option (trainkit.config.declared gathers what
-they declare). `to_dict` gives a resolved config as the plain dict the rest of the package passes around.
-"""
+"""The words the config schema is written in, and the one pass that applies it. A check takes one value and returns
+what is wrong with it (a message that ends in the fix), or None; a relation reads several keys and yields (key, message)
+for each contradiction. Checks stay pure, so one pass collects every problem of a config, not just the first."""
 
 from __future__ import annotations
 
 import math
+import operator
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -27,8 +23,7 @@ _ABSENT = object()
 
 @dataclass(frozen=True)
 class Relation:
-    """Keys checked against each other. Skipped while any key in `reads` has a problem of its
-    own, so a contradiction is only reported between values that are each valid."""
+    """Keys checked against each other, skipped while any key in `reads` has a problem of its own."""
 
     reads: tuple[str, ...]
     check: Callable[[DictConfig], Iterable[tuple[str, str]]]
@@ -44,16 +39,13 @@ def show(value: object) -> str:
 
 
 def to_dict(cfg: DictConfig) -> dict[str, Any]:
-    """`cfg` resolved into plain Python containers. A DictConfig always gives a dict with string
-    keys; OmegaConf.to_container's own return type also allows lists, strings and None."""
+    """`cfg` resolved into plain Python containers: the plain dict the rest of the package passes around."""
     return cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=True))
 
 
 def resolved(cfg: DictConfig, found: Mapping[str, Any]) -> DictConfig:
-    """A new config: `cfg` (left as it is) with what a run found itself set (`found`, by dotted key: an image
-    folder's data.num_classes, a searched data.batch_size), every interpolation resolved after that (a key that
-    follows another, model.num_classes: ${data.num_classes}, takes the found value), and read-only: a later
-    write raises instead of changing the run behind its checkpoint's back."""
+    """A read-only copy of `cfg` with what the run found set (`found`, by dotted key), then every interpolation resolved
+    (a key that follows a found one takes its value): a later write raises, never changes the run behind its back."""
     config = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     for key, value in found.items():
         OmegaConf.update(config, key, value, merge=False)
@@ -84,15 +76,6 @@ def _bounds(minimum: Bound, maximum: Bound, above: Bound, below: Bound) -> str:
     return ""
 
 
-def _in_bounds(value: float, minimum: Bound, maximum: Bound, above: Bound, below: Bound) -> bool:
-    return (
-        (minimum is None or value >= minimum)
-        and (maximum is None or value <= maximum)
-        and (above is None or value > above)
-        and (below is None or value < below)
-    )
-
-
 def number(
     minimum: Bound = None,
     maximum: Bound = None,
@@ -105,11 +88,12 @@ def number(
     """A number (not NaN, not a bool) within the bounds: minimum/maximum inclusive, above/below not."""
     bounds = _bounds(minimum, maximum, above, below)
     kind = f"{'a whole number' if whole else 'a number'}{bounds}{' or null' if null else ''}"
+    limits = ((minimum, operator.ge), (maximum, operator.le), (above, operator.gt), (below, operator.lt))
 
     def check(value: object) -> str | None:
         if value is None and null:
             return None
-        if _is_number(value, whole) and _in_bounds(value, minimum, maximum, above, below):
+        if _is_number(value, whole) and all(limit is None or holds(value, limit) for limit, holds in limits):
             return None
         return f"must be {kind}, got {show(value)}"
 
@@ -126,6 +110,7 @@ def numbers(
     """A list of numbers, each within the bounds; `length` fixes how many."""
     each = f"{'whole numbers' if whole else 'numbers'}{_bounds(minimum, None, above, below)}"
     kind = f"a list of {length} {each}" if length else f"a list of {each}"
+    element = number(minimum, above=above, below=below, whole=whole)
 
     def check(value: object) -> str | None:
         if (
@@ -133,26 +118,10 @@ def numbers(
             and not isinstance(value, str)
             and len(value) > 0
             and (length is None or len(value) == length)
-            and all(_is_number(v, whole) and _in_bounds(v, minimum, None, above, below) for v in value)
+            and all(element(v) is None for v in value)
         ):
             return None
         return f"must be {kind}, e.g. [{', '.join(['0.5'] * (length or 1))}]; got {show(value)}"
-
-    return check
-
-
-def interval(minimum: Bound = None, *, above: Bound = None, null: bool = False) -> Check:
-    """[low, high] with both within the bound and low <= high."""
-    pair = numbers(minimum, above=above, length=2)
-
-    def check(value: object) -> str | None:
-        if value is None and null:
-            return None
-        problem = pair(value)
-        # pair() accepted it, so it is a list of two numbers.
-        if problem is None and isinstance(value, Sequence) and value[0] > value[1]:
-            problem = f"needs low <= high, got {show(value)}"
-        return problem
 
     return check
 
@@ -194,17 +163,6 @@ def string(*, null: bool = False) -> Check:
     return check
 
 
-def section(known: Sequence[str]) -> Check:
-    """A group of options (a mapping), or null for off; its keys are checked by `unknown_keys`."""
-
-    def check(value: object) -> str | None:
-        if value is None or isinstance(value, Mapping):
-            return None
-        return f"must be a mapping with keys {', '.join(known)}, or null for off; got {show(value)}"
-
-    return check
-
-
 def unknown_keys(prefix: str, known: Sequence[str]) -> Relation:
     """A closed section: every key in it is one the code reads (a typo would be ignored silently)."""
 
@@ -218,8 +176,7 @@ def unknown_keys(prefix: str, known: Sequence[str]) -> Relation:
 
 
 def _has_problem(key: str, problems: Mapping[str, str]) -> bool:
-    """`key`, a section above it or a key inside it is already wrong: a check that reads it would
-    judge a value that means nothing, and report the same mistake twice."""
+    """`key`, a section above it or a key inside it is already wrong: checking it again would say the same twice."""
     return any(p == key or p.startswith(key + ".") or key.startswith(p + ".") for p in problems)
 
 
@@ -231,11 +188,8 @@ def find_problems(cfg: DictConfig, rules: Mapping[str, Check], relations: Sequen
         return unresolved
     problems = {key: f"is required; pass {key}=..." for key in sorted(OmegaConf.missing_keys(cfg))}
     for key, check in rules.items():
-        if _has_problem(key, problems):
-            continue
-        value = OmegaConf.select(cfg, key, default=_ABSENT)
-        message = None if value is _ABSENT else check(value)
-        if message:
+        value = _ABSENT if _has_problem(key, problems) else OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is not _ABSENT and (message := check(value)):
             problems[key] = message
     for relation in relations:
         if any(_has_problem(key, problems) for key in relation.reads):
@@ -246,8 +200,7 @@ def find_problems(cfg: DictConfig, rules: Mapping[str, Check], relations: Sequen
 
 
 def _unresolved_interpolations(node: DictConfig | ListConfig, prefix: str) -> Iterator[tuple[str, str]]:
-    """(key, message) for each `${...}` naming a key the config lacks: an option made for other data
-    (a model reading data.block_size on data=digits, which has none)."""
+    """(key, message) for each `${...}` naming a key the config lacks: an option made for other data."""
     keys: Iterable[Any] = node.keys() if isinstance(node, DictConfig) else range(len(node))
     for key in keys:
         full_key = f"{prefix}.{key}" if prefix else str(key)
@@ -263,15 +216,17 @@ def _unresolved_interpolations(node: DictConfig | ListConfig, prefix: str) -> It
 
 def _unresolved_message(key: str, reads: str, root: Any) -> str:
     """`key` reads `reads`, which the chosen option of its group lacks: name the options of `key`'s own group made
-    for that option (what the data's class says suits it, Data.suits), then
-    those of the other group that have the key, then a value to set."""
+    for that option (Data.suits), then those of the other group that have the key, then a value to set."""
+    from hydra.core.hydra_config import HydraConfig
+
     target = reads.removeprefix("${").removesuffix("}")
     group, _, name = target.partition(".")
-    chosen = root.get(group) if isinstance(root, DictConfig) else None
+    chosen = root.get(group)  # root: the whole config, a DictConfig
     option = chosen.get("name") if isinstance(chosen, DictConfig) else None
     lacking = f"{group}={option} has no {target}" if option else f"the config has no {target}"
     own_group = key.partition(".")[0]
-    setter = f"{own_group}={mine}" if (mine := _chosen_option(own_group)) else f"the option setting {key}"
+    mine = HydraConfig.get().runtime.choices.get(own_group) if HydraConfig.initialized() else None  # Hydra's choice
+    setter = f"{own_group}={mine}" if mine and isinstance(mine, str) else f"the option setting {key}"
     suiting = _suited_options(chosen, own_group) if group == "data" and isinstance(chosen, DictConfig) else []
     made_for = f"{' or '.join(f'{own_group}={o}' for o in suiting)} (made for {group}={option}), or " if suiting else ""
     having = _options_with_key(group, name)
@@ -280,14 +235,6 @@ def _unresolved_message(key: str, reads: str, root: Any) -> str:
         f"is {reads}, but {lacking}: {setter} is made for other {group}; "
         f"pick {made_for}{pick} (an experiment= pairs them), or set {key}=<value>"
     )
-
-
-def _chosen_option(group: str) -> str | None:
-    """The option of config group `group` this run composed (Hydra's choice), where Hydra says."""
-    from hydra.core.hydra_config import HydraConfig
-
-    choice = HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
-    return choice if isinstance(choice, str) else None
 
 
 def _suited_options(data: DictConfig, group: str) -> list[str]:

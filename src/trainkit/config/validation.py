@@ -1,14 +1,9 @@
-"""Check the composed config in one pass, from one schema, before any data or model is built.
-
-RULES (trainkit.config.rules) says what each key may hold; RELATIONS, here, catch keys that contradict each other;
-the chosen model and data option declare checks on their own arguments beside their code (`config_rules`,
-`config_problems`); `???` keys still missing are required. Every problem the config alone reveals is found in one pass:
+"""Check the composed config in one pass before any data or model is built: RULES (trainkit.config.rules) per key,
+RELATIONS here between keys, the checks the chosen options declare beside their code, and the `???` keys still missing:
 
     error: data.batch_size: must be a whole number >= 1, got 0; also optimizer.lr: must be ...
 
-What only files or the built model can reveal is checked where it arises, in the same one-line form. `ignored_keys`
-lists settings the chosen options do not use: warnings, not errors.
-"""
+What only files or the built model reveal is checked where it arises, in the same one-line form."""
 
 import dataclasses
 import logging
@@ -18,15 +13,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from trainkit.config.declared import (
-    answer,
-    arguments,
-    declared,
-    feature_checks,
-    feature_modules,
-    parameters,
-    searched_keys,
-)
+from trainkit.config.declared import answer, arguments, declared, feature_checks, feature_modules, parameters
 from trainkit.config.rules import AUGMENTATION_KEYS, RULES
 from trainkit.config.schema import Relation, find_problems, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, data_class
@@ -35,9 +22,6 @@ from trainkit.errors import ConfigError
 from trainkit.tasks.task import higher_is_better, metric_names_of, task_class
 
 log = logging.getLogger(__name__)
-
-
-# ---- relations: keys that contradict each other --------------------------------------------
 
 
 def _required(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -63,21 +47,16 @@ def configured_data_class(cfg: DictConfig) -> type[Data] | None:
         return None
 
 
-def _data_target(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
+    """data._target_ names a Data class, whose fields are the option's keys (else a TypeError stops the run later)."""
     target = cfg.data.get("_target_")
     if target is None:
         yield "data._target_", "is required: the dataclass of the data option, e.g. trainkit.data.datasets.Digits"
         return
     try:
-        data_class(target)
+        data = data_class(target)
     except ConfigError as error:
         yield error.key, error.message
-
-
-def _data_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """The data option's keys must be the fields of its class (else a TypeError would stop the run later)."""
-    data = configured_data_class(cfg)
-    if data is None:
         return
     fields = {field.name: field for field in dataclasses.fields(data) if field.init}  # not what splits() sets
     for key in cfg.data:
@@ -108,12 +87,10 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if kind.needs_num_classes and data.get("num_classes") is None:
         yield "data.num_classes", f"is null, but {data.name} generates its classes; set data.num_classes=N"
     fractions = [key for key in ("val_fraction", "test_fraction") if data.get(key) is not None]
-    if sum(data[key] for key in fractions) >= 1:
+    total = sum(data[key] for key in fractions)
+    if total >= 1:
         keys = " + ".join(f"data.{key}" for key in fractions)
-        yield (
-            f"data.{fractions[0]}",
-            f"{keys} = {sum(data[key] for key in fractions):g} leaves no training samples; lower them",
-        )
+        yield f"data.{fractions[0]}", f"{keys} = {total:g} leaves no training samples; lower them"
 
 
 def _nesterov_needs_momentum(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -150,8 +127,7 @@ def _task_metrics(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def augmentation_ops(cfg: DictConfig) -> dict[str, Any]:
-    """The ops cfg.augmentation switches on, {op: its options}: the core's (crop_padding, horizontal_flip), and those
-    of the feature modules its `_checks_` names (each one's `augmentation_ops(augmentation)`)."""
+    """{op: its options} for each op cfg.augmentation switches on: the core's, and its `_checks_` modules' own."""
     ops = {key: cfg.augmentation[key] for key in ("crop_padding", "horizontal_flip") if cfg.augmentation.get(key)}
     for _, feature in feature_modules(cfg):
         ops |= getattr(feature, "augmentation_ops", lambda augmentation: {})(cfg.augmentation)
@@ -159,16 +135,14 @@ def augmentation_ops(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _augmentation_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A closed section: the core's keys (AUGMENTATION_KEYS), and those the features its `_checks_` names have rules
-    for."""
+    """A closed section: the core's keys, and those its `_checks_` modules have rules for."""
     features = {key.split(".")[1] for key in feature_checks(cfg)[0] if key.startswith("augmentation.")}
     yield from unknown_keys("augmentation", (*AUGMENTATION_KEYS, *sorted(features))).check(cfg)
 
 
 def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A task with a target per pixel moves it with the image itself (task.horizontal_flip, task.crop_padding): refuse
-    the augmentation ops that would move or mix the image alone, all but those a feature module says change each pixel
-    where it is (its PIXEL_WISE_OPS)."""
+    """A task with a target per pixel moves it with the image itself: refuse the ops that would move or mix the image
+    alone, all but those a feature module says change each pixel where it is (its PIXEL_WISE_OPS)."""
     task = configured_task(cfg)
     if task is None or not getattr(task, "spatial_targets", False):
         return
@@ -240,7 +214,7 @@ def _schedule_arguments(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """A model declaring `spatial_outputs` gives logits [B, K, H, W], which a task with one target per image cannot
-    score. Models that declare nothing are not judged here."""
+    score."""
     task, model = configured_task(cfg), imported_target(cfg.model)
     if task is None or not getattr(model, "spatial_outputs", False) or getattr(task, "spatial_targets", False):
         return
@@ -254,31 +228,25 @@ def _per_pixel_model_needs_per_pixel_task(cfg: DictConfig) -> Iterator[tuple[str
 
 
 def _input_size_fits_the_model(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """data.image_size must be divisible by the model's `input_size_multiple` (a function of its constructor's
-    arguments). Models that declare none are checked when they first see a batch."""
+    """data.image_size must be divisible by the model's `input_size_multiple`, where it declares one."""
     side = cfg.data.get("image_size")
     if not isinstance(side, int):
         return
-    stale, multiple = answer(imported_target(cfg.model), "input_size_multiple", cfg.model)
+    model, question = imported_target(cfg.model), "input_size_multiple"
+    stale, multiple = answer(model, question, cfg.model)
     if stale:
         yield "model._target_", stale
-    if stale or not isinstance(multiple, int) or multiple < 1:
+    if stale or not isinstance(multiple, int) or multiple < 1 or side % multiple == 0:
         return
-    if side % multiple:
-        below, above = side - side % multiple, side - side % multiple + multiple
-        choices = f"{below} or {above}" if below else str(above)
-        yield (
-            "data.image_size",
-            f"is {side}, but {cfg.model._target_} ({_settings(cfg, 'input_size_multiple')}) takes sizes divisible "
-            f"by {multiple}; use data.image_size={choices}, or a model that halves the size fewer times",
-        )
-
-
-def _settings(cfg: DictConfig, question: str) -> str:
-    """model.<argument>=<value> for each argument the model's `question` was asked with."""
-    model = imported_target(cfg.model)
-    given = arguments(model, getattr(model, question), cfg.model) or {}
-    return ", ".join(f"model.{name}={value}" for name, value in given.items())
+    below, above = side - side % multiple, side - side % multiple + multiple
+    choices = f"{below} or {above}" if below else str(above)
+    given = arguments(model, getattr(model, question), cfg.model) or {}  # what the question was asked with
+    settings = ", ".join(f"model.{name}={value}" for name, value in given.items())
+    yield (
+        "data.image_size",
+        f"is {side}, but {cfg.model._target_} ({settings}) takes sizes divisible "
+        f"by {multiple}; use data.image_size={choices}, or a model that halves the size fewer times",
+    )
 
 
 def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -296,8 +264,7 @@ def _early_stopping_direction(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    # device=auto picks CUDA when a GPU is visible here (see runtime.pick_device).
-    cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())
+    cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())  # as pick_device
     if cfg.distributed.sync_batchnorm and not cuda:
         yield (
             "distributed.sync_batchnorm",
@@ -312,8 +279,7 @@ def _cuda_only(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def _strategy(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """distributed.parallel names a strategy's class (its keys checked beside it: `_checks_`); without one, the
-    processes replicate the model (ddp), or one trains it."""
+    """distributed.parallel names a strategy class; without one, the run is ddp (replicas) or a single process."""
     from trainkit.distributed.parallel import strategy
 
     named = cfg.distributed.get("parallel")
@@ -370,9 +336,11 @@ def _a_micro_batch_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]
     micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
     data = configured_data_class(cfg)  # a micro-batch of sized data counts units (tokens), not items
     sized = data is not None and data.size_unit is not None
-    # A data.batch_size a feature searches before training (searched_keys) is only known later; a larger N is
-    # then one part.
-    searched = "data.batch_size" in searched_keys(cfg)
+    # A data.batch_size a feature searches before training (searched_keys) is known later; a larger N is then one part.
+    searched = any(
+        "data.batch_size" in getattr(feature, "searched_keys", lambda cfg: ())(cfg)
+        for _, feature in feature_modules(cfg)
+    )
     if isinstance(micro, int) and micro > batch_size and not searched and not sized:
         yield (
             "trainer.micro_batch_size",
@@ -394,7 +362,6 @@ def _a_coupled_batch_is_not_cut(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 RELATIONS = (
     Relation(("required",), _required),
-    Relation(("data._target_",), _data_target),
     Relation(("data._target_",), _data_keys),
     Relation(
         ("data._target_", "data.root", "data.channels", "data.num_classes", "data.val_fraction", "data.test_fraction"),
@@ -420,9 +387,6 @@ RELATIONS = (
 )
 
 
-# ---- the pass ------------------------------------------------------------------------------
-
-
 def problems(cfg: DictConfig) -> dict[str, str]:
     """{key: what is wrong and how to fix it} for every problem the config alone reveals (after fill_task_defaults)."""
     fill_task_defaults(cfg)
@@ -433,9 +397,8 @@ def problems(cfg: DictConfig) -> dict[str, str]:
 
 
 def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> dict[str, str]:
-    """{key: why nothing reads it} for settings the chosen options do not use: label smoothing a task without classes
-    does not take, only where it was `chosen` (set on this command or searched; None: this run's overrides), since
-    the group's default is a classification recipe; and each feature's own (`unread_settings`)."""
+    """{key: why nothing reads it}: label smoothing a task without classes does not take, where it was `chosen` (set
+    or searched; None: this run's overrides; the default is a classification recipe's), and each feature's own."""
     chosen = set(command_keys() if chosen is None else chosen)
     unread = {}
     smoothing = OmegaConf.select(cfg, "regularization.label_smoothing", default=None)
@@ -476,8 +439,7 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
         ignored.append(f"data.root={data.root} is ignored: {data.name} reads no files; leave it null")
     if kind is not None and not kind.downloadable and data.get("download"):
         ignored.append(f"data.download=true is ignored: {data.name} has nothing to download; leave it false")
-    scheduler = cfg.scheduler
-    if scheduler.get("warmup_start_factor") is not None and not scheduler.get("warmup_epochs"):
+    if cfg.scheduler.get("warmup_start_factor") is not None and not cfg.scheduler.get("warmup_epochs"):
         ignored.append(
             "scheduler.warmup_start_factor is ignored with scheduler.warmup_epochs=0; set a warmup or leave it null"
         )
@@ -487,8 +449,8 @@ def ignored_keys(cfg: DictConfig) -> list[str]:
 
 
 def fill_task_defaults(cfg: DictConfig) -> None:
-    """Fill in the keys null in conf/ whose default is the task's: optimized_metric (val/<headline metric>), and
-    early_stopping's monitor (val/<monitored_metric>) and mode, in the config itself, so saved configs name them."""
+    """Set the keys conf/ leaves null to the task's defaults (optimized_metric, early_stopping's monitor and mode) in
+    the config itself, so saved configs name them."""
     task = configured_task(cfg)
     if task is None:
         return  # _task_metrics says why
