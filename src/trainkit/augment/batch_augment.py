@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from trainkit.config.schema import Bound, Check, flag, number, numbers, show, unknown_keys
+from trainkit.config.schema import Check, flag, interval, number, section, unknown_keys
 
 COLOR_JITTER_KEYS = ("brightness", "contrast", "saturation")
 AFFINE_KEYS = ("degrees", "translate", "scale", "shear")
@@ -206,34 +206,6 @@ def ignored_settings(cfg: DictConfig) -> list[str]:
             "augmentation.random_order=true is ignored: it orders color_jitter and affine, and they are not both on"
         ]
     return []
-
-
-# Two words in trainkit.config.schema's manner that only augmentation options use (the per-image recipes too).
-def section(known: Sequence[str]) -> Check:
-    """A group of options (a mapping), or null for off; its keys are checked by `unknown_keys`."""
-
-    def check(value: object) -> str | None:
-        if value is None or isinstance(value, Mapping):
-            return None
-        return f"must be a mapping with keys {', '.join(known)}, or null for off; got {show(value)}"
-
-    return check
-
-
-def interval(minimum: Bound = None, *, above: Bound = None, null: bool = False) -> Check:
-    """[low, high] with both within the bound and low <= high."""
-    pair = numbers(minimum, above=above, length=2)
-
-    def check(value: object) -> str | None:
-        if value is None and null:
-            return None
-        problem = pair(value)
-        # pair() accepted it, so it is a list of two numbers.
-        if problem is None and isinstance(value, Sequence) and value[0] > value[1]:
-            problem = f"needs low <= high, got {show(value)}"
-        return problem
-
-    return check
 
 
 CONFIG_RULES: dict[str, Check] = {

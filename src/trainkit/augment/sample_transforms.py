@@ -30,8 +30,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from trainkit.augment.batch_augment import interval, section
-from trainkit.config.schema import Check, Relation, flag, integer, show, unknown_keys
+from trainkit.config.schema import Check, Relation, flag, integer, interval, section, show, unknown_keys
 from trainkit.config.validation import configured_data_class, flip_refused
 from trainkit.data.image_files import resize_center_crop
 from trainkit.data.imagefolder import ImageFolderDataset

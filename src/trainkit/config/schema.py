@@ -126,6 +126,22 @@ def numbers(
     return check
 
 
+def interval(minimum: Bound = None, *, above: Bound = None, null: bool = False) -> Check:
+    """[low, high] with both within the bound and low <= high."""
+    pair = numbers(minimum, above=above, length=2)
+
+    def check(value: object) -> str | None:
+        if value is None and null:
+            return None
+        problem = pair(value)
+        # pair() accepted it, so it is a list of two numbers.
+        if problem is None and isinstance(value, Sequence) and value[0] > value[1]:
+            problem = f"needs low <= high, got {show(value)}"
+        return problem
+
+    return check
+
+
 def auto_or(check: Check) -> Check:
     """The word `auto` (the code picks the value for this machine), or what `check` accepts."""
 
@@ -159,6 +175,17 @@ def string(*, null: bool = False) -> Check:
         if isinstance(value, str) or (value is None and null):
             return None
         return f"must be a string{' or null' if null else ''}, got {show(value)}"
+
+    return check
+
+
+def section(known: Sequence[str]) -> Check:
+    """A group of options (a mapping), or null for off; its keys are checked by `unknown_keys`."""
+
+    def check(value: object) -> str | None:
+        if value is None or isinstance(value, Mapping):
+            return None
+        return f"must be a mapping with keys {', '.join(known)}, or null for off; got {show(value)}"
 
     return check
 

@@ -24,6 +24,9 @@ from trainkit.tasks.task import higher_is_better, metric_names_of, task_class
 log = logging.getLogger(__name__)
 
 
+# ---- relations: keys that contradict each other --------------------------------------------
+
+
 def _required(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The keys an experiment lists in `required` must be given (not null or false); `???` cannot say it, as merging
     `???` over a group's value keeps the value."""
@@ -87,10 +90,12 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if kind.needs_num_classes and data.get("num_classes") is None:
         yield "data.num_classes", f"is null, but {data.name} generates its classes; set data.num_classes=N"
     fractions = [key for key in ("val_fraction", "test_fraction") if data.get(key) is not None]
-    total = sum(data[key] for key in fractions)
-    if total >= 1:
+    if sum(data[key] for key in fractions) >= 1:
         keys = " + ".join(f"data.{key}" for key in fractions)
-        yield f"data.{fractions[0]}", f"{keys} = {total:g} leaves no training samples; lower them"
+        yield (
+            f"data.{fractions[0]}",
+            f"{keys} = {sum(data[key] for key in fractions):g} leaves no training samples; lower them",
+        )
 
 
 def _nesterov_needs_momentum(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -385,6 +390,9 @@ RELATIONS = (
     Relation(("model._target_", "data.image_size"), _input_size_fits_the_model),
     Relation(("scheduler",), _schedule_arguments),
 )
+
+
+# ---- the pass ------------------------------------------------------------------------------
 
 
 def problems(cfg: DictConfig) -> dict[str, str]:
