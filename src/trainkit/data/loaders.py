@@ -17,8 +17,7 @@ from torch.utils.data import DistributedSampler, Sampler
 
 class ResumableDistributedSampler(DistributedSampler):
     """torch's DistributedSampler with `drop_last=True`, whose `set_epoch(epoch, skip)` also drops the first `skip`
-    indices of this rank's share, so that a run resumed mid-epoch continues where it stopped. `seed` must be the
-    run seed, the same on every rank."""
+    indices of this rank's share, for a run resumed mid-epoch. `seed`: the run seed, the same on every rank."""
 
     def __init__(self, size: int, *, shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1):
         # The sampler uses only len() of its dataset: a range keeps it from holding the data.
@@ -30,11 +29,7 @@ class ResumableDistributedSampler(DistributedSampler):
             seed=seed,
             drop_last=True,
         )
-        self.skip = 0
-
-    @property
-    def size(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]  # the range above (the stubs say Dataset, unsized)
+        self.size, self.skip = size, 0
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         super().set_epoch(epoch)
@@ -49,11 +44,8 @@ class ResumableDistributedSampler(DistributedSampler):
 
 
 class EvaluationSampler(Sampler[int]):
-    """Rank r takes `range(size)[r::world_size]`, unpadded, so each sample counts exactly once.
-
-    With a limit (set_limit) it takes a seeded sample of the split instead, the same at every call, since a split's
-    first samples may all be of one class.
-    """
+    """Rank r takes `range(size)[r::world_size]`, unpadded, so each sample counts exactly once; with a limit
+    (set_limit), a seeded sample of the split, the same at every call, since its first samples may be of one class."""
 
     def __init__(self, size: int, *, rank: int = 0, world_size: int = 1, seed: int = 0):
         self.size = size
