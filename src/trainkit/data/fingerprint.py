@@ -88,9 +88,7 @@ def data_changes(saved: dict, now: dict) -> list[str]:
     if saved.get("classes", now.get("classes")) != now.get("classes") and not identity:
         changes.insert(0, f"{now.get('classes')} classes where there were {saved.get('classes')}")
     if saved.get("fold") != now.get("fold"):  # one line, not every split
-        now_fold, saved_fold = (
-            fingerprint.get("fold") or "carved by data.val_fraction" for fingerprint in (now, saved)
-        )
+        now_fold, saved_fold = (side.get("fold") or "carved by data.val_fraction" for side in (now, saved))
         changes = [f"the val split is {now_fold} (data.folds, data.fold), was {saved_fold}"]
     if saved.get("source", now.get("source")) != now.get("source") and not identity:
         changes.insert(0, f"the data comes from {now.get('source')}, the run's came from {saved.get('source')}")

@@ -134,12 +134,11 @@ class EpochTotals:
             },
             "train/samples_per_sec": (count - untimed) / seconds,
         }
+        if self.unit:
+            metrics[f"train/{self.unit}_per_sec"] = (real - untimed_real) / seconds
         if self.unit == "tokens":
-            metrics["train/tokens_per_sec"] = (real - untimed_real) / seconds
             metrics["train/padding_fraction"] = 1 - real / max(slots, 1)
             metrics |= mfu_metrics(metrics, self.model, self.device)  # feature: mfu
-        elif self.unit:
-            metrics[f"train/{self.unit}_per_sec"] = (real - untimed_real) / seconds
         return metrics
 
 

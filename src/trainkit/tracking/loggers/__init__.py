@@ -7,6 +7,7 @@ that a resume trims, `trim_to_checkpoint`. It imports its library only when chos
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import pkgutil
@@ -24,15 +25,13 @@ if TYPE_CHECKING:
 
 
 def strict_json(value: Any, indent: int | None = None) -> str:
-    """JSON that strict readers accept: null for every NaN or infinite float inside (dicts, lists), never the bare
-    NaN or Infinity Python writes."""
+    """JSON that strict readers accept: null for every NaN or infinite float inside, never Python's bare NaN."""
     plain = json.loads(json.dumps(value), parse_constant=lambda constant: None)  # NaN, Infinity, -Infinity
     return json.dumps(plain, indent=indent, allow_nan=False)
 
 
 class JsonlLogger(Logger):
-    """metrics.jsonl, the run's record: one JSON object per line, appended and flushed as it comes, so a crashed run
-    keeps its history."""
+    """metrics.jsonl: one JSON object per line, appended and flushed as it comes, so a crashed run keeps its history."""
 
     def __init__(self, path: Path):
         # Open for the whole run (closed in finish): a line is flushed as each metric comes in.
@@ -50,10 +49,8 @@ def read_jsonl(path: Path) -> list[dict]:
     """metrics.jsonl's objects, in order; none for a missing file; a torn last line (a kill) is left out."""
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
-        try:
+        with contextlib.suppress(ValueError):
             rows.append(json.loads(line))
-        except ValueError:
-            continue
     return rows
 
 

@@ -14,8 +14,7 @@ if TYPE_CHECKING:  # the config check imports this package for its names: it nee
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """{"optimizer.lr": 0.1, ...}: a nested config as dotted keys (lists stay whole), for trackers
-    that keep flat hyperparameters (TensorBoard's hparams, MLflow's params)."""
+    """{"optimizer.lr": 0.1, ...}: a nested config as dotted keys (lists stay whole), for flat hyperparameters."""
     if not isinstance(value, dict):
         return {prefix: value}
     flat: dict[str, Any] = {}
@@ -77,8 +76,7 @@ class Logger:
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What a tracker may keep of the run besides its metrics; on a resume, the checkpoint's {tracker: run id} and
-    step."""
+    """What a tracker may keep of the run; on a resume, the checkpoint's {tracker: run id} and step."""
 
     config: dict | None = None
     provenance: dict | None = None
