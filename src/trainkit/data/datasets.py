@@ -1,6 +1,5 @@
-"""What a data option is (Data, and ImageData for images), what its splits() returns (Splits) and how they are
-loaded, the seeded carving of splits, and the built-in in-memory datasets. The class attributes and methods a data
-option may set: docs/data.md#a-data-options-class.
+"""What a data option is (Data; ImageData for images), what its splits() returns (Splits) and how they load, the
+seeded carving of splits, and the built-in Digits. What a data option may set: docs/data.md#a-data-options-class.
 """
 
 import importlib

@@ -45,8 +45,7 @@ def _tensor_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> dict:
 
 
 def check_same_data(saved: dict | None, now: dict) -> None:
-    """Refuses in one line, naming every split that changed since the `saved` fingerprint; without one, checks
-    nothing."""
+    """Refuses in one line, naming what changed since the `saved` fingerprint; without one, checks nothing."""
     if not saved or not now:
         return
     if saved.get("identity") is None and not lacks_file_digests(now.get("identity")):

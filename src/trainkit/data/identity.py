@@ -1,6 +1,5 @@
-"""What data a run read before any split, the same for every fold, split seed and tokenizer of one dataset:
-docs/resume-and-preemption.md#resume-and-requeued-jobs. It imports no torch at module level, so that
-scripts/compare_runs.py can compare identities without it.
+"""What data a run read before any split, the same for every fold, split seed and tokenizer of one dataset
+(docs/resume-and-preemption.md#resume-and-requeued-jobs); no torch at module level, for scripts/compare_runs.py.
 """
 
 import hashlib

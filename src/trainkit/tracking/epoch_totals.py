@@ -41,8 +41,7 @@ class EpochTotals:
         self.started = time.perf_counter()
 
     def add(self, loss: Tensor, metric_sums: Tensor, batch: Any, weight: int | Tensor, recorded: dict) -> None:
-        """One batch (or part): `loss` its mean over `weight`, `metric_sums` the task's sums, `recorded` the task's
-        recorded 0-d tensors by name."""
+        """One batch (or part): `loss` its mean over `weight`; the task's `metric_sums` and `recorded` 0-d tensors."""
         if self.unit:
             self.add_units(first_tensor(batch))
         self.loss_sum += loss * weight

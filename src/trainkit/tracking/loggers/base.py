@@ -31,8 +31,7 @@ def is_number(value: Any) -> bool:
 class OncePerStep:
     """Each metric goes into a tracker's history once a step, for a tracker whose history cannot forget (MLflow, W&B):
     the loop logs some values twice at one step (`lr`, the test metrics), and a resumed run logs again what its
-    killed part logged after the checkpoint. `held`: {step: metric names} the history holds already. Steps come in
-    order, so only the current step's names are kept."""
+    killed part logged after the checkpoint. `held`: {step: metric names} the history holds already."""
 
     def __init__(self, held: Mapping[int, set[str]] | None = None):
         self.held = {step: set(names) for step, names in (held or {}).items()}
@@ -41,7 +40,7 @@ class OncePerStep:
 
     def new(self, metrics: Mapping[str, Any], step: int) -> dict[str, Any]:
         """The metrics of `metrics` that the tracker does not hold at `step` yet; from now on it does."""
-        if step != self.step:
+        if step != self.step:  # steps come in order: only the current step's names are kept
             self.step, self.names = step, self.held.pop(step, set())
         fresh = {name: value for name, value in metrics.items() if name not in self.names}
         self.names.update(fresh)
@@ -87,10 +86,9 @@ class RunFacts:
 
 
 def run_names(hydra_cfg: Any = None, run_dir: Path | None = None) -> tuple[str | None, str | None]:
-    """(run name, group) for the trackers from Hydra's config (`hydra_cfg`, else the current one, else the
-    `.hydra/hydra.yaml` in `run_dir`, as a DDP worker has no HydraConfig of its own), or (None, None) without one.
-    The name is what the command line changed (`optimizer.lr=0.1,seed=1`), else the run directory's name; the group
-    is a multirun's sweep directory's name, so a sweep's jobs sit together."""
+    """(run name, group) for the trackers from Hydra's config: `hydra_cfg`, the current one, or `run_dir`'s
+    .hydra/hydra.yaml (a DDP worker has none of its own); (None, None) without one. The name is what the command line
+    changed (`optimizer.lr=0.1,seed=1`) or the run directory's name; the group, a multirun's sweep directory's name."""
     from_file = False
     if hydra_cfg is None:
         from hydra.core.hydra_config import HydraConfig
