@@ -1,11 +1,6 @@
-"""The data stage of a run: the dataset `data._target_` makes, split, sharded across ranks and loaded.
-
-    data = build_data(cfg.data, device, seed=cfg.seed, rank=rank, world_size=world_size)
-    data.train.set_epoch(epoch)
-    for inputs, targets in data.train: ...
-
-In-memory splits live on the device and batch by indexing (Data.loaders); a data option may load its splits
-otherwise, as FileData streams files through DataLoader workers (docs/data.md#a-data-options-class).
+"""The data stage of a run: the dataset `data._target_` makes, split, sharded across ranks and loaded by its class's
+`loaders` (docs/data.md#a-data-options-class). `build_data(cfg.data, device, seed, rank, world_size)` gives a
+DataBundle: `for inputs, targets in bundle.train` after `bundle.train.set_epoch(epoch)`.
 """
 
 from collections.abc import Mapping
@@ -21,16 +16,7 @@ from trainkit.data.identity import data_identity
 from trainkit.data.loaders import ShardedLoader, TensorLoader
 from trainkit.errors import ConfigError
 
-__all__ = [
-    "Data",
-    "DataBundle",
-    "ImageData",
-    "Splits",
-    "TensorLoader",
-    "build_data",
-    "check_same_data",
-    "make_data",
-]
+__all__ = ["Data", "DataBundle", "ImageData", "Splits", "TensorLoader", "build_data", "check_same_data", "make_data"]
 
 
 @dataclass
@@ -75,10 +61,8 @@ def build_data(
     run_dir: Path | None = None,
     trains_tokenizer: bool = True,
 ) -> DataBundle:
-    """This rank's train/val/test loaders for cfg.data, checking what only the data can tell (files, sizes, class
-    counts). `seed` must be the run seed, the same on every rank, since all ranks share the train shuffle.
-    `run_dir`, `trains_tokenizer`: where the option saves what it learns of the training split, and whether it
-    learns it (Data.learns_in)."""
+    """This rank's loaders for cfg.data, checking what only the data can tell (class counts, sizes). `seed`: the run
+    seed, the same on every rank, which share the train shuffle; `run_dir`, `trains_tokenizer`: Data.learns_in's."""
     data = make_data(cfg)
     data.learns_in(run_dir, trains_tokenizer)
     shards = dict(seed=seed, rank=rank, world_size=world_size)
@@ -145,5 +129,4 @@ def make_data(cfg: Mapping) -> Data:
     import hydra.utils
 
     data_class(cfg["_target_"])
-    data: Data = hydra.utils.instantiate(cfg)
-    return data
+    return hydra.utils.instantiate(cfg)

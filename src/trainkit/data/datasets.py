@@ -1,6 +1,5 @@
-"""What a data option is (Data, and ImageData for images), what its splits() returns (Splits) and how they are
-loaded, the seeded carving of splits, and the built-in in-memory datasets. The class attributes and methods a data
-option may set: docs/data.md#a-data-options-class.
+"""What a data option is (Data; ImageData for images), what its splits() returns (Splits) and how they load, the
+seeded carving of splits, and the built-in Digits. What a data option may set: docs/data.md#a-data-options-class.
 """
 
 import importlib
@@ -32,8 +31,7 @@ class Splits:
 
 
 class Tokenizer(Protocol):
-    """What the core reads of the tokenizer a data option makes (Data.learned): its number of ids, and what the data
-    fingerprint keeps of it. Tasks read the rest (a language model decodes its samples)."""
+    """What the core reads of the tokenizer a data option makes (Data.learned); tasks read the rest."""
 
     vocabulary: int
 
@@ -90,16 +88,13 @@ class Data:
         refuse_own_val(self, where, instead)  # feature: folds
 
     def learns_in(self, run_dir: Path | None, learns: bool = True) -> None:
-        """Where the option saves what it learns of the training split (a tokenizer), and whether it learns it
-        (learns=False: eval.py reads the run's back); nothing here."""
+        """Where the option saves what it learns of the training split (a tokenizer), and whether it learns it."""
 
     def read_learned(self, run_dir: Path | None) -> None:
-        """Makes what the run learned of its training split, read back from `run_dir` without reading any data, for
-        predictions; nothing here."""
+        """Reads back from `run_dir` what the run learned of its training split, for predictions."""
 
     def learned(self) -> Tokenizer | None:
-        """What splits() (or read_learned) made of the training split and batches encode with: a tokenizer, which
-        the task may read; None here."""
+        """The tokenizer splits() (or read_learned) made of the training split, which batches encode with."""
         return None
 
     def padding_id(self) -> int | None:
@@ -124,7 +119,7 @@ class Data:
 
     def identity(self, made: Any) -> dict:
         """What this data is before any split (summary.json's `data`): by default every sample of the three splits,
-        in no order. An option whose splits do not partition one set of samples returns what it read instead."""
+        in no order; an option whose splits do not partition one set of samples returns what it read."""
         from trainkit.data.identity import samples_identity
 
         return samples_identity(made)
@@ -134,8 +129,8 @@ class Data:
         return nn.Identity()
 
     def loaders(self, made: Any, device: torch.device, train: dict, evaluation: dict) -> list[ShardedLoader]:
-        """This rank's train, val and test loaders of `made` (what splits() returned), with the loaders' arguments
-        for training and for evaluation: here TensorLoaders of Splits, on `device` where they fit (_placement)."""
+        """This rank's train, val and test loaders of what splits() made, given the loaders' arguments for training
+        and for evaluation: here TensorLoaders of Splits."""
         if not isinstance(made, Splits):
             raise ConfigError(
                 "data._target_",
@@ -254,12 +249,9 @@ def data_class(target: str) -> type[Data]:
 def carve(
     num_samples: int, fractions: dict[str, float], seed: int, labels: Sequence[int] | None = None
 ) -> dict[str, torch.Tensor]:
-    """Sorted, disjoint indices for each named split in `fractions`, and "train" for the rest.
-
-    One permutation drawn from `seed` is cut in the order of `fractions`, so every machine and rank cuts the same.
-    With `labels` (class indices, one per sample) each split holds each class in its fraction, to within one sample;
-    float labels are refused: to stratify a number, pass its quantile bins.
-    """
+    """Sorted, disjoint indices for each split in `fractions`, and "train" for the rest, cut from one permutation
+    drawn from `seed` (the same on every machine). With `labels` (a class index per sample) each split holds each
+    class in its fraction, to within one sample."""
     order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed))
     if labels is not None:
         classes = torch.as_tensor(labels)
@@ -337,8 +329,8 @@ class Digits(ImageData):
 
 
 def read_digits() -> tuple[Any, Any]:
-    """(pixels [1797, 64], labels [1797]) from the digits file scikit-learn ships, read without
-    importing scikit-learn, which took 1.4 s of every default run; falls back to its load_digits."""
+    """(pixels [1797, 64], labels [1797]) from the file scikit-learn ships, read without importing scikit-learn
+    (1.4 s of every default run), else by its load_digits."""
     import numpy as np
 
     spec = importlib.util.find_spec("sklearn")

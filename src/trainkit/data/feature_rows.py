@@ -1,6 +1,4 @@
-"""Rows of features read from a CSV file of numbers (a header line skipped) or a NumPy .npy array, one sample per
-row: what a table's data option gives eval.py's predict= from its read_for_prediction.
-"""
+"""Rows of features, one sample per row: what a table's data option gives eval.py's predict= (read_for_prediction)."""
 
 import csv
 from pathlib import Path
@@ -10,16 +8,14 @@ import torch
 
 
 def read_feature_rows(path: str | Path, columns: int) -> torch.Tensor:
-    """float32 [N, columns]: the rows of a CSV file of comma-separated numbers (a first line that is not numbers, a
-    header, is skipped) or of a .npy array [N, columns] ([columns]: one row). A row of another length, or a value that
-    is not a number, raises ValueError naming it (eval.py's one line names the file)."""
+    """float32 [N, columns] from a CSV file (a first line that is not numbers, a header, is skipped) or a .npy array
+    [N, columns] ([columns]: one row). A row of another length, or a value that is not a number, raises ValueError."""
     path = Path(path)
     if path.suffix.lower() == ".npy":
         array = np.load(path, allow_pickle=False)
-        rows = [list(array)] if array.ndim == 1 else list(array) if array.ndim == 2 else None
-        if rows is None:
+        if array.ndim not in (1, 2):
             raise ValueError(f"holds an array of {array.ndim} dimensions; save rows of features, [N, {columns}]")
-        numbered = list(enumerate(rows))
+        numbered = list(enumerate(np.atleast_2d(array)))
     else:
         with path.open(newline="") as file:
             lines = [(number, row) for number, row in enumerate(csv.reader(file), start=1) if row]

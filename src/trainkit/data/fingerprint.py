@@ -1,8 +1,5 @@
 """What a run trained on, in a few numbers every checkpoint keeps, so that a resume on changed data is refused in
-one line: docs/resume-and-preemption.md#resume-and-requeued-jobs says what is compared and why.
-
-    fingerprint = data_fingerprint(splits)
-    check_same_data(saved, fingerprint)          # ConfigError("data", "12 files added to ...")
+one line (`check_same_data`): docs/resume-and-preemption.md#resume-and-requeued-jobs says what is compared and why.
 """
 
 import logging
@@ -30,13 +27,8 @@ def data_fingerprint(
     """The fingerprint of Splits of tensors, or of splits that say theirs (`fingerprints()`), as plain containers that
     load with weights_only=True; the other arguments are kept where given."""
     made = {name: getattr(splits, name) for name in SPLITS}
-    classes = {
-        "classes": splits.num_classes,
-        **({"source": source} if source else {}),
-        **({"fold": fold} if fold else {}),
-        **({"tokenizer": tokenizer} if tokenizer else {}),
-        **({"identity": identity} if identity else {}),
-    }
+    kept = {"source": source, "fold": fold, "tokenizer": tokenizer, "identity": identity}
+    classes = {"classes": splits.num_classes, **{key: value for key, value in kept.items() if value}}
     if not all(isinstance(split, tuple) for split in made.values()):
         return {**classes, **splits.fingerprints()}
     return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
@@ -53,8 +45,7 @@ def _tensor_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> dict:
 
 
 def check_same_data(saved: dict | None, now: dict) -> None:
-    """Refuses in one line, naming every split that changed since the `saved` fingerprint; without one, checks
-    nothing."""
+    """Refuses in one line, naming what changed since the `saved` fingerprint; without one, checks nothing."""
     if not saved or not now:
         return
     if saved.get("identity") is None and not lacks_file_digests(now.get("identity")):
@@ -64,29 +55,29 @@ def check_same_data(saved: dict | None, now: dict) -> None:
         )
     tokens = saved.get("tokenizer") != now.get("tokenizer")
     # A split fingerprinted by its token values (data=text's blocks) differs by the tokens alone.
-    split_keys = {name: {*saved.get(name, {}), *now.get(name, {})} for name in SPLITS}
-    of_tokens = [f"the {name} split " for name, keys in split_keys.items() if tokens and "files" not in keys]
+    keys = {name: {*saved.get(name, {}), *now.get(name, {})} for name in SPLITS}
+    of_tokens = [f"the {name} split " for name in SPLITS if tokens and "files" not in keys[name]]
     if of_tokens:  # a language model's classes are its token ids
         of_tokens.append(f"{now.get('classes')} classes where there were ")
     changes = [change for change in data_changes(saved, now) if not change.startswith(tuple(of_tokens))]
-    if changes:
+    if not changes:
+        return
+    other_tokens = "read its data as other tokens than its weights learned"
+    if not tokens:
         consequence = "the resumed run would train and test on other splits"
-        if tokens and len(changes) > 1:
-            consequence = "the resumed run would read its data as other tokens than its weights learned, and " + (
-                "train and test on other splits"
-            )
-        elif tokens:
-            consequence = (
-                "the resumed run would read its data as other tokens than its weights learned"
-                if of_tokens
-                else "the splits are the same, but the resumed run would read them as other tokens than its weights "
-                "learned"
-            )
-        raise ConfigError(
-            "data",
-            f"{'; '.join(changes)} since the checkpoint: {consequence}; resume with the data "
-            f"{'and tokenizer ' if tokens else ''}the run trained on, or start a new run",
+    elif len(changes) > 1:
+        consequence = f"the resumed run would {other_tokens}, and train and test on other splits"
+    elif of_tokens:
+        consequence = f"the resumed run would {other_tokens}"
+    else:
+        consequence = (
+            "the splits are the same, but the resumed run would read them as other tokens than its weights learned"
         )
+    raise ConfigError(
+        "data",
+        f"{'; '.join(changes)} since the checkpoint: {consequence}; resume with the data "
+        f"{'and tokenizer ' if tokens else ''}the run trained on, or start a new run",
+    )
 
 
 def data_changes(saved: dict, now: dict) -> list[str]:
@@ -96,9 +87,7 @@ def data_changes(saved: dict, now: dict) -> list[str]:
     if saved.get("classes", now.get("classes")) != now.get("classes") and not identity:
         changes.insert(0, f"{now.get('classes')} classes where there were {saved.get('classes')}")
     if saved.get("fold") != now.get("fold"):  # one line, not every split
-        now_fold, saved_fold = (
-            fingerprint.get("fold") or "carved by data.val_fraction" for fingerprint in (now, saved)
-        )
+        now_fold, saved_fold = (side.get("fold") or "carved by data.val_fraction" for side in (now, saved))
         changes = [f"the val split is {now_fold} (data.folds, data.fold), was {saved_fold}"]
     if saved.get("source", now.get("source")) != now.get("source") and not identity:
         changes.insert(0, f"the data comes from {now.get('source')}, the run's came from {saved.get('source')}")

@@ -1,6 +1,5 @@
-"""What data a run read before any split, the same for every fold, split seed and tokenizer of one dataset:
-docs/resume-and-preemption.md#resume-and-requeued-jobs. It imports no torch at module level, so that
-scripts/compare_runs.py can compare identities without it.
+"""What data a run read before any split, the same for every fold, split seed and tokenizer of one dataset
+(docs/resume-and-preemption.md#resume-and-requeued-jobs); no torch at module level, for scripts/compare_runs.py.
 """
 
 import hashlib
@@ -11,14 +10,12 @@ TENSOR_BYTES = 1 << 31  # above this, only the labels are digested
 
 def data_identity(data: Any, made: Any) -> dict:
     """The identity of what `data` read, as plain containers for checkpoints and summary.json."""
-    names = data.class_names()
-    identity: dict = {
+    names, source = data.class_names(), data.source()
+    identity = {
         "option": f"{type(data).__module__}.{type(data).__qualname__}",
         "classes": list(names) if names else made.num_classes,
+        **({"source": source} if source else {}),
     }
-    source = data.source()
-    if source:
-        identity["source"] = source
     return {**identity, **data.identity(made)}
 
 

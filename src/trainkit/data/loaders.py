@@ -1,9 +1,6 @@
 """Loaders that shard a split across ranks: ShardedLoader's batch arithmetic, and TensorLoader for in-memory tensors.
-
-What train.py relies on: iterating yields batches, `len()` is this rank's batches per epoch, `num_samples` its
-samples per epoch, `set_epoch(epoch, start_batch)` reshuffles from the seed and skips the batches a resumed run
-already trained, and `epoch_batches(epoch)` lists an epoch's batches. Training loaders give every rank the same
-number of samples; evaluation loaders give each sample to exactly one rank (docs/distributed.md).
+`len()` is this rank's batches per epoch, `num_samples` its samples. Training loaders give every rank the same number
+of samples; evaluation loaders give each sample to exactly one rank (docs/distributed.md).
 """
 
 import itertools
@@ -17,24 +14,12 @@ from torch.utils.data import DistributedSampler, Sampler
 
 class ResumableDistributedSampler(DistributedSampler):
     """torch's DistributedSampler with `drop_last=True`, whose `set_epoch(epoch, skip)` also drops the first `skip`
-    indices of this rank's share, so that a run resumed mid-epoch continues where it stopped. `seed` must be the
-    run seed, the same on every rank."""
+    indices of this rank's share, for a run resumed mid-epoch. `seed`: the run seed, the same on every rank."""
 
     def __init__(self, size: int, *, shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1):
-        # The sampler uses only len() of its dataset: a range keeps it from holding the data.
-        super().__init__(
-            range(size),  # type: ignore[arg-type]
-            num_replicas=world_size,
-            rank=rank,
-            shuffle=shuffle,
-            seed=seed,
-            drop_last=True,
-        )
-        self.skip = 0
-
-    @property
-    def size(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]  # the range above (the stubs say Dataset, unsized)
+        indices: Any = range(size)  # the sampler uses only len() of its dataset: a range keeps it from holding the data
+        super().__init__(indices, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
+        self.size, self.skip = size, 0
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         super().set_epoch(epoch)
@@ -49,11 +34,8 @@ class ResumableDistributedSampler(DistributedSampler):
 
 
 class EvaluationSampler(Sampler[int]):
-    """Rank r takes `range(size)[r::world_size]`, unpadded, so each sample counts exactly once.
-
-    With a limit (set_limit) it takes a seeded sample of the split instead, the same at every call, since a split's
-    first samples may all be of one class.
-    """
+    """Rank r takes `range(size)[r::world_size]`, unpadded, so each sample counts exactly once; with a limit
+    (set_limit), a seeded sample of the split, the same at every call, since its first samples may be of one class."""
 
     def __init__(self, size: int, *, rank: int = 0, world_size: int = 1, seed: int = 0):
         self.size = size
@@ -87,9 +69,7 @@ def shard_sampler(
     size: int, *, train: bool | None, shuffle: bool, seed: int, rank: int, world_size: int
 ) -> ResumableDistributedSampler | EvaluationSampler:
     """This rank's sampler over a split of `size` samples; `train=None` means train = shuffle."""
-    if train is None:
-        train = shuffle
-    if train:
+    if train or (train is None and shuffle):
         return ResumableDistributedSampler(size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
     if shuffle:
         raise ValueError("an evaluation loader (train=False) keeps its order: pass shuffle=False")
@@ -155,10 +135,8 @@ def limited(loader: Iterable[Any], batches: int | None) -> Iterable[Any]:
 
 
 class TensorLoader(ShardedLoader):
-    """A whole split held as two tensors on the device; a batch is one gather, a fresh tensor safe to modify.
-
-    Data too big for the GPU stays on the host with `pin_memory=True`, each batch pinned for an asynchronous copy.
-    """
+    """A whole split held as two tensors on the device; a batch is one gather, a fresh tensor safe to modify. Data too
+    big for the GPU stays on the host with `pin_memory=True`, each batch pinned for an asynchronous copy."""
 
     def __init__(
         self,

@@ -1,24 +1,16 @@
-"""What a run reports: where it came from (provenance.json, where trainkit.tracking.provenance wrote it), the loggers
-(metrics.jsonl and the trackers: tracking/loggers/), the start, epoch and closing lines, summary.json.
-
-train.py imports from here; the modules inside import each other directly. The profiler (debug=profile,
-trainkit.tracking.profiling) and eval.py's pictures of a model's predictions (eval_figures) are optional features, and
-so are the pictures of samples and predictions the trackers are shown (logger.log_images and log_predictions,
-trainkit.tracking.prediction_images): each is imported by its own module or marked line (docs/features.md)."""
+"""What a run reports (tracking/run_report.py), the loggers it reports to (tracking/loggers/) and its epoch's sums
+(tracking/epoch_totals.py). The other modules here are features, each imported from its own marked lines."""
 
 from trainkit.tracking.epoch_totals import EpochTotals
-from trainkit.tracking.loggers import Loggers, build_loggers, run_names
-from trainkit.tracking.run_report import epoch_line, log_epoch_notes, recorded_origin, training_line, write_summary
-from trainkit.tracking.run_start import start_logging
+from trainkit.tracking.loggers import Loggers, recorded_origin, start_logging
+from trainkit.tracking.run_report import epoch_line, log_epoch_notes, training_line, write_summary
 
 __all__ = [
     "EpochTotals",
     "Loggers",
-    "build_loggers",
     "epoch_line",
     "log_epoch_notes",
     "recorded_origin",
-    "run_names",
     "start_logging",
     "training_line",
     "write_summary",

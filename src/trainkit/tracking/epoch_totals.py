@@ -1,15 +1,8 @@
 """An epoch's training loss, the task's metrics and throughput, summed on the device batch by batch (no host sync per
-step) and reduced across ranks only when read: at a logging step and at the epoch's end.
-
-    totals = EpochTotals(device)           # before the loop: samples/s is timed from here
-    totals.add(loss.detach(), task.metric_sums(outputs, targets), batch, weight, recorded)   # each batch
-    totals.interval_metrics()              # a logging step, on every rank: the means since the last one
-    totals.epoch_metrics(task)             # after the loop: train/loss, train/<metric>, train/samples_per_sec
-
-train/loss is the mean over what the task weighs (`task.weight(batch)`: real tokens or samples). Sized data
-(`unit=Data.size_unit`) also reports train/<unit>_per_sec over the first tensor's elements, those equal to pad_id left
-out, and token data train/padding_fraction. What a task records (`Task.record`) is logged as train/step_<name> and
-train/<name>; `grad_norm` as train/grad_norm.
+step) and reduced across ranks only when read: at a logging step (interval_metrics) and at the epoch's end
+(epoch_metrics). train/loss is the mean over what the task weighs (`task.weight(batch)`: real tokens or samples);
+sized data adds train/<unit>_per_sec (pad_id's units left out) and token data train/padding_fraction. What a task
+records (`Task.record`) is logged as train/step_<name> and train/<name>.
 """
 
 import time
@@ -29,7 +22,7 @@ class EpochTotals:
         self, device: torch.device, unit: str | None = None, pad_id: int | None = None, model: nn.Module | None = None
     ) -> None:
         self.device, self.model = device, model  # the model: for what a feature reads of it
-        # On the device, summed in place: few small ops a batch, nothing allocated for the sums.
+        # Summed in place on the device: few small ops a batch, nothing allocated.
         self.loss_sum = torch.zeros((), device=device)
         self.weight_sum = torch.zeros((), device=device)  # what the losses weigh: samples, or real tokens
         self.weight_at_last_update = torch.zeros((), device=device)
@@ -43,13 +36,12 @@ class EpochTotals:
         # Sized data: real units (on the device) and unit slots (shapes: on the host), and those left untimed.
         self.unit, self.pad_id = unit, pad_id
         self.real_units = torch.zeros((), device=device)
-        self.untimed_units: torch.Tensor | None = None
+        self.untimed_units = torch.zeros((), device=device)
         self.unit_slots = 0
         self.started = time.perf_counter()
 
     def add(self, loss: Tensor, metric_sums: Tensor, batch: Any, weight: int | Tensor, recorded: dict) -> None:
-        """One batch (or part): `loss` its mean over `weight`, `metric_sums` the task's sums, `recorded` the task's
-        recorded 0-d tensors by name."""
+        """One batch (or part): `loss` its mean over `weight`; the task's `metric_sums` and `recorded` 0-d tensors."""
         if self.unit:
             self.add_units(first_tensor(batch))
         self.loss_sum += loss * weight
@@ -114,8 +106,7 @@ class EpochTotals:
         """The epoch's means over every rank's samples (a collective), and the samples a second."""
         metric_sums = self.metric_sums if self.metric_sums is not None else task.empty_metric_sums(self.device)
         local_counts = torch.tensor([self.count, self.untimed_count], dtype=torch.float32, device=self.device)
-        untimed_units = self.untimed_units if self.untimed_units is not None else torch.zeros((), device=self.device)
-        unit_counts = torch.stack([self.real_units, untimed_units, torch.tensor(float(self.unit_slots))]).float()
+        unit_counts = torch.stack([self.real_units, self.untimed_units, torch.tensor(float(self.unit_slots))]).float()
         totals = [self.loss_sum.reshape(1), self.weight_sum.reshape(1), local_counts, unit_counts.to(self.device)]
         names = sorted(self.recorded)
         recorded = [self.recorded[name][:2] for name in names]
@@ -142,12 +133,11 @@ class EpochTotals:
             },
             "train/samples_per_sec": (count - untimed) / seconds,
         }
+        if self.unit:
+            metrics[f"train/{self.unit}_per_sec"] = (real - untimed_real) / seconds
         if self.unit == "tokens":
-            metrics["train/tokens_per_sec"] = (real - untimed_real) / seconds
             metrics["train/padding_fraction"] = 1 - real / max(slots, 1)
             metrics |= mfu_metrics(metrics, self.model, self.device)  # feature: mfu
-        elif self.unit:
-            metrics[f"train/{self.unit}_per_sec"] = (real - untimed_real) / seconds
         return metrics
 
 

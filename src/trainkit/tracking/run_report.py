@@ -1,19 +1,9 @@
-"""The lines train.py logs about a run: at its start what trains, where and for how long; each epoch's results; and at
-its end, once tested, summary.json (strict JSON), the trackers' summary and the closing line.
-
-summary.json is the result a sweep, scripts/compare_runs.py and `resume` of a finished run read: best (the best epoch's
-validation metrics), final (the last epoch's), test, test_weights (the weights tested: "best", or "last (best.pt
-missing)"), optimized_metric and its value, higher_is_better (the task's direction for each of its metrics by name:
-{"loss": false, "acc": true}, so a reader ranks runs without importing the task), metric_ranges (the task's range of
-each metric that has one: {"acc": [0, 1]}), split_sizes (the samples of the train and val splits: a k-fold comparison's
-corrected interval), stop_reason, epochs, steps, wall_seconds, world_size, device, run_dir, under data.folds the fold
-("fold 2 of 5"), and data: the data read before any split (trainkit.data.identity: its option, classes, files and their
-digests or its samples), the same for every fold of one dataset.
+"""What train.py reports about a run: the start line, each epoch's line, and once tested summary.json
+(strict JSON; its keys: README's "The run directory"), the trackers' summary and the closing line. summary.json is what
+a sweep, scripts/compare_runs.py and `resume` of a finished run read.
 """
 
-import json
 import logging
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,13 +15,6 @@ from trainkit.tracking.bottleneck import epoch_line_extras  # feature: loop_timi
 from trainkit.tracking.loggers import strict_json
 
 log = logging.getLogger("train")  # train.py's logger: these are its lines
-
-
-def recorded_origin(run_dir: Path) -> dict:
-    """Where the run came from, as its directory records it: provenance.json's facts (written by rank 0 before the
-    run is built, where the optional trainkit.tracking.provenance runs), or {} where none are recorded."""
-    path = run_dir / "provenance.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def training_line(
@@ -49,18 +32,12 @@ def training_line(
     fold: str | None = None,
 ) -> str:
     """`training N parameters on DEVICE for LENGTH[, MICRO-BATCHES][, COUPLED][, val fold i of K] (code a1b2c3d+dirty)
-    -> RUN_DIR`; the length is trainer.max_steps where it ends the run before trainer.max_epochs does; `code`: the
-    commit, if known; micro-batches where trainer.micro_batch_size splits a batch of `batch_size` (data.batch_size),
-    in units for sized data (`longest`: its longest training item's `unit`s, tokens); under several processes,
-    which batch a `task` whose loss couples a batch's samples couples (coupled_batch_part); `fold`: data.folds'
-    "fold i of K" (the data fingerprint's), None without folds."""
+    -> RUN_DIR`. `batch_size` (data.batch_size), `longest` (sized data's longest training item, in `unit`s) and `task`
+    say how a batch is split and coupled; `fold`: data.folds' "fold i of K", None without folds."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    epochs = trainer.max_epochs
-    length = (
-        f"{epochs} epochs ({updates_per_epoch} updates each)"
-        if epochs != 1
-        else f"1 epoch ({updates_per_epoch} updates)"
-    )
+    length = f"{trainer.max_epochs} epochs ({updates_per_epoch} updates each)"
+    if trainer.max_epochs == 1:
+        length = f"1 epoch ({updates_per_epoch} updates)"
     if trainer.max_steps and trainer.max_steps < updates_per_epoch * trainer.max_epochs:
         length = f"{trainer.max_steps} updates (trainer.max_steps; {updates_per_epoch} updates an epoch)"
     micro = trainer.get("micro_batch_size")
@@ -78,8 +55,7 @@ def training_line(
 
 def micro_batches_part(micro: int, batch_size: int, longest: int | None, model: nn.Module, unit: str = "tokens") -> str:
     """What trainer.micro_batch_size=`micro` does to a batch, for the start line ("" where it splits none). Sized data
-    (`longest` given) counts its units (tokens): a part holds whole sequences, micro // the batch's padded length of
-    them, at least one, so a size below the longest sequence is a warning naming the smallest that a part keeps to."""
+    (`longest` given) counts units: a part holds micro // the batch's padded length whole sequences, at least one."""
     if longest is None:
         if micro >= batch_size:
             return ""
@@ -136,17 +112,13 @@ def throughput(train_metrics: dict) -> str:
     return line
 
 
-def split_size(loader: Any) -> int | None:
-    """The samples of a loader's whole split (every rank's), or None where its sampler does not say."""
-    return getattr(getattr(loader, "sampler", None), "size", None)
-
-
 def write_summary(
     run: Any, last_metrics: dict, test_metrics: dict, stop_reason: str, wall_seconds: float, test_weights: str = "best"
 ) -> dict:
-    """summary.json from `Run` (trainkit/run.py) (every rank builds it; rank 0 alone writes it and logs),
-    the test metrics as the run's last metrics line, and the trackers' summary. Returns the summary."""
+    """summary.json of `Run` (trainkit/run.py), which every rank builds and rank 0 alone writes and logs; the test
+    metrics as the run's last metrics line; the trackers' summary."""
     best = run.state.best_metrics
+    samplers = {name: getattr(getattr(run.data, name, None), "sampler", None) for name in ("train", "val")}
     summary = {
         "best": best,
         "final": last_metrics,
@@ -156,7 +128,7 @@ def write_summary(
         "optimized_value": {**best, **test_metrics}.get(run.cfg.optimized_metric),
         "higher_is_better": {name: higher_is_better(run.task, name) for name in ("loss", *run.task.metric_names)},
         "metric_ranges": {name: list(bounds) for name, bounds in getattr(run.task, "metric_ranges", {}).items()},
-        "split_sizes": {name: split_size(getattr(run.data, name, None)) for name in ("train", "val")},
+        "split_sizes": {name: getattr(sampler, "size", None) for name, sampler in samplers.items()},  # every rank's
         "stop_reason": stop_reason,
         "epochs": last_metrics.get("epoch", run.state.epoch - 1) + 1,
         "steps": run.state.step,

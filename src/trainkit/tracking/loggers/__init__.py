@@ -1,18 +1,13 @@
-"""Where metrics go: metrics.jsonl always (the run's record), plus the trackers chosen by `logger` (the modules beside
-this one), several at once (`logger=[a,b]`).
-
-train.py talks to one `Loggers` object: `log(metrics)` for every metrics dict (each carries `epoch` and `step`),
-`log_image(key, image, step)`, `log_masks(...)` for images with their true and predicted masks
-(trainkit.tracking.prediction_images), `summary(values)` for the run's headline numbers, and `finish(failed=...)` in a
-`finally`. A tracker that has no use for a call ignores it. Each tracker is a module here, `<name>_logger.py`, found by
-its name (logger.trackers' keys): it offers `build(cfg, run_dir, facts) -> Logger`, its config checks (`CONFIG_RULES`),
-and where it keeps a file of its own that a resume trims, `trim_to_checkpoint`. It imports its library only when it is
-chosen. Deleting one is deleting its module and its conf/logger file (docs/features.md). metrics.jsonl's logger is here,
-with the strict JSON that it and summary.json are written in.
+"""Where metrics go: metrics.jsonl always (the run's record, in strict JSON), plus the trackers `logger` chooses,
+several at once (`logger=[a,b]`). train.py talks to one `Loggers`, which passes each call to every logger (base.Logger
+says what a logger answers). A tracker is a module here, `<name>_logger.py`, found by its name (logger.trackers' keys):
+its `build(cfg, run_dir, facts) -> Logger`, its config checks (`CONFIG_RULES`) and, where it keeps a file of its own
+that a resume trims, `trim_to_checkpoint`. It imports its library only when chosen (docs/features.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import pkgutil
@@ -28,31 +23,15 @@ from trainkit.tracking.loggers.base import Logger, RunFacts, run_names
 if TYPE_CHECKING:
     from torch import Tensor
 
-__all__ = [
-    "JsonlLogger",
-    "Logger",
-    "Loggers",
-    "RunFacts",
-    "build_loggers",
-    "read_jsonl",
-    "run_names",
-    "strict_json",
-    "tracker_names",
-    "trackers",
-    "trim_tracker_files",
-]
-
 
 def strict_json(value: Any, indent: int | None = None) -> str:
-    """JSON that strict readers accept: null for every NaN or infinite float inside (dicts, lists), never the bare
-    NaN or Infinity Python writes."""
+    """JSON that strict readers accept: null for every NaN or infinite float inside, never Python's bare NaN."""
     plain = json.loads(json.dumps(value), parse_constant=lambda constant: None)  # NaN, Infinity, -Infinity
     return json.dumps(plain, indent=indent, allow_nan=False)
 
 
 class JsonlLogger(Logger):
-    """metrics.jsonl, the run's record: one JSON object per line, appended and flushed as it comes, so a crashed run
-    keeps its history."""
+    """metrics.jsonl: one JSON object per line, appended and flushed as it comes, so a crashed run keeps its history."""
 
     def __init__(self, path: Path):
         # Open for the whole run (closed in finish): a line is flushed as each metric comes in.
@@ -70,10 +49,8 @@ def read_jsonl(path: Path) -> list[dict]:
     """metrics.jsonl's objects, in order; none for a missing file; a torn last line (a kill) is left out."""
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
-        try:
+        with contextlib.suppress(ValueError):
             rows.append(json.loads(line))
-        except ValueError:
-            continue
     return rows
 
 
@@ -97,9 +74,8 @@ def trim_tracker_files(cfg: DictConfig, run_dir: Path, written_after: Callable[[
 
 
 def tracker_names(cfg: DictConfig | Mapping) -> list[str]:
-    """The trackers a logger config turns on: each conf/logger file adds itself to `trackers`
-    (a mapping, so `logger=[a,b]` merges both). A config with `name` alone (a
-    checkpoint's from before `trackers`, one written by hand) names one."""
+    """The trackers a logger config turns on: each conf/logger file adds itself to the mapping `trackers`, so
+    `logger=[a,b]` merges both. A config with `name` alone (a checkpoint's from before `trackers`) names one."""
     trackers = cfg.get("trackers")
     if trackers is None:
         return [name for name in [cfg.get("name", "none")] if name != "none"]
@@ -115,8 +91,7 @@ class Loggers:
 
     @property
     def run_ids(self) -> dict[str, str]:
-        """{tracker: its run id} for the trackers that have one: train.py keeps them in checkpoints
-        so that a resume continues the same runs."""
+        """{tracker: its run id} for the trackers that have one, which checkpoints keep for a resume to continue."""
         return {
             name: logger.run_id for name, logger in zip(self.names, self.loggers) if getattr(logger, "run_id", None)
         }
@@ -149,10 +124,30 @@ class Loggers:
 
 
 def build_loggers(cfg: DictConfig, run_dir: Path, **facts: Any) -> Loggers:
-    """metrics.jsonl plus each tracker `tracker_names(cfg)` lists, built by its module from `facts`: what a tracker
-    may keep of the run (RunFacts' fields: config, provenance, run_name, group, resume_ids, resume_step). The
-    config check checked the names and keys."""
+    """metrics.jsonl plus each tracker `tracker_names(cfg)` lists, built by its module from `facts` (RunFacts'
+    fields). The config check checked the names and keys."""
     loggers: list[Logger] = [JsonlLogger(run_dir / "metrics.jsonl")]
     names = tracker_names(cfg)
     loggers += [tracker(name).build(cfg, run_dir, RunFacts(**facts)) for name in names]
     return Loggers(loggers, ["jsonl", *names])
+
+
+def recorded_origin(run_dir: Path) -> dict:
+    """provenance.json's facts (where trainkit.tracking.provenance wrote them before the run was built), or {}."""
+    path = run_dir / "provenance.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def start_logging(run: Any) -> None:
+    """Rank 0: run.loggers, given the config and provenance.json's facts; a resume continues the trackers' runs."""
+    run_name, group = run_names(run_dir=run.run_dir)
+    run.loggers = build_loggers(
+        run.cfg.logger,
+        run.run_dir,
+        config=run.resolved_config,
+        run_name=run_name,
+        group=group,
+        resume_ids=run.state.tracker_run_ids,
+        provenance=recorded_origin(run.run_dir),
+        resume_step=run.state.step if run.cfg.resume else None,
+    )

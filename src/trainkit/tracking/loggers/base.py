@@ -14,8 +14,7 @@ if TYPE_CHECKING:  # the config check imports this package for its names: it nee
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """{"optimizer.lr": 0.1, ...}: a nested config as dotted keys (lists stay whole), for trackers
-    that keep flat hyperparameters (TensorBoard's hparams, MLflow's params)."""
+    """{"optimizer.lr": 0.1, ...}: a nested config as dotted keys (lists stay whole), for flat hyperparameters."""
     if not isinstance(value, dict):
         return {prefix: value}
     flat: dict[str, Any] = {}
@@ -30,13 +29,9 @@ def is_number(value: Any) -> bool:
 
 
 class OncePerStep:
-    """Each metric goes into a tracker's history once a step. The loop gives the same value again at the
-    same step (`lr` with an epoch's last update and with its epoch metrics, the test metrics with the run's
-    last metrics line and in its summary), and a resumed run logs again the steps its stopped or killed part
-    logged after the checkpoint; a tracker whose history cannot forget (MLflow, W&B) would keep both.
-
-    `held`: {step: metric names} that the tracker's history holds already (a resumed run's earlier parts).
-    Steps come in order (the loop's step never goes back), so only the current step's names are kept."""
+    """Each metric goes into a tracker's history once a step, for a tracker whose history cannot forget (MLflow, W&B):
+    the loop logs some values twice at one step (`lr`, the test metrics), and a resumed run logs again what its
+    killed part logged after the checkpoint. `held`: {step: metric names} the history holds already."""
 
     def __init__(self, held: Mapping[int, set[str]] | None = None):
         self.held = {step: set(names) for step, names in (held or {}).items()}
@@ -45,7 +40,7 @@ class OncePerStep:
 
     def new(self, metrics: Mapping[str, Any], step: int) -> dict[str, Any]:
         """The metrics of `metrics` that the tracker does not hold at `step` yet; from now on it does."""
-        if step != self.step:
+        if step != self.step:  # steps come in order: only the current step's names are kept
             self.step, self.names = step, self.held.pop(step, set())
         fresh = {name: value for name, value in metrics.items() if name not in self.names}
         self.names.update(fresh)
@@ -80,9 +75,7 @@ class Logger:
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What a tracker may keep of the run besides its metrics: the resolved config, provenance.json's facts, the
-    run's name and group (run_names), and on a resume the trackers' run ids ({tracker: id}, from the checkpoint)
-    and the checkpoint's step."""
+    """What a tracker may keep of the run; on a resume, the checkpoint's {tracker: run id} and step."""
 
     config: dict | None = None
     provenance: dict | None = None
@@ -93,14 +86,9 @@ class RunFacts:
 
 
 def run_names(hydra_cfg: Any = None, run_dir: Path | None = None) -> tuple[str | None, str | None]:
-    """(run name, group) for the trackers (W&B, MLflow) from Hydra's config: `HydraConfig.get()`, or None for
-    the current one, or else the `.hydra/hydra.yaml` Hydra wrote into `run_dir` (a DDP worker process that
-    train.py spawned has no HydraConfig of its own).
-
-    The run name is what the command line changed (`optimizer.lr=0.1,seed=1`), else the run
-    directory's name; the group is the sweep directory's name in a multirun, so a sweep's jobs
-    sit together, else None. With no Hydra config at all (tests, notebooks) both are None.
-    """
+    """(run name, group) for the trackers from Hydra's config: `hydra_cfg`, the current one, or `run_dir`'s
+    .hydra/hydra.yaml (a DDP worker has none of its own); (None, None) without one. The name is what the command line
+    changed (`optimizer.lr=0.1,seed=1`) or the run directory's name; the group, a multirun's sweep directory's name."""
     from_file = False
     if hydra_cfg is None:
         from hydra.core.hydra_config import HydraConfig
@@ -120,12 +108,11 @@ def run_names(hydra_cfg: Any = None, run_dir: Path | None = None) -> tuple[str |
     group = None
     mode = OmegaConf.select(hydra_cfg, "mode", default=None)
     if getattr(mode, "name", mode) == "MULTIRUN":
-        # The saved file keeps sweep.dir unresolved (`${now:...}` would give a new time): use the
-        # job directory's parent, which is the sweep directory for the default `subdir`.
-        sweep_dir = (
-            Path(str(output_dir)).parent
-            if from_file and output_dir
-            else (OmegaConf.select(hydra_cfg, "sweep.dir", default=None))
-        )
+        if from_file and output_dir:
+            # The saved file keeps sweep.dir unresolved (`${now:...}` would give a new time): use the
+            # job directory's parent, which is the sweep directory for the default `subdir`.
+            sweep_dir = Path(str(output_dir)).parent
+        else:
+            sweep_dir = OmegaConf.select(hydra_cfg, "sweep.dir", default=None)
         group = Path(str(sweep_dir)).name if sweep_dir else None
     return run_name or None, group
