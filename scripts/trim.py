@@ -211,8 +211,14 @@ def without_files_listed(line: str, files: Iterable[str]) -> str:
 
 
 def without_marked_lines(text: str, name: str) -> str:
-    """`text` (code or yaml) without its lines marked `# feature: <name>`."""
-    return "".join(line for line in text.splitlines(keepends=True) if name not in MARKER.findall(line))
+    """`text` (code or yaml) without its lines marked `# feature: <name>`, and without a blank line between two of
+    them (ruff format puts one after an import), which would be left doubled with the blank line after them."""
+    lines = text.splitlines(keepends=True)
+    marked = [name in MARKER.findall(line) for line in lines]
+    between = [
+        not line.strip() and 0 < i < len(lines) - 1 and marked[i - 1] and marked[i + 1] for i, line in enumerate(lines)
+    ]
+    return "".join(line for line, *gone in zip(lines, marked, between) if not any(gone))
 
 
 def package_lines(text: str, packages: list[str]) -> list[str]:

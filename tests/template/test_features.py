@@ -419,11 +419,12 @@ def one_epoch(tmp_path: Path) -> list[str]:
 
 
 def assert_a_template_that_trains(copy: Path, tmp_path: Path, dropped_packages: list[str]) -> None:
-    """In `copy`: ruff finds no unused import or undefined name, mypy passes, each shell script parses, and in one
-    process every module of the package imports and `python train.py` trains one epoch (`tmp_path`/run), together
-    importing no module of `dropped_packages`."""
-    lint = run([sys.executable, "-m", "ruff", "check", "--select", "F", "--quiet", "."], copy, 120)
-    assert lint.returncode == 0, lint.stdout + lint.stderr
+    """In `copy`: ruff's check and format pass as CONTRIBUTING.md runs them (a trimmed clone's own CI), mypy passes,
+    each shell script parses, and in one process every module of the package imports and `python train.py` trains
+    one epoch (`tmp_path`/run), together importing no module of `dropped_packages`."""
+    for lint in (["check", "--quiet", "."], ["format", "--check", "--quiet", "."]):
+        linted = run([sys.executable, "-m", "ruff", *lint], copy, 120)
+        assert linted.returncode == 0, linted.stdout + linted.stderr
     cache = tmp_path.parent / "mypy-cache"  # beside every test's folder: one cache for all the copies
     typed = run([sys.executable, "-m", "mypy", "--cache-dir", str(cache)], copy, 1800)  # cold: minutes
     assert typed.returncode == 0, typed.stdout[-3000:]

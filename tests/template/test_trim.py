@@ -162,3 +162,22 @@ def test_a_row_whose_marked_lines_were_in_a_dropped_file_stops_listing_them(tmp_
     plain = trim.read_table(root)["plain"]
     assert plain.marked == {"train.py": 1} and plain.places == 2 == plain.counted_places(root)
     capsys.readouterr()
+
+
+def test_a_blank_line_between_two_marked_lines_goes_with_them():
+    """ruff format puts a blank line after an import; between two marked lines it would be left doubled with the
+    blank line after them, which ruff format then refuses in the trimmed clone."""
+    method = (
+        "    def own_val(self):\n"
+        '        """Refused by folds."""\n'
+        "        from folds import refuse  # feature: folds\n"
+        "\n"
+        "        refuse(self)  # feature: folds\n"
+        "\n"
+        "    def next(self):\n"
+    )
+    assert trim.without_marked_lines(method, "folds") == (
+        '    def own_val(self):\n        """Refused by folds."""\n\n    def next(self):\n'
+    )
+    kept = "x = 1  # feature: folds\n\ny = 2\n"  # a blank line after the last marked line stays
+    assert trim.without_marked_lines(kept, "folds") == "\ny = 2\n"
