@@ -38,14 +38,7 @@ RENAMED_DATA_TARGETS["trainkit.data.datasets.load_mnist"] = "trainkit.data.downl
 RENAMED_DATA_TARGETS["trainkit.data.datasets.MNIST"] = "trainkit.data.downloads.MNIST"  # feature: downloads
 RENAMED_DATA_TARGETS["trainkit.data.datasets.load_cifar10"] = "trainkit.data.downloads.CIFAR10"  # feature: downloads
 RENAMED_DATA_TARGETS["trainkit.data.datasets.CIFAR10"] = "trainkit.data.downloads.CIFAR10"  # feature: downloads
-# The schedules that left trainkit.schedules, name -> their module in trainkit now: an older checkpoint names
-# their old place.
-MOVED_SCHEDULES: dict[str, str] = {}
-MOVED_SCHEDULES |= dict.fromkeys(("step", "cosine_restarts", "wsd"), "more_schedules")  # feature: more_schedules
-# The augmentation keys a feature's module checks now, key -> that module: an older checkpoint's augmentation section
-# names it in `_checks_`, and its task, which took the key once, no longer does.
-CHECKED_KEYS: dict[str, str] = {}
-CHECKED_KEYS |= dict.fromkeys(("mixup_alpha", "cutmix_alpha"), "trainkit.augment.mixing")  # feature: augment_recipes
+CHECKED_KEYS = dict.fromkeys(("mixup_alpha", "cutmix_alpha"), "trainkit.augment.mixing")  # feature: augment_recipes
 CHECKED_KEYS |= {"per_sample": "trainkit.augment.sample_transforms"}  # feature: augment_recipes
 
 
@@ -144,9 +137,8 @@ def read_checkpoint(
 
 
 def upgrade_config(config: dict[str, Any]) -> None:
-    """Move, in place, what an older checkpoint's config keeps where this code no longer reads it
-    (MOVED_MODEL_KEYS, RENAMED_DATA_TARGETS, scheduler.name, MOVED_SCHEDULES, CHECKED_KEYS); a config
-    written by this code is left as it is."""
+    """Move, in place, what an older checkpoint's config keeps where this code no longer reads it; a config written
+    by this code is left as it is."""
     data = config.get("data", {})
     model = config.get("model", {})  # feature: finetune
     moved = {key: model.pop(key) for key in MOVED_MODEL_KEYS if key in model}  # feature: finetune
@@ -157,15 +149,15 @@ def upgrade_config(config: dict[str, Any]) -> None:
     scheduler = config.get("scheduler", {})
     if "_target_" not in scheduler and "name" in scheduler:  # a schedule by name, now the function of that name
         scheduler["_target_"] = f"trainkit.schedules.{scheduler.pop('name')}"
-    module, _, name = str(scheduler.get("_target_", "")).rpartition(".")
-    if module == "trainkit.schedules" and name in MOVED_SCHEDULES:
-        scheduler["_target_"] = f"trainkit.{MOVED_SCHEDULES[name]}.{name}"
-    task, augmentation = config.get("task", {}), config.get("augmentation", {})
-    modules = {CHECKED_KEYS[key] for key in augmentation if key in CHECKED_KEYS}
-    if modules and "_checks_" not in augmentation:
-        augmentation["_checks_"] = {module.rsplit(".", 1)[-1]: module for module in sorted(modules)}
-    for key in CHECKED_KEYS:
-        task.pop(key, None)
+    for name in ("step", "cosine_restarts", "wsd"):  # feature: more_schedules (they left trainkit.schedules)
+        if scheduler.get("_target_") == f"trainkit.schedules.{name}":  # feature: more_schedules
+            scheduler["_target_"] = f"trainkit.more_schedules.{name}"  # feature: more_schedules
+    augmentation = config.get("augmentation", {})  # feature: augment_recipes
+    modules = {CHECKED_KEYS[key] for key in augmentation if key in CHECKED_KEYS}  # feature: augment_recipes
+    if modules and "_checks_" not in augmentation:  # feature: augment_recipes (the modules that check them now)
+        augmentation["_checks_"] = {m.rsplit(".", 1)[-1]: m for m in sorted(modules)}  # feature: augment_recipes
+    for key in CHECKED_KEYS:  # feature: augment_recipes (keys the task took once)
+        config.get("task", {}).pop(key, None)  # feature: augment_recipes
 
 
 def upgrade_fingerprint(fingerprint: dict | None) -> dict | None:

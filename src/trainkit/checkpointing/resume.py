@@ -4,16 +4,10 @@
     python train.py resume=outputs/runs/<run> trainer.max_epochs=40  # overrides on top, each one listed
     python train.py resume=auto hydra.run.dir=outputs/runs/job-42    # requeued jobs: continue, or start
 
-Two steps, because Hydra creates the run directory before train.py's main runs:
-
-- `rewrite_argv`, before Hydra: check the checkpoint (a bad path costs one line and no directory), point Hydra at its
-  run directory and replay that run's overrides before this command's (later ones win). Only the command line reaches
-  Hydra before it makes the directory, so hydra.run.dir and the run's config groups must be put there.
-- `resumed_config`, in main: the checkpoint's config with the keys this command sets taken from the composed config;
-  one log line lists every change. Values the run found itself (data.batch_size, a class count) stay. Overrides that
-  cannot take effect are refused in one line. A run is finished once summary.json is written.
-
-Every rank resolves alike (under torchrun each reads the same checkpoint and command line).
+Two steps, because Hydra creates the run directory before train.py's main runs and reads only the command line before
+it does: `rewrite_argv` (before Hydra) checks the checkpoint and puts its run directory and overrides on the command
+line; `resumed_config` (in main) takes the keys this command sets into the checkpoint's config. Every rank resolves
+alike (under torchrun each reads the same checkpoint and command line).
 """
 
 import hashlib
@@ -150,18 +144,14 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
     from trainkit.checkpointing.files import find_checkpoint, latest_checkpoint, read_checkpoint
     from trainkit.distributed.process_group import process_info
 
-    if composed.resume == AUTO:
-        existing = latest_checkpoint(run_dir / "checkpoints")  # last.pt, or a sharded last/
-        if existing is None:
-            _start_afresh(run_dir)
-            composed.resume = None
-            return composed, False
-        checkpoint = existing
-    else:
-        checkpoint = find_checkpoint(composed.resume)
+    explicit = composed.resume != AUTO
+    checkpoint = find_checkpoint(composed.resume) if explicit else latest_checkpoint(run_dir / "checkpoints")
+    if checkpoint is None:  # resume=auto, and neither last.pt nor a sharded last/
+        _start_afresh(run_dir)
+        composed.resume = None
+        return composed, False
     state = read_checkpoint(checkpoint, mmap=True)
     refuse_weights_only(checkpoint, state)
-    explicit = composed.resume != AUTO
     overrides = _hydra_task_overrides() if overrides is None else overrides
     if explicit:  # resume=<path>: the keys typed on this command change the run; resume=auto: every override
         overrides = own_overrides(overrides)
@@ -181,8 +171,7 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
     if main:
         log.info(f"resuming {checkpoint} at {position}, step {state['step']}{listed}")
     finished = finished_message(state, resolved, run_dir)
-    retested = bool(finished) and not has_summary(run_dir, state)  # a run is finished once summary.json is written
-    if retested:  # train.py trains nothing (trainkit.checkpointing.trained_to_the_end), tests, writes summary.json
+    if finished and not has_summary(run_dir, state):  # finished once summary.json is written: train.py only tests
         finished = None
         if main:
             log.info(
@@ -226,7 +215,8 @@ def refuse_a_new_run_over_another(run_dir: Path) -> None:
     from trainkit.checkpointing.files import latest_checkpoint
 
     checkpoints = run_dir / "checkpoints"
-    checkpoint = latest_checkpoint(checkpoints) or next(iter(sorted(checkpoints.glob("*.pt"))), None)
+    resumable = latest_checkpoint(checkpoints)
+    checkpoint = resumable or next(iter(sorted(checkpoints.glob("*.pt"))), None)
     metrics = run_dir / "metrics.jsonl"
     held = [
         *([str(checkpoint.relative_to(run_dir))] if checkpoint else []),
@@ -236,11 +226,10 @@ def refuse_a_new_run_over_another(run_dir: Path) -> None:
     if not held:
         return
     other = next(f"{run_dir}-{n}" for n in range(2, 10_000) if not Path(f"{run_dir}-{n}").exists())
-    way_out = f"continue it with resume={run_dir}, or start a new run elsewhere (e.g. hydra.run.dir={other})"
-    if latest_checkpoint(checkpoints) is None:  # nothing to resume from
-        way_out = (
-            f"it has no checkpoints/last.pt to resume from: start the new run elsewhere (e.g. hydra.run.dir={other})"
-        )
+    elsewhere = f"elsewhere (e.g. hydra.run.dir={other})"
+    way_out = f"continue it with resume={run_dir}, or start a new run {elsewhere}"
+    if resumable is None:
+        way_out = f"it has no checkpoints/last.pt to resume from: start the new run {elsewhere}"
     raise ConfigError(
         "hydra.run.dir",
         f"{run_dir} holds a run ({', '.join(held)}), and a new run there would overwrite its checkpoints and "
