@@ -4,15 +4,13 @@
     if __name__ == "__main__":
         startup.install()
 
-Importing torch and Hydra takes seconds. Until the run's own handlers listen (trainkit.checkpointing.signals), Python's
-defaults would answer a Ctrl-C with a KeyboardInterrupt traceback from deep inside an import and a SIGTERM with a silent
-death. `install` puts, for each stop signal that nothing handles yet (Python's default; an ignored signal stays ignored,
-as `nohup` and a shell's background jobs set them), a handler that only records the request. The run takes it over when
-its handlers start (`take_over`), and stops before it trains: one line, exit 75. A second signal while starting (not the
-echo of the first, which torchrun's agent sends within a second) ends the process at once, in one line, exit 75 as well:
-nothing was trained or saved. Importing this module installs nothing (a test or a notebook that imports train.py for its
-functions keeps its own Ctrl-C). Stdlib only, so that it costs nothing on `--help`. Only train.py installs it (eval.py
-has no stop to take a request over): other modules look for it in sys.modules.
+Importing torch and Hydra takes seconds, in which Python's defaults would answer a Ctrl-C with a KeyboardInterrupt
+traceback from deep inside an import and a SIGTERM with a silent death. `install` gives each stop signal that nothing
+handles yet (an ignored one stays ignored, as `nohup` and a shell's background jobs set them) a handler that only
+records the request; the run's handlers (trainkit.checkpointing.signals) `take_over` it and stop before training: one
+line, exit 75. A second signal while starting (not the echo of the first, which torchrun's agent sends within a second)
+ends the process at once, in one line, exit 75 as well. Stdlib only, so that it costs nothing on `--help`. Only train.py
+installs it (eval.py has no stop to take a request over): other modules look for it in sys.modules.
 """
 
 import os

@@ -1,18 +1,13 @@
 """Stop a run cleanly on SIGTERM, SIGUSR1, SIGINT or SIGHUP: finish the optimizer step, save, exit 75.
 
 SLURM sends SIGTERM (or --signal's USR1) before a time limit or a preemption; Ctrl-C sends SIGINT; a closed terminal or
-a dropped ssh session sends SIGHUP. SIGQUIT (Ctrl-\\) is left alone: it quits at once, without saving. A handler only
-records the request; train.py's `stop_reason` reads it after each optimizer update, the run writes checkpoints/last.pt
-there, says how to resume, and exits with EXIT_STOPPED (75, EX_TEMPFAIL). A second Ctrl-C before the checkpoint is
-written aborts at once (exit 130).
+a dropped ssh session sends SIGHUP; SIGQUIT (Ctrl-\\) is left alone: it quits at once, without saving. A handler only
+records the request; train.py's `stop_reason` reads it after each optimizer update, the run writes checkpoints/last.pt,
+says how to resume, and exits 75. A second Ctrl-C before the checkpoint is written aborts at once (exit 130); a SIGINT
+within SAME_CTRL_C_SECONDS of the first (the terminal's and torchrun's) is the same Ctrl-C.
 
 Under DDP every rank must stop after the same update, and agreeing costs a collective and a host sync, so the ranks
-agree only where the loop synchronizes anyway: at each logging step and each epoch's end. A single process reads its
-own flag after every update.
-
-The parent of self-started DDP workers passes each signal on as the same signal; workers start with the signals
-blocked, so a stop in the first second is as clean. A SIGINT within SAME_CTRL_C_SECONDS of the first (the terminal's
-and torchrun's, or the parent's) is the same Ctrl-C.
+agree only where the loop synchronizes anyway: at each logging step and each epoch's end.
 """
 
 import logging
@@ -47,13 +42,6 @@ CONTINUE_WITH_ENV = "TRAINKIT_CONTINUE_WITH"
 # Not read from the environment at import: submitit pickles train.py's functions and globals by value.
 STOP_SIGNAL_NAMES = tuple(s.name for s in STOP_SIGNALS)
 STOP_SIGNAL_NAMES = tuple(dict.fromkeys([*STOP_SIGNAL_NAMES, *submitit_requeue.SIGNAL_NAMES]))  # feature: slurm
-
-
-def handled_signals() -> tuple[signal.Signals, ...]:
-    """The signals that request a stop in this process: STOP_SIGNALS, and submitit's in its jobs."""
-    handled: tuple[signal.Signals, ...] = STOP_SIGNALS
-    handled = tuple(dict.fromkeys((*handled, *submitit_requeue.signals())))  # feature: slurm
-    return handled
 
 
 class Stopped(SystemExit):
@@ -129,7 +117,9 @@ def stop_handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[
     startup = sys.modules.get("trainkit.startup")  # train.py's handlers while it started: a request they took
     # First: taking over puts back the handlers startup replaced, so those (not its recorders) are restored after.
     _requested, _first_ctrl_c = startup.take_over() if startup else None, None
-    previous = {s: signal.getsignal(s) for s in handled_signals()}
+    handled: tuple[signal.Signals, ...] = STOP_SIGNALS
+    handled = tuple(dict.fromkeys((*handled, *submitit_requeue.signals())))  # feature: slurm (its signal in its jobs)
+    previous = {s: signal.getsignal(s) for s in handled}
     submitit_requeue.take_handler(previous)  # feature: slurm
     for s in previous:
         signal.signal(s, handler)
@@ -172,7 +162,8 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
     if is_main:
         checkpoints = run_dir.resolve() / "checkpoints"
         checkpoint = latest_checkpoint(checkpoints) or checkpoints / "last.pt"  # or a sharded last/
-        how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {_continue_command(checkpoint)}"
+        command = continue_command_instead() or f"python train.py {shlex.quote(f'resume={checkpoint}')}"
+        how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {command}"
         how = submitit_requeue.requeued_line(checkpoint) if leaving else how  # feature: slurm
         log.warning(f"stopped by {name} at epoch {epoch}, step {step}, {how}")
     barrier()
@@ -218,11 +209,6 @@ def stopped_before_training(name: str, when: str) -> Stopped:
             "start again with the same command (resume=auto starts afresh)"
         )
     return Stopped()
-
-
-def _continue_command(checkpoint: Path) -> str:
-    """A single run resumes its checkpoint; a sweep's job reruns the sweep where it can (CONTINUE_WITH_ENV)."""
-    return continue_command_instead() or f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted as it is
 
 
 def continue_command_instead() -> str | None:
