@@ -10,7 +10,7 @@ handles yet (an ignored one stays ignored, as `nohup` and a shell's background j
 records the request; the run's handlers (trainkit.checkpointing.signals) `take_over` it and stop before training: one
 line, exit 75. A second signal while starting (not the echo of the first, which torchrun's agent sends within a second)
 ends the process at once, in one line, exit 75 as well. Stdlib only, so that it costs nothing on `--help`. Only train.py
-installs it (eval.py has no stop to take a request over): other modules look for it in sys.modules.
+installs it (eval.py has no stop to take a request over); importing it installs nothing.
 """
 
 import os
@@ -19,9 +19,9 @@ import sys
 import time
 from types import FrameType
 
-# trainkit.checkpointing.signals's (a test checks that they agree): that module imports torch
+# Here, not in trainkit.checkpointing.signals (which imports them from here), since that module imports torch.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
-EXIT_STOPPED = 75
+EXIT_STOPPED = 75  # stopped by a signal, resumable (sysexits.h EX_TEMPFAIL)
 SAME_CTRL_C_SECONDS = 1.0
 
 _requested: str | None = None

@@ -146,8 +146,19 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
 
     explicit = composed.resume != AUTO
     checkpoint = find_checkpoint(composed.resume) if explicit else latest_checkpoint(run_dir / "checkpoints")
-    if checkpoint is None:  # resume=auto, and neither last.pt nor a sharded last/
-        _start_afresh(run_dir)
+    main = process_info().is_main  # under torchrun every rank resolves; one of them writes
+    if checkpoint is None:  # resume=auto, and neither last.pt nor a sharded last/: a new run
+        torn = remove_stale_temporary_files(run_dir / "checkpoints") if main else []
+        removed = f" (removed the torn {', '.join(torn)})" if torn else ""
+        message = f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}"
+        unfixed = unfixed_directory()
+        if unfixed is None:
+            log.info(message)
+        elif main:  # a rerun would never continue it
+            log.warning(
+                f"{message}; {unfixed} is named after the launch time, so a rerun gets a new directory and "
+                f"never continues this one: set {unfixed}=<a fixed directory> (e.g. outputs/runs/job-42)"
+            )
         composed.resume = None
         return composed, False
     state = read_checkpoint(checkpoint, mmap=True)
@@ -167,7 +178,6 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
         _check_model_fits_early(state["model"], resolved)
     position = f"epoch {state['epoch']}" + (f", batch {state['batches_done']}" if state["batches_done"] else " (done)")
     listed = "; changed: " + ", ".join(changes) if changes else "; config as in the checkpoint"
-    main = process_info().is_main  # under torchrun every rank resolves; one of them writes
     if main:
         log.info(f"resuming {checkpoint} at {position}, step {state['step']}{listed}")
     finished = finished_message(state, resolved, run_dir)
@@ -237,26 +247,6 @@ def refuse_a_new_run_over_another(run_dir: Path) -> None:
     )
 
 
-def _start_afresh(run_dir: Path) -> None:
-    """resume=auto found no checkpoint: say so, remove torn files, and warn where the directory is named after the
-    launch time (a rerun would never continue it)."""
-    from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
-    from trainkit.distributed.process_group import process_info
-
-    main = process_info().is_main
-    torn = remove_stale_temporary_files(run_dir / "checkpoints") if main else []
-    removed = f" (removed the torn {', '.join(torn)})" if torn else ""
-    message = f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}"
-    unfixed = unfixed_directory()
-    if unfixed is None:
-        log.info(message)
-    elif main:
-        log.warning(
-            f"{message}; {unfixed} is named after the launch time, so a rerun gets a new directory and "
-            f"never continues this one: set {unfixed}=<a fixed directory> (e.g. outputs/runs/job-42)"
-        )
-
-
 def _save_atomically(config: Any, path: Path) -> None:
     """Under torchrun the other ranks may be reading overrides.yaml (rewrite_argv) right now."""
     tmp = path.with_name(path.name + ".tmp")
@@ -296,12 +286,12 @@ def _changes(saved: Any, resolved: Any) -> list[str]:
 
 
 def _refuse_another_optimizer(state: dict, resolved: DictConfig) -> None:
-    saved = state["config"]
-    if saved.get("optimizer", {}).get("_target_") != resolved.optimizer.get("_target_"):
+    saved = state["config"].get("optimizer", {}).get("_target_")
+    if saved != resolved.optimizer.get("_target_"):
         raise ConfigError(
             "optimizer",
-            f"is {resolved.optimizer.get('_target_')} but the checkpoint's optimizer state is "
-            f"{saved.get('optimizer', {}).get('_target_')}'s; resume with the checkpoint's optimizer",
+            f"is {resolved.optimizer.get('_target_')} but the checkpoint's optimizer state is {saved}'s; "
+            "resume with the checkpoint's optimizer",
         )
 
 

@@ -26,15 +26,14 @@ import torch
 import torch.distributed as dist
 
 import trainkit.checkpointing.submitit_requeue as submitit_requeue  # feature: slurm
+from trainkit import startup
 from trainkit.checkpointing.files import latest_checkpoint
 from trainkit.distributed.process_group import barrier, process_info
+from trainkit.startup import EXIT_STOPPED, SAME_CTRL_C_SECONDS, STOP_SIGNALS
 
 log = logging.getLogger("train")
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
-EXIT_STOPPED = 75  # stopped by a signal, checkpoint written, resumable (sysexits.h EX_TEMPFAIL)
 EXIT_ABORTED = 130  # a second Ctrl-C: what a shell reports for a process ended by SIGINT
-SAME_CTRL_C_SECONDS = 1.0
 # A command that continues more than this run (a sweep's rerun), named by the stop lines instead of resume=; in the
 # environment so that sweep workers and DDP workers inherit it.
 CONTINUE_WITH_ENV = "TRAINKIT_CONTINUE_WITH"
@@ -114,9 +113,9 @@ def stop_on_signals(announce_abort: bool = True) -> Iterator[None]:
 def stop_handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     """`handler` for every stop signal and a fresh request state; the previous handlers back after."""
     global _requested, _first_ctrl_c, _saved
-    startup = sys.modules.get("trainkit.startup")  # train.py's handlers while it started: a request they took
-    # First: taking over puts back the handlers startup replaced, so those (not its recorders) are restored after.
-    _requested, _first_ctrl_c = startup.take_over() if startup else None, None
+    # First: taking over from train.py's handlers while it started (and a request they took) puts back the handlers
+    # they replaced, so those (not its recorders) are restored after.
+    _requested, _first_ctrl_c = startup.take_over(), None
     handled: tuple[signal.Signals, ...] = STOP_SIGNALS
     handled = tuple(dict.fromkeys((*handled, *submitit_requeue.signals())))  # feature: slurm (its signal in its jobs)
     previous = {s: signal.getsignal(s) for s in handled}
