@@ -150,20 +150,27 @@ def stop_signal(device: torch.device, agree: bool) -> str | None:
     return signal.Signals(value).name if value else None
 
 
-def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> SystemExit:
+def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool, tested: bool = False) -> SystemExit:
     """Say in one line (rank 0) why the run stopped and how it continues; return Stopped (under submitit, its requeue
-    exit). Every rank waits for rank 0's checkpoint and requeue (srun --kill-on-bad-exit would cut them short)."""
+    exit). Every rank waits for rank 0's checkpoint and requeue (srun --kill-on-bad-exit would cut them short).
+    `tested`: the run trained to its end and wrote summary.json, so nothing is left to resume."""
     global _saved
     barrier()
     _saved = True  # every rank has its checkpoint: from here a second Ctrl-C no longer aborts
     leaving: SystemExit | None = None  # what exits in place of Stopped
-    leaving = submitit_requeue.hand_over()  # feature: slurm
+    leaving = submitit_requeue.hand_over()  # feature: slurm (tested: requeued, its resume finds the run finished)
     if is_main:
-        checkpoints = run_dir.resolve() / "checkpoints"
-        checkpoint = latest_checkpoint(checkpoints) or checkpoints / "last.pt"  # or a sharded last/
-        command = continue_command_instead() or f"python train.py {shlex.quote(f'resume={checkpoint}')}"
-        how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {command}"
-        how = submitit_requeue.requeued_line(checkpoint) if leaving else how  # feature: slurm
+        sweep = continue_command_instead()
+        if tested:
+            then = f"; continue the sweep with: {sweep}" if sweep else "; nothing is left to resume"
+            written = f"{run_dir.resolve() / 'summary.json'} is written (exit code {EXIT_STOPPED})"
+            how = f"after training to its end: its test finished and {written}{then}"
+        else:
+            checkpoints = run_dir.resolve() / "checkpoints"
+            checkpoint = latest_checkpoint(checkpoints) or checkpoints / "last.pt"  # or a sharded last/
+            command = sweep or f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted as it is
+            how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {command}"
+            how = submitit_requeue.requeued_line(checkpoint) if leaving else how  # feature: slurm
         log.warning(f"stopped by {name} at epoch {epoch}, step {step}, {how}")
     barrier()
     return leaving or Stopped()
@@ -172,23 +179,8 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
 def stop_after_the_test(run_dir: Path, epoch: int, step: int, device: torch.device, is_main: bool) -> None:
     """A stop signal that came in the last epoch or the test: now that summary.json is written, stop as any stop does
     (exit 75), so a multirun stops too. Every rank calls it after the test; without a signal it returns."""
-    global _saved
-    name = stop_signal(device, agree=True)
-    if not name:
-        return
-    barrier()
-    _saved = True  # summary.json and every checkpoint are written: a second Ctrl-C no longer aborts
-    leaving: SystemExit | None = None  # what exits in place of Stopped
-    leaving = submitit_requeue.hand_over()  # feature: slurm (requeued, its resume finds the run finished)
-    if is_main:
-        sweep = continue_command_instead()
-        then = f"; continue the sweep with: {sweep}" if sweep else "; nothing is left to resume"
-        log.warning(
-            f"stopped by {name} at epoch {epoch}, step {step}, after training to its end: its test finished and "
-            f"{run_dir.resolve() / 'summary.json'} is written (exit code {EXIT_STOPPED}){then}"
-        )
-    barrier()
-    raise leaving or Stopped()
+    if name := stop_signal(device, agree=True):
+        raise stopped(name, run_dir, epoch, step, is_main, tested=True)
 
 
 def stop_if_requested_while_starting(agree_later: bool = False) -> None:
