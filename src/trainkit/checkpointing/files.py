@@ -45,35 +45,28 @@ CHECKED_KEYS |= {"per_sample": "trainkit.augment.sample_transforms"}  # feature:
 def find_checkpoint(
     given: str | Path, key: str = "resume", names: tuple[str, ...] = ("last.pt",), sharded: bool = True
 ) -> Path:
-    """The checkpoint file `key` names: a .pt file, or a run directory's checkpoints/<name> (the first of `names`).
-    `sharded=False` (eval.py): a sharded last/ is refused, naming best.pt beside it."""
+    """The checkpoint file `key` names: a .pt file, or a run directory's checkpoints/<name> (the first of `names`),
+    or its sharded last/. `sharded=False` (eval.py): a sharded last/ is refused, naming best.pt beside it."""
     path = Path(given).expanduser()
     wanted = " or ".join(f"checkpoints/{name}" for name in names)
     if not path.exists():
         raise ConfigError(key, f"{path} does not exist; give a run directory or its {wanted}")
-    if is_sharded_checkpoint(path):
-        return whole_or_sharded(path, key, sharded)
-    if path.is_dir():
-        for name in names:
-            for candidate in (path / "checkpoints" / name, path / name):
-                if candidate.is_file():
-                    return candidate
+    if path.is_dir() and not is_sharded_checkpoint(path):
+        folders = (path / "checkpoints", path)
+        found = [folder / name for name in names for folder in folders if (folder / name).is_file()]
         if "last.pt" in names:  # or a sharded last/
-            for checkpoints in (path / "checkpoints", path):
-                if found := latest_checkpoint(checkpoints):
-                    return whole_or_sharded(found, key, sharded)
-        raise ConfigError(key, f"{path} is a directory without {wanted}; give a run directory that saved a checkpoint")
-    return path
-
-
-def whole_or_sharded(checkpoint: Path, key: str, sharded: bool) -> Path:
-    """`checkpoint`, unless it is a sharded last/ where `sharded` is false: then refused, naming best.pt."""
-    if sharded or not checkpoint.is_dir():
-        return checkpoint
-    best = checkpoint.parent / "best.pt"
+            found += [last for folder in folders if (last := latest_checkpoint(folder))]
+        if not found:
+            raise ConfigError(
+                key, f"{path} is a directory without {wanted}; give a run directory that saved a checkpoint"
+            )
+        path = found[0]
+    if sharded or not path.is_dir():
+        return path
+    best = path.parent / "best.pt"
     fix = f"evaluate {best} (its full weights), or the run directory" if best.is_file() else "it has no best.pt yet"
     raise ConfigError(
-        key, f"{checkpoint} is a sharded checkpoint (every rank's shards, for resuming), not one eval.py reads; {fix}"
+        key, f"{path} is a sharded checkpoint (every rank's shards, for resuming), not one eval.py reads; {fix}"
     )
 
 
@@ -228,10 +221,7 @@ def check_output_dir(directory: str | None, key: str = "hydra.run.dir") -> None:
         try:
             os.rmdir(tempfile.mkdtemp(prefix=".trainkit-check-", dir=existing))
         except OSError as error:
-            reason = error.strerror or type(error).__name__
-            raise ConfigError(
-                key, f"{path} cannot be created: {existing} takes no new directories ({reason}); choose another path"
-            ) from None
+            why = f"{existing} takes no new directories ({error.strerror or type(error).__name__})"
+            raise ConfigError(key, f"{path} cannot be created: {why}; choose another path") from None
     except OSError as error:  # also from exists() (a name too long, a loop of links)
-        reason = error.strerror or str(error)
-        raise ConfigError(key, f"{path} cannot be created: {reason}; choose another path") from None
+        raise ConfigError(key, f"{path} cannot be created: {error.strerror or error}; choose another path") from None
