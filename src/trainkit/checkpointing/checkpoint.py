@@ -21,6 +21,7 @@ from trainkit.checkpointing.files import (
     is_sharded_checkpoint,
     load_optimizer_state,
 )
+from trainkit.config.schema import to_dict
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,7 @@ def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    """`state` with the format version, written to a temporary file, then renamed: a crash
-    mid-write never leaves a torn checkpoint."""
+    """`state` with the format version, written to a temporary file, then renamed: a crash never leaves it torn."""
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(tmp: Path) -> None:
@@ -119,29 +119,21 @@ def averaged_weights(state: dict) -> dict:
     return {key.removeprefix("module."): value for key, value in state.items() if key.startswith("module.")}
 
 
-def optimization_changed(cfg: DictConfig, saved_config: dict) -> bool:
-    """Whether this run's optimizer settings differ from the checkpoint's (an override on resume),
-    so the param groups take the config's values rather than the saved ones."""
-    from trainkit.config.schema import to_dict
-
-    if saved_config.get("optimizer") != (to_dict(cfg.optimizer) if "optimizer" in cfg else None):
-        return True
-    scaled = OmegaConf.select(cfg, "optimizer.scale_lr_with_batch", default=False)
-    batch_keys = ("data.batch_size", "trainer.accumulate_grad_batches")
-    saved = OmegaConf.create(saved_config)
-    return bool(scaled) and any(OmegaConf.select(saved, k) != OmegaConf.select(cfg, k) for k in batch_keys)
-
-
 def restore_optimizer_and_schedule(
     optimizer: torch.optim.Optimizer, scheduler: Any, state: dict, cfg: DictConfig
 ) -> None:
-    """The optimizer's state and the schedule's position from a checkpoint. Where this run's optimizer
-    settings differ from the checkpoint's, the config's hyperparameters replace the saved ones; the
-    next update's LR comes from the schedule built from this config, not from the saved LR."""
+    """The optimizer's state and the schedule's position from a checkpoint. Where this run's optimizer settings differ
+    from the checkpoint's (an override on resume, or the batch size an LR scales with), the config's hyperparameters
+    replace the saved ones; the next update's LR comes from the schedule built from this config, not the saved LR."""
     configured = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     load_optimizer_state(optimizer, state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    if optimization_changed(cfg, state["config"]):
+    saved = OmegaConf.create(state["config"])
+    batch_keys = ("data.batch_size", "trainer.accumulate_grad_batches")
+    rescaled = OmegaConf.select(cfg, "optimizer.scale_lr_with_batch", default=False) and any(
+        OmegaConf.select(saved, key) != OmegaConf.select(cfg, key) for key in batch_keys
+    )
+    if rescaled or state["config"].get("optimizer") != (to_dict(cfg.optimizer) if "optimizer" in cfg else None):
         for group, settings in zip(optimizer.param_groups, configured):
             group.update(settings)
         scheduler.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]

@@ -6,6 +6,7 @@ including values the run found itself (a batch size, a class count).
 import re
 from collections.abc import Callable
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.config.filled_in import flatten
@@ -23,8 +24,6 @@ def hydra_quote(value: str) -> str:
 
 def _touched(overrides: list[str], composed: DictConfig, explicit: bool, when: str) -> list[tuple[str, bool]]:
     """(config key, deleted) for each override: `a.b=1` -> a.b; a group `optimizer=adamw` -> optimizer."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     touched = []
     for override in OverridesParser.create().parse_overrides(overrides):
         key = override.key_or_group.replace("/", ".")

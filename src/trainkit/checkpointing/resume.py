@@ -18,14 +18,25 @@ import re
 from pathlib import Path
 from typing import Any
 
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
 from trainkit.checkpointing.continued_run import finished_message, has_summary
+from trainkit.checkpointing.files import (
+    check_model_fits,
+    check_output_dir,
+    find_checkpoint,
+    latest_checkpoint,
+    read_checkpoint,
+)
 from trainkit.checkpointing.overrides import config_with_overrides, flatten, hydra_quote
 from trainkit.config.filled_in import as_set
+from trainkit.distributed.process_group import any_rank, launched_externally, process_info
 from trainkit.errors import ConfigError
-
-# torch-based modules are imported where used: trainkit.cli imports this module for every command, `--help` included.
+from trainkit.models.build import build_model
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +49,8 @@ INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-s
 
 
 def _value(argv: list[str], key: str) -> str | None:
-    for arg in reversed(argv):
-        if arg.startswith(f"{key}="):
-            return arg.split("=", 1)[1].strip("'\"")
-    return None
+    values = [arg.split("=", 1)[1] for arg in argv if arg.startswith(f"{key}=")]
+    return values[-1].strip("'\"") if values else None
 
 
 _PLAIN = re.compile(r"[\w/.:@%+~-]*", re.ASCII)  # a value Hydra reads unquoted as this one string
@@ -75,9 +84,6 @@ def is_multirun(argv: list[str]) -> bool:
 
 def in_multirun() -> bool:
     """True inside a job launched by `-m` / `hydra.mode=MULTIRUN` (any sweeper, any launcher)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
@@ -90,8 +96,6 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
         return argv
     resume = _value(overrides, "resume")
     multirun = is_multirun(argv)
-    from trainkit.checkpointing.files import check_output_dir, find_checkpoint, read_checkpoint
-
     if not resumes and resume not in (None, "", "null", "None"):
         raise ConfigError("resume", f"{Path(argv[0]).name} continues no run; drop resume= (train.py resume= does)")
     if resume in (None, "", "null", "None", AUTO):
@@ -140,10 +144,6 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
         refuse_a_new_run_over_another(run_dir)
     if not isinstance(composed.resume, str) or composed.resume == "":
         return composed, False  # null, or a wrong type that trainkit.config.validation reports
-    from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
-    from trainkit.checkpointing.files import find_checkpoint, latest_checkpoint, read_checkpoint
-    from trainkit.distributed.process_group import process_info
-
     explicit = composed.resume != AUTO
     checkpoint = find_checkpoint(composed.resume) if explicit else latest_checkpoint(run_dir / "checkpoints")
     main = process_info().is_main  # under torchrun every rank resolves; one of them writes
@@ -222,8 +222,6 @@ def refuse_another_trial(changes: list[str], overrides: list[str], run_dir: Path
 def refuse_a_new_run_over_another(run_dir: Path) -> None:
     """Refuse a new run (no resume=) in a directory holding a run's checkpoint, metrics lines or summary.json, naming
     resume= and another directory instead. Only Hydra's record and a log: nothing to lose, the new run starts there."""
-    from trainkit.checkpointing.files import latest_checkpoint
-
     checkpoints = run_dir / "checkpoints"
     resumable = latest_checkpoint(checkpoints)
     checkpoint = resumable or next(iter(sorted(checkpoints.glob("*.pt"))), None)
@@ -257,9 +255,6 @@ def _save_atomically(config: Any, path: Path) -> None:
 def unfixed_directory(hydra: Any = None) -> str | None:
     """The key (hydra.run.dir or hydra.sweep.dir) whose directory interpolates the launch time, so resume=auto could
     never continue it; else None (always in a submitit job: its requeue keeps the directory)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     hydra = hydra or (HydraConfig.get() if HydraConfig.initialized() else None)
     if hydra is None or os.environ.get("SUBMITIT_EXECUTOR"):
         return None
@@ -270,8 +265,6 @@ def unfixed_directory(hydra: Any = None) -> str | None:
 
 
 def _hydra_task_overrides() -> list[str]:
-    from hydra.core.hydra_config import HydraConfig
-
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
@@ -324,8 +317,6 @@ def refuse_weights_only(checkpoint: Path, state: dict) -> None:
 
 def _planned_world_size(cfg: DictConfig) -> int | None:
     """How many processes will train; None where the launch refuses the run (several processes none started)."""
-    from trainkit.distributed.process_group import launched_externally, process_info
-
     if launched_externally():
         return process_info().world_size
     if cfg.distributed.name == "none":
@@ -370,8 +361,6 @@ def refuse_another_epoch_plan(state: dict, plan: dict, config: dict, rank: int, 
     saved = state.get("epoch_plan") or []  # none at an epoch's end (and in checkpoints from before plans)
     if not state["batches_done"] or rank >= len(saved):
         return
-    from trainkit.distributed.process_group import any_rank
-
     if not any_rank(saved[rank] != plan, device):
         return
     split = [change.split(" ", 1) for change in _changes(state["config"], config)]
@@ -396,11 +385,6 @@ def refuse_another_epoch_plan(state: dict, plan: dict, config: dict, rank: int, 
 
 def _check_model_fits_early(weights: dict, cfg: DictConfig) -> None:
     """Check the new model, built on the meta device, against the checkpoint's weights (or at load, if it cannot be)."""
-    import torch
-
-    from trainkit.checkpointing.files import check_model_fits
-    from trainkit.models.build import build_model
-
     try:
         with torch.device("meta"):
             model = build_model(cfg.model)

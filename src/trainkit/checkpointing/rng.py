@@ -9,6 +9,8 @@ import random
 import numpy as np
 import torch
 
+from trainkit.runtime import seed_everything
+
 
 def rng_states() -> dict:
     """Every random stream a resumed run needs to continue exactly. The layout is part of the checkpoint format (old
@@ -43,6 +45,4 @@ def restore_rank_rng_states(streams: list, rank: int, world_size: int, reseed: i
     if len(streams) == world_size:
         restore_rng_states(streams[rank])
     else:
-        from trainkit.runtime import seed_everything
-
         seed_everything(reseed)
