@@ -1,6 +1,5 @@
-"""Checkpoints and what continues from them: atomic, versioned checkpoint files, resume (the checkpoint's config with
-this command's overrides), every RNG stream, and stop signals (save at the step, exit 75). What a checkpoint holds is
-listed in trainkit/run.py, next to the Run record. train.py imports from here; the modules inside import each other
+"""Checkpoints and what continues from them: checkpoint files, resume, every RNG stream, and stop signals. What a
+checkpoint holds is listed in trainkit/run.py. train.py imports from here; the modules inside import each other
 directly."""
 
 from trainkit.checkpointing.checkpoint import (

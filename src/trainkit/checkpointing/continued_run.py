@@ -1,7 +1,6 @@
-"""What resuming finds in a run's directory: whether the run has finished (then one line says how to extend it, and a
-sweeper gets its value from summary.json) or trained to its end without writing summary.json (killed during its test:
-the resume tests it), and the metrics lines written after the checkpoint (in metrics.jsonl, and the files of trackers
-that trim their own), which the resumed run writes again."""
+"""What resuming finds in a run's directory: whether the run has finished, or trained to its end without writing
+summary.json (killed during its test: the resume tests it), and the metrics lines written after the checkpoint (in
+metrics.jsonl, and the files of trackers that trim their own), which the resumed run writes again."""
 
 import functools
 import json

@@ -1,8 +1,6 @@
-"""The paths a run reads and writes, checked before use: the checkpoint `resume=` (or eval.py's
-`checkpoint=`) points at, and whether it fits the model and optimizer; the output directory.
-
-Every way a path can be wrong is one ConfigError line that says what was found and what to do.
-"""
+"""The paths a run reads and writes, checked before use: the checkpoint `resume=` (or eval.py's `checkpoint=`) points
+at, and whether it fits the model and optimizer; the output directory. Every way a path can be wrong is one ConfigError
+line that says what was found and what to do."""
 
 import os
 import tempfile

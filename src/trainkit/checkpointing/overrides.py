@@ -14,10 +14,9 @@ from trainkit.errors import ConfigError
 
 
 def hydra_quote(value: str) -> str:
-    """`value` as a quoted Hydra override value that Hydra reads back unchanged: a path with commas and '=' (the
-    directories `hydra.sweep.subdir=${hydra.job.override_dirname}` makes), spaces, brackets or non-ASCII letters would
-    otherwise be a sweep, a list or a syntax error. Hydra's rules: a quote is escaped with a backslash, backslashes only
-    before a quote or at the end are doubled, and `${` would interpolate."""
+    """`value` as a quoted Hydra override value that Hydra reads back unchanged: a path with commas and '=' (a sweep's
+    override_dirname), spaces, brackets or non-ASCII letters would otherwise be a sweep, a list or a syntax error.
+    Hydra's rules: quotes get a backslash, backslashes before a quote or at the end are doubled, `${` interpolates."""
     escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
     return "'" + escaped.replace("${", "\\${") + "'"
 

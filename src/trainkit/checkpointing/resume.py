@@ -331,18 +331,15 @@ def _planned_world_size(cfg: DictConfig) -> int | None:
 def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> None:
     """A checkpoint written inside an epoch counts its batches in the shards of its number of processes; with another
     number, "batch 5" is another place in the data. Checked where the processes exist (under torchrun and SLURM the
-    config does not say how many there are); the checkpoint holds one RNG snapshot a process."""
+    config does not say how many there are); the checkpoint holds one RNG snapshot per process."""
     saved = len(state.get("rng") or [world_size])  # (a checkpoint without RNG streams cannot tell)
     if state["batches_done"] and saved != world_size:
-
-        def processes(count: int) -> str:
-            return f"{count} process{'es' if count != 1 else ''}"
-
+        now, then = (f"{count} process{'es' if count != 1 else ''}" for count in (world_size, saved))
         raise ConfigError(
             "distributed.nproc_per_node",
-            f"this run has {processes(world_size)} but {processes(saved)} wrote its checkpoint inside epoch "
-            f"{state['epoch']} (after batch {state['batches_done']}): the batches already trained would be "
-            f"miscounted; resume with {processes(saved)}, or from an epoch's end",
+            f"this run has {now} but {then} wrote its checkpoint inside epoch {state['epoch']} (after batch "
+            f"{state['batches_done']}): the batches already trained would be miscounted; resume with {then}, or from "
+            "an epoch's end",
         )
 
 
