@@ -1,17 +1,12 @@
-"""A stop signal while train.py starts: `install()`, called by the script itself before torch and Hydra import.
-
-    from trainkit import startup        # train.py's first lines
-    if __name__ == "__main__":
-        startup.install()
-
-Importing torch and Hydra takes seconds, in which Python's defaults would answer a Ctrl-C with a KeyboardInterrupt
-traceback from deep inside an import and a SIGTERM with a silent death. `install` gives each stop signal that nothing
-handles yet (an ignored one stays ignored, as `nohup` and a shell's background jobs set them) a handler that only
-records the request; the run's handlers (trainkit.checkpointing.signals) `take_over` it and stop before training: one
-line, exit 75. A second signal while starting (not the echo of the first, which torchrun's agent sends within a second)
-ends the process at once, in one line, exit 75 as well. Stdlib only, so that it costs nothing on `--help`. Only train.py
-installs it (eval.py has no stop to take a request over); importing it installs nothing.
-"""
+"""A stop signal while train.py starts: `install()`, called in the script's first lines (under `if __name__ ==
+"__main__":`), before torch and Hydra import. Importing torch and Hydra takes seconds, in which Python's defaults would
+answer a Ctrl-C with a KeyboardInterrupt traceback from deep inside an import and a SIGTERM with a silent death.
+`install` gives each stop signal that nothing handles yet (an ignored one stays ignored, as `nohup` and a shell's
+background jobs set them) a handler that only records the request; the run's handlers (trainkit.checkpointing.signals)
+`take_over` it and stop before training: one line, exit 75. A second signal while starting (not the echo of the first,
+which torchrun's agent sends within a second) ends the process at once, in one line, exit 75 as well. Stdlib only, so
+that it costs nothing on `--help`. Only train.py installs it (eval.py has no stop to take a request over); importing it
+installs nothing."""
 
 import os
 import signal
@@ -61,8 +56,7 @@ def done() -> None:
 
 
 def install() -> None:
-    """Record the stop signals that nothing handles yet until the run's handlers `take_over` (from the
-    script's first lines: `python train.py` runs it; an import of train.py for its functions does not)."""
+    """Record the stop signals that nothing handles yet, until the run's handlers `take_over`."""
     global _requested, _first_at
     _requested, _first_at = None, None  # a new start (a test may run train.py's entry several times in one process)
     try:

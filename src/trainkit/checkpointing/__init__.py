@@ -1,6 +1,5 @@
-"""Checkpoints and what continues from them: checkpoint files, resume, every RNG stream, and stop signals. What a
-checkpoint holds is listed in trainkit/run.py. train.py imports from here; the modules inside import each other
-directly."""
+"""Checkpoints and what continues from them: resume, every RNG stream, stop signals (what a checkpoint holds: see
+trainkit/run.py). train.py imports from here; the modules inside import each other directly."""
 
 from trainkit.checkpointing.checkpoint import (
     averaged_weights,

@@ -1,7 +1,6 @@
-"""Atomic, format-versioned checkpoints that load with torch.load(weights_only=True), the bare model inside DDP /
-torch.compile whose state dict they hold, and the pieces of a resume that take more than a load_state_dict (weights that
-must fit, an optimizer whose settings changed, an average of the weights evaluated in their place). What a checkpoint
-holds is `Run.state_dict()` (trainkit/run.py); RNG snapshots: trainkit.checkpointing.rng."""
+"""Atomic, format-versioned checkpoints that load with torch.load(weights_only=True), the bare model (under DDP or
+torch.compile) whose state dict they hold, and the parts of a resume beyond a load_state_dict (weights that must fit,
+changed optimizer settings, an average of the weights). What one holds is `Run.state_dict()` (trainkit/run.py)."""
 
 import errno
 import logging
@@ -98,9 +97,8 @@ def load_weights(model: torch.nn.Module, weights: dict) -> None:
 
 
 def restore_averaged(averaged: AveragedModel | None, state: dict) -> None:
-    """A checkpoint's average of the weights (`averaged`: Run.averaged's, a feature's) back in place. A checkpoint
-    without one (the feature switched on since) starts the average from its weights; one this run keeps none of
-    is not used."""
+    """A checkpoint's average of the weights (`averaged`: Run.averaged's, a feature's) back in place. Without one (the
+    feature switched on since) the average starts from its weights; one this run keeps none of is not used."""
     if averaged is None:
         if state.get("averaged") is not None:
             log.info("the checkpoint's averaged weights are not used: no feature averages the weights in this run")

@@ -19,9 +19,8 @@ REQUIRED_KEYS = ("model", "optimizer", "scheduler", "epoch", "step", "batches_do
 # A sharded checkpoint (checkpoints/last/): every rank's DCP shards, complete once DCP wrote its metadata, and state.pt
 # beside them with the rest, read here without the shards.
 SHARDED_METADATA, SHARDED_REST = ".metadata", "state.pt"
-# What format-1 checkpoints written before the model and data nodes became plain constructor
-# arguments hold, and what it is now: read_checkpoint moves it, so a run from before the change
-# resumes and evaluates (the old keys would reach the model's constructor, the old targets are gone).
+# What format-1 checkpoints from before the model and data nodes became plain constructor arguments hold, and where it
+# is now: read_checkpoint moves it, so such a run resumes and evaluates (its old keys and targets would fail).
 MOVED_MODEL_KEYS = ("pretrained_path", "freeze", "freeze_bn", "input_size")  # feature: finetune
 RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced them
     "trainkit.data.datasets.load_digits": "trainkit.data.datasets.Digits",
@@ -174,8 +173,7 @@ def check_model_fits(model_state: dict, model: torch.nn.Module) -> None:
                 f"{key} is {list(saved.shape)} in the checkpoint but {list(tensor.shape)} in this model: another "
                 f"architecture; use the checkpoint's model settings",
             )
-    extra = [key for key in model_state if key not in expected]
-    if extra:
+    if extra := [key for key in model_state if key not in expected]:
         raise ConfigError("model", f"the checkpoint has weights this model lacks ({extra[0]}): another architecture")
 
 

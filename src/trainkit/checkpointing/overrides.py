@@ -1,7 +1,6 @@
 """A checkpoint's config with a command line's overrides on top: what a resume trains with, and what eval.py evaluates
 with. Only what the command line sets comes from the config Hydra composed from it; the rest stays as the run had it,
-including values the run found itself (a batch size, a class count).
-"""
+including values the run found itself (a batch size, a class count)."""
 
 import re
 from collections.abc import Callable

@@ -7,8 +7,7 @@
 Two steps, because Hydra creates the run directory before train.py's main runs and reads only the command line before
 it does: `rewrite_argv` (before Hydra) checks the checkpoint and puts its run directory and overrides on the command
 line; `resumed_config` (in main) takes the keys this command sets into the checkpoint's config. Every rank resolves
-alike (under torchrun each reads the same checkpoint and command line).
-"""
+alike (under torchrun each reads the same checkpoint and command line)."""
 
 import hashlib
 import json
@@ -78,8 +77,7 @@ def run_dir_of(checkpoint: Path) -> Path | None:
 
 def is_multirun(argv: list[str]) -> bool:
     """Whether this command line starts a multirun (-m, or a search config, which sets hydra.mode)."""
-    overrides = [arg for arg in argv[1:] if "=" in arg]
-    return any(arg in ("-m", "--multirun") for arg in argv) or _value(overrides, "hparams_search") is not None
+    return any(arg in ("-m", "--multirun") for arg in argv) or _value(argv[1:], "hparams_search") is not None
 
 
 def in_multirun() -> bool:
@@ -194,8 +192,7 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
         if finished and main:
             log.info(finished)
         return resolved, bool(finished)
-    stale = remove_stale_temporary_files(checkpoint.parent)
-    if stale:
+    if stale := remove_stale_temporary_files(checkpoint.parent):
         log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
     if (run_dir / ".hydra").is_dir():  # the config as set (what the run fills in: record_filled_in), its overrides
         _save_atomically(as_set(resolved, composed, run_dir), run_dir / ".hydra" / "config.yaml")

@@ -1,8 +1,7 @@
 """Every random stream a run draws from (Python, NumPy, torch on the CPU, each CUDA device): one snapshot as plain
 containers that load with torch.load(weights_only=True) (checkpoints hold every rank's), and its restore, after which
 the next draws are the ones the snapshot would have made. Code that draws from torch's generators alone can use
-torch.random.fork_rng instead: that covers torch and CUDA, not Python's `random` or NumPy.
-"""
+torch.random.fork_rng instead: that covers torch and CUDA, not Python's `random` or NumPy."""
 
 import random
 

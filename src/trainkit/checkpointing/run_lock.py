@@ -2,8 +2,7 @@
 both write checkpoints/last.pt. The owner holds an flock on `<run dir>/.lock` and writes its PID and host there; a
 second run gets one line naming them. The kernel releases an flock when its holder's file closes, which a killed or
 crashed process does too, so a lock is never left stuck. The file itself stays: deleting it would let a third run lock
-a new file while the second still held the old one.
-"""
+a new file while the second still held the old one."""
 
 import contextlib
 import fcntl

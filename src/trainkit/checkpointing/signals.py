@@ -4,11 +4,9 @@ SLURM sends SIGTERM (or --signal's USR1) before a time limit or a preemption; Ct
 a dropped ssh session sends SIGHUP; SIGQUIT (Ctrl-\\) is left alone: it quits at once, without saving. A handler only
 records the request; train.py's `stop_reason` reads it after each optimizer update, the run writes checkpoints/last.pt,
 says how to resume, and exits 75. A second Ctrl-C before the checkpoint is written aborts at once (exit 130); a SIGINT
-within SAME_CTRL_C_SECONDS of the first (the terminal's and torchrun's) is the same Ctrl-C.
-
-Under DDP every rank must stop after the same update, and agreeing costs a collective and a host sync, so the ranks
-agree only where the loop synchronizes anyway: at each logging step and each epoch's end.
-"""
+within SAME_CTRL_C_SECONDS of the first (the terminal's and torchrun's) is the same Ctrl-C. Under DDP every rank must
+stop after the same update, and agreeing costs a collective and a host sync, so the ranks agree only where the loop
+synchronizes anyway: at each logging step and each epoch's end."""
 
 import logging
 import os
