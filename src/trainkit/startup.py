@@ -1,19 +1,12 @@
-"""A stop signal while train.py starts: `install()`, called by the script itself before torch and Hydra import.
-
-    from trainkit import startup        # train.py's first lines
-    if __name__ == "__main__":
-        startup.install()
-
-Importing torch and Hydra takes seconds. Until the run's own handlers listen (trainkit.checkpointing.signals), Python's
-defaults would answer a Ctrl-C with a KeyboardInterrupt traceback from deep inside an import and a SIGTERM with a silent
-death. `install` puts, for each stop signal that nothing handles yet (Python's default; an ignored signal stays ignored,
-as `nohup` and a shell's background jobs set them), a handler that only records the request. The run takes it over when
-its handlers start (`take_over`), and stops before it trains: one line, exit 75. A second signal while starting (not the
-echo of the first, which torchrun's agent sends within a second) ends the process at once, in one line, exit 75 as well:
-nothing was trained or saved. Importing this module installs nothing (a test or a notebook that imports train.py for its
-functions keeps its own Ctrl-C). Stdlib only, so that it costs nothing on `--help`. Only train.py installs it (eval.py
-has no stop to take a request over): other modules look for it in sys.modules.
-"""
+"""A stop signal while train.py starts: `install()`, called in the script's first lines (under `if __name__ ==
+"__main__":`), before torch and Hydra import. Importing torch and Hydra takes seconds, in which Python's defaults would
+answer a Ctrl-C with a KeyboardInterrupt traceback from deep inside an import and a SIGTERM with a silent death.
+`install` gives each stop signal that nothing handles yet (an ignored one stays ignored, as `nohup` and a shell's
+background jobs set them) a handler that only records the request; the run's handlers (trainkit.checkpointing.signals)
+`take_over` it and stop before training: one line, exit 75. A second signal while starting (not the echo of the first,
+which torchrun's agent sends within a second) ends the process at once, in one line, exit 75 as well. Stdlib only, so
+that it costs nothing on `--help`. Only train.py installs it (eval.py has no stop to take a request over); importing it
+installs nothing."""
 
 import os
 import signal
@@ -21,9 +14,9 @@ import sys
 import time
 from types import FrameType
 
-# trainkit.checkpointing.signals's (a test checks that they agree): that module imports torch
+# Here, not in trainkit.checkpointing.signals (which imports them from here), since that module imports torch.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
-EXIT_STOPPED = 75
+EXIT_STOPPED = 75  # stopped by a signal, resumable (sysexits.h EX_TEMPFAIL)
 SAME_CTRL_C_SECONDS = 1.0
 
 _requested: str | None = None
@@ -63,8 +56,7 @@ def done() -> None:
 
 
 def install() -> None:
-    """Record the stop signals that nothing handles yet until the run's handlers `take_over` (from the
-    script's first lines: `python train.py` runs it; an import of train.py for its functions does not)."""
+    """Record the stop signals that nothing handles yet, until the run's handlers `take_over`."""
     global _requested, _first_at
     _requested, _first_at = None, None  # a new start (a test may run train.py's entry several times in one process)
     try:

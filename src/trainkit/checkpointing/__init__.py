@@ -1,12 +1,8 @@
-"""Checkpoints and what continues from them: atomic, versioned checkpoint files, resume (the
-checkpoint's config with this command's overrides), every RNG stream, and stop signals (save at the
-step, exit 75). What a checkpoint holds is listed in trainkit/run.py, next to the Run record.
-
-train.py imports from here; the modules inside import each other directly."""
+"""Checkpoints and what continues from them: resume, every RNG stream, stop signals (what a checkpoint holds: see
+trainkit/run.py). train.py imports from here; the modules inside import each other directly."""
 
 from trainkit.checkpointing.checkpoint import (
     averaged_weights,
-    copy_checkpoint,
     load_checkpoint,
     load_weights,
     restore_averaged,
@@ -34,7 +30,6 @@ from trainkit.checkpointing.signals import (
 __all__ = [
     "STOP_SIGNAL_NAMES",
     "averaged_weights",
-    "copy_checkpoint",
     "epoch_plan",
     "finished_value",
     "load_checkpoint",

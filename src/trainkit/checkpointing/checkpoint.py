@@ -1,7 +1,6 @@
-"""Atomic, format-versioned checkpoints that load with torch.load(weights_only=True), the bare model inside DDP /
-torch.compile whose state dict they hold, and the pieces of a resume that take more than a load_state_dict (weights that
-must fit, an optimizer whose settings changed, an average of the weights evaluated in their place). What a checkpoint
-holds is `Run.state_dict()` (trainkit/run.py); RNG snapshots: trainkit.checkpointing.rng."""
+"""Atomic, format-versioned checkpoints that load with torch.load(weights_only=True), the bare model (under DDP or
+torch.compile) whose state dict they hold, and the parts of a resume beyond a load_state_dict (weights that must fit,
+changed optimizer settings, an average of the weights). What one holds is `Run.state_dict()` (trainkit/run.py)."""
 
 import errno
 import logging
@@ -21,6 +20,7 @@ from trainkit.checkpointing.files import (
     is_sharded_checkpoint,
     load_optimizer_state,
 )
+from trainkit.config.schema import to_dict
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,7 @@ def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    """`state` with the format version, written to a temporary file, then renamed: a crash
-    mid-write never leaves a torn checkpoint."""
+    """`state` with the format version, written to a temporary file, then renamed: a crash never leaves it torn."""
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(tmp: Path) -> None:
@@ -98,9 +97,8 @@ def load_weights(model: torch.nn.Module, weights: dict) -> None:
 
 
 def restore_averaged(averaged: AveragedModel | None, state: dict) -> None:
-    """A checkpoint's average of the weights (`averaged`: Run.averaged's, a feature's) back in place. A checkpoint
-    without one (the feature switched on since) starts the average from its weights; one this run keeps none of
-    is not used."""
+    """A checkpoint's average of the weights (`averaged`: Run.averaged's, a feature's) back in place. Without one (the
+    feature switched on since) the average starts from its weights; one this run keeps none of is not used."""
     if averaged is None:
         if state.get("averaged") is not None:
             log.info("the checkpoint's averaged weights are not used: no feature averages the weights in this run")
@@ -119,29 +117,21 @@ def averaged_weights(state: dict) -> dict:
     return {key.removeprefix("module."): value for key, value in state.items() if key.startswith("module.")}
 
 
-def optimization_changed(cfg: DictConfig, saved_config: dict) -> bool:
-    """Whether this run's optimizer settings differ from the checkpoint's (an override on resume),
-    so the param groups take the config's values rather than the saved ones."""
-    from trainkit.config.schema import to_dict
-
-    if saved_config.get("optimizer") != (to_dict(cfg.optimizer) if "optimizer" in cfg else None):
-        return True
-    scaled = OmegaConf.select(cfg, "optimizer.scale_lr_with_batch", default=False)
-    batch_keys = ("data.batch_size", "trainer.accumulate_grad_batches")
-    saved = OmegaConf.create(saved_config)
-    return bool(scaled) and any(OmegaConf.select(saved, k) != OmegaConf.select(cfg, k) for k in batch_keys)
-
-
 def restore_optimizer_and_schedule(
     optimizer: torch.optim.Optimizer, scheduler: Any, state: dict, cfg: DictConfig
 ) -> None:
-    """The optimizer's state and the schedule's position from a checkpoint. Where this run's optimizer
-    settings differ from the checkpoint's, the config's hyperparameters replace the saved ones; the
-    next update's LR comes from the schedule built from this config, not from the saved LR."""
+    """The optimizer's state and the schedule's position from a checkpoint. Where this run's optimizer settings differ
+    from the checkpoint's (an override on resume, or the batch size an LR scales with), the config's hyperparameters
+    replace the saved ones; the next update's LR comes from the schedule built from this config, not the saved LR."""
     configured = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     load_optimizer_state(optimizer, state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    if optimization_changed(cfg, state["config"]):
+    saved = OmegaConf.create(state["config"])
+    batch_keys = ("data.batch_size", "trainer.accumulate_grad_batches")
+    rescaled = OmegaConf.select(cfg, "optimizer.scale_lr_with_batch", default=False) and any(
+        OmegaConf.select(saved, key) != OmegaConf.select(cfg, key) for key in batch_keys
+    )
+    if rescaled or state["config"].get("optimizer") != (to_dict(cfg.optimizer) if "optimizer" in cfg else None):
         for group, settings in zip(optimizer.param_groups, configured):
             group.update(settings)
         scheduler.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]

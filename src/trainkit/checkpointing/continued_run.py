@@ -1,7 +1,6 @@
-"""What resuming finds in a run's directory: whether the run has finished (then one line says how
-to extend it, and a sweeper gets its value from summary.json) or trained to its end without writing
-summary.json (killed during its test: the resume tests it), and the metrics lines written after
-the checkpoint (in metrics.jsonl, and the files of trackers that trim their own), which the resumed run writes again."""
+"""What resuming finds in a run's directory: whether the run has finished, or trained to its end without writing
+summary.json (killed during its test: the resume tests it), and the metrics lines written after the checkpoint (in
+metrics.jsonl, and the files of trackers that trim their own), which the resumed run writes again."""
 
 import functools
 import json
@@ -44,8 +43,7 @@ def finished_message(state: dict, cfg: DictConfig, run_dir: Path) -> str | None:
     if reason == "early_stopping":
         return (
             f"{where} (early stopping: no improvement for {early.patience} epoch{'s' if early.patience != 1 else ''}); "
-            f"resume with a higher "
-            f"regularization.early_stopping.patience or regularization.early_stopping.enabled=false"
+            "resume with a higher regularization.early_stopping.patience or regularization.early_stopping.enabled=false"
         )
     return None
 

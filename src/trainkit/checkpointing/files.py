@@ -1,8 +1,6 @@
-"""The paths a run reads and writes, checked before use: the checkpoint `resume=` (or eval.py's
-`checkpoint=`) points at, and whether it fits the model and optimizer; the output directory.
-
-Every way a path can be wrong is one ConfigError line that says what was found and what to do.
-"""
+"""The paths a run reads and writes, checked before use: the checkpoint `resume=` (or eval.py's `checkpoint=`) points
+at, and whether it fits the model and optimizer; the output directory. Every way a path can be wrong is one ConfigError
+line that says what was found and what to do."""
 
 import os
 import tempfile
@@ -21,9 +19,8 @@ REQUIRED_KEYS = ("model", "optimizer", "scheduler", "epoch", "step", "batches_do
 # A sharded checkpoint (checkpoints/last/): every rank's DCP shards, complete once DCP wrote its metadata, and state.pt
 # beside them with the rest, read here without the shards.
 SHARDED_METADATA, SHARDED_REST = ".metadata", "state.pt"
-# What format-1 checkpoints written before the model and data nodes became plain constructor
-# arguments hold, and what it is now: read_checkpoint moves it, so a run from before the change
-# resumes and evaluates (the old keys would reach the model's constructor, the old targets are gone).
+# What format-1 checkpoints from before the model and data nodes became plain constructor arguments hold, and where it
+# is now: read_checkpoint moves it, so such a run resumes and evaluates (its old keys and targets would fail).
 MOVED_MODEL_KEYS = ("pretrained_path", "freeze", "freeze_bn", "input_size")  # feature: finetune
 RENAMED_DATA_TARGETS = {  # the data factories, now the classes that replaced them
     "trainkit.data.datasets.load_digits": "trainkit.data.datasets.Digits",
@@ -38,49 +35,35 @@ RENAMED_DATA_TARGETS["trainkit.data.datasets.load_mnist"] = "trainkit.data.downl
 RENAMED_DATA_TARGETS["trainkit.data.datasets.MNIST"] = "trainkit.data.downloads.MNIST"  # feature: downloads
 RENAMED_DATA_TARGETS["trainkit.data.datasets.load_cifar10"] = "trainkit.data.downloads.CIFAR10"  # feature: downloads
 RENAMED_DATA_TARGETS["trainkit.data.datasets.CIFAR10"] = "trainkit.data.downloads.CIFAR10"  # feature: downloads
-# The schedules that left trainkit.schedules, name -> their module in trainkit now: an older checkpoint names
-# their old place.
-MOVED_SCHEDULES: dict[str, str] = {}
-MOVED_SCHEDULES |= dict.fromkeys(("step", "cosine_restarts", "wsd"), "more_schedules")  # feature: more_schedules
-# The augmentation keys a feature's module checks now, key -> that module: an older checkpoint's augmentation section
-# names it in `_checks_`, and its task, which took the key once, no longer does.
-CHECKED_KEYS: dict[str, str] = {}
-CHECKED_KEYS |= dict.fromkeys(("mixup_alpha", "cutmix_alpha"), "trainkit.augment.mixing")  # feature: augment_recipes
+CHECKED_KEYS = dict.fromkeys(("mixup_alpha", "cutmix_alpha"), "trainkit.augment.mixing")  # feature: augment_recipes
 CHECKED_KEYS |= {"per_sample": "trainkit.augment.sample_transforms"}  # feature: augment_recipes
 
 
 def find_checkpoint(
     given: str | Path, key: str = "resume", names: tuple[str, ...] = ("last.pt",), sharded: bool = True
 ) -> Path:
-    """The checkpoint file `key` names: a .pt file, or a run directory's checkpoints/<name> (the first of `names`).
-    `sharded=False` (eval.py): a sharded last/ is refused, naming best.pt beside it."""
+    """The checkpoint file `key` names: a .pt file, or a run directory's checkpoints/<name> (the first of `names`),
+    or its sharded last/. `sharded=False` (eval.py): a sharded last/ is refused, naming best.pt beside it."""
     path = Path(given).expanduser()
     wanted = " or ".join(f"checkpoints/{name}" for name in names)
     if not path.exists():
         raise ConfigError(key, f"{path} does not exist; give a run directory or its {wanted}")
-    if is_sharded_checkpoint(path):
-        return whole_or_sharded(path, key, sharded)
-    if path.is_dir():
-        for name in names:
-            for candidate in (path / "checkpoints" / name, path / name):
-                if candidate.is_file():
-                    return candidate
+    if path.is_dir() and not is_sharded_checkpoint(path):
+        folders = (path / "checkpoints", path)
+        found = [folder / name for name in names for folder in folders if (folder / name).is_file()]
         if "last.pt" in names:  # or a sharded last/
-            for checkpoints in (path / "checkpoints", path):
-                if found := latest_checkpoint(checkpoints):
-                    return whole_or_sharded(found, key, sharded)
-        raise ConfigError(key, f"{path} is a directory without {wanted}; give a run directory that saved a checkpoint")
-    return path
-
-
-def whole_or_sharded(checkpoint: Path, key: str, sharded: bool) -> Path:
-    """`checkpoint`, unless it is a sharded last/ where `sharded` is false: then refused, naming best.pt."""
-    if sharded or not checkpoint.is_dir():
-        return checkpoint
-    best = checkpoint.parent / "best.pt"
+            found += [last for folder in folders if (last := latest_checkpoint(folder))]
+        if not found:
+            raise ConfigError(
+                key, f"{path} is a directory without {wanted}; give a run directory that saved a checkpoint"
+            )
+        path = found[0]
+    if sharded or not path.is_dir():
+        return path
+    best = path.parent / "best.pt"
     fix = f"evaluate {best} (its full weights), or the run directory" if best.is_file() else "it has no best.pt yet"
     raise ConfigError(
-        key, f"{checkpoint} is a sharded checkpoint (every rank's shards, for resuming), not one eval.py reads; {fix}"
+        key, f"{path} is a sharded checkpoint (every rank's shards, for resuming), not one eval.py reads; {fix}"
     )
 
 
@@ -144,9 +127,8 @@ def read_checkpoint(
 
 
 def upgrade_config(config: dict[str, Any]) -> None:
-    """Move, in place, what an older checkpoint's config keeps where this code no longer reads it
-    (MOVED_MODEL_KEYS, RENAMED_DATA_TARGETS, scheduler.name, MOVED_SCHEDULES, CHECKED_KEYS); a config
-    written by this code is left as it is."""
+    """Move, in place, what an older checkpoint's config keeps where this code no longer reads it; a config written
+    by this code is left as it is."""
     data = config.get("data", {})
     model = config.get("model", {})  # feature: finetune
     moved = {key: model.pop(key) for key in MOVED_MODEL_KEYS if key in model}  # feature: finetune
@@ -157,15 +139,15 @@ def upgrade_config(config: dict[str, Any]) -> None:
     scheduler = config.get("scheduler", {})
     if "_target_" not in scheduler and "name" in scheduler:  # a schedule by name, now the function of that name
         scheduler["_target_"] = f"trainkit.schedules.{scheduler.pop('name')}"
-    module, _, name = str(scheduler.get("_target_", "")).rpartition(".")
-    if module == "trainkit.schedules" and name in MOVED_SCHEDULES:
-        scheduler["_target_"] = f"trainkit.{MOVED_SCHEDULES[name]}.{name}"
-    task, augmentation = config.get("task", {}), config.get("augmentation", {})
-    modules = {CHECKED_KEYS[key] for key in augmentation if key in CHECKED_KEYS}
-    if modules and "_checks_" not in augmentation:
-        augmentation["_checks_"] = {module.rsplit(".", 1)[-1]: module for module in sorted(modules)}
-    for key in CHECKED_KEYS:
-        task.pop(key, None)
+    for name in ("step", "cosine_restarts", "wsd"):  # feature: more_schedules (they left trainkit.schedules)
+        if scheduler.get("_target_") == f"trainkit.schedules.{name}":  # feature: more_schedules
+            scheduler["_target_"] = f"trainkit.more_schedules.{name}"  # feature: more_schedules
+    augmentation = config.get("augmentation", {})  # feature: augment_recipes
+    modules = {CHECKED_KEYS[key] for key in augmentation if key in CHECKED_KEYS}  # feature: augment_recipes
+    if modules and "_checks_" not in augmentation:  # feature: augment_recipes (the modules that check them now)
+        augmentation["_checks_"] = {m.rsplit(".", 1)[-1]: m for m in sorted(modules)}  # feature: augment_recipes
+    for key in CHECKED_KEYS:  # feature: augment_recipes (keys the task took once)
+        config.get("task", {}).pop(key, None)  # feature: augment_recipes
 
 
 def upgrade_fingerprint(fingerprint: dict | None) -> dict | None:
@@ -191,8 +173,7 @@ def check_model_fits(model_state: dict, model: torch.nn.Module) -> None:
                 f"{key} is {list(saved.shape)} in the checkpoint but {list(tensor.shape)} in this model: another "
                 f"architecture; use the checkpoint's model settings",
             )
-    extra = [key for key in model_state if key not in expected]
-    if extra:
+    if extra := [key for key in model_state if key not in expected]:
         raise ConfigError("model", f"the checkpoint has weights this model lacks ({extra[0]}): another architecture")
 
 
@@ -236,10 +217,7 @@ def check_output_dir(directory: str | None, key: str = "hydra.run.dir") -> None:
         try:
             os.rmdir(tempfile.mkdtemp(prefix=".trainkit-check-", dir=existing))
         except OSError as error:
-            reason = error.strerror or type(error).__name__
-            raise ConfigError(
-                key, f"{path} cannot be created: {existing} takes no new directories ({reason}); choose another path"
-            ) from None
+            why = f"{existing} takes no new directories ({error.strerror or type(error).__name__})"
+            raise ConfigError(key, f"{path} cannot be created: {why}; choose another path") from None
     except OSError as error:  # also from exists() (a name too long, a loop of links)
-        reason = error.strerror or str(error)
-        raise ConfigError(key, f"{path} cannot be created: {reason}; choose another path") from None
+        raise ConfigError(key, f"{path} cannot be created: {error.strerror or error}; choose another path") from None

@@ -1,17 +1,11 @@
 """A checkpoint's config with a command line's overrides on top: what a resume trains with, and what eval.py evaluates
-with.
-
-    config = config_with_overrides(state["config"], composed, overrides)   # overrides: Hydra's task overrides
-
-The checkpoint holds the resolved config its run trained with (plain containers); `composed` is the config Hydra
-composed from the same command line, so every group and key this code knows is there with its default. Only what the
-command line sets comes from `composed`: the rest stays as the run had it, including values the run found itself (the
-batch-size finder's data.batch_size, an image folder's class count).
-"""
+with. Only what the command line sets comes from the config Hydra composed from it; the rest stays as the run had it,
+including values the run found itself (a batch size, a class count)."""
 
 import re
 from collections.abc import Callable
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from trainkit.config.filled_in import flatten
@@ -19,18 +13,15 @@ from trainkit.errors import ConfigError
 
 
 def hydra_quote(value: str) -> str:
-    """`value` as a quoted Hydra override value that Hydra reads back unchanged: a path with commas and '=' (the
-    directories `hydra.sweep.subdir=${hydra.job.override_dirname}` makes), spaces, brackets or non-ASCII letters would
-    otherwise be a sweep, a list or a syntax error. Hydra's rules: a quote is escaped with a backslash, backslashes only
-    before a quote or at the end are doubled, and `${` would interpolate."""
+    """`value` as a quoted Hydra override value that Hydra reads back unchanged: a path with commas and '=' (a sweep's
+    override_dirname), spaces, brackets or non-ASCII letters would otherwise be a sweep, a list or a syntax error.
+    Hydra's rules: quotes get a backslash, backslashes before a quote or at the end are doubled, `${` interpolates."""
     escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
     return "'" + escaped.replace("${", "\\${") + "'"
 
 
 def _touched(overrides: list[str], composed: DictConfig, explicit: bool, when: str) -> list[tuple[str, bool]]:
     """(config key, deleted) for each override: `a.b=1` -> a.b; a group `optimizer=adamw` -> optimizer."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     touched = []
     for override in OverridesParser.create().parse_overrides(overrides):
         key = override.key_or_group.replace("/", ".")
@@ -56,14 +47,12 @@ def config_with_overrides(
     when: str = "on a resume",
     relinked: Callable[[str], bool] = lambda section: True,
 ) -> DictConfig:
-    """A checkpoint's config (plain, resolved containers) with the keys `overrides` set taken from
-    `composed` (the config Hydra composed from the same command line): `a.b=1` sets a.b, a group
-    `model=<option>` replaces the whole model section, `~a.b` deletes. Links the config draws between
-    keys (model.num_classes: ${data.num_classes}) are restored where the saved values still agree,
-    so an override reaches the keys that follow it; keys the code added since the checkpoint take
-    their composed defaults. `explicit`: overrides typed by hand, where a global group (experiment=)
-    is refused in one line that starts with `when`. `relinked(section)`: whether the links of a top-level section
-    are restored (eval.py keeps the model's values: its weights are the checkpoint's). Used by resume and eval.py."""
+    """A checkpoint's config (plain, resolved containers) with the keys `overrides` set taken from `composed` (the
+    config Hydra composed from the same command line): `a.b=1` sets a.b, a group `model=<option>` replaces the whole
+    model section, `~a.b` deletes; keys the code added since the checkpoint take their composed defaults. `explicit`:
+    overrides typed by hand, where a global group (experiment=) is refused in one line that starts with `when`.
+    `relinked(section)`: whether the links of a top-level section are restored (see _relink; eval.py keeps the model's
+    values: its weights are the checkpoint's)."""
     config = OmegaConf.create(saved_config)
     _relink(config, composed, relinked)
     for key, deleted in _touched(overrides, composed, explicit, when):
@@ -79,9 +68,8 @@ def config_with_overrides(
 
 
 def _relink(resolved: DictConfig, composed: DictConfig, relinked: Callable[[str], bool]) -> None:
-    """The checkpoint holds resolved values; where the config links a key to another (model.dropout:
-    ${regularization.dropout}) and the checkpoint's values still agree, restore the link, so an
-    override of the source reaches every key that follows it."""
+    """Where the config links a key to another (model.dropout: ${regularization.dropout}) and the checkpoint's resolved
+    values still agree, restore the link, so an override of the source reaches every key that follows it."""
     saved = flatten(OmegaConf.to_container(resolved))
     for key, value in flatten(OmegaConf.to_container(composed, resolve=False)).items():
         match = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
@@ -91,8 +79,8 @@ def _relink(resolved: DictConfig, composed: DictConfig, relinked: Callable[[str]
 
 
 def _add_new_keys(resolved: DictConfig, composed: DictConfig) -> None:
-    """Keys the code added since the checkpoint was written take their composed (default) values;
-    not inside a factory whose `_target_` differs (another optimizer's keys do not belong there)."""
+    """Keys the code added since the checkpoint take their composed (default) values; not inside a factory whose
+    `_target_` differs (another optimizer's keys do not belong there)."""
     for key, value in flatten(OmegaConf.to_container(composed, resolve=True)).items():
         if OmegaConf.select(resolved, key, default=KeyError) is not KeyError:
             continue

@@ -4,17 +4,10 @@
     python train.py resume=outputs/runs/<run> trainer.max_epochs=40  # overrides on top, each one listed
     python train.py resume=auto hydra.run.dir=outputs/runs/job-42    # requeued jobs: continue, or start
 
-Two steps, because Hydra creates the run directory before train.py's main runs:
-
-- `rewrite_argv`, before Hydra: check the checkpoint (a bad path costs one line and no directory), point Hydra at its
-  run directory and replay that run's overrides before this command's (later ones win). Only the command line reaches
-  Hydra before it makes the directory, so hydra.run.dir and the run's config groups must be put there.
-- `resumed_config`, in main: the checkpoint's config with the keys this command sets taken from the composed config;
-  one log line lists every change. Values the run found itself (data.batch_size, a class count) stay. Overrides that
-  cannot take effect are refused in one line. A run is finished once summary.json is written.
-
-Every rank resolves alike (under torchrun each reads the same checkpoint and command line).
-"""
+Two steps, because Hydra creates the run directory before train.py's main runs and reads only the command line before
+it does: `rewrite_argv` (before Hydra) checks the checkpoint and puts its run directory and overrides on the command
+line; `resumed_config` (in main) takes the keys this command sets into the checkpoint's config. Every rank resolves
+alike (under torchrun each reads the same checkpoint and command line)."""
 
 import hashlib
 import json
@@ -24,14 +17,25 @@ import re
 from pathlib import Path
 from typing import Any
 
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
 from trainkit.checkpointing.continued_run import finished_message, has_summary
+from trainkit.checkpointing.files import (
+    check_model_fits,
+    check_output_dir,
+    find_checkpoint,
+    latest_checkpoint,
+    read_checkpoint,
+)
 from trainkit.checkpointing.overrides import config_with_overrides, flatten, hydra_quote
 from trainkit.config.filled_in import as_set
+from trainkit.distributed.process_group import any_rank, launched_externally, process_info
 from trainkit.errors import ConfigError
-
-# torch-based modules are imported where used: trainkit.cli imports this module for every command, `--help` included.
+from trainkit.models.build import build_model
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +48,8 @@ INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-s
 
 
 def _value(argv: list[str], key: str) -> str | None:
-    for arg in reversed(argv):
-        if arg.startswith(f"{key}="):
-            return arg.split("=", 1)[1].strip("'\"")
-    return None
+    values = [arg.split("=", 1)[1] for arg in argv if arg.startswith(f"{key}=")]
+    return values[-1].strip("'\"") if values else None
 
 
 _PLAIN = re.compile(r"[\w/.:@%+~-]*", re.ASCII)  # a value Hydra reads unquoted as this one string
@@ -75,15 +77,11 @@ def run_dir_of(checkpoint: Path) -> Path | None:
 
 def is_multirun(argv: list[str]) -> bool:
     """Whether this command line starts a multirun (-m, or a search config, which sets hydra.mode)."""
-    overrides = [arg for arg in argv[1:] if "=" in arg]
-    return any(arg in ("-m", "--multirun") for arg in argv) or _value(overrides, "hparams_search") is not None
+    return any(arg in ("-m", "--multirun") for arg in argv) or _value(argv[1:], "hparams_search") is not None
 
 
 def in_multirun() -> bool:
     """True inside a job launched by `-m` / `hydra.mode=MULTIRUN` (any sweeper, any launcher)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
@@ -96,8 +94,6 @@ def rewrite_argv(argv: list[str], resumes: bool = True) -> list[str]:
         return argv
     resume = _value(overrides, "resume")
     multirun = is_multirun(argv)
-    from trainkit.checkpointing.files import check_output_dir, find_checkpoint, read_checkpoint
-
     if not resumes and resume not in (None, "", "null", "None"):
         raise ConfigError("resume", f"{Path(argv[0]).name} continues no run; drop resume= (train.py resume= does)")
     if resume in (None, "", "null", "None", AUTO):
@@ -146,22 +142,25 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
         refuse_a_new_run_over_another(run_dir)
     if not isinstance(composed.resume, str) or composed.resume == "":
         return composed, False  # null, or a wrong type that trainkit.config.validation reports
-    from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
-    from trainkit.checkpointing.files import find_checkpoint, latest_checkpoint, read_checkpoint
-    from trainkit.distributed.process_group import process_info
-
-    if composed.resume == AUTO:
-        existing = latest_checkpoint(run_dir / "checkpoints")  # last.pt, or a sharded last/
-        if existing is None:
-            _start_afresh(run_dir)
-            composed.resume = None
-            return composed, False
-        checkpoint = existing
-    else:
-        checkpoint = find_checkpoint(composed.resume)
+    explicit = composed.resume != AUTO
+    checkpoint = find_checkpoint(composed.resume) if explicit else latest_checkpoint(run_dir / "checkpoints")
+    main = process_info().is_main  # under torchrun every rank resolves; one of them writes
+    if checkpoint is None:  # resume=auto, and neither last.pt nor a sharded last/: a new run
+        torn = remove_stale_temporary_files(run_dir / "checkpoints") if main else []
+        removed = f" (removed the torn {', '.join(torn)})" if torn else ""
+        message = f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}"
+        unfixed = unfixed_directory()
+        if unfixed is None:
+            log.info(message)
+        elif main:  # a rerun would never continue it
+            log.warning(
+                f"{message}; {unfixed} is named after the launch time, so a rerun gets a new directory and "
+                f"never continues this one: set {unfixed}=<a fixed directory> (e.g. outputs/runs/job-42)"
+            )
+        composed.resume = None
+        return composed, False
     state = read_checkpoint(checkpoint, mmap=True)
     refuse_weights_only(checkpoint, state)
-    explicit = composed.resume != AUTO
     overrides = _hydra_task_overrides() if overrides is None else overrides
     if explicit:  # resume=<path>: the keys typed on this command change the run; resume=auto: every override
         overrides = own_overrides(overrides)
@@ -177,12 +176,10 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
         _check_model_fits_early(state["model"], resolved)
     position = f"epoch {state['epoch']}" + (f", batch {state['batches_done']}" if state["batches_done"] else " (done)")
     listed = "; changed: " + ", ".join(changes) if changes else "; config as in the checkpoint"
-    main = process_info().is_main  # under torchrun every rank resolves; one of them writes
     if main:
         log.info(f"resuming {checkpoint} at {position}, step {state['step']}{listed}")
     finished = finished_message(state, resolved, run_dir)
-    retested = bool(finished) and not has_summary(run_dir, state)  # a run is finished once summary.json is written
-    if retested:  # train.py trains nothing (trainkit.checkpointing.trained_to_the_end), tests, writes summary.json
+    if finished and not has_summary(run_dir, state):  # finished once summary.json is written: train.py only tests
         finished = None
         if main:
             log.info(
@@ -195,8 +192,7 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
         if finished and main:
             log.info(finished)
         return resolved, bool(finished)
-    stale = remove_stale_temporary_files(checkpoint.parent)
-    if stale:
+    if stale := remove_stale_temporary_files(checkpoint.parent):
         log.info(f"removed {', '.join(stale)} from {checkpoint.parent}: torn by an earlier kill during a save")
     if (run_dir / ".hydra").is_dir():  # the config as set (what the run fills in: record_filled_in), its overrides
         _save_atomically(as_set(resolved, composed, run_dir), run_dir / ".hydra" / "config.yaml")
@@ -223,10 +219,9 @@ def refuse_another_trial(changes: list[str], overrides: list[str], run_dir: Path
 def refuse_a_new_run_over_another(run_dir: Path) -> None:
     """Refuse a new run (no resume=) in a directory holding a run's checkpoint, metrics lines or summary.json, naming
     resume= and another directory instead. Only Hydra's record and a log: nothing to lose, the new run starts there."""
-    from trainkit.checkpointing.files import latest_checkpoint
-
     checkpoints = run_dir / "checkpoints"
-    checkpoint = latest_checkpoint(checkpoints) or next(iter(sorted(checkpoints.glob("*.pt"))), None)
+    resumable = latest_checkpoint(checkpoints)
+    checkpoint = resumable or next(iter(sorted(checkpoints.glob("*.pt"))), None)
     metrics = run_dir / "metrics.jsonl"
     held = [
         *([str(checkpoint.relative_to(run_dir))] if checkpoint else []),
@@ -236,36 +231,15 @@ def refuse_a_new_run_over_another(run_dir: Path) -> None:
     if not held:
         return
     other = next(f"{run_dir}-{n}" for n in range(2, 10_000) if not Path(f"{run_dir}-{n}").exists())
-    way_out = f"continue it with resume={run_dir}, or start a new run elsewhere (e.g. hydra.run.dir={other})"
-    if latest_checkpoint(checkpoints) is None:  # nothing to resume from
-        way_out = (
-            f"it has no checkpoints/last.pt to resume from: start the new run elsewhere (e.g. hydra.run.dir={other})"
-        )
+    elsewhere = f"elsewhere (e.g. hydra.run.dir={other})"
+    way_out = f"continue it with resume={run_dir}, or start a new run {elsewhere}"
+    if resumable is None:
+        way_out = f"it has no checkpoints/last.pt to resume from: start the new run {elsewhere}"
     raise ConfigError(
         "hydra.run.dir",
         f"{run_dir} holds a run ({', '.join(held)}), and a new run there would overwrite its checkpoints and "
         f"append to its metrics.jsonl; {way_out}",
     )
-
-
-def _start_afresh(run_dir: Path) -> None:
-    """resume=auto found no checkpoint: say so, remove torn files, and warn where the directory is named after the
-    launch time (a rerun would never continue it)."""
-    from trainkit.checkpointing.checkpoint import remove_stale_temporary_files
-    from trainkit.distributed.process_group import process_info
-
-    main = process_info().is_main
-    torn = remove_stale_temporary_files(run_dir / "checkpoints") if main else []
-    removed = f" (removed the torn {', '.join(torn)})" if torn else ""
-    message = f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}"
-    unfixed = unfixed_directory()
-    if unfixed is None:
-        log.info(message)
-    elif main:
-        log.warning(
-            f"{message}; {unfixed} is named after the launch time, so a rerun gets a new directory and "
-            f"never continues this one: set {unfixed}=<a fixed directory> (e.g. outputs/runs/job-42)"
-        )
 
 
 def _save_atomically(config: Any, path: Path) -> None:
@@ -278,9 +252,6 @@ def _save_atomically(config: Any, path: Path) -> None:
 def unfixed_directory(hydra: Any = None) -> str | None:
     """The key (hydra.run.dir or hydra.sweep.dir) whose directory interpolates the launch time, so resume=auto could
     never continue it; else None (always in a submitit job: its requeue keeps the directory)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     hydra = hydra or (HydraConfig.get() if HydraConfig.initialized() else None)
     if hydra is None or os.environ.get("SUBMITIT_EXECUTOR"):
         return None
@@ -291,8 +262,6 @@ def unfixed_directory(hydra: Any = None) -> str | None:
 
 
 def _hydra_task_overrides() -> list[str]:
-    from hydra.core.hydra_config import HydraConfig
-
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
@@ -307,12 +276,12 @@ def _changes(saved: Any, resolved: Any) -> list[str]:
 
 
 def _refuse_another_optimizer(state: dict, resolved: DictConfig) -> None:
-    saved = state["config"]
-    if saved.get("optimizer", {}).get("_target_") != resolved.optimizer.get("_target_"):
+    saved = state["config"].get("optimizer", {}).get("_target_")
+    if saved != resolved.optimizer.get("_target_"):
         raise ConfigError(
             "optimizer",
-            f"is {resolved.optimizer.get('_target_')} but the checkpoint's optimizer state is "
-            f"{saved.get('optimizer', {}).get('_target_')}'s; resume with the checkpoint's optimizer",
+            f"is {resolved.optimizer.get('_target_')} but the checkpoint's optimizer state is {saved}'s; "
+            "resume with the checkpoint's optimizer",
         )
 
 
@@ -345,8 +314,6 @@ def refuse_weights_only(checkpoint: Path, state: dict) -> None:
 
 def _planned_world_size(cfg: DictConfig) -> int | None:
     """How many processes will train; None where the launch refuses the run (several processes none started)."""
-    from trainkit.distributed.process_group import launched_externally, process_info
-
     if launched_externally():
         return process_info().world_size
     if cfg.distributed.name == "none":
@@ -361,18 +328,15 @@ def _planned_world_size(cfg: DictConfig) -> int | None:
 def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> None:
     """A checkpoint written inside an epoch counts its batches in the shards of its number of processes; with another
     number, "batch 5" is another place in the data. Checked where the processes exist (under torchrun and SLURM the
-    config does not say how many there are); the checkpoint holds one RNG snapshot a process."""
+    config does not say how many there are); the checkpoint holds one RNG snapshot per process."""
     saved = len(state.get("rng") or [world_size])  # (a checkpoint without RNG streams cannot tell)
     if state["batches_done"] and saved != world_size:
-
-        def processes(count: int) -> str:
-            return f"{count} process{'es' if count != 1 else ''}"
-
+        now, then = (f"{count} process{'es' if count != 1 else ''}" for count in (world_size, saved))
         raise ConfigError(
             "distributed.nproc_per_node",
-            f"this run has {processes(world_size)} but {processes(saved)} wrote its checkpoint inside epoch "
-            f"{state['epoch']} (after batch {state['batches_done']}): the batches already trained would be "
-            f"miscounted; resume with {processes(saved)}, or from an epoch's end",
+            f"this run has {now} but {then} wrote its checkpoint inside epoch {state['epoch']} (after batch "
+            f"{state['batches_done']}): the batches already trained would be miscounted; resume with {then}, or from "
+            "an epoch's end",
         )
 
 
@@ -391,8 +355,6 @@ def refuse_another_epoch_plan(state: dict, plan: dict, config: dict, rank: int, 
     saved = state.get("epoch_plan") or []  # none at an epoch's end (and in checkpoints from before plans)
     if not state["batches_done"] or rank >= len(saved):
         return
-    from trainkit.distributed.process_group import any_rank
-
     if not any_rank(saved[rank] != plan, device):
         return
     split = [change.split(" ", 1) for change in _changes(state["config"], config)]
@@ -417,11 +379,6 @@ def refuse_another_epoch_plan(state: dict, plan: dict, config: dict, rank: int, 
 
 def _check_model_fits_early(weights: dict, cfg: DictConfig) -> None:
     """Check the new model, built on the meta device, against the checkpoint's weights (or at load, if it cannot be)."""
-    import torch
-
-    from trainkit.checkpointing.files import check_model_fits
-    from trainkit.models.build import build_model
-
     try:
         with torch.device("meta"):
             model = build_model(cfg.model)

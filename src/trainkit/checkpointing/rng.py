@@ -1,28 +1,20 @@
-"""Every random stream a run draws from (Python, NumPy, torch on the CPU, each CUDA device): one
-snapshot as plain containers, and its restore.
-
-    state = rng_states()          # into a checkpoint: loads with torch.load(weights_only=True)
-    restore_rng_states(state)     # the next draws are the ones the snapshot would have made
-
-Checkpoints hold every rank's snapshot, and the LR range test puts the streams back after its
-trial steps with it. Code that draws from torch's generators alone uses torch.random.fork_rng
-instead (the batch-size finder's probe, the sample grid, tracking/sample_grid.py): that covers torch and CUDA,
-not Python's `random` or NumPy.
-"""
+"""Every random stream a run draws from (Python, NumPy, torch on the CPU, each CUDA device): one snapshot as plain
+containers that load with torch.load(weights_only=True) (checkpoints hold every rank's), and its restore, after which
+the next draws are the ones the snapshot would have made. Code that draws from torch's generators alone can use
+torch.random.fork_rng instead: that covers torch and CUDA, not Python's `random` or NumPy."""
 
 import random
 
 import numpy as np
 import torch
 
+from trainkit.runtime import seed_everything
+
 
 def rng_states() -> dict:
-    """Every random stream a resumed run needs to continue exactly, as plain containers.
-
-    The layout is part of the checkpoint format (old checkpoints must keep loading):
-    python: MT state words + [gauss cache], python_version, numpy: key words + [pos, has_gauss,
-    cached_gaussian], torch: ByteTensor, cuda: [ByteTensor per device] (empty without CUDA).
-    """
+    """Every random stream a resumed run needs to continue exactly. The layout is part of the checkpoint format (old
+    checkpoints must keep loading): python: MT state words + [gauss cache], python_version, numpy: key words + [pos,
+    has_gauss, cached_gaussian], torch: ByteTensor, cuda: [ByteTensor per device] (empty without CUDA)."""
     python_version, python_state, gauss = random.getstate()
     numpy_state = np.random.get_state()
     assert isinstance(numpy_state, tuple)  # legacy=True (the default): the global MT19937's state tuple
@@ -52,6 +44,4 @@ def restore_rank_rng_states(streams: list, rank: int, world_size: int, reseed: i
     if len(streams) == world_size:
         restore_rng_states(streams[rank])
     else:
-        from trainkit.runtime import seed_everything
-
         seed_everything(reseed)

@@ -1,14 +1,8 @@
-"""One process group owns a run directory at a time: two runs in one directory would both append to
-metrics.jsonl and both write checkpoints/last.pt.
-
-    with own_run_directory(run_dir, key="resume"):   # rank 0 (or the parent of self-started workers)
-        ...                                            # resume, train, test
-
-The owner holds an flock on `<run dir>/.lock` and writes its PID and host there; a second run gets one
-line naming them. The kernel releases an flock when its holder's file closes, which a killed or
-crashed process does too, so a lock is never left stuck. The file itself stays: deleting it would
-let a third run lock a new file while the second still held the old one.
-"""
+"""One process group owns a run directory at a time: two runs in one directory would both append to metrics.jsonl and
+both write checkpoints/last.pt. The owner holds an flock on `<run dir>/.lock` and writes its PID and host there; a
+second run gets one line naming them. The kernel releases an flock when its holder's file closes, which a killed or
+crashed process does too, so a lock is never left stuck. The file itself stays: deleting it would let a third run lock
+a new file while the second still held the old one."""
 
 import contextlib
 import fcntl

@@ -1,19 +1,12 @@
 """Stop a run cleanly on SIGTERM, SIGUSR1, SIGINT or SIGHUP: finish the optimizer step, save, exit 75.
 
 SLURM sends SIGTERM (or --signal's USR1) before a time limit or a preemption; Ctrl-C sends SIGINT; a closed terminal or
-a dropped ssh session sends SIGHUP. SIGQUIT (Ctrl-\\) is left alone: it quits at once, without saving. A handler only
-records the request; train.py's `stop_reason` reads it after each optimizer update, the run writes checkpoints/last.pt
-there, says how to resume, and exits with EXIT_STOPPED (75, EX_TEMPFAIL). A second Ctrl-C before the checkpoint is
-written aborts at once (exit 130).
-
-Under DDP every rank must stop after the same update, and agreeing costs a collective and a host sync, so the ranks
-agree only where the loop synchronizes anyway: at each logging step and each epoch's end. A single process reads its
-own flag after every update.
-
-The parent of self-started DDP workers passes each signal on as the same signal; workers start with the signals
-blocked, so a stop in the first second is as clean. A SIGINT within SAME_CTRL_C_SECONDS of the first (the terminal's
-and torchrun's, or the parent's) is the same Ctrl-C.
-"""
+a dropped ssh session sends SIGHUP; SIGQUIT (Ctrl-\\) is left alone: it quits at once, without saving. A handler only
+records the request; train.py's `stop_reason` reads it after each optimizer update, the run writes checkpoints/last.pt,
+says how to resume, and exits 75. A second Ctrl-C before the checkpoint is written aborts at once (exit 130); a SIGINT
+within SAME_CTRL_C_SECONDS of the first (the terminal's and torchrun's) is the same Ctrl-C. Under DDP every rank must
+stop after the same update, and agreeing costs a collective and a host sync, so the ranks agree only where the loop
+synchronizes anyway: at each logging step and each epoch's end."""
 
 import logging
 import os
@@ -31,15 +24,14 @@ import torch
 import torch.distributed as dist
 
 import trainkit.checkpointing.submitit_requeue as submitit_requeue  # feature: slurm
+from trainkit import startup
 from trainkit.checkpointing.files import latest_checkpoint
 from trainkit.distributed.process_group import barrier, process_info
+from trainkit.startup import EXIT_STOPPED, SAME_CTRL_C_SECONDS, STOP_SIGNALS
 
 log = logging.getLogger("train")
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
-EXIT_STOPPED = 75  # stopped by a signal, checkpoint written, resumable (sysexits.h EX_TEMPFAIL)
 EXIT_ABORTED = 130  # a second Ctrl-C: what a shell reports for a process ended by SIGINT
-SAME_CTRL_C_SECONDS = 1.0
 # A command that continues more than this run (a sweep's rerun), named by the stop lines instead of resume=; in the
 # environment so that sweep workers and DDP workers inherit it.
 CONTINUE_WITH_ENV = "TRAINKIT_CONTINUE_WITH"
@@ -47,13 +39,6 @@ CONTINUE_WITH_ENV = "TRAINKIT_CONTINUE_WITH"
 # Not read from the environment at import: submitit pickles train.py's functions and globals by value.
 STOP_SIGNAL_NAMES = tuple(s.name for s in STOP_SIGNALS)
 STOP_SIGNAL_NAMES = tuple(dict.fromkeys([*STOP_SIGNAL_NAMES, *submitit_requeue.SIGNAL_NAMES]))  # feature: slurm
-
-
-def handled_signals() -> tuple[signal.Signals, ...]:
-    """The signals that request a stop in this process: STOP_SIGNALS, and submitit's in its jobs."""
-    handled: tuple[signal.Signals, ...] = STOP_SIGNALS
-    handled = tuple(dict.fromkeys((*handled, *submitit_requeue.signals())))  # feature: slurm
-    return handled
 
 
 class Stopped(SystemExit):
@@ -126,10 +111,12 @@ def stop_on_signals(announce_abort: bool = True) -> Iterator[None]:
 def stop_handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     """`handler` for every stop signal and a fresh request state; the previous handlers back after."""
     global _requested, _first_ctrl_c, _saved
-    startup = sys.modules.get("trainkit.startup")  # train.py's handlers while it started: a request they took
-    # First: taking over puts back the handlers startup replaced, so those (not its recorders) are restored after.
-    _requested, _first_ctrl_c = startup.take_over() if startup else None, None
-    previous = {s: signal.getsignal(s) for s in handled_signals()}
+    # First: taking over from train.py's handlers while it started (and a request they took) puts back the handlers
+    # they replaced, so those (not its recorders) are restored after.
+    _requested, _first_ctrl_c = startup.take_over(), None
+    handled: tuple[signal.Signals, ...] = STOP_SIGNALS
+    handled = tuple(dict.fromkeys((*handled, *submitit_requeue.signals())))  # feature: slurm (its signal in its jobs)
+    previous = {s: signal.getsignal(s) for s in handled}
     submitit_requeue.take_handler(previous)  # feature: slurm
     for s in previous:
         signal.signal(s, handler)
@@ -161,19 +148,27 @@ def stop_signal(device: torch.device, agree: bool) -> str | None:
     return signal.Signals(value).name if value else None
 
 
-def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> SystemExit:
+def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool, tested: bool = False) -> SystemExit:
     """Say in one line (rank 0) why the run stopped and how it continues; return Stopped (under submitit, its requeue
-    exit). Every rank waits for rank 0's checkpoint and requeue (srun --kill-on-bad-exit would cut them short)."""
+    exit). Every rank waits for rank 0's checkpoint and requeue (srun --kill-on-bad-exit would cut them short).
+    `tested`: the run trained to its end and wrote summary.json, so nothing is left to resume."""
     global _saved
     barrier()
     _saved = True  # every rank has its checkpoint: from here a second Ctrl-C no longer aborts
     leaving: SystemExit | None = None  # what exits in place of Stopped
-    leaving = submitit_requeue.hand_over()  # feature: slurm
+    leaving = submitit_requeue.hand_over()  # feature: slurm (tested: requeued, its resume finds the run finished)
     if is_main:
-        checkpoints = run_dir.resolve() / "checkpoints"
-        checkpoint = latest_checkpoint(checkpoints) or checkpoints / "last.pt"  # or a sharded last/
-        how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {_continue_command(checkpoint)}"
-        how = submitit_requeue.requeued_line(checkpoint) if leaving else how  # feature: slurm
+        sweep = continue_command_instead()
+        if tested:
+            then = f"; continue the sweep with: {sweep}" if sweep else "; nothing is left to resume"
+            written = f"{run_dir.resolve() / 'summary.json'} is written (exit code {EXIT_STOPPED})"
+            how = f"after training to its end: its test finished and {written}{then}"
+        else:
+            checkpoints = run_dir.resolve() / "checkpoints"
+            checkpoint = latest_checkpoint(checkpoints) or checkpoints / "last.pt"  # or a sharded last/
+            command = sweep or f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted as it is
+            how = f"checkpoint saved (exit code {EXIT_STOPPED}); continue with: {command}"
+            how = submitit_requeue.requeued_line(checkpoint) if leaving else how  # feature: slurm
         log.warning(f"stopped by {name} at epoch {epoch}, step {step}, {how}")
     barrier()
     return leaving or Stopped()
@@ -182,23 +177,8 @@ def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool) -> S
 def stop_after_the_test(run_dir: Path, epoch: int, step: int, device: torch.device, is_main: bool) -> None:
     """A stop signal that came in the last epoch or the test: now that summary.json is written, stop as any stop does
     (exit 75), so a multirun stops too. Every rank calls it after the test; without a signal it returns."""
-    global _saved
-    name = stop_signal(device, agree=True)
-    if not name:
-        return
-    barrier()
-    _saved = True  # summary.json and every checkpoint are written: a second Ctrl-C no longer aborts
-    leaving: SystemExit | None = None  # what exits in place of Stopped
-    leaving = submitit_requeue.hand_over()  # feature: slurm (requeued, its resume finds the run finished)
-    if is_main:
-        sweep = continue_command_instead()
-        then = f"; continue the sweep with: {sweep}" if sweep else "; nothing is left to resume"
-        log.warning(
-            f"stopped by {name} at epoch {epoch}, step {step}, after training to its end: its test finished and "
-            f"{run_dir.resolve() / 'summary.json'} is written (exit code {EXIT_STOPPED}){then}"
-        )
-    barrier()
-    raise leaving or Stopped()
+    if name := stop_signal(device, agree=True):
+        raise stopped(name, run_dir, epoch, step, is_main, tested=True)
 
 
 def stop_if_requested_while_starting(agree_later: bool = False) -> None:
@@ -218,11 +198,6 @@ def stopped_before_training(name: str, when: str) -> Stopped:
             "start again with the same command (resume=auto starts afresh)"
         )
     return Stopped()
-
-
-def _continue_command(checkpoint: Path) -> str:
-    """A single run resumes its checkpoint; a sweep's job reruns the sweep where it can (CONTINUE_WITH_ENV)."""
-    return continue_command_instead() or f"python train.py {shlex.quote(f'resume={checkpoint}')}"  # pasted as it is
 
 
 def continue_command_instead() -> str | None:
