@@ -303,20 +303,15 @@ def _strategy(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield error.key, error.message
 
 
-def flip_refused(cfg: DictConfig, flip: str) -> Iterator[tuple[str, str]]:
-    """Refuse augmentation.<flip> where the data says a mirror image changes its label."""
-    if cfg.data.get("mirror_changes_label"):
+def flip_refused(cfg: DictConfig, flip: str = "horizontal_flip") -> Iterator[tuple[str, str]]:
+    """Refuse augmentation.<flip>, where it is on, when the data says a mirror image changes its label."""
+    if OmegaConf.select(cfg.augmentation, flip, default=None) and cfg.data.get("mirror_changes_label"):
         yield (
             f"augmentation.{flip}",
             f"is on, but {cfg.data.name} sets data.mirror_changes_label=true (a mirrored 2 is not a 2); "
             f"use augmentation=shift or augmentation.{flip}=false, "
             f"or set data.mirror_changes_label=false if your images are mirror-safe",
         )
-
-
-def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.augmentation.get("horizontal_flip"):
-        yield from flip_refused(cfg, "horizontal_flip")
 
 
 def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -376,7 +371,7 @@ RELATIONS = (
     Relation(("distributed.name", "distributed.parallel"), _strategy),
     Relation(("augmentation",), _augmentation_keys),
     # after the augmentation checks: a bad augmentation section is reported once, as itself
-    Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
+    Relation(("data.mirror_changes_label", "augmentation"), flip_refused),
     Relation(("task._target_", "augmentation", "data.mirror_changes_label"), _spatial_targets),
     Relation(("data._target_", "augmentation", "trainer.channels_last"), _image_ops_need_images),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
