@@ -90,12 +90,10 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if kind.needs_num_classes and data.get("num_classes") is None:
         yield "data.num_classes", f"is null, but {data.name} generates its classes; set data.num_classes=N"
     fractions = [key for key in ("val_fraction", "test_fraction") if data.get(key) is not None]
-    if sum(data[key] for key in fractions) >= 1:
+    total = sum(data[key] for key in fractions)
+    if total >= 1:
         keys = " + ".join(f"data.{key}" for key in fractions)
-        yield (
-            f"data.{fractions[0]}",
-            f"{keys} = {sum(data[key] for key in fractions):g} leaves no training samples; lower them",
-        )
+        yield f"data.{fractions[0]}", f"{keys} = {total:g} leaves no training samples; lower them"
 
 
 def _nesterov_needs_momentum(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -111,21 +109,17 @@ def configured_task(cfg: DictConfig) -> type | None:
 
 def _task_metrics(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The task class (imported, not built) names its metrics: what may be monitored and optimized."""
-    target = cfg.task._target_
     task = configured_task(cfg)
     if task is None:
         yield (
             "task._target_",
-            f"cannot import {target!r}; point it at module.Class, e.g. trainkit.tasks.classification.Classification",
+            f"cannot import {cfg.task._target_!r}; point it at module.Class, e.g. "
+            "trainkit.tasks.classification.Classification",
         )
         return
-    names = metric_names_of(task)
-    for key, value, splits in (
-        ("regularization.early_stopping.monitor", cfg.regularization.early_stopping.monitor, ("val",)),
-        ("optimized_metric", cfg.optimized_metric, ("val", "test")),
-    ):
-        allowed = [f"{split}/{name}" for split in splits for name in names]
-        if value not in allowed:
+    for key, splits in (("regularization.early_stopping.monitor", ("val",)), ("optimized_metric", ("val", "test"))):
+        allowed = [f"{split}/{name}" for split in splits for name in metric_names_of(task)]
+        if (value := OmegaConf.select(cfg, key)) not in allowed:
             yield key, f"must be one of {', '.join(allowed)} (the metrics of {task.__name__}), got {show(value)}"
 
 
