@@ -1,9 +1,6 @@
-"""The config: the words the schema is written in, the table of rules a key must follow, the one
-validation pass that reports every problem in one-line errors, and the config printed as YAML.
-
-train.py imports from here, and `validate` from trainkit.config.validation: the rules read names from
-the modules they check (schedules, loggers, precisions), which themselves import from here, so
-importing it here would go round in a circle. The modules inside import each other directly."""
+"""The config: the words of its schema, the rules a key must follow, the one validation pass that reports every
+problem in one-line errors, and the config printed as YAML. `validate` is imported from trainkit.config.validation:
+its rules read the modules they check (schedules, loggers), which import from here, so here it would be a circle."""
 
 from trainkit.config.filled_in import record_filled_in
 from trainkit.config.printing import print_config

@@ -13,6 +13,7 @@ from types import ModuleType
 
 from omegaconf import DictConfig, OmegaConf
 
+from trainkit.config.filled_in import flatten
 from trainkit.config.schema import Check, Relation, to_dict
 
 
@@ -115,24 +116,15 @@ def feature_checks(cfg: DictConfig) -> tuple[dict[str, Check], list[Relation]]:
 
 
 def feature_modules(cfg: DictConfig) -> list[tuple[str, ModuleType | str]]:
-    """(key, module) for each module a `_checks_` of the config names; its name where it cannot be imported. Such a
-    module may also declare what trainkit.config.validation asks of it (`ignored_settings(cfg)`, `searched_keys`...)."""
+    """(key, module) for each module a `_checks_` of the config names (`_checks_: <module>`, or `{<name>: <module>}`;
+    hydra's own section left out), its name where it cannot be imported. Such a module may also declare what
+    trainkit.config.validation asks of it (`ignored_settings(cfg)`, `searched_keys`...)."""
     found: list[tuple[str, ModuleType | str]] = []
-    for key, module_name in _checks_named(cfg, ""):
-        try:
-            found.append((key, importlib.import_module(module_name)))
-        except ImportError:
-            found.append((key, module_name))
+    for key, value in flatten(OmegaConf.to_container(cfg, resolve=False)).items():  # not resolved: not ours to say
+        *_, parent, name = ["", *key.split(".")]
+        if ((name == "_checks_" and isinstance(value, str)) or parent == "_checks_") and not key.startswith("hydra."):
+            try:
+                found.append((key, importlib.import_module(str(value))))
+            except ImportError:
+                found.append((key, str(value)))
     return found
-
-
-def _checks_named(node: DictConfig, prefix: str) -> Iterator[tuple[str, str]]:
-    """(key, module) for each `_checks_` in `node` and the sections below it (hydra's own left out)."""
-    for name, value in node.items_ex(resolve=False):  # an interpolation to a missing key is not this pass's to say
-        key = f"{prefix}{name!s}"
-        if name == "_checks_" and isinstance(value, str):
-            yield key, value
-        elif name == "_checks_" and isinstance(value, DictConfig):
-            yield from ((f"{key}.{feature!s}", str(module)) for feature, module in value.items())
-        elif isinstance(value, DictConfig) and key != "hydra":
-            yield from _checks_named(value, f"{key}.")

@@ -9,9 +9,11 @@ continued run records the same settings as one that never stopped, and a tool th
 a filled-in value as a difference of settings."""
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from trainkit.config.schema import to_dict
 
 FILLED_IN = "filled_in.yaml"  # in the run's .hydra/, beside config.yaml
 _ABSENT = object()
@@ -59,7 +61,7 @@ def as_set(resolved: DictConfig, composed: DictConfig, run_dir: Path) -> DictCon
         keys = list(flatten(OmegaConf.to_container(OmegaConf.load(record)) or {}))
     else:
         keys = [key for key, value in leaves.items() if value is None or value == "auto"]
-    config = cast("DictConfig", OmegaConf.create(OmegaConf.to_container(resolved, resolve=True)))
+    config = OmegaConf.create(to_dict(resolved))
     for key in keys:
         if key in leaves and OmegaConf.select(config, key, default=_ABSENT) is not _ABSENT:
             OmegaConf.update(config, key, leaves[key], merge=False)

@@ -50,9 +50,7 @@ def tracker_choice(value: object) -> str | None:
     if not isinstance(value, Mapping) or any(not isinstance(on, bool) for on in value.values()):
         return f"must map tracker names ({names}) to true or false; pick them with logger=<name> or logger=[a,b]"
     unknown = [str(name) for name in value if name != "none" and name not in trackers()]
-    if unknown:
-        return f"unknown tracker {', '.join(unknown)}; the trackers are {names}"
-    return None
+    return f"unknown tracker {', '.join(unknown)}; the trackers are {names}" if unknown else None
 
 
 RULES: dict[str, Check] = {

@@ -49,10 +49,8 @@ def resolved(cfg: DictConfig, found: Mapping[str, Any]) -> DictConfig:
     config = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     for key, value in found.items():
         OmegaConf.update(config, key, value, merge=False)
-    config = OmegaConf.create(to_dict(cast("DictConfig", config)))
-    OmegaConf.set_struct(config, True)  # as Hydra composes it: reading a key it lacks is an error
-    OmegaConf.set_readonly(config, True)
-    return config
+    # struct as Hydra composes it (reading a key it lacks is an error), and read-only
+    return OmegaConf.create(to_dict(cast("DictConfig", config)), flags={"struct": True, "readonly": True})
 
 
 def _is_number(value: object, whole: bool = False) -> TypeGuard[float]:
@@ -113,13 +111,8 @@ def numbers(
     element = number(minimum, above=above, below=below, whole=whole)
 
     def check(value: object) -> str | None:
-        if (
-            isinstance(value, Sequence)
-            and not isinstance(value, str)
-            and len(value) > 0
-            and (length is None or len(value) == length)
-            and all(element(v) is None for v in value)
-        ):
+        items = value if isinstance(value, Sequence) and not isinstance(value, str) else ()
+        if items and length in (None, len(items)) and not any(map(element, items)):
             return None
         return f"must be {kind}, e.g. [{', '.join(['0.5'] * (length or 1))}]; got {show(value)}"
 

@@ -19,7 +19,7 @@ from trainkit.config.schema import Relation, find_problems, show, unknown_keys
 from trainkit.data.datasets import Data, ImageData, data_class
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
-from trainkit.tasks.task import higher_is_better, metric_names_of, task_class
+from trainkit.tasks.task import higher_is_better, metric_names_of
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +90,10 @@ def _dataset_needs(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     if kind.needs_num_classes and data.get("num_classes") is None:
         yield "data.num_classes", f"is null, but {data.name} generates its classes; set data.num_classes=N"
     fractions = [key for key in ("val_fraction", "test_fraction") if data.get(key) is not None]
-    if sum(data[key] for key in fractions) >= 1:
+    total = sum(data[key] for key in fractions)
+    if total >= 1:
         keys = " + ".join(f"data.{key}" for key in fractions)
-        yield (
-            f"data.{fractions[0]}",
-            f"{keys} = {sum(data[key] for key in fractions):g} leaves no training samples; lower them",
-        )
+        yield f"data.{fractions[0]}", f"{keys} = {total:g} leaves no training samples; lower them"
 
 
 def _nesterov_needs_momentum(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -104,30 +102,24 @@ def _nesterov_needs_momentum(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 
 
 def configured_task(cfg: DictConfig) -> type | None:
-    """The class `task._target_` names, imported but not built; None when it cannot be imported."""
-    try:
-        return task_class(cfg.task._target_)
-    except Exception:  # hydra raises several kinds for a path it cannot import; _task_metrics says it in one line
-        return None
+    """The class `task._target_` names, imported but not built; None when it cannot be (_task_metrics says why)."""
+    task = imported_target(cfg.task)
+    return task if isinstance(task, type) else None
 
 
 def _task_metrics(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """The task class (imported, not built) names its metrics: what may be monitored and optimized."""
-    target = cfg.task._target_
     task = configured_task(cfg)
     if task is None:
         yield (
             "task._target_",
-            f"cannot import {target!r}; point it at module.Class, e.g. trainkit.tasks.classification.Classification",
+            f"cannot import {cfg.task._target_!r}; point it at module.Class, e.g. "
+            "trainkit.tasks.classification.Classification",
         )
         return
-    names = metric_names_of(task)
-    for key, value, splits in (
-        ("regularization.early_stopping.monitor", cfg.regularization.early_stopping.monitor, ("val",)),
-        ("optimized_metric", cfg.optimized_metric, ("val", "test")),
-    ):
-        allowed = [f"{split}/{name}" for split in splits for name in names]
-        if value not in allowed:
+    for key, splits in (("regularization.early_stopping.monitor", ("val",)), ("optimized_metric", ("val", "test"))):
+        allowed = [f"{split}/{name}" for split in splits for name in metric_names_of(task)]
+        if (value := OmegaConf.select(cfg, key)) not in allowed:
             yield key, f"must be one of {', '.join(allowed)} (the metrics of {task.__name__}), got {show(value)}"
 
 
@@ -140,9 +132,13 @@ def augmentation_ops(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _augmentation_keys(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    """A closed section: the core's keys, and those its `_checks_` modules have rules for."""
+    """A closed section (the core's keys, and those its `_checks_` modules have rules for), then not `none` while on."""
     features = {key.split(".")[1] for key in feature_checks(cfg)[0] if key.startswith("augmentation.")}
-    yield from unknown_keys("augmentation", (*AUGMENTATION_KEYS, *sorted(features))).check(cfg)
+    unknown = list(unknown_keys("augmentation", (*AUGMENTATION_KEYS, *sorted(features))).check(cfg))
+    yield from unknown
+    active = {} if unknown else augmentation_ops(cfg)
+    if cfg.augmentation.name == "none" and active:
+        yield "augmentation.name", f"is 'none' but {', '.join(active)} is on; pick a name that augments or turn it off"
 
 
 def _spatial_targets(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -301,26 +297,15 @@ def _strategy(cfg: DictConfig) -> Iterator[tuple[str, str]]:
         yield error.key, error.message
 
 
-def _augmentation_off(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    active = augmentation_ops(cfg)
-    if cfg.augmentation.name == "none" and active:
-        yield "augmentation.name", f"is 'none' but {', '.join(active)} is on; pick a name that augments or turn it off"
-
-
-def flip_refused(cfg: DictConfig, flip: str) -> Iterator[tuple[str, str]]:
-    """Refuse augmentation.<flip> where the data says a mirror image changes its label."""
-    if cfg.data.get("mirror_changes_label"):
+def flip_refused(cfg: DictConfig, flip: str = "horizontal_flip") -> Iterator[tuple[str, str]]:
+    """Refuse augmentation.<flip>, where it is on, when the data says a mirror image changes its label."""
+    if OmegaConf.select(cfg.augmentation, flip, default=None) and cfg.data.get("mirror_changes_label"):
         yield (
             f"augmentation.{flip}",
             f"is on, but {cfg.data.name} sets data.mirror_changes_label=true (a mirrored 2 is not a 2); "
             f"use augmentation=shift or augmentation.{flip}=false, "
             f"or set data.mirror_changes_label=false if your images are mirror-safe",
         )
-
-
-def _no_flips_where_mirroring_changes_the_label(cfg: DictConfig) -> Iterator[tuple[str, str]]:
-    if cfg.augmentation.get("horizontal_flip"):
-        yield from flip_refused(cfg, "horizontal_flip")
 
 
 def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
@@ -339,8 +324,7 @@ def _image_ops_need_images(cfg: DictConfig) -> Iterator[tuple[str, str]]:
 def _a_micro_batch_below_the_batch(cfg: DictConfig) -> Iterator[tuple[str, str]]:
     """Larger than the batch would be no split at all: say so rather than train whole batches silently."""
     micro, batch_size = cfg.trainer.micro_batch_size, cfg.data.batch_size
-    data = configured_data_class(cfg)  # a micro-batch of sized data counts units (tokens), not items
-    sized = data is not None and data.size_unit is not None
+    sized = getattr(configured_data_class(cfg), "size_unit", None) is not None  # counts units (tokens), not items
     # A data.batch_size a feature searches before training (searched_keys) is known later; a larger N is then one part.
     searched = any(
         "data.batch_size" in getattr(feature, "searched_keys", lambda cfg: ())(cfg)
@@ -380,9 +364,8 @@ RELATIONS = (
     Relation(("device", "distributed.sync_batchnorm", "distributed.backend"), _cuda_only),
     Relation(("distributed.name", "distributed.parallel"), _strategy),
     Relation(("augmentation",), _augmentation_keys),
-    Relation(("augmentation",), _augmentation_off),
     # after the augmentation checks: a bad augmentation section is reported once, as itself
-    Relation(("data.mirror_changes_label", "augmentation"), _no_flips_where_mirroring_changes_the_label),
+    Relation(("data.mirror_changes_label", "augmentation"), flip_refused),
     Relation(("task._target_", "augmentation", "data.mirror_changes_label"), _spatial_targets),
     Relation(("data._target_", "augmentation", "trainer.channels_last"), _image_ops_need_images),
     Relation(("task._target_", "model._target_"), _per_pixel_model_needs_per_pixel_task),
@@ -407,28 +390,22 @@ def problems(cfg: DictConfig) -> dict[str, str]:
 def unread_settings(cfg: DictConfig, chosen: Collection[str] | None = None) -> dict[str, str]:
     """{key: why nothing reads it}: label smoothing a task without classes does not take, where it was `chosen` (set
     or searched; None: this run's overrides; the default is a classification recipe's), and each feature's own."""
-    chosen = set(command_keys() if chosen is None else chosen)
+    from hydra.core.hydra_config import HydraConfig
+
+    if chosen is None and HydraConfig.initialized():  # the keys the command line set and those the sweeper searches
+        hydra_cfg: Any = HydraConfig.get()
+        overrides = OmegaConf.select(hydra_cfg, "overrides.task", default=None) or []
+        params = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
+        chosen = {str(item).split("=", 1)[0].lstrip("+~") for item in overrides} | {str(key) for key in params}
     unread = {}
     smoothing = OmegaConf.select(cfg, "regularization.label_smoothing", default=None)
     task_values = OmegaConf.to_container(cfg.task, resolve=False) if isinstance(cfg.get("task"), DictConfig) else {}
     reads_smoothing = "${regularization.label_smoothing}" in str(task_values)
-    if smoothing and "regularization.label_smoothing" in chosen and not reads_smoothing:
+    if smoothing and "regularization.label_smoothing" in (chosen or ()) and not reads_smoothing:
         unread["regularization.label_smoothing"] = f"{cfg.task.get('_target_')} takes no label smoothing"
     for _, feature in feature_modules(cfg):  # each optional feature's own (declared.feature_modules)
         unread |= getattr(feature, "unread_settings", lambda cfg: {})(cfg)
     return unread
-
-
-def command_keys() -> set[str]:
-    """The keys this run's command line set and those its sweeper searches; none outside a Hydra run."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return set()
-    hydra_cfg: Any = HydraConfig.get()
-    overrides = OmegaConf.select(hydra_cfg, "overrides.task", default=None) or []
-    params = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
-    return {str(item).split("=", 1)[0].lstrip("+~") for item in overrides} | {str(key) for key in params}
 
 
 def ignored_keys(cfg: DictConfig) -> list[str]:
