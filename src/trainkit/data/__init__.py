@@ -1,7 +1,6 @@
 """The data stage of a run: the dataset `data._target_` makes, split, sharded across ranks and loaded by its class's
 `loaders` (docs/data.md#a-data-options-class). `build_data(cfg.data, device, seed, rank, world_size)` gives a
-DataBundle: `for inputs, targets in bundle.train` after `bundle.train.set_epoch(epoch)`.
-"""
+DataBundle: `for inputs, targets in bundle.train` after `bundle.train.set_epoch(epoch)`."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field

@@ -1,6 +1,5 @@
 """What a data option is (Data; ImageData for images), what its splits() returns (Splits) and how they load, the
-seeded carving of splits, and the built-in Digits. What a data option may set: docs/data.md#a-data-options-class.
-"""
+seeded carving of splits, and the built-in Digits. What a data option may set: docs/data.md#a-data-options-class."""
 
 import importlib
 import importlib.util
@@ -13,6 +12,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import nn
 
+from trainkit.data.identity import samples_identity
 from trainkit.data.loaders import ShardedLoader, TensorLoader
 from trainkit.errors import ConfigError
 
@@ -120,8 +120,6 @@ class Data:
     def identity(self, made: Any) -> dict:
         """What this data is before any split (summary.json's `data`): by default every sample of the three splits,
         in no order; an option whose splits do not partition one set of samples returns what it read."""
-        from trainkit.data.identity import samples_identity
-
         return samples_identity(made)
 
     def batch_transform(self, augmentation: Any, input_size: int | None, channels_last: bool, train: bool) -> nn.Module:
@@ -261,7 +259,13 @@ def carve(
                 f"{str(classes.dtype).removeprefix('torch.')} values: pass labels=None for numbers (a regression "
                 f"target), or their quantile bins to stratify them"
             )
-        order = _interleaved_by_class(order, classes.to(torch.int64))
+        # Rearranged so that every prefix of the order holds each class in proportion.
+        ordered = classes.to(torch.int64)[order]
+        position = torch.empty(num_samples, dtype=torch.float64)
+        for label in ordered.unique():
+            members = (ordered == label).nonzero().flatten()
+            position[members] = (torch.arange(len(members), dtype=torch.float64) + 0.5) / len(members)
+        order = order[torch.sort(position, stable=True).indices]
     parts, start = {}, 0
     for name, fraction in fractions.items():
         count = round(num_samples * fraction)
@@ -290,22 +294,11 @@ def warn_val_lacking_classes(parts: dict[str, torch.Tensor], labels: Any, names:
         return  # not one class per sample
     trained = set(labels[torch.as_tensor(parts["train"])].tolist())
     validated = set(labels[torch.as_tensor(parts["val"])].tolist())
-    lacking = sorted(trained - validated)
-    if lacking:
+    if lacking := sorted(trained - validated):
         log.warning(
             f"the val split ({how}) holds no sample of {', '.join(class_name(label, names) for label in lacking)}, "
             f"which the training split has: val metrics cover the other classes alone"
         )
-
-
-def _interleaved_by_class(order: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """`order` rearranged so that every prefix holds each class in proportion."""
-    ordered = labels[order]
-    position = torch.empty(len(order), dtype=torch.float64)
-    for label in ordered.unique():
-        members = (ordered == label).nonzero().flatten()
-        position[members] = (torch.arange(len(members), dtype=torch.float64) + 0.5) / len(members)
-    return order[torch.sort(position, stable=True).indices]
 
 
 @dataclass(kw_only=True)

@@ -18,10 +18,9 @@ def read_feature_rows(path: str | Path, columns: int) -> torch.Tensor:
         numbered = list(enumerate(np.atleast_2d(array)))
     else:
         with path.open(newline="") as file:
-            lines = [(number, row) for number, row in enumerate(csv.reader(file), start=1) if row]
-        if lines and not all(_is_number(value) for value in lines[0][1]):
-            lines = lines[1:]  # the column names
-        numbered = lines
+            numbered = [(number, row) for number, row in enumerate(csv.reader(file), start=1) if row]
+        if numbered and not all(_is_number(value) for value in numbered[0][1]):
+            numbered = numbered[1:]  # the column names
     for number, row in numbered:
         if len(row) != columns:
             raise ValueError(f"row {number} has {len(row)} values, but the data's rows have {columns}")

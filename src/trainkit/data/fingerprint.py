@@ -1,6 +1,5 @@
 """What a run trained on, in a few numbers every checkpoint keeps, so that a resume on changed data is refused in
-one line (`check_same_data`): docs/resume-and-preemption.md#resume-and-requeued-jobs says what is compared and why.
-"""
+one line (`check_same_data`): docs/resume-and-preemption.md#resume-and-requeued-jobs says what is compared and why."""
 
 import logging
 import math
@@ -17,17 +16,11 @@ CHECKED_SAMPLES = 10_000
 SPLITS = ("train", "val", "test")
 
 
-def data_fingerprint(
-    splits: Any,
-    source: str | None = None,
-    fold: str | None = None,
-    tokenizer: str | None = None,
-    identity: dict | None = None,
-) -> dict:
+def data_fingerprint(splits: Any, source: str | None = None, **kept: Any) -> dict:
     """The fingerprint of Splits of tensors, or of splits that say theirs (`fingerprints()`), as plain containers that
-    load with weights_only=True; the other arguments are kept where given."""
+    load with weights_only=True; `source` and `kept` (fold, tokenizer, identity) are kept where given."""
     made = {name: getattr(splits, name) for name in SPLITS}
-    kept = {"source": source, "fold": fold, "tokenizer": tokenizer, "identity": identity}
+    kept = {"source": source, **kept}
     classes = {"classes": splits.num_classes, **{key: value for key, value in kept.items() if value}}
     if not all(isinstance(split, tuple) for split in made.values()):
         return {**classes, **splits.fingerprints()}

@@ -1,6 +1,5 @@
 """What data a run read before any split, the same for every fold, split seed and tokenizer of one dataset
-(docs/resume-and-preemption.md#resume-and-requeued-jobs); no torch at module level, for scripts/compare_runs.py.
-"""
+(docs/resume-and-preemption.md#resume-and-requeued-jobs); no torch at module level, for scripts/compare_runs.py."""
 
 import hashlib
 from typing import Any
@@ -11,12 +10,12 @@ TENSOR_BYTES = 1 << 31  # above this, only the labels are digested
 def data_identity(data: Any, made: Any) -> dict:
     """The identity of what `data` read, as plain containers for checkpoints and summary.json."""
     names, source = data.class_names(), data.source()
-    identity = {
+    return {
         "option": f"{type(data).__module__}.{type(data).__qualname__}",
         "classes": list(names) if names else made.num_classes,
         **({"source": source} if source else {}),
+        **data.identity(made),
     }
-    return {**identity, **data.identity(made)}
 
 
 def samples_identity(made: Any) -> dict:
@@ -69,12 +68,9 @@ def identity_changes(before: dict | None, now: dict | None, samples: bool = True
 def _file_changes(before: dict | None, now: dict | None) -> list[str]:
     if before is None or now is None:
         return []
-    changes = []
     added, removed = sorted(set(now) - set(before)), sorted(set(before) - set(now))
-    if added:
-        changes.append(f"{', '.join(added)} read, not read before")
-    if removed:
-        changes.append(f"{', '.join(removed)} read before, not now")
+    changes = [f"{', '.join(added)} read, not read before"] if added else []
+    changes += [f"{', '.join(removed)} read before, not now"] if removed else []
     for name in sorted(set(now) & set(before)):
         first, second = before[name] or {}, now[name] or {}
         if first.get("bytes") != second.get("bytes"):

@@ -1,7 +1,6 @@
 """Loaders that shard a split across ranks: ShardedLoader's batch arithmetic, and TensorLoader for in-memory tensors.
 `len()` is this rank's batches per epoch, `num_samples` its samples. Training loaders give every rank the same number
-of samples; evaluation loaders give each sample to exactly one rank (docs/distributed.md).
-"""
+of samples; evaluation loaders give each sample to exactly one rank (docs/distributed.md)."""
 
 import itertools
 import math
@@ -66,7 +65,7 @@ class EvaluationSampler(Sampler[int]):
 
 
 def shard_sampler(
-    size: int, *, train: bool | None, shuffle: bool, seed: int, rank: int, world_size: int
+    size: int, *, shuffle: bool, train: bool | None = None, seed: int = 0, rank: int = 0, world_size: int = 1
 ) -> ResumableDistributedSampler | EvaluationSampler:
     """This rank's sampler over a split of `size` samples; `train=None` means train = shuffle."""
     if train or (train is None and shuffle):
@@ -100,18 +99,15 @@ class ShardedLoader:
         return [batch.tolist() for batch in indices.split(self.batch_size)[: len(self)]]
 
     def __len__(self) -> int:
-        if self.drop_last:
-            return len(self.sampler) // self.batch_size
-        return math.ceil(len(self.sampler) / self.batch_size)
+        batches = len(self.sampler) / self.batch_size
+        return math.floor(batches) if self.drop_last else math.ceil(batches)
 
     def __iter__(self) -> Iterator[Any]:
         raise NotImplementedError
 
     @property
     def num_samples(self) -> int:
-        if self.drop_last:
-            return len(self) * self.batch_size
-        return len(self.sampler)
+        return len(self) * self.batch_size if self.drop_last else len(self.sampler)
 
     def sample(self, batches: int) -> Iterator[Any]:
         """At most `batches` batches: a seeded sample of an evaluation split, or a training loader's first."""
@@ -144,17 +140,12 @@ class TensorLoader(ShardedLoader):
         labels: torch.Tensor,
         batch_size: int,
         *,
-        shuffle: bool,
         drop_last: bool = False,
         device: torch.device = torch.device("cpu"),
         pin_memory: bool = False,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        train: bool | None = None,
+        **sampling: Any,  # shard_sampler's: shuffle, and train, seed, rank, world_size
     ):
-        sampler = shard_sampler(len(images), train=train, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
-        super().__init__(sampler, batch_size, drop_last)
+        super().__init__(shard_sampler(len(images), **sampling), batch_size, drop_last)
         self.pin_memory = pin_memory
         self.images = images.to(device)
         self.labels = labels.to(device)  # in their own dtype: the task casts

@@ -2,8 +2,7 @@
 step) and reduced across ranks only when read: at a logging step (interval_metrics) and at the epoch's end
 (epoch_metrics). train/loss is the mean over what the task weighs (`task.weight(batch)`: real tokens or samples);
 sized data adds train/<unit>_per_sec (pad_id's units left out) and token data train/padding_fraction. What a task
-records (`Task.record`) is logged as train/step_<name> and train/<name>.
-"""
+records (`Task.record`) is logged as train/step_<name> and train/<name>."""
 
 import time
 import zlib

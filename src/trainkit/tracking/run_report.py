@@ -1,7 +1,6 @@
 """What train.py reports about a run: the start line, each epoch's line, and once tested summary.json
 (strict JSON; its keys: README's "The run directory"), the trackers' summary and the closing line. summary.json is what
-a sweep, scripts/compare_runs.py and `resume` of a finished run read.
-"""
+a sweep, scripts/compare_runs.py and `resume` of a finished run read."""
 
 import logging
 from typing import Any

@@ -2,8 +2,7 @@
 several at once (`logger=[a,b]`). train.py talks to one `Loggers`, which passes each call to every logger (base.Logger
 says what a logger answers). A tracker is a module here, `<name>_logger.py`, found by its name (logger.trackers' keys):
 its `build(cfg, run_dir, facts) -> Logger`, its config checks (`CONFIG_RULES`) and, where it keeps a file of its own
-that a resume trims, `trim_to_checkpoint`. It imports its library only when chosen (docs/features.md).
-"""
+that a resume trims, `trim_to_checkpoint`. It imports its library only when chosen (docs/features.md)."""
 
 from __future__ import annotations
 
@@ -126,10 +125,9 @@ class Loggers:
 def build_loggers(cfg: DictConfig, run_dir: Path, **facts: Any) -> Loggers:
     """metrics.jsonl plus each tracker `tracker_names(cfg)` lists, built by its module from `facts` (RunFacts'
     fields). The config check checked the names and keys."""
-    loggers: list[Logger] = [JsonlLogger(run_dir / "metrics.jsonl")]
     names = tracker_names(cfg)
-    loggers += [tracker(name).build(cfg, run_dir, RunFacts(**facts)) for name in names]
-    return Loggers(loggers, ["jsonl", *names])
+    built = [tracker(name).build(cfg, run_dir, RunFacts(**facts)) for name in names]
+    return Loggers([JsonlLogger(run_dir / "metrics.jsonl"), *built], ["jsonl", *names])
 
 
 def recorded_origin(run_dir: Path) -> dict:

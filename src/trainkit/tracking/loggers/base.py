@@ -108,11 +108,9 @@ def run_names(hydra_cfg: Any = None, run_dir: Path | None = None) -> tuple[str |
     group = None
     mode = OmegaConf.select(hydra_cfg, "mode", default=None)
     if getattr(mode, "name", mode) == "MULTIRUN":
-        if from_file and output_dir:
-            # The saved file keeps sweep.dir unresolved (`${now:...}` would give a new time): use the
-            # job directory's parent, which is the sweep directory for the default `subdir`.
-            sweep_dir = Path(str(output_dir)).parent
-        else:
-            sweep_dir = OmegaConf.select(hydra_cfg, "sweep.dir", default=None)
+        # The saved file keeps sweep.dir unresolved (`${now:...}` would give a new time): use the job directory's
+        # parent, which is the sweep directory for the default `subdir`.
+        saved = from_file and output_dir
+        sweep_dir = Path(str(output_dir)).parent if saved else OmegaConf.select(hydra_cfg, "sweep.dir", default=None)
         group = Path(str(sweep_dir)).name if sweep_dir else None
     return run_name or None, group
