@@ -147,23 +147,6 @@ def tested_weights(state: dict) -> tuple[str, dict]:
     return "model", state["model"]
 
 
-def trained_model(
-    cfg: DictConfig, weights: dict, image_size: int | None, device: torch.device
-) -> tuple[torch.nn.Module, int | None]:
-    """The run's model with `weights`, on the device, and the side length batches are resized to. No pretrained
-    weights are loaded first: the checkpoint's replace them, so their file or hub need not be reachable here."""
-    model_config = to_dict(cfg.model)
-    if "pretrained" in model_config:
-        model_config["pretrained"] = False
-    model, input_size = build_model(model_config), image_size
-    finetune = {**cfg.finetune, "pretrained_path": None}  # feature: finetune
-    input_size = fine_tune(model, model_config, finetune, image_size)  # feature: finetune
-    load_weights(model, weights)  # a model= override of another shape: one line naming model
-    # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
-    memory_format = torch.channels_last if cfg.trainer.channels_last else torch.contiguous_format
-    return model.to(device, memory_format=memory_format).eval(), input_size  # type: ignore[call-overload]
-
-
 def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
     """Runs in every process (one, or each DDP rank): evaluate the split, each rank its shard, as
     train.py tests. Rank 0 writes metrics.json and the picture; every rank returns the metrics."""
@@ -182,9 +165,8 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
     state = load_checkpoint(cfg.checkpoint, device)
     check_data_fits(state["config"], data.channels, data.num_classes)
     cfg.data.num_classes = data.num_classes  # an image folder counts its classes; model and task read this key
-    weights_name, weights = tested_weights(state)
     # Not compiled even where the run was (trainer.compile): one pass over a split does not repay it.
-    model, input_size = trained_model(cfg, weights, data.image_size, device)
+    model, input_size, _ = tested_model_on(cfg, device, data.image_size, state)
     _, transform = data.transforms(None, input_size, cfg.trainer.channels_last, device)  # the option's, as tested
     task = tested_task(cfg)
     task.tokenizer = data.tokenizer
@@ -194,7 +176,7 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
     metrics = evaluate(*evaluated)
     save_evaluation_figures(*evaluated, data, out_dir, proc.is_main)  # feature: eval_figures
     results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
-    results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
+    results |= {"samples": metrics["samples"], "weights": tested_weights(state)[0], "world_size": proc.world_size}
     if proc.is_main:  # metrics.json: beside the metrics, the run's own summary.json test metrics (null: none found)
         summary = run_dir / "summary.json" if run_dir else None
         run_test = json.loads(summary.read_text()).get("test") if summary and summary.is_file() else None
@@ -212,12 +194,23 @@ def tested_task(cfg: DictConfig) -> Task:
 
 
 def tested_model_on(
-    cfg: DictConfig, device: torch.device, image_size: int | None
+    cfg: DictConfig, device: torch.device, image_size: int | None, state: dict | None = None
 ) -> tuple[torch.nn.Module, int | None, list[str]]:
     """The weights the run tested in its model on `device`, the side length batches are resized to, and the class
-    names in label order: the checkpoint's ([] for numbers; no data is read), the data's for a checkpoint without."""
-    state = load_checkpoint(cfg.checkpoint, device)
-    model, input_size = trained_model(cfg, tested_weights(state)[1], image_size, device)
+    names in label order: the checkpoint's ([] for numbers; no data is read), the data's for a checkpoint without.
+    `state`: the checkpoint, where the caller has read it. No pretrained weights are loaded first: the checkpoint's
+    replace them, so their file or hub need not be reachable here."""
+    state = load_checkpoint(cfg.checkpoint, device) if state is None else state
+    model_config = to_dict(cfg.model)
+    if "pretrained" in model_config:
+        model_config["pretrained"] = False
+    model, input_size = build_model(model_config), image_size
+    finetune = {**cfg.finetune, "pretrained_path": None}  # feature: finetune
+    input_size = fine_tune(model, model_config, finetune, image_size)  # feature: finetune
+    load_weights(model, tested_weights(state)[1])  # a model= override of another shape: one line naming model
+    # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
+    memory_format = torch.channels_last if cfg.trainer.channels_last else torch.contiguous_format
+    model = model.to(device, memory_format=memory_format).eval()  # type: ignore[call-overload]
     return model, input_size, state["class_names"] if "class_names" in state else make_data(cfg.data).class_names()
 
 
