@@ -11,19 +11,18 @@
     python eval.py checkpoint=<run> predict=rows.csv        # other data: the files its option reads  # feature: predict
     python eval.py checkpoint=<run> prompt="'def f(n):'"    # a language model continues it  # feature: language_model
     python eval.py checkpoint=<run> predict=prompt.txt      # ... or a text file's  # feature: language_model
-    python eval.py checkpoint=<run> export=<folder>         # the tested weights for others: model=hf in the Hugging
-                                                            # Face format (from_pretrained), ours as safetensors + yaml
+    python eval.py checkpoint=<run> export=<folder>         # the tested weights for others  # feature: hf
 
-The config is the checkpoint's own (the resolved config the run trained with) with the keys this
-command line sets on top, as a resume takes it; so the data split, eval transform, precision,
-weights (their average where the run evaluated one) and test-time augmentation are the run's, and the numbers equal its
-summary.json. The run's own keys need no + (data.max_length=32: its .hydra/overrides.yaml is
-composed first); the model keeps the checkpoint's settings; of the config groups only precision=
-and distributed= may be chosen (data=, model=, ...: one line). It evaluates in one process unless the command
-line names distributed (or torchrun started several). Each call writes into a new directory,
+The config is the checkpoint's own (the resolved config the run trained with) with the keys this command line sets on
+top, as a resume takes it; so the data split, eval transform, precision, weights (their average where the run evaluated
+one) and test-time augmentation are the run's, and the numbers equal its summary.json. The run's own keys need no +
+(data.max_length=32: its .hydra/overrides.yaml is composed first); the model keeps the checkpoint's settings; of the
+config groups only precision= and distributed= may be chosen (data=, model=, ...: one line). It evaluates in one process
+unless the command line names distributed (or torchrun started several). Each call writes into a new directory,
 outputs/eval/<time>/: metrics.json.
 predict= writes predictions.csv (one class per image or text file) or masks/ (a class per pixel).  # feature: predict
 A picture of the predictions too: confusion_matrix.png, or predictions.png for segmentation.  # feature: eval_figures
+export= writes model=hf's in the Hugging Face format (from_pretrained), ours as safetensors + yaml.  # feature: hf
 """
 
 import json
@@ -99,7 +98,13 @@ def checkpoint_config(cfg: DictConfig) -> DictConfig:
     checkpoint = find_checkpoint(cfg.checkpoint, key="checkpoint", names=CHECKPOINTS, sharded=False)
     state = read_checkpoint(checkpoint, mmap=True, key="checkpoint")  # a trainkit checkpoint, of this format
     overrides = list(HydraConfig.get().overrides.task)[len(_replayed) :]  # this command line's own
-    refuse_groups(overrides)
+    for group in filter(None, map(chosen_group, overrides)):  # data=, model=, ...: the run's config is evaluated
+        raise ConfigError(
+            group,
+            f"eval.py evaluates the run's own config (its checkpoint's), so {group}= cannot be chosen here; "
+            f"override the run's keys one by one (e.g. data.root=<folder>, data.max_length=32), or choose "
+            f"{' or '.join(f'{name}=' for name in GROUPS)}",
+        )
     # The model stays the checkpoint's (its weights): data.max_length=32 cuts the texts, not the model's positions.
     when = "on top of a checkpoint's config"
     cfg = config_with_overrides(state["config"], cfg, overrides, when=when, relinked=lambda part: part != "model")
@@ -121,17 +126,6 @@ def chosen_group(override: str) -> str | None:
     return None if choosable or not (Path(__file__).parent / "conf" / group).is_dir() else group
 
 
-def refuse_groups(overrides: list[str]) -> None:
-    """A config group other than GROUPS (data=, model=, experiment=, ...) is one line: the run's config is evaluated."""
-    for group in filter(None, map(chosen_group, overrides)):
-        raise ConfigError(
-            group,
-            f"eval.py evaluates the run's own config (its checkpoint's), so {group}= cannot be chosen here; "
-            f"override the run's keys one by one (e.g. data.root=<folder>, data.max_length=32), or choose "
-            f"{' or '.join(f'{name}=' for name in GROUPS)}",
-        )
-
-
 def check_data_fits(saved: dict, channels: int | None, num_classes: int | None) -> None:
     """The checkpoint's model takes the channels and predicts the classes of the data it was trained
     on; other data must have the same (a data= or data.* override of another shape is refused here)."""
@@ -145,12 +139,6 @@ def check_data_fits(saved: dict, channels: int | None, num_classes: int | None) 
             )
 
 
-def predicted_class_names(cfg: DictConfig, state: dict) -> list[str]:
-    """What predictions call the classes (in label order; [] for numbers): the checkpoint keeps what the run's data
-    named them, so no data is read; a checkpoint from before it kept them: what the data names them now."""
-    return state["class_names"] if "class_names" in state else make_data(cfg.data).class_names()
-
-
 def tested_weights(state: dict) -> tuple[str, dict]:
     """("averaged", the average of the weights) where the run evaluated one in their place (the checkpoint holds
     it: Run.averaged, kept by a feature such as regularization.ema), else ("model", the trained weights)."""
@@ -159,43 +147,26 @@ def tested_weights(state: dict) -> tuple[str, dict]:
     return "model", state["model"]
 
 
-def trained_model(
-    cfg: DictConfig, weights: dict, image_size: int | None, device: torch.device
-) -> tuple[torch.nn.Module, int | None]:
-    """The run's model with `weights`, on the device, and the side length batches are resized to.
-    No pretrained weights are loaded first: the checkpoint's replace them, so their file or hub
-    need not be reachable here."""
-    model_config = to_dict(cfg.model)
-    if "pretrained" in model_config:
-        model_config["pretrained"] = False
-    model, input_size = build_model(model_config), image_size
-    finetune = {**cfg.finetune, "pretrained_path": None}  # feature: finetune
-    input_size = fine_tune(model, model_config, finetune, image_size)  # feature: finetune
-    load_weights(model, weights)  # a model= override of another shape: one line naming model
-    # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
-    memory_format = torch.channels_last if cfg.trainer.channels_last else torch.contiguous_format
-    return model.to(device, memory_format=memory_format).eval(), input_size  # type: ignore[call-overload]
-
-
 def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: torch.device) -> dict:
     """Runs in every process (one, or each DDP rank): evaluate the split, each rank its shard, as
     train.py tests. Rank 0 writes metrics.json and the picture; every rank returns the metrics."""
     seed_everything(cfg.seed + proc.rank)
+    checkpoint = Path(cfg.checkpoint).resolve()
+    run_dir = run_dir_of(checkpoint)
     data = build_data(
         cfg.data,
         device=device,
         seed=cfg.seed,
         rank=proc.rank,
         world_size=proc.world_size,
-        run_dir=run_dir_of(Path(cfg.checkpoint)),
+        run_dir=run_dir,
         trains_tokenizer=False,
     )  # what it learned (a tokenizer): the run's own
     state = load_checkpoint(cfg.checkpoint, device)
     check_data_fits(state["config"], data.channels, data.num_classes)
     cfg.data.num_classes = data.num_classes  # an image folder counts its classes; model and task read this key
-    weights_name, weights = tested_weights(state)
     # Not compiled even where the run was (trainer.compile): one pass over a split does not repay it.
-    model, input_size = trained_model(cfg, weights, data.image_size, device)
+    model, input_size, _ = tested_model_on(cfg, device, data.image_size, state)
     _, transform = data.transforms(None, input_size, cfg.trainer.channels_last, device)  # the option's, as tested
     task = tested_task(cfg)
     task.tokenizer = data.tokenizer
@@ -205,9 +176,13 @@ def evaluate_process(cfg: DictConfig, out_dir: Path, proc: ProcessInfo, device: 
     metrics = evaluate(*evaluated)
     save_evaluation_figures(*evaluated, data, out_dir, proc.is_main)  # feature: eval_figures
     results = {f"{cfg.split}/{name}": value for name, value in metrics.items() if name != "samples"}
-    results |= {"samples": metrics["samples"], "weights": weights_name, "world_size": proc.world_size}
-    if proc.is_main:
-        (out_dir / "metrics.json").write_text(strict_json(metrics_report(cfg, results), indent=2))
+    results |= {"samples": metrics["samples"], "weights": tested_weights(state)[0], "world_size": proc.world_size}
+    if proc.is_main:  # metrics.json: beside the metrics, the run's own summary.json test metrics (null: none found)
+        summary = run_dir / "summary.json" if run_dir else None
+        run_test = json.loads(summary.read_text()).get("test") if summary and summary.is_file() else None
+        limited = {"limit_val_batches": limit} if limit else {}
+        report = {**results, "split": cfg.split, **limited, "checkpoint": str(checkpoint), "run_summary_test": run_test}
+        (out_dir / "metrics.json").write_text(strict_json(report, indent=2))
     return results
 
 
@@ -218,27 +193,31 @@ def tested_task(cfg: DictConfig) -> Task:
     return task
 
 
-def tested_model(cfg: DictConfig, device: torch.device) -> torch.nn.Module:
-    """The weights the run tested in its model on `device`, at the run's own input size."""
-    weights = tested_weights(load_checkpoint(cfg.checkpoint, device))[1]
-    return trained_model(cfg, weights, cfg.data.get("image_size"), device)[0]
-
-
 def tested_model_on(
-    cfg: DictConfig, device: torch.device, image_size: int | None
+    cfg: DictConfig, device: torch.device, image_size: int | None, state: dict | None = None
 ) -> tuple[torch.nn.Module, int | None, list[str]]:
-    """The weights the run tested in its model on `device`, the side length its batches are resized to
-    (trained_model), and what its classes are called."""
-    state = load_checkpoint(cfg.checkpoint, device)
-    model, input_size = trained_model(cfg, tested_weights(state)[1], image_size, device)
-    return model, input_size, predicted_class_names(cfg, state)
+    """The weights the run tested in its model on `device`, the side length batches are resized to, and the class
+    names in label order: the checkpoint's ([] for numbers; no data is read), the data's for a checkpoint without.
+    `state`: the checkpoint, where the caller has read it. No pretrained weights are loaded first: the checkpoint's
+    replace them, so their file or hub need not be reachable here."""
+    state = load_checkpoint(cfg.checkpoint, device) if state is None else state
+    model_config = to_dict(cfg.model)
+    if "pretrained" in model_config:
+        model_config["pretrained"] = False
+    model, input_size = build_model(model_config), image_size
+    finetune = {**cfg.finetune, "pretrained_path": None}  # feature: finetune
+    input_size = fine_tune(model, model_config, finetune, image_size)  # feature: finetune
+    load_weights(model, tested_weights(state)[1])  # a model= override of another shape: one line naming model
+    # Module.to takes a device and a memory_format together; torch's overloads list memory_format alone.
+    memory_format = torch.channels_last if cfg.trainer.channels_last else torch.contiguous_format
+    model = model.to(device, memory_format=memory_format).eval()  # type: ignore[call-overload]
+    return model, input_size, state["class_names"] if "class_names" in state else make_data(cfg.data).class_names()
 
 
-# What eval.py may do in place of evaluating: each does its job and returns True where the command line asks for it
-# (export=), else returns False.
+# What eval.py may do in place of evaluating (a row's, from its marked line): each returns True where it did its job.
 INSTEAD: list[Callable[[DictConfig, str], bool]] = []
 INSTEAD.append(lambda cfg, source: export_run(cfg, source, tested_model_on))  # feature: hf
-INSTEAD.append(lambda cfg, source: continue_text(cfg, source, tested_model, runs_data))  # feature: language_model
+INSTEAD.append(lambda cfg, source: continue_text(cfg, source, tested_model_on, runs_data))  # feature: language_model
 INSTEAD.append(lambda cfg, source: predict(cfg, source, tested_task, runs_data, tested_model_on))  # feature: predict
 
 
@@ -246,17 +225,6 @@ def batch_limit(cfg: DictConfig) -> int | None:
     """The batches a process evaluates: split=val validates as the run did, with trainer.limit_val_batches
     (so its numbers are the run's best epoch's); the test split is always whole, as the run's test was."""
     return cfg.trainer.limit_val_batches if cfg.split == "val" else None
-
-
-def metrics_report(cfg: DictConfig, results: dict) -> dict:
-    """metrics.json: the metrics, the checkpoint, and the run's own summary.json test metrics
-    beside them for comparison (null where the checkpoint is not in a run directory with one)."""
-    checkpoint = Path(cfg.checkpoint).resolve()
-    run_dir = run_dir_of(checkpoint)
-    summary = run_dir / "summary.json" if run_dir else None
-    run_test = json.loads(summary.read_text()).get("test") if summary and summary.is_file() else None
-    limited = {"limit_val_batches": limit} if (limit := batch_limit(cfg)) else {}
-    return {**results, "split": cfg.split, **limited, "checkpoint": str(checkpoint), "run_summary_test": run_test}
 
 
 def runs_data(cfg: DictConfig) -> Data:

@@ -1,11 +1,9 @@
-"""The batch transform: images as a loader gives them, made into the normalized batch the model eats, on the device.
-
-`BatchTransform` turns a batch of raw images (uint8 0..255 or float 0..1, any device) into normalized float32: scale to
-[0, 1] -> resize -> augment (training only) -> normalize. The augmenting is `crop_padding` (pad, then crop back at a
-random offset per sample: augmentation=shift) and `horizontal_flip` (mirror a random half: basic), then what a feature
-builds: a module the augmentation section names in `_checks_` may declare `on_device_augment(augmentation, size,
-mean)`, which returns an nn.Module on [0, 1] images (or None; docs/features.md). Every random choice is drawn per
-sample from torch's global RNG on the batch's device (train.py seeds it with seed + rank).
+"""The batch transform: images as a loader gives them made into the normalized batch the model eats, on the device:
+scale to [0, 1] -> resize -> augment (training only) -> normalize. It augments by `crop_padding` (pad, then crop back
+at a random offset per sample: augmentation=shift) and `horizontal_flip` (mirror a random half: basic), then by what a
+module the augmentation section names in `_checks_` builds with its `on_device_augment(augmentation, size, mean)` (an
+nn.Module on [0, 1] images, or None; docs/features.md). Every random choice is drawn per sample from torch's global RNG
+on the batch's device (train.py seeds it with seed + rank).
 """
 
 from __future__ import annotations
@@ -22,15 +20,11 @@ from trainkit.errors import ConfigError
 
 
 class BatchTransform(nn.Module):
-    """uint8 or [0, 1] float images [B, C, H, W] -> normalized float32 [B, C, size, size].
-
-    `augmentation` is the augmentation section (a DictConfig or dict, checked beforehand by
-    trainkit.config.validation.validate; None: no augmentation); `mean` and `std` hold one value per channel, or one for
-    all. It only runs in training mode: `train=False` builds the module in eval mode, and `.train()` / `.eval()` switch
-    it like any module. `channels_last=True` returns NHWC batches for a model converted to channels_last. A dict batch
-    (image + text, two views) is transformed in the `entries` that hold its images (the data option's `image_entries`);
-    its other entries pass as they are.
-    """
+    """uint8 or [0, 1] float images [B, C, H, W] -> normalized float32 [B, C, size, size], augmented in training mode
+    only (`train=False` builds it in eval mode). `augmentation`: the section, checked by the config check (None: no
+    augmentation); `mean` and `std`: one value per channel, or one for all; `channels_last=True`: NHWC batches. A dict
+    batch (image + text, two views) is transformed in the `entries` that hold images (the data option's
+    `image_entries`); its other entries pass as they are."""
 
     mean: Tensor  # buffers, registered in __init__
     std: Tensor
@@ -67,8 +61,7 @@ class BatchTransform(nn.Module):
         return self.images(batch)
 
     def named(self, batch: Mapping[str, Any]) -> Any:
-        """A dict batch's items, once its entries of images are known to be there: a dict with none named, or
-        without one named, is one line (the data option's class names them in image_entries)."""
+        """A dict batch's items, once the entries named as images (image_entries) are all in it (else one line)."""
         missing = [key for key in self.entries if key not in batch]
         if not self.entries or missing:
             what = f"names {missing[0]!r}, which the batch lacks" if missing else "names none"
@@ -84,9 +77,7 @@ class BatchTransform(nn.Module):
         x = images.float() / 255 if images.dtype == torch.uint8 else images.float()
         if x.shape[-2:] != (self.size, self.size):
             downscaling = x.shape[-2] > self.size or x.shape[-1] > self.size
-            x = F.interpolate(
-                x, size=(self.size, self.size), mode="bilinear", align_corners=False, antialias=downscaling
-            )
+            x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=downscaling)
         if self.training:
             x = self.augment(x)
         x = (x - self.mean.to(x.device)) / self.std.to(x.device)
@@ -119,12 +110,8 @@ def augmenting_module(augmentation: Mapping | None, size: int, mean: Tensor) -> 
 
 def random_translate(x: Tensor, padding: int) -> Tensor:
     """Pad by `padding` pixels, then crop back at a random offset per sample: an exact integer shift of up to `padding`
-    pixels per axis, no interpolation.
-
-    The padding is zeros (black, in [0, 1] space): the background of digits and MNIST, and the same fill as the affine
-    op's, so every geometric op agrees on what enters from outside. Reflect padding (airbench's choice for CIFAR-10)
-    would mirror a digit's strokes into the border; change `F.pad`'s mode here if you prefer it for natural images.
-    """
+    pixels per axis, no interpolation. The padding is zeros (black: the digits' background, the affine op's fill too);
+    reflect padding (F.pad's mode="reflect", airbench's for CIFAR-10) would mirror a digit's strokes into the border."""
     batch, channels, height, width = x.shape
     padded = F.pad(x, (padding, padding, padding, padding))
     offsets = torch.randint(0, 2 * padding + 1, (batch, 2), device=x.device)

@@ -1,6 +1,5 @@
-"""Models: `build_model` (any `_target_`: the small CNN, a library's factory, yours).
-
-train.py imports from here; the modules inside import each other directly."""
+"""Models: `build_model` (any `_target_`: the small CNN, a library's factory, yours). The modules inside import each
+other directly."""
 
 from trainkit.models.build import build_model
 from trainkit.models.small_cnn import SmallCNN

@@ -1,9 +1,5 @@
-"""Building the configured model (the small CNN, your own, any factory `_target_` names).
-
-`cfg.model` (conf/model/*.yaml) names a factory in `_target_` and holds only its arguments, so
-`hydra.utils.instantiate(cfg.model)` alone builds the network (in a notebook too): `build_model(cfg.model)`.
-What fine-tuning does to it after that (weights, freezing, the input size) is trainkit.models.finetune's.
-"""
+"""Building the configured model: `cfg.model` (conf/model/*.yaml) names a factory in `_target_` (the small CNN, a
+library's, yours) and holds only its arguments, so `hydra.utils.instantiate` alone builds it (in a notebook too)."""
 
 from __future__ import annotations
 

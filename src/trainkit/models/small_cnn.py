@@ -21,11 +21,8 @@ class SmallCNN(nn.Module):
         super().__init__()
         layers, channels = [], in_channels
         for index, width in enumerate(widths):
-            layers += [
-                nn.Conv2d(channels, width, 3, padding=1, bias=False),
-                nn.BatchNorm2d(width),
-                nn.ReLU(inplace=True),
-            ]
+            conv = nn.Conv2d(channels, width, 3, padding=1, bias=False)
+            layers += [conv, nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
             if index == 1:
                 # ceil_mode keeps a 1x1 map at 1x1 (and 7x7 -> 4x4), so no size check per step.
                 layers.append(nn.MaxPool2d(2, ceil_mode=True))

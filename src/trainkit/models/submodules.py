@@ -1,7 +1,5 @@
-"""Find submodules by type, swap one by its dotted name, and find the classifier head: the moves that adapting a
-library model takes (a new stem convolution, dropout before the classifier) and that the optimizer's head LR
-(`optimizer.head_lr_scale`), Muon and fine-tuning need (which parameters are the head).
-"""
+"""Find submodules by type, swap one by its dotted name (adapting a library's model: a new stem, dropout before the
+classifier), and find the classifier head's parameters (optimizer.head_lr_scale's, which Muon and fine-tuning read)."""
 
 from typing import TypeVar
 
@@ -24,11 +22,8 @@ def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
 
 
 def head_parameters(model: nn.Module) -> set[nn.Parameter]:
-    """The parameters of the classifier head (empty if none is found).
-
-    timm models: `model.get_classifier()`; models with a `.head` module (SmallCNN, your own):
-    its parameters; anything else (torchvision): the last nn.Linear in registration order.
-    """
+    """The classifier head's parameters (empty if none is found): timm's `model.get_classifier()`, else a `.head`
+    module's (SmallCNN, your own), else (torchvision) the last nn.Linear's in registration order."""
     model = unwrap_model(model)
     if hasattr(model, "get_classifier"):
         # nn.Module's stubs type any other attribute as Tensor | Module (its __getattr__); this is timm's method.

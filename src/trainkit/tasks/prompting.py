@@ -62,7 +62,7 @@ def prompt_of(cfg: DictConfig) -> str:
 def continue_text(
     cfg: DictConfig,
     source: str,
-    tested_model: Callable[[DictConfig, torch.device], torch.nn.Module],
+    tested_model: Callable[[DictConfig, torch.device, int | None], tuple[torch.nn.Module, int | None, list[str]]],
     runs_data: Callable[[DictConfig], Any],
 ) -> bool:
     """The text continued by the tested weights (`tested_model`, with `runs_data(cfg)`'s tokenizer), printed and
@@ -76,7 +76,7 @@ def continue_text(
         if (out_dir / ".hydra").is_dir():  # the config eval.py saved, with the seed sampled with
             OmegaConf.save(cfg, out_dir / ".hydra" / "config.yaml")
     prompt = prompt_of(cfg)
-    model = tested_model(cfg, pick_device(cfg.device, 0))
+    model = tested_model(cfg, pick_device(cfg.device, 0), cfg.data.get("image_size"))[0]
     print(write_samples(model, prompt, cfg.sample, out_dir / "samples.txt", runs_data(cfg).learned()))
     seed = f"sample.seed={cfg.sample.seed}" + (" drawn: pass it to sample the same again" if drawn else "")
     log.info(f"sample of {cfg.sample.max_new_tokens} bytes ({seed}, {source}) -> samples.txt")
