@@ -306,7 +306,8 @@ def drop(root: Path, row: Capability, write: bool = True) -> Removed:
         text = path.read_text(encoding="utf-8")
         kept = without_marked_lines(text, row.name)
         if kept != text:
-            removed.marked[str(path.relative_to(root))] = len(text.splitlines()) - len(kept.splitlines())
+            marked = sum(row.name in MARKER.findall(line) for line in text.splitlines())  # not the blank lines
+            removed.marked[str(path.relative_to(root))] = marked
             edit(path, kept)
     for path in doc_files(root):
         text = path.read_text(encoding="utf-8")
