@@ -1,6 +1,5 @@
-"""A checkpoint's config with a command line's overrides on top: what a resume trains with, and what eval.py evaluates
-with. Only what the command line sets comes from the config Hydra composed from it; the rest stays as the run had it,
-including values the run found itself (a batch size, a class count)."""
+"""A checkpoint's config with a command line's overrides on top, for a resume and for eval.py: only what the command
+line sets changes; the rest stays as the run had it, values it found itself (a batch size, a class count) included."""
 
 import re
 from collections.abc import Callable
@@ -20,25 +19,6 @@ def hydra_quote(value: str) -> str:
     return "'" + escaped.replace("${", "\\${") + "'"
 
 
-def _touched(overrides: list[str], composed: DictConfig, explicit: bool, when: str) -> list[tuple[str, bool]]:
-    """(config key, deleted) for each override: `a.b=1` -> a.b; a group `optimizer=adamw` -> optimizer."""
-    touched = []
-    for override in OverridesParser.create().parse_overrides(overrides):
-        key = override.key_or_group.replace("/", ".")
-        if key.startswith("hydra") or key == "resume":
-            continue
-        if OmegaConf.select(composed, key, default=KeyError) is KeyError and not override.is_delete():
-            if override.is_add() or override.is_force_add():
-                touched.append((key, False))
-            elif explicit:  # a global group (experiment=, debug=) sets keys all over the config
-                raise ConfigError(
-                    key, f"{when}, give the keys to change one by one (e.g. trainer.max_epochs=...), not a group"
-                )
-            continue
-        touched.append((key, override.is_delete()))
-    return touched
-
-
 def config_with_overrides(
     saved_config: dict,
     composed: DictConfig,
@@ -47,16 +27,25 @@ def config_with_overrides(
     when: str = "on a resume",
     relinked: Callable[[str], bool] = lambda section: True,
 ) -> DictConfig:
-    """A checkpoint's config (plain, resolved containers) with the keys `overrides` set taken from `composed` (the
-    config Hydra composed from the same command line): `a.b=1` sets a.b, a group `model=<option>` replaces the whole
-    model section, `~a.b` deletes; keys the code added since the checkpoint take their composed defaults. `explicit`:
-    overrides typed by hand, where a global group (experiment=) is refused in one line that starts with `when`.
-    `relinked(section)`: whether the links of a top-level section are restored (see _relink; eval.py keeps the model's
-    values: its weights are the checkpoint's)."""
+    """A checkpoint's config (plain, resolved) with the keys `overrides` set taken from `composed` (the config Hydra
+    composed from the same command line): `a.b=1` sets a.b, `model=<option>` the whole model section, `~a.b` deletes;
+    keys added since the checkpoint take their composed defaults. `explicit`: overrides typed by hand, where a global
+    group (experiment=) is refused in one line starting with `when`. `relinked(section)`: whether a top-level
+    section's links are restored (_relink; eval.py keeps the model's values: its weights are the checkpoint's)."""
     config = OmegaConf.create(saved_config)
     _relink(config, composed, relinked)
-    for key, deleted in _touched(overrides, composed, explicit, when):
-        if deleted:
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group.replace("/", ".")  # a group (optimizer=adamw): its section
+        if key.startswith("hydra") or key == "resume":
+            continue
+        adds_or_deletes = override.is_delete() or override.is_add() or override.is_force_add()
+        if OmegaConf.select(composed, key, default=KeyError) is KeyError and not adds_or_deletes:
+            if explicit:  # a global group (experiment=, debug=) sets keys all over the config
+                raise ConfigError(
+                    key, f"{when}, give the keys to change one by one (e.g. trainer.max_epochs=...), not a group"
+                )
+            continue
+        if override.is_delete():
             parent, _, leaf = key.rpartition(".")
             node = OmegaConf.select(config, parent) if parent else config
             if isinstance(node, DictConfig) and leaf in node:
@@ -79,8 +68,7 @@ def _relink(resolved: DictConfig, composed: DictConfig, relinked: Callable[[str]
 
 
 def _add_new_keys(resolved: DictConfig, composed: DictConfig) -> None:
-    """Keys the code added since the checkpoint take their composed (default) values; not inside a factory whose
-    `_target_` differs (another optimizer's keys do not belong there)."""
+    """Keys added since the checkpoint take their composed values, except inside a factory of another `_target_`."""
     for key, value in flatten(OmegaConf.to_container(composed, resolve=True)).items():
         if OmegaConf.select(resolved, key, default=KeyError) is not KeyError:
             continue
