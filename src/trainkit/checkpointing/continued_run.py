@@ -1,6 +1,5 @@
-"""What resuming finds in a run's directory: whether the run has finished, or trained to its end without writing
-summary.json (killed during its test: the resume tests it), and the metrics lines written after the checkpoint (in
-metrics.jsonl, and the files of trackers that trim their own), which the resumed run writes again."""
+"""What resuming finds in a run's directory: whether the run has finished (or only its test is left), and the metrics
+lines written after the checkpoint (metrics.jsonl's, the trackers' own files'), which the resumed run writes again."""
 
 import functools
 import json
@@ -12,8 +11,7 @@ from trainkit.tracking.loggers import trim_tracker_files
 
 
 def trained_to_the_end(state: dict, cfg: DictConfig) -> str | None:
-    """Why the checkpoint's run has nothing left to train under `cfg`, as train.py's stop_reason
-    names it (early_stopping, max_steps, max_epochs), or None while it has."""
+    """Why the checkpoint's run has nothing left to train under `cfg`, as stop_reason names it, or None while it has."""
     trainer, early = cfg.trainer, cfg.regularization.early_stopping
     max_steps_reached = bool(trainer.max_steps) and state["step"] >= trainer.max_steps
     if state["batches_done"] and not max_steps_reached:
@@ -30,27 +28,21 @@ def trained_to_the_end(state: dict, cfg: DictConfig) -> str | None:
 
 def finished_message(state: dict, cfg: DictConfig, run_dir: Path) -> str | None:
     """One line when the checkpoint's run has nothing left to train under `cfg`, naming how to extend it."""
-    trainer, early = cfg.trainer, cfg.regularization.early_stopping
-    where = f"the run in {run_dir} has finished"
-    reason = trained_to_the_end(state, cfg)
-    if reason == "max_steps":
-        return f"{where} (trainer.max_steps={trainer.max_steps} reached); resume with a higher trainer.max_steps"
-    if reason == "max_epochs":
-        return (
-            f"{where} (trainer.max_epochs={trainer.max_epochs} reached); resume with a higher trainer.max_epochs, "
-            f"e.g. trainer.max_epochs={2 * trainer.max_epochs}"
-        )
-    if reason == "early_stopping":
-        return (
-            f"{where} (early stopping: no improvement for {early.patience} epoch{'s' if early.patience != 1 else ''}); "
-            "resume with a higher regularization.early_stopping.patience or regularization.early_stopping.enabled=false"
-        )
-    return None
+    if not (reason := trained_to_the_end(state, cfg)):
+        return None
+    trainer, patience = cfg.trainer, cfg.regularization.early_stopping.patience
+    how = {
+        "max_steps": f"(trainer.max_steps={trainer.max_steps} reached); resume with a higher trainer.max_steps",
+        "max_epochs": f"(trainer.max_epochs={trainer.max_epochs} reached); resume with a higher trainer.max_epochs, "
+        f"e.g. trainer.max_epochs={2 * trainer.max_epochs}",
+        "early_stopping": f"(early stopping: no improvement for {patience} epoch{'s' if patience != 1 else ''}); "
+        "resume with a higher regularization.early_stopping.patience or regularization.early_stopping.enabled=false",
+    }
+    return f"the run in {run_dir} has finished {how[reason]}"
 
 
 def has_summary(run_dir: Path, state: dict) -> bool:
-    """Whether summary.json was written for the checkpoint `state` (its steps are the checkpoint's):
-    a run killed after its last checkpoint, during its test, has none, or an earlier part's."""
+    """Whether summary.json is the checkpoint's (of its steps): a run killed in its test has none, or an earlier's."""
     try:
         return json.loads((run_dir / "summary.json").read_text()).get("steps") == state["step"]
     except (OSError, json.JSONDecodeError):  # none, or torn by a kill while it was written
@@ -64,17 +56,16 @@ def finished_value(run_dir: Path) -> float | None:
 
 
 def trim_records(state: dict, cfg: DictConfig, run_dir: Path) -> None:
-    """A resume that goes on: drop what metrics.jsonl and the trackers' own files hold from after the checkpoint
-    `state`. Called once nothing is left to refuse, so that a refused resume leaves them whole."""
+    """Drop the metrics lines written after the checkpoint `state`; called once nothing is left to refuse (a refused
+    resume leaves them whole)."""
     retested = trained_to_the_end(state, cfg) is not None  # only the test runs again
     trim_metrics(run_dir / "metrics.jsonl", state, retested)
     trim_tracker_files(cfg.logger, run_dir, functools.partial(written_after, state=state, retested=retested))
 
 
 def trim_metrics(path: Path, state: dict, retested: bool = False) -> None:
-    """Drop the metrics.jsonl lines written after the checkpoint (the resume writes them again):
-    lines of later steps and, for a checkpoint inside an epoch, that epoch's end and test lines.
-    `retested`: the run trained to its end and only its test runs again: its test line goes."""
+    """Drop the metrics.jsonl lines the resume writes again: those of later steps and, after a checkpoint inside an
+    epoch, that epoch's end and test lines. `retested`: only the test runs again, so its test line goes."""
     if not path.is_file():
         return
     lines = path.read_text().splitlines()
