@@ -1,6 +1,5 @@
-"""Atomic, format-versioned checkpoints that load with torch.load(weights_only=True), the bare model (under DDP or
-torch.compile) whose state dict they hold, and the parts of a resume beyond a load_state_dict (weights that must fit,
-changed optimizer settings, an average of the weights). What one holds is `Run.state_dict()` (trainkit/run.py)."""
+"""Atomic, format-versioned checkpoints of `Run.state_dict()` (trainkit/run.py), loaded with weights_only=True, and
+the parts of a resume beyond a load_state_dict: weights that must fit, new optimizer settings, an average."""
 
 import errno
 import logging
@@ -27,8 +26,7 @@ log = logging.getLogger(__name__)
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The bare model under DDP (`.module`) and torch.compile (`._orig_mod`), so state-dict keys
-    carry no `module.` or `_orig_mod.` prefixes and load into a plain model."""
+    """The bare model under DDP (`.module`) and torch.compile (`._orig_mod`): its state dict loads in a plain model."""
     while True:
         if hasattr(model, "_orig_mod"):
             model = cast(torch.nn.Module, model._orig_mod)
@@ -55,8 +53,7 @@ def copy_checkpoint(source: Path, destination: Path) -> None:
 
 
 def _write_atomically(path: Path, write: Callable[[Path], object]) -> None:
-    """`write(<path>.tmp)`, then rename it over `path`. On failure the torn temporary file goes and
-    `path` keeps its previous version; a full disk is said in one line, with the free space."""
+    """`write(<path>.tmp)`, renamed over `path`; on failure `path` stays, the torn file goes, a full disk: one line."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         write(tmp)
@@ -73,8 +70,8 @@ def _write_atomically(path: Path, write: Callable[[Path], object]) -> None:
 
 
 def remove_stale_temporary_files(checkpoint_dir: Path) -> list[str]:
-    """Delete `*.tmp` files a kill during a save left behind (never read: the rename had not
-    happened), and a sharded checkpoint's last.tmp/ (and a last.old/ beside a complete last/); returns their names."""
+    """Delete what a kill during a save left (never read: its rename had not happened): `*.tmp` files and folders, a
+    last.old/ beside a complete sharded last/; returns their names."""
     stale = sorted(checkpoint_dir.glob("*.tmp")) if checkpoint_dir.is_dir() else []
     if is_sharded_checkpoint(checkpoint_dir / "last") and (checkpoint_dir / "last.old").is_dir():
         stale.append(checkpoint_dir / "last.old")
@@ -99,16 +96,16 @@ def load_weights(model: torch.nn.Module, weights: dict) -> None:
 def restore_averaged(averaged: AveragedModel | None, state: dict) -> None:
     """A checkpoint's average of the weights (`averaged`: Run.averaged's, a feature's) back in place. Without one (the
     feature switched on since) the average starts from its weights; one this run keeps none of is not used."""
+    saved = state.get("averaged")
     if averaged is None:
-        if state.get("averaged") is not None:
+        if saved is not None:
             log.info("the checkpoint's averaged weights are not used: no feature averages the weights in this run")
-        return
-    if state.get("averaged") is None:
+    elif saved is None:
         log.info("the checkpoint has no averaged weights: the average starts from its weights")
         averaged.module.load_state_dict(state["model"])
         averaged.n_averaged.zero_()
-        return
-    averaged.load_state_dict(state["averaged"])
+    else:
+        averaged.load_state_dict(saved)
 
 
 def averaged_weights(state: dict) -> dict:
@@ -121,8 +118,7 @@ def restore_optimizer_and_schedule(
     optimizer: torch.optim.Optimizer, scheduler: Any, state: dict, cfg: DictConfig
 ) -> None:
     """The optimizer's state and the schedule's position from a checkpoint. Where this run's optimizer settings differ
-    from the checkpoint's (an override on resume, or the batch size an LR scales with), the config's hyperparameters
-    replace the saved ones; the next update's LR comes from the schedule built from this config, not the saved LR."""
+    (an override, or the batch size an LR scales with), the config's replace the saved ones."""
     configured = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     load_optimizer_state(optimizer, state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

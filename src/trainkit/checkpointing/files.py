@@ -1,6 +1,5 @@
-"""The paths a run reads and writes, checked before use: the checkpoint `resume=` (or eval.py's `checkpoint=`) points
-at, and whether it fits the model and optimizer; the output directory. Every way a path can be wrong is one ConfigError
-line that says what was found and what to do."""
+"""The paths a run reads and writes, checked before use (the checkpoint `resume=` or eval.py's `checkpoint=` names, its
+fit to the model and optimizer, the output directory): each way one can be wrong is one ConfigError line."""
 
 import os
 import tempfile
@@ -72,19 +71,16 @@ def is_sharded_checkpoint(path: Path) -> bool:
 
 
 def latest_checkpoint(checkpoints: Path) -> Path | None:
-    """The checkpoint a resume continues from in a checkpoints/ folder: last.pt, or a sharded last/ (last.old/
-    where a kill came between the two renames that replace it); None if there is none."""
+    """`checkpoints`' last.pt, else its sharded last/ (or last.old/, after a kill between the renames), else None."""
     if (checkpoints / "last.pt").is_file():
         return checkpoints / "last.pt"
     sharded = [checkpoints / "last", checkpoints / "last.old"]
     return next((path for path in sharded if is_sharded_checkpoint(path)), None)
 
 
-def read_checkpoint(
-    path: Path, map_location: str | torch.device = "cpu", mmap: bool = False, key: str = "resume"
-) -> dict[str, Any]:
-    """torch.load(weights_only=True), each way the file is unusable said in one line naming `key`. `mmap=True` reads
-    lazily. A sharded checkpoint: its state.pt, without weights and optimizer state."""
+def read_checkpoint(path: Path, mmap: bool = False, key: str = "resume") -> dict[str, Any]:
+    """torch.load(weights_only=True) onto the CPU, each way the file is unusable said in one line naming `key`. `mmap`:
+    read lazily. A sharded checkpoint: its state.pt, without weights and optimizer state."""
     required: tuple[str, ...] = REQUIRED_KEYS
     if path.is_dir():
         if not is_sharded_checkpoint(path):
@@ -104,7 +100,7 @@ def read_checkpoint(
             raise ConfigError(key, f"{path} is truncated ({size:,} bytes, its end is missing); use an older copy")
         raise ConfigError(key, f"{path} is not a PyTorch checkpoint (no torch.save archive); check the path")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as error:  # a damaged archive, or objects a weights-only load refuses
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(key, f"{path} cannot be read as a checkpoint ({first_line[:160]})") from error
@@ -127,8 +123,7 @@ def read_checkpoint(
 
 
 def upgrade_config(config: dict[str, Any]) -> None:
-    """Move, in place, what an older checkpoint's config keeps where this code no longer reads it; a config written
-    by this code is left as it is."""
+    """Move, in place, what an older checkpoint's config holds where this code no longer reads it."""
     data = config.get("data", {})
     model = config.get("model", {})  # feature: finetune
     moved = {key: model.pop(key) for key in MOVED_MODEL_KEYS if key in model}  # feature: finetune
@@ -151,8 +146,7 @@ def upgrade_config(config: dict[str, Any]) -> None:
 
 
 def upgrade_fingerprint(fingerprint: dict | None) -> dict | None:
-    """Move, in place, the data option an older checkpoint's data fingerprint names to where its class is now
-    (RENAMED_DATA_TARGETS), so that a resume compares the same option; returns `fingerprint`."""
+    """Rename, in place, the data option an older data fingerprint names (RENAMED_DATA_TARGETS); returns it."""
     identity = (fingerprint or {}).get("identity") or {}
     if identity.get("option") in RENAMED_DATA_TARGETS:
         identity["option"] = RENAMED_DATA_TARGETS[identity["option"]]
@@ -160,8 +154,7 @@ def upgrade_fingerprint(fingerprint: dict | None) -> dict | None:
 
 
 def check_model_fits(model_state: dict, model: torch.nn.Module) -> None:
-    """The checkpoint's weights against the built model: the first key missing, extra, or of
-    another shape, with both shapes (a ConfigError naming `model`)."""
+    """A ConfigError naming `model` for the first weight the built model lacks, has more, or has of another shape."""
     expected = model.state_dict()
     for key, tensor in expected.items():
         if key not in model_state:
@@ -196,9 +189,7 @@ def check_output_dir(directory: str | None, key: str = "hydra.run.dir") -> None:
     path = Path(directory or "outputs").expanduser().absolute()
     key = key if directory else f"{key} (default ./outputs)"
     try:
-        existing = path
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
+        existing = next(folder for folder in (path, *path.parents) if folder.exists())
         if not existing.is_dir():
             raise ConfigError(
                 key, f"{path} cannot be created: {existing} is a file, not a directory; choose another path"
