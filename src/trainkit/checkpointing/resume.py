@@ -4,10 +4,9 @@
     python train.py resume=outputs/runs/<run> trainer.max_epochs=40  # overrides on top, each one listed
     python train.py resume=auto hydra.run.dir=outputs/runs/job-42    # requeued jobs: continue, or start
 
-Two steps, because Hydra creates the run directory before train.py's main runs and reads only the command line before
-it does: `rewrite_argv` (before Hydra) checks the checkpoint and puts its run directory and overrides on the command
-line; `resumed_config` (in main) takes the keys this command sets into the checkpoint's config. Every rank resolves
-alike (under torchrun each reads the same checkpoint and command line)."""
+Hydra makes the run directory from the command line before main runs, so `rewrite_argv` (before Hydra) checks the
+checkpoint and puts its run directory and overrides on the command line; `resumed_config` (in main) takes the keys this
+command sets into the checkpoint's config. Under torchrun every rank does both alike."""
 
 import hashlib
 import json
@@ -70,9 +69,8 @@ def _quoted_if_a_path(arg: str) -> str:
 
 def run_dir_of(checkpoint: Path) -> Path | None:
     """The run directory holding `checkpoint` (<run>/checkpoints/<file> next to <run>/.hydra), if any."""
-    run_dir = checkpoint.resolve().parent.parent
-    in_a_run = checkpoint.resolve().parent.name == "checkpoints" and (run_dir / ".hydra").is_dir()
-    return run_dir if in_a_run else None
+    folder = checkpoint.resolve().parent
+    return folder.parent if folder.name == "checkpoints" and (folder.parent / ".hydra").is_dir() else None
 
 
 def is_multirun(argv: list[str]) -> bool:
@@ -149,8 +147,7 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
         torn = remove_stale_temporary_files(run_dir / "checkpoints") if main else []
         removed = f" (removed the torn {', '.join(torn)})" if torn else ""
         message = f"resume=auto: no checkpoint in {run_dir}: starting a new run{removed}"
-        unfixed = unfixed_directory()
-        if unfixed is None:
+        if (unfixed := unfixed_directory()) is None:
             log.info(message)
         elif main:  # a rerun would never continue it
             log.warning(
@@ -201,8 +198,7 @@ def resumed_config(composed: DictConfig, run_dir: Path, overrides: list[str] | N
 
 
 def refuse_another_trial(changes: list[str], overrides: list[str], run_dir: Path) -> None:
-    """Multirun with resume=auto: refuse where a key this job sets changed since the checkpoint (beyond how long to
-    train), since job N is then another trial."""
+    """Refuse resume=auto in a multirun where a key the job sets changed, beyond how long to train: another trial."""
     set_here = [o.split("=", 1)[0].lstrip("+~").replace("/", ".") for o in overrides if "=" in o]
     set_here = [key for key in set_here if not key.startswith("hydra") and key != "resume"]
     for change in changes:
@@ -221,13 +217,11 @@ def refuse_a_new_run_over_another(run_dir: Path) -> None:
     resume= and another directory instead. Only Hydra's record and a log: nothing to lose, the new run starts there."""
     checkpoints = run_dir / "checkpoints"
     resumable = latest_checkpoint(checkpoints)
-    checkpoint = resumable or next(iter(sorted(checkpoints.glob("*.pt"))), None)
+    checkpoint = resumable or min(checkpoints.glob("*.pt"), default=None)
     metrics = run_dir / "metrics.jsonl"
-    held = [
-        *([str(checkpoint.relative_to(run_dir))] if checkpoint else []),
-        *(["metrics.jsonl"] if metrics.is_file() and metrics.stat().st_size else []),
-        *(["summary.json"] if (run_dir / "summary.json").is_file() else []),
-    ]
+    held = [str(checkpoint.relative_to(run_dir))] if checkpoint else []
+    held += ["metrics.jsonl"] if metrics.is_file() and metrics.stat().st_size else []
+    held += ["summary.json"] if (run_dir / "summary.json").is_file() else []
     if not held:
         return
     other = next(f"{run_dir}-{n}" for n in range(2, 10_000) if not Path(f"{run_dir}-{n}").exists())
@@ -314,10 +308,8 @@ def refuse_weights_only(checkpoint: Path, state: dict) -> None:
 
 def _planned_world_size(cfg: DictConfig) -> int | None:
     """How many processes will train; None where the launch refuses the run (several processes none started)."""
-    if launched_externally():
-        return process_info().world_size
-    if cfg.distributed.name == "none":
-        return 1
+    if launched_externally() or cfg.distributed.name == "none":
+        return process_info().world_size  # 1 unless torchrun or SLURM started the processes
     planned: int | None = None  # several processes that none started: start_processes refuses the run
     from trainkit.distributed.local_launch import planned_workers  # feature: local_launch
 
@@ -326,9 +318,8 @@ def _planned_world_size(cfg: DictConfig) -> int | None:
 
 
 def refuse_another_world_size_inside_an_epoch(state: dict, world_size: int) -> None:
-    """A checkpoint written inside an epoch counts its batches in the shards of its number of processes; with another
-    number, "batch 5" is another place in the data. Checked where the processes exist (under torchrun and SLURM the
-    config does not say how many there are); the checkpoint holds one RNG snapshot per process."""
+    """Inside an epoch, a checkpoint counts its batches in its number of processes' shards (one RNG snapshot each):
+    with another number, "batch 5" is another place in the data. `world_size`: the processes there are or will be."""
     saved = len(state.get("rng") or [world_size])  # (a checkpoint without RNG streams cannot tell)
     if state["batches_done"] and saved != world_size:
         now, then = (f"{count} process{'es' if count != 1 else ''}" for count in (world_size, saved))
@@ -349,13 +340,10 @@ def epoch_plan(batches: list[list[int]], num_batches: int, accumulate: int) -> d
 
 
 def refuse_another_epoch_plan(state: dict, plan: dict, config: dict, rank: int, device: Any) -> None:
-    """A resume inside an epoch skips the batches already trained, which is only right for the same batches in the
-    same updates: `plan` (this run's epoch_plan) must equal the checkpoint's, else one line on every rank names the
-    changed keys of `config`. At an epoch's end nothing is skipped and every change is taken."""
+    """A resume inside an epoch skips the batches trained, only right for the same batches in the same updates: `plan`
+    (this run's epoch_plan) must be the checkpoint's, else every rank raises one line naming `config`'s changed keys."""
     saved = state.get("epoch_plan") or []  # none at an epoch's end (and in checkpoints from before plans)
-    if not state["batches_done"] or rank >= len(saved):
-        return
-    if not any_rank(saved[rank] != plan, device):
+    if not state["batches_done"] or rank >= len(saved) or not any_rank(saved[rank] != plan, device):
         return
     split = [change.split(" ", 1) for change in _changes(state["config"], config)]
     changes = [(key, values) for key, values in split if key.startswith("data.") or key in EPOCH_PLAN_KEYS]
