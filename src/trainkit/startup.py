@@ -1,12 +1,9 @@
-"""A stop signal while train.py starts: `install()`, called in the script's first lines (under `if __name__ ==
-"__main__":`), before torch and Hydra import. Importing torch and Hydra takes seconds, in which Python's defaults would
-answer a Ctrl-C with a KeyboardInterrupt traceback from deep inside an import and a SIGTERM with a silent death.
-`install` gives each stop signal that nothing handles yet (an ignored one stays ignored, as `nohup` and a shell's
-background jobs set them) a handler that only records the request; the run's handlers (trainkit.checkpointing.signals)
-`take_over` it and stop before training: one line, exit 75. A second signal while starting (not the echo of the first,
-which torchrun's agent sends within a second) ends the process at once, in one line, exit 75 as well. Stdlib only, so
-that it costs nothing on `--help`. Only train.py installs it (eval.py has no stop to take a request over); importing it
-installs nothing."""
+"""A stop signal while train.py starts: `install()`, in the script's first lines, before torch and Hydra import
+(seconds, in which Python's defaults answer a Ctrl-C with a traceback from deep inside an import and a SIGTERM with a
+silent death). It gives each stop signal nothing handles yet (an ignored one, as `nohup` leaves it, stays ignored) a
+handler that only records the request; the run's handlers (trainkit.checkpointing.signals) `take_over` it and stop
+before training: one line, exit 75. A second signal while starting (not the echo of the first, which torchrun's agent
+sends within a second) ends the process at once, in one line, exit 75 too. Stdlib only, so that `--help` stays fast."""
 
 import os
 import signal
@@ -28,19 +25,14 @@ def _record(signum: int, frame: FrameType | None) -> None:
     global _requested, _first_at
     now = time.monotonic()
     if _first_at is not None and now - _first_at > SAME_CTRL_C_SECONDS:
-        print(
-            f"stopped by {_requested} while starting, before training: nothing trained or saved "
-            f"(exit code {EXIT_STOPPED}); start again with the same command",
-            file=sys.stderr,
-            flush=True,
-        )
+        stopped = f"stopped by {_requested} while starting, before training: nothing trained or saved"
+        print(f"{stopped} (exit code {EXIT_STOPPED}); start again with the same command", file=sys.stderr, flush=True)
         os._exit(EXIT_STOPPED)
     _requested, _first_at = _requested or signal.Signals(signum).name, _first_at or now
 
 
 def take_over() -> str | None:
-    """The stop signal received while starting (e.g. "SIGINT"), or None, for the run's handlers to act on:
-    from now on they answer the signals, and this module's handlers are put back to what they replaced."""
+    """The stop signal received while starting (e.g. "SIGINT"), or None; the run's handlers answer the signals now."""
     global _requested
     requested, _requested = _requested, None
     done()

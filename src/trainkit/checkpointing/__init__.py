@@ -24,7 +24,6 @@ from trainkit.checkpointing.signals import (
     stop_after_the_test,
     stop_signal,
     stopped,
-    stopped_before_training,
 )
 
 __all__ = [
@@ -46,7 +45,6 @@ __all__ = [
     "stop_after_the_test",
     "stop_signal",
     "stopped",
-    "stopped_before_training",
     "trained_to_the_end",
     "trim_records",
     "unwrap_model",

@@ -1,7 +1,6 @@
-"""Every random stream a run draws from (Python, NumPy, torch on the CPU, each CUDA device): one snapshot as plain
-containers that load with torch.load(weights_only=True) (checkpoints hold every rank's), and its restore, after which
-the next draws are the ones the snapshot would have made. Code that draws from torch's generators alone can use
-torch.random.fork_rng instead: that covers torch and CUDA, not Python's `random` or NumPy."""
+"""Every random stream a run draws from (Python, NumPy, torch on the CPU, each CUDA device), as plain containers that
+load with torch.load(weights_only=True), and their restore, after which the next draws are those the snapshot would
+have made. (torch.random.fork_rng covers torch and CUDA only, not Python's `random` or NumPy.)"""
 
 import random
 

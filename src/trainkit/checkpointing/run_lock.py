@@ -1,8 +1,7 @@
-"""One process group owns a run directory at a time: two runs in one directory would both append to metrics.jsonl and
-both write checkpoints/last.pt. The owner holds an flock on `<run dir>/.lock` and writes its PID and host there; a
-second run gets one line naming them. The kernel releases an flock when its holder's file closes, which a killed or
-crashed process does too, so a lock is never left stuck. The file itself stays: deleting it would let a third run lock
-a new file while the second still held the old one."""
+"""One process group owns a run directory at a time (two would both append to metrics.jsonl and write last.pt): it holds
+an flock on `<run dir>/.lock`, with its PID and host written there for the one line a second run gets. The kernel drops
+an flock when its holder exits, even killed, so no lock is left stuck. The file stays: deleting it would let a third
+run lock a new file while the second still held the old one."""
 
 import contextlib
 import fcntl
@@ -32,8 +31,7 @@ def own_run_directory(run_dir: Path, key: str) -> Iterator[None]:
                 f"{run_dir} is in use by {holder} (it holds {run_dir / LOCK_FILE}): another run trains there now; "
                 f"wait for it to end or stop it, then resume",
             ) from None
-        lock.seek(0)
-        lock.truncate()
+        lock.truncate(0)  # "a+" writes at the end: now its start
         lock.write(f"process {os.getpid()} on {socket.gethostname()}\n")
         lock.flush()
         yield

@@ -1,12 +1,10 @@
 """Stop a run cleanly on SIGTERM, SIGUSR1, SIGINT or SIGHUP: finish the optimizer step, save, exit 75.
 
-SLURM sends SIGTERM (or --signal's USR1) before a time limit or a preemption; Ctrl-C sends SIGINT; a closed terminal or
-a dropped ssh session sends SIGHUP; SIGQUIT (Ctrl-\\) is left alone: it quits at once, without saving. A handler only
-records the request; train.py's `stop_reason` reads it after each optimizer update, the run writes checkpoints/last.pt,
-says how to resume, and exits 75. A second Ctrl-C before the checkpoint is written aborts at once (exit 130); a SIGINT
-within SAME_CTRL_C_SECONDS of the first (the terminal's and torchrun's) is the same Ctrl-C. Under DDP every rank must
-stop after the same update, and agreeing costs a collective and a host sync, so the ranks agree only where the loop
-synchronizes anyway: at each logging step and each epoch's end."""
+SLURM sends SIGTERM (or --signal's USR1) before a time limit or a preemption, Ctrl-C SIGINT, a closed terminal or ssh
+session SIGHUP; SIGQUIT (Ctrl-\\) quits at once, unsaved. A handler only records the request: train.py's `stop_reason`
+reads it after each update; the run saves checkpoints/last.pt, says how to resume and exits 75. A second Ctrl-C before
+that aborts (exit 130); a SIGINT within SAME_CTRL_C_SECONDS of the first (the terminal's and torchrun's) is the same
+one. Under DDP the ranks agree on a stop only where the loop synchronizes: each logging step, each epoch's end."""
 
 import logging
 import os
@@ -91,8 +89,7 @@ def abort(announce: bool) -> None:
 
 @contextmanager
 def stop_on_signals(announce_abort: bool = True) -> Iterator[None]:
-    """Within: the stop signals request a clean stop; a second Ctrl-C exits at once (one line when `announce_abort`).
-    Does nothing outside the main thread."""
+    """In the main thread: a stop signal requests a clean stop, a second Ctrl-C exits (saying so: `announce_abort`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -111,12 +108,10 @@ def stop_on_signals(announce_abort: bool = True) -> Iterator[None]:
 def stop_handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     """`handler` for every stop signal and a fresh request state; the previous handlers back after."""
     global _requested, _first_ctrl_c, _saved
-    # First: taking over from train.py's handlers while it started (and a request they took) puts back the handlers
-    # they replaced, so those (not its recorders) are restored after.
+    # First: taking over from startup's handlers (and their request) puts back what they replaced, restored after.
     _requested, _first_ctrl_c = startup.take_over(), None
-    handled: tuple[signal.Signals, ...] = STOP_SIGNALS
-    handled = tuple(dict.fromkeys((*handled, *submitit_requeue.signals())))  # feature: slurm (its signal in its jobs)
-    previous = {s: signal.getsignal(s) for s in handled}
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    previous |= {s: signal.getsignal(s) for s in submitit_requeue.signals()}  # feature: slurm (its signal in its jobs)
     submitit_requeue.take_handler(previous)  # feature: slurm
     for s in previous:
         signal.signal(s, handler)
@@ -149,9 +144,8 @@ def stop_signal(device: torch.device, agree: bool) -> str | None:
 
 
 def stopped(name: str, run_dir: Path, epoch: int, step: int, is_main: bool, tested: bool = False) -> SystemExit:
-    """Say in one line (rank 0) why the run stopped and how it continues; return Stopped (under submitit, its requeue
-    exit). Every rank waits for rank 0's checkpoint and requeue (srun --kill-on-bad-exit would cut them short).
-    `tested`: the run trained to its end and wrote summary.json, so nothing is left to resume."""
+    """Say in one line (rank 0) why the run stopped and how it continues (`tested`: after summary.json, nothing to
+    resume); return Stopped or submitit's requeue exit. Ranks wait for rank 0 (srun --kill-on-bad-exit would end it)."""
     global _saved
     barrier()
     _saved = True  # every rank has its checkpoint: from here a second Ctrl-C no longer aborts
@@ -182,8 +176,7 @@ def stop_after_the_test(run_dir: Path, epoch: int, step: int, device: torch.devi
 
 
 def stop_if_requested_while_starting(agree_later: bool = False) -> None:
-    """A stop signal that came while the script started stops it before anything is built. `agree_later`: externally
-    started ranks may not all have it; they agree at the loop's first logging step instead."""
+    """Stop before anything is built on a signal that came while starting (`agree_later`: at the first logging step)."""
     if _requested and not agree_later:
         raise stopped_before_training(_requested, "while starting")
 

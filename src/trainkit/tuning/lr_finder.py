@@ -26,7 +26,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from trainkit.checkpointing import stop_signal, stopped_before_training
+from trainkit.checkpointing.signals import stop_signal, stopped_before_training
 from trainkit.config.schema import Check, Relation, flag, integer, number
 from trainkit.distributed.process_group import all_reduce_sum, is_distributed
 from trainkit.run import build_lr_schedule
