@@ -26,16 +26,6 @@ from trainkit.tuning.plugin_noise import quiet_plugin_noise  # feature: sweeps
 from trainkit.tuning.sweep_stop import leave_worker_after_a_stop, stop_the_whole_sweep  # feature: sweeps
 
 
-def _unknown_key(error: OmegaConfBaseException) -> str:
-    full_key, key = str(error.full_key), str(error.key)
-    # parent_node is an OmegaConf node, not a dict: keys() says what is listed.
-    known = [str(k) for k in error.parent_node.keys()] if error.parent_node is not None else []  # noqa: SIM118
-    close = difflib.get_close_matches(key, known, n=1)
-    prefix = full_key[: -len(key)] if full_key.endswith(key) else ""
-    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
-    return f"{full_key}: no such key{hint}; to add a new key on purpose write +{full_key}=..."
-
-
 def _group_options(group: str) -> list[str]:
     """The options of config group `group` in the script's conf/, as Hydra finds them; [] where there is none."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -60,7 +50,12 @@ def one_line(error: BaseException) -> str:
     for cause in causes(error):
         # A misspelt override (optimizer.lrr=0.1) surfaces as ConfigAttributeError; cfg["lrr"] as ConfigKeyError.
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and "not in struct" in str(cause):
-            return _unknown_key(cause)
+            full_key, key, parent = str(cause.full_key), str(cause.key), cause.parent_node
+            known = [str(k) for k in parent.keys()] if parent is not None else []  # noqa: SIM118 (a node, not a dict)
+            close = difflib.get_close_matches(key, known, n=1)
+            prefix = full_key[: -len(key)] if full_key.endswith(key) else ""
+            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            return f"{full_key}: no such key{hint}; to add a new key on purpose write +{full_key}=..."
     messages = [re.sub(r"\s+", " ", str(cause)).strip() for cause in causes(error)]
     return " ".join(dict.fromkeys(m for m in messages if m))
 
