@@ -139,23 +139,15 @@ def metric_names_of(task_class: type) -> tuple[str, ...]:
     return ("loss", *getattr(task_class, "metric_names", ()))
 
 
-def task_class(target: str) -> type:
-    """The class that `task._target_` names, imported but not built."""
-    from hydra.utils import get_class
+def higher_is_better(task: type | Task | str | None, metric: str) -> bool:
+    """Whether a larger `metric` is better: true for all but the loss and the task's `minimized_metrics`. `task`: a
+    task, its class, or the `task._target_` that names it (None: a task that minimizes only the loss)."""
+    if isinstance(task, str):
+        from hydra.utils import get_class
 
-    return get_class(target)
-
-
-def higher_is_better(task: type | Task, metric: str) -> bool:
-    """Whether a larger `metric` is better: true for all but the loss and the task's `minimized_metrics`."""
+        task = get_class(task)
     name = metric.rsplit("/", 1)[-1]
     return name != "loss" and name not in getattr(task, "minimized_metrics", ())
-
-
-def maximize(metric: str, task_target: str | None = None) -> bool:
-    """True when a larger value of `metric` is better (an accuracy), False for a loss and for
-    what the task (`task._target_`) lists in its minimized_metrics."""
-    return higher_is_better(task_class(task_target) if task_target else Task, metric)
 
 
 def mean_over_update_tokens(model: nn.Module, update_weight: int | Tensor, world_size: int) -> None:
