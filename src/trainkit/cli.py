@@ -18,12 +18,11 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from trainkit.checkpointing.refusal import start_call, undo_refused_call  # feature: undo_refusals
 from trainkit.checkpointing.resume import rewrite_argv
-from trainkit.checkpointing.signals import Stopped
 from trainkit.distributed.process_group import exit_now_if_a_process_group_was_joined
 from trainkit.distributed.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError, RunFailed, caused_by_config_error, causes
 from trainkit.tuning.plugin_noise import quiet_plugin_noise  # feature: sweeps
-from trainkit.tuning.sweep_stop import leave_worker_after_a_stop, stop_the_whole_sweep  # feature: sweeps
+from trainkit.tuning.sweep_stop import leaving_worker_after_a_stop, stop_the_whole_sweep  # feature: sweeps
 
 
 def _group_options(group: str) -> list[str]:
@@ -65,15 +64,12 @@ _user_wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 def report_config_errors(task: Callable) -> Callable:
     """Wrap a Hydra task so bad input exits in one line; in a sweep that ends the sweep (bad values fail every job)."""
+    task = leaving_worker_after_a_stop(task)  # feature: sweeps
 
     @functools.wraps(task)
     def wrapper(cfg: DictConfig) -> Any:
-        try:
-            with _one_line_errors(caused_by_config_error):  # a ConfigError, or one hydra.utils.instantiate wrapped
-                return task(cfg)
-        except Stopped:  # a clean stop on a signal
-            leave_worker_after_a_stop()  # feature: sweeps
-            raise
+        with _one_line_errors(caused_by_config_error):  # a ConfigError, or one hydra.utils.instantiate wrapped
+            return task(cfg)
 
     return wrapper
 
