@@ -1,7 +1,6 @@
-"""LR schedules: each a plain function of the update index and the run's totals that returns the factor the base LR is
-multiplied by at that update, so a resume needs nothing but the update index to land exactly. conf/scheduler/<name>.yaml
-names one by `_target_` and gives its other arguments; the template passes `updates_per_epoch` and `total_updates` by
-keyword. A new schedule, its checks and its notices: CONTRIBUTING.md's "Add an LR schedule"."""
+"""LR schedules: each a plain function of the update index and the run's totals (`updates_per_epoch`, `total_updates`,
+by keyword) giving the factor of the base LR at that update, so a resume needs only the update index. A yaml of
+conf/scheduler/ names one by `_target_` with its other arguments; a new one: CONTRIBUTING.md's "Add an LR schedule"."""
 
 import functools
 import logging

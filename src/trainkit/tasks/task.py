@@ -1,8 +1,6 @@
-"""What a task is: what a batch means, what to minimise and what to measure. Nothing else in a run is task-specific,
-so a new task is one class and one conf/task/<name>.yaml (docs/how-the-loop-works.md#the-task-contract). Below the
-Task, the functions that move, count, pick and cut any batch the loader yields (a pair, a dict, nested) along its
-first dimension; a batch whose tensors disagree in their first dimension (`Shared` ones aside) is refused in one
-line."""
+"""What a task is: what a batch means, what to minimise and what to measure; nothing else in a run is task-specific
+(docs/how-the-loop-works.md#the-task-contract). Below the Task, the functions that count, pick and cut any batch the
+loader yields (a pair, a dict, nested) along its first dimension, which its tensors share (`Shared` ones aside)."""
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -152,8 +150,7 @@ def higher_is_better(task: type | Task | str | None, metric: str) -> bool:
 
 def mean_over_update_tokens(model: nn.Module, update_weight: int | Tensor, world_size: int) -> None:
     """For a task that weighs tokens (the caller checks `task.weighs`), divides the gradients by the update's real
-    tokens on all ranks (one all-reduce, so every rank must call it at the same update). Why:
-    docs/how-the-loop-works.md."""
+    tokens on all ranks: one all-reduce, so every rank calls it at the same update (why: docs/how-the-loop-works.md)."""
     total = torch.as_tensor(update_weight, dtype=torch.float32).reshape(1).clone()
     if dist.is_available() and dist.is_initialized():  # all_reduce_sum written here: one file fewer in the step
         dist.all_reduce(total)
