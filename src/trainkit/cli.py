@@ -67,7 +67,7 @@ def report_config_errors(task: Callable) -> Callable:
     task = leaving_worker_after_a_stop(task)  # feature: sweeps
 
     @functools.wraps(task)
-    def wrapper(cfg: DictConfig) -> Any:
+    def wrapper(cfg: DictConfig) -> Any:  # a closure, not a context decorator: joblib's workers unpickle it
         with _one_line_errors(caused_by_config_error):  # a ConfigError, or one hydra.utils.instantiate wrapped
             return task(cfg)
 

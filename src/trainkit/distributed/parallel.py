@@ -125,10 +125,9 @@ def strategy(named: str | None) -> type[Parallel]:
     if not named:
         return Parallel
     module, _, name = named.rpartition(".")
-    try:
+    found = None
+    with contextlib.suppress(ImportError):
         found = getattr(importlib.import_module(module), name, None) if module else None
-    except ImportError:
-        found = None
     if not (isinstance(found, type) and issubclass(found, Parallel)):
         raise ConfigError(
             "distributed.parallel",
