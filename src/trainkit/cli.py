@@ -18,22 +18,11 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from trainkit.checkpointing.refusal import start_call, undo_refused_call  # feature: undo_refusals
 from trainkit.checkpointing.resume import rewrite_argv
-from trainkit.checkpointing.signals import Stopped
 from trainkit.distributed.process_group import exit_now_if_a_process_group_was_joined
 from trainkit.distributed.torchrun_hydra import agree_on_launch_time, hydra_overrides_for_this_rank, launch_time
 from trainkit.errors import ConfigError, RunFailed, caused_by_config_error, causes
 from trainkit.tuning.plugin_noise import quiet_plugin_noise  # feature: sweeps
-from trainkit.tuning.sweep_stop import leave_worker_after_a_stop, stop_the_whole_sweep  # feature: sweeps
-
-
-def _unknown_key(error: OmegaConfBaseException) -> str:
-    full_key, key = str(error.full_key), str(error.key)
-    # parent_node is an OmegaConf node, not a dict: keys() says what is listed.
-    known = [str(k) for k in error.parent_node.keys()] if error.parent_node is not None else []  # noqa: SIM118
-    close = difflib.get_close_matches(key, known, n=1)
-    prefix = full_key[: -len(key)] if full_key.endswith(key) else ""
-    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
-    return f"{full_key}: no such key{hint}; to add a new key on purpose write +{full_key}=..."
+from trainkit.tuning.sweep_stop import leaving_worker_after_a_stop, stop_the_whole_sweep  # feature: sweeps
 
 
 def _group_options(group: str) -> list[str]:
@@ -60,7 +49,12 @@ def one_line(error: BaseException) -> str:
     for cause in causes(error):
         # A misspelt override (optimizer.lrr=0.1) surfaces as ConfigAttributeError; cfg["lrr"] as ConfigKeyError.
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and "not in struct" in str(cause):
-            return _unknown_key(cause)
+            full_key, key, parent = str(cause.full_key), str(cause.key), cause.parent_node
+            known = [str(k) for k in parent.keys()] if parent is not None else []  # noqa: SIM118 (a node, not a dict)
+            close = difflib.get_close_matches(key, known, n=1)
+            prefix = full_key[: -len(key)] if full_key.endswith(key) else ""
+            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            return f"{full_key}: no such key{hint}; to add a new key on purpose write +{full_key}=..."
     messages = [re.sub(r"\s+", " ", str(cause)).strip() for cause in causes(error)]
     return " ".join(dict.fromkeys(m for m in messages if m))
 
@@ -70,15 +64,12 @@ _user_wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 def report_config_errors(task: Callable) -> Callable:
     """Wrap a Hydra task so bad input exits in one line; in a sweep that ends the sweep (bad values fail every job)."""
+    task = leaving_worker_after_a_stop(task)  # feature: sweeps
 
     @functools.wraps(task)
-    def wrapper(cfg: DictConfig) -> Any:
-        try:
-            with _one_line_errors(caused_by_config_error):  # a ConfigError, or one hydra.utils.instantiate wrapped
-                return task(cfg)
-        except Stopped:  # a clean stop on a signal
-            leave_worker_after_a_stop()  # feature: sweeps
-            raise
+    def wrapper(cfg: DictConfig) -> Any:  # a closure, not a context decorator: joblib's workers unpickle it
+        with _one_line_errors(caused_by_config_error):  # a ConfigError, or one hydra.utils.instantiate wrapped
+            return task(cfg)
 
     return wrapper
 

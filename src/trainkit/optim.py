@@ -1,6 +1,5 @@
-"""The optimizer, with weight-decay (and backbone/head) groups (the LR schedule: trainkit.schedules). The keys of
-conf/optimizer/*.yaml that are not the optimizer's own arguments are handled here: head_lr_scale, scale_lr_with_batch,
-reference_batch_size and fused (`implementation_options`); the yamls say what each does."""
+"""The optimizer over weight-decay (and backbone/head) groups, and the keys of conf/optimizer/*.yaml that are not its
+own arguments: head_lr_scale, scale_lr_with_batch, reference_batch_size, fused (the yamls say what each does)."""
 
 import fnmatch
 import inspect
@@ -10,6 +9,7 @@ from collections.abc import Mapping
 import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
+from torch.optim.optimizer import _get_foreach_kernels_supported_devices, _get_fused_kernels_supported_devices
 
 from trainkit.checkpointing.checkpoint import unwrap_model
 from trainkit.config.schema import to_dict
@@ -23,11 +23,10 @@ log = logging.getLogger(__name__)
 def param_groups(
     model: torch.nn.Module, weight_decay: float, head_lr_scale: float = 1.0, lr: float | None = None
 ) -> list[dict]:
-    """Parameter groups, decayed and not, split into backbone and head where `head_lr_scale != 1`; frozen parameters
-    are left out. Not decayed: ndim <= 1 (biases, norms) and what the model's `no_weight_decay()` names (timm's
-    convention: names or fnmatch patterns). Each group carries `lr_scale` and, when `lr` is given, `lr * lr_scale`.
-    The groups come in a fixed order, backbone first, even when empty, so `param_groups[0]["lr"]` is the base LR and a
-    checkpoint always has the same groups."""
+    """Parameter groups, decayed and not, split into backbone and head where `head_lr_scale != 1`, frozen parameters
+    left out. Not decayed: ndim <= 1 (biases, norms) and what the model's `no_weight_decay()` names (timm's names or
+    fnmatch patterns). Each carries `lr_scale` (and `lr * lr_scale` where `lr` is given), in a fixed order, backbone
+    first, even when empty: `param_groups[0]["lr"]` is the base LR and a checkpoint always has the same groups."""
     model = unwrap_model(model)  # names as the model itself gives them in no_weight_decay()
     head = set()
     if head_lr_scale != 1.0:
@@ -58,10 +57,9 @@ def param_groups(
 
 
 def scaled_lr(base_lr: float, batch_size: int, world_size: int = 1, accumulate: int = 1, reference: int = 256) -> float:
-    """The linear scaling rule (Goyal et al., 2017): lr = base_lr * global batch / reference, where the global batch is
-    batch_size (per process) x world_size x accumulate. It holds for SGD up to global batches of a few thousand; pair
-    it with a warmup. For Adam(W) square-root scaling is often closer: turn the flag off and set optimizer.lr yourself.
-    """
+    """The linear scaling rule (Goyal et al., 2017): base_lr * global batch (batch_size per process x world_size x
+    accumulate) / reference. It holds for SGD up to global batches of a few thousand, with a warmup; for Adam(W)
+    square-root scaling is often closer: turn the flag off and set optimizer.lr yourself."""
     sizes = {"batch_size": batch_size, "world_size": world_size, "accumulate": accumulate, "reference": reference}
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -109,26 +107,19 @@ def implementation_options(fused: str | bool, optimizer_class: type, device: tor
     """`optimizer.fused`: `auto` takes the fused kernel on CUDA where the optimizer has one, else torch's default;
     `true` asks for it on any device (refused where there is none); `false`: torch's default."""
     has_fused = "fused" in inspect.signature(optimizer_class).parameters
-    if fused == "auto":
-        return {"fused": True} if has_fused and device.type == "cuda" else {}
-    if fused is True:
-        from torch.optim.optimizer import _get_fused_kernels_supported_devices
-
-        if not has_fused or device.type not in _get_fused_kernels_supported_devices():
-            where = "at all" if not has_fused else f"on {device.type}"
-            raise ConfigError(
-                "optimizer.fused",
-                f"is true, but {optimizer_class.__name__} has no fused implementation {where}; "
-                f"use optimizer.fused=auto or false",
-            )
-        return {"fused": True}
-    return {}
+    if fused is True and (not has_fused or device.type not in _get_fused_kernels_supported_devices()):
+        where = "at all" if not has_fused else f"on {device.type}"
+        raise ConfigError(
+            "optimizer.fused",
+            f"is true, but {optimizer_class.__name__} has no fused implementation {where}; "
+            f"use optimizer.fused=auto or false",
+        )
+    wanted = fused is True or (fused == "auto" and has_fused and device.type == "cuda")
+    return {"fused": True} if wanted else {}
 
 
 def implementation(optimizer: torch.optim.Optimizer, device: torch.device) -> str:
     """Which implementation `optimizer` runs: fused, foreach or a per-parameter for-loop."""
-    from torch.optim.optimizer import _get_foreach_kernels_supported_devices
-
     if optimizer.defaults.get("fused"):
         return "fused"
     foreach = optimizer.defaults.get("foreach")

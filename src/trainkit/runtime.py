@@ -1,5 +1,4 @@
-"""Where and how the math runs: device choice, seeding, mixed precision, TF32, cuDNN autotuning and
-deterministic algorithms."""
+"""Where and how the math runs: the device, seeding, mixed precision, TF32, cuDNN autotuning, deterministic kernels."""
 
 import contextlib
 import logging
@@ -103,10 +102,15 @@ def nondeterministic_op_errors() -> Iterator[None]:
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """Autocast for bf16/fp16; a no-op for fp32. Reusable, but not inside itself. fp16 on a CPU is emulated (slow),
     which rank 0 says once."""
+    global _warned_slow_fp16
     if precision == "fp32":
         return contextlib.nullcontext()
-    if precision == "fp16" and device.type == "cpu":
-        _warn_slow_fp16()
+    if precision == "fp16" and device.type == "cpu" and not _warned_slow_fp16 and process_info().is_main:
+        log.warning(
+            "precision=fp16 on the CPU is emulated and runs many times slower than fp32; "
+            "use precision=bf16 (native on recent CPUs) or fp32"
+        )
+        _warned_slow_fp16 = True
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
 
@@ -114,13 +118,3 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
     """Loss scaling is needed for fp16 only (bf16 has fp32's range); disabled, it passes through."""
     return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-
-
-def _warn_slow_fp16() -> None:
-    global _warned_slow_fp16
-    if not _warned_slow_fp16 and process_info().is_main:
-        log.warning(
-            "precision=fp16 on the CPU is emulated and runs many times slower than fp32; "
-            "use precision=bf16 (native on recent CPUs) or fp32"
-        )
-    _warned_slow_fp16 = True

@@ -1,7 +1,6 @@
-"""LR schedules: each a plain function of the update index and the run's totals that returns the factor the base LR is
-multiplied by at that update, so a resume needs nothing but the update index to land exactly. conf/scheduler/<name>.yaml
-names one by `_target_` and gives its other arguments; the template passes `updates_per_epoch` and `total_updates` by
-keyword. A new schedule, its checks and its notices: CONTRIBUTING.md's "Add an LR schedule"."""
+"""LR schedules: each a plain function of the update index and the run's totals (`updates_per_epoch`, `total_updates`,
+by keyword) giving the factor of the base LR at that update, so a resume needs only the update index. A yaml of
+conf/scheduler/ names one by `_target_` with its other arguments; a new one: CONTRIBUTING.md's "Add an LR schedule"."""
 
 import functools
 import logging
@@ -91,23 +90,18 @@ def lr_schedule(cfg: Mapping, updates_per_epoch: int, total_updates: int) -> tup
     return functools.partial(schedule, **totals, **arguments), list(notices(**totals, **arguments)) if notices else []
 
 
+_warned: set[str] = set()  # the notices warned in this process: a run rebuilds its schedule (a resume, an LR test)
+
+
 def build_scheduler(
     optimizer: torch.optim.Optimizer, cfg: DictConfig, updates_per_epoch: int, total_updates: int, shift: int = 0
 ) -> LambdaLR:
-    """A LambdaLR to be stepped once per optimizer update (not per micro-batch, not per epoch). A checkpoint keeps only
-    the update count; a resumed run rebuilds the schedule from its config. `shift`: the schedule's position minus the
-    update count (see trainkit.run.build_lr_schedule)."""
+    """A LambdaLR to be stepped once per optimizer update (not per micro-batch, not per epoch), rebuilt from the config
+    on a resume; its notices are warned by rank 0. `shift`: the schedule's position minus the update count
+    (trainkit.run.build_lr_schedule)."""
     schedule, notices = lr_schedule(cfg, updates_per_epoch, total_updates)
     for notice in notices:
-        _warn_once(notice)
+        if notice not in _warned and process_info().is_main:
+            _warned.add(notice)
+            log.warning(notice)
     return LambdaLR(optimizer, (lambda update: schedule(update + shift)) if shift else schedule)
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    """A warning from rank 0, once per process (the schedule is rebuilt after an applied LR range test)."""
-    if message not in _warned and process_info().is_main:
-        _warned.add(message)
-        log.warning(message)

@@ -200,7 +200,8 @@ def test_add_your_own_task_recipe_trains_and_reports_the_task_metrics(tmp_path):
     from trainkit.augment import BatchTransform
     from trainkit.data import build_data
     from trainkit.models import build_model
-    from trainkit.tasks import Task, higher_is_better
+    from trainkit.tasks import Task
+    from trainkit.tasks.task import higher_is_better
 
     # A real run (20 epochs of digits, as long as the default `python train.py`), not debug=fast: room for load.
     files, repo, run_dir = follow("Add your own task", "task", tmp_path, timeout=600)

@@ -1,5 +1,4 @@
-"""Run a script's training function inside the run's process group: in this process, or (distributed=ddp under
-torchrun or SLURM) in each of the processes they started, which train in place."""
+"""Run a script's training function inside the run's process group, in each process that trains (start_processes)."""
 
 import contextlib
 import sys

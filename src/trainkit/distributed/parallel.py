@@ -1,7 +1,6 @@
-"""How a model is spread over a run's processes: one process, DDP, or a strategy `distributed.parallel` names, behind
-one interface that train.py calls without asking which one runs (parallel_for builds it; docs/distributed.md's table
-says what each method does for each). A strategy of your own is a subclass of Parallel with a `for_run` class method
-(docs/distributed.md)."""
+"""How a model is spread over a run's processes: one process, DDP, or a strategy `distributed.parallel` names (a
+subclass of Parallel with a `for_run` class method), behind one interface train.py calls without asking which runs
+(parallel_for builds it; docs/distributed.md's table says what each method does for each)."""
 
 import contextlib
 import importlib
@@ -126,10 +125,9 @@ def strategy(named: str | None) -> type[Parallel]:
     if not named:
         return Parallel
     module, _, name = named.rpartition(".")
-    try:
+    found = None
+    with contextlib.suppress(ImportError):
         found = getattr(importlib.import_module(module), name, None) if module else None
-    except ImportError:
-        found = None
     if not (isinstance(found, type) and issubclass(found, Parallel)):
         raise ConfigError(
             "distributed.parallel",

@@ -1,8 +1,7 @@
-"""Which process am I, the process group, and the collectives that keep every rank's view identical. Several
-processes run one code path however they were started: by torchrun (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT in
-the environment), by SLURM, one task per GPU (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, the node list), or by a
-feature (docs/features.md), with the environment torchrun's would have. Every helper here also works in a plain
-single process (world size 1, no process group)."""
+"""Which process am I, the process group, and the collectives that keep every rank's view identical, however the
+processes were started: by torchrun (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT), by SLURM, one task per GPU
+(SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, the node list), or by a feature with torchrun's environment. Every helper
+also works in a single process (world size 1, no process group)."""
 
 import datetime
 import logging

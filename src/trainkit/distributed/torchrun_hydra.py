@@ -1,8 +1,6 @@
 """Hydra under torchrun: every rank composes the config, but they must share one run directory and only rank 0 may
-write Hydra's files into it. trainkit.cli.run calls these before Hydra starts: it registers the `launch_time`
-resolver, agrees on the launch time and adds this rank's overrides to the command line. When train.py starts the
-processes itself, Hydra runs once (in the parent) and none of this matters; it is the price of letting torchrun start
-several copies of a Hydra app."""
+write Hydra's files into it. trainkit.cli.run calls these before Hydra starts (the `launch_time` resolver, the agreed
+launch time, this rank's overrides); processes that train.py starts itself run Hydra once, in the parent."""
 
 import datetime
 import os

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from hydra.utils import get_class
 from torch import Tensor, nn
 
 from trainkit.config.schema import flag, integer, string
@@ -78,10 +79,9 @@ def head_of(task: str) -> str:
     classifier; a ConfigError for another task."""
     from trainkit.tasks.classification import Classification
     from trainkit.tasks.language_model import LanguageModel
-    from trainkit.tasks.task import task_class
 
     try:
-        found = task_class(task)
+        found = get_class(task)
     except Exception:  # hydra raises several kinds for a path it cannot import; the config check says it
         found = None
     if isinstance(found, type) and issubclass(found, LanguageModel):

@@ -1,6 +1,5 @@
 """A model's loss and its task's metrics over a split, each sample counted exactly once: every rank evaluates its own
-shard (split without padding), and the sums and counts are all-reduced before dividing. train.py validates and tests
-with it; eval.py evaluates a checkpoint with it."""
+shard (split without padding), and the sums and counts are all-reduced before dividing."""
 
 from collections.abc import Callable, Iterable
 from typing import Any

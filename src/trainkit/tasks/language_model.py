@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
+from hydra.utils import get_class
 from torch import Tensor, nn
 
 from trainkit.config.schema import Check, integer, number
@@ -170,9 +171,7 @@ def sample_text(
 
 def writes_text(cfg: Mapping) -> bool:
     """Whether the run's task is a language model, so that eval.py's predict= is a text file to continue."""
-    from trainkit.tasks.task import task_class
-
-    found = task_class(cfg["task"]["_target_"])
+    found = get_class(cfg["task"]["_target_"])
     return isinstance(found, type) and issubclass(found, LanguageModel)
 
 

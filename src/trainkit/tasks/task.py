@@ -1,8 +1,6 @@
-"""What a task is: what a batch means, what to minimise and what to measure. Nothing else in a run is task-specific,
-so a new task is one class and one conf/task/<name>.yaml (docs/how-the-loop-works.md#the-task-contract). Below the
-Task, the functions that move, count, pick and cut any batch the loader yields (a pair, a dict, nested) along its
-first dimension; a batch whose tensors disagree in their first dimension (`Shared` ones aside) is refused in one
-line."""
+"""What a task is: what a batch means, what to minimise and what to measure; nothing else in a run is task-specific
+(docs/how-the-loop-works.md#the-task-contract). Below the Task, the functions that count, pick and cut any batch the
+loader yields (a pair, a dict, nested) along its first dimension, which its tensors share (`Shared` ones aside)."""
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -139,29 +137,20 @@ def metric_names_of(task_class: type) -> tuple[str, ...]:
     return ("loss", *getattr(task_class, "metric_names", ()))
 
 
-def task_class(target: str) -> type:
-    """The class that `task._target_` names, imported but not built."""
-    from hydra.utils import get_class
+def higher_is_better(task: type | Task | str | None, metric: str) -> bool:
+    """Whether a larger `metric` is better: true for all but the loss and the task's `minimized_metrics`. `task`: a
+    task, its class, or the `task._target_` that names it (None: a task that minimizes only the loss)."""
+    if isinstance(task, str):
+        from hydra.utils import get_class
 
-    return get_class(target)
-
-
-def higher_is_better(task: type | Task, metric: str) -> bool:
-    """Whether a larger `metric` is better: true for all but the loss and the task's `minimized_metrics`."""
+        task = get_class(task)
     name = metric.rsplit("/", 1)[-1]
     return name != "loss" and name not in getattr(task, "minimized_metrics", ())
 
 
-def maximize(metric: str, task_target: str | None = None) -> bool:
-    """True when a larger value of `metric` is better (an accuracy), False for a loss and for
-    what the task (`task._target_`) lists in its minimized_metrics."""
-    return higher_is_better(task_class(task_target) if task_target else Task, metric)
-
-
 def mean_over_update_tokens(model: nn.Module, update_weight: int | Tensor, world_size: int) -> None:
     """For a task that weighs tokens (the caller checks `task.weighs`), divides the gradients by the update's real
-    tokens on all ranks (one all-reduce, so every rank must call it at the same update). Why:
-    docs/how-the-loop-works.md."""
+    tokens on all ranks: one all-reduce, so every rank calls it at the same update (why: docs/how-the-loop-works.md)."""
     total = torch.as_tensor(update_weight, dtype=torch.float32).reshape(1).clone()
     if dist.is_available() and dist.is_initialized():  # all_reduce_sum written here: one file fewer in the step
         dist.all_reduce(total)

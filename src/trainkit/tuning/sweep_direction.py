@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainkit.checkpointing.resume import in_multirun
 from trainkit.errors import ConfigError
-from trainkit.tasks.task import maximize
+from trainkit.tasks.task import higher_is_better
 
 Result = TypeVar("Result")
 
@@ -45,7 +45,8 @@ def check_direction(cfg: DictConfig, direction: str | None) -> None:
     """A sweep that maximizes a loss (or minimizes an accuracy) wastes every trial: stop at once."""
     if direction not in ("maximize", "minimize"):
         return
-    wanted = "maximize" if maximize(cfg.optimized_metric, OmegaConf.select(cfg, "task._target_")) else "minimize"
+    task = OmegaConf.select(cfg, "task._target_")
+    wanted = "maximize" if higher_is_better(task, cfg.optimized_metric) else "minimize"
     if direction != wanted:
         raise ConfigError(
             "hydra.sweeper.direction",

@@ -15,6 +15,7 @@ then rerun the sweep.
 """
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from trainkit.checkpointing.resume import is_multirun
 from trainkit.checkpointing.signals import EXIT_ABORTED, EXIT_STOPPED, Stopped, continue_command_instead
@@ -121,13 +123,22 @@ def stop_the_whole_sweep(
         os.environ.pop(SWEEP_PID, None)
 
 
-def leave_worker_after_a_stop() -> None:
-    """In a sweep's worker process, after its job stopped cleanly on a signal: exit the process (75),
-    so the launching process, which waits for its workers, knows the checkpoint is written. In the
-    launching process itself (the basic launcher) nothing happens: the stop ends the sweep as usual."""
-    if os.environ.get(SWEEP_PID) not in (None, str(os.getpid())) and not os.environ.get("SUBMITIT_EXECUTOR"):
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_STOPPED)
+def leaving_worker_after_a_stop(task: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`task` (cli.report_config_errors' Hydra task), which in a sweep's worker process, after its job stopped cleanly
+    on a signal, exits the process (75), so the launching process, which waits for its workers, knows the checkpoint
+    is written. In the launching process itself (the basic launcher) the stop ends the sweep as usual."""
+
+    @functools.wraps(task)
+    def leaving(cfg: Any) -> Any:
+        try:
+            return task(cfg)
+        except Stopped:
+            if os.environ.get(SWEEP_PID) not in (None, str(os.getpid())) and not os.environ.get("SUBMITIT_EXECUTOR"):
+                for handler in logging.getLogger().handlers:
+                    handler.flush()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(EXIT_STOPPED)
+            raise
+
+    return leaving

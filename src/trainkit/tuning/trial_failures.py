@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from trainkit.checkpointing.resume import in_multirun
 from trainkit.config.schema import flag, number
 from trainkit.errors import ConfigError, caused_by_config_error
-from trainkit.tasks.task import maximize
+from trainkit.tasks.task import higher_is_better
 
 log = logging.getLogger("sweep")
 # gathered by the config check: conf/config.yaml's sweep._checks_
@@ -46,7 +46,7 @@ def failed_trial_value(cfg: DictConfig) -> float:
     """
     value = OmegaConf.select(cfg, "sweep.failed_trial_value", default=None)
     if value is None:
-        return -math.inf if maximize(cfg.optimized_metric, OmegaConf.select(cfg, "task._target_")) else math.inf
+        return -math.inf if higher_is_better(OmegaConf.select(cfg, "task._target_"), cfg.optimized_metric) else math.inf
     return float(value)  # a number, not NaN: CONFIG_RULES checked it before the sweep started
 
 

@@ -4,8 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainkit.tasks import Task, evaluate, higher_is_better, metric_names_of
+from trainkit.tasks import Task, evaluate
 from trainkit.tasks.classification import Classification
+from trainkit.tasks.task import higher_is_better, metric_names_of
 
 LOGITS = torch.tensor([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 2.0], [2.0, 0.0, 0.0]])
 LABELS = torch.tensor([0, 1, 0, 0])  # three of four right

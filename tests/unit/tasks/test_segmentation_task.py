@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from trainkit.errors import ConfigError
-from trainkit.tasks import metric_names_of
 from trainkit.tasks.confusion import confusion_counts
 from trainkit.tasks.segmentation import Segmentation, miou_and_pixel_acc
+from trainkit.tasks.task import metric_names_of
 
 # Six pixels, four classes; class 3 occurs in neither the targets nor the predictions.
 TARGETS = torch.tensor([[[0, 0, 1], [1, 2, 2]]])

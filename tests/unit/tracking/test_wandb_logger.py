@@ -16,7 +16,7 @@ from PIL import Image
 
 from conftest import ROOT, composed
 from helpers import assert_one_config_error
-from trainkit.tasks.task import maximize
+from trainkit.tasks.task import higher_is_better
 from trainkit.tracking.loggers import build_loggers
 from wandb_offline import OfflineRun, local_wandb, offline_run
 
@@ -376,7 +376,7 @@ def test_wandb_sweep_config_drives_real_config_keys():
     assert spec["method"] in ("bayes", "random", "grid")
     metric = spec["metric"]
     assert metric["name"] in ("val/acc", "val/loss")  # what train.py logs each epoch
-    assert metric["goal"] == ("maximize" if maximize(metric["name"]) else "minimize")
+    assert metric["goal"] == ("maximize" if higher_is_better(None, metric["name"]) else "minimize")
     # One value of every parameter, with the fixed overrides of `command`, must compose.
     fixed = [arg for arg in spec["command"] if not arg.startswith("${")]
     sampled = []

@@ -12,7 +12,7 @@ from conftest import ROOT
 from helpers import cfg_for
 from trainkit.config.validation import fill_task_defaults
 from trainkit.errors import ConfigError
-from trainkit.tasks.task import maximize
+from trainkit.tasks.task import higher_is_better
 from trainkit.tuning import sweep_direction
 from trainkit.tuning.sweep_direction import check_direction
 
@@ -35,7 +35,7 @@ def test_optuna_search_config_composes_with_a_direction_that_matches_the_metric(
     fill_task_defaults(cfg)  # optimized_metric null: the task's headline metric, as validate fills it in
     sweeper = cfg.hydra.sweeper
     assert "Optuna" in sweeper._target_ and cfg.hydra.mode.name == "MULTIRUN"
-    assert sweeper.direction == ("maximize" if maximize(cfg.optimized_metric) else "minimize")
+    assert sweeper.direction == ("maximize" if higher_is_better(None, cfg.optimized_metric) else "minimize")
     assert sweeper.sampler.seed is not None and sweeper.study_name and sweeper.storage is None
     for key, values in sweeper.params.items():  # every searched key is a real config key or group
         assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", key
