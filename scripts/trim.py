@@ -215,10 +215,8 @@ def without_marked_lines(text: str, name: str) -> str:
     them (ruff format puts one after an import), which would be left doubled with the blank line after them."""
     lines = text.splitlines(keepends=True)
     marked = [name in MARKER.findall(line) for line in lines]
-    between = [
-        not line.strip() and 0 < i < len(lines) - 1 and marked[i - 1] and marked[i + 1] for i, line in enumerate(lines)
-    ]
-    return "".join(line for line, *gone in zip(lines, marked, between) if not any(gone))
+    between = {i for i in range(1, len(lines) - 1) if not lines[i].strip() and marked[i - 1] and marked[i + 1]}
+    return "".join(line for i, line in enumerate(lines) if not marked[i] and i not in between)
 
 
 def package_lines(text: str, packages: list[str]) -> list[str]:
