@@ -1,7 +1,6 @@
 """What a run trained on, in a few numbers every checkpoint keeps, so that a resume on changed data is refused in
 one line (`check_same_data`), and what it read before any split (`data_identity`, the same for every fold, split seed
-and tokenizer): docs/resume-and-preemption.md#resume-and-requeued-jobs. No torch at module level, for
-scripts/compare_runs.py."""
+and tokenizer): docs/resume-and-preemption.md#resume-and-requeued-jobs."""
 
 import hashlib
 import logging
@@ -29,13 +28,11 @@ def data_fingerprint(splits: Any, source: str | None = None, **kept: Any) -> dic
 
 
 def _tensor_fingerprint(images: Any, labels: Any) -> dict:
-    import torch
-
     step = max(1, math.ceil(len(images) / CHECKED_SAMPLES))
-    checked = images[::step].flatten(1).to(torch.float64).sum(1)
-    weights = torch.arange(1, len(checked) + 1, dtype=torch.float64, device=checked.device)  # so that the order counts
+    checked = images[::step].flatten(1).double().sum(1)
+    weights = checked.new_tensor(range(1, len(checked) + 1))  # 1, 2, ...: so that the order counts
     # One class per sample, or a mask of classes summed per sample like the images.
-    targets = labels[::step].reshape(len(checked), -1).to(torch.float64).sum(1)
+    targets = labels[::step].reshape(len(checked), -1).double().sum(1)
     checksum = (checked * weights).sum() + (targets * weights).sum()
     return {"shape": list(images.shape), "checksum": checksum.item()}
 
