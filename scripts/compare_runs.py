@@ -364,9 +364,9 @@ def is_over(key: str, over: tuple) -> bool:
 
 def refuse_mixed(runs: list) -> str | None:
     """One line naming two runs of different tasks or data, or None when all are alike. The data is what each run
-    read before any split, as summary.json's `data` records it (trainkit.data.identity: its files and their contents,
-    its samples, its classes; not the fold, the split seed or a tokenizer, which are settings), where both runs
-    record it; else (a run from before it was recorded) the config's data keys in IDENTITY."""
+    read before any split, as summary.json's `data` records it (trainkit.data.fingerprint.data_identity: its files and
+    their contents, its samples, its classes; not the fold, the split seed or a tokenizer, which are settings), where
+    both runs record it; else (a run from before it was recorded) the config's data keys in IDENTITY."""
     known = [run for run in runs if "task._target_" in run.config]  # a Hydra config, not bare overrides
     first = known[0] if known else None
     for run in known[1:]:
@@ -374,7 +374,7 @@ def refuse_mixed(runs: list) -> str | None:
         data = [recorded_data(first), recorded_data(run)]
         changes = []
         if None not in data:  # what they read decides, not where from (a copy of the data elsewhere is the same)
-            from trainkit.data.identity import identity_changes
+            from trainkit.data.fingerprint import identity_changes
 
             differ = [key for key in differ if not key.startswith("data.")]
             changes = identity_changes(data[0], data[1])
@@ -925,7 +925,7 @@ def data_lines(a: Path, b: Path) -> list:
 
 def _contents_not_compared(first: dict, second: dict) -> str:
     """A note where one run records digests of its files' contents and the other, from before them, records none."""
-    from trainkit.data.identity import lacks_file_digests
+    from trainkit.data.fingerprint import lacks_file_digests
 
     older = [x for x, found in (("A", first), ("B", second)) if found.get("identity") is None]
     other = second if older == ["A"] else first

@@ -10,8 +10,7 @@ from typing import Any
 import torch
 
 from trainkit.data.datasets import Data, ImageData, Splits, Tokenizer, check_matches, data_class, per_channel
-from trainkit.data.fingerprint import check_same_data, data_fingerprint
-from trainkit.data.identity import data_identity
+from trainkit.data.fingerprint import check_same_data, data_fingerprint, data_identity
 from trainkit.data.loaders import ShardedLoader, TensorLoader
 from trainkit.errors import ConfigError
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import nn
 
-from trainkit.data.identity import samples_identity
+from trainkit.data.fingerprint import samples_identity
 from trainkit.data.loaders import ShardedLoader, TensorLoader
 from trainkit.errors import ConfigError
 

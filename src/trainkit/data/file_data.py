@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate, get_worker_in
 
 from trainkit.config.schema import Check, auto_or, flag, integer
 from trainkit.data.datasets import Data
-from trainkit.data.identity import digest_of
+from trainkit.data.fingerprint import digest_of
 from trainkit.data.loaders import EvaluationSampler, ResumableDistributedSampler, ShardedLoader, shard_sampler
 from trainkit.distributed.process_group import process_info
 from trainkit.errors import ConfigError
@@ -66,6 +66,36 @@ class FileSplits:
 
 def relative_path_label_rows(samples: Iterable[tuple[str, int]], top: str) -> list[str]:
     return [f"{os.path.relpath(path, top) if top else path}\t{label}" for path, label in samples]
+
+
+def split_files_change(name: str, saved: dict, now: dict) -> str | None:
+    """What differs between two fingerprints of the `name` split by its files (fingerprints()), or None."""
+    added = now["files"] - saved["files"]
+    if added:
+        return f"{abs(added)} files {'added to' if added > 0 else 'removed from'} the {name} split"
+    if saved.get("digest") != now.get("digest"):
+        return f"the {name} split holds other files (as many, renamed, relabelled or moved between splits)"
+    return None
+
+
+def read_files_changes(before: dict | None, now: dict | None) -> list[str]:
+    """What differs between two data identities' `files` (each file's bytes and sha256, where an option lists the
+    files it read), one phrase each."""
+    if before is None or now is None:
+        return []
+    added, removed = sorted(set(now) - set(before)), sorted(set(before) - set(now))
+    changes = [f"{', '.join(added)} read, not read before"] if added else []
+    changes += [f"{', '.join(removed)} read before, not now"] if removed else []
+    for name in sorted(set(now) & set(before)):
+        first, second = before[name] or {}, now[name] or {}
+        if first.get("bytes") != second.get("bytes"):
+            changes.append(f"{name} is {second.get('bytes'):,} bytes, was {first.get('bytes'):,}")
+        elif first.get("sha256") and second.get("sha256") and first["sha256"] != second["sha256"]:
+            changes.append(
+                f"the contents of {name} differ (the same name and size; sha256 {second['sha256'][:12]}, was "
+                f"{first['sha256'][:12]})"
+            )
+    return changes
 
 
 @dataclass(kw_only=True)

@@ -1,5 +1,5 @@
 """data=hf's digest of each data file's bytes, cached under the file's size, mtime and inode, so that a file read
-again is not digested again: what tells a changed file of the same name and size apart (trainkit.data.identity)."""
+again is not digested again: what tells a changed file of the same name and size apart (trainkit.data.fingerprint)."""
 
 import hashlib
 import json

@@ -1,19 +1,19 @@
 """What a run trained on, in a few numbers every checkpoint keeps, so that a resume on changed data is refused in
-one line (`check_same_data`): docs/resume-and-preemption.md#resume-and-requeued-jobs says what is compared and why."""
+one line (`check_same_data`), and what it read before any split (`data_identity`, the same for every fold, split seed
+and tokenizer): docs/resume-and-preemption.md#resume-and-requeued-jobs."""
 
+import hashlib
 import logging
 import math
 from typing import Any
 
-import torch
-
-from trainkit.data.identity import identity_changes, lacks_file_digests
 from trainkit.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 CHECKED_SAMPLES = 10_000
 SPLITS = ("train", "val", "test")
+TENSOR_BYTES = 1 << 31  # above this, only the labels are digested
 
 
 def data_fingerprint(splits: Any, source: str | None = None, **kept: Any) -> dict:
@@ -27,14 +27,50 @@ def data_fingerprint(splits: Any, source: str | None = None, **kept: Any) -> dic
     return {**classes, **{name: _tensor_fingerprint(*split) for name, split in made.items()}}
 
 
-def _tensor_fingerprint(images: torch.Tensor, labels: torch.Tensor) -> dict:
+def _tensor_fingerprint(images: Any, labels: Any) -> dict:
     step = max(1, math.ceil(len(images) / CHECKED_SAMPLES))
-    checked = images[::step].flatten(1).to(torch.float64).sum(1)
-    weights = torch.arange(1, len(checked) + 1, dtype=torch.float64, device=checked.device)  # so that the order counts
+    checked = images[::step].flatten(1).double().sum(1)
+    weights = checked.new_tensor(range(1, len(checked) + 1))  # 1, 2, ...: so that the order counts
     # One class per sample, or a mask of classes summed per sample like the images.
-    targets = labels[::step].reshape(len(checked), -1).to(torch.float64).sum(1)
+    targets = labels[::step].reshape(len(checked), -1).double().sum(1)
     checksum = (checked * weights).sum() + (targets * weights).sum()
     return {"shape": list(images.shape), "checksum": checksum.item()}
+
+
+def data_identity(data: Any, made: Any) -> dict:
+    """The identity of what `data` read, as plain containers for checkpoints and summary.json."""
+    names, source = data.class_names(), data.source()
+    return {
+        "option": f"{type(data).__module__}.{type(data).__qualname__}",
+        "classes": list(names) if names else made.num_classes,
+        **({"source": source} if source else {}),
+        **data.identity(made),
+    }
+
+
+def samples_identity(made: Any) -> dict:
+    """Every sample of `made`'s three splits together, in no order: {"samples": how many, "digest": ...}."""
+    splits = [made.train, made.val, made.test]
+    total = sum(t.numel() * t.element_size() for split in splits for t in split)
+    whole = total <= TENSOR_BYTES
+    rows = []
+    for inputs, targets in splits:
+        for start in range(0, len(targets), 4096):
+            chunk = [inputs[start : start + 4096].cpu(), targets[start : start + 4096].cpu()]
+            parts = [tensor.contiguous().reshape(len(tensor), -1).numpy() for tensor in chunk]
+            for sample, target in zip(*parts, strict=True):
+                digest = hashlib.blake2b(target.tobytes(), digest_size=16)
+                if whole:
+                    digest.update(sample.tobytes())
+                rows.append(digest.hexdigest())
+    return {"samples": len(rows), "digest": digest_of(sorted(rows)), **({} if whole else {"digest_of": "targets"})}
+
+
+def digest_of(rows: list[str]) -> str:
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(row.encode("utf-8", "surrogateescape") + b"\n")
+    return digest.hexdigest()
 
 
 def check_same_data(saved: dict | None, now: dict) -> None:
@@ -90,15 +126,48 @@ def data_changes(saved: dict, now: dict) -> list[str]:
 
 
 def _change(name: str, saved: dict, now: dict) -> str | None:
-    if "files" in saved and "files" in now:
-        added = now["files"] - saved["files"]
-        if added:
-            return f"{abs(added)} files {'added to' if added > 0 else 'removed from'} the {name} split"
-        if saved.get("digest") != now.get("digest"):
-            return f"the {name} split holds other files (as many, renamed, relabelled or moved between splits)"
-        return None
+    from trainkit.data.file_data import split_files_change  # feature: file_data
+
+    if "files" in saved and "files" in now:  # feature: file_data
+        return split_files_change(name, saved, now)  # feature: file_data
     if saved.get("shape") != now.get("shape"):
         return f"the {name} split is {now.get('shape')}, was {saved.get('shape')}"
     if not math.isclose(saved.get("checksum", math.nan), now.get("checksum", math.nan), rel_tol=1e-9, abs_tol=1e-6):
         return f"the {name} split holds other values (its shape is the same)"
     return None
+
+
+def identity_changes(before: dict | None, now: dict | None, samples: bool = True) -> list[str]:
+    """What differs from the identity `before` to `now`, one phrase each; [] when they match or one is missing.
+    `samples=False` leaves out the samples' count and digest, for a caller that names them otherwise."""
+    from trainkit.data.file_data import read_files_changes  # feature: file_data
+
+    if not before or not now:
+        return []
+    changes = []
+    if before.get("option") != now.get("option"):
+        changes.append(f"the data option is {now.get('option')}, was {before.get('option')}")
+    if before.get("classes") != now.get("classes"):
+        changes.append(f"the classes are {_classes(now.get('classes'))}, were {_classes(before.get('classes'))}")
+    if before.get("source") != now.get("source") and not ("files" in before and "files" in now):
+        changes.append(f"the data is {now.get('source')}, was {before.get('source')}")
+    changes += read_files_changes(before.get("files"), now.get("files"))  # feature: file_data
+    for count in ("samples", "texts") if samples else ():
+        if before.get(count) is not None and now.get(count) is not None and before[count] != now[count]:
+            changes.append(f"{now[count]:,} {count} where there were {before[count]:,}")
+    if samples and not changes and before.get("digest") != now.get("digest"):
+        what = "texts" if "texts" in now else "samples"
+        changes.append(f"other {what} (as many: another digest of their contents)")
+    return changes
+
+
+def _classes(classes: Any) -> str:
+    if isinstance(classes, list):
+        shown = ", ".join(map(str, classes[:6])) + (", ..." if len(classes) > 6 else "")
+        return f"{len(classes)} ({shown})"
+    return str(classes)
+
+
+def lacks_file_digests(identity: dict | None) -> bool:
+    """Whether a run's `identity` records no digest of its files' contents."""
+    return not identity or not any((entry or {}).get("sha256") for entry in (identity.get("files") or {}).values())

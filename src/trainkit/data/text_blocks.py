@@ -15,7 +15,7 @@ import torch
 from trainkit.config.schema import Check, flag, integer, string
 from trainkit.data.class_folders import is_hidden
 from trainkit.data.datasets import Split, Splits
-from trainkit.data.identity import digest_of
+from trainkit.data.fingerprint import digest_of
 from trainkit.data.stdlib_source import corpus_version, stdlib_files
 from trainkit.data.text import BadTextFile, read_utf8
 from trainkit.data.tokenizing import ByteTokens, Tokenized, Tokens, tokenizer_problems

@@ -136,7 +136,7 @@ def write_summary(
         "device": str(run.device),
         "run_dir": str(run.run_dir.resolve()),
         **({"fold": run.data.fingerprint["fold"]} if run.data.fingerprint.get("fold") else {}),  # "fold 2 of 5"
-        "data": run.data.fingerprint.get("identity"),  # what it read before any split (trainkit.data.identity)
+        "data": run.data.fingerprint.get("identity"),  # what it read before any split (trainkit.data.fingerprint)
     }
     run.loggers.log({"epoch": summary["epochs"] - 1, "step": run.state.step, **test_metrics})
     run.loggers.summary(

@@ -1,5 +1,5 @@
-"""trainkit.data.identity: what a run read before any split (the same for every fold and split seed, other for other
-contents)."""
+"""data_identity (trainkit.data.fingerprint): what a run read before any split (the same for every fold and split
+seed, other for other contents)."""
 
 import hashlib
 import json
@@ -12,8 +12,7 @@ from conftest import composed
 from helpers import has_folds, template_has
 from trainkit.config.validation import validate
 from trainkit.data import build_data
-from trainkit.data.fingerprint import check_same_data
-from trainkit.data.identity import identity_changes
+from trainkit.data.fingerprint import check_same_data, identity_changes
 from trainkit.errors import ConfigError
 
 CPU = torch.device("cpu")

@@ -10,7 +10,7 @@ from test_identity import built
 
 from trainkit.checkpointing.files import RENAMED_DATA_TARGETS, read_checkpoint, upgrade_fingerprint
 from trainkit.data import build_data, check_same_data
-from trainkit.data.identity import identity_changes
+from trainkit.data.fingerprint import identity_changes
 from trainkit.errors import ConfigError
 
 
