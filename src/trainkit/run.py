@@ -104,7 +104,7 @@ class Run:
     # A feature's average of the weights (regularization.ema), evaluated in their place; None: the model is.
     averaged: torch.optim.swa_utils.AveragedModel | None = None
     loggers: Loggers = field(default_factory=lambda: Loggers([]))  # none on other ranks: rank 0 alone logs
-    shown: tuple[torch.Tensor, torch.Tensor] | None = None  # rank 0: val samples whose predictions a tracker shows
+    shown: tuple[torch.Tensor, torch.Tensor] | None = None  # feature: logged_images (val samples a tracker shows)
     started: float = field(default_factory=time.perf_counter)  # this process's part of the run began
     state: TrainState = field(default_factory=TrainState)  # where it stands: the loop moves it forward
 

@@ -6,7 +6,6 @@ that a resume trims, `trim_to_checkpoint`. It imports its library only when chos
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import pkgutil
@@ -42,15 +41,6 @@ class JsonlLogger(Logger):
 
     def finish(self, failed: bool = False) -> None:
         self.file.close()
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """metrics.jsonl's objects, in order; none for a missing file; a torn last line (a kill) is left out."""
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
-        with contextlib.suppress(ValueError):
-            rows.append(json.loads(line))
-    return rows
 
 
 def trackers() -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import shlex
 from pathlib import Path
@@ -10,7 +12,6 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from trainkit.config.schema import number, one_of, string
-from trainkit.tracking.loggers import read_jsonl
 from trainkit.tracking.loggers.base import Logger, OncePerStep, RunFacts
 from trainkit.tracking.loggers.wandb_files import held_history, holds_records
 
@@ -33,6 +34,15 @@ def build(cfg: DictConfig, run_dir: Path, facts: RunFacts) -> Logger:
     resume_id = facts.resume_ids.get("wandb")
     history = read_jsonl(run_dir / "metrics.jsonl") if resume_id else None
     return WandbLogger(cfg, run_dir, config, facts.run_name, facts.group, resume_id, history)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """metrics.jsonl's objects, in order; none for a missing file; a torn last line (a kill) is left out."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        with contextlib.suppress(ValueError):
+            rows.append(json.loads(line))
+    return rows
 
 
 class WandbLogger(Logger):
