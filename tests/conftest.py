@@ -96,6 +96,20 @@ def _train_in_a_subprocess(
     return process.returncode, process.stdout, process.stderr
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch in one thread in this process while a module's tests run (`pytestmark =
+    pytest.mark.usefixtures("one_thread")`): a run in this process would spin a thread a core, and beside other
+    processes (its own workers, other jobs) take several times as long. One count for all of the module's runs,
+    so that their float sums agree as they did."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def stop_handlers_back():
     """A clean stop leaves the stop signals ignored (the process is on its way out, exit 75): this

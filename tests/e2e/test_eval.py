@@ -24,6 +24,8 @@ from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.models import build_model
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # the runs in this process: all but eval.py's under DDP
+
 CLASSIFICATION = ("trainer.max_epochs=2",)  # 40 updates: about 0.95 test accuracy
 
 

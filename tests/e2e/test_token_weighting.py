@@ -113,6 +113,7 @@ def test_val_loss_of_a_tokens_task_is_the_mean_over_real_tokens():
 
 
 def _two_rank_update(rank: int, world_size: int, init_file: str, out: str) -> None:
+    torch.set_num_threads(1)  # OpenMP's threads do not survive a fork: one thread, as a DataLoader's worker has
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
         items = sequences()
@@ -134,8 +135,13 @@ def test_two_ranks_with_uneven_tokens_update_as_one_batch_holding_them_all(tmp_p
     import torch.multiprocessing as mp
 
     out = tmp_path / "weights.pt"
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-    os.environ.update(env)
-    mp.spawn(_two_rank_update, args=(2, str(tmp_path / "init"), str(out)), nprocs=2, join=True)
+    # Forked, the ranks start with this process's imports (train.py's), where spawned ones pay seconds for their own;
+    # but where a GPU is, PyTorch refuses autograd in a child forked after autograd ran here: spawned there.
+    forked = not (torch.cuda.is_available() or torch.backends.mps.is_available())
+    if not forked:
+        paths = [str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+        os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    args = (2, str(tmp_path / "init"), str(out))
+    mp.start_processes(_two_rank_update, args=args, nprocs=2, start_method="fork" if forked else "spawn")
     whole, _ = weights_after_one_update([padded(sequences())], accumulate=1)
     torch.testing.assert_close(torch.load(out), whole, rtol=0, atol=1e-6)
