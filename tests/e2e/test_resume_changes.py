@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TrainRun, run_here
+from conftest import ROOT, TrainRun, run_here
 from helpers import has_folds, hashes_of_every_file, needs_image_folders, unchanged_but_the_record
 from trainkit.checkpointing import own_run_directory
 
@@ -25,15 +25,9 @@ STOP_AFTER_EPOCH_1 = (
 )
 
 
-def stopped_after_epoch_1(run_train, *overrides: str):
-    run = run_train(*overrides, *STOP_AFTER_EPOCH_1)
-    assert [m["epoch"] for m in run.epoch_metrics()] == [0, 1]
-    return run
-
-
 @pytest.fixture(scope="module")
 def stopped_at_default_batch_size(tmp_path_factory) -> Path:
-    """The run directory of stopped_after_epoch_1 at the default batch size, trained once for the module."""
+    """The run directory of STOP_AFTER_EPOCH_1 at the default batch size, trained once for the module."""
     run_dir = tmp_path_factory.mktemp("stopped") / "run"
     run = TrainRun(*run_here("train.py", f"hydra.run.dir={run_dir}", *QUICK, *STOP_AFTER_EPOCH_1), run_dir)
     assert run.returncode == 0, run.stderr[-4000:]
@@ -163,26 +157,29 @@ def test_a_resume_refuses_data_that_changed_since_the_checkpoint(run_train, tmp_
     assert 1000 < same.summary["wall_seconds"] < 1000 + 600
 
 
-@pytest.mark.slow  # three runs, two of them with 2 DDP processes
-def test_another_number_of_processes_is_taken_at_an_epoch_end_and_refused_inside_an_epoch(run_train):
+@pytest.mark.slow  # three runs, one of them with 2 DDP processes
+def test_another_number_of_processes_is_taken_at_an_epoch_end_and_refused_inside_an_epoch(run_train, monkeypatch):
+    # One DDP run writes both checkpoints: rank 0's SIGTERM in the 15th update stops it inside epoch 1 (last.pt),
+    # after epoch 0 wrote best.pt at its end.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
     ddp = ("distributed=ddp", "distributed.nproc_per_node=2", *QUICK)  # 2 x 629 samples: 10 updates an epoch
-    first = stopped_after_epoch_1(run_train, *ddp)
-    alone = run_train(
-        f"resume={first.run_dir}",
-        "distributed=none",
-        "regularization.early_stopping.enabled=false",
-        run_dir=first.run_dir,
-    )  # one process: 20 updates an epoch
-    after = [m["lr"] for m in alone.metrics if "train/step_loss" in m and m["epoch"] >= 2]
-    assert len(after) == 40 and after[-1] == pytest.approx(0.0, abs=1e-12) and all(lr > 0 for lr in after[:-1])
-
-    inside = run_train(*ddp, "trainer.max_epochs=4", "trainer.max_steps=15")  # stops at epoch 1, batch 5
-    refused = run_train(
-        f"resume={inside.run_dir}", "distributed=none", "trainer.max_steps=null", check=False, run_dir=inside.run_dir
-    )
+    preempting = ("model._target_=models_for_tests.PreemptedCNN", "trainer.max_epochs=3")
+    inside = run_train(*ddp, *preempting, "+model.preempt_at=15", check=False)  # stops at epoch 1, batch 5
+    assert "stopped by SIGTERM" in inside.stdout + inside.stderr, inside.stderr[-4000:]
+    refused = run_train(f"resume={inside.run_dir}", "distributed=none", check=False, run_dir=inside.run_dir)
     assert refused.returncode == 1
     assert refused.stderr.strip() == (
         "error: distributed.nproc_per_node: this run has 1 process but 2 processes wrote its checkpoint inside "
         "epoch 1 (after batch 5): the batches already trained would be miscounted; resume with 2 processes, or "
         "from an epoch's end"
     )
+
+    alone = run_train(
+        f"resume={inside.run_dir / 'checkpoints' / 'best.pt'}",
+        "distributed=none",
+        "regularization.early_stopping.enabled=false",
+        "model.preempt_at=0",  # the checkpoint's config holds it
+        run_dir=inside.run_dir,
+    )  # one process from epoch 0's end: 20 updates an epoch
+    after = [m["lr"] for m in alone.metrics if "train/step_loss" in m and m["epoch"] >= 1]
+    assert len(after) == 40 and after[-1] == pytest.approx(0.0, abs=1e-12) and all(lr > 0 for lr in after[:-1])

@@ -265,9 +265,12 @@ def assert_eval_py_gives_the_summary(repo: Path, run_dir: Path, out_dir: Path) -
     assert {key: metrics[key] for key in test} == pytest.approx(test, rel=1e-6)
 
 
-def assert_eval_py_predicts_what_the_model_does(title: str, files: dict, repo: Path, run_dir: Path, tmp_path: Path):
+def assert_eval_py_predicts_what_the_model_does(
+    title: str, model_class: type, repo: Path, run_dir: Path, tmp_path: Path
+):
     """eval.py predict= on a few digits saved as PNGs gives each the class and probability of the recipe's model
-    (its checkpoint, the data's eval transform), called as the recipe's task calls it: through the task."""
+    (`model_class`, with its checkpoint's arguments and weights, the data's eval transform), called as the recipe's
+    task calls it: through the task."""
     if not has_predict:
         return
     from PIL import Image
@@ -287,8 +290,7 @@ def assert_eval_py_predicts_what_the_model_does(title: str, files: dict, repo: P
     assert process.returncode == 0, process.stderr[-4000:]
     rows = sorted(line.split(",") for line in (out_dir / "predictions.csv").read_text().splitlines()[1:])
     config = run_config(run_dir)
-    model_class = recipe_class(files, repo, config["model"]["_target_"])
-    model = model_class(**{key: value for key, value in config["model"].items() if key != "_target_"})
+    model = model_class(**{key: value for key, value in config["model"].items() if key not in NOT_THE_MODELS})
     model.load_state_dict(torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["model"])
     transform = make_data(OmegaConf.create(config["data"])).batch_transform(None, None, False, train=False)
     with torch.no_grad():
@@ -296,29 +298,6 @@ def assert_eval_py_predicts_what_the_model_does(title: str, files: dict, repo: P
     assert [name for name, _, _ in rows] == [f"{i}.png" for i in range(6)]
     assert [int(predicted) for _, predicted, _ in rows] == label.tolist()
     assert [float(value) for _, _, value in rows] == pytest.approx(probability.tolist(), rel=1e-5)
-
-
-@pytest.mark.parametrize("title", DOCUMENTED_RECIPES)
-def test_a_documented_recipe_trains_in_micro_batches_and_eval_py_gives_its_summary(title, tmp_path):
-    """The recipe trains in micro-batches (where its loss allows them) and eval.py gives its summary; eval.py
-    predict= gives an image recipe's model's predictions (through its task); the signals' epochs report their frames
-    a second (Data.size_unit)."""
-    files, repo, arguments = recipe_copy(title, tmp_path, DOCUMENTED)
-    size = DOCUMENTED_RECIPES[title]
-    micro = () if size is None else (f"trainer.micro_batch_size={size}",)
-    run_dir = tmp_path / "run"
-    short = ("trainer.max_epochs=1", "trainer.limit_train_batches=8")  # a few updates: the recipe's own run learns
-    process = run_script(repo, "train.py", *arguments, *micro, *short, f"hydra.run.dir={run_dir}")
-    assert process.returncode == 0, f"python train.py {shlex.join(arguments)} failed:\n{process.stderr[-4000:]}"
-    assert ("in micro-batches of" in process.stdout + process.stderr) == bool(micro)  # the start line: batches cut
-    assert_eval_py_gives_the_summary(repo, run_dir, tmp_path / "eval")
-    if title in MODEL_PREDICTS:
-        assert_eval_py_predicts_what_the_model_does(title, files, repo, run_dir, tmp_path)
-    elif title == SIGNALS:
-        epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        trained = [epoch for epoch in epochs if "train/samples_per_sec" in epoch]
-        assert trained and all(epoch["train/frames_per_sec"] > epoch["train/samples_per_sec"] for epoch in trained)
-        assert re.search(r"epoch +0 .* [\d,]+ frames/s", process.stdout + process.stderr)  # the epoch line's rate
 
 
 def test_the_aux_loss_recipe_logs_its_term_per_step_and_its_epoch_mean_by_samples(tmp_path):
@@ -441,24 +420,35 @@ class Preempted(PreemptedAt, {name}):
 """
 
 
+# The keys of a run's `model` that build no recipe model: the class, and what the stopping wrapper takes.
+NOT_THE_MODELS = ("_target_", "preempt_at")
+
+
 @pytest.mark.slow  # three runs of two processes each, and eval.py
 @pytest.mark.parametrize("title", DOCUMENTED_RECIPES)
-def test_a_documented_recipe_under_ddp_resumes_exactly_after_sigterm_and_eval_py_gives_its_summary(title, tmp_path):
-    """The recipe's command under DDP (2 processes, gloo) in micro-batches: straight, and stopped by a SIGTERM inside
-    its first epoch then resumed, give the same epochs, test metrics and weights; eval.py gives its summary."""
+def test_a_documented_recipe_under_ddp_in_micro_batches_resumes_exactly_after_sigterm_and_eval_py_agrees(
+    title, tmp_path
+):
+    """The recipe's command under DDP (2 processes, gloo) in micro-batches (where its loss allows them): straight,
+    and stopped by a SIGTERM inside its first epoch then resumed, give the same epochs, test metrics and weights.
+    The straight run also shows what the recipe's own run in micro-batches must: eval.py gives its summary; eval.py
+    predict= gives an image recipe's model's predictions (through its task); the signals' epochs report their frames
+    a second (Data.size_unit). (One run for both: DDP hides none of them, and a test of micro-batches alone paid for
+    a run of its own.)"""
     from conftest import TrainRun
     from helpers import assert_same_training
 
-    _, repo, arguments = recipe_copy(title, tmp_path, DOCUMENTED)
+    files, repo, arguments = recipe_copy(title, tmp_path, DOCUMENTED)
     option = next(argument.split("=", 1)[1] for argument in arguments if argument.startswith("model="))
     model = OmegaConf.load(repo / "conf" / "model" / f"{option}.yaml")._target_
     module, name = model.rsplit(".", 1)  # the recipe's model (or the one it names), stopping itself on rank 0
     (repo / "src" / "preempted_recipe.py").write_text(PREEMPTED.format(module=module, name=name))
     size = DOCUMENTED_RECIPES[title]
+    micro = () if size is None else (f"trainer.micro_batch_size={size}",)
     shared = (
         *arguments,
         "distributed=ddp",
-        *(() if size is None else (f"trainer.micro_batch_size={size}",)),
+        *micro,
         "trainer.max_epochs=2",
         "trainer.limit_train_batches=6",
         "regularization.early_stopping.enabled=false",
@@ -473,8 +463,19 @@ def test_a_documented_recipe_under_ddp_resumes_exactly_after_sigterm_and_eval_py
     straight = train(tmp_path / "straight", "+model.preempt_at=0")
     assert straight.returncode == 0, straight.stderr[-4000:]
     assert straight.summary["world_size"] == 2
+    output = straight.stdout + straight.stderr
+    assert ("in micro-batches of" in output) == bool(micro)  # the start line: batches cut
     if title == IMAGE_TEXT:  # the start line: the loss couples every rank's batch
-        assert "the loss couples all 2 ranks' batches of 64 (gathered" in straight.stdout + straight.stderr
+        assert "the loss couples all 2 ranks' batches of 64 (gathered" in output
+    assert_eval_py_gives_the_summary(repo, straight.run_dir, tmp_path / "eval")
+    if title in MODEL_PREDICTS:
+        model_class = recipe_class(files, repo, model)
+        assert_eval_py_predicts_what_the_model_does(title, model_class, repo, straight.run_dir, tmp_path)
+    elif title == SIGNALS:
+        trained = [epoch for epoch in straight.metrics if "train/samples_per_sec" in epoch]
+        assert trained and all(epoch["train/frames_per_sec"] > epoch["train/samples_per_sec"] for epoch in trained)
+        assert re.search(r"epoch +0 .* [\d,]+ frames/s", output)  # the epoch line's rate
+
     preempted = train(tmp_path / "preempted", "+model.preempt_at=5")  # rank 0's 5th forward: a few updates in
     # Each worker exits 75 after saving; torchrun then reports them as failed in its own way.
     assert "stopped by SIGTERM" in preempted.stdout + preempted.stderr, preempted.stderr[-4000:]
@@ -482,7 +483,6 @@ def test_a_documented_recipe_under_ddp_resumes_exactly_after_sigterm_and_eval_py
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert re.search(r"at epoch 0, batch [1-9]\d*, step [1-9]", resumed.stdout + resumed.stderr)  # inside epoch 0
     assert_same_training(resumed, straight)
-    assert_eval_py_gives_the_summary(repo, straight.run_dir, tmp_path / "eval")
 
 
 # ---- docs/recipes.md's regression on a table: new files only, and every quick test that reads the options ----

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, TrainRun
+from conftest import ROOT, TrainRun, run_here
 from helpers import assert_same_training
 from trainkit.checkpointing import signals
 
@@ -110,11 +110,11 @@ def interrupt(
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory):
+    """The run the stopped one would have been, in this process: nothing of it is a process's (no signal)."""
     run_dir = tmp_path_factory.mktemp("straight")
-    command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *OVERRIDES]
-    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert process.returncode == 0, process.stderr[-3000:]
-    return TrainRun(process.returncode, process.stdout, process.stderr, run_dir)
+    run = TrainRun(*run_here("train.py", f"hydra.run.dir={run_dir}", *OVERRIDES), run_dir)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run
 
 
 @pytest.mark.slow  # trains in a subprocess
@@ -247,7 +247,6 @@ def test_a_run_directory_named_with_commas_and_non_ascii_stops_and_resumes_with_
     """Hydra's hydra.sweep.subdir=${hydra.job.override_dirname} names directories like this one."""
     import shlex
 
-    from conftest import run_here
     from trainkit import checkpointing
     from trainkit.checkpointing.overrides import hydra_quote
 
@@ -277,7 +276,6 @@ def test_a_run_directory_named_with_commas_and_non_ascii_stops_and_resumes_with_
 def test_a_signal_during_the_final_test_lets_it_finish_then_says_so_and_exits_75(
     tmp_path, monkeypatch, stop_handlers_back
 ):
-    from conftest import run_here
     from trainkit import run as run_module
     from trainkit import tasks
 
