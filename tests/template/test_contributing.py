@@ -120,11 +120,31 @@ def run_script(
     """`python <script> <args>` in the copy, with the copy's src/ first: train.py must import the copy's trainkit,
     where the recipe put its files (and tests/, for the models that stop themselves). `processes`: that many, started
     by torchrun."""
+    return finish(start_script(repo, script, *args, processes=processes, alone=True), timeout)
+
+
+def start_script(repo: Path, script: str, *args: str, processes: int = 0, alone: bool = False) -> subprocess.Popen:
+    """run_script's process, started and not waited for (`finish` waits): runs that need not wait for each other
+    overlap, each in one thread (as torchrun gives its workers; `alone`: torch's own count), so that on a machine
+    of few cores neither takes several times as long."""
     paths = [str(repo / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    if not alone:
+        env.setdefault("OMP_NUM_THREADS", "1")
     env.pop("WANDB_SERVICE", None)
     command = [*(torchrun(processes) if processes else [sys.executable]), script, *args]
-    return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen, timeout: int = 300) -> subprocess.CompletedProcess:
+    """What a process of start_script printed and its exit code, once it ended (killed after `timeout` seconds)."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()  # as subprocess.run's timeout does
+            process.wait()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def follow(title: str, config_group: str, tmp_path: Path, timeout: int = 300) -> tuple[dict[str, str], Path, Path]:
@@ -136,6 +156,14 @@ def follow(title: str, config_group: str, tmp_path: Path, timeout: int = 300) ->
     process = run_script(repo, "train.py", *arguments, f"hydra.run.dir={run_dir}", timeout=timeout)
     assert process.returncode == 0, f"python train.py {shlex.join(arguments)} failed:\n{process.stderr[-4000:]}"
     return files, repo, run_dir
+
+
+def end_all(processes: list[subprocess.Popen]) -> None:
+    """Ends those of `processes` still running (a failed assertion before their end), so that none outlives its test."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()  # torchrun passes it on to its workers
+        finish(process, timeout=60)  # and closes its pipes (those already read: a no-op)
 
 
 def recipe_class(files: dict[str, str], repo: Path, target: str) -> type:
@@ -253,7 +281,7 @@ def test_add_your_own_task_recipe_trains_and_reports_the_task_metrics(tmp_path):
 
 
 def eval_py_test_metrics(repo: Path, checkpoint: Path, out_dir: Path) -> dict:
-    process = run_script(repo, "eval.py", f"checkpoint={checkpoint}", f"hydra.run.dir={out_dir}")
+    process = finish(start_script(repo, "eval.py", f"checkpoint={checkpoint}", f"hydra.run.dir={out_dir}"))
     assert process.returncode == 0, process.stderr[-4000:]
     return json.loads((out_dir / "metrics.json").read_text())
 
@@ -284,8 +312,10 @@ def assert_eval_py_predicts_what_the_model_does(
     for i, image in enumerate(images):
         Image.fromarray(image[0].numpy(), mode="L").save(tmp_path / "images" / f"{i}.png")
     out_dir = tmp_path / "predicted"
-    process = run_script(
-        repo, "eval.py", f"checkpoint={run_dir}", f"predict={tmp_path / 'images'}", f"hydra.run.dir={out_dir}"
+    process = finish(
+        start_script(
+            repo, "eval.py", f"checkpoint={run_dir}", f"predict={tmp_path / 'images'}", f"hydra.run.dir={out_dir}"
+        )
     )
     assert process.returncode == 0, process.stderr[-4000:]
     rows = sorted(line.split(",") for line in (out_dir / "predictions.csv").read_text().splitlines()[1:])
@@ -456,33 +486,48 @@ def test_a_documented_recipe_under_ddp_in_micro_batches_resumes_exactly_after_si
         "model._target_=preempted_recipe.Preempted",
     )
 
-    def train(run_dir: Path, *more: str) -> TrainRun:
-        process = run_script(repo, "train.py", *shared, *more, f"hydra.run.dir={run_dir}", timeout=600, processes=2)
-        return TrainRun(process.returncode, process.stdout, process.stderr, run_dir)
+    # The straight run and the stopped one overlap, and eval.py runs while the resumed one trains: none reads
+    # another's directory until it ended.
+    started: list[subprocess.Popen] = []
 
-    straight = train(tmp_path / "straight", "+model.preempt_at=0")
-    assert straight.returncode == 0, straight.stderr[-4000:]
-    assert straight.summary["world_size"] == 2
-    output = straight.stdout + straight.stderr
-    assert ("in micro-batches of" in output) == bool(micro)  # the start line: batches cut
-    if title == IMAGE_TEXT:  # the start line: the loss couples every rank's batch
-        assert "the loss couples all 2 ranks' batches of 64 (gathered" in output
-    assert_eval_py_gives_the_summary(repo, straight.run_dir, tmp_path / "eval")
-    if title in MODEL_PREDICTS:
-        model_class = recipe_class(files, repo, model)
-        assert_eval_py_predicts_what_the_model_does(title, model_class, repo, straight.run_dir, tmp_path)
-    elif title == SIGNALS:
-        trained = [epoch for epoch in straight.metrics if "train/samples_per_sec" in epoch]
-        assert trained and all(epoch["train/frames_per_sec"] > epoch["train/samples_per_sec"] for epoch in trained)
-        assert re.search(r"epoch +0 .* [\d,]+ frames/s", output)  # the epoch line's rate
+    def start(run_dir: Path, *more: str) -> tuple[subprocess.Popen, Path]:
+        started.append(start_script(repo, "train.py", *shared, *more, f"hydra.run.dir={run_dir}", processes=2))
+        return started[-1], run_dir
 
-    preempted = train(tmp_path / "preempted", "+model.preempt_at=5")  # rank 0's 5th forward: a few updates in
-    # Each worker exits 75 after saving; torchrun then reports them as failed in its own way.
-    assert "stopped by SIGTERM" in preempted.stdout + preempted.stderr, preempted.stderr[-4000:]
-    resumed = train(preempted.run_dir, "resume=auto", "+model.preempt_at=0")
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert re.search(r"at epoch 0, batch [1-9]\d*, step [1-9]", resumed.stdout + resumed.stderr)  # inside epoch 0
-    assert_same_training(resumed, straight)
+    def train(process: subprocess.Popen, run_dir: Path) -> TrainRun:
+        ended = finish(process, timeout=600)
+        return TrainRun(ended.returncode, ended.stdout, ended.stderr, run_dir)
+
+    try:
+        straight_run = start(tmp_path / "straight", "+model.preempt_at=0")
+        preempted_run = start(tmp_path / "preempted", "+model.preempt_at=5")  # rank 0's 5th forward: a few updates in
+        preempted = train(*preempted_run)
+        # Each worker exits 75 after saving; torchrun then reports them as failed in its own way.
+        assert "stopped by SIGTERM" in preempted.stdout + preempted.stderr, preempted.stderr[-4000:]
+        resumed_run = start(preempted.run_dir, "resume=auto", "+model.preempt_at=0")
+
+        straight = train(*straight_run)
+        assert straight.returncode == 0, straight.stderr[-4000:]
+        assert straight.summary["world_size"] == 2
+        output = straight.stdout + straight.stderr
+        assert ("in micro-batches of" in output) == bool(micro)  # the start line: batches cut
+        if title == IMAGE_TEXT:  # the start line: the loss couples every rank's batch
+            assert "the loss couples all 2 ranks' batches of 64 (gathered" in output
+        assert_eval_py_gives_the_summary(repo, straight.run_dir, tmp_path / "eval")
+        if title in MODEL_PREDICTS:
+            model_class = recipe_class(files, repo, model)
+            assert_eval_py_predicts_what_the_model_does(title, model_class, repo, straight.run_dir, tmp_path)
+        elif title == SIGNALS:
+            trained = [epoch for epoch in straight.metrics if "train/samples_per_sec" in epoch]
+            assert trained and all(epoch["train/frames_per_sec"] > epoch["train/samples_per_sec"] for epoch in trained)
+            assert re.search(r"epoch +0 .* [\d,]+ frames/s", output)  # the epoch line's rate
+
+        resumed = train(*resumed_run)
+        assert resumed.returncode == 0, resumed.stderr[-4000:]
+        assert re.search(r"at epoch 0, batch [1-9]\d*, step [1-9]", resumed.stdout + resumed.stderr)  # inside epoch 0
+        assert_same_training(resumed, straight)
+    finally:
+        end_all(started)
 
 
 # ---- docs/recipes.md's regression on a table: new files only, and every quick test that reads the options ----
@@ -496,47 +541,60 @@ READ_EVERY_OPTION = ("tests/unit/config/test_instantiate.py", "tests/unit/config
 def test_a_regression_on_a_table_stops_on_its_headline_metric_and_the_quick_tests_take_its_options(tmp_path):
     _, repo, arguments = recipe_copy(REGRESSION, tmp_path, DOCUMENTED)
     run_dir = tmp_path / "run"
-    process = run_script(repo, "train.py", *arguments, f"hydra.run.dir={run_dir}")
-    assert process.returncode == 0, f"python train.py {shlex.join(arguments)} failed:\n{process.stderr[-4000:]}"
-    summary = json.loads((run_dir / "summary.json").read_text())
-    config = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]  # the run's, filled in
-    stopping = config["regularization"]["early_stopping"]
-    # No monitor named: early stopping follows the task's headline metric and its direction, as optimized_metric.
-    assert (stopping["monitor"], stopping["mode"]) == ("val/r2", "max")
-    assert summary["optimized_metric"] == "val/r2" and summary["higher_is_better"]["r2"] is True
-    assert sorted(summary["test"]) == ["test/loss", "test/r2", "test/rmse"]
-    assert summary["test"]["test/r2"] > 0.3, summary["test"]  # the mean of the training targets scores about 0
-    if summary["stop_reason"] == "early_stopping":
-        assert "early stopping: val/r2 has not improved" in process.stdout + process.stderr
-
-    if has_predict:  # predict= on a CSV of rows, as the data reads them
-        from sklearn.datasets import load_diabetes
-
-        rows = load_diabetes().data[:5]  # the first five patients, as the data reads them
-        table = tmp_path / "rows.csv"
-        header = ",".join(f"f{i}" for i in range(10))
-        body = [",".join(str(float(value)) for value in row) for row in rows]
-        table.write_text("\n".join([header, *body]))
-        out = tmp_path / "predicted"
-        predicted = run_script(repo, "eval.py", f"hydra.run.dir={out}", f"checkpoint={run_dir}", f"predict={table}")
-        assert predicted.returncode == 0, predicted.stderr[-4000:]
-        lines = (out / "predictions.csv").read_text().splitlines()  # predict= on a CSV of rows, as the data reads them
-        assert lines[0] == "file,row,value" and [line.split(",")[1] for line in lines[1:]] == ["0", "1", "2", "3", "4"]
-
-    refused = run_script(repo, "train.py", "data=diabetes", "model=table_mlp", f"hydra.run.dir={tmp_path / 'no'}")
-    assert refused.returncode == 1 and nothing_left(tmp_path / "no")  # the default task: one line, no directory
-    assert refused.stderr.strip().splitlines() == [
-        "error: task._target_: is Classification, which takes a class index per sample, but the data's targets are "
-        "float32 numbers: they suit a regression task (a loss on numbers, as docs/recipes.md's regression on a "
-        "table); choose it with task=<its option>"
-    ]
-
+    # The run, the refused one and the quick tests overlap: none reads what another writes.
     selected = " or ".join(("diabetes", "table_mlp", "squared_error", "data_keys"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo / "tests")])}
-    quick = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "-k", selected,
-         *READ_EVERY_OPTION],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert quick.returncode == 0, quick.stdout[-4000:]
-    assert re.search(r"\b(\d+) passed", quick.stdout) and int(re.search(r"\b(\d+) passed", quick.stdout)[1]) >= 6
+    paths = os.pathsep.join([str(repo / "src"), str(repo / "tests")])
+    started = [
+        start_script(repo, "train.py", *arguments, f"hydra.run.dir={run_dir}"),
+        start_script(repo, "train.py", "data=diabetes", "model=table_mlp", f"hydra.run.dir={tmp_path / 'no'}"),
+        subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "-k", selected,
+             *READ_EVERY_OPTION],
+            cwd=repo, env={**os.environ, "PYTHONPATH": paths, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        ),
+    ]  # fmt: skip
+    try:
+        process = finish(started[0])
+        assert process.returncode == 0, f"python train.py {shlex.join(arguments)} failed:\n{process.stderr[-4000:]}"
+        summary = json.loads((run_dir / "summary.json").read_text())
+        config = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]  # the run's, filled in
+        stopping = config["regularization"]["early_stopping"]
+        # No monitor named: early stopping follows the task's headline metric and its direction, as optimized_metric.
+        assert (stopping["monitor"], stopping["mode"]) == ("val/r2", "max")
+        assert summary["optimized_metric"] == "val/r2" and summary["higher_is_better"]["r2"] is True
+        assert sorted(summary["test"]) == ["test/loss", "test/r2", "test/rmse"]
+        assert summary["test"]["test/r2"] > 0.3, summary["test"]  # the mean of the training targets scores about 0
+        if summary["stop_reason"] == "early_stopping":
+            assert "early stopping: val/r2 has not improved" in process.stdout + process.stderr
+
+        if has_predict:  # predict= on a CSV of rows, as the data reads them
+            from sklearn.datasets import load_diabetes
+
+            rows = load_diabetes().data[:5]  # the first five patients, as the data reads them
+            table = tmp_path / "rows.csv"
+            header = ",".join(f"f{i}" for i in range(10))
+            body = [",".join(str(float(value)) for value in row) for row in rows]
+            table.write_text("\n".join([header, *body]))
+            out = tmp_path / "predicted"
+            predicted = finish(
+                start_script(repo, "eval.py", f"hydra.run.dir={out}", f"checkpoint={run_dir}", f"predict={table}")
+            )
+            assert predicted.returncode == 0, predicted.stderr[-4000:]
+            lines = (out / "predictions.csv").read_text().splitlines()  # predict= on a CSV of rows, as read
+            assert lines[0] == "file,row,value"
+            assert [line.split(",")[1] for line in lines[1:]] == ["0", "1", "2", "3", "4"]
+
+        refused = finish(started[1])
+        assert refused.returncode == 1 and nothing_left(tmp_path / "no")  # the default task: one line, no directory
+        assert refused.stderr.strip().splitlines() == [
+            "error: task._target_: is Classification, which takes a class index per sample, but the data's targets "
+            "are float32 numbers: they suit a regression task (a loss on numbers, as docs/recipes.md's regression on "
+            "a table); choose it with task=<its option>"
+        ]
+
+        quick = finish(started[2], timeout=600)
+        assert quick.returncode == 0, quick.stdout[-4000:]
+        assert re.search(r"\b(\d+) passed", quick.stdout) and int(re.search(r"\b(\d+) passed", quick.stdout)[1]) >= 6
+    finally:
+        end_all(started)

@@ -594,7 +594,7 @@ def test_sync_batchnorm_on_cpu_is_refused_with_a_clear_error(tmp_path):
     assert "distributed.sync_batchnorm" in result.stderr and "CUDA" in result.stderr
 
 
-# Both stop-and-resume tests below compare with one straight 2-rank run of these settings:
+# The stop-and-resume tests compare with one straight 2-rank run of these settings:
 STOP_AND_RESUME = [
     *QUICK,
     *NO_NORM_MODEL,  # BatchNorm statistics are averaged at epoch ends only: a mid-epoch save holds rank 0's
@@ -605,15 +605,6 @@ STOP_AND_RESUME = [
     "trainer.checkpoint_every_n_steps=4",
     "trainer.log_every_n_steps=2",  # the ranks agree on a stop at logging steps
 ]
-
-
-@pytest.fixture(scope="module")
-def straight_ddp_run(tmp_path_factory) -> Path:
-    """The run directory of one uninterrupted 2-rank run with STOP_AND_RESUME."""
-    run_dir = tmp_path_factory.mktemp("straight_ddp") / "run"
-    result = run(ddp_command(f"hydra.run.dir={run_dir}", *STOP_AND_RESUME))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir
 
 
 def assert_resumed_exactly(resumed_dir: Path, straight_dir: Path) -> None:
@@ -631,15 +622,34 @@ def assert_resumed_exactly(resumed_dir: Path, straight_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_ddp_run_stopped_inside_an_epoch_resumes_exactly(tmp_path, straight_ddp_run):
-    stopped = run(ddp_command(f"hydra.run.dir={tmp_path / 'stopped'}", "trainer.max_steps=13", *STOP_AND_RESUME))
-    assert stopped.returncode == 0, stopped.stderr[-3000:]
-    checkpoint = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)
-    assert (checkpoint["epoch"], checkpoint["batches_done"], len(checkpoint["rng"])) == (1, 3, 2)
-    # In the stopped run's own directory, with its config; max_steps=null lifts the stop.
-    resumed = run(ddp_command(f"resume={tmp_path / 'stopped'}", "trainer.max_steps=null"))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert_resumed_exactly(tmp_path / "stopped", straight_ddp_run)
+def test_ddp_run_stopped_inside_an_epoch_resumes_exactly(tmp_path):
+    # The straight run trains while the stopped one does and then resumes (neither reads the other's directory
+    # before both ended): their starts overlap.
+    def start(*overrides: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            ddp_command(*overrides),
+            cwd=ROOT,
+            env=env_with_tests_on_path(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    straight = start(f"hydra.run.dir={tmp_path / 'straight'}", *STOP_AND_RESUME)
+    try:
+        stopped = start(f"hydra.run.dir={tmp_path / 'stopped'}", "trainer.max_steps=13", *STOP_AND_RESUME)
+        [(_, stderr)] = communicate_all([stopped], timeout=240)
+        assert stopped.returncode == 0, stderr[-3000:]
+        checkpoint = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)
+        assert (checkpoint["epoch"], checkpoint["batches_done"], len(checkpoint["rng"])) == (1, 3, 2)
+        # In the stopped run's own directory, with its config; max_steps=null lifts the stop.
+        resumed = start(f"resume={tmp_path / 'stopped'}", "trainer.max_steps=null")
+        [(_, stderr)] = communicate_all([resumed], timeout=240)
+        assert resumed.returncode == 0, stderr[-3000:]
+    finally:
+        [(_, stderr)] = communicate_all([straight], timeout=240)
+    assert straight.returncode == 0, stderr[-3000:]
+    assert_resumed_exactly(tmp_path / "stopped", tmp_path / "straight")
 
 
 def metrics_lines(run_dir: Path) -> list[dict]:

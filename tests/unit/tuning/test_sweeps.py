@@ -3,6 +3,7 @@ and a search over a setting the run does not read: test_trial_failures.py; Optun
 test_optuna_and_joblib.py."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,8 +63,11 @@ def test_multiruns_started_together_get_their_own_directories(tmp_path):
     # temporary cwd, with the basic (sequential) launcher (joblib's parallel one: test_optuna_and_joblib.py).
     base = [sys.executable, str(ROOT / "train.py"), "-m", *FAST, "seed=1,2"]
     commands = [base, base]
+    # One thread each: two processes of a thread a core on a machine of few cores take several times as long.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     processes = [
-        subprocess.Popen(c, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands
+        subprocess.Popen(c, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for c in commands
     ]
     for process in processes:
         _, stderr = process.communicate(timeout=300)
