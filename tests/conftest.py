@@ -11,6 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # Tests never touch the network: no model hub, no W&B server.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+# Under `pytest -n N` each worker is a process of its own: one torch thread in it and in the runs it starts (set
+# before torch is imported), so that N workers use N cores rather than each spinning a thread per core.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 class TrainRun:

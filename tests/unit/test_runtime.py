@@ -78,7 +78,8 @@ def test_bf16_autocast_on_cpu_runs_matmuls_in_bf16():
     assert not torch.is_autocast_enabled("cpu")  # switched off again on exit
 
 
-def test_fp16_autocast_uses_float16():
+def test_fp16_autocast_uses_float16(monkeypatch):
+    monkeypatch.setattr(runtime, "_warned_slow_fp16", False)  # its warning stays due for later runs in this process
     with autocast("fp16", CPU):
         assert torch.get_autocast_dtype("cpu") == torch.float16
 
