@@ -132,6 +132,31 @@ def torchrun(processes: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
 
 
+def finish(process: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
+    """What a started process printed and its exit code, once it ended. Past `timeout` seconds it is ended: SIGTERM
+    first (torchrun passes it on to its workers), SIGKILL 15 seconds later."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def end_all(processes: list[subprocess.Popen]) -> None:
+    """Ends those of `processes` still running (a failed assertion or a timeout before their end) and closes their
+    pipes, so that none outlives its test."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+        finish(process, timeout=60)  # those already read: a no-op
+
+
 def run_here(script: str, *args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
     """`python <script> <args>` in this process: (exit code, stdout, stderr). The script runs as
     `__main__` in `cwd`, as a subprocess would run it, without the seconds of

@@ -22,7 +22,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import torchrun
+from conftest import end_all, finish, torchrun
 from helpers import has_file_data, has_predict, needs_file_data, nothing_left, template_has
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,17 +136,6 @@ def start_script(repo: Path, script: str, *args: str, processes: int = 0, alone:
     return subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def finish(process: subprocess.Popen, timeout: int = 300) -> subprocess.CompletedProcess:
-    """What a process of start_script printed and its exit code, once it ended (killed after `timeout` seconds)."""
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    finally:
-        if process.poll() is None:
-            process.kill()  # as subprocess.run's timeout does
-            process.wait()
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
 def follow(title: str, config_group: str, tmp_path: Path, timeout: int = 300) -> tuple[dict[str, str], Path, Path]:
     """Write the recipe's files into a copy of the repository and run its one `python train.py`
     line there; the recipe's files, the copy and the run directory."""
@@ -156,14 +145,6 @@ def follow(title: str, config_group: str, tmp_path: Path, timeout: int = 300) ->
     process = run_script(repo, "train.py", *arguments, f"hydra.run.dir={run_dir}", timeout=timeout)
     assert process.returncode == 0, f"python train.py {shlex.join(arguments)} failed:\n{process.stderr[-4000:]}"
     return files, repo, run_dir
-
-
-def end_all(processes: list[subprocess.Popen]) -> None:
-    """Ends those of `processes` still running (a failed assertion before their end), so that none outlives its test."""
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()  # torchrun passes it on to its workers
-        finish(process, timeout=60)  # and closes its pipes (those already read: a no-op)
 
 
 def recipe_class(files: dict[str, str], repo: Path, target: str) -> type:

@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
-from conftest import ROOT, run_here, torchrun
+from conftest import ROOT, end_all, finish, run_here, torchrun
 from trainkit.augment.batch_transform import BatchTransform
 from trainkit.data import TensorLoader
 from trainkit.distributed.process_group import first_slurm_host, gather_objects
@@ -71,22 +71,6 @@ def ddp_command(*overrides: str) -> list[str]:
 def workers_output(output: str) -> str:
     """What the processes printed: `output` without torchrun's own report of a failed one (its traceback and table)."""
     return output.split('Traceback (most recent call last):\n  File "<frozen runpy>"')[0]
-
-
-def communicate_all(processes: list[subprocess.Popen], timeout: float) -> list[tuple[str, str]]:
-    """Each process's (stdout, stderr); on a timeout kill them all, so a stuck rendezvous leaves no
-    process behind."""
-    try:
-        return [process.communicate(timeout=timeout) for process in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.terminate()  # torchrun's agent passes SIGTERM on to its workers
-                try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
 
 
 def read_run(run_dir: Path) -> tuple[dict, list[dict]]:
@@ -412,8 +396,11 @@ def test_two_torchrun_agents_form_one_two_node_job(tmp_path):
         )
         for node in (0, 1)
     ]
-    outputs = communicate_all(agents, timeout=240)
-    assert all(agent.returncode == 0 for agent in agents), outputs[0][1][-2000:] + outputs[1][1][-2000:]
+    try:
+        errors = [finish(agent, timeout=240).stderr for agent in agents]
+    finally:
+        end_all(agents)  # a stuck rendezvous leaves no process behind
+    assert all(agent.returncode == 0 for agent in agents), errors[0][-2000:] + errors[1][-2000:]
     run_dirs = list((tmp_path / "outputs" / "runs").iterdir())
     assert len(run_dirs) == 1, run_dirs
     summary, _ = read_run(run_dirs[0])
@@ -452,8 +439,11 @@ def test_simulated_slurm_tasks_join_one_process_group(tmp_path):
         )
         for rank in (0, 1)
     ]
-    outputs = communicate_all(tasks, timeout=240)
-    assert all(task.returncode == 0 for task in tasks), outputs[0][1][-2000:] + outputs[1][1][-2000:]
+    try:
+        errors = [finish(task, timeout=240).stderr for task in tasks]
+    finally:
+        end_all(tasks)
+    assert all(task.returncode == 0 for task in tasks), errors[0][-2000:] + errors[1][-2000:]
     summary, _ = read_run(tmp_path / "run")
     assert summary["world_size"] == 2
     rank0, rank1 = (record["train"] for record in records(tmp_path / "records"))
@@ -632,16 +622,16 @@ def test_ddp_run_stopped_inside_an_epoch_resumes_exactly(tmp_path):
     straight = start(f"hydra.run.dir={tmp_path / 'straight'}", *STOP_AND_RESUME)
     try:
         stopped = start(f"hydra.run.dir={tmp_path / 'stopped'}", "trainer.max_steps=13", *STOP_AND_RESUME)
-        [(_, stderr)] = communicate_all([stopped], timeout=240)
+        stderr = finish(stopped, timeout=240).stderr
         assert stopped.returncode == 0, stderr[-3000:]
         checkpoint = torch.load(tmp_path / "stopped/checkpoints/last.pt", weights_only=True)
         assert (checkpoint["epoch"], checkpoint["batches_done"], len(checkpoint["rng"])) == (1, 3, 2)
         # In the stopped run's own directory, with its config; max_steps=null lifts the stop.
         resumed = start(f"resume={tmp_path / 'stopped'}", "trainer.max_steps=null")
-        [(_, stderr)] = communicate_all([resumed], timeout=240)
+        stderr = finish(resumed, timeout=240).stderr
         assert resumed.returncode == 0, stderr[-3000:]
     finally:
-        [(_, stderr)] = communicate_all([straight], timeout=240)
+        stderr = finish(straight, timeout=240).stderr
     assert straight.returncode == 0, stderr[-3000:]
     assert_resumed_exactly(tmp_path / "stopped", tmp_path / "straight")
 
