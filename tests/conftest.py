@@ -103,7 +103,7 @@ def _train_in_a_subprocess(
 @pytest.fixture(scope="module")
 def one_thread():
     """torch in one thread in this process while a module's tests run (`pytestmark =
-    pytest.mark.usefixtures("one_thread")`): a run in this process would spin a thread a core, and beside other
+    pytest.mark.usefixtures("one_thread")`): a run in this process would spin a thread per core, and beside other
     processes (its own workers, other jobs) take several times as long. One count for all of the module's runs,
     so that their float sums agree as they did."""
     import torch

@@ -43,8 +43,8 @@ def free_port() -> int:
 
 def env_with_tests_on_path(**extra) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), **extra}
-    # One thread a process, as torchrun gives each of several workers: a process that a SLURM task, a one-worker
-    # agent or a plain train.py start would spin a thread a core, and two of them on a loaded 2-core machine take
+    # One thread per process, as torchrun gives each of several workers: a process that a SLURM task, a one-worker
+    # agent or a plain train.py start would spin a thread per core, and two of them on a loaded 2-core machine take
     # several times as long.
     env.setdefault("OMP_NUM_THREADS", "1")
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):

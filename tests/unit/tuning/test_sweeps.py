@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from conftest import ROOT
+from conftest import ROOT, end_all, finish
 from helpers import needs_folds, template_has
 
 FAST = ("debug=fast", "trainer.max_epochs=1")
@@ -63,15 +63,18 @@ def test_multiruns_started_together_get_their_own_directories(tmp_path):
     # temporary cwd, with the basic (sequential) launcher (joblib's parallel one: test_optuna_and_joblib.py).
     base = [sys.executable, str(ROOT / "train.py"), "-m", *FAST, "seed=1,2"]
     commands = [base, base]
-    # One thread each: two processes of a thread a core on a machine of few cores take several times as long.
+    # One thread each: two processes with a thread per core take several times as long on a machine of few cores.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     processes = [
         subprocess.Popen(c, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for c in commands
     ]
-    for process in processes:
-        _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, stderr[-4000:]
+    try:
+        for process in processes:
+            ended = finish(process)
+            assert ended.returncode == 0, ended.stderr[-4000:]
+    finally:
+        end_all(processes)  # the other multirun too, when the first failed
     sweep_dirs = sorted((tmp_path / "outputs" / "multiruns").iterdir())
     assert len(sweep_dirs) == 2, sweep_dirs
     for sweep_dir in sweep_dirs:
