@@ -388,6 +388,22 @@ def assert_one_config_error(overrides: list[str], key: str) -> None:
     assert str(error.value).startswith(f"{key}: ") and "\n" not in str(error.value)
 
 
+def _run_then_leave_at_once(rank: int, worker: Callable, *args: Any) -> None:
+    worker(rank, *args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def spawn_ranks(worker: Callable, *args: Any, nprocs: int = 2, start_method: str = "spawn") -> None:
+    """Run `worker(rank, *args)` in `nprocs` processes and wait for them; an exception in one fails the caller.
+    A rank that returned leaves at once, as train.py's ranks do (exit_now_if_a_process_group_was_joined): the gloo
+    threads DDP leaves behind can abort a normal exit (SIGABRT, "terminate called without an active exception")."""
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_run_then_leave_at_once, args=(worker, *args), nprocs=nprocs, start_method=start_method)
+
+
 def on_two_ranks(worker: Callable, *args: Any) -> dict:
     """{rank: what `worker(rank, port, results, *args)` put in results[rank]}, run in 2 spawned processes that may
     form a gloo group at tcp://127.0.0.1:port (a free port)."""
@@ -399,7 +415,7 @@ def on_two_ranks(worker: Callable, *args: Any) -> dict:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
     results = mp.Manager().dict()
-    mp.spawn(worker, args=(port, results, *args), nprocs=2)
+    spawn_ranks(worker, port, results, *args)
     return dict(results)
 
 

@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, composed, run_here
-from helpers import assert_same_training, has_predict, needs_predict, nothing_left, template_has
+from helpers import assert_same_training, has_predict, needs_predict, nothing_left, spawn_ranks, template_has
 from trainkit.checkpointing import save_checkpoint
 from trainkit.config import to_dict
 from trainkit.data import DataBundle
@@ -251,13 +251,8 @@ def _two_rank_update(rank: int, world_size: int, init_file: str, out: str) -> No
 
 @pytest.mark.slow  # two processes
 def test_two_ranks_of_a_language_model_update_as_one_batch(tmp_path):
-    import torch.multiprocessing as mp
-
     out = tmp_path / "weights.pt"
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
-    )
-    mp.spawn(_two_rank_update, args=(2, str(tmp_path / "init"), str(out)), nprocs=2, join=True)
+    spawn_ranks(_two_rank_update, 2, str(tmp_path / "init"), str(out))
     whole = weights_after_one_update(one_batch(lm_batches()), accumulate=1)
     torch.testing.assert_close(torch.load(out), whole, rtol=0, atol=1e-6)
 

@@ -1,7 +1,6 @@
 """A task that weighs tokens: an update's loss is the mean over every real token of it, however the tokens
 fall into micro-batches, accumulated batches and ranks (train.py's loop; tasks.task.mean_over_update_tokens)."""
 
-import os
 import sys
 from pathlib import Path
 
@@ -9,7 +8,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from helpers import loop_config
+from helpers import loop_config, spawn_ranks
 from models_for_tests import TokenTagger
 from tasks_for_tests import TokenTagging
 from trainkit.data import DataBundle
@@ -132,16 +131,10 @@ def _two_rank_update(rank: int, world_size: int, init_file: str, out: str) -> No
 
 @pytest.mark.slow
 def test_two_ranks_with_uneven_tokens_update_as_one_batch_holding_them_all(tmp_path):
-    import torch.multiprocessing as mp
-
     out = tmp_path / "weights.pt"
     # Forked, the ranks start with this process's imports (train.py's), where spawned ones pay seconds for their own;
     # but where a GPU is, PyTorch refuses autograd in a child forked after autograd ran here: spawned there.
     forked = not (torch.cuda.is_available() or torch.backends.mps.is_available())
-    if not forked:
-        paths = [str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
-        os.environ["PYTHONPATH"] = os.pathsep.join(paths)
-    args = (2, str(tmp_path / "init"), str(out))
-    mp.start_processes(_two_rank_update, args=args, nprocs=2, start_method="fork" if forked else "spawn")
+    spawn_ranks(_two_rank_update, 2, str(tmp_path / "init"), str(out), start_method="fork" if forked else "spawn")
     whole, _ = weights_after_one_update([padded(sequences())], accumulate=1)
     torch.testing.assert_close(torch.load(out), whole, rtol=0, atol=1e-6)

@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule
 
 from conftest import ROOT, composed
-from helpers import config_check_tests, needs_local_launch, sharded_checkpoint, template_has
+from helpers import config_check_tests, needs_local_launch, sharded_checkpoint, spawn_ranks, template_has
 from trainkit.checkpointing import load_weights
 from trainkit.checkpointing.resume import _refuse_another_checkpoint_layout
 from trainkit.config.validation import problems
@@ -142,7 +142,7 @@ def _fsdp_checks(rank: int, port: int, directory, results) -> None:
 def fsdp_checks(tmp_path_factory):
     directory = tmp_path_factory.mktemp("fsdp")
     results = mp.Manager().dict()
-    mp.spawn(_fsdp_checks, args=(free_port(), directory, results), nprocs=2)
+    spawn_ranks(_fsdp_checks, free_port(), directory, results)
     return directory, [results[0], results[1]]
 
 
@@ -347,7 +347,7 @@ def test_under_fsdp_the_norm_over_both_ranks_shards_is_the_one_process_norm():
     _backward(one_process)
     expected = Parallel().grad_norm(one_process)
     results = mp.Manager().dict()
-    mp.spawn(_sharded_norms, args=(free_port(), results), nprocs=2)
+    spawn_ranks(_sharded_norms, free_port(), results)
     for rank in (0, 1):
         norms = results[rank]
         assert type(norms["norm"]) is torch.Tensor  # a plain tensor, the same on every rank: not a DTensor shard

@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from conftest import run_here, run_record
-from helpers import assert_one_config_error
+from helpers import assert_one_config_error, on_two_ranks
 from template.test_readme import test_every_everyday_key_is_explained_by_a_comment_in_its_yaml as explained
 from trainkit.checkpointing.checkpoint import averaged_weights, load_checkpoint, save_checkpoint
 from trainkit.models.ema import build_ema, update_ema, warmup_decay
@@ -158,14 +158,12 @@ def test_a_run_with_ema_validates_tests_with_it_and_resumes_it_exactly_and_eval_
         assert {key: metrics[key] for key in keys} == {key: summarized[key] for key in keys}  # float equality
 
 
-def _ema_under_ddp(rank: int, world_size: int, port: int, results) -> None:
-    import gc
-
+def _ema_under_ddp(rank: int, port: int, results) -> None:
     import torch.distributed as dist
 
     from trainkit.distributed.process_group import average_batchnorm_statistics, gather_objects
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         torch.manual_seed(rank)  # as train.py: each rank builds different initial weights
         model = bn_model()
@@ -182,23 +180,13 @@ def _ema_under_ddp(rank: int, world_size: int, port: int, results) -> None:
             update_ema(ema, model)
         average_batchnorm_statistics(ema)  # as train.py does after each epoch
         results[rank] = gather_objects((initial, {k: v.clone() for k, v in ema.state_dict().items()}))
-        del ddp
-        gc.collect()
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.slow
 def test_every_ddp_rank_holds_the_same_ema():
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    results = mp.Manager().dict()
-    mp.spawn(_ema_under_ddp, args=(2, port, results), nprocs=2)
+    results = on_two_ranks(_ema_under_ddp)
     (initial0, state0), (initial1, state1) = results[0]
     assert torch.equal(initial0, initial1)  # built from the same (rank 0's) weights
     for name, tensor in state0.items():

@@ -1,7 +1,6 @@
 """LR range test: a sane suggestion on a problem whose good LRs are known, early stop on divergence,
 every piece of state put back bit for bit, group scales respected, the script, DDP."""
 
-import gc
 import json
 import logging
 import math
@@ -18,7 +17,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from conftest import ROOT, composed, run_here
-from helpers import backward_step, config_check_tests, template_has
+from helpers import backward_step, config_check_tests, spawn_ranks, template_has
 from trainkit.checkpointing import signals
 from trainkit.config.validation import validate
 from trainkit.models.small_cnn import SmallCNN
@@ -417,17 +416,13 @@ def _ddp_worker(rank: int, world_size: int, port: int, results: str):
         step = backward_step(model, mse)
         result = lr_range_test(model, optimizer, step, TASK, batches, CPU, min_lr=1e-4, max_lr=100.0, num_steps=100)
         torch.save(result.to_dict(), f"{results}.{rank}")
-        del model, optimizer  # free DDP's reducer before its process group goes (else gloo may abort)
-        gc.collect()
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.slow
 def test_under_ddp_all_ranks_see_the_same_smoothed_loss_and_stop_together(tmp_path):
-    import torch.multiprocessing as mp
-
-    mp.spawn(_ddp_worker, args=(2, free_port(), str(tmp_path / "result")), nprocs=2, join=True)
+    spawn_ranks(_ddp_worker, 2, free_port(), str(tmp_path / "result"))
     rank0, rank1 = (torch.load(tmp_path / f"result.{rank}") for rank in (0, 1))
     assert rank0 == rank1  # the same lrs, losses, suggestion and stop
     assert rank0["stopped_early"] and len(rank0["lrs"]) < 100
