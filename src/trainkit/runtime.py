@@ -4,6 +4,7 @@ import contextlib
 import logging
 import os
 import random
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,5 +117,8 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 
 
 def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
-    """Loss scaling is needed for fp16 only (bf16 has fp32's range); disabled, it passes through."""
+    """Loss scaling is needed for fp16 only (bf16 has fp32's range); disabled, it passes through. fp16's scaler skips
+    updates whose gradients overflow, often the first, yet the schedule steps: PyTorch's warning of that is silenced."""
+    if precision == "fp16":
+        warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)` before", UserWarning)
     return torch.amp.GradScaler(device.type, enabled=precision == "fp16")

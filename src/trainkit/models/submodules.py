@@ -1,5 +1,5 @@
-"""Find submodules by type, swap one by its dotted name (adapting a library's model: a new stem, dropout before the
-classifier), and find the classifier head's parameters (optimizer.head_lr_scale's, which Muon and fine-tuning read)."""
+"""Find submodules by type (adapting a library's model: its stem, its classifier), and find the classifier head's
+parameters (optimizer.head_lr_scale's, which Muon and fine-tuning read)."""
 
 from typing import TypeVar
 
@@ -13,12 +13,6 @@ M = TypeVar("M", bound=nn.Module)
 def find_modules(model: nn.Module, kind: type[M]) -> list[tuple[str, M]]:
     """(qualified name, module) of every submodule of `kind`, in registration order."""
     return [(name, module) for name, module in model.named_modules() if isinstance(module, kind)]
-
-
-def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
-    """Swap the submodule at the dotted `name` (e.g. "features.0.0") for `new`."""
-    parent_name, _, child_name = name.rpartition(".")
-    setattr(model.get_submodule(parent_name), child_name, new)
 
 
 def head_parameters(model: nn.Module) -> set[nn.Parameter]:

@@ -19,7 +19,7 @@ from torch import nn
 from trainkit.config.schema import flag, number, string
 from trainkit.errors import ConfigError
 from trainkit.models.input_size import limits_of_pretrained_cfg
-from trainkit.models.submodules import find_modules, replace_module
+from trainkit.models.submodules import find_modules
 
 # torchvision models that, built without weights, take exactly 224x224 inputs (their own
 # metadata only gives a minimum, and vit_h_14's first weights even say 518).
@@ -216,7 +216,7 @@ def create_torchvision_model(
     model = torchvision.models.get_model(name, weights=None, num_classes=num_classes, **options)
     if in_channels != 3:
         conv_name, conv = find_modules(model, nn.Conv2d)[0]
-        replace_module(model, conv_name, _conv_like(conv, in_channels=in_channels))
+        model.set_submodule(conv_name, _conv_like(conv, in_channels=in_channels), strict=True)
     if dropout > 0:
         linears = find_modules(model, nn.Linear)
         if not linears:
@@ -224,7 +224,7 @@ def create_torchvision_model(
                 "model.dropout", f"{name} has no linear layer to put dropout before; set regularization.dropout=0"
             )
         linear_name, linear = linears[-1]
-        replace_module(model, linear_name, nn.Sequential(nn.Dropout(dropout), linear))
+        model.set_submodule(linear_name, nn.Sequential(nn.Dropout(dropout), linear), strict=True)
     return model
 
 

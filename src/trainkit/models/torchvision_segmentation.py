@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from trainkit.config.schema import Check, string
 from trainkit.errors import ConfigError
-from trainkit.models.submodules import find_modules, replace_module
+from trainkit.models.submodules import find_modules
 
 
 class TorchvisionSegmentation(nn.Module):
@@ -50,7 +50,7 @@ class TorchvisionSegmentation(nn.Module):
             # Every stem here is square, without bias, dilation or groups: only its input channels change.
             size, stride, padding = conv.kernel_size[0], conv.stride[0], conv.padding[0]
             stem = nn.Conv2d(in_channels, conv.out_channels, size, stride, padding, bias=False)
-            replace_module(model, conv_name, stem)
+            model.set_submodule(conv_name, stem, strict=True)
         self.model = model
 
     @property
