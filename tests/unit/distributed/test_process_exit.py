@@ -2,11 +2,15 @@
 DDP keeps its process group alive past destroy_process_group, and the group's threads running under
 the C++ exit-time destructors could abort a finished rank."""
 
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+from conftest import ROOT
 
 
 def leave(code: str, joined: bool) -> subprocess.CompletedProcess:
@@ -37,3 +41,14 @@ def test_a_process_that_never_joined_a_group_exits_normally():
     result = leave("0", joined=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.endswith("printed before leaving and went on\nexit-time handlers ran\n")
+
+
+def test_the_tests_spawn_their_ranks_through_spawn_ranks_which_leaves_the_same_way():
+    """A rank that mp.spawn starts exits normally once its work returns; after DDP, that exit can abort it."""
+    allowed = ("helpers.py", Path(__file__).name)
+    spawning = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if path.name not in allowed and re.search(r"\.spawn\(|start_method=.spawn", path.read_text())
+    ]
+    assert spawning == [], f"start the ranks with helpers.spawn_ranks (or on_two_ranks) in: {', '.join(spawning)}"
