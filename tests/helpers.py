@@ -389,10 +389,11 @@ def assert_one_config_error(overrides: list[str], key: str) -> None:
 
 
 def _run_then_leave_at_once(rank: int, worker: Callable, *args: Any) -> None:
+    from trainkit.distributed import process_group
+
     worker(rank, *args)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    process_group._joined_a_process_group = True  # the worker joined its group itself, without trainkit
+    process_group.exit_now_if_a_process_group_was_joined(0)
 
 
 def spawn_ranks(worker: Callable, *args: Any, nprocs: int = 2, start_method: str = "spawn") -> None:
